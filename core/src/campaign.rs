@@ -1,0 +1,439 @@
+//! Campaign files: loading (TOML or YAML via figment, `LATMESH_*` overrides) and validation
+//! into a [`Plan`].
+//!
+//! ```toml
+//! [campaign]
+//! name = "demo"
+//! seed = 42                       # optional, default 0
+//! regions = ["us-east", "eu-west"]
+//! prompt_set = "my-prompts.jsonl" # optional, relative to this file; default: builtin set
+//!
+//! [rounds]
+//! count = 10
+//! interval_s = 4.0
+//! gap_ms = 100
+//!
+//! [[scenarios]]
+//! name = "chat-short"
+//! prompt_ids = ["short-qa-*"]     # ids or `*` patterns
+//! stream = true
+//! max_tokens = 64
+//! temperature = 0.0               # optional
+//! top_p = 1.0                     # optional
+//! timeout_total_s = 120           # optional: also timeout_connect_s, timeout_ttft_s, timeout_idle_s
+//!
+//! [[providers]]
+//! name = "fast-lane"
+//! base_url = "https://api.example.com/v1"
+//! model_id = "deepseek-v4-flash"
+//! api_key_env = "EXAMPLE_API_KEY" # optional: the variable's *name*
+//! ```
+//!
+//! Environment overrides: `LATMESH_CAMPAIGN__SEED=7`, `LATMESH_ROUNDS__COUNT=3` (section and
+//! key separated by a double underscore). Only the `campaign` and `rounds` sections can be
+//! overridden this way.
+
+use std::path::{Path, PathBuf};
+
+use figment::providers::{Env, Format, Toml, Yaml};
+use figment::Figment;
+use serde::Deserialize;
+
+use crate::metrics::METRICS_VERSION;
+use crate::plan::{Plan, PlanPrompt, ProviderSpec, RoundsSpec, ScenarioSpec, Timeouts};
+use crate::prompts::PromptSet;
+
+/// A campaign file problem, naming the key (`providers[2].base_url`) or the figment path.
+#[derive(Debug, thiserror::Error)]
+pub enum CampaignError {
+    /// The file could not be parsed or a value has the wrong type (figment's message names
+    /// the key and the file).
+    #[error("{0}")]
+    Parse(String),
+    /// A value is present but not acceptable.
+    #[error("{key}: {message}")]
+    Invalid {
+        /// Dotted key path, e.g. `scenarios[1].max_tokens`.
+        key: String,
+        /// What is wrong and what is accepted.
+        message: String,
+    },
+    /// The prompt set named by `campaign.prompt_set` could not be loaded.
+    #[error("campaign.prompt_set: {0}")]
+    Prompts(#[from] crate::prompts::PromptError),
+}
+
+fn invalid(key: impl Into<String>, message: impl Into<String>) -> CampaignError {
+    CampaignError::Invalid { key: key.into(), message: message.into() }
+}
+
+/// The file as written (before validation).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CampaignFile {
+    /// `[campaign]`.
+    pub campaign: CampaignSection,
+    /// `[rounds]`.
+    pub rounds: RoundsSection,
+    /// `[[scenarios]]`.
+    #[serde(default)]
+    pub scenarios: Vec<ScenarioSection>,
+    /// `[[providers]]`.
+    #[serde(default)]
+    pub providers: Vec<ProviderSection>,
+}
+
+/// `[campaign]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CampaignSection {
+    /// Campaign name.
+    pub name: String,
+    /// Seed of the shared per-round order.
+    #[serde(default)]
+    pub seed: u64,
+    /// Regions to run in.
+    pub regions: Vec<String>,
+    /// Prompt set file, relative to the campaign file; the builtin set when absent.
+    pub prompt_set: Option<PathBuf>,
+}
+
+/// `[rounds]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoundsSection {
+    /// Number of rounds.
+    pub count: u32,
+    /// Seconds between round starts.
+    pub interval_s: f64,
+    /// Milliseconds between probe starts within a round.
+    pub gap_ms: u64,
+}
+
+/// `[[scenarios]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioSection {
+    /// Unique name.
+    pub name: String,
+    /// Prompt ids or `*` patterns.
+    pub prompt_ids: Vec<String>,
+    /// Stream or not (default true).
+    #[serde(default = "yes")]
+    pub stream: bool,
+    /// `max_tokens`.
+    pub max_tokens: u32,
+    /// `temperature`.
+    pub temperature: Option<f64>,
+    /// `top_p`.
+    pub top_p: Option<f64>,
+    /// Connect timeout, s.
+    pub timeout_connect_s: Option<f64>,
+    /// TTFT timeout, s.
+    pub timeout_ttft_s: Option<f64>,
+    /// Idle timeout between body reads, s.
+    pub timeout_idle_s: Option<f64>,
+    /// Total timeout, s.
+    pub timeout_total_s: Option<f64>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `[[providers]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderSection {
+    /// Unique name.
+    pub name: String,
+    /// OpenAI-compatible base URL (ending before `/chat/completions`).
+    pub base_url: String,
+    /// Name of the env var holding the API key.
+    pub api_key_env: Option<String>,
+    /// Model id.
+    pub model_id: String,
+}
+
+/// Loads and validates a campaign file (`.toml`, `.yaml`/`.yml`) with `LATMESH_*` overrides.
+///
+/// # Errors
+/// [`CampaignError`] naming the key that is wrong.
+pub fn load_file(path: &Path) -> Result<Plan, CampaignError> {
+    if !path.is_file() {
+        return Err(CampaignError::Parse(format!("campaign file {} does not exist", path.display())));
+    }
+    let is_yaml = matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"));
+    let fig = if is_yaml { Figment::from(Yaml::file(path)) } else { Figment::from(Toml::file(path)) };
+    let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    from_figment(fig, &base)
+}
+
+/// Loads and validates campaign TOML text (relative paths resolve against `base_dir`), with
+/// `LATMESH_*` overrides.
+///
+/// # Errors
+/// [`CampaignError`] naming the key that is wrong.
+pub fn load_toml_str(text: &str, base_dir: &Path) -> Result<Plan, CampaignError> {
+    from_figment(Figment::from(Toml::string(text)), base_dir)
+}
+
+fn from_figment(fig: Figment, base_dir: &Path) -> Result<Plan, CampaignError> {
+    let env = Env::prefixed("LATMESH_")
+        .filter(|k| {
+            let k = k.as_str().to_ascii_lowercase();
+            k.starts_with("campaign__") || k.starts_with("rounds__")
+        })
+        .split("__");
+    let file: CampaignFile = fig.merge(env).extract().map_err(|e| CampaignError::Parse(e.to_string()))?;
+    validate(file, base_dir)
+}
+
+fn check_name(key: &str, value: &str) -> Result<(), CampaignError> {
+    let ok = !value.is_empty()
+        && value.len() <= 64
+        && value.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(key, format!("{value:?} is not a valid name (1-64 of A-Z a-z 0-9 - _ .)")))
+    }
+}
+
+fn check_unique<'a>(section: &str, names: impl Iterator<Item = &'a str>) -> Result<(), CampaignError> {
+    let mut seen: Vec<&str> = Vec::new();
+    for (i, n) in names.enumerate() {
+        if seen.contains(&n) {
+            return Err(invalid(format!("{section}[{i}].name"), format!("{n:?} is used twice")));
+        }
+        seen.push(n);
+    }
+    Ok(())
+}
+
+fn check_seconds(key: String, v: Option<f64>, default: f64) -> Result<f64, CampaignError> {
+    match v {
+        None => Ok(default),
+        Some(s) if s.is_finite() && s > 0.0 && s <= 86_400.0 => Ok(s),
+        Some(s) => Err(invalid(key, format!("{s} is not a duration in seconds in (0, 86400]"))),
+    }
+}
+
+/// Validates a parsed file into a plan. Errors name the key; no I/O except reading the prompt
+/// set named by `campaign.prompt_set`.
+///
+/// # Errors
+/// [`CampaignError::Invalid`] for the first bad value.
+pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignError> {
+    let c = &file.campaign;
+    check_name("campaign.name", &c.name)?;
+    if c.regions.is_empty() {
+        return Err(invalid("campaign.regions", "name at least one region"));
+    }
+    for (i, r) in c.regions.iter().enumerate() {
+        check_name(&format!("campaign.regions[{i}]"), r)?;
+        if c.regions[..i].contains(r) {
+            return Err(invalid(format!("campaign.regions[{i}]"), format!("{r:?} is listed twice")));
+        }
+    }
+    let r = &file.rounds;
+    if r.count == 0 || r.count > 1_000_000 {
+        return Err(invalid("rounds.count", format!("{} is not in 1..=1000000", r.count)));
+    }
+    if !(r.interval_s.is_finite() && r.interval_s > 0.0 && r.interval_s <= 86_400.0) {
+        return Err(invalid("rounds.interval_s", format!("{} is not in (0, 86400] seconds", r.interval_s)));
+    }
+    if file.providers.is_empty() {
+        return Err(invalid("providers", "name at least one [[providers]]"));
+    }
+    if file.scenarios.is_empty() {
+        return Err(invalid("scenarios", "name at least one [[scenarios]]"));
+    }
+    let interval_ms = (r.interval_s * 1000.0).round() as u64;
+    let slots = (file.providers.len() * file.scenarios.len()) as u64;
+    if slots.saturating_sub(1) * r.gap_ms >= interval_ms {
+        return Err(invalid(
+            "rounds.interval_s",
+            format!(
+                "{} s is too short: {} probes per round {} ms apart need more than {} ms (raise interval_s or lower gap_ms)",
+                r.interval_s,
+                slots,
+                r.gap_ms,
+                slots.saturating_sub(1) * r.gap_ms
+            ),
+        ));
+    }
+
+    let mut providers = Vec::new();
+    for (i, p) in file.providers.iter().enumerate() {
+        let key = |field: &str| format!("providers[{i}].{field}");
+        check_name(&key("name"), &p.name)?;
+        let url = p.base_url.trim_end_matches('/');
+        let rest = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://"));
+        if rest.is_none_or(|host| host.is_empty() || host.contains(char::is_whitespace)) {
+            return Err(invalid(key("base_url"), format!("{:?} is not an http:// or https:// URL", p.base_url)));
+        }
+        if url.ends_with("/chat/completions") {
+            return Err(invalid(key("base_url"), "give the base URL (e.g. …/v1): latmesh appends /chat/completions"));
+        }
+        if p.model_id.trim().is_empty() {
+            return Err(invalid(key("model_id"), "must not be empty"));
+        }
+        if let Some(env) = &p.api_key_env {
+            let ok = !env.is_empty()
+                && !env.starts_with(|c: char| c.is_ascii_digit())
+                && env.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !ok {
+                return Err(invalid(
+                    key("api_key_env"),
+                    "must be the NAME of an environment variable (letters, digits, _), never the key itself",
+                ));
+            }
+        }
+        providers.push(ProviderSpec {
+            name: p.name.clone(),
+            base_url: url.to_string(),
+            api_key_env: p.api_key_env.clone(),
+            model_id: p.model_id.clone(),
+        });
+    }
+    check_unique("providers", file.providers.iter().map(|p| p.name.as_str()))?;
+
+    let prompt_set = match &c.prompt_set {
+        None => PromptSet::builtin(),
+        Some(path) => PromptSet::load(&base_dir.join(path))?,
+    };
+    let mut scenarios = Vec::new();
+    for (i, s) in file.scenarios.iter().enumerate() {
+        let key = |field: &str| format!("scenarios[{i}].{field}");
+        check_name(&key("name"), &s.name)?;
+        if s.max_tokens == 0 || s.max_tokens > 1_000_000 {
+            return Err(invalid(key("max_tokens"), format!("{} is not in 1..=1000000", s.max_tokens)));
+        }
+        if let Some(t) = s.temperature {
+            if !(0.0..=2.0).contains(&t) {
+                return Err(invalid(key("temperature"), format!("{t} is not in [0, 2]")));
+            }
+        }
+        if let Some(t) = s.top_p {
+            if !(t > 0.0 && t <= 1.0) {
+                return Err(invalid(key("top_p"), format!("{t} is not in (0, 1]")));
+            }
+        }
+        if s.prompt_ids.is_empty() {
+            return Err(invalid(key("prompt_ids"), "name at least one prompt id or pattern"));
+        }
+        let mut prompts: Vec<PlanPrompt> = Vec::new();
+        for (j, pattern) in s.prompt_ids.iter().enumerate() {
+            let found = prompt_set.select(pattern);
+            if found.is_empty() {
+                return Err(invalid(
+                    format!("scenarios[{i}].prompt_ids[{j}]"),
+                    format!("{pattern:?} matches no prompt in {}", prompt_set.name),
+                ));
+            }
+            for p in found {
+                if !prompts.iter().any(|q| q.id == p.id) {
+                    prompts.push(PlanPrompt { id: p.id.clone(), messages: p.messages.clone() });
+                }
+            }
+        }
+        let d = Timeouts::default();
+        let timeouts = Timeouts {
+            connect_s: check_seconds(key("timeout_connect_s"), s.timeout_connect_s, d.connect_s)?,
+            ttft_s: check_seconds(key("timeout_ttft_s"), s.timeout_ttft_s, d.ttft_s)?,
+            idle_s: check_seconds(key("timeout_idle_s"), s.timeout_idle_s, d.idle_s)?,
+            total_s: check_seconds(key("timeout_total_s"), s.timeout_total_s, d.total_s)?,
+        };
+        scenarios.push(ScenarioSpec {
+            name: s.name.clone(),
+            stream: s.stream,
+            max_tokens: s.max_tokens,
+            temperature: s.temperature,
+            top_p: s.top_p,
+            timeouts,
+            prompts,
+        });
+    }
+    check_unique("scenarios", file.scenarios.iter().map(|s| s.name.as_str()))?;
+
+    Ok(Plan {
+        name: c.name.clone(),
+        seed: c.seed,
+        metrics_version: METRICS_VERSION,
+        regions: c.regions.clone(),
+        rounds: RoundsSpec { count: r.count, interval_ms, gap_ms: r.gap_ms },
+        providers,
+        scenarios,
+        prompt_set: prompt_set.name,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[campaign]
+name = "t"
+seed = 5
+regions = ["us-east", "eu-west"]
+
+[rounds]
+count = 3
+interval_s = 2.0
+gap_ms = 100
+
+[[scenarios]]
+name = "chat"
+prompt_ids = ["short-qa-en-*"]
+stream = true
+max_tokens = 32
+
+[[providers]]
+name = "a"
+base_url = "http://127.0.0.1:9/v1/"
+model_id = "m"
+api_key_env = "A_KEY"
+"#;
+
+    fn err_of(text: &str) -> String {
+        load_toml_str(text, Path::new(".")).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn good_file_becomes_a_plan() {
+        let plan = load_toml_str(GOOD, Path::new(".")).unwrap();
+        assert_eq!(plan.seed, 5);
+        assert_eq!(plan.rounds.interval_ms, 2_000);
+        assert_eq!(plan.providers[0].base_url, "http://127.0.0.1:9/v1");
+        assert!(plan.scenarios[0].prompts.len() >= 4);
+        assert!(plan.scenarios[0].prompts.iter().all(|p| p.id.starts_with("short-qa-en-")));
+        assert_eq!(plan.prompt_set, "latmesh-prompts-v1");
+    }
+
+    #[test]
+    fn errors_name_the_offending_key() {
+        let cases = [
+            (GOOD.replace("max_tokens = 32", "max_tokens = 0"), "scenarios[0].max_tokens"),
+            (GOOD.replace("http://127.0.0.1:9/v1/", "ftp://x"), "providers[0].base_url"),
+            (GOOD.replace("\"A_KEY\"", "\"sk-123 secret\""), "providers[0].api_key_env"),
+            (GOOD.replace("short-qa-en-*", "nope-*"), "scenarios[0].prompt_ids[0]"),
+            (GOOD.replace("interval_s = 2.0", "interval_s = 0.0"), "rounds.interval_s"),
+            (GOOD.replace("max_tokens = 32\n", "max_tokens = 32\n[[scenarios]]\nname = \"b\"\nprompt_ids = [\"code-*\"]\nmax_tokens = 9\n").replace("gap_ms = 100", "gap_ms = 2500"), "rounds.interval_s"),
+            (GOOD.replace("\"eu-west\"]", "\"us-east\"]"), "campaign.regions[1]"),
+            (GOOD.replace("count = 3", "count = \"three\""), "rounds.count"),
+            (GOOD.replace("max_tokens = 32", "max_tokens = 32\nmax_tokenz = 3"), "max_tokenz"),
+        ];
+        for (text, key) in cases {
+            let e = err_of(&text);
+            assert!(e.contains(key), "error {e:?} should name {key}");
+        }
+    }
+
+    #[test]
+    fn secrets_are_not_echoed_in_api_key_env_errors() {
+        let e = err_of(&GOOD.replace("\"A_KEY\"", "\"sk-live-abcdef\""));
+        assert!(!e.contains("sk-live-abcdef"), "{e}");
+    }
+}

@@ -1,0 +1,224 @@
+//! HDR histograms per (provider, scenario, metric): recording, merging and the V2 codec.
+//!
+//! Bounds are fixed for every metric (1 µs to 1 h, 3 significant digits, DESIGN.md
+//! "Histograms") so any two histograms add. Values above the range saturate at the top.
+
+use std::collections::BTreeMap;
+
+use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer};
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use crate::metrics::Metric;
+use crate::record::{Outcome, ProbeRecord};
+
+/// Lowest discernible value, µs.
+pub const LOWEST_US: u64 = 1;
+/// Highest trackable value, µs (one hour).
+pub const HIGHEST_US: u64 = 3_600_000_000;
+/// Significant decimal digits kept.
+pub const SIGFIG: u8 = 3;
+
+/// Errors of the histogram codec.
+#[derive(Debug, thiserror::Error)]
+pub enum HistError {
+    /// The bytes are not a V2 (DEFLATE) encoded histogram.
+    #[error("cannot decode histogram: {0}")]
+    Decode(String),
+    /// Encoding failed (should not happen for in-range histograms).
+    #[error("cannot encode histogram: {0}")]
+    Encode(String),
+}
+
+/// A new empty histogram with latmesh's fixed bounds.
+pub fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(LOWEST_US, HIGHEST_US, SIGFIG).expect("fixed bounds are valid")
+}
+
+/// Encodes with the HdrHistogram V2 + DEFLATE format.
+///
+/// # Errors
+/// [`HistError::Encode`] if the serializer fails.
+pub fn encode_v2(h: &Histogram<u64>) -> Result<Vec<u8>, HistError> {
+    let mut out = Vec::new();
+    V2DeflateSerializer::new()
+        .serialize(h, &mut out)
+        .map_err(|e| HistError::Encode(format!("{e:?}")))?;
+    Ok(out)
+}
+
+/// Decodes V2 or V2 + DEFLATE bytes into a histogram with latmesh's bounds.
+///
+/// # Errors
+/// [`HistError::Decode`] for bytes that are not an encoded histogram, or whose values do not
+/// fit latmesh's bounds.
+pub fn decode_v2(bytes: &[u8]) -> Result<Histogram<u64>, HistError> {
+    let decoded: Histogram<u64> = Deserializer::new()
+        .deserialize(&mut std::io::Cursor::new(bytes))
+        .map_err(|e| HistError::Decode(format!("{e:?}")))?;
+    let mut h = new_histogram();
+    h.add(&decoded).map_err(|e| HistError::Decode(format!("{e:?}")))?;
+    Ok(h)
+}
+
+/// The key of one histogram.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct HistKey {
+    /// Provider name.
+    pub provider: String,
+    /// Scenario name.
+    pub scenario: String,
+    /// Metric.
+    pub metric: Metric,
+}
+
+/// Histograms by key. Latency histograms count `ok` attempts only (DESIGN.md).
+#[derive(Clone, Debug, Default)]
+pub struct HistogramSet {
+    map: BTreeMap<HistKey, Histogram<u64>>,
+}
+
+impl HistogramSet {
+    /// An empty set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records one value (µs) under `key`, saturating into `[LOWEST_US, HIGHEST_US]`.
+    pub fn record(&mut self, key: HistKey, value_us: u64) {
+        let v = value_us.clamp(LOWEST_US, HIGHEST_US);
+        self.map.entry(key).or_insert_with(new_histogram).record(v).expect("value clamped into range");
+    }
+
+    /// Records the latencies of an `ok` attempt: TTFB, TTFT, TTFC, E2E, TPOT and every ITL gap
+    /// (`itl_gaps_us`). Other outcomes record nothing.
+    pub fn record_probe(&mut self, rec: &ProbeRecord, itl_gaps_us: &[u64]) {
+        if rec.outcome() != Outcome::Ok {
+            return;
+        }
+        let key = |metric| HistKey { provider: rec.provider.clone(), scenario: rec.scenario.clone(), metric };
+        let single = [
+            (Metric::Ttfb, rec.ttfb_us),
+            (Metric::Ttft, rec.ttft_us),
+            (Metric::Ttfc, rec.ttfc_us),
+            (Metric::E2e, rec.e2e_us),
+            (Metric::Tpot, rec.tpot_us),
+        ];
+        for (metric, value) in single {
+            if let Some(v) = value {
+                self.record(key(metric), v);
+            }
+        }
+        if !itl_gaps_us.is_empty() {
+            let h = self.map.entry(key(Metric::Itl)).or_insert_with(new_histogram);
+            for &gap in itl_gaps_us {
+                h.record(gap.clamp(LOWEST_US, HIGHEST_US)).expect("value clamped into range");
+            }
+        }
+    }
+
+    /// Adds `h` into the histogram under `key` (merging is addition).
+    pub fn merge(&mut self, key: HistKey, h: &Histogram<u64>) {
+        self.map
+            .entry(key)
+            .or_insert_with(new_histogram)
+            .add(h)
+            .expect("all latmesh histograms share bounds");
+    }
+
+    /// Adds every histogram of `other` into this set.
+    pub fn merge_set(&mut self, other: &HistogramSet) {
+        for (k, h) in &other.map {
+            self.merge(k.clone(), h);
+        }
+    }
+
+    /// The histogram under `key`, if any value was recorded.
+    pub fn get(&self, key: &HistKey) -> Option<&Histogram<u64>> {
+        self.map.get(key)
+    }
+
+    /// Iterates over keys and histograms in key order.
+    pub fn iter(&self) -> impl Iterator<Item = (&HistKey, &Histogram<u64>)> {
+        self.map.iter()
+    }
+
+    /// Whether nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Takes every histogram out, leaving the set empty (an interval flush).
+    pub fn drain(&mut self) -> Vec<(HistKey, Histogram<u64>)> {
+        std::mem::take(&mut self.map).into_iter().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(metric: Metric) -> HistKey {
+        HistKey { provider: "p".into(), scenario: "s".into(), metric }
+    }
+
+    #[test]
+    fn v2_round_trip_keeps_every_count() {
+        let mut h = new_histogram();
+        for v in [1u64, 7, 150, 150, 20_000, 3_000_000] {
+            h.record(v).unwrap();
+        }
+        let back = decode_v2(&encode_v2(&h).unwrap()).unwrap();
+        assert_eq!(back.len(), 6);
+        assert_eq!(back.count_at(150), 2);
+        assert_eq!(back.max(), h.max());
+        assert!(decode_v2(b"not a histogram").is_err());
+    }
+
+    #[test]
+    fn merged_percentiles_equal_percentiles_of_all_values() {
+        let (mut a, mut b, mut all) = (HistogramSet::new(), HistogramSet::new(), new_histogram());
+        for v in 1..=1000u64 {
+            let target = if v % 3 == 0 { &mut a } else { &mut b };
+            target.record(key(Metric::Ttft), v * 100);
+            all.record(v * 100).unwrap();
+        }
+        a.merge_set(&b);
+        let merged = a.get(&key(Metric::Ttft)).unwrap();
+        assert_eq!(merged.len(), 1000);
+        for q in [0.5, 0.9, 0.99] {
+            assert_eq!(merged.value_at_quantile(q), all.value_at_quantile(q));
+        }
+    }
+
+    #[test]
+    fn only_ok_attempts_feed_latency_histograms() {
+        let mut set = HistogramSet::new();
+        let mut rec = ProbeRecord {
+            provider: "p".into(),
+            scenario: "s".into(),
+            outcome: Some(Outcome::Throttled),
+            ttfb_us: Some(500),
+            ..Default::default()
+        };
+        set.record_probe(&rec, &[10, 20]);
+        assert!(set.is_empty());
+        rec.outcome = Some(Outcome::Ok);
+        rec.ttft_us = Some(1_000);
+        rec.e2e_us = Some(5_000);
+        set.record_probe(&rec, &[10, 20, 30]);
+        assert_eq!(set.get(&key(Metric::Ttft)).unwrap().len(), 1);
+        assert_eq!(set.get(&key(Metric::Itl)).unwrap().len(), 3);
+        assert!(set.get(&key(Metric::Tpot)).is_none());
+    }
+
+    #[test]
+    fn out_of_range_values_saturate() {
+        let mut set = HistogramSet::new();
+        set.record(key(Metric::E2e), 0);
+        set.record(key(Metric::E2e), u64::MAX);
+        let h = set.get(&key(Metric::E2e)).unwrap();
+        assert_eq!(h.len(), 2);
+        assert!(h.max() >= HIGHEST_US);
+    }
+}

@@ -1,0 +1,14 @@
+//! What latmesh's agent and coordinator share: the campaign plan and its validation, the
+//! measurement record, metric definitions, HDR histogram sets, clock-offset estimation,
+//! and conversions to and from the wire types.
+//!
+//! Pure: no network, no async.
+
+pub mod campaign;
+pub mod clock;
+pub mod hist;
+pub mod metrics;
+pub mod plan;
+pub mod prompts;
+pub mod record;
+pub mod wire;

@@ -1,0 +1,92 @@
+//! Metric names and the derived rates of DESIGN.md (metrics_version 1).
+
+use serde::{Deserialize, Serialize};
+
+/// Version of the metric definitions in DESIGN.md; stored with every campaign. Bump it when a
+/// definition changes.
+pub const METRICS_VERSION: u32 = 1;
+
+/// A latency metric kept as an HDR histogram, in microseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    /// Response headers received.
+    Ttfb,
+    /// First payload with a non-empty generated token of any kind.
+    Ttft,
+    /// First payload with non-empty visible content.
+    Ttfc,
+    /// End of the response.
+    E2e,
+    /// Time per output token after the first.
+    Tpot,
+    /// Every gap between consecutive token-bearing payloads.
+    Itl,
+}
+
+impl Metric {
+    /// Every metric, in report order.
+    pub const ALL: [Metric; 6] = [Metric::Ttfb, Metric::Ttft, Metric::Ttfc, Metric::E2e, Metric::Tpot, Metric::Itl];
+
+    /// The lowercase name used on the wire and in ClickHouse.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Metric::Ttfb => "ttfb",
+            Metric::Ttft => "ttft",
+            Metric::Ttfc => "ttfc",
+            Metric::E2e => "e2e",
+            Metric::Tpot => "tpot",
+            Metric::Itl => "itl",
+        }
+    }
+
+    /// Parses [`Metric::as_str`]'s names.
+    pub fn parse(s: &str) -> Option<Metric> {
+        Metric::ALL.into_iter().find(|m| m.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for Metric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// TPOT in µs: (`e2e_us` − `ttft_us`) / (`output_tokens` − 1); `None` unless `output_tokens` > 1
+/// and `e2e_us` ≥ `ttft_us`.
+pub fn tpot_us(ttft_us: u64, e2e_us: u64, output_tokens: u32) -> Option<u64> {
+    if output_tokens < 2 || e2e_us < ttft_us {
+        return None;
+    }
+    Some((e2e_us - ttft_us) / u64::from(output_tokens - 1))
+}
+
+/// Decode throughput in tokens/s: (`output_tokens` − 1) / (`e2e` − `ttft`); `None` unless
+/// `output_tokens` > 1 and `e2e_us` > `ttft_us`.
+pub fn decode_tps(ttft_us: u64, e2e_us: u64, output_tokens: u32) -> Option<f64> {
+    if output_tokens < 2 || e2e_us <= ttft_us {
+        return None;
+    }
+    Some(f64::from(output_tokens - 1) * 1e6 / (e2e_us - ttft_us) as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tpot_and_decode_rate_follow_the_definitions() {
+        // 11 tokens, first at 100 ms, last at 600 ms: 10 gaps over 500 ms.
+        assert_eq!(tpot_us(100_000, 600_000, 11), Some(50_000));
+        assert_eq!(decode_tps(100_000, 600_000, 11), Some(20.0));
+        assert_eq!(tpot_us(100_000, 600_000, 1), None);
+        assert_eq!(decode_tps(100_000, 100_000, 5), None);
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for m in Metric::ALL {
+            assert_eq!(Metric::parse(m.as_str()), Some(m));
+        }
+    }
+}

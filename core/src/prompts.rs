@@ -1,0 +1,178 @@
+//! Versioned prompt sets: JSON Lines files of prompts with stable ids.
+//!
+//! Each line: `{"id", "version", "class", "lang", "max_tokens_hint", "messages": [{"role",
+//! "content"}]}`. latmesh ships `prompts/latmesh-prompts-v1.jsonl` (embedded in the binaries as
+//! [`BUILTIN_NAME`]); a campaign may name its own file instead.
+
+use serde::{Deserialize, Serialize};
+
+/// Name of the prompt set embedded in the binaries.
+pub const BUILTIN_NAME: &str = "latmesh-prompts-v1";
+
+const BUILTIN_JSONL: &str = include_str!("../../prompts/latmesh-prompts-v1.jsonl");
+
+/// One chat message.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    /// `system`, `user` or `assistant`.
+    pub role: String,
+    /// The text.
+    pub content: String,
+}
+
+/// One prompt of a set.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Prompt {
+    /// Stable id, never reused (e.g. `short-qa-en-001`).
+    pub id: String,
+    /// Version of the prompt text.
+    #[serde(default = "one")]
+    pub version: u32,
+    /// Class: `short-qa`, `long-in`, `long-out`, `code`, or a user's own.
+    #[serde(default)]
+    pub class: String,
+    /// Language tag (`en`, `zh`).
+    #[serde(default)]
+    pub lang: String,
+    /// The messages sent.
+    pub messages: Vec<Message>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// A loaded prompt set.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PromptSet {
+    /// Set name (the builtin's name, or the file stem).
+    pub name: String,
+    /// Prompts in file order.
+    pub prompts: Vec<Prompt>,
+}
+
+/// Errors loading a prompt set.
+#[derive(Debug, thiserror::Error)]
+pub enum PromptError {
+    /// A line is not a valid prompt.
+    #[error("{source_name}:{line}: {message}")]
+    Line {
+        /// File name or builtin name.
+        source_name: String,
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// The file could not be read.
+    #[error("cannot read prompt set {path}: {source}")]
+    Io {
+        /// The path.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+impl PromptSet {
+    /// The embedded `latmesh-prompts-v1` set.
+    pub fn builtin() -> PromptSet {
+        PromptSet::parse(BUILTIN_NAME, BUILTIN_JSONL).expect("the embedded prompt set is valid (tested)")
+    }
+
+    /// Reads a JSONL prompt set from `path`.
+    ///
+    /// # Errors
+    /// [`PromptError::Io`] if unreadable, [`PromptError::Line`] naming the first bad line.
+    pub fn load(path: &std::path::Path) -> Result<PromptSet, PromptError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| PromptError::Io { path: path.display().to_string(), source })?;
+        let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        PromptSet::parse(&name, &text)
+    }
+
+    /// Parses JSONL text; blank lines are skipped; ids must be unique and messages non-empty.
+    ///
+    /// # Errors
+    /// [`PromptError::Line`] naming the first bad line.
+    pub fn parse(name: &str, text: &str) -> Result<PromptSet, PromptError> {
+        let mut prompts: Vec<Prompt> = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let err = |message: String| PromptError::Line { source_name: name.to_string(), line: i + 1, message };
+            if line.trim().is_empty() {
+                continue;
+            }
+            let p: Prompt = serde_json::from_str(line).map_err(|e| err(e.to_string()))?;
+            if p.id.trim().is_empty() {
+                return Err(err("empty id".into()));
+            }
+            if p.messages.is_empty() {
+                return Err(err(format!("prompt {:?} has no messages", p.id)));
+            }
+            if prompts.iter().any(|q| q.id == p.id) {
+                return Err(err(format!("duplicate id {:?}", p.id)));
+            }
+            prompts.push(p);
+        }
+        Ok(PromptSet { name: name.to_string(), prompts })
+    }
+
+    /// Prompts whose id matches `pattern` (`*` matches any run of characters), in set order.
+    pub fn select(&self, pattern: &str) -> Vec<&Prompt> {
+        self.prompts.iter().filter(|p| wildcard_match(pattern, &p.id)).collect()
+    }
+}
+
+/// Matches `text` against `pattern`, where `*` matches any (possibly empty) run of characters.
+pub fn wildcard_match(pattern: &str, text: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or("");
+    let Some(mut rest) = text.strip_prefix(first) else { return false };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, middle)) = parts.split_last() else { return rest.is_empty() };
+    for part in middle {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_set_has_the_four_classes_in_two_languages() {
+        let set = PromptSet::builtin();
+        for class in ["short-qa", "long-in", "long-out", "code"] {
+            let n = set.prompts.iter().filter(|p| p.class == class).count();
+            assert!(n >= 4, "class {class} has {n} prompts");
+        }
+        assert!(set.prompts.iter().any(|p| p.lang == "zh"));
+        let long = set.select("long-in-en-*");
+        assert!(long.iter().all(|p| p.messages.iter().map(|m| m.content.len()).sum::<usize>() > 5_000));
+    }
+
+    #[test]
+    fn wildcards() {
+        assert!(wildcard_match("short-*", "short-qa-en-001"));
+        assert!(wildcard_match("*-zh-*", "code-zh-001"));
+        assert!(wildcard_match("exact", "exact"));
+        assert!(!wildcard_match("exact", "exactly"));
+        assert!(!wildcard_match("a*b", "ab-c"));
+        assert!(wildcard_match("a*b*c", "abc"));
+        assert!(!wildcard_match("ab*ba", "aba"));
+    }
+
+    #[test]
+    fn bad_lines_are_named() {
+        let err = PromptSet::parse("x", "{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}\n{oops}\n")
+            .unwrap_err();
+        assert!(err.to_string().starts_with("x:2:"), "{err}");
+        let dup = "{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}\n";
+        let err = PromptSet::parse("x", &dup.repeat(2)).unwrap_err();
+        assert!(err.to_string().contains("duplicate id"), "{err}");
+    }
+}

@@ -1,0 +1,232 @@
+//! One measured attempt: [`ProbeRecord`] and its [`Outcome`].
+//!
+//! Field meanings follow DESIGN.md's metric definitions (metrics_version 1): durations are
+//! microseconds on the monotonic clock from `t_send`, the moment the request was handed to the
+//! HTTP client; wall-clock times are UTC microseconds.
+
+use serde::{Deserialize, Serialize};
+
+/// How an attempt ended (DESIGN.md "Outcome of each attempt").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// A complete answer: `[DONE]`, or end of body after a `finish_reason`.
+    Ok,
+    /// HTTP 4xx other than 429 (see `http_status`).
+    #[serde(rename = "http_4xx")]
+    Http4xx,
+    /// HTTP 429; `retry_after_s` carries Retry-After when sent.
+    Throttled,
+    /// HTTP 5xx (see `http_status`).
+    #[serde(rename = "http_5xx")]
+    Http5xx,
+    /// The TCP/TLS connection was not established within the connect timeout.
+    TimeoutConnect,
+    /// No token arrived within the TTFT timeout.
+    TimeoutTtft,
+    /// The gap between two body reads exceeded the idle timeout.
+    TimeoutIdle,
+    /// The whole attempt exceeded the total timeout.
+    TimeoutTotal,
+    /// The body ended with neither `[DONE]` nor a `finish_reason`.
+    Truncated,
+    /// An error object inside a 200 response (e.g. `data: {"error":…}` or an `error:` line).
+    StreamError,
+    /// The body could not be understood (unparseable JSON, no chat payload at all).
+    ProtocolError,
+    /// The connection failed or broke (refused, reset, DNS failure).
+    ConnectionError,
+}
+
+impl Outcome {
+    /// Every outcome, in report order.
+    pub const ALL: [Outcome; 12] = [
+        Outcome::Ok,
+        Outcome::Http4xx,
+        Outcome::Throttled,
+        Outcome::Http5xx,
+        Outcome::TimeoutConnect,
+        Outcome::TimeoutTtft,
+        Outcome::TimeoutIdle,
+        Outcome::TimeoutTotal,
+        Outcome::Truncated,
+        Outcome::StreamError,
+        Outcome::ProtocolError,
+        Outcome::ConnectionError,
+    ];
+
+    /// The snake_case name used on the wire, in JSON and in ClickHouse.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Http4xx => "http_4xx",
+            Outcome::Throttled => "throttled",
+            Outcome::Http5xx => "http_5xx",
+            Outcome::TimeoutConnect => "timeout_connect",
+            Outcome::TimeoutTtft => "timeout_ttft",
+            Outcome::TimeoutIdle => "timeout_idle",
+            Outcome::TimeoutTotal => "timeout_total",
+            Outcome::Truncated => "truncated",
+            Outcome::StreamError => "stream_error",
+            Outcome::ProtocolError => "protocol_error",
+            Outcome::ConnectionError => "connection_error",
+        }
+    }
+
+    /// Parses [`Outcome::as_str`]'s names; `None` for anything else.
+    pub fn parse(s: &str) -> Option<Outcome> {
+        Outcome::ALL.into_iter().find(|o| o.as_str() == s)
+    }
+
+    /// The outcome of an HTTP error status (`status` ≥ 400): 429 → throttled, 5xx, other 4xx.
+    pub fn from_http_status(status: u16) -> Outcome {
+        match status {
+            429 => Outcome::Throttled,
+            500.. => Outcome::Http5xx,
+            _ => Outcome::Http4xx,
+        }
+    }
+
+    /// Whether this outcome is any kind of timeout.
+    pub fn is_timeout(self) -> bool {
+        matches!(
+            self,
+            Outcome::TimeoutConnect | Outcome::TimeoutTtft | Outcome::TimeoutIdle | Outcome::TimeoutTotal
+        )
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Token counts as the provider reported them in `usage` (any field it was found under).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// `usage.prompt_tokens`.
+    pub prompt_tokens: Option<u32>,
+    /// `usage.completion_tokens`.
+    pub completion_tokens: Option<u32>,
+    /// `usage.total_tokens`.
+    pub total_tokens: Option<u32>,
+    /// `usage.completion_tokens_details.reasoning_tokens` (or `usage.reasoning_tokens`).
+    pub reasoning_tokens: Option<u32>,
+    /// `usage.prompt_tokens_details.cached_tokens` or `usage.prompt_cache_hit_tokens`.
+    pub cached_tokens: Option<u32>,
+}
+
+/// Everything measured about one attempt. Prompts and responses are not stored (ids only).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProbeRecord {
+    /// Round of the plan (0-based).
+    pub round: u32,
+    /// Index of this probe in the round's shared order (0-based).
+    pub slot: u32,
+    /// Provider name from the plan.
+    pub provider: String,
+    /// Scenario name from the plan.
+    pub scenario: String,
+    /// Stable prompt id from the prompt set.
+    pub prompt_id: String,
+    /// 1 for the first attempt, > 1 for retries.
+    pub attempt: u32,
+    /// Whether the request asked for a stream.
+    pub stream: bool,
+    /// Wall clock at `t_send` on the agent's clock, UTC µs.
+    pub send_agent_unix_us: i64,
+    /// `t_send` − intended send time, µs (negative never: clamped at 0).
+    pub sched_lag_us: i64,
+    /// How the attempt ended.
+    pub outcome: Option<Outcome>,
+    /// HTTP status, when a response arrived.
+    pub http_status: Option<u16>,
+    /// Response headers received, µs from `t_send`.
+    pub ttfb_us: Option<u64>,
+    /// First payload with a non-empty generated token of any kind, µs from `t_send`.
+    pub ttft_us: Option<u64>,
+    /// First payload with non-empty visible `content`, µs from `t_send`.
+    pub ttfc_us: Option<u64>,
+    /// End of the response (`[DONE]`, or end of body after `finish_reason`), µs from `t_send`.
+    pub e2e_us: Option<u64>,
+    /// (`e2e` − `ttft`) / (`output_tokens` − 1) in µs, when `output_tokens` > 1.
+    pub tpot_us: Option<u64>,
+    /// (`output_tokens` − 1) / (`e2e` − `ttft`) in tokens per second.
+    pub decode_tps: Option<f64>,
+    /// `usage.completion_tokens` when reported, else the count of token-bearing payloads.
+    pub output_tokens: u32,
+    /// Whether `output_tokens` came from `usage`.
+    pub tokens_from_usage: bool,
+    /// Payloads whose `content` was a non-empty string.
+    pub content_chunks: u32,
+    /// Payloads whose reasoning field was a non-empty string.
+    pub reasoning_chunks: u32,
+    /// Payloads carrying a tool-call fragment.
+    pub tool_call_chunks: u32,
+    /// Usage as reported.
+    pub usage: Usage,
+    /// The last `finish_reason` seen.
+    pub finish_reason: Option<String>,
+    /// Whether `data: [DONE]` arrived.
+    pub saw_done: bool,
+    /// Retry-After of a 429 (or 503), seconds.
+    pub retry_after_s: Option<f64>,
+    /// Provider error type or code, when the provider sent an error object.
+    pub error_type: Option<String>,
+    /// Provider or transport error message, truncated to 256 bytes; never the prompt.
+    pub error_message: Option<String>,
+    /// Largest inter-token gap, µs.
+    pub itl_max_us: Option<u64>,
+    /// SSE comment lines received (keep-alives, "PROCESSING" notes).
+    pub comment_lines: u32,
+    /// Response body bytes received.
+    pub response_bytes: u64,
+}
+
+impl ProbeRecord {
+    /// The outcome, `protocol_error` when none was set (a record is never left unclassified).
+    pub fn outcome(&self) -> Outcome {
+        self.outcome.unwrap_or(Outcome::ProtocolError)
+    }
+}
+
+/// Truncates `s` to at most `max_bytes` bytes on a char boundary.
+pub fn truncate_message(s: &str, max_bytes: usize) -> String {
+    if s.len() <= max_bytes {
+        return s.to_string();
+    }
+    let mut end = max_bytes;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcome_names_round_trip() {
+        for o in Outcome::ALL {
+            assert_eq!(Outcome::parse(o.as_str()), Some(o));
+            let json = serde_json::to_string(&o).unwrap();
+            assert_eq!(json, format!("\"{}\"", o.as_str()));
+        }
+        assert_eq!(Outcome::parse("fine"), None);
+    }
+
+    #[test]
+    fn http_status_classes() {
+        assert_eq!(Outcome::from_http_status(429), Outcome::Throttled);
+        assert_eq!(Outcome::from_http_status(404), Outcome::Http4xx);
+        assert_eq!(Outcome::from_http_status(502), Outcome::Http5xx);
+    }
+
+    #[test]
+    fn truncation_respects_char_boundaries() {
+        assert_eq!(truncate_message("héllo", 2), "h…");
+        assert_eq!(truncate_message("abc", 10), "abc");
+    }
+}

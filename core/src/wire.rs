@@ -1,0 +1,202 @@
+//! Conversions between domain types and the generated wire types (`latmesh_proto::pb`).
+
+use latmesh_proto::pb;
+
+use crate::hist::{self, HistError, HistKey};
+use crate::metrics::Metric;
+use crate::record::{Outcome, ProbeRecord, Usage};
+
+/// A wire message that does not convert.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    /// An unknown outcome name.
+    #[error("unknown outcome {0:?}")]
+    Outcome(String),
+    /// An unknown metric name.
+    #[error("unknown metric {0:?}")]
+    Metric(String),
+    /// A histogram that does not decode.
+    #[error(transparent)]
+    Hist(#[from] HistError),
+    /// A status code out of range.
+    #[error("http_status {0} is not an HTTP status")]
+    Status(u32),
+}
+
+impl From<&ProbeRecord> for pb::ProbeRecord {
+    fn from(r: &ProbeRecord) -> Self {
+        pb::ProbeRecord {
+            round: r.round,
+            slot: r.slot,
+            provider: r.provider.clone(),
+            scenario: r.scenario.clone(),
+            prompt_id: r.prompt_id.clone(),
+            attempt: r.attempt,
+            stream: r.stream,
+            send_agent_unix_us: r.send_agent_unix_us,
+            sched_lag_us: r.sched_lag_us,
+            outcome: r.outcome().as_str().to_string(),
+            http_status: r.http_status.map(u32::from),
+            ttfb_us: r.ttfb_us,
+            ttft_us: r.ttft_us,
+            ttfc_us: r.ttfc_us,
+            e2e_us: r.e2e_us,
+            tpot_us: r.tpot_us,
+            decode_tps: r.decode_tps,
+            output_tokens: r.output_tokens,
+            tokens_from_usage: r.tokens_from_usage,
+            content_chunks: r.content_chunks,
+            reasoning_chunks: r.reasoning_chunks,
+            tool_call_chunks: r.tool_call_chunks,
+            prompt_tokens: r.usage.prompt_tokens,
+            completion_tokens: r.usage.completion_tokens,
+            reasoning_tokens: r.usage.reasoning_tokens,
+            cached_tokens: r.usage.cached_tokens,
+            finish_reason: r.finish_reason.clone(),
+            saw_done: r.saw_done,
+            retry_after_s: r.retry_after_s,
+            error_type: r.error_type.clone(),
+            error_message: r.error_message.clone(),
+            itl_max_us: r.itl_max_us,
+            comment_lines: r.comment_lines,
+            response_bytes: r.response_bytes,
+        }
+    }
+}
+
+impl TryFrom<pb::ProbeRecord> for ProbeRecord {
+    type Error = WireError;
+
+    fn try_from(r: pb::ProbeRecord) -> Result<Self, WireError> {
+        let outcome = Outcome::parse(&r.outcome).ok_or_else(|| WireError::Outcome(r.outcome.clone()))?;
+        let http_status = r
+            .http_status
+            .map(|s| u16::try_from(s).ok().filter(|s| (100..600).contains(s)).ok_or(WireError::Status(s)))
+            .transpose()?;
+        Ok(ProbeRecord {
+            round: r.round,
+            slot: r.slot,
+            provider: r.provider,
+            scenario: r.scenario,
+            prompt_id: r.prompt_id,
+            attempt: r.attempt,
+            stream: r.stream,
+            send_agent_unix_us: r.send_agent_unix_us,
+            sched_lag_us: r.sched_lag_us,
+            outcome: Some(outcome),
+            http_status,
+            ttfb_us: r.ttfb_us,
+            ttft_us: r.ttft_us,
+            ttfc_us: r.ttfc_us,
+            e2e_us: r.e2e_us,
+            tpot_us: r.tpot_us,
+            decode_tps: r.decode_tps,
+            output_tokens: r.output_tokens,
+            tokens_from_usage: r.tokens_from_usage,
+            content_chunks: r.content_chunks,
+            reasoning_chunks: r.reasoning_chunks,
+            tool_call_chunks: r.tool_call_chunks,
+            usage: Usage {
+                prompt_tokens: r.prompt_tokens,
+                completion_tokens: r.completion_tokens,
+                total_tokens: match (r.prompt_tokens, r.completion_tokens) {
+                    (Some(p), Some(c)) => Some(p + c),
+                    _ => None,
+                },
+                reasoning_tokens: r.reasoning_tokens,
+                cached_tokens: r.cached_tokens,
+            },
+            finish_reason: r.finish_reason,
+            saw_done: r.saw_done,
+            retry_after_s: r.retry_after_s,
+            error_type: r.error_type,
+            error_message: r.error_message,
+            itl_max_us: r.itl_max_us,
+            comment_lines: r.comment_lines,
+            response_bytes: r.response_bytes,
+        })
+    }
+}
+
+/// Encodes one interval histogram for the wire.
+///
+/// # Errors
+/// [`WireError::Hist`] if encoding fails.
+pub fn histogram_to_pb(
+    key: &HistKey,
+    h: &hdrhistogram::Histogram<u64>,
+    start_agent_unix_us: i64,
+    end_agent_unix_us: i64,
+) -> Result<pb::IntervalHistogram, WireError> {
+    Ok(pb::IntervalHistogram {
+        provider: key.provider.clone(),
+        scenario: key.scenario.clone(),
+        metric: key.metric.as_str().to_string(),
+        start_agent_unix_us,
+        end_agent_unix_us,
+        hist_v2: hist::encode_v2(h)?,
+    })
+}
+
+/// Decodes one wire histogram into its key and histogram.
+///
+/// # Errors
+/// [`WireError::Metric`] for an unknown metric, [`WireError::Hist`] for undecodable bytes.
+pub fn histogram_from_pb(h: &pb::IntervalHistogram) -> Result<(HistKey, hdrhistogram::Histogram<u64>), WireError> {
+    let metric = Metric::parse(&h.metric).ok_or_else(|| WireError::Metric(h.metric.clone()))?;
+    let key = HistKey { provider: h.provider.clone(), scenario: h.scenario.clone(), metric };
+    Ok((key, hist::decode_v2(&h.hist_v2)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip() {
+        let rec = ProbeRecord {
+            round: 2,
+            slot: 5,
+            provider: "p".into(),
+            scenario: "s".into(),
+            prompt_id: "short-qa-en-001".into(),
+            attempt: 1,
+            stream: true,
+            send_agent_unix_us: 1_700_000_000_000_000,
+            sched_lag_us: 40,
+            outcome: Some(Outcome::Throttled),
+            http_status: Some(429),
+            ttfb_us: Some(1200),
+            retry_after_s: Some(7.0),
+            usage: Usage { prompt_tokens: Some(9), completion_tokens: Some(3), total_tokens: Some(12), ..Default::default() },
+            finish_reason: Some("stop".into()),
+            ..Default::default()
+        };
+        let back = ProbeRecord::try_from(pb::ProbeRecord::from(&rec)).unwrap();
+        assert_eq!(back, rec);
+    }
+
+    #[test]
+    fn bad_wire_values_are_rejected() {
+        let mut wire = pb::ProbeRecord::from(&ProbeRecord::default());
+        wire.outcome = "great".into();
+        assert!(matches!(ProbeRecord::try_from(wire.clone()), Err(WireError::Outcome(_))));
+        wire.outcome = "ok".into();
+        wire.http_status = Some(70_000);
+        assert!(matches!(ProbeRecord::try_from(wire), Err(WireError::Status(70_000))));
+    }
+
+    #[test]
+    fn histograms_round_trip() {
+        let key = HistKey { provider: "p".into(), scenario: "s".into(), metric: Metric::Itl };
+        let mut h = hist::new_histogram();
+        h.record(12_345).unwrap();
+        let wire = histogram_to_pb(&key, &h, 1, 2).unwrap();
+        let (k, back) = histogram_from_pb(&wire).unwrap();
+        assert_eq!(k, key);
+        assert_eq!(back.len(), 1);
+        let mut bad = wire;
+        bad.metric = "latency".into();
+        assert!(histogram_from_pb(&bad).is_err());
+    }
+}
