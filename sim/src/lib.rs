@@ -1,0 +1,125 @@
+//! `latmesh-sim`: OpenAI-compatible simulated LLM inference providers for latmesh's demo,
+//! tests and benchmarks.
+//!
+//! * [`serve_providers`] serves the nine built-in providers (see [`builtin_profiles`]) or
+//!   your own [`ProviderProfile`]s at `http://ADDR/{provider}/v1`, each with its own
+//!   latency profile, faults and home region. Every answered response carries ground truth
+//!   in `x-sim-planned-ttft-us` and `x-sim-region-delay-us`.
+//! * [`serve_replay`] serves one recorded response (`shared/sse-cases/NN-name.sse`) byte for
+//!   byte.
+//!
+//! Prompt tokens are estimated as `ceil(chars / 4)` over all message contents.
+//!
+//! Timing uses tokio timers (1 ms resolution) against absolute deadlines: an ITL below
+//! 1 ms comes out as small bursts whose average rate is right; an ITL of 0 streams as fast
+//! as the connection takes it.
+
+#![warn(missing_docs)]
+
+pub mod plan;
+pub mod profile;
+pub mod provider;
+pub mod region;
+pub mod replay;
+pub mod request;
+pub mod text;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::Path;
+
+use axum::serve::ListenerExt;
+use tokio::net::TcpListener;
+
+pub use profile::{DEFAULT_MODEL_ID, ProviderProfile, builtin_profiles};
+pub use provider::{PLANNED_TTFT_HEADER, REGION_DELAY_HEADER, providers_router};
+pub use region::{REGION_HEADER, RegionTable};
+pub use replay::{ReplayCase, replay_router};
+
+/// Configuration of the simulated providers.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Seeds every request's RNG (with the provider name and its request counter).
+    pub seed: u64,
+    /// The providers to serve; names must be unique.
+    pub profiles: Vec<ProviderProfile>,
+    /// Delays between the providers' home regions and the callers' regions.
+    pub regions: RegionTable,
+    /// Multiplies every server-side delay (TTFT, ITL, stalls, keep-alive period; not the
+    /// region delay):
+    /// `0.1` runs ten times faster. Must be finite and ≥ 0.
+    pub time_scale: f64,
+}
+
+impl Default for SimConfig {
+    /// Seed 7, the nine built-in profiles, the built-in region table, real time.
+    fn default() -> Self {
+        SimConfig {
+            seed: 7,
+            profiles: builtin_profiles(),
+            regions: RegionTable::default(),
+            time_scale: 1.0,
+        }
+    }
+}
+
+impl SimConfig {
+    /// Check every profile, that names are unique and that `time_scale` is usable.
+    ///
+    /// # Errors
+    /// A message naming the first problem.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(self.time_scale.is_finite() && self.time_scale >= 0.0) {
+            return Err(format!(
+                "time_scale {} must be finite and >= 0",
+                self.time_scale
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for p in &self.profiles {
+            p.validate()?;
+            if !seen.insert(p.name.as_str()) {
+                return Err(format!("two profiles are named {:?}", p.name));
+            }
+        }
+        Ok(())
+    }
+
+    /// The profile named `name`, if served.
+    pub fn profile(&self, name: &str) -> Option<&ProviderProfile> {
+        self.profiles.iter().find(|p| p.name == name)
+    }
+}
+
+fn nodelay(listener: TcpListener) -> impl axum::serve::Listener<Addr = std::net::SocketAddr> {
+    listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!("set_nodelay: {e}");
+        }
+    })
+}
+
+/// Serve the simulated providers on `listener` until the future is dropped.
+///
+/// Routes: `POST /{provider}/v1/chat/completions`, `GET /{provider}/v1/models`,
+/// `GET /healthz`. Connections already open when the future is dropped finish their
+/// current responses.
+///
+/// # Errors
+/// `InvalidInput` when `cfg` does not validate; otherwise only I/O errors of the server.
+pub async fn serve_providers(listener: TcpListener, cfg: SimConfig) -> std::io::Result<()> {
+    let router = providers_router(cfg)?;
+    axum::serve(nodelay(listener), router).await
+}
+
+/// Serve one recorded response (a `.sse` body file + its sibling `.expect.json`) to every
+/// `POST` whose path ends in `/chat/completions`, until the future is dropped.
+///
+/// # Errors
+/// The files cannot be read or parsed, or the server fails.
+pub async fn serve_replay(listener: TcpListener, sse_path: &Path) -> anyhow::Result<()> {
+    let case = ReplayCase::load(sse_path)?;
+    axum::serve(nodelay(listener), replay_router(case)).await?;
+    Ok(())
+}

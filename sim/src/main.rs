@@ -1,0 +1,107 @@
+//! `latmesh-sim`: run the simulated providers, replay a recorded response, or list profiles.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use latmesh_sim::{ProviderProfile, SimConfig, builtin_profiles};
+use tokio::net::TcpListener;
+
+/// OpenAI-compatible simulated LLM inference providers for latmesh.
+#[derive(Parser, Debug)]
+#[command(name = "latmesh-sim", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Serve the simulated providers at http://ADDR/{provider}/v1.
+    Serve {
+        /// Address to listen on (port 0 picks a free port).
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: SocketAddr,
+        /// Seed of the per-request RNGs.
+        #[arg(long, default_value_t = 7)]
+        seed: u64,
+        /// Multiply every server-side delay by this factor (0.1 = ten times faster).
+        #[arg(long, default_value_t = 1.0)]
+        time_scale: f64,
+        /// Serve the profiles of this JSON file (an array of profiles) instead of the built-ins.
+        #[arg(long)]
+        profiles: Option<PathBuf>,
+    },
+    /// Serve one recorded body (FILE.sse, with FILE.expect.json beside it) to every
+    /// POST .../chat/completions.
+    Replay {
+        /// The `.sse` body file.
+        file: PathBuf,
+        /// Address to listen on (port 0 picks a free port).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+    },
+    /// List the built-in providers.
+    Providers,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    match Cli::parse().command {
+        Command::Serve {
+            listen,
+            seed,
+            time_scale,
+            profiles,
+        } => {
+            let profiles = match profiles {
+                Some(path) => {
+                    let raw = std::fs::read(&path)
+                        .with_context(|| format!("reading {}", path.display()))?;
+                    serde_json::from_slice::<Vec<ProviderProfile>>(&raw)
+                        .with_context(|| format!("parsing {}", path.display()))?
+                }
+                None => builtin_profiles(),
+            };
+            let cfg = SimConfig {
+                seed,
+                profiles,
+                time_scale,
+                ..SimConfig::default()
+            };
+            cfg.validate().map_err(anyhow::Error::msg)?;
+            let listener = TcpListener::bind(listen)
+                .await
+                .with_context(|| format!("binding {listen}"))?;
+            let addr = listener.local_addr()?;
+            println!("listening on http://{addr}");
+            for p in &cfg.profiles {
+                println!("{:<14} http://{addr}/{}/v1", p.name, p.name);
+            }
+            latmesh_sim::serve_providers(listener, cfg).await?;
+        }
+        Command::Replay { file, listen } => {
+            // Load first so a bad file fails before we claim to listen.
+            latmesh_sim::ReplayCase::load(&file)?;
+            let listener = TcpListener::bind(listen)
+                .await
+                .with_context(|| format!("binding {listen}"))?;
+            println!("listening on http://{}", listener.local_addr()?);
+            latmesh_sim::serve_replay(listener, &file).await?;
+        }
+        Command::Providers => {
+            for p in builtin_profiles() {
+                println!("{:<14} {:<13} {}", p.name, p.home_region, p.description);
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,400 @@
+//! Provider latency profiles and the nine built-in providers.
+//!
+//! A profile describes how one simulated provider behaves: when the first token comes,
+//! how fast the rest follow, how tokens are grouped into SSE chunks, how long answers are,
+//! which faults it injects, and where it is "hosted" (its home region, see [`crate::region`]).
+
+use serde::{Deserialize, Serialize};
+
+/// The model id every built-in provider lists (they all serve the same checkpoint, as in the
+/// comparisons latmesh is made for). Requests may name any model; it is echoed back.
+pub const DEFAULT_MODEL_ID: &str = "deepseek-v4-flash";
+
+/// How one simulated provider behaves. All durations are in microseconds.
+///
+/// Time to first token (server side, before any region delay):
+/// `(ttft_base_us + prefill_us_per_input_token × prompt_tokens) × J × T`, where `J` is
+/// lognormal with median 1 and shape `ttft_jitter_sigma`, and `T` is 1, or with probability
+/// `ttft_tail_prob` a factor drawn uniformly from `ttft_tail_factor_min..=ttft_tail_factor_max`.
+/// Each inter-token latency is lognormal with median `itl_median_us` and shape `itl_sigma`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProviderProfile {
+    /// Path segment and name of the provider: base URL `http://ADDR/{name}/v1`.
+    pub name: String,
+    /// One-line description, shown by `latmesh-sim providers`.
+    pub description: String,
+    /// Region the provider is hosted in (for the region delay table).
+    pub home_region: String,
+    /// Model ids listed by `GET /{name}/v1/models`.
+    pub models: Vec<String>,
+    /// Fixed part of the time to first token.
+    pub ttft_base_us: u64,
+    /// Prefill time added per estimated prompt token.
+    pub prefill_us_per_input_token: u64,
+    /// Shape (σ of the underlying normal) of the lognormal TTFT multiplier; 0 = no jitter.
+    pub ttft_jitter_sigma: f64,
+    /// Probability that a request lands in the heavy TTFT tail.
+    pub ttft_tail_prob: f64,
+    /// Smallest TTFT multiplier in the tail.
+    pub ttft_tail_factor_min: f64,
+    /// Largest TTFT multiplier in the tail.
+    pub ttft_tail_factor_max: f64,
+    /// Median inter-token latency.
+    pub itl_median_us: u64,
+    /// Shape (σ) of the lognormal inter-token latency; 0 = constant.
+    pub itl_sigma: f64,
+    /// Fewest tokens in one SSE chunk (at least 1).
+    pub tokens_per_chunk_min: u32,
+    /// Most tokens in one SSE chunk.
+    pub tokens_per_chunk_max: u32,
+    /// Shortest natural answer (visible content tokens) before `finish_reason: "stop"`.
+    pub output_tokens_min: u32,
+    /// Longest natural answer.
+    pub output_tokens_max: u32,
+    /// Fewest reasoning tokens streamed as `reasoning_content` before the content (0 with
+    /// `reasoning_tokens_max` 0: no reasoning).
+    pub reasoning_tokens_min: u32,
+    /// Most reasoning tokens.
+    pub reasoning_tokens_max: u32,
+    /// Probability of answering HTTP 429 with `Retry-After`.
+    pub throttle_prob: f64,
+    /// Smallest `Retry-After`, in seconds.
+    pub retry_after_s_min: u32,
+    /// Largest `Retry-After`, in seconds.
+    pub retry_after_s_max: u32,
+    /// Probability that a stream stops mid-way (after a partial `data:` line, no
+    /// `finish_reason`, no `[DONE]`).
+    pub truncate_prob: f64,
+    /// Probability that one gap during decoding is stretched by `stall_us`.
+    pub stall_prob: f64,
+    /// Length of a stall.
+    pub stall_us: u64,
+    /// When non-zero, send `: keep-alive` SSE comments this often while prefilling.
+    pub keepalive_interval_us: u64,
+    /// Send the `role` chunk (empty content) right after the headers instead of together
+    /// with the first token (as some servers do: it is not a token and must not stamp TTFT).
+    pub early_role_chunk: bool,
+}
+
+impl Default for ProviderProfile {
+    /// A quiet provider: 100 ms TTFT, 10 ms ITL, one token per chunk, no jitter, no faults.
+    fn default() -> Self {
+        ProviderProfile {
+            name: "custom".to_string(),
+            description: String::new(),
+            home_region: String::new(),
+            models: vec![DEFAULT_MODEL_ID.to_string()],
+            ttft_base_us: 100_000,
+            prefill_us_per_input_token: 0,
+            ttft_jitter_sigma: 0.0,
+            ttft_tail_prob: 0.0,
+            ttft_tail_factor_min: 1.0,
+            ttft_tail_factor_max: 1.0,
+            itl_median_us: 10_000,
+            itl_sigma: 0.0,
+            tokens_per_chunk_min: 1,
+            tokens_per_chunk_max: 1,
+            output_tokens_min: 32,
+            output_tokens_max: 480,
+            reasoning_tokens_min: 0,
+            reasoning_tokens_max: 0,
+            throttle_prob: 0.0,
+            retry_after_s_min: 1,
+            retry_after_s_max: 1,
+            truncate_prob: 0.0,
+            stall_prob: 0.0,
+            stall_us: 0,
+            keepalive_interval_us: 0,
+            early_role_chunk: false,
+        }
+    }
+}
+
+impl ProviderProfile {
+    /// A jitter-free, fault-free profile with a fixed TTFT and ITL (for tests and benchmarks).
+    pub fn fixed(name: &str, ttft_us: u64, itl_us: u64) -> Self {
+        ProviderProfile {
+            name: name.to_string(),
+            description: format!("fixed: TTFT {ttft_us} µs, ITL {itl_us} µs"),
+            ttft_base_us: ttft_us,
+            itl_median_us: itl_us,
+            ..ProviderProfile::default()
+        }
+    }
+
+    /// Check that the numbers make sense.
+    ///
+    /// # Errors
+    /// A message naming the first bad field.
+    pub fn validate(&self) -> Result<(), String> {
+        let n = &self.name;
+        if n.is_empty()
+            || !n
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        {
+            return Err(format!(
+                "profile name {n:?}: use letters, digits, '-', '_', '.'"
+            ));
+        }
+        let probs = [
+            ("ttft_tail_prob", self.ttft_tail_prob),
+            ("throttle_prob", self.throttle_prob),
+            ("truncate_prob", self.truncate_prob),
+            ("stall_prob", self.stall_prob),
+        ];
+        for (field, p) in probs {
+            if !(0.0..=1.0).contains(&p) {
+                return Err(format!("{n}.{field} = {p}: must be within 0..=1"));
+            }
+        }
+        for (field, s) in [
+            ("ttft_jitter_sigma", self.ttft_jitter_sigma),
+            ("itl_sigma", self.itl_sigma),
+        ] {
+            if !(0.0..=4.0).contains(&s) {
+                return Err(format!("{n}.{field} = {s}: must be within 0..=4"));
+            }
+        }
+        if !(self.ttft_tail_factor_min >= 0.0
+            && self.ttft_tail_factor_min <= self.ttft_tail_factor_max)
+        {
+            return Err(format!(
+                "{n}.ttft_tail_factor_min must be >= 0 and <= ttft_tail_factor_max"
+            ));
+        }
+        let ranges = [
+            (
+                "tokens_per_chunk",
+                self.tokens_per_chunk_min,
+                self.tokens_per_chunk_max,
+            ),
+            (
+                "output_tokens",
+                self.output_tokens_min,
+                self.output_tokens_max,
+            ),
+            (
+                "reasoning_tokens",
+                self.reasoning_tokens_min,
+                self.reasoning_tokens_max,
+            ),
+            (
+                "retry_after_s",
+                self.retry_after_s_min,
+                self.retry_after_s_max,
+            ),
+        ];
+        for (field, lo, hi) in ranges {
+            if lo > hi {
+                return Err(format!("{n}.{field}_min ({lo}) > {field}_max ({hi})"));
+            }
+        }
+        if self.tokens_per_chunk_min == 0 {
+            return Err(format!("{n}.tokens_per_chunk_min must be at least 1"));
+        }
+        if self.output_tokens_min == 0 {
+            return Err(format!("{n}.output_tokens_min must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
+/// The nine built-in providers. Their home regions are spread over `us-east`, `eu-west` and
+/// `ap-southeast`; a streaming request with `max_tokens` 64 and a short prompt takes well
+/// under 2 s on every one of them at the median.
+///
+/// | name | home | TTFT base | prefill/token | ITL | tokens/chunk | special |
+/// | --- | --- | --- | --- | --- | --- | --- |
+/// | fast-lane | us-east | 110 ms | 20 µs | 8 ms | 1 | low jitter |
+/// | steady | eu-west | 240 ms | 40 µs | 15 ms | 1 | very low jitter |
+/// | budget | ap-southeast | 320 ms | 80 µs | 24 ms | 1 | high jitter, 5% TTFT ×3–5 |
+/// | reasoner | ap-southeast | 200 ms | 50 µs | 12 ms | 1 | 20–40 reasoning tokens first |
+/// | throttler | us-east | 180 ms | 40 µs | 14 ms | 1 | 25% HTTP 429, Retry-After 1–3 s |
+/// | flaky | eu-west | 160 ms | 40 µs | 12 ms | 1 | 10% truncated, 5% 300 ms stall |
+/// | keepalive | eu-west | 550 ms | 50 µs | 10 ms | 1 | `: keep-alive` every 50 ms |
+/// | bulk-chunk | us-east | 200 ms | 30 µs | 9 ms | 4–8 | chunks ≠ tokens |
+/// | slow-prefill | ap-southeast | 150 ms | 600 µs | 12 ms | 1 | TTFT grows with prompt |
+pub fn builtin_profiles() -> Vec<ProviderProfile> {
+    let base = |name: &str, home: &str, description: &str| ProviderProfile {
+        name: name.to_string(),
+        home_region: home.to_string(),
+        description: description.to_string(),
+        ..ProviderProfile::default()
+    };
+    vec![
+        ProviderProfile {
+            ttft_base_us: 110_000,
+            prefill_us_per_input_token: 20,
+            ttft_jitter_sigma: 0.10,
+            itl_median_us: 8_000,
+            itl_sigma: 0.15,
+            ..base(
+                "fast-lane",
+                "us-east",
+                "low TTFT (~120 ms), fast decode (~8 ms ITL), one token per chunk",
+            )
+        },
+        ProviderProfile {
+            ttft_base_us: 240_000,
+            prefill_us_per_input_token: 40,
+            ttft_jitter_sigma: 0.05,
+            itl_median_us: 15_000,
+            itl_sigma: 0.06,
+            ..base(
+                "steady",
+                "eu-west",
+                "medium TTFT (~250 ms), very low jitter, ~15 ms ITL",
+            )
+        },
+        ProviderProfile {
+            ttft_base_us: 320_000,
+            prefill_us_per_input_token: 80,
+            ttft_jitter_sigma: 0.35,
+            ttft_tail_prob: 0.05,
+            ttft_tail_factor_min: 3.0,
+            ttft_tail_factor_max: 5.0,
+            itl_median_us: 24_000,
+            itl_sigma: 0.35,
+            ..base(
+                "budget",
+                "ap-southeast",
+                "slow and jittery: TTFT ~330 ms with a 5% tail at 3-5x, ~24 ms ITL",
+            )
+        },
+        ProviderProfile {
+            ttft_base_us: 200_000,
+            prefill_us_per_input_token: 50,
+            ttft_jitter_sigma: 0.15,
+            itl_median_us: 12_000,
+            itl_sigma: 0.20,
+            reasoning_tokens_min: 20,
+            reasoning_tokens_max: 40,
+            ..base(
+                "reasoner",
+                "ap-southeast",
+                "streams 20-40 reasoning_content tokens before the visible content",
+            )
+        },
+        ProviderProfile {
+            ttft_base_us: 180_000,
+            prefill_us_per_input_token: 40,
+            ttft_jitter_sigma: 0.15,
+            itl_median_us: 14_000,
+            itl_sigma: 0.20,
+            throttle_prob: 0.25,
+            retry_after_s_min: 1,
+            retry_after_s_max: 3,
+            ..base(
+                "throttler",
+                "us-east",
+                "answers ~25% of requests with HTTP 429 and Retry-After 1-3 s",
+            )
+        },
+        ProviderProfile {
+            ttft_base_us: 160_000,
+            prefill_us_per_input_token: 40,
+            ttft_jitter_sigma: 0.20,
+            itl_median_us: 12_000,
+            itl_sigma: 0.25,
+            truncate_prob: 0.10,
+            stall_prob: 0.05,
+            stall_us: 300_000,
+            ..base(
+                "flaky",
+                "eu-west",
+                "~10% of streams stop mid-line (no finish_reason, no [DONE]); 5% stall 300 ms",
+            )
+        },
+        ProviderProfile {
+            ttft_base_us: 550_000,
+            prefill_us_per_input_token: 50,
+            ttft_jitter_sigma: 0.15,
+            itl_median_us: 10_000,
+            itl_sigma: 0.15,
+            keepalive_interval_us: 50_000,
+            ..base(
+                "keepalive",
+                "eu-west",
+                "sends ': keep-alive' comments every 50 ms during a ~550 ms prefill",
+            )
+        },
+        ProviderProfile {
+            ttft_base_us: 200_000,
+            prefill_us_per_input_token: 30,
+            ttft_jitter_sigma: 0.12,
+            itl_median_us: 9_000,
+            itl_sigma: 0.20,
+            tokens_per_chunk_min: 4,
+            tokens_per_chunk_max: 8,
+            ..base(
+                "bulk-chunk",
+                "us-east",
+                "4-8 tokens per SSE chunk, so chunks != tokens",
+            )
+        },
+        ProviderProfile {
+            ttft_base_us: 150_000,
+            prefill_us_per_input_token: 600,
+            ttft_jitter_sigma: 0.10,
+            itl_median_us: 12_000,
+            itl_sigma: 0.15,
+            early_role_chunk: true,
+            ..base(
+                "slow-prefill",
+                "ap-southeast",
+                "600 us prefill per prompt token: TTFT grows with prompt length",
+            )
+        },
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::region::BUILTIN_REGIONS;
+
+    #[test]
+    fn builtins_are_valid_distinct_and_spread_over_regions() {
+        let p = builtin_profiles();
+        assert_eq!(p.len(), 9);
+        for prof in &p {
+            prof.validate().unwrap();
+            assert!(
+                BUILTIN_REGIONS.contains(&prof.home_region.as_str()),
+                "{}",
+                prof.name
+            );
+        }
+        let mut names: Vec<_> = p.iter().map(|p| p.name.clone()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), 9);
+        for r in BUILTIN_REGIONS {
+            assert_eq!(p.iter().filter(|p| p.home_region == r).count(), 3, "{r}");
+        }
+    }
+
+    #[test]
+    fn validate_rejects_bad_values() {
+        let mut p = ProviderProfile::fixed("x", 1, 1);
+        p.throttle_prob = 1.5;
+        assert!(p.validate().unwrap_err().contains("throttle_prob"));
+        let mut p = ProviderProfile::fixed("a/b", 1, 1);
+        assert!(p.validate().is_err());
+        p.name = "ok".into();
+        p.tokens_per_chunk_min = 3;
+        p.tokens_per_chunk_max = 2;
+        assert!(p.validate().unwrap_err().contains("tokens_per_chunk"));
+    }
+
+    #[test]
+    fn profiles_load_from_partial_json() {
+        let p: ProviderProfile =
+            serde_json::from_str(r#"{"name":"mine","ttft_base_us":5000}"#).unwrap();
+        assert_eq!(p.ttft_base_us, 5000);
+        assert_eq!(p.itl_median_us, ProviderProfile::default().itl_median_us);
+        assert!(serde_json::from_str::<ProviderProfile>(r#"{"nmae":"typo"}"#).is_err());
+    }
+}

@@ -1,0 +1,382 @@
+//! The simulated providers' HTTP API: `POST /{provider}/v1/chat/completions`,
+//! `GET /{provider}/v1/models`, `GET /healthz`.
+//!
+//! Each request gets its own RNG ([`plan::request_rng`]), a [`plan::Decision`] is made up
+//! front, and the response is played out with real sleeps: the headers after the region
+//! delay, then each SSE chunk at its planned time, each chunk its own body frame.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use futures::StreamExt;
+use rand::Rng;
+use serde_json::json;
+use tokio::time::{Instant, sleep_until};
+
+use crate::SimConfig;
+use crate::plan::{self, AnswerPlan, Decision, PlanInput};
+use crate::profile::ProviderProfile;
+use crate::region::REGION_HEADER;
+use crate::request::ChatRequest;
+use crate::text::{self, TokenKind};
+
+/// Response header: planned server-side delay from the response headers to the first
+/// token chunk, in µs (region delay excluded).
+pub const PLANNED_TTFT_HEADER: &str = "x-sim-planned-ttft-us";
+/// Response header: the region delay applied before the response headers, in µs.
+pub const REGION_DELAY_HEADER: &str = "x-sim-region-delay-us";
+/// Response header: the fault injected into this response (`none`, `throttle`, `truncate`,
+/// `stall`).
+pub const FAULT_HEADER: &str = "x-sim-fault";
+/// Response header: 0-based index of this request among the provider's requests.
+pub const REQUEST_INDEX_HEADER: &str = "x-sim-request-index";
+/// Response header: completion tokens the simulator planned (reasoning included).
+pub const PLANNED_TOKENS_HEADER: &str = "x-sim-planned-completion-tokens";
+
+struct Provider {
+    profile: ProviderProfile,
+    requests: AtomicU64,
+}
+
+struct SimState {
+    seed: u64,
+    time_scale: f64,
+    regions: crate::region::RegionTable,
+    providers: HashMap<String, Provider>,
+}
+
+/// The providers' router (what [`crate::serve_providers`] serves), for embedding.
+///
+/// # Errors
+/// `InvalidInput` when the config does not validate (see [`SimConfig::validate`]).
+pub fn providers_router(cfg: SimConfig) -> std::io::Result<Router> {
+    cfg.validate()
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let providers = cfg
+        .profiles
+        .into_iter()
+        .map(|p| {
+            (
+                p.name.clone(),
+                Provider {
+                    profile: p,
+                    requests: AtomicU64::new(0),
+                },
+            )
+        })
+        .collect();
+    let state = Arc::new(SimState {
+        seed: cfg.seed,
+        time_scale: cfg.time_scale,
+        regions: cfg.regions,
+        providers,
+    });
+    Ok(Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/{provider}/v1/chat/completions", post(chat_completions))
+        .route("/{provider}/v1/models", get(models))
+        .fallback(|| async {
+            openai_error(
+                StatusCode::NOT_FOUND,
+                "no such route",
+                "invalid_request_error",
+                "not_found",
+            )
+        })
+        .with_state(state))
+}
+
+/// An error response in OpenAI's shape: `{"error":{"message","type","code"}}`.
+pub fn openai_error(status: StatusCode, message: &str, kind: &str, code: &str) -> Response {
+    let body = json!({"error": {"message": message, "type": kind, "param": null, "code": code}});
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn unknown_provider(name: &str) -> Response {
+    openai_error(
+        StatusCode::NOT_FOUND,
+        &format!("The provider `{name}` does not exist on this simulator"),
+        "invalid_request_error",
+        "model_not_found",
+    )
+}
+
+async fn models(State(st): State<Arc<SimState>>, Path(name): Path<String>) -> Response {
+    let Some(p) = st.providers.get(&name) else {
+        return unknown_provider(&name);
+    };
+    let data: Vec<_> = p
+        .profile
+        .models
+        .iter()
+        .map(|m| json!({"id": m, "object": "model", "created": 0, "owned_by": name}))
+        .collect();
+    axum::Json(json!({"object": "list", "data": data})).into_response()
+}
+
+fn unix_now_s() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn set_header(headers: &mut HeaderMap, name: &'static str, value: impl ToString) {
+    if let Ok(v) = HeaderValue::from_str(&value.to_string()) {
+        headers.insert(name, v);
+    }
+}
+
+async fn chat_completions(
+    State(st): State<Arc<SimState>>,
+    Path(name): Path<String>,
+    req_headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let t0 = Instant::now();
+    let Some(provider) = st.providers.get(&name) else {
+        return unknown_provider(&name);
+    };
+    let req = match ChatRequest::parse(&body) {
+        Ok(r) => r,
+        Err(msg) => {
+            return openai_error(
+                StatusCode::BAD_REQUEST,
+                &msg,
+                "invalid_request_error",
+                "invalid_request",
+            );
+        }
+    };
+    let profile = &provider.profile;
+    let index = provider.requests.fetch_add(1, Ordering::Relaxed);
+    let mut rng = plan::request_rng(st.seed, &name, index);
+    let input = PlanInput {
+        prompt_tokens: req.prompt_tokens(),
+        max_tokens: req.max_tokens(),
+        answer_key: req.answer_key(),
+    };
+    let decision = plan::plan(profile, &input, req.is_stream(), st.time_scale, &mut rng);
+    let caller = req_headers.get(REGION_HEADER).and_then(|v| v.to_str().ok());
+    let region_delay_us = st.regions.delay_us(&profile.home_region, caller);
+    let base = t0 + Duration::from_micros(region_delay_us);
+
+    let mut headers = HeaderMap::new();
+    set_header(&mut headers, REGION_DELAY_HEADER, region_delay_us);
+    set_header(&mut headers, REQUEST_INDEX_HEADER, index);
+    let answer = match decision {
+        Decision::Throttle { retry_after_s } => {
+            sleep_until(base).await;
+            set_header(&mut headers, FAULT_HEADER, "throttle");
+            set_header(&mut headers, "retry-after", retry_after_s);
+            let mut resp = openai_error(
+                StatusCode::TOO_MANY_REQUESTS,
+                &format!("Rate limit reached for {name}. Please try again in {retry_after_s}s."),
+                "rate_limit_error",
+                "rate_limit_exceeded",
+            );
+            resp.headers_mut().extend(headers);
+            return resp;
+        }
+        Decision::Answer(a) => a,
+    };
+    set_header(&mut headers, PLANNED_TTFT_HEADER, answer.ttft_us);
+    set_header(
+        &mut headers,
+        PLANNED_TOKENS_HEADER,
+        answer.completion_tokens(),
+    );
+    let fault = if answer.truncate_at_chunk.is_some() {
+        "truncate"
+    } else if answer.stalled {
+        "stall"
+    } else {
+        "none"
+    };
+    set_header(&mut headers, FAULT_HEADER, fault);
+
+    let ctx = Render {
+        id: format!("chatcmpl-sim{:016x}", rng.random::<u64>()),
+        created: unix_now_s(),
+        model: req.model.clone().unwrap_or_else(|| {
+            profile
+                .models
+                .first()
+                .cloned()
+                .unwrap_or_else(|| "unknown".to_string())
+        }),
+        include_usage: req.include_usage(),
+        reasoning_fields: profile.reasoning_tokens_max > 0,
+        prompt_tokens: input.prompt_tokens,
+        answer_key: input.answer_key,
+        cjk: text::is_mostly_cjk(&req.prompt_text()),
+    };
+
+    if req.is_stream() {
+        let events = stream_events(&ctx, profile, &answer);
+        sleep_until(base).await;
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        let stream = futures::stream::iter(events).then(move |(at_us, bytes)| async move {
+            let when = base + Duration::from_micros(at_us);
+            if when > Instant::now() {
+                sleep_until(when).await;
+            }
+            Ok::<Bytes, Infallible>(bytes)
+        });
+        (StatusCode::OK, headers, Body::from_stream(stream)).into_response()
+    } else {
+        let body = completion_body(&ctx, &answer);
+        sleep_until(base + Duration::from_micros(answer.end_us())).await;
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        (StatusCode::OK, headers, body).into_response()
+    }
+}
+
+/// What the renderer needs besides the plan.
+struct Render {
+    id: String,
+    created: u64,
+    model: String,
+    include_usage: bool,
+    /// DeepSeek-style deltas: `content` and `reasoning_content` both present, one null.
+    reasoning_fields: bool,
+    prompt_tokens: u32,
+    answer_key: u64,
+    cjk: bool,
+}
+
+impl Render {
+    fn text(&self, kind: TokenKind, first: u32, count: u32) -> String {
+        (first..first + count)
+            .map(|i| text::token_text(self.answer_key, kind, i, self.cjk))
+            .collect()
+    }
+
+    fn data_line(&self, choices: &str) -> Bytes {
+        let model = serde_json::to_string(&self.model).unwrap_or_default();
+        let usage = if self.include_usage {
+            ",\"usage\":null"
+        } else {
+            ""
+        };
+        Bytes::from(format!(
+            "data: {{\"id\":\"{}\",\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{model},\"system_fingerprint\":\"latmesh-sim\",\"choices\":[{choices}]{usage}}}\n\n",
+            self.id, self.created
+        ))
+    }
+
+    fn delta_chunk(&self, delta: &str, finish: Option<&str>) -> Bytes {
+        let finish = finish.map_or("null".to_string(), |f| format!("\"{f}\""));
+        self.data_line(&format!(
+            "{{\"index\":0,\"delta\":{delta},\"logprobs\":null,\"finish_reason\":{finish}}}"
+        ))
+    }
+
+    fn usage(&self, a: &AnswerPlan) -> serde_json::Value {
+        let completion = a.completion_tokens();
+        json!({
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": self.prompt_tokens + completion,
+            "prompt_tokens_details": {"cached_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": a.reasoning_tokens},
+        })
+    }
+}
+
+const KEEPALIVE: &[u8] = b": keep-alive\n\n";
+
+/// The body of a streamed answer: `(µs after the headers, bytes)` in order.
+fn stream_events(r: &Render, profile: &ProviderProfile, a: &AnswerPlan) -> Vec<(u64, Bytes)> {
+    let mut ev: Vec<(u64, Bytes)> = Vec::with_capacity(a.chunks.len() + 8);
+    let role = r.delta_chunk(r#"{"role":"assistant","content":""}"#, None);
+    if profile.early_role_chunk {
+        ev.push((0, role.clone()));
+    }
+    if a.keepalive_interval_us > 0 {
+        let step = a.keepalive_interval_us;
+        let mut at = step;
+        while at < a.ttft_us {
+            ev.push((at, Bytes::from_static(KEEPALIVE)));
+            at += step;
+        }
+    }
+    if !profile.early_role_chunk {
+        ev.push((a.ttft_us, role));
+    }
+    for (i, c) in a.chunks.iter().enumerate() {
+        let text = serde_json::to_string(&r.text(c.kind, c.first, c.count)).unwrap_or_default();
+        let delta = match (c.kind, r.reasoning_fields) {
+            (TokenKind::Content, false) => format!("{{\"content\":{text}}}"),
+            (TokenKind::Content, true) => {
+                format!("{{\"content\":{text},\"reasoning_content\":null}}")
+            }
+            (TokenKind::Reasoning, _) => {
+                format!("{{\"content\":null,\"reasoning_content\":{text}}}")
+            }
+        };
+        let bytes = r.delta_chunk(&delta, None);
+        if a.truncate_at_chunk == Some(i) {
+            // Stop mid-line: half of this data line, no finish_reason, no [DONE].
+            ev.push((c.at_us, bytes.slice(..bytes.len() / 2)));
+            return ev;
+        }
+        ev.push((c.at_us, bytes));
+    }
+    let end = a.end_us();
+    ev.push((end, r.delta_chunk("{}", Some(a.finish_reason.as_str()))));
+    if r.include_usage {
+        let usage = r.usage(a);
+        let model = serde_json::to_string(&r.model).unwrap_or_default();
+        ev.push((
+            end,
+            Bytes::from(format!(
+                "data: {{\"id\":\"{}\",\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{model},\"system_fingerprint\":\"latmesh-sim\",\"choices\":[],\"usage\":{usage}}}\n\n",
+                r.id, r.created
+            )),
+        ));
+    }
+    ev.push((end, Bytes::from_static(b"data: [DONE]\n\n")));
+    ev
+}
+
+/// The body of a non-streamed answer (`chat.completion`).
+fn completion_body(r: &Render, a: &AnswerPlan) -> String {
+    let mut message = json!({
+        "role": "assistant",
+        "content": r.text(TokenKind::Content, 0, a.content_tokens),
+    });
+    if r.reasoning_fields {
+        message["reasoning_content"] = json!(r.text(TokenKind::Reasoning, 0, a.reasoning_tokens));
+    }
+    json!({
+        "id": r.id,
+        "object": "chat.completion",
+        "created": r.created,
+        "model": r.model,
+        "system_fingerprint": "latmesh-sim",
+        "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": a.finish_reason.as_str()}],
+        "usage": r.usage(a),
+    })
+    .to_string()
+}

@@ -1,0 +1,703 @@
+//! End-to-end tests over real loopback sockets, read with a raw HTTP/1.1 client so that
+//! chunk boundaries and exact bytes are visible.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Instant;
+
+use crate::{ProviderProfile, SimConfig};
+
+/// A response read off the wire.
+struct Raw {
+    status: u16,
+    headers: Vec<(String, String)>,
+    /// When the request was written.
+    t_sent: Instant,
+    /// When the end of the header block arrived.
+    t_headers: Instant,
+    /// Body frames (HTTP/1.1 chunks; one piece for a Content-Length body), with arrival time.
+    chunks: Vec<(Instant, Vec<u8>)>,
+}
+
+impl Raw {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+    fn header_u64(&self, name: &str) -> u64 {
+        self.header(name)
+            .unwrap_or_else(|| panic!("no {name}"))
+            .parse()
+            .unwrap()
+    }
+    fn body(&self) -> Vec<u8> {
+        self.chunks.iter().flat_map(|(_, c)| c.clone()).collect()
+    }
+    fn body_text(&self) -> String {
+        String::from_utf8(self.body()).unwrap()
+    }
+    /// `data:` payloads in order (excluding comments), with the arrival time of their chunk.
+    fn data_payloads(&self) -> Vec<(Instant, String)> {
+        let mut out = Vec::new();
+        let mut pending = String::new();
+        for (t, c) in &self.chunks {
+            pending.push_str(&String::from_utf8_lossy(c));
+            while let Some(end) = pending.find("\n\n") {
+                let event: String = pending.drain(..end + 2).collect();
+                for line in event.lines() {
+                    if let Some(d) = line.strip_prefix("data:") {
+                        out.push((*t, d.trim_start().to_string()));
+                    }
+                }
+            }
+        }
+        out
+    }
+    fn json_payloads(&self) -> Vec<Value> {
+        self.data_payloads()
+            .into_iter()
+            .filter(|(_, d)| d != "[DONE]")
+            .map(|(_, d)| serde_json::from_str(&d).unwrap())
+            .collect()
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+async fn raw_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    extra: &[(&str, &str)],
+    body: &str,
+) -> Raw {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.set_nodelay(true).unwrap();
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (n, v) in extra {
+        req.push_str(&format!("{n}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    let t_sent = Instant::now();
+    s.write_all(req.as_bytes()).await.unwrap();
+
+    let mut buf = Vec::new();
+    let mut tmp = [0u8; 16384];
+    let head_end = loop {
+        if let Some(p) = find(&buf, b"\r\n\r\n") {
+            break p;
+        }
+        let n = s.read(&mut tmp).await.unwrap();
+        assert!(n > 0, "eof in headers");
+        buf.extend_from_slice(&tmp[..n]);
+    };
+    let t_headers = Instant::now();
+    let head = String::from_utf8(buf[..head_end].to_vec()).unwrap();
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers: Vec<(String, String)> = lines
+        .map(|l| {
+            let (n, v) = l.split_once(':').unwrap();
+            (n.trim().to_ascii_lowercase(), v.trim().to_string())
+        })
+        .collect();
+    let mut rest = buf[head_end + 4..].to_vec();
+    let mut chunks = Vec::new();
+    let chunked = headers
+        .iter()
+        .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"));
+    if chunked {
+        loop {
+            // Parse every complete chunk in `rest`.
+            while let Some(le) = find(&rest, b"\r\n") {
+                let size_line = std::str::from_utf8(&rest[..le]).unwrap();
+                let size =
+                    usize::from_str_radix(size_line.split(';').next().unwrap().trim(), 16).unwrap();
+                if size == 0 {
+                    return Raw {
+                        status,
+                        headers,
+                        t_sent,
+                        t_headers,
+                        chunks,
+                    };
+                }
+                if rest.len() < le + 2 + size + 2 {
+                    break;
+                }
+                chunks.push((Instant::now(), rest[le + 2..le + 2 + size].to_vec()));
+                assert_eq!(&rest[le + 2 + size..le + 4 + size], b"\r\n");
+                rest.drain(..le + 4 + size);
+            }
+            let n = s.read(&mut tmp).await.unwrap();
+            assert!(n > 0, "eof inside a chunked body (no terminating chunk)");
+            rest.extend_from_slice(&tmp[..n]);
+        }
+    } else {
+        s.read_to_end(&mut rest).await.unwrap();
+        let len: usize = headers
+            .iter()
+            .find(|(n, _)| n == "content-length")
+            .map_or(rest.len(), |(_, v)| v.parse().unwrap());
+        assert_eq!(rest.len(), len);
+        chunks.push((Instant::now(), rest));
+        Raw {
+            status,
+            headers,
+            t_sent,
+            t_headers,
+            chunks,
+        }
+    }
+}
+
+async fn start(cfg: SimConfig) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(crate::serve_providers(listener, cfg));
+    addr
+}
+
+fn fast_builtins() -> SimConfig {
+    SimConfig {
+        time_scale: 0.05,
+        ..SimConfig::default()
+    }
+}
+
+fn chat_body(stream: bool, max_tokens: u32, usage: bool) -> String {
+    serde_json::json!({
+        "model": "deepseek-v4-flash",
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Compare the latency of nine providers."}],
+        "stream": stream,
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "stream_options": {"include_usage": usage},
+    })
+    .to_string()
+}
+
+async fn chat(addr: SocketAddr, provider: &str, body: &str) -> Raw {
+    raw_request(
+        addr,
+        "POST",
+        &format!("/{provider}/v1/chat/completions"),
+        &[],
+        body,
+    )
+    .await
+}
+
+fn content_of(p: &Value) -> Option<&str> {
+    p["choices"][0]["delta"]["content"]
+        .as_str()
+        .filter(|s| !s.is_empty())
+}
+
+#[tokio::test]
+async fn stream_has_requested_tokens_and_usage() {
+    let addr = start(fast_builtins()).await;
+    let r = chat(addr, "fast-lane", &chat_body(true, 16, true)).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("text/event-stream"));
+    assert!(r.header_u64(crate::PLANNED_TTFT_HEADER) > 0);
+    assert_eq!(r.header_u64(crate::REGION_DELAY_HEADER), 0);
+    let payloads = r.data_payloads();
+    assert_eq!(payloads.last().unwrap().1, "[DONE]");
+    let json = r.json_payloads();
+    assert_eq!(json[0]["choices"][0]["delta"]["role"], "assistant");
+    assert_eq!(json[0]["choices"][0]["delta"]["content"], "");
+    assert_eq!(json.iter().filter(|p| content_of(p).is_some()).count(), 16);
+    let finish = &json[json.len() - 2];
+    assert_eq!(finish["choices"][0]["finish_reason"], "length");
+    let usage = json.last().unwrap();
+    assert_eq!(usage["choices"].as_array().unwrap().len(), 0);
+    assert_eq!(usage["usage"]["completion_tokens"], 16);
+    assert_eq!(usage["usage"]["prompt_tokens"], 12); // (9 + 38) chars -> ceil(47 / 4)
+    assert_eq!(usage["usage"]["total_tokens"], 28);
+    assert!(
+        json.iter()
+            .all(|p| p["object"] == "chat.completion.chunk" && p["model"] == "deepseek-v4-flash")
+    );
+    // Each token chunk is its own body frame (HTTP chunk).
+    assert!(r.chunks.len() >= 16 + 3);
+
+    // Without include_usage there is no usage chunk.
+    let r = chat(addr, "fast-lane", &chat_body(true, 4, false)).await;
+    let json = r.json_payloads();
+    assert!(json.iter().all(|p| p.get("usage").is_none()));
+    assert_eq!(
+        json.last().unwrap()["choices"][0]["finish_reason"],
+        "length"
+    );
+}
+
+#[tokio::test]
+async fn bulk_chunk_sends_several_tokens_per_chunk() {
+    let addr = start(fast_builtins()).await;
+    let r = chat(addr, "bulk-chunk", &chat_body(true, 64, true)).await;
+    let json = r.json_payloads();
+    let content_chunks = json.iter().filter(|p| content_of(p).is_some()).count();
+    assert!(
+        (8..=16).contains(&content_chunks),
+        "{content_chunks} chunks for 64 tokens"
+    );
+    assert_eq!(json.last().unwrap()["usage"]["completion_tokens"], 64);
+    assert_eq!(r.header_u64(crate::provider::PLANNED_TOKENS_HEADER), 64);
+}
+
+#[tokio::test]
+async fn reasoner_streams_reasoning_before_content() {
+    let addr = start(fast_builtins()).await;
+    let r = chat(addr, "reasoner", &chat_body(true, 64, true)).await;
+    let json = r.json_payloads();
+    let reasoning: Vec<usize> = (0..json.len())
+        .filter(|&i| {
+            json[i]["choices"][0]["delta"]["reasoning_content"]
+                .as_str()
+                .is_some_and(|s| !s.is_empty())
+        })
+        .collect();
+    let content: Vec<usize> = (0..json.len())
+        .filter(|&i| content_of(&json[i]).is_some())
+        .collect();
+    assert!(
+        (20..=40).contains(&reasoning.len()),
+        "{} reasoning chunks",
+        reasoning.len()
+    );
+    assert!(!content.is_empty());
+    assert!(reasoning.last() < content.first());
+    let usage = &json.last().unwrap()["usage"];
+    assert_eq!(
+        usage["completion_tokens_details"]["reasoning_tokens"],
+        reasoning.len()
+    );
+    assert_eq!(usage["completion_tokens"], reasoning.len() + content.len());
+    assert_eq!(usage["completion_tokens"], 64);
+
+    // Non-streaming: one chat.completion with both texts and usage.
+    let r = chat(addr, "reasoner", &chat_body(false, 64, false)).await;
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    let v: Value = serde_json::from_slice(&r.body()).unwrap();
+    assert_eq!(v["object"], "chat.completion");
+    let msg = &v["choices"][0]["message"];
+    assert!(!msg["content"].as_str().unwrap().is_empty());
+    assert!(!msg["reasoning_content"].as_str().unwrap().is_empty());
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    assert_eq!(v["usage"]["completion_tokens"], 64);
+    // The whole answer is waited for before the headers.
+    let planned = r.header_u64(crate::PLANNED_TTFT_HEADER);
+    assert!(r.t_headers - r.t_sent >= Duration::from_micros(planned));
+}
+
+#[tokio::test]
+async fn natural_length_ends_with_stop() {
+    let addr = start(fast_builtins()).await;
+    let body =
+        serde_json::json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 100_000})
+            .to_string();
+    let v: Value = serde_json::from_slice(&chat(addr, "fast-lane", &body).await.body()).unwrap();
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    let n = v["usage"]["completion_tokens"].as_u64().unwrap();
+    assert!((32..=480).contains(&n));
+    // Same prompt, same natural length.
+    let again: Value =
+        serde_json::from_slice(&chat(addr, "fast-lane", &body).await.body()).unwrap();
+    assert_eq!(again["usage"]["completion_tokens"].as_u64(), Some(n));
+}
+
+#[tokio::test]
+async fn throttled_requests_get_429_with_retry_after() {
+    let cfg = SimConfig {
+        profiles: vec![ProviderProfile {
+            throttle_prob: 1.0,
+            retry_after_s_min: 2,
+            retry_after_s_max: 2,
+            ..ProviderProfile::fixed("t", 1_000, 1_000)
+        }],
+        ..SimConfig::default()
+    };
+    let addr = start(cfg).await;
+    for stream in [true, false] {
+        let r = chat(addr, "t", &chat_body(stream, 8, true)).await;
+        assert_eq!(r.status, 429);
+        assert_eq!(r.header("retry-after"), Some("2"));
+        assert_eq!(r.header("content-type"), Some("application/json"));
+        let v: Value = serde_json::from_slice(&r.body()).unwrap();
+        assert_eq!(v["error"]["code"], "rate_limit_exceeded");
+        assert!(v["error"]["message"].as_str().unwrap().contains("2s"));
+    }
+    // The built-in throttler throttles some but not all of 40 requests.
+    let addr = start(SimConfig {
+        time_scale: 0.01,
+        ..SimConfig::default()
+    })
+    .await;
+    let mut statuses = Vec::new();
+    for _ in 0..40 {
+        statuses.push(
+            chat(addr, "throttler", &chat_body(false, 2, false))
+                .await
+                .status,
+        );
+    }
+    let throttled = statuses.iter().filter(|&&s| s == 429).count();
+    assert!((2..=20).contains(&throttled), "{throttled} of 40 throttled");
+    assert!(statuses.iter().all(|&s| s == 200 || s == 429));
+}
+
+#[tokio::test]
+async fn truncated_stream_stops_mid_line() {
+    let cfg = SimConfig {
+        profiles: vec![ProviderProfile {
+            truncate_prob: 1.0,
+            ..ProviderProfile::fixed("cut", 1_000, 1_000)
+        }],
+        ..SimConfig::default()
+    };
+    let addr = start(cfg).await;
+    let r = chat(addr, "cut", &chat_body(true, 20, true)).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-sim-fault"), Some("truncate"));
+    let text = r.body_text();
+    assert!(!text.contains("[DONE]"));
+    assert!(!text.contains("\"finish_reason\":\"length\""));
+    assert!(!text.ends_with('\n'));
+    assert!(text.rsplit("\n\n").next().unwrap().starts_with("data: {"));
+    let full = r
+        .json_payloads()
+        .iter()
+        .filter(|p| content_of(p).is_some())
+        .count();
+    assert!(full < 20);
+}
+
+#[tokio::test]
+async fn keepalive_comments_come_before_the_first_token() {
+    let cfg = SimConfig {
+        profiles: vec![ProviderProfile {
+            keepalive_interval_us: 20_000,
+            ..ProviderProfile::fixed("ka", 110_000, 1_000)
+        }],
+        ..SimConfig::default()
+    };
+    let addr = start(cfg).await;
+    let r = chat(addr, "ka", &chat_body(true, 3, false)).await;
+    let text = r.body_text();
+    let first_data = text.find("data:").unwrap();
+    assert_eq!(text[..first_data].matches(": keep-alive\n\n").count(), 5);
+    // The comments really arrive before the token: each is its own frame, sent earlier.
+    let comment_frames: Vec<Instant> = r
+        .chunks
+        .iter()
+        .filter(|(_, c)| c.as_slice() == b": keep-alive\n\n")
+        .map(|(t, _)| *t)
+        .collect();
+    assert_eq!(comment_frames.len(), 5);
+    let first_token = r
+        .data_payloads()
+        .into_iter()
+        .find(|(_, d)| d.contains("\"content\":\"") && !d.contains("\"content\":\"\""))
+        .unwrap()
+        .0;
+    assert!(comment_frames[0] - r.t_sent >= Duration::from_millis(20));
+    assert!(first_token - r.t_sent >= Duration::from_millis(110));
+
+    // The built-in keepalive provider also sends them.
+    let addr = start(fast_builtins()).await;
+    let body = serde_json::json!({"messages": [{"role": "user", "content": "hi"}], "stream": true, "max_tokens": 2}).to_string();
+    let r = chat(addr, "keepalive", &body).await;
+    assert!(r.body_text().starts_with(": keep-alive\n\n"));
+}
+
+#[tokio::test]
+async fn measured_ttft_respects_plan_and_region_delay() {
+    let mut far = ProviderProfile::fixed("far", 5_000, 1_000);
+    far.home_region = "ap-southeast".into();
+    let cfg = SimConfig {
+        profiles: vec![far],
+        ..SimConfig::default()
+    };
+    let addr = start(cfg).await;
+    let body = chat_body(true, 2, false);
+    let measure = |region: &'static str| {
+        let body = body.clone();
+        async move {
+            let r = raw_request(
+                addr,
+                "POST",
+                "/far/v1/chat/completions",
+                &[(crate::REGION_HEADER, region)],
+                &body,
+            )
+            .await;
+            let first = r
+                .data_payloads()
+                .into_iter()
+                .find(|(_, d)| d.contains("\"content\":\"") && !d.contains("\"content\":\"\""))
+                .unwrap()
+                .0;
+            (
+                r.header_u64(crate::REGION_DELAY_HEADER),
+                r.t_headers - r.t_sent,
+                first - r.t_sent,
+            )
+        }
+    };
+    // Three tries each; the minimum filters scheduling noise on a loaded machine.
+    let mut same = Vec::new();
+    let mut far = Vec::new();
+    for _ in 0..3 {
+        same.push(measure("ap-southeast").await);
+        far.push(measure("us-east").await);
+    }
+    let (none_delay, _, _) = measure("nowhere").await;
+    assert_eq!((same[0].0, far[0].0, none_delay), (3_000, 110_000, 0));
+    // Sleeps never end early: lower bounds are exact; upper bounds are loose.
+    for (&(_, same_ttfb, same_ttft), &(_, far_ttfb, far_ttft)) in same.iter().zip(&far) {
+        assert!(same_ttfb >= Duration::from_millis(3) && far_ttfb >= Duration::from_millis(110));
+        assert!(same_ttft >= Duration::from_millis(8) && far_ttft >= Duration::from_millis(115));
+    }
+    let same_ttft = same.iter().map(|m| m.2).min().unwrap();
+    let (_, far_ttfb, far_ttft) = far.into_iter().min_by_key(|m| m.2).unwrap();
+    let raised = far_ttft.saturating_sub(same_ttft);
+    assert!(
+        raised >= Duration::from_millis(90) && raised <= Duration::from_millis(400),
+        "raised by {raised:?}"
+    );
+    // Headers go out before the first token (TTFB < TTFT).
+    assert!(far_ttft > far_ttfb);
+}
+
+#[tokio::test]
+async fn same_seed_gives_same_plans() {
+    let a = start(fast_builtins()).await;
+    let b = start(fast_builtins()).await;
+    let c = start(SimConfig {
+        seed: 8,
+        ..fast_builtins()
+    })
+    .await;
+    let mut seq = [Vec::new(), Vec::new(), Vec::new()];
+    for _ in 0..4 {
+        for (i, addr) in [a, b, c].into_iter().enumerate() {
+            let r = chat(addr, "budget", &chat_body(false, 2, false)).await;
+            seq[i].push(r.header_u64(crate::PLANNED_TTFT_HEADER));
+        }
+    }
+    assert_eq!(seq[0], seq[1]);
+    assert_ne!(seq[0], seq[2]);
+}
+
+#[tokio::test]
+async fn routes_models_health_and_errors() {
+    let addr = start(fast_builtins()).await;
+    let r = raw_request(
+        addr,
+        "POST",
+        "/nope/v1/chat/completions",
+        &[],
+        &chat_body(true, 4, false),
+    )
+    .await;
+    assert_eq!(r.status, 404);
+    let v: Value = serde_json::from_slice(&r.body()).unwrap();
+    assert_eq!(v["error"]["type"], "invalid_request_error");
+    assert_eq!(v["error"]["code"], "model_not_found");
+    assert!(v["error"]["message"].as_str().unwrap().contains("nope"));
+
+    let r = raw_request(addr, "GET", "/steady/v1/models", &[], "").await;
+    let v: Value = serde_json::from_slice(&r.body()).unwrap();
+    assert_eq!(v["data"][0]["id"], crate::DEFAULT_MODEL_ID);
+    assert_eq!(
+        raw_request(addr, "GET", "/nope/v1/models", &[], "")
+            .await
+            .status,
+        404
+    );
+    assert_eq!(
+        raw_request(addr, "GET", "/healthz", &[], "")
+            .await
+            .body_text(),
+        "ok\n"
+    );
+
+    let r = chat(addr, "steady", "{not json").await;
+    assert_eq!(r.status, 400);
+    let v: Value = serde_json::from_slice(&r.body()).unwrap();
+    assert_eq!(v["error"]["type"], "invalid_request_error");
+}
+
+#[tokio::test]
+async fn invalid_config_is_refused() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let cfg = SimConfig {
+        profiles: vec![
+            ProviderProfile::fixed("a", 1, 1),
+            ProviderProfile::fixed("a", 1, 1),
+        ],
+        ..SimConfig::default()
+    };
+    let err = crate::serve_providers(listener, cfg).await.unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+}
+
+// ---- replay ----
+
+async fn start_replay(sse: &std::path::Path) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    crate::ReplayCase::load(sse).unwrap();
+    let sse = sse.to_path_buf();
+    tokio::spawn(async move { crate::serve_replay(listener, &sse).await });
+    addr
+}
+
+#[tokio::test]
+async fn replay_serves_exact_bytes_with_splits() {
+    let dir = tempfile::tempdir().unwrap();
+    let sse = dir.path().join("99-made-up.sse");
+    // CRLF line endings, a multi-byte character cut by a split, and no final newline.
+    let body = "data: {\"choices\":[{\"delta\":{\"content\":\"你好\"}}]}\r\n\r\ndata: {\"choices\":[{\"del".as_bytes();
+    std::fs::write(&sse, body).unwrap();
+    let cut = body.iter().position(|&b| b >= 0x80).unwrap() + 1; // inside "你"
+    std::fs::write(
+        dir.path().join("99-made-up.expect.json"),
+        serde_json::json!({
+            "http": {"status": 200, "headers": {"content-type": "text/event-stream", "x-case": "99"}},
+            "delivery": {"split_after_bytes": [cut, cut + 20]},
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let addr = start_replay(&sse).await;
+    let r = raw_request(addr, "POST", "/v1/chat/completions", &[], "{}").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-case"), Some("99"));
+    assert_eq!(r.header("content-type"), Some("text/event-stream"));
+    assert_eq!(r.body(), body);
+    let sizes: Vec<usize> = r.chunks.iter().map(|(_, c)| c.len()).collect();
+    assert_eq!(sizes, vec![cut, 20, body.len() - cut - 20]);
+    // Two 30 ms pauses between the three writes.
+    assert!(r.chunks[2].0 - r.t_sent >= Duration::from_millis(60));
+
+    // Any path ending in /chat/completions; other routes are 404.
+    let r = raw_request(
+        addr,
+        "POST",
+        "/some/provider/v1/chat/completions",
+        &[],
+        "{}",
+    )
+    .await;
+    assert_eq!(r.body(), body);
+    assert_eq!(
+        raw_request(addr, "POST", "/v1/completions", &[], "{}")
+            .await
+            .status,
+        404
+    );
+    assert_eq!(
+        raw_request(addr, "GET", "/v1/chat/completions", &[], "")
+            .await
+            .status,
+        404
+    );
+}
+
+#[tokio::test]
+async fn replay_without_split_is_one_write_and_keeps_status_headers() {
+    let dir = tempfile::tempdir().unwrap();
+    let sse = dir.path().join("20-throttled.sse");
+    std::fs::write(
+        &sse,
+        br#"{"error":{"message":"slow down","type":"rate_limit_error"}}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("20-throttled.expect.json"),
+        r#"{"http":{"status":429,"headers":{"content-type":"application/json","retry-after":"7"}}}"#,
+    )
+    .unwrap();
+    let addr = start_replay(&sse).await;
+    let r = raw_request(addr, "POST", "/v1/chat/completions", &[], "{}").await;
+    assert_eq!(r.status, 429);
+    assert_eq!(r.header("retry-after"), Some("7"));
+    assert_eq!(r.chunks.len(), 1);
+    assert_eq!(r.body(), std::fs::read(&sse).unwrap());
+}
+
+fn corpus_dir() -> Option<PathBuf> {
+    let dir = std::env::var_os("LATMESH_SSE_CASES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/sse-cases")
+        });
+    dir.is_dir().then_some(dir)
+}
+
+#[tokio::test]
+async fn replay_serves_every_corpus_case_exactly() {
+    let Some(dir) = corpus_dir() else {
+        eprintln!("shared/sse-cases not found; skipping the corpus replay check");
+        return;
+    };
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sse"))
+        .collect();
+    cases.sort();
+    assert!(!cases.is_empty());
+    for sse in cases {
+        let expect: Value =
+            serde_json::from_slice(&std::fs::read(crate::replay::sidecar_path(&sse)).unwrap())
+                .unwrap();
+        let addr = start_replay(&sse).await;
+        let r = raw_request(addr, "POST", "/v1/chat/completions", &[], "{}").await;
+        let name = sse.display();
+        assert_eq!(
+            u64::from(r.status),
+            expect["http"]["status"].as_u64().unwrap(),
+            "{name}"
+        );
+        for (k, v) in expect["http"]["headers"].as_object().unwrap() {
+            assert_eq!(r.header(k), v.as_str(), "{name}: {k}");
+        }
+        assert_eq!(r.body(), std::fs::read(&sse).unwrap(), "{name}");
+        if let Some(splits) = expect["delivery"]["split_after_bytes"].as_array() {
+            let ends: Vec<u64> = r
+                .chunks
+                .iter()
+                .scan(0u64, |acc, (_, c)| {
+                    *acc += c.len() as u64;
+                    Some(*acc)
+                })
+                .collect();
+            for s in splits {
+                assert!(ends.contains(&s.as_u64().unwrap()), "{name}: no cut at {s}");
+            }
+        }
+    }
+}
