@@ -1,0 +1,10 @@
+//! The latmesh agent: keeps a session with the coordinator, estimates its clock offset, runs
+//! the plan's rounds at the synchronized start, measures every probe, and sends numbered
+//! result batches until each is acked.
+
+pub mod outbox;
+pub mod probe;
+pub mod runner;
+pub mod session;
+
+pub use session::{run, AgentConfig};

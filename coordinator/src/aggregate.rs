@@ -1,0 +1,139 @@
+//! Merging one campaign's results across agents: interval histograms add per
+//! (region, provider, scenario, metric); outcomes count per (region, provider, scenario).
+//! Batches are de-duplicated by (agent, seq) before they reach this module.
+
+use std::collections::BTreeMap;
+
+use hdrhistogram::Histogram;
+use latmesh_core::hist::{HistKey, HistogramSet};
+use latmesh_core::record::{Outcome, ProbeRecord};
+
+/// Per-(region, provider, scenario) counters from records.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CellCounts {
+    /// Attempts by outcome.
+    pub outcomes: BTreeMap<Outcome, u64>,
+    /// Sum of `output_tokens` over `ok` attempts.
+    pub ok_output_tokens: u64,
+    /// `ok` attempts whose `output_tokens` came from `usage`.
+    pub ok_tokens_from_usage: u64,
+}
+
+impl CellCounts {
+    /// All attempts.
+    pub fn attempts(&self) -> u64 {
+        self.outcomes.values().sum()
+    }
+
+    /// Attempts with `outcome`.
+    pub fn count(&self, outcome: Outcome) -> u64 {
+        self.outcomes.get(&outcome).copied().unwrap_or(0)
+    }
+}
+
+/// `(region, provider, scenario)`.
+pub type CellKey = (String, String, String);
+
+/// Everything merged so far for one campaign.
+#[derive(Debug, Default)]
+pub struct Aggregate {
+    hists: BTreeMap<String, HistogramSet>,
+    counts: BTreeMap<CellKey, CellCounts>,
+}
+
+impl Aggregate {
+    /// Adds one record from an agent in `region`.
+    pub fn add_record(&mut self, region: &str, rec: &ProbeRecord) {
+        let cell = self.counts.entry((region.to_string(), rec.provider.clone(), rec.scenario.clone())).or_default();
+        let outcome = rec.outcome();
+        *cell.outcomes.entry(outcome).or_insert(0) += 1;
+        if outcome == Outcome::Ok {
+            cell.ok_output_tokens += u64::from(rec.output_tokens);
+            cell.ok_tokens_from_usage += u64::from(rec.tokens_from_usage);
+        }
+    }
+
+    /// Adds one interval histogram from an agent in `region`.
+    pub fn add_histogram(&mut self, region: &str, key: HistKey, h: &Histogram<u64>) {
+        self.hists.entry(region.to_string()).or_default().merge(key, h);
+    }
+
+    /// The merged histogram of `region` (or of every region when `None`) for `key`.
+    pub fn histogram(&self, region: Option<&str>, key: &HistKey) -> Option<Histogram<u64>> {
+        let mut out: Option<Histogram<u64>> = None;
+        for (r, set) in &self.hists {
+            if region.is_some_and(|want| want != r) {
+                continue;
+            }
+            if let Some(h) = set.get(key) {
+                match &mut out {
+                    Some(acc) => acc.add(h).expect("shared bounds"),
+                    None => out = Some(h.clone()),
+                }
+            }
+        }
+        out
+    }
+
+    /// Counters of one cell, or of a provider and scenario over every region when `region` is
+    /// `None`.
+    pub fn counts(&self, region: Option<&str>, provider: &str, scenario: &str) -> CellCounts {
+        let mut out = CellCounts::default();
+        for ((r, p, s), c) in &self.counts {
+            if p != provider || s != scenario || region.is_some_and(|want| want != r) {
+                continue;
+            }
+            for (o, n) in &c.outcomes {
+                *out.outcomes.entry(*o).or_insert(0) += n;
+            }
+            out.ok_output_tokens += c.ok_output_tokens;
+            out.ok_tokens_from_usage += c.ok_tokens_from_usage;
+        }
+        out
+    }
+
+    /// Records counted so far.
+    pub fn records(&self) -> u64 {
+        self.counts.values().map(CellCounts::attempts).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use latmesh_core::hist::new_histogram;
+    use latmesh_core::metrics::Metric;
+
+    #[test]
+    fn regions_merge_by_addition() {
+        let mut agg = Aggregate::default();
+        let key = HistKey { provider: "p".into(), scenario: "s".into(), metric: Metric::Ttft };
+        let (mut a, mut b) = (new_histogram(), new_histogram());
+        a.record(100).unwrap();
+        b.record(300).unwrap();
+        b.record(500).unwrap();
+        agg.add_histogram("us-east", key.clone(), &a);
+        agg.add_histogram("eu-west", key.clone(), &b);
+        agg.add_histogram("eu-west", key.clone(), &a);
+        assert_eq!(agg.histogram(Some("eu-west"), &key).unwrap().len(), 3);
+        let all = agg.histogram(None, &key).unwrap();
+        assert_eq!(all.len(), 4);
+        assert_eq!(all.count_at(100), 2);
+        assert!(agg.histogram(Some("ap-southeast"), &key).is_none());
+    }
+
+    #[test]
+    fn outcomes_count_per_cell_and_over_regions() {
+        let mut agg = Aggregate::default();
+        let rec = |o| ProbeRecord { provider: "p".into(), scenario: "s".into(), outcome: Some(o), output_tokens: 10, tokens_from_usage: true, ..Default::default() };
+        agg.add_record("us-east", &rec(Outcome::Ok));
+        agg.add_record("us-east", &rec(Outcome::Throttled));
+        agg.add_record("eu-west", &rec(Outcome::Ok));
+        let us = agg.counts(Some("us-east"), "p", "s");
+        assert_eq!((us.attempts(), us.count(Outcome::Ok), us.count(Outcome::Throttled)), (2, 1, 1));
+        assert_eq!(us.ok_output_tokens, 10);
+        let all = agg.counts(None, "p", "s");
+        assert_eq!((all.attempts(), all.count(Outcome::Ok), all.ok_output_tokens), (3, 2, 20));
+        assert_eq!(agg.records(), 3);
+    }
+}

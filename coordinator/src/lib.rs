@@ -1,0 +1,12 @@
+//! The latmesh coordinator and CLI (binary `latmesh`): serves agents and the control API,
+//! merges results across agents, prints the region × provider matrix, and runs the demo.
+//!
+//! `main.rs` only calls [`cli::run`], so tests drive the real CLI in-process.
+
+pub mod aggregate;
+pub mod cli;
+pub mod demo;
+pub mod service;
+pub mod state;
+pub mod summary;
+pub mod watch;

@@ -1,0 +1,173 @@
+//! Thin gRPC handlers: unpack, validate, delegate to [`State`], map errors to `Status`.
+
+use std::pin::Pin;
+
+use futures::Stream;
+use latmesh_proto::pb::agent_message::Kind as In;
+use latmesh_proto::pb::coordinator_message::Kind as Out;
+use latmesh_proto::pb::{self, agent_session_server::AgentSession, control_server::Control};
+use latmesh_proto::PROTOCOL_VERSION;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream, WatchStream};
+use futures::StreamExt;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::state::{now_unix_us, State, StateError};
+
+/// Default delay between launch and round 0, µs: time for the plan to reach every agent.
+pub const DEFAULT_START_DELAY_US: i64 = 2_000_000;
+
+impl From<StateError> for Status {
+    fn from(e: StateError) -> Status {
+        match e {
+            StateError::UnknownCampaign(_) => Status::not_found(e.to_string()),
+            StateError::NoAgent { .. } => Status::failed_precondition(e.to_string()),
+            StateError::BadPlan(_) | StateError::BadBatch { .. } => Status::invalid_argument(e.to_string()),
+        }
+    }
+}
+
+/// The gRPC services over one [`State`].
+#[derive(Clone, Debug, Default)]
+pub struct Coordinator {
+    state: State,
+}
+
+impl Coordinator {
+    /// A coordinator over `state`.
+    pub fn new(state: State) -> Self {
+        Coordinator { state }
+    }
+
+    /// Serves both services on `listener` until `shutdown` resolves.
+    ///
+    /// # Errors
+    /// Transport errors from tonic.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Result<(), tonic::transport::Error> {
+        tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(std::time::Duration::from_secs(10)))
+            .add_service(pb::agent_session_server::AgentSessionServer::new(self.clone()))
+            .add_service(pb::control_server::ControlServer::new(self))
+            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+            .await
+    }
+}
+
+fn send(tx: &mpsc::Sender<Result<pb::CoordinatorMessage, Status>>, kind: Out) -> bool {
+    tx.try_send(Ok(pb::CoordinatorMessage { kind: Some(kind) })).is_ok()
+}
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl AgentSession for Coordinator {
+    type SessionStream = BoxStream<pb::CoordinatorMessage>;
+
+    async fn session(&self, request: Request<Streaming<pb::AgentMessage>>) -> Result<Response<Self::SessionStream>, Status> {
+        let mut inbound = request.into_inner();
+        let hello = match inbound.message().await? {
+            Some(pb::AgentMessage { kind: Some(In::Hello(h)) }) => h,
+            _ => return Err(Status::invalid_argument("the first message of a session must be AgentHello")),
+        };
+        if hello.protocol_version != PROTOCOL_VERSION {
+            tracing::warn!(agent = %hello.agent_id, theirs = hello.protocol_version, "refused agent: protocol version mismatch");
+            return Err(Status::failed_precondition(format!(
+                "protocol version {} is not supported (coordinator speaks {PROTOCOL_VERSION})",
+                hello.protocol_version
+            )));
+        }
+        if hello.agent_id.is_empty() || hello.region.is_empty() {
+            return Err(Status::invalid_argument("AgentHello needs agent_id and region"));
+        }
+        let (tx, rx) = mpsc::channel(1024);
+        send(&tx, Out::Welcome(pb::Welcome { coordinator_version: env!("CARGO_PKG_VERSION").into() }));
+        let session = self.state.connect(&hello, tx.clone());
+        tracing::info!(agent = %hello.agent_id, region = %hello.region, version = %hello.version, "agent connected");
+        let state = self.state.clone();
+        tokio::spawn(async move {
+            let agent = hello.agent_id;
+            loop {
+                let msg = match inbound.message().await {
+                    Ok(Some(m)) => m,
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::info!(%agent, error = %e, "agent session ended");
+                        break;
+                    }
+                };
+                match msg.kind {
+                    Some(In::Ping(p)) => {
+                        let coord_recv_unix_us = now_unix_us();
+                        send(
+                            &tx,
+                            Out::Pong(pb::ClockPong {
+                                seq: p.seq,
+                                agent_send_unix_us: p.agent_send_unix_us,
+                                coord_recv_unix_us,
+                                coord_send_unix_us: now_unix_us(),
+                            }),
+                        );
+                    }
+                    Some(In::Heartbeat(hb)) => state.heartbeat(&agent, &hb),
+                    Some(In::Batch(b)) => {
+                        let (campaign_id, seq) = (b.campaign_id.clone(), b.seq);
+                        match state.batch(&agent, b) {
+                            Ok(_) => {
+                                // Acked only after merging (the durable spool joins here: issue 4/6).
+                                send(&tx, Out::Ack(pb::BatchAck { campaign_id, seq }));
+                            }
+                            Err(e) => tracing::error!(%agent, error = %e, "batch not merged, not acked"),
+                        }
+                    }
+                    Some(In::Done(d)) => {
+                        if let Err(e) = state.done(&agent, &d) {
+                            tracing::warn!(%agent, error = %e, "done for an unknown campaign");
+                        }
+                    }
+                    Some(In::Hello(_)) | None => tracing::warn!(%agent, "unexpected message ignored"),
+                }
+            }
+            state.disconnect(&agent, session);
+            tracing::info!(%agent, "agent disconnected");
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+#[tonic::async_trait]
+impl Control for Coordinator {
+    type WatchStream = BoxStream<pb::Progress>;
+
+    async fn launch(&self, request: Request<pb::LaunchRequest>) -> Result<Response<pb::LaunchReply>, Status> {
+        let req = request.into_inner();
+        let delay_us = if req.start_delay_s > 0.0 { (req.start_delay_s * 1e6) as i64 } else { DEFAULT_START_DELAY_US };
+        let l = self.state.launch(&req.plan_json, delay_us)?;
+        tracing::info!(campaign = %l.campaign_id, agents = l.agent_ids.len(), "campaign launched");
+        Ok(Response::new(pb::LaunchReply {
+            campaign_id: l.campaign_id,
+            plan_hash: l.plan_hash,
+            start_at_coord_unix_us: l.start_at_unix_us,
+            agent_ids: l.agent_ids,
+        }))
+    }
+
+    async fn watch(&self, request: Request<pb::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
+        let rx = self.state.watch(&request.into_inner().campaign_id)?;
+        // Ends after the message that carries `finished`.
+        let stream = WatchStream::new(rx).scan(false, |ended, p| {
+            let next = if *ended { None } else { Some(Ok(p)) };
+            *ended = next.as_ref().is_some_and(|p: &Result<pb::Progress, Status>| p.as_ref().is_ok_and(|p| p.finished));
+            futures::future::ready(next)
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn list_agents(&self, _: Request<pb::ListAgentsRequest>) -> Result<Response<pb::ListAgentsReply>, Status> {
+        Ok(Response::new(pb::ListAgentsReply { agents: self.state.agents() }))
+    }
+}

@@ -1,0 +1,357 @@
+//! The coordinator's state: connected agents and running campaigns, behind one mutex.
+//!
+//! Handlers in `service.rs` only unpack messages and call into here. Batches are
+//! de-duplicated by (campaign, agent, seq) before merging, so a batch resent after a
+//! reconnect is acked again but counted once.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use latmesh_core::plan::Plan;
+use latmesh_core::record::ProbeRecord;
+use latmesh_core::wire;
+use latmesh_proto::pb;
+use tokio::sync::{mpsc, watch};
+use tonic::Status;
+
+use crate::aggregate::Aggregate;
+use crate::summary::{self, AgentSummary, Summary};
+
+/// Outbound half of an agent's session stream.
+pub type AgentTx = mpsc::Sender<Result<pb::CoordinatorMessage, Status>>;
+
+/// Now on the coordinator's wall clock, UTC µs.
+pub fn now_unix_us() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0)
+}
+
+/// A known agent.
+#[derive(Debug)]
+pub struct AgentEntry {
+    /// What the agent said in its hello, plus what the coordinator observed.
+    pub info: pb::AgentInfo,
+    /// Session number, to tell a stale session's disconnect from the current one's.
+    pub session: u64,
+    tx: Option<AgentTx>,
+}
+
+#[derive(Debug, Default)]
+struct CampaignAgent {
+    region: String,
+    seqs: BTreeSet<u64>,
+    last_seq: Option<u64>,
+    records: u64,
+}
+
+impl CampaignAgent {
+    fn complete(&self) -> bool {
+        self.last_seq.is_some_and(|last| (1..=last).all(|s| self.seqs.contains(&s)))
+    }
+}
+
+#[derive(Debug)]
+struct Campaign {
+    plan: Plan,
+    plan_json: String,
+    plan_hash: String,
+    start_at_unix_us: i64,
+    agents: BTreeMap<String, CampaignAgent>,
+    agg: Aggregate,
+    progress: watch::Sender<pb::Progress>,
+    summary: Option<Summary>,
+}
+
+/// Errors of state operations, turned into `Status` in `service.rs`.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// No such campaign.
+    #[error("unknown campaign {0:?}")]
+    UnknownCampaign(String),
+    /// A region of the plan has no connected agent.
+    #[error("no connected agent in region {region:?} (connected: {connected})")]
+    NoAgent {
+        /// The region.
+        region: String,
+        /// Regions with connected agents.
+        connected: String,
+    },
+    /// The plan JSON does not parse.
+    #[error("plan_json: {0}")]
+    BadPlan(String),
+    /// A batch from an agent does not decode.
+    #[error("batch {seq} from {agent}: {message}")]
+    BadBatch {
+        /// Agent id.
+        agent: String,
+        /// Batch seq.
+        seq: u64,
+        /// What failed.
+        message: String,
+    },
+}
+
+/// Shared coordinator state.
+#[derive(Clone, Debug, Default)]
+pub struct State {
+    inner: Arc<Mutex<Inner>>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    agents: BTreeMap<String, AgentEntry>,
+    campaigns: BTreeMap<String, Campaign>,
+    next_session: u64,
+}
+
+/// What launching a campaign produced.
+#[derive(Debug)]
+pub struct Launched {
+    /// Campaign id.
+    pub campaign_id: String,
+    /// Plan hash.
+    pub plan_hash: String,
+    /// Round 0 start, coordinator clock, UTC µs.
+    pub start_at_unix_us: i64,
+    /// Agents the plan went to.
+    pub agent_ids: Vec<String>,
+}
+
+impl State {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers a connected agent (replacing an older session with the same id) and returns
+    /// its session number. Plans of unfinished campaigns it belongs to are pushed again.
+    pub fn connect(&self, hello: &pb::AgentHello, tx: AgentTx) -> u64 {
+        let mut inner = self.lock();
+        inner.next_session += 1;
+        let session = inner.next_session;
+        let now = now_unix_us();
+        let info = pb::AgentInfo {
+            agent_id: hello.agent_id.clone(),
+            region: hello.region.clone(),
+            version: hello.version.clone(),
+            connected_coord_unix_us: now,
+            last_seen_coord_unix_us: now,
+            clock_offset_us: 0,
+            clock_uncertainty_us: 0,
+            connected: true,
+        };
+        for (id, c) in &inner.campaigns {
+            if c.summary.is_none() && c.agents.get(&hello.agent_id).is_some_and(|a| a.last_seq.is_none()) {
+                let _ = tx.try_send(Ok(plan_message(id, c)));
+            }
+        }
+        inner.agents.insert(hello.agent_id.clone(), AgentEntry { info, session, tx: Some(tx) });
+        session
+    }
+
+    /// Marks the agent's session `session` as gone (a newer session is left alone).
+    pub fn disconnect(&self, agent_id: &str, session: u64) {
+        let mut inner = self.lock();
+        if let Some(a) = inner.agents.get_mut(agent_id) {
+            if a.session == session {
+                a.info.connected = false;
+                a.tx = None;
+            }
+        }
+        let ids: Vec<String> = inner.campaigns.keys().cloned().collect();
+        for id in ids {
+            publish(&mut inner, &id);
+        }
+    }
+
+    /// Records a heartbeat.
+    pub fn heartbeat(&self, agent_id: &str, hb: &pb::Heartbeat) {
+        let mut inner = self.lock();
+        if let Some(a) = inner.agents.get_mut(agent_id) {
+            a.info.last_seen_coord_unix_us = now_unix_us();
+            a.info.clock_offset_us = hb.clock_offset_us;
+            a.info.clock_uncertainty_us = hb.clock_uncertainty_us;
+        }
+    }
+
+    /// Agents known to the coordinator.
+    pub fn agents(&self) -> Vec<pb::AgentInfo> {
+        self.lock().agents.values().map(|a| a.info.clone()).collect()
+    }
+
+    /// Starts a campaign: picks the connected agents of the plan's regions, stamps
+    /// `start_at = now + start_delay_us`, and pushes the plan to each.
+    ///
+    /// # Errors
+    /// [`StateError::BadPlan`] for unparseable JSON, [`StateError::NoAgent`] when a region has
+    /// no connected agent.
+    pub fn launch(&self, plan_json: &str, start_delay_us: i64) -> Result<Launched, StateError> {
+        let plan: Plan = serde_json::from_str(plan_json).map_err(|e| StateError::BadPlan(e.to_string()))?;
+        let mut inner = self.lock();
+        let mut chosen: Vec<(String, String)> = Vec::new();
+        for region in &plan.regions {
+            let found: Vec<_> = inner
+                .agents
+                .values()
+                .filter(|a| a.info.connected && &a.info.region == region)
+                .map(|a| (a.info.agent_id.clone(), region.clone()))
+                .collect();
+            if found.is_empty() {
+                let connected: BTreeSet<&str> =
+                    inner.agents.values().filter(|a| a.info.connected).map(|a| a.info.region.as_str()).collect();
+                let connected = if connected.is_empty() { "none".to_string() } else { connected.into_iter().collect::<Vec<_>>().join(", ") };
+                return Err(StateError::NoAgent { region: region.clone(), connected });
+            }
+            chosen.extend(found);
+        }
+        let campaign_id = format!("{}-{}", plan.name, &uuid::Uuid::new_v4().simple().to_string()[..8]);
+        let start_at_unix_us = now_unix_us() + start_delay_us;
+        let plan_json = plan.to_json();
+        let plan_hash = plan.hash();
+        let (progress, _) = watch::channel(pb::Progress { campaign_id: campaign_id.clone(), ..Default::default() });
+        let campaign = Campaign {
+            agents: chosen
+                .iter()
+                .map(|(id, region)| (id.clone(), CampaignAgent { region: region.clone(), ..Default::default() }))
+                .collect(),
+            plan,
+            plan_json,
+            plan_hash: plan_hash.clone(),
+            start_at_unix_us,
+            agg: Aggregate::default(),
+            progress,
+            summary: None,
+        };
+        let msg = plan_message(&campaign_id, &campaign);
+        for (id, _) in &chosen {
+            if let Some(tx) = inner.agents.get(id).and_then(|a| a.tx.as_ref()) {
+                let _ = tx.try_send(Ok(msg.clone()));
+            }
+        }
+        inner.campaigns.insert(campaign_id.clone(), campaign);
+        publish(&mut inner, &campaign_id);
+        Ok(Launched { campaign_id, plan_hash, start_at_unix_us, agent_ids: chosen.into_iter().map(|(id, _)| id).collect() })
+    }
+
+    /// Merges a batch from `agent_id` unless its seq was seen before. Returns whether it was
+    /// new. The caller acks either way.
+    ///
+    /// # Errors
+    /// [`StateError::UnknownCampaign`], or [`StateError::BadBatch`] when a record or histogram
+    /// does not decode (nothing of that batch is merged).
+    pub fn batch(&self, agent_id: &str, batch: pb::ResultBatch) -> Result<bool, StateError> {
+        let bad = |message: String| StateError::BadBatch { agent: agent_id.to_string(), seq: batch.seq, message };
+        let records: Vec<ProbeRecord> = batch
+            .records
+            .iter()
+            .map(|r| ProbeRecord::try_from(r.clone()))
+            .collect::<Result<_, _>>()
+            .map_err(|e| bad(e.to_string()))?;
+        let hists = batch.histograms.iter().map(wire::histogram_from_pb).collect::<Result<Vec<_>, _>>().map_err(|e| bad(e.to_string()))?;
+        let mut inner = self.lock();
+        let c = inner.campaigns.get_mut(&batch.campaign_id).ok_or_else(|| StateError::UnknownCampaign(batch.campaign_id.clone()))?;
+        let Some(ca) = c.agents.get_mut(agent_id) else {
+            return Err(bad("agent is not part of this campaign".into()));
+        };
+        if !ca.seqs.insert(batch.seq) {
+            return Ok(false);
+        }
+        ca.records += records.len() as u64;
+        let region = ca.region.clone();
+        for r in &records {
+            c.agg.add_record(&region, r);
+        }
+        for (key, h) in hists {
+            c.agg.add_histogram(&region, key, &h);
+        }
+        publish(&mut inner, &batch.campaign_id);
+        Ok(true)
+    }
+
+    /// Notes that `agent_id` finished `campaign_id` with `last_seq` as its final batch.
+    ///
+    /// # Errors
+    /// [`StateError::UnknownCampaign`].
+    pub fn done(&self, agent_id: &str, done: &pb::CampaignDone) -> Result<(), StateError> {
+        let mut inner = self.lock();
+        let c = inner.campaigns.get_mut(&done.campaign_id).ok_or_else(|| StateError::UnknownCampaign(done.campaign_id.clone()))?;
+        if let Some(a) = c.agents.get_mut(agent_id) {
+            a.last_seq = Some(done.last_seq);
+        }
+        publish(&mut inner, &done.campaign_id);
+        Ok(())
+    }
+
+    /// A receiver of the campaign's progress; the last value has `finished` and the summary.
+    ///
+    /// # Errors
+    /// [`StateError::UnknownCampaign`].
+    pub fn watch(&self, campaign_id: &str) -> Result<watch::Receiver<pb::Progress>, StateError> {
+        let inner = self.lock();
+        let c = inner.campaigns.get(campaign_id).ok_or_else(|| StateError::UnknownCampaign(campaign_id.to_string()))?;
+        Ok(c.progress.subscribe())
+    }
+
+    /// The summary of a finished campaign.
+    pub fn summary(&self, campaign_id: &str) -> Option<Summary> {
+        self.lock().campaigns.get(campaign_id).and_then(|c| c.summary.clone())
+    }
+}
+
+fn plan_message(campaign_id: &str, c: &Campaign) -> pb::CoordinatorMessage {
+    pb::CoordinatorMessage {
+        kind: Some(pb::coordinator_message::Kind::Plan(pb::PlanPush {
+            campaign_id: campaign_id.to_string(),
+            plan_json: c.plan_json.clone(),
+            plan_hash: c.plan_hash.clone(),
+            start_at_coord_unix_us: c.start_at_unix_us,
+        })),
+    }
+}
+
+/// Recomputes the campaign's progress (and its summary once every agent is complete) and
+/// publishes it to watchers.
+fn publish(inner: &mut Inner, campaign_id: &str) {
+    let Inner { agents, campaigns, .. } = inner;
+    let Some(c) = campaigns.get_mut(campaign_id) else { return };
+    let per_agent = c.plan.probes_per_agent();
+    let agent_progress: Vec<pb::AgentProgress> = c
+        .agents
+        .iter()
+        .map(|(id, a)| pb::AgentProgress {
+            agent_id: id.clone(),
+            region: a.region.clone(),
+            probes_done: a.records,
+            batches_acked: a.seqs.len() as u64,
+            done: a.complete(),
+            connected: agents.get(id).is_some_and(|e| e.info.connected),
+        })
+        .collect();
+    let finished = c.agents.values().all(CampaignAgent::complete);
+    if finished && c.summary.is_none() {
+        let agent_summaries = c
+            .agents
+            .iter()
+            .map(|(id, a)| {
+                let info = agents.get(id).map(|e| &e.info);
+                AgentSummary {
+                    agent_id: id.clone(),
+                    region: a.region.clone(),
+                    clock_offset_us: info.map_or(0, |i| i.clock_offset_us),
+                    clock_uncertainty_us: info.map_or(0, |i| i.clock_uncertainty_us),
+                    records: a.records,
+                    batches: a.seqs.len() as u64,
+                }
+            })
+            .collect();
+        c.summary = Some(summary::build(campaign_id, &c.plan, c.start_at_unix_us, &c.agg, agent_summaries));
+    }
+    let progress = pb::Progress {
+        campaign_id: campaign_id.to_string(),
+        probes_done: c.agg.records(),
+        probes_expected: per_agent * c.agents.len() as u64,
+        agents: agent_progress,
+        finished,
+        summary_json: c.summary.as_ref().map(|s| serde_json::to_string(s).expect("summaries serialize")).unwrap_or_default(),
+    };
+    c.progress.send_replace(progress);
+}

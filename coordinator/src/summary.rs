@@ -1,0 +1,222 @@
+//! The campaign summary: the region × provider matrix per scenario, as JSON (`--json PATH`)
+//! and as terminal tables. Percentiles come from merged HDR histograms, never from averaging
+//! percentiles.
+
+use std::fmt::Write as _;
+
+use comfy_table::{presets, Cell as TCell, CellAlignment, Table};
+use hdrhistogram::Histogram;
+use latmesh_core::hist::HistKey;
+use latmesh_core::metrics::Metric;
+use latmesh_core::plan::Plan;
+use latmesh_core::record::Outcome;
+use serde::{Deserialize, Serialize};
+
+use crate::aggregate::Aggregate;
+
+/// The region label of the row that merges every region.
+pub const ALL_REGIONS: &str = "ALL";
+
+/// P50/P90/P99 of one metric, milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Percentiles {
+    /// Median, ms.
+    pub p50_ms: f64,
+    /// 90th percentile, ms.
+    pub p90_ms: f64,
+    /// 99th percentile, ms.
+    pub p99_ms: f64,
+}
+
+impl Percentiles {
+    fn of(h: &Histogram<u64>) -> Percentiles {
+        let ms = |q| h.value_at_quantile(q) as f64 / 1000.0;
+        Percentiles { p50_ms: ms(0.5), p90_ms: ms(0.9), p99_ms: ms(0.99) }
+    }
+}
+
+/// One cell of the matrix: a region (or [`ALL_REGIONS`]), a provider, a scenario.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MatrixCell {
+    /// Region, or `ALL` for every region merged.
+    pub region: String,
+    /// Provider.
+    pub provider: String,
+    /// Scenario.
+    pub scenario: String,
+    /// Attempts of any outcome.
+    pub attempts: u64,
+    /// Latency samples (`ok` attempts).
+    pub samples: u64,
+    /// TTFT percentiles (streaming scenarios).
+    pub ttft: Option<Percentiles>,
+    /// TTFC percentiles (streaming scenarios).
+    pub ttfc: Option<Percentiles>,
+    /// E2E percentiles.
+    pub e2e: Option<Percentiles>,
+    /// TPOT median, ms.
+    pub tpot_p50_ms: Option<f64>,
+    /// ITL median, ms.
+    pub itl_p50_ms: Option<f64>,
+    /// Attempts whose outcome is not `ok`, % of attempts.
+    pub error_pct: f64,
+    /// `throttled` attempts, % of attempts.
+    pub throttled_pct: f64,
+    /// Mean output tokens of `ok` attempts.
+    pub output_tokens_mean: Option<f64>,
+    /// Attempts by outcome name.
+    pub outcomes: std::collections::BTreeMap<String, u64>,
+}
+
+/// One agent's part in the campaign.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AgentSummary {
+    /// Agent id.
+    pub agent_id: String,
+    /// Region.
+    pub region: String,
+    /// Coordinator clock minus agent clock, µs.
+    pub clock_offset_us: i64,
+    /// ± µs.
+    pub clock_uncertainty_us: u64,
+    /// Records received from it.
+    pub records: u64,
+    /// Batches received (after de-duplication).
+    pub batches: u64,
+}
+
+/// The summary of one campaign.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Campaign id.
+    pub campaign_id: String,
+    /// Campaign name.
+    pub name: String,
+    /// SHA-256 of the plan.
+    pub plan_hash: String,
+    /// Metric definitions version.
+    pub metrics_version: u32,
+    /// Round 0 start, coordinator clock, UTC µs.
+    pub start_at_unix_us: i64,
+    /// Regions (rows), in plan order.
+    pub regions: Vec<String>,
+    /// Providers (columns), in plan order.
+    pub providers: Vec<String>,
+    /// Scenarios, in plan order.
+    pub scenarios: Vec<String>,
+    /// Every (region, provider, scenario) cell, plus `ALL` rows.
+    pub cells: Vec<MatrixCell>,
+    /// Agents.
+    pub agents: Vec<AgentSummary>,
+}
+
+/// Builds the summary of `plan` from merged results.
+pub fn build(
+    campaign_id: &str,
+    plan: &Plan,
+    start_at_unix_us: i64,
+    agg: &Aggregate,
+    agents: Vec<AgentSummary>,
+) -> Summary {
+    let mut cells = Vec::new();
+    let rows: Vec<Option<&str>> = plan.regions.iter().map(|r| Some(r.as_str())).chain([None]).collect();
+    for scenario in &plan.scenarios {
+        for region in &rows {
+            for provider in &plan.providers {
+                cells.push(cell(agg, *region, &provider.name, &scenario.name));
+            }
+        }
+    }
+    Summary {
+        campaign_id: campaign_id.to_string(),
+        name: plan.name.clone(),
+        plan_hash: plan.hash(),
+        metrics_version: plan.metrics_version,
+        start_at_unix_us,
+        regions: plan.regions.clone(),
+        providers: plan.providers.iter().map(|p| p.name.clone()).collect(),
+        scenarios: plan.scenarios.iter().map(|s| s.name.clone()).collect(),
+        cells,
+        agents,
+    }
+}
+
+fn cell(agg: &Aggregate, region: Option<&str>, provider: &str, scenario: &str) -> MatrixCell {
+    let hist = |metric| agg.histogram(region, &HistKey { provider: provider.into(), scenario: scenario.into(), metric });
+    let counts = agg.counts(region, provider, scenario);
+    let attempts = counts.attempts();
+    let ok = counts.count(Outcome::Ok);
+    let pct = |n: u64| if attempts == 0 { 0.0 } else { n as f64 * 100.0 / attempts as f64 };
+    let p50 = |metric| hist(metric).map(|h| h.value_at_quantile(0.5) as f64 / 1000.0);
+    MatrixCell {
+        region: region.unwrap_or(ALL_REGIONS).to_string(),
+        provider: provider.to_string(),
+        scenario: scenario.to_string(),
+        attempts,
+        samples: ok,
+        ttft: hist(Metric::Ttft).map(|h| Percentiles::of(&h)),
+        ttfc: hist(Metric::Ttfc).map(|h| Percentiles::of(&h)),
+        e2e: hist(Metric::E2e).map(|h| Percentiles::of(&h)),
+        tpot_p50_ms: p50(Metric::Tpot),
+        itl_p50_ms: p50(Metric::Itl),
+        error_pct: pct(attempts - ok),
+        throttled_pct: pct(counts.count(Outcome::Throttled)),
+        output_tokens_mean: (ok > 0).then(|| counts.ok_output_tokens as f64 / ok as f64),
+        outcomes: counts.outcomes.iter().map(|(o, n)| (o.as_str().to_string(), *n)).collect(),
+    }
+}
+
+impl Summary {
+    /// The cell of (`region`, `provider`, `scenario`).
+    pub fn cell(&self, region: &str, provider: &str, scenario: &str) -> Option<&MatrixCell> {
+        self.cells.iter().find(|c| c.region == region && c.provider == provider && c.scenario == scenario)
+    }
+
+    /// Renders the matrices as text tables: per scenario, rows are regions (and `ALL`),
+    /// columns providers; one table per quantity.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "campaign {} ({}), plan {}", self.name, self.campaign_id, &self.plan_hash[..12]);
+        let fmt_p = |p: &Option<Percentiles>| match p {
+            Some(p) => format!("{:.0}/{:.0}/{:.0}", p.p50_ms, p.p90_ms, p.p99_ms),
+            None => "-".into(),
+        };
+        let views: [(&str, &dyn Fn(&MatrixCell) -> String); 5] = [
+            ("samples (ok / attempts)", &|c| format!("{}/{}", c.samples, c.attempts)),
+            ("TTFT ms P50/P90/P99", &|c| fmt_p(&c.ttft)),
+            ("E2E ms P50/P90/P99", &|c| fmt_p(&c.e2e)),
+            ("TPOT ms P50", &|c| c.tpot_p50_ms.map_or("-".into(), |v| format!("{v:.1}"))),
+            ("errors % / throttled %", &|c| format!("{:.1} / {:.1}", c.error_pct, c.throttled_pct)),
+        ];
+        for scenario in &self.scenarios {
+            for (title, view) in &views {
+                let _ = writeln!(out, "\n{scenario}: {title}");
+                let mut t = Table::new();
+                t.load_preset(presets::ASCII_MARKDOWN);
+                let mut header = vec![TCell::new("region")];
+                header.extend(self.providers.iter().map(TCell::new));
+                t.set_header(header);
+                for region in self.regions.iter().map(String::as_str).chain([ALL_REGIONS]) {
+                    let mut row = vec![TCell::new(region)];
+                    for provider in &self.providers {
+                        let text = self.cell(region, provider, scenario).map_or("-".into(), |c| view(c));
+                        row.push(TCell::new(text).set_alignment(CellAlignment::Right));
+                    }
+                    t.add_row(row);
+                }
+                let _ = writeln!(out, "{t}");
+            }
+        }
+        if !self.agents.is_empty() {
+            let _ = writeln!(out, "\nagents:");
+            for a in &self.agents {
+                let _ = writeln!(
+                    out,
+                    "  {:<16} {:<14} records {:>5}  batches {:>4}  clock offset {:+} µs ± {} µs",
+                    a.agent_id, a.region, a.records, a.batches, a.clock_offset_us, a.clock_uncertainty_us
+                );
+            }
+        }
+        out
+    }
+}

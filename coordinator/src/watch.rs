@@ -1,0 +1,89 @@
+//! Client side of a campaign: launch it on a coordinator, follow its progress, and collect
+//! the final summary.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use latmesh_core::plan::Plan;
+use latmesh_proto::pb::{self, control_client::ControlClient};
+use tonic::transport::Channel;
+
+use crate::summary::Summary;
+
+/// Connects to the coordinator's control API at `url` (e.g. `http://127.0.0.1:7700`).
+///
+/// # Errors
+/// When the coordinator cannot be reached.
+pub async fn connect(url: &str) -> anyhow::Result<ControlClient<Channel>> {
+    ControlClient::connect(url.to_string()).await.with_context(|| format!("cannot reach the coordinator at {url}"))
+}
+
+/// Waits until at least one connected agent is known for every region of `regions`.
+///
+/// # Errors
+/// When `timeout` passes first (the error lists the missing regions).
+pub async fn wait_for_agents(client: &mut ControlClient<Channel>, regions: &[String], timeout: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let agents = client.list_agents(pb::ListAgentsRequest {}).await?.into_inner().agents;
+        let missing: Vec<&String> = regions.iter().filter(|r| !agents.iter().any(|a| a.connected && &a.region == *r)).collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            anyhow::bail!("no agent connected in region(s) {missing:?} after {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Launches `plan` and returns the reply.
+///
+/// # Errors
+/// The coordinator's refusal (e.g. a region without agents), or transport errors.
+pub async fn launch(client: &mut ControlClient<Channel>, plan: &Plan, start_delay_s: f64) -> anyhow::Result<pb::LaunchReply> {
+    let reply = client
+        .launch(pb::LaunchRequest { plan_json: plan.to_json(), start_delay_s })
+        .await
+        .map_err(|s| anyhow::anyhow!("launch refused: {}", s.message()))?;
+    Ok(reply.into_inner())
+}
+
+/// Follows a campaign until it finishes, printing a progress line to stderr every
+/// `every`, and returns its summary.
+///
+/// # Errors
+/// When the stream breaks before the campaign finished or the summary does not parse.
+pub async fn follow(client: &mut ControlClient<Channel>, campaign_id: &str, every: Duration) -> anyhow::Result<Summary> {
+    let mut stream = client.watch(pb::WatchRequest { campaign_id: campaign_id.to_string() }).await?.into_inner();
+    let mut last_print = Instant::now();
+    while let Some(p) = stream.message().await? {
+        if p.finished {
+            eprintln!("progress: {}/{} probes, finished", p.probes_done, p.probes_expected);
+            return serde_json::from_str(&p.summary_json).context("summary from the coordinator does not parse");
+        }
+        if last_print.elapsed() >= every {
+            last_print = Instant::now();
+            let regions: Vec<String> = p
+                .agents
+                .iter()
+                .map(|a| format!("{} {}{}", a.region, a.probes_done, if a.connected { "" } else { " (disconnected)" }))
+                .collect();
+            eprintln!("progress: {}/{} probes [{}]", p.probes_done, p.probes_expected, regions.join(", "));
+        }
+    }
+    anyhow::bail!("the coordinator closed the progress stream before campaign {campaign_id} finished")
+}
+
+/// Writes `summary` as pretty JSON to `path`.
+///
+/// # Errors
+/// I/O errors, naming the path.
+pub fn write_json(summary: &Summary, path: &Path) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let text = serde_json::to_string_pretty(summary)?;
+    std::fs::write(path, text + "\n").with_context(|| format!("cannot write {}", path.display()))
+}

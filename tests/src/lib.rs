@@ -1,0 +1,78 @@
+//! Helpers for latmesh's end-to-end tests: locating the built binaries and running them as
+//! child processes that are killed when dropped.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Path of a workspace binary (`latmesh`, `latmesh-agent`, `latmesh-sim`) next to the test
+/// executable's target directory. The test command builds them first (`cargo build --bins`).
+///
+/// # Panics
+/// When the binary does not exist, with the command that builds it.
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target/<profile>/deps");
+    let path = dir.join(name);
+    assert!(path.exists(), "{} is missing: run `cargo build --bins` first", path.display());
+    path
+}
+
+/// A child process killed (SIGKILL) on drop.
+pub struct Proc {
+    /// The child.
+    pub child: Child,
+    /// Its name, for messages.
+    pub name: String,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `cmd` with stdout piped and waits (up to `timeout`) for a stdout line starting with
+/// `prefix`; returns the process and the rest of that line. Stderr goes to `log`.
+///
+/// # Panics
+/// When the process exits or the line does not come in time.
+pub fn spawn_until_line(name: &str, mut cmd: Command, prefix: &str, timeout: Duration, log: &std::path::Path) -> (Proc, String) {
+    let log_file = std::fs::File::create(log).expect("log file");
+    cmd.stdout(Stdio::piped()).stderr(log_file);
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let prefix = prefix.to_string();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(rest) = line.strip_prefix(&prefix) {
+                let _ = tx.send(rest.trim().to_string());
+            }
+        }
+    });
+    let deadline = Instant::now() + timeout;
+    let proc = Proc { child, name: name.to_string() };
+    let line = rx
+        .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        .unwrap_or_else(|_| panic!("{name} did not print {prefix:?}; see {}", log.display()));
+    (proc, line)
+}
+
+/// Starts `cmd` with output to `log`, killed on drop.
+///
+/// # Panics
+/// When it cannot start.
+pub fn spawn(name: &str, mut cmd: Command, log: &std::path::Path) -> Proc {
+    let log_file = std::fs::File::create(log).expect("log file");
+    cmd.stdout(log_file.try_clone().expect("clone")).stderr(log_file);
+    let child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+    Proc { child, name: name.to_string() }
+}
+
+/// A free loopback port (bound then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+}
