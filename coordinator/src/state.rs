@@ -355,3 +355,121 @@ fn publish(inner: &mut Inner, campaign_id: &str) {
     };
     c.progress.send_replace(progress);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use latmesh_core::hist::{new_histogram, HistKey};
+    use latmesh_core::metrics::Metric;
+    use latmesh_core::plan::{PlanPrompt, ProviderSpec, RoundsSpec, ScenarioSpec, Timeouts};
+    use latmesh_core::record::Outcome;
+
+    fn plan() -> Plan {
+        Plan {
+            name: "t".into(),
+            seed: 1,
+            metrics_version: 1,
+            regions: vec!["us-east".into()],
+            rounds: RoundsSpec { count: 1, interval_ms: 1000, gap_ms: 10 },
+            providers: vec![ProviderSpec { name: "p".into(), base_url: "http://127.0.0.1:9/v1".into(), api_key_env: None, model_id: "m".into() }],
+            scenarios: vec![ScenarioSpec {
+                name: "s".into(),
+                stream: true,
+                max_tokens: 8,
+                temperature: None,
+                top_p: None,
+                timeouts: Timeouts::default(),
+                prompts: vec![PlanPrompt { id: "a".into(), messages: vec![] }],
+            }],
+            prompt_set: "x".into(),
+        }
+    }
+
+    fn hello(id: &str, region: &str) -> pb::AgentHello {
+        pb::AgentHello { agent_id: id.into(), region: region.into(), version: "t".into(), protocol_version: 1 }
+    }
+
+    fn batch(campaign: &str, seq: u64, ttft_us: u64) -> pb::ResultBatch {
+        let rec = ProbeRecord { provider: "p".into(), scenario: "s".into(), outcome: Some(Outcome::Ok), ttft_us: Some(ttft_us), ..Default::default() };
+        let mut h = new_histogram();
+        h.record(ttft_us).unwrap();
+        let key = HistKey { provider: "p".into(), scenario: "s".into(), metric: Metric::Ttft };
+        pb::ResultBatch {
+            campaign_id: campaign.into(),
+            seq,
+            histograms: vec![wire::histogram_to_pb(&key, &h, 0, 1).unwrap()],
+            records: vec![pb::ProbeRecord::from(&rec)],
+            clock_offset_us: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn launch_pushes_the_plan_and_refuses_regions_without_agents() {
+        let state = State::default();
+        let mut p = plan();
+        p.regions.push("eu-west".into());
+        let (tx, mut rx) = mpsc::channel(8);
+        state.connect(&hello("a1", "us-east"), tx);
+        let err = state.launch(&p.to_json(), 0).unwrap_err();
+        assert!(err.to_string().contains("\"eu-west\""), "{err}");
+        assert!(err.to_string().contains("connected: us-east"), "{err}");
+        let l = state.launch(&plan().to_json(), 1_000).unwrap();
+        assert_eq!(l.agent_ids, vec!["a1".to_string()]);
+        match rx.recv().await.unwrap().unwrap().kind {
+            Some(pb::coordinator_message::Kind::Plan(push)) => {
+                assert_eq!(push.campaign_id, l.campaign_id);
+                assert_eq!(push.plan_hash, plan().hash());
+            }
+            other => panic!("expected a plan, got {other:?}"),
+        }
+        assert!(matches!(state.launch("{", 0), Err(StateError::BadPlan(_))));
+    }
+
+    #[tokio::test]
+    async fn resent_batches_count_once_and_the_campaign_finishes_when_all_seqs_arrived() {
+        let state = State::default();
+        let (tx, _rx) = mpsc::channel(8);
+        state.connect(&hello("a1", "us-east"), tx);
+        let id = state.launch(&plan().to_json(), 0).unwrap().campaign_id;
+        assert!(state.batch("a1", batch(&id, 2, 2_000)).unwrap());
+        assert!(!state.batch("a1", batch(&id, 2, 2_000)).unwrap(), "a resent batch is not merged twice");
+        state.done("a1", &pb::CampaignDone { campaign_id: id.clone(), last_seq: 2, probes: 2 }).unwrap();
+        assert!(state.summary(&id).is_none(), "seq 1 is still missing");
+        assert!(!state.watch(&id).unwrap().borrow().finished);
+        assert!(state.batch("a1", batch(&id, 1, 1_000)).unwrap());
+        let s = state.summary(&id).expect("finished");
+        let cell = s.cell("us-east", "p", "s").unwrap();
+        assert_eq!((cell.attempts, cell.samples), (2, 2));
+        assert_eq!(s.agents[0].batches, 2);
+        let progress = state.watch(&id).unwrap().borrow().clone();
+        assert!(progress.finished);
+        assert_eq!(progress.probes_done, 2);
+        assert!(!progress.summary_json.is_empty());
+    }
+
+    #[tokio::test]
+    async fn bad_batches_are_rejected_whole() {
+        let state = State::default();
+        let (tx, _rx) = mpsc::channel(8);
+        state.connect(&hello("a1", "us-east"), tx);
+        let id = state.launch(&plan().to_json(), 0).unwrap().campaign_id;
+        let mut b = batch(&id, 1, 1_000);
+        b.histograms[0].hist_v2 = vec![1, 2, 3];
+        assert!(matches!(state.batch("a1", b), Err(StateError::BadBatch { seq: 1, .. })));
+        assert!(matches!(state.batch("a2", batch(&id, 1, 1)), Err(StateError::BadBatch { .. })));
+        assert!(matches!(state.batch("a1", batch("nope", 1, 1)), Err(StateError::UnknownCampaign(_))));
+        // Nothing of the rejected batch was counted: seq 1 is still accepted.
+        assert!(state.batch("a1", batch(&id, 1, 1_000)).unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_stale_session_does_not_disconnect_the_new_one() {
+        let state = State::default();
+        let (tx1, _rx1) = mpsc::channel(8);
+        let (tx2, _rx2) = mpsc::channel(8);
+        let s1 = state.connect(&hello("a1", "us-east"), tx1);
+        let _s2 = state.connect(&hello("a1", "us-east"), tx2);
+        state.disconnect("a1", s1);
+        assert!(state.agents()[0].connected);
+    }
+}

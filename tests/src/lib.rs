@@ -45,10 +45,10 @@ pub fn spawn_until_line(name: &str, mut cmd: Command, prefix: &str, timeout: Dur
     let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
     let stdout = child.stdout.take().expect("piped stdout");
     let (tx, rx) = std::sync::mpsc::channel();
-    let prefix = prefix.to_string();
+    let wanted = prefix.to_string();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(rest) = line.strip_prefix(&prefix) {
+            if let Some(rest) = line.strip_prefix(&wanted) {
                 let _ = tx.send(rest.trim().to_string());
             }
         }
