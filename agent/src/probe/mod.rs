@@ -1,0 +1,276 @@
+//! The probe engine: one OpenAI Chat Completions request, measured per DESIGN.md
+//! (metrics_version 1).
+//!
+//! [`Prober::probe`] sends one request and returns a [`ProbeResult`] whose
+//! [`ProbeRecord`](latmesh_core::record::ProbeRecord) has every measured field set and an
+//! outcome on every path (no request is silently dropped). The caller fills the plan fields
+//! (`round`, `slot`, `provider`, `scenario`, `prompt_id`, `attempt`, `sched_lag_us`).
+//!
+//! # Timing
+//! `t_send` is taken with `Instant::now()` right before the request is handed to reqwest,
+//! with `send_agent_unix_us` (wall clock) next to it. TTFB is stamped when the response
+//! headers arrive. Each body read is stamped as soon as it is polled, before any parsing; all
+//! events parsed out of that read carry its stamp. Then, from those stamps:
+//!
+//! * `ttft`: the first payload with a non-empty generated token of any kind (content,
+//!   reasoning, tool-call fragment); `ttfc`: the first with non-empty `content`;
+//! * `e2e`: `[DONE]`, or the end of the body after a `finish_reason`;
+//! * ITL: every gap between consecutive token-bearing payloads (payloads of one read are
+//!   0 µs apart);
+//! * `output_tokens`: `usage.completion_tokens` when reported, else the token-bearing payload
+//!   count (`tokens_from_usage = false`); TPOT and decode rate from
+//!   [`latmesh_core::metrics`].
+//!
+//! A non-streaming request (`stream: false`) has no token timing: `ttft`/`ttfc` are `None`,
+//! `e2e` is the end of the body, and the whole body counts as payload 0. (Setting
+//! `ttft = e2e` would put whole-generation times into the TTFT histograms.) Which way a body
+//! is read follows its content type: an event stream is measured as one even when the
+//! request did not ask for it; a JSON body (or, for a streaming request, a body with no
+//! event that starts with `{`) is read whole.
+//!
+//! # Timeouts (from [`Timeouts`](latmesh_core::plan::Timeouts))
+//! * connect: reqwest's connect timeout (TCP and TLS); a client is kept per distinct connect
+//!   timeout (normally just one) so it can vary per request → `timeout_connect`;
+//! * TTFT (streaming requests only): no token by `t_send + ttft_s`, headers included →
+//!   `timeout_ttft`;
+//! * idle: no body bytes for `idle_s` → `timeout_idle`;
+//! * total: the attempt passes `t_send + total_s` → `timeout_total`.
+//!
+//! The first failure is kept: a stream that sent an error and then stalled is a
+//! `stream_error`. After `[DONE]` the rest of the body is drained for a short grace so the
+//! connection can be reused; nothing after `[DONE]` changes the outcome.
+//!
+//! # Outcomes
+//! `ok`; `http_4xx`/`http_5xx`/`throttled` (with `retry_after_s` from `retry-after-ms` or
+//! Retry-After, seconds or HTTP-date) with the provider's error type, code and message read
+//! from the body; `stream_error` for an error inside a 2xx response (`data: {"error":…}`, a
+//! vLLM error object, an `error:` line, an `event: error`, or an aborting finish_reason such
+//! as `insufficient_system_resource`, which is kept); `protocol_error` for an empty 2xx body,
+//! a payload that is not JSON, a 2xx with no chat payload, an event longer than 4 MiB, or a
+//! streaming request answered with a whole JSON completion (its fields are still read);
+//! `truncated` when the body ends, cleanly or not, with neither `[DONE]` nor a finish_reason;
+//! `connection_error` for refused/reset connections (and a break before any payload); the
+//! four timeouts.
+//!
+//! Error messages are scrubbed of the API key and of echoed prompt text, then truncated to
+//! 256 bytes.
+
+pub mod chunk;
+mod client;
+mod measure;
+pub mod outcome;
+pub mod request;
+pub mod sse;
+
+#[cfg(test)]
+mod tests;
+
+use serde::{Deserialize, Serialize};
+
+pub use client::{Prober, REGION_HEADER};
+
+/// One request to probe. Its `Debug` output leaves the API key and the prompt out.
+#[derive(Clone, Copy)]
+pub struct ProbeRequest<'a> {
+    /// OpenAI-compatible base URL; the request is `POST {base_url}/chat/completions`.
+    pub base_url: &'a str,
+    /// Model id sent.
+    pub model_id: &'a str,
+    /// Sent as `Authorization: Bearer …`; never logged, stored or put in a message.
+    pub api_key: Option<&'a str>,
+    /// Messages sent.
+    pub messages: &'a [latmesh_core::prompts::Message],
+    /// Ask for a stream (SSE) and for usage in it (`stream_options.include_usage`).
+    pub stream: bool,
+    /// `max_tokens` sent.
+    pub max_tokens: u32,
+    /// `temperature`, when set.
+    pub temperature: Option<f64>,
+    /// `top_p`, when set.
+    pub top_p: Option<f64>,
+    /// Timeouts of this attempt.
+    pub timeouts: &'a latmesh_core::plan::Timeouts,
+}
+
+impl std::fmt::Debug for ProbeRequest<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProbeRequest")
+            .field("base_url", &self.base_url)
+            .field("model_id", &self.model_id)
+            .field("api_key", &self.api_key.map(|_| "[redacted]"))
+            .field("messages", &self.messages.len())
+            .field("stream", &self.stream)
+            .field("max_tokens", &self.max_tokens)
+            .field("temperature", &self.temperature)
+            .field("top_p", &self.top_p)
+            .field("timeouts", &self.timeouts)
+            .finish()
+    }
+}
+
+/// One tool call of the answer, accumulated from its fragments.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// `index` of the call (its position when a server omits it).
+    pub index: u32,
+    /// Call id; `None` when the server sent none.
+    pub id: Option<String>,
+    /// Function name.
+    pub name: String,
+    /// Arguments, concatenated (normally JSON text).
+    pub arguments: String,
+}
+
+/// What one probe measured.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ProbeResult {
+    /// The record: every measured field set; plan fields left for the caller.
+    pub record: latmesh_core::record::ProbeRecord,
+    /// Every ITL gap, µs, in arrival order.
+    pub itl_gaps_us: Vec<u64>,
+    /// Visible text; filled only when `keep_text`.
+    pub content_text: String,
+    /// Reasoning text; filled only when `keep_text`.
+    pub reasoning_text: String,
+    /// Tool calls, in order of first appearance (always filled: they are small and rare).
+    pub tool_calls: Vec<ToolCall>,
+    /// 0-based index, among JSON chat payloads, of the payload where TTFT was stamped.
+    pub first_output_payload_index: Option<u32>,
+    /// 0-based index, among JSON chat payloads, of the payload where TTFC was stamped.
+    pub first_content_payload_index: Option<u32>,
+    /// Provider error code (the record's `error_type` holds the type, or the code when
+    /// there is no type).
+    pub error_code: Option<String>,
+}
+
+/// Usage as `latmesh probe --json` prints it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct UsageOutput {
+    /// `prompt_tokens`.
+    pub prompt_tokens: Option<u32>,
+    /// `completion_tokens`.
+    pub completion_tokens: Option<u32>,
+    /// `total_tokens`.
+    pub total_tokens: Option<u32>,
+    /// Reasoning tokens.
+    pub reasoning_tokens: Option<u32>,
+    /// Cached prompt tokens.
+    pub cached_tokens: Option<u32>,
+}
+
+/// The JSON object `latmesh probe --json` prints.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProbeOutput {
+    /// Outcome name (`ok`, `throttled`, …).
+    pub outcome: String,
+    /// HTTP status.
+    pub http_status: Option<u16>,
+    /// Last finish_reason.
+    pub finish_reason: Option<String>,
+    /// Whether `[DONE]` arrived.
+    pub saw_done: bool,
+    /// µs from `t_send`.
+    pub ttfb_us: Option<u64>,
+    /// µs from `t_send`.
+    pub ttft_us: Option<u64>,
+    /// µs from `t_send`.
+    pub ttfc_us: Option<u64>,
+    /// µs from `t_send`.
+    pub e2e_us: Option<u64>,
+    /// µs per output token after the first.
+    pub tpot_us: Option<u64>,
+    /// Output tokens per second after the first.
+    pub decode_tps: Option<f64>,
+    /// Median ITL gap, µs.
+    pub itl_p50_us: Option<u64>,
+    /// Largest ITL gap, µs.
+    pub itl_max_us: Option<u64>,
+    /// Payloads with non-empty content.
+    pub content_chunks: u32,
+    /// Payloads with non-empty reasoning.
+    pub reasoning_chunks: u32,
+    /// Payloads with a tool-call fragment.
+    pub tool_call_chunks: u32,
+    /// Output tokens.
+    pub output_tokens: u32,
+    /// Whether `output_tokens` came from usage.
+    pub tokens_from_usage: bool,
+    /// Usage as reported.
+    pub usage: UsageOutput,
+    /// Retry-After, seconds.
+    pub retry_after_s: Option<f64>,
+    /// Provider error type (or code).
+    pub error_type: Option<String>,
+    /// Provider error code.
+    pub error_code: Option<String>,
+    /// Error message (scrubbed, ≤ 256 bytes).
+    pub error_message: Option<String>,
+    /// SSE comment lines.
+    pub comment_lines: u32,
+    /// Body bytes.
+    pub response_bytes: u64,
+    /// Payload index of TTFT.
+    pub first_output_payload_index: Option<u32>,
+    /// Payload index of TTFC.
+    pub first_content_payload_index: Option<u32>,
+    /// Tool calls.
+    pub tool_calls: Vec<ToolCall>,
+    /// Visible text (only with `show_text`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_text: Option<String>,
+    /// Reasoning text (only with `show_text`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_text: Option<String>,
+}
+
+impl ProbeOutput {
+    /// The printable view of `r`; texts only with `show_text`.
+    pub fn new(r: &ProbeResult, show_text: bool) -> Self {
+        let rec = &r.record;
+        let u = &rec.usage;
+        let itl_p50_us = if r.itl_gaps_us.is_empty() {
+            None
+        } else {
+            let mut g = r.itl_gaps_us.clone();
+            g.sort_unstable();
+            Some(g[(g.len() - 1) / 2])
+        };
+        ProbeOutput {
+            outcome: rec.outcome().as_str().to_string(),
+            http_status: rec.http_status,
+            finish_reason: rec.finish_reason.clone(),
+            saw_done: rec.saw_done,
+            ttfb_us: rec.ttfb_us,
+            ttft_us: rec.ttft_us,
+            ttfc_us: rec.ttfc_us,
+            e2e_us: rec.e2e_us,
+            tpot_us: rec.tpot_us,
+            decode_tps: rec.decode_tps,
+            itl_p50_us,
+            itl_max_us: rec.itl_max_us,
+            content_chunks: rec.content_chunks,
+            reasoning_chunks: rec.reasoning_chunks,
+            tool_call_chunks: rec.tool_call_chunks,
+            output_tokens: rec.output_tokens,
+            tokens_from_usage: rec.tokens_from_usage,
+            usage: UsageOutput {
+                prompt_tokens: u.prompt_tokens,
+                completion_tokens: u.completion_tokens,
+                total_tokens: u.total_tokens,
+                reasoning_tokens: u.reasoning_tokens,
+                cached_tokens: u.cached_tokens,
+            },
+            retry_after_s: rec.retry_after_s,
+            error_type: rec.error_type.clone(),
+            error_code: r.error_code.clone(),
+            error_message: rec.error_message.clone(),
+            comment_lines: rec.comment_lines,
+            response_bytes: rec.response_bytes,
+            first_output_payload_index: r.first_output_payload_index,
+            first_content_payload_index: r.first_content_payload_index,
+            tool_calls: r.tool_calls.clone(),
+            content_text: show_text.then(|| r.content_text.clone()),
+            reasoning_text: show_text.then(|| r.reasoning_text.clone()),
+        }
+    }
+}

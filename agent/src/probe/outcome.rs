@@ -1,0 +1,348 @@
+//! The rules that name how an attempt ended (DESIGN.md "Outcome of each attempt"), and the
+//! hygiene of what a record may say about it.
+
+use std::time::{Duration, SystemTime};
+
+use latmesh_core::record::{Outcome, truncate_message};
+
+/// Longest error message kept in a record, bytes (before the ellipsis).
+pub const MAX_ERROR_MESSAGE: usize = 256;
+
+/// The first thing that went wrong during an attempt. Later failures never replace it: the
+/// record names the cause, not its consequences (a stream that sent an error and then hung is
+/// a `stream_error`, not a timeout).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Failure {
+    /// The outcome it leads to.
+    pub outcome: Outcome,
+    /// Provider error type (or code when there is no type).
+    pub error_type: Option<String>,
+    /// Provider error code.
+    pub error_code: Option<String>,
+    /// What happened, unscrubbed and untruncated (see [`Scrubber`]).
+    pub message: String,
+}
+
+impl Failure {
+    /// A failure with only a message.
+    pub fn new(outcome: Outcome, message: impl Into<String>) -> Self {
+        Failure {
+            outcome,
+            error_type: None,
+            error_code: None,
+            message: message.into(),
+        }
+    }
+}
+
+/// How the body of a 2xx response stopped being read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyEnd {
+    /// The body ended normally.
+    Eof,
+    /// The connection broke while reading it.
+    Broken,
+    /// A deadline passed while waiting for it (the outcome says which).
+    TimedOut(Outcome),
+    /// We stopped reading: `[DONE]` arrived and the rest was not worth waiting for, or the
+    /// event stream could not be followed any more.
+    Stopped,
+}
+
+/// What a streamed 2xx body showed; see [`classify_stream`].
+#[derive(Clone, Copy, Debug)]
+pub struct StreamFacts<'a> {
+    /// `data: [DONE]` arrived.
+    pub saw_done: bool,
+    /// The last `finish_reason`.
+    pub finish_reason: Option<&'a str>,
+    /// JSON chat payloads dispatched (README "payload index" count).
+    pub payloads: u32,
+    /// Body bytes received.
+    pub body_bytes: u64,
+    /// How reading stopped.
+    pub end: BodyEnd,
+}
+
+/// Finish reasons that mean the provider aborted generation (DeepSeek's
+/// `insufficient_system_resource`, vLLM's `abort`, generic `error`): a `stream_error` that
+/// keeps its finish_reason. Any other value (`stop`, `length`, `tool_calls`,
+/// `content_filter`, `eos`, …) is a normal end.
+pub fn is_abort_finish(reason: &str) -> bool {
+    matches!(
+        reason,
+        "insufficient_system_resource" | "abort" | "aborted" | "error" | "cancelled" | "canceled"
+    ) || reason.contains("error")
+}
+
+/// The outcome of a 2xx event stream without a recorded [`Failure`]: `Ok(())` when complete,
+/// else the failure to record.
+///
+/// * `[DONE]` or a `finish_reason` followed by the end of the body → `ok` (a body that broke
+///   after its `finish_reason` is still a complete answer);
+/// * a body with no chat payload at all (empty, or only comments) → `protocol_error`, or
+///   `connection_error` when the connection broke before the first payload;
+/// * a deadline before either → that timeout;
+/// * any other end (clean or broken) → `truncated`: the answer stopped short.
+///
+/// # Errors
+/// The failure when the attempt is not `ok`.
+pub fn classify_stream(f: &StreamFacts<'_>) -> Result<(), Failure> {
+    if f.payloads == 0 && !f.saw_done && f.end == BodyEnd::Broken {
+        return Err(Failure::new(
+            Outcome::ConnectionError,
+            "connection broke before any chat payload",
+        ));
+    }
+    if f.payloads == 0 && (f.saw_done || !matches!(f.end, BodyEnd::TimedOut(_))) {
+        let what = if f.body_bytes == 0 {
+            "empty 200 body"
+        } else {
+            "200 body without any chat payload"
+        };
+        return Err(Failure::new(Outcome::ProtocolError, what));
+    }
+    if f.saw_done {
+        return Ok(());
+    }
+    match f.end {
+        BodyEnd::TimedOut(o) => Err(Failure::new(o, timeout_message(o))),
+        BodyEnd::Eof | BodyEnd::Broken if f.finish_reason.is_some() => Ok(()),
+        BodyEnd::Broken => Err(Failure::new(
+            Outcome::Truncated,
+            "connection broke before the end of the answer",
+        )),
+        BodyEnd::Eof | BodyEnd::Stopped => Err(Failure::new(
+            Outcome::Truncated,
+            "body ended with neither [DONE] nor a finish_reason",
+        )),
+    }
+}
+
+/// A fixed message for a timeout outcome.
+pub fn timeout_message(o: Outcome) -> &'static str {
+    match o {
+        Outcome::TimeoutConnect => "connect timeout",
+        Outcome::TimeoutTtft => "no token before the TTFT timeout",
+        Outcome::TimeoutIdle => "no body bytes within the idle timeout",
+        Outcome::TimeoutTotal => "attempt exceeded the total timeout",
+        _ => "timeout",
+    }
+}
+
+/// Retry-After (or OpenAI's `retry-after-ms`) in seconds: delay-seconds (fractions accepted)
+/// or an HTTP-date (RFC 9110), relative to `now`; a date in the past gives 0.
+pub fn parse_retry_after(
+    retry_after: Option<&str>,
+    retry_after_ms: Option<&str>,
+    now: SystemTime,
+) -> Option<f64> {
+    let ms = retry_after_ms
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|ms| ms.is_finite() && *ms >= 0.0);
+    if let Some(ms) = ms {
+        return Some(ms / 1000.0);
+    }
+    let v = retry_after?.trim();
+    if let Ok(s) = v.parse::<f64>() {
+        return (s.is_finite() && s >= 0.0).then_some(s);
+    }
+    let at = httpdate::parse_http_date(v).ok()?;
+    Some(
+        at.duration_since(now)
+            .unwrap_or(Duration::ZERO)
+            .as_secs_f64(),
+    )
+}
+
+/// Removes secrets from text bound for a record: the API key and any prompt message echoed
+/// back by a provider (whole, or its first 64 bytes), then truncates to
+/// [`MAX_ERROR_MESSAGE`] bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct Scrubber<'a> {
+    /// The API key, if any.
+    pub api_key: Option<&'a str>,
+    /// The prompt messages' contents.
+    pub prompt: &'a [latmesh_core::prompts::Message],
+}
+
+impl Scrubber<'_> {
+    /// The scrubbed, truncated message.
+    pub fn clean(&self, text: &str) -> String {
+        const REDACTED: &str = "[redacted]";
+        let mut out = text.to_string();
+        if let Some(key) = self.api_key.filter(|k| !k.is_empty()) {
+            out = out.replace(key, REDACTED);
+        }
+        for m in self.prompt {
+            let c = m.content.as_str();
+            if c.len() >= 16 && out.contains(c) {
+                out = out.replace(c, REDACTED);
+            }
+            if c.len() > 64 {
+                let mut end = 64;
+                while !c.is_char_boundary(end) {
+                    end -= 1;
+                }
+                if out.contains(&c[..end]) {
+                    out = out.replace(&c[..end], REDACTED);
+                }
+            }
+        }
+        truncate_message(&out, MAX_ERROR_MESSAGE)
+    }
+}
+
+/// A transport error as text, without the URL, with its causes.
+pub fn transport_message(e: &reqwest::Error) -> String {
+    use std::error::Error as _;
+    let mut msg = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        let t = s.to_string();
+        if !msg.contains(&t) {
+            msg.push_str(": ");
+            msg.push_str(&t);
+        }
+        src = s.source();
+    }
+    msg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use latmesh_core::prompts::Message;
+
+    fn facts(saw_done: bool, finish: Option<&str>, payloads: u32, end: BodyEnd) -> StreamFacts<'_> {
+        StreamFacts {
+            saw_done,
+            finish_reason: finish,
+            payloads,
+            body_bytes: 100,
+            end,
+        }
+    }
+
+    #[test]
+    fn stream_rules() {
+        assert_eq!(
+            classify_stream(&facts(true, None, 3, BodyEnd::Stopped)),
+            Ok(())
+        );
+        assert_eq!(
+            classify_stream(&facts(false, Some("stop"), 3, BodyEnd::Eof)),
+            Ok(())
+        );
+        assert_eq!(
+            classify_stream(&facts(false, Some("stop"), 3, BodyEnd::Broken)),
+            Ok(())
+        );
+        let o = |f: StreamFacts<'_>| classify_stream(&f).unwrap_err().outcome;
+        assert_eq!(o(facts(false, None, 3, BodyEnd::Eof)), Outcome::Truncated);
+        assert_eq!(
+            o(facts(false, None, 3, BodyEnd::Broken)),
+            Outcome::Truncated
+        );
+        assert_eq!(
+            o(facts(false, None, 0, BodyEnd::Eof)),
+            Outcome::ProtocolError
+        );
+        assert_eq!(
+            o(facts(true, None, 0, BodyEnd::Eof)),
+            Outcome::ProtocolError
+        );
+        assert_eq!(
+            o(facts(false, None, 0, BodyEnd::Broken)),
+            Outcome::ConnectionError
+        );
+        assert_eq!(
+            o(facts(
+                false,
+                Some("stop"),
+                3,
+                BodyEnd::TimedOut(Outcome::TimeoutIdle)
+            )),
+            Outcome::TimeoutIdle
+        );
+        assert_eq!(
+            o(facts(
+                false,
+                None,
+                0,
+                BodyEnd::TimedOut(Outcome::TimeoutTtft)
+            )),
+            Outcome::TimeoutTtft
+        );
+        let empty = StreamFacts {
+            body_bytes: 0,
+            ..facts(false, None, 0, BodyEnd::Eof)
+        };
+        assert_eq!(
+            classify_stream(&empty).unwrap_err().message,
+            "empty 200 body"
+        );
+    }
+
+    #[test]
+    fn abort_finish_reasons() {
+        assert!(is_abort_finish("insufficient_system_resource"));
+        assert!(is_abort_finish("abort"));
+        assert!(is_abort_finish("internal_error"));
+        for ok in [
+            "stop",
+            "length",
+            "tool_calls",
+            "content_filter",
+            "eos",
+            "end_turn",
+        ] {
+            assert!(!is_abort_finish(ok), "{ok}");
+        }
+    }
+
+    #[test]
+    fn retry_after_forms() {
+        let now = httpdate::parse_http_date("Wed, 21 Oct 2015 07:28:00 GMT").unwrap();
+        assert_eq!(parse_retry_after(Some("7"), None, now), Some(7.0));
+        assert_eq!(parse_retry_after(Some(" 6.5 "), None, now), Some(6.5));
+        assert_eq!(
+            parse_retry_after(Some("Wed, 21 Oct 2015 07:28:30 GMT"), None, now),
+            Some(30.0)
+        );
+        assert_eq!(
+            parse_retry_after(Some("Wed, 21 Oct 2015 07:27:00 GMT"), None, now),
+            Some(0.0)
+        );
+        assert_eq!(parse_retry_after(Some("soon"), None, now), None);
+        assert_eq!(parse_retry_after(Some("-1"), None, now), None);
+        assert_eq!(parse_retry_after(Some("7"), Some("1500"), now), Some(1.5));
+        assert_eq!(parse_retry_after(None, None, now), None);
+    }
+
+    #[test]
+    fn scrubbing_removes_key_and_prompt_and_truncates() {
+        let prompt = vec![Message {
+            role: "user".into(),
+            content: "What is the secret plan for tomorrow?".into(),
+        }];
+        let s = Scrubber {
+            api_key: Some("sk-live-123"),
+            prompt: &prompt,
+        };
+        let m = s.clean("bad key sk-live-123 for 'What is the secret plan for tomorrow?'");
+        assert_eq!(m, "bad key [redacted] for '[redacted]'");
+        let long = "x".repeat(1000);
+        assert!(s.clean(&long).len() <= MAX_ERROR_MESSAGE + "…".len());
+        let long_prompt = vec![Message {
+            role: "user".into(),
+            content: "é".repeat(100),
+        }];
+        let s = Scrubber {
+            api_key: None,
+            prompt: &long_prompt,
+        };
+        let echoed = format!("context too long: {}", &long_prompt[0].content[..64]);
+        assert_eq!(s.clean(&echoed), "context too long: [redacted]");
+    }
+}

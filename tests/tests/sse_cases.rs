@@ -1,0 +1,337 @@
+//! The provider-quirk corpus (`tests/fixtures/sse-cases/`, a byte-exact copy of
+//! `shared/sse-cases/`) through the real probe path: each recorded body is served over
+//! loopback HTTP by the simulator's replay server (`latmesh_sim::serve_replay`, which honours
+//! the sidecar's status, headers and `delivery.split_after_bytes`), probed with
+//! `latmesh_agent::probe::Prober`, and every field of its `.expect.json` is checked.
+//!
+//! A case whose sidecar says `200` with a JSON content type answers a non-streaming request
+//! (case 02); every other case is probed with `stream: true`.
+
+use std::path::{Path, PathBuf};
+
+use latmesh_agent::probe::{ProbeOutput, ProbeRequest, ProbeResult, Prober, ToolCall};
+use latmesh_core::plan::Timeouts;
+use latmesh_core::prompts::Message;
+use latmesh_core::record::Outcome;
+use serde_json::Value;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/sse-cases")
+}
+
+/// Generates one test per case, and `CASES`, the list the completeness test checks.
+macro_rules! cases {
+    ($($test:ident => $case:literal,)*) => {
+        const CASES: &[&str] = &[$($case),*];
+        $(
+            #[tokio::test]
+            async fn $test() {
+                run_case($case).await;
+            }
+        )*
+    };
+}
+
+cases! {
+    case_01_openrouter_processing_comment => "01-openrouter-processing-comment",
+    case_02_deepseek_nonstream_blank_lines => "02-deepseek-nonstream-blank-lines",
+    case_03_data_no_space => "03-data-no-space",
+    case_04_crlf_line_endings => "04-crlf-line-endings",
+    case_06_bare_error_envelope => "06-bare-error-envelope",
+    case_07_llamacpp_error_field => "07-llamacpp-error-field",
+    case_08_named_event_id_retry => "08-named-event-id-retry",
+    case_10_usage_only_final_chunk => "10-usage-only-final-chunk",
+    case_13_deepseek_reasoning_content => "13-deepseek-reasoning-content",
+    case_15_utf8_split_reads => "15-utf8-split-reads",
+    case_17_no_done_after_finish => "17-no-done-after-finish",
+    case_18_truncated_midstream => "18-truncated-midstream",
+    case_20_http429_retry_after => "20-http429-retry-after",
+    case_21_http502_html => "21-http502-html",
+    case_22_tool_calls_no_id => "22-tool-calls-no-id",
+}
+
+/// The corpus README's outcome names mapped to DESIGN.md's.
+fn map_outcome(name: &str) -> Outcome {
+    match name {
+        "ok" => Outcome::Ok,
+        "truncated" => Outcome::Truncated,
+        "error:stream_error" | "error:insufficient_system_resource" => Outcome::StreamError,
+        "error:http_429" => Outcome::Throttled,
+        "error:empty_response" => Outcome::ProtocolError,
+        other => match other
+            .strip_prefix("error:http_")
+            .and_then(|s| s.chars().next())
+        {
+            Some('5') => Outcome::Http5xx,
+            Some('4') => Outcome::Http4xx,
+            _ => panic!("unknown corpus outcome {other:?}: map it in sse_cases.rs"),
+        },
+    }
+}
+
+fn opt_u32(v: &Value) -> Option<u32> {
+    v.as_u64().map(|n| u32::try_from(n).unwrap())
+}
+
+fn opt_str(v: &Value) -> Option<&str> {
+    v.as_str()
+}
+
+/// Serves `case` with the simulator's replay server and probes it.
+async fn probe_case(case: &str, stream: bool) -> ProbeResult {
+    let sse = fixtures().join(format!("{case}.sse"));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move { latmesh_sim::serve_replay(listener, &sse).await });
+    let messages = vec![Message {
+        role: "user".into(),
+        content: "Which is larger, 9.8 or 9.11?".into(),
+    }];
+    let timeouts = Timeouts {
+        connect_s: 5.0,
+        ttft_s: 10.0,
+        idle_s: 10.0,
+        total_s: 20.0,
+    };
+    let base_url = format!("http://{addr}/v1");
+    let req = ProbeRequest {
+        base_url: &base_url,
+        model_id: "deepseek-v4-flash",
+        api_key: Some("sk-corpus-test"),
+        messages: &messages,
+        stream,
+        max_tokens: 64,
+        temperature: None,
+        top_p: None,
+        timeouts: &timeouts,
+    };
+    let prober = Prober::new(Some("test-region")).unwrap();
+    let r = prober.probe(&req, true).await;
+    if server.is_finished() {
+        panic!("{case}: replay server stopped: {:?}", server.await);
+    }
+    server.abort();
+    r
+}
+
+async fn run_case(case: &str) {
+    let expect: Value = serde_json::from_slice(
+        &std::fs::read(fixtures().join(format!("{case}.expect.json"))).unwrap(),
+    )
+    .unwrap();
+    let status = expect["http"]["status"].as_u64().unwrap() as u16;
+    let content_type = expect["http"]["headers"]["content-type"]
+        .as_str()
+        .unwrap_or("");
+    let stream = !((200..300).contains(&status) && content_type.contains("json"));
+    let r = probe_case(case, stream).await;
+    let rec = &r.record;
+    let ctx = format!("{case}: {rec:#?}");
+
+    let mut accepted = vec![map_outcome(expect["outcome"].as_str().unwrap())];
+    if let Some(alt) = expect
+        .get("acceptable_alternative_outcome")
+        .and_then(Value::as_str)
+    {
+        accepted.push(map_outcome(alt));
+    }
+    assert!(
+        accepted.contains(&rec.outcome()),
+        "outcome {:?} not in {accepted:?}; {ctx}",
+        rec.outcome
+    );
+    assert_eq!(rec.http_status, Some(status), "{ctx}");
+    assert_eq!(rec.stream, stream, "{ctx}");
+
+    assert_eq!(
+        r.content_text,
+        expect["content_text"].as_str().unwrap(),
+        "{ctx}"
+    );
+    assert_eq!(
+        r.reasoning_text,
+        expect["reasoning_text"].as_str().unwrap(),
+        "{ctx}"
+    );
+    assert_eq!(
+        Some(rec.content_chunks),
+        opt_u32(&expect["content_chunks"]),
+        "{ctx}"
+    );
+    assert_eq!(
+        Some(rec.reasoning_chunks),
+        opt_u32(&expect["reasoning_chunks"]),
+        "{ctx}"
+    );
+
+    let usage = &expect["usage"];
+    if usage.is_null() {
+        assert_eq!(rec.usage, Default::default(), "usage; {ctx}");
+        assert!(!rec.tokens_from_usage, "{ctx}");
+    } else {
+        assert_eq!(
+            rec.usage.prompt_tokens,
+            opt_u32(&usage["prompt_tokens"]),
+            "{ctx}"
+        );
+        assert_eq!(
+            rec.usage.completion_tokens,
+            opt_u32(&usage["completion_tokens"]),
+            "{ctx}"
+        );
+        assert_eq!(
+            rec.usage.total_tokens,
+            opt_u32(&usage["total_tokens"]),
+            "{ctx}"
+        );
+        assert_eq!(
+            rec.usage.reasoning_tokens,
+            opt_u32(&usage["reasoning_tokens"]),
+            "{ctx}"
+        );
+        assert_eq!(
+            rec.output_tokens,
+            rec.usage.completion_tokens.unwrap(),
+            "{ctx}"
+        );
+        assert!(rec.tokens_from_usage, "{ctx}");
+    }
+
+    assert_eq!(
+        rec.finish_reason.as_deref(),
+        opt_str(&expect["finish_reason"]),
+        "{ctx}"
+    );
+    assert_eq!(rec.saw_done, expect["saw_done"].as_bool().unwrap(), "{ctx}");
+    assert_eq!(
+        r.first_output_payload_index,
+        opt_u32(&expect["first_output_payload_index"]),
+        "{ctx}"
+    );
+    assert_eq!(
+        r.first_content_payload_index,
+        opt_u32(&expect["first_content_payload_index"]),
+        "{ctx}"
+    );
+
+    let want_tools: Vec<ToolCall> = match expect.get("tool_calls") {
+        Some(v) => serde_json::from_value(v.clone()).unwrap(),
+        None => Vec::new(),
+    };
+    assert_eq!(r.tool_calls, want_tools, "{ctx}");
+
+    assert_eq!(
+        rec.retry_after_s,
+        expect.get("retry_after_s").and_then(Value::as_f64),
+        "{ctx}"
+    );
+
+    if let Some(err) = expect.get("error") {
+        if let Some(t) = err.get("type") {
+            assert_eq!(rec.error_type.as_deref(), t.as_str(), "{ctx}");
+        }
+        if let Some(code) = err.get("code") {
+            let code = code
+                .as_str()
+                .map_or_else(|| code.to_string(), str::to_string);
+            assert_eq!(r.error_code.as_deref(), Some(code.as_str()), "{ctx}");
+        }
+        if let Some(m) = err.get("message") {
+            assert_eq!(rec.error_message.as_deref(), m.as_str(), "{ctx}");
+        }
+    }
+
+    // Timing is consistent with the definitions.
+    let body_len = std::fs::metadata(fixtures().join(format!("{case}.sse")))
+        .unwrap()
+        .len();
+    assert_eq!(rec.response_bytes, body_len, "{ctx}");
+    assert!(rec.ttfb_us.is_some(), "{ctx}");
+    if !stream {
+        assert_eq!((rec.ttft_us, rec.ttfc_us), (None, None), "{ctx}");
+    }
+    if stream && r.first_output_payload_index.is_some() {
+        let (ttfb, ttft) = (rec.ttfb_us.unwrap(), rec.ttft_us.unwrap());
+        assert!(ttfb <= ttft, "{ctx}");
+        if let Some(ttfc) = rec.ttfc_us {
+            assert!(ttft <= ttfc, "{ctx}");
+        }
+        if let Some(e2e) = rec.e2e_us {
+            assert!(rec.ttfc_us.unwrap_or(ttft) <= e2e, "{ctx}");
+        }
+    }
+    if rec.outcome() == Outcome::Ok {
+        assert!(rec.e2e_us.is_some(), "{ctx}");
+        assert!(rec.error_message.is_none(), "{ctx}");
+    } else {
+        assert!(rec.error_message.is_some(), "{ctx}");
+    }
+    let token_payloads = rec
+        .content_chunks
+        .max(rec.reasoning_chunks)
+        .max(rec.tool_call_chunks);
+    if !rec.tokens_from_usage {
+        assert!(rec.output_tokens >= token_payloads, "{ctx}");
+    }
+
+    // The CLI's JSON view says the same.
+    let out = serde_json::to_value(ProbeOutput::new(&r, true)).unwrap();
+    eprintln!("{case}: {out}");
+    assert_eq!(out["outcome"], rec.outcome().as_str(), "{ctx}");
+    assert_eq!(out["content_text"], expect["content_text"], "{ctx}");
+    assert_eq!(
+        out["first_output_payload_index"], expect["first_output_payload_index"],
+        "{ctx}"
+    );
+}
+
+fn sse_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "sse"))
+        .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Every recorded body has a test, and the repo copy is the shared corpus (when CI has it
+/// beside the clone): a new case can't be silently skipped.
+#[test]
+fn every_corpus_case_has_a_test() {
+    let local = sse_names(&fixtures());
+    for name in &local {
+        assert!(
+            CASES.contains(&name.as_str()),
+            "tests/fixtures/sse-cases/{name}.sse has no test: add it to cases!"
+        );
+        assert!(
+            fixtures().join(format!("{name}.expect.json")).exists(),
+            "{name} has no .expect.json"
+        );
+    }
+    for case in CASES {
+        assert!(
+            local.iter().any(|n| n == case),
+            "case {case} has no fixture"
+        );
+    }
+    let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/sse-cases");
+    if shared.is_dir() {
+        for name in sse_names(&shared) {
+            assert!(
+                local.contains(&name),
+                "shared/sse-cases/{name}.sse is missing from tests/fixtures/sse-cases: copy it (cp) and add a test"
+            );
+            for ext in ["sse", "expect.json"] {
+                let a = std::fs::read(shared.join(format!("{name}.{ext}"))).unwrap();
+                let b = std::fs::read(fixtures().join(format!("{name}.{ext}"))).unwrap();
+                assert!(
+                    a == b,
+                    "tests/fixtures/sse-cases/{name}.{ext} differs from shared/sse-cases: copy it again"
+                );
+            }
+        }
+    }
+}
