@@ -7,4 +7,4 @@ pub mod probe;
 pub mod runner;
 pub mod session;
 
-pub use session::{run, AgentConfig};
+pub use session::{AgentConfig, run};

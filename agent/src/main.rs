@@ -7,7 +7,11 @@ use clap::Parser;
 #[command(version, about)]
 struct Args {
     /// Coordinator gRPC URL.
-    #[arg(long, env = "LATMESH_COORDINATOR", default_value = "http://127.0.0.1:7700")]
+    #[arg(
+        long,
+        env = "LATMESH_COORDINATOR",
+        default_value = "http://127.0.0.1:7700"
+    )]
     coordinator: String,
     /// Region this agent measures from (e.g. us-east).
     #[arg(long, env = "LATMESH_REGION")]
@@ -23,12 +27,19 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("LATMESH_LOG").unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("LATMESH_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
-    let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "agent".into());
-    let agent_id = args.agent_id.unwrap_or_else(|| format!("{}-{host}", args.region));
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "agent".into());
+    let agent_id = args
+        .agent_id
+        .unwrap_or_else(|| format!("{}-{host}", args.region));
     let mut cfg = latmesh_agent::AgentConfig::new(&args.coordinator, &agent_id, &args.region);
     cfg.exit_after_campaigns = args.exit_after;
     latmesh_agent::run(cfg).await

@@ -77,9 +77,15 @@ impl Outbox {
     pub fn take_pending(&self) -> Pending {
         let mut inner = self.lock();
         let keys = std::mem::take(&mut inner.unsent);
-        let batches = keys.iter().filter_map(|k| inner.unacked.get(k).cloned()).collect();
+        let batches = keys
+            .iter()
+            .filter_map(|k| inner.unacked.get(k).cloned())
+            .collect();
         let done_ids = std::mem::take(&mut inner.unsent_dones);
-        let dones = done_ids.iter().filter_map(|id| inner.dones.get(id).cloned()).collect();
+        let dones = done_ids
+            .iter()
+            .filter_map(|id| inner.dones.get(id).cloned())
+            .collect();
         Pending { batches, dones }
     }
 
@@ -99,7 +105,11 @@ mod tests {
     use super::*;
 
     fn batch(seq: u64) -> pb::ResultBatch {
-        pb::ResultBatch { campaign_id: "c".into(), seq, ..Default::default() }
+        pb::ResultBatch {
+            campaign_id: "c".into(),
+            seq,
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -107,15 +117,25 @@ mod tests {
         let o = Outbox::default();
         o.push(batch(1));
         o.push(batch(2));
-        o.push_done(pb::CampaignDone { campaign_id: "c".into(), last_seq: 2, probes: 5 });
+        o.push_done(pb::CampaignDone {
+            campaign_id: "c".into(),
+            last_seq: 2,
+            probes: 5,
+        });
         let first = o.take_pending();
-        assert_eq!(first.batches.iter().map(|b| b.seq).collect::<Vec<_>>(), vec![1, 2]);
+        assert_eq!(
+            first.batches.iter().map(|b| b.seq).collect::<Vec<_>>(),
+            vec![1, 2]
+        );
         assert_eq!(first.dones.len(), 1);
         assert!(o.take_pending().batches.is_empty());
         o.ack("c", 1);
         o.resend_all();
         let again = o.take_pending();
-        assert_eq!(again.batches.iter().map(|b| b.seq).collect::<Vec<_>>(), vec![2]);
+        assert_eq!(
+            again.batches.iter().map(|b| b.seq).collect::<Vec<_>>(),
+            vec![2]
+        );
         assert_eq!(again.dones.len(), 1);
         assert_eq!(o.unacked(), 1);
     }

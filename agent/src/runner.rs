@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use latmesh_core::clock::ClockEstimate;
 use latmesh_core::hist::HistogramSet;
 use latmesh_core::plan::Plan;
-use latmesh_core::record::{ProbeRecord, Outcome};
+use latmesh_core::record::{Outcome, ProbeRecord};
 use latmesh_core::wire;
 use latmesh_proto::pb;
 use tokio::sync::{mpsc, watch};
@@ -22,7 +22,10 @@ use crate::probe::{ProbeRequest, Prober};
 
 /// Wall clock now, UTC µs.
 pub fn now_unix_us() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
 }
 
 /// One campaign to run.
@@ -47,7 +50,10 @@ pub struct RunnerConfig {
 
 impl Default for RunnerConfig {
     fn default() -> Self {
-        RunnerConfig { flush_interval: Duration::from_millis(1000), clock_wait: Duration::from_secs(3) }
+        RunnerConfig {
+            flush_interval: Duration::from_millis(1000),
+            clock_wait: Duration::from_secs(3),
+        }
     }
 }
 
@@ -60,7 +66,9 @@ pub fn local_instant_of(coord_unix_us: i64, offset_us: i64) -> Instant {
     if ahead_us >= 0 {
         now_i + Duration::from_micros(ahead_us as u64)
     } else {
-        now_i.checked_sub(Duration::from_micros(ahead_us.unsigned_abs())).unwrap_or(now_i)
+        now_i
+            .checked_sub(Duration::from_micros(ahead_us.unsigned_abs()))
+            .unwrap_or(now_i)
     }
 }
 
@@ -88,7 +96,12 @@ pub async fn run_campaign(
     warn_missing_keys(&run.plan);
 
     let (tx, rx) = mpsc::channel::<(ProbeRecord, Vec<u64>)>(1024);
-    let collector = tokio::spawn(collect(run.campaign_id.clone(), rx, outbox.clone(), cfg.flush_interval));
+    let collector = tokio::spawn(collect(
+        run.campaign_id.clone(),
+        rx,
+        outbox.clone(),
+        cfg.flush_interval,
+    ));
     let plan = run.plan.clone();
     for round in 0..plan.rounds.count {
         for (slot, s) in plan.round_order(round).into_iter().enumerate() {
@@ -99,7 +112,10 @@ pub async fn run_campaign(
                 let provider = &plan.providers[s.provider];
                 let scenario = &plan.scenarios[s.scenario];
                 let prompt = plan.prompt_for(s.scenario, round);
-                let api_key = provider.api_key_env.as_ref().and_then(|name| std::env::var(name).ok());
+                let api_key = provider
+                    .api_key_env
+                    .as_ref()
+                    .and_then(|name| std::env::var(name).ok());
                 let req = ProbeRequest {
                     base_url: &provider.base_url,
                     model_id: &provider.model_id,
@@ -127,17 +143,21 @@ pub async fn run_campaign(
     }
     drop(tx);
     let (last_seq, probes) = collector.await.unwrap_or((0, 0));
-    outbox.push_done(pb::CampaignDone { campaign_id: run.campaign_id.clone(), last_seq, probes });
+    outbox.push_done(pb::CampaignDone {
+        campaign_id: run.campaign_id.clone(),
+        last_seq,
+        probes,
+    });
     tracing::info!(campaign = %run.campaign_id, probes, batches = last_seq, "campaign finished");
     probes
 }
 
 fn warn_missing_keys(plan: &Plan) {
     for p in &plan.providers {
-        if let Some(name) = &p.api_key_env {
-            if std::env::var_os(name).is_none() {
-                tracing::warn!(provider = %p.name, env = %name, "API key variable is not set on this agent; requests go without Authorization");
-            }
+        if let Some(name) = &p.api_key_env
+            && std::env::var_os(name).is_none()
+        {
+            tracing::warn!(provider = %p.name, env = %name, "API key variable is not set on this agent; requests go without Authorization");
         }
     }
 }
@@ -156,7 +176,10 @@ async fn collect(
     let mut interval_start = now_unix_us();
     let mut tick = tokio::time::interval(flush_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let seal = |hists: &mut HistogramSet, records: &mut Vec<ProbeRecord>, interval_start: &mut i64, seq: &mut u64| {
+    let seal = |hists: &mut HistogramSet,
+                records: &mut Vec<ProbeRecord>,
+                interval_start: &mut i64,
+                seq: &mut u64| {
         if records.is_empty() && hists.is_empty() {
             return;
         }
@@ -171,7 +194,10 @@ async fn collect(
             campaign_id: campaign_id.clone(),
             seq: *seq,
             histograms,
-            records: records.drain(..).map(|r| pb::ProbeRecord::from(&r)).collect(),
+            records: records
+                .drain(..)
+                .map(|r| pb::ProbeRecord::from(&r))
+                .collect(),
             clock_offset_us: 0,
         });
         *interval_start = end;
@@ -206,7 +232,10 @@ mod tests {
         let now_coord = now_unix_us() + 2_000_000;
         let at = local_instant_of(now_coord + 500_000, 2_000_000);
         let ahead = at.saturating_duration_since(Instant::now());
-        assert!(ahead > Duration::from_millis(400) && ahead <= Duration::from_millis(500), "{ahead:?}");
+        assert!(
+            ahead > Duration::from_millis(400) && ahead <= Duration::from_millis(500),
+            "{ahead:?}"
+        );
         let past = local_instant_of(now_coord - 1_000_000, 2_000_000);
         assert!(past <= Instant::now());
     }

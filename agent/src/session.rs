@@ -7,17 +7,17 @@ use std::time::Duration;
 
 use latmesh_core::clock::{self, ClockEstimate, ClockSample};
 use latmesh_core::plan::Plan;
+use latmesh_proto::PROTOCOL_VERSION;
 use latmesh_proto::pb::agent_message::Kind as Out;
 use latmesh_proto::pb::coordinator_message::Kind as In;
 use latmesh_proto::pb::{self, agent_session_client::AgentSessionClient};
-use latmesh_proto::PROTOCOL_VERSION;
 use rand::Rng;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::outbox::Outbox;
 use crate::probe::Prober;
-use crate::runner::{now_unix_us, run_campaign, CampaignRun, RunnerConfig};
+use crate::runner::{CampaignRun, RunnerConfig, now_unix_us, run_campaign};
 
 /// How an agent identifies itself and where it connects.
 #[derive(Clone, Debug)]
@@ -71,7 +71,17 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     let mut finished: usize = 0;
     let mut backoff = Duration::from_millis(100);
     loop {
-        let attempt = session(&cfg, &prober, &outbox, &clock_tx, &clock_rx, &started, &finished_tx, &mut finished_rx, &mut finished);
+        let attempt = session(
+            &cfg,
+            &prober,
+            &outbox,
+            &clock_tx,
+            &clock_rx,
+            &started,
+            &finished_tx,
+            &mut finished_rx,
+            &mut finished,
+        );
         match attempt.await {
             Ok(SessionEnd::Exit) => return Ok(()),
             Ok(SessionEnd::Lost) => backoff = Duration::from_millis(100),
@@ -121,8 +131,14 @@ async fn session(
     let _ = tx.send(msg(Out::Hello(hello))).await;
     let mut inbound = match client.session(ReceiverStream::new(rx)).await {
         Ok(r) => r.into_inner(),
-        Err(s) if s.code() == tonic::Code::FailedPrecondition || s.code() == tonic::Code::InvalidArgument => {
-            return Err(SessionError::Fatal(anyhow::anyhow!("coordinator refused this agent: {}", s.message())));
+        Err(s)
+            if s.code() == tonic::Code::FailedPrecondition
+                || s.code() == tonic::Code::InvalidArgument =>
+        {
+            return Err(SessionError::Fatal(anyhow::anyhow!(
+                "coordinator refused this agent: {}",
+                s.message()
+            )));
         }
         Err(s) => return Err(SessionError::Retry(s.into())),
     };
@@ -200,7 +216,11 @@ fn start_campaign(
     finished_tx: &mpsc::UnboundedSender<String>,
     runner: &RunnerConfig,
 ) {
-    if !started.lock().unwrap_or_else(|e| e.into_inner()).insert(p.campaign_id.clone()) {
+    if !started
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(p.campaign_id.clone())
+    {
         return; // pushed again after a reconnect: already running
     }
     let plan: Plan = match serde_json::from_str(&p.plan_json) {
@@ -210,8 +230,18 @@ fn start_campaign(
             return;
         }
     };
-    let run = CampaignRun { campaign_id: p.campaign_id.clone(), plan: Arc::new(plan), start_at_coord_unix_us: p.start_at_coord_unix_us };
-    let (prober, outbox, clock, finished_tx, runner) = (prober.clone(), outbox.clone(), clock_rx.clone(), finished_tx.clone(), runner.clone());
+    let run = CampaignRun {
+        campaign_id: p.campaign_id.clone(),
+        plan: Arc::new(plan),
+        start_at_coord_unix_us: p.start_at_coord_unix_us,
+    };
+    let (prober, outbox, clock, finished_tx, runner) = (
+        prober.clone(),
+        outbox.clone(),
+        clock_rx.clone(),
+        finished_tx.clone(),
+        runner.clone(),
+    );
     tokio::spawn(async move {
         run_campaign(run, prober, clock, outbox, runner).await;
         let _ = finished_tx.send(p.campaign_id);

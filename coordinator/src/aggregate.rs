@@ -44,7 +44,14 @@ pub struct Aggregate {
 impl Aggregate {
     /// Adds one record from an agent in `region`.
     pub fn add_record(&mut self, region: &str, rec: &ProbeRecord) {
-        let cell = self.counts.entry((region.to_string(), rec.provider.clone(), rec.scenario.clone())).or_default();
+        let cell = self
+            .counts
+            .entry((
+                region.to_string(),
+                rec.provider.clone(),
+                rec.scenario.clone(),
+            ))
+            .or_default();
         let outcome = rec.outcome();
         *cell.outcomes.entry(outcome).or_insert(0) += 1;
         if outcome == Outcome::Ok {
@@ -55,7 +62,10 @@ impl Aggregate {
 
     /// Adds one interval histogram from an agent in `region`.
     pub fn add_histogram(&mut self, region: &str, key: HistKey, h: &Histogram<u64>) {
-        self.hists.entry(region.to_string()).or_default().merge(key, h);
+        self.hists
+            .entry(region.to_string())
+            .or_default()
+            .merge(key, h);
     }
 
     /// The merged histogram of `region` (or of every region when `None`) for `key`.
@@ -107,7 +117,11 @@ mod tests {
     #[test]
     fn regions_merge_by_addition() {
         let mut agg = Aggregate::default();
-        let key = HistKey { provider: "p".into(), scenario: "s".into(), metric: Metric::Ttft };
+        let key = HistKey {
+            provider: "p".into(),
+            scenario: "s".into(),
+            metric: Metric::Ttft,
+        };
         let (mut a, mut b) = (new_histogram(), new_histogram());
         a.record(100).unwrap();
         b.record(300).unwrap();
@@ -125,15 +139,32 @@ mod tests {
     #[test]
     fn outcomes_count_per_cell_and_over_regions() {
         let mut agg = Aggregate::default();
-        let rec = |o| ProbeRecord { provider: "p".into(), scenario: "s".into(), outcome: Some(o), output_tokens: 10, tokens_from_usage: true, ..Default::default() };
+        let rec = |o| ProbeRecord {
+            provider: "p".into(),
+            scenario: "s".into(),
+            outcome: Some(o),
+            output_tokens: 10,
+            tokens_from_usage: true,
+            ..Default::default()
+        };
         agg.add_record("us-east", &rec(Outcome::Ok));
         agg.add_record("us-east", &rec(Outcome::Throttled));
         agg.add_record("eu-west", &rec(Outcome::Ok));
         let us = agg.counts(Some("us-east"), "p", "s");
-        assert_eq!((us.attempts(), us.count(Outcome::Ok), us.count(Outcome::Throttled)), (2, 1, 1));
+        assert_eq!(
+            (
+                us.attempts(),
+                us.count(Outcome::Ok),
+                us.count(Outcome::Throttled)
+            ),
+            (2, 1, 1)
+        );
         assert_eq!(us.ok_output_tokens, 10);
         let all = agg.counts(None, "p", "s");
-        assert_eq!((all.attempts(), all.count(Outcome::Ok), all.ok_output_tokens), (3, 2, 20));
+        assert_eq!(
+            (all.attempts(), all.count(Outcome::Ok), all.ok_output_tokens),
+            (3, 2, 20)
+        );
         assert_eq!(agg.records(), 3);
     }
 }

@@ -56,7 +56,11 @@ enum Command {
 #[derive(Args, Debug)]
 struct CoordinatorArg {
     /// Coordinator URL.
-    #[arg(long, env = "LATMESH_COORDINATOR", default_value = "http://127.0.0.1:7700")]
+    #[arg(
+        long,
+        env = "LATMESH_COORDINATOR",
+        default_value = "http://127.0.0.1:7700"
+    )]
     coordinator: String,
 }
 
@@ -131,12 +135,16 @@ pub async fn run() -> anyhow::Result<()> {
 pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve { listen } => {
-            let listener = TcpListener::bind(&listen).await.with_context(|| format!("cannot listen on {listen}"))?;
+            let listener = TcpListener::bind(&listen)
+                .await
+                .with_context(|| format!("cannot listen on {listen}"))?;
             println!("listening on http://{}", listener.local_addr()?);
             let shutdown = async {
                 let _ = tokio::signal::ctrl_c().await;
             };
-            Coordinator::new(State::default()).serve(listener, shutdown).await?;
+            Coordinator::new(State::default())
+                .serve(listener, shutdown)
+                .await?;
             Ok(())
         }
         Command::Campaign(CampaignCmd::Validate { file }) => {
@@ -154,13 +162,29 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Command::Campaign(CampaignCmd::Launch { file, coord, json, start_delay_s, wait_agents_s }) => {
+        Command::Campaign(CampaignCmd::Launch {
+            file,
+            coord,
+            json,
+            start_delay_s,
+            wait_agents_s,
+        }) => {
             let plan = campaign::load_file(&file)?;
             let mut client = watch::connect(&coord.coordinator).await?;
-            watch::wait_for_agents(&mut client, &plan.regions, Duration::from_secs_f64(wait_agents_s.max(0.0))).await?;
+            watch::wait_for_agents(
+                &mut client,
+                &plan.regions,
+                Duration::from_secs_f64(wait_agents_s.max(0.0)),
+            )
+            .await?;
             let reply = watch::launch(&mut client, &plan, start_delay_s).await?;
-            eprintln!("launched campaign {} on {} agents", reply.campaign_id, reply.agent_ids.len());
-            let summary = watch::follow(&mut client, &reply.campaign_id, Duration::from_secs(5)).await?;
+            eprintln!(
+                "launched campaign {} on {} agents",
+                reply.campaign_id,
+                reply.agent_ids.len()
+            );
+            let summary =
+                watch::follow(&mut client, &reply.campaign_id, Duration::from_secs(5)).await?;
             print!("{}", summary.render());
             if let Some(path) = json {
                 watch::write_json(&summary, &path)?;
@@ -170,7 +194,11 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Agents { coord } => {
             let mut client = watch::connect(&coord.coordinator).await?;
-            let agents = client.list_agents(pb::ListAgentsRequest {}).await?.into_inner().agents;
+            let agents = client
+                .list_agents(pb::ListAgentsRequest {})
+                .await?
+                .into_inner()
+                .agents;
             if agents.is_empty() {
                 println!("no agents");
             }
@@ -180,7 +208,11 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
                     a.agent_id,
                     a.region,
                     a.version,
-                    if a.connected { "connected" } else { "disconnected" },
+                    if a.connected {
+                        "connected"
+                    } else {
+                        "disconnected"
+                    },
                     a.clock_offset_us,
                     a.clock_uncertainty_us
                 );
@@ -189,11 +221,19 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Demo { json, rounds } => {
             let started = std::time::Instant::now();
-            let summary = demo::run(demo::DemoOptions { rounds, progress: true }).await?;
+            let summary = demo::run(demo::DemoOptions {
+                rounds,
+                progress: true,
+            })
+            .await?;
             print!("{}", summary.render());
             let path = json.unwrap_or_else(|| PathBuf::from(".latmesh/demo-summary.json"));
             watch::write_json(&summary, &path)?;
-            eprintln!("demo finished in {:.0} s; JSON summary: {}", started.elapsed().as_secs_f64(), path.display());
+            eprintln!(
+                "demo finished in {:.0} s; JSON summary: {}",
+                started.elapsed().as_secs_f64(),
+                path.display()
+            );
             Ok(())
         }
         Command::Probe(args) => probe(args).await,
@@ -202,12 +242,21 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
 
 async fn probe(args: ProbeArgs) -> anyhow::Result<()> {
     let api_key = match &args.api_key_env {
-        Some(name) => Some(std::env::var(name).with_context(|| format!("--api-key-env {name}: the variable is not set"))?),
+        Some(name) => Some(
+            std::env::var(name)
+                .with_context(|| format!("--api-key-env {name}: the variable is not set"))?,
+        ),
         None => None,
     };
     let prober = latmesh_agent::probe::Prober::new(None)?;
-    let messages = [Message { role: "user".into(), content: args.prompt.clone() }];
-    let timeouts = Timeouts { total_s: args.timeout_s, ..Timeouts::default() };
+    let messages = [Message {
+        role: "user".into(),
+        content: args.prompt.clone(),
+    }];
+    let timeouts = Timeouts {
+        total_s: args.timeout_s,
+        ..Timeouts::default()
+    };
     let req = latmesh_agent::probe::ProbeRequest {
         base_url: args.base_url.trim_end_matches('/'),
         model_id: &args.model,

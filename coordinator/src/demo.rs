@@ -31,25 +31,37 @@ pub struct DemoOptions {
 /// # Errors
 /// When a local listener cannot be bound, or the campaign fails to complete.
 pub async fn run(opts: DemoOptions) -> anyhow::Result<Summary> {
-    let sim_listener = TcpListener::bind("127.0.0.1:0").await.context("binding the simulator")?;
+    let sim_listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("binding the simulator")?;
     let sim_addr = sim_listener.local_addr()?;
-    let sim = tokio::spawn(latmesh_sim::serve_providers(sim_listener, latmesh_sim::SimConfig::default()));
+    let sim = tokio::spawn(latmesh_sim::serve_providers(
+        sim_listener,
+        latmesh_sim::SimConfig::default(),
+    ));
 
-    let coord_listener = TcpListener::bind("127.0.0.1:0").await.context("binding the coordinator")?;
+    let coord_listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("binding the coordinator")?;
     let coord_url = format!("http://{}", coord_listener.local_addr()?);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let coordinator = tokio::spawn(Coordinator::new(State::default()).serve(coord_listener, async {
-        let _ = stop_rx.await;
-    }));
+    let coordinator = tokio::spawn(Coordinator::new(State::default()).serve(
+        coord_listener,
+        async {
+            let _ = stop_rx.await;
+        },
+    ));
 
     let text = DEMO_CAMPAIGN.replace("{sim}", &sim_addr.to_string());
-    let mut plan = campaign::load_toml_str(&text, std::path::Path::new(".")).context("embedded demo campaign")?;
+    let mut plan = campaign::load_toml_str(&text, std::path::Path::new("."))
+        .context("embedded demo campaign")?;
     if let Some(n) = opts.rounds {
         plan.rounds.count = n.max(1);
     }
     let mut agents = Vec::new();
     for (i, region) in plan.regions.iter().enumerate() {
-        let mut cfg = latmesh_agent::AgentConfig::new(&coord_url, &format!("{region}-{}", i + 1), region);
+        let mut cfg =
+            latmesh_agent::AgentConfig::new(&coord_url, &format!("{region}-{}", i + 1), region);
         cfg.exit_after_campaigns = Some(1);
         agents.push(tokio::spawn(latmesh_agent::run(cfg)));
     }
@@ -67,7 +79,11 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<Summary> {
             plan.rounds.count
         );
     }
-    let every = if opts.progress { Duration::from_secs(5) } else { Duration::from_secs(3600) };
+    let every = if opts.progress {
+        Duration::from_secs(5)
+    } else {
+        Duration::from_secs(3600)
+    };
     let summary = watch::follow(&mut client, &reply.campaign_id, every).await?;
 
     for a in agents {

@@ -3,17 +3,17 @@
 use std::pin::Pin;
 
 use futures::Stream;
+use futures::StreamExt;
+use latmesh_proto::PROTOCOL_VERSION;
 use latmesh_proto::pb::agent_message::Kind as In;
 use latmesh_proto::pb::coordinator_message::Kind as Out;
 use latmesh_proto::pb::{self, agent_session_server::AgentSession, control_server::Control};
-use latmesh_proto::PROTOCOL_VERSION;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream, WatchStream};
-use futures::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::state::{now_unix_us, State, StateError};
+use crate::state::{State, StateError, now_unix_us};
 
 /// Default delay between launch and round 0, µs: time for the plan to reach every agent.
 pub const DEFAULT_START_DELAY_US: i64 = 2_000_000;
@@ -23,7 +23,9 @@ impl From<StateError> for Status {
         match e {
             StateError::UnknownCampaign(_) => Status::not_found(e.to_string()),
             StateError::NoAgent { .. } => Status::failed_precondition(e.to_string()),
-            StateError::BadPlan(_) | StateError::BadBatch { .. } => Status::invalid_argument(e.to_string()),
+            StateError::BadPlan(_) | StateError::BadBatch { .. } => {
+                Status::invalid_argument(e.to_string())
+            }
         }
     }
 }
@@ -51,7 +53,9 @@ impl Coordinator {
     ) -> Result<(), tonic::transport::Error> {
         tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(std::time::Duration::from_secs(10)))
-            .add_service(pb::agent_session_server::AgentSessionServer::new(self.clone()))
+            .add_service(pb::agent_session_server::AgentSessionServer::new(
+                self.clone(),
+            ))
             .add_service(pb::control_server::ControlServer::new(self))
             .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
             .await
@@ -59,7 +63,8 @@ impl Coordinator {
 }
 
 fn send(tx: &mpsc::Sender<Result<pb::CoordinatorMessage, Status>>, kind: Out) -> bool {
-    tx.try_send(Ok(pb::CoordinatorMessage { kind: Some(kind) })).is_ok()
+    tx.try_send(Ok(pb::CoordinatorMessage { kind: Some(kind) }))
+        .is_ok()
 }
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -68,11 +73,20 @@ type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'stati
 impl AgentSession for Coordinator {
     type SessionStream = BoxStream<pb::CoordinatorMessage>;
 
-    async fn session(&self, request: Request<Streaming<pb::AgentMessage>>) -> Result<Response<Self::SessionStream>, Status> {
+    async fn session(
+        &self,
+        request: Request<Streaming<pb::AgentMessage>>,
+    ) -> Result<Response<Self::SessionStream>, Status> {
         let mut inbound = request.into_inner();
         let hello = match inbound.message().await? {
-            Some(pb::AgentMessage { kind: Some(In::Hello(h)) }) => h,
-            _ => return Err(Status::invalid_argument("the first message of a session must be AgentHello")),
+            Some(pb::AgentMessage {
+                kind: Some(In::Hello(h)),
+            }) => h,
+            _ => {
+                return Err(Status::invalid_argument(
+                    "the first message of a session must be AgentHello",
+                ));
+            }
         };
         if hello.protocol_version != PROTOCOL_VERSION {
             tracing::warn!(agent = %hello.agent_id, theirs = hello.protocol_version, "refused agent: protocol version mismatch");
@@ -82,10 +96,17 @@ impl AgentSession for Coordinator {
             )));
         }
         if hello.agent_id.is_empty() || hello.region.is_empty() {
-            return Err(Status::invalid_argument("AgentHello needs agent_id and region"));
+            return Err(Status::invalid_argument(
+                "AgentHello needs agent_id and region",
+            ));
         }
         let (tx, rx) = mpsc::channel(1024);
-        send(&tx, Out::Welcome(pb::Welcome { coordinator_version: env!("CARGO_PKG_VERSION").into() }));
+        send(
+            &tx,
+            Out::Welcome(pb::Welcome {
+                coordinator_version: env!("CARGO_PKG_VERSION").into(),
+            }),
+        );
         let session = self.state.connect(&hello, tx.clone());
         tracing::info!(agent = %hello.agent_id, region = %hello.region, version = %hello.version, "agent connected");
         let state = self.state.clone();
@@ -121,7 +142,9 @@ impl AgentSession for Coordinator {
                                 // Acked only after merging (the durable spool joins here: issue 4/6).
                                 send(&tx, Out::Ack(pb::BatchAck { campaign_id, seq }));
                             }
-                            Err(e) => tracing::error!(%agent, error = %e, "batch not merged, not acked"),
+                            Err(e) => {
+                                tracing::error!(%agent, error = %e, "batch not merged, not acked")
+                            }
                         }
                     }
                     Some(In::Done(d)) => {
@@ -129,7 +152,9 @@ impl AgentSession for Coordinator {
                             tracing::warn!(%agent, error = %e, "done for an unknown campaign");
                         }
                     }
-                    Some(In::Hello(_)) | None => tracing::warn!(%agent, "unexpected message ignored"),
+                    Some(In::Hello(_)) | None => {
+                        tracing::warn!(%agent, "unexpected message ignored")
+                    }
                 }
             }
             state.disconnect(&agent, session);
@@ -143,9 +168,16 @@ impl AgentSession for Coordinator {
 impl Control for Coordinator {
     type WatchStream = BoxStream<pb::Progress>;
 
-    async fn launch(&self, request: Request<pb::LaunchRequest>) -> Result<Response<pb::LaunchReply>, Status> {
+    async fn launch(
+        &self,
+        request: Request<pb::LaunchRequest>,
+    ) -> Result<Response<pb::LaunchReply>, Status> {
         let req = request.into_inner();
-        let delay_us = if req.start_delay_s > 0.0 { (req.start_delay_s * 1e6) as i64 } else { DEFAULT_START_DELAY_US };
+        let delay_us = if req.start_delay_s > 0.0 {
+            (req.start_delay_s * 1e6) as i64
+        } else {
+            DEFAULT_START_DELAY_US
+        };
         let l = self.state.launch(&req.plan_json, delay_us)?;
         tracing::info!(campaign = %l.campaign_id, agents = l.agent_ids.len(), "campaign launched");
         Ok(Response::new(pb::LaunchReply {
@@ -156,18 +188,30 @@ impl Control for Coordinator {
         }))
     }
 
-    async fn watch(&self, request: Request<pb::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
+    async fn watch(
+        &self,
+        request: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
         let rx = self.state.watch(&request.into_inner().campaign_id)?;
         // Ends after the message that carries `finished`.
         let stream = WatchStream::new(rx).scan(false, |ended, p| {
             let next = if *ended { None } else { Some(Ok(p)) };
-            *ended = next.as_ref().is_some_and(|p: &Result<pb::Progress, Status>| p.as_ref().is_ok_and(|p| p.finished));
+            *ended = next
+                .as_ref()
+                .is_some_and(|p: &Result<pb::Progress, Status>| {
+                    p.as_ref().is_ok_and(|p| p.finished)
+                });
             futures::future::ready(next)
         });
         Ok(Response::new(Box::pin(stream)))
     }
 
-    async fn list_agents(&self, _: Request<pb::ListAgentsRequest>) -> Result<Response<pb::ListAgentsReply>, Status> {
-        Ok(Response::new(pb::ListAgentsReply { agents: self.state.agents() }))
+    async fn list_agents(
+        &self,
+        _: Request<pb::ListAgentsRequest>,
+    ) -> Result<Response<pb::ListAgentsReply>, Status> {
+        Ok(Response::new(pb::ListAgentsReply {
+            agents: self.state.agents(),
+        }))
     }
 }

@@ -23,7 +23,10 @@ pub type AgentTx = mpsc::Sender<Result<pb::CoordinatorMessage, Status>>;
 
 /// Now on the coordinator's wall clock, UTC µs.
 pub fn now_unix_us() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
 }
 
 /// A known agent.
@@ -46,7 +49,8 @@ struct CampaignAgent {
 
 impl CampaignAgent {
     fn complete(&self) -> bool {
-        self.last_seq.is_some_and(|last| (1..=last).all(|s| self.seqs.contains(&s)))
+        self.last_seq
+            .is_some_and(|last| (1..=last).all(|s| self.seqs.contains(&s)))
     }
 }
 
@@ -140,22 +144,33 @@ impl State {
             connected: true,
         };
         for (id, c) in &inner.campaigns {
-            if c.summary.is_none() && c.agents.get(&hello.agent_id).is_some_and(|a| a.last_seq.is_none()) {
+            if c.summary.is_none()
+                && c.agents
+                    .get(&hello.agent_id)
+                    .is_some_and(|a| a.last_seq.is_none())
+            {
                 let _ = tx.try_send(Ok(plan_message(id, c)));
             }
         }
-        inner.agents.insert(hello.agent_id.clone(), AgentEntry { info, session, tx: Some(tx) });
+        inner.agents.insert(
+            hello.agent_id.clone(),
+            AgentEntry {
+                info,
+                session,
+                tx: Some(tx),
+            },
+        );
         session
     }
 
     /// Marks the agent's session `session` as gone (a newer session is left alone).
     pub fn disconnect(&self, agent_id: &str, session: u64) {
         let mut inner = self.lock();
-        if let Some(a) = inner.agents.get_mut(agent_id) {
-            if a.session == session {
-                a.info.connected = false;
-                a.tx = None;
-            }
+        if let Some(a) = inner.agents.get_mut(agent_id)
+            && a.session == session
+        {
+            a.info.connected = false;
+            a.tx = None;
         }
         let ids: Vec<String> = inner.campaigns.keys().cloned().collect();
         for id in ids {
@@ -175,7 +190,11 @@ impl State {
 
     /// Agents known to the coordinator.
     pub fn agents(&self) -> Vec<pb::AgentInfo> {
-        self.lock().agents.values().map(|a| a.info.clone()).collect()
+        self.lock()
+            .agents
+            .values()
+            .map(|a| a.info.clone())
+            .collect()
     }
 
     /// Starts a campaign: picks the connected agents of the plan's regions, stamps
@@ -185,7 +204,8 @@ impl State {
     /// [`StateError::BadPlan`] for unparseable JSON, [`StateError::NoAgent`] when a region has
     /// no connected agent.
     pub fn launch(&self, plan_json: &str, start_delay_us: i64) -> Result<Launched, StateError> {
-        let plan: Plan = serde_json::from_str(plan_json).map_err(|e| StateError::BadPlan(e.to_string()))?;
+        let plan: Plan =
+            serde_json::from_str(plan_json).map_err(|e| StateError::BadPlan(e.to_string()))?;
         let mut inner = self.lock();
         let mut chosen: Vec<(String, String)> = Vec::new();
         for region in &plan.regions {
@@ -196,22 +216,48 @@ impl State {
                 .map(|a| (a.info.agent_id.clone(), region.clone()))
                 .collect();
             if found.is_empty() {
-                let connected: BTreeSet<&str> =
-                    inner.agents.values().filter(|a| a.info.connected).map(|a| a.info.region.as_str()).collect();
-                let connected = if connected.is_empty() { "none".to_string() } else { connected.into_iter().collect::<Vec<_>>().join(", ") };
-                return Err(StateError::NoAgent { region: region.clone(), connected });
+                let connected: BTreeSet<&str> = inner
+                    .agents
+                    .values()
+                    .filter(|a| a.info.connected)
+                    .map(|a| a.info.region.as_str())
+                    .collect();
+                let connected = if connected.is_empty() {
+                    "none".to_string()
+                } else {
+                    connected.into_iter().collect::<Vec<_>>().join(", ")
+                };
+                return Err(StateError::NoAgent {
+                    region: region.clone(),
+                    connected,
+                });
             }
             chosen.extend(found);
         }
-        let campaign_id = format!("{}-{}", plan.name, &uuid::Uuid::new_v4().simple().to_string()[..8]);
+        let campaign_id = format!(
+            "{}-{}",
+            plan.name,
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
         let start_at_unix_us = now_unix_us() + start_delay_us;
         let plan_json = plan.to_json();
         let plan_hash = plan.hash();
-        let (progress, _) = watch::channel(pb::Progress { campaign_id: campaign_id.clone(), ..Default::default() });
+        let (progress, _) = watch::channel(pb::Progress {
+            campaign_id: campaign_id.clone(),
+            ..Default::default()
+        });
         let campaign = Campaign {
             agents: chosen
                 .iter()
-                .map(|(id, region)| (id.clone(), CampaignAgent { region: region.clone(), ..Default::default() }))
+                .map(|(id, region)| {
+                    (
+                        id.clone(),
+                        CampaignAgent {
+                            region: region.clone(),
+                            ..Default::default()
+                        },
+                    )
+                })
                 .collect(),
             plan,
             plan_json,
@@ -229,7 +275,12 @@ impl State {
         }
         inner.campaigns.insert(campaign_id.clone(), campaign);
         publish(&mut inner, &campaign_id);
-        Ok(Launched { campaign_id, plan_hash, start_at_unix_us, agent_ids: chosen.into_iter().map(|(id, _)| id).collect() })
+        Ok(Launched {
+            campaign_id,
+            plan_hash,
+            start_at_unix_us,
+            agent_ids: chosen.into_iter().map(|(id, _)| id).collect(),
+        })
     }
 
     /// Merges a batch from `agent_id` unless its seq was seen before. Returns whether it was
@@ -239,16 +290,28 @@ impl State {
     /// [`StateError::UnknownCampaign`], or [`StateError::BadBatch`] when a record or histogram
     /// does not decode (nothing of that batch is merged).
     pub fn batch(&self, agent_id: &str, batch: pb::ResultBatch) -> Result<bool, StateError> {
-        let bad = |message: String| StateError::BadBatch { agent: agent_id.to_string(), seq: batch.seq, message };
+        let bad = |message: String| StateError::BadBatch {
+            agent: agent_id.to_string(),
+            seq: batch.seq,
+            message,
+        };
         let records: Vec<ProbeRecord> = batch
             .records
             .iter()
             .map(|r| ProbeRecord::try_from(r.clone()))
             .collect::<Result<_, _>>()
             .map_err(|e| bad(e.to_string()))?;
-        let hists = batch.histograms.iter().map(wire::histogram_from_pb).collect::<Result<Vec<_>, _>>().map_err(|e| bad(e.to_string()))?;
+        let hists = batch
+            .histograms
+            .iter()
+            .map(wire::histogram_from_pb)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| bad(e.to_string()))?;
         let mut inner = self.lock();
-        let c = inner.campaigns.get_mut(&batch.campaign_id).ok_or_else(|| StateError::UnknownCampaign(batch.campaign_id.clone()))?;
+        let c = inner
+            .campaigns
+            .get_mut(&batch.campaign_id)
+            .ok_or_else(|| StateError::UnknownCampaign(batch.campaign_id.clone()))?;
         let Some(ca) = c.agents.get_mut(agent_id) else {
             return Err(bad("agent is not part of this campaign".into()));
         };
@@ -273,7 +336,10 @@ impl State {
     /// [`StateError::UnknownCampaign`].
     pub fn done(&self, agent_id: &str, done: &pb::CampaignDone) -> Result<(), StateError> {
         let mut inner = self.lock();
-        let c = inner.campaigns.get_mut(&done.campaign_id).ok_or_else(|| StateError::UnknownCampaign(done.campaign_id.clone()))?;
+        let c = inner
+            .campaigns
+            .get_mut(&done.campaign_id)
+            .ok_or_else(|| StateError::UnknownCampaign(done.campaign_id.clone()))?;
         if let Some(a) = c.agents.get_mut(agent_id) {
             a.last_seq = Some(done.last_seq);
         }
@@ -287,13 +353,19 @@ impl State {
     /// [`StateError::UnknownCampaign`].
     pub fn watch(&self, campaign_id: &str) -> Result<watch::Receiver<pb::Progress>, StateError> {
         let inner = self.lock();
-        let c = inner.campaigns.get(campaign_id).ok_or_else(|| StateError::UnknownCampaign(campaign_id.to_string()))?;
+        let c = inner
+            .campaigns
+            .get(campaign_id)
+            .ok_or_else(|| StateError::UnknownCampaign(campaign_id.to_string()))?;
         Ok(c.progress.subscribe())
     }
 
     /// The summary of a finished campaign.
     pub fn summary(&self, campaign_id: &str) -> Option<Summary> {
-        self.lock().campaigns.get(campaign_id).and_then(|c| c.summary.clone())
+        self.lock()
+            .campaigns
+            .get(campaign_id)
+            .and_then(|c| c.summary.clone())
     }
 }
 
@@ -311,8 +383,12 @@ fn plan_message(campaign_id: &str, c: &Campaign) -> pb::CoordinatorMessage {
 /// Recomputes the campaign's progress (and its summary once every agent is complete) and
 /// publishes it to watchers.
 fn publish(inner: &mut Inner, campaign_id: &str) {
-    let Inner { agents, campaigns, .. } = inner;
-    let Some(c) = campaigns.get_mut(campaign_id) else { return };
+    let Inner {
+        agents, campaigns, ..
+    } = inner;
+    let Some(c) = campaigns.get_mut(campaign_id) else {
+        return;
+    };
     let per_agent = c.plan.probes_per_agent();
     let agent_progress: Vec<pb::AgentProgress> = c
         .agents
@@ -343,7 +419,13 @@ fn publish(inner: &mut Inner, campaign_id: &str) {
                 }
             })
             .collect();
-        c.summary = Some(summary::build(campaign_id, &c.plan, c.start_at_unix_us, &c.agg, agent_summaries));
+        c.summary = Some(summary::build(
+            campaign_id,
+            &c.plan,
+            c.start_at_unix_us,
+            &c.agg,
+            agent_summaries,
+        ));
     }
     let progress = pb::Progress {
         campaign_id: campaign_id.to_string(),
@@ -351,7 +433,11 @@ fn publish(inner: &mut Inner, campaign_id: &str) {
         probes_expected: per_agent * c.agents.len() as u64,
         agents: agent_progress,
         finished,
-        summary_json: c.summary.as_ref().map(|s| serde_json::to_string(s).expect("summaries serialize")).unwrap_or_default(),
+        summary_json: c
+            .summary
+            .as_ref()
+            .map(|s| serde_json::to_string(s).expect("summaries serialize"))
+            .unwrap_or_default(),
     };
     c.progress.send_replace(progress);
 }
@@ -359,7 +445,7 @@ fn publish(inner: &mut Inner, campaign_id: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use latmesh_core::hist::{new_histogram, HistKey};
+    use latmesh_core::hist::{HistKey, new_histogram};
     use latmesh_core::metrics::Metric;
     use latmesh_core::plan::{PlanPrompt, ProviderSpec, RoundsSpec, ScenarioSpec, Timeouts};
     use latmesh_core::record::Outcome;
@@ -370,8 +456,17 @@ mod tests {
             seed: 1,
             metrics_version: 1,
             regions: vec!["us-east".into()],
-            rounds: RoundsSpec { count: 1, interval_ms: 1000, gap_ms: 10 },
-            providers: vec![ProviderSpec { name: "p".into(), base_url: "http://127.0.0.1:9/v1".into(), api_key_env: None, model_id: "m".into() }],
+            rounds: RoundsSpec {
+                count: 1,
+                interval_ms: 1000,
+                gap_ms: 10,
+            },
+            providers: vec![ProviderSpec {
+                name: "p".into(),
+                base_url: "http://127.0.0.1:9/v1".into(),
+                api_key_env: None,
+                model_id: "m".into(),
+            }],
             scenarios: vec![ScenarioSpec {
                 name: "s".into(),
                 stream: true,
@@ -379,21 +474,39 @@ mod tests {
                 temperature: None,
                 top_p: None,
                 timeouts: Timeouts::default(),
-                prompts: vec![PlanPrompt { id: "a".into(), messages: vec![] }],
+                prompts: vec![PlanPrompt {
+                    id: "a".into(),
+                    messages: vec![],
+                }],
             }],
             prompt_set: "x".into(),
         }
     }
 
     fn hello(id: &str, region: &str) -> pb::AgentHello {
-        pb::AgentHello { agent_id: id.into(), region: region.into(), version: "t".into(), protocol_version: 1 }
+        pb::AgentHello {
+            agent_id: id.into(),
+            region: region.into(),
+            version: "t".into(),
+            protocol_version: 1,
+        }
     }
 
     fn batch(campaign: &str, seq: u64, ttft_us: u64) -> pb::ResultBatch {
-        let rec = ProbeRecord { provider: "p".into(), scenario: "s".into(), outcome: Some(Outcome::Ok), ttft_us: Some(ttft_us), ..Default::default() };
+        let rec = ProbeRecord {
+            provider: "p".into(),
+            scenario: "s".into(),
+            outcome: Some(Outcome::Ok),
+            ttft_us: Some(ttft_us),
+            ..Default::default()
+        };
         let mut h = new_histogram();
         h.record(ttft_us).unwrap();
-        let key = HistKey { provider: "p".into(), scenario: "s".into(), metric: Metric::Ttft };
+        let key = HistKey {
+            provider: "p".into(),
+            scenario: "s".into(),
+            metric: Metric::Ttft,
+        };
         pb::ResultBatch {
             campaign_id: campaign.into(),
             seq,
@@ -432,8 +545,20 @@ mod tests {
         state.connect(&hello("a1", "us-east"), tx);
         let id = state.launch(&plan().to_json(), 0).unwrap().campaign_id;
         assert!(state.batch("a1", batch(&id, 2, 2_000)).unwrap());
-        assert!(!state.batch("a1", batch(&id, 2, 2_000)).unwrap(), "a resent batch is not merged twice");
-        state.done("a1", &pb::CampaignDone { campaign_id: id.clone(), last_seq: 2, probes: 2 }).unwrap();
+        assert!(
+            !state.batch("a1", batch(&id, 2, 2_000)).unwrap(),
+            "a resent batch is not merged twice"
+        );
+        state
+            .done(
+                "a1",
+                &pb::CampaignDone {
+                    campaign_id: id.clone(),
+                    last_seq: 2,
+                    probes: 2,
+                },
+            )
+            .unwrap();
         assert!(state.summary(&id).is_none(), "seq 1 is still missing");
         assert!(!state.watch(&id).unwrap().borrow().finished);
         assert!(state.batch("a1", batch(&id, 1, 1_000)).unwrap());
@@ -455,9 +580,18 @@ mod tests {
         let id = state.launch(&plan().to_json(), 0).unwrap().campaign_id;
         let mut b = batch(&id, 1, 1_000);
         b.histograms[0].hist_v2 = vec![1, 2, 3];
-        assert!(matches!(state.batch("a1", b), Err(StateError::BadBatch { seq: 1, .. })));
-        assert!(matches!(state.batch("a2", batch(&id, 1, 1)), Err(StateError::BadBatch { .. })));
-        assert!(matches!(state.batch("a1", batch("nope", 1, 1)), Err(StateError::UnknownCampaign(_))));
+        assert!(matches!(
+            state.batch("a1", b),
+            Err(StateError::BadBatch { seq: 1, .. })
+        ));
+        assert!(matches!(
+            state.batch("a2", batch(&id, 1, 1)),
+            Err(StateError::BadBatch { .. })
+        ));
+        assert!(matches!(
+            state.batch("a1", batch("nope", 1, 1)),
+            Err(StateError::UnknownCampaign(_))
+        ));
         // Nothing of the rejected batch was counted: seq 1 is still accepted.
         assert!(state.batch("a1", batch(&id, 1, 1_000)).unwrap());
     }

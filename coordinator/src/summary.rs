@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use comfy_table::{presets, Cell as TCell, CellAlignment, Table};
+use comfy_table::{Cell as TCell, CellAlignment, Table, presets};
 use hdrhistogram::Histogram;
 use latmesh_core::hist::HistKey;
 use latmesh_core::metrics::Metric;
@@ -31,7 +31,11 @@ pub struct Percentiles {
 impl Percentiles {
     fn of(h: &Histogram<u64>) -> Percentiles {
         let ms = |q| h.value_at_quantile(q) as f64 / 1000.0;
-        Percentiles { p50_ms: ms(0.5), p90_ms: ms(0.9), p99_ms: ms(0.99) }
+        Percentiles {
+            p50_ms: ms(0.5),
+            p90_ms: ms(0.9),
+            p99_ms: ms(0.99),
+        }
     }
 }
 
@@ -119,7 +123,12 @@ pub fn build(
     agents: Vec<AgentSummary>,
 ) -> Summary {
     let mut cells = Vec::new();
-    let rows: Vec<Option<&str>> = plan.regions.iter().map(|r| Some(r.as_str())).chain([None]).collect();
+    let rows: Vec<Option<&str>> = plan
+        .regions
+        .iter()
+        .map(|r| Some(r.as_str()))
+        .chain([None])
+        .collect();
     for scenario in &plan.scenarios {
         for region in &rows {
             for provider in &plan.providers {
@@ -142,11 +151,26 @@ pub fn build(
 }
 
 fn cell(agg: &Aggregate, region: Option<&str>, provider: &str, scenario: &str) -> MatrixCell {
-    let hist = |metric| agg.histogram(region, &HistKey { provider: provider.into(), scenario: scenario.into(), metric });
+    let hist = |metric| {
+        agg.histogram(
+            region,
+            &HistKey {
+                provider: provider.into(),
+                scenario: scenario.into(),
+                metric,
+            },
+        )
+    };
     let counts = agg.counts(region, provider, scenario);
     let attempts = counts.attempts();
     let ok = counts.count(Outcome::Ok);
-    let pct = |n: u64| if attempts == 0 { 0.0 } else { n as f64 * 100.0 / attempts as f64 };
+    let pct = |n: u64| {
+        if attempts == 0 {
+            0.0
+        } else {
+            n as f64 * 100.0 / attempts as f64
+        }
+    };
     let p50 = |metric| hist(metric).map(|h| h.value_at_quantile(0.5) as f64 / 1000.0);
     MatrixCell {
         region: region.unwrap_or(ALL_REGIONS).to_string(),
@@ -162,31 +186,50 @@ fn cell(agg: &Aggregate, region: Option<&str>, provider: &str, scenario: &str) -
         error_pct: pct(attempts - ok),
         throttled_pct: pct(counts.count(Outcome::Throttled)),
         output_tokens_mean: (ok > 0).then(|| counts.ok_output_tokens as f64 / ok as f64),
-        outcomes: counts.outcomes.iter().map(|(o, n)| (o.as_str().to_string(), *n)).collect(),
+        outcomes: counts
+            .outcomes
+            .iter()
+            .map(|(o, n)| (o.as_str().to_string(), *n))
+            .collect(),
     }
 }
 
 impl Summary {
     /// The cell of (`region`, `provider`, `scenario`).
     pub fn cell(&self, region: &str, provider: &str, scenario: &str) -> Option<&MatrixCell> {
-        self.cells.iter().find(|c| c.region == region && c.provider == provider && c.scenario == scenario)
+        self.cells
+            .iter()
+            .find(|c| c.region == region && c.provider == provider && c.scenario == scenario)
     }
 
     /// Renders the matrices as text tables: per scenario, rows are regions (and `ALL`),
     /// columns providers; one table per quantity.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        let _ = writeln!(out, "campaign {} ({}), plan {}", self.name, self.campaign_id, &self.plan_hash[..12]);
+        let _ = writeln!(
+            out,
+            "campaign {} ({}), plan {}",
+            self.name,
+            self.campaign_id,
+            &self.plan_hash[..12]
+        );
         let fmt_p = |p: &Option<Percentiles>| match p {
             Some(p) => format!("{:.0}/{:.0}/{:.0}", p.p50_ms, p.p90_ms, p.p99_ms),
             None => "-".into(),
         };
-        let views: [(&str, &dyn Fn(&MatrixCell) -> String); 5] = [
-            ("samples (ok / attempts)", &|c| format!("{}/{}", c.samples, c.attempts)),
+        type View<'a> = (&'a str, &'a dyn Fn(&MatrixCell) -> String);
+        let views: [View; 5] = [
+            ("samples (ok / attempts)", &|c| {
+                format!("{}/{}", c.samples, c.attempts)
+            }),
             ("TTFT ms P50/P90/P99", &|c| fmt_p(&c.ttft)),
             ("E2E ms P50/P90/P99", &|c| fmt_p(&c.e2e)),
-            ("TPOT ms P50", &|c| c.tpot_p50_ms.map_or("-".into(), |v| format!("{v:.1}"))),
-            ("errors % / throttled %", &|c| format!("{:.1} / {:.1}", c.error_pct, c.throttled_pct)),
+            ("TPOT ms P50", &|c| {
+                c.tpot_p50_ms.map_or("-".into(), |v| format!("{v:.1}"))
+            }),
+            ("errors % / throttled %", &|c| {
+                format!("{:.1} / {:.1}", c.error_pct, c.throttled_pct)
+            }),
         ];
         for scenario in &self.scenarios {
             for (title, view) in &views {
@@ -199,7 +242,9 @@ impl Summary {
                 for region in self.regions.iter().map(String::as_str).chain([ALL_REGIONS]) {
                     let mut row = vec![TCell::new(region)];
                     for provider in &self.providers {
-                        let text = self.cell(region, provider, scenario).map_or("-".into(), |c| view(c));
+                        let text = self
+                            .cell(region, provider, scenario)
+                            .map_or("-".into(), view);
                         row.push(TCell::new(text).set_alignment(CellAlignment::Right));
                     }
                     t.add_row(row);
@@ -213,7 +258,12 @@ impl Summary {
                 let _ = writeln!(
                     out,
                     "  {:<16} {:<14} records {:>5}  batches {:>4}  clock offset {:+} µs ± {} µs",
-                    a.agent_id, a.region, a.records, a.batches, a.clock_offset_us, a.clock_uncertainty_us
+                    a.agent_id,
+                    a.region,
+                    a.records,
+                    a.batches,
+                    a.clock_offset_us,
+                    a.clock_uncertainty_us
                 );
             }
         }

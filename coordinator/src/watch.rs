@@ -16,18 +16,31 @@ use crate::summary::Summary;
 /// # Errors
 /// When the coordinator cannot be reached.
 pub async fn connect(url: &str) -> anyhow::Result<ControlClient<Channel>> {
-    ControlClient::connect(url.to_string()).await.with_context(|| format!("cannot reach the coordinator at {url}"))
+    ControlClient::connect(url.to_string())
+        .await
+        .with_context(|| format!("cannot reach the coordinator at {url}"))
 }
 
 /// Waits until at least one connected agent is known for every region of `regions`.
 ///
 /// # Errors
 /// When `timeout` passes first (the error lists the missing regions).
-pub async fn wait_for_agents(client: &mut ControlClient<Channel>, regions: &[String], timeout: Duration) -> anyhow::Result<()> {
+pub async fn wait_for_agents(
+    client: &mut ControlClient<Channel>,
+    regions: &[String],
+    timeout: Duration,
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + timeout;
     loop {
-        let agents = client.list_agents(pb::ListAgentsRequest {}).await?.into_inner().agents;
-        let missing: Vec<&String> = regions.iter().filter(|r| !agents.iter().any(|a| a.connected && &a.region == *r)).collect();
+        let agents = client
+            .list_agents(pb::ListAgentsRequest {})
+            .await?
+            .into_inner()
+            .agents;
+        let missing: Vec<&String> = regions
+            .iter()
+            .filter(|r| !agents.iter().any(|a| a.connected && &a.region == *r))
+            .collect();
         if missing.is_empty() {
             return Ok(());
         }
@@ -42,9 +55,16 @@ pub async fn wait_for_agents(client: &mut ControlClient<Channel>, regions: &[Str
 ///
 /// # Errors
 /// The coordinator's refusal (e.g. a region without agents), or transport errors.
-pub async fn launch(client: &mut ControlClient<Channel>, plan: &Plan, start_delay_s: f64) -> anyhow::Result<pb::LaunchReply> {
+pub async fn launch(
+    client: &mut ControlClient<Channel>,
+    plan: &Plan,
+    start_delay_s: f64,
+) -> anyhow::Result<pb::LaunchReply> {
     let reply = client
-        .launch(pb::LaunchRequest { plan_json: plan.to_json(), start_delay_s })
+        .launch(pb::LaunchRequest {
+            plan_json: plan.to_json(),
+            start_delay_s,
+        })
         .await
         .map_err(|s| anyhow::anyhow!("launch refused: {}", s.message()))?;
     Ok(reply.into_inner())
@@ -55,25 +75,52 @@ pub async fn launch(client: &mut ControlClient<Channel>, plan: &Plan, start_dela
 ///
 /// # Errors
 /// When the stream breaks before the campaign finished or the summary does not parse.
-pub async fn follow(client: &mut ControlClient<Channel>, campaign_id: &str, every: Duration) -> anyhow::Result<Summary> {
-    let mut stream = client.watch(pb::WatchRequest { campaign_id: campaign_id.to_string() }).await?.into_inner();
+pub async fn follow(
+    client: &mut ControlClient<Channel>,
+    campaign_id: &str,
+    every: Duration,
+) -> anyhow::Result<Summary> {
+    let mut stream = client
+        .watch(pb::WatchRequest {
+            campaign_id: campaign_id.to_string(),
+        })
+        .await?
+        .into_inner();
     let mut last_print = Instant::now();
     while let Some(p) = stream.message().await? {
         if p.finished {
-            eprintln!("progress: {}/{} probes, finished", p.probes_done, p.probes_expected);
-            return serde_json::from_str(&p.summary_json).context("summary from the coordinator does not parse");
+            eprintln!(
+                "progress: {}/{} probes, finished",
+                p.probes_done, p.probes_expected
+            );
+            return serde_json::from_str(&p.summary_json)
+                .context("summary from the coordinator does not parse");
         }
         if last_print.elapsed() >= every {
             last_print = Instant::now();
             let regions: Vec<String> = p
                 .agents
                 .iter()
-                .map(|a| format!("{} {}{}", a.region, a.probes_done, if a.connected { "" } else { " (disconnected)" }))
+                .map(|a| {
+                    format!(
+                        "{} {}{}",
+                        a.region,
+                        a.probes_done,
+                        if a.connected { "" } else { " (disconnected)" }
+                    )
+                })
                 .collect();
-            eprintln!("progress: {}/{} probes [{}]", p.probes_done, p.probes_expected, regions.join(", "));
+            eprintln!(
+                "progress: {}/{} probes [{}]",
+                p.probes_done,
+                p.probes_expected,
+                regions.join(", ")
+            );
         }
     }
-    anyhow::bail!("the coordinator closed the progress stream before campaign {campaign_id} finished")
+    anyhow::bail!(
+        "the coordinator closed the progress stream before campaign {campaign_id} finished"
+    )
 }
 
 /// Writes `summary` as pretty JSON to `path`.

@@ -35,8 +35,8 @@
 
 use std::path::{Path, PathBuf};
 
-use figment::providers::{Env, Format, Toml, Yaml};
 use figment::Figment;
+use figment::providers::{Env, Format, Toml, Yaml};
 use serde::Deserialize;
 
 use crate::metrics::METRICS_VERSION;
@@ -64,7 +64,10 @@ pub enum CampaignError {
 }
 
 fn invalid(key: impl Into<String>, message: impl Into<String>) -> CampaignError {
-    CampaignError::Invalid { key: key.into(), message: message.into() }
+    CampaignError::Invalid {
+        key: key.into(),
+        message: message.into(),
+    }
 }
 
 /// The file as written (before validation).
@@ -161,10 +164,20 @@ pub struct ProviderSection {
 /// [`CampaignError`] naming the key that is wrong.
 pub fn load_file(path: &Path) -> Result<Plan, CampaignError> {
     if !path.is_file() {
-        return Err(CampaignError::Parse(format!("campaign file {} does not exist", path.display())));
+        return Err(CampaignError::Parse(format!(
+            "campaign file {} does not exist",
+            path.display()
+        )));
     }
-    let is_yaml = matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"));
-    let fig = if is_yaml { Figment::from(Yaml::file(path)) } else { Figment::from(Toml::file(path)) };
+    let is_yaml = matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml")
+    );
+    let fig = if is_yaml {
+        Figment::from(Yaml::file(path))
+    } else {
+        Figment::from(Toml::file(path))
+    };
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
     from_figment(fig, &base)
 }
@@ -185,26 +198,40 @@ fn from_figment(fig: Figment, base_dir: &Path) -> Result<Plan, CampaignError> {
             k.starts_with("campaign__") || k.starts_with("rounds__")
         })
         .split("__");
-    let file: CampaignFile = fig.merge(env).extract().map_err(|e| CampaignError::Parse(e.to_string()))?;
+    let file: CampaignFile = fig
+        .merge(env)
+        .extract()
+        .map_err(|e| CampaignError::Parse(e.to_string()))?;
     validate(file, base_dir)
 }
 
 fn check_name(key: &str, value: &str) -> Result<(), CampaignError> {
     let ok = !value.is_empty()
         && value.len() <= 64
-        && value.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
     if ok {
         Ok(())
     } else {
-        Err(invalid(key, format!("{value:?} is not a valid name (1-64 of A-Z a-z 0-9 - _ .)")))
+        Err(invalid(
+            key,
+            format!("{value:?} is not a valid name (1-64 of A-Z a-z 0-9 - _ .)"),
+        ))
     }
 }
 
-fn check_unique<'a>(section: &str, names: impl Iterator<Item = &'a str>) -> Result<(), CampaignError> {
+fn check_unique<'a>(
+    section: &str,
+    names: impl Iterator<Item = &'a str>,
+) -> Result<(), CampaignError> {
     let mut seen: Vec<&str> = Vec::new();
     for (i, n) in names.enumerate() {
         if seen.contains(&n) {
-            return Err(invalid(format!("{section}[{i}].name"), format!("{n:?} is used twice")));
+            return Err(invalid(
+                format!("{section}[{i}].name"),
+                format!("{n:?} is used twice"),
+            ));
         }
         seen.push(n);
     }
@@ -215,7 +242,10 @@ fn check_seconds(key: String, v: Option<f64>, default: f64) -> Result<f64, Campa
     match v {
         None => Ok(default),
         Some(s) if s.is_finite() && s > 0.0 && s <= 86_400.0 => Ok(s),
-        Some(s) => Err(invalid(key, format!("{s} is not a duration in seconds in (0, 86400]"))),
+        Some(s) => Err(invalid(
+            key,
+            format!("{s} is not a duration in seconds in (0, 86400]"),
+        )),
     }
 }
 
@@ -233,15 +263,24 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
     for (i, r) in c.regions.iter().enumerate() {
         check_name(&format!("campaign.regions[{i}]"), r)?;
         if c.regions[..i].contains(r) {
-            return Err(invalid(format!("campaign.regions[{i}]"), format!("{r:?} is listed twice")));
+            return Err(invalid(
+                format!("campaign.regions[{i}]"),
+                format!("{r:?} is listed twice"),
+            ));
         }
     }
     let r = &file.rounds;
     if r.count == 0 || r.count > 1_000_000 {
-        return Err(invalid("rounds.count", format!("{} is not in 1..=1000000", r.count)));
+        return Err(invalid(
+            "rounds.count",
+            format!("{} is not in 1..=1000000", r.count),
+        ));
     }
     if !(r.interval_s.is_finite() && r.interval_s > 0.0 && r.interval_s <= 86_400.0) {
-        return Err(invalid("rounds.interval_s", format!("{} is not in (0, 86400] seconds", r.interval_s)));
+        return Err(invalid(
+            "rounds.interval_s",
+            format!("{} is not in (0, 86400] seconds", r.interval_s),
+        ));
     }
     if file.providers.is_empty() {
         return Err(invalid("providers", "name at least one [[providers]]"));
@@ -269,12 +308,20 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
         let key = |field: &str| format!("providers[{i}].{field}");
         check_name(&key("name"), &p.name)?;
         let url = p.base_url.trim_end_matches('/');
-        let rest = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://"));
+        let rest = url
+            .strip_prefix("https://")
+            .or_else(|| url.strip_prefix("http://"));
         if rest.is_none_or(|host| host.is_empty() || host.contains(char::is_whitespace)) {
-            return Err(invalid(key("base_url"), format!("{:?} is not an http:// or https:// URL", p.base_url)));
+            return Err(invalid(
+                key("base_url"),
+                format!("{:?} is not an http:// or https:// URL", p.base_url),
+            ));
         }
         if url.ends_with("/chat/completions") {
-            return Err(invalid(key("base_url"), "give the base URL (e.g. …/v1): latmesh appends /chat/completions"));
+            return Err(invalid(
+                key("base_url"),
+                "give the base URL (e.g. …/v1): latmesh appends /chat/completions",
+            ));
         }
         if p.model_id.trim().is_empty() {
             return Err(invalid(key("model_id"), "must not be empty"));
@@ -308,20 +355,26 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
         let key = |field: &str| format!("scenarios[{i}].{field}");
         check_name(&key("name"), &s.name)?;
         if s.max_tokens == 0 || s.max_tokens > 1_000_000 {
-            return Err(invalid(key("max_tokens"), format!("{} is not in 1..=1000000", s.max_tokens)));
+            return Err(invalid(
+                key("max_tokens"),
+                format!("{} is not in 1..=1000000", s.max_tokens),
+            ));
         }
-        if let Some(t) = s.temperature {
-            if !(0.0..=2.0).contains(&t) {
-                return Err(invalid(key("temperature"), format!("{t} is not in [0, 2]")));
-            }
+        if let Some(t) = s.temperature
+            && !(0.0..=2.0).contains(&t)
+        {
+            return Err(invalid(key("temperature"), format!("{t} is not in [0, 2]")));
         }
-        if let Some(t) = s.top_p {
-            if !(t > 0.0 && t <= 1.0) {
-                return Err(invalid(key("top_p"), format!("{t} is not in (0, 1]")));
-            }
+        if let Some(t) = s.top_p
+            && !(t > 0.0 && t <= 1.0)
+        {
+            return Err(invalid(key("top_p"), format!("{t} is not in (0, 1]")));
         }
         if s.prompt_ids.is_empty() {
-            return Err(invalid(key("prompt_ids"), "name at least one prompt id or pattern"));
+            return Err(invalid(
+                key("prompt_ids"),
+                "name at least one prompt id or pattern",
+            ));
         }
         let mut prompts: Vec<PlanPrompt> = Vec::new();
         for (j, pattern) in s.prompt_ids.iter().enumerate() {
@@ -334,7 +387,10 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
             }
             for p in found {
                 if !prompts.iter().any(|q| q.id == p.id) {
-                    prompts.push(PlanPrompt { id: p.id.clone(), messages: p.messages.clone() });
+                    prompts.push(PlanPrompt {
+                        id: p.id.clone(),
+                        messages: p.messages.clone(),
+                    });
                 }
             }
         }
@@ -362,7 +418,11 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
         seed: c.seed,
         metrics_version: METRICS_VERSION,
         regions: c.regions.clone(),
-        rounds: RoundsSpec { count: r.count, interval_ms, gap_ms: r.gap_ms },
+        rounds: RoundsSpec {
+            count: r.count,
+            interval_ms,
+            gap_ms: r.gap_ms,
+        },
         providers,
         scenarios,
         prompt_set: prompt_set.name,
@@ -408,7 +468,12 @@ api_key_env = "A_KEY"
         assert_eq!(plan.rounds.interval_ms, 2_000);
         assert_eq!(plan.providers[0].base_url, "http://127.0.0.1:9/v1");
         assert!(plan.scenarios[0].prompts.len() >= 4);
-        assert!(plan.scenarios[0].prompts.iter().all(|p| p.id.starts_with("short-qa-en-")));
+        assert!(
+            plan.scenarios[0]
+                .prompts
+                .iter()
+                .all(|p| p.id.starts_with("short-qa-en-"))
+        );
         assert_eq!(plan.prompt_set, "latmesh-prompts-v1");
     }
 

@@ -44,7 +44,11 @@ pub struct ClockEstimate {
 /// The estimate from the minimum-delay sample; `None` without samples.
 pub fn estimate(samples: &[ClockSample]) -> Option<ClockEstimate> {
     let best = samples.iter().min_by_key(|s| s.delay_us())?;
-    Some(ClockEstimate { offset_us: best.offset_us(), uncertainty_us: best.delay_us().div_ceil(2), samples: samples.len() as u32 })
+    Some(ClockEstimate {
+        offset_us: best.offset_us(),
+        uncertainty_us: best.delay_us().div_ceil(2),
+        samples: samples.len() as u32,
+    })
 }
 
 #[cfg(test)]
@@ -54,15 +58,30 @@ mod tests {
     #[test]
     fn symmetric_path_gives_the_exact_offset() {
         // Coordinator is 5 s ahead; 1 ms each way; 100 µs processing.
-        let s = ClockSample { t1: 1_000_000, t2: 6_001_000, t3: 6_001_100, t4: 1_002_100 };
+        let s = ClockSample {
+            t1: 1_000_000,
+            t2: 6_001_000,
+            t3: 6_001_100,
+            t4: 1_002_100,
+        };
         assert_eq!(s.offset_us(), 5_000_000);
         assert_eq!(s.delay_us(), 2_000);
     }
 
     #[test]
     fn the_least_delayed_sample_wins() {
-        let slow = ClockSample { t1: 0, t2: 5_030_000, t3: 5_030_000, t4: 40_000 }; // asymmetric, 40 ms
-        let fast = ClockSample { t1: 100_000, t2: 5_100_500, t3: 5_100_500, t4: 101_000 };
+        let slow = ClockSample {
+            t1: 0,
+            t2: 5_030_000,
+            t3: 5_030_000,
+            t4: 40_000,
+        }; // asymmetric, 40 ms
+        let fast = ClockSample {
+            t1: 100_000,
+            t2: 5_100_500,
+            t3: 5_100_500,
+            t4: 101_000,
+        };
         let e = estimate(&[slow, fast]).unwrap();
         assert_eq!(e.offset_us, 5_000_000);
         assert_eq!(e.uncertainty_us, 500);

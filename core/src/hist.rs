@@ -5,8 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer};
 use hdrhistogram::Histogram;
+use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer};
 use serde::{Deserialize, Serialize};
 
 use crate::metrics::Metric;
@@ -57,7 +57,8 @@ pub fn decode_v2(bytes: &[u8]) -> Result<Histogram<u64>, HistError> {
         .deserialize(&mut std::io::Cursor::new(bytes))
         .map_err(|e| HistError::Decode(format!("{e:?}")))?;
     let mut h = new_histogram();
-    h.add(&decoded).map_err(|e| HistError::Decode(format!("{e:?}")))?;
+    h.add(&decoded)
+        .map_err(|e| HistError::Decode(format!("{e:?}")))?;
     Ok(h)
 }
 
@@ -87,7 +88,11 @@ impl HistogramSet {
     /// Records one value (µs) under `key`, saturating into `[LOWEST_US, HIGHEST_US]`.
     pub fn record(&mut self, key: HistKey, value_us: u64) {
         let v = value_us.clamp(LOWEST_US, HIGHEST_US);
-        self.map.entry(key).or_insert_with(new_histogram).record(v).expect("value clamped into range");
+        self.map
+            .entry(key)
+            .or_insert_with(new_histogram)
+            .record(v)
+            .expect("value clamped into range");
     }
 
     /// Records the latencies of an `ok` attempt: TTFB, TTFT, TTFC, E2E, TPOT and every ITL gap
@@ -96,7 +101,11 @@ impl HistogramSet {
         if rec.outcome() != Outcome::Ok {
             return;
         }
-        let key = |metric| HistKey { provider: rec.provider.clone(), scenario: rec.scenario.clone(), metric };
+        let key = |metric| HistKey {
+            provider: rec.provider.clone(),
+            scenario: rec.scenario.clone(),
+            metric,
+        };
         let single = [
             (Metric::Ttfb, rec.ttfb_us),
             (Metric::Ttft, rec.ttft_us),
@@ -110,9 +119,13 @@ impl HistogramSet {
             }
         }
         if !itl_gaps_us.is_empty() {
-            let h = self.map.entry(key(Metric::Itl)).or_insert_with(new_histogram);
+            let h = self
+                .map
+                .entry(key(Metric::Itl))
+                .or_insert_with(new_histogram);
             for &gap in itl_gaps_us {
-                h.record(gap.clamp(LOWEST_US, HIGHEST_US)).expect("value clamped into range");
+                h.record(gap.clamp(LOWEST_US, HIGHEST_US))
+                    .expect("value clamped into range");
             }
         }
     }
@@ -159,7 +172,11 @@ mod tests {
     use super::*;
 
     fn key(metric: Metric) -> HistKey {
-        HistKey { provider: "p".into(), scenario: "s".into(), metric }
+        HistKey {
+            provider: "p".into(),
+            scenario: "s".into(),
+            metric,
+        }
     }
 
     #[test]

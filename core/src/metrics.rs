@@ -26,7 +26,14 @@ pub enum Metric {
 
 impl Metric {
     /// Every metric, in report order.
-    pub const ALL: [Metric; 6] = [Metric::Ttfb, Metric::Ttft, Metric::Ttfc, Metric::E2e, Metric::Tpot, Metric::Itl];
+    pub const ALL: [Metric; 6] = [
+        Metric::Ttfb,
+        Metric::Ttft,
+        Metric::Ttfc,
+        Metric::E2e,
+        Metric::Tpot,
+        Metric::Itl,
+    ];
 
     /// The lowercase name used on the wire and in ClickHouse.
     pub fn as_str(self) -> &'static str {

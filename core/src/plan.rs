@@ -5,8 +5,8 @@
 //! same order in every region (a shuffle seeded by the campaign seed and `r`), probe `i` being
 //! sent at round start + `i × gap`.
 
-use rand::seq::SliceRandom;
 use rand::SeedableRng;
+use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -51,7 +51,12 @@ pub struct Timeouts {
 
 impl Default for Timeouts {
     fn default() -> Self {
-        Timeouts { connect_s: 10.0, ttft_s: 60.0, idle_s: 30.0, total_s: 120.0 }
+        Timeouts {
+            connect_s: 10.0,
+            ttft_s: 60.0,
+            idle_s: 30.0,
+            total_s: 120.0,
+        }
     }
 }
 
@@ -130,9 +135,13 @@ impl Plan {
     /// ChaCha8 generator seeded by (`seed`, `round`). Identical in every region.
     pub fn round_order(&self, round: u32) -> Vec<Slot> {
         let mut slots: Vec<Slot> = (0..self.providers.len())
-            .flat_map(|provider| (0..self.scenarios.len()).map(move |scenario| Slot { provider, scenario }))
+            .flat_map(|provider| {
+                (0..self.scenarios.len()).map(move |scenario| Slot { provider, scenario })
+            })
             .collect();
-        let mut rng = ChaCha8Rng::seed_from_u64(self.seed ^ u64::from(round).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let mut rng = ChaCha8Rng::seed_from_u64(
+            self.seed ^ u64::from(round).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        );
         slots.shuffle(&mut rng);
         slots
     }
@@ -169,7 +178,11 @@ pub(crate) mod tests {
             seed: 42,
             metrics_version: 1,
             regions: vec!["us-east".into()],
-            rounds: RoundsSpec { count: 3, interval_ms: 2_000, gap_ms: 100 },
+            rounds: RoundsSpec {
+                count: 3,
+                interval_ms: 2_000,
+                gap_ms: 100,
+            },
             providers: (0..providers)
                 .map(|i| ProviderSpec {
                     name: format!("p{i}"),
@@ -187,8 +200,14 @@ pub(crate) mod tests {
                     top_p: None,
                     timeouts: Timeouts::default(),
                     prompts: vec![
-                        PlanPrompt { id: "a".into(), messages: vec![] },
-                        PlanPrompt { id: "b".into(), messages: vec![] },
+                        PlanPrompt {
+                            id: "a".into(),
+                            messages: vec![],
+                        },
+                        PlanPrompt {
+                            id: "b".into(),
+                            messages: vec![],
+                        },
                     ],
                 })
                 .collect(),
@@ -201,7 +220,8 @@ pub(crate) mod tests {
         let p = plan(9, 2);
         let order = p.round_order(3);
         assert_eq!(order.len(), 18);
-        let mut seen: Vec<(usize, usize)> = order.iter().map(|s| (s.provider, s.scenario)).collect();
+        let mut seen: Vec<(usize, usize)> =
+            order.iter().map(|s| (s.provider, s.scenario)).collect();
         seen.sort();
         seen.dedup();
         assert_eq!(seen.len(), 18);

@@ -77,7 +77,8 @@ pub enum PromptError {
 impl PromptSet {
     /// The embedded `latmesh-prompts-v1` set.
     pub fn builtin() -> PromptSet {
-        PromptSet::parse(BUILTIN_NAME, BUILTIN_JSONL).expect("the embedded prompt set is valid (tested)")
+        PromptSet::parse(BUILTIN_NAME, BUILTIN_JSONL)
+            .expect("the embedded prompt set is valid (tested)")
     }
 
     /// Reads a JSONL prompt set from `path`.
@@ -85,9 +86,14 @@ impl PromptSet {
     /// # Errors
     /// [`PromptError::Io`] if unreadable, [`PromptError::Line`] naming the first bad line.
     pub fn load(path: &std::path::Path) -> Result<PromptSet, PromptError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| PromptError::Io { path: path.display().to_string(), source })?;
-        let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let text = std::fs::read_to_string(path).map_err(|source| PromptError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
         PromptSet::parse(&name, &text)
     }
 
@@ -98,7 +104,11 @@ impl PromptSet {
     pub fn parse(name: &str, text: &str) -> Result<PromptSet, PromptError> {
         let mut prompts: Vec<Prompt> = Vec::new();
         for (i, line) in text.lines().enumerate() {
-            let err = |message: String| PromptError::Line { source_name: name.to_string(), line: i + 1, message };
+            let err = |message: String| PromptError::Line {
+                source_name: name.to_string(),
+                line: i + 1,
+                message,
+            };
             if line.trim().is_empty() {
                 continue;
             }
@@ -114,12 +124,18 @@ impl PromptSet {
             }
             prompts.push(p);
         }
-        Ok(PromptSet { name: name.to_string(), prompts })
+        Ok(PromptSet {
+            name: name.to_string(),
+            prompts,
+        })
     }
 
     /// Prompts whose id matches `pattern` (`*` matches any run of characters), in set order.
     pub fn select(&self, pattern: &str) -> Vec<&Prompt> {
-        self.prompts.iter().filter(|p| wildcard_match(pattern, &p.id)).collect()
+        self.prompts
+            .iter()
+            .filter(|p| wildcard_match(pattern, &p.id))
+            .collect()
     }
 }
 
@@ -127,9 +143,13 @@ impl PromptSet {
 pub fn wildcard_match(pattern: &str, text: &str) -> bool {
     let mut parts = pattern.split('*');
     let first = parts.next().unwrap_or("");
-    let Some(mut rest) = text.strip_prefix(first) else { return false };
+    let Some(mut rest) = text.strip_prefix(first) else {
+        return false;
+    };
     let parts: Vec<&str> = parts.collect();
-    let Some((last, middle)) = parts.split_last() else { return rest.is_empty() };
+    let Some((last, middle)) = parts.split_last() else {
+        return rest.is_empty();
+    };
     for part in middle {
         match rest.find(part) {
             Some(at) => rest = &rest[at + part.len()..],
@@ -152,7 +172,10 @@ mod tests {
         }
         assert!(set.prompts.iter().any(|p| p.lang == "zh"));
         let long = set.select("long-in-en-*");
-        assert!(long.iter().all(|p| p.messages.iter().map(|m| m.content.len()).sum::<usize>() > 5_000));
+        assert!(
+            long.iter()
+                .all(|p| p.messages.iter().map(|m| m.content.len()).sum::<usize>() > 5_000)
+        );
     }
 
     #[test]
@@ -168,8 +191,11 @@ mod tests {
 
     #[test]
     fn bad_lines_are_named() {
-        let err = PromptSet::parse("x", "{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}\n{oops}\n")
-            .unwrap_err();
+        let err = PromptSet::parse(
+            "x",
+            "{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}\n{oops}\n",
+        )
+        .unwrap_err();
         assert!(err.to_string().starts_with("x:2:"), "{err}");
         let dup = "{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}\n";
         let err = PromptSet::parse("x", &dup.repeat(2)).unwrap_err();

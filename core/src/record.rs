@@ -91,7 +91,10 @@ impl Outcome {
     pub fn is_timeout(self) -> bool {
         matches!(
             self,
-            Outcome::TimeoutConnect | Outcome::TimeoutTtft | Outcome::TimeoutIdle | Outcome::TimeoutTotal
+            Outcome::TimeoutConnect
+                | Outcome::TimeoutTtft
+                | Outcome::TimeoutIdle
+                | Outcome::TimeoutTotal
         )
     }
 }

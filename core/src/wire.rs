@@ -68,10 +68,16 @@ impl TryFrom<pb::ProbeRecord> for ProbeRecord {
     type Error = WireError;
 
     fn try_from(r: pb::ProbeRecord) -> Result<Self, WireError> {
-        let outcome = Outcome::parse(&r.outcome).ok_or_else(|| WireError::Outcome(r.outcome.clone()))?;
+        let outcome =
+            Outcome::parse(&r.outcome).ok_or_else(|| WireError::Outcome(r.outcome.clone()))?;
         let http_status = r
             .http_status
-            .map(|s| u16::try_from(s).ok().filter(|s| (100..600).contains(s)).ok_or(WireError::Status(s)))
+            .map(|s| {
+                u16::try_from(s)
+                    .ok()
+                    .filter(|s| (100..600).contains(s))
+                    .ok_or(WireError::Status(s))
+            })
             .transpose()?;
         Ok(ProbeRecord {
             round: r.round,
@@ -142,9 +148,15 @@ pub fn histogram_to_pb(
 ///
 /// # Errors
 /// [`WireError::Metric`] for an unknown metric, [`WireError::Hist`] for undecodable bytes.
-pub fn histogram_from_pb(h: &pb::IntervalHistogram) -> Result<(HistKey, hdrhistogram::Histogram<u64>), WireError> {
+pub fn histogram_from_pb(
+    h: &pb::IntervalHistogram,
+) -> Result<(HistKey, hdrhistogram::Histogram<u64>), WireError> {
     let metric = Metric::parse(&h.metric).ok_or_else(|| WireError::Metric(h.metric.clone()))?;
-    let key = HistKey { provider: h.provider.clone(), scenario: h.scenario.clone(), metric };
+    let key = HistKey {
+        provider: h.provider.clone(),
+        scenario: h.scenario.clone(),
+        metric,
+    };
     Ok((key, hist::decode_v2(&h.hist_v2)?))
 }
 
@@ -168,7 +180,12 @@ mod tests {
             http_status: Some(429),
             ttfb_us: Some(1200),
             retry_after_s: Some(7.0),
-            usage: Usage { prompt_tokens: Some(9), completion_tokens: Some(3), total_tokens: Some(12), ..Default::default() },
+            usage: Usage {
+                prompt_tokens: Some(9),
+                completion_tokens: Some(3),
+                total_tokens: Some(12),
+                ..Default::default()
+            },
             finish_reason: Some("stop".into()),
             ..Default::default()
         };
@@ -180,15 +197,25 @@ mod tests {
     fn bad_wire_values_are_rejected() {
         let mut wire = pb::ProbeRecord::from(&ProbeRecord::default());
         wire.outcome = "great".into();
-        assert!(matches!(ProbeRecord::try_from(wire.clone()), Err(WireError::Outcome(_))));
+        assert!(matches!(
+            ProbeRecord::try_from(wire.clone()),
+            Err(WireError::Outcome(_))
+        ));
         wire.outcome = "ok".into();
         wire.http_status = Some(70_000);
-        assert!(matches!(ProbeRecord::try_from(wire), Err(WireError::Status(70_000))));
+        assert!(matches!(
+            ProbeRecord::try_from(wire),
+            Err(WireError::Status(70_000))
+        ));
     }
 
     #[test]
     fn histograms_round_trip() {
-        let key = HistKey { provider: "p".into(), scenario: "s".into(), metric: Metric::Itl };
+        let key = HistKey {
+            provider: "p".into(),
+            scenario: "s".into(),
+            metric: Metric::Itl,
+        };
         let mut h = hist::new_histogram();
         h.record(12_345).unwrap();
         let wire = histogram_to_pb(&key, &h, 1, 2).unwrap();

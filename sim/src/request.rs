@@ -66,10 +66,10 @@ impl ChatRequest {
         if req.messages.is_empty() {
             return Err("'messages' must contain at least one message".to_string());
         }
-        if let Some(m) = req.max_completion_tokens.or(req.max_tokens) {
-            if m < 1 {
-                return Err(format!("max_tokens must be at least 1, got {m}"));
-            }
+        if let Some(m) = req.max_completion_tokens.or(req.max_tokens)
+            && m < 1
+        {
+            return Err(format!("max_tokens must be at least 1, got {m}"));
         }
         Ok(req)
     }

@@ -142,10 +142,10 @@ const HANZI_THINK: &[&str] = &[
 /// punctuation. Concatenating tokens `0..n` gives readable-looking filler text.
 pub fn token_text(key: u64, kind: TokenKind, index: u32, cjk: bool) -> String {
     let h = mix64(key ^ mix64(u64::from(index) ^ ((kind as u64) << 40)));
-    let punct = index > 0 && h % 11 == 0;
+    let punct = index > 0 && h.is_multiple_of(11);
     if cjk {
         if punct {
-            return if h % 3 == 0 { "。" } else { "，" }.to_string();
+            return if h.is_multiple_of(3) { "。" } else { "，" }.to_string();
         }
         let list = if kind == TokenKind::Content {
             HANZI
@@ -155,7 +155,7 @@ pub fn token_text(key: u64, kind: TokenKind, index: u32, cjk: bool) -> String {
         return list[(h >> 8) as usize % list.len()].to_string();
     }
     if punct {
-        return if h % 3 == 0 { "." } else { "," }.to_string();
+        return if h.is_multiple_of(3) { "." } else { "," }.to_string();
     }
     let list = if kind == TokenKind::Content {
         WORDS

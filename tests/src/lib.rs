@@ -13,9 +13,16 @@ use std::time::{Duration, Instant};
 /// When the binary does not exist, with the command that builds it.
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target/<profile>/deps");
+    let dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target/<profile>/deps");
     let path = dir.join(name);
-    assert!(path.exists(), "{} is missing: run `cargo build --bins` first", path.display());
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build --bins` first",
+        path.display()
+    );
     path
 }
 
@@ -39,10 +46,18 @@ impl Drop for Proc {
 ///
 /// # Panics
 /// When the process exits or the line does not come in time.
-pub fn spawn_until_line(name: &str, mut cmd: Command, prefix: &str, timeout: Duration, log: &std::path::Path) -> (Proc, String) {
+pub fn spawn_until_line(
+    name: &str,
+    mut cmd: Command,
+    prefix: &str,
+    timeout: Duration,
+    log: &std::path::Path,
+) -> (Proc, String) {
     let log_file = std::fs::File::create(log).expect("log file");
     cmd.stdout(Stdio::piped()).stderr(log_file);
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
     let stdout = child.stdout.take().expect("piped stdout");
     let (tx, rx) = std::sync::mpsc::channel();
     let wanted = prefix.to_string();
@@ -54,7 +69,10 @@ pub fn spawn_until_line(name: &str, mut cmd: Command, prefix: &str, timeout: Dur
         }
     });
     let deadline = Instant::now() + timeout;
-    let proc = Proc { child, name: name.to_string() };
+    let proc = Proc {
+        child,
+        name: name.to_string(),
+    };
     let line = rx
         .recv_timeout(deadline.saturating_duration_since(Instant::now()))
         .unwrap_or_else(|_| panic!("{name} did not print {prefix:?}; see {}", log.display()));
@@ -67,12 +85,22 @@ pub fn spawn_until_line(name: &str, mut cmd: Command, prefix: &str, timeout: Dur
 /// When it cannot start.
 pub fn spawn(name: &str, mut cmd: Command, log: &std::path::Path) -> Proc {
     let log_file = std::fs::File::create(log).expect("log file");
-    cmd.stdout(log_file.try_clone().expect("clone")).stderr(log_file);
-    let child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
-    Proc { child, name: name.to_string() }
+    cmd.stdout(log_file.try_clone().expect("clone"))
+        .stderr(log_file);
+    let child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+    Proc {
+        child,
+        name: name.to_string(),
+    }
 }
 
 /// A free loopback port (bound then released).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
 }

@@ -1,16 +1,22 @@
 //! The demo campaign in-process (`latmesh demo` minus printing): nine simulated providers,
 //! three regions, real gRPC and HTTP over loopback; the matrix shows what the simulator built in.
 
-use latmesh_coordinator::demo::{run, DemoOptions};
+use latmesh_coordinator::demo::{DemoOptions, run};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_matrix_reflects_the_simulated_world() {
-    let s = run(DemoOptions { rounds: Some(6), progress: false }).await.unwrap();
+    let s = run(DemoOptions {
+        rounds: Some(6),
+        progress: false,
+    })
+    .await
+    .unwrap();
     assert_eq!(s.regions.len(), 3);
     assert_eq!(s.providers.len(), 9);
     // 3 regions + ALL, 9 providers, 2 scenarios.
     assert_eq!(s.cells.len(), 4 * 9 * 2);
-    let cell = |r: &str, p: &str, sc: &str| s.cell(r, p, sc).unwrap_or_else(|| panic!("{r} {p} {sc}"));
+    let cell =
+        |r: &str, p: &str, sc: &str| s.cell(r, p, sc).unwrap_or_else(|| panic!("{r} {p} {sc}"));
 
     for region in &s.regions {
         for p in ["fast-lane", "steady", "reasoner", "keepalive", "bulk-chunk"] {
@@ -20,22 +26,47 @@ async fn demo_matrix_reflects_the_simulated_world() {
         }
     }
     // fast-lane lives in us-east: from ap-southeast its TTFT carries ~110 ms more network delay.
-    let near = cell("us-east", "fast-lane", "chat-short").ttft.unwrap().p50_ms;
-    let far = cell("ap-southeast", "fast-lane", "chat-short").ttft.unwrap().p50_ms;
-    assert!(far - near > 60.0, "us-east {near} ms vs ap-southeast {far} ms");
+    let near = cell("us-east", "fast-lane", "chat-short")
+        .ttft
+        .unwrap()
+        .p50_ms;
+    let far = cell("ap-southeast", "fast-lane", "chat-short")
+        .ttft
+        .unwrap()
+        .p50_ms;
+    assert!(
+        far - near > 60.0,
+        "us-east {near} ms vs ap-southeast {far} ms"
+    );
     // The reasoner's visible content comes after its reasoning.
     let r = cell("ALL", "reasoner", "chat-short");
-    assert!(r.ttfc.unwrap().p50_ms > r.ttft.unwrap().p50_ms + 50.0, "{r:?}");
+    assert!(
+        r.ttfc.unwrap().p50_ms > r.ttft.unwrap().p50_ms + 50.0,
+        "{r:?}"
+    );
     // Throttling shows up as throttled attempts, not as latency samples.
     let t = cell("ALL", "throttler", "chat-short");
     assert!(t.throttled_pct > 0.0, "{t:?}");
-    assert_eq!(t.samples + t.outcomes.get("throttled").copied().unwrap_or(0), t.attempts);
+    assert_eq!(
+        t.samples + t.outcomes.get("throttled").copied().unwrap_or(0),
+        t.attempts
+    );
     // Long inputs cost slow-prefill much more time to first token than short ones.
-    let short = cell("ALL", "slow-prefill", "chat-short").ttft.unwrap().p50_ms;
-    let long = cell("ALL", "slow-prefill", "long-input").ttft.unwrap().p50_ms;
+    let short = cell("ALL", "slow-prefill", "chat-short")
+        .ttft
+        .unwrap()
+        .p50_ms;
+    let long = cell("ALL", "slow-prefill", "long-input")
+        .ttft
+        .unwrap()
+        .p50_ms;
     assert!(long > short + 300.0, "short {short} ms, long {long} ms");
     // ALL merges the regions' histograms: its sample count is their sum.
     let all = cell("ALL", "fast-lane", "long-input");
-    let sum: u64 = s.regions.iter().map(|r| cell(r, "fast-lane", "long-input").samples).sum();
+    let sum: u64 = s
+        .regions
+        .iter()
+        .map(|r| cell(r, "fast-lane", "long-input").samples)
+        .sum();
     assert_eq!(all.samples, sum);
 }

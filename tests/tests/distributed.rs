@@ -16,18 +16,43 @@ fn campaign_across_three_agent_processes() {
 
     let mut sim = Command::new(bin("latmesh-sim"));
     sim.args(["serve", "--listen", "127.0.0.1:0"]);
-    let (_sim, sim_url) = spawn_until_line("latmesh-sim", sim, "listening on ", Duration::from_secs(20), &log("sim"));
+    let (_sim, sim_url) = spawn_until_line(
+        "latmesh-sim",
+        sim,
+        "listening on ",
+        Duration::from_secs(20),
+        &log("sim"),
+    );
     let sim_addr = sim_url.trim_start_matches("http://").to_string();
 
     let mut coord = Command::new(bin("latmesh"));
     coord.args(["serve", "--listen", "127.0.0.1:0"]);
-    let (_coord, coord_url) = spawn_until_line("latmesh serve", coord, "listening on ", Duration::from_secs(20), &log("coordinator"));
+    let (_coord, coord_url) = spawn_until_line(
+        "latmesh serve",
+        coord,
+        "listening on ",
+        Duration::from_secs(20),
+        &log("coordinator"),
+    );
 
     let mut agents = Vec::new();
     for region in REGIONS {
         let mut a = Command::new(bin("latmesh-agent"));
-        a.args(["--coordinator", &coord_url, "--region", region, "--agent-id", &format!("{region}-1"), "--exit-after", "1"]);
-        agents.push(spawn(&format!("agent {region}"), a, &log(&format!("agent-{region}"))));
+        a.args([
+            "--coordinator",
+            &coord_url,
+            "--region",
+            region,
+            "--agent-id",
+            &format!("{region}-1"),
+            "--exit-after",
+            "1",
+        ]);
+        agents.push(spawn(
+            &format!("agent {region}"),
+            a,
+            &log(&format!("agent-{region}")),
+        ));
     }
 
     let campaign = latmesh_coordinator::demo::DEMO_CAMPAIGN
@@ -44,7 +69,11 @@ fn campaign_across_three_agent_processes() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "launch failed: {}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "launch failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     let summary: Summary = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(summary.regions, REGIONS);
@@ -59,8 +88,17 @@ fn campaign_across_three_agent_processes() {
     // The terminal matrix shows the same numbers as the JSON.
     let fast = summary.cell("us-east", "fast-lane", "chat-short").unwrap();
     let ttft = fast.ttft.unwrap();
-    assert!(stdout.contains(&format!("{:.0}/{:.0}/{:.0}", ttft.p50_ms, ttft.p90_ms, ttft.p99_ms)), "{stdout}");
-    assert!(stdout.contains("chat-short: TTFT ms P50/P90/P99"), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "{:.0}/{:.0}/{:.0}",
+            ttft.p50_ms, ttft.p90_ms, ttft.p99_ms
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("chat-short: TTFT ms P50/P90/P99"),
+        "{stdout}"
+    );
 
     // Agents exit by themselves once their campaign is acked.
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -80,16 +118,33 @@ fn campaign_across_three_agent_processes() {
 fn a_bad_campaign_file_names_the_key() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("bad.toml");
-    let text = latmesh_coordinator::demo::DEMO_CAMPAIGN.replace("max_tokens = 48", "max_tokens = -3");
+    let text =
+        latmesh_coordinator::demo::DEMO_CAMPAIGN.replace("max_tokens = 48", "max_tokens = -3");
     std::fs::write(&file, text).unwrap();
-    let out = Command::new(bin("latmesh")).args(["campaign", "validate"]).arg(&file).output().unwrap();
+    let out = Command::new(bin("latmesh"))
+        .args(["campaign", "validate"])
+        .arg(&file)
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("max_tokens"), "{err}");
 
     let good = dir.path().join("good.toml");
-    std::fs::write(&good, latmesh_coordinator::demo::DEMO_CAMPAIGN.replace("{sim}", "127.0.0.1:9")).unwrap();
-    let out = Command::new(bin("latmesh")).args(["campaign", "validate"]).arg(&good).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    std::fs::write(
+        &good,
+        latmesh_coordinator::demo::DEMO_CAMPAIGN.replace("{sim}", "127.0.0.1:9"),
+    )
+    .unwrap();
+    let out = Command::new(bin("latmesh"))
+        .args(["campaign", "validate"])
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("9 providers, 2 scenarios"));
 }

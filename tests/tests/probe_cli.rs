@@ -7,9 +7,18 @@ use latmesh_tests::{bin, spawn_until_line};
 use serde_json::Value;
 
 fn probe(args: &[&str]) -> Value {
-    let out = Command::new(bin("latmesh")).arg("probe").args(args).output().unwrap();
-    assert!(out.status.success(), "probe failed: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+    let out = Command::new(bin("latmesh"))
+        .arg("probe")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "probe failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
 }
 
 #[test]
@@ -17,18 +26,54 @@ fn probe_prints_every_documented_field() {
     let dir = tempfile::tempdir().unwrap();
     let mut sim = Command::new(bin("latmesh-sim"));
     sim.args(["serve", "--listen", "127.0.0.1:0"]);
-    let (_sim, url) = spawn_until_line("latmesh-sim", sim, "listening on ", Duration::from_secs(20), &dir.path().join("sim.log"));
+    let (_sim, url) = spawn_until_line(
+        "latmesh-sim",
+        sim,
+        "listening on ",
+        Duration::from_secs(20),
+        &dir.path().join("sim.log"),
+    );
 
     let base = format!("{url}/reasoner/v1");
-    let v = probe(&["--base-url", &base, "--model", "deepseek-v4-flash", "--max-tokens", "200", "--show-text", "--json"]);
+    let v = probe(&[
+        "--base-url",
+        &base,
+        "--model",
+        "deepseek-v4-flash",
+        "--max-tokens",
+        "200",
+        "--show-text",
+        "--json",
+    ]);
     for field in [
-        "outcome", "http_status", "finish_reason", "saw_done", "ttft_us", "ttfc_us", "e2e_us", "content_chunks",
-        "reasoning_chunks", "output_tokens", "tokens_from_usage", "usage", "retry_after_s", "content_text", "reasoning_text",
+        "outcome",
+        "http_status",
+        "finish_reason",
+        "saw_done",
+        "ttft_us",
+        "ttfc_us",
+        "e2e_us",
+        "content_chunks",
+        "reasoning_chunks",
+        "output_tokens",
+        "tokens_from_usage",
+        "usage",
+        "retry_after_s",
+        "content_text",
+        "reasoning_text",
     ] {
         assert!(v.get(field).is_some(), "missing {field}: {v}");
     }
-    for field in ["prompt_tokens", "completion_tokens", "reasoning_tokens", "cached_tokens"] {
-        assert!(v["usage"].get(field).is_some(), "missing usage.{field}: {v}");
+    for field in [
+        "prompt_tokens",
+        "completion_tokens",
+        "reasoning_tokens",
+        "cached_tokens",
+    ] {
+        assert!(
+            v["usage"].get(field).is_some(),
+            "missing usage.{field}: {v}"
+        );
     }
     assert_eq!(v["outcome"], "ok", "{v}");
     assert_eq!(v["http_status"], 200);
@@ -40,11 +85,21 @@ fn probe_prints_every_documented_field() {
     assert!(v["e2e_us"].as_u64().unwrap() >= v["ttfc_us"].as_u64().unwrap());
     // Reasoning tokens count toward max_tokens and toward output_tokens (from usage).
     let reasoning = v["usage"]["reasoning_tokens"].as_u64().unwrap();
-    assert!(reasoning > 0 && v["output_tokens"].as_u64().unwrap() > reasoning, "{v}");
+    assert!(
+        reasoning > 0 && v["output_tokens"].as_u64().unwrap() > reasoning,
+        "{v}"
+    );
     assert!(v["output_tokens"].as_u64().unwrap() <= 200, "{v}");
 
     // Without --show-text the text stays out of the record.
-    let v = probe(&["--base-url", &format!("{url}/fast-lane/v1"), "--model", "m", "--no-stream", "--json"]);
+    let v = probe(&[
+        "--base-url",
+        &format!("{url}/fast-lane/v1"),
+        "--model",
+        "m",
+        "--no-stream",
+        "--json",
+    ]);
     assert_eq!(v["outcome"], "ok", "{v}");
     assert!(v.get("content_text").is_none(), "{v}");
     assert!(v["ttft_us"].is_null(), "non-streaming has no TTFT: {v}");
@@ -55,10 +110,19 @@ fn probe_prints_every_documented_field() {
 #[test]
 fn probe_reports_a_429_with_its_retry_after() {
     let dir = tempfile::tempdir().unwrap();
-    let case = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/sse-cases/20-http429-retry-after.sse");
+    let case = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fixtures/sse-cases/20-http429-retry-after.sse"
+    );
     let mut replay = Command::new(bin("latmesh-sim"));
     replay.args(["replay", case, "--listen", "127.0.0.1:0"]);
-    let (_r, url) = spawn_until_line("replay", replay, "listening on ", Duration::from_secs(20), &dir.path().join("replay.log"));
+    let (_r, url) = spawn_until_line(
+        "replay",
+        replay,
+        "listening on ",
+        Duration::from_secs(20),
+        &dir.path().join("replay.log"),
+    );
     let v = probe(&["--base-url", &format!("{url}/v1"), "--model", "m", "--json"]);
     assert_eq!(v["outcome"], "throttled", "{v}");
     assert_eq!(v["http_status"], 429);
@@ -69,7 +133,15 @@ fn probe_reports_a_429_with_its_retry_after() {
 #[test]
 fn probe_names_a_missing_key_variable_without_sending() {
     let out = Command::new(bin("latmesh"))
-        .args(["probe", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--api-key-env", "LATMESH_TEST_SURELY_UNSET"])
+        .args([
+            "probe",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--model",
+            "m",
+            "--api-key-env",
+            "LATMESH_TEST_SURELY_UNSET",
+        ])
         .env_remove("LATMESH_TEST_SURELY_UNSET")
         .output()
         .unwrap();
