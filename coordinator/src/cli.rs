@@ -190,6 +190,11 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
                 watch::write_json(&summary, &path)?;
                 eprintln!("summary written to {}", path.display());
             }
+            anyhow::ensure!(
+                summary.complete,
+                "campaign {} is incomplete: some agents did not deliver all their results before the deadline",
+                reply.campaign_id
+            );
             Ok(())
         }
         Command::Agents { coord } => {

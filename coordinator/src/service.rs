@@ -42,7 +42,8 @@ impl Coordinator {
         Coordinator { state }
     }
 
-    /// Serves both services on `listener` until `shutdown` resolves.
+    /// Serves both services on `listener` until `shutdown` resolves; once a second, finishes
+    /// campaigns whose deadline passed ([`State::expire`]).
     ///
     /// # Errors
     /// Transport errors from tonic.
@@ -51,14 +52,24 @@ impl Coordinator {
         listener: TcpListener,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<(), tonic::transport::Error> {
-        tonic::transport::Server::builder()
+        let state = self.state.clone();
+        let expiry = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                state.expire(now_unix_us());
+            }
+        });
+        let served = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(std::time::Duration::from_secs(10)))
             .add_service(pb::agent_session_server::AgentSessionServer::new(
                 self.clone(),
             ))
             .add_service(pb::control_server::ControlServer::new(self))
             .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
-            .await
+            .await;
+        expiry.abort();
+        served
     }
 }
 

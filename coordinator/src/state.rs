@@ -64,6 +64,9 @@ struct Campaign {
     agg: Aggregate,
     progress: watch::Sender<pb::Progress>,
     summary: Option<Summary>,
+    /// After this (coordinator clock, UTC µs) the campaign finishes with what arrived.
+    deadline_unix_us: i64,
+    expired: bool,
 }
 
 /// Errors of state operations, turned into `Status` in `service.rs`.
@@ -242,6 +245,7 @@ impl State {
         let start_at_unix_us = now_unix_us() + start_delay_us;
         let plan_json = plan.to_json();
         let plan_hash = plan.hash();
+        let deadline_unix_us = start_at_unix_us + plan_span_us(&plan) + DEADLINE_GRACE_US;
         let (progress, _) = watch::channel(pb::Progress {
             campaign_id: campaign_id.clone(),
             ..Default::default()
@@ -266,6 +270,8 @@ impl State {
             agg: Aggregate::default(),
             progress,
             summary: None,
+            deadline_unix_us,
+            expired: false,
         };
         let msg = plan_message(&campaign_id, &campaign);
         for (id, _) in &chosen {
@@ -347,6 +353,27 @@ impl State {
         Ok(())
     }
 
+    /// Finishes every unfinished campaign whose deadline is before `now_unix_us` with the
+    /// results that arrived (its summary says `complete: false` and which agents fell short).
+    /// Returns the ids of the campaigns it finished.
+    pub fn expire(&self, now_unix_us: i64) -> Vec<String> {
+        let mut inner = self.lock();
+        let due: Vec<String> = inner
+            .campaigns
+            .iter()
+            .filter(|(_, c)| c.summary.is_none() && now_unix_us > c.deadline_unix_us)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &due {
+            if let Some(c) = inner.campaigns.get_mut(id) {
+                c.expired = true;
+            }
+            tracing::warn!(campaign = %id, "campaign deadline passed: finishing with the results that arrived");
+            publish(&mut inner, id);
+        }
+        due
+    }
+
     /// A receiver of the campaign's progress; the last value has `finished` and the summary.
     ///
     /// # Errors
@@ -380,6 +407,24 @@ fn plan_message(campaign_id: &str, c: &Campaign) -> pb::CoordinatorMessage {
     }
 }
 
+/// Extra time after a plan's last probe could have ended before its campaign is finished
+/// without the missing results, µs.
+pub const DEADLINE_GRACE_US: i64 = 30_000_000;
+
+/// From round 0's start to the latest moment the plan's last probe can end, µs.
+fn plan_span_us(plan: &Plan) -> i64 {
+    let last_send = plan.probe_offset_us(
+        plan.rounds.count.saturating_sub(1),
+        plan.slots_per_round().saturating_sub(1),
+    );
+    let longest = plan
+        .scenarios
+        .iter()
+        .map(|s| s.timeouts.total_s)
+        .fold(0.0, f64::max);
+    (last_send as i64).saturating_add((longest * 1e6) as i64)
+}
+
 /// Recomputes the campaign's progress (and its summary once every agent is complete) and
 /// publishes it to watchers.
 fn publish(inner: &mut Inner, campaign_id: &str) {
@@ -402,7 +447,7 @@ fn publish(inner: &mut Inner, campaign_id: &str) {
             connected: agents.get(id).is_some_and(|e| e.info.connected),
         })
         .collect();
-    let finished = c.agents.values().all(CampaignAgent::complete);
+    let finished = c.expired || c.agents.values().all(CampaignAgent::complete);
     if finished && c.summary.is_none() {
         let agent_summaries = c
             .agents
@@ -416,6 +461,7 @@ fn publish(inner: &mut Inner, campaign_id: &str) {
                     clock_uncertainty_us: info.map_or(0, |i| i.clock_uncertainty_us),
                     records: a.records,
                     batches: a.seqs.len() as u64,
+                    complete: a.complete(),
                 }
             })
             .collect();
@@ -605,5 +651,42 @@ mod tests {
         let _s2 = state.connect(&hello("a1", "us-east"), tx2);
         state.disconnect("a1", s1);
         assert!(state.agents()[0].connected);
+    }
+
+    #[tokio::test]
+    async fn a_campaign_past_its_deadline_finishes_with_what_arrived() {
+        let state = State::default();
+        let (tx1, _rx1) = mpsc::channel(8);
+        let (tx2, _rx2) = mpsc::channel(8);
+        state.connect(&hello("a1", "us-east"), tx1);
+        state.connect(&hello("a2", "us-east"), tx2);
+        let l = state.launch(&plan().to_json(), 0).unwrap();
+        assert!(state.batch("a1", batch(&l.campaign_id, 1, 1_000)).unwrap());
+        state
+            .done(
+                "a1",
+                &pb::CampaignDone {
+                    campaign_id: l.campaign_id.clone(),
+                    last_seq: 1,
+                    probes: 1,
+                },
+            )
+            .unwrap();
+        // a2 died without a word: nothing happens before the deadline…
+        assert!(state.expire(l.start_at_unix_us + 1_000_000).is_empty());
+        assert!(state.summary(&l.campaign_id).is_none());
+        // …and after it the campaign finishes, marked incomplete.
+        let deadline = l.start_at_unix_us + 120_000_000 + DEADLINE_GRACE_US;
+        assert_eq!(state.expire(deadline + 1), vec![l.campaign_id.clone()]);
+        let s = state.summary(&l.campaign_id).unwrap();
+        assert!(!s.complete);
+        assert!(
+            s.agents
+                .iter()
+                .any(|a| a.agent_id == "a2" && !a.complete && a.records == 0)
+        );
+        assert_eq!(s.cell("us-east", "p", "s").unwrap().samples, 1);
+        assert!(s.render().contains("INCOMPLETE"));
+        assert!(state.watch(&l.campaign_id).unwrap().borrow().finished);
     }
 }

@@ -87,6 +87,8 @@ pub struct AgentSummary {
     pub records: u64,
     /// Batches received (after de-duplication).
     pub batches: u64,
+    /// Whether every batch the agent announced arrived.
+    pub complete: bool,
 }
 
 /// The summary of one campaign.
@@ -112,6 +114,9 @@ pub struct Summary {
     pub cells: Vec<MatrixCell>,
     /// Agents.
     pub agents: Vec<AgentSummary>,
+    /// Whether every agent delivered all its results (false when the campaign's deadline
+    /// passed first, e.g. an agent died).
+    pub complete: bool,
 }
 
 /// Builds the summary of `plan` from merged results.
@@ -146,6 +151,7 @@ pub fn build(
         providers: plan.providers.iter().map(|p| p.name.clone()).collect(),
         scenarios: plan.scenarios.iter().map(|s| s.name.clone()).collect(),
         cells,
+        complete: agents.iter().all(|a| a.complete),
         agents,
     }
 }
@@ -251,6 +257,19 @@ impl Summary {
                 }
                 let _ = writeln!(out, "{t}");
             }
+        }
+        if !self.complete {
+            let short: Vec<String> = self
+                .agents
+                .iter()
+                .filter(|a| !a.complete)
+                .map(|a| format!("{} ({}, {} records)", a.agent_id, a.region, a.records))
+                .collect();
+            let _ = writeln!(
+                out,
+                "\nINCOMPLETE: the deadline passed before these agents delivered everything: {}",
+                short.join(", ")
+            );
         }
         if !self.agents.is_empty() {
             let _ = writeln!(out, "\nagents:");
