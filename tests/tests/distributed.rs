@@ -148,3 +148,49 @@ fn a_bad_campaign_file_names_the_key() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("9 providers, 2 scenarios"));
 }
+
+#[test]
+fn an_agent_started_before_its_coordinator_connects_once_it_is_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = latmesh_tests::free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let mut a = Command::new(bin("latmesh-agent"));
+    a.args([
+        "--coordinator",
+        &url,
+        "--region",
+        "eu-west",
+        "--agent-id",
+        "early-1",
+    ]);
+    let _agent = spawn("agent", a, &dir.path().join("agent.log"));
+    std::thread::sleep(Duration::from_millis(1500));
+
+    let mut coord = Command::new(bin("latmesh"));
+    coord.args(["serve", "--listen", &format!("127.0.0.1:{port}")]);
+    let (_coord, _) = spawn_until_line(
+        "latmesh serve",
+        coord,
+        "listening on ",
+        Duration::from_secs(20),
+        &dir.path().join("coord.log"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let out = Command::new(bin("latmesh"))
+            .args(["agents", "--coordinator", &url])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        if text.contains("early-1") && text.contains("eu-west") && text.contains(" connected") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "agent never connected: {text}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let log = std::fs::read_to_string(dir.path().join("agent.log")).unwrap();
+    assert!(
+        log.contains("cannot reach coordinator"),
+        "the agent should have logged its retries: {log}"
+    );
+}
