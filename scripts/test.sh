@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The test command (README): builds every binary, installs and starts what the tests need
-# on loopback, runs the whole test suite, stops what it started, and ends with one line
+# The test command (README): builds every binary, installs and starts on loopback what the
+# tests need (the third-party OpenAI-compatible servers of scripts/real-servers.sh: llama.cpp's
+# llama-server, aimock, llmock; the first install builds llama-server, ~5 min on 2 cores, then
+# it is cached), runs the whole test suite, stops what it started, and ends with one line
 # "N passed, N failed" totalled over every test binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,9 +10,22 @@ cd "$(dirname "$0")/.."
 echo "== building binaries"
 cargo build --workspace --bins --locked
 
-echo "== running tests"
+echo "== starting the real third-party servers (scripts/real-servers.sh)"
+state_dir=$(mktemp -d)
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+cleanup() {
+	scripts/real-servers.sh stop --state-dir "$state_dir" >/dev/null 2>&1 || true
+	rm -rf "$state_dir" "$log"
+}
+trap cleanup EXIT
+if scripts/real-servers.sh status >/dev/null 2>&1; then
+	echo "already running (default state dir): the tests use those"
+else
+	scripts/real-servers.sh start --state-dir "$state_dir"
+	export LATMESH_REAL_STATE_DIR="$state_dir"
+fi
+
+echo "== running tests"
 set +e
 cargo test --workspace --locked -- --test-threads=2 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}

@@ -37,6 +37,9 @@ pub struct CampaignRun {
     pub plan: Arc<Plan>,
     /// Round 0 start on the coordinator's clock, UTC µs.
     pub start_at_coord_unix_us: i64,
+    /// Seq of the first batch this run seals (the coordinator's `next_seq`: past every batch
+    /// it already has from this agent, e.g. from before a restart).
+    pub first_seq: u64,
 }
 
 /// Settings of the runner.
@@ -46,6 +49,10 @@ pub struct RunnerConfig {
     pub flush_interval: Duration,
     /// How long to wait for a first clock estimate before starting without one.
     pub clock_wait: Duration,
+    /// A probe whose intended time passed by more than this is skipped, not sent late (it
+    /// would no longer be synchronized with the other regions): e.g. the rounds already
+    /// past when a restarted agent receives its plan again.
+    pub max_lateness: Duration,
 }
 
 impl Default for RunnerConfig {
@@ -53,6 +60,7 @@ impl Default for RunnerConfig {
         RunnerConfig {
             flush_interval: Duration::from_millis(1000),
             clock_wait: Duration::from_secs(3),
+            max_lateness: Duration::from_secs(1),
         }
     }
 }
@@ -101,11 +109,17 @@ pub async fn run_campaign(
         rx,
         outbox.clone(),
         cfg.flush_interval,
+        run.first_seq.max(1),
     ));
     let plan = run.plan.clone();
+    let mut skipped = 0u64;
     for round in 0..plan.rounds.count {
         for (slot, s) in plan.round_order(round).into_iter().enumerate() {
             let intended = start + Duration::from_micros(plan.probe_offset_us(round, slot));
+            if Instant::now().saturating_duration_since(intended) > cfg.max_lateness {
+                skipped += 1;
+                continue;
+            }
             tokio::time::sleep_until(intended.into()).await;
             let (plan, prober, tx) = (plan.clone(), prober.clone(), tx.clone());
             tokio::spawn(async move {
@@ -142,13 +156,17 @@ pub async fn run_campaign(
         }
     }
     drop(tx);
+    if skipped > 0 {
+        tracing::warn!(campaign = %run.campaign_id, skipped, "probes skipped: their time had passed");
+    }
     let (last_seq, probes) = collector.await.unwrap_or((0, 0));
     outbox.push_done(pb::CampaignDone {
         campaign_id: run.campaign_id.clone(),
         last_seq,
         probes,
+        skipped,
     });
-    tracing::info!(campaign = %run.campaign_id, probes, batches = last_seq, "campaign finished");
+    tracing::info!(campaign = %run.campaign_id, probes, skipped, last_seq, "campaign finished");
     probes
 }
 
@@ -163,16 +181,17 @@ fn warn_missing_keys(plan: &Plan) {
 }
 
 /// Receives finished probes, records histograms, and seals a batch every `flush_interval`
-/// (and at the end). Returns (last seq, probes).
+/// (and at the end), numbering batches from `first_seq`. Returns (last seq, probes).
 async fn collect(
     campaign_id: String,
     mut rx: mpsc::Receiver<(ProbeRecord, Vec<u64>)>,
     outbox: Outbox,
     flush_interval: Duration,
+    first_seq: u64,
 ) -> (u64, u64) {
     let mut hists = HistogramSet::new();
     let mut records: Vec<ProbeRecord> = Vec::new();
-    let (mut seq, mut probes) = (0u64, 0u64);
+    let (mut seq, mut probes) = (first_seq - 1, 0u64);
     let mut interval_start = now_unix_us();
     let mut tick = tokio::time::interval(flush_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -234,6 +234,7 @@ fn start_campaign(
         campaign_id: p.campaign_id.clone(),
         plan: Arc::new(plan),
         start_at_coord_unix_us: p.start_at_coord_unix_us,
+        first_seq: p.next_seq,
     };
     let (prober, outbox, clock, finished_tx, runner) = (
         prober.clone(),

@@ -22,7 +22,9 @@ impl From<StateError> for Status {
     fn from(e: StateError) -> Status {
         match e {
             StateError::UnknownCampaign(_) => Status::not_found(e.to_string()),
-            StateError::NoAgent { .. } => Status::failed_precondition(e.to_string()),
+            StateError::NoAgent { .. } | StateError::Busy { .. } => {
+                Status::failed_precondition(e.to_string())
+            }
             StateError::BadPlan(_) | StateError::BadBatch { .. } => {
                 Status::invalid_argument(e.to_string())
             }

@@ -45,6 +45,7 @@ struct CampaignAgent {
     seqs: BTreeSet<u64>,
     last_seq: Option<u64>,
     records: u64,
+    skipped: u64,
 }
 
 impl CampaignAgent {
@@ -82,6 +83,16 @@ pub enum StateError {
         region: String,
         /// Regions with connected agents.
         connected: String,
+    },
+    /// An agent of the plan's regions is still running another campaign.
+    #[error(
+        "agent {agent:?} is still running campaign {campaign:?}: launch again when it has finished"
+    )]
+    Busy {
+        /// Agent id.
+        agent: String,
+        /// The running campaign.
+        campaign: String,
     },
     /// The plan JSON does not parse.
     #[error("plan_json: {0}")]
@@ -129,10 +140,27 @@ impl State {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Registers a connected agent (replacing an older session with the same id) and returns
-    /// its session number. Plans of unfinished campaigns it belongs to are pushed again.
+    /// Registers a connected agent and returns its session number. An older session with the
+    /// same id is told it was replaced (a second agent process with the same id then exits
+    /// instead of idling unseen). Plans of unfinished campaigns the agent belongs to are pushed
+    /// again, with `next_seq` past every batch already received from it.
     pub fn connect(&self, hello: &pb::AgentHello, tx: AgentTx) -> u64 {
         let mut inner = self.lock();
+        if let Some(old) = inner
+            .agents
+            .get(&hello.agent_id)
+            .and_then(|a| a.tx.as_ref())
+        {
+            tracing::warn!(agent = %hello.agent_id, "a new session replaces a connected agent with the same id");
+            let _ = old.try_send(Ok(pb::CoordinatorMessage {
+                kind: Some(pb::coordinator_message::Kind::Refused(pb::Refused {
+                    reason: format!(
+                        "replaced by a newer session with the same agent id {:?}",
+                        hello.agent_id
+                    ),
+                })),
+            }));
+        }
         inner.next_session += 1;
         let session = inner.next_session;
         let now = now_unix_us();
@@ -147,12 +175,11 @@ impl State {
             connected: true,
         };
         for (id, c) in &inner.campaigns {
-            if c.summary.is_none()
-                && c.agents
-                    .get(&hello.agent_id)
-                    .is_some_and(|a| a.last_seq.is_none())
-            {
-                let _ = tx.try_send(Ok(plan_message(id, c)));
+            if let Some(a) = c.agents.get(&hello.agent_id) {
+                if c.summary.is_none() && a.last_seq.is_none() {
+                    let next_seq = a.seqs.last().map_or(1, |s| s + 1);
+                    let _ = tx.try_send(Ok(plan_message(id, c, next_seq)));
+                }
             }
         }
         inner.agents.insert(
@@ -205,7 +232,7 @@ impl State {
     ///
     /// # Errors
     /// [`StateError::BadPlan`] for unparseable JSON, [`StateError::NoAgent`] when a region has
-    /// no connected agent.
+    /// no connected agent, [`StateError::Busy`] when one of its agents runs another campaign.
     pub fn launch(&self, plan_json: &str, start_delay_us: i64) -> Result<Launched, StateError> {
         let plan: Plan =
             serde_json::from_str(plan_json).map_err(|e| StateError::BadPlan(e.to_string()))?;
@@ -236,6 +263,17 @@ impl State {
                 });
             }
             chosen.extend(found);
+        }
+        for (agent, _) in &chosen {
+            let busy = inner.campaigns.iter().find(|(_, c)| {
+                c.summary.is_none() && c.agents.get(agent).is_some_and(|a| !a.complete())
+            });
+            if let Some((campaign, _)) = busy {
+                return Err(StateError::Busy {
+                    agent: agent.clone(),
+                    campaign: campaign.clone(),
+                });
+            }
         }
         let campaign_id = format!(
             "{}-{}",
@@ -273,7 +311,7 @@ impl State {
             deadline_unix_us,
             expired: false,
         };
-        let msg = plan_message(&campaign_id, &campaign);
+        let msg = plan_message(&campaign_id, &campaign, 1);
         for (id, _) in &chosen {
             if let Some(tx) = inner.agents.get(id).and_then(|a| a.tx.as_ref()) {
                 let _ = tx.try_send(Ok(msg.clone()));
@@ -348,6 +386,7 @@ impl State {
             .ok_or_else(|| StateError::UnknownCampaign(done.campaign_id.clone()))?;
         if let Some(a) = c.agents.get_mut(agent_id) {
             a.last_seq = Some(done.last_seq);
+            a.skipped = done.skipped;
         }
         publish(&mut inner, &done.campaign_id);
         Ok(())
@@ -396,13 +435,14 @@ impl State {
     }
 }
 
-fn plan_message(campaign_id: &str, c: &Campaign) -> pb::CoordinatorMessage {
+fn plan_message(campaign_id: &str, c: &Campaign, next_seq: u64) -> pb::CoordinatorMessage {
     pb::CoordinatorMessage {
         kind: Some(pb::coordinator_message::Kind::Plan(pb::PlanPush {
             campaign_id: campaign_id.to_string(),
             plan_json: c.plan_json.clone(),
             plan_hash: c.plan_hash.clone(),
             start_at_coord_unix_us: c.start_at_unix_us,
+            next_seq,
         })),
     }
 }
@@ -461,7 +501,8 @@ fn publish(inner: &mut Inner, campaign_id: &str) {
                     clock_uncertainty_us: info.map_or(0, |i| i.clock_uncertainty_us),
                     records: a.records,
                     batches: a.seqs.len() as u64,
-                    complete: a.complete(),
+                    complete: a.complete() && a.skipped == 0,
+                    skipped: a.skipped,
                 }
             })
             .collect();

@@ -68,6 +68,9 @@ pub struct MatrixCell {
     pub throttled_pct: f64,
     /// Mean output tokens of `ok` attempts.
     pub output_tokens_mean: Option<f64>,
+    /// `ok` attempts whose output tokens came from the provider's `usage` (the rest were
+    /// counted from chunks).
+    pub tokens_from_usage: u64,
     /// Attempts by outcome name.
     pub outcomes: std::collections::BTreeMap<String, u64>,
 }
@@ -87,8 +90,10 @@ pub struct AgentSummary {
     pub records: u64,
     /// Batches received (after de-duplication).
     pub batches: u64,
-    /// Whether every batch the agent announced arrived.
+    /// Whether every batch the agent announced arrived and no probe was skipped.
     pub complete: bool,
+    /// Probes the agent skipped because their time had passed (e.g. it restarted).
+    pub skipped: u64,
 }
 
 /// The summary of one campaign.
@@ -192,6 +197,7 @@ fn cell(agg: &Aggregate, region: Option<&str>, provider: &str, scenario: &str) -
         error_pct: pct(attempts - ok),
         throttled_pct: pct(counts.count(Outcome::Throttled)),
         output_tokens_mean: (ok > 0).then(|| counts.ok_output_tokens as f64 / ok as f64),
+        tokens_from_usage: counts.ok_tokens_from_usage,
         outcomes: counts
             .outcomes
             .iter()
@@ -263,11 +269,16 @@ impl Summary {
                 .agents
                 .iter()
                 .filter(|a| !a.complete)
-                .map(|a| format!("{} ({}, {} records)", a.agent_id, a.region, a.records))
+                .map(|a| {
+                    format!(
+                        "{} ({}, {} records, {} skipped)",
+                        a.agent_id, a.region, a.records, a.skipped
+                    )
+                })
                 .collect();
             let _ = writeln!(
                 out,
-                "\nINCOMPLETE: the deadline passed before these agents delivered everything: {}",
+                "\nINCOMPLETE: these agents did not deliver every probe of the plan: {}",
                 short.join(", ")
             );
         }

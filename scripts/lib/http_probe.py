@@ -16,7 +16,6 @@
       usage and [DONE] arrived, malformed events, and how the stream ended.
 """
 
-import http.client
 import json
 import os
 import socket
@@ -68,6 +67,79 @@ def cmd_port_free(host, port):
 INTERESTING_HEADERS = ("content-type", "retry-after", "retry-after-ms")
 
 
+class _Wire:
+    """Minimal HTTP/1.1 client over a raw socket, so that a clean end of a
+    chunked body (the zero-size chunk) can be told from a dropped connection,
+    which http.client hides."""
+
+    def __init__(self, host, port, timeout):
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.f = self.sock.makefile("rb")
+
+    def request(self, path, host, body):
+        head = (f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                f"Accept: text/event-stream\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n")
+        self.sock.sendall(head.encode() + body)
+        status_line = self.f.readline().decode("latin-1")
+        if not status_line:
+            raise ConnectionError("connection closed before the status line")
+        status = int(status_line.split()[1])
+        headers = {}
+        while True:
+            line = self.f.readline().decode("latin-1").strip()
+            if not line:
+                break
+            k, _, v = line.partition(":")
+            headers[k.strip().lower()] = v.strip()
+        return status, headers
+
+    def body_lines(self, headers):
+        """Yield body lines; finally yield ("END", how) with how in
+        clean | closed-mid-body."""
+        if "chunked" in headers.get("transfer-encoding", ""):
+            pending = b""
+            while True:
+                size_line = self.f.readline()
+                if not size_line.strip():
+                    yield ("END", "closed-mid-body")
+                    return
+                size = int(size_line.split(b";")[0].strip(), 16)
+                if size == 0:
+                    if pending:
+                        yield pending
+                    yield ("END", "clean")
+                    return
+                data = self.f.read(size)
+                self.f.readline()
+                if len(data) < size:
+                    yield ("END", "closed-mid-body")
+                    return
+                pending += data
+                *lines, pending = pending.split(b"\n")
+                for ln in lines:
+                    yield ln
+        else:
+            length = headers.get("content-length")
+            got = 0
+            while True:
+                ln = self.f.readline()
+                if not ln:
+                    break
+                got += len(ln)
+                yield ln.rstrip(b"\n")
+            if length is not None and got < int(length):
+                yield ("END", "closed-mid-body")
+            else:
+                yield ("END", "clean")
+
+    def close(self):
+        try:
+            self.f.close()
+            self.sock.close()
+        except OSError:
+            pass
+
+
 def cmd_stream(base_url, model, max_tokens=32):
     u = urllib.parse.urlparse(base_url.rstrip("/") + "/chat/completions")
     body = json.dumps({
@@ -77,59 +149,59 @@ def cmd_stream(base_url, model, max_tokens=32):
         "stream_options": {"include_usage": True},
         "max_tokens": int(max_tokens),
         "temperature": 0.0,
-    })
+    }).encode()
     out = {"model": model}
     t0 = time.monotonic()
-    conn = http.client.HTTPConnection(u.hostname, u.port or 80, timeout=30)
+    wire = None
     try:
-        conn.request("POST", u.path, body=body, headers={"content-type": "application/json"})
-        resp = conn.getresponse()
-        out["status"] = resp.status
+        wire = _Wire(u.hostname, u.port or 80, timeout=30)
+        status, hdrs = wire.request(u.path, u.netloc, body)
+        out["status"] = status
         out["headers_ms"] = round((time.monotonic() - t0) * 1000)
-        hdrs = {k.lower(): v for k, v in resp.getheaders()}
         out["headers"] = {k: v for k, v in hdrs.items()
                           if k in INTERESTING_HEADERS or k.startswith("x-ratelimit")}
-        if resp.status != 200 or not hdrs.get("content-type", "").startswith("text/event-stream"):
-            out["body"] = resp.read(400).decode("utf-8", "replace")
-            return out
+        is_sse = hdrs.get("content-type", "").startswith("text/event-stream")
         events, delta_keys, malformed = 0, set(), 0
         first_event_ms = first_content_ms = None
         usage = None
         done = finish = False
-        out["end"] = "eof"
-        try:
-            while True:
-                line = resp.readline()
-                if not line:
-                    break
-                line = line.strip()
-                if not line.startswith(b"data:"):
-                    continue
-                data = line[5:].strip()
-                now_ms = round((time.monotonic() - t0) * 1000)
-                if data == b"[DONE]":
-                    done = True
-                    continue
-                events += 1
-                if first_event_ms is None:
-                    first_event_ms = now_ms
-                    out["first_event"] = data.decode("utf-8", "replace")[:300]
-                try:
-                    ev = json.loads(data)
-                except ValueError:
-                    malformed += 1
-                    continue
-                if ev.get("usage"):
-                    usage = ev["usage"]
-                for ch in ev.get("choices") or []:
-                    d = ch.get("delta") or {}
-                    delta_keys.update(k for k, v in d.items() if v not in (None, ""))
-                    if d.get("content") and first_content_ms is None:
-                        first_content_ms = now_ms
-                    if ch.get("finish_reason"):
-                        finish = True
-        except (http.client.IncompleteRead, ConnectionError, socket.timeout, OSError) as e:
-            out["end"] = f"error: {type(e).__name__}"
+        text = []
+        for line in wire.body_lines(hdrs):
+            if isinstance(line, tuple):
+                out["end"] = line[1]
+                break
+            if not is_sse:
+                text.append(line.decode("utf-8", "replace"))
+                continue
+            line = line.strip()
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            now_ms = round((time.monotonic() - t0) * 1000)
+            if data == b"[DONE]":
+                done = True
+                continue
+            events += 1
+            if first_event_ms is None:
+                first_event_ms = now_ms
+                out["first_event"] = data.decode("utf-8", "replace")[:300]
+            try:
+                ev = json.loads(data)
+            except ValueError:
+                malformed += 1
+                continue
+            if ev.get("usage"):
+                usage = ev["usage"]
+            for ch in ev.get("choices") or []:
+                d = ch.get("delta") or {}
+                delta_keys.update(k for k, v in d.items() if v not in (None, ""))
+                if d.get("content") and first_content_ms is None:
+                    first_content_ms = now_ms
+                if ch.get("finish_reason"):
+                    finish = True
+        if not is_sse:
+            out["body"] = "\n".join(text)[:400]
+            return out
         out.update({
             "first_event_ms": first_event_ms,
             "first_content_ms": first_content_ms,
@@ -142,11 +214,13 @@ def cmd_stream(base_url, model, max_tokens=32):
             "malformed_events": malformed,
         })
         return out
-    except (OSError, http.client.HTTPException) as e:
+    except (OSError, ValueError, IndexError) as e:
         out["error"] = f"{type(e).__name__}: {e}"
+        out["total_ms"] = round((time.monotonic() - t0) * 1000)
         return out
     finally:
-        conn.close()
+        if wire is not None:
+            wire.close()
 
 
 def main(argv):

@@ -1,0 +1,183 @@
+//! A campaign against real third-party OpenAI-compatible servers on loopback
+//! (`scripts/real-servers.sh`: llama.cpp's llama-server with SmolLM2-135M, aimock, llmock),
+//! with two agent processes in two regions, through the whole distributed path.
+//!
+//! The script installs what is missing (llama-server is built from source once, then cached).
+//! Servers this test starts are stopped at its end; servers already running are left alone.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use latmesh_coordinator::summary::{MatrixCell, Summary};
+use latmesh_tests::{bin, spawn, spawn_until_line};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn servers(cmd: &str) -> std::process::Output {
+    Command::new("bash")
+        .arg(repo().join("scripts/real-servers.sh"))
+        .arg(cmd)
+        .output()
+        .expect("bash")
+}
+
+/// Stops the servers on drop if this test started them.
+struct Servers {
+    started_here: bool,
+}
+
+impl Drop for Servers {
+    fn drop(&mut self) {
+        if self.started_here {
+            let _ = servers("stop");
+        }
+    }
+}
+
+fn ensure_servers() -> Servers {
+    if servers("status").status.success() {
+        return Servers {
+            started_here: false,
+        };
+    }
+    let out = servers("start");
+    assert!(
+        out.status.success(),
+        "scripts/real-servers.sh start failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Servers { started_here: true }
+}
+
+#[test]
+fn campaign_against_real_servers_in_two_regions() {
+    let _servers = ensure_servers();
+    let dir = tempfile::tempdir().unwrap();
+    let log = |name: &str| dir.path().join(format!("{name}.log"));
+
+    let mut coord = Command::new(bin("latmesh"));
+    coord.args(["serve", "--listen", "127.0.0.1:0"]);
+    let (_coord, url) = spawn_until_line(
+        "latmesh serve",
+        coord,
+        "listening on ",
+        Duration::from_secs(20),
+        &log("coord"),
+    );
+    // llmock's quota is per API key: a key of this run's own gets the full quota.
+    let llmock_key = format!("test-{}-{}", std::process::id(), latmesh_tests::free_port());
+    let mut agents = Vec::new();
+    for region in ["us-east", "eu-west"] {
+        let mut a = Command::new(bin("latmesh-agent"));
+        a.args([
+            "--coordinator",
+            &url,
+            "--region",
+            region,
+            "--agent-id",
+            &format!("{region}-real"),
+            "--exit-after",
+            "1",
+        ]);
+        a.env("LATMESH_REAL_LLMOCK_KEY", &llmock_key);
+        agents.push(spawn(region, a, &log(region)));
+    }
+    let json = dir.path().join("summary.json");
+    let out = Command::new(bin("latmesh"))
+        .args(["campaign", "launch"])
+        .arg(repo().join("examples/real-local.toml"))
+        .args(["--coordinator", &url, "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "launch failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s: Summary = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(s.complete);
+    let rounds = 6;
+    let cell = |region: &str, provider: &str| -> &MatrixCell {
+        s.cell(region, provider, "chat-short")
+            .unwrap_or_else(|| panic!("no cell {region} {provider}"))
+    };
+    for region in ["us-east", "eu-west"] {
+        // Every probe was made and classified.
+        for p in &s.providers {
+            assert_eq!(cell(region, p).attempts, rounds, "{region} {p}");
+        }
+
+        // llama-server: real generation, tokens from usage, within max_tokens (32).
+        let llama = cell(region, "llama-cpp");
+        assert_eq!(
+            llama.samples, rounds,
+            "{region} llama-cpp outcomes {:?}",
+            llama.outcomes
+        );
+        assert!(llama.ttft.unwrap().p50_ms > 0.0);
+        assert!(llama.e2e.unwrap().p50_ms >= llama.ttft.unwrap().p50_ms);
+        assert_eq!(
+            llama.tokens_from_usage, rounds,
+            "llama-server sends usage when asked"
+        );
+        let tokens = llama.output_tokens_mean.unwrap();
+        assert!(tokens > 0.0 && tokens <= 32.0, "{tokens}");
+
+        // aimock: a fast model is ok; a reasoning model's content comes after its reasoning.
+        assert_eq!(cell(region, "aimock-fast").samples, rounds);
+        let r = cell(region, "aimock-reasoner");
+        assert_eq!(r.samples, rounds, "{:?}", r.outcomes);
+        assert!(r.ttfc.unwrap().p50_ms > r.ttft.unwrap().p50_ms);
+
+        // 429s are throttled attempts, never latency samples.
+        let limited = cell(region, "aimock-ratelimited");
+        assert_eq!(
+            limited.outcomes.get("throttled"),
+            Some(&rounds),
+            "{:?}",
+            limited.outcomes
+        );
+        assert_eq!(limited.samples, 0);
+        assert!(limited.ttft.is_none() && limited.e2e.is_none());
+    }
+    // llmock's 4 requests/minute quota, shared by both regions, runs out during the campaign.
+    let rpm = cell("ALL", "llmock-rpm");
+    let throttled = rpm.outcomes.get("throttled").copied().unwrap_or(0);
+    assert!(throttled > 0 && rpm.samples > 0, "{:?}", rpm.outcomes);
+    assert_eq!(rpm.samples + throttled, rpm.attempts, "{:?}", rpm.outcomes);
+    // llmock's stream faults are counted as their outcome kinds, never as latency samples.
+    let faults = cell("ALL", "llmock-faults");
+    let allowed = [
+        "ok",
+        "truncated",
+        "protocol_error",
+        "connection_error",
+        "timeout_idle",
+        "timeout_total",
+    ];
+    assert!(
+        faults
+            .outcomes
+            .keys()
+            .all(|k| allowed.contains(&k.as_str())),
+        "{:?}",
+        faults.outcomes
+    );
+    assert_eq!(
+        faults.samples,
+        faults.outcomes.get("ok").copied().unwrap_or(0)
+    );
+
+    for mut a in agents {
+        let status = a.child.wait().unwrap();
+        assert!(status.success(), "{} exited with {status}", a.name);
+    }
+}
