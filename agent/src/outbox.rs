@@ -119,6 +119,7 @@ mod tests {
         o.push(batch(2));
         o.push_done(pb::CampaignDone {
             campaign_id: "c".into(),
+            skipped: 0,
             last_seq: 2,
             probes: 5,
         });

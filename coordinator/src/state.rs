@@ -641,6 +641,7 @@ mod tests {
                 "a1",
                 &pb::CampaignDone {
                     campaign_id: id.clone(),
+                    skipped: 0,
                     last_seq: 2,
                     probes: 2,
                 },
@@ -708,6 +709,7 @@ mod tests {
                 "a1",
                 &pb::CampaignDone {
                     campaign_id: l.campaign_id.clone(),
+                    skipped: 0,
                     last_seq: 1,
                     probes: 1,
                 },
@@ -729,5 +731,79 @@ mod tests {
         assert_eq!(s.cell("us-east", "p", "s").unwrap().samples, 1);
         assert!(s.render().contains("INCOMPLETE"));
         assert!(state.watch(&l.campaign_id).unwrap().borrow().finished);
+    }
+
+    fn plan_of(msg: Option<Result<pb::CoordinatorMessage, Status>>) -> pb::PlanPush {
+        match msg.expect("a message").expect("ok").kind {
+            Some(pb::coordinator_message::Kind::Plan(p)) => p,
+            other => panic!("expected a plan, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_restarted_agent_gets_the_plan_again_numbering_past_what_arrived() {
+        let state = State::default();
+        let (tx, mut rx) = mpsc::channel(8);
+        state.connect(&hello("a1", "us-east"), tx);
+        let id = state.launch(&plan().to_json(), 0).unwrap().campaign_id;
+        assert_eq!(plan_of(rx.recv().await).next_seq, 1);
+        assert!(state.batch("a1", batch(&id, 1, 1_000)).unwrap());
+        assert!(state.batch("a1", batch(&id, 2, 1_000)).unwrap());
+        // The process restarts: its new session gets the plan with next_seq 3, and the old
+        // session is told it was replaced.
+        let (tx2, mut rx2) = mpsc::channel(8);
+        state.connect(&hello("a1", "us-east"), tx2);
+        match rx.recv().await.unwrap().unwrap().kind {
+            Some(pb::coordinator_message::Kind::Refused(r)) => {
+                assert!(r.reason.contains("replaced"))
+            }
+            other => panic!("expected refused, got {other:?}"),
+        }
+        let again = plan_of(rx2.recv().await);
+        assert_eq!(
+            (again.campaign_id.as_str(), again.next_seq),
+            (id.as_str(), 3)
+        );
+        // It skipped the rounds that had passed: finished, but not complete.
+        assert!(state.batch("a1", batch(&id, 3, 1_000)).unwrap());
+        state
+            .done(
+                "a1",
+                &pb::CampaignDone {
+                    campaign_id: id.clone(),
+                    last_seq: 3,
+                    probes: 1,
+                    skipped: 4,
+                },
+            )
+            .unwrap();
+        let s = state.summary(&id).unwrap();
+        assert!(!s.complete);
+        assert_eq!((s.agents[0].records, s.agents[0].skipped), (3, 4));
+    }
+
+    #[tokio::test]
+    async fn an_agent_runs_one_campaign_at_a_time() {
+        let state = State::default();
+        let (tx, _rx) = mpsc::channel(8);
+        state.connect(&hello("a1", "us-east"), tx);
+        let first = state.launch(&plan().to_json(), 0).unwrap().campaign_id;
+        let err = state.launch(&plan().to_json(), 0).unwrap_err();
+        assert!(
+            matches!(&err, StateError::Busy { agent, campaign } if agent == "a1" && *campaign == first),
+            "{err}"
+        );
+        state
+            .done(
+                "a1",
+                &pb::CampaignDone {
+                    campaign_id: first,
+                    last_seq: 0,
+                    probes: 0,
+                    skipped: 0,
+                },
+            )
+            .unwrap();
+        assert!(state.launch(&plan().to_json(), 0).is_ok());
     }
 }
