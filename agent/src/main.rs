@@ -25,8 +25,9 @@ struct Args {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("LATMESH_LOG")
                 .unwrap_or_else(|_| "info".into()),
@@ -42,5 +43,11 @@ async fn main() -> anyhow::Result<()> {
         .unwrap_or_else(|| format!("{}-{host}", args.region));
     let mut cfg = latmesh_agent::AgentConfig::new(&args.coordinator, &agent_id, &args.region);
     cfg.exit_after_campaigns = args.exit_after;
-    latmesh_agent::run(cfg).await
+    match latmesh_agent::run(cfg).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }

@@ -42,7 +42,7 @@ impl AgentConfig {
     /// Defaults for an agent `agent_id` in `region` connecting to `coordinator_url`.
     pub fn new(coordinator_url: &str, agent_id: &str, region: &str) -> Self {
         AgentConfig {
-            coordinator_url: coordinator_url.to_string(),
+            coordinator_url: self::coordinator_url(coordinator_url),
             agent_id: agent_id.to_string(),
             region: region.to_string(),
             clock_pings: 8,
@@ -50,6 +50,15 @@ impl AgentConfig {
             runner: RunnerConfig::default(),
             exit_after_campaigns: None,
         }
+    }
+}
+
+/// A coordinator address as a URL: `host:port` gets `http://` in front; URLs are kept.
+pub fn coordinator_url(addr: &str) -> String {
+    if addr.contains("://") {
+        addr.to_string()
+    } else {
+        format!("http://{addr}")
     }
 }
 
@@ -87,7 +96,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
             Ok(SessionEnd::Lost) => backoff = Duration::from_millis(100),
             Err(SessionError::Fatal(e)) => return Err(e),
             Err(SessionError::Retry(e)) => {
-                tracing::warn!(coordinator = %cfg.coordinator_url, error = %e, retry_in_ms = backoff.as_millis() as u64, "cannot reach coordinator");
+                tracing::warn!(coordinator = %cfg.coordinator_url, error = format!("{e:#}"), retry_in_ms = backoff.as_millis() as u64, "cannot reach coordinator");
             }
         }
         let jitter = rand::rng().random_range(0..=backoff.as_millis() as u64 / 4);

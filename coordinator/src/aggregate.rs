@@ -17,6 +17,22 @@ pub struct CellCounts {
     pub ok_output_tokens: u64,
     /// `ok` attempts whose `output_tokens` came from `usage`.
     pub ok_tokens_from_usage: u64,
+    /// The latest failed attempt, described: outcome, HTTP status, provider error type and
+    /// message (already truncated and scrubbed by the agent).
+    pub last_error: Option<String>,
+}
+
+/// One line describing a failed attempt: `throttled (429): rate_limit: Rate limit reached…`.
+pub fn describe_error(rec: &ProbeRecord) -> String {
+    let mut s = rec.outcome().as_str().to_string();
+    if let Some(status) = rec.http_status {
+        s.push_str(&format!(" ({status})"));
+    }
+    for part in [&rec.error_type, &rec.error_message].into_iter().flatten() {
+        s.push_str(": ");
+        s.push_str(part);
+    }
+    s
 }
 
 impl CellCounts {
@@ -57,6 +73,8 @@ impl Aggregate {
         if outcome == Outcome::Ok {
             cell.ok_output_tokens += u64::from(rec.output_tokens);
             cell.ok_tokens_from_usage += u64::from(rec.tokens_from_usage);
+        } else {
+            cell.last_error = Some(describe_error(rec));
         }
     }
 
@@ -98,6 +116,9 @@ impl Aggregate {
             }
             out.ok_output_tokens += c.ok_output_tokens;
             out.ok_tokens_from_usage += c.ok_tokens_from_usage;
+            if c.last_error.is_some() {
+                out.last_error.clone_from(&c.last_error);
+            }
         }
         out
     }

@@ -42,11 +42,11 @@ enum Command {
     /// Run a local demo: simulator with nine providers, coordinator, three agents; prints the
     /// region × provider matrix.
     Demo {
-        /// Also write the JSON summary here.
+        /// Write the JSON summary here (default: .latmesh/demo-summary.json).
         #[arg(long)]
         json: Option<PathBuf>,
         /// Rounds to run (default: the embedded campaign's 20).
-        #[arg(long)]
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
         rounds: Option<u32>,
     },
     /// Send one request to a provider and print what was measured (a connectivity check).
@@ -55,7 +55,7 @@ enum Command {
 
 #[derive(Args, Debug)]
 struct CoordinatorArg {
-    /// Coordinator URL.
+    /// Coordinator URL (`host:port` means `http://host:port`).
     #[arg(
         long,
         env = "LATMESH_COORDINATOR",
@@ -86,6 +86,17 @@ enum CampaignCmd {
         /// Wait this long for an agent in every region before launching.
         #[arg(long, default_value_t = 30.0)]
         wait_agents_s: f64,
+    },
+    /// Follow a running campaign (e.g. after the launching terminal went away) and print its
+    /// matrix when it finishes.
+    Watch {
+        /// Campaign id, as `launch` printed it.
+        campaign_id: String,
+        #[command(flatten)]
+        coord: CoordinatorArg,
+        /// Write the JSON summary here.
+        #[arg(long)]
+        json: Option<PathBuf>,
     },
 }
 
@@ -120,12 +131,15 @@ struct ProbeArgs {
     timeout_s: f64,
 }
 
-/// Parses the process arguments and runs the command.
-///
-/// # Errors
-/// Whatever the command fails with; `main` prints it and exits non-zero.
-pub async fn run() -> anyhow::Result<()> {
-    run_with(Cli::parse()).await
+impl Cli {
+    /// The log level when `LATMESH_LOG` is unset: `info` for the long-running coordinator,
+    /// `warn` for commands whose output is the point.
+    pub fn default_log_level(&self) -> &'static str {
+        match self.command {
+            Command::Serve { .. } => "info",
+            _ => "warn",
+        }
+    }
 }
 
 /// Runs a parsed command line.
@@ -179,23 +193,20 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
             .await?;
             let reply = watch::launch(&mut client, &plan, start_delay_s).await?;
             eprintln!(
-                "launched campaign {} on {} agents",
+                "launched campaign {} on {} agents (follow it from elsewhere with: latmesh campaign watch {})",
                 reply.campaign_id,
-                reply.agent_ids.len()
-            );
-            let summary =
-                watch::follow(&mut client, &reply.campaign_id, Duration::from_secs(5)).await?;
-            print!("{}", summary.render());
-            if let Some(path) = json {
-                watch::write_json(&summary, &path)?;
-                eprintln!("summary written to {}", path.display());
-            }
-            anyhow::ensure!(
-                summary.complete,
-                "campaign {} is incomplete: some agents did not deliver all their results before the deadline",
+                reply.agent_ids.len(),
                 reply.campaign_id
             );
-            Ok(())
+            report(&mut client, &reply.campaign_id, json.as_deref()).await
+        }
+        Command::Campaign(CampaignCmd::Watch {
+            campaign_id,
+            coord,
+            json,
+        }) => {
+            let mut client = watch::connect(&coord.coordinator).await?;
+            report(&mut client, &campaign_id, json.as_deref()).await
         }
         Command::Agents { coord } => {
             let mut client = watch::connect(&coord.coordinator).await?;
@@ -206,6 +217,11 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
                 .agents;
             if agents.is_empty() {
                 println!("no agents");
+            } else {
+                println!(
+                    "{:<20} {:<14} {:<8} {:<12} clock offset to the coordinator",
+                    "AGENT", "REGION", "VERSION", "STATE"
+                );
             }
             for a in agents {
                 println!(
@@ -245,6 +261,28 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+/// Follows a campaign, prints its matrix, writes the JSON; fails when it is incomplete.
+async fn report(
+    client: &mut latmesh_proto::pb::control_client::ControlClient<tonic::transport::Channel>,
+    campaign_id: &str,
+    json: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    if let Some(path) = json {
+        watch::check_writable(path)?;
+    }
+    let summary = watch::follow(client, campaign_id, Duration::from_secs(5)).await?;
+    print!("{}", summary.render());
+    if let Some(path) = json {
+        watch::write_json(&summary, path)?;
+        eprintln!("summary written to {}", path.display());
+    }
+    anyhow::ensure!(
+        summary.complete,
+        "campaign {campaign_id} is incomplete: some agents did not deliver every probe (see INCOMPLETE above)"
+    );
+    Ok(())
+}
+
 async fn probe(args: ProbeArgs) -> anyhow::Result<()> {
     let api_key = match &args.api_key_env {
         Some(name) => Some(
@@ -253,6 +291,8 @@ async fn probe(args: ProbeArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
+    let base_url =
+        campaign::check_base_url(&args.base_url).map_err(|m| anyhow::anyhow!("--base-url: {m}"))?;
     let prober = latmesh_agent::probe::Prober::new(None)?;
     let messages = [Message {
         role: "user".into(),
@@ -263,7 +303,7 @@ async fn probe(args: ProbeArgs) -> anyhow::Result<()> {
         ..Timeouts::default()
     };
     let req = latmesh_agent::probe::ProbeRequest {
-        base_url: args.base_url.trim_end_matches('/'),
+        base_url: &base_url,
         model_id: &args.model,
         api_key: api_key.as_deref(),
         messages: &messages,
@@ -276,5 +316,10 @@ async fn probe(args: ProbeArgs) -> anyhow::Result<()> {
     let result = prober.probe(&req, args.show_text).await;
     let out = latmesh_agent::probe::ProbeOutput::new(&result, args.show_text);
     println!("{}", serde_json::to_string_pretty(&out)?);
+    anyhow::ensure!(
+        out.outcome == "ok",
+        "the probe's outcome is {} (see the record above)",
+        out.outcome
+    );
     Ok(())
 }

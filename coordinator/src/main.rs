@@ -1,15 +1,20 @@
 //! `latmesh`: the coordinator and CLI.
 
+use clap::Parser;
+use latmesh_coordinator::cli::{self, Cli};
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
+    let args = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("LATMESH_LOG")
-                .unwrap_or_else(|_| "warn".into()),
+                .unwrap_or_else(|_| args.default_log_level().into()),
         )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
-    match latmesh_coordinator::cli::run().await {
+    match cli::run_with(args).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");

@@ -175,11 +175,12 @@ impl State {
             connected: true,
         };
         for (id, c) in &inner.campaigns {
-            if let Some(a) = c.agents.get(&hello.agent_id) {
-                if c.summary.is_none() && a.last_seq.is_none() {
-                    let next_seq = a.seqs.last().map_or(1, |s| s + 1);
-                    let _ = tx.try_send(Ok(plan_message(id, c, next_seq)));
-                }
+            if let Some(a) = c.agents.get(&hello.agent_id)
+                && c.summary.is_none()
+                && a.last_seq.is_none()
+            {
+                let next_seq = a.seqs.last().map_or(1, |s| s + 1);
+                let _ = tx.try_send(Ok(plan_message(id, c, next_seq)));
             }
         }
         inner.agents.insert(

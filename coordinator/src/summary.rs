@@ -71,6 +71,8 @@ pub struct MatrixCell {
     /// `ok` attempts whose output tokens came from the provider's `usage` (the rest were
     /// counted from chunks).
     pub tokens_from_usage: u64,
+    /// The latest failed attempt of this cell, described (outcome, status, provider error).
+    pub last_error: Option<String>,
     /// Attempts by outcome name.
     pub outcomes: std::collections::BTreeMap<String, u64>,
 }
@@ -198,6 +200,7 @@ fn cell(agg: &Aggregate, region: Option<&str>, provider: &str, scenario: &str) -
         throttled_pct: pct(counts.count(Outcome::Throttled)),
         output_tokens_mean: (ok > 0).then(|| counts.ok_output_tokens as f64 / ok as f64),
         tokens_from_usage: counts.ok_tokens_from_usage,
+        last_error: counts.last_error.clone(),
         outcomes: counts
             .outcomes
             .iter()
@@ -262,6 +265,24 @@ impl Summary {
                     t.add_row(row);
                 }
                 let _ = writeln!(out, "{t}");
+            }
+        }
+        let failing: Vec<&MatrixCell> = self
+            .cells
+            .iter()
+            .filter(|c| c.region != ALL_REGIONS && c.last_error.is_some())
+            .collect();
+        if !failing.is_empty() {
+            let _ = writeln!(out, "\nlast error per cell:");
+            for c in failing {
+                let _ = writeln!(
+                    out,
+                    "  {:<14} {:<14} {:<12} {}",
+                    c.region,
+                    c.provider,
+                    c.scenario,
+                    c.last_error.as_deref().unwrap_or_default()
+                );
             }
         }
         if !self.complete {

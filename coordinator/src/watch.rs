@@ -16,9 +16,26 @@ use crate::summary::Summary;
 /// # Errors
 /// When the coordinator cannot be reached.
 pub async fn connect(url: &str) -> anyhow::Result<ControlClient<Channel>> {
-    ControlClient::connect(url.to_string())
+    let url = latmesh_agent::session::coordinator_url(url);
+    ControlClient::connect(url.clone())
         .await
         .with_context(|| format!("cannot reach the coordinator at {url}"))
+}
+
+/// Fails early (before a long campaign) when `path` could not be written.
+///
+/// # Errors
+/// The directory cannot be created or the file cannot be opened for writing.
+pub fn check_writable(path: &Path) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map(drop)
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// Waits until at least one connected agent is known for every region of `regions`.
@@ -102,12 +119,14 @@ pub async fn follow(
                 .agents
                 .iter()
                 .map(|a| {
-                    format!(
-                        "{} {}{}",
-                        a.region,
-                        a.probes_done,
-                        if a.connected { "" } else { " (disconnected)" }
-                    )
+                    let state = if a.done {
+                        " done"
+                    } else if a.connected {
+                        ""
+                    } else {
+                        " (disconnected)"
+                    };
+                    format!("{} {}{state}", a.region, a.probes_done)
                 })
                 .collect();
             eprintln!(

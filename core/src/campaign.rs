@@ -60,7 +60,7 @@ pub enum CampaignError {
     },
     /// The prompt set named by `campaign.prompt_set` could not be loaded.
     #[error("campaign.prompt_set: {0}")]
-    Prompts(#[from] crate::prompts::PromptError),
+    Prompts(crate::prompts::PromptError),
 }
 
 fn invalid(key: impl Into<String>, message: impl Into<String>) -> CampaignError {
@@ -198,11 +198,55 @@ fn from_figment(fig: Figment, base_dir: &Path) -> Result<Plan, CampaignError> {
             k.starts_with("campaign__") || k.starts_with("rounds__")
         })
         .split("__");
-    let file: CampaignFile = fig
-        .merge(env)
-        .extract()
-        .map_err(|e| CampaignError::Parse(e.to_string()))?;
+    let file: CampaignFile = fig.merge(env).extract().map_err(figment_error)?;
     validate(file, base_dir)
+}
+
+/// One line per problem: `FILE: key.path: what is wrong`, in the file's own terms (no Rust
+/// type names, no figment profile prefix).
+fn figment_error(e: figment::Error) -> CampaignError {
+    let lines: Vec<String> = e
+        .into_iter()
+        .map(|e| {
+            let mut kind = e.kind.to_string();
+            if let Some(at) = kind.find("expected struct ") {
+                kind.truncate(at);
+                kind.push_str("expected a table");
+            }
+            let source = e
+                .metadata
+                .as_ref()
+                .and_then(|m| m.source.as_ref())
+                .map(|s| s.to_string());
+            let key = e.path.join(".");
+            match (source, key.is_empty()) {
+                (Some(src), false) => format!("{src}: {key}: {kind}"),
+                (Some(src), true) => format!("{src}: {kind}"),
+                (None, false) => format!("{key}: {kind}"),
+                (None, true) => kind,
+            }
+        })
+        .collect();
+    CampaignError::Parse(lines.join("\n"))
+}
+
+/// Checks an OpenAI-compatible base URL and returns it without trailing slashes.
+///
+/// # Errors
+/// A message saying what is wrong: not `http://` or `https://`, no host, whitespace, or a URL
+/// that already ends in `/chat/completions`.
+pub fn check_base_url(url: &str) -> Result<String, String> {
+    let trimmed = url.trim_end_matches('/');
+    let host = trimmed
+        .strip_prefix("https://")
+        .or_else(|| trimmed.strip_prefix("http://"));
+    if host.is_none_or(|h| h.is_empty() || h.starts_with('/') || h.contains(char::is_whitespace)) {
+        return Err(format!("{url:?} is not an http:// or https:// URL"));
+    }
+    if trimmed.ends_with("/chat/completions") {
+        return Err("give the base URL (e.g. …/v1): latmesh appends /chat/completions".into());
+    }
+    Ok(trimmed.to_string())
 }
 
 fn check_name(key: &str, value: &str) -> Result<(), CampaignError> {
@@ -307,22 +351,7 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
     for (i, p) in file.providers.iter().enumerate() {
         let key = |field: &str| format!("providers[{i}].{field}");
         check_name(&key("name"), &p.name)?;
-        let url = p.base_url.trim_end_matches('/');
-        let rest = url
-            .strip_prefix("https://")
-            .or_else(|| url.strip_prefix("http://"));
-        if rest.is_none_or(|host| host.is_empty() || host.contains(char::is_whitespace)) {
-            return Err(invalid(
-                key("base_url"),
-                format!("{:?} is not an http:// or https:// URL", p.base_url),
-            ));
-        }
-        if url.ends_with("/chat/completions") {
-            return Err(invalid(
-                key("base_url"),
-                "give the base URL (e.g. …/v1): latmesh appends /chat/completions",
-            ));
-        }
+        let url = check_base_url(&p.base_url).map_err(|m| invalid(key("base_url"), m))?;
         if p.model_id.trim().is_empty() {
             return Err(invalid(key("model_id"), "must not be empty"));
         }
@@ -339,7 +368,7 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
         }
         providers.push(ProviderSpec {
             name: p.name.clone(),
-            base_url: url.to_string(),
+            base_url: url,
             api_key_env: p.api_key_env.clone(),
             model_id: p.model_id.clone(),
         });
@@ -348,7 +377,7 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
 
     let prompt_set = match &c.prompt_set {
         None => PromptSet::builtin(),
-        Some(path) => PromptSet::load(&base_dir.join(path))?,
+        Some(path) => PromptSet::load(&base_dir.join(path)).map_err(CampaignError::Prompts)?,
     };
     let mut scenarios = Vec::new();
     for (i, s) in file.scenarios.iter().enumerate() {
@@ -401,6 +430,21 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
             idle_s: check_seconds(key("timeout_idle_s"), s.timeout_idle_s, d.idle_s)?,
             total_s: check_seconds(key("timeout_total_s"), s.timeout_total_s, d.total_s)?,
         };
+        for (field, v) in [
+            ("timeout_connect_s", timeouts.connect_s),
+            ("timeout_ttft_s", timeouts.ttft_s),
+            ("timeout_idle_s", timeouts.idle_s),
+        ] {
+            if v > timeouts.total_s {
+                return Err(invalid(
+                    key(field),
+                    format!(
+                        "{v} s is longer than timeout_total_s ({} s), which would always fire first",
+                        timeouts.total_s
+                    ),
+                ));
+            }
+        }
         scenarios.push(ScenarioSpec {
             name: s.name.clone(),
             stream: s.stream,
@@ -488,6 +532,10 @@ api_key_env = "A_KEY"
             (GOOD.replace("max_tokens = 32\n", "max_tokens = 32\n[[scenarios]]\nname = \"b\"\nprompt_ids = [\"code-*\"]\nmax_tokens = 9\n").replace("gap_ms = 100", "gap_ms = 2500"), "rounds.interval_s"),
             (GOOD.replace("\"eu-west\"]", "\"us-east\"]"), "campaign.regions[1]"),
             (GOOD.replace("count = 3", "count = \"three\""), "rounds.count"),
+            (
+                GOOD.replace("max_tokens = 32", "max_tokens = 32\ntimeout_ttft_s = 60\ntimeout_total_s = 30"),
+                "scenarios[0].timeout_ttft_s",
+            ),
             (GOOD.replace("max_tokens = 32", "max_tokens = 32\nmax_tokenz = 3"), "max_tokenz"),
         ];
         for (text, key) in cases {
@@ -500,5 +548,41 @@ api_key_env = "A_KEY"
     fn secrets_are_not_echoed_in_api_key_env_errors() {
         let e = err_of(&GOOD.replace("\"A_KEY\"", "\"sk-live-abcdef\""));
         assert!(!e.contains("sk-live-abcdef"), "{e}");
+    }
+
+    #[test]
+    fn parse_errors_speak_the_file_s_terms() {
+        let e = err_of(&GOOD.replace("count = 3", "count = \"three\""));
+        assert!(e.starts_with("rounds.count: "), "{e}");
+        assert!(!e.contains("default."), "{e}");
+        let e = err_of(&GOOD.replace("[rounds]\ncount = 3", "rounds = 3\n[x]\ncount = 3"));
+        assert!(!e.contains("struct"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(
+            &file,
+            GOOD.replace("[campaign]", "[campaign]\nprompt_set = \"nope.jsonl\""),
+        )
+        .unwrap();
+        let e = load_file(&file).unwrap_err().to_string();
+        assert_eq!(e.matches("nope.jsonl").count(), 1, "{e}");
+        std::fs::write(&file, GOOD.replace("gap_ms = 100", "gap_ms = -1")).unwrap();
+        let e = load_file(&file).unwrap_err().to_string();
+        assert!(e.contains("c.toml") && e.contains("rounds.gap_ms"), "{e}");
+    }
+
+    #[test]
+    fn base_urls() {
+        assert_eq!(
+            check_base_url("https://x.example/v1/").unwrap(),
+            "https://x.example/v1"
+        );
+        assert!(check_base_url("x.example/v1").is_err());
+        assert!(check_base_url("http:///v1").is_err());
+        assert!(
+            check_base_url("http://x/v1/chat/completions")
+                .unwrap_err()
+                .contains("base URL")
+        );
     }
 }

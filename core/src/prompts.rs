@@ -65,12 +65,12 @@ pub enum PromptError {
         message: String,
     },
     /// The file could not be read.
-    #[error("cannot read prompt set {path}: {source}")]
+    #[error("cannot read prompt set {path}: {error}")]
     Io {
         /// The path.
         path: String,
-        /// The I/O error.
-        source: std::io::Error,
+        /// The I/O error (shown in this error's message, so not a `source`).
+        error: std::io::Error,
     },
 }
 
@@ -86,9 +86,9 @@ impl PromptSet {
     /// # Errors
     /// [`PromptError::Io`] if unreadable, [`PromptError::Line`] naming the first bad line.
     pub fn load(path: &std::path::Path) -> Result<PromptSet, PromptError> {
-        let text = std::fs::read_to_string(path).map_err(|source| PromptError::Io {
+        let text = std::fs::read_to_string(path).map_err(|error| PromptError::Io {
             path: path.display().to_string(),
-            source,
+            error,
         })?;
         let name = path
             .file_stem()

@@ -6,19 +6,25 @@ use std::time::Duration;
 use latmesh_tests::{bin, spawn_until_line};
 use serde_json::Value;
 
+/// Runs `latmesh probe ARGS`, checks that it exits 0 exactly when the outcome is `ok`, and
+/// returns the JSON record it printed.
 fn probe(args: &[&str]) -> Value {
     let out = Command::new(bin("latmesh"))
         .arg("probe")
         .args(args)
         .output()
         .unwrap();
-    assert!(
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)));
+    assert_eq!(
         out.status.success(),
-        "probe failed: {}",
+        v["outcome"] == "ok",
+        "exit status {} for outcome {}: {}",
+        out.status,
+        v["outcome"],
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+    v
 }
 
 #[test]
@@ -128,6 +134,22 @@ fn probe_reports_a_429_with_its_retry_after() {
     assert_eq!(v["http_status"], 429);
     assert_eq!(v["retry_after_s"], 7.0);
     assert!(v["ttft_us"].is_null());
+}
+
+#[test]
+fn probe_rejects_a_url_that_is_not_a_base_url() {
+    for url in ["127.0.0.1:9/v1", "http://127.0.0.1:9/v1/chat/completions"] {
+        let out = Command::new(bin("latmesh"))
+            .args(["probe", "--base-url", url, "--model", "m"])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("--base-url"),
+            "{url}"
+        );
+        assert!(out.stdout.is_empty(), "nothing was sent, so no record");
+    }
 }
 
 #[test]
