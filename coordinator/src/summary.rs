@@ -277,7 +277,7 @@ impl Summary {
             for c in failing {
                 let _ = writeln!(
                     out,
-                    "  {:<14} {:<14} {:<12} {}",
+                    "  {:<14} {:<20} {:<14} {}",
                     c.region,
                     c.provider,
                     c.scenario,
