@@ -585,4 +585,41 @@ api_key_env = "A_KEY"
                 .contains("base URL")
         );
     }
+
+    #[test]
+    fn yaml_files_load_like_toml() {
+        let yaml = r#"
+campaign:
+  name: t
+  regions: [us-east]
+rounds:
+  count: 2
+  interval_s: 1.5
+  gap_ms: 10
+scenarios:
+  - name: chat
+    prompt_ids: ["code-*"]
+    stream: false
+    max_tokens: 16
+providers:
+  - name: a
+    base_url: http://127.0.0.1:9/v1
+    model_id: m
+"#;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.yaml");
+        std::fs::write(&file, yaml).unwrap();
+        let plan = load_file(&file).unwrap();
+        assert_eq!(plan.rounds.interval_ms, 1_500);
+        assert!(!plan.scenarios[0].stream);
+        assert!(
+            plan.scenarios[0]
+                .prompts
+                .iter()
+                .all(|p| p.id.starts_with("code-"))
+        );
+        std::fs::write(&file, yaml.replace("max_tokens: 16", "max_tokens: lots")).unwrap();
+        let e = load_file(&file).unwrap_err().to_string();
+        assert!(e.contains("c.yaml") && e.contains("max_tokens"), "{e}");
+    }
 }
