@@ -2,10 +2,13 @@
 //!
 //! A batch stays here from the moment it is sealed until its ack arrives; every new session
 //! resends everything still here (the coordinator de-duplicates by (campaign, agent, seq)).
+//! A batch sent but not acked for a while is sent again ([`Outbox::resend_stale`]): the
+//! coordinator withholds its ack when it cannot store the batch durably.
 //! In memory for now: an on-disk spool that survives a restart is issue 6.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use latmesh_proto::pb;
 use tokio::sync::Notify;
@@ -23,6 +26,7 @@ struct Inner {
     unsent: Vec<(String, u64)>,
     dones: BTreeMap<String, pb::CampaignDone>,
     unsent_dones: Vec<String>,
+    sent_at: BTreeMap<(String, u64), Instant>,
 }
 
 /// What the session should send next.
@@ -62,7 +66,29 @@ impl Outbox {
 
     /// Drops an acked batch.
     pub fn ack(&self, campaign_id: &str, seq: u64) {
-        self.lock().unacked.remove(&(campaign_id.to_string(), seq));
+        let mut inner = self.lock();
+        let key = (campaign_id.to_string(), seq);
+        inner.unacked.remove(&key);
+        inner.sent_at.remove(&key);
+    }
+
+    /// Marks batches sent more than `older_than` ago and still unacked as unsent (the
+    /// coordinator did not ack them, e.g. its spool was full); returns how many.
+    pub fn resend_stale(&self, older_than: Duration) -> usize {
+        let mut inner = self.lock();
+        let now = Instant::now();
+        let stale: Vec<(String, u64)> = inner
+            .sent_at
+            .iter()
+            .filter(|(k, at)| now.duration_since(**at) > older_than && !inner.unsent.contains(k))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in &stale {
+            inner.sent_at.remove(k);
+        }
+        let n = stale.len();
+        inner.unsent.extend(stale);
+        n
     }
 
     /// Marks everything unacked (and every done notice) as unsent: called when a new session
@@ -77,6 +103,12 @@ impl Outbox {
     pub fn take_pending(&self) -> Pending {
         let mut inner = self.lock();
         let keys = std::mem::take(&mut inner.unsent);
+        let now = Instant::now();
+        for key in &keys {
+            if inner.unacked.contains_key(key) {
+                inner.sent_at.insert(key.clone(), now);
+            }
+        }
         let batches = keys
             .iter()
             .filter_map(|k| inner.unacked.get(k).cloned())
@@ -139,5 +171,30 @@ mod tests {
         );
         assert_eq!(again.dones.len(), 1);
         assert_eq!(o.unacked(), 1);
+    }
+
+    #[test]
+    fn unacked_batches_are_resent_when_stale() {
+        let o = Outbox::default();
+        o.push(batch(1));
+        o.push(batch(2));
+        assert_eq!(o.take_pending().batches.len(), 2);
+        o.ack("c", 1);
+        assert_eq!(
+            o.resend_stale(Duration::from_secs(3600)),
+            0,
+            "sent just now"
+        );
+        assert_eq!(o.resend_stale(Duration::ZERO), 1);
+        assert_eq!(
+            o.take_pending()
+                .batches
+                .iter()
+                .map(|b| b.seq)
+                .collect::<Vec<_>>(),
+            vec![2]
+        );
+        o.ack("c", 2);
+        assert_eq!(o.resend_stale(Duration::ZERO), 0);
     }
 }

@@ -62,6 +62,11 @@ pub fn coordinator_url(addr: &str) -> String {
     }
 }
 
+/// How often unacked batches are checked.
+const RESEND_CHECK: Duration = Duration::from_secs(5);
+/// A batch unacked this long after it was sent is sent again.
+const RESEND_AFTER: Duration = Duration::from_secs(20);
+
 fn msg(kind: Out) -> pb::AgentMessage {
     pb::AgentMessage { kind: Some(kind) }
 }
@@ -160,6 +165,8 @@ async fn session(
     let mut ping_tick = tokio::time::interval(Duration::from_millis(20));
     let mut heartbeat = tokio::time::interval(cfg.heartbeat);
     heartbeat.tick().await;
+    let mut resend = tokio::time::interval(RESEND_CHECK);
+    resend.tick().await;
     loop {
         // Send whatever is pending before waiting.
         let pending = outbox.take_pending();
@@ -210,7 +217,13 @@ async fn session(
                 }))).await;
                 pings_due = pings_due.max(2);
             }
-            Some(_) = finished_rx.recv() => { *finished += 1; }
+                        Some(_) = finished_rx.recv() => { *finished += 1; }
+            _ = resend.tick() => {
+                let n = outbox.resend_stale(RESEND_AFTER);
+                if n > 0 {
+                    tracing::warn!(batches = n, "resending batches the coordinator has not acked");
+                }
+            }
             _ = outbox.changed() => {}
         }
     }
