@@ -5,8 +5,10 @@
 
 pub mod aggregate;
 pub mod cli;
+pub mod clickhouse;
 pub mod demo;
 pub mod service;
+pub mod spool;
 pub mod state;
 pub mod summary;
 pub mod watch;
