@@ -1,6 +1,7 @@
 //! Thin gRPC handlers: unpack, validate, delegate to [`State`], map errors to `Status`.
 
 use std::pin::Pin;
+use std::sync::Arc;
 
 use futures::Stream;
 use futures::StreamExt;
@@ -13,6 +14,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream, WatchStream};
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::spool::{Spool, SpoolError};
 use crate::state::{State, StateError, now_unix_us};
 
 /// Default delay between launch and round 0, µs: time for the plan to reach every agent.
@@ -36,12 +38,21 @@ impl From<StateError> for Status {
 #[derive(Clone, Debug, Default)]
 pub struct Coordinator {
     state: State,
+    spool: Option<Arc<Spool>>,
 }
 
 impl Coordinator {
-    /// A coordinator over `state`.
+    /// A coordinator over `state`, acking batches once merged in memory.
     pub fn new(state: State) -> Self {
-        Coordinator { state }
+        Coordinator { state, spool: None }
+    }
+
+    /// A coordinator that appends every new batch to `spool` (fsync'd) before acking it.
+    pub fn with_spool(state: State, spool: Arc<Spool>) -> Self {
+        Coordinator {
+            state,
+            spool: Some(spool),
+        }
     }
 
     /// Serves both services on `listener` until `shutdown` resolves; once a second, finishes
@@ -78,6 +89,42 @@ impl Coordinator {
 fn send(tx: &mpsc::Sender<Result<pb::CoordinatorMessage, Status>>, kind: Out) -> bool {
     tx.try_send(Ok(pb::CoordinatorMessage { kind: Some(kind) }))
         .is_ok()
+}
+
+/// Stores one batch: checks it, appends it to the spool (durably) when there is one, merges
+/// it. Returns whether to ack it: yes when it is stored or was stored before; no when it is
+/// malformed or the spool cannot take it (the agent keeps it and sends it again).
+async fn store(state: &State, spool: Option<&Arc<Spool>>, agent: &str, b: pb::ResultBatch) -> bool {
+    let checked = match state.check(agent, &b) {
+        Ok(Some(checked)) => checked,
+        Ok(None) => return true,
+        Err(e) => {
+            tracing::error!(%agent, error = %e, "batch not stored, not acked");
+            return false;
+        }
+    };
+    if let Some(spool) = spool {
+        let (spool, agent_id, region) = (spool.clone(), agent.to_string(), checked.region.clone());
+        let appended =
+            tokio::task::spawn_blocking(move || spool.append(&agent_id, &region, &b)).await;
+        match appended {
+            Ok(Ok(_)) => {}
+            Ok(Err(e @ SpoolError::Full { .. })) => {
+                tracing::warn!(%agent, error = %e, "spool full: batch not acked; the agent will resend it");
+                return false;
+            }
+            Ok(Err(e)) => {
+                tracing::error!(%agent, error = %e, "batch not spooled, not acked");
+                return false;
+            }
+            Err(e) => {
+                tracing::error!(%agent, error = %e, "spool task failed; batch not acked");
+                return false;
+            }
+        }
+    }
+    state.merge(checked);
+    true
 }
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -123,6 +170,7 @@ impl AgentSession for Coordinator {
         let session = self.state.connect(&hello, tx.clone());
         tracing::info!(agent = %hello.agent_id, region = %hello.region, version = %hello.version, "agent connected");
         let state = self.state.clone();
+        let spool = self.spool.clone();
         tokio::spawn(async move {
             let agent = hello.agent_id;
             loop {
@@ -150,14 +198,8 @@ impl AgentSession for Coordinator {
                     Some(In::Heartbeat(hb)) => state.heartbeat(&agent, &hb),
                     Some(In::Batch(b)) => {
                         let (campaign_id, seq) = (b.campaign_id.clone(), b.seq);
-                        match state.batch(&agent, b) {
-                            Ok(_) => {
-                                // Acked only after merging (the durable spool joins here: issue 4/6).
-                                send(&tx, Out::Ack(pb::BatchAck { campaign_id, seq }));
-                            }
-                            Err(e) => {
-                                tracing::error!(%agent, error = %e, "batch not merged, not acked")
-                            }
+                        if store(&state, spool.as_ref(), &agent, b).await {
+                            send(&tx, Out::Ack(pb::BatchAck { campaign_id, seq }));
                         }
                     }
                     Some(In::Done(d)) => {

@@ -122,6 +122,23 @@ struct Inner {
     next_session: u64,
 }
 
+/// A decoded batch checked against its campaign, ready to merge.
+#[derive(Debug)]
+pub struct CheckedBatch {
+    /// Campaign id.
+    pub campaign_id: String,
+    /// Agent that sent it.
+    pub agent_id: String,
+    /// The agent's region.
+    pub region: String,
+    /// Batch seq.
+    pub seq: u64,
+    /// Decoded records.
+    pub records: Vec<ProbeRecord>,
+    /// Decoded interval histograms.
+    pub histograms: Vec<(latmesh_core::hist::HistKey, hdrhistogram::Histogram<u64>)>,
+}
+
 /// What launching a campaign produced.
 #[derive(Debug)]
 pub struct Launched {
@@ -328,13 +345,17 @@ impl State {
         })
     }
 
-    /// Merges a batch from `agent_id` unless its seq was seen before. Returns whether it was
-    /// new. The caller acks either way.
+    /// Decodes a batch from `agent_id` and checks it against its campaign without merging it;
+    /// `None` when its seq was merged before (a resend: ack it again, count it once).
     ///
     /// # Errors
     /// [`StateError::UnknownCampaign`], or [`StateError::BadBatch`] when a record or histogram
-    /// does not decode (nothing of that batch is merged).
-    pub fn batch(&self, agent_id: &str, batch: pb::ResultBatch) -> Result<bool, StateError> {
+    /// does not decode or the agent is not part of the campaign.
+    pub fn check(
+        &self,
+        agent_id: &str,
+        batch: &pb::ResultBatch,
+    ) -> Result<Option<CheckedBatch>, StateError> {
         let bad = |message: String| StateError::BadBatch {
             agent: agent_id.to_string(),
             seq: batch.seq,
@@ -346,33 +367,66 @@ impl State {
             .map(|r| ProbeRecord::try_from(r.clone()))
             .collect::<Result<_, _>>()
             .map_err(|e| bad(e.to_string()))?;
-        let hists = batch
+        let histograms = batch
             .histograms
             .iter()
             .map(wire::histogram_from_pb)
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| bad(e.to_string()))?;
-        let mut inner = self.lock();
+        let inner = self.lock();
         let c = inner
             .campaigns
-            .get_mut(&batch.campaign_id)
+            .get(&batch.campaign_id)
             .ok_or_else(|| StateError::UnknownCampaign(batch.campaign_id.clone()))?;
-        let Some(ca) = c.agents.get_mut(agent_id) else {
+        let Some(ca) = c.agents.get(agent_id) else {
             return Err(bad("agent is not part of this campaign".into()));
         };
-        if !ca.seqs.insert(batch.seq) {
-            return Ok(false);
+        if ca.seqs.contains(&batch.seq) {
+            return Ok(None);
         }
-        ca.records += records.len() as u64;
-        let region = ca.region.clone();
-        for r in &records {
-            c.agg.add_record(&region, r);
+        Ok(Some(CheckedBatch {
+            campaign_id: batch.campaign_id.clone(),
+            agent_id: agent_id.to_string(),
+            region: ca.region.clone(),
+            seq: batch.seq,
+            records,
+            histograms,
+        }))
+    }
+
+    /// Merges a checked batch; `false` when the same (campaign, agent, seq) was merged
+    /// meanwhile (nothing is counted twice).
+    pub fn merge(&self, b: CheckedBatch) -> bool {
+        let mut inner = self.lock();
+        let Some(c) = inner.campaigns.get_mut(&b.campaign_id) else {
+            return false;
+        };
+        let Some(ca) = c.agents.get_mut(&b.agent_id) else {
+            return false;
+        };
+        if !ca.seqs.insert(b.seq) {
+            return false;
         }
-        for (key, h) in hists {
-            c.agg.add_histogram(&region, key, &h);
+        ca.records += b.records.len() as u64;
+        for r in &b.records {
+            c.agg.add_record(&b.region, r);
         }
-        publish(&mut inner, &batch.campaign_id);
-        Ok(true)
+        for (key, h) in &b.histograms {
+            c.agg.add_histogram(&b.region, key.clone(), h);
+        }
+        publish(&mut inner, &b.campaign_id);
+        true
+    }
+
+    /// [`State::check`] then [`State::merge`]: whether the batch was new.
+    ///
+    /// # Errors
+    /// As [`State::check`].
+    pub fn batch(&self, agent_id: &str, batch: pb::ResultBatch) -> Result<bool, StateError> {
+        Ok(match self.check(agent_id, &batch)? {
+            Some(checked) => self.merge(checked),
+            None => false,
+        })
     }
 
     /// Notes that `agent_id` finished `campaign_id` with `last_seq` as its final batch.
