@@ -30,7 +30,12 @@ enum Command {
         /// Address to listen on (gRPC, plaintext: loopback or a private network only).
         #[arg(long, env = "LATMESH_LISTEN", default_value = "127.0.0.1:7700")]
         listen: String,
+        #[command(flatten)]
+        store: StoreArgs,
     },
+    /// ClickHouse schema.
+    #[command(subcommand)]
+    Db(DbCmd),
     /// Campaigns: validate a file, or launch it and print the matrix.
     #[command(subcommand)]
     Campaign(CampaignCmd),
@@ -51,6 +56,43 @@ enum Command {
     },
     /// Send one request to a provider and print what was measured (a connectivity check).
     Probe(ProbeArgs),
+}
+
+/// Where results are stored durably.
+#[derive(Args, Debug, Clone)]
+struct StoreArgs {
+    /// ClickHouse HTTP URL (e.g. http://127.0.0.1:8123): every acked batch is spooled on disk,
+    /// then written there. Without it results live in memory only.
+    #[arg(long, env = "LATMESH_CLICKHOUSE_URL")]
+    clickhouse_url: Option<String>,
+    /// ClickHouse database.
+    #[arg(long, env = "LATMESH_CLICKHOUSE_DB", default_value = "latmesh")]
+    clickhouse_db: String,
+    /// Spool directory (batches wait here, fsync'd, until ClickHouse has them).
+    #[arg(long, default_value = ".latmesh/coordinator/spool")]
+    spool_dir: PathBuf,
+    /// Largest spool, MiB; beyond it batches are not acked (agents keep and resend them).
+    #[arg(long, default_value_t = 1024)]
+    spool_max_mib: u64,
+}
+
+#[derive(Subcommand, Debug)]
+enum DbCmd {
+    /// Create or update the schema (idempotent).
+    Migrate {
+        /// ClickHouse HTTP URL.
+        #[arg(long, env = "LATMESH_CLICKHOUSE_URL")]
+        clickhouse_url: String,
+        /// Database.
+        #[arg(long, env = "LATMESH_CLICKHOUSE_DB", default_value = "latmesh")]
+        clickhouse_db: String,
+        /// Cluster name: create replicated tables ON CLUSTER with Distributed tables in front.
+        #[arg(long)]
+        cluster: Option<String>,
+        /// Print the DDL instead of running it.
+        #[arg(long)]
+        print: bool,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -148,17 +190,46 @@ impl Cli {
 /// Whatever the command fails with.
 pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve { listen } => {
+        Command::Serve { listen, store } => {
             let listener = TcpListener::bind(&listen)
                 .await
                 .with_context(|| format!("cannot listen on {listen}"))?;
+            let (coordinator, sink) = coordinator_with_store(&store)?;
             println!("listening on http://{}", listener.local_addr()?);
             let shutdown = async {
                 let _ = tokio::signal::ctrl_c().await;
             };
-            Coordinator::new(State::default())
-                .serve(listener, shutdown)
-                .await?;
+            let served = coordinator.serve(listener, shutdown).await;
+            if let Some(sink) = sink {
+                sink.abort();
+            }
+            served?;
+            Ok(())
+        }
+        Command::Db(DbCmd::Migrate {
+            clickhouse_url,
+            clickhouse_db,
+            cluster,
+            print,
+        }) => {
+            if print {
+                for m in crate::clickhouse::MIGRATIONS {
+                    for stmt in
+                        crate::clickhouse::render_migration(m.sql, &clickhouse_db, cluster.as_deref())?
+                    {
+                        println!("{stmt};\n");
+                    }
+                }
+                return Ok(());
+            }
+            let client = crate::clickhouse::client(&clickhouse_url);
+            let applied =
+                crate::clickhouse::migrate(&client, &clickhouse_db, cluster.as_deref()).await?;
+            if applied.is_empty() {
+                println!("{clickhouse_db}: up to date");
+            } else {
+                println!("{clickhouse_db}: applied {}", applied.join(", "));
+            }
             Ok(())
         }
         Command::Campaign(CampaignCmd::Validate { file }) => {
@@ -259,6 +330,31 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Probe(args) => probe(args).await,
     }
+}
+
+/// A coordinator, with a spool and a ClickHouse sink task when `store` names a ClickHouse.
+///
+/// # Errors
+/// The spool cannot be opened.
+fn coordinator_with_store(
+    store: &StoreArgs,
+) -> anyhow::Result<(Coordinator, Option<tokio::task::JoinHandle<()>>)> {
+    let Some(url) = &store.clickhouse_url else {
+        return Ok((Coordinator::new(State::default()), None));
+    };
+    let spool = crate::spool::Spool::open(crate::spool::SpoolConfig::new(
+        store.spool_dir.clone(),
+        store.spool_max_mib.saturating_mul(1 << 20),
+    ))
+    .with_context(|| format!("opening the spool in {}", store.spool_dir.display()))?;
+    let spool = std::sync::Arc::new(spool);
+    let state = State::with_store_events();
+    let target = crate::sink::SinkTarget {
+        client: crate::clickhouse::client(url),
+        db: store.clickhouse_db.clone(),
+    };
+    let sink = tokio::spawn(crate::sink::run(spool.clone(), state.clone(), target));
+    Ok((Coordinator::with_spool(state, spool), Some(sink)))
 }
 
 /// Follows a campaign, prints its matrix, writes the JSON; fails when it is incomplete.

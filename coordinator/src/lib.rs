@@ -8,6 +8,7 @@ pub mod cli;
 pub mod clickhouse;
 pub mod demo;
 pub mod service;
+pub mod sink;
 pub mod spool;
 pub mod state;
 pub mod summary;

@@ -120,6 +120,31 @@ struct Inner {
     agents: BTreeMap<String, AgentEntry>,
     campaigns: BTreeMap<String, Campaign>,
     next_session: u64,
+    /// `Some` when a sink wants [`StoreEvent`]s.
+    events: Option<Vec<StoreEvent>>,
+}
+
+/// What a store (the ClickHouse sink) must write besides result batches.
+#[derive(Clone, Debug)]
+pub enum StoreEvent {
+    /// A campaign was launched.
+    Launched {
+        /// Campaign id.
+        campaign_id: String,
+        /// Its plan.
+        plan: Box<Plan>,
+        /// Launch time, coordinator clock, UTC µs.
+        launched_at_unix_us: i64,
+        /// Round 0 start, coordinator clock, UTC µs.
+        start_at_unix_us: i64,
+    },
+    /// A campaign finished: each agent's part, with its version.
+    Finished {
+        /// Campaign id.
+        campaign_id: String,
+        /// (agent summary, agent version).
+        agents: Vec<(AgentSummary, String)>,
+    },
 }
 
 /// A decoded batch checked against its campaign, ready to merge.
@@ -153,6 +178,22 @@ pub struct Launched {
 }
 
 impl State {
+    /// A state that also queues [`StoreEvent`]s for a sink ([`State::drain_store_events`]).
+    pub fn with_store_events() -> Self {
+        let state = State::default();
+        state.lock().events = Some(Vec::new());
+        state
+    }
+
+    /// Takes the queued store events (none unless built with [`State::with_store_events`]).
+    pub fn drain_store_events(&self) -> Vec<StoreEvent> {
+        self.lock()
+            .events
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -334,6 +375,14 @@ impl State {
             if let Some(tx) = inner.agents.get(id).and_then(|a| a.tx.as_ref()) {
                 let _ = tx.try_send(Ok(msg.clone()));
             }
+        }
+        if let Some(events) = inner.events.as_mut() {
+            events.push(StoreEvent::Launched {
+                campaign_id: campaign_id.clone(),
+                plan: Box::new(campaign.plan.clone()),
+                launched_at_unix_us: now_unix_us(),
+                start_at_unix_us,
+            });
         }
         inner.campaigns.insert(campaign_id.clone(), campaign);
         publish(&mut inner, &campaign_id);
@@ -524,7 +573,10 @@ fn plan_span_us(plan: &Plan) -> i64 {
 /// publishes it to watchers.
 fn publish(inner: &mut Inner, campaign_id: &str) {
     let Inner {
-        agents, campaigns, ..
+        agents,
+        campaigns,
+        events,
+        ..
     } = inner;
     let Some(c) = campaigns.get_mut(campaign_id) else {
         return;
@@ -568,6 +620,22 @@ fn publish(inner: &mut Inner, campaign_id: &str) {
             &c.agg,
             agent_summaries,
         ));
+        if let (Some(events), Some(summary)) = (events.as_mut(), c.summary.as_ref()) {
+            events.push(StoreEvent::Finished {
+                campaign_id: campaign_id.to_string(),
+                agents: summary
+                    .agents
+                    .iter()
+                    .map(|a| {
+                        let version = agents
+                            .get(&a.agent_id)
+                            .map(|e| e.info.version.clone())
+                            .unwrap_or_default();
+                        (a.clone(), version)
+                    })
+                    .collect(),
+            });
+        }
     }
     let progress = pb::Progress {
         campaign_id: campaign_id.to_string(),

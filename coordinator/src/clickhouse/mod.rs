@@ -1,0 +1,285 @@
+//! ClickHouse storage: schema migrations, row types, batch inserts and the queries behind
+//! `latmesh query …` and `latmesh campaign verify`.
+//!
+//! Everything talks HTTP to a real ClickHouse through the `clickhouse` crate, with row
+//! validation off ([`client`]): the 18.16 server that Debian ships (and the tests use) knows
+//! neither `RowBinaryWithNamesAndTypes` nor the settings the crate sends for validation. So every
+//! row type is positional `RowBinary` and is round-tripped against the real server in
+//! `tests/tests/clickhouse.rs`. The schema and every query run on 18.16 and on current
+//! ClickHouse (see `deploy/clickhouse/README.md`).
+//!
+//! - [`migrate`]: versioned DDL from `deploy/clickhouse/migrations/`, single node or cluster.
+//! - [`rows`]: one `Row` type per table and the conversions from latmesh's domain types.
+//! - [`insert`]: [`insert::insert_batch`] (idempotent per (campaign, agent, seq)),
+//!   [`insert::insert_campaign`], [`insert::insert_agents`].
+//! - [`query`]: the region × provider matrix with exact merged percentiles, the outcome mix,
+//!   and row counts for verification.
+//!
+//! Errors are [`StoreError`]; [`StoreError::is_retryable`] tells a sink whether to try again
+//! (server down, timeouts, overload) or to set the batch aside (data or schema rejected).
+
+pub mod insert;
+pub mod migrate;
+pub mod query;
+pub mod rows;
+
+pub use insert::{
+    BatchKey, InsertOutcome, IntervalHistogram, WindowLabel, insert_agents, insert_batch,
+    insert_campaign, insert_rows,
+};
+pub use migrate::{MIGRATIONS, Migration, migrate, render_migration};
+pub use query::{
+    AgentCounts, BatchDuplicates, CampaignCounts, ErrorRow, MatrixRow, QueryFilter, agents,
+    campaign, counts, errors, matrix, matrix_filtered,
+};
+pub use rows::{AgentRow, CampaignRow, HistogramRow, RequestRow};
+
+use std::time::Duration;
+
+/// The error of every storage operation.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A database, cluster or table name that is not a plain identifier
+    /// (`[A-Za-z_][A-Za-z0-9_]*`). Not retryable.
+    #[error(
+        "invalid ClickHouse name {0:?}: use letters, digits and '_' (not starting with a digit)"
+    )]
+    InvalidName(String),
+    /// ClickHouse could not be reached or did not answer in time (connection refused or reset,
+    /// timeout, HTTP error without a ClickHouse exception). Retryable.
+    #[error("ClickHouse unavailable: {0}")]
+    Unavailable(String),
+    /// ClickHouse refused the data or the statement: a type mismatch (`Code: 53`), incorrect
+    /// or unparseable data (`Code: 117`, `27`, `32`, …), an unknown table or column (schema not
+    /// migrated), a syntax error, or a row type that does not match its table. Retrying the
+    /// same request cannot succeed. `code` is the ClickHouse exception code when there is one.
+    #[error("ClickHouse rejected the request{}: {message}", code.map(|c| format!(" (code {c})")).unwrap_or_default())]
+    Rejected {
+        /// ClickHouse exception code, `None` for client-side failures (serialization).
+        code: Option<u32>,
+        /// The server's (or client's) message.
+        message: String,
+    },
+    /// Any other ClickHouse exception (overload, too many parts, memory limit, replica or
+    /// keeper trouble, …). Retryable.
+    #[error("ClickHouse error (code {code}): {message}")]
+    Server {
+        /// ClickHouse exception code.
+        code: u32,
+        /// The server's message.
+        message: String,
+    },
+    /// A histogram could not be encoded or decoded. Not retryable.
+    #[error(transparent)]
+    Histogram(#[from] latmesh_core::hist::HistError),
+    /// A migration could not be applied; `source` says why.
+    #[error("migration {migration}: {source}")]
+    Migration {
+        /// Migration name, e.g. `0001_init`.
+        migration: String,
+        /// What failed.
+        source: Box<StoreError>,
+    },
+}
+
+/// ClickHouse exception codes meaning "this request can never succeed as sent": bad data,
+/// bad types, unknown schema objects, bad SQL.
+const NON_RETRYABLE_CODES: &[u32] = &[
+    6,   // CANNOT_PARSE_TEXT
+    8,   // THERE_IS_NO_COLUMN
+    10,  // NOT_FOUND_COLUMN_IN_BLOCK
+    16,  // NO_SUCH_COLUMN_IN_TABLE
+    20,  // NUMBER_OF_COLUMNS_DOESNT_MATCH
+    26,  // CANNOT_PARSE_QUOTED_STRING
+    27,  // CANNOT_PARSE_INPUT_ASSERTION_FAILED
+    32,  // ATTEMPT_TO_READ_AFTER_EOF (RowBinary shorter than the columns)
+    33,  // CANNOT_READ_ALL_DATA
+    36,  // BAD_ARGUMENTS
+    41,  // CANNOT_PARSE_DATETIME
+    42,  // NUMBER_OF_ARGUMENTS_DOESNT_MATCH
+    43,  // ILLEGAL_TYPE_OF_ARGUMENT
+    44,  // ILLEGAL_COLUMN
+    46,  // UNKNOWN_FUNCTION
+    47,  // UNKNOWN_IDENTIFIER
+    48,  // NOT_IMPLEMENTED
+    50,  // UNKNOWN_TYPE
+    53,  // TYPE_MISMATCH
+    57,  // TABLE_ALREADY_EXISTS
+    60,  // UNKNOWN_TABLE
+    62,  // SYNTAX_ERROR
+    69,  // ARGUMENT_OUT_OF_BOUND
+    70,  // CANNOT_CONVERT_TYPE
+    72,  // CANNOT_PARSE_NUMBER
+    73,  // UNKNOWN_FORMAT
+    81,  // UNKNOWN_DATABASE
+    115, // UNKNOWN_SETTING
+    117, // INCORRECT_DATA
+    130, // CANNOT_READ_ARRAY_FROM_TEXT
+    131, // TOO_LARGE_STRING_SIZE
+    190, // SIZES_OF_ARRAYS_DOESNT_MATCH
+    194, // REQUIRED_PASSWORD
+    192, // UNKNOWN_USER
+    193, // WRONG_PASSWORD
+    497, // ACCESS_DENIED
+    516, // AUTHENTICATION_FAILED
+];
+
+impl StoreError {
+    /// Whether the same request may succeed later (server down or overloaded, timeouts).
+    /// `false` for data or schema the server refused, invalid names and histogram codec
+    /// failures: retrying those cannot help.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            StoreError::Unavailable(_) | StoreError::Server { .. } => true,
+            StoreError::InvalidName(_) | StoreError::Rejected { .. } | StoreError::Histogram(_) => {
+                false
+            }
+            StoreError::Migration { source, .. } => source.is_retryable(),
+        }
+    }
+
+    /// The ClickHouse exception code, when the server sent one.
+    pub fn code(&self) -> Option<u32> {
+        match self {
+            StoreError::Rejected { code, .. } => *code,
+            StoreError::Server { code, .. } => Some(*code),
+            StoreError::Migration { source, .. } => source.code(),
+            _ => None,
+        }
+    }
+
+    /// Classifies a server exception text (`Code: 53. DB::Exception: …` on current servers,
+    /// `Code: 53, e.displayText() = DB::Exception: …` on 18.16).
+    pub fn from_server_message(message: &str) -> StoreError {
+        let message = message.trim().to_string();
+        match exception_code(&message) {
+            Some(code) if NON_RETRYABLE_CODES.contains(&code) => StoreError::Rejected {
+                code: Some(code),
+                message,
+            },
+            Some(code) => StoreError::Server { code, message },
+            None => StoreError::Unavailable(message),
+        }
+    }
+}
+
+/// The number after the first `Code: ` in a ClickHouse exception text.
+fn exception_code(message: &str) -> Option<u32> {
+    let rest = &message[message.find("Code: ")? + "Code: ".len()..];
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+impl From<clickhouse::error::Error> for StoreError {
+    fn from(e: clickhouse::error::Error) -> Self {
+        use clickhouse::error::Error as E;
+        match e {
+            E::Network(_) | E::TimedOut => StoreError::Unavailable(e.to_string()),
+            E::BadResponse(msg) => StoreError::from_server_message(&msg),
+            // Decompression/format trouble of a response can be a truncated body (a dropped
+            // connection); let the caller try again.
+            E::Decompression(_) => StoreError::Unavailable(e.to_string()),
+            other => StoreError::Rejected {
+                code: None,
+                message: other.to_string(),
+            },
+        }
+    }
+}
+
+/// A client for the ClickHouse HTTP endpoint `url` (e.g. `http://127.0.0.1:18123`) with row
+/// validation off, as the 18.16 server requires (see the module docs). Credentials, if any, go
+/// in the URL's user info or via [`clickhouse::Client::with_user`] / `with_password`.
+pub fn client(url: &str) -> clickhouse::Client {
+    clickhouse::Client::default()
+        .with_url(url)
+        .with_validation(false)
+}
+
+/// Health check: `SELECT 1`, bounded by `timeout`.
+///
+/// # Errors
+/// [`StoreError::Unavailable`] when the server does not answer in time or cannot be reached;
+/// the server's error otherwise.
+pub async fn ping(client: &clickhouse::Client, timeout: Duration) -> Result<(), StoreError> {
+    match tokio::time::timeout(timeout, client.query("SELECT toUInt8(1)").fetch_one::<u8>()).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(e.into()),
+        Err(_) => Err(StoreError::Unavailable(format!(
+            "no answer to SELECT 1 within {} ms",
+            timeout.as_millis()
+        ))),
+    }
+}
+
+/// Checks that `name` is a plain identifier (`[A-Za-z_][A-Za-z0-9_]*`, at most 128 bytes), so it
+/// can be spliced into SQL unquoted.
+///
+/// # Errors
+/// [`StoreError::InvalidName`] otherwise.
+pub fn check_identifier(name: &str) -> Result<(), StoreError> {
+    let mut chars = name.chars();
+    let ok = name.len() <= 128
+        && chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(StoreError::InvalidName(name.to_string()))
+    }
+}
+
+/// Seconds of a UTC µs timestamp for a `DateTime` column, clamped into its range
+/// (1970 … 2106).
+pub(crate) fn datetime_secs(unix_us: i64) -> u32 {
+    u32::try_from(unix_us.div_euclid(1_000_000).max(0)).unwrap_or(u32::MAX)
+}
+
+/// A UTC µs timestamp for a `UInt64` column: negative values (before 1970, never from a
+/// sane clock) clamp to 0.
+pub(crate) fn unsigned_us(unix_us: i64) -> u64 {
+    u64::try_from(unix_us).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_server_messages() {
+        let old =
+            "Code: 53, e.displayText() = DB::Exception: Type mismatch in IN or VALUES section";
+        let new = "Code: 117. DB::Exception: Incorrect data: … (INCORRECT_DATA) (version 24.8.1)";
+        for m in [old, new] {
+            let e = StoreError::from_server_message(m);
+            assert!(!e.is_retryable(), "{e}");
+            assert!(matches!(e, StoreError::Rejected { code: Some(_), .. }));
+        }
+        let busy = StoreError::from_server_message("Code: 252. DB::Exception: Too many parts");
+        assert!(busy.is_retryable());
+        assert_eq!(busy.code(), Some(252));
+        let proxy = StoreError::from_server_message("503 Service Unavailable");
+        assert!(proxy.is_retryable());
+        assert_eq!(proxy.code(), None);
+    }
+
+    #[test]
+    fn identifiers() {
+        for ok in ["latmesh", "_x1", "A_b_9"] {
+            check_identifier(ok).unwrap();
+        }
+        for bad in ["", "1db", "a-b", "a.b", "a b", "a`b", "ä"] {
+            assert!(check_identifier(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn time_conversions_clamp() {
+        assert_eq!(datetime_secs(1_700_000_000_999_999), 1_700_000_000);
+        assert_eq!(datetime_secs(-5), 0);
+        assert_eq!(unsigned_us(-1), 0);
+        assert_eq!(unsigned_us(42), 42);
+    }
+}

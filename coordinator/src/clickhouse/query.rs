@@ -1,0 +1,682 @@
+//! Queries: the region × provider matrix ([`matrix`]), the outcome mix ([`errors`]), stored
+//! campaigns and agents, and row counts for `latmesh campaign verify` ([`counts`]).
+//!
+//! Percentiles are exact over any grouping: `quantilesExactWeighted(0.5, 0.9, 0.99)(value,
+//! weight)` over `ARRAY JOIN values AS value, counts AS weight` of every interval histogram in
+//! the group, which equals HdrHistogram's `value_at_quantile` of the merged histograms (see
+//! [`super::rows::HistogramRow`]) — never an average of percentiles. Counts are summed in Rust
+//! from one `GROUP BY region, provider, scenario, outcome`, so the `ALL` rows are exact sums.
+//! No query needs `FINAL` (see the de-duplication guarantee in [`super::insert`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use latmesh_core::metrics::Metric;
+use latmesh_core::record::Outcome;
+use serde::{Deserialize, Serialize};
+
+use super::rows::{AgentRow, CampaignRow};
+use super::{StoreError, check_identifier};
+use crate::summary::{ALL_REGIONS, MatrixCell, Percentiles};
+
+/// Which rows a query looks at. Every field left `None` means "all".
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueryFilter {
+    /// Campaign id.
+    pub campaign_id: Option<String>,
+    /// Scenario name.
+    pub scenario: Option<String>,
+    /// Region (the `ALL` rows then merge just that region).
+    pub region: Option<String>,
+    /// Provider name.
+    pub provider: Option<String>,
+    /// Named time window label (e.g. `peak`).
+    pub window: Option<String>,
+    /// From this time on, UTC µs on the agents' clocks (request send time; histogram interval
+    /// start), inclusive.
+    pub from_unix_us: Option<i64>,
+    /// Before this time, UTC µs on the agents' clocks, exclusive.
+    pub to_unix_us: Option<i64>,
+}
+
+impl QueryFilter {
+    /// Everything of campaign `campaign_id`.
+    pub fn campaign(campaign_id: &str) -> Self {
+        QueryFilter {
+            campaign_id: Some(campaign_id.to_string()),
+            ..Default::default()
+        }
+    }
+}
+
+/// A value bound to a `?` of a query.
+enum Arg {
+    Str(String),
+    U64(u64),
+}
+
+/// ` WHERE …` (or nothing) for `filter`; `time_us`/`time_s` name the µs and `DateTime` time
+/// columns (the `DateTime` one lets ClickHouse skip partitions).
+fn where_clause(filter: &QueryFilter, time_us: &str, time_s: &str) -> (String, Vec<Arg>) {
+    let mut conds = Vec::new();
+    let mut args = Vec::new();
+    for (col, v) in [
+        ("campaign_id", &filter.campaign_id),
+        ("scenario", &filter.scenario),
+        ("region", &filter.region),
+        ("provider", &filter.provider),
+        ("`window`", &filter.window),
+    ] {
+        if let Some(v) = v {
+            conds.push(format!("{col} = ?"));
+            args.push(Arg::Str(v.clone()));
+        }
+    }
+    if let Some(from) = filter.from_unix_us {
+        let from = u64::try_from(from).unwrap_or(0);
+        conds.push(format!("{time_s} >= toDateTime(?) AND {time_us} >= ?"));
+        args.push(Arg::U64(from / 1_000_000));
+        args.push(Arg::U64(from));
+    }
+    if let Some(to) = filter.to_unix_us {
+        let to = u64::try_from(to).unwrap_or(0);
+        conds.push(format!("{time_s} <= toDateTime(?) AND {time_us} < ?"));
+        args.push(Arg::U64(to / 1_000_000));
+        args.push(Arg::U64(to));
+    }
+    if conds.is_empty() {
+        (String::new(), args)
+    } else {
+        (format!(" WHERE {}", conds.join(" AND ")), args)
+    }
+}
+
+fn bind_all(mut q: clickhouse::query::Query, args: &[Arg]) -> clickhouse::query::Query {
+    for a in args {
+        q = match a {
+            Arg::Str(s) => q.bind(s.as_str()),
+            Arg::U64(n) => q.bind(*n),
+        };
+    }
+    q
+}
+
+/// One cell of the matrix from ClickHouse: a region (or `ALL`), a provider, a scenario.
+/// Units match [`MatrixCell`]: percentiles in ms (µs / 1000 as `f64`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MatrixRow {
+    /// Region, or `ALL` for every region (of the filter) merged.
+    pub region: String,
+    /// Provider.
+    pub provider: String,
+    /// Scenario.
+    pub scenario: String,
+    /// Attempts of any outcome (`requests` rows).
+    pub attempts: u64,
+    /// `ok` attempts.
+    pub samples: u64,
+    /// `throttled` attempts.
+    pub throttled: u64,
+    /// Attempts by outcome name.
+    pub outcomes: BTreeMap<String, u64>,
+    /// Sum of `output_tokens` over `ok` attempts.
+    pub ok_output_tokens: u64,
+    /// `ok` attempts whose output tokens came from `usage`.
+    pub tokens_from_usage: u64,
+    /// TTFT P50/P90/P99, ms.
+    pub ttft: Option<Percentiles>,
+    /// TTFC P50/P90/P99, ms.
+    pub ttfc: Option<Percentiles>,
+    /// E2E P50/P90/P99, ms.
+    pub e2e: Option<Percentiles>,
+    /// TPOT P50/P90/P99, ms.
+    pub tpot: Option<Percentiles>,
+    /// ITL P50/P90/P99, ms.
+    pub itl: Option<Percentiles>,
+    /// Values in the merged histograms, by metric name.
+    pub hist_samples: BTreeMap<String, u64>,
+}
+
+impl MatrixRow {
+    fn new(region: &str, provider: &str, scenario: &str) -> Self {
+        MatrixRow {
+            region: region.to_string(),
+            provider: provider.to_string(),
+            scenario: scenario.to_string(),
+            attempts: 0,
+            samples: 0,
+            throttled: 0,
+            outcomes: BTreeMap::new(),
+            ok_output_tokens: 0,
+            tokens_from_usage: 0,
+            ttft: None,
+            ttfc: None,
+            e2e: None,
+            tpot: None,
+            itl: None,
+            hist_samples: BTreeMap::new(),
+        }
+    }
+
+    fn pct(&self, n: u64) -> f64 {
+        if self.attempts == 0 {
+            0.0
+        } else {
+            n as f64 * 100.0 / self.attempts as f64
+        }
+    }
+
+    /// Attempts whose outcome is not `ok`, % of attempts (0 without attempts).
+    pub fn error_pct(&self) -> f64 {
+        self.pct(self.attempts - self.samples)
+    }
+
+    /// `throttled` attempts, % of attempts.
+    pub fn throttled_pct(&self) -> f64 {
+        self.pct(self.throttled)
+    }
+
+    /// Mean output tokens of `ok` attempts.
+    pub fn output_tokens_mean(&self) -> Option<f64> {
+        (self.samples > 0).then(|| self.ok_output_tokens as f64 / self.samples as f64)
+    }
+
+    /// The same cell as the coordinator's in-memory summary builds it (same units, same
+    /// arithmetic), except `last_error`, which is `None` (in memory it is the last failure in
+    /// arrival order, which ClickHouse does not keep).
+    pub fn to_cell(&self) -> MatrixCell {
+        MatrixCell {
+            region: self.region.clone(),
+            provider: self.provider.clone(),
+            scenario: self.scenario.clone(),
+            attempts: self.attempts,
+            samples: self.samples,
+            ttft: self.ttft,
+            ttfc: self.ttfc,
+            e2e: self.e2e,
+            tpot_p50_ms: self.tpot.map(|p| p.p50_ms),
+            itl_p50_ms: self.itl.map(|p| p.p50_ms),
+            error_pct: self.error_pct(),
+            throttled_pct: self.throttled_pct(),
+            output_tokens_mean: self.output_tokens_mean(),
+            tokens_from_usage: self.tokens_from_usage,
+            last_error: None,
+            outcomes: self.outcomes.clone(),
+        }
+    }
+}
+
+/// The matrix of campaign `campaign_id`, optionally of one scenario: [`matrix_filtered`] with
+/// [`QueryFilter::campaign`].
+///
+/// # Errors
+/// As [`matrix_filtered`].
+pub async fn matrix(
+    client: &clickhouse::Client,
+    db: &str,
+    campaign_id: &str,
+    scenario: Option<&str>,
+) -> Result<Vec<MatrixRow>, StoreError> {
+    let mut filter = QueryFilter::campaign(campaign_id);
+    filter.scenario = scenario.map(str::to_string);
+    matrix_filtered(client, db, &filter).await
+}
+
+#[derive(clickhouse::Row, Deserialize)]
+struct OutcomeCount {
+    region: String,
+    provider: String,
+    scenario: String,
+    outcome: String,
+    n: u64,
+    output_tokens: u64,
+    from_usage: u64,
+}
+
+#[derive(clickhouse::Row, Deserialize)]
+struct QuantileRow {
+    region: String,
+    provider: String,
+    scenario: String,
+    metric: String,
+    samples: u64,
+    q: Vec<u64>,
+}
+
+/// Latency metrics of the matrix.
+const MATRIX_METRICS: [Metric; 5] = [
+    Metric::Ttft,
+    Metric::Ttfc,
+    Metric::E2e,
+    Metric::Tpot,
+    Metric::Itl,
+];
+
+/// P50/P90/P99 of every (region, provider, scenario, metric) — and with `merged`, of every
+/// (provider, scenario, metric) over regions, labelled `ALL`.
+async fn quantiles(
+    client: &clickhouse::Client,
+    db: &str,
+    filter: &QueryFilter,
+    merged: bool,
+) -> Result<Vec<QuantileRow>, StoreError> {
+    let (mut wh, args) = where_clause(filter, "start_unix_us", "interval_start");
+    let metrics = MATRIX_METRICS
+        .iter()
+        .map(|m| format!("'{}'", m.as_str()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    wh.push_str(if wh.is_empty() { " WHERE " } else { " AND " });
+    wh.push_str(&format!("metric IN ({metrics})"));
+    // Aliases differ from column names: ClickHouse aliases are visible in WHERE.
+    let (region, group) = if merged {
+        (format!("'{ALL_REGIONS}'"), "provider, scenario, metric")
+    } else {
+        ("region".to_string(), "region, provider, scenario, metric")
+    };
+    let sql = format!(
+        "SELECT {region} AS row_region, provider, scenario, metric, \
+         sum(weight) AS samples, \
+         quantilesExactWeighted(0.5, 0.9, 0.99)(value, weight) AS q \
+         FROM {db}.histograms \
+         ARRAY JOIN `values` AS value, `counts` AS weight{wh} \
+         GROUP BY {group}"
+    );
+    Ok(bind_all(client.query(&sql), &args).fetch_all().await?)
+}
+
+/// The region × provider matrix of the rows `filter` selects: per (region, provider, scenario)
+/// and per (`ALL`, provider, scenario), attempt counts by outcome from `requests`, and exact
+/// P50/P90/P99 of TTFT, TTFC, E2E, TPOT and ITL from the merged interval histograms.
+///
+/// Rows are sorted by scenario, then region (`ALL` last), then provider; only cells with data
+/// appear.
+///
+/// # Errors
+/// [`StoreError::InvalidName`] for a bad `db`; the server's or connection's error otherwise.
+pub async fn matrix_filtered(
+    client: &clickhouse::Client,
+    db: &str,
+    filter: &QueryFilter,
+) -> Result<Vec<MatrixRow>, StoreError> {
+    check_identifier(db)?;
+    let (wh, args) = where_clause(filter, "send_unix_us", "send_time");
+    let sql = format!(
+        "SELECT region, provider, scenario, outcome, count() AS n, \
+         sum(output_tokens) AS tokens, sum(tokens_from_usage) AS usage_n \
+         FROM {db}.requests{wh} \
+         GROUP BY region, provider, scenario, outcome"
+    );
+    let counts: Vec<OutcomeCount> = bind_all(client.query(&sql), &args).fetch_all().await?;
+
+    // (scenario, ALL-last flag, region, provider) → row
+    type Key = (String, bool, String, String);
+    let mut cells: BTreeMap<Key, MatrixRow> = BTreeMap::new();
+    let key = |region: &str, provider: &str, scenario: &str| -> Key {
+        (
+            scenario.to_string(),
+            region == ALL_REGIONS,
+            region.to_string(),
+            provider.to_string(),
+        )
+    };
+    for c in &counts {
+        for region in [c.region.as_str(), ALL_REGIONS] {
+            let cell = cells
+                .entry(key(region, &c.provider, &c.scenario))
+                .or_insert_with(|| MatrixRow::new(region, &c.provider, &c.scenario));
+            cell.attempts += c.n;
+            *cell.outcomes.entry(c.outcome.clone()).or_insert(0) += c.n;
+            if c.outcome == Outcome::Ok.as_str() {
+                cell.samples += c.n;
+                cell.ok_output_tokens += c.output_tokens;
+                cell.tokens_from_usage += c.from_usage;
+            } else if c.outcome == Outcome::Throttled.as_str() {
+                cell.throttled += c.n;
+            }
+        }
+    }
+
+    for merged in [false, true] {
+        for q in quantiles(client, db, filter, merged).await? {
+            let cell = cells
+                .entry(key(&q.region, &q.provider, &q.scenario))
+                .or_insert_with(|| MatrixRow::new(&q.region, &q.provider, &q.scenario));
+            let ms = |i: usize| q.q.get(i).copied().unwrap_or(0) as f64 / 1000.0;
+            let p = Percentiles {
+                p50_ms: ms(0),
+                p90_ms: ms(1),
+                p99_ms: ms(2),
+            };
+            cell.hist_samples.insert(q.metric.clone(), q.samples);
+            match Metric::parse(&q.metric) {
+                Some(Metric::Ttft) => cell.ttft = Some(p),
+                Some(Metric::Ttfc) => cell.ttfc = Some(p),
+                Some(Metric::E2e) => cell.e2e = Some(p),
+                Some(Metric::Tpot) => cell.tpot = Some(p),
+                Some(Metric::Itl) => cell.itl = Some(p),
+                _ => {}
+            }
+        }
+    }
+    Ok(cells.into_values().collect())
+}
+
+/// One line of the outcome mix: attempts of one outcome (and HTTP status) for a region (or
+/// `ALL`) and provider.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ErrorRow {
+    /// Region, or `ALL`.
+    pub region: String,
+    /// Provider.
+    pub provider: String,
+    /// Outcome name.
+    pub outcome: String,
+    /// HTTP status, when responses of this outcome carried one.
+    pub http_status: Option<u16>,
+    /// Attempts.
+    pub count: u64,
+    /// `count` as % of the attempts of this region and provider.
+    pub pct: f64,
+    /// The latest (by agent send time) provider error type of these attempts.
+    pub last_error_type: Option<String>,
+    /// The latest provider or transport error message of these attempts.
+    pub last_error_message: Option<String>,
+}
+
+#[derive(clickhouse::Row, Deserialize)]
+struct ErrorCount {
+    region: String,
+    provider: String,
+    outcome: String,
+    status: u16,
+    n: u64,
+    last_us: u64,
+    error_type: String,
+    error_message: String,
+}
+
+/// The outcome mix per provider and region (and `ALL` regions) of the rows `filter` selects,
+/// one line per (outcome, HTTP status). Sorted by provider, region (`ALL` last), then count
+/// descending. `ok` lines are included, so each group's `pct` sums to 100.
+///
+/// # Errors
+/// [`StoreError::InvalidName`] for a bad `db`; the server's or connection's error otherwise.
+pub async fn errors(
+    client: &clickhouse::Client,
+    db: &str,
+    filter: &QueryFilter,
+) -> Result<Vec<ErrorRow>, StoreError> {
+    check_identifier(db)?;
+    let (wh, args) = where_clause(filter, "send_unix_us", "send_time");
+    let sql = format!(
+        "SELECT region, provider, outcome, ifNull(http_status, toUInt16(0)) AS status, \
+         count() AS n, max(send_unix_us) AS last_us, \
+         argMax(ifNull(error_type, ''), send_unix_us) AS last_type, \
+         argMax(ifNull(error_message, ''), send_unix_us) AS last_message \
+         FROM {db}.requests{wh} \
+         GROUP BY region, provider, outcome, status"
+    );
+    let rows: Vec<ErrorCount> = bind_all(client.query(&sql), &args).fetch_all().await?;
+
+    // (provider, ALL-last, region) → (outcome, status) → (count, last_us, type, message)
+    type Group = BTreeMap<(String, u16), (u64, u64, String, String)>;
+    let mut groups: BTreeMap<(String, bool, String), Group> = BTreeMap::new();
+    for r in rows {
+        for region in [r.region.as_str(), ALL_REGIONS] {
+            let g = groups
+                .entry((
+                    r.provider.clone(),
+                    region == ALL_REGIONS,
+                    region.to_string(),
+                ))
+                .or_default();
+            let e = g.entry((r.outcome.clone(), r.status)).or_insert((
+                0,
+                0,
+                String::new(),
+                String::new(),
+            ));
+            e.0 += r.n;
+            if r.last_us >= e.1 {
+                e.1 = r.last_us;
+                e.2.clone_from(&r.error_type);
+                e.3.clone_from(&r.error_message);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for ((provider, _, region), g) in groups {
+        let total: u64 = g.values().map(|e| e.0).sum();
+        let mut lines: Vec<ErrorRow> = g
+            .into_iter()
+            .map(|((outcome, status), (n, _, et, em))| ErrorRow {
+                region: region.clone(),
+                provider: provider.clone(),
+                outcome,
+                http_status: (status != 0).then_some(status),
+                count: n,
+                pct: if total == 0 {
+                    0.0
+                } else {
+                    n as f64 * 100.0 / total as f64
+                },
+                last_error_type: (!et.is_empty()).then_some(et),
+                last_error_message: (!em.is_empty()).then_some(em),
+            })
+            .collect();
+        lines.sort_by(|a, b| b.count.cmp(&a.count).then(a.outcome.cmp(&b.outcome)));
+        out.extend(lines);
+    }
+    Ok(out)
+}
+
+/// The stored campaign `campaign_id` (its latest row), if any.
+///
+/// # Errors
+/// [`StoreError::InvalidName`] for a bad `db`; the server's or connection's error otherwise.
+pub async fn campaign(
+    client: &clickhouse::Client,
+    db: &str,
+    campaign_id: &str,
+) -> Result<Option<CampaignRow>, StoreError> {
+    check_identifier(db)?;
+    Ok(client
+        .query(&format!(
+            "SELECT ?fields FROM {db}.campaigns WHERE campaign_id = ? \
+             ORDER BY launched_at_us DESC LIMIT 1"
+        ))
+        .bind(campaign_id)
+        .fetch_optional()
+        .await?)
+}
+
+/// The latest state of every agent of campaign `campaign_id`, by agent id.
+///
+/// # Errors
+/// [`StoreError::InvalidName`] for a bad `db`; the server's or connection's error otherwise.
+pub async fn agents(
+    client: &clickhouse::Client,
+    db: &str,
+    campaign_id: &str,
+) -> Result<Vec<AgentRow>, StoreError> {
+    check_identifier(db)?;
+    Ok(client
+        .query(&format!(
+            "SELECT ?fields FROM {db}.agents WHERE campaign_id = ? \
+             ORDER BY agent_id, seen_at_us DESC LIMIT 1 BY agent_id"
+        ))
+        .bind(campaign_id)
+        .fetch_all()
+        .await?)
+}
+
+/// Rows of one agent in ClickHouse.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentCounts {
+    /// Agent id.
+    pub agent_id: String,
+    /// Its region.
+    pub region: String,
+    /// Distinct batch seqs with at least one row in either table.
+    pub batches: u64,
+    /// Highest seq seen.
+    pub max_seq: u64,
+    /// Seqs in `1..=max_seq` without any row: lost batches — or batches that carried nothing.
+    pub missing_seqs: Vec<u64>,
+    /// `requests` rows.
+    pub request_rows: u64,
+    /// `requests` rows with outcome `ok`.
+    pub ok_requests: u64,
+    /// `histograms` rows.
+    pub histogram_rows: u64,
+    /// Values in its histograms (sum of `count`), all metrics.
+    pub histogram_values: u64,
+    /// Rows present more than once (same seq and row index), both tables.
+    pub duplicate_rows: u64,
+}
+
+/// A batch with duplicate rows still visible (not yet merged away).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchDuplicates {
+    /// Agent id.
+    pub agent_id: String,
+    /// Batch seq.
+    pub seq: u64,
+    /// `requests` or `histograms`.
+    pub table: String,
+    /// Rows of the batch in the table.
+    pub rows: u64,
+    /// Distinct row indexes among them.
+    pub distinct: u64,
+}
+
+/// What ClickHouse holds for one campaign, for `latmesh campaign verify`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CampaignCounts {
+    /// `requests` rows.
+    pub request_rows: u64,
+    /// `histograms` rows.
+    pub histogram_rows: u64,
+    /// `requests` rows beyond the first of their (agent, seq, row index).
+    pub duplicate_request_rows: u64,
+    /// `histograms` rows beyond the first of their (agent, seq, row index).
+    pub duplicate_histogram_rows: u64,
+    /// Per agent, by agent id.
+    pub agents: Vec<AgentCounts>,
+    /// Every (agent, seq, table) with duplicates, in order.
+    pub duplicates: Vec<BatchDuplicates>,
+}
+
+#[derive(clickhouse::Row, Deserialize)]
+struct SeqCount {
+    agent_id: String,
+    region: String,
+    seq: u64,
+    rows: u64,
+    distinct: u64,
+    extra: u64,
+}
+
+/// Row counts of campaign `campaign_id`: totals, per agent, and every (agent, seq) whose rows
+/// are duplicated. Reads without `FINAL`, i.e. what queries see.
+///
+/// # Errors
+/// [`StoreError::InvalidName`] for a bad `db`; the server's or connection's error otherwise.
+pub async fn counts(
+    client: &clickhouse::Client,
+    db: &str,
+    campaign_id: &str,
+) -> Result<CampaignCounts, StoreError> {
+    check_identifier(db)?;
+    let per_seq = |table: &str, extra: &str| {
+        format!(
+            "SELECT agent_id, any(region) AS agent_region, seq, count() AS n, \
+             uniqExact(row_index) AS distinct_rows, {extra} AS extra \
+             FROM {db}.{table} WHERE campaign_id = ? GROUP BY agent_id, seq \
+             ORDER BY agent_id, seq"
+        )
+    };
+    let requests: Vec<SeqCount> = client
+        .query(&per_seq("requests", "countIf(outcome = 'ok')"))
+        .bind(campaign_id)
+        .fetch_all()
+        .await?;
+    let histograms: Vec<SeqCount> = client
+        .query(&per_seq("histograms", "sum(`count`)"))
+        .bind(campaign_id)
+        .fetch_all()
+        .await?;
+
+    let mut out = CampaignCounts::default();
+    let mut agents: BTreeMap<String, (AgentCounts, BTreeSet<u64>)> = BTreeMap::new();
+    for (table, rows) in [("requests", &requests), ("histograms", &histograms)] {
+        for r in rows {
+            let (a, seqs) = agents.entry(r.agent_id.clone()).or_insert_with(|| {
+                (
+                    AgentCounts {
+                        agent_id: r.agent_id.clone(),
+                        region: r.region.clone(),
+                        ..Default::default()
+                    },
+                    BTreeSet::new(),
+                )
+            });
+            seqs.insert(r.seq);
+            let dup = r.rows - r.distinct;
+            a.duplicate_rows += dup;
+            if table == "requests" {
+                a.request_rows += r.rows;
+                a.ok_requests += r.extra;
+                out.request_rows += r.rows;
+                out.duplicate_request_rows += dup;
+            } else {
+                a.histogram_rows += r.rows;
+                a.histogram_values += r.extra;
+                out.histogram_rows += r.rows;
+                out.duplicate_histogram_rows += dup;
+            }
+            if dup > 0 {
+                out.duplicates.push(BatchDuplicates {
+                    agent_id: r.agent_id.clone(),
+                    seq: r.seq,
+                    table: table.to_string(),
+                    rows: r.rows,
+                    distinct: r.distinct,
+                });
+            }
+        }
+    }
+    for (_, (mut a, seqs)) in agents {
+        a.batches = seqs.len() as u64;
+        a.max_seq = seqs.last().copied().unwrap_or(0);
+        a.missing_seqs = (1..=a.max_seq).filter(|s| !seqs.contains(s)).collect();
+        out.agents.push(a);
+    }
+    out.duplicates
+        .sort_by(|a, b| (&a.agent_id, a.seq, &a.table).cmp(&(&b.agent_id, b.seq, &b.table)));
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn where_clause_binds_in_order() {
+        let (wh, args) = where_clause(&QueryFilter::default(), "t_us", "t");
+        assert!(wh.is_empty() && args.is_empty());
+        let f = QueryFilter {
+            campaign_id: Some("c".into()),
+            window: Some("peak".into()),
+            from_unix_us: Some(1_700_000_000_500_000),
+            ..Default::default()
+        };
+        let (wh, args) = where_clause(&f, "t_us", "t");
+        assert_eq!(
+            wh,
+            " WHERE campaign_id = ? AND `window` = ? AND t >= toDateTime(?) AND t_us >= ?"
+        );
+        assert_eq!(args.len(), 4);
+        assert!(matches!(&args[2], Arg::U64(1_700_000_000)));
+    }
+}

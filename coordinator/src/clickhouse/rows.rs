@@ -1,0 +1,526 @@
+//! One `Row` type per table (fields in column order: the crate sends positional `RowBinary`)
+//! and the conversions from latmesh's domain types.
+//!
+//! Units follow the columns: `*_us` are microseconds (UTC µs for timestamps), `DateTime`
+//! columns are UTC seconds as `u32`, booleans are `UInt8` columns.
+
+use hdrhistogram::Histogram;
+use latmesh_core::hist::{self, HistKey};
+use latmesh_core::metrics::Metric;
+use latmesh_core::plan::Plan;
+use latmesh_core::record::{Outcome, ProbeRecord, Usage};
+use serde::{Deserialize, Serialize};
+
+use super::insert::BatchKey;
+use super::{StoreError, datetime_secs, unsigned_us};
+use crate::summary::AgentSummary;
+
+/// A row of `campaigns`: one launched campaign.
+#[derive(Clone, Debug, PartialEq, clickhouse::Row, Serialize, Deserialize)]
+pub struct CampaignRow {
+    /// Campaign id.
+    pub campaign_id: String,
+    /// Campaign name (from the plan).
+    pub name: String,
+    /// The plan as JSON ([`Plan::to_json`]).
+    pub plan_json: String,
+    /// Hex SHA-256 of `plan_json`.
+    pub plan_hash: String,
+    /// Metric definitions version.
+    pub metrics_version: u32,
+    /// Seed of the per-round provider order.
+    pub seed: u64,
+    /// Regions of the plan, in order.
+    pub regions: Vec<String>,
+    /// Providers of the plan, in order.
+    pub providers: Vec<String>,
+    /// Scenarios of the plan, in order.
+    pub scenarios: Vec<String>,
+    /// Launch time, coordinator clock, UTC seconds.
+    pub launched_at: u32,
+    /// Launch time, coordinator clock, UTC µs.
+    pub launched_at_us: u64,
+    /// Round 0 start, coordinator clock, UTC µs.
+    pub start_at_us: u64,
+    /// Who launched it (CLI user or token name).
+    pub created_by: String,
+}
+
+impl CampaignRow {
+    /// The row of campaign `campaign_id` running `plan`, launched at `launched_at_unix_us`
+    /// with round 0 at `start_at_unix_us` (both coordinator clock, UTC µs).
+    pub fn new(
+        campaign_id: &str,
+        plan: &Plan,
+        launched_at_unix_us: i64,
+        start_at_unix_us: i64,
+        created_by: &str,
+    ) -> Self {
+        CampaignRow {
+            campaign_id: campaign_id.to_string(),
+            name: plan.name.clone(),
+            plan_json: plan.to_json(),
+            plan_hash: plan.hash(),
+            metrics_version: plan.metrics_version,
+            seed: plan.seed,
+            regions: plan.regions.clone(),
+            providers: plan.providers.iter().map(|p| p.name.clone()).collect(),
+            scenarios: plan.scenarios.iter().map(|s| s.name.clone()).collect(),
+            launched_at: datetime_secs(launched_at_unix_us),
+            launched_at_us: unsigned_us(launched_at_unix_us),
+            start_at_us: unsigned_us(start_at_unix_us),
+            created_by: created_by.to_string(),
+        }
+    }
+}
+
+/// A row of `agents`: an agent's part in a campaign at `seen_at_us`. Written again when its
+/// state changes; the latest `seen_at_us` wins (`ReplacingMergeTree(seen_at_us)`, and
+/// [`super::query`] reads the latest row).
+#[derive(Clone, Debug, PartialEq, clickhouse::Row, Serialize, Deserialize)]
+pub struct AgentRow {
+    /// Campaign id.
+    pub campaign_id: String,
+    /// Agent id.
+    pub agent_id: String,
+    /// Region.
+    pub region: String,
+    /// latmesh-agent version.
+    pub version: String,
+    /// Coordinator clock minus agent clock, µs.
+    pub clock_offset_us: i64,
+    /// Uncertainty of the offset, ± µs.
+    pub clock_uncertainty_us: u64,
+    /// When this state was written, coordinator clock, UTC seconds.
+    pub seen_at: u32,
+    /// When this state was written, coordinator clock, UTC µs.
+    pub seen_at_us: u64,
+    /// Records received from the agent.
+    pub records: u64,
+    /// Batches received (after de-duplication).
+    pub batches: u64,
+    /// Probes the agent skipped.
+    pub skipped: u64,
+    /// Whether the agent delivered everything.
+    pub complete: bool,
+}
+
+impl AgentRow {
+    /// The row of `agent` in `campaign_id`, running agent `version`, as of `seen_at_unix_us`
+    /// (coordinator clock, UTC µs).
+    pub fn from_summary(
+        campaign_id: &str,
+        agent: &AgentSummary,
+        version: &str,
+        seen_at_unix_us: i64,
+    ) -> Self {
+        AgentRow {
+            campaign_id: campaign_id.to_string(),
+            agent_id: agent.agent_id.clone(),
+            region: agent.region.clone(),
+            version: version.to_string(),
+            clock_offset_us: agent.clock_offset_us,
+            clock_uncertainty_us: agent.clock_uncertainty_us,
+            seen_at: datetime_secs(seen_at_unix_us),
+            seen_at_us: unsigned_us(seen_at_unix_us),
+            records: agent.records,
+            batches: agent.batches,
+            skipped: agent.skipped,
+            complete: agent.complete,
+        }
+    }
+}
+
+/// A row of `requests`: one attempt, every [`ProbeRecord`] field, plus where it came from.
+#[derive(Clone, Debug, PartialEq, clickhouse::Row, Serialize, Deserialize)]
+pub struct RequestRow {
+    /// Campaign id.
+    pub campaign_id: String,
+    /// Agent id.
+    pub agent_id: String,
+    /// The agent's region.
+    pub region: String,
+    /// Sequence number of the batch the record came in.
+    pub seq: u64,
+    /// Index of the record in its batch (0-based).
+    pub row_index: u32,
+    /// [`ProbeRecord::round`].
+    pub round: u32,
+    /// [`ProbeRecord::slot`].
+    pub slot: u32,
+    /// Provider name.
+    pub provider: String,
+    /// Scenario name.
+    pub scenario: String,
+    /// Prompt id.
+    pub prompt_id: String,
+    /// 1 for a first attempt, > 1 for retries.
+    pub attempt: u32,
+    /// Whether the request asked for a stream.
+    pub stream: bool,
+    /// Wall clock at `t_send`, agent clock, UTC seconds.
+    pub send_time: u32,
+    /// Wall clock at `t_send`, agent clock, UTC µs.
+    pub send_unix_us: u64,
+    /// Wall clock at `t_send` on the coordinator's clock (agent clock + `clock_offset_us`),
+    /// UTC µs.
+    pub send_coord_unix_us: u64,
+    /// The batch's clock offset (coordinator − agent), µs.
+    pub clock_offset_us: i64,
+    /// `t_send` − intended send time, µs.
+    pub sched_lag_us: i64,
+    /// Outcome name ([`Outcome::as_str`]).
+    pub outcome: String,
+    /// HTTP status.
+    pub http_status: Option<u16>,
+    /// TTFB, µs.
+    pub ttfb_us: Option<u64>,
+    /// TTFT, µs.
+    pub ttft_us: Option<u64>,
+    /// TTFC, µs.
+    pub ttfc_us: Option<u64>,
+    /// E2E, µs.
+    pub e2e_us: Option<u64>,
+    /// TPOT, µs.
+    pub tpot_us: Option<u64>,
+    /// Decode rate, tokens/s.
+    pub decode_tps: Option<f64>,
+    /// Output tokens.
+    pub output_tokens: u32,
+    /// Whether `output_tokens` came from `usage`.
+    pub tokens_from_usage: bool,
+    /// Payloads with non-empty content.
+    pub content_chunks: u32,
+    /// Payloads with non-empty reasoning.
+    pub reasoning_chunks: u32,
+    /// Payloads with a tool-call fragment.
+    pub tool_call_chunks: u32,
+    /// `usage.prompt_tokens`.
+    pub prompt_tokens: Option<u32>,
+    /// `usage.completion_tokens`.
+    pub completion_tokens: Option<u32>,
+    /// `usage.total_tokens`.
+    pub total_tokens: Option<u32>,
+    /// Reasoning tokens from `usage`.
+    pub reasoning_tokens: Option<u32>,
+    /// Cached prompt tokens from `usage`.
+    pub cached_tokens: Option<u32>,
+    /// Last `finish_reason`.
+    pub finish_reason: Option<String>,
+    /// Whether `[DONE]` arrived.
+    pub saw_done: bool,
+    /// Retry-After, seconds.
+    pub retry_after_s: Option<f64>,
+    /// Provider error type or code.
+    pub error_type: Option<String>,
+    /// Provider or transport error message (≤ 256 bytes).
+    pub error_message: Option<String>,
+    /// Largest inter-token gap, µs.
+    pub itl_max_us: Option<u64>,
+    /// SSE comment lines.
+    pub comment_lines: u32,
+    /// Response body bytes.
+    pub response_bytes: u64,
+    /// Named time window, `""` when none.
+    pub window: String,
+}
+
+impl RequestRow {
+    /// The row of record `rec`, `row_index`-th of batch `key`. The window label comes from
+    /// `key.window_label` (called with the coordinator-clock send time), `""` without one.
+    /// A record without outcome is stored as `protocol_error` ([`ProbeRecord::outcome`]);
+    /// a negative send time (never from a sane clock) as 0.
+    pub fn from_record(key: &BatchKey<'_>, row_index: u32, rec: &ProbeRecord) -> Self {
+        let coord_us = rec.send_agent_unix_us.saturating_add(key.clock_offset_us);
+        RequestRow {
+            campaign_id: key.campaign_id.to_string(),
+            agent_id: key.agent_id.to_string(),
+            region: key.region.to_string(),
+            seq: key.seq,
+            row_index,
+            round: rec.round,
+            slot: rec.slot,
+            provider: rec.provider.clone(),
+            scenario: rec.scenario.clone(),
+            prompt_id: rec.prompt_id.clone(),
+            attempt: rec.attempt,
+            stream: rec.stream,
+            send_time: datetime_secs(rec.send_agent_unix_us),
+            send_unix_us: unsigned_us(rec.send_agent_unix_us),
+            send_coord_unix_us: unsigned_us(coord_us),
+            clock_offset_us: key.clock_offset_us,
+            sched_lag_us: rec.sched_lag_us,
+            outcome: rec.outcome().as_str().to_string(),
+            http_status: rec.http_status,
+            ttfb_us: rec.ttfb_us,
+            ttft_us: rec.ttft_us,
+            ttfc_us: rec.ttfc_us,
+            e2e_us: rec.e2e_us,
+            tpot_us: rec.tpot_us,
+            decode_tps: rec.decode_tps,
+            output_tokens: rec.output_tokens,
+            tokens_from_usage: rec.tokens_from_usage,
+            content_chunks: rec.content_chunks,
+            reasoning_chunks: rec.reasoning_chunks,
+            tool_call_chunks: rec.tool_call_chunks,
+            prompt_tokens: rec.usage.prompt_tokens,
+            completion_tokens: rec.usage.completion_tokens,
+            total_tokens: rec.usage.total_tokens,
+            reasoning_tokens: rec.usage.reasoning_tokens,
+            cached_tokens: rec.usage.cached_tokens,
+            finish_reason: rec.finish_reason.clone(),
+            saw_done: rec.saw_done,
+            retry_after_s: rec.retry_after_s,
+            error_type: rec.error_type.clone(),
+            error_message: rec.error_message.clone(),
+            itl_max_us: rec.itl_max_us,
+            comment_lines: rec.comment_lines,
+            response_bytes: rec.response_bytes,
+            window: key.window_for(coord_us),
+        }
+    }
+
+    /// The record back. Equal to the original except that a missing outcome reads back as
+    /// `Some(ProtocolError)` and an unknown outcome name as `Some(ProtocolError)` too.
+    pub fn to_record(&self) -> ProbeRecord {
+        ProbeRecord {
+            round: self.round,
+            slot: self.slot,
+            provider: self.provider.clone(),
+            scenario: self.scenario.clone(),
+            prompt_id: self.prompt_id.clone(),
+            attempt: self.attempt,
+            stream: self.stream,
+            send_agent_unix_us: i64::try_from(self.send_unix_us).unwrap_or(i64::MAX),
+            sched_lag_us: self.sched_lag_us,
+            outcome: Some(Outcome::parse(&self.outcome).unwrap_or(Outcome::ProtocolError)),
+            http_status: self.http_status,
+            ttfb_us: self.ttfb_us,
+            ttft_us: self.ttft_us,
+            ttfc_us: self.ttfc_us,
+            e2e_us: self.e2e_us,
+            tpot_us: self.tpot_us,
+            decode_tps: self.decode_tps,
+            output_tokens: self.output_tokens,
+            tokens_from_usage: self.tokens_from_usage,
+            content_chunks: self.content_chunks,
+            reasoning_chunks: self.reasoning_chunks,
+            tool_call_chunks: self.tool_call_chunks,
+            usage: Usage {
+                prompt_tokens: self.prompt_tokens,
+                completion_tokens: self.completion_tokens,
+                total_tokens: self.total_tokens,
+                reasoning_tokens: self.reasoning_tokens,
+                cached_tokens: self.cached_tokens,
+            },
+            finish_reason: self.finish_reason.clone(),
+            saw_done: self.saw_done,
+            retry_after_s: self.retry_after_s,
+            error_type: self.error_type.clone(),
+            error_message: self.error_message.clone(),
+            itl_max_us: self.itl_max_us,
+            comment_lines: self.comment_lines,
+            response_bytes: self.response_bytes,
+        }
+    }
+}
+
+/// A row of `histograms`: one interval histogram of one agent.
+///
+/// `values[i]` is the highest value equivalent to the i-th non-empty HDR bucket (ascending) —
+/// what `Histogram::value_at_quantile` and `iter_recorded().value_iterated_to()` report for
+/// that bucket — and `counts[i]` its count. `quantileExactWeighted(q)(value, weight)` over
+/// `ARRAY JOIN values AS value, counts AS weight` therefore returns, for any set of rows, exactly
+/// what `value_at_quantile(q)` returns for the sum of their histograms (both take the first
+/// bucket whose cumulative count reaches ⌈q·N⌉).
+#[derive(Clone, Debug, PartialEq, clickhouse::Row, Serialize, Deserialize)]
+pub struct HistogramRow {
+    /// Campaign id.
+    pub campaign_id: String,
+    /// Agent id.
+    pub agent_id: String,
+    /// The agent's region.
+    pub region: String,
+    /// Sequence number of the batch the histogram came in.
+    pub seq: u64,
+    /// Index of the histogram in its batch (0-based).
+    pub row_index: u32,
+    /// Provider name.
+    pub provider: String,
+    /// Scenario name.
+    pub scenario: String,
+    /// Metric name ([`Metric::as_str`]).
+    pub metric: String,
+    /// Interval start, agent clock, UTC seconds.
+    pub interval_start: u32,
+    /// Interval start, agent clock, UTC µs.
+    pub start_unix_us: u64,
+    /// Interval end, agent clock, UTC seconds.
+    pub interval_end: u32,
+    /// Interval end, agent clock, UTC µs.
+    pub end_unix_us: u64,
+    /// The batch's clock offset (coordinator − agent), µs.
+    pub clock_offset_us: i64,
+    /// Values recorded in the interval.
+    pub count: u64,
+    /// Highest equivalent value of each non-empty bucket, µs, ascending.
+    pub values: Vec<u64>,
+    /// Count of each bucket of `values`.
+    pub counts: Vec<u64>,
+    /// The histogram, HdrHistogram V2 + DEFLATE (binary in a `String` column).
+    #[serde(with = "bytes_as_string")]
+    pub hist_v2: Vec<u8>,
+    /// Named time window, `""` when none.
+    pub window: String,
+}
+
+/// The non-empty buckets of `h`, ascending: (highest equivalent value, count) as two arrays.
+pub fn buckets(h: &Histogram<u64>) -> (Vec<u64>, Vec<u64>) {
+    let mut values = Vec::new();
+    let mut counts = Vec::new();
+    for v in h.iter_recorded() {
+        // value_iterated_to is the bucket's highest equivalent value; say so explicitly, so a
+        // change of the iterator's convention cannot silently shift percentiles.
+        values.push(h.highest_equivalent(v.value_iterated_to()));
+        counts.push(v.count_at_value());
+    }
+    (values, counts)
+}
+
+impl HistogramRow {
+    /// The row of interval histogram `h` under `hist_key`, `row_index`-th of batch `key`,
+    /// covering [`start_agent_unix_us`, `end_agent_unix_us`) on the agent's clock (UTC µs).
+    /// The window label comes from `key.window_label` (called with the coordinator-clock
+    /// interval start).
+    ///
+    /// # Errors
+    /// [`StoreError::Histogram`] if the histogram cannot be encoded.
+    pub fn from_histogram(
+        key: &BatchKey<'_>,
+        row_index: u32,
+        hist_key: &HistKey,
+        h: &Histogram<u64>,
+        start_agent_unix_us: i64,
+        end_agent_unix_us: i64,
+    ) -> Result<Self, StoreError> {
+        let (values, counts) = buckets(h);
+        Ok(HistogramRow {
+            campaign_id: key.campaign_id.to_string(),
+            agent_id: key.agent_id.to_string(),
+            region: key.region.to_string(),
+            seq: key.seq,
+            row_index,
+            provider: hist_key.provider.clone(),
+            scenario: hist_key.scenario.clone(),
+            metric: hist_key.metric.as_str().to_string(),
+            interval_start: datetime_secs(start_agent_unix_us),
+            start_unix_us: unsigned_us(start_agent_unix_us),
+            interval_end: datetime_secs(end_agent_unix_us),
+            end_unix_us: unsigned_us(end_agent_unix_us),
+            clock_offset_us: key.clock_offset_us,
+            count: h.len(),
+            values,
+            counts,
+            hist_v2: hist::encode_v2(h)?,
+            window: key.window_for(start_agent_unix_us.saturating_add(key.clock_offset_us)),
+        })
+    }
+
+    /// The histogram's key, `None` for an unknown metric name.
+    pub fn key(&self) -> Option<HistKey> {
+        Some(HistKey {
+            provider: self.provider.clone(),
+            scenario: self.scenario.clone(),
+            metric: Metric::parse(&self.metric)?,
+        })
+    }
+
+    /// Decodes `hist_v2`.
+    ///
+    /// # Errors
+    /// [`StoreError::Histogram`] for bytes that are not a latmesh histogram.
+    pub fn decode(&self) -> Result<Histogram<u64>, StoreError> {
+        Ok(hist::decode_v2(&self.hist_v2)?)
+    }
+
+    /// Rebuilds the histogram from `values` and `counts` (each value falls back into its own
+    /// bucket); equals [`HistogramRow::decode`] for rows written by latmesh.
+    pub fn from_arrays(&self) -> Histogram<u64> {
+        let mut h = hist::new_histogram();
+        for (&v, &n) in self.values.iter().zip(&self.counts) {
+            h.record_n(v.clamp(hist::LOWEST_US, hist::HIGHEST_US), n)
+                .expect("value clamped into range");
+        }
+        h
+    }
+}
+
+/// Serde for a `Vec<u8>` in a ClickHouse `String` column (length-prefixed bytes in RowBinary,
+/// instead of serde's default sequence, which would be `Array(UInt8)`).
+mod bytes_as_string {
+    use serde::de::{Error, Visitor};
+    use serde::{Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(v)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Vec<u8>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("bytes")
+            }
+            fn visit_bytes<E: Error>(self, v: &[u8]) -> Result<Vec<u8>, E> {
+                Ok(v.to_vec())
+            }
+            fn visit_byte_buf<E: Error>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
+                Ok(v)
+            }
+            fn visit_str<E: Error>(self, v: &str) -> Result<Vec<u8>, E> {
+                Ok(v.as_bytes().to_vec())
+            }
+            fn visit_string<E: Error>(self, v: String) -> Result<Vec<u8>, E> {
+                Ok(v.into_bytes())
+            }
+        }
+        d.deserialize_byte_buf(V)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bucket_values_are_what_value_at_quantile_reports() {
+        let mut h = hist::new_histogram();
+        for v in [
+            1u64, 999, 1000, 2047, 2048, 2049, 123_456, 123_457, 3_000_000,
+        ] {
+            h.record_n(v, v % 7 + 1).unwrap();
+        }
+        let (values, counts) = buckets(&h);
+        assert_eq!(counts.iter().sum::<u64>(), h.len());
+        assert!(values.windows(2).all(|w| w[0] < w[1]));
+        for v in &values {
+            assert_eq!(h.highest_equivalent(*v), *v);
+        }
+        // Every quantile equals the weighted quantile over (values, counts) with the same rule.
+        let total = h.len();
+        for q in [0.01, 0.25, 0.5, 0.9, 0.99, 0.999, 1.0] {
+            let target = ((q * total as f64).ceil() as u64).max(1);
+            let mut acc = 0;
+            let mut got = 0;
+            for (v, n) in values.iter().zip(&counts) {
+                acc += n;
+                if acc >= target {
+                    got = *v;
+                    break;
+                }
+            }
+            assert_eq!(got, h.value_at_quantile(q), "q={q}");
+        }
+    }
+}
