@@ -36,6 +36,9 @@ enum Command {
     /// ClickHouse schema.
     #[command(subcommand)]
     Db(DbCmd),
+    /// Questions answered from ClickHouse.
+    #[command(subcommand)]
+    Query(crate::cli_query::QueryCmd),
     /// Campaigns: validate a file, or launch it and print the matrix.
     #[command(subcommand)]
     Campaign(CampaignCmd),
@@ -129,6 +132,17 @@ enum CampaignCmd {
         #[arg(long, default_value_t = 30.0)]
         wait_agents_s: f64,
     },
+    /// Reconcile what agents reported with the rows in ClickHouse: lost and duplicated counts
+    /// (exits non-zero unless both are 0).
+    Verify {
+        /// Campaign id.
+        campaign_id: String,
+        #[command(flatten)]
+        ch: crate::cli_query::ClickhouseArgs,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Follow a running campaign (e.g. after the launching terminal went away) and print its
     /// matrix when it finishes.
     Watch {
@@ -214,9 +228,11 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
         }) => {
             if print {
                 for m in crate::clickhouse::MIGRATIONS {
-                    for stmt in
-                        crate::clickhouse::render_migration(m.sql, &clickhouse_db, cluster.as_deref())?
-                    {
+                    for stmt in crate::clickhouse::render_migration(
+                        m.sql,
+                        &clickhouse_db,
+                        cluster.as_deref(),
+                    )? {
                         println!("{stmt};\n");
                     }
                 }
@@ -270,6 +286,44 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
                 reply.campaign_id
             );
             report(&mut client, &reply.campaign_id, json.as_deref()).await
+        }
+        Command::Query(q) => crate::cli_query::run_query(q).await,
+        Command::Campaign(CampaignCmd::Verify {
+            campaign_id,
+            ch,
+            json,
+        }) => {
+            let (lines, lost, duplicated) = crate::cli_query::verify(&ch, &campaign_id).await?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(
+                        &serde_json::json!({"lost": lost, "duplicated": duplicated, "agents": lines})
+                    )?
+                );
+            } else {
+                println!(
+                    "{:<20} {:>9} {:>9} {:>6} {:>6}  missing seqs",
+                    "AGENT", "REPORTED", "STORED", "LOST", "DUP"
+                );
+                for l in &lines {
+                    println!(
+                        "{:<20} {:>9} {:>9} {:>6} {:>6}  {:?}",
+                        l.agent_id,
+                        l.reported_records,
+                        l.stored_records,
+                        l.lost,
+                        l.duplicated,
+                        l.missing_seqs
+                    );
+                }
+                println!("campaign {campaign_id}: {lost} lost, {duplicated} duplicated");
+            }
+            anyhow::ensure!(
+                lost == 0 && duplicated == 0,
+                "campaign {campaign_id}: {lost} lost, {duplicated} duplicated"
+            );
+            Ok(())
         }
         Command::Campaign(CampaignCmd::Watch {
             campaign_id,

@@ -5,6 +5,7 @@
 
 pub mod aggregate;
 pub mod cli;
+pub mod cli_query;
 pub mod clickhouse;
 pub mod demo;
 pub mod service;

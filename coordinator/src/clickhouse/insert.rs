@@ -13,7 +13,7 @@
 //! `ReplacingMergeTree` drops it at the next merge; [`super::query::counts`] reports any
 //! duplicate still visible.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
@@ -161,37 +161,58 @@ where
     Ok(())
 }
 
-/// Row indexes of batch `key` already present in `db.table`.
+/// Batches whose presence one query checks.
+const PRESENCE_CHUNK: usize = 100;
+
+/// `(campaign_id, agent_id, seq)`, owned.
+type BatchId = (String, String, u64);
+
+fn batch_id(key: &BatchKey<'_>) -> BatchId {
+    (
+        key.campaign_id.to_string(),
+        key.agent_id.to_string(),
+        key.seq,
+    )
+}
+
+/// Row indexes already present in `db.table`, per batch of `keys`.
 async fn present_rows(
     client: &clickhouse::Client,
     db: &str,
     table: &str,
-    key: &BatchKey<'_>,
-) -> Result<HashSet<u32>, StoreError> {
-    let rows: Vec<u32> = client
-        .query(&format!(
-            "SELECT row_index FROM {db}.{table} WHERE campaign_id = ? AND agent_id = ? AND seq = ?"
-        ))
-        .bind(key.campaign_id)
-        .bind(key.agent_id)
-        .bind(key.seq)
-        .fetch_all()
-        .await?;
-    Ok(rows.into_iter().collect())
+    keys: &[&BatchKey<'_>],
+) -> Result<HashMap<BatchId, HashSet<u32>>, StoreError> {
+    let mut out: HashMap<BatchId, HashSet<u32>> = HashMap::new();
+    for chunk in keys.chunks(PRESENCE_CHUNK) {
+        let cond = vec!["(campaign_id = ? AND agent_id = ? AND seq = ?)"; chunk.len()].join(" OR ");
+        let mut q = client.query(&format!(
+            "SELECT campaign_id, agent_id, seq, row_index FROM {db}.{table} WHERE {cond}"
+        ));
+        for k in chunk {
+            q = q.bind(k.campaign_id).bind(k.agent_id).bind(k.seq);
+        }
+        for (campaign, agent, seq, row) in q.fetch_all::<(String, String, u64, u32)>().await? {
+            out.entry((campaign, agent, seq)).or_default().insert(row);
+        }
+    }
+    Ok(out)
 }
 
-/// Writes one result batch: `records` into `requests` (row index = position in `records`) and
-/// `histograms` into `histograms` (row index = position in `histograms`), skipping every row
-/// already present (see the module docs for the guarantee). Send times are stored on the
-/// agent's clock and, corrected with `key.clock_offset_us`, on the coordinator's.
-///
-/// Returns [`InsertOutcome::AlreadyPresent`] when the whole batch was there, else the rows
-/// written. An empty batch writes nothing and returns `Inserted` with zeros.
+/// One result batch for [`insert_batches`].
+#[derive(Clone, Copy, Debug)]
+pub struct BatchInput<'a> {
+    /// Which batch, and how to stamp its rows.
+    pub key: BatchKey<'a>,
+    /// Its records, in batch order (row index = position).
+    pub records: &'a [ProbeRecord],
+    /// Its interval histograms, in batch order (row index = position).
+    pub histograms: &'a [IntervalHistogram],
+}
+
+/// Writes one result batch: [`insert_batches`] of just this one.
 ///
 /// # Errors
-/// [`StoreError::Histogram`] if a histogram cannot be encoded (before anything is written);
-/// [`StoreError::InvalidName`] for a bad `db`; otherwise the server's or connection's error,
-/// retryable or not ([`StoreError::is_retryable`]): calling again after any error is safe.
+/// As [`insert_batches`].
 pub async fn insert_batch(
     client: &clickhouse::Client,
     db: &str,
@@ -199,59 +220,131 @@ pub async fn insert_batch(
     records: &[ProbeRecord],
     histograms: &[IntervalHistogram],
 ) -> Result<InsertOutcome, StoreError> {
+    let input = BatchInput {
+        key: *key,
+        records,
+        histograms,
+    };
+    let mut out = insert_batches(client, db, &[input]).await?;
+    Ok(out.pop().expect("one outcome per batch"))
+}
+
+/// Writes result batches: each batch's records into `requests` (row index = position in
+/// `records`) and its histograms into `histograms` (row index = position in `histograms`),
+/// skipping every row already present (see the module docs for the guarantee), with one
+/// presence query per table (per 100 batches) and one `INSERT` per table for all of them —
+/// on 18.16 an `INSERT` costs tens of ms whatever its size (a part of ~80 files), so a sink
+/// should pass many batches at once. Send times are stored on the agent's clock and,
+/// corrected with `key.clock_offset_us`, on the coordinator's.
+///
+/// Returns one outcome per batch, in order: [`InsertOutcome::AlreadyPresent`] when the whole
+/// batch was there (or appeared earlier in `batches`), else the rows written. An empty batch
+/// writes nothing and gets `Inserted` with zeros.
+///
+/// # Errors
+/// [`StoreError::Histogram`] if a histogram cannot be encoded (before anything is written);
+/// [`StoreError::InvalidName`] for a bad `db`; otherwise the server's or connection's error,
+/// retryable or not ([`StoreError::is_retryable`]): calling again after any error is safe, and
+/// writes what the failed call did not.
+pub async fn insert_batches(
+    client: &clickhouse::Client,
+    db: &str,
+    batches: &[BatchInput<'_>],
+) -> Result<Vec<InsertOutcome>, StoreError> {
     check_identifier(db)?;
-    let mut hist_rows = Vec::with_capacity(histograms.len());
-    for (i, (hk, h, start, end)) in histograms.iter().enumerate() {
-        hist_rows.push(HistogramRow::from_histogram(
-            key,
-            row_index(i),
-            hk,
-            h,
-            *start,
-            *end,
-        )?);
+    // Encode every histogram first: a codec failure must not leave a half-written call.
+    let mut hist_rows: Vec<Vec<HistogramRow>> = Vec::with_capacity(batches.len());
+    for b in batches {
+        let mut rows = Vec::with_capacity(b.histograms.len());
+        for (i, (hk, h, start, end)) in b.histograms.iter().enumerate() {
+            rows.push(HistogramRow::from_histogram(
+                &b.key,
+                row_index(i),
+                hk,
+                h,
+                *start,
+                *end,
+            )?);
+        }
+        hist_rows.push(rows);
     }
-    if records.is_empty() && hist_rows.is_empty() {
-        return Ok(InsertOutcome::Inserted {
-            requests: 0,
-            histograms: 0,
-            skipped: 0,
+
+    // A batch given twice in one call is written once.
+    let mut seen = HashSet::new();
+    let first: Vec<bool> = batches
+        .iter()
+        .map(|b| seen.insert(batch_id(&b.key)))
+        .collect();
+    let with_records: Vec<&BatchKey<'_>> = batches
+        .iter()
+        .zip(&first)
+        .filter(|(b, f)| **f && !b.records.is_empty())
+        .map(|(b, _)| &b.key)
+        .collect();
+    let with_hists: Vec<&BatchKey<'_>> = batches
+        .iter()
+        .zip(&first)
+        .filter(|(b, f)| **f && !b.histograms.is_empty())
+        .map(|(b, _)| &b.key)
+        .collect();
+    let present_req = if with_records.is_empty() {
+        HashMap::new()
+    } else {
+        present_rows(client, db, "requests", &with_records).await?
+    };
+    let present_hist = if with_hists.is_empty() {
+        HashMap::new()
+    } else {
+        present_rows(client, db, "histograms", &with_hists).await?
+    };
+
+    let none = HashSet::new();
+    let mut req_out: Vec<RequestRow> = Vec::new();
+    let mut hist_out: Vec<HistogramRow> = Vec::new();
+    let mut outcomes = Vec::with_capacity(batches.len());
+    for ((b, rows), is_first) in batches.iter().zip(hist_rows).zip(first) {
+        if b.records.is_empty() && rows.is_empty() {
+            outcomes.push(InsertOutcome::Inserted {
+                requests: 0,
+                histograms: 0,
+                skipped: 0,
+            });
+            continue;
+        }
+        if !is_first {
+            outcomes.push(InsertOutcome::AlreadyPresent);
+            continue;
+        }
+        let id = batch_id(&b.key);
+        let have = present_req.get(&id).unwrap_or(&none);
+        let before = req_out.len();
+        req_out.extend(
+            b.records
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !have.contains(&row_index(*i)))
+                .map(|(i, rec)| RequestRow::from_record(&b.key, row_index(i), rec)),
+        );
+        let requests = (req_out.len() - before) as u64;
+        let have = present_hist.get(&id).unwrap_or(&none);
+        let total_hists = rows.len();
+        let before = hist_out.len();
+        hist_out.extend(rows.into_iter().filter(|r| !have.contains(&r.row_index)));
+        let histograms = (hist_out.len() - before) as u64;
+        let skipped = (b.records.len() + total_hists) as u64 - requests - histograms;
+        outcomes.push(if requests + histograms == 0 {
+            InsertOutcome::AlreadyPresent
+        } else {
+            InsertOutcome::Inserted {
+                requests,
+                histograms,
+                skipped,
+            }
         });
     }
-
-    let mut skipped = 0u64;
-    let present = if records.is_empty() {
-        HashSet::new()
-    } else {
-        present_rows(client, db, "requests", key).await?
-    };
-    let req_rows: Vec<RequestRow> = records
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| !present.contains(&row_index(*i)))
-        .map(|(i, rec)| RequestRow::from_record(key, row_index(i), rec))
-        .collect();
-    skipped += (records.len() - req_rows.len()) as u64;
-
-    let present = if hist_rows.is_empty() {
-        HashSet::new()
-    } else {
-        present_rows(client, db, "histograms", key).await?
-    };
-    let before = hist_rows.len();
-    hist_rows.retain(|r| !present.contains(&r.row_index));
-    skipped += (before - hist_rows.len()) as u64;
-
-    if req_rows.is_empty() && hist_rows.is_empty() {
-        return Ok(InsertOutcome::AlreadyPresent);
-    }
-    insert_rows(client, db, "requests", &req_rows).await?;
-    insert_rows(client, db, "histograms", &hist_rows).await?;
-    Ok(InsertOutcome::Inserted {
-        requests: req_rows.len() as u64,
-        histograms: hist_rows.len() as u64,
-        skipped,
-    })
+    insert_rows(client, db, "requests", &req_out).await?;
+    insert_rows(client, db, "histograms", &hist_out).await?;
+    Ok(outcomes)
 }
 
 fn row_index(i: usize) -> u32 {

@@ -10,7 +10,8 @@
 //!
 //! - [`migrate`]: versioned DDL from `deploy/clickhouse/migrations/`, single node or cluster.
 //! - [`rows`]: one `Row` type per table and the conversions from latmesh's domain types.
-//! - [`insert`]: [`insert::insert_batch`] (idempotent per (campaign, agent, seq)),
+//! - [`insert`]: [`insert::insert_batches`] / [`insert::insert_batch`] (idempotent per
+//!   (campaign, agent, seq)),
 //!   [`insert::insert_campaign`], [`insert::insert_agents`].
 //! - [`query`]: the region × provider matrix with exact merged percentiles, the outcome mix,
 //!   and row counts for verification.
@@ -24,8 +25,8 @@ pub mod query;
 pub mod rows;
 
 pub use insert::{
-    BatchKey, InsertOutcome, IntervalHistogram, WindowLabel, insert_agents, insert_batch,
-    insert_campaign, insert_rows,
+    BatchInput, BatchKey, InsertOutcome, IntervalHistogram, WindowLabel, insert_agents,
+    insert_batch, insert_batches, insert_campaign, insert_rows,
 };
 pub use migrate::{MIGRATIONS, Migration, migrate, render_migration};
 pub use query::{
@@ -188,10 +189,22 @@ impl From<clickhouse::error::Error> for StoreError {
 }
 
 /// A client for the ClickHouse HTTP endpoint `url` (e.g. `http://127.0.0.1:18123`) with row
-/// validation off, as the 18.16 server requires (see the module docs). Credentials, if any, go
-/// in the URL's user info or via [`clickhouse::Client::with_user`] / `with_password`.
+/// validation off, as the 18.16 server requires (see the module docs). Add credentials, if
+/// any, with [`clickhouse::Client::with_user`] / `with_password`.
+///
+/// Its connections set `TCP_NODELAY` (the crate's default connector does not): with Nagle's
+/// algorithm, a request whose body goes out in several writes can wait ~40 ms for the server's
+/// delayed ACK (measured here: a 100-row insert took 31 ms, 4.5 ms with `TCP_NODELAY`).
 pub fn client(url: &str) -> clickhouse::Client {
-    clickhouse::Client::default()
+    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_keepalive(Some(Duration::from_secs(60)));
+    let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        // Below the server's keep-alive timeout (3 s on 18.16, 10 s on current servers), so
+        // the pool never reuses a connection the server is closing.
+        .pool_idle_timeout(Duration::from_secs(2))
+        .build(connector);
+    clickhouse::Client::with_http_client(http)
         .with_url(url)
         .with_validation(false)
 }

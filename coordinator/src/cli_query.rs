@@ -1,0 +1,245 @@
+//! `latmesh query …` and `latmesh campaign verify`: questions answered from ClickHouse.
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+
+use crate::clickhouse::{self as store, QueryFilter};
+use crate::summary::{AgentSummary, Summary};
+
+/// Where ClickHouse is.
+#[derive(Args, Debug, Clone)]
+pub struct ClickhouseArgs {
+    /// ClickHouse HTTP URL.
+    #[arg(
+        long,
+        env = "LATMESH_CLICKHOUSE_URL",
+        default_value = "http://127.0.0.1:8123"
+    )]
+    pub clickhouse_url: String,
+    /// Database.
+    #[arg(long, env = "LATMESH_CLICKHOUSE_DB", default_value = "latmesh")]
+    pub clickhouse_db: String,
+}
+
+/// Which rows to look at.
+#[derive(Args, Debug, Clone)]
+pub struct FilterArgs {
+    /// Campaign id.
+    #[arg(long)]
+    pub campaign: String,
+    /// Only this scenario.
+    #[arg(long)]
+    pub scenario: Option<String>,
+    /// Only this region.
+    #[arg(long)]
+    pub region: Option<String>,
+    /// Only this provider.
+    #[arg(long)]
+    pub provider: Option<String>,
+    /// From this time, UTC microseconds since the epoch (inclusive).
+    #[arg(long)]
+    pub from_unix_us: Option<i64>,
+    /// Before this time, UTC microseconds since the epoch.
+    #[arg(long)]
+    pub to_unix_us: Option<i64>,
+}
+
+impl FilterArgs {
+    fn filter(&self) -> QueryFilter {
+        QueryFilter {
+            campaign_id: Some(self.campaign.clone()),
+            scenario: self.scenario.clone(),
+            region: self.region.clone(),
+            provider: self.provider.clone(),
+            window: None,
+            from_unix_us: self.from_unix_us,
+            to_unix_us: self.to_unix_us,
+        }
+    }
+}
+
+/// `latmesh query …`.
+#[derive(Subcommand, Debug)]
+pub enum QueryCmd {
+    /// Region × provider matrix of a stored campaign (exact percentiles from the stored
+    /// histograms, never an average of percentiles).
+    Matrix {
+        #[command(flatten)]
+        ch: ClickhouseArgs,
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// Print JSON instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Outcome mix per provider and region, with the latest error of each kind.
+    Errors {
+        #[command(flatten)]
+        ch: ClickhouseArgs,
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs a `query` command.
+///
+/// # Errors
+/// ClickHouse errors; an unknown campaign.
+pub async fn run_query(cmd: QueryCmd) -> anyhow::Result<()> {
+    match cmd {
+        QueryCmd::Matrix { ch, filter, json } => {
+            let summary = stored_summary(&ch, &filter).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&summary)?);
+            } else {
+                print!("{}", summary.render());
+            }
+            Ok(())
+        }
+        QueryCmd::Errors { ch, filter, json } => {
+            let client = store::client(&ch.clickhouse_url);
+            let rows = store::errors(&client, &ch.clickhouse_db, &filter.filter()).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+                return Ok(());
+            }
+            println!(
+                "{:<20} {:<14} {:<18} {:>6} {:>7} {:>7}  last error",
+                "PROVIDER", "REGION", "OUTCOME", "STATUS", "COUNT", "%"
+            );
+            for r in rows {
+                let last = [
+                    r.last_error_type.as_deref(),
+                    r.last_error_message.as_deref(),
+                ]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(": ");
+                println!(
+                    "{:<20} {:<14} {:<18} {:>6} {:>7} {:>6.1}%  {}",
+                    r.provider,
+                    r.region,
+                    r.outcome,
+                    r.http_status
+                        .map(|s| s.to_string())
+                        .unwrap_or_else(|| "-".into()),
+                    r.count,
+                    r.pct,
+                    last
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The summary of a stored campaign, rebuilt from ClickHouse alone.
+///
+/// # Errors
+/// ClickHouse errors; a campaign that is not stored.
+pub async fn stored_summary(ch: &ClickhouseArgs, filter: &FilterArgs) -> anyhow::Result<Summary> {
+    let client = store::client(&ch.clickhouse_url);
+    let db = &ch.clickhouse_db;
+    let campaign = store::query::campaign(&client, db, &filter.campaign)
+        .await?
+        .with_context(|| format!("campaign {:?} is not in {}.campaigns", filter.campaign, db))?;
+    let rows = store::query::matrix_filtered(&client, db, &filter.filter()).await?;
+    let agents = store::query::agents(&client, db, &filter.campaign).await?;
+    let keep = |list: &[String], only: &Option<String>| -> Vec<String> {
+        list.iter()
+            .filter(|x| only.as_ref().is_none_or(|o| o == *x))
+            .cloned()
+            .collect()
+    };
+    Ok(Summary {
+        campaign_id: campaign.campaign_id.clone(),
+        name: campaign.name.clone(),
+        plan_hash: campaign.plan_hash.clone(),
+        metrics_version: campaign.metrics_version,
+        start_at_unix_us: campaign.start_at_us as i64,
+        regions: keep(&campaign.regions, &filter.region),
+        providers: keep(&campaign.providers, &filter.provider),
+        scenarios: keep(&campaign.scenarios, &filter.scenario),
+        cells: rows.iter().map(|r| r.to_cell()).collect(),
+        complete: agents.iter().all(|a| a.complete),
+        agents: agents
+            .iter()
+            .map(|a| AgentSummary {
+                agent_id: a.agent_id.clone(),
+                region: a.region.clone(),
+                clock_offset_us: a.clock_offset_us,
+                clock_uncertainty_us: a.clock_uncertainty_us,
+                records: a.records,
+                batches: a.batches,
+                complete: a.complete,
+                skipped: a.skipped,
+            })
+            .collect(),
+    })
+}
+
+/// What `campaign verify` found for one agent.
+#[derive(Debug, serde::Serialize)]
+pub struct VerifyLine {
+    /// Agent id.
+    pub agent_id: String,
+    /// Records the coordinator received from it (and acked).
+    pub reported_records: u64,
+    /// Distinct `requests` rows in ClickHouse.
+    pub stored_records: u64,
+    /// Reported but not stored.
+    pub lost: u64,
+    /// Stored more than once.
+    pub duplicated: u64,
+    /// Batch seqs missing in ClickHouse.
+    pub missing_seqs: Vec<u64>,
+}
+
+/// Reconciles what agents reported with what ClickHouse holds; returns (lines, lost, duplicated).
+///
+/// # Errors
+/// ClickHouse errors; a campaign whose agents are not stored (not finished yet).
+pub async fn verify(
+    ch: &ClickhouseArgs,
+    campaign_id: &str,
+) -> anyhow::Result<(Vec<VerifyLine>, u64, u64)> {
+    let client = store::client(&ch.clickhouse_url);
+    let db = &ch.clickhouse_db;
+    let agents = store::query::agents(&client, db, campaign_id).await?;
+    anyhow::ensure!(
+        !agents.is_empty(),
+        "campaign {campaign_id:?} has no agent rows in {db}.agents (unknown, or not finished yet)"
+    );
+    let counts = store::query::counts(&client, db, campaign_id).await?;
+    let mut lines = Vec::new();
+    for a in agents {
+        let c = counts
+            .agents
+            .iter()
+            .find(|c| c.agent_id == a.agent_id)
+            .cloned()
+            .unwrap_or_default();
+        let dup_requests: u64 = counts
+            .duplicates
+            .iter()
+            .filter(|d| d.agent_id == a.agent_id && d.table == "requests")
+            .map(|d| d.rows - d.distinct)
+            .sum();
+        let stored = c.request_rows - dup_requests;
+        lines.push(VerifyLine {
+            agent_id: a.agent_id.clone(),
+            reported_records: a.records,
+            stored_records: stored,
+            lost: a.records.saturating_sub(stored),
+            duplicated: c.duplicate_rows,
+            missing_seqs: c.missing_seqs.clone(),
+        });
+    }
+    let lost = lines.iter().map(|l| l.lost).sum();
+    let duplicated = lines.iter().map(|l| l.duplicated).sum();
+    Ok((lines, lost, duplicated))
+}
