@@ -1,0 +1,238 @@
+//! The coordinator's ClickHouse path end to end, with real processes and a real ClickHouse of
+//! the test's own (Debian's server, started by `scripts/clickhouse.sh` on free loopback ports):
+//! the server is stopped in the middle of a campaign and started again; `campaign verify` then
+//! finds nothing lost and nothing duplicated, and the matrix rebuilt from ClickHouse alone
+//! equals the coordinator's in-memory one.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use latmesh_coordinator::summary::Summary;
+use latmesh_tests::{bin, free_port, spawn, spawn_until_line};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// A ClickHouse server of this test's own; stopped on drop.
+struct OwnClickhouse {
+    state: tempfile::TempDir,
+    http_port: u16,
+    tcp_port: u16,
+}
+
+impl OwnClickhouse {
+    fn script(&self, cmd: &str) -> Output {
+        Command::new("bash")
+            .arg(repo().join("scripts/clickhouse.sh"))
+            .arg(cmd)
+            .env("LATMESH_CLICKHOUSE_STATE_DIR", self.state.path())
+            .env("LATMESH_CLICKHOUSE_HTTP_PORT", self.http_port.to_string())
+            .env("LATMESH_CLICKHOUSE_TCP_PORT", self.tcp_port.to_string())
+            .output()
+            .expect("bash")
+    }
+
+    fn start(&self) {
+        let out = self.script("start");
+        assert!(
+            out.status.success(),
+            "clickhouse start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.http_port)
+    }
+}
+
+impl Drop for OwnClickhouse {
+    fn drop(&mut self) {
+        let _ = self.script("stop");
+    }
+}
+
+fn latmesh(args: &[&str]) -> Output {
+    Command::new(bin("latmesh")).args(args).output().unwrap()
+}
+
+#[test]
+fn clickhouse_down_mid_campaign_loses_and_duplicates_nothing() {
+    let ch = OwnClickhouse {
+        state: tempfile::tempdir().unwrap(),
+        http_port: free_port(),
+        tcp_port: free_port(),
+    };
+    ch.start();
+    let dir = tempfile::tempdir().unwrap();
+    let log = |name: &str| dir.path().join(format!("{name}.log"));
+    let db = "latmesh_chaos";
+
+    let mut sim = Command::new(bin("latmesh-sim"));
+    sim.args(["serve", "--listen", "127.0.0.1:0"]);
+    let (_sim, sim_url) = spawn_until_line(
+        "sim",
+        sim,
+        "listening on ",
+        Duration::from_secs(20),
+        &log("sim"),
+    );
+    let spool = dir.path().join("spool");
+    let mut coord = Command::new(bin("latmesh"));
+    coord
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--clickhouse-url",
+            &ch.url(),
+            "--clickhouse-db",
+            db,
+            "--spool-dir",
+        ])
+        .arg(&spool);
+    let (_coord, url) = spawn_until_line(
+        "coordinator",
+        coord,
+        "listening on ",
+        Duration::from_secs(20),
+        &log("coord"),
+    );
+    let mut agents = Vec::new();
+    for region in ["us-east", "eu-west"] {
+        let mut a = Command::new(bin("latmesh-agent"));
+        a.args([
+            "--coordinator",
+            &url,
+            "--region",
+            region,
+            "--agent-id",
+            &format!("{region}-ch"),
+            "--exit-after",
+            "1",
+        ]);
+        agents.push(spawn(region, a, &log(region)));
+    }
+    let campaign = latmesh_coordinator::demo::DEMO_CAMPAIGN
+        .replace("{sim}", sim_url.trim_start_matches("http://"))
+        .replace("count = 20 ", "count = 6 ")
+        .replace(
+            "regions = [\"us-east\", \"eu-west\", \"ap-southeast\"]",
+            "regions = [\"us-east\", \"eu-west\"]",
+        );
+    let file = dir.path().join("campaign.toml");
+    std::fs::write(&file, campaign).unwrap();
+    let json = dir.path().join("summary.json");
+    let mut launch = Command::new(bin("latmesh"));
+    launch
+        .args(["campaign", "launch"])
+        .arg(&file)
+        .args(["--coordinator", &url, "--json"])
+        .arg(&json);
+    let launch = launch.spawn().unwrap();
+
+    // ClickHouse goes away for a while in the middle of the campaign, then comes back.
+    std::thread::sleep(Duration::from_secs(5));
+    let out = ch.script("stop");
+    assert!(
+        out.status.success(),
+        "clickhouse stop: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::thread::sleep(Duration::from_secs(6));
+    ch.start();
+
+    let out = launch.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "launch failed; see {}",
+        log("coord").display()
+    );
+    let summary: Summary = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let campaign_id = summary.campaign_id.clone();
+
+    // The spool drains once ClickHouse is back: verify until it says 0 lost, 0 duplicated.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let verify = loop {
+        let out = latmesh(&[
+            "campaign",
+            "verify",
+            &campaign_id,
+            "--clickhouse-url",
+            &ch.url(),
+            "--clickhouse-db",
+            db,
+        ]);
+        if out.status.success() {
+            break String::from_utf8_lossy(&out.stdout).into_owned();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "verify never reached 0/0:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    assert!(verify.contains(": 0 lost, 0 duplicated"), "{verify}");
+    let coord_log = std::fs::read_to_string(log("coord")).unwrap();
+    assert!(
+        coord_log.contains("results stay in the spool"),
+        "ClickHouse was never seen down:\n{coord_log}"
+    );
+
+    // The matrix from ClickHouse alone equals the coordinator's in-memory matrix.
+    let out = latmesh(&[
+        "query",
+        "matrix",
+        "--campaign",
+        &campaign_id,
+        "--clickhouse-url",
+        &ch.url(),
+        "--clickhouse-db",
+        db,
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stored: Summary = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(stored.complete);
+    for cell in &summary.cells {
+        let other = stored
+            .cell(&cell.region, &cell.provider, &cell.scenario)
+            .unwrap_or_else(|| {
+                panic!(
+                    "no stored cell {} {} {}",
+                    cell.region, cell.provider, cell.scenario
+                )
+            });
+        assert_eq!(
+            (other.attempts, other.samples),
+            (cell.attempts, cell.samples),
+            "{cell:?}"
+        );
+        assert_eq!(
+            other.ttft, cell.ttft,
+            "{} {} {}",
+            cell.region, cell.provider, cell.scenario
+        );
+        assert_eq!(
+            other.e2e, cell.e2e,
+            "{} {} {}",
+            cell.region, cell.provider, cell.scenario
+        );
+        assert_eq!(other.tpot_p50_ms, cell.tpot_p50_ms);
+        assert_eq!(other.outcomes, cell.outcomes);
+    }
+    for mut a in agents {
+        assert!(a.child.wait().unwrap().success(), "{} failed", a.name);
+    }
+}
