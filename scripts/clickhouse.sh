@@ -287,7 +287,7 @@ cmd_start() {
 
 cmd_stop() {
 	parse_state_dir "$@"
-	local pid i
+	local pid
 	pid="$(running_pid)"
 	if [ -z "$pid" ]; then
 		rm -f "$PID_FILE"
@@ -295,14 +295,14 @@ cmd_stop() {
 		return 0
 	fi
 	kill -TERM "$pid" 2>/dev/null || true
-	for i in $(seq 1 150); do
+	for _ in $(seq 1 150); do
 		[ -n "$(running_pid)" ] || break
 		sleep 0.1
 	done
 	if [ -n "$(running_pid)" ]; then
 		log "clickhouse-server (pid $pid) ignored SIGTERM for 15 s; sending SIGKILL"
 		kill -KILL "$pid" 2>/dev/null || true
-		for i in $(seq 1 50); do
+		for _ in $(seq 1 50); do
 			[ -n "$(running_pid)" ] || break
 			sleep 0.1
 		done
@@ -334,9 +334,9 @@ cmd_url() {
 
 main() {
 	[ $# -ge 1 ] || usage
-	local cmd=$1
+	local sub=$1
 	shift
-	case "$cmd" in
+	case "$sub" in
 	start) cmd_start "$@" ;;
 	stop) cmd_stop "$@" ;;
 	status) cmd_status "$@" ;;

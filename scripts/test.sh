@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README): builds every binary, installs and starts on loopback what the
-# tests need (the third-party OpenAI-compatible servers of scripts/real-servers.sh: llama.cpp's
+# tests need (a real ClickHouse, Debian's 18.16 server; the third-party OpenAI-compatible
+# servers of scripts/real-servers.sh: llama.cpp's
 # llama-server, aimock, llmock; the first install builds llama-server, ~5 min on 2 cores, then
 # it is cached), runs the whole test suite, stops what it started, and ends with one line
 # "N passed, N failed" totalled over every test binary.
@@ -10,14 +11,25 @@ cd "$(dirname "$0")/.."
 echo "== building binaries"
 cargo build --workspace --bins --locked
 
-echo "== starting the real third-party servers (scripts/real-servers.sh)"
+echo "== starting ClickHouse (scripts/clickhouse.sh: Debian's clickhouse-server, installed if missing)"
 state_dir=$(mktemp -d)
+ch_dir=$(mktemp -d)
 log=$(mktemp)
 cleanup() {
 	scripts/real-servers.sh stop --state-dir "$state_dir" >/dev/null 2>&1 || true
-	rm -rf "$state_dir" "$log"
+	scripts/clickhouse.sh stop --state-dir "$ch_dir" >/dev/null 2>&1 || true
+	rm -rf "$state_dir" "$ch_dir" "$log"
 }
 trap cleanup EXIT
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+LATMESH_CLICKHOUSE_HTTP_PORT=$(free_port) LATMESH_CLICKHOUSE_TCP_PORT=$(free_port) \
+	scripts/clickhouse.sh start --state-dir "$ch_dir" >"$ch_dir.url"
+LATMESH_CLICKHOUSE_URL=$(tail -n 1 "$ch_dir.url")
+rm -f "$ch_dir.url"
+export LATMESH_CLICKHOUSE_URL
+echo "ClickHouse at $LATMESH_CLICKHOUSE_URL"
+
+echo "== starting the real third-party servers (scripts/real-servers.sh)"
 if scripts/real-servers.sh status >/dev/null 2>&1; then
 	echo "already running (default state dir): the tests use those"
 else

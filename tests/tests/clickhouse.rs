@@ -1,0 +1,1175 @@
+//! ClickHouse storage against a real server: migrations, row round trips, idempotent batch
+//! inserts, and the SQL matrix equal to the coordinator's in-memory matrix.
+//!
+//! The server: `LATMESH_CLICKHOUSE_URL` when set (the test command starts one), else
+//! `scripts/clickhouse.sh start` (installs Debian's clickhouse-server on first use and leaves
+//! the server running for the next run; stop it with `scripts/clickhouse.sh stop`). Each test
+//! works in its own fresh database, so they run in parallel.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use hdrhistogram::Histogram;
+use latmesh_coordinator::aggregate::Aggregate;
+use latmesh_coordinator::clickhouse::{
+    self as store, AgentRow, BatchKey, CampaignRow, HistogramRow, InsertOutcome, IntervalHistogram,
+    QueryFilter, RequestRow, StoreError,
+};
+use latmesh_coordinator::summary::{self, AgentSummary};
+use latmesh_core::hist::{HistKey, HistogramSet, new_histogram};
+use latmesh_core::metrics::{self, Metric};
+use latmesh_core::plan::{Plan, PlanPrompt, ProviderSpec, RoundsSpec, ScenarioSpec, Timeouts};
+use latmesh_core::prompts::Message;
+use latmesh_core::record::{Outcome, ProbeRecord, Usage};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// The server's URL, starting it once per test process when no URL is given.
+fn server_url() -> &'static str {
+    static URL: OnceLock<String> = OnceLock::new();
+    URL.get_or_init(|| {
+        if let Ok(url) = std::env::var("LATMESH_CLICKHOUSE_URL") {
+            if !url.trim().is_empty() {
+                return url.trim().to_string();
+            }
+        }
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("workspace root");
+        let out = Command::new("bash")
+            .arg(root.join("scripts/clickhouse.sh"))
+            .arg("start")
+            .output()
+            .expect("run scripts/clickhouse.sh");
+        assert!(
+            out.status.success(),
+            "scripts/clickhouse.sh start failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .rev()
+            .find(|l| l.starts_with("http://"))
+            .expect("scripts/clickhouse.sh printed the URL")
+            .to_string()
+    })
+}
+
+/// A client and a fresh database name (created by `migrate`, dropped by `drop_db`).
+fn fresh(test: &str) -> (clickhouse::Client, String) {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let db = format!(
+        "lmtest_{test}_{}_{}_{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed),
+        nanos % 1_000_000_000
+    );
+    (store::client(server_url()), db)
+}
+
+async fn drop_db(client: &clickhouse::Client, db: &str) {
+    client
+        .query(&format!("DROP DATABASE IF EXISTS {db}"))
+        .execute()
+        .await
+        .unwrap();
+}
+
+async fn migrated(test: &str) -> (clickhouse::Client, String) {
+    let (client, db) = fresh(test);
+    store::migrate(&client, &db, None).await.unwrap();
+    (client, db)
+}
+
+const REGIONS: [&str; 3] = ["us-east", "eu-west", "ap-southeast"];
+const PROVIDERS: [&str; 4] = ["alpha", "beta", "gamma-推理", "delta"];
+const SCENARIOS: [&str; 2] = ["chat-short", "long-input"];
+
+fn plan() -> Plan {
+    Plan {
+        name: "ClickHouse 测试 campaign".into(),
+        seed: 7,
+        metrics_version: metrics::METRICS_VERSION,
+        regions: REGIONS.iter().map(|s| s.to_string()).collect(),
+        rounds: RoundsSpec {
+            count: 10,
+            interval_ms: 1_000,
+            gap_ms: 10,
+        },
+        providers: PROVIDERS
+            .iter()
+            .map(|p| ProviderSpec {
+                name: p.to_string(),
+                base_url: "http://127.0.0.1:1/v1".into(),
+                api_key_env: Some("LATMESH_TEST_KEY".into()),
+                model_id: "deepseek-v3".into(),
+            })
+            .collect(),
+        scenarios: SCENARIOS
+            .iter()
+            .map(|s| ScenarioSpec {
+                name: s.to_string(),
+                stream: true,
+                max_tokens: 64,
+                temperature: Some(0.0),
+                top_p: None,
+                timeouts: Timeouts::default(),
+                prompts: vec![PlanPrompt {
+                    id: "zh-001".into(),
+                    messages: vec![Message {
+                        role: "user".into(),
+                        content: "用一句话解释量子纠缠 'quoted' \\ back\tslash".into(),
+                    }],
+                }],
+            })
+            .collect(),
+        prompt_set: "mixed".into(),
+    }
+}
+
+fn full_record() -> ProbeRecord {
+    ProbeRecord {
+        round: 3,
+        slot: 5,
+        provider: "gamma-推理".into(),
+        scenario: "chat-short".into(),
+        prompt_id: "zh-001".into(),
+        attempt: 2,
+        stream: true,
+        send_agent_unix_us: 1_700_000_123_456_789,
+        sched_lag_us: 1_234,
+        outcome: Some(Outcome::Ok),
+        http_status: Some(200),
+        ttfb_us: Some(80_001),
+        ttft_us: Some(120_002),
+        ttfc_us: Some(130_003),
+        e2e_us: Some(900_004),
+        tpot_us: Some(12_005),
+        decode_tps: Some(83.333_333_333_333_33),
+        output_tokens: 64,
+        tokens_from_usage: true,
+        content_chunks: 60,
+        reasoning_chunks: 3,
+        tool_call_chunks: 1,
+        usage: Usage {
+            prompt_tokens: Some(17),
+            completion_tokens: Some(64),
+            total_tokens: Some(81),
+            reasoning_tokens: Some(3),
+            cached_tokens: Some(0),
+        },
+        finish_reason: Some("stop".into()),
+        saw_done: true,
+        retry_after_s: Some(1.5),
+        error_type: Some("rate_limit_错误".into()),
+        error_message: Some("Rate limit reached — 请稍后再试 🙏 'quote' \\ \n newline".into()),
+        itl_max_us: Some(45_006),
+        comment_lines: 2,
+        response_bytes: 12_345,
+    }
+}
+
+fn empty_record() -> ProbeRecord {
+    ProbeRecord {
+        provider: "alpha".into(),
+        scenario: "long-input".into(),
+        prompt_id: "p".into(),
+        attempt: 1,
+        send_agent_unix_us: 1_700_086_400_000_000,
+        outcome: Some(Outcome::ConnectionError),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn migrations_run_twice_and_the_second_run_applies_nothing() {
+    let (client, db) = fresh("migrate");
+    let first = store::migrate(&client, &db, None).await.unwrap();
+    assert_eq!(
+        first,
+        store::MIGRATIONS
+            .iter()
+            .map(|m| m.name.to_string())
+            .collect::<Vec<_>>()
+    );
+    let second = store::migrate(&client, &db, None).await.unwrap();
+    assert!(second.is_empty(), "{second:?}");
+    let tables: Vec<String> = client
+        .query("SELECT name FROM system.tables WHERE database = ? ORDER BY name")
+        .bind(db.as_str())
+        .fetch_all()
+        .await
+        .unwrap();
+    assert_eq!(
+        tables,
+        [
+            "agents",
+            "campaigns",
+            "histograms",
+            "requests",
+            "schema_migrations"
+        ]
+    );
+    let recorded: Vec<(u32, String)> = client
+        .query(&format!(
+            "SELECT version, name FROM {db}.schema_migrations ORDER BY version"
+        ))
+        .fetch_all()
+        .await
+        .unwrap();
+    assert_eq!(recorded.len(), store::MIGRATIONS.len());
+    drop_db(&client, &db).await;
+
+    // A run interrupted half-way (some tables created, nothing recorded) completes.
+    let (client, db) = fresh("migrate_half");
+    client
+        .query(&format!("CREATE DATABASE {db}"))
+        .execute()
+        .await
+        .unwrap();
+    let stmts = store::render_migration(store::MIGRATIONS[0].sql, &db, None).unwrap();
+    for s in &stmts[..2] {
+        client.query_raw(s).execute().await.unwrap();
+    }
+    assert_eq!(store::migrate(&client, &db, None).await.unwrap().len(), 1);
+    assert!(store::migrate(&client, &db, None).await.unwrap().is_empty());
+    drop_db(&client, &db).await;
+}
+
+#[test]
+fn cluster_ddl_replicates_and_distributes_every_table() {
+    let tables = ["campaigns", "agents", "requests", "histograms"];
+    let stmts = store::render_migration(store::MIGRATIONS[0].sql, "latmesh", Some("prod")).unwrap();
+    let text = stmts.join(";\n");
+    for t in tables {
+        let local = stmts
+            .iter()
+            .find(|s| s.starts_with(&format!("CREATE TABLE IF NOT EXISTS latmesh.{t}_local ")))
+            .unwrap_or_else(|| panic!("no local table for {t}:\n{text}"));
+        assert!(local.contains("ON CLUSTER prod"), "{local}");
+        assert!(
+            local.contains(
+                "ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/latmesh/"
+            ),
+            "{local}"
+        );
+        assert!(local.contains("'{replica}'"), "{local}");
+        let dist = stmts
+            .iter()
+            .find(|s| {
+                s.starts_with(&format!(
+                    "CREATE TABLE IF NOT EXISTS latmesh.{t} ON CLUSTER prod AS latmesh.{t}_local"
+                ))
+            })
+            .unwrap_or_else(|| panic!("no distributed table for {t}:\n{text}"));
+        assert!(
+            dist.contains(&format!("ENGINE = Distributed(prod, latmesh, {t}_local, ")),
+            "{dist}"
+        );
+    }
+    // The single-node form of the same file has none of it.
+    let single = store::render_migration(store::MIGRATIONS[0].sql, "latmesh", None)
+        .unwrap()
+        .join(";\n");
+    for word in ["ON CLUSTER", "Replicated", "Distributed", "_local", "{"] {
+        assert!(
+            !single.contains(word),
+            "{word} in single-node DDL:\n{single}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn every_row_type_round_trips() {
+    let (client, db) = migrated("rows").await;
+
+    let campaign = CampaignRow::new(
+        "c-ü-1",
+        &plan(),
+        1_700_000_000_123_456,
+        1_700_000_005_000_000,
+        "ops@例子",
+    );
+    let mut campaigns = vec![campaign.clone()];
+    campaigns.push(CampaignRow {
+        campaign_id: "c-empty".into(),
+        regions: vec![],
+        providers: vec![],
+        scenarios: vec![],
+        created_by: String::new(),
+        ..campaign.clone()
+    });
+    store::insert_rows(&client, &db, "campaigns", &campaigns)
+        .await
+        .unwrap();
+    let back: Vec<CampaignRow> = client
+        .query(&format!(
+            "SELECT ?fields FROM {db}.campaigns ORDER BY campaign_id"
+        ))
+        .fetch_all()
+        .await
+        .unwrap();
+    campaigns.sort_by(|a, b| a.campaign_id.cmp(&b.campaign_id));
+    assert_eq!(back, campaigns);
+    assert_eq!(
+        store::query::campaign(&client, &db, "c-ü-1").await.unwrap(),
+        Some(campaign.clone())
+    );
+    let restored: Plan = serde_json::from_str(
+        &back
+            .iter()
+            .find(|c| c.campaign_id == "c-ü-1")
+            .unwrap()
+            .plan_json,
+    )
+    .unwrap();
+    assert_eq!(restored, plan());
+
+    let agent = |id: &str, seen: i64, records: u64| {
+        AgentRow::from_summary(
+            "c-ü-1",
+            &AgentSummary {
+                agent_id: id.into(),
+                region: "ap-southeast".into(),
+                clock_offset_us: -12_345,
+                clock_uncertainty_us: 678,
+                records,
+                batches: 3,
+                complete: records > 5,
+                skipped: 1,
+            },
+            "0.1.0",
+            seen,
+        )
+    };
+    let agents = vec![
+        agent("agent-1", 1_700_000_001_000_000, 5),
+        agent("agent-1", 1_700_000_009_000_000, 9),
+        agent("agent-2", 1_700_000_002_000_000, 7),
+    ];
+    store::insert_agents(&client, &db, &agents).await.unwrap();
+    let back: Vec<AgentRow> = client
+        .query(&format!(
+            "SELECT ?fields FROM {db}.agents ORDER BY agent_id, seen_at_us"
+        ))
+        .fetch_all()
+        .await
+        .unwrap();
+    assert_eq!(back, agents);
+    // The latest state per agent.
+    assert_eq!(
+        store::query::agents(&client, &db, "c-ü-1").await.unwrap(),
+        vec![agents[1].clone(), agents[2].clone()]
+    );
+
+    let key = BatchKey::new("c-ü-1", "agent-1", "ap-southeast", -12_345, 4);
+    let label = |us: i64| {
+        if us % 2 == 0 {
+            "peak".to_string()
+        } else {
+            "off-peak".to_string()
+        }
+    };
+    let labelled = key.with_window_label(&label);
+    let records = [full_record(), empty_record()];
+    let requests: Vec<RequestRow> = records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| RequestRow::from_record(&labelled, i as u32, r))
+        .collect();
+    assert!(requests[1].http_status.is_none() && requests[1].error_message.is_none());
+    store::insert_rows(&client, &db, "requests", &requests)
+        .await
+        .unwrap();
+    let back: Vec<RequestRow> = client
+        .query(&format!(
+            "SELECT ?fields FROM {db}.requests ORDER BY row_index"
+        ))
+        .fetch_all()
+        .await
+        .unwrap();
+    assert_eq!(back, requests);
+    for (row, rec) in back.iter().zip(&records) {
+        assert_eq!(&row.to_record(), rec);
+    }
+    assert_eq!(back[0].send_coord_unix_us, 1_700_000_123_456_789 - 12_345);
+    assert_eq!(back[0].send_time, 1_700_000_123);
+    assert_eq!(back[0].window, "peak"); // labelled by the coordinator-clock time (even)
+
+    let mut h = new_histogram();
+    for v in [
+        1u64,
+        2,
+        2,
+        999,
+        1_000,
+        2_049,
+        65_536,
+        1_234_567,
+        3_600_000_000,
+    ] {
+        h.record(v).unwrap();
+    }
+    let hk = HistKey {
+        provider: "gamma-推理".into(),
+        scenario: "chat-short".into(),
+        metric: Metric::Ttft,
+    };
+    let hists = vec![
+        HistogramRow::from_histogram(
+            &key,
+            0,
+            &hk,
+            &h,
+            1_700_000_100_000_000,
+            1_700_000_110_000_000,
+        )
+        .unwrap(),
+        HistogramRow::from_histogram(
+            &key,
+            1,
+            &HistKey {
+                metric: Metric::Itl,
+                ..hk.clone()
+            },
+            &new_histogram(),
+            1_700_000_110_000_000,
+            1_700_000_120_000_000,
+        )
+        .unwrap(),
+    ];
+    assert!(hists[1].values.is_empty() && hists[1].count == 0);
+    store::insert_rows(&client, &db, "histograms", &hists)
+        .await
+        .unwrap();
+    let back: Vec<HistogramRow> = client
+        .query(&format!(
+            "SELECT ?fields FROM {db}.histograms ORDER BY row_index"
+        ))
+        .fetch_all()
+        .await
+        .unwrap();
+    assert_eq!(back, hists);
+    let decoded = back[0].decode().unwrap();
+    assert_eq!(decoded, h);
+    assert_eq!(back[0].from_arrays(), h);
+    assert_eq!(back[0].key(), Some(hk));
+    assert_eq!(back[0].count, 9);
+
+    let migrations: Vec<store::migrate::MigrationRow> = client
+        .query(&format!("SELECT ?fields FROM {db}.schema_migrations"))
+        .fetch_all()
+        .await
+        .unwrap();
+    assert_eq!(migrations.len(), store::MIGRATIONS.len());
+    assert_eq!(migrations[0].name, "0001_init");
+    drop_db(&client, &db).await;
+}
+
+#[tokio::test]
+async fn a_batch_sent_twice_is_stored_once() {
+    let (client, db) = migrated("dedup").await;
+    let key = BatchKey::new("c1", "agent-1", "us-east", 250, 1);
+    let records: Vec<ProbeRecord> = (0..50)
+        .map(|i| ProbeRecord {
+            round: i,
+            send_agent_unix_us: 1_700_000_000_000_000 + i64::from(i) * 1_000_000,
+            ..full_record()
+        })
+        .collect();
+    let mut h = new_histogram();
+    h.record(1_000).unwrap();
+    let hk = HistKey {
+        provider: "alpha".into(),
+        scenario: "chat-short".into(),
+        metric: Metric::E2e,
+    };
+    let hists: Vec<IntervalHistogram> = vec![
+        (
+            hk.clone(),
+            h.clone(),
+            1_700_000_000_000_000,
+            1_700_000_010_000_000,
+        ),
+        (
+            HistKey {
+                metric: Metric::Ttft,
+                ..hk
+            },
+            h,
+            1_700_000_000_000_000,
+            1_700_000_010_000_000,
+        ),
+    ];
+    let first = store::insert_batch(&client, &db, &key, &records, &hists)
+        .await
+        .unwrap();
+    assert_eq!(
+        first,
+        InsertOutcome::Inserted {
+            requests: 50,
+            histograms: 2,
+            skipped: 0
+        }
+    );
+    let again = store::insert_batch(&client, &db, &key, &records, &hists)
+        .await
+        .unwrap();
+    assert_eq!(again, InsertOutcome::AlreadyPresent);
+    assert_eq!(again.rows(), 0);
+
+    // A batch an earlier attempt wrote only partly: the rest goes in, nothing twice.
+    let key2 = BatchKey { seq: 2, ..key };
+    let partial: Vec<RequestRow> = records[..20]
+        .iter()
+        .enumerate()
+        .map(|(i, r)| RequestRow::from_record(&key2, i as u32, r))
+        .collect();
+    store::insert_rows(&client, &db, "requests", &partial)
+        .await
+        .unwrap();
+    let rest = store::insert_batch(&client, &db, &key2, &records, &hists)
+        .await
+        .unwrap();
+    assert_eq!(
+        rest,
+        InsertOutcome::Inserted {
+            requests: 30,
+            histograms: 2,
+            skipped: 20
+        }
+    );
+    assert_eq!(
+        store::insert_batch(&client, &db, &key2, &records, &hists)
+            .await
+            .unwrap(),
+        InsertOutcome::AlreadyPresent
+    );
+
+    let counts = store::counts(&client, &db, "c1").await.unwrap();
+    assert_eq!(counts.request_rows, 100);
+    assert_eq!(counts.histogram_rows, 4);
+    assert_eq!(
+        counts.duplicate_request_rows + counts.duplicate_histogram_rows,
+        0
+    );
+    assert!(counts.duplicates.is_empty());
+    assert_eq!(counts.agents.len(), 1);
+    let a = &counts.agents[0];
+    assert_eq!(
+        (a.batches, a.max_seq, a.request_rows, a.ok_requests),
+        (2, 2, 100, 100)
+    );
+    assert_eq!((a.histogram_rows, a.histogram_values), (4, 4));
+    assert!(a.missing_seqs.is_empty());
+
+    // `counts` does see duplicates that bypass the inserter (until a merge removes them).
+    store::insert_rows(&client, &db, "requests", &partial[..3])
+        .await
+        .unwrap();
+    let counts = store::counts(&client, &db, "c1").await.unwrap();
+    if counts.duplicate_request_rows > 0 {
+        assert_eq!(counts.duplicate_request_rows, 3);
+        assert_eq!(counts.duplicates.len(), 1);
+        assert_eq!(
+            (counts.duplicates[0].seq, counts.duplicates[0].rows),
+            (2, 53)
+        );
+    }
+    // And ReplacingMergeTree removes them at the merge.
+    client
+        .query(&format!("OPTIMIZE TABLE {db}.requests FINAL"))
+        .execute()
+        .await
+        .unwrap();
+    let counts = store::counts(&client, &db, "c1").await.unwrap();
+    assert_eq!(
+        (counts.request_rows, counts.duplicate_request_rows),
+        (100, 0)
+    );
+    drop_db(&client, &db).await;
+}
+
+#[tokio::test]
+async fn many_batches_in_one_call_each_stored_once() {
+    let (client, db) = migrated("batches").await;
+    let recs = |n: u32| -> Vec<ProbeRecord> {
+        (0..n)
+            .map(|i| ProbeRecord {
+                round: i,
+                ..full_record()
+            })
+            .collect()
+    };
+    let (r1, r2, r3) = (recs(10), recs(7), recs(5));
+    let mut h = new_histogram();
+    h.record(5_000).unwrap();
+    let hists: Vec<IntervalHistogram> = vec![(
+        HistKey {
+            provider: "alpha".into(),
+            scenario: "chat-short".into(),
+            metric: Metric::Ttft,
+        },
+        h,
+        1_700_000_000_000_000,
+        1_700_000_005_000_000,
+    )];
+    let key = |agent, seq| BatchKey::new("c", agent, "eu-west", -40, seq);
+    // seq 2 of agent-a is already stored, seq 3 partly.
+    store::insert_batch(&client, &db, &key("agent-a", 2), &r2, &hists)
+        .await
+        .unwrap();
+    let part: Vec<RequestRow> = r3[..2]
+        .iter()
+        .enumerate()
+        .map(|(i, r)| RequestRow::from_record(&key("agent-a", 3), i as u32, r))
+        .collect();
+    store::insert_rows(&client, &db, "requests", &part)
+        .await
+        .unwrap();
+
+    let input = |key, records, histograms| store::BatchInput {
+        key,
+        records,
+        histograms,
+    };
+    let out = store::insert_batches(
+        &client,
+        &db,
+        &[
+            input(key("agent-a", 1), &r1, &hists),
+            input(key("agent-a", 2), &r2, &hists),
+            input(key("agent-a", 3), &r3, &[]),
+            input(key("agent-b", 1), &r1, &[]),
+            input(key("agent-a", 1), &r1, &hists), // the same batch twice in one call
+            input(key("agent-b", 2), &[], &[]),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        out,
+        vec![
+            InsertOutcome::Inserted {
+                requests: 10,
+                histograms: 1,
+                skipped: 0
+            },
+            InsertOutcome::AlreadyPresent,
+            InsertOutcome::Inserted {
+                requests: 3,
+                histograms: 0,
+                skipped: 2
+            },
+            InsertOutcome::Inserted {
+                requests: 10,
+                histograms: 0,
+                skipped: 0
+            },
+            InsertOutcome::AlreadyPresent,
+            InsertOutcome::Inserted {
+                requests: 0,
+                histograms: 0,
+                skipped: 0
+            },
+        ]
+    );
+    let counts = store::counts(&client, &db, "c").await.unwrap();
+    assert_eq!(
+        (counts.request_rows, counts.histogram_rows),
+        (10 + 7 + 5 + 10, 2)
+    );
+    assert!(counts.duplicates.is_empty());
+    let a = counts
+        .agents
+        .iter()
+        .find(|a| a.agent_id == "agent-a")
+        .unwrap();
+    assert_eq!((a.batches, a.request_rows, a.duplicate_rows), (3, 22, 0));
+    drop_db(&client, &db).await;
+}
+
+#[tokio::test]
+async fn errors_say_whether_a_retry_can_help() {
+    let (client, db) = migrated("errors").await;
+    // A table that does not exist: a schema problem, not retryable.
+    let e = store::insert_rows(&client, &db, "nope", &[empty_row()])
+        .await
+        .unwrap_err();
+    assert!(!e.is_retryable(), "{e}");
+    assert_eq!(e.code(), Some(60), "{e}");
+    // A row that does not match its table (agents rows into requests): the server names the
+    // first unknown column (code 16), not retryable.
+    let agent = AgentRow::from_summary(
+        "c",
+        &AgentSummary {
+            agent_id: "a".into(),
+            region: "r".into(),
+            clock_offset_us: 0,
+            clock_uncertainty_us: 0,
+            records: 0,
+            batches: 0,
+            complete: true,
+            skipped: 0,
+        },
+        "v",
+        0,
+    );
+    let e = store::insert_rows(&client, &db, "requests", &[agent])
+        .await
+        .unwrap_err();
+    assert!(!e.is_retryable(), "{e}");
+    assert_eq!(e.code(), Some(16), "{e}");
+    // Bytes that do not parse as the columns (a u8 where a String goes): bad data.
+    #[derive(clickhouse::Row, serde::Serialize)]
+    struct Garbled {
+        campaign_id: u8,
+        agent_id: u8,
+    }
+    let e = store::insert_rows(
+        &client,
+        &db,
+        "requests",
+        &[Garbled {
+            campaign_id: 200,
+            agent_id: 1,
+        }],
+    )
+    .await
+    .unwrap_err();
+    assert!(!e.is_retryable(), "{e}");
+    assert!(
+        matches!(e, StoreError::Rejected { code: Some(_), .. }),
+        "{e}"
+    );
+    // Nobody listening: retryable.
+    let down = store::client("http://127.0.0.1:1");
+    let e = store::insert_rows(&down, &db, "requests", &[empty_row()])
+        .await
+        .unwrap_err();
+    assert!(e.is_retryable(), "{e}");
+    assert!(matches!(e, StoreError::Unavailable(_)), "{e}");
+    assert!(
+        store::ping(&down, Duration::from_secs(2))
+            .await
+            .unwrap_err()
+            .is_retryable()
+    );
+    store::ping(&client, Duration::from_secs(5)).await.unwrap();
+    drop_db(&client, &db).await;
+}
+
+fn empty_row() -> RequestRow {
+    RequestRow::from_record(&BatchKey::new("c", "a", "r", 0, 1), 0, &empty_record())
+}
+
+/// One simulated agent: its records, cut into batches with interval histograms as agents
+/// flush them.
+struct SimBatch {
+    seq: u64,
+    records: Vec<ProbeRecord>,
+    histograms: Vec<IntervalHistogram>,
+}
+
+fn simulate_agent(rng: &mut StdRng, region_ix: usize, rounds: u32) -> Vec<SimBatch> {
+    let start = 1_700_000_000_000_000i64 + region_ix as i64 * 7_000;
+    let mut batches = Vec::new();
+    let mut set = HistogramSet::new();
+    let mut records = Vec::new();
+    let mut interval_start = start;
+    for round in 0..rounds {
+        for (p, provider) in PROVIDERS.iter().enumerate() {
+            for (s, scenario) in SCENARIOS.iter().enumerate() {
+                let send = start + i64::from(round) * 20_000_000 + (p * 2 + s) as i64 * 500_000;
+                let roll: f64 = rng.random();
+                // Provider p in region r: its own latency level; long inputs prefill slower.
+                let base = 40_000.0
+                    * (1.0 + p as f64)
+                    * (1.0 + 0.6 * region_ix as f64)
+                    * if s == 1 { 3.0 } else { 1.0 };
+                let outcome = match roll {
+                    x if x < 0.82 => Outcome::Ok,
+                    x if x < 0.90 => Outcome::Throttled,
+                    x if x < 0.94 => Outcome::Http5xx,
+                    x if x < 0.97 => Outcome::TimeoutTtft,
+                    _ => Outcome::StreamError,
+                };
+                let mut rec = ProbeRecord {
+                    round,
+                    slot: (p * 2 + s) as u32,
+                    provider: provider.to_string(),
+                    scenario: scenario.to_string(),
+                    prompt_id: format!("prompt-{}", round % 5),
+                    attempt: 1,
+                    stream: true,
+                    send_agent_unix_us: send,
+                    sched_lag_us: rng.random_range(0..3_000),
+                    outcome: Some(outcome),
+                    ..Default::default()
+                };
+                let mut gaps = Vec::new();
+                match outcome {
+                    Outcome::Ok => {
+                        // A heavy right tail, plus a few tiny values (exact HDR buckets).
+                        let ttft = if rng.random_bool(0.02) {
+                            rng.random_range(1..2_000)
+                        } else {
+                            (base * (rng.random::<f64>() * 2.5).exp()) as u64
+                        };
+                        let reasoning = if p == 2 {
+                            rng.random_range(50_000..400_000)
+                        } else {
+                            0
+                        };
+                        let tokens = rng.random_range(1..200u32);
+                        let mut t = ttft + reasoning;
+                        for _ in 1..tokens.min(40) {
+                            let gap = rng.random_range(500..60_000u64);
+                            gaps.push(gap);
+                            t += gap;
+                        }
+                        let e2e = t + rng.random_range(0..5_000);
+                        rec.http_status = Some(200);
+                        rec.ttfb_us = Some(ttft / 2 + 1);
+                        rec.ttft_us = Some(ttft);
+                        rec.ttfc_us = Some(ttft + reasoning);
+                        rec.e2e_us = Some(e2e);
+                        rec.tpot_us = metrics::tpot_us(ttft, e2e, tokens);
+                        rec.decode_tps = metrics::decode_tps(ttft, e2e, tokens);
+                        rec.output_tokens = tokens;
+                        rec.tokens_from_usage = rng.random_bool(0.7);
+                        rec.saw_done = true;
+                        rec.finish_reason = Some("stop".into());
+                        rec.itl_max_us = gaps.iter().copied().max();
+                    }
+                    Outcome::Throttled => {
+                        rec.http_status = Some(429);
+                        rec.retry_after_s = Some(2.0);
+                        rec.error_type = Some("rate_limit".into());
+                        rec.error_message = Some(format!("slow down, round {round}"));
+                    }
+                    Outcome::Http5xx => {
+                        rec.http_status = Some(if rng.random_bool(0.5) { 502 } else { 503 });
+                    }
+                    _ => rec.error_message = Some("upstream gave up".into()),
+                }
+                set.record_probe(&rec, &gaps);
+                records.push(rec);
+            }
+        }
+        // Flush every few rounds, like an agent's flush interval.
+        if round % 4 == 3 || round + 1 == rounds {
+            let end = start + i64::from(round + 1) * 20_000_000;
+            let histograms = set
+                .drain()
+                .into_iter()
+                .map(|(k, h)| (k, h, interval_start, end))
+                .collect();
+            interval_start = end;
+            batches.push(SimBatch {
+                seq: batches.len() as u64 + 1,
+                records: std::mem::take(&mut records),
+                histograms,
+            });
+        }
+    }
+    batches
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_matrix_equals_the_in_memory_matrix() {
+    let (client, db) = migrated("matrix").await;
+    let plan = plan();
+    let campaign_id = "matrix-campaign";
+    let start_at = 1_700_000_000_000_000;
+    store::insert_campaign(
+        &client,
+        &db,
+        &CampaignRow::new(campaign_id, &plan, start_at - 5_000_000, start_at, "test"),
+    )
+    .await
+    .unwrap();
+
+    // Four agents: two in us-east (their histograms merge within the region), one elsewhere.
+    let agents = [
+        ("agent-use-1", 0usize, 31i64),
+        ("agent-use-2", 0, -1_500),
+        ("agent-euw-1", 1, 2_000),
+        ("agent-aps-1", 2, -80_000),
+    ];
+    let mut rng = StdRng::seed_from_u64(0x5EED);
+    let mut agg = Aggregate::default();
+    let mut summaries = Vec::new();
+    let mut total_records = 0u64;
+    let mut total_hists = 0u64;
+    for (agent_id, region_ix, offset) in agents {
+        let region = REGIONS[region_ix];
+        let batches = simulate_agent(&mut rng, region_ix, 60);
+        let mut records = 0;
+        for b in &batches {
+            for r in &b.records {
+                agg.add_record(region, r);
+            }
+            for (k, h, _, _) in &b.histograms {
+                agg.add_histogram(region, k.clone(), h);
+            }
+            let key = BatchKey::new(campaign_id, agent_id, region, offset, b.seq);
+            let out = store::insert_batch(&client, &db, &key, &b.records, &b.histograms)
+                .await
+                .unwrap();
+            assert_eq!(
+                out,
+                InsertOutcome::Inserted {
+                    requests: b.records.len() as u64,
+                    histograms: b.histograms.len() as u64,
+                    skipped: 0
+                }
+            );
+            records += b.records.len() as u64;
+            total_hists += b.histograms.len() as u64;
+        }
+        // Re-send the last batch, as an agent does when an ack got lost.
+        let last = batches.last().unwrap();
+        let key = BatchKey::new(campaign_id, agent_id, region, offset, last.seq);
+        assert_eq!(
+            store::insert_batch(&client, &db, &key, &last.records, &last.histograms)
+                .await
+                .unwrap(),
+            InsertOutcome::AlreadyPresent
+        );
+        total_records += records;
+        summaries.push(AgentSummary {
+            agent_id: agent_id.into(),
+            region: region.into(),
+            clock_offset_us: offset,
+            clock_uncertainty_us: 100,
+            records,
+            batches: batches.len() as u64,
+            complete: true,
+            skipped: 0,
+        });
+    }
+    let rows: Vec<AgentRow> = summaries
+        .iter()
+        .map(|a| AgentRow::from_summary(campaign_id, a, "0.1.0", start_at + 600_000_000))
+        .collect();
+    store::insert_agents(&client, &db, &rows).await.unwrap();
+
+    let summary = summary::build(campaign_id, &plan, start_at, &agg, summaries.clone());
+    let sql = store::matrix(&client, &db, campaign_id, None)
+        .await
+        .unwrap();
+
+    // Every cell with data, exactly: counts, outcome mix, token means, P50/P90/P99 of TTFT,
+    // TTFC, E2E, and the TPOT and ITL medians, to the last digit HDR keeps.
+    let expected: Vec<_> = summary
+        .cells
+        .iter()
+        .filter(|c| c.attempts > 0)
+        .map(|c| {
+            let mut c = c.clone();
+            c.last_error = None;
+            c
+        })
+        .collect();
+    assert_eq!(
+        expected.len(),
+        (REGIONS.len() + 1) * PROVIDERS.len() * SCENARIOS.len()
+    );
+    assert_eq!(sql.len(), expected.len(), "one SQL row per cell");
+    let mut checked_percentiles = 0;
+    for want in &expected {
+        let got = sql
+            .iter()
+            .find(|r| {
+                r.region == want.region
+                    && r.provider == want.provider
+                    && r.scenario == want.scenario
+            })
+            .unwrap_or_else(|| {
+                panic!(
+                    "no SQL row for {} {} {}",
+                    want.region, want.provider, want.scenario
+                )
+            });
+        assert_eq!(
+            &got.to_cell(),
+            want,
+            "cell {} {} {}",
+            want.region,
+            want.provider,
+            want.scenario
+        );
+        for (metric, name) in [
+            (Metric::Ttft, "ttft"),
+            (Metric::E2e, "e2e"),
+            (Metric::Tpot, "tpot"),
+            (Metric::Itl, "itl"),
+        ] {
+            let region = (want.region != summary::ALL_REGIONS).then_some(want.region.as_str());
+            let h: Option<Histogram<u64>> = agg.histogram(
+                region,
+                &HistKey {
+                    provider: want.provider.clone(),
+                    scenario: want.scenario.clone(),
+                    metric,
+                },
+            );
+            assert_eq!(
+                got.hist_samples.get(name).copied(),
+                h.as_ref().map(|h| h.len()),
+                "{name}"
+            );
+            if let (Some(h), Some(p)) = (
+                h,
+                match metric {
+                    Metric::Ttft => got.ttft,
+                    Metric::E2e => got.e2e,
+                    Metric::Tpot => got.tpot,
+                    _ => got.itl,
+                },
+            ) {
+                assert_eq!(p.p90_ms, h.value_at_quantile(0.9) as f64 / 1000.0);
+                assert_eq!(p.p99_ms, h.value_at_quantile(0.99) as f64 / 1000.0);
+                checked_percentiles += 1;
+            }
+        }
+    }
+    assert!(checked_percentiles > 100, "{checked_percentiles}");
+    // The ALL row really merges regions (not one region's numbers).
+    let all = summary.cell("ALL", "alpha", "chat-short").unwrap();
+    let use1 = summary.cell("us-east", "alpha", "chat-short").unwrap();
+    assert!(all.attempts > use1.attempts && all.ttft != use1.ttft);
+
+    // One scenario only: the same rows, filtered.
+    let long = store::matrix(&client, &db, campaign_id, Some("long-input"))
+        .await
+        .unwrap();
+    let want_long: Vec<_> = sql
+        .iter()
+        .filter(|r| r.scenario == "long-input")
+        .cloned()
+        .collect();
+    assert_eq!(long, want_long);
+    // One region: its rows, and an ALL row that merges just that region.
+    let eu = store::matrix_filtered(
+        &client,
+        &db,
+        &QueryFilter {
+            region: Some("eu-west".into()),
+            ..QueryFilter::campaign(campaign_id)
+        },
+    )
+    .await
+    .unwrap();
+    for r in &eu {
+        let regional = sql
+            .iter()
+            .find(|s| s.region == "eu-west" && s.provider == r.provider && s.scenario == r.scenario)
+            .unwrap();
+        assert_eq!(r.ttft, regional.ttft);
+        assert_eq!(r.attempts, regional.attempts);
+    }
+    assert_eq!(eu.len(), 2 * PROVIDERS.len() * SCENARIOS.len());
+
+    // The outcome mix: per (region, provider) the counts add up to the attempts.
+    let errs = store::errors(&client, &db, &QueryFilter::campaign(campaign_id))
+        .await
+        .unwrap();
+    for region in REGIONS.iter().copied().chain([summary::ALL_REGIONS]) {
+        for provider in PROVIDERS {
+            let lines: Vec<_> = errs
+                .iter()
+                .filter(|e| e.region == region && e.provider == provider)
+                .collect();
+            let attempts: u64 = SCENARIOS
+                .iter()
+                .map(|s| summary.cell(region, provider, s).unwrap().attempts)
+                .sum();
+            assert_eq!(
+                lines.iter().map(|e| e.count).sum::<u64>(),
+                attempts,
+                "{region} {provider}"
+            );
+            let pct: f64 = lines.iter().map(|e| e.pct).sum();
+            assert!((pct - 100.0).abs() < 1e-9, "{pct}");
+            let throttled = lines.iter().find(|e| e.outcome == "throttled").unwrap();
+            assert_eq!(throttled.http_status, Some(429));
+            assert_eq!(throttled.last_error_type.as_deref(), Some("rate_limit"));
+        }
+    }
+
+    // What `campaign verify` reconciles: every record and histogram once, nothing missing.
+    let counts = store::counts(&client, &db, campaign_id).await.unwrap();
+    assert_eq!(counts.request_rows, total_records);
+    assert_eq!(counts.histogram_rows, total_hists);
+    assert_eq!(
+        counts.duplicate_request_rows + counts.duplicate_histogram_rows,
+        0
+    );
+    let stored = store::query::agents(&client, &db, campaign_id)
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), 4);
+    for a in &counts.agents {
+        let s = stored.iter().find(|s| s.agent_id == a.agent_id).unwrap();
+        assert_eq!(
+            (a.request_rows, a.batches),
+            (s.records, s.batches),
+            "{}",
+            a.agent_id
+        );
+        assert!(a.missing_seqs.is_empty());
+    }
+    let regions: BTreeSet<_> = counts.agents.iter().map(|a| a.region.as_str()).collect();
+    assert_eq!(regions.len(), 3);
+    drop_db(&client, &db).await;
+}
+
+/// Rough sink throughput: 200,000 records in batches of 2,000, written one batch per call and
+/// 25 batches per call. Ignored by default: `cargo test --release -p latmesh-tests --test
+/// clickhouse -- --ignored --nocapture insert_throughput` prints records/s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "timing only"]
+async fn insert_throughput() {
+    let (client, db) = migrated("throughput").await;
+    let records: Vec<ProbeRecord> = (0..2_000u32)
+        .map(|i| ProbeRecord {
+            round: i,
+            send_agent_unix_us: 1_700_000_000_000_000 + i64::from(i) * 10_000,
+            ..full_record()
+        })
+        .collect();
+    for (agent, per_call) in [("one-per-call", 1usize), ("25-per-call", 25)] {
+        let keys: Vec<BatchKey> = (1..=100)
+            .map(|seq| BatchKey::new("bench", agent, "us-east", 0, seq))
+            .collect();
+        let started = std::time::Instant::now();
+        for group in keys.chunks(per_call) {
+            let inputs: Vec<store::BatchInput> = group
+                .iter()
+                .map(|key| store::BatchInput {
+                    key: *key,
+                    records: &records,
+                    histograms: &[],
+                })
+                .collect();
+            store::insert_batches(&client, &db, &inputs).await.unwrap();
+        }
+        let secs = started.elapsed().as_secs_f64();
+        println!(
+            "{agent}: {:.0} records/s (200000 records in {secs:.2} s)",
+            200_000.0 / secs
+        );
+    }
+    let counts = store::counts(&client, &db, "bench").await.unwrap();
+    assert_eq!(counts.request_rows, 400_000);
+    drop_db(&client, &db).await;
+}
