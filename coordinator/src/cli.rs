@@ -56,6 +56,13 @@ enum Command {
         /// Rounds to run (default: the embedded campaign's 20).
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
         rounds: Option<u32>,
+        /// Also store the results in this ClickHouse (HTTP URL), through a spool in
+        /// .latmesh/demo-spool.
+        #[arg(long, env = "LATMESH_CLICKHOUSE_URL")]
+        clickhouse_url: Option<String>,
+        /// ClickHouse database.
+        #[arg(long, env = "LATMESH_CLICKHOUSE_DB", default_value = "latmesh")]
+        clickhouse_db: String,
     },
     /// Send one request to a provider and print what was measured (a connectivity check).
     Probe(ProbeArgs),
@@ -365,11 +372,21 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Demo { json, rounds } => {
+        Command::Demo {
+            json,
+            rounds,
+            clickhouse_url,
+            clickhouse_db,
+        } => {
             let started = std::time::Instant::now();
             let summary = demo::run(demo::DemoOptions {
                 rounds,
                 progress: true,
+                clickhouse: clickhouse_url.map(|url| demo::DemoStore {
+                    url,
+                    db: clickhouse_db,
+                    spool_dir: PathBuf::from(demo::DEMO_SPOOL_DIR),
+                }),
             })
             .await?;
             print!("{}", summary.render());
@@ -396,19 +413,16 @@ fn coordinator_with_store(
     let Some(url) = &store.clickhouse_url else {
         return Ok((Coordinator::new(State::default()), None));
     };
-    let spool = crate::spool::Spool::open(crate::spool::SpoolConfig::new(
-        store.spool_dir.clone(),
-        store.spool_max_mib.saturating_mul(1 << 20),
-    ))
-    .with_context(|| format!("opening the spool in {}", store.spool_dir.display()))?;
-    let spool = std::sync::Arc::new(spool);
-    let state = State::with_store_events();
     let target = crate::sink::SinkTarget {
         client: crate::clickhouse::client(url),
         db: store.clickhouse_db.clone(),
     };
-    let sink = tokio::spawn(crate::sink::run(spool.clone(), state.clone(), target));
-    Ok((Coordinator::with_spool(state, spool), Some(sink)))
+    let (coordinator, _spool, sink) = crate::sink::coordinator_with_sink(
+        &store.spool_dir,
+        store.spool_max_mib.saturating_mul(1 << 20),
+        target,
+    )?;
+    Ok((coordinator, Some(sink)))
 }
 
 /// Follows a campaign, prints its matrix, writes the JSON; fails when it is incomplete.

@@ -24,7 +24,23 @@ pub struct DemoOptions {
     pub rounds: Option<u32>,
     /// Print progress lines.
     pub progress: bool,
+    /// Also store results in ClickHouse.
+    pub clickhouse: Option<DemoStore>,
 }
+
+/// Where a demo stores its results besides printing them.
+#[derive(Clone, Debug)]
+pub struct DemoStore {
+    /// ClickHouse HTTP URL.
+    pub url: String,
+    /// Database.
+    pub db: String,
+    /// Spool directory (default [`DEMO_SPOOL_DIR`]).
+    pub spool_dir: std::path::PathBuf,
+}
+
+/// Spool directory of a demo that stores into ClickHouse.
+pub const DEMO_SPOOL_DIR: &str = ".latmesh/demo-spool";
 
 /// Runs the demo and returns the summary.
 ///
@@ -45,12 +61,21 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<Summary> {
         .context("binding the coordinator")?;
     let coord_url = format!("http://{}", coord_listener.local_addr()?);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let coordinator = tokio::spawn(Coordinator::new(State::default()).serve(
-        coord_listener,
-        async {
-            let _ = stop_rx.await;
-        },
-    ));
+    let (server, store) = match &opts.clickhouse {
+        None => (Coordinator::new(State::default()), None),
+        Some(store) => {
+            let target = crate::sink::SinkTarget {
+                client: crate::clickhouse::client(&store.url),
+                db: store.db.clone(),
+            };
+            let (c, spool, sink) =
+                crate::sink::coordinator_with_sink(&store.spool_dir, 1 << 30, target)?;
+            (c, Some((spool, sink)))
+        }
+    };
+    let coordinator = tokio::spawn(server.serve(coord_listener, async {
+        let _ = stop_rx.await;
+    }));
 
     let text = DEMO_CAMPAIGN.replace("{sim}", &sim_addr.to_string());
     let mut plan = campaign::load_toml_str(&text, std::path::Path::new("."))
@@ -88,6 +113,20 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<Summary> {
 
     for a in agents {
         let _ = tokio::time::timeout(Duration::from_secs(5), a).await;
+    }
+    if let Some((spool, sink)) = store {
+        // Results are durable in the spool already; give the sink a moment to drain it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while spool.pending_entries() > 0 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        if spool.pending_entries() > 0 {
+            eprintln!(
+                "demo: {} batches are still in {DEMO_SPOOL_DIR} (ClickHouse unreachable?); the next coordinator with this spool dir stores them",
+                spool.pending_entries()
+            );
+        }
+        sink.abort();
     }
     let _ = stop_tx.send(());
     let _ = tokio::time::timeout(Duration::from_secs(2), coordinator).await;

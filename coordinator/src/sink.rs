@@ -35,6 +35,37 @@ pub struct SinkTarget {
     pub db: String,
 }
 
+/// A coordinator whose acked batches go through a spool in `spool_dir` (at most
+/// `spool_max_bytes` pending) into ClickHouse `target`; returns it, the spool (to watch it
+/// drain) and the sink task.
+///
+/// # Errors
+/// The spool cannot be opened.
+pub fn coordinator_with_sink(
+    spool_dir: &std::path::Path,
+    spool_max_bytes: u64,
+    target: SinkTarget,
+) -> anyhow::Result<(
+    crate::service::Coordinator,
+    Arc<Spool>,
+    tokio::task::JoinHandle<()>,
+)> {
+    use anyhow::Context as _;
+    let spool = Spool::open(crate::spool::SpoolConfig::new(
+        spool_dir.to_path_buf(),
+        spool_max_bytes,
+    ))
+    .with_context(|| format!("opening the spool in {}", spool_dir.display()))?;
+    let spool = Arc::new(spool);
+    let state = State::with_store_events();
+    let sink = tokio::spawn(run(spool.clone(), state.clone(), target));
+    Ok((
+        crate::service::Coordinator::with_spool(state, spool.clone()),
+        spool,
+        sink,
+    ))
+}
+
 /// Brings the schema up to date (retrying while ClickHouse is unreachable), then drains the
 /// spool until the task is aborted.
 pub async fn run(spool: Arc<Spool>, state: State, target: SinkTarget) {
@@ -81,15 +112,10 @@ pub async fn run(spool: Arc<Spool>, state: State, target: SinkTarget) {
         // Campaign rows go first so a batch never lands without its campaign.
         let mut failed = write_events(&target, &mut pending_events).await.err();
         let mut committed = None;
-        if failed.is_none() {
-            for entry in &entries {
-                match write_entry(&target, entry).await {
-                    Ok(()) => committed = Some(entry.id),
-                    Err(e) => {
-                        failed = Some(e);
-                        break;
-                    }
-                }
+        if failed.is_none() && !entries.is_empty() {
+            match write_entries(&target, &entries).await {
+                Ok(()) => committed = entries.last().map(|e| e.id),
+                Err(e) => failed = Some(e),
             }
         }
         if let Some(id) = committed {
@@ -167,42 +193,94 @@ async fn write_events(target: &SinkTarget, events: &mut Vec<StoreEvent>) -> Resu
     Ok(())
 }
 
-/// Writes one spooled batch. `Err` only for retryable failures.
-async fn write_entry(target: &SinkTarget, entry: &Entry) -> Result<(), StoreError> {
+/// A spooled batch decoded for ClickHouse.
+struct Decoded<'a> {
+    entry: &'a Entry,
+    records: Vec<ProbeRecord>,
+    histograms: Vec<store::IntervalHistogram>,
+}
+
+impl Decoded<'_> {
+    fn input(&self) -> store::BatchInput<'_> {
+        let b = &self.entry.batch;
+        store::BatchInput {
+            key: BatchKey::new(
+                &b.campaign_id,
+                &self.entry.agent_id,
+                &self.entry.region,
+                b.clock_offset_us,
+                b.seq,
+            ),
+            records: &self.records,
+            histograms: &self.histograms,
+        }
+    }
+}
+
+fn decode(entry: &Entry) -> Result<Decoded<'_>, String> {
     let b = &entry.batch;
-    let records: Result<Vec<ProbeRecord>, _> = b
+    let records = b
         .records
         .iter()
         .map(|r| ProbeRecord::try_from(r.clone()))
-        .collect();
-    let hists: Result<Vec<_>, _> = b
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    let histograms = b
         .histograms
         .iter()
         .map(|h| {
             wire::histogram_from_pb(h)
                 .map(|(k, hist)| (k, hist, h.start_agent_unix_us, h.end_agent_unix_us))
         })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    Ok(Decoded {
+        entry,
+        records,
+        histograms,
+    })
+}
+
+/// Writes spooled batches in one insert per table (on 18.16 an INSERT costs tens of ms
+/// whatever its size). When the server rejects the group as bad data, the batches are written
+/// one by one so only the bad one is skipped. `Err` only for retryable failures.
+async fn write_entries(target: &SinkTarget, entries: &[Entry]) -> Result<(), StoreError> {
+    let decoded: Vec<Decoded<'_>> = entries
+        .iter()
+        .filter_map(|e| match decode(e) {
+            Ok(d) => Some(d),
+            Err(why) => {
+                skip(e, &why);
+                None
+            }
+        })
         .collect();
-    let (records, hists) = match (records, hists) {
-        (Ok(r), Ok(h)) => (r, h),
-        (Err(e), _) => return skip(entry, &e.to_string()),
-        (_, Err(e)) => return skip(entry, &e.to_string()),
-    };
-    let key = BatchKey::new(
-        &b.campaign_id,
-        &entry.agent_id,
-        &entry.region,
-        b.clock_offset_us,
-        b.seq,
-    );
-    match store::insert_batch(&target.client, &target.db, &key, &records, &hists).await {
+    let inputs: Vec<store::BatchInput<'_>> = decoded.iter().map(Decoded::input).collect();
+    match store::insert_batches(&target.client, &target.db, &inputs).await {
         Ok(_) => Ok(()),
         Err(e) if e.is_retryable() => Err(e),
-        Err(e) => skip(entry, &e.to_string()),
+        Err(_) => {
+            for d in &decoded {
+                match store::insert_batch(
+                    &target.client,
+                    &target.db,
+                    &d.input().key,
+                    &d.records,
+                    &d.histograms,
+                )
+                .await
+                {
+                    Ok(_) => {}
+                    Err(e) if e.is_retryable() => return Err(e),
+                    Err(e) => skip(d.entry, &e.to_string()),
+                }
+            }
+            Ok(())
+        }
     }
 }
 
-fn skip(entry: &Entry, why: &str) -> Result<(), StoreError> {
+fn skip(entry: &Entry, why: &str) {
     tracing::error!(
         campaign = %entry.batch.campaign_id,
         agent = %entry.agent_id,
@@ -210,5 +288,4 @@ fn skip(entry: &Entry, why: &str) -> Result<(), StoreError> {
         error = %why,
         "batch cannot be stored in ClickHouse (bad data); skipped"
     );
-    Ok(())
 }

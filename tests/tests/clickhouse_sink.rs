@@ -1,6 +1,6 @@
 //! The coordinator's ClickHouse path end to end, with real processes and a real ClickHouse of
 //! the test's own (Debian's server, started by `scripts/clickhouse.sh` on free loopback ports):
-//! the server is stopped in the middle of a campaign and started again; `campaign verify` then
+//! the server is down when a campaign starts and comes back while it runs; `campaign verify` then
 //! finds nothing lost and nothing duplicated, and the matrix rebuilt from ClickHouse alone
 //! equals the coordinator's in-memory one.
 
@@ -128,6 +128,25 @@ fn clickhouse_down_mid_campaign_loses_and_duplicates_nothing() {
     let file = dir.path().join("campaign.toml");
     std::fs::write(&file, campaign).unwrap();
     let json = dir.path().join("summary.json");
+    // The coordinator has created its tables; then ClickHouse goes away, the campaign starts,
+    // and ClickHouse comes back while it runs.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(log("coord"))
+        .unwrap_or_default()
+        .contains("migrations applied")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the coordinator never migrated ClickHouse"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = ch.script("stop");
+    assert!(
+        out.status.success(),
+        "clickhouse stop: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let mut launch = Command::new(bin("latmesh"));
     launch
         .args(["campaign", "launch"])
@@ -135,16 +154,7 @@ fn clickhouse_down_mid_campaign_loses_and_duplicates_nothing() {
         .args(["--coordinator", &url, "--json"])
         .arg(&json);
     let launch = launch.spawn().unwrap();
-
-    // ClickHouse goes away for a while in the middle of the campaign, then comes back.
-    std::thread::sleep(Duration::from_secs(5));
-    let out = ch.script("stop");
-    assert!(
-        out.status.success(),
-        "clickhouse stop: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    std::thread::sleep(Duration::from_secs(6));
+    std::thread::sleep(Duration::from_secs(8));
     ch.start();
 
     let out = launch.wait_with_output().unwrap();

@@ -1,13 +1,24 @@
 //! The demo campaign in-process (`latmesh demo` minus printing): nine simulated providers,
 //! three regions, real gRPC and HTTP over loopback; the matrix shows what the simulator built in.
 
-use latmesh_coordinator::demo::{DemoOptions, run};
+use latmesh_coordinator::demo::{DemoOptions, DemoStore, run};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_matrix_reflects_the_simulated_world() {
+    // With a ClickHouse (the test command starts one), the demo stores its results there too.
+    let spool = tempfile::tempdir().unwrap();
+    let db = format!("latmesh_demo_{}", std::process::id());
+    let store = std::env::var("LATMESH_CLICKHOUSE_URL")
+        .ok()
+        .map(|url| DemoStore {
+            url,
+            db: db.clone(),
+            spool_dir: spool.path().to_path_buf(),
+        });
     let s = run(DemoOptions {
         rounds: Some(6),
         progress: false,
+        clickhouse: store.clone(),
     })
     .await
     .unwrap();
@@ -69,4 +80,25 @@ async fn demo_matrix_reflects_the_simulated_world() {
         .map(|r| cell(r, "fast-lane", "long-input").samples)
         .sum();
     assert_eq!(all.samples, sum);
+
+    // The matrix rebuilt from ClickHouse equals the one the coordinator merged in memory.
+    if let Some(store) = store {
+        let client = latmesh_coordinator::clickhouse::client(&store.url);
+        let rows = latmesh_coordinator::clickhouse::matrix(&client, &db, &s.campaign_id, None)
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), s.cells.len());
+        for row in rows {
+            let stored = row.to_cell();
+            let mem = cell(&stored.region, &stored.provider, &stored.scenario);
+            assert_eq!(
+                (stored.attempts, stored.samples),
+                (mem.attempts, mem.samples)
+            );
+            assert_eq!(
+                (stored.ttft, stored.e2e, stored.tpot_p50_ms),
+                (mem.ttft, mem.e2e, mem.tpot_p50_ms)
+            );
+        }
+    }
 }
