@@ -3,6 +3,9 @@
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
+use latmesh_core::metrics::Metric;
+
+use crate::clickhouse::query::{Percentile, TrendBucket};
 use crate::clickhouse::{self as store, QueryFilter};
 use crate::summary::{AgentSummary, Summary};
 
@@ -58,6 +61,72 @@ impl FilterArgs {
     }
 }
 
+/// Which number `query windows` and `query trend` report.
+#[derive(Args, Debug, Clone)]
+pub struct StatArgs {
+    /// Metric: ttft, ttfc, e2e or tpot.
+    #[arg(long, default_value = "ttft", value_parser = parse_metric)]
+    pub metric: Metric,
+    /// Percentile: 50, 90 or 99 (exact, from the merged stored histograms).
+    #[arg(long, default_value = "50", value_parser = parse_percentile)]
+    pub percentile: Percentile,
+}
+
+fn parse_metric(s: &str) -> Result<Metric, String> {
+    match Metric::parse(s) {
+        Some(m @ (Metric::Ttft | Metric::Ttfc | Metric::E2e | Metric::Tpot)) => Ok(m),
+        _ => Err(format!("{s:?}: use ttft, ttfc, e2e or tpot")),
+    }
+}
+
+fn parse_percentile(s: &str) -> Result<Percentile, String> {
+    s.parse()
+        .ok()
+        .and_then(Percentile::from_number)
+        .ok_or_else(|| format!("{s:?}: use 50, 90 or 99"))
+}
+
+fn parse_bucket(s: &str) -> Result<TrendBucket, String> {
+    TrendBucket::parse(s).ok_or_else(|| format!("{s:?}: use hour, day or local-hour"))
+}
+
+/// Which rows `query trend` looks at: one provider, optionally one campaign.
+#[derive(Args, Debug, Clone)]
+pub struct TrendFilterArgs {
+    /// The provider.
+    #[arg(long)]
+    pub provider: String,
+    /// Only this campaign (required for `--bucket local-hour`: its time zones).
+    #[arg(long)]
+    pub campaign: Option<String>,
+    /// Only this scenario.
+    #[arg(long)]
+    pub scenario: Option<String>,
+    /// Only this region.
+    #[arg(long)]
+    pub region: Option<String>,
+    /// From this time, UTC microseconds since the epoch (inclusive; agent clock).
+    #[arg(long)]
+    pub from_unix_us: Option<i64>,
+    /// Before this time, UTC microseconds since the epoch (agent clock).
+    #[arg(long)]
+    pub to_unix_us: Option<i64>,
+}
+
+impl TrendFilterArgs {
+    fn filter(&self) -> QueryFilter {
+        QueryFilter {
+            campaign_id: self.campaign.clone(),
+            scenario: self.scenario.clone(),
+            region: self.region.clone(),
+            provider: Some(self.provider.clone()),
+            window: None,
+            from_unix_us: self.from_unix_us,
+            to_unix_us: self.to_unix_us,
+        }
+    }
+}
+
 /// `latmesh query …`.
 #[derive(Subcommand, Debug)]
 pub enum QueryCmd {
@@ -78,6 +147,34 @@ pub enum QueryCmd {
         ch: ClickhouseArgs,
         #[command(flatten)]
         filter: FilterArgs,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Peak vs off-peak: per provider and region, a percentile in each time window of the
+    /// campaign, the change between the first two windows, and attempts and error % per window.
+    Windows {
+        #[command(flatten)]
+        ch: ClickhouseArgs,
+        #[command(flatten)]
+        filter: FilterArgs,
+        #[command(flatten)]
+        stat: StatArgs,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A provider's percentile per UTC hour or day (or local hour of day), per region.
+    Trend {
+        #[command(flatten)]
+        ch: ClickhouseArgs,
+        #[command(flatten)]
+        filter: TrendFilterArgs,
+        #[command(flatten)]
+        stat: StatArgs,
+        /// Bucket: hour (UTC), day (UTC) or local-hour (hour of day in each region's zone).
+        #[arg(long, default_value = "hour", value_parser = parse_bucket)]
+        bucket: TrendBucket,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -131,6 +228,53 @@ pub async fn run_query(cmd: QueryCmd) -> anyhow::Result<()> {
                     r.pct,
                     last
                 );
+            }
+            Ok(())
+        }
+        QueryCmd::Windows {
+            ch,
+            filter,
+            stat,
+            json,
+        } => {
+            let client = store::client(&ch.clickhouse_url);
+            let db = &ch.clickhouse_db;
+            store::query::campaign(&client, db, &filter.campaign)
+                .await?
+                .with_context(|| {
+                    format!("campaign {:?} is not in {}.campaigns", filter.campaign, db)
+                })?;
+            let report =
+                store::query::windows(&client, db, &filter.filter(), stat.metric, stat.percentile)
+                    .await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", report.render());
+            }
+            Ok(())
+        }
+        QueryCmd::Trend {
+            ch,
+            filter,
+            stat,
+            bucket,
+            json,
+        } => {
+            let client = store::client(&ch.clickhouse_url);
+            let report = store::query::trend(
+                &client,
+                &ch.clickhouse_db,
+                &filter.filter(),
+                stat.metric,
+                stat.percentile,
+                bucket,
+            )
+            .await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", report.render());
             }
             Ok(())
         }

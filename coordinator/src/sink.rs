@@ -8,14 +8,28 @@
 //! batches). A batch the server rejects as bad data is logged and skipped: retrying cannot
 //! help, and it must not block everything behind it. Campaign and agent rows
 //! ([`StoreEvent`]s) are written the same way, with retries.
+//!
+//! # Time windows
+//! Every `requests` and `histograms` row is labelled with its named time window
+//! ([`latmesh_core::windows`]) in its region's local time: requests by their send time on the
+//! coordinator's clock (`send_coord_unix_us`), histograms by their interval start corrected
+//! with the batch's clock offset. The sink keeps each campaign's [`WindowSpec`], learnt from
+//! the [`StoreEvent::Launched`] events it drains (always before the campaign's first batch
+//! reaches the spool). A batch of a campaign it did not see launched — spooled before a
+//! coordinator restart — takes the spec from the plan stored in the `campaigns` table; a
+//! campaign found in neither place (launched by a coordinator whose campaign row never reached
+//! ClickHouse) gets `""` labels, as do campaigns without windows.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use latmesh_core::plan::Plan;
 use latmesh_core::record::ProbeRecord;
+use latmesh_core::windows::WindowSpec;
 use latmesh_core::wire;
 
-use crate::clickhouse::{self as store, BatchKey, StoreError};
+use crate::clickhouse::{self as store, BatchKey, StoreError, WindowLabel};
 use crate::spool::{Entry, Spool};
 use crate::state::{State, StoreEvent, now_unix_us};
 
@@ -90,9 +104,9 @@ pub async fn run(spool: Arc<Spool>, state: State, target: SinkTarget) {
         }
     }
     let mut pending_events: Vec<StoreEvent> = Vec::new();
+    let mut windows = Windows::default();
     let mut backoff = Duration::from_millis(250);
     loop {
-        pending_events.extend(state.drain_store_events());
         let entries = {
             let spool = spool.clone();
             tokio::task::spawn_blocking(move || spool.read_from(None, READ_ENTRIES)).await
@@ -109,11 +123,18 @@ pub async fn run(spool: Arc<Spool>, state: State, target: SinkTarget) {
                 continue;
             }
         };
+        // Events are drained after the read: a batch read now was spooled after its campaign's
+        // launch queued `Launched`, so the campaign's windows are known before it is written.
+        let events = state.drain_store_events();
+        for ev in &events {
+            windows.learn(ev);
+        }
+        pending_events.extend(events);
         // Campaign rows go first so a batch never lands without its campaign.
         let mut failed = write_events(&target, &mut pending_events).await.err();
         let mut committed = None;
         if failed.is_none() && !entries.is_empty() {
-            match write_entries(&target, &entries).await {
+            match write_entries(&target, &entries, &mut windows).await {
                 Ok(()) => committed = entries.last().map(|e| e.id),
                 Err(e) => failed = Some(e),
             }
@@ -193,31 +214,112 @@ async fn write_events(target: &SinkTarget, events: &mut Vec<StoreEvent>) -> Resu
     Ok(())
 }
 
+/// The window spec of each campaign the sink knows (see the module docs).
+#[derive(Default)]
+struct Windows {
+    specs: HashMap<String, Arc<WindowSpec>>,
+}
+
+impl Windows {
+    /// Learns the windows of a launched campaign.
+    fn learn(&mut self, ev: &StoreEvent) {
+        if let StoreEvent::Launched {
+            campaign_id, plan, ..
+        } = ev
+        {
+            self.specs
+                .insert(campaign_id.clone(), Arc::new(spec_of(campaign_id, plan)));
+        }
+    }
+
+    /// Makes sure every campaign of `entries` has a spec: unknown ones are looked up in the
+    /// `campaigns` table (a campaign not stored there gets the empty spec, `""` labels).
+    ///
+    /// # Errors
+    /// Retryable ClickHouse errors only (the batches then wait, as for a failed insert).
+    async fn ensure(&mut self, target: &SinkTarget, entries: &[Entry]) -> Result<(), StoreError> {
+        for e in entries {
+            let id = &e.batch.campaign_id;
+            if self.specs.contains_key(id) {
+                continue;
+            }
+            let spec = match store::query::campaign(&target.client, &target.db, id).await {
+                Ok(Some(row)) => match serde_json::from_str::<Plan>(&row.plan_json) {
+                    Ok(plan) => spec_of(id, &plan),
+                    Err(err) => {
+                        tracing::warn!(campaign = %id, error = %err, "stored plan does not parse; rows get no window label");
+                        WindowSpec::default()
+                    }
+                },
+                Ok(None) => {
+                    tracing::warn!(campaign = %id, "campaign unknown to the sink and not in ClickHouse; its rows get no window label");
+                    WindowSpec::default()
+                }
+                Err(err) if err.is_retryable() => return Err(err),
+                Err(err) => {
+                    tracing::warn!(campaign = %id, error = %err, "cannot read the stored campaign; rows get no window label");
+                    WindowSpec::default()
+                }
+            };
+            self.specs.insert(id.clone(), Arc::new(spec));
+        }
+        Ok(())
+    }
+
+    /// The labeller of rows of `campaign_id` from `region`; `None` (label `""`) for a campaign
+    /// without windows or unknown.
+    fn labeller(&self, campaign_id: &str, region: &str) -> Option<Box<WindowLabel>> {
+        let spec = self.specs.get(campaign_id)?;
+        if !spec.has_windows() {
+            return None;
+        }
+        let spec = spec.clone();
+        let region = region.to_string();
+        Some(Box::new(move |coord_unix_us: i64| {
+            spec.label(&region, coord_unix_us)
+        }))
+    }
+}
+
+/// The window spec of a plan; the empty one (logged) for a plan whose zones do not parse.
+fn spec_of(campaign_id: &str, plan: &Plan) -> WindowSpec {
+    WindowSpec::from_plan(plan).unwrap_or_else(|e| {
+        tracing::warn!(campaign = %campaign_id, error = %e, "plan windows unusable; rows get no window label");
+        WindowSpec::default()
+    })
+}
+
 /// A spooled batch decoded for ClickHouse.
 struct Decoded<'a> {
     entry: &'a Entry,
     records: Vec<ProbeRecord>,
     histograms: Vec<store::IntervalHistogram>,
+    /// Window labeller of the batch's campaign and region, if it has windows.
+    label: Option<Box<WindowLabel>>,
 }
 
 impl Decoded<'_> {
     fn input(&self) -> store::BatchInput<'_> {
         let b = &self.entry.batch;
+        let key = BatchKey::new(
+            &b.campaign_id,
+            &self.entry.agent_id,
+            &self.entry.region,
+            b.clock_offset_us,
+            b.seq,
+        );
         store::BatchInput {
-            key: BatchKey::new(
-                &b.campaign_id,
-                &self.entry.agent_id,
-                &self.entry.region,
-                b.clock_offset_us,
-                b.seq,
-            ),
+            key: match &self.label {
+                Some(label) => key.with_window_label(label.as_ref()),
+                None => key,
+            },
             records: &self.records,
             histograms: &self.histograms,
         }
     }
 }
 
-fn decode(entry: &Entry) -> Result<Decoded<'_>, String> {
+fn decode<'a>(entry: &'a Entry, windows: &Windows) -> Result<Decoded<'a>, String> {
     let b = &entry.batch;
     let records = b
         .records
@@ -238,16 +340,23 @@ fn decode(entry: &Entry) -> Result<Decoded<'_>, String> {
         entry,
         records,
         histograms,
+        label: windows.labeller(&b.campaign_id, &entry.region),
     })
 }
 
 /// Writes spooled batches in one insert per table (on 18.16 an INSERT costs tens of ms
 /// whatever its size). When the server rejects the group as bad data, the batches are written
-/// one by one so only the bad one is skipped. `Err` only for retryable failures.
-async fn write_entries(target: &SinkTarget, entries: &[Entry]) -> Result<(), StoreError> {
+/// one by one so only the bad one is skipped. Rows are labelled with their time windows.
+/// `Err` only for retryable failures.
+async fn write_entries(
+    target: &SinkTarget,
+    entries: &[Entry],
+    windows: &mut Windows,
+) -> Result<(), StoreError> {
+    windows.ensure(target, entries).await?;
     let decoded: Vec<Decoded<'_>> = entries
         .iter()
-        .filter_map(|e| match decode(e) {
+        .filter_map(|e| match decode(e, windows) {
             Ok(d) => Some(d),
             Err(why) => {
                 skip(e, &why);
@@ -261,10 +370,11 @@ async fn write_entries(target: &SinkTarget, entries: &[Entry]) -> Result<(), Sto
         Err(e) if e.is_retryable() => Err(e),
         Err(_) => {
             for d in &decoded {
+                let input = d.input();
                 match store::insert_batch(
                     &target.client,
                     &target.db,
-                    &d.input().key,
+                    &input.key,
                     &d.records,
                     &d.histograms,
                 )
@@ -288,4 +398,44 @@ fn skip(entry: &Entry, why: &str) {
         error = %why,
         "batch cannot be stored in ClickHouse (bad data); skipped"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use latmesh_core::windows::{Window, parse_ranges};
+
+    fn launched(id: &str, windows: Vec<Window>) -> StoreEvent {
+        let mut plan: Plan = serde_json::from_value(serde_json::json!({
+            "name": "t", "seed": 0, "metrics_version": 1, "regions": ["ap"],
+            "rounds": {"count": 1, "interval_ms": 1000, "gap_ms": 0},
+            "providers": [], "scenarios": [], "prompt_set": "x"
+        }))
+        .unwrap();
+        plan.timezones.insert("ap".into(), "+08:00".into());
+        plan.windows = windows;
+        StoreEvent::Launched {
+            campaign_id: id.into(),
+            plan: Box::new(plan),
+            launched_at_unix_us: 0,
+            start_at_unix_us: 0,
+        }
+    }
+
+    #[test]
+    fn launched_campaigns_label_their_rows_in_local_time() {
+        let mut w = Windows::default();
+        let peak = Window {
+            name: "peak".into(),
+            ranges: parse_ranges("09:00-12:00").unwrap(),
+        };
+        w.learn(&launched("c1", vec![peak]));
+        w.learn(&launched("c2", vec![]));
+        let label = w.labeller("c1", "ap").expect("c1 has windows");
+        // 2024-06-01 01:30 UTC is 09:30 at +08:00.
+        assert_eq!(label(1_717_205_400_000_000), "peak");
+        assert_eq!(label(1_717_205_400_000_000 + 3 * 3_600_000_000), "off-peak");
+        assert!(w.labeller("c2", "ap").is_none());
+        assert!(w.labeller("unknown", "ap").is_none());
+    }
 }

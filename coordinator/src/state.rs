@@ -690,6 +690,8 @@ mod tests {
                 }],
             }],
             prompt_set: "x".into(),
+            timezones: Default::default(),
+            windows: Vec::new(),
         }
     }
 

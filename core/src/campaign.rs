@@ -8,6 +8,14 @@
 //! regions = ["us-east", "eu-west"]
 //! prompt_set = "my-prompts.jsonl" # optional, relative to this file; default: builtin set
 //!
+//! [campaign.timezones]            # optional: region → IANA zone name or fixed UTC offset
+//! us-east = "America/New_York"
+//! eu-west = "+00:00"
+//!
+//! [windows]                       # optional: name → local-time ranges (see crate::windows)
+//! peak = "09:00-12:00,14:00-18:00"
+//! night = "22:00-06:00"           # wraps past midnight
+//!
 //! [rounds]
 //! count = 10
 //! interval_s = 4.0
@@ -32,7 +40,16 @@
 //! Environment overrides: `LATMESH_CAMPAIGN__SEED=7`, `LATMESH_ROUNDS__COUNT=3` (section and
 //! key separated by a double underscore). Only the `campaign` and `rounds` sections can be
 //! overridden this way.
+//!
+//! Windows: every result row is labelled with the window its time falls in, in the local time
+//! of its region (rules in [`crate::windows`]: the first declared window wins where windows
+//! overlap, a time in none is `off-peak`, no `[windows]` means every label is `""`). Window
+//! names follow the rules of other names, and `off-peak` is reserved. When `[windows]` is given,
+//! every region needs a zone in `[campaign.timezones]` (write `"UTC"` for UTC): windows of
+//! local time without a zone would silently be UTC. Zones without windows are allowed (SQL can
+//! still group by local hour).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use figment::Figment;
@@ -42,6 +59,7 @@ use serde::Deserialize;
 use crate::metrics::METRICS_VERSION;
 use crate::plan::{Plan, PlanPrompt, ProviderSpec, RoundsSpec, ScenarioSpec, Timeouts};
 use crate::prompts::PromptSet;
+use crate::windows::{self, OFF_PEAK, Window, Zone};
 
 /// A campaign file problem, naming the key (`providers[2].base_url`) or the figment path.
 #[derive(Debug, thiserror::Error)]
@@ -84,6 +102,81 @@ pub struct CampaignFile {
     /// `[[providers]]`.
     #[serde(default)]
     pub providers: Vec<ProviderSection>,
+    /// `[windows]`: name → ranges, in declaration order.
+    #[serde(default)]
+    pub windows: WindowsSection,
+}
+
+/// `[windows]`: `(name, ranges text)` pairs, in declaration order when the file was loaded by
+/// [`load_file`] or [`load_toml_str`] (which read the order from the text: figment itself
+/// sorts keys).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct WindowsSection(pub Vec<(String, String)>);
+
+impl<'de> Deserialize<'de> for WindowsSection {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = WindowsSection;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a table of window name = \"HH:MM-HH:MM,...\"")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::new();
+                while let Some((k, v)) = map.next_entry::<String, String>()? {
+                    out.push((k, v));
+                }
+                Ok(WindowsSection(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// The keys of `[windows]` in the order the text declares them; empty when the text does not
+/// parse (figment then reports why).
+fn declared_window_order(text: &str, yaml: bool) -> Vec<String> {
+    struct Keys(Vec<String>);
+    impl<'de> Deserialize<'de> for Keys {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> serde::de::Visitor<'de> for V {
+                type Value = Keys;
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("a table")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(
+                    self,
+                    mut map: A,
+                ) -> Result<Keys, A::Error> {
+                    let mut out = Vec::new();
+                    while let Some(k) = map.next_key::<String>()? {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                        out.push(k);
+                    }
+                    Ok(Keys(out))
+                }
+            }
+            d.deserialize_map(V)
+        }
+    }
+    #[derive(Deserialize)]
+    struct Probe {
+        #[serde(default)]
+        windows: Option<Keys>,
+    }
+    let probe: Option<Probe> = if yaml {
+        serde_yaml::from_str(text).ok()
+    } else {
+        toml::from_str(text).ok()
+    };
+    probe
+        .and_then(|p| p.windows)
+        .map(|k| k.0)
+        .unwrap_or_default()
 }
 
 /// `[campaign]`.
@@ -99,6 +192,9 @@ pub struct CampaignSection {
     pub regions: Vec<String>,
     /// Prompt set file, relative to the campaign file; the builtin set when absent.
     pub prompt_set: Option<PathBuf>,
+    /// `[campaign.timezones]`: region → IANA zone name or fixed offset (`+08:00`).
+    #[serde(default)]
+    pub timezones: BTreeMap<String, String>,
 }
 
 /// `[rounds]`.
@@ -179,7 +275,10 @@ pub fn load_file(path: &Path) -> Result<Plan, CampaignError> {
         Figment::from(Toml::file(path))
     };
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    from_figment(fig, &base)
+    let order = std::fs::read_to_string(path)
+        .map(|text| declared_window_order(&text, is_yaml))
+        .unwrap_or_default();
+    from_figment(fig, &base, &order)
 }
 
 /// Loads and validates campaign TOML text (relative paths resolve against `base_dir`), with
@@ -188,17 +287,31 @@ pub fn load_file(path: &Path) -> Result<Plan, CampaignError> {
 /// # Errors
 /// [`CampaignError`] naming the key that is wrong.
 pub fn load_toml_str(text: &str, base_dir: &Path) -> Result<Plan, CampaignError> {
-    from_figment(Figment::from(Toml::string(text)), base_dir)
+    let order = declared_window_order(text, false);
+    from_figment(Figment::from(Toml::string(text)), base_dir, &order)
 }
 
-fn from_figment(fig: Figment, base_dir: &Path) -> Result<Plan, CampaignError> {
+/// Extracts and validates; `window_order` is the declaration order of `[windows]` (figment
+/// hands its keys over sorted).
+fn from_figment(
+    fig: Figment,
+    base_dir: &Path,
+    window_order: &[String],
+) -> Result<Plan, CampaignError> {
     let env = Env::prefixed("LATMESH_")
         .filter(|k| {
             let k = k.as_str().to_ascii_lowercase();
             k.starts_with("campaign__") || k.starts_with("rounds__")
         })
         .split("__");
-    let file: CampaignFile = fig.merge(env).extract().map_err(figment_error)?;
+    let mut file: CampaignFile = fig.merge(env).extract().map_err(figment_error)?;
+    let rank = |name: &str| {
+        window_order
+            .iter()
+            .position(|n| n == name)
+            .unwrap_or(usize::MAX)
+    };
+    file.windows.0.sort_by_key(|(name, _)| rank(name));
     validate(file, base_dir)
 }
 
@@ -456,6 +569,7 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
         });
     }
     check_unique("scenarios", file.scenarios.iter().map(|s| s.name.as_str()))?;
+    let (timezones, windows) = validate_windows(&file)?;
 
     Ok(Plan {
         name: c.name.clone(),
@@ -470,7 +584,56 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
         providers,
         scenarios,
         prompt_set: prompt_set.name,
+        timezones,
+        windows,
     })
+}
+
+/// `[campaign.timezones]` and `[windows]`: canonical zone texts per region, and the windows in
+/// declaration order.
+fn validate_windows(
+    file: &CampaignFile,
+) -> Result<(BTreeMap<String, String>, Vec<Window>), CampaignError> {
+    let regions = &file.campaign.regions;
+    let mut timezones = BTreeMap::new();
+    for (region, text) in &file.campaign.timezones {
+        let key = format!("campaign.timezones.{region}");
+        if !regions.contains(region) {
+            return Err(invalid(
+                key,
+                format!("unknown region (campaign.regions: {})", regions.join(", ")),
+            ));
+        }
+        let zone = Zone::parse(text).map_err(|m| invalid(&key, m))?;
+        timezones.insert(region.clone(), zone.to_string());
+    }
+    let mut windows = Vec::new();
+    for (name, text) in &file.windows.0 {
+        let key = format!("windows.{name}");
+        check_name(&key, name)?;
+        if name == OFF_PEAK {
+            return Err(invalid(
+                key,
+                format!(
+                    "{OFF_PEAK:?} is the label of times in no window; name the window otherwise"
+                ),
+            ));
+        }
+        let ranges = windows::parse_ranges(text).map_err(|m| invalid(&key, m))?;
+        windows.push(Window {
+            name: name.clone(),
+            ranges,
+        });
+    }
+    if !windows.is_empty()
+        && let Some(region) = regions.iter().find(|r| !timezones.contains_key(*r))
+    {
+        return Err(invalid(
+            format!("campaign.timezones.{region}"),
+            "missing: [windows] are in local time, so every region needs a zone (an IANA name such as \"Europe/Berlin\", \"UTC\", or an offset such as \"+08:00\")",
+        ));
+    }
+    Ok((timezones, windows))
 }
 
 #[cfg(test)]
@@ -569,6 +732,127 @@ api_key_env = "A_KEY"
         std::fs::write(&file, GOOD.replace("gap_ms = 100", "gap_ms = -1")).unwrap();
         let e = load_file(&file).unwrap_err().to_string();
         assert!(e.contains("c.toml") && e.contains("rounds.gap_ms"), "{e}");
+    }
+
+    const WINDOWS: &str = r#"
+[campaign.timezones]
+us-east = "America/New_York"
+eu-west = "+01:00"
+
+[windows]
+peak = "09:00-12:00, 14:00-18:00"
+night = "22:00-06:00"
+"#;
+
+    #[test]
+    fn zones_and_windows_become_part_of_the_plan() {
+        let plan = load_toml_str(&format!("{GOOD}{WINDOWS}"), Path::new(".")).unwrap();
+        assert_eq!(plan.timezones["us-east"], "America/New_York");
+        assert_eq!(plan.timezones["eu-west"], "+01:00");
+        // Declaration order, not alphabetical: "peak" wins where windows overlap.
+        let names: Vec<&str> = plan.windows.iter().map(|w| w.name.as_str()).collect();
+        assert_eq!(names, ["peak", "night"]);
+        assert_eq!(plan.windows[0].ranges[1].to_string(), "14:00-18:00");
+        let spec = crate::windows::WindowSpec::from_plan(&plan).unwrap();
+        assert_eq!(spec.labels(), ["peak", "night", "off-peak"]);
+        // 2024-06-03 14:30 UTC is 10:30 in New York (EDT) and 15:30 at +01:00.
+        assert_eq!(spec.label("us-east", 1_717_425_000_000_000), "peak");
+        assert_eq!(spec.label("eu-west", 1_717_425_000_000_000), "peak");
+        // Zones alone are fine; plans without either keep the old JSON.
+        let zones_only = GOOD.replace(
+            "[rounds]",
+            "[campaign.timezones]\nus-east = \"UTC\"\n\n[rounds]",
+        );
+        let plan = load_toml_str(&zones_only, Path::new(".")).unwrap();
+        assert!(plan.windows.is_empty() && plan.timezones.len() == 1);
+        let plain = load_toml_str(GOOD, Path::new(".")).unwrap();
+        assert!(!plain.to_json().contains("windows"));
+    }
+
+    #[test]
+    fn window_order_is_the_declaration_order_in_toml_and_yaml() {
+        let text = format!(
+            "{GOOD}[campaign.timezones]\nus-east = \"UTC\"\neu-west = \"UTC\"\n[windows]\nzeta = \"08:00-18:00\"\nalpha = \"12:00-13:00\"\nmid = \"00:00-01:00\"\n"
+        );
+        let plan = load_toml_str(&text, Path::new(".")).unwrap();
+        let names: Vec<&str> = plan.windows.iter().map(|w| w.name.as_str()).collect();
+        assert_eq!(names, ["zeta", "alpha", "mid"]);
+        let yaml = r#"
+campaign:
+  name: t
+  regions: [us-east]
+  timezones:
+    us-east: Asia/Singapore
+rounds: {count: 2, interval_s: 1.5, gap_ms: 10}
+scenarios:
+  - {name: chat, prompt_ids: ["code-*"], max_tokens: 16}
+providers:
+  - {name: a, base_url: "http://127.0.0.1:9/v1", model_id: m}
+windows:
+  zeta: "08:00-18:00"
+  alpha: "12:00-13:00"
+"#;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.yml");
+        std::fs::write(&file, yaml).unwrap();
+        let plan = load_file(&file).unwrap();
+        let names: Vec<&str> = plan.windows.iter().map(|w| w.name.as_str()).collect();
+        assert_eq!(names, ["zeta", "alpha"]);
+        assert_eq!(plan.timezones["us-east"], "Asia/Singapore");
+    }
+
+    #[test]
+    fn window_and_zone_errors_name_the_key() {
+        let with = |w: &str| {
+            format!(
+                "{GOOD}{}",
+                WINDOWS.replace("peak = \"09:00-12:00, 14:00-18:00\"", w)
+            )
+        };
+        let cases = [
+            (
+                with("peak = \"25:00-26:00\""),
+                "windows.peak: \"25:00\" is not HH:MM",
+            ),
+            (
+                with("peak = \"09:00\""),
+                "windows.peak: \"09:00\" is not a range",
+            ),
+            (with("peak = \"10:00-10:00\""), "windows.peak: "),
+            (with("peak = \"\""), "windows.peak: "),
+            (with("\"off-peak\" = \"10:00-11:00\""), "windows.off-peak: "),
+            (with("\"bad name\" = \"10:00-11:00\""), "windows.bad name: "),
+            (with("peak = 9"), "windows.peak"),
+            (
+                format!(
+                    "{GOOD}{}",
+                    WINDOWS.replace(
+                        "eu-west = \"+01:00\"",
+                        "eu-west = \"+01:00\"\nmars = \"UTC\""
+                    )
+                ),
+                "campaign.timezones.mars: unknown region",
+            ),
+            (
+                format!(
+                    "{GOOD}{}",
+                    WINDOWS.replace("America/New_York", "America/New_Yrok")
+                ),
+                "campaign.timezones.us-east: \"America/New_Yrok\" is not an IANA time zone name",
+            ),
+            (
+                format!("{GOOD}{}", WINDOWS.replace("\"+01:00\"", "\"+25:00\"")),
+                "campaign.timezones.eu-west: \"+25:00\" is not a UTC offset",
+            ),
+            (
+                format!("{GOOD}{}", WINDOWS.replace("eu-west = \"+01:00\"\n", "")),
+                "campaign.timezones.eu-west: missing",
+            ),
+        ];
+        for (text, says) in cases {
+            let e = err_of(&text);
+            assert!(e.contains(says), "error {e:?} should contain {says:?}");
+        }
     }
 
     #[test]

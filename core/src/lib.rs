@@ -1,6 +1,6 @@
 //! What latmesh's agent and coordinator share: the campaign plan and its validation, the
 //! measurement record, metric definitions, HDR histogram sets, clock-offset estimation,
-//! and conversions to and from the wire types.
+//! named local-time windows, and conversions to and from the wire types.
 //!
 //! Pure: no network, no async.
 
@@ -11,4 +11,5 @@ pub mod metrics;
 pub mod plan;
 pub mod prompts;
 pub mod record;
+pub mod windows;
 pub mod wire;

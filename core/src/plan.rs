@@ -5,6 +5,8 @@
 //! same order in every region (a shuffle seeded by the campaign seed and `r`), probe `i` being
 //! sent at round start + `i × gap`.
 
+use std::collections::BTreeMap;
+
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
@@ -12,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::prompts::Message;
+use crate::windows::Window;
 
 /// A provider endpoint. The API key itself never appears here: only the name of the
 /// environment variable that holds it on the agents.
@@ -109,6 +112,15 @@ pub struct Plan {
     pub scenarios: Vec<ScenarioSpec>,
     /// Name of the prompt set the prompts came from.
     pub prompt_set: String,
+    /// Time zone of each region that has one: region → IANA name or `±HH:MM` (canonical
+    /// text, see [`crate::windows::Zone`]). Absent from the JSON when empty, so plans without
+    /// zones keep their [`Plan::hash`]; older plan JSON without the field parses.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub timezones: BTreeMap<String, String>,
+    /// Named windows of local time, in declaration order (the first that contains a time
+    /// wins; see [`crate::windows`]). Absent from the JSON when empty, like `timezones`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub windows: Vec<Window>,
 }
 
 /// One probe of a round: which provider, which scenario.
@@ -212,6 +224,8 @@ pub(crate) mod tests {
                 })
                 .collect(),
             prompt_set: "x".into(),
+            timezones: BTreeMap::new(),
+            windows: Vec::new(),
         }
     }
 
@@ -249,5 +263,32 @@ pub(crate) mod tests {
         assert_eq!(back, p);
         assert_eq!(back.hash(), p.hash());
         assert_eq!(p.hash().len(), 64);
+    }
+
+    #[test]
+    fn plans_without_windows_keep_their_json_and_hash() {
+        let p = plan(2, 1);
+        let json = p.to_json();
+        assert!(
+            !json.contains("timezones") && !json.contains("windows"),
+            "{json}"
+        );
+        // JSON written before the fields existed parses, and hashes the same.
+        let back: Plan = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.hash(), p.hash());
+        let mut w = p.clone();
+        w.timezones
+            .insert("us-east".into(), "America/New_York".into());
+        w.windows.push(Window {
+            name: "peak".into(),
+            ranges: crate::windows::parse_ranges("09:00-12:00").unwrap(),
+        });
+        let json = w.to_json();
+        assert!(
+            json.contains(r#""windows":[{"name":"peak","ranges":["09:00-12:00"]}]"#),
+            "{json}"
+        );
+        assert_eq!(serde_json::from_str::<Plan>(&json).unwrap(), w);
+        assert_ne!(w.hash(), p.hash());
     }
 }

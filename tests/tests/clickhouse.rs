@@ -31,10 +31,10 @@ use rand::{Rng, SeedableRng};
 fn server_url() -> &'static str {
     static URL: OnceLock<String> = OnceLock::new();
     URL.get_or_init(|| {
-        if let Ok(url) = std::env::var("LATMESH_CLICKHOUSE_URL") {
-            if !url.trim().is_empty() {
-                return url.trim().to_string();
-            }
+        if let Ok(url) = std::env::var("LATMESH_CLICKHOUSE_URL")
+            && !url.trim().is_empty()
+        {
+            return url.trim().to_string();
         }
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .parent()
@@ -131,6 +131,8 @@ fn plan() -> Plan {
             })
             .collect(),
         prompt_set: "mixed".into(),
+        timezones: Default::default(),
+        windows: Vec::new(),
     }
 }
 

@@ -1,5 +1,6 @@
-//! Queries: the region × provider matrix ([`matrix`]), the outcome mix ([`errors`]), stored
-//! campaigns and agents, and row counts for `latmesh campaign verify` ([`counts`]).
+//! Queries: the region × provider matrix ([`matrix`]), the outcome mix ([`errors`]), peak vs
+//! off-peak ([`windows`]), a provider's trend ([`trend`]), stored campaigns and agents, and
+//! row counts for `latmesh campaign verify` ([`counts`]).
 //!
 //! Percentiles are exact over any grouping: `quantilesExactWeighted(0.5, 0.9, 0.99)(value,
 //! weight)` over `ARRAY JOIN values AS value, counts AS weight` of every interval histogram in
@@ -7,11 +8,19 @@
 //! [`super::rows::HistogramRow`]) — never an average of percentiles. Counts are summed in Rust
 //! from one `GROUP BY region, provider, scenario, outcome`, so the `ALL` rows are exact sums.
 //! No query needs `FINAL` (see the de-duplication guarantee in [`super::insert`]).
+//!
+//! Time windows ([`windows`]) and trends ([`trend`]) use the same exact percentiles, grouped
+//! by the stored `window` label or by a time bucket on the coordinator's clock. Local hours
+//! are computed in SQL from each region's zone ([`local_hour_sql`]); there is no local-hour
+//! column.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use comfy_table::{Cell as TCell, CellAlignment, Table, presets};
 use latmesh_core::metrics::Metric;
+use latmesh_core::plan::Plan;
 use latmesh_core::record::Outcome;
+use latmesh_core::windows::{WindowSpec, Zone, utc_label};
 use serde::{Deserialize, Serialize};
 
 use super::rows::{AgentRow, CampaignRow};
@@ -657,9 +666,725 @@ pub async fn counts(
     Ok(out)
 }
 
+/// A percentile the `windows` and `trend` queries report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Percentile {
+    /// Median.
+    P50,
+    /// 90th percentile.
+    P90,
+    /// 99th percentile.
+    P99,
+}
+
+impl Percentile {
+    /// `50` → [`Percentile::P50`], `90`, `99`; `None` otherwise.
+    pub fn from_number(n: u32) -> Option<Percentile> {
+        match n {
+            50 => Some(Percentile::P50),
+            90 => Some(Percentile::P90),
+            99 => Some(Percentile::P99),
+            _ => None,
+        }
+    }
+
+    /// 50, 90 or 99.
+    pub fn number(self) -> u32 {
+        match self {
+            Percentile::P50 => 50,
+            Percentile::P90 => 90,
+            Percentile::P99 => 99,
+        }
+    }
+
+    /// The quantile, as HdrHistogram's `value_at_quantile` takes it (0.5, 0.9, 0.99).
+    pub fn quantile(self) -> f64 {
+        match self {
+            Percentile::P50 => 0.5,
+            Percentile::P90 => 0.9,
+            Percentile::P99 => 0.99,
+        }
+    }
+
+    /// The quantile as an SQL literal (the same digits the matrix query uses).
+    fn sql(self) -> &'static str {
+        match self {
+            Percentile::P50 => "0.5",
+            Percentile::P90 => "0.9",
+            Percentile::P99 => "0.99",
+        }
+    }
+}
+
+/// `text` as a single-quoted SQL string literal.
+fn sql_string(text: &str) -> String {
+    format!("'{}'", text.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
+/// ` WHERE …` of `filter` plus one more condition.
+fn and_where(wh: &mut String, cond: &str) {
+    wh.push_str(if wh.is_empty() { " WHERE " } else { " AND " });
+    wh.push_str(cond);
+}
+
+/// Coordinator-clock UTC seconds of a `requests` row (its send time), as an SQL expression.
+const REQUEST_COORD_SECS: &str = "toInt64(intDiv(send_coord_unix_us, 1000000))";
+/// Coordinator-clock UTC seconds of a `histograms` row (its interval start corrected with the
+/// batch's clock offset), as an SQL expression.
+const HISTOGRAM_COORD_SECS: &str = "intDiv(toInt64(start_unix_us) + clock_offset_us, 1000000)";
+
+/// An SQL expression (`UInt8`, 0..=23) for the local hour, in the zone of the row's `region`
+/// under `spec`, of the UTC instant `secs` (an SQL expression of UTC seconds): `toHour` after
+/// `toTimeZone` for IANA zones (DST from the server's time-zone database), arithmetic for fixed
+/// offsets and for regions without a zone (UTC). Works on 18.16 and current ClickHouse, and
+/// does not depend on the server's own time zone. This is how SQL groups by local hour: e.g.
+/// `GROUP BY local_hour_sql(spec, "toInt64(intDiv(send_coord_unix_us, 1000000))")`.
+pub fn local_hour_sql(spec: &WindowSpec, secs: &str) -> String {
+    let of = |zone: &Zone| match zone {
+        Zone::Iana(tz) => format!(
+            "toHour(toTimeZone(toDateTime(toUInt32({secs})), {}))",
+            sql_string(tz.name())
+        ),
+        Zone::Fixed { offset_s } => {
+            format!("toUInt8(intDiv(modulo(toInt64({secs}) + ({offset_s}) + 86400, 86400), 3600))")
+        }
+    };
+    let utc = of(&Zone::UTC);
+    if spec.zones().is_empty() {
+        return utc;
+    }
+    let mut parts: Vec<String> = spec
+        .zones()
+        .iter()
+        .map(|(region, zone)| format!("region = {}, {}", sql_string(region), of(zone)))
+        .collect();
+    parts.push(utc);
+    format!("multiIf({})", parts.join(", "))
+}
+
+/// The windows of the stored campaign `campaign_id`, from its plan; `None` when the campaign
+/// is not stored.
+///
+/// # Errors
+/// The server's or connection's error; [`StoreError::Rejected`] for a stored plan that does
+/// not parse.
+pub async fn stored_window_spec(
+    client: &clickhouse::Client,
+    db: &str,
+    campaign_id: &str,
+) -> Result<Option<WindowSpec>, StoreError> {
+    let Some(row) = campaign(client, db, campaign_id).await? else {
+        return Ok(None);
+    };
+    let bad = |message: String| StoreError::Rejected {
+        code: None,
+        message: format!("stored plan of campaign {campaign_id:?}: {message}"),
+    };
+    let plan: Plan = serde_json::from_str(&row.plan_json).map_err(|e| bad(e.to_string()))?;
+    WindowSpec::from_plan(&plan)
+        .map(Some)
+        .map_err(|e| bad(e.to_string()))
+}
+
+/// One window of a [`WindowsRow`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WindowStat {
+    /// Window label (`""` for rows stored without one).
+    pub window: String,
+    /// Attempts (`requests` rows) in the window.
+    pub attempts: u64,
+    /// Attempts whose outcome is not `ok`.
+    pub errors: u64,
+    /// `errors` as % of `attempts` (0 without attempts).
+    pub error_pct: f64,
+    /// Values of the metric in the window's histograms.
+    pub samples: u64,
+    /// The percentile of the metric over the window's merged histograms, µs (exact: what
+    /// HdrHistogram's `value_at_quantile` gives for the merged histograms); `None` without
+    /// samples.
+    pub value_us: Option<u64>,
+    /// `value_us` in ms.
+    pub value_ms: Option<f64>,
+}
+
+/// A provider in a region (or `ALL` regions merged), window by window.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WindowsRow {
+    /// Provider.
+    pub provider: String,
+    /// Region, or `ALL`.
+    pub region: String,
+    /// One entry per window of [`WindowsReport::windows`], in that order.
+    pub windows: Vec<WindowStat>,
+    /// First window's value − second window's, ms (`None` unless both have samples).
+    pub change_ms: Option<f64>,
+    /// `change_ms` as % of the second window's value.
+    pub change_pct: Option<f64>,
+}
+
+/// What `latmesh query windows` prints.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WindowsReport {
+    /// The metric (`ttft`, `ttfc`, `e2e`, `tpot`).
+    pub metric: String,
+    /// 50, 90 or 99.
+    pub percentile: u32,
+    /// Window labels in column order: the campaign's declared windows, `off-peak`, then any
+    /// other label found in the rows (e.g. `""`), sorted.
+    pub windows: Vec<String>,
+    /// The two windows the change compares (first − second), when there are two.
+    pub compared: Option<(String, String)>,
+    /// By provider, then region (`ALL` last).
+    pub rows: Vec<WindowsRow>,
+}
+
+#[derive(clickhouse::Row, Deserialize)]
+struct GroupCount {
+    region: String,
+    provider: String,
+    group: String,
+    attempts: u64,
+    errors: u64,
+}
+
+#[derive(clickhouse::Row, Deserialize)]
+struct GroupQuantile {
+    region: String,
+    provider: String,
+    group: String,
+    samples: u64,
+    value: u64,
+}
+
+/// Attempts and non-`ok` attempts of `requests` per (region, provider, `group` expression).
+async fn group_counts(
+    client: &clickhouse::Client,
+    db: &str,
+    filter: &QueryFilter,
+    group: &str,
+) -> Result<Vec<GroupCount>, StoreError> {
+    let (wh, args) = where_clause(filter, "send_unix_us", "send_time");
+    let sql = format!(
+        "SELECT region, provider, toString({group}) AS grp, count() AS attempts, \
+         countIf(outcome != 'ok') AS errs \
+         FROM {db}.requests{wh} \
+         GROUP BY region, provider, grp"
+    );
+    Ok(bind_all(client.query(&sql), &args).fetch_all().await?)
+}
+
+/// Samples and the exact percentile of `metric` per (region — or `ALL` when `merged` —,
+/// provider, `group` expression) over the merged interval histograms.
+async fn group_quantiles(
+    client: &clickhouse::Client,
+    db: &str,
+    filter: &QueryFilter,
+    metric: Metric,
+    percentile: Percentile,
+    group: &str,
+    merged: bool,
+) -> Result<Vec<GroupQuantile>, StoreError> {
+    let (mut wh, args) = where_clause(filter, "start_unix_us", "interval_start");
+    and_where(
+        &mut wh,
+        &format!("metric = {}", sql_string(metric.as_str())),
+    );
+    let (region, group_by) = if merged {
+        (sql_string(ALL_REGIONS), "provider, grp")
+    } else {
+        ("region".to_string(), "row_region, provider, grp")
+    };
+    let q = percentile.sql();
+    let sql = format!(
+        "SELECT {region} AS row_region, provider, toString({group}) AS grp, \
+         sum(weight) AS samples, quantileExactWeighted({q})(value, weight) AS v \
+         FROM {db}.histograms \
+         ARRAY JOIN `values` AS value, `counts` AS weight{wh} \
+         GROUP BY {group_by}"
+    );
+    Ok(bind_all(client.query(&sql), &args).fetch_all().await?)
+}
+
+fn pct_of(n: u64, of: u64) -> f64 {
+    if of == 0 {
+        0.0
+    } else {
+        n as f64 * 100.0 / of as f64
+    }
+}
+
+/// One group of a grouped query: (attempts, errors, samples, percentile µs).
+type GroupCell = (u64, u64, u64, Option<u64>);
+
+/// Cells of a grouped query: (provider, ALL-last, region) → group → cell.
+type Grouped = BTreeMap<(String, bool, String), BTreeMap<String, GroupCell>>;
+
+/// Runs [`group_counts`] and [`group_quantiles`] (per region and, when the rows span more than
+/// one region, merged as `ALL`) and joins them.
+async fn grouped(
+    client: &clickhouse::Client,
+    db: &str,
+    filter: &QueryFilter,
+    metric: Metric,
+    percentile: Percentile,
+    request_group: &str,
+    histogram_group: &str,
+) -> Result<Grouped, StoreError> {
+    check_identifier(db)?;
+    let counts = group_counts(client, db, filter, request_group).await?;
+    let mut quantiles = group_quantiles(
+        client,
+        db,
+        filter,
+        metric,
+        percentile,
+        histogram_group,
+        false,
+    )
+    .await?;
+    let regions: BTreeSet<&str> = counts
+        .iter()
+        .map(|c| c.region.as_str())
+        .chain(quantiles.iter().map(|q| q.region.as_str()))
+        .collect();
+    let merge = regions.len() > 1;
+    if merge {
+        quantiles.extend(
+            group_quantiles(
+                client,
+                db,
+                filter,
+                metric,
+                percentile,
+                histogram_group,
+                true,
+            )
+            .await?,
+        );
+    }
+    let mut out: Grouped = BTreeMap::new();
+    let key = |region: &str, provider: &str| {
+        (
+            provider.to_string(),
+            region == ALL_REGIONS,
+            region.to_string(),
+        )
+    };
+    for c in &counts {
+        let regions: &[&str] = if merge {
+            &[c.region.as_str(), ALL_REGIONS]
+        } else {
+            &[c.region.as_str()]
+        };
+        for region in regions {
+            let e = out
+                .entry(key(region, &c.provider))
+                .or_default()
+                .entry(c.group.clone())
+                .or_default();
+            e.0 += c.attempts;
+            e.1 += c.errors;
+        }
+    }
+    for q in quantiles {
+        let e = out
+            .entry(key(&q.region, &q.provider))
+            .or_default()
+            .entry(q.group)
+            .or_default();
+        e.2 = q.samples;
+        e.3 = (q.samples > 0).then_some(q.value);
+    }
+    Ok(out)
+}
+
+/// Peak vs off-peak: per provider and region (and `ALL` regions merged, when the rows span
+/// more than one), for every time window, the exact `percentile` of `metric` over the window's
+/// merged interval histograms (`quantileExactWeighted` over `ARRAY JOIN`, grouped by
+/// `window`), the window's attempts and error % (non-`ok` outcomes), and the change between
+/// the first two windows. Windows are ordered as the campaign declares them (its stored
+/// plan, when `filter.campaign_id` names a stored campaign), then `off-peak`, then any other
+/// label found (sorted; `""` for rows stored without a label). Scenarios are merged unless
+/// `filter.scenario` picks one. Rows are sorted by provider, then region (`ALL` last).
+///
+/// # Errors
+/// [`StoreError::InvalidName`] for a bad `db`; [`StoreError::Rejected`] for a stored plan that
+/// does not parse; the server's or connection's error otherwise.
+pub async fn windows(
+    client: &clickhouse::Client,
+    db: &str,
+    filter: &QueryFilter,
+    metric: Metric,
+    percentile: Percentile,
+) -> Result<WindowsReport, StoreError> {
+    check_identifier(db)?;
+    let declared = match &filter.campaign_id {
+        Some(id) => stored_window_spec(client, db, id)
+            .await?
+            .map(|s| s.labels())
+            .unwrap_or_default(),
+        None => Vec::new(),
+    };
+    let cells = grouped(
+        client, db, filter, metric, percentile, "`window`", "`window`",
+    )
+    .await?;
+    let mut order = declared;
+    let seen: BTreeSet<&String> = cells.values().flat_map(|g| g.keys()).collect();
+    for w in seen {
+        if !order.contains(w) {
+            order.push(w.clone());
+        }
+    }
+    let rows = cells
+        .into_iter()
+        .map(|((provider, _, region), groups)| {
+            let windows: Vec<WindowStat> = order
+                .iter()
+                .map(|w| {
+                    let (attempts, errors, samples, value_us) =
+                        groups.get(w).copied().unwrap_or_default();
+                    WindowStat {
+                        window: w.clone(),
+                        attempts,
+                        errors,
+                        error_pct: pct_of(errors, attempts),
+                        samples,
+                        value_us,
+                        value_ms: value_us.map(|v| v as f64 / 1000.0),
+                    }
+                })
+                .collect();
+            let (change_ms, change_pct) = match (
+                windows.first().and_then(|w| w.value_us),
+                windows.get(1).and_then(|w| w.value_us),
+            ) {
+                (Some(a), Some(b)) => {
+                    let d = (a as f64 - b as f64) / 1000.0;
+                    (
+                        Some(d),
+                        (b > 0).then(|| (a as f64 - b as f64) * 100.0 / b as f64),
+                    )
+                }
+                _ => (None, None),
+            };
+            WindowsRow {
+                provider,
+                region,
+                windows,
+                change_ms,
+                change_pct,
+            }
+        })
+        .collect();
+    Ok(WindowsReport {
+        metric: metric.as_str().to_string(),
+        percentile: percentile.number(),
+        compared: (order.len() >= 2).then(|| (order[0].clone(), order[1].clone())),
+        windows: order,
+        rows,
+    })
+}
+
+fn ms_text(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.1}"))
+}
+
+fn window_name(w: &str) -> &str {
+    if w.is_empty() { "(none)" } else { w }
+}
+
+impl WindowsReport {
+    /// The report as a text table (what `latmesh query windows` prints).
+    pub fn render(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        let p = self.percentile;
+        let _ = write!(
+            out,
+            "{} P{p} (ms) by time window",
+            self.metric.to_uppercase()
+        );
+        if let Some((a, b)) = &self.compared {
+            let _ = write!(
+                out,
+                "; change = {} − {} (ms, and % of {})",
+                window_name(a),
+                window_name(b),
+                window_name(b)
+            );
+        }
+        let _ = writeln!(out);
+        let mut t = Table::new();
+        t.load_preset(presets::ASCII_MARKDOWN);
+        let mut header = vec![TCell::new("provider"), TCell::new("region")];
+        for w in &self.windows {
+            header.push(TCell::new(format!("{} P{p}", window_name(w))));
+            header.push(TCell::new(format!("{} attempts / err %", window_name(w))));
+        }
+        header.push(TCell::new("change ms"));
+        header.push(TCell::new("change %"));
+        t.set_header(header);
+        let right = |s: String| TCell::new(s).set_alignment(CellAlignment::Right);
+        for r in &self.rows {
+            let mut row = vec![TCell::new(&r.provider), TCell::new(&r.region)];
+            for w in &r.windows {
+                row.push(right(ms_text(w.value_ms)));
+                row.push(right(format!("{} / {:.1}", w.attempts, w.error_pct)));
+            }
+            row.push(right(
+                r.change_ms.map_or("-".into(), |v| format!("{v:+.1}")),
+            ));
+            row.push(right(
+                r.change_pct.map_or("-".into(), |v| format!("{v:+.1}%")),
+            ));
+            t.add_row(row);
+        }
+        let _ = writeln!(out, "{t}");
+        out
+    }
+}
+
+/// Time buckets of `latmesh query trend`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TrendBucket {
+    /// UTC hours (what `toStartOfHour` gives on a UTC server).
+    Hour,
+    /// UTC days.
+    Day,
+    /// Hour of the day (0-23) in each region's local time, every day folded together (needs
+    /// the campaign's time zones).
+    LocalHour,
+}
+
+impl TrendBucket {
+    /// `hour`, `day` or `local-hour`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrendBucket::Hour => "hour",
+            TrendBucket::Day => "day",
+            TrendBucket::LocalHour => "local-hour",
+        }
+    }
+
+    /// Parses [`TrendBucket::as_str`]'s names.
+    pub fn parse(s: &str) -> Option<TrendBucket> {
+        [TrendBucket::Hour, TrendBucket::Day, TrendBucket::LocalHour]
+            .into_iter()
+            .find(|b| b.as_str() == s)
+    }
+
+    /// The bucket of UTC seconds `secs` (an SQL expression) as an `Int64` SQL expression:
+    /// the bucket start in UTC seconds, or the local hour.
+    fn sql(self, secs: &str, spec: &WindowSpec) -> String {
+        match self {
+            TrendBucket::Hour => format!("intDiv({secs}, 3600) * 3600"),
+            TrendBucket::Day => format!("intDiv({secs}, 86400) * 86400"),
+            TrendBucket::LocalHour => format!("toInt64({})", local_hour_sql(spec, secs)),
+        }
+    }
+}
+
+/// One bucket of a provider's trend in one region (or `ALL`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrendRow {
+    /// Region, or `ALL`.
+    pub region: String,
+    /// The bucket: its start in UTC seconds (`hour`, `day`), or the local hour 0-23
+    /// (`local-hour`).
+    pub bucket: i64,
+    /// The bucket as text: `2024-03-12 14:00` (UTC), `2024-03-12`, or `09h` (local).
+    pub label: String,
+    /// Attempts (`requests` rows) sent in the bucket.
+    pub attempts: u64,
+    /// Attempts whose outcome is not `ok`.
+    pub errors: u64,
+    /// `errors` as % of `attempts`.
+    pub error_pct: f64,
+    /// Values of the metric in histograms whose interval starts in the bucket.
+    pub samples: u64,
+    /// The exact percentile over those histograms, µs; `None` without samples.
+    pub value_us: Option<u64>,
+    /// `value_us` in ms.
+    pub value_ms: Option<f64>,
+}
+
+/// What `latmesh query trend` prints.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrendReport {
+    /// The provider.
+    pub provider: String,
+    /// The metric.
+    pub metric: String,
+    /// 50, 90 or 99.
+    pub percentile: u32,
+    /// `hour`, `day` or `local-hour`.
+    pub bucket: String,
+    /// By region (`ALL` last), then bucket.
+    pub rows: Vec<TrendRow>,
+}
+
+/// A provider's `percentile` of `metric` per time bucket, per region (and `ALL` regions
+/// merged, when the rows span more than one): exact over the merged interval histograms whose
+/// interval starts in the bucket, with the attempts sent in it and their error %. Buckets are
+/// taken on the coordinator's clock (request send time, histogram interval start, corrected
+/// with each batch's clock offset — the times window labels use); the `from`/`to` filter is
+/// on the agents' clocks (see [`QueryFilter`]). `local-hour` folds every day together by the
+/// hour of day in each region's zone (from the campaign's stored plan).
+///
+/// # Errors
+/// [`StoreError::Rejected`] when `filter.provider` is missing, or for `local-hour` without a
+/// stored campaign in `filter.campaign_id`; [`StoreError::InvalidName`] for a bad `db`; the
+/// server's or connection's error otherwise.
+pub async fn trend(
+    client: &clickhouse::Client,
+    db: &str,
+    filter: &QueryFilter,
+    metric: Metric,
+    percentile: Percentile,
+    bucket: TrendBucket,
+) -> Result<TrendReport, StoreError> {
+    check_identifier(db)?;
+    let rejected = |message: String| StoreError::Rejected {
+        code: None,
+        message,
+    };
+    let provider = filter
+        .provider
+        .clone()
+        .ok_or_else(|| rejected("a trend is of one provider: give one".into()))?;
+    let spec = if bucket == TrendBucket::LocalHour {
+        let id = filter.campaign_id.as_deref().ok_or_else(|| {
+            rejected("local-hour buckets need a campaign (its time zones)".into())
+        })?;
+        stored_window_spec(client, db, id)
+            .await?
+            .ok_or_else(|| rejected(format!("campaign {id:?} is not stored")))?
+    } else {
+        WindowSpec::default()
+    };
+    let cells = grouped(
+        client,
+        db,
+        filter,
+        metric,
+        percentile,
+        &bucket.sql(REQUEST_COORD_SECS, &spec),
+        &bucket.sql(HISTOGRAM_COORD_SECS, &spec),
+    )
+    .await?;
+    let mut rows = Vec::new();
+    for ((_, _, region), groups) in cells {
+        let mut buckets: Vec<(i64, GroupCell)> = groups
+            .into_iter()
+            .filter_map(|(g, v)| g.parse::<i64>().ok().map(|b| (b, v)))
+            .collect();
+        buckets.sort_by_key(|(b, _)| *b);
+        for (b, (attempts, errors, samples, value_us)) in buckets {
+            rows.push(TrendRow {
+                region: region.clone(),
+                bucket: b,
+                label: match bucket {
+                    TrendBucket::Hour => utc_label(b, false),
+                    TrendBucket::Day => utc_label(b, true),
+                    TrendBucket::LocalHour => format!("{b:02}h"),
+                },
+                attempts,
+                errors,
+                error_pct: pct_of(errors, attempts),
+                samples,
+                value_us,
+                value_ms: value_us.map(|v| v as f64 / 1000.0),
+            });
+        }
+    }
+    Ok(TrendReport {
+        provider,
+        metric: metric.as_str().to_string(),
+        percentile: percentile.number(),
+        bucket: bucket.as_str().to_string(),
+        rows,
+    })
+}
+
+impl TrendReport {
+    /// The report as a text table (what `latmesh query trend` prints).
+    pub fn render(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        let when = match self.bucket.as_str() {
+            "local-hour" => "local hour of day",
+            "day" => "UTC day",
+            _ => "UTC hour",
+        };
+        let _ = writeln!(
+            out,
+            "{}: {} P{} (ms) per {when}",
+            self.provider,
+            self.metric.to_uppercase(),
+            self.percentile
+        );
+        let mut t = Table::new();
+        t.load_preset(presets::ASCII_MARKDOWN);
+        t.set_header(vec![
+            "region",
+            self.bucket.as_str(),
+            &format!("P{}", self.percentile),
+            "samples",
+            "attempts",
+            "err %",
+        ]);
+        let right = |s: String| TCell::new(s).set_alignment(CellAlignment::Right);
+        for r in &self.rows {
+            t.add_row(vec![
+                TCell::new(&r.region),
+                TCell::new(&r.label),
+                right(ms_text(r.value_ms)),
+                right(r.samples.to_string()),
+                right(r.attempts.to_string()),
+                right(format!("{:.1}", r.error_pct)),
+            ]);
+        }
+        let _ = writeln!(out, "{t}");
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn local_hour_sql_picks_each_region_s_zone() {
+        let zones = [
+            ("ap".to_string(), "+08:00".to_string()),
+            ("us".to_string(), "America/New_York".to_string()),
+        ]
+        .into();
+        let spec = WindowSpec::new(&zones, &[]).unwrap();
+        let sql = local_hour_sql(&spec, "s");
+        assert_eq!(
+            sql,
+            "multiIf(region = 'ap', toUInt8(intDiv(modulo(toInt64(s) + (28800) + 86400, 86400), 3600)), \
+             region = 'us', toHour(toTimeZone(toDateTime(toUInt32(s)), 'America/New_York')), \
+             toUInt8(intDiv(modulo(toInt64(s) + (0) + 86400, 86400), 3600)))"
+        );
+        assert!(!local_hour_sql(&WindowSpec::default(), "s").contains("multiIf"));
+        assert_eq!(sql_string("it's \\"), "'it\\'s \\\\'");
+    }
+
+    #[test]
+    fn percentiles_and_buckets_parse() {
+        for n in [50, 90, 99] {
+            assert_eq!(Percentile::from_number(n).unwrap().number(), n);
+        }
+        assert_eq!(Percentile::from_number(95), None);
+        assert_eq!(Percentile::P99.quantile(), 0.99);
+        for b in ["hour", "day", "local-hour"] {
+            assert_eq!(TrendBucket::parse(b).unwrap().as_str(), b);
+        }
+        assert_eq!(TrendBucket::parse("week"), None);
+    }
 
     #[test]
     fn where_clause_binds_in_order() {
