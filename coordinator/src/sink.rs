@@ -1,8 +1,9 @@
 //! Drains the coordinator's durable spool into ClickHouse.
 //!
-//! One task, in spool order: read a few entries, decode them, insert each batch
-//! (`clickhouse::insert_batch` skips rows already present, so a replay after a crash or a
-//! retry after a half-failed insert adds nothing twice), then commit the spool past them.
+//! One task, in spool order: read up to 64 entries, decode them, insert them with one INSERT
+//! per table (`clickhouse::insert_batches` skips rows already present, so a replay after a
+//! crash or a retry after a half-failed insert adds nothing twice), then commit the spool past
+//! them.
 //! While ClickHouse is unreachable the task retries with backoff (up to 10 s) and the spool
 //! grows, bounded by its size cap (the coordinator then withholds acks and agents keep their
 //! batches). A batch the server rejects as bad data is logged and skipped: retrying cannot
