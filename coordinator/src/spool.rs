@@ -82,6 +82,8 @@ const PAYLOAD_MIN_BYTES: usize = 8 + 4 + 4;
 
 const LEDGER_FILE: &str = "ledger";
 const LEDGER_TMP_FILE: &str = "ledger.tmp";
+/// Lock file: one process per spool directory.
+const LOCK_FILE: &str = "lock";
 const LEDGER_MAGIC: &[u8; 4] = b"LMS1";
 const LEDGER_BYTES: usize = 4 + 8 + 4;
 
@@ -132,6 +134,16 @@ pub struct Entry {
 /// Why a spool operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SpoolError {
+    /// Another process has this spool directory open (two coordinators must not share one).
+    #[error(
+        "spool directory {dir} is in use by another process ({reason}): give each coordinator its own --spool-dir"
+    )]
+    Locked {
+        /// The directory.
+        dir: PathBuf,
+        /// What the lock attempt said.
+        reason: String,
+    },
     /// A file system operation failed. A failed `append` stored nothing that will be read
     /// back: do not ack the batch.
     #[error("spool: cannot {op} {path}")]
@@ -222,6 +234,9 @@ pub struct Spool {
     max_bytes: u64,
     segment_bytes: u64,
     state: Mutex<State>,
+    /// Holds an exclusive lock on `dir/lock` while the spool is open: one process per
+    /// directory (released when the file is closed, also when the process dies).
+    _lock: fs::File,
 }
 
 impl std::fmt::Debug for Spool {
@@ -258,6 +273,19 @@ impl Spool {
             if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
                 sync_dir(parent)?;
             }
+        }
+        let lock_path = dir.join(LOCK_FILE);
+        let lock = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(io_err("open", &lock_path))?;
+        if let Err(e) = lock.try_lock() {
+            return Err(SpoolError::Locked {
+                dir: dir.clone(),
+                reason: e.to_string(),
+            });
         }
         let tmp = dir.join(LEDGER_TMP_FILE);
         match fs::remove_file(&tmp) {
@@ -369,6 +397,7 @@ impl Spool {
             max_bytes: cfg.max_bytes,
             segment_bytes: cfg.segment_bytes,
             state: Mutex::new(state),
+            _lock: lock,
         })
     }
 
@@ -1101,6 +1130,7 @@ mod tests {
             vec![segment_name(1), segment_name(2), segment_name(4)]
         );
         // Stray files are ignored.
+        drop(spool);
         fs::write(tmp.path().join("notes.txt"), b"hi").unwrap();
         assert_eq!(
             ids(&Spool::open(cfg(tmp.path()))
@@ -1477,5 +1507,17 @@ mod tests {
         let got = spool.read_from(None, n).unwrap();
         println!("read_from {n} entries: {:?}", t.elapsed());
         assert_eq!(got.len(), n);
+    }
+
+    #[test]
+    fn one_process_per_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = || SpoolConfig::new(dir.path().to_path_buf(), 1 << 20);
+        let first = Spool::open(cfg()).unwrap();
+        let err = Spool::open(cfg()).unwrap_err();
+        assert!(matches!(err, SpoolError::Locked { .. }), "{err}");
+        assert!(err.to_string().contains("--spool-dir"), "{err}");
+        drop(first);
+        Spool::open(cfg()).expect("the lock goes with the spool");
     }
 }

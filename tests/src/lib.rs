@@ -41,6 +41,12 @@ impl Drop for Proc {
     }
 }
 
+/// Environment variables that would change what a spawned process does behind a test's
+/// back: the test command exports `LATMESH_CLICKHOUSE_URL` for the ClickHouse tests, and a
+/// coordinator seeing it would store (and spool) too. Tests that want ClickHouse pass
+/// `--clickhouse-url` explicitly.
+const SCRUBBED_ENV: [&str; 2] = ["LATMESH_CLICKHOUSE_URL", "LATMESH_CLICKHOUSE_DB"];
+
 /// Starts `cmd` with stdout piped and waits (up to `timeout`) for a stdout line starting with
 /// `prefix`; returns the process and the rest of that line. Stderr goes to `log`.
 ///
@@ -54,6 +60,9 @@ pub fn spawn_until_line(
     log: &std::path::Path,
 ) -> (Proc, String) {
     let log_file = std::fs::File::create(log).expect("log file");
+    for var in SCRUBBED_ENV {
+        cmd.env_remove(var);
+    }
     cmd.stdout(Stdio::piped()).stderr(log_file);
     let mut child = cmd
         .spawn()
