@@ -1,9 +1,14 @@
 //! Drains the coordinator's durable spool into ClickHouse.
 //!
-//! One task, in spool order: read up to 64 entries, decode them, insert them with one INSERT
-//! per table (`clickhouse::insert_batches` skips rows already present, so a replay after a
-//! crash or a retry after a half-failed insert adds nothing twice), then commit the spool past
-//! them.
+//! One task, in spool order: read a round of entries (up to 256 entries or about 32 MiB of
+//! batches, whichever comes first), decode them, insert them with one INSERT per table
+//! (`clickhouse::insert_prepared` skips rows already present, so a replay after a crash or a
+//! retry after a half-failed insert adds nothing twice), then commit the spool past them.
+//! Histogram rows keep the agent's V2 blob as sent (decoded once, for the bucket arrays).
+//! The sink keeps a [`SeqMarks`] across rounds, so once a (campaign, agent) has a bound, the
+//! "already present?" query is skipped for its batches with a seq above the bound; any failed
+//! insert or query forgets the bounds (see `clickhouse::insert`, "Skipping the presence
+//! query").
 //! While ClickHouse is unreachable the task retries with backoff (up to 10 s) and the spool
 //! grows, bounded by its size cap (the coordinator then withholds acks and agents keep their
 //! batches). A batch the server rejects as bad data is logged and skipped: retrying cannot
@@ -28,14 +33,18 @@ use std::time::Duration;
 use latmesh_core::plan::Plan;
 use latmesh_core::record::ProbeRecord;
 use latmesh_core::windows::WindowSpec;
-use latmesh_core::wire;
 
-use crate::clickhouse::{self as store, BatchKey, StoreError, WindowLabel};
+use crate::clickhouse::insert::{PreparedBatch, SeqMarks};
+use crate::clickhouse::{self as store, BatchKey, HistogramRow, StoreError, WindowLabel};
 use crate::spool::{Entry, Spool};
 use crate::state::{State, StoreEvent, now_unix_us};
 
-/// Entries read from the spool at a time.
-const READ_ENTRIES: usize = 64;
+/// Entries read from the spool per read call.
+const READ_CHUNK: usize = 64;
+/// Most entries in one round (one INSERT per table).
+const ROUND_MAX_ENTRIES: usize = 256;
+/// A round stops growing once its batches reach this many bytes (protobuf size).
+const ROUND_MAX_BYTES: usize = 32 << 20;
 /// Pause when the spool is empty.
 const IDLE_POLL: Duration = Duration::from_millis(200);
 /// Longest pause between retries while ClickHouse is down.
@@ -106,11 +115,12 @@ pub async fn run(spool: Arc<Spool>, state: State, target: SinkTarget) {
     }
     let mut pending_events: Vec<StoreEvent> = Vec::new();
     let mut windows = Windows::default();
+    let mut marks = SeqMarks::new();
     let mut backoff = Duration::from_millis(250);
     loop {
         let entries = {
             let spool = spool.clone();
-            tokio::task::spawn_blocking(move || spool.read_from(None, READ_ENTRIES)).await
+            tokio::task::spawn_blocking(move || read_round(&spool)).await
         };
         let entries = match entries {
             Ok(Ok(e)) => e,
@@ -135,7 +145,7 @@ pub async fn run(spool: Arc<Spool>, state: State, target: SinkTarget) {
         let mut failed = write_events(&target, &mut pending_events).await.err();
         let mut committed = None;
         if failed.is_none() && !entries.is_empty() {
-            match write_entries(&target, &entries, &mut windows).await {
+            match write_entries(&target, &entries, &mut windows, &mut marks).await {
                 Ok(()) => committed = entries.last().map(|e| e.id),
                 Err(e) => failed = Some(e),
             }
@@ -168,6 +178,31 @@ pub async fn run(spool: Arc<Spool>, state: State, target: SinkTarget) {
             }
         }
     }
+}
+
+/// The next round of unconsumed entries: up to [`ROUND_MAX_ENTRIES`], stopping once they hold
+/// [`ROUND_MAX_BYTES`] (at least one entry when any is pending).
+fn read_round(spool: &Spool) -> Result<Vec<Entry>, crate::spool::SpoolError> {
+    use prost::Message as _;
+    let mut out = spool.read_from(None, READ_CHUNK)?;
+    let mut bytes: usize = out.iter().map(|e| e.batch.encoded_len()).sum();
+    while out.len() < ROUND_MAX_ENTRIES && bytes < ROUND_MAX_BYTES {
+        let Some(last) = out.last().map(|e| e.id) else {
+            break;
+        };
+        let more = spool.read_from(Some(last), READ_CHUNK.min(ROUND_MAX_ENTRIES - out.len()))?;
+        if more.is_empty() {
+            break;
+        }
+        for e in more {
+            if bytes >= ROUND_MAX_BYTES {
+                break;
+            }
+            bytes += e.batch.encoded_len();
+            out.push(e);
+        }
+    }
+    Ok(out)
 }
 
 /// Writes queued campaign and agent rows; on a retryable error keeps the rest queued.
@@ -294,28 +329,40 @@ fn spec_of(campaign_id: &str, plan: &Plan) -> WindowSpec {
 struct Decoded<'a> {
     entry: &'a Entry,
     records: Vec<ProbeRecord>,
-    histograms: Vec<store::IntervalHistogram>,
+    /// Its `histograms` rows (built from the agent's blobs, see [`HistogramRow::from_pb`]).
+    histograms: Vec<HistogramRow>,
     /// Window labeller of the batch's campaign and region, if it has windows.
     label: Option<Box<WindowLabel>>,
 }
 
+/// The key of `entry`'s rows, labelled by `label`.
+fn key_of<'a>(entry: &'a Entry, label: Option<&'a WindowLabel>) -> BatchKey<'a> {
+    let b = &entry.batch;
+    let key = BatchKey::new(
+        &b.campaign_id,
+        &entry.agent_id,
+        &entry.region,
+        b.clock_offset_us,
+        b.seq,
+    );
+    match label {
+        Some(label) => key.with_window_label(label),
+        None => key,
+    }
+}
+
 impl Decoded<'_> {
-    fn input(&self) -> store::BatchInput<'_> {
-        let b = &self.entry.batch;
-        let key = BatchKey::new(
-            &b.campaign_id,
-            &self.entry.agent_id,
-            &self.entry.region,
-            b.clock_offset_us,
-            b.seq,
-        );
-        store::BatchInput {
-            key: match &self.label {
-                Some(label) => key.with_window_label(label.as_ref()),
-                None => key,
-            },
+    fn key(&self) -> BatchKey<'_> {
+        key_of(self.entry, self.label.as_deref())
+    }
+
+    /// The batch for an insert, taking its histogram rows (a `Decoded` is inserted once).
+    fn take_prepared(&mut self) -> PreparedBatch<'_> {
+        let histograms = std::mem::take(&mut self.histograms);
+        PreparedBatch {
+            key: key_of(self.entry, self.label.as_deref()),
             records: &self.records,
-            histograms: &self.histograms,
+            histograms,
         }
     }
 }
@@ -328,20 +375,22 @@ fn decode<'a>(entry: &'a Entry, windows: &Windows) -> Result<Decoded<'a>, String
         .map(|r| ProbeRecord::try_from(r.clone()))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())?;
+    let label = windows.labeller(&b.campaign_id, &entry.region);
+    let key = key_of(entry, label.as_deref());
     let histograms = b
         .histograms
         .iter()
-        .map(|h| {
-            wire::histogram_from_pb(h)
-                .map(|(k, hist)| (k, hist, h.start_agent_unix_us, h.end_agent_unix_us))
+        .enumerate()
+        .map(|(i, h)| {
+            let i = u32::try_from(i).map_err(|_| "too many histograms".to_string())?;
+            HistogramRow::from_pb(&key, i, h).map_err(|e| e.to_string())
         })
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| e.to_string())?;
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(Decoded {
         entry,
         records,
         histograms,
-        label: windows.labeller(&b.campaign_id, &entry.region),
+        label,
     })
 }
 
@@ -353,9 +402,10 @@ async fn write_entries(
     target: &SinkTarget,
     entries: &[Entry],
     windows: &mut Windows,
+    marks: &mut SeqMarks,
 ) -> Result<(), StoreError> {
     windows.ensure(target, entries).await?;
-    let decoded: Vec<Decoded<'_>> = entries
+    let mut decoded: Vec<Decoded<'_>> = entries
         .iter()
         .filter_map(|e| match decode(e, windows) {
             Ok(d) => Some(d),
@@ -365,22 +415,31 @@ async fn write_entries(
             }
         })
         .collect();
-    let inputs: Vec<store::BatchInput<'_>> = decoded.iter().map(Decoded::input).collect();
-    match store::insert_batches(&target.client, &target.db, &inputs).await {
+    let result = {
+        let prepared: Vec<PreparedBatch<'_>> =
+            decoded.iter_mut().map(Decoded::take_prepared).collect();
+        store::insert::insert_prepared(&target.client, &target.db, prepared, Some(marks)).await
+    };
+    // (The failed call cleared `marks`: the next rounds query again.)
+    match result {
         Ok(_) => Ok(()),
         Err(e) if e.is_retryable() => Err(e),
         Err(_) => {
             for d in &decoded {
-                let input = d.input();
-                match store::insert_batch(
-                    &target.client,
-                    &target.db,
-                    &input.key,
-                    &d.records,
-                    &d.histograms,
-                )
-                .await
-                {
+                // The rows were handed to the failed insert: build them again.
+                let d = match decode(d.entry, windows) {
+                    Ok(d) => d,
+                    Err(why) => {
+                        skip(d.entry, &why);
+                        continue;
+                    }
+                };
+                let one = vec![PreparedBatch {
+                    key: d.key(),
+                    records: &d.records,
+                    histograms: d.histograms.clone(),
+                }];
+                match store::insert::insert_prepared(&target.client, &target.db, one, None).await {
                     Ok(_) => {}
                     Err(e) if e.is_retryable() => return Err(e),
                     Err(e) => skip(d.entry, &e.to_string()),

@@ -12,6 +12,19 @@
 //! coordinators racing), it has the same sorting key and partition as its twin, and
 //! `ReplacingMergeTree` drops it at the next merge; [`super::query::counts`] reports any
 //! duplicate still visible.
+//!
+//! # Skipping the presence query ([`SeqMarks`])
+//! A long-running writer (the coordinator's sink) passes a [`SeqMarks`] to
+//! [`insert_prepared`]. For each (campaign, agent) it holds a bound `M` such that every row of
+//! that pair in `requests` and `histograms` has `seq ≤ M`. The bound is established by reading
+//! `max(seq)` of the pair from both tables (in a call that also runs the presence query as
+//! above), and after each call that fully succeeds it becomes `max(M, seqs of the call)`. A
+//! batch whose seq is **greater than** its pair's bound cannot have rows in the tables, so the
+//! presence query is skipped for it; every other batch (seq ≤ M, a pair without a bound) is
+//! checked as above. Any error (a query or an insert, retryable or not) forgets every bound, so
+//! after an error — and in a new process, which starts with none — the next call queries
+//! again. This relies on the condition above (no concurrent inserts of the same pair, by this
+//! or another process, while the marks are held).
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -198,6 +211,73 @@ async fn present_rows(
     Ok(out)
 }
 
+/// Per (campaign, agent), an upper bound of the seqs stored in `requests` and `histograms`
+/// (see the module docs, "Skipping the presence query").
+#[derive(Debug, Default)]
+pub struct SeqMarks {
+    marks: HashMap<(String, String), u64>,
+}
+
+impl SeqMarks {
+    /// No bounds: the next call queries every batch.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Forgets every bound.
+    pub fn clear(&mut self) {
+        self.marks.clear();
+    }
+
+    /// The bound of (campaign, agent), if known.
+    pub fn get(&self, campaign_id: &str, agent_id: &str) -> Option<u64> {
+        self.marks
+            .get(&(campaign_id.to_string(), agent_id.to_string()))
+            .copied()
+    }
+
+    /// Whether batch `key` is known to have no row stored (its seq is above its pair's bound).
+    fn above(&self, key: &BatchKey<'_>) -> bool {
+        self.get(key.campaign_id, key.agent_id)
+            .is_some_and(|m| key.seq > m)
+    }
+}
+
+/// `max(seq)` per (campaign, agent) of `pairs` in `db.table` (pairs without rows are absent).
+async fn max_seqs(
+    client: &clickhouse::Client,
+    db: &str,
+    table: &str,
+    pairs: &[(String, String)],
+) -> Result<HashMap<(String, String), u64>, StoreError> {
+    let mut out = HashMap::new();
+    for chunk in pairs.chunks(PRESENCE_CHUNK) {
+        let cond = vec!["(campaign_id = ? AND agent_id = ?)"; chunk.len()].join(" OR ");
+        let mut q = client.query(&format!(
+            "SELECT campaign_id, agent_id, max(seq) FROM {db}.{table} WHERE {cond} \
+             GROUP BY campaign_id, agent_id"
+        ));
+        for (c, a) in chunk {
+            q = q.bind(c.as_str()).bind(a.as_str());
+        }
+        for (campaign, agent, seq) in q.fetch_all::<(String, String, u64)>().await? {
+            out.insert((campaign, agent), seq);
+        }
+    }
+    Ok(out)
+}
+
+/// One result batch with its histogram rows already built, for [`insert_prepared`].
+#[derive(Debug)]
+pub struct PreparedBatch<'a> {
+    /// Which batch, and how to stamp its rows.
+    pub key: BatchKey<'a>,
+    /// Its records, in batch order (row index = position).
+    pub records: &'a [ProbeRecord],
+    /// Its `histograms` rows, in batch order (`row_index` = position), stamped with `key`.
+    pub histograms: Vec<HistogramRow>,
+}
+
 /// One result batch for [`insert_batches`].
 #[derive(Clone, Copy, Debug)]
 pub struct BatchInput<'a> {
@@ -253,7 +333,7 @@ pub async fn insert_batches(
 ) -> Result<Vec<InsertOutcome>, StoreError> {
     check_identifier(db)?;
     // Encode every histogram first: a codec failure must not leave a half-written call.
-    let mut hist_rows: Vec<Vec<HistogramRow>> = Vec::with_capacity(batches.len());
+    let mut prepared: Vec<PreparedBatch<'_>> = Vec::with_capacity(batches.len());
     for b in batches {
         let mut rows = Vec::with_capacity(b.histograms.len());
         for (i, (hk, h, start, end)) in b.histograms.iter().enumerate() {
@@ -266,25 +346,87 @@ pub async fn insert_batches(
                 *end,
             )?);
         }
-        hist_rows.push(rows);
+        prepared.push(PreparedBatch {
+            key: b.key,
+            records: b.records,
+            histograms: rows,
+        });
     }
+    insert_prepared(client, db, prepared, None).await
+}
 
+/// [`insert_batches`] of batches whose histogram rows are built; with `marks`, skips the
+/// presence query for batches above their (campaign, agent) bound and keeps the bounds up to
+/// date (see the module docs, "Skipping the presence query"). Every error clears `marks`.
+///
+/// # Errors
+/// As [`insert_batches`].
+pub async fn insert_prepared(
+    client: &clickhouse::Client,
+    db: &str,
+    batches: Vec<PreparedBatch<'_>>,
+    mut marks: Option<&mut SeqMarks>,
+) -> Result<Vec<InsertOutcome>, StoreError> {
+    let result = insert_prepared_inner(client, db, batches, marks.as_deref_mut()).await;
+    if result.is_err()
+        && let Some(m) = marks
+    {
+        m.clear();
+    }
+    result
+}
+
+async fn insert_prepared_inner(
+    client: &clickhouse::Client,
+    db: &str,
+    batches: Vec<PreparedBatch<'_>>,
+    marks: Option<&mut SeqMarks>,
+) -> Result<Vec<InsertOutcome>, StoreError> {
+    check_identifier(db)?;
     // A batch given twice in one call is written once.
     let mut seen = HashSet::new();
     let first: Vec<bool> = batches
         .iter()
         .map(|b| seen.insert(batch_id(&b.key)))
         .collect();
+    // Batches known to have no stored row need no presence query.
+    let unstored: Vec<bool> = batches
+        .iter()
+        .map(|b| marks.as_deref().is_some_and(|m| m.above(&b.key)))
+        .collect();
+    // Pairs without a bound: read their max(seq) now, before anything is written.
+    let mut new_bounds: HashMap<(String, String), u64> = HashMap::new();
+    if let Some(m) = marks.as_deref() {
+        let mut unknown: Vec<(String, String)> = Vec::new();
+        let mut listed = HashSet::new();
+        for b in &batches {
+            let pair = (b.key.campaign_id.to_string(), b.key.agent_id.to_string());
+            if m.get(&pair.0, &pair.1).is_none() && listed.insert(pair.clone()) {
+                unknown.push(pair);
+            }
+        }
+        if !unknown.is_empty() {
+            for pair in &unknown {
+                new_bounds.insert(pair.clone(), 0);
+            }
+            for table in ["requests", "histograms"] {
+                for (pair, seq) in max_seqs(client, db, table, &unknown).await? {
+                    let e = new_bounds.entry(pair).or_insert(0);
+                    *e = (*e).max(seq);
+                }
+            }
+        }
+    }
     let with_records: Vec<&BatchKey<'_>> = batches
         .iter()
-        .zip(&first)
-        .filter(|(b, f)| **f && !b.records.is_empty())
+        .zip(first.iter().zip(&unstored))
+        .filter(|(b, (f, u))| **f && !**u && !b.records.is_empty())
         .map(|(b, _)| &b.key)
         .collect();
     let with_hists: Vec<&BatchKey<'_>> = batches
         .iter()
-        .zip(&first)
-        .filter(|(b, f)| **f && !b.histograms.is_empty())
+        .zip(first.iter().zip(&unstored))
+        .filter(|(b, (f, u))| **f && !**u && !b.histograms.is_empty())
         .map(|(b, _)| &b.key)
         .collect();
     let present_req = if with_records.is_empty() {
@@ -298,11 +440,23 @@ pub async fn insert_batches(
         present_rows(client, db, "histograms", &with_hists).await?
     };
 
+    // Seqs of the call per pair, for the new bounds.
+    let mut call_max: HashMap<(String, String), u64> = HashMap::new();
+    if marks.is_some() {
+        for b in &batches {
+            let e = call_max
+                .entry((b.key.campaign_id.to_string(), b.key.agent_id.to_string()))
+                .or_insert(0);
+            *e = (*e).max(b.key.seq);
+        }
+    }
+
     let none = HashSet::new();
     let mut req_out: Vec<RequestRow> = Vec::new();
     let mut hist_out: Vec<HistogramRow> = Vec::new();
     let mut outcomes = Vec::with_capacity(batches.len());
-    for ((b, rows), is_first) in batches.iter().zip(hist_rows).zip(first) {
+    for (b, is_first) in batches.into_iter().zip(first) {
+        let rows = b.histograms;
         if b.records.is_empty() && rows.is_empty() {
             outcomes.push(InsertOutcome::Inserted {
                 requests: 0,
@@ -344,6 +498,18 @@ pub async fn insert_batches(
     }
     insert_rows(client, db, "requests", &req_out).await?;
     insert_rows(client, db, "histograms", &hist_out).await?;
+    if let Some(m) = marks {
+        for (pair, seq) in new_bounds {
+            let e = m.marks.entry(pair).or_insert(0);
+            *e = (*e).max(seq);
+        }
+        for (pair, seq) in call_max {
+            // Only pairs with a bound (held before, or read above) get one.
+            if let Some(e) = m.marks.get_mut(&pair) {
+                *e = (*e).max(seq);
+            }
+        }
+    }
     Ok(outcomes)
 }
 

@@ -375,9 +375,10 @@ pub struct HistogramRow {
 }
 
 /// The non-empty buckets of `h`, ascending: (highest equivalent value, count) as two arrays.
+/// One pass over `h` (`iter_recorded`).
 pub fn buckets(h: &Histogram<u64>) -> (Vec<u64>, Vec<u64>) {
-    let mut values = Vec::new();
-    let mut counts = Vec::new();
+    let mut values = Vec::with_capacity(64);
+    let mut counts = Vec::with_capacity(64);
     for v in h.iter_recorded() {
         // value_iterated_to is the bucket's highest equivalent value; say so explicitly, so a
         // change of the iterator's convention cannot silently shift percentiles.
@@ -403,8 +404,30 @@ impl HistogramRow {
         start_agent_unix_us: i64,
         end_agent_unix_us: i64,
     ) -> Result<Self, StoreError> {
+        Ok(Self::from_encoded(
+            key,
+            row_index,
+            hist_key,
+            h,
+            hist::encode_v2(h)?,
+            start_agent_unix_us,
+            end_agent_unix_us,
+        ))
+    }
+
+    /// As [`HistogramRow::from_histogram`], but storing `hist_v2`, bytes that already encode
+    /// `h` (the agent's own V2 blob, which `h` was decoded from), instead of encoding `h` again.
+    pub fn from_encoded(
+        key: &BatchKey<'_>,
+        row_index: u32,
+        hist_key: &HistKey,
+        h: &Histogram<u64>,
+        hist_v2: Vec<u8>,
+        start_agent_unix_us: i64,
+        end_agent_unix_us: i64,
+    ) -> Self {
         let (values, counts) = buckets(h);
-        Ok(HistogramRow {
+        HistogramRow {
             campaign_id: key.campaign_id.to_string(),
             agent_id: key.agent_id.to_string(),
             region: key.region.to_string(),
@@ -421,9 +444,58 @@ impl HistogramRow {
             count: h.len(),
             values,
             counts,
-            hist_v2: hist::encode_v2(h)?,
+            hist_v2,
             window: key.window_for(start_agent_unix_us.saturating_add(key.clock_offset_us)),
-        })
+        }
+    }
+
+    /// The row of wire histogram `pb` (an agent's `IntervalHistogram`), `row_index`-th of
+    /// batch `key`: the same row as [`HistogramRow::from_histogram`] of
+    /// `wire::histogram_from_pb(pb)`, except that `hist_v2` is the agent's blob as sent (it
+    /// decodes to the same histogram) rather than a re-encoding. The blob is inflated once; a
+    /// blob already in latmesh's bounds is not copied into a second histogram.
+    ///
+    /// # Errors
+    /// [`latmesh_core::wire::WireError`] for an unknown metric or undecodable bytes.
+    pub fn from_pb(
+        key: &BatchKey<'_>,
+        row_index: u32,
+        pb: &latmesh_proto::pb::IntervalHistogram,
+    ) -> Result<Self, latmesh_core::wire::WireError> {
+        use hdrhistogram::serialization::Deserializer;
+        use latmesh_core::hist::HistError;
+        use latmesh_core::wire::WireError;
+        let metric =
+            Metric::parse(&pb.metric).ok_or_else(|| WireError::Metric(pb.metric.clone()))?;
+        let hist_key = HistKey {
+            provider: pb.provider.clone(),
+            scenario: pb.scenario.clone(),
+            metric,
+        };
+        let decoded: Histogram<u64> = Deserializer::new()
+            .deserialize(&mut std::io::Cursor::new(&pb.hist_v2[..]))
+            .map_err(|e| HistError::Decode(format!("{e:?}")))?;
+        let same_bounds = decoded.low() == hist::LOWEST_US
+            && decoded.high() == hist::HIGHEST_US
+            && decoded.sigfig() == hist::SIGFIG;
+        let h = if same_bounds {
+            decoded
+        } else {
+            // What `hist::decode_v2` does: into latmesh's bounds.
+            let mut h = hist::new_histogram();
+            h.add(&decoded)
+                .map_err(|e| HistError::Decode(format!("{e:?}")))?;
+            h
+        };
+        Ok(Self::from_encoded(
+            key,
+            row_index,
+            &hist_key,
+            &h,
+            pb.hist_v2.clone(),
+            pb.start_agent_unix_us,
+            pb.end_agent_unix_us,
+        ))
     }
 
     /// The histogram's key, `None` for an unknown metric name.
@@ -492,6 +564,44 @@ mod bytes_as_string {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rows_from_the_wire_blob_equal_rows_from_the_decoded_histogram() {
+        let key = BatchKey::new("c", "a", "r", 1_000, 3);
+        let hist_key = HistKey {
+            provider: "p".into(),
+            scenario: "s".into(),
+            metric: Metric::Itl,
+        };
+        let mut ours = hist::new_histogram();
+        // A histogram in other bounds (the row holds it in latmesh's).
+        let mut other = Histogram::<u64>::new_with_bounds(1, 10_000_000, 3).unwrap();
+        for v in [
+            1u64, 2, 999, 1000, 2047, 2049, 123_457, 3_000_000, 9_999_999,
+        ] {
+            ours.record_n(v, v % 5 + 1).unwrap();
+            other.record_n(v, v % 3 + 1).unwrap();
+        }
+        for h in [ours, other, hist::new_histogram()] {
+            let wire = latmesh_core::wire::histogram_to_pb(&hist_key, &h, 5, 9).unwrap();
+            let row = HistogramRow::from_pb(&key, 2, &wire).unwrap();
+            let (k, decoded) = latmesh_core::wire::histogram_from_pb(&wire).unwrap();
+            let mut want = HistogramRow::from_histogram(&key, 2, &k, &decoded, 5, 9).unwrap();
+            assert_eq!(row.hist_v2, wire.hist_v2);
+            want.hist_v2 = wire.hist_v2.clone();
+            assert_eq!(row, want);
+            assert_eq!(row.decode().unwrap(), decoded);
+        }
+        let mut bad =
+            latmesh_core::wire::histogram_to_pb(&hist_key, &hist::new_histogram(), 0, 1).unwrap();
+        bad.hist_v2 = b"not a histogram".to_vec();
+        assert!(HistogramRow::from_pb(&key, 0, &bad).is_err());
+        bad.hist_v2 = latmesh_core::wire::histogram_to_pb(&hist_key, &hist::new_histogram(), 0, 1)
+            .unwrap()
+            .hist_v2;
+        bad.metric = "latency".into();
+        assert!(HistogramRow::from_pb(&key, 0, &bad).is_err());
+    }
 
     #[test]
     fn bucket_values_are_what_value_at_quantile_reports() {
