@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 cargo build --bins --locked --quiet
-bin=target/debug
+bin="${CARGO_TARGET_DIR:-target}/debug"
 work=$(mktemp -d)
 pids=()
 servers_started=0

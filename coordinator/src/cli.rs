@@ -246,8 +246,9 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
                 return Ok(());
             }
             let client = crate::clickhouse::client(&clickhouse_url);
-            let applied =
-                crate::clickhouse::migrate(&client, &clickhouse_db, cluster.as_deref()).await?;
+            let applied = crate::clickhouse::migrate(&client, &clickhouse_db, cluster.as_deref())
+                .await
+                .with_context(|| format!("ClickHouse at {clickhouse_url}"))?;
             if applied.is_empty() {
                 println!("{clickhouse_db}: up to date");
             } else {

@@ -186,6 +186,18 @@ pub enum QueryCmd {
 /// # Errors
 /// ClickHouse errors; an unknown campaign.
 pub async fn run_query(cmd: QueryCmd) -> anyhow::Result<()> {
+    let url = match &cmd {
+        QueryCmd::Matrix { ch, .. }
+        | QueryCmd::Errors { ch, .. }
+        | QueryCmd::Windows { ch, .. }
+        | QueryCmd::Trend { ch, .. } => ch.clickhouse_url.clone(),
+    };
+    run_query_at(cmd)
+        .await
+        .with_context(|| format!("ClickHouse at {url}"))
+}
+
+async fn run_query_at(cmd: QueryCmd) -> anyhow::Result<()> {
     match cmd {
         QueryCmd::Matrix { ch, filter, json } => {
             let summary = stored_summary(&ch, &filter).await?;
@@ -348,6 +360,15 @@ pub struct VerifyLine {
 /// # Errors
 /// ClickHouse errors; a campaign whose agents are not stored (not finished yet).
 pub async fn verify(
+    ch: &ClickhouseArgs,
+    campaign_id: &str,
+) -> anyhow::Result<(Vec<VerifyLine>, u64, u64)> {
+    verify_at(ch, campaign_id)
+        .await
+        .with_context(|| format!("ClickHouse at {}", ch.clickhouse_url))
+}
+
+async fn verify_at(
     ch: &ClickhouseArgs,
     campaign_id: &str,
 ) -> anyhow::Result<(Vec<VerifyLine>, u64, u64)> {

@@ -682,7 +682,7 @@ fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>, SpoolError> {
         let Some(name) = name.to_str() else { continue };
         match parse_segment_name(name) {
             Some(first_id) => out.push((first_id, item.path())),
-            None if name == LEDGER_FILE => {}
+            None if name == LEDGER_FILE || name == LOCK_FILE => {}
             None => {
                 tracing::warn!(dir = %dir.display(), file = name, "spool: ignoring a file that is not a segment")
             }

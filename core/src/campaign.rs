@@ -536,12 +536,26 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
                 }
             }
         }
+        // Defaults never exceed a total the user set (timeout_total_s = 30 alone is fine).
         let d = Timeouts::default();
+        let total_s = check_seconds(key("timeout_total_s"), s.timeout_total_s, d.total_s)?;
         let timeouts = Timeouts {
-            connect_s: check_seconds(key("timeout_connect_s"), s.timeout_connect_s, d.connect_s)?,
-            ttft_s: check_seconds(key("timeout_ttft_s"), s.timeout_ttft_s, d.ttft_s)?,
-            idle_s: check_seconds(key("timeout_idle_s"), s.timeout_idle_s, d.idle_s)?,
-            total_s: check_seconds(key("timeout_total_s"), s.timeout_total_s, d.total_s)?,
+            connect_s: check_seconds(
+                key("timeout_connect_s"),
+                s.timeout_connect_s,
+                d.connect_s.min(total_s),
+            )?,
+            ttft_s: check_seconds(
+                key("timeout_ttft_s"),
+                s.timeout_ttft_s,
+                d.ttft_s.min(total_s),
+            )?,
+            idle_s: check_seconds(
+                key("timeout_idle_s"),
+                s.timeout_idle_s,
+                d.idle_s.min(total_s),
+            )?,
+            total_s,
         };
         for (field, v) in [
             ("timeout_connect_s", timeouts.connect_s),
@@ -905,5 +919,19 @@ providers:
         std::fs::write(&file, yaml.replace("max_tokens: 16", "max_tokens: lots")).unwrap();
         let e = load_file(&file).unwrap_err().to_string();
         assert!(e.contains("c.yaml") && e.contains("max_tokens"), "{e}");
+    }
+
+    #[test]
+    fn a_short_total_timeout_alone_caps_the_defaults() {
+        let plan = load_toml_str(
+            &GOOD.replace("max_tokens = 32", "max_tokens = 32\ntimeout_total_s = 30"),
+            Path::new("."),
+        )
+        .unwrap();
+        let t = &plan.scenarios[0].timeouts;
+        assert_eq!(
+            (t.total_s, t.ttft_s, t.idle_s, t.connect_s),
+            (30.0, 30.0, 30.0, 10.0)
+        );
     }
 }

@@ -204,6 +204,12 @@ pub fn client(url: &str) -> clickhouse::Client {
         // the pool never reuses a connection the server is closing.
         .pool_idle_timeout(Duration::from_secs(2))
         .build(connector);
+    // `host:port` means `http://host:port`, as for the coordinator address.
+    let url = if url.contains("://") {
+        url.to_string()
+    } else {
+        format!("http://{url}")
+    };
     clickhouse::Client::with_http_client(http)
         .with_url(url)
         .with_validation(false)
