@@ -8,6 +8,7 @@ pub mod cli;
 pub mod cli_query;
 pub mod clickhouse;
 pub mod demo;
+pub mod events;
 pub mod service;
 pub mod sink;
 pub mod spool;

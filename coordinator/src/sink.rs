@@ -39,6 +39,9 @@ use crate::clickhouse::{self as store, BatchKey, HistogramRow, StoreError, Windo
 use crate::spool::{Entry, Spool};
 use crate::state::{State, StoreEvent, now_unix_us};
 
+/// File in the spool directory holding campaign events not yet stored.
+pub const EVENTS_FILE: &str = "pending-events.jsonl";
+
 /// Entries read from the spool per read call.
 const READ_CHUNK: usize = 64;
 /// Most entries in one round (one INSERT per table).
@@ -81,7 +84,9 @@ pub fn coordinator_with_sink(
     ))
     .with_context(|| format!("opening the spool in {}", spool_dir.display()))?;
     let spool = Arc::new(spool);
-    let state = State::with_store_events();
+    let state = State::with_event_queue(crate::events::EventQueue::open(
+        &spool_dir.join(EVENTS_FILE),
+    )?);
     let sink = tokio::spawn(run(spool.clone(), state.clone(), target));
     Ok((
         crate::service::Coordinator::with_spool(state, spool.clone()),
@@ -142,7 +147,9 @@ pub async fn run(spool: Arc<Spool>, state: State, target: SinkTarget) {
         }
         pending_events.extend(events);
         // Campaign rows go first so a batch never lands without its campaign.
+        let before = pending_events.len();
         let mut failed = write_events(&target, &mut pending_events).await.err();
+        state.store_events_written(before - pending_events.len());
         let mut committed = None;
         if failed.is_none() && !entries.is_empty() {
             match write_entries(&target, &entries, &mut windows, &mut marks).await {

@@ -684,7 +684,7 @@ fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>, SpoolError> {
             Some(first_id) => out.push((first_id, item.path())),
             None if name == LEDGER_FILE || name == LOCK_FILE => {}
             None => {
-                tracing::warn!(dir = %dir.display(), file = name, "spool: ignoring a file that is not a segment")
+                tracing::debug!(dir = %dir.display(), file = name, "spool: ignoring a file that is not a segment")
             }
         }
     }

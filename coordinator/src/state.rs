@@ -121,11 +121,11 @@ struct Inner {
     campaigns: BTreeMap<String, Campaign>,
     next_session: u64,
     /// `Some` when a sink wants [`StoreEvent`]s.
-    events: Option<Vec<StoreEvent>>,
+    events: Option<crate::events::EventQueue>,
 }
 
 /// What a store (the ClickHouse sink) must write besides result batches.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub enum StoreEvent {
     /// A campaign was launched.
     Launched {
@@ -178,20 +178,34 @@ pub struct Launched {
 }
 
 impl State {
-    /// A state that also queues [`StoreEvent`]s for a sink ([`State::drain_store_events`]).
+    /// A state that also queues [`StoreEvent`]s for a sink ([`State::drain_store_events`]),
+    /// in memory.
     pub fn with_store_events() -> Self {
+        State::with_event_queue(crate::events::EventQueue::in_memory())
+    }
+
+    /// A state that queues [`StoreEvent`]s in `queue` (e.g. persisted next to the spool).
+    pub fn with_event_queue(queue: crate::events::EventQueue) -> Self {
         let state = State::default();
-        state.lock().events = Some(Vec::new());
+        state.lock().events = Some(queue);
         state
     }
 
-    /// Takes the queued store events (none unless built with [`State::with_store_events`]).
+    /// The store events not handed out yet (none unless built with a queue). They stay queued
+    /// (and persisted) until [`State::store_events_written`].
     pub fn drain_store_events(&self) -> Vec<StoreEvent> {
         self.lock()
             .events
             .as_mut()
-            .map(std::mem::take)
+            .map(crate::events::EventQueue::take_new)
             .unwrap_or_default()
+    }
+
+    /// The first `n` events handed out are stored.
+    pub fn store_events_written(&self, n: usize) {
+        if let Some(q) = self.lock().events.as_mut() {
+            q.written(n);
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {

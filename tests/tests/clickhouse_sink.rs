@@ -246,3 +246,137 @@ fn clickhouse_down_mid_campaign_loses_and_duplicates_nothing() {
         assert!(a.child.wait().unwrap().success(), "{} failed", a.name);
     }
 }
+
+#[test]
+fn a_coordinator_restarted_before_clickhouse_is_back_still_stores_its_campaigns() {
+    let ch = OwnClickhouse {
+        state: tempfile::tempdir().unwrap(),
+        http_port: free_port(),
+        tcp_port: free_port(),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let log = |name: &str| dir.path().join(format!("{name}.log"));
+    let db = "latmesh_restart";
+    let spool = dir.path().join("spool");
+    let serve = |name: &str| {
+        let mut coord = Command::new(bin("latmesh"));
+        coord
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--clickhouse-url",
+                &ch.url(),
+                "--clickhouse-db",
+                db,
+                "--spool-dir",
+            ])
+            .arg(&spool);
+        spawn_until_line(
+            name,
+            coord,
+            "listening on ",
+            Duration::from_secs(20),
+            &log(name),
+        )
+    };
+
+    // ClickHouse is down for the whole campaign.
+    let mut sim = Command::new(bin("latmesh-sim"));
+    sim.args(["serve", "--listen", "127.0.0.1:0"]);
+    let (_sim, sim_url) = spawn_until_line(
+        "sim",
+        sim,
+        "listening on ",
+        Duration::from_secs(20),
+        &log("sim"),
+    );
+    let (coord, url) = serve("coord-1");
+    let mut a = Command::new(bin("latmesh-agent"));
+    a.args([
+        "--coordinator",
+        &url,
+        "--region",
+        "us-east",
+        "--agent-id",
+        "us-east-r",
+        "--exit-after",
+        "1",
+    ]);
+    let _agent = spawn("agent", a, &log("agent"));
+    let campaign = latmesh_coordinator::demo::DEMO_CAMPAIGN
+        .replace("{sim}", sim_url.trim_start_matches("http://"))
+        .replace("count = 20 ", "count = 2 ")
+        .replace(
+            "regions = [\"us-east\", \"eu-west\", \"ap-southeast\"]",
+            "regions = [\"us-east\"]",
+        );
+    let file = dir.path().join("campaign.toml");
+    std::fs::write(&file, campaign).unwrap();
+    let json = dir.path().join("summary.json");
+    let out = Command::new(bin("latmesh"))
+        .args(["campaign", "launch"])
+        .arg(&file)
+        .args(["--coordinator", &url, "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: Summary = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+
+    // The coordinator goes away with everything still in its spool; ClickHouse comes back;
+    // a new coordinator on the same spool stores the batches and the campaign's own rows.
+    drop(coord);
+    ch.start();
+    let (_coord2, _) = serve("coord-2");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = latmesh(&[
+            "campaign",
+            "verify",
+            &summary.campaign_id,
+            "--clickhouse-url",
+            &ch.url(),
+            "--clickhouse-db",
+            db,
+        ]);
+        if out.status.success() {
+            assert!(String::from_utf8_lossy(&out.stdout).contains(": 0 lost, 0 duplicated"));
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never verified: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let out = latmesh(&[
+        "query",
+        "matrix",
+        "--campaign",
+        &summary.campaign_id,
+        "--clickhouse-url",
+        &ch.url(),
+        "--clickhouse-db",
+        db,
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stored: Summary = serde_json::from_slice(&out.stdout).unwrap();
+    let cell = |s: &Summary| {
+        s.cell("us-east", "fast-lane", "chat-short")
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(cell(&stored).ttft, cell(&summary).ttft);
+    assert_eq!(cell(&stored).attempts, 2);
+}
