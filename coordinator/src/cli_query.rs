@@ -210,7 +210,7 @@ async fn run_query_at(cmd: QueryCmd) -> anyhow::Result<()> {
         }
         QueryCmd::Errors { ch, filter, json } => {
             let client = store::client(&ch.clickhouse_url);
-                        let rows = store::errors(&client, &ch.clickhouse_db, &filter.filter()).await?;
+            let rows = store::errors(&client, &ch.clickhouse_db, &filter.filter()).await?;
             anyhow::ensure!(
                 !rows.is_empty(),
                 "no request in {}.requests matches campaign {:?} and these filters",
@@ -309,7 +309,7 @@ pub async fn stored_summary(ch: &ClickhouseArgs, filter: &FilterArgs) -> anyhow:
     let campaign = store::query::campaign(&client, db, &filter.campaign)
         .await?
         .with_context(|| format!("campaign {:?} is not in {}.campaigns", filter.campaign, db))?;
-        let rows = store::query::matrix_filtered(&client, db, &filter.filter()).await?;
+    let rows = store::query::matrix_filtered(&client, db, &filter.filter()).await?;
     anyhow::ensure!(
         !rows.is_empty(),
         "campaign {:?} has no stored results matching these filters",
