@@ -380,16 +380,23 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
             clickhouse_db,
         } => {
             let started = std::time::Instant::now();
+            let store = clickhouse_url.map(|url| demo::DemoStore {
+                url,
+                db: clickhouse_db,
+                spool_dir: PathBuf::from(demo::DEMO_SPOOL_DIR),
+            });
             let summary = demo::run(demo::DemoOptions {
                 rounds,
                 progress: true,
-                clickhouse: clickhouse_url.map(|url| demo::DemoStore {
-                    url,
-                    db: clickhouse_db,
-                    spool_dir: PathBuf::from(demo::DEMO_SPOOL_DIR),
-                }),
+                clickhouse: store.clone(),
             })
             .await?;
+            if let Some(store) = &store {
+                eprintln!(
+                    "stored in ClickHouse {} (database {}): latmesh query matrix --campaign {} --clickhouse-url {} --clickhouse-db {}",
+                    store.url, store.db, summary.campaign_id, store.url, store.db
+                );
+            }
             print!("{}", summary.render());
             let path = json.unwrap_or_else(|| PathBuf::from(".latmesh/demo-summary.json"));
             watch::write_json(&summary, &path)?;
