@@ -816,7 +816,8 @@ pub struct WindowsRow {
     pub region: String,
     /// One entry per window of [`WindowsReport::windows`], in that order.
     pub windows: Vec<WindowStat>,
-    /// First window's value − second window's, ms (`None` unless both have samples).
+    /// First window's value − second window's, ms (`None` unless both have samples, and for
+    /// an `ALL` row whose two windows were observed in different sets of regions).
     pub change_ms: Option<f64>,
     /// `change_ms` as % of the second window's value.
     pub change_pct: Option<f64>,
@@ -1077,6 +1078,7 @@ pub async fn windows(
             }
         })
         .collect();
+    let rows = without_mixed_all_changes(rows);
     Ok(WindowsReport {
         metric: metric.as_str().to_string(),
         percentile: percentile.number(),
@@ -1084,6 +1086,33 @@ pub async fn windows(
         windows: order,
         rows,
     })
+}
+
+/// Clears the change of an `ALL` row whose two compared windows were observed in different
+/// sets of regions (e.g. `peak` in three regions, `night` in one): windows are local time, and
+/// such a difference would measure the regions, not the time of day.
+fn without_mixed_all_changes(mut rows: Vec<WindowsRow>) -> Vec<WindowsRow> {
+    let regions_with = |rows: &[WindowsRow], provider: &str, i: usize| -> BTreeSet<String> {
+        rows.iter()
+            .filter(|r| r.provider == provider && r.region != ALL_REGIONS)
+            .filter(|r| r.windows.get(i).is_some_and(|w| w.samples > 0))
+            .map(|r| r.region.clone())
+            .collect()
+    };
+    let mixed: Vec<String> = rows
+        .iter()
+        .filter(|r| r.region == ALL_REGIONS)
+        .filter(|r| regions_with(&rows, &r.provider, 0) != regions_with(&rows, &r.provider, 1))
+        .map(|r| r.provider.clone())
+        .collect();
+    for r in rows
+        .iter_mut()
+        .filter(|r| r.region == ALL_REGIONS && mixed.contains(&r.provider))
+    {
+        r.change_ms = None;
+        r.change_pct = None;
+    }
+    rows
 }
 
 fn ms_text(v: Option<f64>) -> String {
@@ -1352,6 +1381,46 @@ impl TrendReport {
 
 #[cfg(test)]
 mod tests {
+    fn wrow(provider: &str, region: &str, samples: [u64; 2]) -> WindowsRow {
+        let stat = |window: &str, samples: u64| WindowStat {
+            window: window.into(),
+            attempts: samples,
+            errors: 0,
+            error_pct: 0.0,
+            samples,
+            value_us: (samples > 0).then_some(1_000),
+            value_ms: (samples > 0).then_some(1.0),
+        };
+        WindowsRow {
+            provider: provider.into(),
+            region: region.into(),
+            windows: vec![stat("peak", samples[0]), stat("night", samples[1])],
+            change_ms: Some(1.0),
+            change_pct: Some(1.0),
+        }
+    }
+
+    #[test]
+    fn all_rows_do_not_compare_windows_seen_in_different_regions() {
+        let rows = vec![
+            wrow("p", "us-east", [5, 0]),
+            wrow("p", "ap-southeast", [5, 5]),
+            wrow("p", ALL_REGIONS, [10, 5]),
+            wrow("q", "us-east", [5, 5]),
+            wrow("q", ALL_REGIONS, [5, 5]),
+        ];
+        let rows = without_mixed_all_changes(rows);
+        let change = |p: &str, r: &str| {
+            rows.iter()
+                .find(|x| x.provider == p && x.region == r)
+                .unwrap()
+                .change_ms
+        };
+        assert_eq!(change("p", ALL_REGIONS), None);
+        assert_eq!(change("p", "ap-southeast"), Some(1.0));
+        assert_eq!(change("q", ALL_REGIONS), Some(1.0));
+    }
+
     use super::*;
 
     #[test]
