@@ -113,3 +113,76 @@ pub fn free_port() -> u16 {
         .expect("addr")
         .port()
 }
+
+/// The workspace root.
+pub fn repo() -> &'static std::path::Path {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+}
+
+/// A real ClickHouse shared by the tests of one process: `LATMESH_CLICKHOUSE_URL` when set
+/// (the test command starts one and sets it), else the one `scripts/clickhouse.sh start`
+/// runs (started on first use).
+///
+/// # Panics
+/// When the script fails or prints no URL.
+pub fn clickhouse_url() -> &'static str {
+    static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    URL.get_or_init(|| {
+        if let Ok(url) = std::env::var("LATMESH_CLICKHOUSE_URL")
+            && !url.trim().is_empty()
+        {
+            return url.trim().to_string();
+        }
+        let out = Command::new("bash")
+            .arg(repo().join("scripts/clickhouse.sh"))
+            .arg("start")
+            .output()
+            .expect("run scripts/clickhouse.sh");
+        assert!(
+            out.status.success(),
+            "scripts/clickhouse.sh start failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .rev()
+            .find(|l| l.starts_with("http://"))
+            .expect("scripts/clickhouse.sh printed the URL")
+            .to_string()
+    })
+}
+
+/// A client of [`clickhouse_url`] and a database name no other test uses (unique per
+/// process, call and time); the database itself is created by migrating.
+pub fn fresh_db(test: &str) -> (clickhouse::Client, String) {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_nanos();
+    let db = format!(
+        "lmtest_{test}_{}_{}_{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed),
+        nanos % 1_000_000_000
+    );
+    (
+        latmesh_coordinator::clickhouse::client(clickhouse_url()),
+        db,
+    )
+}
+
+/// Drops database `db`.
+///
+/// # Panics
+/// When ClickHouse refuses.
+pub async fn drop_db(client: &clickhouse::Client, db: &str) {
+    client
+        .query(&format!("DROP DATABASE IF EXISTS {db}"))
+        .execute()
+        .await
+        .expect("drop database");
+}

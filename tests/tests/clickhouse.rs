@@ -7,10 +7,7 @@
 //! works in its own fresh database, so they run in parallel.
 
 use std::collections::BTreeSet;
-use std::process::Command;
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use latmesh_coordinator::aggregate::Aggregate;
@@ -27,63 +24,8 @@ use latmesh_core::record::{Outcome, ProbeRecord, Usage};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-/// The server's URL, starting it once per test process when no URL is given.
-fn server_url() -> &'static str {
-    static URL: OnceLock<String> = OnceLock::new();
-    URL.get_or_init(|| {
-        if let Ok(url) = std::env::var("LATMESH_CLICKHOUSE_URL")
-            && !url.trim().is_empty()
-        {
-            return url.trim().to_string();
-        }
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .expect("workspace root");
-        let out = Command::new("bash")
-            .arg(root.join("scripts/clickhouse.sh"))
-            .arg("start")
-            .output()
-            .expect("run scripts/clickhouse.sh");
-        assert!(
-            out.status.success(),
-            "scripts/clickhouse.sh start failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .rev()
-            .find(|l| l.starts_with("http://"))
-            .expect("scripts/clickhouse.sh printed the URL")
-            .to_string()
-    })
-}
-
-/// A client and a fresh database name (created by `migrate`, dropped by `drop_db`).
-fn fresh(test: &str) -> (clickhouse::Client, String) {
-    static N: AtomicU32 = AtomicU32::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let db = format!(
-        "lmtest_{test}_{}_{}_{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed),
-        nanos % 1_000_000_000
-    );
-    (store::client(server_url()), db)
-}
-
-async fn drop_db(client: &clickhouse::Client, db: &str) {
-    client
-        .query(&format!("DROP DATABASE IF EXISTS {db}"))
-        .execute()
-        .await
-        .unwrap();
-}
-
 async fn migrated(test: &str) -> (clickhouse::Client, String) {
-    let (client, db) = fresh(test);
+    let (client, db) = latmesh_tests::fresh_db(test);
     store::migrate(&client, &db, None).await.unwrap();
     (client, db)
 }
@@ -192,7 +134,7 @@ fn empty_record() -> ProbeRecord {
 
 #[tokio::test]
 async fn migrations_run_twice_and_the_second_run_applies_nothing() {
-    let (client, db) = fresh("migrate");
+    let (client, db) = latmesh_tests::fresh_db("migrate");
     let first = store::migrate(&client, &db, None).await.unwrap();
     assert_eq!(
         first,
@@ -227,10 +169,10 @@ async fn migrations_run_twice_and_the_second_run_applies_nothing() {
         .await
         .unwrap();
     assert_eq!(recorded.len(), store::MIGRATIONS.len());
-    drop_db(&client, &db).await;
+    latmesh_tests::drop_db(&client, &db).await;
 
     // A run interrupted half-way (some tables created, nothing recorded) completes.
-    let (client, db) = fresh("migrate_half");
+    let (client, db) = latmesh_tests::fresh_db("migrate_half");
     client
         .query(&format!("CREATE DATABASE {db}"))
         .execute()
@@ -242,7 +184,7 @@ async fn migrations_run_twice_and_the_second_run_applies_nothing() {
     }
     assert_eq!(store::migrate(&client, &db, None).await.unwrap().len(), 1);
     assert!(store::migrate(&client, &db, None).await.unwrap().is_empty());
-    drop_db(&client, &db).await;
+    latmesh_tests::drop_db(&client, &db).await;
 }
 
 #[test]
@@ -472,7 +414,7 @@ async fn every_row_type_round_trips() {
         .unwrap();
     assert_eq!(migrations.len(), store::MIGRATIONS.len());
     assert_eq!(migrations[0].name, "0001_init");
-    drop_db(&client, &db).await;
+    latmesh_tests::drop_db(&client, &db).await;
 }
 
 #[tokio::test]
@@ -596,7 +538,7 @@ async fn a_batch_sent_twice_is_stored_once() {
         (counts.request_rows, counts.duplicate_request_rows),
         (100, 0)
     );
-    drop_db(&client, &db).await;
+    latmesh_tests::drop_db(&client, &db).await;
 }
 
 #[tokio::test]
@@ -695,7 +637,7 @@ async fn many_batches_in_one_call_each_stored_once() {
         .find(|a| a.agent_id == "agent-a")
         .unwrap();
     assert_eq!((a.batches, a.request_rows, a.duplicate_rows), (3, 22, 0));
-    drop_db(&client, &db).await;
+    latmesh_tests::drop_db(&client, &db).await;
 }
 
 #[tokio::test]
@@ -765,7 +707,7 @@ async fn errors_say_whether_a_retry_can_help() {
             .is_retryable()
     );
     store::ping(&client, Duration::from_secs(5)).await.unwrap();
-    drop_db(&client, &db).await;
+    latmesh_tests::drop_db(&client, &db).await;
 }
 
 fn empty_row() -> RequestRow {
@@ -1132,7 +1074,7 @@ async fn sql_matrix_equals_the_in_memory_matrix() {
     }
     let regions: BTreeSet<_> = counts.agents.iter().map(|a| a.region.as_str()).collect();
     assert_eq!(regions.len(), 3);
-    drop_db(&client, &db).await;
+    latmesh_tests::drop_db(&client, &db).await;
 }
 
 /// Rough sink throughput: 200,000 records in batches of 2,000, written one batch per call and
@@ -1173,5 +1115,5 @@ async fn insert_throughput() {
     }
     let counts = store::counts(&client, &db, "bench").await.unwrap();
     assert_eq!(counts.request_rows, 400_000);
-    drop_db(&client, &db).await;
+    latmesh_tests::drop_db(&client, &db).await;
 }

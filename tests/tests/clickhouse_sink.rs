@@ -4,19 +4,11 @@
 //! finds nothing lost and nothing duplicated, and the matrix rebuilt from ClickHouse alone
 //! equals the coordinator's in-memory one.
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use latmesh_coordinator::summary::Summary;
 use latmesh_tests::{bin, free_port, spawn, spawn_until_line};
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
 
 /// A ClickHouse server of this test's own; stopped on drop.
 struct OwnClickhouse {
@@ -28,7 +20,7 @@ struct OwnClickhouse {
 impl OwnClickhouse {
     fn script(&self, cmd: &str) -> Output {
         Command::new("bash")
-            .arg(repo().join("scripts/clickhouse.sh"))
+            .arg(latmesh_tests::repo().join("scripts/clickhouse.sh"))
             .arg(cmd)
             .env("LATMESH_CLICKHOUSE_STATE_DIR", self.state.path())
             .env("LATMESH_CLICKHOUSE_HTTP_PORT", self.http_port.to_string())

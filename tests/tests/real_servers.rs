@@ -5,23 +5,15 @@
 //! The script installs what is missing (llama-server is built from source once, then cached).
 //! Servers this test starts are stopped at its end; servers already running are left alone.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use latmesh_coordinator::summary::{MatrixCell, Summary};
 use latmesh_tests::{bin, spawn, spawn_until_line};
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
 fn servers(cmd: &str) -> std::process::Output {
     Command::new("bash")
-        .arg(repo().join("scripts/real-servers.sh"))
+        .arg(latmesh_tests::repo().join("scripts/real-servers.sh"))
         .arg(cmd)
         .output()
         .expect("bash")
@@ -92,7 +84,7 @@ fn campaign_against_real_servers_in_two_regions() {
     let json = dir.path().join("summary.json");
     let out = Command::new(bin("latmesh"))
         .args(["campaign", "launch"])
-        .arg(repo().join("examples/real-local.toml"))
+        .arg(latmesh_tests::repo().join("examples/real-local.toml"))
         .args(["--coordinator", &url, "--json"])
         .arg(&json)
         .output()

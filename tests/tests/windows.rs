@@ -14,9 +14,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use latmesh_coordinator::clickhouse::query::{
@@ -35,64 +34,6 @@ use latmesh_core::wire;
 use latmesh_proto::pb;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-
-/// The server's URL, starting it once per test process when no URL is given.
-fn server_url() -> &'static str {
-    static URL: OnceLock<String> = OnceLock::new();
-    URL.get_or_init(|| {
-        if let Ok(url) = std::env::var("LATMESH_CLICKHOUSE_URL")
-            && !url.trim().is_empty()
-        {
-            return url.trim().to_string();
-        }
-        let out = Command::new("bash")
-            .arg(repo().join("scripts/clickhouse.sh"))
-            .arg("start")
-            .output()
-            .expect("run scripts/clickhouse.sh");
-        assert!(
-            out.status.success(),
-            "scripts/clickhouse.sh start failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .rev()
-            .find(|l| l.starts_with("http://"))
-            .expect("scripts/clickhouse.sh printed the URL")
-            .to_string()
-    })
-}
-
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-}
-
-/// A client and a fresh database name (created by the sink's migration).
-fn fresh(test: &str) -> (clickhouse::Client, String) {
-    static N: AtomicU32 = AtomicU32::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let db = format!(
-        "lmtest_{test}_{}_{}_{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed),
-        nanos % 1_000_000_000
-    );
-    (store::client(server_url()), db)
-}
-
-async fn drop_db(client: &clickhouse::Client, db: &str) {
-    client
-        .query(&format!("DROP DATABASE IF EXISTS {db}"))
-        .execute()
-        .await
-        .unwrap();
-}
 
 /// 2024-03-12 00:00 UTC, s. New York is on EDT (UTC−4) since 2024-03-10.
 const DAY_S: i64 = 1_710_201_600;
@@ -428,7 +369,7 @@ fn check_trend(report: &TrendReport, g: &Generated, provider: &str, kind: &str) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sink_labels_windows_and_queries_are_exact() {
-    let (client, db) = fresh("windows");
+    let (client, db) = latmesh_tests::fresh_db("windows");
     let plan = plan(&PROVIDERS.map(|p| p.0));
     let (state, campaign_id, _agents) = launched(&plan);
     let g = generate(&campaign_id, &PROVIDERS, 11);
@@ -545,7 +486,12 @@ async fn sink_labels_windows_and_queries_are_exact() {
     let cli = |args: &[&str]| {
         let out = Command::new(latmesh_tests::bin("latmesh"))
             .args(args)
-            .args(["--clickhouse-url", server_url(), "--clickhouse-db", &db])
+            .args([
+                "--clickhouse-url",
+                latmesh_tests::clickhouse_url(),
+                "--clickhouse-db",
+                &db,
+            ])
             .output()
             .unwrap();
         assert!(
@@ -608,7 +554,7 @@ async fn sink_labels_windows_and_queries_are_exact() {
             "--campaign",
             "nope",
             "--clickhouse-url",
-            server_url(),
+            latmesh_tests::clickhouse_url(),
         ])
         .args(["--clickhouse-db", &db, "--metric", "itl"])
         .output()
@@ -616,12 +562,12 @@ async fn sink_labels_windows_and_queries_are_exact() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("ttft, ttfc, e2e or tpot"));
 
-    drop_db(&client, &db).await;
+    latmesh_tests::drop_db(&client, &db).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sink_that_missed_the_launch_takes_windows_from_clickhouse() {
-    let (client, db) = fresh("windows_restart");
+    let (client, db) = latmesh_tests::fresh_db("windows_restart");
     store::migrate(&client, &db, None).await.unwrap();
     let plan = plan(&["alpha"]);
     // Stored by an earlier coordinator process; this sink's state never saw it launched.
@@ -698,5 +644,5 @@ async fn a_sink_that_missed_the_launch_takes_windows_from_clickhouse() {
     assert_eq!(report.windows, [""]);
     assert_eq!(report.compared, None);
     assert!(report.rows.iter().all(|r| r.change_ms.is_none()));
-    drop_db(&client, &db).await;
+    latmesh_tests::drop_db(&client, &db).await;
 }
