@@ -133,8 +133,10 @@ pub enum QueryCmd {
     /// Region × provider matrix of a stored campaign (exact percentiles from the stored
     /// histograms, never an average of percentiles).
     Matrix {
+        /// Where ClickHouse is.
         #[command(flatten)]
         ch: ClickhouseArgs,
+        /// Which rows.
         #[command(flatten)]
         filter: FilterArgs,
         /// Print JSON instead of tables.
@@ -143,8 +145,10 @@ pub enum QueryCmd {
     },
     /// Outcome mix per provider and region, with the latest error of each kind.
     Errors {
+        /// Where ClickHouse is.
         #[command(flatten)]
         ch: ClickhouseArgs,
+        /// Which rows.
         #[command(flatten)]
         filter: FilterArgs,
         /// Print JSON instead of a table.
@@ -154,10 +158,13 @@ pub enum QueryCmd {
     /// Peak vs off-peak: per provider and region, a percentile in each time window of the
     /// campaign, the change between the first two windows, and attempts and error % per window.
     Windows {
+        /// Where ClickHouse is.
         #[command(flatten)]
         ch: ClickhouseArgs,
+        /// Which rows.
         #[command(flatten)]
         filter: FilterArgs,
+        /// Which metric and percentile.
         #[command(flatten)]
         stat: StatArgs,
         /// Print JSON instead of a table.
@@ -166,10 +173,13 @@ pub enum QueryCmd {
     },
     /// A provider's percentile per UTC hour or day (or local hour of day), per region.
     Trend {
+        /// Where ClickHouse is.
         #[command(flatten)]
         ch: ClickhouseArgs,
+        /// Which rows.
         #[command(flatten)]
         filter: TrendFilterArgs,
+        /// Which metric and percentile.
         #[command(flatten)]
         stat: StatArgs,
         /// Bucket: hour (UTC), day (UTC) or local-hour (hour of day in each region's zone).
