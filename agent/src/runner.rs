@@ -140,6 +140,7 @@ pub async fn run_campaign(
                     temperature: scenario.temperature,
                     top_p: scenario.top_p,
                     timeouts: &scenario.timeouts,
+                    probe_id: None,
                 };
                 let sched_lag_us = intended.elapsed().as_micros() as i64;
                 let result = prober.probe(&req, false).await;

@@ -484,6 +484,7 @@ async fn probe(args: ProbeArgs) -> anyhow::Result<()> {
         temperature: None,
         top_p: None,
         timeouts: &timeouts,
+        probe_id: None,
     };
     let result = prober.probe(&req, args.show_text).await;
     let out = latmesh_agent::probe::ProbeOutput::new(&result, args.show_text);

@@ -1,10 +1,10 @@
-//! Metric names and the derived rates of DESIGN.md (metrics_version 1).
+//! Metric names and the derived rates of `docs/metrics.md` (metrics_version 2).
 
 use serde::{Deserialize, Serialize};
 
 /// Version of the metric definitions in DESIGN.md; stored with every campaign. Bump it when a
 /// definition changes.
-pub const METRICS_VERSION: u32 = 1;
+pub const METRICS_VERSION: u32 = 2;
 
 /// A latency metric kept as an HDR histogram, in microseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

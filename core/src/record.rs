@@ -1,8 +1,8 @@
 //! One measured attempt: [`ProbeRecord`] and its [`Outcome`].
 //!
-//! Field meanings follow DESIGN.md's metric definitions (metrics_version 1): durations are
-//! microseconds on the monotonic clock from `t_send`, the moment the request was handed to the
-//! HTTP client; wall-clock times are UTC microseconds.
+//! Field meanings follow the metric definitions of `docs/metrics.md` (metrics_version 2):
+//! durations are microseconds on the monotonic clock from `t_send`, the moment the request was
+//! handed to the HTTP client; wall-clock times are UTC microseconds.
 
 use serde::{Deserialize, Serialize};
 
@@ -36,11 +36,15 @@ pub enum Outcome {
     ProtocolError,
     /// The connection failed or broke (refused, reset, DNS failure).
     ConnectionError,
+    /// A later turn of a multi-turn conversation was refused with 400/413/422 after an
+    /// earlier turn succeeded: the provider rejected the history we sent back (e.g. it asks
+    /// for, or forbids, `reasoning_content`). `http_status` and the message say which.
+    HistoryRejected,
 }
 
 impl Outcome {
     /// Every outcome, in report order.
-    pub const ALL: [Outcome; 12] = [
+    pub const ALL: [Outcome; 13] = [
         Outcome::Ok,
         Outcome::Http4xx,
         Outcome::Throttled,
@@ -53,6 +57,7 @@ impl Outcome {
         Outcome::StreamError,
         Outcome::ProtocolError,
         Outcome::ConnectionError,
+        Outcome::HistoryRejected,
     ];
 
     /// The snake_case name used on the wire, in JSON and in ClickHouse.
@@ -70,6 +75,7 @@ impl Outcome {
             Outcome::StreamError => "stream_error",
             Outcome::ProtocolError => "protocol_error",
             Outcome::ConnectionError => "connection_error",
+            Outcome::HistoryRejected => "history_rejected",
         }
     }
 
@@ -135,6 +141,17 @@ pub struct ProbeRecord {
     pub prompt_id: String,
     /// 1 for the first attempt, > 1 for retries.
     pub attempt: u32,
+    /// Whether this is the last attempt of its logical request (no retry followed it); the
+    /// logical request's outcome is this record's outcome.
+    pub final_attempt: bool,
+    /// On the final attempt: the logical request's latency, from the first attempt's
+    /// `t_send` to the end of this attempt (backoff waits included), µs.
+    pub request_latency_us: Option<u64>,
+    /// 1-based turn of a multi-turn conversation (1 for single-turn scenarios).
+    pub turn: u32,
+    /// Whether a per-request nonce prefix was put in front of the prompt to defeat provider
+    /// prompt caches.
+    pub cache_nonce: bool,
     /// Whether the request asked for a stream.
     pub stream: bool,
     /// Wall clock at `t_send` on the agent's clock, UTC µs.
@@ -145,12 +162,31 @@ pub struct ProbeRecord {
     pub outcome: Option<Outcome>,
     /// HTTP status, when a response arrived.
     pub http_status: Option<u16>,
+    /// Whether the request went over a pooled connection (then `dns_us`, `connect_us` and
+    /// `tls_us` are `None`).
+    pub conn_reused: bool,
+    /// Name resolution of a new connection, µs (`None` for an IP literal or a reused
+    /// connection).
+    pub dns_us: Option<u64>,
+    /// TCP connect of a new connection (after DNS), µs.
+    pub connect_us: Option<u64>,
+    /// TLS handshake of a new connection (after TCP connect), µs; `None` for `http://`.
+    pub tls_us: Option<u64>,
     /// Response headers received, µs from `t_send`.
     pub ttfb_us: Option<u64>,
+    /// First response body byte, µs from `t_send`. `ttft − first_byte` is time spent on
+    /// comment/keep-alive lines (or empty chunks) before the first token.
+    pub first_byte_us: Option<u64>,
+    /// First body byte that is not ASCII whitespace, µs from `t_send` (servers that send blank
+    /// lines while a request is queued show here, mostly for non-streaming requests).
+    pub first_nonblank_us: Option<u64>,
     /// First payload with a non-empty generated token of any kind, µs from `t_send`.
     pub ttft_us: Option<u64>,
     /// First payload with non-empty visible `content`, µs from `t_send`.
     pub ttfc_us: Option<u64>,
+    /// Reasoning time: `ttfc − ttft` when reasoning tokens came before the first content
+    /// token, µs.
+    pub reasoning_us: Option<u64>,
     /// End of the response (`[DONE]`, or end of body after `finish_reason`), µs from `t_send`.
     pub e2e_us: Option<u64>,
     /// (`e2e` − `ttft`) / (`output_tokens` − 1) in µs, when `output_tokens` > 1.
@@ -167,6 +203,12 @@ pub struct ProbeRecord {
     pub reasoning_chunks: u32,
     /// Payloads carrying a tool-call fragment.
     pub tool_call_chunks: u32,
+    /// Payloads carrying any generated token (content, reasoning or tool-call fragment; one
+    /// payload counts once): the fallback for `output_tokens`.
+    pub token_payloads: u32,
+    /// `usage.completion_tokens − token_payloads` when usage was reported: how far chunk
+    /// counting is from the provider's own token count (multi-token chunks make it positive).
+    pub usage_chunk_delta: Option<i64>,
     /// Usage as reported.
     pub usage: Usage,
     /// The last `finish_reason` seen.
@@ -177,6 +219,8 @@ pub struct ProbeRecord {
     pub retry_after_s: Option<f64>,
     /// Provider error type or code, when the provider sent an error object.
     pub error_type: Option<String>,
+    /// Provider error code (`error.code`), when sent.
+    pub error_code: Option<String>,
     /// Provider or transport error message, truncated to 256 bytes; never the prompt.
     pub error_message: Option<String>,
     /// Largest inter-token gap, µs.

@@ -60,6 +60,20 @@ impl From<&ProbeRecord> for pb::ProbeRecord {
             itl_max_us: r.itl_max_us,
             comment_lines: r.comment_lines,
             response_bytes: r.response_bytes,
+            final_attempt: r.final_attempt,
+            request_latency_us: r.request_latency_us,
+            turn: r.turn,
+            cache_nonce: r.cache_nonce,
+            conn_reused: r.conn_reused,
+            dns_us: r.dns_us,
+            connect_us: r.connect_us,
+            tls_us: r.tls_us,
+            first_byte_us: r.first_byte_us,
+            first_nonblank_us: r.first_nonblank_us,
+            reasoning_us: r.reasoning_us,
+            token_payloads: r.token_payloads,
+            usage_chunk_delta: r.usage_chunk_delta,
+            error_code: r.error_code.clone(),
         }
     }
 }
@@ -120,6 +134,20 @@ impl TryFrom<pb::ProbeRecord> for ProbeRecord {
             itl_max_us: r.itl_max_us,
             comment_lines: r.comment_lines,
             response_bytes: r.response_bytes,
+            final_attempt: r.final_attempt,
+            request_latency_us: r.request_latency_us,
+            turn: r.turn,
+            cache_nonce: r.cache_nonce,
+            conn_reused: r.conn_reused,
+            dns_us: r.dns_us,
+            connect_us: r.connect_us,
+            tls_us: r.tls_us,
+            first_byte_us: r.first_byte_us,
+            first_nonblank_us: r.first_nonblank_us,
+            reasoning_us: r.reasoning_us,
+            token_payloads: r.token_payloads,
+            usage_chunk_delta: r.usage_chunk_delta,
+            error_code: r.error_code,
         })
     }
 }

@@ -117,6 +117,20 @@ fn full_record() -> ProbeRecord {
         itl_max_us: Some(45_006),
         comment_lines: 2,
         response_bytes: 12_345,
+        final_attempt: true,
+        request_latency_us: Some(3_100_007),
+        turn: 3,
+        cache_nonce: true,
+        conn_reused: false,
+        dns_us: Some(1_008),
+        connect_us: Some(2_009),
+        tls_us: Some(30_010),
+        first_byte_us: Some(80_011),
+        first_nonblank_us: Some(95_012),
+        reasoning_us: Some(10_001),
+        token_payloads: 61,
+        usage_chunk_delta: Some(3),
+        error_code: Some("429_代码".into()),
     }
 }
 

@@ -104,6 +104,7 @@ async fn probe_case(case: &str, stream: bool) -> ProbeResult {
         temperature: None,
         top_p: None,
         timeouts: &timeouts,
+        probe_id: None,
     };
     let prober = Prober::new(Some("test-region")).unwrap();
     let r = prober.probe(&req, true).await;

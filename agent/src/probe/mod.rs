@@ -90,6 +90,9 @@ pub struct ProbeRequest<'a> {
     pub top_p: Option<f64>,
     /// Timeouts of this attempt.
     pub timeouts: &'a latmesh_core::plan::Timeouts,
+    /// Sent as `x-latmesh-probe-id` when set: lets a test server (the simulator's ground-truth
+    /// log) match its own timings to this attempt. `None` for real providers.
+    pub probe_id: Option<&'a str>,
 }
 
 impl std::fmt::Debug for ProbeRequest<'_> {
@@ -104,6 +107,7 @@ impl std::fmt::Debug for ProbeRequest<'_> {
             .field("temperature", &self.temperature)
             .field("top_p", &self.top_p)
             .field("timeouts", &self.timeouts)
+            .field("probe_id", &self.probe_id)
             .finish()
     }
 }

@@ -48,8 +48,12 @@ pub fn body(req: &ProbeRequest<'_>) -> Vec<u8> {
     serde_json::to_vec(&b).expect("the request body serializes")
 }
 
-/// Per-request headers: content type, accept, and the API key as a sensitive Bearer token
-/// (a key that is not a valid header value is left out; the provider will answer 401).
+/// Header naming the attempt for a test server's ground-truth log ([`ProbeRequest::probe_id`]).
+pub const PROBE_ID_HEADER: &str = "x-latmesh-probe-id";
+
+/// Per-request headers: content type, accept, `x-latmesh-probe-id` when set, and the API key
+/// as a sensitive Bearer token (a key that is not a valid header value is left out; the
+/// provider will answer 401).
 pub fn headers(req: &ProbeRequest<'_>) -> HeaderMap {
     let mut h = HeaderMap::new();
     h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -61,6 +65,9 @@ pub fn headers(req: &ProbeRequest<'_>) -> HeaderMap {
             "application/json"
         }),
     );
+    if let Some(v) = req.probe_id.and_then(|id| HeaderValue::from_str(id).ok()) {
+        h.insert(reqwest::header::HeaderName::from_static(PROBE_ID_HEADER), v);
+    }
     if let Some(mut v) = req
         .api_key
         .and_then(|key| HeaderValue::from_str(&format!("Bearer {key}")).ok())
@@ -93,6 +100,7 @@ mod tests {
             temperature: Some(0.0),
             top_p: None,
             timeouts: &t,
+            probe_id: None,
         };
         let v: serde_json::Value = serde_json::from_slice(&body(&req)).unwrap();
         assert_eq!(

@@ -117,6 +117,7 @@ async fn probe_with(base: &str, stream: bool, t: &Timeouts, key: Option<&str>) -
         temperature: Some(0.0),
         top_p: None,
         timeouts: t,
+        probe_id: None,
     };
     Prober::new(Some("eu-west"))
         .unwrap()
@@ -210,6 +211,7 @@ fn debug_output_has_no_secrets() {
         temperature: None,
         top_p: None,
         timeouts: &t,
+        probe_id: None,
     };
     let dbg = format!("{req:?}");
     assert!(

@@ -35,11 +35,18 @@ pub struct Migration {
 }
 
 /// Every migration, in order.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "0001_init",
-    sql: include_str!("../../../deploy/clickhouse/migrations/0001_init.sql"),
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "0001_init",
+        sql: include_str!("../../../deploy/clickhouse/migrations/0001_init.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "0002_measurement_truth",
+        sql: include_str!("../../../deploy/clickhouse/migrations/0002_measurement_truth.sql"),
+    },
+];
 
 /// The bookkeeping table (not in a file, so it exists before any migration runs).
 const SCHEMA_MIGRATIONS_DDL: &str = "

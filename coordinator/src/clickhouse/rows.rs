@@ -223,6 +223,34 @@ pub struct RequestRow {
     pub response_bytes: u64,
     /// Named time window, `""` when none.
     pub window: String,
+    /// Last attempt of its logical request (migration 0002 and after: metrics_version 2).
+    pub final_attempt: bool,
+    /// Logical request latency on the final attempt, µs.
+    pub request_latency_us: Option<u64>,
+    /// 1-based turn of a multi-turn conversation.
+    pub turn: u32,
+    /// Whether a cache-busting nonce prefixed the prompt.
+    pub cache_nonce: bool,
+    /// Whether a pooled connection was used.
+    pub conn_reused: bool,
+    /// DNS resolution of a new connection, µs.
+    pub dns_us: Option<u64>,
+    /// TCP connect of a new connection, µs.
+    pub connect_us: Option<u64>,
+    /// TLS handshake of a new connection, µs.
+    pub tls_us: Option<u64>,
+    /// First body byte, µs from `t_send`.
+    pub first_byte_us: Option<u64>,
+    /// First non-whitespace body byte, µs from `t_send`.
+    pub first_nonblank_us: Option<u64>,
+    /// `ttfc − ttft` when reasoning came first, µs.
+    pub reasoning_us: Option<u64>,
+    /// Payloads carrying any generated token.
+    pub token_payloads: u32,
+    /// `usage.completion_tokens − token_payloads`.
+    pub usage_chunk_delta: Option<i64>,
+    /// Provider error code.
+    pub error_code: Option<String>,
 }
 
 impl RequestRow {
@@ -277,6 +305,20 @@ impl RequestRow {
             comment_lines: rec.comment_lines,
             response_bytes: rec.response_bytes,
             window: key.window_for(coord_us),
+            final_attempt: rec.final_attempt,
+            request_latency_us: rec.request_latency_us,
+            turn: rec.turn,
+            cache_nonce: rec.cache_nonce,
+            conn_reused: rec.conn_reused,
+            dns_us: rec.dns_us,
+            connect_us: rec.connect_us,
+            tls_us: rec.tls_us,
+            first_byte_us: rec.first_byte_us,
+            first_nonblank_us: rec.first_nonblank_us,
+            reasoning_us: rec.reasoning_us,
+            token_payloads: rec.token_payloads,
+            usage_chunk_delta: rec.usage_chunk_delta,
+            error_code: rec.error_code.clone(),
         }
     }
 
@@ -321,6 +363,20 @@ impl RequestRow {
             itl_max_us: self.itl_max_us,
             comment_lines: self.comment_lines,
             response_bytes: self.response_bytes,
+            final_attempt: self.final_attempt,
+            request_latency_us: self.request_latency_us,
+            turn: self.turn,
+            cache_nonce: self.cache_nonce,
+            conn_reused: self.conn_reused,
+            dns_us: self.dns_us,
+            connect_us: self.connect_us,
+            tls_us: self.tls_us,
+            first_byte_us: self.first_byte_us,
+            first_nonblank_us: self.first_nonblank_us,
+            reasoning_us: self.reasoning_us,
+            token_payloads: self.token_payloads,
+            usage_chunk_delta: self.usage_chunk_delta,
+            error_code: self.error_code.clone(),
         }
     }
 }
