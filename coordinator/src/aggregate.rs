@@ -17,6 +17,17 @@ pub struct CellCounts {
     pub ok_output_tokens: u64,
     /// `ok` attempts whose `output_tokens` came from `usage`.
     pub ok_tokens_from_usage: u64,
+    /// Over `ok` attempts that reported usage: the sum of `usage_chunk_delta`
+    /// (`usage.completion_tokens − token_payloads`).
+    pub ok_usage_chunk_delta_sum: i64,
+    /// `ok` attempts that reported usage (`usage_chunk_delta` set).
+    pub ok_usage_reports: u64,
+    /// `ok` attempts whose `usage_chunk_delta` was not 0.
+    pub ok_usage_chunk_mismatches: u64,
+    /// Logical requests ended (records with `final_attempt`), and those not `ok`.
+    pub requests: u64,
+    /// Logical requests whose final attempt was not `ok`.
+    pub requests_failed: u64,
     /// The latest failed attempt, described: outcome, HTTP status, provider error type and
     /// message (already truncated and scrubbed by the agent).
     pub last_error: Option<String>,
@@ -70,9 +81,18 @@ impl Aggregate {
             .or_default();
         let outcome = rec.outcome();
         *cell.outcomes.entry(outcome).or_insert(0) += 1;
+        if rec.final_attempt {
+            cell.requests += 1;
+            cell.requests_failed += u64::from(outcome != Outcome::Ok);
+        }
         if outcome == Outcome::Ok {
             cell.ok_output_tokens += u64::from(rec.output_tokens);
             cell.ok_tokens_from_usage += u64::from(rec.tokens_from_usage);
+            if let Some(d) = rec.usage_chunk_delta {
+                cell.ok_usage_chunk_delta_sum += d;
+                cell.ok_usage_reports += 1;
+                cell.ok_usage_chunk_mismatches += u64::from(d != 0);
+            }
         } else {
             cell.last_error = Some(describe_error(rec));
         }
@@ -116,6 +136,11 @@ impl Aggregate {
             }
             out.ok_output_tokens += c.ok_output_tokens;
             out.ok_tokens_from_usage += c.ok_tokens_from_usage;
+            out.ok_usage_chunk_delta_sum += c.ok_usage_chunk_delta_sum;
+            out.ok_usage_chunk_mismatches += c.ok_usage_chunk_mismatches;
+            out.ok_usage_reports += c.ok_usage_reports;
+            out.requests += c.requests;
+            out.requests_failed += c.requests_failed;
             if c.last_error.is_some() {
                 out.last_error.clone_from(&c.last_error);
             }
@@ -166,11 +191,29 @@ mod tests {
             outcome: Some(o),
             output_tokens: 10,
             tokens_from_usage: true,
+            usage_chunk_delta: Some(3),
+            final_attempt: true,
             ..Default::default()
         };
         agg.add_record("us-east", &rec(Outcome::Ok));
-        agg.add_record("us-east", &rec(Outcome::Throttled));
+        // A throttled attempt that was retried, then the retry that succeeded.
+        agg.add_record(
+            "us-east",
+            &ProbeRecord {
+                final_attempt: false,
+                ..rec(Outcome::Throttled)
+            },
+        );
+        agg.add_record(
+            "us-east",
+            &ProbeRecord {
+                usage_chunk_delta: Some(0),
+                attempt: 2,
+                ..rec(Outcome::Ok)
+            },
+        );
         agg.add_record("eu-west", &rec(Outcome::Ok));
+        agg.add_record("eu-west", &rec(Outcome::TimeoutTtft));
         let us = agg.counts(Some("us-east"), "p", "s");
         assert_eq!(
             (
@@ -178,14 +221,21 @@ mod tests {
                 us.count(Outcome::Ok),
                 us.count(Outcome::Throttled)
             ),
-            (2, 1, 1)
+            (3, 2, 1)
         );
-        assert_eq!(us.ok_output_tokens, 10);
+        assert_eq!(us.ok_output_tokens, 20);
+        assert_eq!((us.requests, us.requests_failed), (2, 0));
+        assert_eq!(
+            (us.ok_usage_chunk_delta_sum, us.ok_usage_chunk_mismatches),
+            (3, 1)
+        );
         let all = agg.counts(None, "p", "s");
         assert_eq!(
             (all.attempts(), all.count(Outcome::Ok), all.ok_output_tokens),
-            (3, 2, 20)
+            (5, 3, 30)
         );
-        assert_eq!(agg.records(), 3);
+        assert_eq!((all.requests, all.requests_failed), (4, 1));
+        assert_eq!(all.ok_usage_chunk_delta_sum, 6);
+        assert_eq!(agg.records(), 5);
     }
 }

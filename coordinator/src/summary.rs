@@ -64,6 +64,11 @@ pub struct MatrixCell {
     pub itl_p50_ms: Option<f64>,
     /// Attempts whose outcome is not `ok`, % of attempts.
     pub error_pct: f64,
+    /// Logical requests (a first attempt and its retries count once).
+    pub requests: u64,
+    /// Logical requests whose final attempt was not `ok`, % of requests (equals `error_pct`
+    /// without a retry policy).
+    pub request_error_pct: f64,
     /// `throttled` attempts, % of attempts.
     pub throttled_pct: f64,
     /// Mean output tokens of `ok` attempts.
@@ -71,6 +76,11 @@ pub struct MatrixCell {
     /// `ok` attempts whose output tokens came from the provider's `usage` (the rest were
     /// counted from chunks).
     pub tokens_from_usage: u64,
+    /// Mean of `usage.completion_tokens − token_payloads` over `ok` attempts that reported
+    /// usage: how far counting chunks would be from the provider's token count.
+    pub usage_chunk_delta_mean: Option<f64>,
+    /// `ok` attempts whose usage disagreed with the chunk count.
+    pub usage_chunk_mismatches: u64,
     /// The latest failed attempt of this cell, described (outcome, status, provider error).
     pub last_error: Option<String>,
     /// Attempts by outcome name.
@@ -197,9 +207,18 @@ fn cell(agg: &Aggregate, region: Option<&str>, provider: &str, scenario: &str) -
         tpot_p50_ms: p50(Metric::Tpot),
         itl_p50_ms: p50(Metric::Itl),
         error_pct: pct(attempts - ok),
+        requests: counts.requests,
+        request_error_pct: if counts.requests == 0 {
+            0.0
+        } else {
+            counts.requests_failed as f64 * 100.0 / counts.requests as f64
+        },
         throttled_pct: pct(counts.count(Outcome::Throttled)),
         output_tokens_mean: (ok > 0).then(|| counts.ok_output_tokens as f64 / ok as f64),
         tokens_from_usage: counts.ok_tokens_from_usage,
+        usage_chunk_delta_mean: (counts.ok_usage_reports > 0)
+            .then(|| counts.ok_usage_chunk_delta_sum as f64 / counts.ok_usage_reports as f64),
+        usage_chunk_mismatches: counts.ok_usage_chunk_mismatches,
         last_error: counts.last_error.clone(),
         outcomes: counts
             .outcomes
@@ -282,6 +301,28 @@ impl Summary {
                     c.provider,
                     c.scenario,
                     c.last_error.as_deref().unwrap_or_default()
+                );
+            }
+        }
+        let mismatched: Vec<&MatrixCell> = self
+            .cells
+            .iter()
+            .filter(|c| c.region == ALL_REGIONS && c.usage_chunk_mismatches > 0)
+            .collect();
+        if !mismatched.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nusage vs chunk count (ok attempts, all regions; counting chunks would be off by):"
+            );
+            for c in mismatched {
+                let _ = writeln!(
+                    out,
+                    "  {:<20} {:<14} mean {:+.1} tokens, {} of {} attempts differ",
+                    c.provider,
+                    c.scenario,
+                    c.usage_chunk_delta_mean.unwrap_or_default(),
+                    c.usage_chunk_mismatches,
+                    c.samples
                 );
             }
         }

@@ -131,6 +131,17 @@ pub struct MatrixRow {
     pub ok_output_tokens: u64,
     /// `ok` attempts whose output tokens came from `usage`.
     pub tokens_from_usage: u64,
+    /// Logical requests (rows with `final_attempt`).
+    pub requests: u64,
+    /// Logical requests whose final attempt was not `ok`.
+    pub requests_failed: u64,
+    /// Over `ok` attempts that reported usage: their count, the sum of `usage_chunk_delta`,
+    /// and how many had a non-zero delta.
+    pub ok_usage_reports: u64,
+    /// Sum of `usage_chunk_delta` over `ok` attempts.
+    pub ok_usage_chunk_delta_sum: i64,
+    /// `ok` attempts whose `usage_chunk_delta` was not 0.
+    pub ok_usage_chunk_mismatches: u64,
     /// TTFT P50/P90/P99, ms.
     pub ttft: Option<Percentiles>,
     /// TTFC P50/P90/P99, ms.
@@ -157,6 +168,11 @@ impl MatrixRow {
             outcomes: BTreeMap::new(),
             ok_output_tokens: 0,
             tokens_from_usage: 0,
+            requests: 0,
+            requests_failed: 0,
+            ok_usage_reports: 0,
+            ok_usage_chunk_delta_sum: 0,
+            ok_usage_chunk_mismatches: 0,
             ttft: None,
             ttfc: None,
             e2e: None,
@@ -208,6 +224,15 @@ impl MatrixRow {
             throttled_pct: self.throttled_pct(),
             output_tokens_mean: self.output_tokens_mean(),
             tokens_from_usage: self.tokens_from_usage,
+            requests: self.requests,
+            request_error_pct: if self.requests == 0 {
+                0.0
+            } else {
+                self.requests_failed as f64 * 100.0 / self.requests as f64
+            },
+            usage_chunk_delta_mean: (self.ok_usage_reports > 0)
+                .then(|| self.ok_usage_chunk_delta_sum as f64 / self.ok_usage_reports as f64),
+            usage_chunk_mismatches: self.ok_usage_chunk_mismatches,
             last_error: None,
             outcomes: self.outcomes.clone(),
         }
@@ -239,6 +264,10 @@ struct OutcomeCount {
     n: u64,
     output_tokens: u64,
     from_usage: u64,
+    final_n: u64,
+    usage_n: u64,
+    delta_sum: i64,
+    mismatches: u64,
 }
 
 #[derive(clickhouse::Row, Deserialize)]
@@ -311,7 +340,10 @@ pub async fn matrix_filtered(
     let (wh, args) = where_clause(filter, "send_unix_us", "send_time");
     let sql = format!(
         "SELECT region, provider, scenario, outcome, count() AS n, \
-         sum(output_tokens) AS tokens, sum(tokens_from_usage) AS usage_n \
+         sum(output_tokens) AS tokens, sum(tokens_from_usage) AS from_usage_n, \
+         sum(final_attempt) AS final_n, count(usage_chunk_delta) AS usage_n, \
+         sum(ifNull(usage_chunk_delta, 0)) AS delta_sum, \
+         sum(ifNull(usage_chunk_delta, 0) != 0) AS mismatches \
          FROM {db}.requests{wh} \
          GROUP BY region, provider, scenario, outcome"
     );
@@ -335,11 +367,18 @@ pub async fn matrix_filtered(
                 .or_insert_with(|| MatrixRow::new(region, &c.provider, &c.scenario));
             cell.attempts += c.n;
             *cell.outcomes.entry(c.outcome.clone()).or_insert(0) += c.n;
+            cell.requests += c.final_n;
             if c.outcome == Outcome::Ok.as_str() {
                 cell.samples += c.n;
                 cell.ok_output_tokens += c.output_tokens;
                 cell.tokens_from_usage += c.from_usage;
-            } else if c.outcome == Outcome::Throttled.as_str() {
+                cell.ok_usage_reports += c.usage_n;
+                cell.ok_usage_chunk_delta_sum += c.delta_sum;
+                cell.ok_usage_chunk_mismatches += c.mismatches;
+            } else {
+                cell.requests_failed += c.final_n;
+            }
+            if c.outcome == Outcome::Throttled.as_str() {
                 cell.throttled += c.n;
             }
         }
