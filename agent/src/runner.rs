@@ -5,13 +5,45 @@
 //! Probe `i` of round `r` is intended at `start + r × interval + i × gap` (see
 //! `latmesh_core::plan`). Probes are spawned at their intended time and may overlap, so a slow
 //! provider never delays the next probe; `sched_lag_us` records how late each one left.
+//!
+//! # One slot: a logical request, its retries and its turns ([`run_slot`])
+//! A slot runs inside its own task, so its retries and later turns never hold up the next
+//! slots (they do add load: with retries and turns a slot can send up to
+//! `turns × (max_retries + 1)` requests).
+//!
+//! * **Attempts.** Every attempt is one record with `attempt` (1-based). When the scenario's
+//!   [`RetryPolicy`] retries the outcome, the task waits [`RetryPolicy::wait_ms`] (its backoff,
+//!   or a longer Retry-After when honoured, capped) and sends the same request again. The last
+//!   attempt of a logical request has `final_attempt = true` and `request_latency_us`: from
+//!   the first attempt's start to this attempt's end (`e2e`, or the end of the attempt when it
+//!   has none), backoff waits included; for a single attempt it equals `e2e`. Its outcome is
+//!   the logical request's outcome. `sched_lag_us` of a retry is measured from the end of its
+//!   wait, of a later turn from the end of the previous turn.
+//! * **Turns.** A scenario with `turns = N` makes each slot a conversation: turn `k > 1` sends
+//!   the prompt, then for each earlier turn its assistant answer (with `reasoning_content`
+//!   when the provider has `pass_reasoning`) and the next follow-up user message, in order.
+//!   Records carry `turn`. Turns are sent back to back; answers are read with `keep_text`
+//!   (all but the last turn). A turn whose logical outcome is not `ok` ends the conversation:
+//!   later turns are not sent and leave no record (the agent logs how many); they are not
+//!   "skipped" probes, which would mark the agent's campaign incomplete. A later turn refused
+//!   with 400/413/422 is `history_rejected` (the provider refused the history sent back).
+//! * **Cache nonce.** With `cache_nonce`, `[nonce XXXXXXXX] ` (8 random hex digits) goes in
+//!   front of the first message's content (the very first tokens: provider prompt caches
+//!   match prefixes, so a nonce after a long system message would leave that cacheable). One
+//!   nonce per logical request: all attempts resend the identical request, and all turns of a
+//!   conversation share it so the conversation's own prefix caching (turn k+1 extends turn k,
+//!   as in any chat client) stays as realistic as it is for users, while no probe can hit a
+//!   cache warmed by another probe, round or region. Records carry `cache_nonce`.
+//!
+//! Histograms count `ok` attempts of every turn (not split by turn; records carry it).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use latmesh_core::clock::ClockEstimate;
 use latmesh_core::hist::HistogramSet;
-use latmesh_core::plan::Plan;
+use latmesh_core::plan::{Plan, RetryPolicy, Slot};
+use latmesh_core::prompts::{Message, builtin_follow_ups, guess_lang};
 use latmesh_core::record::{Outcome, ProbeRecord};
 use latmesh_core::wire;
 use latmesh_proto::pb;
@@ -113,6 +145,7 @@ pub async fn run_campaign(
     ));
     let plan = run.plan.clone();
     let mut skipped = 0u64;
+    let turns_not_sent = Arc::new(std::sync::atomic::AtomicU64::new(0));
     for round in 0..plan.rounds.count {
         for (slot, s) in plan.round_order(round).into_iter().enumerate() {
             let intended = start + Duration::from_micros(plan.probe_offset_us(round, slot));
@@ -122,37 +155,19 @@ pub async fn run_campaign(
             }
             tokio::time::sleep_until(intended.into()).await;
             let (plan, prober, tx) = (plan.clone(), prober.clone(), tx.clone());
+            let turns_not_sent = turns_not_sent.clone();
             tokio::spawn(async move {
-                let provider = &plan.providers[s.provider];
-                let scenario = &plan.scenarios[s.scenario];
-                let prompt = plan.prompt_for(s.scenario, round);
-                let api_key = provider
-                    .api_key_env
-                    .as_ref()
-                    .and_then(|name| std::env::var(name).ok());
-                let req = ProbeRequest {
-                    base_url: &provider.base_url,
-                    model_id: &provider.model_id,
-                    api_key: api_key.as_deref(),
-                    messages: &prompt.messages,
-                    stream: scenario.stream,
-                    max_tokens: scenario.max_tokens,
-                    temperature: scenario.temperature,
-                    top_p: scenario.top_p,
-                    timeouts: &scenario.timeouts,
-                    probe_id: None,
+                let at = SlotRef {
+                    round,
+                    slot: slot as u32,
+                    s,
+                    intended,
                 };
-                let sched_lag_us = intended.elapsed().as_micros() as i64;
-                let result = prober.probe(&req, false).await;
-                let mut rec = result.record;
-                rec.round = round;
-                rec.slot = slot as u32;
-                rec.provider = provider.name.clone();
-                rec.scenario = scenario.name.clone();
-                rec.prompt_id = prompt.id.clone();
-                rec.attempt = 1;
-                rec.sched_lag_us = sched_lag_us;
-                let _ = tx.send((rec, result.itl_gaps_us)).await;
+                let done = run_slot(&plan, at, &prober, &tx).await;
+                turns_not_sent.fetch_add(
+                    u64::from(done.turns_not_sent),
+                    std::sync::atomic::Ordering::SeqCst,
+                );
             });
         }
     }
@@ -161,6 +176,10 @@ pub async fn run_campaign(
         tracing::warn!(campaign = %run.campaign_id, skipped, "probes skipped: their time had passed");
     }
     let (last_seq, probes) = collector.await.unwrap_or((0, 0));
+    let turns_not_sent = turns_not_sent.load(std::sync::atomic::Ordering::SeqCst);
+    if turns_not_sent > 0 {
+        tracing::info!(campaign = %run.campaign_id, turns_not_sent, "conversation turns not sent: an earlier turn of their conversation failed");
+    }
     outbox.push_done(pb::CampaignDone {
         campaign_id: run.campaign_id.clone(),
         last_seq,
@@ -169,6 +188,203 @@ pub async fn run_campaign(
     });
     tracing::info!(campaign = %run.campaign_id, probes, skipped, last_seq, "campaign finished");
     probes
+}
+
+/// Where a slot's records go: each record with its ITL gaps.
+pub type RecordTx = mpsc::Sender<(ProbeRecord, Vec<u64>)>;
+
+/// One slot of a round.
+#[derive(Clone, Copy, Debug)]
+pub struct SlotRef {
+    /// Round (0-based).
+    pub round: u32,
+    /// Index of the slot in the round's shared order.
+    pub slot: u32,
+    /// Which provider and scenario.
+    pub s: Slot,
+    /// When its first request is intended to leave.
+    pub intended: Instant,
+}
+
+/// What a slot did besides its records.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SlotDone {
+    /// Records sent (attempts of every turn).
+    pub records: u32,
+    /// Turns of its conversation that were not sent because an earlier turn failed.
+    pub turns_not_sent: u32,
+}
+
+/// `[nonce XXXXXXXX] `: 8 random hex digits, put in front of a prompt.
+pub fn new_nonce() -> String {
+    format!("[nonce {:08x}] ", rand::random::<u32>())
+}
+
+/// The plan fields every record of a slot carries.
+struct Label<'a> {
+    at: SlotRef,
+    provider: &'a str,
+    scenario: &'a str,
+    prompt_id: &'a str,
+    cache_nonce: bool,
+}
+
+impl Label<'_> {
+    fn fill(&self, rec: &mut ProbeRecord, turn: u32, attempt: u32, sched_lag_us: i64) {
+        rec.round = self.at.round;
+        rec.slot = self.at.slot;
+        rec.provider = self.provider.to_string();
+        rec.scenario = self.scenario.to_string();
+        rec.prompt_id = self.prompt_id.to_string();
+        rec.turn = turn;
+        rec.attempt = attempt;
+        rec.cache_nonce = self.cache_nonce;
+        rec.sched_lag_us = sched_lag_us;
+        rec.final_attempt = false;
+        rec.request_latency_us = None;
+    }
+}
+
+/// The logical request's outcome and, when kept, its answer's content and reasoning.
+struct Answer {
+    outcome: Outcome,
+    content: String,
+    reasoning: String,
+}
+
+/// Runs one slot: its logical request (a conversation of `turns` turns, each with its
+/// retries; see the [module documentation](self)), sending every attempt's record to `tx`
+/// as soon as it is measured.
+pub async fn run_slot(plan: &Plan, at: SlotRef, prober: &Prober, tx: &RecordTx) -> SlotDone {
+    let provider = &plan.providers[at.s.provider];
+    let scenario = &plan.scenarios[at.s.scenario];
+    let prompt = plan.prompt_for(at.s.scenario, at.round);
+    let policy = &scenario.policy;
+    let api_key = provider
+        .api_key_env
+        .as_ref()
+        .and_then(|name| std::env::var(name).ok());
+    let nonce = policy.cache_nonce.then(new_nonce);
+    let label = Label {
+        at,
+        provider: &provider.name,
+        scenario: &scenario.name,
+        prompt_id: &prompt.id,
+        cache_nonce: nonce.is_some(),
+    };
+    let mut messages = prompt.messages.clone();
+    if let (Some(nonce), Some(first)) = (&nonce, messages.first_mut()) {
+        first.content.insert_str(0, nonce);
+    }
+    let turns = policy.turns.max(1);
+    let mut done = SlotDone::default();
+    let mut intended = at.intended;
+    for turn in 1..=turns {
+        if turn > 1 {
+            let k = (turn - 2) as usize;
+            // Validation puts turns − 1 follow-ups in the plan; the builtin ones are only a
+            // fallback for a hand-made plan.
+            let text = prompt.follow_ups.get(k).cloned().unwrap_or_else(|| {
+                let builtin = builtin_follow_ups(guess_lang(&prompt.messages));
+                builtin[k % builtin.len()].to_string()
+            });
+            messages.push(Message::new("user", text));
+            intended = Instant::now();
+        }
+        let req = ProbeRequest {
+            base_url: &provider.base_url,
+            model_id: &provider.model_id,
+            api_key: api_key.as_deref(),
+            messages: &messages,
+            stream: scenario.stream,
+            max_tokens: scenario.max_tokens,
+            temperature: scenario.temperature,
+            top_p: scenario.top_p,
+            timeouts: &scenario.timeouts,
+            probe_id: None,
+        };
+        let last = turn == turns;
+        let (answer, records) = logical_request(
+            prober,
+            &req,
+            !last,
+            policy.retry.as_ref(),
+            &label,
+            turn,
+            intended,
+            tx,
+        )
+        .await;
+        done.records += records;
+        if answer.outcome != Outcome::Ok {
+            done.turns_not_sent = turns - turn;
+            break;
+        }
+        if !last {
+            messages.push(Message {
+                reasoning_content: provider.pass_reasoning.then_some(answer.reasoning),
+                ..Message::new("assistant", answer.content)
+            });
+        }
+    }
+    done
+}
+
+/// One logical request: attempts until one is not retried. Returns its final answer and the
+/// number of records sent.
+#[allow(clippy::too_many_arguments)]
+async fn logical_request(
+    prober: &Prober,
+    req: &ProbeRequest<'_>,
+    keep_text: bool,
+    retry: Option<&RetryPolicy>,
+    label: &Label<'_>,
+    turn: u32,
+    mut intended: Instant,
+    tx: &RecordTx,
+) -> (Answer, u32) {
+    let mut first: Option<Instant> = None;
+    let mut attempt = 1u32;
+    loop {
+        let sched_lag_us = intended.elapsed().as_micros() as i64;
+        let started = Instant::now();
+        let first = *first.get_or_insert(started);
+        let result = prober.probe(req, keep_text).await;
+        let returned = Instant::now();
+        let mut rec = result.record;
+        label.fill(&mut rec, turn, attempt, sched_lag_us);
+        if turn > 1
+            && rec.outcome() == Outcome::Http4xx
+            && matches!(rec.http_status, Some(400 | 413 | 422))
+        {
+            rec.outcome = Some(Outcome::HistoryRejected);
+        }
+        let outcome = rec.outcome();
+        let wait = retry
+            .filter(|p| p.retries(attempt, outcome))
+            .map(|p| Duration::from_millis(p.wait_ms(attempt, rec.retry_after_s)));
+        if wait.is_none() {
+            rec.final_attempt = true;
+            let end = rec.e2e_us.map_or(returned - started, Duration::from_micros);
+            rec.request_latency_us = Some((started - first + end).as_micros() as u64);
+        }
+        let _ = tx.send((rec, result.itl_gaps_us)).await;
+        match wait {
+            None => {
+                let answer = Answer {
+                    outcome,
+                    content: result.content_text,
+                    reasoning: result.reasoning_text,
+                };
+                return (answer, attempt);
+            }
+            Some(w) => {
+                intended = Instant::now() + w;
+                tokio::time::sleep_until(intended.into()).await;
+                attempt += 1;
+            }
+        }
+    }
 }
 
 fn warn_missing_keys(plan: &Plan) {
@@ -258,5 +474,474 @@ mod tests {
         );
         let past = local_instant_of(now_coord - 1_000_000, 2_000_000);
         assert!(past <= Instant::now());
+    }
+
+    use std::net::SocketAddr;
+    use std::sync::Mutex;
+
+    use latmesh_sim::profile::{ProviderProfile, ReasoningPassback};
+    use serde_json::{Value, json};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Serves `profiles` with the simulator on a loopback port.
+    async fn sim(profiles: Vec<ProviderProfile>) -> SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let cfg = latmesh_sim::SimConfig {
+            profiles,
+            ..latmesh_sim::SimConfig::default()
+        };
+        tokio::spawn(latmesh_sim::serve_providers(listener, cfg));
+        addr
+    }
+
+    /// A validated one-provider, one-scenario plan (through the campaign file, so the
+    /// follow-ups and policy are what validation makes of the keys).
+    fn plan(base_url: &str, scenario_keys: &str, provider_keys: &str) -> Plan {
+        let text = format!(
+            r#"
+[campaign]
+name = "t"
+regions = ["us-east"]
+[rounds]
+count = 4
+interval_s = 10.0
+gap_ms = 100
+[[scenarios]]
+name = "chat"
+prompt_ids = ["short-qa-en-001"]
+max_tokens = 48
+timeout_total_s = 20
+{scenario_keys}
+[[providers]]
+name = "p"
+base_url = "{base_url}"
+model_id = "m"
+{provider_keys}
+"#
+        );
+        latmesh_core::campaign::load_toml_str(&text, std::path::Path::new(".")).unwrap()
+    }
+
+    /// Runs slot 0 of `round` now and returns its records and what it reports.
+    async fn run(plan: &Plan, round: u32) -> (Vec<ProbeRecord>, SlotDone) {
+        let prober = Prober::new(None).unwrap();
+        let (tx, mut rx) = mpsc::channel(64);
+        let at = SlotRef {
+            round,
+            slot: 0,
+            s: Slot {
+                provider: 0,
+                scenario: 0,
+            },
+            intended: Instant::now(),
+        };
+        let done = run_slot(plan, at, &prober, &tx).await;
+        drop(tx);
+        let mut recs = Vec::new();
+        while let Some((r, _)) = rx.recv().await {
+            recs.push(r);
+        }
+        (recs, done)
+    }
+
+    type Reply = Box<dyn Fn(usize) -> (u16, &'static str, String) + Send + Sync>;
+
+    /// A fake provider that keeps every request body: request `n` (0-based) is answered
+    /// with `reply(n)` = (status, extra header lines, body).
+    async fn capture(reply: Reply) -> (SocketAddr, Arc<Mutex<Vec<Value>>>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let bodies = Arc::new(Mutex::new(Vec::new()));
+        let (seen, reply) = (bodies.clone(), Arc::new(reply));
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut sock, _)) = listener.accept().await else {
+                    return;
+                };
+                let (seen, reply) = (seen.clone(), reply.clone());
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 8192];
+                    let (head_end, len) = loop {
+                        let n = sock.read(&mut chunk).await.unwrap_or(0);
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            let head = String::from_utf8_lossy(&buf[..at]).to_ascii_lowercase();
+                            let len = head
+                                .lines()
+                                .find_map(|l| l.strip_prefix("content-length:"))
+                                .and_then(|v| v.trim().parse::<usize>().ok())
+                                .unwrap_or(0);
+                            break (at + 4, len);
+                        }
+                    };
+                    while buf.len() < head_end + len {
+                        let n = sock.read(&mut chunk).await.unwrap_or(0);
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                    }
+                    let body: Value = serde_json::from_slice(&buf[head_end..head_end + len])
+                        .unwrap_or(Value::Null);
+                    let n = {
+                        let mut seen = seen.lock().unwrap();
+                        seen.push(body);
+                        seen.len() - 1
+                    };
+                    let (status, extra, body) = reply(n);
+                    let kind = if status == 200 {
+                        "text/event-stream"
+                    } else {
+                        "application/json"
+                    };
+                    let resp = format!(
+                        "HTTP/1.1 {status} X\r\ncontent-type: {kind}\r\ncontent-length: {}\r\nconnection: close\r\n{extra}\r\n{body}",
+                        body.len()
+                    );
+                    let _ = sock.write_all(resp.as_bytes()).await;
+                    let _ = sock.shutdown().await;
+                });
+            }
+        });
+        (addr, bodies)
+    }
+
+    /// A streamed answer of request `n`: reasoning "thought n", then content "answer n".
+    fn sse_answer(n: usize) -> String {
+        let chunk = |delta: Value, finish: Value| {
+            let c = json!({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+            format!("data: {c}\n\n")
+        };
+        let usage = json!({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
+            "choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 4, "total_tokens": 14}});
+        [
+            chunk(
+                json!({"role": "assistant", "content": null, "reasoning_content": format!("thought {n}")}),
+                Value::Null,
+            ),
+            chunk(json!({"content": format!("answer {n}")}), Value::Null),
+            chunk(json!({}), json!("stop")),
+            format!("data: {usage}\n\n"),
+            "data: [DONE]\n\n".to_string(),
+        ]
+        .concat()
+    }
+
+    fn ok_replies() -> Reply {
+        Box::new(|n| (200, "", sse_answer(n + 1)))
+    }
+
+    fn summary(recs: &[ProbeRecord]) -> Vec<(u32, u32, Outcome, bool)> {
+        recs.iter()
+            .map(|r| (r.turn, r.attempt, r.outcome(), r.final_attempt))
+            .collect()
+    }
+
+    fn quiet(name: &str) -> ProviderProfile {
+        ProviderProfile {
+            output_tokens_min: 40,
+            output_tokens_max: 60,
+            ..ProviderProfile::fixed(name, 20_000, 1_000)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_single_turn_request_is_one_final_first_attempt() {
+        let addr = sim(vec![quiet("fast")]).await;
+        let p = plan(&format!("http://{addr}/fast/v1"), "", "");
+        let (recs, done) = run(&p, 1).await;
+        assert_eq!(summary(&recs), [(1, 1, Outcome::Ok, true)]);
+        let r = &recs[0];
+        assert_eq!((r.round, r.slot, r.cache_nonce), (1, 0, false));
+        assert_eq!((r.provider.as_str(), r.scenario.as_str()), ("p", "chat"));
+        assert_eq!(r.prompt_id, "short-qa-en-001");
+        // One attempt: the logical request's latency is the attempt's e2e.
+        assert!(r.e2e_us.is_some());
+        assert_eq!(r.request_latency_us, r.e2e_us);
+        assert_eq!(
+            done,
+            SlotDone {
+                records: 1,
+                turns_not_sent: 0
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn throttled_attempts_are_retried_and_only_the_last_is_final() {
+        let throttler = ProviderProfile {
+            throttle_prob: 1.0,
+            retry_after_s_min: 1,
+            retry_after_s_max: 1,
+            ..quiet("throttler")
+        };
+        let addr = sim(vec![throttler]).await;
+        let url = format!("http://{addr}/throttler/v1");
+        // Retry-After (1 s) is longer than the backoff but capped at 0.3 s: two waits of 0.3 s.
+        let p = plan(
+            &url,
+            "retry = { max_retries = 2, backoff_s = [0.1], max_retry_after_s = 0.3 }",
+            "",
+        );
+        let (recs, done) = run(&p, 0).await;
+        assert_eq!(
+            summary(&recs),
+            [
+                (1, 1, Outcome::Throttled, false),
+                (1, 2, Outcome::Throttled, false),
+                (1, 3, Outcome::Throttled, true),
+            ]
+        );
+        assert_eq!(done.records, 3);
+        assert!(
+            recs.iter()
+                .all(|r| r.retry_after_s == Some(1.0) && r.http_status == Some(429))
+        );
+        assert_eq!(recs[0].request_latency_us, None);
+        assert_eq!(recs[1].request_latency_us, None);
+        let total = recs[2].request_latency_us.unwrap();
+        assert!((600_000..2_000_000).contains(&total), "{total} µs");
+        let gap = recs[1].send_agent_unix_us - recs[0].send_agent_unix_us;
+        assert!(gap >= 300_000, "second attempt {gap} µs after the first");
+
+        // Honoured in full below the cap: the 1 s Retry-After wins over the 50 ms backoff.
+        let p = plan(&url, "retry = { max_retries = 1, backoff_s = [0.05] }", "");
+        let (recs, _) = run(&p, 0).await;
+        assert_eq!(recs.len(), 2);
+        let total = recs[1].request_latency_us.unwrap();
+        assert!(total >= 1_000_000, "{total} µs");
+        // Not honoured: only the backoff.
+        let p = plan(
+            &url,
+            "retry = { max_retries = 1, backoff_s = [0.05], honour_retry_after = false }",
+            "",
+        );
+        let (recs, _) = run(&p, 0).await;
+        let total = recs[1].request_latency_us.unwrap();
+        assert!((50_000..900_000).contains(&total), "{total} µs");
+        // Outcomes not listed in `on` are not retried.
+        let p = plan(&url, "retry = { on = [\"http_5xx\"] }", "");
+        let (recs, _) = run(&p, 0).await;
+        assert_eq!(summary(&recs), [(1, 1, Outcome::Throttled, true)]);
+    }
+
+    #[tokio::test]
+    async fn a_retry_that_succeeds_makes_the_logical_request_ok() {
+        let reply: Reply = Box::new(|n| match n {
+            0 => (
+                503,
+                "",
+                r#"{"error":{"message":"overloaded","type":"server_error"}}"#.to_string(),
+            ),
+            _ => (200, "", sse_answer(n)),
+        });
+        let (addr, bodies) = capture(reply).await;
+        let p = plan(
+            &format!("http://{addr}/v1"),
+            "cache_nonce = true\nretry = { backoff_s = [0.2] }",
+            "",
+        );
+        let (recs, done) = run(&p, 0).await;
+        assert_eq!(
+            summary(&recs),
+            [(1, 1, Outcome::Http5xx, false), (1, 2, Outcome::Ok, true)]
+        );
+        assert_eq!(done.records, 2);
+        let total = recs[1].request_latency_us.unwrap();
+        assert!(total >= 200_000 + recs[1].e2e_us.unwrap(), "{total} µs");
+        // A retry resends the identical request, nonce included.
+        let bodies = bodies.lock().unwrap();
+        assert_eq!(bodies.len(), 2);
+        assert_eq!(bodies[0], bodies[1]);
+        assert!(recs.iter().all(|r| r.cache_nonce));
+    }
+
+    fn first_content(body: &Value) -> String {
+        body["messages"][0]["content"].as_str().unwrap().to_string()
+    }
+
+    #[tokio::test]
+    async fn every_logical_request_gets_its_own_cache_nonce() {
+        let (addr, bodies) = capture(ok_replies()).await;
+        let url = format!("http://{addr}/v1");
+        let original = plan(&url, "", "").scenarios[0].prompts[0].messages[0]
+            .content
+            .clone();
+        let p = plan(&url, "cache_nonce = true", "");
+        let (a, _) = run(&p, 0).await;
+        let (b, _) = run(&p, 4).await; // the same prompt again
+        assert!(a[0].cache_nonce && b[0].cache_nonce);
+        assert_eq!(a[0].prompt_id, b[0].prompt_id);
+        let (first, second) = {
+            let bodies = bodies.lock().unwrap();
+            (first_content(&bodies[0]), first_content(&bodies[1]))
+        };
+        for c in [&first, &second] {
+            let rest = c.strip_prefix("[nonce ").unwrap();
+            let (hex, prompt) = rest.split_once("] ").unwrap();
+            assert!(
+                hex.len() == 8 && hex.chars().all(|c| c.is_ascii_hexdigit()),
+                "{c}"
+            );
+            assert_eq!(prompt, original);
+        }
+        assert_ne!(first, second);
+        // Without the key the prompt goes as it is, and the record says so.
+        let p = plan(&url, "", "");
+        let (c, _) = run(&p, 0).await;
+        assert!(!c[0].cache_nonce);
+        assert_eq!(first_content(&bodies.lock().unwrap()[2]), original);
+    }
+
+    #[tokio::test]
+    async fn later_turns_send_the_history_back_in_order() {
+        for pass in [true, false] {
+            let (addr, bodies) = capture(ok_replies()).await;
+            let p = plan(
+                &format!("http://{addr}/v1"),
+                "turns = 3\ncache_nonce = true\nfollow_ups = [\"Second?\", \"Third?\"]",
+                &format!("pass_reasoning = {pass}"),
+            );
+            let prompt = p.scenarios[0].prompts[0].messages.clone();
+            let (recs, done) = run(&p, 0).await;
+            assert_eq!(
+                summary(&recs),
+                [
+                    (1, 1, Outcome::Ok, true),
+                    (2, 1, Outcome::Ok, true),
+                    (3, 1, Outcome::Ok, true),
+                ]
+            );
+            assert_eq!(
+                done,
+                SlotDone {
+                    records: 3,
+                    turns_not_sent: 0
+                }
+            );
+            assert!(recs.iter().all(|r| r.cache_nonce && r.ttft_us.is_some()));
+            let bodies = bodies.lock().unwrap();
+            let assistant = |n: usize| {
+                if pass {
+                    json!({"role": "assistant", "content": format!("answer {n}"),
+                        "reasoning_content": format!("thought {n}")})
+                } else {
+                    json!({"role": "assistant", "content": format!("answer {n}")})
+                }
+            };
+            let user = |t: &str| json!({"role": "user", "content": t});
+            let turn1 = bodies[0]["messages"].as_array().unwrap().clone();
+            assert_eq!(turn1.len(), prompt.len());
+            // All turns share the nonce: turn 1's messages are the prefix of every turn.
+            let mut want = turn1.clone();
+            want.extend([assistant(1), user("Second?")]);
+            assert_eq!(bodies[1]["messages"], Value::Array(want.clone()));
+            want.extend([assistant(2), user("Third?")]);
+            assert_eq!(bodies[2]["messages"], Value::Array(want));
+        }
+    }
+
+    fn thinker(passback: ReasoningPassback) -> ProviderProfile {
+        ProviderProfile {
+            prefill_us_per_input_token: 2_000,
+            reasoning_tokens_min: 6,
+            reasoning_tokens_max: 6,
+            reasoning_passback: passback,
+            ..quiet("thinker")
+        }
+    }
+
+    #[tokio::test]
+    async fn multi_turn_ttft_and_prompt_tokens_grow_with_the_history() {
+        let addr = sim(vec![thinker(ReasoningPassback::Required)]).await;
+        let p = plan(
+            &format!("http://{addr}/thinker/v1"),
+            "turns = 3",
+            "pass_reasoning = true",
+        );
+        let (recs, done) = run(&p, 0).await;
+        assert_eq!(done.turns_not_sent, 0);
+        assert_eq!(
+            summary(&recs),
+            [
+                (1, 1, Outcome::Ok, true),
+                (2, 1, Outcome::Ok, true),
+                (3, 1, Outcome::Ok, true),
+            ]
+        );
+        let prompt: Vec<u32> = recs
+            .iter()
+            .map(|r| r.usage.prompt_tokens.unwrap())
+            .collect();
+        let ttft: Vec<u64> = recs.iter().map(|r| r.ttft_us.unwrap()).collect();
+        // Each turn adds an answer (≥ 40 tokens + reasoning) and a follow-up: ≥ 40 more
+        // prompt tokens, so ≥ 80 ms more prefill at 2 ms per token.
+        for w in prompt.windows(2) {
+            assert!(w[1] >= w[0] + 40, "prompt tokens {prompt:?}");
+        }
+        for w in ttft.windows(2) {
+            assert!(w[1] >= w[0] + 60_000, "TTFT {ttft:?} µs");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_provider_that_needs_the_reasoning_back_rejects_the_history() {
+        let addr = sim(vec![thinker(ReasoningPassback::Required)]).await;
+        let p = plan(
+            &format!("http://{addr}/thinker/v1"),
+            "turns = 3\nretry = {}",
+            "pass_reasoning = false",
+        );
+        let (recs, done) = run(&p, 0).await;
+        // Not retried (never is), and the conversation stops: turn 3 is not sent.
+        assert_eq!(
+            summary(&recs),
+            [
+                (1, 1, Outcome::Ok, true),
+                (2, 1, Outcome::HistoryRejected, true)
+            ]
+        );
+        assert_eq!(
+            done,
+            SlotDone {
+                records: 2,
+                turns_not_sent: 1
+            }
+        );
+        let r = &recs[1];
+        assert_eq!(r.http_status, Some(400));
+        let msg = r.error_message.as_deref().unwrap();
+        assert!(
+            msg.contains("`reasoning_content` in assistant message 1"),
+            "{msg}"
+        );
+        // DeepSeek's reasoner is the other way round: passing the reasoning back is refused.
+        let addr = sim(vec![thinker(ReasoningPassback::Rejected)]).await;
+        let p = plan(
+            &format!("http://{addr}/thinker/v1"),
+            "turns = 2",
+            "pass_reasoning = true",
+        );
+        let (recs, _) = run(&p, 0).await;
+        assert_eq!(recs[1].outcome(), Outcome::HistoryRejected);
+        assert!(
+            recs[1]
+                .error_message
+                .as_deref()
+                .unwrap()
+                .contains("not allowed")
+        );
+        // The builtin reasoner needs it back.
+        let builtin = latmesh_sim::builtin_profiles()
+            .into_iter()
+            .find(|p| p.name == "reasoner")
+            .unwrap();
+        assert_eq!(builtin.reasoning_passback, ReasoningPassback::Required);
     }
 }

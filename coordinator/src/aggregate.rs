@@ -28,6 +28,9 @@ pub struct CellCounts {
     pub requests: u64,
     /// Logical requests whose final attempt was not `ok`.
     pub requests_failed: u64,
+    /// Slots of the plan finished: first turns whose final attempt arrived (retries and
+    /// later turns of a conversation do not count again).
+    pub slots_done: u64,
     /// The latest failed attempt, described: outcome, HTTP status, provider error type and
     /// message (already truncated and scrubbed by the agent).
     pub last_error: Option<String>,
@@ -82,6 +85,7 @@ impl Aggregate {
         let outcome = rec.outcome();
         *cell.outcomes.entry(outcome).or_insert(0) += 1;
         if rec.final_attempt {
+            cell.slots_done += u64::from(rec.turn <= 1);
             cell.requests += 1;
             cell.requests_failed += u64::from(outcome != Outcome::Ok);
         }
@@ -140,6 +144,7 @@ impl Aggregate {
             out.ok_usage_chunk_mismatches += c.ok_usage_chunk_mismatches;
             out.ok_usage_reports += c.ok_usage_reports;
             out.requests += c.requests;
+            out.slots_done += c.slots_done;
             out.requests_failed += c.requests_failed;
             if c.last_error.is_some() {
                 out.last_error.clone_from(&c.last_error);
@@ -151,6 +156,12 @@ impl Aggregate {
     /// Records counted so far.
     pub fn records(&self) -> u64 {
         self.counts.values().map(CellCounts::attempts).sum()
+    }
+
+    /// Slots of the plan finished so far (what progress compares with
+    /// `Plan::probes_per_agent` × agents): a slot's retries and later turns do not count again.
+    pub fn slots_done(&self) -> u64 {
+        self.counts.values().map(|c| c.slots_done).sum()
     }
 }
 
@@ -237,5 +248,7 @@ mod tests {
         assert_eq!((all.requests, all.requests_failed), (4, 1));
         assert_eq!(all.ok_usage_chunk_delta_sum, 6);
         assert_eq!(agg.records(), 5);
+        // Five attempts, four final, all first turns: four slots finished.
+        assert_eq!(agg.slots_done(), 4);
     }
 }

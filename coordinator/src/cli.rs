@@ -466,10 +466,7 @@ async fn probe(args: ProbeArgs) -> anyhow::Result<()> {
     let base_url =
         campaign::check_base_url(&args.base_url).map_err(|m| anyhow::anyhow!("--base-url: {m}"))?;
     let prober = latmesh_agent::probe::Prober::new(None)?;
-    let messages = [Message {
-        role: "user".into(),
-        content: args.prompt.clone(),
-    }];
+    let messages = [Message::new("user", args.prompt.clone())];
     let timeouts = Timeouts {
         total_s: args.timeout_s,
         ..Timeouts::default()
@@ -489,10 +486,10 @@ async fn probe(args: ProbeArgs) -> anyhow::Result<()> {
     let result = prober.probe(&req, args.show_text).await;
     let out = latmesh_agent::probe::ProbeOutput::new(&result, args.show_text);
     println!("{}", serde_json::to_string_pretty(&out)?);
+    let outcome = out.record.outcome();
     anyhow::ensure!(
-        out.outcome == "ok",
-        "the probe's outcome is {} (see the record above)",
-        out.outcome
+        outcome == latmesh_core::record::Outcome::Ok,
+        "the probe's outcome is {outcome} (see the record above)"
     );
     Ok(())
 }

@@ -575,12 +575,14 @@ fn plan_span_us(plan: &Plan) -> i64 {
         plan.rounds.count.saturating_sub(1),
         plan.slots_per_round().saturating_sub(1),
     );
-    let longest = plan
+    // Every turn and retry of the slot at its total timeout, plus the retry waits.
+    let longest_us = plan
         .scenarios
         .iter()
-        .map(|s| s.timeouts.total_s)
-        .fold(0.0, f64::max);
-    (last_send as i64).saturating_add((longest * 1e6) as i64)
+        .map(|s| s.worst_case_slot_us())
+        .max()
+        .unwrap_or(0);
+    (last_send as i64).saturating_add(i64::try_from(longest_us).unwrap_or(i64::MAX))
 }
 
 /// Recomputes the campaign's progress (and its summary once every agent is complete) and
@@ -653,7 +655,7 @@ fn publish(inner: &mut Inner, campaign_id: &str) {
     }
     let progress = pb::Progress {
         campaign_id: campaign_id.to_string(),
-        probes_done: c.agg.records(),
+        probes_done: c.agg.slots_done(),
         probes_expected: per_agent * c.agents.len() as u64,
         agents: agent_progress,
         finished,
@@ -690,6 +692,7 @@ mod tests {
                 base_url: "http://127.0.0.1:9/v1".into(),
                 api_key_env: None,
                 model_id: "m".into(),
+                pass_reasoning: false,
             }],
             scenarios: vec![ScenarioSpec {
                 name: "s".into(),
@@ -701,7 +704,9 @@ mod tests {
                 prompts: vec![PlanPrompt {
                     id: "a".into(),
                     messages: vec![],
+                    follow_ups: vec![],
                 }],
+                policy: Default::default(),
             }],
             prompt_set: "x".into(),
             timezones: Default::default(),

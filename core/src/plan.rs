@@ -4,6 +4,12 @@
 //! `r` starts at `start_at + r × interval`; its probes run in [`Plan::round_order`]`(r)`, the
 //! same order in every region (a shuffle seeded by the campaign seed and `r`), probe `i` being
 //! sent at round start + `i × gap`.
+//!
+//! A slot is one *logical request*: with a scenario's [`ClientPolicy`] it may become several
+//! attempts (retries) and several turns (a multi-turn conversation), each its own record (see
+//! `agent::runner`). Settings added after the first plans have serde defaults and are left out
+//! of the JSON at their defaults, so older plan JSON parses and plans that do not use them
+//! keep their [`Plan::hash`].
 
 use std::collections::BTreeMap;
 
@@ -14,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::prompts::Message;
+use crate::record::Outcome;
 use crate::windows::Window;
 
 /// A provider endpoint. The API key itself never appears here: only the name of the
@@ -28,6 +35,15 @@ pub struct ProviderSpec {
     pub api_key_env: Option<String>,
     /// Model id sent in the request.
     pub model_id: String,
+    /// Multi-turn: send each earlier turn's reasoning back as the assistant message's
+    /// `reasoning_content` (some providers require it, others such as DeepSeek's reasoner
+    /// reject it). Absent from the JSON when false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub pass_reasoning: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// A prompt as carried by the plan: its stable id and messages.
@@ -35,8 +51,13 @@ pub struct ProviderSpec {
 pub struct PlanPrompt {
     /// Stable id from the prompt set.
     pub id: String,
-    /// Messages sent.
+    /// Messages sent (turn 1 of a conversation).
     pub messages: Vec<Message>,
+    /// The user messages of turns 2, 3, … of a multi-turn scenario, exactly as sent (resolved
+    /// at validation: the scenario's `follow_ups`, else the builtin ones in the prompt's
+    /// language). Empty for single-turn scenarios, and then absent from the JSON.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub follow_ups: Vec<String>,
 }
 
 /// Per-attempt timeouts, seconds.
@@ -80,6 +101,120 @@ pub struct ScenarioSpec {
     pub timeouts: Timeouts,
     /// Prompts, used in turn: round `r` sends `prompts[r % len]`.
     pub prompts: Vec<PlanPrompt>,
+    /// Turns, cache nonce and retries (flattened into the scenario's JSON; every key absent
+    /// at its default).
+    #[serde(default, flatten)]
+    pub policy: ClientPolicy,
+}
+
+impl ScenarioSpec {
+    /// The longest one slot of this scenario can take, µs: every turn with every attempt at
+    /// its total timeout, plus every retry's longest wait. (A coordinator's deadline must
+    /// allow for it after the last slot.)
+    pub fn worst_case_slot_us(&self) -> u64 {
+        let p = &self.policy;
+        let attempts = 1 + p.retry.as_ref().map_or(0, |r| u64::from(r.max_retries));
+        let waits_ms: u64 = p.retry.as_ref().map_or(0, |r| {
+            (1..=r.max_retries)
+                .map(|k| r.wait_ms(k, r.honour_retry_after.then_some(f64::INFINITY)))
+                .sum()
+        });
+        let total_us = (self.timeouts.total_s * 1e6) as u64;
+        u64::from(p.turns.max(1)) * (attempts * total_us + waits_ms * 1000)
+    }
+}
+
+/// How each logical request of a scenario is made: how many turns its conversation has,
+/// whether a cache nonce goes in front of the prompt, and which attempts are retried.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClientPolicy {
+    /// Turns of the conversation, 1..=[`MAX_TURNS`]: turn `k` sends the history of turns
+    /// `1..k` (each assistant answer after its user message) and the prompt's
+    /// `follow_ups[k − 2]`. Turns run back to back inside the slot; a turn whose logical
+    /// outcome is not `ok` ends the conversation (later turns are not sent, and leave no
+    /// record).
+    #[serde(default = "one_turn", skip_serializing_if = "is_one")]
+    pub turns: u32,
+    /// Put `[nonce XXXXXXXX] ` (8 random hex digits) in front of the first message's content.
+    /// One nonce per logical request: all turns and all attempts of one slot share it.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub cache_nonce: bool,
+    /// Retries of failed attempts; `None`: every attempt is final.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryPolicy>,
+}
+
+/// Most turns a conversation may have.
+pub const MAX_TURNS: u32 = 10;
+
+fn one_turn() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
+}
+
+impl Default for ClientPolicy {
+    fn default() -> Self {
+        ClientPolicy {
+            turns: 1,
+            cache_nonce: false,
+            retry: None,
+        }
+    }
+}
+
+/// When and how often a failed attempt is tried again. Every attempt is its own record; the
+/// last one of a logical request has `final_attempt` and the request's total latency.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt (so at most `max_retries + 1` attempts).
+    pub max_retries: u32,
+    /// Wait before retry `k` (1-based): `backoff_ms[min(k, len) − 1]`, ms.
+    pub backoff_ms: Vec<u64>,
+    /// Outcomes that are retried (never `ok` or `history_rejected`).
+    pub on: Vec<Outcome>,
+    /// Wait at least the response's `Retry-After` (capped at `max_retry_after_ms`).
+    pub honour_retry_after: bool,
+    /// Longest `Retry-After` honoured, ms.
+    pub max_retry_after_ms: u64,
+}
+
+impl Default for RetryPolicy {
+    /// 3 retries after 1 s, 2 s, 4 s, of `throttled` and `http_5xx`, honouring Retry-After up
+    /// to 30 s.
+    fn default() -> Self {
+        RetryPolicy {
+            max_retries: 3,
+            backoff_ms: vec![1_000, 2_000, 4_000],
+            on: vec![Outcome::Throttled, Outcome::Http5xx],
+            honour_retry_after: true,
+            max_retry_after_ms: 30_000,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// Whether an attempt `attempt` (1-based) that ended with `outcome` is retried.
+    pub fn retries(&self, attempt: u32, outcome: Outcome) -> bool {
+        attempt <= self.max_retries && self.on.contains(&outcome)
+    }
+
+    /// The wait before retry `k` (1-based), ms: its backoff, or the response's Retry-After
+    /// (seconds) when that is longer and honoured, capped at `max_retry_after_ms`.
+    pub fn wait_ms(&self, k: u32, retry_after_s: Option<f64>) -> u64 {
+        let backoff = match self.backoff_ms.len() {
+            0 => 0,
+            n => self.backoff_ms[(k.max(1) as usize).min(n) - 1],
+        };
+        let told = retry_after_s
+            .filter(|s| self.honour_retry_after && *s > 0.0 && !s.is_nan())
+            .map_or(0, |s| {
+                ((s * 1000.0).min(self.max_retry_after_ms as f64)) as u64
+            });
+        backoff.max(told)
+    }
 }
 
 /// Round timing.
@@ -201,6 +336,7 @@ pub(crate) mod tests {
                     base_url: "http://127.0.0.1:1/v1".into(),
                     api_key_env: None,
                     model_id: "m".into(),
+                    pass_reasoning: false,
                 })
                 .collect(),
             scenarios: (0..scenarios)
@@ -215,12 +351,15 @@ pub(crate) mod tests {
                         PlanPrompt {
                             id: "a".into(),
                             messages: vec![],
+                            follow_ups: vec![],
                         },
                         PlanPrompt {
                             id: "b".into(),
                             messages: vec![],
+                            follow_ups: vec![],
                         },
                     ],
+                    policy: ClientPolicy::default(),
                 })
                 .collect(),
             prompt_set: "x".into(),
@@ -263,6 +402,68 @@ pub(crate) mod tests {
         assert_eq!(back, p);
         assert_eq!(back.hash(), p.hash());
         assert_eq!(p.hash().len(), 64);
+    }
+
+    #[test]
+    fn client_policies_are_absent_at_their_defaults_and_round_trip() {
+        let p = plan(2, 1);
+        let json = p.to_json();
+        for key in [
+            "turns",
+            "cache_nonce",
+            "retry",
+            "pass_reasoning",
+            "follow_ups",
+            "policy",
+        ] {
+            assert!(!json.contains(key), "{key} in {json}");
+        }
+        let mut m = p.clone();
+        m.providers[0].pass_reasoning = true;
+        m.scenarios[0].prompts[0].follow_ups = vec!["more?".into()];
+        m.scenarios[0].policy = ClientPolicy {
+            turns: 2,
+            cache_nonce: true,
+            retry: Some(RetryPolicy::default()),
+        };
+        let json = m.to_json();
+        assert!(
+            json.contains(r#""turns":2,"cache_nonce":true,"retry":{"max_retries":3,"backoff_ms":[1000,2000,4000],"on":["throttled","http_5xx"],"honour_retry_after":true,"max_retry_after_ms":30000}"#),
+            "{json}"
+        );
+        assert!(json.contains(r#""pass_reasoning":true"#), "{json}");
+        let back: Plan = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, m);
+        assert_ne!(m.hash(), p.hash());
+    }
+
+    #[test]
+    fn retry_waits_use_backoff_and_capped_retry_after() {
+        let r = RetryPolicy::default();
+        assert_eq!(
+            (r.wait_ms(1, None), r.wait_ms(2, None), r.wait_ms(3, None)),
+            (1_000, 2_000, 4_000)
+        );
+        // Past the list, the last backoff repeats.
+        assert_eq!(r.wait_ms(7, None), 4_000);
+        // A longer Retry-After wins, up to the cap; a shorter one does not shorten the wait.
+        assert_eq!(r.wait_ms(1, Some(3.0)), 3_000);
+        assert_eq!(r.wait_ms(1, Some(0.2)), 1_000);
+        assert_eq!(r.wait_ms(1, Some(90.0)), 30_000);
+        let ignore = RetryPolicy {
+            honour_retry_after: false,
+            ..RetryPolicy::default()
+        };
+        assert_eq!(ignore.wait_ms(1, Some(3.0)), 1_000);
+        assert!(r.retries(1, Outcome::Throttled) && r.retries(3, Outcome::Http5xx));
+        assert!(!r.retries(4, Outcome::Throttled));
+        assert!(!r.retries(1, Outcome::TimeoutTtft) && !r.retries(1, Outcome::Ok));
+        // Worst case: 2 turns × (4 attempts × 120 s + 30 s × 3 waits).
+        let mut s = plan(1, 1).scenarios[0].clone();
+        assert_eq!(s.worst_case_slot_us(), 120_000_000);
+        s.policy.turns = 2;
+        s.policy.retry = Some(r);
+        assert_eq!(s.worst_case_slot_us(), 2 * (4 * 120_000_000 + 90_000_000));
     }
 
     #[test]

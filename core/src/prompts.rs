@@ -3,6 +3,9 @@
 //! Each line: `{"id", "version", "class", "lang", "max_tokens_hint", "messages": [{"role",
 //! "content"}]}`. latmesh ships `prompts/latmesh-prompts-v1.jsonl` (embedded in the binaries as
 //! [`BUILTIN_NAME`]); a campaign may name its own file instead.
+//!
+//! Multi-turn scenarios send a follow-up user message for each turn after the first: the
+//! scenario's own `follow_ups`, else [`builtin_follow_ups`] in the prompt's language.
 
 use serde::{Deserialize, Serialize};
 
@@ -18,6 +21,71 @@ pub struct Message {
     pub role: String,
     /// The text.
     pub content: String,
+    /// An assistant message's reasoning, sent back in a multi-turn history to providers that
+    /// require it (`pass_reasoning = true`). Absent from the JSON when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+}
+
+impl Message {
+    /// A message with `role` and `content` and no reasoning.
+    pub fn new(role: &str, content: impl Into<String>) -> Message {
+        Message {
+            role: role.to_string(),
+            content: content.into(),
+            reasoning_content: None,
+        }
+    }
+}
+
+/// Follow-up user messages of turns 2, 3, … of a multi-turn conversation, in English: generic
+/// enough to follow any prompt of the builtin set, one per turn (at most 10 turns).
+pub const FOLLOW_UPS_EN: [&str; 9] = [
+    "Thanks. Can you explain that in more detail, step by step?",
+    "Give one concrete example that illustrates your answer.",
+    "What is the most common mistake people make about this?",
+    "Summarize everything so far in three short bullet points.",
+    "How would you explain this to a twelve-year-old?",
+    "What are the limits or exceptions of what you said?",
+    "Suggest one follow-up question worth asking about this topic.",
+    "Rewrite your first answer more concisely.",
+    "Finally, state the key takeaway in one sentence.",
+];
+
+/// Follow-up user messages of turns 2, 3, … in Chinese (same meaning as [`FOLLOW_UPS_EN`]).
+pub const FOLLOW_UPS_ZH: [&str; 9] = [
+    "谢谢。能一步一步更详细地解释一下吗？",
+    "请举一个具体的例子来说明你的回答。",
+    "关于这个问题，人们最常犯的错误是什么？",
+    "请用三个简短的要点总结到目前为止的内容。",
+    "你会怎样向一个十二岁的孩子解释这个？",
+    "你刚才说的内容有哪些局限或例外？",
+    "请提出一个值得就此话题继续追问的问题。",
+    "请把你的第一个回答改写得更简洁。",
+    "最后，请用一句话说明最重要的结论。",
+];
+
+/// The builtin follow-ups for `lang` (`zh…` → Chinese, anything else → English).
+pub fn builtin_follow_ups(lang: &str) -> &'static [&'static str] {
+    if lang.starts_with("zh") {
+        &FOLLOW_UPS_ZH
+    } else {
+        &FOLLOW_UPS_EN
+    }
+}
+
+/// The language of `messages` when a prompt does not say: `zh` when CJK ideographs are more
+/// than a tenth of the letters (code with Chinese comments counts as Chinese), else `en`.
+pub fn guess_lang(messages: &[Message]) -> &'static str {
+    let (mut cjk, mut other) = (0usize, 0usize);
+    for c in messages.iter().flat_map(|m| m.content.chars()) {
+        if ('\u{4E00}'..='\u{9FFF}').contains(&c) || ('\u{3400}'..='\u{4DBF}').contains(&c) {
+            cjk += 1;
+        } else if c.is_alphabetic() {
+            other += 1;
+        }
+    }
+    if cjk * 9 > other { "zh" } else { "en" }
 }
 
 /// One prompt of a set.
@@ -187,6 +255,35 @@ mod tests {
         assert!(!wildcard_match("a*b", "ab-c"));
         assert!(wildcard_match("a*b*c", "abc"));
         assert!(!wildcard_match("ab*ba", "aba"));
+    }
+
+    #[test]
+    fn reasoning_content_is_optional_in_json() {
+        let m: Message = serde_json::from_str(r#"{"role":"user","content":"hi"}"#).unwrap();
+        assert_eq!(m, Message::new("user", "hi"));
+        assert_eq!(
+            serde_json::to_string(&m).unwrap(),
+            r#"{"role":"user","content":"hi"}"#
+        );
+        let a = Message {
+            reasoning_content: Some("think".into()),
+            ..Message::new("assistant", "answer")
+        };
+        assert_eq!(
+            serde_json::to_string(&a).unwrap(),
+            r#"{"role":"assistant","content":"answer","reasoning_content":"think"}"#
+        );
+    }
+
+    #[test]
+    fn follow_ups_follow_the_language() {
+        assert_eq!(builtin_follow_ups("zh")[0], FOLLOW_UPS_ZH[0]);
+        assert_eq!(builtin_follow_ups("en")[0], FOLLOW_UPS_EN[0]);
+        assert_eq!(builtin_follow_ups("")[0], FOLLOW_UPS_EN[0]);
+        let set = PromptSet::builtin();
+        for p in &set.prompts {
+            assert_eq!(guess_lang(&p.messages), p.lang, "{}", p.id);
+        }
     }
 
     #[test]

@@ -3,8 +3,29 @@
 //!
 //! * [`serve_providers`] serves the nine built-in providers (see [`builtin_profiles`]) or
 //!   your own [`ProviderProfile`]s at `http://ADDR/{provider}/v1`, each with its own
-//!   latency profile, faults and home region. Every answered response carries ground truth
+//!   latency profile, faults and home region. Every answered response carries its plan
 //!   in `x-sim-planned-ttft-us` and `x-sim-region-delay-us`.
+//! * Ground truth ([`truth`]): for every request carrying `x-latmesh-probe-id`, the
+//!   simulator records the monotonic instant it received the request and the instants each
+//!   token frame was handed to hyper and written to the socket, in the bounded
+//!   [`TruthLog`] of [`SimConfig::truth`] (last 100,000 probe ids by default). Read it
+//!   in-process with [`TruthLog::get`] (instants, comparable with a prober's in the same
+//!   process) or over HTTP with `GET /_truth/{probe_id}` ([`TruthReport`]: `server_ttft_us`,
+//!   `server_ttfc_us`, `server_e2e_us`, per-frame `handed_us`/`written_us`, all µs after
+//!   the receipt), for a simulator in another process:
+//!
+//!   ```no_run
+//!   # async fn f() -> std::io::Result<()> {
+//!   let cfg = latmesh_sim::SimConfig::default();
+//!   let truth = cfg.truth.clone(); // keep a handle: clones share the log
+//!   let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//!   tokio::spawn(latmesh_sim::serve_providers(listener, cfg));
+//!   // … probe with probe_id "p1", then:
+//!   if let Some(t) = truth.get("p1") {
+//!       println!("server TTFT {:?}, {} token frames", t.ttft(), t.frames.len());
+//!   }
+//!   # Ok(()) }
+//!   ```
 //! * [`serve_replay`] serves one recorded response (`shared/sse-cases/NN-name.sse`) byte for
 //!   byte.
 //!
@@ -23,6 +44,7 @@ pub mod region;
 pub mod replay;
 pub mod request;
 pub mod text;
+pub mod truth;
 
 #[cfg(test)]
 mod tests;
@@ -36,6 +58,7 @@ pub use profile::{DEFAULT_MODEL_ID, ProviderProfile, builtin_profiles};
 pub use provider::{PLANNED_TTFT_HEADER, REGION_DELAY_HEADER, providers_router};
 pub use region::{REGION_HEADER, RegionTable};
 pub use replay::{ReplayCase, replay_router};
+pub use truth::{PROBE_ID_HEADER, ProbeTruth, TruthLog, TruthReport};
 
 /// Configuration of the simulated providers.
 #[derive(Debug, Clone)]
@@ -50,16 +73,21 @@ pub struct SimConfig {
     /// region delay):
     /// `0.1` runs ten times faster. Must be finite and ≥ 0.
     pub time_scale: f64,
+    /// Where requests carrying `x-latmesh-probe-id` are recorded ([`truth`]); clone it
+    /// before serving to read it.
+    pub truth: TruthLog,
 }
 
 impl Default for SimConfig {
-    /// Seed 7, the nine built-in profiles, the built-in region table, real time.
+    /// Seed 7, the nine built-in profiles, the built-in region table, real time, a new
+    /// ground-truth log of the default capacity.
     fn default() -> Self {
         SimConfig {
             seed: 7,
             profiles: builtin_profiles(),
             regions: RegionTable::default(),
             time_scale: 1.0,
+            truth: TruthLog::default(),
         }
     }
 }
@@ -103,14 +131,19 @@ fn nodelay(listener: TcpListener) -> impl axum::serve::Listener<Addr = std::net:
 /// Serve the simulated providers on `listener` until the future is dropped.
 ///
 /// Routes: `POST /{provider}/v1/chat/completions`, `GET /{provider}/v1/models`,
-/// `GET /healthz`. Connections already open when the future is dropped finish their
-/// current responses.
+/// `GET /_truth/{probe_id}`, `GET /healthz`. Connections already open when the future is
+/// dropped finish their current responses. Every connection gets `TCP_NODELAY` and, for the
+/// ground truth, a socket wrapper that takes the `written` stamps (see [`truth`]).
 ///
 /// # Errors
 /// `InvalidInput` when `cfg` does not validate; otherwise only I/O errors of the server.
 pub async fn serve_providers(listener: TcpListener, cfg: SimConfig) -> std::io::Result<()> {
     let router = providers_router(cfg)?;
-    axum::serve(nodelay(listener), router).await
+    axum::serve(
+        truth::TruthListener(listener),
+        router.into_make_service_with_connect_info::<truth::ConnTap>(),
+    )
+    .await
 }
 
 /// Serve one recorded response (a `.sse` body file + its sibling `.expect.json`) to every

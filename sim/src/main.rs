@@ -32,6 +32,9 @@ enum Command {
         /// Serve the profiles of this JSON file (an array of profiles) instead of the built-ins.
         #[arg(long)]
         profiles: Option<PathBuf>,
+        /// Ground truth (GET /_truth/{probe_id}): keep the last N probe ids (0 = off).
+        #[arg(long, default_value_t = latmesh_sim::truth::DEFAULT_TRUTH_CAPACITY)]
+        truth_capacity: usize,
     },
     /// Serve one recorded body (FILE.sse, with FILE.expect.json beside it) to every
     /// POST .../chat/completions.
@@ -72,6 +75,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             seed,
             time_scale,
             profiles,
+            truth_capacity,
         } => {
             let profiles = match profiles {
                 Some(path) => {
@@ -86,6 +90,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 seed,
                 profiles,
                 time_scale,
+                truth: latmesh_sim::TruthLog::new(truth_capacity),
                 ..SimConfig::default()
             };
             cfg.validate().map_err(anyhow::Error::msg)?;

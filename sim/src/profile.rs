@@ -75,6 +75,23 @@ pub struct ProviderProfile {
     /// Send the `role` chunk (empty content) right after the headers instead of together
     /// with the first token (as some servers do: it is not a token and must not stamp TTFT).
     pub early_role_chunk: bool,
+    /// What the provider does with `reasoning_content` in the assistant messages of a
+    /// multi-turn history (checked before anything else; see [`ReasoningPassback`]).
+    pub reasoning_passback: ReasoningPassback,
+}
+
+/// How a provider treats the reasoning of earlier turns sent back in assistant messages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReasoningPassback {
+    /// Accepted when present, not needed when absent (most providers).
+    #[default]
+    Ignored,
+    /// Every assistant message must carry `reasoning_content` (models that keep thinking
+    /// across turns): HTTP 400 saying which assistant message lacks it.
+    Required,
+    /// No assistant message may carry `reasoning_content` (DeepSeek's reasoner): HTTP 400.
+    Rejected,
 }
 
 impl Default for ProviderProfile {
@@ -107,6 +124,7 @@ impl Default for ProviderProfile {
             stall_us: 0,
             keepalive_interval_us: 0,
             early_role_chunk: false,
+            reasoning_passback: ReasoningPassback::Ignored,
         }
     }
 }
@@ -210,7 +228,7 @@ impl ProviderProfile {
 /// | fast-lane | us-east | 110 ms | 20 µs | 8 ms | 1 | low jitter |
 /// | steady | eu-west | 240 ms | 40 µs | 15 ms | 1 | very low jitter |
 /// | budget | ap-southeast | 320 ms | 80 µs | 24 ms | 1 | high jitter, 5% TTFT ×3–5 |
-/// | reasoner | ap-southeast | 200 ms | 50 µs | 12 ms | 1 | 20–40 reasoning tokens first |
+/// | reasoner | ap-southeast | 200 ms | 50 µs | 12 ms | 1 | 20–40 reasoning tokens first; needs them back in later turns |
 /// | throttler | us-east | 180 ms | 40 µs | 14 ms | 1 | 25% HTTP 429, Retry-After 1–3 s |
 /// | flaky | eu-west | 160 ms | 40 µs | 12 ms | 1 | 10% truncated, 5% 300 ms stall |
 /// | keepalive | eu-west | 550 ms | 50 µs | 10 ms | 1 | `: keep-alive` every 50 ms |
@@ -271,10 +289,11 @@ pub fn builtin_profiles() -> Vec<ProviderProfile> {
             itl_sigma: 0.20,
             reasoning_tokens_min: 20,
             reasoning_tokens_max: 40,
+            reasoning_passback: ReasoningPassback::Required,
             ..base(
                 "reasoner",
                 "ap-southeast",
-                "streams 20-40 reasoning_content tokens before the visible content",
+                "streams 20-40 reasoning_content tokens before the visible content; multi-turn requests must send them back",
             )
         },
         ProviderProfile {
@@ -396,5 +415,9 @@ mod tests {
         assert_eq!(p.ttft_base_us, 5000);
         assert_eq!(p.itl_median_us, ProviderProfile::default().itl_median_us);
         assert!(serde_json::from_str::<ProviderProfile>(r#"{"nmae":"typo"}"#).is_err());
+        assert_eq!(p.reasoning_passback, ReasoningPassback::Ignored);
+        let p: ProviderProfile =
+            serde_json::from_str(r#"{"name":"r","reasoning_passback":"rejected"}"#).unwrap();
+        assert_eq!(p.reasoning_passback, ReasoningPassback::Rejected);
     }
 }

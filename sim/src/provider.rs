@@ -4,6 +4,9 @@
 //! Each request gets its own RNG ([`plan::request_rng`]), a [`plan::Decision`] is made up
 //! front, and the response is played out with real sleeps: the headers after the region
 //! delay, then each SSE chunk at its planned time, each chunk its own body frame.
+//!
+//! Requests carrying `x-latmesh-probe-id` are recorded in the ground-truth log
+//! ([`crate::truth`]), readable at `GET /_truth/{probe_id}`.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -13,11 +16,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{Extensions, HeaderMap, HeaderValue, StatusCode, Version, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use futures::StreamExt;
 use rand::Rng;
 use serde_json::json;
 use tokio::time::{Instant, sleep_until};
@@ -28,6 +30,7 @@ use crate::profile::ProviderProfile;
 use crate::region::REGION_HEADER;
 use crate::request::ChatRequest;
 use crate::text::{self, TokenKind};
+use crate::truth::{ConnTap, PROBE_ID_HEADER, Recorder, TruthLog};
 
 /// Response header: planned server-side delay from the response headers to the first
 /// token chunk, in µs (region delay excluded).
@@ -52,6 +55,7 @@ struct SimState {
     time_scale: f64,
     regions: crate::region::RegionTable,
     providers: HashMap<String, Provider>,
+    truth: TruthLog,
 }
 
 /// The providers' router (what [`crate::serve_providers`] serves), for embedding.
@@ -79,11 +83,13 @@ pub fn providers_router(cfg: SimConfig) -> std::io::Result<Router> {
         time_scale: cfg.time_scale,
         regions: cfg.regions,
         providers,
+        truth: cfg.truth,
     });
     Ok(Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/{provider}/v1/chat/completions", post(chat_completions))
         .route("/{provider}/v1/models", get(models))
+        .route("/_truth/{probe_id}", get(truth_report))
         .fallback(|| async {
             openai_error(
                 StatusCode::NOT_FOUND,
@@ -128,6 +134,18 @@ async fn models(State(st): State<Arc<SimState>>, Path(name): Path<String>) -> Re
     axum::Json(json!({"object": "list", "data": data})).into_response()
 }
 
+async fn truth_report(State(st): State<Arc<SimState>>, Path(id): Path<String>) -> Response {
+    match st.truth.report(&id) {
+        Some(r) => axum::Json(r).into_response(),
+        None => openai_error(
+            StatusCode::NOT_FOUND,
+            &format!("no ground truth for probe id {id:?} (never seen, or evicted)"),
+            "invalid_request_error",
+            "not_found",
+        ),
+    }
+}
+
 fn unix_now_s() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -143,14 +161,44 @@ fn set_header(headers: &mut HeaderMap, name: &'static str, value: impl ToString)
 async fn chat_completions(
     State(st): State<Arc<SimState>>,
     Path(name): Path<String>,
+    version: Version,
+    extensions: Extensions,
     req_headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    // Ground truth's `received` (see crate::truth): the handler's first statement.
     let t0 = Instant::now();
-    let Some(provider) = st.providers.get(&name) else {
-        return unknown_provider(&name);
+    let rec = req_headers
+        .get(PROBE_ID_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|id| {
+            // Written stamps only where one connection carries one response at a time.
+            let conn = extensions
+                .get::<ConnectInfo<ConnTap>>()
+                .filter(|_| version <= Version::HTTP_11)
+                .map(|c| c.0.writes.clone());
+            st.truth.start(id, &name, t0.into_std(), conn)
+        });
+    let resp = answer(&st, &name, &req_headers, &body, t0, rec.clone()).await;
+    if let Some(r) = &rec {
+        r.responded(resp.status().as_u16());
+    }
+    resp
+}
+
+/// The response to one chat completion received at `t0`; `rec` records a probe's frames.
+async fn answer(
+    st: &SimState,
+    name: &str,
+    req_headers: &HeaderMap,
+    body: &Bytes,
+    t0: Instant,
+    rec: Option<Recorder>,
+) -> Response {
+    let Some(provider) = st.providers.get(name) else {
+        return unknown_provider(name);
     };
-    let req = match ChatRequest::parse(&body) {
+    let req = match ChatRequest::parse(body) {
         Ok(r) => r,
         Err(msg) => {
             return openai_error(
@@ -162,8 +210,12 @@ async fn chat_completions(
         }
     };
     let profile = &provider.profile;
+    if let Some(msg) = req.reasoning_passback_error(profile.reasoning_passback) {
+        let code = "invalid_request";
+        return openai_error(StatusCode::BAD_REQUEST, &msg, "invalid_request_error", code);
+    }
     let index = provider.requests.fetch_add(1, Ordering::Relaxed);
-    let mut rng = plan::request_rng(st.seed, &name, index);
+    let mut rng = plan::request_rng(st.seed, name, index);
     let input = PlanInput {
         prompt_tokens: req.prompt_tokens(),
         max_tokens: req.max_tokens(),
@@ -233,13 +285,28 @@ async fn chat_completions(
             HeaderValue::from_static("text/event-stream"),
         );
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        let stream = futures::stream::iter(events).then(move |(at_us, bytes)| async move {
-            let when = base + Duration::from_micros(at_us);
-            if when > Instant::now() {
-                sleep_until(when).await;
-            }
-            Ok::<Bytes, Infallible>(bytes)
-        });
+        if let Some(r) = &rec {
+            r.streaming();
+        }
+        let stream = futures::stream::unfold(
+            (events.into_iter(), rec),
+            move |(mut events, rec)| async move {
+                let (at_us, bytes, mark) = events.next()?;
+                let when = base + Duration::from_micros(at_us);
+                if when > Instant::now() {
+                    sleep_until(when).await;
+                }
+                // Stamped right before the frame goes to hyper.
+                if let Some(r) = &rec {
+                    match mark {
+                        Mark::Other => {}
+                        Mark::Tokens(kind, count) => r.tokens(kind, count),
+                        Mark::Last { truncated } => r.end(truncated),
+                    }
+                }
+                Some((Ok::<Bytes, Infallible>(bytes), (events, rec)))
+            },
+        );
         (StatusCode::OK, headers, Body::from_stream(stream)).into_response()
     } else {
         let body = completion_body(&ctx, &answer);
@@ -306,23 +373,34 @@ impl Render {
 
 const KEEPALIVE: &[u8] = b": keep-alive\n\n";
 
-/// The body of a streamed answer: `(µs after the headers, bytes)` in order.
-fn stream_events(r: &Render, profile: &ProviderProfile, a: &AnswerPlan) -> Vec<(u64, Bytes)> {
-    let mut ev: Vec<(u64, Bytes)> = Vec::with_capacity(a.chunks.len() + 8);
+/// What a body frame is, for the ground-truth log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mark {
+    /// Role chunk, keep-alive comment, finish or usage chunk.
+    Other,
+    /// A token frame.
+    Tokens(TokenKind, u32),
+    /// The last frame: `[DONE]`, or the cut line of a truncated stream.
+    Last { truncated: bool },
+}
+
+/// The body of a streamed answer: `(µs after the headers, bytes, what it is)` in order.
+fn stream_events(r: &Render, profile: &ProviderProfile, a: &AnswerPlan) -> Vec<(u64, Bytes, Mark)> {
+    let mut ev: Vec<(u64, Bytes, Mark)> = Vec::with_capacity(a.chunks.len() + 8);
     let role = r.delta_chunk(r#"{"role":"assistant","content":""}"#, None);
     if profile.early_role_chunk {
-        ev.push((0, role.clone()));
+        ev.push((0, role.clone(), Mark::Other));
     }
     if a.keepalive_interval_us > 0 {
         let step = a.keepalive_interval_us;
         let mut at = step;
         while at < a.ttft_us {
-            ev.push((at, Bytes::from_static(KEEPALIVE)));
+            ev.push((at, Bytes::from_static(KEEPALIVE), Mark::Other));
             at += step;
         }
     }
     if !profile.early_role_chunk {
-        ev.push((a.ttft_us, role));
+        ev.push((a.ttft_us, role, Mark::Other));
     }
     for (i, c) in a.chunks.iter().enumerate() {
         let text = serde_json::to_string(&r.text(c.kind, c.first, c.count)).unwrap_or_default();
@@ -338,13 +416,21 @@ fn stream_events(r: &Render, profile: &ProviderProfile, a: &AnswerPlan) -> Vec<(
         let bytes = r.delta_chunk(&delta, None);
         if a.truncate_at_chunk == Some(i) {
             // Stop mid-line: half of this data line, no finish_reason, no [DONE].
-            ev.push((c.at_us, bytes.slice(..bytes.len() / 2)));
+            ev.push((
+                c.at_us,
+                bytes.slice(..bytes.len() / 2),
+                Mark::Last { truncated: true },
+            ));
             return ev;
         }
-        ev.push((c.at_us, bytes));
+        ev.push((c.at_us, bytes, Mark::Tokens(c.kind, c.count)));
     }
     let end = a.end_us();
-    ev.push((end, r.delta_chunk("{}", Some(a.finish_reason.as_str()))));
+    ev.push((
+        end,
+        r.delta_chunk("{}", Some(a.finish_reason.as_str())),
+        Mark::Other,
+    ));
     if r.include_usage {
         let usage = r.usage(a);
         let model = serde_json::to_string(&r.model).unwrap_or_default();
@@ -354,9 +440,14 @@ fn stream_events(r: &Render, profile: &ProviderProfile, a: &AnswerPlan) -> Vec<(
                 "data: {{\"id\":\"{}\",\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{model},\"system_fingerprint\":\"latmesh-sim\",\"choices\":[],\"usage\":{usage}}}\n\n",
                 r.id, r.created
             )),
+            Mark::Other,
         ));
     }
-    ev.push((end, Bytes::from_static(b"data: [DONE]\n\n")));
+    ev.push((
+        end,
+        Bytes::from_static(b"data: [DONE]\n\n"),
+        Mark::Last { truncated: false },
+    ));
     ev
 }
 

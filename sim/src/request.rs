@@ -3,6 +3,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::profile::ReasoningPassback;
 use crate::text;
 
 /// A Chat Completions request, read leniently: unknown fields are ignored.
@@ -45,6 +46,10 @@ pub struct Message {
     /// A string, an array of parts (`{"type":"text","text":..}` counted, others ignored) or null.
     #[serde(default)]
     pub content: Option<Value>,
+    /// An assistant message's reasoning sent back in a multi-turn history (a string; `null`
+    /// counts as absent).
+    #[serde(default)]
+    pub reasoning_content: Option<Value>,
 }
 
 /// `stream_options` of a request.
@@ -114,11 +119,50 @@ impl ChatRequest {
     }
 
     /// Estimated prompt tokens: `ceil(chars / 4)` over the characters of all message
-    /// contents (the newlines that `prompt_text` puts between them are not counted).
+    /// contents and of the `reasoning_content` sent back in assistant messages (the newlines
+    /// that `prompt_text` puts between contents are not counted).
     pub fn prompt_tokens(&self) -> u32 {
         let text = self.prompt_text();
         let joins = self.count_parts().saturating_sub(1);
-        text::estimate_prompt_tokens(text.chars().count() - joins)
+        let reasoning: usize = self
+            .messages
+            .iter()
+            .filter_map(|m| m.reasoning_content.as_ref()?.as_str())
+            .map(|r| r.chars().count())
+            .sum();
+        text::estimate_prompt_tokens(text.chars().count() - joins + reasoning)
+    }
+
+    /// The HTTP 400 message a provider with `policy` answers to this request's history, if
+    /// any: with [`ReasoningPassback::Required`] the first assistant message without a
+    /// string `reasoning_content`, with [`ReasoningPassback::Rejected`] the first one with
+    /// one. Assistant messages are numbered from 1 in the message; `messages[i]` names the
+    /// index in the request.
+    pub fn reasoning_passback_error(&self, policy: ReasoningPassback) -> Option<String> {
+        let assistants = self
+            .messages
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.role.as_deref() == Some("assistant"));
+        for (n, (i, m)) in assistants.enumerate() {
+            let has = m.reasoning_content.as_ref().is_some_and(Value::is_string);
+            match policy {
+                ReasoningPassback::Required if !has => {
+                    return Some(format!(
+                        "Missing `reasoning_content` in assistant message {} (messages[{i}]): in thinking mode the reasoning_content of every earlier assistant turn must be passed back",
+                        n + 1
+                    ));
+                }
+                ReasoningPassback::Rejected if has => {
+                    return Some(format!(
+                        "`reasoning_content` is not allowed in assistant message {} (messages[{i}]): remove the reasoning_content of earlier turns from the input messages",
+                        n + 1
+                    ));
+                }
+                _ => {}
+            }
+        }
+        None
     }
 
     fn count_parts(&self) -> usize {
@@ -177,6 +221,61 @@ mod tests {
         assert!(
             ChatRequest::parse(br#"{"messages":[{"role":"user","content":"x"}],"max_tokens":0}"#)
                 .is_err()
+        );
+    }
+
+    #[test]
+    fn reasoning_passback_is_checked_per_assistant_message() {
+        let req = |assistant2: &str| {
+            ChatRequest::parse(
+                format!(
+                    r#"{{"messages":[
+                {{"role":"user","content":"q1"}},
+                {{"role":"assistant","content":"a1","reasoning_content":"thought one"}},
+                {{"role":"user","content":"q2"}},
+                {{"role":"assistant","content":"a2"{assistant2}}},
+                {{"role":"user","content":"q3"}}]}}"#
+                )
+                .as_bytes(),
+            )
+            .unwrap()
+        };
+        let partial = req("");
+        assert_eq!(
+            partial.reasoning_passback_error(ReasoningPassback::Ignored),
+            None
+        );
+        let e = partial
+            .reasoning_passback_error(ReasoningPassback::Required)
+            .unwrap();
+        assert!(
+            e.contains("`reasoning_content` in assistant message 2 (messages[3])"),
+            "{e}"
+        );
+        // null is absent.
+        assert!(
+            req(r#","reasoning_content":null"#)
+                .reasoning_passback_error(ReasoningPassback::Required)
+                .is_some()
+        );
+        let full = req(r#","reasoning_content":"thought two""#);
+        assert_eq!(
+            full.reasoning_passback_error(ReasoningPassback::Required),
+            None
+        );
+        let e = full
+            .reasoning_passback_error(ReasoningPassback::Rejected)
+            .unwrap();
+        assert!(e.contains("assistant message 1 (messages[1])"), "{e}");
+        // The reasoning sent back counts as prompt: 2+2+2+2+2 content chars, 11+11 reasoning.
+        assert_eq!(full.prompt_tokens(), 8);
+        assert_eq!(partial.prompt_tokens(), 6);
+        // A single-turn request never fails the check.
+        let single =
+            ChatRequest::parse(br#"{"messages":[{"role":"user","content":"hi"}]}"#).unwrap();
+        assert_eq!(
+            single.reasoning_passback_error(ReasoningPassback::Required),
+            None
         );
     }
 

@@ -701,3 +701,146 @@ async fn replay_serves_every_corpus_case_exactly() {
         }
     }
 }
+
+fn reasoning_of(p: &Value) -> Option<&str> {
+    p["choices"][0]["delta"]["reasoning_content"]
+        .as_str()
+        .filter(|s| !s.is_empty())
+}
+
+#[tokio::test]
+async fn ground_truth_records_receipt_and_token_frames() {
+    let cfg = SimConfig {
+        profiles: vec![
+            ProviderProfile {
+                reasoning_tokens_min: 3,
+                reasoning_tokens_max: 3,
+                output_tokens_min: 5,
+                output_tokens_max: 5,
+                ..ProviderProfile::fixed("gt", 3_000, 1_000)
+            },
+            ProviderProfile {
+                throttle_prob: 1.0,
+                ..ProviderProfile::fixed("thr", 1_000, 1_000)
+            },
+        ],
+        ..SimConfig::default()
+    };
+    let truth = cfg.truth.clone();
+    let addr = start(cfg).await;
+    let path = "/gt/v1/chat/completions";
+    let r = raw_request(
+        addr,
+        "POST",
+        path,
+        &[(crate::PROBE_ID_HEADER, "gt-1")],
+        &chat_body(true, 64, true),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let t = truth.get("gt-1").expect("recorded");
+    assert_eq!((t.probe_id.as_str(), t.provider.as_str()), ("gt-1", "gt"));
+    assert_eq!(t.status, Some(200));
+    assert!(t.stream && t.write_tracked && !t.truncated);
+    // The client wrote the request before the server received it.
+    assert!(r.t_sent.into_std() <= t.received);
+
+    // One truth frame per token-bearing payload, in order, with its kind and token count.
+    let tokens: Vec<(Instant, bool)> = r
+        .data_payloads()
+        .into_iter()
+        .filter(|(_, d)| d != "[DONE]")
+        .filter_map(|(at, d)| {
+            let v: Value = serde_json::from_str(&d).unwrap();
+            let content = content_of(&v).is_some();
+            (content || reasoning_of(&v).is_some()).then_some((at, content))
+        })
+        .collect();
+    assert_eq!(tokens.len(), 8);
+    assert_eq!(t.frames.len(), tokens.len());
+    assert_eq!(t.first_token_frame(), Some(0));
+    assert_eq!(t.first_content_frame(), Some(3));
+    for ((read_at, content), f) in tokens.iter().zip(&t.frames) {
+        assert_eq!(*content, f.kind == crate::text::TokenKind::Content);
+        assert_eq!(f.tokens, 1);
+        // Causality: nobody reads a frame before it is handed to hyper.
+        assert!(read_at.into_std() >= f.stamp.handed);
+        let written = f.stamp.written.expect("written stamp over HTTP/1");
+        assert!(written >= f.stamp.handed);
+        assert!(f.stamp.handed >= t.received);
+    }
+    for w in t.frames.windows(2) {
+        assert!(w[1].stamp.handed >= w[0].stamp.handed);
+    }
+    // The plan: the first token no earlier than the planned TTFT after the receipt.
+    let planned = Duration::from_micros(r.header_u64(crate::PLANNED_TTFT_HEADER));
+    assert!(t.ttft().unwrap() >= planned);
+    assert!(t.ttfc().unwrap() > t.ttft().unwrap());
+    let end = t.end.expect("[DONE] went out");
+    assert!(end.handed >= t.frames.last().unwrap().stamp.handed);
+    assert!(r.chunks.last().unwrap().0.into_std() >= end.handed);
+
+    // The same over HTTP, as µs after the receipt.
+    let rep = raw_request(addr, "GET", "/_truth/gt-1", &[], "").await;
+    assert_eq!(rep.status, 200);
+    let rep: crate::TruthReport = serde_json::from_slice(&rep.body()).unwrap();
+    assert_eq!(rep, truth.report("gt-1").unwrap());
+    assert_eq!(rep.frames.len(), 8);
+    assert_eq!(rep.first_content_frame, Some(3));
+    assert_eq!(rep.frames[3].kind, "content");
+    assert_eq!(rep.server_ttft_us, rep.frames[0].at.written_us);
+    assert!(rep.server_ttft_us.unwrap() >= planned.as_micros() as u64);
+    assert!(rep.finished && rep.write_tracked);
+    let missing = raw_request(addr, "GET", "/_truth/nope", &[], "").await;
+    assert_eq!(missing.status, 404);
+
+    // Requests without a probe id are not recorded; a throttled one is, without frames.
+    let before = truth.len();
+    chat(addr, "gt", &chat_body(true, 4, false)).await;
+    assert_eq!(truth.len(), before);
+    let r = raw_request(
+        addr,
+        "POST",
+        "/thr/v1/chat/completions",
+        &[(crate::PROBE_ID_HEADER, "thr-1")],
+        &chat_body(true, 4, false),
+    )
+    .await;
+    assert_eq!(r.status, 429);
+    let t = truth.get("thr-1").unwrap();
+    assert_eq!(t.status, Some(429));
+    assert!(!t.stream && t.frames.is_empty() && t.ttft().is_none());
+    assert!(t.end.unwrap().written.is_some());
+}
+
+#[tokio::test]
+async fn ground_truth_marks_truncated_streams() {
+    let cfg = SimConfig {
+        profiles: vec![ProviderProfile {
+            truncate_prob: 1.0,
+            output_tokens_min: 6,
+            output_tokens_max: 6,
+            ..ProviderProfile::fixed("cut", 1_000, 500)
+        }],
+        ..SimConfig::default()
+    };
+    let truth = cfg.truth.clone();
+    let addr = start(cfg).await;
+    let r = raw_request(
+        addr,
+        "POST",
+        "/cut/v1/chat/completions",
+        &[(crate::PROBE_ID_HEADER, "cut-1")],
+        &chat_body(true, 64, false),
+    )
+    .await;
+    let complete_tokens = r
+        .json_payloads()
+        .iter()
+        .filter(|p| content_of(p).is_some())
+        .count();
+    let t = truth.get("cut-1").unwrap();
+    assert!(t.truncated && t.end.is_some());
+    // The cut line is not a token frame: the client cannot parse it either.
+    assert_eq!(t.frames.len(), complete_tokens);
+}

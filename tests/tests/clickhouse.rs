@@ -52,6 +52,7 @@ fn plan() -> Plan {
                 base_url: "http://127.0.0.1:1/v1".into(),
                 api_key_env: Some("LATMESH_TEST_KEY".into()),
                 model_id: "deepseek-v3".into(),
+                pass_reasoning: false,
             })
             .collect(),
         scenarios: SCENARIOS
@@ -65,11 +66,13 @@ fn plan() -> Plan {
                 timeouts: Timeouts::default(),
                 prompts: vec![PlanPrompt {
                     id: "zh-001".into(),
-                    messages: vec![Message {
-                        role: "user".into(),
-                        content: "用一句话解释量子纠缠 'quoted' \\ back\tslash".into(),
-                    }],
+                    messages: vec![Message::new(
+                        "user",
+                        "用一句话解释量子纠缠 'quoted' \\ back\tslash",
+                    )],
+                    follow_ups: vec![],
                 }],
+                policy: Default::default(),
             })
             .collect(),
         prompt_set: "mixed".into(),

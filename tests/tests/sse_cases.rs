@@ -83,10 +83,7 @@ async fn probe_case(case: &str, stream: bool) -> ProbeResult {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(async move { latmesh_sim::serve_replay(listener, &sse).await });
-    let messages = vec![Message {
-        role: "user".into(),
-        content: "Which is larger, 9.8 or 9.11?".into(),
-    }];
+    let messages = vec![Message::new("user", "Which is larger, 9.8 or 9.11?")];
     let timeouts = Timeouts {
         connect_s: 5.0,
         ttft_s: 10.0,
@@ -196,6 +193,19 @@ async fn run_case(case: &str) {
             "{ctx}"
         );
         assert!(rec.tokens_from_usage, "{ctx}");
+        if let Some(cached) = usage.get("cached_tokens") {
+            assert_eq!(rec.usage.cached_tokens, opt_u32(cached), "{ctx}");
+        }
+        // How far counting token payloads is from the provider's count.
+        assert_eq!(
+            rec.usage_chunk_delta,
+            Some(i64::from(rec.output_tokens) - i64::from(rec.token_payloads)),
+            "{ctx}"
+        );
+    }
+    if !rec.tokens_from_usage {
+        assert_eq!(rec.usage_chunk_delta, None, "{ctx}");
+        assert_eq!(rec.output_tokens, rec.token_payloads, "{ctx}");
     }
 
     assert_eq!(
@@ -235,7 +245,8 @@ async fn run_case(case: &str) {
             let code = code
                 .as_str()
                 .map_or_else(|| code.to_string(), str::to_string);
-            assert_eq!(r.error_code.as_deref(), Some(code.as_str()), "{ctx}");
+            assert_eq!(r.record.error_code.as_deref(), Some(code.as_str()), "{ctx}");
+            assert_eq!(rec.error_code.as_deref(), Some(code.as_str()), "{ctx}");
         }
         if let Some(m) = err.get("message") {
             assert_eq!(rec.error_message.as_deref(), m.as_str(), "{ctx}");
@@ -248,8 +259,20 @@ async fn run_case(case: &str) {
         .len();
     assert_eq!(rec.response_bytes, body_len, "{ctx}");
     assert!(rec.ttfb_us.is_some(), "{ctx}");
+    // Body stamps: every 2xx body here has bytes, and a byte that is not whitespace
+    // (case 02's blank lines come before its JSON). Error bodies may carry them too.
+    if (200..300).contains(&status) {
+        assert!(rec.first_byte_us.is_some(), "{ctx}");
+        assert!(rec.first_nonblank_us.is_some(), "{ctx}");
+    }
+    let le = |a: Option<u64>, b: Option<u64>| a.zip(b).is_none_or(|(a, b)| a <= b);
+    assert!(le(rec.ttfb_us, rec.first_byte_us), "{ctx}");
+    assert!(le(rec.first_byte_us, rec.first_nonblank_us), "{ctx}");
+    assert!(le(rec.first_nonblank_us, rec.ttft_us), "{ctx}");
+    assert!(le(rec.first_nonblank_us, rec.e2e_us), "{ctx}");
     if !stream {
         assert_eq!((rec.ttft_us, rec.ttfc_us), (None, None), "{ctx}");
+        assert_eq!(rec.reasoning_us, None, "{ctx}");
     }
     if stream && r.first_output_payload_index.is_some() {
         let (ttfb, ttft) = (rec.ttfb_us.unwrap(), rec.ttft_us.unwrap());
@@ -261,19 +284,43 @@ async fn run_case(case: &str) {
             assert!(rec.ttfc_us.unwrap_or(ttft) <= e2e, "{ctx}");
         }
     }
+    // Reasoning time: exactly when reasoning came before the first content payload.
+    let reasoning_first = !expect["reasoning_text"].as_str().unwrap().is_empty()
+        && matches!(
+            (r.first_output_payload_index, r.first_content_payload_index),
+            (Some(t), Some(c)) if t < c
+        );
+    if stream && reasoning_first {
+        assert_eq!(
+            rec.reasoning_us,
+            Some(rec.ttfc_us.unwrap() - rec.ttft_us.unwrap()),
+            "{ctx}"
+        );
+    } else {
+        assert_eq!(rec.reasoning_us, None, "{ctx}");
+    }
     if rec.outcome() == Outcome::Ok {
         assert!(rec.e2e_us.is_some(), "{ctx}");
         assert!(rec.error_message.is_none(), "{ctx}");
     } else {
         assert!(rec.error_message.is_some(), "{ctx}");
     }
-    let token_payloads = rec
-        .content_chunks
-        .max(rec.reasoning_chunks)
-        .max(rec.tool_call_chunks);
-    if !rec.tokens_from_usage {
-        assert!(rec.output_tokens >= token_payloads, "{ctx}");
+    // A payload with any generated token counts once.
+    let (c, re, t) = (
+        rec.content_chunks,
+        rec.reasoning_chunks,
+        rec.tool_call_chunks,
+    );
+    assert!(rec.token_payloads >= c.max(re).max(t), "{ctx}");
+    assert!(rec.token_payloads <= c + re + t, "{ctx}");
+    if !want_tools.is_empty() {
+        assert!(rec.tool_call_chunks > 0, "{ctx}");
     }
+    assert_eq!(
+        rec.token_payloads > 0,
+        r.first_output_payload_index.is_some(),
+        "{ctx}"
+    );
 
     // The CLI's JSON view says the same.
     let out = serde_json::to_value(ProbeOutput::new(&r, true)).unwrap();

@@ -18,11 +18,16 @@
 //! * tool calls: `delta.tool_calls[]` fragments (`index`, optional `id`, `function.name`,
 //!   `function.arguments` as a string or, for some servers, an object), and the legacy
 //!   `delta.function_call`;
-//! * usage: top-level `usage` (on any chunk, a final empty-`choices` chunk included),
-//!   `choices[].usage` (Moonshot), `x_groq.usage` (Groq); `completion_tokens_details`/
-//!   `output_tokens_details.reasoning_tokens` or `usage.reasoning_tokens`;
-//!   `prompt_tokens_details`/`input_tokens_details.cached_tokens`, `prompt_cache_hit_tokens`
-//!   (DeepSeek) or `usage.cached_tokens`; `input_tokens`/`output_tokens` spellings;
+//! * usage: top-level `usage` (on any chunk: a final empty-`choices` chunk, the finish
+//!   chunk, or cumulative totals repeated on every chunk, where the last one wins field by
+//!   field, see [`merge_usage`]), `choices[].usage` (Moonshot), `x_groq.usage` (Groq);
+//!   `input_tokens`/`output_tokens` spellings (Responses/Anthropic style);
+//!   reasoning tokens from `completion_tokens_details`/`output_tokens_details
+//!   .reasoning_tokens` or `usage.reasoning_tokens`; cached prompt tokens, first found of
+//!   `prompt_tokens_details.cached_tokens` (OpenAI, xAI, OpenRouter, vLLM),
+//!   `input_tokens_details.cached_tokens` (Responses style), `prompt_cache_hit_tokens`
+//!   (DeepSeek), `usage.cached_tokens` (Moonshot) and `cache_read_input_tokens` (Anthropic
+//!   style; `cache_creation_input_tokens` are written to the cache, not read, so not counted);
 //! * errors: an `error` member (object or string), or a vLLM-style top-level
 //!   `{"object":"error","message","type","code"}`.
 
@@ -547,6 +552,7 @@ pub struct UsageWire {
     input_tokens_details: Obj<Details>,
     prompt_cache_hit_tokens: Num,
     cached_tokens: Num,
+    cache_read_input_tokens: Num,
 }
 
 #[derive(serde::Deserialize, Clone, Debug, Default, PartialEq)]
@@ -571,7 +577,8 @@ impl UsageWire {
             cached_tokens: detail(&self.prompt_tokens_details, |d| d.cached_tokens)
                 .or(detail(&self.input_tokens_details, |d| d.cached_tokens))
                 .or(self.prompt_cache_hit_tokens.u32())
-                .or(self.cached_tokens.u32()),
+                .or(self.cached_tokens.u32())
+                .or(self.cache_read_input_tokens.u32()),
         };
         (u != Usage::default()).then_some(u)
     }

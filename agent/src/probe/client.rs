@@ -1,19 +1,23 @@
-//! [`Prober`]: the HTTP side of a probe (reqwest), its deadlines, and the hand-off of every
-//! body read to the [`Measurement`].
+//! [`Prober`]: one probe's deadlines over the `transport` module (its own
+//! HTTP/1.1 connections, with timed phases), and the hand-off of every body read to the
+//! [`Measurement`].
 
 use std::future::Future;
-use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, HOST, HeaderMap, HeaderName, HeaderValue, USER_AGENT};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::BodyExt as _;
+use hyper::body::Incoming;
 use latmesh_core::record::Outcome;
-use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 
 use super::chunk::ProviderError;
-use super::measure::{Flow, Head, Measurement};
-use super::outcome::{
-    BodyEnd, Failure, Scrubber, parse_retry_after, timeout_message, transport_message,
-};
+use super::measure::{BodyStamps, Flow, Head, Measurement};
+use super::outcome::{BodyEnd, Failure, Scrubber, parse_retry_after, timeout_message};
+use super::transport::connect::error_chain;
+use super::transport::{Conn, Phases, ReqBody, Target, Transport};
 use super::{ProbeRequest, ProbeResult, request};
 
 /// Header carrying the agent's region (the simulator keys its network delay on it).
@@ -26,14 +30,13 @@ const DRAIN_GRACE: Duration = Duration::from_millis(500);
 /// Bytes of an error response body read for its error object.
 const MAX_ERROR_BODY: usize = 64 * 1024;
 
-/// Sends probes. Cheap to share (`&Prober` from many tasks); connections are pooled.
-///
-/// reqwest's connect timeout is a property of a client, so one client is kept per distinct
-/// connect timeout seen (in practice one per campaign); all share the default headers.
+/// Sends probes. Cheap to share (`&Prober` from many tasks); connections are pooled per
+/// origin (see the `transport` module).
 #[derive(Debug)]
 pub struct Prober {
+    /// `user-agent` and, for a prober with a region, `x-latmesh-region`.
     default_headers: HeaderMap,
-    clients: Mutex<Vec<(Option<Duration>, reqwest::Client)>>,
+    pub(super) transport: Transport,
 }
 
 /// `s` seconds as a duration; `None` (no limit) for zero, negative or non-finite values.
@@ -71,131 +74,141 @@ fn unix_us_now() -> i64 {
         .unwrap_or(0)
 }
 
-/// The failure of a request that got no response.
-fn send_failure(e: reqwest::Error) -> Failure {
-    let outcome = if e.is_connect() && e.is_timeout() {
-        Outcome::TimeoutConnect
-    } else if e.is_timeout() {
-        Outcome::TimeoutTotal
-    } else {
-        Outcome::ConnectionError
-    };
-    Failure::new(outcome, transport_message(&e.without_url()))
+/// The failure named by a deadline that passed (`TimeoutTotal` when there was none).
+fn timed_out(deadline: Option<(Instant, Outcome)>) -> Failure {
+    let o = deadline.map_or(Outcome::TimeoutTotal, |d| d.1);
+    Failure::new(o, timeout_message(o))
+}
+
+/// The deadlines of one attempt, all from `t_send`.
+#[derive(Clone, Copy, Debug)]
+struct Deadlines {
+    /// Connect timeout (DNS + TCP + TLS of a new connection).
+    connect: Option<(Instant, Outcome)>,
+    /// TTFT timeout (streaming requests only).
+    ttft: Option<(Instant, Outcome)>,
+    /// Total timeout.
+    total: Option<(Instant, Outcome)>,
+    /// Idle timeout (a gap between body reads).
+    idle: Option<Duration>,
 }
 
 impl Prober {
     /// A prober whose requests carry `x-latmesh-region: {region}` when `region` is given.
     ///
     /// # Errors
-    /// `region` is not a valid header value, or the HTTP client cannot be built (TLS setup).
+    /// `region` is not a valid header value, or TLS cannot be set up.
     pub fn new(region: Option<&str>) -> anyhow::Result<Prober> {
+        Self::with_root_certificates(region, &[])
+    }
+
+    /// Like [`Prober::new`], also trusting the root certificates in `extra_roots_pem` (PEM;
+    /// e.g. a test CA, or a private CA in front of a self-hosted server).
+    ///
+    /// # Errors
+    /// `region` is not a valid header value, or a certificate cannot be used.
+    pub fn with_root_certificates(
+        region: Option<&str>,
+        extra_roots_pem: &[u8],
+    ) -> anyhow::Result<Prober> {
         let mut default_headers = HeaderMap::new();
+        default_headers.insert(
+            USER_AGENT,
+            HeaderValue::from_static(concat!("latmesh/", env!("CARGO_PKG_VERSION"))),
+        );
         if let Some(r) = region {
             let v = HeaderValue::from_str(r)
                 .with_context(|| format!("region {r:?} is not a valid header value"))?;
             default_headers.insert(HeaderName::from_static(REGION_HEADER), v);
         }
-        let p = Prober {
+        let transport = Transport::new(extra_roots_pem).context("setting up TLS")?;
+        Ok(Prober {
             default_headers,
-            clients: Mutex::new(Vec::new()),
-        };
-        p.client(secs(latmesh_core::plan::Timeouts::default().connect_s))
-            .context("building the HTTP client")?;
-        Ok(p)
+            transport,
+        })
     }
 
-    fn client(&self, connect: Option<Duration>) -> reqwest::Result<reqwest::Client> {
-        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, c)) = clients.iter().find(|(t, _)| *t == connect) {
-            return Ok(c.clone());
-        }
-        let mut b = reqwest::Client::builder()
-            .default_headers(self.default_headers.clone())
-            .user_agent(concat!("latmesh/", env!("CARGO_PKG_VERSION")))
-            // A redirected POST would be measured as another request: report it instead.
-            .redirect(reqwest::redirect::Policy::none())
-            // Latency is measured on the direct path, never through an environment proxy.
-            .no_proxy()
-            .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(90));
-        if let Some(c) = connect {
-            b = b.connect_timeout(c);
-        }
-        let c = b.build()?;
-        clients.push((connect, c.clone()));
-        Ok(c)
+    /// The request for `req` and where it goes.
+    fn build(&self, req: &ProbeRequest<'_>) -> Result<(Target, Request<ReqBody>), String> {
+        let target = Target::parse(&request::url(req.base_url))?;
+        let mut r = Request::new(ReqBody::new(Bytes::from(request::body(req))));
+        *r.method_mut() = Method::POST;
+        *r.uri_mut() = target.path.clone();
+        let h = r.headers_mut();
+        h.insert(HOST, target.host_header.clone());
+        h.extend(self.default_headers.clone());
+        h.extend(request::headers(req));
+        Ok((target, r))
     }
 
     /// Sends `req` and measures it. Never fails: every path yields a record with an outcome
-    /// (see the [module documentation](super) for timing, timeouts and outcomes). Texts are
-    /// kept only with `keep_text`.
+    /// and the connection phases (see the [module documentation](super) for timing,
+    /// timeouts and outcomes). Texts are kept only with `keep_text`.
     ///
     /// # Cancel safety
     /// Dropping the future abandons the attempt and yields no record; callers that must
     /// account for every attempt should rely on the timeouts instead.
     pub async fn probe(&self, req: &ProbeRequest<'_>, keep_text: bool) -> ProbeResult {
+        let mut phases = Phases::default();
+        let mut r = self.attempt(req, keep_text, &mut phases).await;
+        phases.apply(&mut r.record);
+        r
+    }
+
+    async fn attempt(
+        &self,
+        req: &ProbeRequest<'_>,
+        keep_text: bool,
+        phases: &mut Phases,
+    ) -> ProbeResult {
         let scrub = Scrubber {
             api_key: req.api_key,
             prompt: req.messages,
         };
         let t = req.timeouts;
-        let built = self.client(secs(t.connect_s)).and_then(|client| {
-            let r = client
-                .post(request::url(req.base_url))
-                .headers(request::headers(req))
-                .body(request::body(req))
-                .build()?;
-            Ok((client, r))
-        });
-        let send_unix_us = unix_us_now();
-        let t_send = Instant::now();
+        let built = self.build(req);
         let mut head = Head {
             stream: req.stream,
-            t_send,
-            send_unix_us,
+            t_send: Instant::now(),
+            send_unix_us: unix_us_now(),
             http_status: None,
             ttfb_at: None,
             retry_after_s: None,
         };
-        let (client, http_req) = match built {
+        let (target, http_req) = match built {
             Ok(x) => x,
             Err(e) => {
-                let msg = format!(
-                    "cannot build the request: {}",
-                    transport_message(&e.without_url())
-                );
+                let msg = format!("cannot build the request: {e}");
                 return head.failed(Failure::new(Outcome::ConnectionError, msg), &scrub, 0, None);
             }
         };
-        // t_send again, right before the request is handed to reqwest.
+        // t_send: right before a connection is taken from the pool or opened.
         head.send_unix_us = unix_us_now();
         let t_send = Instant::now();
         head.t_send = t_send;
-        let pending = client.execute(http_req);
-
-        let total = secs(t.total_s).map(|d| (t_send + d, Outcome::TimeoutTotal));
-        let ttft = if req.stream {
-            secs(t.ttft_s).map(|d| (t_send + d, Outcome::TimeoutTtft))
-        } else {
-            None
+        let dl = Deadlines {
+            connect: secs(t.connect_s).map(|d| (t_send + d, Outcome::TimeoutConnect)),
+            ttft: if req.stream {
+                secs(t.ttft_s).map(|d| (t_send + d, Outcome::TimeoutTtft))
+            } else {
+                None
+            },
+            total: secs(t.total_s).map(|d| (t_send + d, Outcome::TimeoutTotal)),
+            idle: secs(t.idle_s),
         };
-        let idle = secs(t.idle_s);
 
-        let head_deadline = earliest(&[ttft, total]);
-        let mut resp = match within(head_deadline.map(|d| d.0), pending).await {
-            Some(Ok(r)) => r,
-            Some(Err(e)) => return head.failed(send_failure(e), &scrub, 0, None),
-            None => {
-                let o = head_deadline.map_or(Outcome::TimeoutTotal, |d| d.1);
-                return head.failed(Failure::new(o, timeout_message(o)), &scrub, 0, None);
-            }
+        let (conn, resp) = match self.send(&target, http_req, phases, &dl).await {
+            Ok(x) => x,
+            Err(f) => return head.failed(f, &scrub, 0, None),
         };
         let ttfb_at = Instant::now();
         head.ttfb_at = Some(ttfb_at);
-        let status = resp.status().as_u16();
+        let (parts, mut body) = resp.into_parts();
+        let status = parts.status.as_u16();
         head.http_status = Some(status);
         let header = |name: &str| {
-            resp.headers()
+            parts
+                .headers
                 .get(name)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned)
@@ -209,7 +222,13 @@ impl Prober {
                     SystemTime::now(),
                 );
             }
-            return error_response(&mut resp, head, &scrub, ttfb_at, total, idle).await;
+            let (result, complete) =
+                error_response(&mut body, head, &scrub, ttfb_at, dl.total, dl.idle).await;
+            if complete {
+                drop(body);
+                self.transport.release(conn).await;
+            }
+            return result;
         }
 
         let content_type = header(CONTENT_TYPE.as_str())
@@ -221,25 +240,32 @@ impl Prober {
         let mut last_read = ttfb_at;
         let (end, end_at) = loop {
             let timeout = earliest(&[
-                ttft.filter(|_| m.waiting_for_first_token()),
-                idle.map(|d| (last_read + d, Outcome::TimeoutIdle)),
-                total,
+                dl.ttft.filter(|_| m.waiting_for_first_token()),
+                dl.idle.map(|d| (last_read + d, Outcome::TimeoutIdle)),
+                dl.total,
             ])
             .map(|(at, o)| (at, Some(o)));
             let deadline = earliest(&[m.done_at().map(|d| (d + DRAIN_GRACE, None)), timeout]);
-            match within(deadline.map(|d| d.0), resp.chunk()).await {
-                Some(Ok(Some(bytes))) => {
+            match within(deadline.map(|d| d.0), body.frame()).await {
+                Some(Some(Ok(frame))) => {
                     // Stamped before any parsing.
                     let at = Instant::now();
+                    // Anything but data (trailers) carries nothing to measure.
+                    let Ok(bytes) = frame.into_data() else {
+                        continue;
+                    };
+                    if bytes.is_empty() {
+                        continue;
+                    }
                     last_read = at;
                     if m.on_bytes(at, &bytes) == Flow::Stop {
                         break (BodyEnd::Stopped, Some(at));
                     }
                 }
-                Some(Ok(None)) => break (BodyEnd::Eof, Some(Instant::now())),
-                Some(Err(e)) => {
+                Some(None) => break (BodyEnd::Eof, Some(Instant::now())),
+                Some(Some(Err(e))) => {
                     let at = Instant::now();
-                    m.note_broken(transport_message(&e.without_url()));
+                    m.note_broken(error_chain(&e));
                     break (BodyEnd::Broken, Some(at));
                 }
                 None => match deadline.and_then(|d| d.1) {
@@ -249,46 +275,111 @@ impl Prober {
             }
         };
         m.on_end(end_at.unwrap_or_else(Instant::now), end);
-        m.finish(&head, end, end_at, &scrub)
+        let result = m.finish(&head, end, end_at, &scrub);
+        if end == BodyEnd::Eof {
+            drop(body);
+            self.transport.release(conn).await;
+        }
+        // Otherwise the response was abandoned: dropping `conn` closes its connection.
+        result
+    }
+
+    /// Takes a pooled connection or opens one (within the connect deadline), sends the
+    /// request on it and waits for the response head (within the TTFT and total deadlines).
+    /// A pooled connection that fails before the request was written (closed by the server
+    /// while idle) is dropped and the request goes on another connection. `phases` describes
+    /// the connection finally used.
+    async fn send(
+        &self,
+        target: &Target,
+        mut req: Request<ReqBody>,
+        phases: &mut Phases,
+        dl: &Deadlines,
+    ) -> Result<(Conn, Response<Incoming>), Failure> {
+        let connect_deadline = earliest(&[dl.connect, dl.ttft, dl.total]);
+        let head_deadline = earliest(&[dl.ttft, dl.total]);
+        loop {
+            *phases = Phases::default();
+            let mut conn = match self.transport.checkout(&target.origin) {
+                Some(c) => {
+                    phases.reused = true;
+                    c
+                }
+                None => {
+                    let connecting = self.transport.connect(&target.origin, phases);
+                    match within(connect_deadline.map(|d| d.0), connecting).await {
+                        Some(Ok(c)) => c,
+                        Some(Err(msg)) => return Err(Failure::new(Outcome::ConnectionError, msg)),
+                        None => return Err(timed_out(connect_deadline)),
+                    }
+                }
+            };
+            match within(head_deadline.map(|d| d.0), conn.send(req)).await {
+                Some(Ok(resp)) => return Ok((conn, resp)),
+                Some(Err(mut e)) => match e.take_message() {
+                    Some(r) if conn.reused() => {
+                        tracing::debug!(
+                            "pooled connection unusable ({}); sending on another",
+                            error_chain(e.error())
+                        );
+                        req = r;
+                    }
+                    _ => {
+                        let msg = format!("error sending request: {}", error_chain(e.error()));
+                        return Err(Failure::new(Outcome::ConnectionError, msg));
+                    }
+                },
+                None => return Err(timed_out(head_deadline)),
+            }
+        }
     }
 }
 
-/// Reads (up to 64 KiB of) a non-2xx body for its error object and builds the result.
+/// Reads (up to 64 KiB of) a non-2xx body for its error object and builds the result; also
+/// says whether the body was read to its end (then the connection can be reused).
 async fn error_response(
-    resp: &mut reqwest::Response,
+    body: &mut Incoming,
     head: Head,
     scrub: &Scrubber<'_>,
     ttfb_at: Instant,
     total: Option<(Instant, Outcome)>,
     idle: Option<Duration>,
-) -> ProbeResult {
+) -> (ProbeResult, bool) {
     let status = head.http_status.unwrap_or_default();
-    let mut body = Vec::new();
-    let mut bytes = 0u64;
+    let mut buf = Vec::new();
+    let mut stamps = BodyStamps::default();
     let mut last_read = ttfb_at;
     let mut end_at = None;
     loop {
         let deadline = earliest(&[idle.map(|d| (last_read + d, Outcome::TimeoutIdle)), total]);
-        match within(deadline.map(|d| d.0), resp.chunk()).await {
-            Some(Ok(Some(b))) => {
-                last_read = Instant::now();
-                bytes += b.len() as u64;
-                let room = MAX_ERROR_BODY - body.len();
-                body.extend_from_slice(&b[..b.len().min(room)]);
-                if body.len() >= MAX_ERROR_BODY {
+        match within(deadline.map(|d| d.0), body.frame()).await {
+            Some(Some(Ok(frame))) => {
+                // Stamped before any parsing.
+                let at = Instant::now();
+                let Ok(b) = frame.into_data() else {
+                    continue;
+                };
+                if b.is_empty() {
+                    continue;
+                }
+                last_read = at;
+                stamps.on_bytes(at, &b);
+                let room = MAX_ERROR_BODY - buf.len();
+                buf.extend_from_slice(&b[..b.len().min(room)]);
+                if buf.len() >= MAX_ERROR_BODY {
                     break;
                 }
             }
-            Some(Ok(None)) => {
+            Some(None) => {
                 end_at = Some(Instant::now());
                 break;
             }
             // The status already says what happened; a body we cannot finish adds nothing.
-            Some(Err(_)) | None => break,
+            Some(Some(Err(_))) | None => break,
         }
     }
-    let pe = ProviderError::from_payload(&body);
-    let reason = reqwest::StatusCode::from_u16(status)
+    let pe = ProviderError::from_payload(&buf);
+    let reason = StatusCode::from_u16(status)
         .ok()
         .and_then(|s| s.canonical_reason())
         .unwrap_or("");
@@ -307,7 +398,10 @@ async fn error_response(
             format!("unexpected HTTP status {status} {reason} (redirects are not followed)"),
         )
     };
-    head.failed(failure, scrub, bytes, end_at)
+    (
+        head.failed_with_body(failure, scrub, &stamps, end_at),
+        end_at.is_some(),
+    )
 }
 
 #[cfg(test)]

@@ -3,6 +3,25 @@
 //!
 //! It knows nothing about HTTP I/O (the client feeds it), so unit tests drive it with bytes
 //! and synthetic instants.
+//!
+//! What it fills, on every path (`ok` or not), all µs from `t_send` (docs/metrics.md):
+//!
+//! * `first_byte_us`: the read that brought the first body byte; `first_nonblank_us`: the
+//!   read that brought the first byte that is not ASCII whitespace (blank lines a server sends
+//!   while a request is queued, mostly before a non-streaming JSON body, are not an answer).
+//!   Both are stamped for event streams and for bodies read whole, before any parsing;
+//! * `ttft_us`/`ttfc_us` (event streams only), and `reasoning_us` = `ttfc − ttft` when a
+//!   reasoning payload came before the first content payload (`None` without reasoning, or
+//!   when reasoning and content first arrived in one payload);
+//! * `token_payloads`: payloads carrying any generated token (content, reasoning or a
+//!   tool-call fragment; a payload counts once): `output_tokens` when no usage was reported;
+//! * `usage_chunk_delta` = `usage.completion_tokens − token_payloads` whenever usage reported
+//!   completion tokens (a body read whole is one payload: there it is `completion − 1`);
+//! * `error_code`: the provider's error code (also in [`ProbeResult::error_code`]).
+//!
+//! [`Head::failed`] fills the head's fields for attempts without a readable 2xx body;
+//! [`Head::failed_with_body`] also the body stamps, when the caller kept a [`BodyStamps`]
+//! while reading an error body.
 
 use std::time::Instant;
 
@@ -40,22 +59,31 @@ impl Head {
         u64::try_from(at.saturating_duration_since(self.t_send).as_micros()).unwrap_or(u64::MAX)
     }
 
-    /// A record with the head's fields set and `failure` as its outcome.
-    pub fn record(&self, failure: &Failure, scrub: &Scrubber<'_>) -> ProbeRecord {
+    /// A record with the head's fields set and `failure` (or `ok` when `None`) as its outcome.
+    fn base_record(&self, failure: Option<&Failure>, scrub: &Scrubber<'_>) -> ProbeRecord {
         ProbeRecord {
             stream: self.stream,
             send_agent_unix_us: self.send_unix_us,
-            outcome: Some(failure.outcome),
+            outcome: Some(failure.map_or(Outcome::Ok, |f| f.outcome)),
             http_status: self.http_status,
             ttfb_us: self.ttfb_at.map(|t| self.us(t)),
             retry_after_s: self.retry_after_s,
-            error_type: failure.error_type.clone(),
-            error_message: Some(scrub.clean(&failure.message)),
+            error_type: failure.and_then(|f| f.error_type.clone()),
+            error_code: failure.and_then(|f| f.error_code.clone()),
+            error_message: failure.map(|f| scrub.clean(&f.message)),
             ..ProbeRecord::default()
         }
     }
 
-    /// The result of an attempt that ended without a readable 2xx body.
+    /// A record with the head's fields set and `failure` as its outcome (with its provider
+    /// error type, code and scrubbed message).
+    pub fn record(&self, failure: &Failure, scrub: &Scrubber<'_>) -> ProbeRecord {
+        self.base_record(Some(failure), scrub)
+    }
+
+    /// The result of an attempt that ended without a readable 2xx body: `body_bytes` of an
+    /// error body were read, which ended at `end_at`. (No body stamps: see
+    /// [`Head::failed_with_body`].)
     pub fn failed(
         &self,
         failure: Failure,
@@ -63,13 +91,57 @@ impl Head {
         body_bytes: u64,
         end_at: Option<Instant>,
     ) -> ProbeResult {
+        let body = BodyStamps {
+            bytes: body_bytes,
+            ..BodyStamps::default()
+        };
+        self.failed_with_body(failure, scrub, &body, end_at)
+    }
+
+    /// [`Head::failed`] for a caller that stamped the reads of the error body: also sets
+    /// `first_byte_us` and `first_nonblank_us`.
+    pub fn failed_with_body(
+        &self,
+        failure: Failure,
+        scrub: &Scrubber<'_>,
+        body: &BodyStamps,
+        end_at: Option<Instant>,
+    ) -> ProbeResult {
         let mut record = self.record(&failure, scrub);
-        record.response_bytes = body_bytes;
+        record.response_bytes = body.bytes;
+        record.first_byte_us = body.first_byte.map(|t| self.us(t));
+        record.first_nonblank_us = body.first_nonblank.map(|t| self.us(t));
         record.e2e_us = end_at.map(|t| self.us(t));
         ProbeResult {
             record,
-            error_code: failure.error_code,
             ..ProbeResult::default()
+        }
+    }
+}
+
+/// Arrival stamps of a body's reads: its first byte, its first byte that is not ASCII
+/// whitespace, and its size. [`Measurement`] keeps one for a 2xx body; a caller reading an
+/// error body can keep one for [`Head::failed_with_body`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BodyStamps {
+    /// Arrival of the read that brought the first body byte.
+    pub first_byte: Option<Instant>,
+    /// Arrival of the read that brought the first byte that is not ASCII whitespace.
+    pub first_nonblank: Option<Instant>,
+    /// Body bytes received.
+    pub bytes: u64,
+}
+
+impl BodyStamps {
+    /// Accounts one read of `bytes` that arrived at `at` (an empty read changes nothing).
+    pub fn on_bytes(&mut self, at: Instant, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        self.bytes += bytes.len() as u64;
+        self.first_byte.get_or_insert(at);
+        if self.first_nonblank.is_none() && !bytes.iter().all(u8::is_ascii_whitespace) {
+            self.first_nonblank = Some(at);
         }
     }
 }
@@ -90,6 +162,8 @@ struct State {
     keep_text: bool,
     first_token: Option<(Instant, u32)>,
     first_content: Option<(Instant, u32)>,
+    /// Payload index of the first payload with reasoning text.
+    first_reasoning: Option<u32>,
     last_token_at: Option<Instant>,
     done_at: Option<Instant>,
     itl_gaps_us: Vec<u64>,
@@ -114,7 +188,7 @@ pub struct Measurement {
     t_send: Instant,
     parser: SseParser,
     st: State,
-    response_bytes: u64,
+    body: BodyStamps,
     /// Start of the body, kept while no event has been seen, in case it is JSON rather than
     /// an event stream.
     sniff: Vec<u8>,
@@ -152,7 +226,7 @@ impl Measurement {
                 }),
                 ..State::default()
             },
-            response_bytes: 0,
+            body: BodyStamps::default(),
             sniff: Vec::new(),
             sniffing: !whole,
             broken: None,
@@ -163,7 +237,7 @@ impl Measurement {
 
     /// One body read that arrived at `at`.
     pub fn on_bytes(&mut self, at: Instant, bytes: &[u8]) -> Flow {
-        self.response_bytes += bytes.len() as u64;
+        self.body.on_bytes(at, bytes);
         if let Some(w) = &mut self.whole {
             if w.len() + bytes.len() > MAX_WHOLE_BODY {
                 self.st.fail(Failure::new(
@@ -283,7 +357,7 @@ impl Measurement {
                 saw_done: st.saw_done(),
                 finish_reason: st.finish_reason.as_deref(),
                 payloads: st.payloads,
-                body_bytes: self.response_bytes,
+                body_bytes: self.body.bytes,
                 end,
             };
             classify_stream(&facts).err()
@@ -298,18 +372,9 @@ impl Measurement {
             }
             f
         });
-        let mut record = match &failure {
-            Some(f) => head.record(f, scrub),
-            None => ProbeRecord {
-                stream: head.stream,
-                send_agent_unix_us: head.send_unix_us,
-                outcome: Some(Outcome::Ok),
-                http_status: head.http_status,
-                ttfb_us: head.ttfb_at.map(|t| head.us(t)),
-                retry_after_s: head.retry_after_s,
-                ..ProbeRecord::default()
-            },
-        };
+        let mut record = head.base_record(failure.as_ref(), scrub);
+        record.first_byte_us = self.body.first_byte.map(|t| head.us(t));
+        record.first_nonblank_us = self.body.first_nonblank.map(|t| head.us(t));
         let e2e_at = if st.whole_body {
             end_at.filter(|_| end == BodyEnd::Eof)
         } else if let Some(d) = st.done_at {
@@ -323,12 +388,24 @@ impl Measurement {
         if !st.whole_body {
             record.ttft_us = st.first_token.map(|(t, _)| head.us(t));
             record.ttfc_us = st.first_content.map(|(t, _)| head.us(t));
+            // Reasoning time: only when a reasoning payload came before the first content one.
+            if let (Some(r), Some((_, c)), Some(ttft), Some(ttfc)) = (
+                st.first_reasoning,
+                st.first_content,
+                record.ttft_us,
+                record.ttfc_us,
+            ) && r < c
+            {
+                record.reasoning_us = Some(ttfc.saturating_sub(ttft));
+            }
         }
         let usage = st.usage.clone().unwrap_or_default();
+        record.token_payloads = st.token_payloads;
         match usage.completion_tokens {
             Some(n) => {
                 record.output_tokens = n;
                 record.tokens_from_usage = true;
+                record.usage_chunk_delta = Some(i64::from(n) - i64::from(st.token_payloads));
             }
             None => record.output_tokens = st.token_payloads,
         }
@@ -344,7 +421,7 @@ impl Measurement {
         record.saw_done = st.saw_done();
         record.itl_max_us = st.itl_gaps_us.iter().copied().max();
         record.comment_lines = self.parser.comment_lines();
-        record.response_bytes = self.response_bytes;
+        record.response_bytes = self.body.bytes;
         ProbeResult {
             record,
             first_output_payload_index: st.first_token.map(|(_, i)| i),
@@ -353,7 +430,6 @@ impl Measurement {
             content_text: st.content_text,
             reasoning_text: st.reasoning_text,
             tool_calls: st.tool_calls,
-            error_code: failure.and_then(|f| f.error_code),
         }
     }
 }
@@ -381,6 +457,11 @@ impl State {
     }
 
     fn on_event(&mut self, at: Instant, ev: SseEvent<'_>) {
+        // The response ended at `[DONE]`: what follows (drained so the connection can be
+        // reused) counts as bytes only; it changes neither timings, tokens nor the outcome.
+        if self.saw_done() {
+            return;
+        }
         match ev {
             SseEvent::Data { data, complete } => self.on_data(at, data.trim_ascii(), complete),
             SseEvent::Named { event, data } => {
@@ -458,6 +539,7 @@ impl State {
         }
         if !reasoning.is_empty() {
             self.reasoning_chunks += 1;
+            self.first_reasoning.get_or_insert(index);
             if self.keep_text {
                 self.reasoning_text.push_str(&reasoning);
             }
@@ -677,6 +759,26 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn nothing_after_done_changes_the_measurement() {
+        // Content, an error object, an `error:` line and usage after `[DONE]`: drained as
+        // bytes, never measured.
+        let err = r#"{"error":{"message":"late","type":"server_error"}}"#;
+        let late_usage = r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":99}}"#;
+        let mut body = sse(&[C0, &content("a"), &stop(""), "[DONE]", &content("z"), err, late_usage]);
+        body.extend_from_slice(b"error: {\"message\":\"later\"}\n\n");
+        let pieces: Vec<&[u8]> = body.split_inclusive(|&b| b == b'\n').collect();
+        let r = measure(&pieces, false);
+        let rec = &r.record;
+        assert_eq!(rec.outcome, Some(Outcome::Ok));
+        assert_eq!(rec.error_message, None);
+        assert_eq!((rec.ttft_us, rec.e2e_us), (Some(4_000), Some(8_000)));
+        assert_eq!((rec.content_chunks, rec.token_payloads), (1, 1));
+        assert_eq!((rec.output_tokens, rec.tokens_from_usage), (1, false));
+        assert_eq!(r.content_text, "a");
+        assert_eq!(rec.response_bytes, body.len() as u64);
+    }
+
+    #[test]
     fn reasoning_under_reasoning_counts_as_first_token() {
         let r1 = r#"{"choices":[{"index":0,"delta":{"content":null,"reasoning":"think"}}]}"#;
         let r2 = r#"{"choices":[{"index":0,"delta":{"content":"","reasoning":" more"}}]}"#;
@@ -842,7 +944,7 @@ pub(crate) mod tests {
         let vllm = r#"{"object":"error","message":"bad","type":"BadRequestError","param":null,"code":400}"#;
         let r = measure(&[&sse(&[vllm])], false);
         assert_eq!(
-            (r.record.outcome, r.error_code.as_deref()),
+            (r.record.outcome, r.record.error_code.as_deref()),
             (Some(Outcome::StreamError), Some("400"))
         );
     }
@@ -942,21 +1044,6 @@ pub(crate) mod tests {
             if name.starts_with("02-") || name.starts_with("20-") || name.starts_with("21-") {
                 continue;
             }
-            let summary = |r: ProbeResult| {
-                let rec = r.record;
-                (
-                    rec.outcome,
-                    rec.content_chunks,
-                    rec.reasoning_chunks,
-                    rec.tool_call_chunks,
-                    rec.usage,
-                    rec.finish_reason,
-                    rec.saw_done,
-                    rec.comment_lines,
-                    (r.content_text, r.reasoning_text, r.tool_calls),
-                    (r.first_output_payload_index, r.first_content_payload_index),
-                )
-            };
             let t0 = Instant::now();
             let run = |pieces: &[&[u8]]| {
                 let mut m = Measurement::new(t0, true, false, true, 8);
@@ -972,6 +1059,47 @@ pub(crate) mod tests {
             }
         }
         assert!(corpus_dir().exists());
+    }
+
+    type Summary = (
+        Option<Outcome>,
+        (u32, u32, u32, u32),
+        Usage,
+        (u32, bool, Option<i64>),
+        Option<String>,
+        bool,
+        u32,
+        (String, String, Vec<ToolCall>),
+        (Option<u32>, Option<u32>),
+        (Option<String>, Option<String>, Option<String>),
+        (bool, bool),
+    );
+
+    /// What a measurement found, without its timing.
+    fn summary(r: ProbeResult) -> Summary {
+        let rec = r.record;
+        (
+            rec.outcome,
+            (
+                rec.content_chunks,
+                rec.reasoning_chunks,
+                rec.tool_call_chunks,
+                rec.token_payloads,
+            ),
+            rec.usage,
+            (
+                rec.output_tokens,
+                rec.tokens_from_usage,
+                rec.usage_chunk_delta,
+            ),
+            rec.finish_reason,
+            rec.saw_done,
+            rec.comment_lines,
+            (r.content_text, r.reasoning_text, r.tool_calls),
+            (r.first_output_payload_index, r.first_content_payload_index),
+            (rec.error_type, rec.error_code, rec.error_message),
+            (rec.reasoning_us.is_some(), rec.first_nonblank_us.is_some()),
+        )
     }
 
     /// Counts this thread's heap allocations (the test binary's global allocator).
@@ -1035,6 +1163,600 @@ pub(crate) mod tests {
             assert_eq!(r.content_text, "héllo", "cut {cut}");
             // The content payload completes in the second read, at 2 ms.
             assert_eq!(r.record.ttft_us, Some(2_000), "cut {cut}");
+        }
+    }
+
+    fn delta(fields: &str) -> String {
+        format!(r#"{{"choices":[{{"index":0,"delta":{{{fields}}},"finish_reason":null}}]}}"#)
+    }
+
+    #[test]
+    fn first_byte_and_first_nonblank_precede_the_first_token() {
+        // Reads 1 ms apart: a blank line, a keep-alive comment, the role chunk, a token.
+        let c0 = format!("data: {C0}\n\n");
+        let a = format!("data: {}\n\n", content("a"));
+        let end = format!("data: {}\n\ndata: [DONE]\n\n", stop(""));
+        let pieces: [&[u8]; 5] = [
+            b"\n",
+            b": keep-alive\n\n",
+            c0.as_bytes(),
+            a.as_bytes(),
+            end.as_bytes(),
+        ];
+        let r = measure(&pieces, false);
+        let rec = &r.record;
+        assert_eq!(rec.outcome, Some(Outcome::Ok));
+        assert_eq!(
+            (rec.first_byte_us, rec.first_nonblank_us),
+            (Some(1_000), Some(2_000))
+        );
+        assert_eq!(
+            (rec.ttft_us, rec.ttfc_us, rec.e2e_us),
+            (Some(4_000), Some(4_000), Some(5_000))
+        );
+        assert_eq!(rec.comment_lines, 1);
+        assert_eq!(rec.reasoning_us, None);
+        assert_eq!((rec.token_payloads, rec.output_tokens), (1, 1));
+        assert_eq!(
+            (rec.tokens_from_usage, rec.usage_chunk_delta),
+            (false, None)
+        );
+        // A body that starts with a comment: first byte and first non-blank byte coincide.
+        let r = measure(&pieces[1..], false);
+        assert_eq!(
+            (
+                r.record.first_byte_us,
+                r.record.first_nonblank_us,
+                r.record.ttft_us
+            ),
+            (Some(1_000), Some(1_000), Some(3_000))
+        );
+        // Empty reads stamp nothing; an empty body has no stamps.
+        let r = measure(&[b"", b"  \r\n\t", pieces[2], pieces[3], pieces[4]], false);
+        assert_eq!(
+            (r.record.first_byte_us, r.record.first_nonblank_us),
+            (Some(2_000), Some(3_000))
+        );
+        let r = measure(&[], false);
+        assert_eq!(
+            (r.record.first_byte_us, r.record.first_nonblank_us),
+            (None, None)
+        );
+        let r = measure(&[b"\n\n\n"], false);
+        assert_eq!(
+            (
+                r.record.outcome,
+                r.record.first_byte_us,
+                r.record.first_nonblank_us
+            ),
+            (Some(Outcome::ProtocolError), Some(1_000), None)
+        );
+    }
+
+    #[test]
+    fn non_streaming_body_after_blank_lines() {
+        let body = br#"{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Four.","reasoning_content":"2+2"},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":9,"total_tokens":21,"prompt_cache_hit_tokens":8}}"#;
+        let r = measure(&[b"\n\n", b" \n\t\n", &body[..40], &body[40..]], true);
+        let rec = &r.record;
+        assert_eq!(rec.outcome, Some(Outcome::Ok));
+        assert!(!rec.stream);
+        assert_eq!(
+            (
+                rec.ttfb_us,
+                rec.first_byte_us,
+                rec.first_nonblank_us,
+                rec.e2e_us
+            ),
+            (Some(0), Some(1_000), Some(3_000), Some(5_000))
+        );
+        assert_eq!(
+            (rec.ttft_us, rec.ttfc_us, rec.reasoning_us),
+            (None, None, None)
+        );
+        assert_eq!((rec.output_tokens, rec.tokens_from_usage), (9, true));
+        assert_eq!(
+            (rec.usage.prompt_tokens, rec.usage.cached_tokens),
+            (Some(12), Some(8))
+        );
+        // The whole answer is one payload.
+        assert_eq!(
+            (rec.content_chunks, rec.reasoning_chunks, rec.token_payloads),
+            (1, 1, 1)
+        );
+        assert_eq!(rec.usage_chunk_delta, Some(8));
+        assert_eq!(
+            (r.content_text.as_str(), r.reasoning_text.as_str()),
+            ("Four.", "2+2")
+        );
+        // Without usage: one payload, counted.
+        let body =
+            br#"{"choices":[{"index":0,"message":{"content":"Four."},"finish_reason":"stop"}]}"#;
+        let r = measure(&[b"\n", body], true);
+        assert_eq!(
+            (
+                r.record.output_tokens,
+                r.record.tokens_from_usage,
+                r.record.usage_chunk_delta
+            ),
+            (1, false, None)
+        );
+        assert_eq!(r.record.first_nonblank_us, Some(2_000));
+    }
+
+    #[test]
+    fn reasoning_time_under_every_reasoning_spelling() {
+        let spellings = [
+            r#""content":null,"reasoning_content":"R""#,
+            r#""content":"","reasoning":"R""#,
+            r#""reasoning_text":"R""#,
+            r#""content":null,"thinking":"R""#,
+            r#""reasoning_content":[{"type":"text","text":"R"}]"#,
+            r#""reasoning_details":[{"type":"reasoning.text","text":"R"}]"#,
+            r#""reasoning_details":[{"type":"reasoning.summary","summary":"R"}]"#,
+            r#""content":[{"type":"thinking","thinking":"R"}]"#,
+            r#""content":[{"type":"reasoning","text":"R"}]"#,
+        ];
+        for sp in spellings {
+            let r1 = delta(sp);
+            let body = sse(&[
+                C0,
+                &r1,
+                &r1,
+                &r1,
+                &content("x"),
+                &content("y"),
+                &stop(""),
+                "[DONE]",
+            ]);
+            let pieces: Vec<&[u8]> = body.split_inclusive(|&b| b == b'\n').collect();
+            let r = measure(&pieces, false);
+            let rec = &r.record;
+            assert_eq!(rec.outcome, Some(Outcome::Ok), "{sp}");
+            assert_eq!(r.reasoning_text, "RRR", "{sp}");
+            assert_eq!((rec.reasoning_chunks, rec.content_chunks), (3, 2), "{sp}");
+            // Two lines per event, one per ms: payload k completes with read 2k + 2.
+            assert_eq!(
+                (rec.ttft_us, rec.ttfc_us),
+                (Some(4_000), Some(10_000)),
+                "{sp}"
+            );
+            assert_eq!(rec.reasoning_us, Some(6_000), "{sp}");
+            assert_eq!((rec.token_payloads, rec.output_tokens), (5, 5), "{sp}");
+        }
+    }
+
+    #[test]
+    fn reasoning_time_needs_reasoning_before_content() {
+        let run = |payloads: &[&str]| {
+            let mut all = vec![C0];
+            all.extend_from_slice(payloads);
+            let body = sse(&all);
+            let pieces: Vec<&[u8]> = body.split_inclusive(|&b| b == b'\n').collect();
+            measure(&pieces, false).record
+        };
+        let both = delta(r#""content":"a","reasoning_content":"r""#);
+        let tool =
+            delta(r#""tool_calls":[{"index":0,"id":"c","function":{"name":"f","arguments":""}}]"#);
+        let reason = delta(r#""reasoning":"r""#);
+        // Reasoning and content first in the same payload: no reasoning time.
+        let rec = run(&[&both, &stop(""), "[DONE]"]);
+        assert_eq!(
+            (rec.ttft_us, rec.ttfc_us, rec.reasoning_us),
+            (Some(4_000), Some(4_000), None)
+        );
+        assert_eq!(
+            (rec.token_payloads, rec.reasoning_chunks, rec.content_chunks),
+            (1, 1, 1)
+        );
+        // A tool call before the content is not reasoning.
+        let rec = run(&[&tool, &content("a"), &stop(""), "[DONE]"]);
+        assert_eq!(
+            (rec.ttft_us, rec.ttfc_us, rec.reasoning_us),
+            (Some(4_000), Some(6_000), None)
+        );
+        assert_eq!((rec.token_payloads, rec.tool_call_chunks), (2, 1));
+        // A tool call, then reasoning, then content: ttfc − ttft.
+        let rec = run(&[&tool, &reason, &content("a"), &stop(""), "[DONE]"]);
+        assert_eq!(rec.reasoning_us, Some(4_000));
+        // Reasoning only (the stream stops before any content): none.
+        let rec = run(&[&reason, &reason]);
+        assert_eq!(
+            (rec.outcome, rec.ttft_us, rec.ttfc_us, rec.reasoning_us),
+            (Some(Outcome::Truncated), Some(4_000), None, None)
+        );
+        assert_eq!(rec.token_payloads, 2);
+        // Reasoning and first content in one read: a reasoning time of 0.
+        let body = sse(&[&reason, &content("a"), &stop(""), "[DONE]"]);
+        let r = measure(&[&body], false);
+        assert_eq!(r.record.reasoning_us, Some(0));
+    }
+
+    #[test]
+    fn a_payload_with_content_reasoning_and_a_tool_call_counts_once() {
+        let all = delta(
+            r#""content":"a","reasoning_content":"r","tool_calls":[{"index":0,"id":"c","function":{"name":"f","arguments":"{}"}}]"#,
+        );
+        let body = sse(&[&all, &content("b"), &stop(""), "[DONE]"]);
+        let rec = measure(&[&body], false).record;
+        assert_eq!(
+            (
+                rec.content_chunks,
+                rec.reasoning_chunks,
+                rec.tool_call_chunks
+            ),
+            (2, 1, 1)
+        );
+        assert_eq!(
+            (rec.token_payloads, rec.output_tokens, rec.tokens_from_usage),
+            (2, 2, false)
+        );
+        // Role-only, empty-content, null and empty tool-call chunks carry no token.
+        let empty = [
+            C0.to_string(),
+            delta(r#""content":null,"reasoning_content":"""#),
+            delta(r#""tool_calls":[{"index":0,"type":"function","function":{"arguments":""}}]"#),
+            delta(r#""tool_calls":[]"#),
+        ];
+        let mut payloads: Vec<&str> = empty.iter().map(String::as_str).collect();
+        let s = stop("");
+        payloads.extend([s.as_str(), "[DONE]"]);
+        let rec = measure(&[&sse(&payloads)], false).record;
+        assert_eq!(
+            (rec.token_payloads, rec.output_tokens, rec.ttft_us),
+            (0, 0, None)
+        );
+    }
+
+    #[test]
+    fn usage_wherever_providers_put_it() {
+        let tokens = [content("a"), content("b"), content("c")];
+        let run = |tail: &[&str]| {
+            let mut all: Vec<&str> = tokens.iter().map(String::as_str).collect();
+            all.extend_from_slice(tail);
+            measure(&[&sse(&all)], false).record
+        };
+        let u = r#"{"prompt_tokens":9,"completion_tokens":7,"total_tokens":16}"#;
+        let cases = [
+            // A final chunk with empty choices (OpenAI include_usage).
+            vec![
+                stop(""),
+                format!(r#"{{"choices":[],"usage":{u}}}"#),
+                "[DONE]".into(),
+            ],
+            // Inside the finish chunk.
+            vec![stop(&format!(r#","usage":{u}"#)), "[DONE]".into()],
+            // Groq's envelope (and nothing at the top level).
+            vec![
+                format!(
+                    r#"{{"choices":[{{"index":0,"delta":{{}},"finish_reason":"stop"}}],"x_groq":{{"id":"req_1","usage":{u}}}}}"#
+                ),
+                "[DONE]".into(),
+            ],
+            // Inside the choice (Moonshot).
+            vec![
+                format!(
+                    r#"{{"choices":[{{"index":0,"delta":{{}},"finish_reason":"stop","usage":{u}}}]}}"#
+                ),
+                "[DONE]".into(),
+            ],
+            // A usage-only chunk without any choices member, and no [DONE].
+            vec![stop(""), format!(r#"{{"usage":{u}}}"#)],
+            // Input/output spellings.
+            vec![
+                stop(""),
+                r#"{"choices":[],"usage":{"input_tokens":9,"output_tokens":7,"total_tokens":16}}"#
+                    .into(),
+                "[DONE]".into(),
+            ],
+        ];
+        for tail in &cases {
+            let tail: Vec<&str> = tail.iter().map(String::as_str).collect();
+            let rec = run(&tail);
+            assert_eq!(rec.outcome, Some(Outcome::Ok), "{tail:?}");
+            assert_eq!(
+                (
+                    rec.usage.prompt_tokens,
+                    rec.usage.completion_tokens,
+                    rec.usage.total_tokens
+                ),
+                (Some(9), Some(7), Some(16)),
+                "{tail:?}"
+            );
+            assert_eq!(
+                (rec.output_tokens, rec.tokens_from_usage),
+                (7, true),
+                "{tail:?}"
+            );
+            // Three one-token chunks against seven tokens: the chunks undercount by four.
+            assert_eq!(
+                (rec.token_payloads, rec.usage_chunk_delta),
+                (3, Some(4)),
+                "{tail:?}"
+            );
+        }
+        // Cumulative totals on every chunk (vLLM continuous usage): the last one counts.
+        let cum = |c: &str, n: u32| {
+            format!(
+                r#"{{"choices":[{{"index":0,"delta":{{"content":"{c}"}}}}],"usage":{{"prompt_tokens":9,"completion_tokens":{n},"total_tokens":{}}}}}"#,
+                9 + n
+            )
+        };
+        let body = sse(&[
+            &cum("", 0),
+            &cum("a", 1),
+            &cum("b", 2),
+            &cum("", 2),
+            &stop(r#","usage":null"#),
+            "[DONE]",
+        ]);
+        let rec = measure(&[&body], false).record;
+        assert_eq!(
+            (
+                rec.usage.completion_tokens,
+                rec.usage.total_tokens,
+                rec.output_tokens
+            ),
+            (Some(2), Some(11), 2)
+        );
+        assert_eq!((rec.token_payloads, rec.usage_chunk_delta), (2, Some(0)));
+        // Fewer tokens reported than token payloads: a negative delta.
+        let rec = run(&[&stop(r#","usage":{"completion_tokens":2}"#), "[DONE]"]);
+        assert_eq!(rec.usage_chunk_delta, Some(-1));
+        // No usage anywhere: counted from payloads.
+        let rec = run(&[&stop(r#","usage":null"#), "[DONE]"]);
+        assert_eq!(rec.usage, Usage::default());
+        assert_eq!(
+            (
+                rec.output_tokens,
+                rec.tokens_from_usage,
+                rec.token_payloads,
+                rec.usage_chunk_delta
+            ),
+            (3, false, 3, None)
+        );
+        // Usage with prompt tokens only: no completion count, so no delta.
+        let rec = run(&[&stop(r#","usage":{"prompt_tokens":9}"#), "[DONE]"]);
+        assert_eq!(
+            (
+                rec.usage.prompt_tokens,
+                rec.output_tokens,
+                rec.tokens_from_usage,
+                rec.usage_chunk_delta
+            ),
+            (Some(9), 3, false, None)
+        );
+    }
+
+    #[test]
+    fn cached_prompt_tokens_under_every_field_name() {
+        for usage in [
+            r#"{"prompt_tokens":20,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":8}}"#,
+            r#"{"prompt_tokens":20,"completion_tokens":1,"prompt_cache_hit_tokens":8,"prompt_cache_miss_tokens":12}"#,
+            r#"{"prompt_tokens":20,"completion_tokens":1,"cached_tokens":8}"#,
+            r#"{"input_tokens":20,"output_tokens":1,"cache_read_input_tokens":8,"cache_creation_input_tokens":5}"#,
+            r#"{"input_tokens":20,"output_tokens":1,"input_tokens_details":{"cached_tokens":8}}"#,
+        ] {
+            let body = sse(&[
+                &content("a"),
+                &stop(&format!(r#","usage":{usage}"#)),
+                "[DONE]",
+            ]);
+            let rec = measure(&[&body], false).record;
+            assert_eq!(
+                (
+                    rec.usage.prompt_tokens,
+                    rec.usage.cached_tokens,
+                    rec.output_tokens
+                ),
+                (Some(20), Some(8), 1),
+                "{usage}"
+            );
+            assert_eq!(rec.usage_chunk_delta, Some(0), "{usage}");
+        }
+    }
+
+    #[test]
+    fn the_provider_error_code_is_in_the_record_on_every_path() {
+        // In a stream.
+        let vllm = r#"{"object":"error","message":"bad","type":"BadRequestError","param":null,"code":400}"#;
+        let r = measure(&[&sse(&[vllm])], false);
+        assert_eq!(r.record.outcome, Some(Outcome::StreamError));
+        assert_eq!(r.record.error_code.as_deref(), Some("400"));
+        // In a whole body.
+        let r = measure(&[br#"{"error":{"message":"quota","type":"insufficient_quota","code":"quota_exceeded"}}"#], true);
+        assert_eq!(r.record.error_code.as_deref(), Some("quota_exceeded"));
+        // Without a code, none.
+        let r = measure(&[&sse(&[r#"{"error":{"message":"m"}}"#])], false);
+        assert_eq!(r.record.error_code, None);
+        // An error response (Head::failed), with and without body stamps.
+        let t0 = Instant::now();
+        let h = head(t0, true);
+        let failure = Failure {
+            outcome: Outcome::Http5xx,
+            error_type: Some("server_error".into()),
+            error_code: Some("overloaded".into()),
+            message: "overloaded".into(),
+        };
+        let r = h.failed(
+            failure.clone(),
+            &NO_SCRUB,
+            10,
+            Some(t0 + Duration::from_millis(3)),
+        );
+        let rec = &r.record;
+        assert_eq!(rec.error_code.as_deref(), Some("overloaded"));
+        assert_eq!(
+            (rec.response_bytes, rec.first_byte_us, rec.e2e_us),
+            (10, None, Some(3_000))
+        );
+        let mut body = BodyStamps::default();
+        body.on_bytes(t0 + Duration::from_millis(1), b"\n");
+        body.on_bytes(t0 + Duration::from_millis(2), b"{\"error\":{}}");
+        let r = h.failed_with_body(failure, &NO_SCRUB, &body, None);
+        assert_eq!(
+            (
+                r.record.first_byte_us,
+                r.record.first_nonblank_us,
+                r.record.response_bytes
+            ),
+            (Some(1_000), Some(2_000), 13)
+        );
+        assert_eq!(r.record.error_code.as_deref(), Some("overloaded"));
+        // Ok records carry no error fields.
+        let r = measure(&[&sse(&[&content("a"), &stop(""), "[DONE]"])], false);
+        assert_eq!(
+            (
+                r.record.error_code,
+                r.record.error_type,
+                r.record.error_message
+            ),
+            (None, None, None)
+        );
+    }
+
+    #[test]
+    fn an_oversized_event_ends_the_attempt_as_a_protocol_error() {
+        let t0 = Instant::now();
+        let read = vec![b'x'; 64 * 1024];
+        for start in [&b"data: "[..], b": "] {
+            let mut m = Measurement::new(t0, true, false, true, 8);
+            assert_eq!(m.on_bytes(t0, &sse(&[&content("a")])), Flow::Continue);
+            assert_eq!(m.on_bytes(t0, start), Flow::Continue);
+            let mut reads = 0usize;
+            let stopped = loop {
+                reads += 1;
+                if m.on_bytes(t0, &read) == Flow::Stop {
+                    break true;
+                }
+                if reads > 200 {
+                    break false;
+                }
+            };
+            assert!(stopped, "never stopped");
+            // Stopped within one read past the 4 MiB cap.
+            assert_eq!(
+                reads,
+                crate::probe::sse::DEFAULT_MAX_EVENT_BYTES / read.len()
+            );
+            m.on_end(t0, BodyEnd::Stopped);
+            let r = m.finish(&head(t0, true), BodyEnd::Stopped, Some(t0), &NO_SCRUB);
+            assert_eq!(r.record.outcome, Some(Outcome::ProtocolError));
+            let msg = r.record.error_message.unwrap();
+            assert!(msg.contains("longer than 4194304 bytes"), "{msg}");
+            assert_eq!((r.record.content_chunks, r.record.token_payloads), (1, 1));
+        }
+    }
+
+    use proptest::prelude::*;
+
+    /// Bodies built from real payload shapes (every reasoning spelling, tool calls, usage
+    /// placements, errors, comments, odd line ends) and some arbitrary bytes.
+    fn stream_body() -> impl Strategy<Value = Vec<u8>> {
+        let payloads: Vec<String> = vec![
+            C0.into(),
+            content("a"),
+            content("é"),
+            delta(r#""content":null,"reasoning_content":"r""#),
+            delta(r#""reasoning":"r""#),
+            delta(r#""reasoning_details":[{"type":"reasoning.text","text":"r"}]"#),
+            delta(r#""content":[{"type":"thinking","thinking":"t"},{"type":"text","text":"v"}]"#),
+            delta(r#""tool_calls":[{"index":0,"id":"c","function":{"name":"f","arguments":"{"}}]"#),
+            delta(r#""tool_calls":[{"index":0,"function":{"arguments":"}"}}]"#),
+            stop(""),
+            stop(r#","usage":{"prompt_tokens":3,"completion_tokens":5}"#),
+            r#"{"choices":[],"usage":{"completion_tokens":4,"prompt_cache_hit_tokens":1}}"#.into(),
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"x_groq":{"usage":{"completion_tokens":6}}}"#.into(),
+            r#"{"error":{"message":"boom","type":"server_error","code":"e1"}}"#.into(),
+            "{oops".into(),
+            "[DONE]".into(),
+        ];
+        let item = prop_oneof![
+            6 => prop::sample::select(payloads).prop_map(|p| format!("data: {p}\n\n").into_bytes()),
+            1 => prop::sample::select(vec![
+                &b": keep-alive\n\n"[..], b"\n", b"\r\n", b"event: ping\ndata: x\n\n",
+                b"error: {\"code\":1}\n\n", b"data:", b"\r",
+            ]).prop_map(<[u8]>::to_vec),
+            1 => prop::collection::vec(any::<u8>(), 0..8),
+        ];
+        prop::collection::vec(item, 0..16).prop_map(|v| v.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: 256,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        /// Any body, any cuts: the same measurement; with reads stamped in order, the
+        /// timestamps are ordered as the definitions say.
+        #[test]
+        fn measurements_do_not_depend_on_cuts_and_timestamps_are_ordered(
+            body in stream_body(),
+            points in prop::collection::vec(any::<prop::sample::Index>(), 0..5),
+        ) {
+            let t0 = Instant::now();
+            let run = |pieces: &[&[u8]], step_us: u64| {
+                let mut m = Measurement::new(t0, true, false, true, 8);
+                let mut at = t0;
+                let mut end = BodyEnd::Eof;
+                for p in pieces {
+                    at += Duration::from_micros(step_us);
+                    if m.on_bytes(at, p) == Flow::Stop {
+                        end = BodyEnd::Stopped;
+                        break;
+                    }
+                }
+                at += Duration::from_micros(step_us);
+                m.on_end(at, end);
+                m.finish(&head(t0, true), end, Some(at), &NO_SCRUB)
+            };
+            let mut at: Vec<usize> = points.iter().map(|i| i.index(body.len() + 1)).collect();
+            at.sort_unstable();
+            let mut pieces: Vec<&[u8]> = Vec::new();
+            let mut from = 0;
+            for a in at {
+                pieces.push(&body[from..a]);
+                from = a;
+            }
+            pieces.push(&body[from..]);
+            let whole = summary(run(&[&body], 0));
+            prop_assert_eq!(&summary(run(&pieces, 0)), &whole);
+
+            let r = run(&pieces, 1_000);
+            let rec = &r.record;
+            let le = |a: Option<u64>, b: Option<u64>| match (a, b) {
+                (Some(a), Some(b)) => a <= b,
+                _ => true,
+            };
+            prop_assert!(le(rec.ttfb_us, rec.first_byte_us));
+            prop_assert!(le(rec.first_byte_us, rec.first_nonblank_us));
+            prop_assert!(le(rec.first_nonblank_us, rec.ttft_us));
+            prop_assert!(le(rec.ttft_us, rec.ttfc_us));
+            // (A token after an early [DONE] is still read: only then can e2e come first.)
+            prop_assert!(le(rec.ttft_us, rec.e2e_us));
+            prop_assert_eq!(rec.first_byte_us.is_some(), rec.response_bytes > 0);
+            if let Some(reasoning) = rec.reasoning_us {
+                prop_assert_eq!(Some(reasoning), rec.ttfc_us.zip(rec.ttft_us).map(|(c, t)| c - t));
+                prop_assert!(rec.reasoning_chunks > 0);
+            }
+            let (c, re, t) = (rec.content_chunks, rec.reasoning_chunks, rec.tool_call_chunks);
+            prop_assert!(rec.token_payloads >= c.max(re).max(t));
+            prop_assert!(rec.token_payloads <= c + re + t);
+            prop_assert_eq!(rec.ttft_us.is_some(), rec.token_payloads > 0);
+            match rec.usage.completion_tokens {
+                Some(n) => {
+                    prop_assert_eq!((rec.output_tokens, rec.tokens_from_usage), (n, true));
+                    prop_assert_eq!(
+                        rec.usage_chunk_delta,
+                        Some(i64::from(n) - i64::from(rec.token_payloads))
+                    );
+                }
+                None => {
+                    prop_assert_eq!((rec.output_tokens, rec.tokens_from_usage), (rec.token_payloads, false));
+                    prop_assert_eq!(rec.usage_chunk_delta, None);
+                }
+            }
         }
     }
 }

@@ -1,5 +1,5 @@
-//! The probe engine: one OpenAI Chat Completions request, measured per DESIGN.md
-//! (metrics_version 1).
+//! The probe engine: one OpenAI Chat Completions request, measured per `docs/metrics.md`
+//! (metrics_version 2).
 //!
 //! [`Prober::probe`] sends one request and returns a [`ProbeResult`] whose
 //! [`ProbeRecord`](latmesh_core::record::ProbeRecord) has every measured field set and an
@@ -7,10 +7,34 @@
 //! (`round`, `slot`, `provider`, `scenario`, `prompt_id`, `attempt`, `sched_lag_us`).
 //!
 //! # Timing
-//! `t_send` is taken with `Instant::now()` right before the request is handed to reqwest,
-//! with `send_agent_unix_us` (wall clock) next to it. TTFB is stamped when the response
-//! headers arrive. Each body read is stamped as soon as it is polled, before any parsing; all
-//! events parsed out of that read carry its stamp. Then, from those stamps:
+//! Requests go over the probe's own HTTP/1.1 client (the `transport` module: hyper's HTTP/1
+//! connection over streams it opens itself; HTTP/1.1 only, as the OpenAI Python SDK speaks
+//! by default). `t_send` is taken with `Instant::now()` right before a connection is taken
+//! from the pool or opened, with `send_agent_unix_us` (wall clock) next to it; so on a new
+//! connection every duration from `t_send` (TTFB included) contains the connection phases.
+//!
+//! The connection phases are durations of their own, each measured around its phase alone,
+//! and set on every record, whatever the outcome:
+//!
+//! * `conn_reused`: the request went over an idle pooled connection; then `dns_us`,
+//!   `connect_us` and `tls_us` are `None`. A pooled connection found closed before the
+//!   request could be written is dropped and the request goes on another one, which the
+//!   phases then describe;
+//! * `dns_us`: `tokio::net::lookup_host` of the host (`None` for an IP literal);
+//! * `connect_us`: TCP connect, after DNS, over the resolved addresses in order until one
+//!   accepts (refused addresses included);
+//! * `tls_us`: the rustls handshake after the TCP connect (`None` for `http://`).
+//!
+//! A phase that failed or was cut short by a deadline has no duration; the phases before it
+//! keep theirs (a refused connection has `dns_us`; a failed or timed-out TLS handshake has
+//! `dns_us` and `connect_us`). The HTTP/1 handshake does no I/O and is not timed. The
+//! connect timeout runs from `t_send` over DNS + TCP + TLS of a new connection
+//! (→ `timeout_connect`, or the TTFT or total timeout when that one passes first); a pooled
+//! connection skips it.
+//!
+//! TTFB is stamped when the response head has been parsed. Each body read (a data frame of
+//! hyper's body) is stamped as soon as it arrives, before any parsing; all events parsed out
+//! of that read carry its stamp. Then, from those stamps:
 //!
 //! * `ttft`: the first payload with a non-empty generated token of any kind (content,
 //!   reasoning, tool-call fragment); `ttfc`: the first with non-empty `content`;
@@ -29,8 +53,8 @@
 //! event that starts with `{`) is read whole.
 //!
 //! # Timeouts (from [`Timeouts`](latmesh_core::plan::Timeouts))
-//! * connect: reqwest's connect timeout (TCP and TLS); a client is kept per distinct connect
-//!   timeout (normally just one) so it can vary per request → `timeout_connect`;
+//! * connect: DNS + TCP + TLS of a new connection not done by `t_send + connect_s` →
+//!   `timeout_connect` (see Timing);
 //! * TTFT (streaming requests only): no token by `t_send + ttft_s`, headers included →
 //!   `timeout_ttft`;
 //! * idle: no body bytes for `idle_s` → `timeout_idle`;
@@ -58,6 +82,7 @@
 pub mod chunk;
 mod client;
 mod measure;
+mod transport;
 pub mod outcome;
 pub mod request;
 pub mod sse;
@@ -142,77 +167,18 @@ pub struct ProbeResult {
     pub first_output_payload_index: Option<u32>,
     /// 0-based index, among JSON chat payloads, of the payload where TTFC was stamped.
     pub first_content_payload_index: Option<u32>,
-    /// Provider error code (the record's `error_type` holds the type, or the code when
-    /// there is no type).
-    pub error_code: Option<String>,
 }
 
-/// Usage as `latmesh probe --json` prints it.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct UsageOutput {
-    /// `prompt_tokens`.
-    pub prompt_tokens: Option<u32>,
-    /// `completion_tokens`.
-    pub completion_tokens: Option<u32>,
-    /// `total_tokens`.
-    pub total_tokens: Option<u32>,
-    /// Reasoning tokens.
-    pub reasoning_tokens: Option<u32>,
-    /// Cached prompt tokens.
-    pub cached_tokens: Option<u32>,
-}
-
-/// The JSON object `latmesh probe --json` prints.
+/// The JSON object `latmesh probe --json` prints: every field of the record (the plan fields
+/// `round`, `slot`, `provider`, `scenario`, `prompt_id` are 0 or empty for a lone probe), plus
+/// what only a single probe shows.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ProbeOutput {
-    /// Outcome name (`ok`, `throttled`, …).
-    pub outcome: String,
-    /// HTTP status.
-    pub http_status: Option<u16>,
-    /// Last finish_reason.
-    pub finish_reason: Option<String>,
-    /// Whether `[DONE]` arrived.
-    pub saw_done: bool,
-    /// µs from `t_send`.
-    pub ttfb_us: Option<u64>,
-    /// µs from `t_send`.
-    pub ttft_us: Option<u64>,
-    /// µs from `t_send`.
-    pub ttfc_us: Option<u64>,
-    /// µs from `t_send`.
-    pub e2e_us: Option<u64>,
-    /// µs per output token after the first.
-    pub tpot_us: Option<u64>,
-    /// Output tokens per second after the first.
-    pub decode_tps: Option<f64>,
+    /// The record, its fields at the top level of the object.
+    #[serde(flatten)]
+    pub record: latmesh_core::record::ProbeRecord,
     /// Median ITL gap, µs.
     pub itl_p50_us: Option<u64>,
-    /// Largest ITL gap, µs.
-    pub itl_max_us: Option<u64>,
-    /// Payloads with non-empty content.
-    pub content_chunks: u32,
-    /// Payloads with non-empty reasoning.
-    pub reasoning_chunks: u32,
-    /// Payloads with a tool-call fragment.
-    pub tool_call_chunks: u32,
-    /// Output tokens.
-    pub output_tokens: u32,
-    /// Whether `output_tokens` came from usage.
-    pub tokens_from_usage: bool,
-    /// Usage as reported.
-    pub usage: UsageOutput,
-    /// Retry-After, seconds.
-    pub retry_after_s: Option<f64>,
-    /// Provider error type (or code).
-    pub error_type: Option<String>,
-    /// Provider error code.
-    pub error_code: Option<String>,
-    /// Error message (scrubbed, ≤ 256 bytes).
-    pub error_message: Option<String>,
-    /// SSE comment lines.
-    pub comment_lines: u32,
-    /// Body bytes.
-    pub response_bytes: u64,
     /// Payload index of TTFT.
     pub first_output_payload_index: Option<u32>,
     /// Payload index of TTFC.
@@ -230,8 +196,6 @@ pub struct ProbeOutput {
 impl ProbeOutput {
     /// The printable view of `r`; texts only with `show_text`.
     pub fn new(r: &ProbeResult, show_text: bool) -> Self {
-        let rec = &r.record;
-        let u = &rec.usage;
         let itl_p50_us = if r.itl_gaps_us.is_empty() {
             None
         } else {
@@ -240,36 +204,8 @@ impl ProbeOutput {
             Some(g[(g.len() - 1) / 2])
         };
         ProbeOutput {
-            outcome: rec.outcome().as_str().to_string(),
-            http_status: rec.http_status,
-            finish_reason: rec.finish_reason.clone(),
-            saw_done: rec.saw_done,
-            ttfb_us: rec.ttfb_us,
-            ttft_us: rec.ttft_us,
-            ttfc_us: rec.ttfc_us,
-            e2e_us: rec.e2e_us,
-            tpot_us: rec.tpot_us,
-            decode_tps: rec.decode_tps,
+            record: r.record.clone(),
             itl_p50_us,
-            itl_max_us: rec.itl_max_us,
-            content_chunks: rec.content_chunks,
-            reasoning_chunks: rec.reasoning_chunks,
-            tool_call_chunks: rec.tool_call_chunks,
-            output_tokens: rec.output_tokens,
-            tokens_from_usage: rec.tokens_from_usage,
-            usage: UsageOutput {
-                prompt_tokens: u.prompt_tokens,
-                completion_tokens: u.completion_tokens,
-                total_tokens: u.total_tokens,
-                reasoning_tokens: u.reasoning_tokens,
-                cached_tokens: u.cached_tokens,
-            },
-            retry_after_s: rec.retry_after_s,
-            error_type: rec.error_type.clone(),
-            error_code: r.error_code.clone(),
-            error_message: rec.error_message.clone(),
-            comment_lines: rec.comment_lines,
-            response_bytes: rec.response_bytes,
             first_output_payload_index: r.first_output_payload_index,
             first_content_payload_index: r.first_content_payload_index,
             tool_calls: r.tool_calls.clone(),

@@ -193,22 +193,6 @@ impl Scrubber<'_> {
     }
 }
 
-/// A transport error as text, without the URL, with its causes.
-pub fn transport_message(e: &reqwest::Error) -> String {
-    use std::error::Error as _;
-    let mut msg = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        let t = s.to_string();
-        if !msg.contains(&t) {
-            msg.push_str(": ");
-            msg.push_str(&t);
-        }
-        src = s.source();
-    }
-    msg
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -322,10 +306,10 @@ mod tests {
 
     #[test]
     fn scrubbing_removes_key_and_prompt_and_truncates() {
-        let prompt = vec![Message {
-            role: "user".into(),
-            content: "What is the secret plan for tomorrow?".into(),
-        }];
+        let prompt = vec![Message::new(
+            "user",
+            "What is the secret plan for tomorrow?",
+        )];
         let s = Scrubber {
             api_key: Some("sk-live-123"),
             prompt: &prompt,
@@ -334,10 +318,7 @@ mod tests {
         assert_eq!(m, "bad key [redacted] for '[redacted]'");
         let long = "x".repeat(1000);
         assert!(s.clean(&long).len() <= MAX_ERROR_MESSAGE + "…".len());
-        let long_prompt = vec![Message {
-            role: "user".into(),
-            content: "é".repeat(100),
-        }];
+        let long_prompt = vec![Message::new("user", "é".repeat(100))];
         let s = Scrubber {
             api_key: None,
             prompt: &long_prompt,

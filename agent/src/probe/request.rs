@@ -1,6 +1,6 @@
 //! The Chat Completions request: URL, JSON body and headers.
 
-use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde::Serialize;
 
 use latmesh_core::prompts::Message;
@@ -66,7 +66,7 @@ pub fn headers(req: &ProbeRequest<'_>) -> HeaderMap {
         }),
     );
     if let Some(v) = req.probe_id.and_then(|id| HeaderValue::from_str(id).ok()) {
-        h.insert(reqwest::header::HeaderName::from_static(PROBE_ID_HEADER), v);
+        h.insert(HeaderName::from_static(PROBE_ID_HEADER), v);
     }
     if let Some(mut v) = req
         .api_key
@@ -85,10 +85,7 @@ mod tests {
 
     #[test]
     fn body_fields() {
-        let msgs = vec![Message {
-            role: "user".into(),
-            content: "hi".into(),
-        }];
+        let msgs = vec![Message::new("user", "hi")];
         let t = Timeouts::default();
         let mut req = ProbeRequest {
             base_url: "http://h/v1/",

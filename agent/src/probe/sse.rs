@@ -17,8 +17,13 @@
 //!   skip them (or read `event: error`);
 //! * `id:` and `retry:` are remembered ([`SseParser::last_event_id`], [`SseParser::retry_ms`]);
 //! * the non-standard `error:` field (llama.cpp) comes out at once as [`SseEvent::ErrorField`];
-//! * a pending event longer than the cap (default [`DEFAULT_MAX_EVENT_BYTES`]) is a protocol
-//!   error ([`SseError::TooLong`]), after which the parser yields only that error;
+//! * memory is bounded: a line longer than the line cap (default [`DEFAULT_MAX_LINE_BYTES`],
+//!   any line: data, comment, unknown field, or an unterminated one) or a pending event longer
+//!   than the event cap (default [`DEFAULT_MAX_EVENT_BYTES`]; its lines, comments included) is
+//!   a protocol error ([`SseError::LineTooLong`], [`SseError::TooLong`]), detected as soon as
+//!   the bytes fed pass the cap, without waiting for the line end; after it the parser yields
+//!   only that error and drops whatever is fed. The buffer never holds more than the cap plus
+//!   one read;
 //! * at end of body ([`SseParser::finish`]), an unterminated last line is still parsed and a
 //!   pending event without its closing blank line is still dispatched, marked
 //!   `complete: false` (the caller decides whether a half payload means truncation).
@@ -27,6 +32,11 @@ use bytes::{Buf, BytesMut};
 
 /// Default cap on one pending event (its lines, comments included), bytes.
 pub const DEFAULT_MAX_EVENT_BYTES: usize = 4 << 20;
+
+/// Default cap on one line (without its line end), bytes. One `data:` line may carry a whole
+/// answer (servers that do not really stream), so it is as large as the event cap; what it
+/// adds is a bound on lines outside any event (comments, unknown fields) and its own message.
+pub const DEFAULT_MAX_LINE_BYTES: usize = DEFAULT_MAX_EVENT_BYTES;
 
 /// One dispatched item, borrowed from the parser until the next call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,9 +63,15 @@ pub enum SseEvent<'a> {
 /// A stream the parser cannot follow.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SseError {
-    /// A line or event exceeded the cap.
+    /// A pending event exceeded the event cap.
     #[error("SSE event longer than {limit} bytes")]
     TooLong {
+        /// The cap, bytes.
+        limit: usize,
+    },
+    /// A line exceeded the line cap.
+    #[error("SSE line longer than {limit} bytes")]
+    LineTooLong {
         /// The cap, bytes.
         limit: usize,
     },
@@ -102,6 +118,7 @@ pub struct SseParser {
     eof_done: bool,
     failed: Option<SseError>,
     max_event: usize,
+    max_line: usize,
     comment_lines: u32,
     unknown_lines: u32,
     retry_ms: Option<u64>,
@@ -115,8 +132,15 @@ impl Default for SseParser {
 }
 
 impl SseParser {
-    /// A parser whose pending events may not exceed `max_event_bytes`.
+    /// A parser whose pending events may not exceed `max_event_bytes` (nor its lines: the
+    /// line cap is the same).
     pub fn new(max_event_bytes: usize) -> Self {
+        SseParser::with_caps(max_event_bytes, max_event_bytes)
+    }
+
+    /// A parser whose lines may not exceed `max_line_bytes` and whose pending events may not
+    /// exceed `max_event_bytes` (both at least 1).
+    pub fn with_caps(max_line_bytes: usize, max_event_bytes: usize) -> Self {
         SseParser {
             buf: BytesMut::with_capacity(8 * 1024),
             pos: 0,
@@ -132,6 +156,7 @@ impl SseParser {
             eof_done: false,
             failed: None,
             max_event: max_event_bytes.max(1),
+            max_line: max_line_bytes.max(1),
             comment_lines: 0,
             unknown_lines: 0,
             retry_ms: None,
@@ -140,8 +165,14 @@ impl SseParser {
     }
 
     /// Appends the bytes of one body read. Call [`SseParser::next_event`] until it returns
-    /// `Ok(None)` before feeding more.
+    /// `Ok(None)` before feeding more. After a cap was exceeded the bytes are dropped.
     pub fn feed(&mut self, bytes: &[u8]) {
+        if self.failed.is_some() {
+            self.buf.clear();
+            self.pos = 0;
+            self.scan = 0;
+            return;
+        }
         self.clear_dispatched();
         // Drop what no pending event refers to any more.
         let keep_from = self.event_start.unwrap_or(self.pos);
@@ -167,8 +198,8 @@ impl SseParser {
     /// The next complete event, `Ok(None)` when the fed bytes hold no more.
     ///
     /// # Errors
-    /// [`SseError::TooLong`] once a pending event exceeds the cap; every later call returns
-    /// the same error.
+    /// [`SseError::LineTooLong`] or [`SseError::TooLong`] once a line or a pending event
+    /// exceeds its cap; every later call returns the same error.
     pub fn next_event(&mut self) -> Result<Option<SseEvent<'_>>, SseError> {
         self.clear_dispatched();
         match self.advance()? {
@@ -267,13 +298,7 @@ impl SseParser {
                 Some(i) => {
                     let end = self.scan + i;
                     let start = self.pos;
-                    if end - self.event_start.unwrap_or(start) > self.max_event {
-                        let e = SseError::TooLong {
-                            limit: self.max_event,
-                        };
-                        self.failed = Some(e.clone());
-                        return Err(e);
-                    }
+                    self.check_caps(start, end)?;
                     self.skip_lf = self.buf[end] == b'\r';
                     self.pos = end + 1;
                     self.scan = self.pos;
@@ -281,14 +306,8 @@ impl SseParser {
                 }
                 None => {
                     self.scan = self.buf.len();
-                    let pending_from = self.event_start.unwrap_or(self.pos);
-                    if self.buf.len() - pending_from > self.max_event {
-                        let e = SseError::TooLong {
-                            limit: self.max_event,
-                        };
-                        self.failed = Some(e.clone());
-                        return Err(e);
-                    }
+                    // The line so far.
+                    self.check_caps(self.pos, self.buf.len())?;
                     if !self.eof {
                         return Ok(None);
                     }
@@ -310,6 +329,31 @@ impl SseParser {
                 return Ok(Some(ready));
             }
         }
+    }
+
+    /// Checks the line `start..end` (possibly unfinished) and the pending event it belongs to
+    /// against the caps. When both are over, the error names the cap the stream passed first
+    /// (the line cap on a tie), so the error does not depend on where reads were cut.
+    fn check_caps(&mut self, start: usize, end: usize) -> Result<(), SseError> {
+        let event_start = self.event_start.unwrap_or(start);
+        let line_over = end - start > self.max_line;
+        let event_over = end - event_start > self.max_event;
+        if line_over && (!event_over || start + self.max_line <= event_start + self.max_event) {
+            return Err(self.fail(SseError::LineTooLong {
+                limit: self.max_line,
+            }));
+        }
+        if event_over {
+            return Err(self.fail(SseError::TooLong {
+                limit: self.max_event,
+            }));
+        }
+        Ok(())
+    }
+
+    fn fail(&mut self, e: SseError) -> SseError {
+        self.failed = Some(e.clone());
+        e
     }
 
     /// Processes one line (without its line end).
@@ -352,11 +396,9 @@ impl SseParser {
                     }
                 }
                 if self.scratch.len() > self.max_event {
-                    let e = SseError::TooLong {
+                    return Err(self.fail(SseError::TooLong {
                         limit: self.max_event,
-                    };
-                    self.failed = Some(e.clone());
-                    return Err(e);
+                    }));
                 }
             }
             b"event" => {
@@ -544,7 +586,7 @@ pub(crate) mod tests {
         p.feed(b"data: ");
         p.feed(&[b'x'; 100]);
         drain(&mut p, &mut out);
-        assert_eq!(out, vec![Ev::Failed(SseError::TooLong { limit: 64 })]);
+        assert_eq!(out, vec![Ev::Failed(SseError::LineTooLong { limit: 64 })]);
         assert!(p.next_event().is_err());
         // Many short data lines in one event hit the cap too.
         let mut p = SseParser::new(64);
@@ -631,5 +673,136 @@ pub(crate) mod tests {
         let (ev, _) = parse(&body);
         assert!(matches!(&ev[0], Ev::Error(v) if v.starts_with(b"{\"code\":400")));
         assert_eq!(ev[1], data("[DONE]"));
+    }
+
+    #[test]
+    fn line_cap_applies_to_lines_outside_events_and_to_unterminated_lines() {
+        let mut p = SseParser::with_caps(16, 1024);
+        let mut out = Vec::new();
+        p.feed(b": short comment\n\n");
+        drain(&mut p, &mut out);
+        p.feed(b": a comment line far longer than sixteen bytes");
+        drain(&mut p, &mut out);
+        assert_eq!(out, vec![Ev::Failed(SseError::LineTooLong { limit: 16 })]);
+        // What is fed after the failure is dropped, not buffered.
+        for _ in 0..100 {
+            p.feed(&[b'x'; 1024]);
+        }
+        assert!(p.buf.len() <= 1024, "{}", p.buf.len());
+        assert!(p.next_event().is_err());
+        // An event made of short lines is capped by the event cap, not the line cap.
+        let (ev, _) = parse_with(
+            16,
+            40,
+            &[b"data: 0123456789\ndata: 0123456789\ndata: 0123456789\n\n"],
+        );
+        assert_eq!(ev, vec![Ev::Failed(SseError::TooLong { limit: 40 })]);
+        // Both caps passed: the error names the one the stream passed first, however split.
+        let body = b"data: 0123456789\ndata: 0123456789012345678901234567890123456789\n\n";
+        for i in 0..=body.len() {
+            let (ev, _) = parse_with(24, 30, &[&body[..i], &body[i..]]);
+            assert_eq!(
+                ev,
+                vec![Ev::Failed(SseError::TooLong { limit: 30 })],
+                "split {i}"
+            );
+            let (ev, _) = parse_with(24, 60, &[&body[..i], &body[i..]]);
+            assert_eq!(
+                ev,
+                vec![Ev::Failed(SseError::LineTooLong { limit: 24 })],
+                "split {i}"
+            );
+        }
+    }
+
+    /// Parses `pieces` with the given caps, checking after every read that the buffer holds
+    /// at most a cap plus that read.
+    fn parse_with(max_line: usize, max_event: usize, pieces: &[&[u8]]) -> (Vec<Ev>, u32) {
+        let mut p = SseParser::with_caps(max_line, max_event);
+        let mut out = Vec::new();
+        let failed = |out: &Vec<Ev>| matches!(out.last(), Some(Ev::Failed(_)));
+        for piece in pieces {
+            p.feed(piece);
+            let bound = max_line.max(max_event).max(3) + piece.len();
+            assert!(p.buf.len() <= bound, "buffer {} > {bound}", p.buf.len());
+            drain(&mut p, &mut out);
+            assert!(p.scratch.len() <= max_event, "scratch {}", p.scratch.len());
+            assert!(p.last_event_id.len() <= max_line);
+            if failed(&out) {
+                // A reader stops here (the measurement ends the attempt).
+                return (out, p.comment_lines());
+            }
+        }
+        p.finish();
+        drain(&mut p, &mut out);
+        (out, p.comment_lines())
+    }
+
+    /// Cuts `body` at the given points (any values: taken modulo the length, sorted).
+    fn cut<'a>(body: &'a [u8], points: &[prop::sample::Index]) -> Vec<&'a [u8]> {
+        let mut at: Vec<usize> = points.iter().map(|i| i.index(body.len() + 1)).collect();
+        at.sort_unstable();
+        let mut pieces = Vec::with_capacity(at.len() + 1);
+        let mut from = 0;
+        for a in at {
+            pieces.push(&body[from..a]);
+            from = a;
+        }
+        pieces.push(&body[from..]);
+        pieces
+    }
+
+    use proptest::prelude::*;
+
+    /// Bytes that look like an event stream often enough to reach every branch: field names,
+    /// line ends of every kind, BOM pieces, payloads, and arbitrary bytes.
+    fn sse_bytes() -> impl Strategy<Value = Vec<u8>> {
+        let token = prop_oneof![
+            4 => prop::sample::select(vec![
+                &b"data:"[..], b"data: ", b"event:", b"event: message", b"event: error",
+                b"event: x", b"id: 7", b"id:", b"retry: 150", b"retry: x", b"error: e", b":",
+                b": keep-alive", b"\n", b"\n", b"\r", b"\r\n", b"\n\n", b"\r\r", b"[DONE]",
+                b"{\"a\":1}", b"\xEF\xBB\xBF", b"\xEF", b"\xBB", b"x", b" ", b"data", b"\0",
+            ])
+            .prop_map(<[u8]>::to_vec),
+            1 => prop::collection::vec(any::<u8>(), 0..12),
+        ];
+        prop::collection::vec(token, 0..48).prop_map(|t| t.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: 512,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        /// Any bytes, any cuts: no panic, the same events (and comment count) as in one read,
+        /// and bounded memory; with tiny caps the cap errors are split-independent too.
+        #[test]
+        fn any_split_of_any_bytes_gives_the_same_events(
+            body in sse_bytes(),
+            points in prop::collection::vec(any::<prop::sample::Index>(), 0..6),
+            caps in prop_oneof![
+                Just((DEFAULT_MAX_LINE_BYTES, DEFAULT_MAX_EVENT_BYTES)),
+                (1usize..48, 1usize..96),
+            ],
+        ) {
+            let (line, event) = caps;
+            let whole = parse_with(line, event, &[&body]);
+            prop_assert_eq!(&parse_with(line, event, &cut(&body, &points)), &whole);
+            let bytes: Vec<&[u8]> = body.chunks(1).collect();
+            prop_assert_eq!(&parse_with(line, event, &bytes), &whole);
+        }
+
+        /// Fully arbitrary bytes (no SSE bias), arbitrary cuts.
+        #[test]
+        fn arbitrary_bytes_never_panic_and_do_not_depend_on_cuts(
+            body in prop::collection::vec(any::<u8>(), 0..512),
+            points in prop::collection::vec(any::<prop::sample::Index>(), 0..6),
+        ) {
+            let whole = parse_with(64, 128, &[&body]);
+            prop_assert_eq!(parse_with(64, 128, &cut(&body, &points)), whole);
+        }
     }
 }

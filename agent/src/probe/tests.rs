@@ -90,10 +90,10 @@ async fn serve(script: Vec<Step>) -> (String, tokio::task::JoinHandle<Vec<u8>>) 
 }
 
 fn messages() -> Vec<Message> {
-    vec![Message {
-        role: "user".into(),
-        content: "Tell me the launch codes, please, right now.".into(),
-    }]
+    vec![Message::new(
+        "user",
+        "Tell me the launch codes, please, right now.",
+    )]
 }
 
 fn timeouts(ttft: f64, idle: f64, total: f64) -> Timeouts {
@@ -185,7 +185,7 @@ async fn sends_region_key_and_body_and_measures_a_stream() {
     assert!(r.itl_gaps_us[0] >= 25_000, "{:?}", r.itl_gaps_us);
     assert!(rec.send_agent_unix_us > 1_600_000_000_000_000);
     let out = ProbeOutput::new(&r, false);
-    assert_eq!(out.outcome, "ok");
+    assert_eq!(out.record.outcome(), latmesh_core::record::Outcome::Ok);
     assert_eq!(out.itl_p50_us, Some(r.itl_gaps_us[0]));
     let json = serde_json::to_value(&out).unwrap();
     assert!(json.get("content_text").is_none());
@@ -237,7 +237,8 @@ async fn http_503_with_retry_after_as_http_date() {
     let ra = rec.retry_after_s.unwrap();
     assert!((117.0..=120.0).contains(&ra), "{ra}");
     assert_eq!(rec.error_type.as_deref(), Some("server_error"));
-    assert_eq!(r.error_code.as_deref(), Some("overloaded"));
+    assert_eq!(r.record.error_code.as_deref(), Some("overloaded"));
+    assert_eq!(rec.error_code.as_deref(), Some("overloaded"));
     assert_eq!(rec.error_message.as_deref(), Some("overloaded"));
     assert!(rec.e2e_us.is_some() && rec.ttft_us.is_none());
 }
@@ -511,4 +512,158 @@ async fn connect_timeout() {
         "{:?}",
         r.record
     );
+}
+
+/// A stream that opens with blank lines, then keep-alive comments, each after a known sleep:
+/// first byte, first non-blank byte and first token are stamped at their own reads.
+#[tokio::test]
+async fn first_byte_and_first_nonblank_before_the_first_token() {
+    let (base, _s) = serve(vec![
+        head200("text/event-stream"),
+        ms(50),
+        w("\n\n"),
+        ms(150),
+        w(": keep-alive\n\n"),
+        ms(150),
+        w(": keep-alive\n\n"),
+        ms(150),
+        w(token("a")),
+        w(STOP),
+        w("data: [DONE]\n\n"),
+    ])
+    .await;
+    let r = probe(&base, true, &Timeouts::default()).await;
+    let rec = &r.record;
+    assert_eq!(rec.outcome, Some(Outcome::Ok), "{rec:?}");
+    let (ttfb, first_byte, first_nonblank, ttft, e2e) = (
+        rec.ttfb_us.unwrap(),
+        rec.first_byte_us.unwrap(),
+        rec.first_nonblank_us.unwrap(),
+        rec.ttft_us.unwrap(),
+        rec.e2e_us.unwrap(),
+    );
+    assert!(
+        ttfb < first_byte && first_byte < first_nonblank && first_nonblank < ttft && ttft <= e2e,
+        "{rec:?}"
+    );
+    // 150 ms of blank lines, then 300 ms of keep-alive comments before the token (each gap
+    // is at least its sleep minus how late the earlier read was stamped; allow 50 ms).
+    assert!(first_nonblank - first_byte >= 100_000, "{rec:?}");
+    assert!(ttft - first_nonblank >= 250_000, "{rec:?}");
+    assert_eq!(ttft, rec.ttfc_us.unwrap());
+    assert_eq!(
+        (rec.comment_lines, rec.token_payloads, rec.reasoning_us),
+        (2, 1, None)
+    );
+}
+
+/// Non-streaming, measured on its own: a JSON body after blank lines sent while the request
+/// is queued (DeepSeek), tokens from usage.
+#[tokio::test]
+async fn non_streaming_answer_after_blank_lines() {
+    let body = r#"{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Four.","reasoning_content":"2+2=4"},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":9,"total_tokens":21,"completion_tokens_details":{"reasoning_tokens":6},"prompt_tokens_details":{"cached_tokens":4}}}"#;
+    let (base, _s) = serve(vec![
+        head200("application/json"),
+        ms(50),
+        w("\n\n"),
+        ms(150),
+        w("\n"),
+        ms(150),
+        w(&body[..30]),
+        ms(100),
+        w(&body[30..]),
+    ])
+    .await;
+    let r = probe(&base, false, &Timeouts::default()).await;
+    let rec = &r.record;
+    assert_eq!(rec.outcome, Some(Outcome::Ok), "{rec:?}");
+    assert!(!rec.stream);
+    let (ttfb, first_byte, first_nonblank, e2e) = (
+        rec.ttfb_us.unwrap(),
+        rec.first_byte_us.unwrap(),
+        rec.first_nonblank_us.unwrap(),
+        rec.e2e_us.unwrap(),
+    );
+    assert!(
+        ttfb < first_byte && first_byte < first_nonblank && first_nonblank < e2e,
+        "{rec:?}"
+    );
+    assert!(first_nonblank - first_byte >= 250_000, "{rec:?}");
+    assert!(e2e - first_nonblank >= 50_000, "{rec:?}");
+    // No token timing for a whole answer.
+    assert_eq!(
+        (rec.ttft_us, rec.ttfc_us, rec.reasoning_us, rec.tpot_us),
+        (None, None, None, None)
+    );
+    assert_eq!((rec.output_tokens, rec.tokens_from_usage), (9, true));
+    assert_eq!(
+        (rec.usage.reasoning_tokens, rec.usage.cached_tokens),
+        (Some(6), Some(4))
+    );
+    assert_eq!((rec.token_payloads, rec.usage_chunk_delta), (1, Some(8)));
+    assert_eq!(
+        (r.content_text.as_str(), r.reasoning_text.as_str()),
+        ("Four.", "2+2=4")
+    );
+    assert_eq!(rec.response_bytes, (body.len() + 3) as u64);
+}
+
+/// A reasoning model: reasoning payloads before the first content payload give the reasoning
+/// time; usage in the final empty-choices chunk gives the tokens and the chunk delta.
+#[tokio::test]
+async fn reasoning_time_and_usage_over_http() {
+    let reason = |s: &str| {
+        format!(
+            "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":null,\"reasoning_content\":\"{s}\"}}}}]}}\n\n"
+        )
+    };
+    let (base, _s) = serve(vec![
+        head200("text/event-stream"),
+        ms(20),
+        w(reason("think")),
+        ms(100),
+        w(reason(" more")),
+        ms(100),
+        w(token("x")),
+        w(STOP),
+        w("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":10,\"total_tokens\":15}}\n\n"),
+        w("data: [DONE]\n\n"),
+    ])
+    .await;
+    let r = probe(&base, true, &Timeouts::default()).await;
+    let rec = &r.record;
+    assert_eq!(rec.outcome, Some(Outcome::Ok), "{rec:?}");
+    let (ttft, ttfc) = (rec.ttft_us.unwrap(), rec.ttfc_us.unwrap());
+    assert_eq!(rec.reasoning_us, Some(ttfc - ttft), "{rec:?}");
+    assert!(ttfc - ttft >= 150_000, "{rec:?}");
+    assert_eq!(
+        (rec.reasoning_chunks, rec.content_chunks, rec.token_payloads),
+        (2, 1, 3)
+    );
+    assert_eq!(
+        (
+            rec.output_tokens,
+            rec.tokens_from_usage,
+            rec.usage_chunk_delta
+        ),
+        (10, true, Some(7))
+    );
+}
+
+/// An event larger than the 4 MiB cap ends the attempt as a protocol error without reading
+/// the rest.
+#[tokio::test]
+async fn an_oversized_event_is_a_protocol_error() {
+    let mut script = vec![head200("text/event-stream"), w(token("a")), w("data: ")];
+    for _ in 0..80 {
+        script.push(Step::Write(vec![b'x'; 64 * 1024]));
+    }
+    let (base, _s) = serve(script).await;
+    let r = probe(&base, true, &Timeouts::default()).await;
+    let rec = &r.record;
+    assert_eq!(rec.outcome, Some(Outcome::ProtocolError), "{rec:?}");
+    let msg = rec.error_message.as_deref().unwrap();
+    assert!(msg.contains("longer than 4194304 bytes"), "{msg}");
+    assert_eq!((rec.content_chunks, rec.token_payloads), (1, 1));
+    assert!(rec.response_bytes < 5 << 20, "{rec:?}");
 }

@@ -1,0 +1,120 @@
+//! A new connection, phase by phase: DNS, TCP connect, TLS handshake, HTTP/1 handshake.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+
+use super::{Conn, Origin, Phases, ReqBody, Scheme};
+
+/// `e` with its causes, each once.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut msg = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        let t = s.to_string();
+        if !msg.contains(&t) {
+            msg.push_str(": ");
+            msg.push_str(&t);
+        }
+        src = s.source();
+    }
+    msg
+}
+
+/// The addresses of `origin`: the IP literal itself, or DNS (timed into `phases.dns`).
+async fn resolve(origin: &Origin, phases: &mut Phases) -> Result<Vec<SocketAddr>, String> {
+    if let Some(ip) = origin.ip() {
+        return Ok(vec![SocketAddr::new(ip, origin.port)]);
+    }
+    let t = Instant::now();
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((origin.host.as_str(), origin.port))
+        .await
+        .map_err(|e| format!("dns error: {}", error_chain(&e)))?
+        .collect();
+    if addrs.is_empty() {
+        return Err("dns error: no addresses".to_string());
+    }
+    phases.dns = Some(t.elapsed());
+    Ok(addrs)
+}
+
+/// TCP connect to the first of `addrs` that accepts, in order. (Messages name neither the
+/// host nor the address: records leave the URL out.)
+async fn tcp(addrs: &[SocketAddr]) -> Result<TcpStream, String> {
+    let mut last = None;
+    for a in addrs {
+        match TcpStream::connect(a).await {
+            Ok(s) => {
+                // Small writes (the request) go out at once.
+                let _ = s.set_nodelay(true);
+                return Ok(s);
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(match last {
+        Some(e) => format!("tcp connect error: {}", error_chain(&e)),
+        None => "tcp connect error: no address".to_string(),
+    })
+}
+
+/// HTTP/1 handshake over `io` (no I/O happens) and the task that drives the connection.
+async fn handshake<T>(io: T, origin: &Origin) -> Result<Conn, String>
+where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, conn) = http1::handshake::<_, ReqBody>(TokioIo::new(io))
+        .await
+        .map_err(|e| format!("http handshake error: {}", error_chain(&e)))?;
+    let task = tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!("probe connection ended: {}", error_chain(&e));
+        }
+    });
+    Ok(Conn {
+        sender,
+        task: task.abort_handle(),
+        origin: origin.clone(),
+        reused: false,
+    })
+}
+
+/// A new connection to `origin`; each phase's duration goes into `phases` as soon as it
+/// succeeds.
+pub async fn connect(
+    tls: &tokio_rustls::TlsConnector,
+    origin: &Origin,
+    phases: &mut Phases,
+) -> Result<Conn, String> {
+    let addrs = resolve(origin, phases).await?;
+    let t = Instant::now();
+    let stream = tcp(&addrs).await?;
+    phases.connect = Some(t.elapsed());
+    match origin.scheme {
+        Scheme::Http => handshake(stream, origin).await,
+        Scheme::Https => {
+            let name = ServerName::try_from(origin.host.clone())
+                .map_err(|e| format!("tls error: invalid server name: {e}"))?;
+            let t = Instant::now();
+            let stream = tls
+                .connect(name, stream)
+                .await
+                .map_err(|e| format!("tls handshake error: {}", error_chain(&e)))?;
+            phases.tls = Some(t.elapsed());
+            if let Some(p) = stream.get_ref().1.alpn_protocol()
+                && p != b"http/1.1"
+            {
+                return Err(format!(
+                    "tls error: the server chose ALPN protocol {:?}, not http/1.1",
+                    String::from_utf8_lossy(p)
+                ));
+            }
+            handshake(stream, origin).await
+        }
+    }
+}

@@ -1,0 +1,717 @@
+//! Ground truth: when the simulator received each probe and when it wrote each token frame,
+//! so a client's TTFT/ITL can be checked against the server's own clock on loopback.
+//!
+//! Only requests that carry [`PROBE_ID_HEADER`] (`x-latmesh-probe-id`, sent by
+//! `latmesh_agent::probe::Prober` when `ProbeRequest::probe_id` is set) are recorded, in the
+//! [`TruthLog`] of the [`SimConfig`](crate::SimConfig) (`SimConfig::truth`). All instants are
+//! `std::time::Instant` (`CLOCK_MONOTONIC` on Linux), the clock the prober stamps with.
+//!
+//! # What is stamped
+//! * `received`: the first statement of the chat-completions handler, i.e. after hyper parsed
+//!   the request head and axum read the whole request body, before the simulated region
+//!   delay and prefill. Everything before it (the client building and writing the request,
+//!   loopback, hyper's parsing) is *not* server time.
+//! * each **token frame** (one SSE event carrying generated tokens, content or reasoning;
+//!   not the role chunk, keep-alive comments, the finish / usage chunks or `[DONE]`):
+//!   * `handed`: right before the body stream hands the frame to hyper (after its planned
+//!     time has come). hyper writes it to the socket in the same task poll, so this is a few
+//!     µs before the `write(2)`; by causality no client can read the frame before `handed`.
+//!   * `written`: when the frame has been written to the socket: the first flush of the
+//!     connection after hyper's write buffer (which held the frame) was emptied into the
+//!     kernel. Only for HTTP/1 connections accepted by [`serve_providers`](crate::serve_providers)
+//!     (`write_tracked`); `None` otherwise (for example when [`providers_router`] is served
+//!     by other code). A client on another core may stamp its read slightly *before*
+//!     `written` (the kernel hands the bytes over inside the `write(2)` call).
+//! * `end`: the same two stamps for the last frame of the body (`[DONE]`, or the cut line of
+//!   a truncated stream; for a non-streamed or error response, the whole response).
+//!
+//! Server-side durations are measured from `received`: `server_ttft` = first token frame −
+//! `received`, `server_ttfc` = first content frame − `received`, using `written` when known,
+//! else `handed` ([`Stamp::at`]). They include the simulated region delay. A client's TTFT
+//! (from its `t_send`, which is before `received`) minus `server_ttft` is the delay the
+//! client path added: request write, loopback both ways, the server's write, the client's
+//! read and parse.
+//!
+//! # Bounds and cost
+//! The log keeps the last `capacity` probe ids (default [`DEFAULT_TRUTH_CAPACITY`]); the
+//! oldest is evicted first; a repeated probe id replaces the earlier entry. An entry costs
+//! about 200 bytes plus 40 bytes per token frame (at most [`MAX_FRAMES`] frames are kept).
+//! Capacity 0 records nothing. Locks are held for a few instructions and never across an
+//! `.await`: one global lock per request (insert), one per-entry lock per frame.
+//!
+//! # Reading it
+//! * in-process: [`TruthLog::get`] (instants) or [`TruthLog::report`] (µs offsets);
+//! * over HTTP: `GET /_truth/{probe_id}` on the providers' server answers the
+//!   [`TruthReport`] as JSON (404 when unknown or evicted).
+//!
+//! [`providers_router`]: crate::providers_router
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::text::TokenKind;
+
+/// Request header naming a probe; requests that carry it are recorded in the [`TruthLog`].
+/// Same name as `latmesh_agent::probe::request::PROBE_ID_HEADER`.
+pub const PROBE_ID_HEADER: &str = "x-latmesh-probe-id";
+
+/// Probe ids kept by [`TruthLog::default`].
+pub const DEFAULT_TRUTH_CAPACITY: usize = 100_000;
+
+/// Token frames kept per probe; later frames are counted in [`ProbeTruth::frames_dropped`].
+pub const MAX_FRAMES: usize = 1 << 16;
+
+/// Longest probe id recorded (longer ids are ignored).
+pub const MAX_PROBE_ID_LEN: usize = 256;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// When a frame was handed to hyper, and when it was written to the socket (if tracked).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    /// Right before the frame was handed to hyper.
+    pub handed: Instant,
+    /// After hyper wrote it to the socket (HTTP/1 over [`serve_providers`](crate::serve_providers) only).
+    pub written: Option<Instant>,
+}
+
+impl Stamp {
+    /// `written` when known, else `handed`.
+    pub fn at(&self) -> Instant {
+        self.written.unwrap_or(self.handed)
+    }
+}
+
+/// One token frame: one SSE event carrying generated tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameTruth {
+    /// When it went out.
+    pub stamp: Stamp,
+    /// Content or reasoning.
+    pub kind: TokenKind,
+    /// Tokens in it.
+    pub tokens: u32,
+}
+
+/// Everything recorded about one probe (a snapshot, see [`TruthLog::get`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProbeTruth {
+    /// The `x-latmesh-probe-id` value.
+    pub probe_id: String,
+    /// The `{provider}` path segment.
+    pub provider: String,
+    /// When the handler started (see the [module documentation](self)).
+    pub received: Instant,
+    /// The response status, once the response was handed to hyper.
+    pub status: Option<u16>,
+    /// The response body is an event stream.
+    pub stream: bool,
+    /// Token frames in order.
+    pub frames: Vec<FrameTruth>,
+    /// Token frames not kept (beyond [`MAX_FRAMES`]).
+    pub frames_dropped: u64,
+    /// The last frame of the body; `None` while the body is still going (or was abandoned).
+    pub end: Option<Stamp>,
+    /// The stream was cut mid-line by the truncation fault.
+    pub truncated: bool,
+    /// `written` stamps are taken for this request (HTTP/1 through `serve_providers`).
+    pub write_tracked: bool,
+}
+
+impl ProbeTruth {
+    /// Index in [`frames`](Self::frames) of the first token frame (0 when there is one).
+    pub fn first_token_frame(&self) -> Option<usize> {
+        (!self.frames.is_empty()).then_some(0)
+    }
+
+    /// Index of the first frame with visible content.
+    pub fn first_content_frame(&self) -> Option<usize> {
+        self.frames
+            .iter()
+            .position(|f| f.kind == TokenKind::Content)
+    }
+
+    /// `s` − `received`.
+    pub fn since_received(&self, s: Instant) -> Duration {
+        s.saturating_duration_since(self.received)
+    }
+
+    /// Server-side time to first token: first token frame ([`Stamp::at`]) − `received`.
+    pub fn ttft(&self) -> Option<Duration> {
+        self.frames
+            .first()
+            .map(|f| self.since_received(f.stamp.at()))
+    }
+
+    /// Server-side time to first content token.
+    pub fn ttfc(&self) -> Option<Duration> {
+        self.first_content_frame()
+            .map(|i| self.since_received(self.frames[i].stamp.at()))
+    }
+
+    /// Server-side end: last frame ([`Stamp::at`]) − `received`.
+    pub fn e2e(&self) -> Option<Duration> {
+        self.end.map(|e| self.since_received(e.at()))
+    }
+
+    /// The JSON view (µs offsets from `received`), as served at `GET /_truth/{probe_id}`.
+    pub fn report(&self) -> TruthReport {
+        let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        let off = |s: &Stamp| FrameOffsets {
+            handed_us: us(self.since_received(s.handed)),
+            written_us: s.written.map(|w| us(self.since_received(w))),
+        };
+        TruthReport {
+            probe_id: self.probe_id.clone(),
+            provider: self.provider.clone(),
+            status: self.status,
+            stream: self.stream,
+            write_tracked: self.write_tracked,
+            finished: self.end.is_some(),
+            truncated: self.truncated,
+            server_ttft_us: self.ttft().map(us),
+            server_ttfc_us: self.ttfc().map(us),
+            server_e2e_us: self.e2e().map(us),
+            first_token_frame: self.first_token_frame(),
+            first_content_frame: self.first_content_frame(),
+            frames: self
+                .frames
+                .iter()
+                .map(|f| FrameReport {
+                    kind: match f.kind {
+                        TokenKind::Content => "content".to_string(),
+                        TokenKind::Reasoning => "reasoning".to_string(),
+                    },
+                    tokens: f.tokens,
+                    at: off(&f.stamp),
+                })
+                .collect(),
+            frames_dropped: self.frames_dropped,
+            end: self.end.as_ref().map(off),
+        }
+    }
+}
+
+/// µs offsets of one stamp from `received` (floored).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FrameOffsets {
+    /// [`Stamp::handed`] − `received`.
+    pub handed_us: u64,
+    /// [`Stamp::written`] − `received`, when tracked.
+    pub written_us: Option<u64>,
+}
+
+/// One token frame in a [`TruthReport`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FrameReport {
+    /// `content` or `reasoning`.
+    pub kind: String,
+    /// Tokens in the frame.
+    pub tokens: u32,
+    /// When it went out.
+    #[serde(flatten)]
+    pub at: FrameOffsets,
+}
+
+/// The JSON answer of `GET /_truth/{probe_id}`: durations in µs (floored) from the moment
+/// the request was received. `server_*` use `written` when tracked, else `handed`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TruthReport {
+    /// The probe id.
+    pub probe_id: String,
+    /// The provider path segment.
+    pub provider: String,
+    /// Response status (`null` while the handler is still waiting).
+    pub status: Option<u16>,
+    /// Event-stream body.
+    pub stream: bool,
+    /// `written_us` is filled.
+    pub write_tracked: bool,
+    /// The last frame went out.
+    pub finished: bool,
+    /// Cut by the truncation fault.
+    pub truncated: bool,
+    /// First token frame − receipt.
+    pub server_ttft_us: Option<u64>,
+    /// First content frame − receipt.
+    pub server_ttfc_us: Option<u64>,
+    /// Last frame − receipt.
+    pub server_e2e_us: Option<u64>,
+    /// Index in `frames` of the first token frame.
+    pub first_token_frame: Option<usize>,
+    /// Index in `frames` of the first content frame.
+    pub first_content_frame: Option<usize>,
+    /// Token frames in order.
+    pub frames: Vec<FrameReport>,
+    /// Token frames not kept.
+    pub frames_dropped: u64,
+    /// The last frame of the body.
+    pub end: Option<FrameOffsets>,
+}
+
+// ---------------------------------------------------------------------------------------
+// The log.
+
+#[derive(Default)]
+struct Rec {
+    status: Option<u16>,
+    stream: bool,
+    frames: Vec<FrameTruth>,
+    frames_dropped: u64,
+    end: Option<Stamp>,
+    truncated: bool,
+}
+
+struct Entry {
+    probe_id: Arc<str>,
+    provider: String,
+    received: Instant,
+    write_tracked: bool,
+    rec: Mutex<Rec>,
+}
+
+impl Entry {
+    fn snapshot(&self) -> ProbeTruth {
+        let r = lock(&self.rec);
+        ProbeTruth {
+            probe_id: self.probe_id.to_string(),
+            provider: self.provider.clone(),
+            received: self.received,
+            status: r.status,
+            stream: r.stream,
+            frames: r.frames.clone(),
+            frames_dropped: r.frames_dropped,
+            end: r.end,
+            truncated: r.truncated,
+            write_tracked: self.write_tracked,
+        }
+    }
+
+    fn mark_written(&self, slot: Slot, at: Instant) {
+        let mut r = lock(&self.rec);
+        let stamp = match slot {
+            Slot::Frame(i) => r.frames.get_mut(i).map(|f| &mut f.stamp),
+            Slot::End => r.end.as_mut(),
+        };
+        if let Some(s) = stamp
+            && s.written.is_none()
+        {
+            s.written = Some(at);
+        }
+    }
+}
+
+struct LogState {
+    map: HashMap<Arc<str>, (u64, Arc<Entry>)>,
+    /// Insertion order with the sequence number of each insert (a replaced id's stale
+    /// position is skipped on eviction).
+    order: VecDeque<(Arc<str>, u64)>,
+    next_seq: u64,
+}
+
+struct LogInner {
+    capacity: usize,
+    state: Mutex<LogState>,
+}
+
+/// The bounded ground-truth log (see the [module documentation](self)). Cheap to clone:
+/// clones share one log. Keep a clone of `SimConfig::truth` before serving to read it.
+#[derive(Clone)]
+pub struct TruthLog {
+    inner: Arc<LogInner>,
+}
+
+impl Default for TruthLog {
+    /// A log of [`DEFAULT_TRUTH_CAPACITY`] probe ids.
+    fn default() -> Self {
+        TruthLog::new(DEFAULT_TRUTH_CAPACITY)
+    }
+}
+
+impl fmt::Debug for TruthLog {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TruthLog")
+            .field("capacity", &self.inner.capacity)
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+impl TruthLog {
+    /// A log keeping the last `capacity` probe ids (0: record nothing).
+    pub fn new(capacity: usize) -> Self {
+        TruthLog {
+            inner: Arc::new(LogInner {
+                capacity,
+                state: Mutex::new(LogState {
+                    map: HashMap::new(),
+                    order: VecDeque::new(),
+                    next_seq: 0,
+                }),
+            }),
+        }
+    }
+
+    /// Probe ids it keeps at most.
+    pub fn capacity(&self) -> usize {
+        self.inner.capacity
+    }
+
+    /// Probe ids currently kept.
+    pub fn len(&self) -> usize {
+        lock(&self.inner.state).map.len()
+    }
+
+    /// Nothing recorded (or everything evicted).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A snapshot of what is recorded for `probe_id` so far.
+    pub fn get(&self, probe_id: &str) -> Option<ProbeTruth> {
+        let entry = lock(&self.inner.state).map.get(probe_id)?.1.clone();
+        Some(entry.snapshot())
+    }
+
+    /// [`get`](Self::get) as µs offsets ([`ProbeTruth::report`]).
+    pub fn report(&self, probe_id: &str) -> Option<TruthReport> {
+        self.get(probe_id).map(|t| t.report())
+    }
+
+    /// Start recording `probe_id`, received at `received`. `conn` is the connection's write
+    /// tracker when written stamps can be taken.
+    pub(crate) fn start(
+        &self,
+        probe_id: &str,
+        provider: &str,
+        received: Instant,
+        conn: Option<Arc<ConnWrites>>,
+    ) -> Option<Recorder> {
+        if self.inner.capacity == 0 || probe_id.is_empty() || probe_id.len() > MAX_PROBE_ID_LEN {
+            return None;
+        }
+        let id: Arc<str> = Arc::from(probe_id);
+        let entry = Arc::new(Entry {
+            probe_id: id.clone(),
+            provider: provider.to_string(),
+            received,
+            write_tracked: conn.is_some(),
+            rec: Mutex::new(Rec::default()),
+        });
+        {
+            let mut st = lock(&self.inner.state);
+            let seq = st.next_seq;
+            st.next_seq += 1;
+            st.map.insert(id.clone(), (seq, entry.clone()));
+            st.order.push_back((id, seq));
+            while st.map.len() > self.inner.capacity {
+                let Some((old, old_seq)) = st.order.pop_front() else {
+                    break;
+                };
+                if st.map.get(&old).is_some_and(|(s, _)| *s == old_seq) {
+                    st.map.remove(&old);
+                }
+            }
+            // Stale positions of replaced ids: keep the queue from growing without bound.
+            if st.order.len() > 2 * self.inner.capacity.max(1) {
+                let LogState { map, order, .. } = &mut *st;
+                order.retain(|(id, s)| map.get(id).is_some_and(|(cur, _)| cur == s));
+            }
+        }
+        Some(Recorder { entry, conn })
+    }
+}
+
+/// Records one probe's response as it is played out (held by the handler and its body
+/// stream).
+#[derive(Clone)]
+pub(crate) struct Recorder {
+    entry: Arc<Entry>,
+    conn: Option<Arc<ConnWrites>>,
+}
+
+impl Recorder {
+    fn stamp_now(&self) -> Stamp {
+        Stamp {
+            handed: Instant::now(),
+            written: None,
+        }
+    }
+
+    /// The body will be an event stream (frames and the end are recorded by the stream).
+    pub(crate) fn streaming(&self) {
+        lock(&self.entry.rec).stream = true;
+    }
+
+    /// The response (status `status`) is being handed to hyper. For a body that is not a
+    /// stream, this is also its end.
+    pub(crate) fn responded(&self, status: u16) {
+        let stamp = self.stamp_now();
+        let mut r = lock(&self.entry.rec);
+        r.status = Some(status);
+        if !r.stream {
+            r.end = Some(stamp);
+            drop(r);
+            self.pending(Slot::End);
+        }
+    }
+
+    /// A token frame is being handed to hyper now.
+    pub(crate) fn tokens(&self, kind: TokenKind, tokens: u32) {
+        let stamp = self.stamp_now();
+        let mut r = lock(&self.entry.rec);
+        if r.frames.len() >= MAX_FRAMES {
+            r.frames_dropped += 1;
+            return;
+        }
+        r.frames.push(FrameTruth {
+            stamp,
+            kind,
+            tokens,
+        });
+        let i = r.frames.len() - 1;
+        drop(r);
+        self.pending(Slot::Frame(i));
+    }
+
+    /// The last frame of the body is being handed to hyper now (`truncated`: it is the cut
+    /// line of a truncated stream).
+    pub(crate) fn end(&self, truncated: bool) {
+        let stamp = self.stamp_now();
+        let mut r = lock(&self.entry.rec);
+        r.end = Some(stamp);
+        r.truncated = truncated;
+        drop(r);
+        self.pending(Slot::End);
+    }
+
+    fn pending(&self, slot: Slot) {
+        if let Some(c) = &self.conn {
+            lock(&c.pending).push((self.entry.clone(), slot));
+            c.any.store(true, Ordering::Release);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Written stamps: a per-connection tracker, the socket wrapper and the listener.
+
+#[derive(Clone, Copy)]
+enum Slot {
+    Frame(usize),
+    End,
+}
+
+/// Frames of one connection handed to hyper and not yet known to be written.
+#[derive(Default)]
+pub(crate) struct ConnWrites {
+    any: AtomicBool,
+    pending: Mutex<Vec<(Arc<Entry>, Slot)>>,
+}
+
+impl ConnWrites {
+    /// hyper flushes the socket only once its write buffer is empty: everything handed
+    /// before now has been written.
+    fn flushed(&self) {
+        if !self.any.load(Ordering::Acquire) {
+            return;
+        }
+        let now = Instant::now();
+        let done = {
+            let mut p = lock(&self.pending);
+            self.any.store(false, Ordering::Release);
+            std::mem::take(&mut *p)
+        };
+        for (entry, slot) in done {
+            entry.mark_written(slot, now);
+        }
+    }
+}
+
+/// The per-connection value the handler finds in its request extensions
+/// (`ConnectInfo<ConnTap>`), present for connections accepted by [`TruthListener`].
+#[derive(Clone)]
+pub(crate) struct ConnTap {
+    /// The connection's write tracker (the handler uses it for HTTP/1 requests only).
+    pub(crate) writes: Arc<ConnWrites>,
+}
+
+/// A TCP stream whose flushes mark pending frames as written.
+pub(crate) struct TruthIo {
+    tcp: TcpStream,
+    writes: Arc<ConnWrites>,
+}
+
+impl AsyncRead for TruthIo {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.tcp).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for TruthIo {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.tcp).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.tcp).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.tcp.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let r = Pin::new(&mut self.tcp).poll_flush(cx);
+        if r.is_ready() {
+            self.writes.flushed();
+        }
+        r
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.tcp).poll_shutdown(cx)
+    }
+}
+
+/// The providers' listener: `TCP_NODELAY` on every connection, each wrapped in a
+/// [`TruthIo`] whose tracker reaches the handler as `ConnectInfo<ConnTap>`.
+pub(crate) struct TruthListener(pub(crate) TcpListener);
+
+impl axum::serve::Listener for TruthListener {
+    type Io = TruthIo;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (TruthIo, std::net::SocketAddr) {
+        let (tcp, addr) = axum::serve::Listener::accept(&mut self.0).await;
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!("set_nodelay: {e}");
+        }
+        let io = TruthIo {
+            tcp,
+            writes: Arc::new(ConnWrites::default()),
+        };
+        (io, addr)
+    }
+
+    fn local_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        self.0.local_addr()
+    }
+}
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TruthListener>>
+    for ConnTap
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, TruthListener>) -> Self {
+        ConnTap {
+            writes: stream.io().writes.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_oldest_first_and_replacement() {
+        let log = TruthLog::new(3);
+        let t = Instant::now();
+        for id in ["a", "b", "c", "d"] {
+            log.start(id, "p", t, None).unwrap();
+        }
+        assert_eq!(log.len(), 3);
+        assert!(log.get("a").is_none());
+        // Replacing "b" makes it the newest: the next eviction takes "c".
+        let r = log.start("b", "q", t, None).unwrap();
+        r.tokens(TokenKind::Content, 1);
+        log.start("e", "p", t, None).unwrap();
+        assert!(log.get("c").is_none());
+        let b = log.get("b").unwrap();
+        assert_eq!(b.provider, "q");
+        assert_eq!(b.frames.len(), 1);
+        assert_eq!(log.len(), 3);
+        for i in 0..100 {
+            log.start("b", "q", t, None).unwrap();
+            log.start(&format!("x{i}"), "q", t, None).unwrap();
+        }
+        assert_eq!(log.len(), 3);
+        assert!(lock(&log.inner.state).order.len() <= 7);
+        assert!(TruthLog::new(0).start("a", "p", t, None).is_none());
+        assert!(log.start(&"x".repeat(300), "p", t, None).is_none());
+    }
+
+    #[test]
+    fn frames_flushes_and_report() {
+        let log = TruthLog::new(10);
+        let conn = Arc::new(ConnWrites::default());
+        let t0 = Instant::now();
+        let r = log.start("p1", "prov", t0, Some(conn.clone())).unwrap();
+        r.streaming();
+        r.responded(200);
+        r.tokens(TokenKind::Reasoning, 1);
+        conn.flushed();
+        r.tokens(TokenKind::Content, 2);
+        let mid = log.get("p1").unwrap();
+        assert!(mid.frames[0].stamp.written.is_some());
+        assert!(mid.frames[1].stamp.written.is_none());
+        assert!(mid.end.is_none());
+        r.end(false);
+        conn.flushed();
+        let t = log.get("p1").unwrap();
+        assert!(t.write_tracked && t.stream);
+        assert_eq!(t.status, Some(200));
+        assert_eq!(t.first_token_frame(), Some(0));
+        assert_eq!(t.first_content_frame(), Some(1));
+        for f in &t.frames {
+            assert!(f.stamp.written.unwrap() >= f.stamp.handed);
+            assert!(f.stamp.handed >= t0);
+        }
+        assert!(t.ttft().unwrap() <= t.ttfc().unwrap());
+        assert!(t.ttfc().unwrap() <= t.e2e().unwrap());
+        let rep = t.report();
+        assert_eq!(rep.frames.len(), 2);
+        assert_eq!(rep.frames[1].kind, "content");
+        assert_eq!(rep.frames[1].tokens, 2);
+        assert!(rep.finished);
+        let json = serde_json::to_value(&rep).unwrap();
+        assert!(json["frames"][0]["handed_us"].is_u64());
+        assert!(json["frames"][0]["written_us"].is_u64());
+        let back: TruthReport = serde_json::from_value(json).unwrap();
+        assert_eq!(back, rep);
+    }
+
+    #[test]
+    fn non_stream_response_ends_when_handed() {
+        let log = TruthLog::new(10);
+        let r = log.start("p", "prov", Instant::now(), None).unwrap();
+        r.responded(429);
+        let t = log.get("p").unwrap();
+        assert_eq!(t.status, Some(429));
+        assert!(!t.stream && t.end.is_some() && t.ttft().is_none());
+        assert!(!t.write_tracked && t.end.unwrap().written.is_none());
+    }
+}

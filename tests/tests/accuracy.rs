@@ -1,0 +1,184 @@
+//! The probe engine against the simulator's ground truth, in one process on loopback: every
+//! TTFT, TTFC, ITL and E2E the client measures must be consistent with when the simulator
+//! received the request and handed each token frame to hyper (`latmesh_sim::truth`).
+//!
+//! Only causal relations are asserted, no timing bounds: the client's `t_send` is before the
+//! server's receipt and a frame cannot be read before it is handed over, so each client
+//! duration from `t_send` is at least the server's duration from its receipt. The `handed`
+//! stamps are used (not `written`, taken after `write(2)` returned, which a reader on the
+//! other core may beat by a few µs). Client µs are floored per value, hence the rounding
+//! allowance of 1 µs per summed value.
+
+use std::time::{Duration, Instant};
+
+use latmesh_agent::probe::{ProbeRequest, ProbeResult, Prober};
+use latmesh_core::plan::Timeouts;
+use latmesh_core::prompts::Message;
+use latmesh_core::record::Outcome;
+use latmesh_sim::truth::{FrameTruth, ProbeTruth};
+use latmesh_sim::{ProviderProfile, SimConfig, TruthLog};
+
+fn floor_us(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap()
+}
+
+async fn start(profiles: Vec<ProviderProfile>) -> (String, TruthLog) {
+    let cfg = SimConfig {
+        profiles,
+        ..SimConfig::default()
+    };
+    let truth = cfg.truth.clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(latmesh_sim::serve_providers(listener, cfg));
+    (format!("http://{addr}"), truth)
+}
+
+async fn probe(prober: &Prober, base: &str, provider: &str, probe_id: &str) -> ProbeResult {
+    let messages = vec![Message::new("user", "How far is the moon?")];
+    let timeouts = Timeouts {
+        connect_s: 5.0,
+        ttft_s: 10.0,
+        idle_s: 10.0,
+        total_s: 30.0,
+    };
+    let base_url = format!("{base}/{provider}/v1");
+    let req = ProbeRequest {
+        base_url: &base_url,
+        model_id: "deepseek-v4-flash",
+        api_key: None,
+        messages: &messages,
+        stream: true,
+        max_tokens: 64,
+        temperature: None,
+        top_p: None,
+        timeouts: &timeouts,
+        probe_id: Some(probe_id),
+    };
+    prober.probe(&req, false).await
+}
+
+/// Checks one probe against its ground truth; `one_token_per_frame` for providers that send
+/// one token per SSE chunk.
+fn check(ctx: &str, r: &ProbeResult, t: &ProbeTruth, one_token_per_frame: bool) {
+    let rec = &r.record;
+    assert_eq!(rec.outcome(), Outcome::Ok, "{ctx}: {rec:?}");
+    assert_eq!(t.status, Some(200), "{ctx}");
+    assert!(t.stream && !t.truncated && t.end.is_some(), "{ctx}: {t:?}");
+
+    // Every token frame the server sent is one token-bearing payload for the client.
+    let frames = t.frames.len();
+    assert!(frames > 1, "{ctx}");
+    let token_payloads = rec.content_chunks + rec.reasoning_chunks;
+    assert_eq!(token_payloads as usize, frames, "{ctx}");
+    assert_eq!(
+        r.itl_gaps_us.len(),
+        frames - 1,
+        "{ctx}: one gap per pair of frames"
+    );
+    let tokens: u32 = t.frames.iter().map(|f| f.tokens).sum();
+    assert_eq!(rec.output_tokens, tokens, "{ctx}");
+    if one_token_per_frame {
+        assert!(t.frames.iter().all(|f| f.tokens == 1), "{ctx}");
+        assert_eq!(r.itl_gaps_us.len() as u32, tokens - 1, "{ctx}");
+    }
+
+    // TTFT / TTFC / E2E: client (from t_send) ≥ server (from its receipt).
+    let server = |f: &FrameTruth| floor_us(t.since_received(f.stamp.handed));
+    let ttft = rec.ttft_us.expect("ttft");
+    assert!(ttft >= server(&t.frames[0]), "{ctx}: ttft {ttft} µs");
+    let first_content = t.first_content_frame().expect("content");
+    assert_eq!(
+        r.first_content_payload_index.is_some(),
+        rec.ttfc_us.is_some(),
+        "{ctx}"
+    );
+    let ttfc = rec.ttfc_us.expect("ttfc");
+    assert!(ttfc >= server(&t.frames[first_content]), "{ctx}: ttfc");
+    assert!(ttfc >= ttft, "{ctx}");
+    let end = t.end.unwrap();
+    assert!(
+        rec.e2e_us.unwrap() >= floor_us(t.since_received(end.handed)),
+        "{ctx}: e2e"
+    );
+
+    // Every token's client stamp (ttft + the gaps before it) is not earlier than the
+    // server's hand-over of that frame.
+    let mut client_off = ttft;
+    for (i, f) in t.frames.iter().enumerate() {
+        if i > 0 {
+            client_off += r.itl_gaps_us[i - 1];
+        }
+        assert!(
+            client_off + i as u64 + 1 >= server(f),
+            "{ctx}: frame {i}: client {client_off} µs < server {} µs",
+            server(f)
+        );
+        if let Some(w) = f.stamp.written {
+            assert!(w >= f.stamp.handed, "{ctx}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_timings_are_consistent_with_the_server_writes() {
+    let n = |name: &str, ttft_us, itl_us| ProviderProfile {
+        output_tokens_min: 24,
+        output_tokens_max: 24,
+        ..ProviderProfile::fixed(name, ttft_us, itl_us)
+    };
+    let profiles = vec![
+        // One token per frame, sub-ms gaps (frames often share a read: gaps of 0 µs).
+        n("one", 3_000, 300),
+        ProviderProfile {
+            itl_sigma: 0.3,
+            ttft_jitter_sigma: 0.2,
+            ..n("jitter", 8_000, 2_000)
+        },
+        ProviderProfile {
+            reasoning_tokens_min: 5,
+            reasoning_tokens_max: 5,
+            ..n("reason", 5_000, 1_000)
+        },
+        ProviderProfile {
+            tokens_per_chunk_min: 3,
+            tokens_per_chunk_max: 5,
+            ..n("bulk", 4_000, 500)
+        },
+        ProviderProfile {
+            early_role_chunk: true,
+            keepalive_interval_us: 2_000,
+            ..n("early", 12_000, 1_000)
+        },
+    ];
+    let (base, truth) = start(profiles.clone()).await;
+    let prober = Prober::new(Some("us-east")).unwrap();
+
+    // Sequential probes, then 40 at once over all providers.
+    for p in &profiles {
+        let id = format!("seq-{}", p.name);
+        let before = Instant::now();
+        let r = probe(&prober, &base, &p.name, &id).await;
+        let after = Instant::now();
+        let t = truth.get(&id).expect("recorded");
+        assert!(before <= t.received && t.end.unwrap().handed <= after);
+        assert!(t.write_tracked);
+        check(&id, &r, &t, p.tokens_per_chunk_max == 1);
+    }
+    let prober = std::sync::Arc::new(prober);
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..40 {
+        let p = profiles[i % profiles.len()].clone();
+        let id = format!("par-{i}-{}", p.name);
+        let (prober, base) = (prober.clone(), base.clone());
+        set.spawn(async move {
+            let r = probe(&prober, &base, &p.name, &id).await;
+            (id, p, r)
+        });
+    }
+    while let Some(joined) = set.join_next().await {
+        let (id, p, r) = joined.unwrap();
+        let t = truth.get(&id).expect("recorded");
+        check(&id, &r, &t, p.tokens_per_chunk_max == 1);
+    }
+}
