@@ -365,14 +365,15 @@ async fn one(prober: &Prober, base: &str, id: &str, tokens: u32) -> ProbeResult 
     prober.probe(&req, false).await
 }
 
-/// Runs one level: `c` in flight, the first `c` (the ramp) discarded, `n` kept.
+/// Runs one level: `c` in flight, the first `c` (the ramp) discarded, `n` kept. Also
+/// returns the token frames received by all `c + n` streams.
 async fn level(
     prober: &Arc<Prober>,
     base: &Arc<String>,
     k: &Knobs,
     c: usize,
     n: usize,
-) -> Vec<Stream> {
+) -> (Vec<Stream>, u64) {
     let sem = Arc::new(Semaphore::new(c));
     let spacing = k.stream_duration() / u32::try_from(c.max(1)).unwrap_or(u32::MAX);
     let start = tokio::time::Instant::now();
@@ -392,13 +393,16 @@ async fn level(
         });
     }
     let mut kept = Vec::with_capacity(n);
+    let mut frames = 0;
     while let Some(j) = tasks.join_next().await {
         let (i, s) = j.expect("probe task");
+        let rec = &s.result.record;
+        frames += u64::from(rec.content_chunks + rec.reasoning_chunks);
         if i >= c {
             kept.push(s);
         }
     }
-    kept
+    (kept, frames)
 }
 
 /// Nearest-rank percentile of sorted values.
@@ -416,6 +420,8 @@ struct Errors {
     secs: f64,
     client_cpu: Option<f64>,
     sim_cpu: Option<f64>,
+    /// Token frames received in the level, ramp included (for CPU per frame).
+    frames: u64,
     streams: usize,
     ok: usize,
     reused: usize,
@@ -597,7 +603,7 @@ fn main() {
                 cpu_seconds(None),
                 sim.child_pid().and_then(|p| cpu_seconds(Some(p))),
             );
-            let streams = level(&prober, &base, &k, c, n).await;
+            let (streams, frames) = level(&prober, &base, &k, c, n).await;
             let secs = t0.elapsed().as_secs_f64();
             let (cpu1, sim1) = (
                 cpu_seconds(None),
@@ -607,6 +613,7 @@ fn main() {
                 secs,
                 client_cpu: cpu0.zip(cpu1).map(|(a, b)| b - a),
                 sim_cpu: sim0.zip(sim1).map(|(a, b)| b - a),
+                frames,
                 ..Errors::default()
             };
             for s in &streams {
@@ -624,12 +631,12 @@ fn main() {
     });
 
     println!(
-        "| streams in flight | measured streams (ok) | reused conns | TTFT error P50 / P99 / max (µs) | … reused conns P50 / P99 | … vs `written` P50 / P99 | ITL error P50 / P99 / max (µs) | ITL gaps | CPU busy: bench / simulator |"
+        "| streams in flight | measured streams (ok) | reused conns | TTFT error P50 / P99 / max (µs) | … reused conns P50 / P99 | … vs `written` P50 / P99 | ITL error P50 / P99 / max (µs) | ITL gaps | CPU busy: bench / simulator | bench CPU per token frame |"
     );
-    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for (c, e) in &results {
         println!(
-            "| {} | {} ({}) | {} % | {} | {} | {} | {} | {} | {} / {} |",
+            "| {} | {} ({}) | {} % | {} | {} | {} | {} | {} | {} / {} | {} |",
             fmt_int(*c),
             fmt_int(e.streams),
             fmt_int(e.ok),
@@ -641,6 +648,10 @@ fn main() {
             fmt_int(e.itl.len()),
             busy(e.client_cpu, e.secs),
             busy(e.sim_cpu, e.secs),
+            match e.client_cpu {
+                Some(cpu) if e.frames > 0 => format!("{:.1} µs", cpu * 1e6 / e.frames as f64),
+                _ => "–".to_string(),
+            },
         );
     }
     for (c, e) in &results {

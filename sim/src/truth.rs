@@ -14,8 +14,10 @@
 //! * each **token frame** (one SSE event carrying generated tokens, content or reasoning;
 //!   not the role chunk, keep-alive comments, the finish / usage chunks or `[DONE]`):
 //!   * `handed`: right before the body stream hands the frame to hyper (after its planned
-//!     time has come). hyper writes it to the socket in the same task poll, so this is a few
-//!     µs before the `write(2)`; by causality no client can read the frame before `handed`.
+//!     time has come). hyper writes it to the socket in the same task poll, once the body has
+//!     no further frame due: a few µs before the `write(2)` (longer when several frames are
+//!     due at once and go out in one write). By causality no client can read the frame
+//!     before `handed`.
 //!   * `written`: when the frame has been written to the socket: the first flush of the
 //!     connection after hyper's write buffer (which held the frame) was emptied into the
 //!     kernel. Only for HTTP/1 connections accepted by [`serve_providers`](crate::serve_providers)
