@@ -39,7 +39,7 @@ fi
 
 echo "== running tests"
 set +e
-cargo test --workspace --locked -- --test-threads=2 2>&1 | tee "$log"
+cargo test --workspace --locked --no-fail-fast -- --test-threads=2 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed;?$/) p += $(i-1); if ($(i) ~ /^failed;?$/) f += $(i-1) } }

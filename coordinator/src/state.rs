@@ -729,6 +729,9 @@ mod tests {
             scenario: "s".into(),
             outcome: Some(Outcome::Ok),
             ttft_us: Some(ttft_us),
+            attempt: 1,
+            final_attempt: true,
+            turn: 1,
             ..Default::default()
         };
         let mut h = new_histogram();
