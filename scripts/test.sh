@@ -38,6 +38,9 @@ else
 fi
 
 echo "== running tests"
+# Agents started by the tests without --spool-dir keep their default spool under
+# $XDG_STATE_HOME: a throwaway directory of this run, not the user's ~/.local/state.
+export XDG_STATE_HOME="$state_dir/xdg-state"
 set +e
 cargo test --workspace --locked --no-fail-fast -- --test-threads=2 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}

@@ -6,5 +6,6 @@ pub mod outbox;
 pub mod probe;
 pub mod runner;
 pub mod session;
+pub mod spool;
 
 pub use session::{AgentConfig, run};

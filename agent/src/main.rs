@@ -6,7 +6,8 @@ use clap::Parser;
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Args {
-    /// Coordinator gRPC URL.
+    /// Coordinator gRPC URL: `https://host:port` for a coordinator serving TLS,
+    /// `http://host:port` (or `host:port`) for plaintext on loopback.
     #[arg(
         long,
         env = "LATMESH_COORDINATOR",
@@ -22,6 +23,24 @@ struct Args {
     /// Exit after this many campaigns are finished and acked.
     #[arg(long)]
     exit_after: Option<usize>,
+    /// Directory of the on-disk spool: every result batch is written here (fsync'd) before it
+    /// is sent and deleted once acked; a restarted agent resends what it finds. One agent
+    /// process per directory. Default: $XDG_STATE_HOME (or ~/.local/state)
+    /// /latmesh-agent/COORDINATOR-HOST_PORT/AGENT-ID.
+    #[arg(long, env = "LATMESH_AGENT_SPOOL_DIR")]
+    spool_dir: Option<std::path::PathBuf>,
+    /// Bound of the spool, MiB: batches beyond it are kept in memory only, with a warning.
+    #[arg(long, env = "LATMESH_AGENT_SPOOL_MAX_MIB", default_value_t = 1024)]
+    spool_max_mib: u64,
+    /// File holding the agent token (the coordinator's agent token) sent as
+    /// `authorization: Bearer …`; without it, the LATMESH_AGENT_TOKEN environment variable.
+    /// A token the coordinator refuses ends the agent with an error.
+    #[arg(long, env = "LATMESH_AGENT_TOKEN_FILE")]
+    token_file: Option<std::path::PathBuf>,
+    /// PEM file with the CA certificate(s) to trust for an https:// coordinator (default: the
+    /// webpki roots).
+    #[arg(long, env = "LATMESH_CA_FILE")]
+    ca_file: Option<std::path::PathBuf>,
 }
 
 #[tokio::main]
@@ -43,6 +62,26 @@ async fn main() -> std::process::ExitCode {
         .unwrap_or_else(|| format!("{}-{host}", args.region));
     let mut cfg = latmesh_agent::AgentConfig::new(&args.coordinator, &agent_id, &args.region);
     cfg.exit_after_campaigns = args.exit_after;
+    cfg.spool = Some(latmesh_agent::spool::SpoolConfig {
+        prune_parent: args.spool_dir.is_none(),
+        dir: args
+            .spool_dir
+            .unwrap_or_else(|| latmesh_agent::spool::default_dir(&cfg.coordinator_url, &agent_id)),
+        max_bytes: args.spool_max_mib.saturating_mul(1 << 20),
+    });
+    cfg.ca_file = args.ca_file;
+    let token = latmesh_agent::session::Secret::from_file_or_env(
+        args.token_file.as_deref(),
+        "LATMESH_AGENT_TOKEN",
+        "agent token",
+    );
+    cfg.token = match token {
+        Ok(token) => token,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
     match latmesh_agent::run(cfg).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -4,29 +4,57 @@
 //! resends everything still here (the coordinator de-duplicates by (campaign, agent, seq)).
 //! A batch sent but not acked for a while is sent again ([`Outbox::resend_stale`]): the
 //! coordinator withholds its ack when it cannot store the batch durably.
-//! In memory for now: an on-disk spool that survives a restart is issue 6.
+//!
+//! With a [`Spool`] ([`Outbox::open`]) every batch is written to disk (fsync'd) before it is
+//! offered for sending, and deleted when acked; batches a previous process left there are
+//! loaded and sent first. The writes run on a thread of their own, so an fsync never holds up
+//! the async workers that time the probes. What the spool says about earlier processes also
+//! decides where a restarted agent resumes: [`Outbox::first_seq`] numbers new batches after
+//! every spooled one and [`Outbox::ran_before`] names the slots already measured. A batch the
+//! spool cannot take (full, or a write error) is kept in memory only and sent anyway, with a
+//! warning: it is lost only if the process dies before the ack.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use latmesh_proto::pb;
 use tokio::sync::Notify;
 
+use crate::spool::{Resume, Spool, SpoolConfig, SpoolError};
+
+type Key = (String, u64);
+
 /// Shared between the runners that seal batches and the session that sends them.
 #[derive(Clone, Debug, Default)]
 pub struct Outbox {
     inner: Arc<Mutex<Inner>>,
     notify: Arc<Notify>,
+    disk: Option<Arc<Disk>>,
+}
+
+/// The spool and the channel to its writer thread.
+#[derive(Debug)]
+struct Disk {
+    spool: Arc<Spool>,
+    writer: Mutex<std::sync::mpsc::Sender<pb::ResultBatch>>,
 }
 
 #[derive(Debug, Default)]
 struct Inner {
-    unacked: BTreeMap<(String, u64), pb::ResultBatch>,
-    unsent: Vec<(String, u64)>,
+    unacked: BTreeMap<Key, pb::ResultBatch>,
+    unsent: Vec<Key>,
     dones: BTreeMap<String, pb::CampaignDone>,
     unsent_dones: Vec<String>,
-    sent_at: BTreeMap<(String, u64), Instant>,
+    sent_at: BTreeMap<Key, Instant>,
+    /// Being written to the spool: not sendable yet.
+    persisting: BTreeSet<Key>,
+    /// What earlier processes spooled, per campaign.
+    resume: BTreeMap<String, Resume>,
+    /// Batches kept in memory only (the spool could not take them), and when that was last
+    /// reported.
+    memory_only: u64,
+    memory_only_warned: Option<Instant>,
 }
 
 /// What the session should send next.
@@ -38,20 +66,86 @@ pub struct Pending {
     pub dones: Vec<pb::CampaignDone>,
 }
 
+/// How often "kept in memory only" is repeated while the spool stays full.
+const MEMORY_ONLY_WARN_EVERY: Duration = Duration::from_secs(30);
+
 impl Outbox {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    /// An outbox on the spool `cfg` (in memory only when `None`): opens and locks it and loads
+    /// what an earlier process of agent `agent_id` left there (sent first on the next session).
+    ///
+    /// # Errors
+    /// The spool cannot be opened: another process holds it, it holds another agent's
+    /// batches, or it cannot be created or read (see [`SpoolError`]).
+    pub fn open(cfg: Option<&SpoolConfig>, agent_id: &str) -> Result<Outbox, SpoolError> {
+        let Some(cfg) = cfg else {
+            return Ok(Outbox::default());
+        };
+        let (spool, loaded) = Spool::open(cfg, agent_id)?;
+        let spool = Arc::new(spool);
+        let outbox = Outbox::default();
+        {
+            let mut inner = outbox.lock();
+            for b in loaded.batches {
+                inner.unacked.insert((b.campaign_id.clone(), b.seq), b);
+            }
+            inner.unsent = inner.unacked.keys().cloned().collect();
+            inner.resume = loaded.resume;
+            let campaigns: BTreeSet<&str> = inner.unacked.keys().map(|k| k.0.as_str()).collect();
+            tracing::info!(
+                dir = %spool.dir().display(),
+                unacked_batches = inner.unacked.len(),
+                campaigns = campaigns.len(),
+                bytes = spool.bytes(),
+                corrupt_moved_aside = loaded.corrupt,
+                "agent spool opened{}",
+                if inner.unacked.is_empty() { "" } else { ": its unacked batches are sent first" }
+            );
+        }
+        let (tx, rx) = std::sync::mpsc::channel::<pb::ResultBatch>();
+        let (inner, notify, writer_spool) =
+            (outbox.inner.clone(), outbox.notify.clone(), spool.clone());
+        std::thread::Builder::new()
+            .name("agent-spool".into())
+            .spawn(move || write_loop(&rx, &writer_spool, &inner, &notify))
+            .map_err(|source| SpoolError::Io {
+                op: "start the writer thread for",
+                path: spool.dir().to_path_buf(),
+                source,
+            })?;
+        Ok(Outbox {
+            disk: Some(Arc::new(Disk {
+                spool,
+                writer: Mutex::new(tx),
+            })),
+            ..outbox
+        })
     }
 
-    /// Adds a sealed batch.
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        lock(&self.inner)
+    }
+
+    /// Adds a sealed batch: offered for sending at once without a spool, once it is on disk
+    /// with one.
     pub fn push(&self, batch: pb::ResultBatch) {
         let key = (batch.campaign_id.clone(), batch.seq);
-        {
+        let queued = {
             let mut inner = self.lock();
-            inner.unsent.push(key.clone());
+            let queued = self
+                .disk
+                .as_ref()
+                .is_some_and(|disk| lock(&disk.writer).send(batch.clone()).is_ok());
+            if queued {
+                inner.persisting.insert(key.clone());
+            } else {
+                inner.unsent.push(key.clone());
+            }
             inner.unacked.insert(key, batch);
+            queued
+        };
+        if !queued {
+            self.notify.notify_one();
         }
-        self.notify.notify_one();
     }
 
     /// Adds a campaign-done notice (sent after the campaign's batches).
@@ -64,12 +158,17 @@ impl Outbox {
         self.notify.notify_one();
     }
 
-    /// Drops an acked batch.
+    /// Drops an acked batch (and deletes its file).
     pub fn ack(&self, campaign_id: &str, seq: u64) {
-        let mut inner = self.lock();
         let key = (campaign_id.to_string(), seq);
-        inner.unacked.remove(&key);
-        inner.sent_at.remove(&key);
+        let known = {
+            let mut inner = self.lock();
+            inner.sent_at.remove(&key);
+            inner.unacked.remove(&key).is_some()
+        };
+        if let (true, Some(disk)) = (known, &self.disk) {
+            disk.spool.remove(campaign_id, seq);
+        }
     }
 
     /// Marks batches sent more than `older_than` ago and still unacked as unsent (the
@@ -77,7 +176,7 @@ impl Outbox {
     pub fn resend_stale(&self, older_than: Duration) -> usize {
         let mut inner = self.lock();
         let now = Instant::now();
-        let stale: Vec<(String, u64)> = inner
+        let stale: Vec<Key> = inner
             .sent_at
             .iter()
             .filter(|(k, at)| now.duration_since(**at) > older_than && !inner.unsent.contains(k))
@@ -92,10 +191,15 @@ impl Outbox {
     }
 
     /// Marks everything unacked (and every done notice) as unsent: called when a new session
-    /// starts.
+    /// starts. Batches still being written to the spool follow when they are written.
     pub fn resend_all(&self) {
         let mut inner = self.lock();
-        inner.unsent = inner.unacked.keys().cloned().collect();
+        inner.unsent = inner
+            .unacked
+            .keys()
+            .filter(|k| !inner.persisting.contains(*k))
+            .cloned()
+            .collect();
         inner.unsent_dones = inner.dones.keys().cloned().collect();
     }
 
@@ -113,7 +217,11 @@ impl Outbox {
             .iter()
             .filter_map(|k| inner.unacked.get(k).cloned())
             .collect();
-        let done_ids = std::mem::take(&mut inner.unsent_dones);
+        // A done notice waits for its campaign's batches still being written.
+        let (done_ids, later): (Vec<String>, Vec<String>) = std::mem::take(&mut inner.unsent_dones)
+            .into_iter()
+            .partition(|id| !inner.persisting.iter().any(|(c, _)| c == id));
+        inner.unsent_dones = later;
         let dones = done_ids
             .iter()
             .filter_map(|id| inner.dones.get(id).cloned())
@@ -126,9 +234,120 @@ impl Outbox {
         self.lock().unacked.len()
     }
 
+    /// Batches of `campaigns` waiting for an ack (batches an earlier process left for other
+    /// campaigns stay in the spool and do not hold up an exit).
+    pub fn unacked_in(&self, campaigns: &BTreeSet<String>) -> usize {
+        self.lock()
+            .unacked
+            .keys()
+            .filter(|(c, _)| campaigns.contains(c))
+            .count()
+    }
+
+    /// The seq of the first new batch of `campaign_id`, given the coordinator's `next_seq`:
+    /// past every batch it has and every batch this agent spooled (in this process or an
+    /// earlier one), so seqs never collide.
+    pub fn first_seq(&self, campaign_id: &str, next_seq: u64) -> u64 {
+        let inner = self.lock();
+        let spooled = inner.resume.get(campaign_id).map_or(0, |r| r.max_seq);
+        let held = inner
+            .unacked
+            .range((campaign_id.to_string(), 0)..=(campaign_id.to_string(), u64::MAX))
+            .next_back()
+            .map_or(0, |(k, _)| k.1);
+        let first = next_seq.max(spooled + 1).max(held + 1).max(1);
+        if let Some(r) = inner.resume.get(campaign_id) {
+            tracing::info!(
+                campaign = %campaign_id,
+                slots_measured_before = r.slots.len(),
+                coordinator_next_seq = next_seq,
+                first_seq = first,
+                "resuming a campaign an earlier process of this agent ran: its measured slots are not run again"
+            );
+        }
+        first
+    }
+
+    /// Whether an earlier process of this agent measured slot `slot` of round `round` of
+    /// `campaign_id` (its records are spooled or delivered): such a slot is neither run again
+    /// nor counted as skipped.
+    pub fn ran_before(&self, campaign_id: &str, round: u32, slot: u32) -> bool {
+        self.lock()
+            .resume
+            .get(campaign_id)
+            .is_some_and(|r| r.slots.contains(&(round, slot)))
+    }
+
+    /// On a clean exit: forgets the journals of campaigns that finished here with every batch
+    /// acked, and removes the spool directory when nothing is left in it.
+    pub fn close(&self) {
+        let Some(disk) = &self.disk else {
+            return;
+        };
+        let over: Vec<String> = {
+            let inner = self.lock();
+            inner
+                .dones
+                .keys()
+                .filter(|c| !inner.unacked.keys().any(|(k, _)| k == *c))
+                .cloned()
+                .collect()
+        };
+        for c in &over {
+            disk.spool.forget_campaign(c);
+        }
+        let left = self.unacked();
+        if left > 0 {
+            tracing::warn!(dir = %disk.spool.dir().display(), batches = left, "unacked batches stay in the agent spool; they are sent when an agent with this id starts on it again");
+        }
+        disk.spool.remove_dir_if_empty();
+    }
+
     /// Resolves when something was pushed since the last call.
     pub async fn changed(&self) {
         self.notify.notified().await;
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The spool's writer thread: persists each batch in order, then offers it for sending; a
+/// batch it cannot persist is offered anyway (kept in memory only) with a warning.
+fn write_loop(
+    rx: &std::sync::mpsc::Receiver<pb::ResultBatch>,
+    spool: &Spool,
+    inner: &Mutex<Inner>,
+    notify: &Notify,
+) {
+    while let Ok(batch) = rx.recv() {
+        let key = (batch.campaign_id.clone(), batch.seq);
+        let result = spool.persist(&batch);
+        {
+            let mut inner = lock(inner);
+            if let Err(e) = &result {
+                inner.memory_only += 1;
+                let due = inner
+                    .memory_only_warned
+                    .is_none_or(|at| at.elapsed() >= MEMORY_ONLY_WARN_EVERY);
+                if due || !matches!(e, SpoolError::Full { .. }) {
+                    inner.memory_only_warned = Some(Instant::now());
+                    tracing::warn!(
+                        campaign = %batch.campaign_id,
+                        seq = batch.seq,
+                        error = %e,
+                        kept_in_memory_only = inner.memory_only,
+                        "batch not spooled: it is sent and kept in memory until acked, but lost if this process dies first"
+                    );
+                }
+            }
+            inner.persisting.remove(&key);
+            if inner.unacked.contains_key(&key) {
+                inner.unsent.push(key);
+            }
+        }
+        notify.notify_one();
     }
 }
 
@@ -196,5 +415,122 @@ mod tests {
         );
         o.ack("c", 2);
         assert_eq!(o.resend_stale(Duration::ZERO), 0);
+    }
+
+    use crate::spool::tests::{TempDir, batch as spool_batch};
+
+    fn open(dir: &std::path::Path, max_bytes: u64) -> Outbox {
+        let cfg = SpoolConfig {
+            max_bytes,
+            ..SpoolConfig::new(dir)
+        };
+        // The previous outbox's writer thread lets go of the lock as it ends.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            match Outbox::open(Some(&cfg), "a1") {
+                Ok(o) => return o,
+                Err(SpoolError::Locked { .. }) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+
+    /// Waits until `n` batches are sendable and takes them.
+    fn take_batches(o: &Outbox, n: usize) -> Vec<u64> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut got = Vec::new();
+        while got.len() < n {
+            got.extend(o.take_pending().batches.iter().map(|b| b.seq));
+            assert!(Instant::now() < deadline, "only {got:?} became sendable");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        got
+    }
+
+    #[test]
+    fn spooled_batches_are_on_disk_before_they_are_sent_and_survive_a_restart() {
+        let dir = TempDir::new("outbox");
+        let spool_dir = dir.0.join("s");
+        {
+            let o = open(&spool_dir, u64::MAX);
+            o.push(spool_batch("c", 1, &[(0, 0)]));
+            o.push(spool_batch("c", 2, &[(0, 1), (0, 2)]));
+            o.push(spool_batch("c", 3, &[(1, 0)]));
+            let sent = take_batches(&o, 3);
+            assert_eq!(sent, vec![1, 2, 3]);
+            // Everything offered for sending is on disk.
+            assert_eq!(crate::spool::read_batches(&spool_dir).unwrap().len(), 3);
+            o.ack("c", 1);
+            assert_eq!(crate::spool::read_batches(&spool_dir).unwrap().len(), 2);
+            // The process dies here (no close).
+        }
+        let o = open(&spool_dir, u64::MAX);
+        assert_eq!(o.unacked(), 2);
+        let resent = o.take_pending();
+        assert_eq!(
+            resent.batches.iter().map(|b| b.seq).collect::<Vec<_>>(),
+            vec![2, 3],
+            "loaded batches are sent first"
+        );
+        // New batches number past everything spooled, whatever the coordinator says…
+        assert_eq!(o.first_seq("c", 2), 4);
+        // …or past what the coordinator has, when that is further.
+        assert_eq!(o.first_seq("c", 9), 9);
+        assert_eq!(o.first_seq("other", 1), 1);
+        // Slots measured before the restart, acked or not, are known.
+        for (r, s) in [(0, 0), (0, 1), (0, 2), (1, 0)] {
+            assert!(o.ran_before("c", r, s), "{r}.{s}");
+        }
+        assert!(!o.ran_before("c", 1, 1));
+        assert!(!o.ran_before("other", 0, 0));
+        assert_eq!(o.unacked_in(&["c".to_string()].into()), 2);
+        assert_eq!(o.unacked_in(&["d".to_string()].into()), 0);
+        o.ack("c", 2);
+        o.ack("c", 3);
+        o.push_done(pb::CampaignDone {
+            campaign_id: "c".into(),
+            ..Default::default()
+        });
+        o.close();
+        assert!(!spool_dir.exists(), "a clean exit leaves nothing behind");
+    }
+
+    #[test]
+    fn a_done_notice_waits_for_the_batches_being_written() {
+        let dir = TempDir::new("done-order");
+        let o = open(&dir.0.join("s"), u64::MAX);
+        o.push(spool_batch("c", 1, &[(0, 0)]));
+        o.push_done(pb::CampaignDone {
+            campaign_id: "c".into(),
+            last_seq: 1,
+            ..Default::default()
+        });
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut batches = 0;
+        loop {
+            let p = o.take_pending();
+            batches += p.batches.len();
+            if !p.dones.is_empty() {
+                assert_eq!(batches, 1, "the done went out before its batch");
+                break;
+            }
+            assert!(Instant::now() < deadline);
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    #[test]
+    fn a_full_spool_keeps_the_batch_in_memory_and_still_sends_it() {
+        let dir = TempDir::new("outbox-full");
+        let spool_dir = dir.0.join("s");
+        let o = open(&spool_dir, 1);
+        o.push(spool_batch("c", 1, &[(0, 0)]));
+        assert_eq!(take_batches(&o, 1), vec![1]);
+        assert!(crate::spool::read_batches(&spool_dir).unwrap().is_empty());
+        assert_eq!(o.unacked(), 1);
+        o.ack("c", 1);
+        assert_eq!(o.unacked(), 0);
     }
 }

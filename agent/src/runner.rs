@@ -149,6 +149,9 @@ pub async fn run_campaign(
     for round in 0..plan.rounds.count {
         for (slot, s) in plan.round_order(round).into_iter().enumerate() {
             let intended = start + Duration::from_micros(plan.probe_offset_us(round, slot));
+            if outbox.ran_before(&run.campaign_id, round, slot as u32) {
+                continue; // measured by this agent before a restart: neither rerun nor skipped
+            }
             if Instant::now().saturating_duration_since(intended) > cfg.max_lateness {
                 skipped += 1;
                 continue;

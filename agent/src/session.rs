@@ -2,9 +2,11 @@
 //! NTP-style clock pings, plan pushes, result batches and acks, heartbeats.
 
 use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context;
 use latmesh_core::clock::{self, ClockEstimate, ClockSample};
 use latmesh_core::plan::Plan;
 use latmesh_proto::PROTOCOL_VERSION;
@@ -14,6 +16,8 @@ use latmesh_proto::pb::{self, agent_session_client::AgentSessionClient};
 use rand::Rng;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::metadata::{AsciiMetadataValue, MetadataMap};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
 use crate::outbox::Outbox;
 use crate::probe::Prober;
@@ -36,6 +40,13 @@ pub struct AgentConfig {
     pub runner: RunnerConfig,
     /// Exit after this many campaigns finished and were fully acked (`None`: run forever).
     pub exit_after_campaigns: Option<usize>,
+    /// On-disk spool of unacked batches (`None`: in memory only, lost if the process dies).
+    pub spool: Option<crate::spool::SpoolConfig>,
+    /// Bearer token sent on the session (`authorization` metadata); `None`: none sent.
+    pub token: Option<Secret>,
+    /// PEM file with the CA certificate(s) to trust for an `https://` coordinator (`None`:
+    /// the webpki roots).
+    pub ca_file: Option<PathBuf>,
 }
 
 impl AgentConfig {
@@ -49,6 +60,9 @@ impl AgentConfig {
             heartbeat: Duration::from_secs(5),
             runner: RunnerConfig::default(),
             exit_after_campaigns: None,
+            spool: None,
+            token: None,
+            ca_file: None,
         }
     }
 }
@@ -60,6 +74,121 @@ pub fn coordinator_url(addr: &str) -> String {
     } else {
         format!("http://{addr}")
     }
+}
+
+/// A secret such as a bearer token: `Debug` and `Display` never show it, so it cannot reach a
+/// log line or an error message by accident. [`Secret::expose`] is the only way to read it.
+#[derive(Clone)]
+pub struct Secret(Arc<str>);
+
+impl Secret {
+    /// A secret from `text` with surrounding whitespace (a file's final newline) trimmed.
+    ///
+    /// # Errors
+    /// When it is empty or holds anything but visible ASCII (it travels in an HTTP/2 header);
+    /// the message never contains the text.
+    pub fn new(text: &str) -> Result<Secret, String> {
+        let t = text.trim();
+        if t.is_empty() {
+            return Err("it is empty".into());
+        }
+        if !t.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err("it may only contain visible ASCII characters (no spaces)".into());
+        }
+        Ok(Secret(t.into()))
+    }
+
+    /// The secret itself.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// A secret from the file `file` when given, else from the environment variable `env`
+    /// (unset or empty: `None`). `what` names it in errors, e.g. "agent token".
+    ///
+    /// # Errors
+    /// The file cannot be read, or the secret is malformed (see [`Secret::new`]).
+    pub fn from_file_or_env(
+        file: Option<&Path>,
+        env: &str,
+        what: &str,
+    ) -> anyhow::Result<Option<Secret>> {
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read the {what} from {}", path.display()))?;
+            return Secret::new(&text).map(Some).map_err(|m| {
+                anyhow::anyhow!("the {what} in {} is not usable: {m}", path.display())
+            });
+        }
+        match std::env::var(env) {
+            Ok(text) if !text.trim().is_empty() => Secret::new(&text)
+                .map(Some)
+                .map_err(|m| anyhow::anyhow!("the {what} in ${env} is not usable: {m}")),
+            _ => Ok(None),
+        }
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+impl std::fmt::Display for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// Metadata key of the agent id, sent next to the token so that a coordinator refusing the
+/// session can name the agent in its log.
+pub const AGENT_ID_METADATA: &str = "latmesh-agent-id";
+
+/// Adds `authorization: Bearer <token>` to `metadata` (marked sensitive: HPACK never indexes
+/// it and `Debug` of the metadata does not show it).
+pub fn authorize(metadata: &mut MetadataMap, token: &Secret) {
+    let value = AsciiMetadataValue::try_from(format!("Bearer {}", token.expose()));
+    if let Ok(mut value) = value {
+        value.set_sensitive(true);
+        metadata.insert("authorization", value);
+    }
+}
+
+/// A gRPC channel to the coordinator at `url` (`host:port` means `http://host:port`), over TLS
+/// for `https://` URLs: trusting the CA certificates in `ca_file` when given, else the webpki
+/// roots.
+///
+/// # Errors
+/// A malformed URL, an unreadable CA file, `ca_file` with a plaintext URL, or the connection
+/// (or TLS handshake) failing.
+pub async fn connect_channel(url: &str, ca_file: Option<&Path>) -> anyhow::Result<Channel> {
+    let url = coordinator_url(url);
+    let mut endpoint = Endpoint::from_shared(url.clone())
+        .with_context(|| format!("bad coordinator URL {url:?}"))?
+        .connect_timeout(Duration::from_secs(10));
+    if url.starts_with("https://") {
+        let tls = match ca_file {
+            Some(path) => {
+                let pem = std::fs::read(path)
+                    .with_context(|| format!("cannot read the CA file {}", path.display()))?;
+                ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem))
+            }
+            None => ClientTlsConfig::new().with_webpki_roots(),
+        };
+        endpoint = endpoint
+            .tls_config(tls)
+            .context("TLS configuration for the coordinator")?;
+    } else if let Some(path) = ca_file {
+        anyhow::bail!(
+            "--ca-file {} is given but the coordinator URL {url} is plaintext: use https://",
+            path.display()
+        );
+    }
+    endpoint
+        .connect()
+        .await
+        .with_context(|| format!("cannot reach the coordinator at {url}"))
 }
 
 /// How often unacked batches are checked.
@@ -74,11 +203,22 @@ fn msg(kind: Out) -> pb::AgentMessage {
 /// Runs the agent until `exit_after_campaigns` is reached (or forever).
 ///
 /// # Errors
-/// Only for a configuration that cannot work (a refused protocol version, an HTTP client that
-/// cannot be built); network failures are retried with backoff.
+/// Only for a configuration that cannot work (a refused protocol version, a token the
+/// coordinator does not accept, an unreadable CA file, an HTTP client that cannot be built);
+/// network failures (TLS handshakes included) are retried with backoff.
 pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
+    if let Some(path) = &cfg.ca_file {
+        anyhow::ensure!(
+            cfg.coordinator_url.starts_with("https://"),
+            "--ca-file {} is given but the coordinator URL {} is plaintext: use https://",
+            path.display(),
+            cfg.coordinator_url
+        );
+        std::fs::metadata(path)
+            .with_context(|| format!("cannot read the CA file {}", path.display()))?;
+    }
     let prober = Arc::new(Prober::new(Some(&cfg.region))?);
-    let outbox = Outbox::default();
+    let outbox = Outbox::open(cfg.spool.as_ref(), &cfg.agent_id)?;
     let (clock_tx, clock_rx) = watch::channel::<Option<ClockEstimate>>(None);
     let started: Arc<std::sync::Mutex<BTreeSet<String>>> = Default::default();
     let (finished_tx, mut finished_rx) = mpsc::unbounded_channel::<String>();
@@ -97,9 +237,15 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
             &mut finished,
         );
         match attempt.await {
-            Ok(SessionEnd::Exit) => return Ok(()),
+            Ok(SessionEnd::Exit) => {
+                outbox.close();
+                return Ok(());
+            }
             Ok(SessionEnd::Lost) => backoff = Duration::from_millis(100),
-            Err(SessionError::Fatal(e)) => return Err(e),
+            Err(SessionError::Fatal(e)) => {
+                outbox.close();
+                return Err(e);
+            }
             Err(SessionError::Retry(e)) => {
                 tracing::warn!(coordinator = %cfg.coordinator_url, error = format!("{e:#}"), retry_in_ms = backoff.as_millis() as u64, "cannot reach coordinator");
             }
@@ -132,9 +278,10 @@ async fn session(
     finished_rx: &mut mpsc::UnboundedReceiver<String>,
     finished: &mut usize,
 ) -> Result<SessionEnd, SessionError> {
-    let mut client = AgentSessionClient::connect(cfg.coordinator_url.clone())
+    let channel = connect_channel(&cfg.coordinator_url, cfg.ca_file.as_deref())
         .await
-        .map_err(|e| SessionError::Retry(e.into()))?;
+        .map_err(SessionError::Retry)?;
+    let mut client = AgentSessionClient::new(channel);
     let (tx, rx) = mpsc::channel::<pb::AgentMessage>(256);
     let hello = pb::AgentHello {
         agent_id: cfg.agent_id.clone(),
@@ -143,8 +290,30 @@ async fn session(
         protocol_version: PROTOCOL_VERSION,
     };
     let _ = tx.send(msg(Out::Hello(hello))).await;
-    let mut inbound = match client.session(ReceiverStream::new(rx)).await {
+    let mut request = tonic::Request::new(ReceiverStream::new(rx));
+    if let Some(token) = &cfg.token {
+        authorize(request.metadata_mut(), token);
+    }
+    if let Ok(id) = AsciiMetadataValue::try_from(cfg.agent_id.as_str()) {
+        request.metadata_mut().insert(AGENT_ID_METADATA, id);
+    }
+    let mut inbound = match client.session(request).await {
         Ok(r) => r.into_inner(),
+        Err(s)
+            if s.code() == tonic::Code::Unauthenticated
+                || s.code() == tonic::Code::PermissionDenied =>
+        {
+            let hint = if cfg.token.is_some() {
+                "check the token (LATMESH_AGENT_TOKEN or --token-file) against the coordinator's agent token"
+            } else {
+                "this agent has no token: set LATMESH_AGENT_TOKEN or pass --token-file"
+            };
+            return Err(SessionError::Fatal(anyhow::anyhow!(
+                "coordinator {} refused this agent's credentials: {} ({hint})",
+                cfg.coordinator_url,
+                s.message()
+            )));
+        }
         Err(s)
             if s.code() == tonic::Code::FailedPrecondition
                 || s.code() == tonic::Code::InvalidArgument =>
@@ -178,7 +347,9 @@ async fn session(
         for d in pending.dones {
             let _ = tx.send(msg(Out::Done(d))).await;
         }
-        if cfg.exit_after_campaigns.is_some_and(|n| *finished >= n) && outbox.unacked() == 0 {
+        if cfg.exit_after_campaigns.is_some_and(|n| *finished >= n)
+            && outbox.unacked_in(&started.lock().unwrap_or_else(|e| e.into_inner())) == 0
+        {
             // Give the last Done a moment to leave before the stream closes.
             tokio::time::sleep(Duration::from_millis(100)).await;
             return Ok(SessionEnd::Exit);
@@ -256,7 +427,7 @@ fn start_campaign(
         campaign_id: p.campaign_id.clone(),
         plan: Arc::new(plan),
         start_at_coord_unix_us: p.start_at_coord_unix_us,
-        first_seq: p.next_seq,
+        first_seq: outbox.first_seq(&p.campaign_id, p.next_seq),
     };
     let (prober, outbox, clock, finished_tx, runner) = (
         prober.clone(),

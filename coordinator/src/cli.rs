@@ -9,10 +9,13 @@ use latmesh_core::campaign;
 use latmesh_core::plan::Timeouts;
 use latmesh_core::prompts::Message;
 use latmesh_proto::pb;
+use latmesh_proto::pb::control_client::ControlClient;
 use tokio::net::TcpListener;
 
+use crate::auth::{ADMIN_TOKEN_ENV, AGENT_TOKEN_ENV, Auth, Secret};
 use crate::service::Coordinator;
 use crate::state::State;
+use crate::watch::{AdminClient, AdminToken};
 use crate::{demo, watch};
 
 /// latmesh: latency of OpenAI-compatible inference providers, measured from many regions.
@@ -26,10 +29,21 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the coordinator: serve agents and the control API.
+    ///
+    /// Agents authenticate with the agent token (LATMESH_AGENT_TOKEN or --agent-token-file),
+    /// control calls (campaign launch/watch, agents) with the admin token (LATMESH_ADMIN_TOKEN
+    /// or --admin-token-file): `authorization: Bearer <token>`. On a loopback address both may
+    /// be left unset (dev mode: anyone on this host is let in, with a warning); on any other
+    /// address serve needs TLS (--tls-cert, --tls-key) and both tokens, unless
+    /// --insecure-plaintext or --insecure-no-auth say otherwise.
+    #[command(verbatim_doc_comment)]
     Serve {
-        /// Address to listen on (gRPC, plaintext: loopback or a private network only).
+        /// Address to listen on (`127.0.0.1:7700`; `0.0.0.0:7700` for agents on other hosts,
+        /// which needs TLS and tokens).
         #[arg(long, env = "LATMESH_LISTEN", default_value = "127.0.0.1:7700")]
         listen: String,
+        #[command(flatten)]
+        security: ServeSecurity,
         #[command(flatten)]
         store: StoreArgs,
     },
@@ -68,6 +82,79 @@ enum Command {
     Probe(ProbeArgs),
 }
 
+/// Transport security and credentials of `latmesh serve`.
+#[derive(Args, Debug, Clone)]
+struct ServeSecurity {
+    /// Serve gRPC over TLS with this PEM certificate chain (leaf first); agents and the CLI
+    /// then use `https://HOST:PORT` (and --ca-file when it is not signed by a public CA).
+    #[arg(long, env = "LATMESH_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "LATMESH_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// File holding the agent token that agents must present (without it: the
+    /// LATMESH_AGENT_TOKEN environment variable; neither: agents are not authenticated, which
+    /// is allowed on loopback only).
+    #[arg(long, env = "LATMESH_AGENT_TOKEN_FILE")]
+    agent_token_file: Option<PathBuf>,
+    /// File holding the admin token that control calls must present (without it: the
+    /// LATMESH_ADMIN_TOKEN environment variable; neither: control calls are not
+    /// authenticated, which is allowed on loopback only).
+    #[arg(long, env = "LATMESH_ADMIN_TOKEN_FILE")]
+    admin_token_file: Option<PathBuf>,
+    /// Allow plaintext gRPC on a non-loopback address (a trusted private network or a
+    /// tunnel: tokens then travel in clear).
+    #[arg(long)]
+    insecure_plaintext: bool,
+    /// Allow a non-loopback address without an agent token or without an admin token
+    /// (anyone who reaches the port may then join as an agent or launch campaigns).
+    #[arg(long)]
+    insecure_no_auth: bool,
+}
+
+/// How the CLI reaches the coordinator's control API.
+#[derive(Args, Debug, Clone)]
+pub struct CoordinatorArg {
+    /// Coordinator URL (`host:port` means `http://host:port`; `https://host:port` for a
+    /// coordinator serving TLS).
+    #[arg(
+        long,
+        env = "LATMESH_COORDINATOR",
+        default_value = "http://127.0.0.1:7700"
+    )]
+    coordinator: String,
+    /// File holding the admin token sent with control calls (without it: the
+    /// LATMESH_ADMIN_TOKEN environment variable).
+    #[arg(long, env = "LATMESH_ADMIN_TOKEN_FILE")]
+    admin_token_file: Option<PathBuf>,
+    /// PEM file with the CA certificate(s) to trust for an https:// coordinator (default: the
+    /// webpki roots).
+    #[arg(long, env = "LATMESH_CA_FILE")]
+    ca_file: Option<PathBuf>,
+}
+
+impl CoordinatorArg {
+    /// Connects to the control API with the admin token and CA file of these arguments.
+    ///
+    /// # Errors
+    /// An unreadable token or CA file, or an unreachable coordinator.
+    pub async fn connect(&self) -> anyhow::Result<AdminClient> {
+        let token = Secret::from_file_or_env(
+            self.admin_token_file.as_deref(),
+            ADMIN_TOKEN_ENV,
+            "admin token",
+        )?;
+        let channel =
+            latmesh_agent::session::connect_channel(&self.coordinator, self.ca_file.as_deref())
+                .await?;
+        Ok(ControlClient::with_interceptor(channel, AdminToken(token)))
+    }
+
+    fn url(&self) -> String {
+        latmesh_agent::session::coordinator_url(&self.coordinator)
+    }
+}
+
 /// Where results are stored durably.
 #[derive(Args, Debug, Clone)]
 struct StoreArgs {
@@ -103,17 +190,6 @@ enum DbCmd {
         #[arg(long)]
         print: bool,
     },
-}
-
-#[derive(Args, Debug)]
-struct CoordinatorArg {
-    /// Coordinator URL (`host:port` means `http://host:port`).
-    #[arg(
-        long,
-        env = "LATMESH_COORDINATOR",
-        default_value = "http://127.0.0.1:7700"
-    )]
-    coordinator: String,
 }
 
 #[derive(Subcommand, Debug)]
@@ -211,12 +287,36 @@ impl Cli {
 /// Whatever the command fails with.
 pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve { listen, store } => {
+        Command::Serve {
+            listen,
+            security,
+            store,
+        } => {
+            let (auth, tls) = serve_security(&listen, &security).await?;
             let listener = TcpListener::bind(&listen)
                 .await
                 .with_context(|| format!("cannot listen on {listen}"))?;
+            let addr = listener.local_addr()?;
+            if !auth.agents_authenticated() {
+                tracing::warn!(
+                    "no agent token configured: any process that reaches {addr} can join as an agent (set {AGENT_TOKEN_ENV} or --agent-token-file)"
+                );
+            }
+            if !auth.control_authenticated() {
+                tracing::warn!(
+                    "no admin token configured: any process that reaches {addr} can launch and watch campaigns (set {ADMIN_TOKEN_ENV} or --admin-token-file)"
+                );
+            }
+            if tls.is_none() && !addr.ip().to_canonical().is_loopback() {
+                tracing::warn!("serving plaintext gRPC on {addr} (--insecure-plaintext)");
+            }
             let (coordinator, sink) = coordinator_with_store(&store)?;
-            println!("listening on http://{}", listener.local_addr()?);
+            let scheme = if tls.is_some() { "https" } else { "http" };
+            let mut coordinator = coordinator.with_auth(auth);
+            if let Some(tls) = tls {
+                coordinator = coordinator.with_tls(tls);
+            }
+            println!("listening on {scheme}://{}", listener.local_addr()?);
             let shutdown = async {
                 let _ = tokio::signal::ctrl_c().await;
             };
@@ -279,21 +379,23 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
             wait_agents_s,
         }) => {
             let plan = campaign::load_file(&file)?;
-            let mut client = watch::connect(&coord.coordinator).await?;
+            let url = coord.url();
+            let mut client = coord.connect().await?;
             watch::wait_for_agents(
                 &mut client,
+                &url,
                 &plan.regions,
                 Duration::from_secs_f64(wait_agents_s.max(0.0)),
             )
             .await?;
-            let reply = watch::launch(&mut client, &plan, start_delay_s).await?;
+            let reply = watch::launch(&mut client, &url, &plan, start_delay_s).await?;
             eprintln!(
                 "launched campaign {} on {} agents (follow it from elsewhere with: latmesh campaign watch {})",
                 reply.campaign_id,
                 reply.agent_ids.len(),
                 reply.campaign_id
             );
-            report(&mut client, &reply.campaign_id, json.as_deref()).await
+            report(&mut client, &url, &reply.campaign_id, json.as_deref()).await
         }
         Command::Query(q) => crate::cli_query::run_query(q).await,
         Command::Campaign(CampaignCmd::Verify {
@@ -338,14 +440,15 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
             coord,
             json,
         }) => {
-            let mut client = watch::connect(&coord.coordinator).await?;
-            report(&mut client, &campaign_id, json.as_deref()).await
+            let mut client = coord.connect().await?;
+            report(&mut client, &coord.url(), &campaign_id, json.as_deref()).await
         }
         Command::Agents { coord } => {
-            let mut client = watch::connect(&coord.coordinator).await?;
+            let mut client = coord.connect().await?;
             let agents = client
                 .list_agents(pb::ListAgentsRequest {})
-                .await?
+                .await
+                .map_err(|s| watch::control_error(&coord.url(), s))?
                 .into_inner()
                 .agents;
             if agents.is_empty() {
@@ -433,16 +536,68 @@ fn coordinator_with_store(
     Ok((coordinator, Some(sink)))
 }
 
+/// The tokens and TLS configuration of `serve` on `listen`, refusing what would expose the
+/// coordinator: plaintext or a missing token on a non-loopback address (unless the matching
+/// `--insecure-…` flag allows it).
+///
+/// # Errors
+/// A token or TLS file that cannot be used, or a refused combination.
+async fn serve_security(
+    listen: &str,
+    sec: &ServeSecurity,
+) -> anyhow::Result<(Auth, Option<tonic::transport::ServerTlsConfig>)> {
+    let agent = Secret::from_file_or_env(
+        sec.agent_token_file.as_deref(),
+        AGENT_TOKEN_ENV,
+        "agent token",
+    )?;
+    let admin = Secret::from_file_or_env(
+        sec.admin_token_file.as_deref(),
+        ADMIN_TOKEN_ENV,
+        "admin token",
+    )?;
+    let tls = match (&sec.tls_cert, &sec.tls_key) {
+        (Some(cert), Some(key)) => Some(crate::auth::server_tls(cert, key)?),
+        _ => None,
+    };
+    let loopback = crate::auth::is_loopback(listen).await;
+    if !loopback && tls.is_none() && !sec.insecure_plaintext {
+        anyhow::bail!(
+            "refusing to serve plaintext gRPC on {listen}, which is not a loopback address: pass --tls-cert and --tls-key, or --insecure-plaintext to accept plaintext (tokens in clear) on a trusted network"
+        );
+    }
+    let mut missing = Vec::new();
+    if agent.is_none() {
+        missing.push(format!(
+            "an agent token ({AGENT_TOKEN_ENV} or --agent-token-file)"
+        ));
+    }
+    if admin.is_none() {
+        missing.push(format!(
+            "an admin token ({ADMIN_TOKEN_ENV} or --admin-token-file)"
+        ));
+    }
+    if !loopback && !missing.is_empty() && !sec.insecure_no_auth {
+        anyhow::bail!(
+            "refusing to serve on {listen}, which is not a loopback address, without {}: set {}, or pass --insecure-no-auth to let in anyone who reaches the port",
+            missing.join(" and "),
+            if missing.len() > 1 { "them" } else { "it" }
+        );
+    }
+    Ok((Auth::new(agent, admin), tls))
+}
+
 /// Follows a campaign, prints its matrix, writes the JSON; fails when it is incomplete.
 async fn report(
-    client: &mut latmesh_proto::pb::control_client::ControlClient<tonic::transport::Channel>,
+    client: &mut AdminClient,
+    url: &str,
     campaign_id: &str,
     json: Option<&std::path::Path>,
 ) -> anyhow::Result<()> {
     if let Some(path) = json {
         watch::check_writable(path)?;
     }
-    let summary = watch::follow(client, campaign_id, Duration::from_secs(5)).await?;
+    let summary = watch::follow(client, url, campaign_id, Duration::from_secs(5)).await?;
     print!("{}", summary.render());
     if let Some(path) = json {
         watch::write_json(&summary, path)?;

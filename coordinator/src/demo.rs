@@ -92,8 +92,14 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<Summary> {
     }
 
     let mut client = watch::connect(&coord_url).await?;
-    watch::wait_for_agents(&mut client, &plan.regions, Duration::from_secs(15)).await?;
-    let reply = watch::launch(&mut client, &plan, 1.0).await?;
+    watch::wait_for_agents(
+        &mut client,
+        &coord_url,
+        &plan.regions,
+        Duration::from_secs(15),
+    )
+    .await?;
+    let reply = watch::launch(&mut client, &coord_url, &plan, 1.0).await?;
     if opts.progress {
         eprintln!(
             "demo: campaign {} — {} agents, {} providers × {} scenarios × {} rounds",
@@ -109,7 +115,7 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<Summary> {
     } else {
         Duration::from_secs(3600)
     };
-    let summary = watch::follow(&mut client, &reply.campaign_id, every).await?;
+    let summary = watch::follow(&mut client, &coord_url, &reply.campaign_id, every).await?;
 
     for a in agents {
         let _ = tokio::time::timeout(Duration::from_secs(5), a).await;

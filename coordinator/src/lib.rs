@@ -4,6 +4,7 @@
 //! `main.rs` only calls [`cli::run`], so tests drive the real CLI in-process.
 
 pub mod aggregate;
+pub mod auth;
 pub mod cli;
 pub mod cli_query;
 pub mod clickhouse;

@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream, WatchStream};
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::auth::Auth;
 use crate::spool::{Spool, SpoolError};
 use crate::state::{State, StateError, now_unix_us};
 
@@ -39,12 +40,19 @@ impl From<StateError> for Status {
 pub struct Coordinator {
     state: State,
     spool: Option<Arc<Spool>>,
+    /// Tokens checked before any handler runs (default: none, every role open).
+    auth: Auth,
+    /// Serve over TLS (default: plaintext).
+    tls: Option<tonic::transport::ServerTlsConfig>,
 }
 
 impl Coordinator {
     /// A coordinator over `state`, acking batches once merged in memory.
     pub fn new(state: State) -> Self {
-        Coordinator { state, spool: None }
+        Coordinator {
+            state,
+            ..Coordinator::default()
+        }
     }
 
     /// A coordinator that appends every new batch to `spool` (fsync'd) before acking it.
@@ -52,19 +60,42 @@ impl Coordinator {
         Coordinator {
             state,
             spool: Some(spool),
+            ..Coordinator::default()
+        }
+    }
+
+    /// The same coordinator, requiring the tokens of `auth` (agent session: agent token;
+    /// control API: admin token).
+    pub fn with_auth(self, auth: Auth) -> Self {
+        Coordinator { auth, ..self }
+    }
+
+    /// The same coordinator, serving gRPC over TLS ([`crate::auth::server_tls`]).
+    pub fn with_tls(self, tls: tonic::transport::ServerTlsConfig) -> Self {
+        Coordinator {
+            tls: Some(tls),
+            ..self
         }
     }
 
     /// Serves both services on `listener` until `shutdown` resolves; once a second, finishes
-    /// campaigns whose deadline passed ([`State::expire`]).
+    /// campaigns whose deadline passed ([`State::expire`]). Every call passes the token check
+    /// of its service first (an interceptor: agent token for the session, admin token for
+    /// the control API).
     ///
     /// # Errors
-    /// Transport errors from tonic.
+    /// Transport errors from tonic (a TLS configuration it cannot use included).
     pub async fn serve(
-        self,
+        mut self,
         listener: TcpListener,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<(), tonic::transport::Error> {
+        let mut builder = tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(std::time::Duration::from_secs(10)));
+        if let Some(tls) = self.tls.take() {
+            builder = builder.tls_config(tls)?;
+        }
+        let (agent_auth, admin_auth) = (self.auth.clone(), self.auth.clone());
         let state = self.state.clone();
         let expiry = tokio::spawn(async move {
             let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
@@ -73,12 +104,17 @@ impl Coordinator {
                 state.expire(now_unix_us());
             }
         });
-        let served = tonic::transport::Server::builder()
-            .http2_keepalive_interval(Some(std::time::Duration::from_secs(10)))
-            .add_service(pb::agent_session_server::AgentSessionServer::new(
-                self.clone(),
+        let served = builder
+            .add_service(
+                pb::agent_session_server::AgentSessionServer::with_interceptor(
+                    self.clone(),
+                    move |req| agent_auth.check_agent(req),
+                ),
+            )
+            .add_service(pb::control_server::ControlServer::with_interceptor(
+                self,
+                move |req| admin_auth.check_admin(req),
             ))
-            .add_service(pb::control_server::ControlServer::new(self))
             .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
             .await;
         expiry.abort();

@@ -930,6 +930,47 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_killed_agent_resending_its_spool_and_numbering_past_it_completes() {
+        let state = State::default();
+        let (tx, mut rx) = mpsc::channel(8);
+        state.connect(&hello("a1", "us-east"), tx);
+        let id = state.launch(&plan().to_json(), 0).unwrap().campaign_id;
+        let _ = rx.recv().await;
+        // Batches 1-2 arrived; 3 arrived but its ack was lost; 4 never arrived. The agent is
+        // killed with 3 and 4 in its spool.
+        for seq in 1..=3 {
+            assert!(state.batch("a1", batch(&id, seq, 1_000)).unwrap());
+        }
+        let (tx2, mut rx2) = mpsc::channel(8);
+        state.connect(&hello("a1", "us-east"), tx2);
+        assert_eq!(plan_of(rx2.recv().await).next_seq, 4);
+        // The restarted agent resends 3 and 4 and numbers new batches after its spool
+        // (max(next_seq 4, spooled 4 + 1) = 5).
+        assert!(
+            !state.batch("a1", batch(&id, 3, 1_000)).unwrap(),
+            "counted once"
+        );
+        assert!(state.batch("a1", batch(&id, 4, 1_000)).unwrap());
+        assert!(state.batch("a1", batch(&id, 5, 1_000)).unwrap());
+        state
+            .done(
+                "a1",
+                &pb::CampaignDone {
+                    campaign_id: id.clone(),
+                    last_seq: 5,
+                    probes: 1,
+                    skipped: 0,
+                },
+            )
+            .unwrap();
+        let s = state
+            .summary(&id)
+            .expect("every seq 1..=5 arrived: finished");
+        assert!(s.complete);
+        assert_eq!((s.agents[0].records, s.agents[0].batches), (5, 5));
+    }
+
+    #[tokio::test]
     async fn an_agent_runs_one_campaign_at_a_time() {
         let state = State::default();
         let (tx, _rx) = mpsc::channel(8);

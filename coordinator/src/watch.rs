@@ -7,19 +7,52 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use latmesh_core::plan::Plan;
 use latmesh_proto::pb::{self, control_client::ControlClient};
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
+use crate::auth::{ADMIN_TOKEN_ENV, Secret};
 use crate::summary::Summary;
 
-/// Connects to the coordinator's control API at `url` (e.g. `http://127.0.0.1:7700`).
+/// A control client that sends the admin token (when there is one) with every call.
+pub type AdminClient = ControlClient<InterceptedService<Channel, AdminToken>>;
+
+/// Adds the admin token (when there is one) to every control call.
+#[derive(Clone, Debug)]
+pub struct AdminToken(pub Option<Secret>);
+
+impl tonic::service::Interceptor for AdminToken {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(token) = &self.0 {
+            latmesh_agent::session::authorize(req.metadata_mut(), token);
+        }
+        Ok(req)
+    }
+}
+
+/// Connects without an admin token to the plaintext control API at `url` (e.g.
+/// `http://127.0.0.1:7700`; the demo's own loopback coordinator).
 ///
 /// # Errors
 /// When the coordinator cannot be reached.
-pub async fn connect(url: &str) -> anyhow::Result<ControlClient<Channel>> {
+pub async fn connect(url: &str) -> anyhow::Result<AdminClient> {
     let url = latmesh_agent::session::coordinator_url(url);
-    ControlClient::connect(url.clone())
+    let channel = Channel::from_shared(url.clone())
+        .with_context(|| format!("{url} is not a coordinator URL"))?
+        .connect()
         .await
-        .with_context(|| format!("cannot reach the coordinator at {url}"))
+        .with_context(|| format!("cannot reach the coordinator at {url}"))?;
+    Ok(ControlClient::with_interceptor(channel, AdminToken(None)))
+}
+
+/// A control call's failure as a clear error: a refused admin token says how to send one.
+pub fn control_error(url: &str, s: tonic::Status) -> anyhow::Error {
+    match s.code() {
+        tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => anyhow::anyhow!(
+            "the coordinator at {url} refused this control call: {} (set {ADMIN_TOKEN_ENV} or pass --admin-token-file)",
+            s.message()
+        ),
+        code => anyhow::anyhow!("{url}: {code:?}: {}", s.message()),
+    }
 }
 
 /// Fails early (before a long campaign) when `path` could not be written.
@@ -43,7 +76,8 @@ pub fn check_writable(path: &Path) -> anyhow::Result<()> {
 /// # Errors
 /// When `timeout` passes first (the error lists the missing regions).
 pub async fn wait_for_agents(
-    client: &mut ControlClient<Channel>,
+    client: &mut AdminClient,
+    url: &str,
     regions: &[String],
     timeout: Duration,
 ) -> anyhow::Result<()> {
@@ -51,7 +85,8 @@ pub async fn wait_for_agents(
     loop {
         let agents = client
             .list_agents(pb::ListAgentsRequest {})
-            .await?
+            .await
+            .map_err(|s| control_error(url, s))?
             .into_inner()
             .agents;
         let missing: Vec<&String> = regions
@@ -71,9 +106,11 @@ pub async fn wait_for_agents(
 /// Launches `plan` and returns the reply.
 ///
 /// # Errors
-/// The coordinator's refusal (e.g. a region without agents), or transport errors.
+/// The coordinator's refusal (e.g. a region without agents, a missing admin token), or
+/// transport errors.
 pub async fn launch(
-    client: &mut ControlClient<Channel>,
+    client: &mut AdminClient,
+    url: &str,
     plan: &Plan,
     start_delay_s: f64,
 ) -> anyhow::Result<pb::LaunchReply> {
@@ -83,7 +120,10 @@ pub async fn launch(
             start_delay_s,
         })
         .await
-        .map_err(|s| anyhow::anyhow!("launch refused: {}", s.message()))?;
+        .map_err(|s| match s.code() {
+            tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => control_error(url, s),
+            _ => anyhow::anyhow!("launch refused: {}", s.message()),
+        })?;
     Ok(reply.into_inner())
 }
 
@@ -93,7 +133,8 @@ pub async fn launch(
 /// # Errors
 /// When the stream breaks before the campaign finished or the summary does not parse.
 pub async fn follow(
-    client: &mut ControlClient<Channel>,
+    client: &mut AdminClient,
+    url: &str,
     campaign_id: &str,
     every: Duration,
 ) -> anyhow::Result<Summary> {
@@ -101,7 +142,8 @@ pub async fn follow(
         .watch(pb::WatchRequest {
             campaign_id: campaign_id.to_string(),
         })
-        .await?
+        .await
+        .map_err(|s| control_error(url, s))?
         .into_inner();
     let mut last_print = Instant::now();
     while let Some(p) = stream.message().await? {

@@ -186,3 +186,175 @@ pub async fn drop_db(client: &clickhouse::Client, db: &str) {
         .await
         .expect("drop database");
 }
+
+/// Waits (up to `timeout`) for `proc` to exit and returns its status.
+///
+/// # Panics
+/// When it is still running after `timeout`.
+pub fn wait_exit(proc: &mut Proc, timeout: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = proc.child.try_wait().expect("try_wait") {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} did not exit within {timeout:?}",
+            proc.name
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Every file under `dir` (recursively) whose bytes contain `needle`: for checking that a
+/// secret (a token, a canary API key) reached none of the files a run wrote.
+pub fn files_containing(dir: &std::path::Path, needle: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if let Ok(bytes) = std::fs::read(&path)
+                && bytes
+                    .windows(needle.len().max(1))
+                    .any(|w| w == needle.as_bytes())
+            {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+/// A TCP proxy on loopback in front of `target`, for chaos tests: it forwards bytes both
+/// ways until told to [`hold`](TcpProxy::hold) them (nothing passes, in either direction, as
+/// if the network stalled) or to [`cut`](TcpProxy::cut) every open connection (both ends see
+/// a reset/EOF, as if the network dropped). New connections are accepted all along.
+pub struct TcpProxy {
+    /// Where clients connect.
+    pub addr: std::net::SocketAddr,
+    shared: std::sync::Arc<ProxyShared>,
+}
+
+#[derive(Default)]
+struct ProxyShared {
+    held: std::sync::atomic::AtomicBool,
+    stopped: std::sync::atomic::AtomicBool,
+    /// Both sockets of every connection, for `cut`, and a generation that `cut` bumps.
+    conns: std::sync::Mutex<Vec<std::net::TcpStream>>,
+    generation: std::sync::atomic::AtomicU64,
+}
+
+impl TcpProxy {
+    /// Starts a proxy to `target` on a free loopback port.
+    ///
+    /// # Panics
+    /// When it cannot bind.
+    pub fn start(target: std::net::SocketAddr) -> TcpProxy {
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind proxy");
+        let addr = listener.local_addr().expect("proxy addr");
+        let shared = std::sync::Arc::new(ProxyShared::default());
+        let s = shared.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                if s.stopped.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(client) = client else { continue };
+                let Ok(upstream) = std::net::TcpStream::connect(target) else {
+                    continue;
+                };
+                let _ = client.set_nodelay(true);
+                let _ = upstream.set_nodelay(true);
+                let generation = s.generation.load(Ordering::SeqCst);
+                if let (Ok(c), Ok(u)) = (client.try_clone(), upstream.try_clone()) {
+                    s.conns
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .extend([c, u]);
+                }
+                for (from, to) in [
+                    (client.try_clone(), upstream.try_clone()),
+                    (upstream.try_clone(), client.try_clone()),
+                ] {
+                    let (Ok(from), Ok(to)) = (from, to) else {
+                        continue;
+                    };
+                    let s = s.clone();
+                    std::thread::spawn(move || pump(from, to, &s, generation));
+                }
+            }
+        });
+        TcpProxy { addr, shared }
+    }
+
+    /// `http://ADDR`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops (`true`) or resumes (`false`) forwarding on every connection.
+    pub fn hold(&self, held: bool) {
+        self.shared
+            .held
+            .store(held, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Closes every open connection (what was held is dropped); later ones pass again.
+    pub fn cut(&self) {
+        use std::sync::atomic::Ordering;
+        self.shared.generation.fetch_add(1, Ordering::SeqCst);
+        for c in self
+            .shared
+            .conns
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+impl Drop for TcpProxy {
+    fn drop(&mut self) {
+        self.shared
+            .stopped
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.cut();
+        let _ = std::net::TcpStream::connect(self.addr);
+    }
+}
+
+/// Copies `from` to `to` until either closes or the connection is cut; while held, keeps
+/// what it read and reads nothing more.
+fn pump(
+    mut from: std::net::TcpStream,
+    mut to: std::net::TcpStream,
+    s: &ProxyShared,
+    generation: u64,
+) {
+    use std::io::{Read, Write};
+    use std::sync::atomic::Ordering;
+    let live = || s.generation.load(Ordering::SeqCst) == generation;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        while s.held.load(Ordering::SeqCst) && live() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if !live() || to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown(std::net::Shutdown::Write);
+}
