@@ -36,8 +36,23 @@
 //!   cache warmed by another probe, round or region. Records carry `cache_nonce`.
 //!
 //! Histograms count `ok` attempts of every turn (not split by turn; records carry it).
+//!
+//! # Cancel ([`Cancel`])
+//! When the coordinator cancels the campaign, no further slot is scheduled, no retry and no
+//! later turn is started, and attempts in flight get [`RunnerConfig::cancel_grace`] to finish.
+//! One still running after it is aborted and recorded all the same: outcome `timeout_total`
+//! with `error_type = "cancelled"` (its budget was cut to the grace), final attempt of its
+//! logical request. A record held for a retry wait that the cancel interrupts becomes the
+//! final attempt. Everything measured is sealed and sent; the slots not run are reported as
+//! `skipped` in the campaign's done notice.
+//!
+//! # Memory per slot
+//! Answers kept for a later turn's history are cut at [`MAX_KEPT_ANSWER_BYTES`] each (a
+//! provider ignoring `max_tokens` cannot grow the conversation without bound); the body of
+//! each attempt is bounded by the probe engine's limits and the scenario's timeouts.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use latmesh_core::clock::ClockEstimate;
@@ -72,6 +87,8 @@ pub struct CampaignRun {
     /// Seq of the first batch this run seals (the coordinator's `next_seq`: past every batch
     /// it already has from this agent, e.g. from before a restart).
     pub first_seq: u64,
+    /// Cancels the run ([module documentation](self#cancel-cancel)).
+    pub cancel: Cancel,
 }
 
 /// Settings of the runner.
@@ -85,6 +102,11 @@ pub struct RunnerConfig {
     /// would no longer be synchronized with the other regions): e.g. the rounds already
     /// past when a restarted agent receives its plan again.
     pub max_lateness: Duration,
+    /// After a cancel, how long attempts in flight may still run before they are aborted
+    /// (and recorded as aborted).
+    pub cancel_grace: Duration,
+    /// Attempts in flight right now, over every campaign (heartbeats report it).
+    pub in_flight: Arc<AtomicU32>,
 }
 
 impl Default for RunnerConfig {
@@ -93,7 +115,83 @@ impl Default for RunnerConfig {
             flush_interval: Duration::from_millis(1000),
             clock_wait: Duration::from_secs(3),
             max_lateness: Duration::from_secs(1),
+            cancel_grace: Duration::from_secs(2),
+            in_flight: Arc::default(),
         }
+    }
+}
+
+/// Longest answer text (content, and reasoning, each) kept for a later turn's history.
+pub const MAX_KEPT_ANSWER_BYTES: usize = 1 << 20;
+
+/// A campaign's cancel switch: cloned into every slot of the run; [`Cancel::cancel`] is seen
+/// by all of them at once.
+#[derive(Clone, Debug)]
+pub struct Cancel(watch::Sender<Option<Instant>>);
+
+impl Default for Cancel {
+    fn default() -> Self {
+        Cancel(watch::Sender::new(None))
+    }
+}
+
+impl Cancel {
+    /// Cancels (the first call counts; later ones change nothing).
+    pub fn cancel(&self) {
+        self.0.send_if_modified(|at| {
+            if at.is_some() {
+                return false;
+            }
+            *at = Some(Instant::now());
+            true
+        });
+    }
+
+    /// When it was cancelled, if it was.
+    pub fn cancelled_at(&self) -> Option<Instant> {
+        *self.0.borrow()
+    }
+
+    /// Resolves once cancelled.
+    pub async fn cancelled(&self) {
+        let mut rx = self.0.subscribe();
+        let _ = rx.wait_for(Option::is_some).await;
+    }
+
+    /// Resolves `grace` after the cancel.
+    async fn grace_over(&self, grace: Duration) {
+        self.cancelled().await;
+        if let Some(at) = self.cancelled_at() {
+            tokio::time::sleep_until((at + grace).into()).await;
+        }
+    }
+}
+
+/// What a slot shares with its campaign run: the cancel switch, the grace after it, and the
+/// agent's in-flight counter.
+#[derive(Clone, Debug, Default)]
+pub struct SlotEnv {
+    /// The campaign's cancel switch.
+    pub cancel: Cancel,
+    /// How long attempts in flight may run on after a cancel.
+    pub cancel_grace: Duration,
+    /// Attempts in flight (incremented while an attempt runs).
+    pub in_flight: Arc<AtomicU32>,
+}
+
+/// Decrements the in-flight counter when the attempt ends (or is dropped).
+struct InFlight<'a>(&'a AtomicU32);
+
+impl<'a> InFlight<'a> {
+    fn start(n: &'a AtomicU32) -> Self {
+        n.fetch_add(1, Ordering::SeqCst);
+        InFlight(n)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -112,7 +210,7 @@ pub fn local_instant_of(coord_unix_us: i64, offset_us: i64) -> Instant {
     }
 }
 
-/// Runs `run` to completion and returns the number of probes made.
+/// Runs `run` to completion (or until it is cancelled) and returns the number of probes made.
 pub async fn run_campaign(
     run: CampaignRun,
     prober: Arc<Prober>,
@@ -120,7 +218,11 @@ pub async fn run_campaign(
     outbox: Outbox,
     cfg: RunnerConfig,
 ) -> u64 {
-    let _ = tokio::time::timeout(cfg.clock_wait, clock.wait_for(Option::is_some)).await;
+    let cancel = run.cancel.clone();
+    tokio::select! {
+        _ = tokio::time::timeout(cfg.clock_wait, clock.wait_for(Option::is_some)) => {}
+        _ = cancel.cancelled() => {}
+    }
     let estimate = clock.borrow().unwrap_or_default();
     if estimate.samples == 0 {
         tracing::warn!(campaign = %run.campaign_id, "starting without a clock estimate: start may be skewed");
@@ -145,20 +247,36 @@ pub async fn run_campaign(
     ));
     let plan = run.plan.clone();
     let mut skipped = 0u64;
+    let mut not_run_cancelled = 0u64;
     let turns_not_sent = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let env = SlotEnv {
+        cancel: cancel.clone(),
+        cancel_grace: cfg.cancel_grace,
+        in_flight: cfg.in_flight.clone(),
+    };
     for round in 0..plan.rounds.count {
         for (slot, s) in plan.round_order(round).into_iter().enumerate() {
             let intended = start + Duration::from_micros(plan.probe_offset_us(round, slot));
             if outbox.ran_before(&run.campaign_id, round, slot as u32) {
                 continue; // measured by this agent before a restart: neither rerun nor skipped
             }
+            if cancel.cancelled_at().is_some() {
+                not_run_cancelled += 1;
+                continue;
+            }
             if Instant::now().saturating_duration_since(intended) > cfg.max_lateness {
                 skipped += 1;
                 continue;
             }
-            tokio::time::sleep_until(intended.into()).await;
+            tokio::select! {
+                _ = tokio::time::sleep_until(intended.into()) => {}
+                _ = cancel.cancelled() => {
+                    not_run_cancelled += 1;
+                    continue;
+                }
+            }
             let (plan, prober, tx) = (plan.clone(), prober.clone(), tx.clone());
-            let turns_not_sent = turns_not_sent.clone();
+            let (turns_not_sent, env) = (turns_not_sent.clone(), env.clone());
             tokio::spawn(async move {
                 let at = SlotRef {
                     round,
@@ -166,7 +284,7 @@ pub async fn run_campaign(
                     s,
                     intended,
                 };
-                let done = run_slot(&plan, at, &prober, &tx).await;
+                let done = run_slot_with(&plan, at, &prober, &tx, &env).await;
                 turns_not_sent.fetch_add(
                     u64::from(done.turns_not_sent),
                     std::sync::atomic::Ordering::SeqCst,
@@ -178,6 +296,10 @@ pub async fn run_campaign(
     if skipped > 0 {
         tracing::warn!(campaign = %run.campaign_id, skipped, "probes skipped: their time had passed");
     }
+    if not_run_cancelled > 0 {
+        tracing::warn!(campaign = %run.campaign_id, not_run = not_run_cancelled, "campaign cancelled: slots not run, reported as skipped");
+    }
+    let skipped = skipped + not_run_cancelled;
     let (last_seq, probes) = collector.await.unwrap_or((0, 0));
     let turns_not_sent = turns_not_sent.load(std::sync::atomic::Ordering::SeqCst);
     if turns_not_sent > 0 {
@@ -189,7 +311,8 @@ pub async fn run_campaign(
         probes,
         skipped,
     });
-    tracing::info!(campaign = %run.campaign_id, probes, skipped, last_seq, "campaign finished");
+    let cancelled = cancel.cancelled_at().is_some();
+    tracing::info!(campaign = %run.campaign_id, probes, skipped, last_seq, cancelled, "campaign finished");
     probes
 }
 
@@ -259,6 +382,17 @@ struct Answer {
 /// retries; see the [module documentation](self)), sending every attempt's record to `tx`
 /// as soon as it is measured.
 pub async fn run_slot(plan: &Plan, at: SlotRef, prober: &Prober, tx: &RecordTx) -> SlotDone {
+    run_slot_with(plan, at, prober, tx, &SlotEnv::default()).await
+}
+
+/// [`run_slot`] within a campaign run: stops at its cancel, counts its attempts in flight.
+pub async fn run_slot_with(
+    plan: &Plan,
+    at: SlotRef,
+    prober: &Prober,
+    tx: &RecordTx,
+    env: &SlotEnv,
+) -> SlotDone {
     let provider = &plan.providers[at.s.provider];
     let scenario = &plan.scenarios[at.s.scenario];
     let prompt = plan.prompt_for(at.s.scenario, at.round);
@@ -283,6 +417,10 @@ pub async fn run_slot(plan: &Plan, at: SlotRef, prober: &Prober, tx: &RecordTx) 
     let mut done = SlotDone::default();
     let mut intended = at.intended;
     for turn in 1..=turns {
+        if turn > 1 && env.cancel.cancelled_at().is_some() {
+            done.turns_not_sent = turns - turn + 1;
+            break;
+        }
         if turn > 1 {
             let k = (turn - 2) as usize;
             // Validation puts turns − 1 follow-ups in the plan; the builtin ones are only a
@@ -316,6 +454,7 @@ pub async fn run_slot(plan: &Plan, at: SlotRef, prober: &Prober, tx: &RecordTx) 
             turn,
             intended,
             tx,
+            env,
         )
         .await;
         done.records += records;
@@ -324,13 +463,46 @@ pub async fn run_slot(plan: &Plan, at: SlotRef, prober: &Prober, tx: &RecordTx) 
             break;
         }
         if !last {
+            let (mut content, mut reasoning) = (answer.content, answer.reasoning);
+            cut_at_char_boundary(&mut content, MAX_KEPT_ANSWER_BYTES);
+            cut_at_char_boundary(&mut reasoning, MAX_KEPT_ANSWER_BYTES);
             messages.push(Message {
-                reasoning_content: provider.pass_reasoning.then_some(answer.reasoning),
-                ..Message::new("assistant", answer.content)
+                reasoning_content: provider.pass_reasoning.then_some(reasoning),
+                ..Message::new("assistant", content)
             });
         }
     }
     done
+}
+
+/// Cuts `text` to at most `max` bytes, at a character boundary.
+fn cut_at_char_boundary(text: &mut String, max: usize) {
+    if text.len() > max {
+        let mut at = max;
+        while !text.is_char_boundary(at) {
+            at -= 1;
+        }
+        text.truncate(at);
+        text.shrink_to_fit();
+    }
+}
+
+/// The record of an attempt aborted `grace` after its campaign was cancelled.
+fn aborted_record(send_agent_unix_us: i64, grace: Duration) -> crate::probe::ProbeResult {
+    let record = ProbeRecord {
+        outcome: Some(Outcome::TimeoutTotal),
+        send_agent_unix_us,
+        error_type: Some("cancelled".into()),
+        error_message: Some(format!(
+            "attempt aborted: still in flight {} ms after the campaign was cancelled",
+            grace.as_millis()
+        )),
+        ..ProbeRecord::default()
+    };
+    crate::probe::ProbeResult {
+        record,
+        ..Default::default()
+    }
 }
 
 /// One logical request: attempts until one is not retried. Returns its final answer and the
@@ -345,6 +517,7 @@ async fn logical_request(
     turn: u32,
     mut intended: Instant,
     tx: &RecordTx,
+    env: &SlotEnv,
 ) -> (Answer, u32) {
     let mut first: Option<Instant> = None;
     let mut attempt = 1u32;
@@ -352,7 +525,14 @@ async fn logical_request(
         let sched_lag_us = intended.elapsed().as_micros() as i64;
         let started = Instant::now();
         let first = *first.get_or_insert(started);
-        let result = prober.probe(req, keep_text).await;
+        let send_unix_us = now_unix_us();
+        let result = {
+            let _in_flight = InFlight::start(&env.in_flight);
+            tokio::select! {
+                r = prober.probe(req, keep_text) => r,
+                _ = env.cancel.grace_over(env.cancel_grace) => aborted_record(send_unix_us, env.cancel_grace),
+            }
+        };
         let returned = Instant::now();
         let mut rec = result.record;
         label.fill(&mut rec, turn, attempt, sched_lag_us);
@@ -363,30 +543,36 @@ async fn logical_request(
             rec.outcome = Some(Outcome::HistoryRejected);
         }
         let outcome = rec.outcome();
+        let end = rec.e2e_us.map_or(returned - started, Duration::from_micros);
+        let latency_us = (started - first + end).as_micros() as u64;
         let wait = retry
-            .filter(|p| p.retries(attempt, outcome))
+            .filter(|p| p.retries(attempt, outcome) && env.cancel.cancelled_at().is_none())
             .map(|p| Duration::from_millis(p.wait_ms(attempt, rec.retry_after_s)));
-        if wait.is_none() {
+        let wait_cancelled = match wait {
+            None => true,
+            Some(w) => {
+                // The record waits with the request: a cancel during the wait makes it final.
+                intended = Instant::now() + w;
+                tokio::select! {
+                    _ = tokio::time::sleep_until(intended.into()) => false,
+                    _ = env.cancel.cancelled() => true,
+                }
+            }
+        };
+        if wait_cancelled {
             rec.final_attempt = true;
-            let end = rec.e2e_us.map_or(returned - started, Duration::from_micros);
-            rec.request_latency_us = Some((started - first + end).as_micros() as u64);
+            rec.request_latency_us = Some(latency_us);
         }
         let _ = tx.send((rec, result.itl_gaps_us)).await;
-        match wait {
-            None => {
-                let answer = Answer {
-                    outcome,
-                    content: result.content_text,
-                    reasoning: result.reasoning_text,
-                };
-                return (answer, attempt);
-            }
-            Some(w) => {
-                intended = Instant::now() + w;
-                tokio::time::sleep_until(intended.into()).await;
-                attempt += 1;
-            }
+        if wait_cancelled {
+            let answer = Answer {
+                outcome,
+                content: result.content_text,
+                reasoning: result.reasoning_text,
+            };
+            return (answer, attempt);
         }
+        attempt += 1;
     }
 }
 
@@ -652,6 +838,102 @@ model_id = "m"
             output_tokens_max: 60,
             ..ProviderProfile::fixed(name, 20_000, 1_000)
         }
+    }
+
+    #[tokio::test]
+    async fn a_cancel_aborts_attempts_after_the_grace_and_still_records_them() {
+        // Slow: 20 s to the first token.
+        let addr = sim(vec![ProviderProfile::fixed("slow", 20_000_000, 1_000)]).await;
+        let p = plan(&format!("http://{addr}/slow/v1"), "turns = 2", "");
+        let prober = Prober::new(None).unwrap();
+        let env = SlotEnv {
+            cancel_grace: Duration::from_millis(300),
+            ..SlotEnv::default()
+        };
+        let (tx, mut rx) = mpsc::channel(64);
+        let at = SlotRef {
+            round: 0,
+            slot: 0,
+            s: Slot {
+                provider: 0,
+                scenario: 0,
+            },
+            intended: Instant::now(),
+        };
+        let (env2, p2) = (env.clone(), p.clone());
+        let task = tokio::spawn(async move { run_slot_with(&p2, at, &prober, &tx, &env2).await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(env.in_flight.load(Ordering::SeqCst), 1);
+        let cancelled_at = Instant::now();
+        env.cancel.cancel();
+        let done = task.await.unwrap();
+        let took = cancelled_at.elapsed();
+        assert!(
+            took >= Duration::from_millis(300) && took < Duration::from_secs(2),
+            "{took:?}"
+        );
+        assert_eq!(env.in_flight.load(Ordering::SeqCst), 0);
+        assert_eq!(
+            done,
+            SlotDone {
+                records: 1,
+                turns_not_sent: 1
+            }
+        );
+        let (rec, _) = rx.recv().await.unwrap();
+        assert_eq!(rec.outcome(), Outcome::TimeoutTotal);
+        assert_eq!(rec.error_type.as_deref(), Some("cancelled"));
+        assert!(rec.final_attempt && rec.request_latency_us.is_some());
+        assert_eq!((rec.turn, rec.attempt, rec.provider.as_str()), (1, 1, "p"));
+        assert!(rec.send_agent_unix_us > 0);
+    }
+
+    #[tokio::test]
+    async fn a_cancel_during_a_retry_wait_makes_the_last_attempt_final() {
+        let throttler = ProviderProfile {
+            throttle_prob: 1.0,
+            ..quiet("throttler")
+        };
+        let addr = sim(vec![throttler]).await;
+        let p = plan(
+            &format!("http://{addr}/throttler/v1"),
+            "retry = { max_retries = 3, backoff_s = [5], honour_retry_after = false }",
+            "",
+        );
+        let prober = Prober::new(None).unwrap();
+        let env = SlotEnv::default();
+        let (tx, mut rx) = mpsc::channel(64);
+        let at = SlotRef {
+            round: 0,
+            slot: 0,
+            s: Slot {
+                provider: 0,
+                scenario: 0,
+            },
+            intended: Instant::now(),
+        };
+        let env2 = env.clone();
+        let task = tokio::spawn(async move { run_slot_with(&p, at, &prober, &tx, &env2).await });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        env.cancel.cancel();
+        let done = tokio::time::timeout(Duration::from_secs(2), task)
+            .await
+            .expect("the wait ends at the cancel")
+            .unwrap();
+        assert_eq!(done.records, 1);
+        let (rec, _) = rx.recv().await.unwrap();
+        assert_eq!(rec.outcome(), Outcome::Throttled);
+        assert!(rec.final_attempt && rec.request_latency_us.is_some());
+    }
+
+    #[test]
+    fn kept_answers_are_cut_at_a_char_boundary() {
+        let mut t = "é".repeat(10); // 20 bytes
+        cut_at_char_boundary(&mut t, 5);
+        assert_eq!(t, "éé");
+        let mut short = "abc".to_string();
+        cut_at_char_boundary(&mut short, 5);
+        assert_eq!(short, "abc");
     }
 
     #[tokio::test]

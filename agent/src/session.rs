@@ -1,7 +1,8 @@
 //! The agent's session with the coordinator: connect (and reconnect with backoff), hello,
-//! NTP-style clock pings, plan pushes, result batches and acks, heartbeats.
+//! NTP-style clock pings, plan pushes, result batches and acks, heartbeats (with the number
+//! of attempts in flight), and cancels.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +22,13 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
 use crate::outbox::Outbox;
 use crate::probe::Prober;
-use crate::runner::{CampaignRun, RunnerConfig, now_unix_us, run_campaign};
+use crate::runner::{CampaignRun, Cancel, RunnerConfig, now_unix_us, run_campaign};
+
+/// Cancel switches of the campaigns this process runs, by campaign id.
+type Cancels = Arc<std::sync::Mutex<BTreeMap<String, Cancel>>>;
+
+/// Environment variable setting the heartbeat period, seconds (default 5).
+pub const HEARTBEAT_ENV: &str = "LATMESH_AGENT_HEARTBEAT_S";
 
 /// How an agent identifies itself and where it connects.
 #[derive(Clone, Debug)]
@@ -34,7 +41,8 @@ pub struct AgentConfig {
     pub region: String,
     /// Clock pings per exchange burst (the least-delayed one wins).
     pub clock_pings: u32,
-    /// Heartbeat (and clock refresh) period.
+    /// Heartbeat (and clock refresh) period; the coordinator marks the agent disconnected
+    /// after 3 periods without a word. Default 5 s, or [`HEARTBEAT_ENV`].
     pub heartbeat: Duration,
     /// Runner settings.
     pub runner: RunnerConfig,
@@ -57,7 +65,11 @@ impl AgentConfig {
             agent_id: agent_id.to_string(),
             region: region.to_string(),
             clock_pings: 8,
-            heartbeat: Duration::from_secs(5),
+            heartbeat: std::env::var(HEARTBEAT_ENV)
+                .ok()
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .filter(|s| s.is_finite() && *s >= 0.1 && *s <= 3600.0)
+                .map_or(Duration::from_secs(5), Duration::from_secs_f64),
             runner: RunnerConfig::default(),
             exit_after_campaigns: None,
             spool: None,
@@ -221,6 +233,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     let outbox = Outbox::open(cfg.spool.as_ref(), &cfg.agent_id)?;
     let (clock_tx, clock_rx) = watch::channel::<Option<ClockEstimate>>(None);
     let started: Arc<std::sync::Mutex<BTreeSet<String>>> = Default::default();
+    let cancels: Cancels = Default::default();
     let (finished_tx, mut finished_rx) = mpsc::unbounded_channel::<String>();
     let mut finished: usize = 0;
     let mut backoff = Duration::from_millis(100);
@@ -232,6 +245,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
             &clock_tx,
             &clock_rx,
             &started,
+            &cancels,
             &finished_tx,
             &mut finished_rx,
             &mut finished,
@@ -274,6 +288,7 @@ async fn session(
     clock_tx: &watch::Sender<Option<ClockEstimate>>,
     clock_rx: &watch::Receiver<Option<ClockEstimate>>,
     started: &Arc<std::sync::Mutex<BTreeSet<String>>>,
+    cancels: &Cancels,
     finished_tx: &mpsc::UnboundedSender<String>,
     finished_rx: &mut mpsc::UnboundedReceiver<String>,
     finished: &mut usize,
@@ -366,7 +381,17 @@ async fn session(
                         clock_tx.send_replace(clock::estimate(&samples));
                     }
                     In::Ack(a) => outbox.ack(&a.campaign_id, a.seq),
-                    In::Plan(p) => start_campaign(p, prober, outbox, clock_rx, started, finished_tx, &cfg.runner),
+                    In::Plan(p) => start_campaign(p, prober, outbox, clock_rx, started, cancels, finished_tx, &cfg.runner),
+                    In::Cancel(c) => {
+                        let found = cancels.lock().unwrap_or_else(|e| e.into_inner()).get(&c.campaign_id).cloned();
+                        match found {
+                            Some(cancel) => {
+                                tracing::warn!(campaign = %c.campaign_id, reason = %c.reason, in_flight = cfg.runner.in_flight.load(std::sync::atomic::Ordering::SeqCst), "campaign cancelled by the coordinator: no new probes; in-flight ones get {:?}", cfg.runner.cancel_grace);
+                                cancel.cancel();
+                            }
+                            None => tracing::info!(campaign = %c.campaign_id, "cancel for a campaign not running here: ignored"),
+                        }
+                    }
                     In::Refused(r) => return Err(SessionError::Fatal(anyhow::anyhow!("coordinator refused this agent: {}", r.reason))),
                 },
                 Ok(Some(_)) => {}
@@ -384,11 +409,15 @@ async fn session(
                     agent_unix_us: now_unix_us(),
                     clock_offset_us: est.offset_us,
                     clock_uncertainty_us: est.uncertainty_us,
-                    in_flight: 0,
+                    in_flight: cfg.runner.in_flight.load(std::sync::atomic::Ordering::SeqCst),
+                    interval_ms: cfg.heartbeat.as_millis().min(u128::from(u32::MAX)) as u32,
                 }))).await;
                 pings_due = pings_due.max(2);
             }
-                        Some(_) = finished_rx.recv() => { *finished += 1; }
+            Some(id) = finished_rx.recv() => {
+                cancels.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+                *finished += 1;
+            }
             _ = resend.tick() => {
                 let n = outbox.resend_stale(RESEND_AFTER);
                 if n > 0 {
@@ -400,12 +429,14 @@ async fn session(
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn start_campaign(
     p: pb::PlanPush,
     prober: &Arc<Prober>,
     outbox: &Outbox,
     clock_rx: &watch::Receiver<Option<ClockEstimate>>,
     started: &Arc<std::sync::Mutex<BTreeSet<String>>>,
+    cancels: &Cancels,
     finished_tx: &mpsc::UnboundedSender<String>,
     runner: &RunnerConfig,
 ) {
@@ -423,11 +454,17 @@ fn start_campaign(
             return;
         }
     };
+    let cancel = Cancel::default();
+    cancels
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(p.campaign_id.clone(), cancel.clone());
     let run = CampaignRun {
         campaign_id: p.campaign_id.clone(),
         plan: Arc::new(plan),
         start_at_coord_unix_us: p.start_at_coord_unix_us,
         first_seq: outbox.first_seq(&p.campaign_id, p.next_seq),
+        cancel,
     };
     let (prober, outbox, clock, finished_tx, runner) = (
         prober.clone(),

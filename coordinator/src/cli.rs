@@ -171,6 +171,12 @@ struct StoreArgs {
     /// Largest spool, MiB; beyond it batches are not acked (agents keep and resend them).
     #[arg(long, default_value_t = 1024)]
     spool_max_mib: u64,
+    /// State directory: campaigns (plan, deadline, agents, every acked batch) persist here, so
+    /// a coordinator restarted after a crash or kill -9 picks its unfinished campaigns up.
+    /// Default: `state` inside --spool-dir with --clickhouse-url; without ClickHouse and
+    /// without this flag, campaigns live in memory only.
+    #[arg(long, env = "LATMESH_STATE_DIR")]
+    state_dir: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -225,6 +231,18 @@ enum CampaignCmd {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Cancel a running campaign: every agent stops scheduling probes, in-flight ones get a
+    /// short grace, what was measured is kept. Waits until the agents have reported and prints
+    /// the counts (exits non-zero for an unknown or already finished campaign).
+    Cancel {
+        /// Campaign id, as `launch` printed it.
+        campaign_id: String,
+        #[command(flatten)]
+        coord: CoordinatorArg,
+        /// Return once the coordinator has accepted the cancel, without waiting for agents.
+        #[arg(long)]
+        no_wait: bool,
     },
     /// Follow a running campaign (e.g. after the launching terminal went away) and print its
     /// matrix when it finishes.
@@ -395,7 +413,7 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
                 reply.agent_ids.len(),
                 reply.campaign_id
             );
-            report(&mut client, &url, &reply.campaign_id, json.as_deref()).await
+            follow_launched(&coord, client, &reply.campaign_id, json.as_deref()).await
         }
         Command::Query(q) => crate::cli_query::run_query(q).await,
         Command::Campaign(CampaignCmd::Verify {
@@ -435,6 +453,58 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
             );
             Ok(())
         }
+        Command::Campaign(CampaignCmd::Cancel {
+            campaign_id,
+            coord,
+            no_wait,
+        }) => {
+            let url = coord.url();
+            let mut client = coord.connect().await?;
+            let reply = client
+                .cancel(pb::CancelRequest {
+                    campaign_id: campaign_id.clone(),
+                })
+                .await
+                .map_err(|s| match s.code() {
+                    tonic::Code::NotFound | tonic::Code::FailedPrecondition => {
+                        anyhow::anyhow!("cannot cancel: {}", s.message())
+                    }
+                    _ => watch::control_error(&url, s),
+                })?
+                .into_inner();
+            eprintln!(
+                "campaign {campaign_id}: cancel sent to {} agent(s) [{}]",
+                reply.agent_ids.len(),
+                reply.agent_ids.join(", ")
+            );
+            if no_wait {
+                return Ok(());
+            }
+            let outcome =
+                watch::follow_outcome(&mut client, &url, &campaign_id, Duration::from_secs(2))
+                    .await?;
+            let s = &outcome.summary;
+            for a in &s.agents {
+                println!(
+                    "{:<20} {:<14} {:>8} records kept {:>8} slots not run{}",
+                    a.agent_id,
+                    a.region,
+                    a.records,
+                    a.skipped,
+                    if a.complete || a.records > 0 || a.batches > 0 {
+                        ""
+                    } else {
+                        " (no report)"
+                    }
+                );
+            }
+            println!(
+                "campaign {campaign_id} cancelled: {} records kept, {} slots not run",
+                s.agents.iter().map(|a| a.records).sum::<u64>(),
+                s.agents.iter().map(|a| a.skipped).sum::<u64>()
+            );
+            Ok(())
+        }
         Command::Campaign(CampaignCmd::Watch {
             campaign_id,
             coord,
@@ -451,29 +521,7 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
                 .map_err(|s| watch::control_error(&coord.url(), s))?
                 .into_inner()
                 .agents;
-            if agents.is_empty() {
-                println!("no agents");
-            } else {
-                println!(
-                    "{:<20} {:<14} {:<8} {:<12} clock offset to the coordinator",
-                    "AGENT", "REGION", "VERSION", "STATE"
-                );
-            }
-            for a in agents {
-                println!(
-                    "{:<20} {:<14} {:<8} {:<12} clock offset {:+} µs ± {} µs",
-                    a.agent_id,
-                    a.region,
-                    a.version,
-                    if a.connected {
-                        "connected"
-                    } else {
-                        "disconnected"
-                    },
-                    a.clock_offset_us,
-                    a.clock_uncertainty_us
-                );
-            }
+            print!("{}", render_agents(&agents, crate::state::now_unix_us()));
             Ok(())
         }
         Command::Demo {
@@ -519,6 +567,32 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
 /// # Errors
 /// The spool cannot be opened.
 fn coordinator_with_store(
+    store: &StoreArgs,
+) -> anyhow::Result<(Coordinator, Option<tokio::task::JoinHandle<()>>)> {
+    let (coordinator, sink) = coordinator_with_clickhouse(store)?;
+    let state_dir = store.state_dir.clone().or_else(|| {
+        store
+            .clickhouse_url
+            .as_ref()
+            .map(|_| store.spool_dir.join("state"))
+    });
+    match state_dir {
+        Some(dir) => {
+            let loaded = coordinator
+                .state()
+                .with_state_dir(crate::persist::StateDir::open(&dir)?)
+                .with_context(|| format!("loading the campaigns in {}", dir.display()))?;
+            tracing::info!(state_dir = %dir.display(), unfinished_campaigns = loaded.len(), "campaigns persist in the state directory");
+        }
+        None => tracing::info!(
+            "campaigns live in memory only (a restart loses running ones): pass --state-dir to keep them"
+        ),
+    }
+    Ok((coordinator, sink))
+}
+
+/// A coordinator, with a spool and a ClickHouse sink task when `store` names a ClickHouse.
+fn coordinator_with_clickhouse(
     store: &StoreArgs,
 ) -> anyhow::Result<(Coordinator, Option<tokio::task::JoinHandle<()>>)> {
     let Some(url) = &store.clickhouse_url else {
@@ -587,7 +661,136 @@ async fn serve_security(
     Ok((Auth::new(agent, admin), tls))
 }
 
-/// Follows a campaign, prints its matrix, writes the JSON; fails when it is incomplete.
+/// How long `campaign launch` tries to reconnect to a coordinator it lost while following.
+const LAUNCH_RECONNECT_FOR: Duration = Duration::from_secs(120);
+
+/// `campaign launch`'s follow ([`report`]); when the connection to the coordinator breaks
+/// before the campaign finished (the coordinator died or is restarting), says so, reconnects
+/// for up to [`LAUNCH_RECONNECT_FOR`] (a coordinator restarted with its state directory still
+/// runs the campaign) and follows again; else tells the user to `campaign watch` it later.
+async fn follow_launched(
+    coord: &CoordinatorArg,
+    mut client: AdminClient,
+    campaign_id: &str,
+    json: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    let url = coord.url();
+    let mut reconnected = false;
+    let mut lost_since: Option<std::time::Instant> = None;
+    loop {
+        let followed_from = std::time::Instant::now();
+        let err = match report(&mut client, &url, campaign_id, json).await {
+            Ok(()) => return Ok(()),
+            Err(e) if reconnected && e.to_string().contains("NotFound") => {
+                anyhow::bail!(
+                    "the coordinator at {url} came back without campaign {campaign_id} (was it restarted without its --state-dir?): {e:#}"
+                )
+            }
+            Err(e) if !lost_connection(&e) => return Err(e),
+            Err(e) => e,
+        };
+        if followed_from.elapsed() > Duration::from_secs(10) {
+            lost_since = None;
+        }
+        let since = *lost_since.get_or_insert_with(std::time::Instant::now);
+        let reason = match err.chain().find_map(|c| c.downcast_ref::<tonic::Status>()) {
+            Some(s) => s.message().to_string(),
+            None => format!("{err:#}"),
+        };
+        eprintln!(
+            "lost the connection to the coordinator at {url} while following campaign {campaign_id} ({reason}). The agents keep measuring; a coordinator restarted with the same state directory picks the campaign up. Reconnecting for up to {} s (or follow it later with: latmesh campaign watch {campaign_id})",
+            LAUNCH_RECONNECT_FOR.as_secs()
+        );
+        client = loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            match coord.connect().await {
+                Ok(c) => break c,
+                Err(e) if since.elapsed() >= LAUNCH_RECONNECT_FOR => anyhow::bail!(
+                    "could not reconnect to the coordinator at {url} within {} s ({e:#}); campaign {campaign_id} may still be running: once the coordinator is back, follow it with `latmesh campaign watch {campaign_id}`",
+                    LAUNCH_RECONNECT_FOR.as_secs()
+                ),
+                Err(_) => {}
+            }
+        };
+        reconnected = true;
+        eprintln!("reconnected to {url}: following campaign {campaign_id} again");
+    }
+}
+
+/// Whether following failed because the connection to the coordinator broke (rather than
+/// because of the campaign itself).
+fn lost_connection(e: &anyhow::Error) -> bool {
+    use tonic::Code;
+    if let Some(s) = e.chain().find_map(|c| c.downcast_ref::<tonic::Status>()) {
+        return matches!(
+            s.code(),
+            Code::Unavailable | Code::Unknown | Code::Cancelled | Code::Internal | Code::Aborted
+        );
+    }
+    let text = format!("{e:#}");
+    text.contains("closed the progress stream") || text.contains(": Unavailable:")
+}
+
+/// The `latmesh agents` table: state (`connected`, or `disconnected since … (why)`), what
+/// the agent does (`idle` or `running CAMPAIGN`), attempts in flight and heartbeat age (from
+/// the last heartbeat), clock offset.
+pub fn render_agents(agents: &[pb::AgentInfo], now_unix_us: i64) -> String {
+    use std::fmt::Write as _;
+    if agents.is_empty() {
+        return "no agents\n".into();
+    }
+    let mut out = format!(
+        "{:<20} {:<14} {:<8} {:<12} {:<28} {:>9} {:>13}  clock offset to the coordinator\n",
+        "AGENT", "REGION", "VERSION", "STATE", "ACTIVITY", "IN-FLIGHT", "HEARTBEAT"
+    );
+    for a in agents {
+        let activity = if a.campaign_id.is_empty() {
+            "idle".to_string()
+        } else {
+            format!("running {}", a.campaign_id)
+        };
+        let heartbeat = if a.last_heartbeat_coord_unix_us > 0 {
+            watch::ago(a.last_heartbeat_coord_unix_us, now_unix_us)
+        } else {
+            "none yet".into()
+        };
+        let _ = writeln!(
+            out,
+            "{:<20} {:<14} {:<8} {:<12} {:<28} {:>9} {:>13}  {:+} µs ± {} µs",
+            a.agent_id,
+            a.region,
+            a.version,
+            if a.connected {
+                "connected"
+            } else {
+                "disconnected"
+            },
+            activity,
+            a.in_flight,
+            heartbeat,
+            a.clock_offset_us,
+            a.clock_uncertainty_us
+        );
+        if !a.connected && a.disconnected_since_coord_unix_us > 0 {
+            let _ = writeln!(
+                out,
+                "  {} disconnected since {} ({}; {} in flight at its last heartbeat)",
+                a.agent_id,
+                watch::ago(a.disconnected_since_coord_unix_us, now_unix_us),
+                if a.disconnect_reason.is_empty() {
+                    "session closed"
+                } else {
+                    a.disconnect_reason.as_str()
+                },
+                a.in_flight
+            );
+        }
+    }
+    out
+}
+
+/// Follows a campaign, prints its matrix, writes the JSON; fails when it is incomplete or
+/// was cancelled.
 async fn report(
     client: &mut AdminClient,
     url: &str,
@@ -597,12 +800,22 @@ async fn report(
     if let Some(path) = json {
         watch::check_writable(path)?;
     }
-    let summary = watch::follow(client, url, campaign_id, Duration::from_secs(5)).await?;
+    let outcome = watch::follow_outcome(client, url, campaign_id, Duration::from_secs(5)).await?;
+    let summary = outcome.summary;
     print!("{}", summary.render());
+    if outcome.cancelled {
+        println!(
+            "CANCELLED: campaign {campaign_id} was cancelled; the results above are what was measured before"
+        );
+    }
     if let Some(path) = json {
-        watch::write_json(&summary, path)?;
+        watch::write_json_cancelled(&summary, outcome.cancelled, path)?;
         eprintln!("summary written to {}", path.display());
     }
+    anyhow::ensure!(
+        !outcome.cancelled,
+        "campaign {campaign_id} was cancelled: partial results (see CANCELLED above)"
+    );
     anyhow::ensure!(
         summary.complete,
         "campaign {campaign_id} is incomplete: some agents did not deliver every probe (see INCOMPLETE above)"

@@ -10,6 +10,7 @@ pub mod cli_query;
 pub mod clickhouse;
 pub mod demo;
 pub mod events;
+pub mod persist;
 pub mod service;
 pub mod sink;
 pub mod spool;

@@ -25,12 +25,13 @@ impl From<StateError> for Status {
     fn from(e: StateError) -> Status {
         match e {
             StateError::UnknownCampaign(_) => Status::not_found(e.to_string()),
-            StateError::NoAgent { .. } | StateError::Busy { .. } => {
+            StateError::NoAgent { .. } | StateError::Busy { .. } | StateError::Finished { .. } => {
                 Status::failed_precondition(e.to_string())
             }
             StateError::BadPlan(_) | StateError::BadBatch { .. } => {
                 Status::invalid_argument(e.to_string())
             }
+            StateError::Storage(_) => Status::unavailable(e.to_string()),
         }
     }
 }
@@ -62,6 +63,11 @@ impl Coordinator {
             spool: Some(spool),
             ..Coordinator::default()
         }
+    }
+
+    /// Its state.
+    pub fn state(&self) -> &State {
+        &self.state
     }
 
     /// The same coordinator, requiring the tokens of `auth` (agent session: agent token;
@@ -101,6 +107,7 @@ impl Coordinator {
             let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
             loop {
                 tick.tick().await;
+                state.check_liveness(now_unix_us());
                 state.expire(now_unix_us());
             }
         });
@@ -127,9 +134,10 @@ fn send(tx: &mpsc::Sender<Result<pb::CoordinatorMessage, Status>>, kind: Out) ->
         .is_ok()
 }
 
-/// Stores one batch: checks it, appends it to the spool (durably) when there is one, merges
-/// it. Returns whether to ack it: yes when it is stored or was stored before; no when it is
-/// malformed or the spool cannot take it (the agent keeps it and sends it again).
+/// Stores one batch: checks it, appends it durably to the ClickHouse spool and to its
+/// campaign's batch log in the state directory (each when there is one), merges it. Returns
+/// whether to ack it: yes when it is stored or was stored before; no when it is malformed or
+/// a spool cannot take it (the agent keeps it and sends it again).
 async fn store(state: &State, spool: Option<&Arc<Spool>>, agent: &str, b: pb::ResultBatch) -> bool {
     let checked = match state.check(agent, &b) {
         Ok(Some(checked)) => checked,
@@ -139,18 +147,33 @@ async fn store(state: &State, spool: Option<&Arc<Spool>>, agent: &str, b: pb::Re
             return false;
         }
     };
-    if let Some(spool) = spool {
-        let (spool, agent_id, region) = (spool.clone(), agent.to_string(), checked.region.clone());
-        let appended =
-            tokio::task::spawn_blocking(move || spool.append(&agent_id, &region, &b)).await;
+    let (spool, log) = (spool.cloned(), state.batch_log(&checked.campaign_id));
+    if spool.is_some() || log.is_some() {
+        let (agent_id, region) = (agent.to_string(), checked.region.clone());
+        // The ClickHouse spool first: a coordinator killed between the two appends has not
+        // acked the batch and does not count its seq after a restart, so the agent's resend
+        // is spooled again (the sink stores a batch once) and logged.
+        let appended = tokio::task::spawn_blocking(move || {
+            if let Some(spool) = spool {
+                spool
+                    .append(&agent_id, &region, &b)
+                    .map_err(|e| ("spool", e))?;
+            }
+            if let Some(log) = log {
+                log.append(&agent_id, &region, &b)
+                    .map_err(|e| ("state directory's batch log", e))?;
+            }
+            Ok::<_, (&str, SpoolError)>(())
+        })
+        .await;
         match appended {
-            Ok(Ok(_)) => {}
-            Ok(Err(e @ SpoolError::Full { .. })) => {
+            Ok(Ok(())) => {}
+            Ok(Err((_, e @ SpoolError::Full { .. }))) => {
                 tracing::warn!(%agent, error = %e, "spool full: batch not acked; the agent will resend it");
                 return false;
             }
-            Ok(Err(e)) => {
-                tracing::error!(%agent, error = %e, "batch not spooled, not acked");
+            Ok(Err((into, e))) => {
+                tracing::error!(%agent, error = %e, "batch not written to the {into}, not acked");
                 return false;
             }
             Err(e) => {
@@ -218,6 +241,7 @@ impl AgentSession for Coordinator {
                         break;
                     }
                 };
+                state.seen(&agent, session);
                 match msg.kind {
                     Some(In::Ping(p)) => {
                         let coord_recv_unix_us = now_unix_us();
@@ -231,7 +255,7 @@ impl AgentSession for Coordinator {
                             }),
                         );
                     }
-                    Some(In::Heartbeat(hb)) => state.heartbeat(&agent, &hb),
+                    Some(In::Heartbeat(hb)) => state.heartbeat(&agent, session, &hb),
                     Some(In::Batch(b)) => {
                         let (campaign_id, seq) = (b.campaign_id.clone(), b.seq);
                         if store(&state, spool.as_ref(), &agent, b).await {
@@ -295,6 +319,18 @@ impl Control for Coordinator {
             futures::future::ready(next)
         });
         Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn cancel(
+        &self,
+        request: Request<pb::CancelRequest>,
+    ) -> Result<Response<pb::CancelReply>, Status> {
+        let campaign_id = request.into_inner().campaign_id;
+        let agent_ids = self.state.cancel(&campaign_id)?;
+        Ok(Response::new(pb::CancelReply {
+            campaign_id,
+            agent_ids,
+        }))
     }
 
     async fn list_agents(

@@ -16,6 +16,8 @@ use tokio::sync::{mpsc, watch};
 use tonic::Status;
 
 use crate::aggregate::Aggregate;
+use crate::persist::{AgentRecord, CampaignRecord, StateDir};
+use crate::spool::Spool;
 use crate::summary::{self, AgentSummary, Summary};
 
 /// Outbound half of an agent's session stream.
@@ -60,6 +62,7 @@ struct Campaign {
     plan: Plan,
     plan_json: String,
     plan_hash: String,
+    launched_at_unix_us: i64,
     start_at_unix_us: i64,
     agents: BTreeMap<String, CampaignAgent>,
     agg: Aggregate,
@@ -97,6 +100,17 @@ pub enum StateError {
     /// The plan JSON does not parse.
     #[error("plan_json: {0}")]
     BadPlan(String),
+    /// The campaign has already finished (e.g. cancelling it is too late).
+    #[error("campaign {campaign:?} has already finished ({how}): nothing to cancel")]
+    Finished {
+        /// Campaign id.
+        campaign: String,
+        /// `complete`, `incomplete` or `cancelled`.
+        how: String,
+    },
+    /// The state directory cannot take the campaign's facts.
+    #[error("state directory: {0}")]
+    Storage(String),
     /// A batch from an agent does not decode.
     #[error("batch {seq} from {agent}: {message}")]
     BadBatch {
@@ -122,6 +136,10 @@ struct Inner {
     next_session: u64,
     /// `Some` when a sink wants [`StoreEvent`]s.
     events: Option<crate::events::EventQueue>,
+    /// `Some` when campaigns persist in a state directory ([`State::with_state_dir`]).
+    persist: Option<StateDir>,
+    /// Cancelled campaigns: when (coordinator clock, UTC µs) `latmesh campaign cancel` came.
+    cancelled: BTreeMap<String, i64>,
 }
 
 /// What a store (the ClickHouse sink) must write besides result batches.
@@ -245,6 +263,8 @@ impl State {
             clock_offset_us: 0,
             clock_uncertainty_us: 0,
             connected: true,
+            heartbeat_interval_ms: DEFAULT_HEARTBEAT_MS,
+            ..Default::default()
         };
         for (id, c) in &inner.campaigns {
             if let Some(a) = c.agents.get(&hello.agent_id)
@@ -253,6 +273,10 @@ impl State {
             {
                 let next_seq = a.seqs.last().map_or(1, |s| s + 1);
                 let _ = tx.try_send(Ok(plan_message(id, c, next_seq)));
+                if inner.cancelled.contains_key(id) {
+                    // Cancelled while it was away: it reports what it has and stops at once.
+                    let _ = tx.try_send(Ok(cancel_message(id)));
+                }
             }
         }
         inner.agents.insert(
@@ -272,6 +296,10 @@ impl State {
         if let Some(a) = inner.agents.get_mut(agent_id)
             && a.session == session
         {
+            if a.info.connected {
+                a.info.disconnected_since_coord_unix_us = now_unix_us();
+                a.info.disconnect_reason = "session closed".into();
+            }
             a.info.connected = false;
             a.tx = None;
         }
@@ -281,22 +309,47 @@ impl State {
         }
     }
 
-    /// Records a heartbeat.
-    pub fn heartbeat(&self, agent_id: &str, hb: &pb::Heartbeat) {
+    /// Records a heartbeat of the agent's session `session` (a stale session's is ignored):
+    /// its clock estimate, attempts in flight and heartbeat period.
+    pub fn heartbeat(&self, agent_id: &str, session: u64, hb: &pb::Heartbeat) {
         let mut inner = self.lock();
-        if let Some(a) = inner.agents.get_mut(agent_id) {
-            a.info.last_seen_coord_unix_us = now_unix_us();
+        let now = now_unix_us();
+        if let Some(a) = inner.agents.get_mut(agent_id)
+            && a.session == session
+        {
+            a.info.last_seen_coord_unix_us = now;
+            a.info.last_heartbeat_coord_unix_us = now;
             a.info.clock_offset_us = hb.clock_offset_us;
             a.info.clock_uncertainty_us = hb.clock_uncertainty_us;
+            a.info.in_flight = hb.in_flight;
+            if hb.interval_ms > 0 {
+                a.info.heartbeat_interval_ms = hb.interval_ms;
+            }
         }
+        revive(&mut inner, agent_id, session);
     }
 
-    /// Agents known to the coordinator.
+    /// Agents known to the coordinator, each with the unfinished campaign it runs (if any).
     pub fn agents(&self) -> Vec<pb::AgentInfo> {
-        self.lock()
+        let inner = self.lock();
+        inner
             .agents
             .values()
-            .map(|a| a.info.clone())
+            .map(|a| {
+                let mut info = a.info.clone();
+                info.campaign_id = inner
+                    .campaigns
+                    .iter()
+                    .find(|(_, c)| {
+                        c.summary.is_none()
+                            && c.agents
+                                .get(&info.agent_id)
+                                .is_some_and(|ca| ca.last_seq.is_none())
+                    })
+                    .map(|(id, _)| id.clone())
+                    .unwrap_or_default();
+                info
+            })
             .collect()
     }
 
@@ -353,7 +406,8 @@ impl State {
             plan.name,
             &uuid::Uuid::new_v4().simple().to_string()[..8]
         );
-        let start_at_unix_us = now_unix_us() + start_delay_us;
+        let launched_at_unix_us = now_unix_us();
+        let start_at_unix_us = launched_at_unix_us + start_delay_us;
         let plan_json = plan.to_json();
         let plan_hash = plan.hash();
         let deadline_unix_us = start_at_unix_us + plan_span_us(&plan) + DEADLINE_GRACE_US;
@@ -377,6 +431,7 @@ impl State {
             plan,
             plan_json,
             plan_hash: plan_hash.clone(),
+            launched_at_unix_us,
             start_at_unix_us,
             agg: Aggregate::default(),
             progress,
@@ -384,6 +439,13 @@ impl State {
             deadline_unix_us,
             expired: false,
         };
+        // Durable before any agent runs it: a restarted coordinator knows every campaign an
+        // agent may send batches for.
+        if let Some(persist) = inner.persist.as_mut() {
+            persist
+                .create(&record_of(&campaign_id, &campaign))
+                .map_err(|e| StateError::Storage(format!("{e:#}")))?;
+        }
         let msg = plan_message(&campaign_id, &campaign, 1);
         for (id, _) in &chosen {
             if let Some(tx) = inner.agents.get(id).and_then(|a| a.tx.as_ref()) {
@@ -394,7 +456,7 @@ impl State {
             events.push(StoreEvent::Launched {
                 campaign_id: campaign_id.clone(),
                 plan: Box::new(campaign.plan.clone()),
-                launched_at_unix_us: now_unix_us(),
+                launched_at_unix_us,
                 start_at_unix_us,
             });
         }
@@ -424,18 +486,7 @@ impl State {
             seq: batch.seq,
             message,
         };
-        let records: Vec<ProbeRecord> = batch
-            .records
-            .iter()
-            .map(|r| ProbeRecord::try_from(r.clone()))
-            .collect::<Result<_, _>>()
-            .map_err(|e| bad(e.to_string()))?;
-        let histograms = batch
-            .histograms
-            .iter()
-            .map(wire::histogram_from_pb)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| bad(e.to_string()))?;
+        let (records, histograms) = decode_batch(agent_id, batch)?;
         let inner = self.lock();
         let c = inner
             .campaigns
@@ -464,21 +515,17 @@ impl State {
         let Some(c) = inner.campaigns.get_mut(&b.campaign_id) else {
             return false;
         };
-        let Some(ca) = c.agents.get_mut(&b.agent_id) else {
+        if !merge_into(c, &b) {
             return false;
-        };
-        if !ca.seqs.insert(b.seq) {
-            return false;
-        }
-        ca.records += b.records.len() as u64;
-        for r in &b.records {
-            c.agg.add_record(&b.region, r);
-        }
-        for (key, h) in &b.histograms {
-            c.agg.add_histogram(&b.region, key.clone(), h);
         }
         publish(&mut inner, &b.campaign_id);
         true
+    }
+
+    /// The batch log of an unfinished campaign when campaigns persist: a batch is appended
+    /// there (durably) before it is acked.
+    pub fn batch_log(&self, campaign_id: &str) -> Option<Arc<Spool>> {
+        self.lock().persist.as_ref()?.log(campaign_id)
     }
 
     /// [`State::check`] then [`State::merge`]: whether the batch was new.
@@ -498,13 +545,20 @@ impl State {
     /// [`StateError::UnknownCampaign`].
     pub fn done(&self, agent_id: &str, done: &pb::CampaignDone) -> Result<(), StateError> {
         let mut inner = self.lock();
-        let c = inner
-            .campaigns
+        let Inner {
+            campaigns, persist, ..
+        } = &mut *inner;
+        let c = campaigns
             .get_mut(&done.campaign_id)
             .ok_or_else(|| StateError::UnknownCampaign(done.campaign_id.clone()))?;
-        if let Some(a) = c.agents.get_mut(agent_id) {
+        if let Some(a) = c.agents.get_mut(agent_id)
+            && (a.last_seq, a.skipped) != (Some(done.last_seq), done.skipped)
+        {
             a.last_seq = Some(done.last_seq);
             a.skipped = done.skipped;
+            if c.summary.is_none() {
+                persist_campaign(persist, &done.campaign_id, c);
+            }
         }
         publish(&mut inner, &done.campaign_id);
         Ok(())
@@ -537,11 +591,114 @@ impl State {
     /// [`StateError::UnknownCampaign`].
     pub fn watch(&self, campaign_id: &str) -> Result<watch::Receiver<pb::Progress>, StateError> {
         let inner = self.lock();
-        let c = inner
-            .campaigns
-            .get(campaign_id)
-            .ok_or_else(|| StateError::UnknownCampaign(campaign_id.to_string()))?;
-        Ok(c.progress.subscribe())
+        if let Some(c) = inner.campaigns.get(campaign_id) {
+            return Ok(c.progress.subscribe());
+        }
+        // A campaign an earlier process of this coordinator finished: its stored summary.
+        let finished = inner
+            .persist
+            .as_ref()
+            .and_then(|p| p.record(campaign_id))
+            .and_then(|r| Some(finished_progress(&r, r.summary.as_ref()?)));
+        match finished {
+            Some(progress) => Ok(watch::channel(progress).1),
+            None => Err(StateError::UnknownCampaign(campaign_id.to_string())),
+        }
+    }
+
+    /// From now on campaigns persist in `dir` (see [`crate::persist`]); the unfinished
+    /// campaigns found there are loaded first, each rebuilt by replaying its batch log
+    /// (aggregate, per-agent seqs and record counts; `done` notices and deadlines from its
+    /// record). Agents that reconnect get their plan again with `next_seq` past every seq
+    /// replayed, and resent batches count once. A campaign whose deadline passed while the
+    /// coordinator was down finishes at the next [`State::expire`]. Returns the ids loaded.
+    ///
+    /// # Errors
+    /// A campaign record whose plan does not parse, or a batch log that cannot be read.
+    pub fn with_state_dir(&self, mut dir: StateDir) -> anyhow::Result<Vec<String>> {
+        use anyhow::Context as _;
+        let mut loaded = Vec::new();
+        let mut campaigns = Vec::new();
+        for rec in dir.records() {
+            if rec.summary.is_some() {
+                continue;
+            }
+            let id = rec.campaign_id.clone();
+            let plan: Plan = serde_json::from_str(&rec.plan_json)
+                .with_context(|| format!("campaign {id}: the stored plan does not parse"))?;
+            let mut c = Campaign {
+                plan,
+                plan_json: rec.plan_json,
+                plan_hash: rec.plan_hash,
+                launched_at_unix_us: rec.launched_at_unix_us,
+                start_at_unix_us: rec.start_at_unix_us,
+                agents: rec
+                    .agents
+                    .into_iter()
+                    .map(|(agent, a)| {
+                        (
+                            agent,
+                            CampaignAgent {
+                                region: a.region,
+                                last_seq: a.last_seq,
+                                skipped: a.skipped,
+                                ..Default::default()
+                            },
+                        )
+                    })
+                    .collect(),
+                agg: Aggregate::default(),
+                progress: watch::channel(pb::Progress {
+                    campaign_id: id.clone(),
+                    ..Default::default()
+                })
+                .0,
+                summary: None,
+                deadline_unix_us: rec.deadline_unix_us,
+                expired: rec.expired,
+            };
+            let (mut batches, mut records) = (0u64, 0u64);
+            dir.replay(&id, |e| {
+                let region = match c.agents.get(&e.agent_id) {
+                    Some(a) => a.region.clone(),
+                    None => {
+                        tracing::warn!(campaign = %id, agent = %e.agent_id, "batch log: a batch of an agent not in the campaign, ignored");
+                        return;
+                    }
+                };
+                match decode_batch(&e.agent_id, &e.batch) {
+                    Ok((recs, histograms)) => {
+                        let n = recs.len() as u64;
+                        let b = CheckedBatch {
+                            campaign_id: id.clone(),
+                            agent_id: e.agent_id,
+                            region,
+                            seq: e.batch.seq,
+                            records: recs,
+                            histograms,
+                        };
+                        if merge_into(&mut c, &b) {
+                            batches += 1;
+                            records += n;
+                        }
+                    }
+                    Err(err) => {
+                        tracing::error!(campaign = %id, error = %err, "batch log: a batch does not decode, ignored")
+                    }
+                }
+            })?;
+            tracing::info!(campaign = %id, batches, records, deadline_unix_us = c.deadline_unix_us,
+                "unfinished campaign loaded from the state directory");
+            loaded.push(id.clone());
+            campaigns.push((id, c));
+        }
+        let mut inner = self.lock();
+        inner.campaigns.extend(campaigns);
+        inner.persist = Some(dir);
+        for id in &loaded {
+            publish(&mut inner, id);
+        }
+        Ok(loaded)
     }
 
     /// The summary of a finished campaign.
@@ -550,6 +707,116 @@ impl State {
             .campaigns
             .get(campaign_id)
             .and_then(|c| c.summary.clone())
+    }
+}
+
+/// The final progress of a campaign finished by an earlier process, from its record.
+fn finished_progress(rec: &CampaignRecord, summary: &Summary) -> pb::Progress {
+    let per_agent =
+        serde_json::from_str::<Plan>(&rec.plan_json).map_or(0, |p| p.probes_per_agent());
+    pb::Progress {
+        campaign_id: rec.campaign_id.clone(),
+        probes_done: summary.agents.iter().map(|a| a.records).sum(),
+        probes_expected: per_agent * rec.agents.len() as u64,
+        agents: summary
+            .agents
+            .iter()
+            .map(|a| pb::AgentProgress {
+                agent_id: a.agent_id.clone(),
+                region: a.region.clone(),
+                probes_done: a.records,
+                batches_acked: a.batches,
+                done: a.complete,
+                ..Default::default()
+            })
+            .collect(),
+        finished: true,
+        summary_json: serde_json::to_string(summary).expect("summaries serialize"),
+        ..Default::default()
+    }
+}
+
+/// Decodes a batch's records and histograms.
+fn decode_batch(agent_id: &str, batch: &pb::ResultBatch) -> Result<DecodedBatch, StateError> {
+    let bad = |message: String| StateError::BadBatch {
+        agent: agent_id.to_string(),
+        seq: batch.seq,
+        message,
+    };
+    let records: Vec<ProbeRecord> = batch
+        .records
+        .iter()
+        .map(|r| ProbeRecord::try_from(r.clone()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| bad(e.to_string()))?;
+    let histograms = batch
+        .histograms
+        .iter()
+        .map(wire::histogram_from_pb)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| bad(e.to_string()))?;
+    Ok((records, histograms))
+}
+
+type DecodedBatch = (
+    Vec<ProbeRecord>,
+    Vec<(latmesh_core::hist::HistKey, hdrhistogram::Histogram<u64>)>,
+);
+
+/// Counts a batch into its campaign; `false` when its (agent, seq) was counted before.
+fn merge_into(c: &mut Campaign, b: &CheckedBatch) -> bool {
+    let Some(ca) = c.agents.get_mut(&b.agent_id) else {
+        return false;
+    };
+    if !ca.seqs.insert(b.seq) {
+        return false;
+    }
+    ca.records += b.records.len() as u64;
+    for r in &b.records {
+        c.agg.add_record(&b.region, r);
+    }
+    for (key, h) in &b.histograms {
+        c.agg.add_histogram(&b.region, key.clone(), h);
+    }
+    true
+}
+
+/// The durable facts of a campaign.
+fn record_of(campaign_id: &str, c: &Campaign) -> CampaignRecord {
+    CampaignRecord {
+        format: crate::persist::FORMAT,
+        campaign_id: campaign_id.to_string(),
+        plan_json: c.plan_json.clone(),
+        plan_hash: c.plan_hash.clone(),
+        launched_at_unix_us: c.launched_at_unix_us,
+        start_at_unix_us: c.start_at_unix_us,
+        deadline_unix_us: c.deadline_unix_us,
+        agents: c
+            .agents
+            .iter()
+            .map(|(id, a)| {
+                (
+                    id.clone(),
+                    AgentRecord {
+                        region: a.region.clone(),
+                        last_seq: a.last_seq,
+                        skipped: a.skipped,
+                    },
+                )
+            })
+            .collect(),
+        expired: c.expired,
+        summary: c.summary.clone(),
+    }
+}
+
+/// Writes the campaign's record when campaigns persist (errors are logged: the facts stay in
+/// memory and are written with the next change).
+fn persist_campaign(persist: &mut Option<StateDir>, campaign_id: &str, c: &Campaign) {
+    if let Some(p) = persist.as_mut()
+        && let Err(e) = p.save(&record_of(campaign_id, c))
+    {
+        tracing::error!(campaign = %campaign_id, error = format!("{e:#}"), "cannot persist the campaign's state");
     }
 }
 
@@ -592,22 +859,34 @@ fn publish(inner: &mut Inner, campaign_id: &str) {
         agents,
         campaigns,
         events,
+        persist,
+        cancelled,
         ..
     } = inner;
     let Some(c) = campaigns.get_mut(campaign_id) else {
         return;
     };
+    let is_cancelled = cancelled.contains_key(campaign_id);
     let per_agent = c.plan.probes_per_agent();
     let agent_progress: Vec<pb::AgentProgress> = c
         .agents
         .iter()
-        .map(|(id, a)| pb::AgentProgress {
-            agent_id: id.clone(),
-            region: a.region.clone(),
-            probes_done: a.records,
-            batches_acked: a.seqs.len() as u64,
-            done: a.complete(),
-            connected: agents.get(id).is_some_and(|e| e.info.connected),
+        .map(|(id, a)| {
+            let info = agents.get(id).map(|e| &e.info);
+            pb::AgentProgress {
+                agent_id: id.clone(),
+                region: a.region.clone(),
+                probes_done: a.records,
+                batches_acked: a.seqs.len() as u64,
+                done: a.complete(),
+                connected: info.is_some_and(|i| i.connected),
+                status: campaign_agent_status(a, info, is_cancelled).into(),
+                last_heartbeat_coord_unix_us: info.map_or(0, |i| i.last_heartbeat_coord_unix_us),
+                in_flight: info.map_or(0, |i| i.in_flight),
+                disconnected_since_coord_unix_us: info
+                    .filter(|i| !i.connected)
+                    .map_or(0, |i| i.disconnected_since_coord_unix_us),
+            }
         })
         .collect();
     let finished = c.expired || c.agents.values().all(CampaignAgent::complete);
@@ -652,6 +931,9 @@ fn publish(inner: &mut Inner, campaign_id: &str) {
                     .collect(),
             });
         }
+        // After the event: a coordinator killed in between finishes the campaign again on
+        // restart and queues the same agent rows again (stored once: they replace).
+        persist_campaign(persist, campaign_id, c);
     }
     let progress = pb::Progress {
         campaign_id: campaign_id.to_string(),
@@ -662,10 +944,190 @@ fn publish(inner: &mut Inner, campaign_id: &str) {
         summary_json: c
             .summary
             .as_ref()
-            .map(|s| serde_json::to_string(s).expect("summaries serialize"))
+            .map(|s| summary_json(s, is_cancelled))
             .unwrap_or_default(),
+        cancelled: is_cancelled,
     };
     c.progress.send_replace(progress);
+}
+
+/// Heartbeat period assumed until an agent's first heartbeat says its own, ms.
+pub const DEFAULT_HEARTBEAT_MS: u32 = 5_000;
+/// An agent silent for this many heartbeat periods is marked disconnected.
+pub const SILENT_HEARTBEATS: i64 = 3;
+/// A cancelled campaign finishes at the latest this long after the cancel (agents that do
+/// not report by then are marked as falling short), µs.
+pub const CANCEL_DEADLINE_US: i64 = 30_000_000;
+
+impl State {
+    /// Cancels an unfinished campaign: marks it cancelled, pushes a cancel to every agent of it
+    /// that has not reported done (agents away get it when they reconnect), and brings its
+    /// deadline to at most [`CANCEL_DEADLINE_US`] from now. Returns the agents it was pushed
+    /// to. Cancelling again resends the cancel.
+    ///
+    /// # Errors
+    /// [`StateError::UnknownCampaign`], or [`StateError::Finished`] for a campaign that has
+    /// already finished.
+    pub fn cancel(&self, campaign_id: &str) -> Result<Vec<String>, StateError> {
+        let mut inner = self.lock();
+        let now = now_unix_us();
+        let mut notified = Vec::new();
+        {
+            let Inner {
+                agents,
+                campaigns,
+                cancelled,
+                persist,
+                ..
+            } = &mut *inner;
+            let c = campaigns
+                .get_mut(campaign_id)
+                .ok_or_else(|| StateError::UnknownCampaign(campaign_id.to_string()))?;
+            if let Some(s) = &c.summary {
+                let how = if cancelled.contains_key(campaign_id) {
+                    "cancelled"
+                } else if s.complete {
+                    "complete"
+                } else {
+                    "incomplete"
+                };
+                return Err(StateError::Finished {
+                    campaign: campaign_id.to_string(),
+                    how: how.into(),
+                });
+            }
+            cancelled.entry(campaign_id.to_string()).or_insert(now);
+            if c.deadline_unix_us > now + CANCEL_DEADLINE_US {
+                c.deadline_unix_us = now + CANCEL_DEADLINE_US;
+                persist_campaign(persist, campaign_id, c);
+            }
+            for (id, a) in &c.agents {
+                if a.last_seq.is_some() {
+                    continue; // already reported done
+                }
+                if let Some(tx) = agents.get(id).and_then(|e| e.tx.as_ref())
+                    && tx.try_send(Ok(cancel_message(campaign_id))).is_ok()
+                {
+                    notified.push(id.clone());
+                }
+            }
+        }
+        tracing::warn!(campaign = %campaign_id, agents = ?notified, "campaign cancelled");
+        publish(&mut inner, campaign_id);
+        Ok(notified)
+    }
+
+    /// Whether the campaign was cancelled.
+    pub fn is_cancelled(&self, campaign_id: &str) -> bool {
+        self.lock().cancelled.contains_key(campaign_id)
+    }
+
+    /// Any message on the agent's session `session`: it is alive (an agent marked
+    /// disconnected for its silence is connected again).
+    pub fn seen(&self, agent_id: &str, session: u64) {
+        let mut inner = self.lock();
+        if let Some(a) = inner.agents.get_mut(agent_id)
+            && a.session == session
+        {
+            a.info.last_seen_coord_unix_us = now_unix_us();
+        }
+        revive(&mut inner, agent_id, session);
+    }
+
+    /// Marks every connected agent not heard from for more than [`SILENT_HEARTBEATS`] of its
+    /// heartbeat periods as disconnected (its session stays open: a word from it revives it).
+    /// Returns the agents it marked.
+    pub fn check_liveness(&self, now_unix_us: i64) -> Vec<String> {
+        let mut inner = self.lock();
+        let mut silent = Vec::new();
+        for (id, a) in inner.agents.iter_mut() {
+            let period_us = i64::from(a.info.heartbeat_interval_ms.max(1)) * 1000;
+            let quiet_us = now_unix_us - a.info.last_seen_coord_unix_us;
+            if a.info.connected && quiet_us > SILENT_HEARTBEATS * period_us {
+                a.info.connected = false;
+                a.info.disconnected_since_coord_unix_us = a.info.last_seen_coord_unix_us;
+                a.info.disconnect_reason = format!(
+                    "no heartbeat for {:.1} s ({SILENT_HEARTBEATS} periods of {:.1} s)",
+                    quiet_us as f64 / 1e6,
+                    period_us as f64 / 1e6
+                );
+                tracing::warn!(agent = %id, silent_s = quiet_us as f64 / 1e6, "agent silent: marked disconnected");
+                silent.push(id.clone());
+            }
+        }
+        if !silent.is_empty() {
+            publish_agents_campaigns(&mut inner, &silent);
+        }
+        silent
+    }
+}
+
+/// Marks the agent connected again when its current session `session` speaks after it was
+/// marked disconnected for its silence.
+fn revive(inner: &mut Inner, agent_id: &str, session: u64) {
+    let Some(a) = inner.agents.get_mut(agent_id) else {
+        return;
+    };
+    if a.session != session || a.info.connected || a.tx.is_none() {
+        return;
+    }
+    a.info.connected = true;
+    a.info.disconnected_since_coord_unix_us = 0;
+    a.info.disconnect_reason.clear();
+    tracing::info!(agent = %agent_id, "silent agent heard from again: connected");
+    publish_agents_campaigns(inner, &[agent_id.to_string()]);
+}
+
+/// Publishes the progress of every unfinished campaign of `agent_ids`.
+fn publish_agents_campaigns(inner: &mut Inner, agent_ids: &[String]) {
+    let ids: Vec<String> = inner
+        .campaigns
+        .iter()
+        .filter(|(_, c)| c.summary.is_none() && agent_ids.iter().any(|a| c.agents.contains_key(a)))
+        .map(|(id, _)| id.clone())
+        .collect();
+    for id in ids {
+        publish(inner, &id);
+    }
+}
+
+/// An agent's status in a campaign: `running`, `cancelling` (cancel sent, not done yet),
+/// `finishing` (done reported, batches still missing), `done`, `cancelled` (done after a
+/// cancel) or `disconnected`.
+fn campaign_agent_status(
+    a: &CampaignAgent,
+    info: Option<&pb::AgentInfo>,
+    cancelled: bool,
+) -> &'static str {
+    if a.complete() {
+        if cancelled { "cancelled" } else { "done" }
+    } else if !info.is_some_and(|i| i.connected) {
+        "disconnected"
+    } else if a.last_seq.is_some() {
+        "finishing"
+    } else if cancelled {
+        "cancelling"
+    } else {
+        "running"
+    }
+}
+
+fn cancel_message(campaign_id: &str) -> pb::CoordinatorMessage {
+    pb::CoordinatorMessage {
+        kind: Some(pb::coordinator_message::Kind::Cancel(pb::CancelCampaign {
+            campaign_id: campaign_id.to_string(),
+            reason: "cancelled by latmesh campaign cancel".into(),
+        })),
+    }
+}
+
+/// The summary as JSON, with `"cancelled": true|false` added.
+pub fn summary_json(s: &Summary, cancelled: bool) -> String {
+    let mut v = serde_json::to_value(s).expect("summaries serialize");
+    if let Some(o) = v.as_object_mut() {
+        o.insert("cancelled".into(), serde_json::Value::Bool(cancelled));
+    }
+    v.to_string()
 }
 
 #[cfg(test)]
@@ -968,6 +1430,213 @@ mod tests {
             .expect("every seq 1..=5 arrived: finished");
         assert!(s.complete);
         assert_eq!((s.agents[0].records, s.agents[0].batches), (5, 5));
+    }
+
+    /// What the batch path of `service.rs` does: append to the campaign's batch log, then
+    /// count.
+    fn logged_batch(state: &State, agent: &str, b: pb::ResultBatch) -> bool {
+        if state.check(agent, &b).unwrap().is_some() {
+            let log = state.batch_log(&b.campaign_id).expect("a batch log");
+            log.append(agent, "us-east", &b).unwrap();
+        }
+        state.batch(agent, b).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_restarted_coordinator_replays_its_campaigns_and_counts_resends_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let open = || StateDir::open(tmp.path()).unwrap();
+        let mut p = plan();
+        p.rounds.count = 3;
+        let (id, before) = {
+            let state = State::default();
+            assert!(state.with_state_dir(open()).unwrap().is_empty());
+            let (tx, _rx) = mpsc::channel(8);
+            state.connect(&hello("a1", "us-east"), tx);
+            state.connect(&hello("a2", "us-east"), mpsc::channel(8).0);
+            let l = state.launch(&p.to_json(), 0).unwrap();
+            assert!(logged_batch(&state, "a1", batch(&l.campaign_id, 1, 1_000)));
+            assert!(logged_batch(&state, "a1", batch(&l.campaign_id, 2, 2_000)));
+            assert!(logged_batch(&state, "a2", batch(&l.campaign_id, 1, 3_000)));
+            let done = |last_seq| pb::CampaignDone {
+                campaign_id: l.campaign_id.clone(),
+                last_seq,
+                probes: 1,
+                skipped: 0,
+            };
+            state.done("a2", &done(1)).unwrap();
+            let before = state.watch(&l.campaign_id).unwrap().borrow().clone();
+            (l.campaign_id, before)
+            // Killed here: nothing but the state directory survives.
+        };
+        let state = State::default();
+        assert_eq!(state.with_state_dir(open()).unwrap(), vec![id.clone()]);
+        let after = state.watch(&id).unwrap().borrow().clone();
+        assert_eq!(
+            (after.probes_done, after.agents.len(), after.finished),
+            (before.probes_done, 2, false)
+        );
+        let (tx, mut rx) = mpsc::channel(8);
+        state.connect(&hello("a1", "us-east"), tx);
+        assert_eq!(
+            plan_of(rx.recv().await).next_seq,
+            3,
+            "past every seq replayed"
+        );
+        let (tx2, mut rx2) = mpsc::channel(8);
+        state.connect(&hello("a2", "us-east"), tx2);
+        assert!(rx2.try_recv().is_err(), "a2 is done: no plan again");
+        assert!(
+            !logged_batch(&state, "a1", batch(&id, 2, 2_000)),
+            "a resend counts once"
+        );
+        assert!(logged_batch(&state, "a1", batch(&id, 3, 4_000)));
+        state
+            .done(
+                "a1",
+                &pb::CampaignDone {
+                    campaign_id: id.clone(),
+                    last_seq: 3,
+                    probes: 3,
+                    skipped: 0,
+                },
+            )
+            .unwrap();
+        let s = state.summary(&id).expect("finished after the restart");
+        assert!(s.complete, "{s:?}");
+        let cell = s.cell("us-east", "p", "s").unwrap();
+        assert_eq!((cell.attempts, cell.samples), (4, 4));
+        let ttft = cell.ttft.unwrap();
+        assert!((ttft.p99_ms - 4.0).abs() < 0.01, "{ttft:?}");
+        drop(state);
+
+        // Another restart: the finished campaign is not loaded, but watch has its summary.
+        let state = State::default();
+        assert!(state.with_state_dir(open()).unwrap().is_empty());
+        let p = state.watch(&id).unwrap().borrow().clone();
+        assert!(p.finished);
+        let again: Summary = serde_json::from_str(&p.summary_json).unwrap();
+        assert_eq!(again, s);
+        assert!(matches!(
+            state.watch("nope"),
+            Err(StateError::UnknownCampaign(_))
+        ));
+        // And a new launch is not refused as busy.
+        state.connect(&hello("a1", "us-east"), mpsc::channel(8).0);
+        assert!(state.launch(&plan().to_json(), 0).is_ok());
+    }
+
+    #[tokio::test]
+    async fn cancel_pushes_to_agents_and_the_summary_says_cancelled() {
+        let state = State::default();
+        let (tx, mut rx) = mpsc::channel(8);
+        state.connect(&hello("a1", "us-east"), tx);
+        assert!(matches!(
+            state.cancel("nope"),
+            Err(StateError::UnknownCampaign(_))
+        ));
+        let id = state.launch(&plan().to_json(), 0).unwrap().campaign_id;
+        let _ = plan_of(rx.recv().await);
+        assert!(state.batch("a1", batch(&id, 1, 1_000)).unwrap());
+        assert_eq!(state.cancel(&id).unwrap(), vec!["a1".to_string()]);
+        match rx.recv().await.unwrap().unwrap().kind {
+            Some(pb::coordinator_message::Kind::Cancel(c)) => assert_eq!(c.campaign_id, id),
+            other => panic!("expected a cancel, got {other:?}"),
+        }
+        let p = state.watch(&id).unwrap().borrow().clone();
+        assert!(p.cancelled && !p.finished);
+        assert_eq!(p.agents[0].status, "cancelling");
+        // A reconnecting agent gets the plan, then the cancel.
+        let (tx2, mut rx2) = mpsc::channel(8);
+        state.connect(&hello("a1", "us-east"), tx2);
+        let _ = plan_of(rx2.recv().await);
+        assert!(matches!(
+            rx2.recv().await.unwrap().unwrap().kind,
+            Some(pb::coordinator_message::Kind::Cancel(_))
+        ));
+        state
+            .done(
+                "a1",
+                &pb::CampaignDone {
+                    campaign_id: id.clone(),
+                    last_seq: 1,
+                    probes: 1,
+                    skipped: 0,
+                },
+            )
+            .unwrap();
+        let p = state.watch(&id).unwrap().borrow().clone();
+        assert!(p.finished && p.cancelled);
+        assert_eq!(p.agents[0].status, "cancelled");
+        let v: serde_json::Value = serde_json::from_str(&p.summary_json).unwrap();
+        assert_eq!(v["cancelled"], serde_json::Value::Bool(true));
+        assert_eq!(state.summary(&id).unwrap().agents[0].records, 1);
+        let err = state.cancel(&id).unwrap_err();
+        assert!(matches!(err, StateError::Finished { .. }), "{err}");
+        assert!(
+            err.to_string().contains("already finished (cancelled)"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_campaign_finishes_soon_even_without_its_agents() {
+        let state = State::default();
+        let (tx, _rx) = mpsc::channel(8);
+        state.connect(&hello("a1", "us-east"), tx);
+        let mut p = plan();
+        p.rounds.count = 1000;
+        let id = state.launch(&p.to_json(), 0).unwrap().campaign_id;
+        state.cancel(&id).unwrap();
+        assert!(
+            state
+                .expire(now_unix_us() + CANCEL_DEADLINE_US / 2)
+                .is_empty()
+        );
+        assert_eq!(
+            state.expire(now_unix_us() + CANCEL_DEADLINE_US + 1_000_000),
+            vec![id.clone()]
+        );
+        assert!(state.watch(&id).unwrap().borrow().cancelled);
+    }
+
+    #[tokio::test]
+    async fn silent_agents_are_marked_disconnected_and_revive_when_heard() {
+        let state = State::default();
+        let (tx, _rx) = mpsc::channel(8);
+        let s = state.connect(&hello("a1", "us-east"), tx);
+        state.heartbeat(
+            "a1",
+            s,
+            &pb::Heartbeat {
+                in_flight: 3,
+                interval_ms: 1_000,
+                ..Default::default()
+            },
+        );
+        let a = &state.agents()[0];
+        assert_eq!((a.in_flight, a.heartbeat_interval_ms), (3, 1_000));
+        assert!(a.last_heartbeat_coord_unix_us > 0 && a.connected);
+        let now = now_unix_us();
+        assert!(state.check_liveness(now + 2_500_000).is_empty());
+        assert_eq!(
+            state.check_liveness(now + 3_500_000),
+            vec!["a1".to_string()]
+        );
+        let a = &state.agents()[0];
+        assert!(!a.connected);
+        assert!(a.disconnect_reason.contains("no heartbeat"), "{a:?}");
+        assert!(a.disconnected_since_coord_unix_us > 0);
+        assert_eq!(a.in_flight, 3, "the last count reported stays visible");
+        // A stale session's word changes nothing; the current session's revives it.
+        state.seen("a1", s + 7);
+        assert!(!state.agents()[0].connected);
+        state.seen("a1", s);
+        assert!(state.agents()[0].connected);
+        // A closed session says so.
+        state.disconnect("a1", s);
+        let a = &state.agents()[0];
+        assert_eq!(a.disconnect_reason, "session closed");
     }
 
     #[tokio::test]

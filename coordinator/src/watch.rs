@@ -138,6 +138,67 @@ pub async fn follow(
     campaign_id: &str,
     every: Duration,
 ) -> anyhow::Result<Summary> {
+    Ok(follow_outcome(client, url, campaign_id, every)
+        .await?
+        .summary)
+}
+
+/// How a followed campaign ended.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// Its summary.
+    pub summary: Summary,
+    /// Whether it was cancelled (`latmesh campaign cancel`).
+    pub cancelled: bool,
+}
+
+/// One agent's state in a progress line: `us-east 12 running (2 in flight, heartbeat 1 s ago)`.
+pub fn describe_agent(a: &pb::AgentProgress, now_unix_us: i64) -> String {
+    let status = if a.status.is_empty() {
+        if a.done {
+            "done"
+        } else if a.connected {
+            "running"
+        } else {
+            "disconnected"
+        }
+    } else {
+        a.status.as_str()
+    };
+    let mut s = format!("{} {} {status}", a.region, a.probes_done);
+    if status == "disconnected" && a.disconnected_since_coord_unix_us > 0 {
+        s += &format!(
+            " since {}",
+            ago(a.disconnected_since_coord_unix_us, now_unix_us)
+        );
+    } else if matches!(status, "running" | "cancelling") {
+        s += &format!(" ({} in flight", a.in_flight);
+        if a.last_heartbeat_coord_unix_us > 0 {
+            s += &format!(
+                ", heartbeat {}",
+                ago(a.last_heartbeat_coord_unix_us, now_unix_us)
+            );
+        }
+        s += ")";
+    }
+    s
+}
+
+/// `12.3 s ago` for a coordinator-clock instant.
+pub fn ago(unix_us: i64, now_unix_us: i64) -> String {
+    format!("{:.1} s ago", (now_unix_us - unix_us).max(0) as f64 / 1e6)
+}
+
+/// [`follow`], also saying whether the campaign was cancelled.
+///
+/// # Errors
+/// As [`follow`].
+pub async fn follow_outcome(
+    client: &mut AdminClient,
+    url: &str,
+    campaign_id: &str,
+    every: Duration,
+) -> anyhow::Result<Outcome> {
     let mut stream = client
         .watch(pb::WatchRequest {
             campaign_id: campaign_id.to_string(),
@@ -149,32 +210,27 @@ pub async fn follow(
     while let Some(p) = stream.message().await? {
         if p.finished {
             eprintln!(
-                "progress: {}/{} probes, finished",
-                p.probes_done, p.probes_expected
+                "progress: {}/{} probes, {}",
+                p.probes_done,
+                p.probes_expected,
+                if p.cancelled { "cancelled" } else { "finished" }
             );
-            return serde_json::from_str(&p.summary_json)
-                .context("summary from the coordinator does not parse");
+            let summary = serde_json::from_str(&p.summary_json)
+                .context("summary from the coordinator does not parse")?;
+            return Ok(Outcome {
+                summary,
+                cancelled: p.cancelled,
+            });
         }
         if last_print.elapsed() >= every {
             last_print = Instant::now();
-            let regions: Vec<String> = p
-                .agents
-                .iter()
-                .map(|a| {
-                    let state = if a.done {
-                        " done"
-                    } else if a.connected {
-                        ""
-                    } else {
-                        " (disconnected)"
-                    };
-                    format!("{} {}{state}", a.region, a.probes_done)
-                })
-                .collect();
+            let now = crate::state::now_unix_us();
+            let regions: Vec<String> = p.agents.iter().map(|a| describe_agent(a, now)).collect();
             eprintln!(
-                "progress: {}/{} probes [{}]",
+                "progress: {}/{} probes{} [{}]",
                 p.probes_done,
                 p.probes_expected,
+                if p.cancelled { ", cancelling" } else { "" },
                 regions.join(", ")
             );
         }
@@ -182,6 +238,22 @@ pub async fn follow(
     anyhow::bail!(
         "the coordinator closed the progress stream before campaign {campaign_id} finished"
     )
+}
+
+/// Writes `summary` as pretty JSON to `path`, with `"cancelled": CANCELLED` added.
+///
+/// # Errors
+/// I/O errors, naming the path.
+pub fn write_json_cancelled(summary: &Summary, cancelled: bool, path: &Path) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let mut v = serde_json::to_value(summary)?;
+    if let Some(o) = v.as_object_mut() {
+        o.insert("cancelled".into(), serde_json::Value::Bool(cancelled));
+    }
+    let text = serde_json::to_string_pretty(&v)?;
+    std::fs::write(path, text + "\n").with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// Writes `summary` as pretty JSON to `path`.

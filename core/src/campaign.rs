@@ -33,6 +33,7 @@
 //! follow_ups = ["Why?", "Example?"] # optional: user messages of turns 2..=turns
 //! cache_nonce = true              # optional (default false): "[nonce 1a2b3c4d] " before the prompt
 //! retry = { max_retries = 3, backoff_s = [1, 2, 4], on = ["throttled", "http_5xx"], honour_retry_after = true, max_retry_after_s = 30 }
+//! max_response_bytes = 67108864   # optional (default 64 MiB): larger bodies end as protocol_error
 //!
 //! [[providers]]
 //! name = "fast-lane"
@@ -71,8 +72,8 @@ use serde::Deserialize;
 
 use crate::metrics::METRICS_VERSION;
 use crate::plan::{
-    ClientPolicy, MAX_TURNS, Plan, PlanPrompt, ProviderSpec, RetryPolicy, RoundsSpec, ScenarioSpec,
-    Timeouts,
+    ClientPolicy, DEFAULT_MAX_RESPONSE_BYTES, MAX_TURNS, MIN_MAX_RESPONSE_BYTES, Plan, PlanPrompt,
+    ProviderSpec, RetryPolicy, RoundsSpec, ScenarioSpec, Timeouts,
 };
 use crate::prompts::{PromptSet, builtin_follow_ups, guess_lang};
 use crate::record::Outcome;
@@ -261,6 +262,8 @@ pub struct ScenarioSection {
     pub cache_nonce: bool,
     /// Retries of failed attempts.
     pub retry: Option<RetrySection>,
+    /// Largest response body of one attempt, bytes (default 64 MiB).
+    pub max_response_bytes: Option<u64>,
 }
 
 fn one() -> u32 {
@@ -582,11 +585,22 @@ fn validate_policy(
         }
     };
     let retry = s.retry.as_ref().map(|r| validate_retry(i, r)).transpose()?;
+    let max_response_bytes = match s.max_response_bytes {
+        None => DEFAULT_MAX_RESPONSE_BYTES,
+        Some(n) if n >= MIN_MAX_RESPONSE_BYTES => n,
+        Some(n) => {
+            return Err(invalid(
+                key("max_response_bytes"),
+                format!("{n} is below the smallest allowed, {MIN_MAX_RESPONSE_BYTES} (1 KiB)"),
+            ));
+        }
+    };
     Ok((
         ClientPolicy {
             turns: s.turns,
             cache_nonce: s.cache_nonce,
             retry,
+            max_response_bytes,
         },
         follow_ups,
     ))
@@ -938,6 +952,29 @@ api_key_env = "A_KEY"
             let e = err_of(&text);
             assert!(e.contains(key), "error {e:?} should name {key}");
         }
+    }
+
+    #[test]
+    fn the_response_byte_cap_defaults_to_64_mib_and_is_checked() {
+        let plan = load_toml_str(GOOD, Path::new(".")).unwrap();
+        assert_eq!(
+            plan.scenarios[0].policy.max_response_bytes,
+            DEFAULT_MAX_RESPONSE_BYTES
+        );
+        assert_eq!(DEFAULT_MAX_RESPONSE_BYTES, 64 << 20);
+        let text = GOOD.replace(
+            "max_tokens = 32",
+            "max_tokens = 32\nmax_response_bytes = 4096",
+        );
+        let plan = load_toml_str(&text, Path::new(".")).unwrap();
+        assert_eq!(plan.scenarios[0].policy.max_response_bytes, 4096);
+        let text = GOOD.replace(
+            "max_tokens = 32",
+            "max_tokens = 32\nmax_response_bytes = 10",
+        );
+        let e = err_of(&text);
+        assert!(e.contains("scenarios[0].max_response_bytes"), "{e}");
+        assert!(e.contains("1024"), "{e}");
     }
 
     #[test]

@@ -142,10 +142,32 @@ pub struct ClientPolicy {
     /// Retries of failed attempts; `None`: every attempt is final.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetryPolicy>,
+    /// Largest response body of one attempt, bytes: the probe engine stops reading beyond it
+    /// and records `protocol_error` ("response larger than N bytes"), so a provider sending
+    /// gigabytes cannot exhaust an agent's memory.
+    #[serde(
+        default = "default_max_response_bytes",
+        skip_serializing_if = "is_default_max_response_bytes"
+    )]
+    pub max_response_bytes: u64,
 }
 
 /// Most turns a conversation may have.
 pub const MAX_TURNS: u32 = 10;
+
+/// Default [`ClientPolicy::max_response_bytes`]: 64 MiB.
+pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 64 << 20;
+
+/// Smallest [`ClientPolicy::max_response_bytes`] a campaign may set: 1 KiB.
+pub const MIN_MAX_RESPONSE_BYTES: u64 = 1 << 10;
+
+fn default_max_response_bytes() -> u64 {
+    DEFAULT_MAX_RESPONSE_BYTES
+}
+
+fn is_default_max_response_bytes(n: &u64) -> bool {
+    *n == DEFAULT_MAX_RESPONSE_BYTES
+}
 
 fn one_turn() -> u32 {
     1
@@ -161,6 +183,7 @@ impl Default for ClientPolicy {
             turns: 1,
             cache_nonce: false,
             retry: None,
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
         }
     }
 }
@@ -415,6 +438,7 @@ pub(crate) mod tests {
             "pass_reasoning",
             "follow_ups",
             "policy",
+            "max_response_bytes",
         ] {
             assert!(!json.contains(key), "{key} in {json}");
         }
@@ -425,6 +449,7 @@ pub(crate) mod tests {
             turns: 2,
             cache_nonce: true,
             retry: Some(RetryPolicy::default()),
+            max_response_bytes: 1 << 20,
         };
         let json = m.to_json();
         assert!(
@@ -432,6 +457,7 @@ pub(crate) mod tests {
             "{json}"
         );
         assert!(json.contains(r#""pass_reasoning":true"#), "{json}");
+        assert!(json.contains(r#""max_response_bytes":1048576"#), "{json}");
         let back: Plan = serde_json::from_str(&json).unwrap();
         assert_eq!(back, m);
         assert_ne!(m.hash(), p.hash());
