@@ -480,10 +480,7 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
             if no_wait {
                 return Ok(());
             }
-            let outcome =
-                watch::follow_outcome(&mut client, &url, &campaign_id, Duration::from_secs(2))
-                    .await?;
-            let s = &outcome.summary;
+            let s = &watch::follow(&mut client, &url, &campaign_id, Duration::from_secs(2)).await?;
             for a in &s.agents {
                 println!(
                     "{:<20} {:<14} {:>8} records kept {:>8} slots not run{}",
@@ -800,20 +797,14 @@ async fn report(
     if let Some(path) = json {
         watch::check_writable(path)?;
     }
-    let outcome = watch::follow_outcome(client, url, campaign_id, Duration::from_secs(5)).await?;
-    let summary = outcome.summary;
+    let summary = watch::follow(client, url, campaign_id, Duration::from_secs(5)).await?;
     print!("{}", summary.render());
-    if outcome.cancelled {
-        println!(
-            "CANCELLED: campaign {campaign_id} was cancelled; the results above are what was measured before"
-        );
-    }
     if let Some(path) = json {
-        watch::write_json_cancelled(&summary, outcome.cancelled, path)?;
+        watch::write_json(&summary, path)?;
         eprintln!("summary written to {}", path.display());
     }
     anyhow::ensure!(
-        !outcome.cancelled,
+        !summary.cancelled,
         "campaign {campaign_id} was cancelled: partial results (see CANCELLED above)"
     );
     anyhow::ensure!(

@@ -343,6 +343,9 @@ pub async fn stored_summary(ch: &ClickhouseArgs, filter: &FilterArgs) -> anyhow:
         scenarios: keep(&campaign.scenarios, &filter.scenario),
         cells: rows.iter().map(|r| r.to_cell()).collect(),
         complete: agents.iter().all(|a| a.complete),
+        // Not stored in ClickHouse (a cancelled campaign's agents report skipped slots, so it
+        // reads as incomplete there).
+        cancelled: false,
         agents: agents
             .iter()
             .map(|a| AgentSummary {

@@ -81,6 +81,9 @@ pub struct CampaignRecord {
     pub agents: BTreeMap<String, AgentRecord>,
     /// Finished by its deadline.
     pub expired: bool,
+    /// When `latmesh campaign cancel` came (coordinator clock, UTC µs); `None`: not cancelled.
+    #[serde(default)]
+    pub cancelled_at_us: Option<i64>,
     /// The summary, once finished.
     pub summary: Option<Summary>,
 }
@@ -307,6 +310,7 @@ mod tests {
             )]
             .into(),
             expired: false,
+            cancelled_at_us: None,
             summary: None,
         }
     }

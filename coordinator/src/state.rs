@@ -71,6 +71,8 @@ struct Campaign {
     /// After this (coordinator clock, UTC µs) the campaign finishes with what arrived.
     deadline_unix_us: i64,
     expired: bool,
+    /// When `latmesh campaign cancel` came (coordinator clock, UTC µs); `None`: not cancelled.
+    cancelled_at_us: Option<i64>,
 }
 
 /// Errors of state operations, turned into `Status` in `service.rs`.
@@ -138,8 +140,6 @@ struct Inner {
     events: Option<crate::events::EventQueue>,
     /// `Some` when campaigns persist in a state directory ([`State::with_state_dir`]).
     persist: Option<StateDir>,
-    /// Cancelled campaigns: when (coordinator clock, UTC µs) `latmesh campaign cancel` came.
-    cancelled: BTreeMap<String, i64>,
 }
 
 /// What a store (the ClickHouse sink) must write besides result batches.
@@ -273,7 +273,7 @@ impl State {
             {
                 let next_seq = a.seqs.last().map_or(1, |s| s + 1);
                 let _ = tx.try_send(Ok(plan_message(id, c, next_seq)));
-                if inner.cancelled.contains_key(id) {
+                if c.cancelled_at_us.is_some() {
                     // Cancelled while it was away: it reports what it has and stops at once.
                     let _ = tx.try_send(Ok(cancel_message(id)));
                 }
@@ -438,6 +438,7 @@ impl State {
             summary: None,
             deadline_unix_us,
             expired: false,
+            cancelled_at_us: None,
         };
         // Durable before any agent runs it: a restarted coordinator knows every campaign an
         // agent may send batches for.
@@ -656,6 +657,7 @@ impl State {
                 summary: None,
                 deadline_unix_us: rec.deadline_unix_us,
                 expired: rec.expired,
+                cancelled_at_us: rec.cancelled_at_us,
             };
             let (mut batches, mut records) = (0u64, 0u64);
             dir.replay(&id, |e| {
@@ -806,6 +808,7 @@ fn record_of(campaign_id: &str, c: &Campaign) -> CampaignRecord {
             })
             .collect(),
         expired: c.expired,
+        cancelled_at_us: c.cancelled_at_us,
         summary: c.summary.clone(),
     }
 }
@@ -860,13 +863,12 @@ fn publish(inner: &mut Inner, campaign_id: &str) {
         campaigns,
         events,
         persist,
-        cancelled,
         ..
     } = inner;
     let Some(c) = campaigns.get_mut(campaign_id) else {
         return;
     };
-    let is_cancelled = cancelled.contains_key(campaign_id);
+    let is_cancelled = c.cancelled_at_us.is_some();
     let per_agent = c.plan.probes_per_agent();
     let agent_progress: Vec<pb::AgentProgress> = c
         .agents
@@ -908,13 +910,15 @@ fn publish(inner: &mut Inner, campaign_id: &str) {
                 }
             })
             .collect();
-        c.summary = Some(summary::build(
+        let mut summary = summary::build(
             campaign_id,
             &c.plan,
             c.start_at_unix_us,
             &c.agg,
             agent_summaries,
-        ));
+        );
+        summary.cancelled = is_cancelled;
+        c.summary = Some(summary);
         if let (Some(events), Some(summary)) = (events.as_mut(), c.summary.as_ref()) {
             events.push(StoreEvent::Finished {
                 campaign_id: campaign_id.to_string(),
@@ -944,7 +948,7 @@ fn publish(inner: &mut Inner, campaign_id: &str) {
         summary_json: c
             .summary
             .as_ref()
-            .map(|s| summary_json(s, is_cancelled))
+            .map(|s| serde_json::to_string(s).expect("summaries serialize"))
             .unwrap_or_default(),
         cancelled: is_cancelled,
     };
@@ -976,7 +980,6 @@ impl State {
             let Inner {
                 agents,
                 campaigns,
-                cancelled,
                 persist,
                 ..
             } = &mut *inner;
@@ -984,7 +987,7 @@ impl State {
                 .get_mut(campaign_id)
                 .ok_or_else(|| StateError::UnknownCampaign(campaign_id.to_string()))?;
             if let Some(s) = &c.summary {
-                let how = if cancelled.contains_key(campaign_id) {
+                let how = if c.cancelled_at_us.is_some() {
                     "cancelled"
                 } else if s.complete {
                     "complete"
@@ -996,11 +999,9 @@ impl State {
                     how: how.into(),
                 });
             }
-            cancelled.entry(campaign_id.to_string()).or_insert(now);
-            if c.deadline_unix_us > now + CANCEL_DEADLINE_US {
-                c.deadline_unix_us = now + CANCEL_DEADLINE_US;
-                persist_campaign(persist, campaign_id, c);
-            }
+            c.cancelled_at_us.get_or_insert(now);
+            c.deadline_unix_us = c.deadline_unix_us.min(now + CANCEL_DEADLINE_US);
+            persist_campaign(persist, campaign_id, c);
             for (id, a) in &c.agents {
                 if a.last_seq.is_some() {
                     continue; // already reported done
@@ -1019,7 +1020,10 @@ impl State {
 
     /// Whether the campaign was cancelled.
     pub fn is_cancelled(&self, campaign_id: &str) -> bool {
-        self.lock().cancelled.contains_key(campaign_id)
+        self.lock()
+            .campaigns
+            .get(campaign_id)
+            .is_some_and(|c| c.cancelled_at_us.is_some())
     }
 
     /// Any message on the agent's session `session`: it is alive (an agent marked
@@ -1119,15 +1123,6 @@ fn cancel_message(campaign_id: &str) -> pb::CoordinatorMessage {
             reason: "cancelled by latmesh campaign cancel".into(),
         })),
     }
-}
-
-/// The summary as JSON, with `"cancelled": true|false` added.
-pub fn summary_json(s: &Summary, cancelled: bool) -> String {
-    let mut v = serde_json::to_value(s).expect("summaries serialize");
-    if let Some(o) = v.as_object_mut() {
-        o.insert("cancelled".into(), serde_json::Value::Bool(cancelled));
-    }
-    v.to_string()
 }
 
 #[cfg(test)]
@@ -1598,6 +1593,43 @@ mod tests {
             vec![id.clone()]
         );
         assert!(state.watch(&id).unwrap().borrow().cancelled);
+    }
+
+    #[tokio::test]
+    async fn a_cancel_survives_a_coordinator_restart() {
+        let tmp = tempfile::tempdir().unwrap();
+        let open = || StateDir::open(tmp.path()).unwrap();
+        let mut p = plan();
+        p.rounds.count = 1000;
+        let id = {
+            let state = State::default();
+            state.with_state_dir(open()).unwrap();
+            state.connect(&hello("a1", "us-east"), mpsc::channel(8).0);
+            let id = state.launch(&p.to_json(), 0).unwrap().campaign_id;
+            state.cancel(&id).unwrap();
+            id
+            // Killed here.
+        };
+        let state = State::default();
+        assert_eq!(state.with_state_dir(open()).unwrap(), vec![id.clone()]);
+        assert!(state.is_cancelled(&id));
+        // The reconnecting agent gets the plan, then the cancel.
+        let (tx, mut rx) = mpsc::channel(8);
+        state.connect(&hello("a1", "us-east"), tx);
+        let kinds: Vec<_> = std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|m| m.unwrap().kind)
+            .collect();
+        assert!(matches!(
+            kinds.as_slice(),
+            [
+                Some(pb::coordinator_message::Kind::Plan(_)),
+                Some(pb::coordinator_message::Kind::Cancel(_))
+            ]
+        ));
+        state.expire(now_unix_us() + CANCEL_DEADLINE_US + 1_000_000);
+        let s = state.summary(&id).expect("finished by the cancel deadline");
+        assert!(s.cancelled && !s.complete);
+        assert!(s.render().contains("CANCELLED"));
     }
 
     #[tokio::test]

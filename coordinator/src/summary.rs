@@ -134,6 +134,10 @@ pub struct Summary {
     /// Whether every agent delivered all its results (false when the campaign's deadline
     /// passed first, e.g. an agent died).
     pub complete: bool,
+    /// Whether `latmesh campaign cancel` stopped the campaign (what was measured before is
+    /// kept; slots not run count as skipped).
+    #[serde(default)]
+    pub cancelled: bool,
 }
 
 /// Builds the summary of `plan` from merged results.
@@ -169,6 +173,7 @@ pub fn build(
         scenarios: plan.scenarios.iter().map(|s| s.name.clone()).collect(),
         cells,
         complete: agents.iter().all(|a| a.complete),
+        cancelled: false,
         agents,
     }
 }
@@ -325,6 +330,12 @@ impl Summary {
                     c.samples
                 );
             }
+        }
+        if self.cancelled {
+            let _ = writeln!(
+                out,
+                "\nCANCELLED: latmesh campaign cancel stopped this campaign; the tables hold what was measured before"
+            );
         }
         if !self.complete {
             let short: Vec<String> = self

@@ -127,31 +127,6 @@ pub async fn launch(
     Ok(reply.into_inner())
 }
 
-/// Follows a campaign until it finishes, printing a progress line to stderr every
-/// `every`, and returns its summary.
-///
-/// # Errors
-/// When the stream breaks before the campaign finished or the summary does not parse.
-pub async fn follow(
-    client: &mut AdminClient,
-    url: &str,
-    campaign_id: &str,
-    every: Duration,
-) -> anyhow::Result<Summary> {
-    Ok(follow_outcome(client, url, campaign_id, every)
-        .await?
-        .summary)
-}
-
-/// How a followed campaign ended.
-#[derive(Clone, Debug)]
-pub struct Outcome {
-    /// Its summary.
-    pub summary: Summary,
-    /// Whether it was cancelled (`latmesh campaign cancel`).
-    pub cancelled: bool,
-}
-
 /// One agent's state in a progress line: `us-east 12 running (2 in flight, heartbeat 1 s ago)`.
 pub fn describe_agent(a: &pb::AgentProgress, now_unix_us: i64) -> String {
     let status = if a.status.is_empty() {
@@ -189,16 +164,18 @@ pub fn ago(unix_us: i64, now_unix_us: i64) -> String {
     format!("{:.1} s ago", (now_unix_us - unix_us).max(0) as f64 / 1e6)
 }
 
-/// [`follow`], also saying whether the campaign was cancelled.
+/// Follows a campaign until it finishes, printing a progress line to stderr every
+/// `every`, and returns its summary (`cancelled` says whether `latmesh campaign cancel`
+/// stopped it).
 ///
 /// # Errors
-/// As [`follow`].
-pub async fn follow_outcome(
+/// When the stream breaks before the campaign finished or the summary does not parse.
+pub async fn follow(
     client: &mut AdminClient,
     url: &str,
     campaign_id: &str,
     every: Duration,
-) -> anyhow::Result<Outcome> {
+) -> anyhow::Result<Summary> {
     let mut stream = client
         .watch(pb::WatchRequest {
             campaign_id: campaign_id.to_string(),
@@ -215,12 +192,8 @@ pub async fn follow_outcome(
                 p.probes_expected,
                 if p.cancelled { "cancelled" } else { "finished" }
             );
-            let summary = serde_json::from_str(&p.summary_json)
-                .context("summary from the coordinator does not parse")?;
-            return Ok(Outcome {
-                summary,
-                cancelled: p.cancelled,
-            });
+            return serde_json::from_str(&p.summary_json)
+                .context("summary from the coordinator does not parse");
         }
         if last_print.elapsed() >= every {
             last_print = Instant::now();
@@ -238,22 +211,6 @@ pub async fn follow_outcome(
     anyhow::bail!(
         "the coordinator closed the progress stream before campaign {campaign_id} finished"
     )
-}
-
-/// Writes `summary` as pretty JSON to `path`, with `"cancelled": CANCELLED` added.
-///
-/// # Errors
-/// I/O errors, naming the path.
-pub fn write_json_cancelled(summary: &Summary, cancelled: bool, path: &Path) -> anyhow::Result<()> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    }
-    let mut v = serde_json::to_value(summary)?;
-    if let Some(o) = v.as_object_mut() {
-        o.insert("cancelled".into(), serde_json::Value::Bool(cancelled));
-    }
-    let text = serde_json::to_string_pretty(&v)?;
-    std::fs::write(path, text + "\n").with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// Writes `summary` as pretty JSON to `path`.
