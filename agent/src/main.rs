@@ -41,6 +41,20 @@ struct Args {
     /// webpki roots).
     #[arg(long, env = "LATMESH_CA_FILE")]
     ca_file: Option<std::path::PathBuf>,
+    /// Heartbeat period, seconds (0.1 to 3600): each heartbeat carries the probes in flight;
+    /// the coordinator marks the agent disconnected after 3 periods without a word.
+    #[arg(long, env = "LATMESH_AGENT_HEARTBEAT_S", default_value_t = 5.0,
+          value_parser = parse_heartbeat_s)]
+    heartbeat_s: f64,
+}
+
+fn parse_heartbeat_s(s: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|e| format!("{s:?}: {e}"))?;
+    if v.is_finite() && (0.1..=3600.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{v} is outside 0.1..=3600 seconds"))
+    }
 }
 
 #[tokio::main]
@@ -62,6 +76,7 @@ async fn main() -> std::process::ExitCode {
         .unwrap_or_else(|| format!("{}-{host}", args.region));
     let mut cfg = latmesh_agent::AgentConfig::new(&args.coordinator, &agent_id, &args.region);
     cfg.exit_after_campaigns = args.exit_after;
+    cfg.heartbeat = std::time::Duration::from_secs_f64(args.heartbeat_s);
     cfg.spool = Some(latmesh_agent::spool::SpoolConfig {
         prune_parent: args.spool_dir.is_none(),
         dir: args

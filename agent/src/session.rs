@@ -27,9 +27,6 @@ use crate::runner::{CampaignRun, Cancel, RunnerConfig, now_unix_us, run_campaign
 /// Cancel switches of the campaigns this process runs, by campaign id.
 type Cancels = Arc<std::sync::Mutex<BTreeMap<String, Cancel>>>;
 
-/// Environment variable setting the heartbeat period, seconds (default 5).
-pub const HEARTBEAT_ENV: &str = "LATMESH_AGENT_HEARTBEAT_S";
-
 /// How an agent identifies itself and where it connects.
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
@@ -42,7 +39,7 @@ pub struct AgentConfig {
     /// Clock pings per exchange burst (the least-delayed one wins).
     pub clock_pings: u32,
     /// Heartbeat (and clock refresh) period; the coordinator marks the agent disconnected
-    /// after 3 periods without a word. Default 5 s, or [`HEARTBEAT_ENV`].
+    /// after 3 periods without a word. Default 5 s (`latmesh-agent --heartbeat-s`).
     pub heartbeat: Duration,
     /// Runner settings.
     pub runner: RunnerConfig,
@@ -65,11 +62,7 @@ impl AgentConfig {
             agent_id: agent_id.to_string(),
             region: region.to_string(),
             clock_pings: 8,
-            heartbeat: std::env::var(HEARTBEAT_ENV)
-                .ok()
-                .and_then(|v| v.trim().parse::<f64>().ok())
-                .filter(|s| s.is_finite() && *s >= 0.1 && *s <= 3600.0)
-                .map_or(Duration::from_secs(5), Duration::from_secs_f64),
+            heartbeat: Duration::from_secs(5),
             runner: RunnerConfig::default(),
             exit_after_campaigns: None,
             spool: None,
