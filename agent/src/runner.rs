@@ -65,7 +65,7 @@ use latmesh_proto::pb;
 use tokio::sync::{mpsc, watch};
 
 use crate::outbox::Outbox;
-use crate::probe::{ProbeRequest, Prober};
+use crate::probe::{ProbeOptions, ProbeRequest, Prober};
 
 /// Wall clock now, UTC µs.
 pub fn now_unix_us() -> i64 {
@@ -445,10 +445,15 @@ pub async fn run_slot_with(
             probe_id: None,
         };
         let last = turn == turns;
+        let opts = ProbeOptions {
+            keep_text: !last,
+            max_response_bytes: Some(policy.max_response_bytes),
+            ..ProbeOptions::default()
+        };
         let (answer, records) = logical_request(
             prober,
             &req,
-            !last,
+            opts,
             policy.retry.as_ref(),
             &label,
             turn,
@@ -511,7 +516,7 @@ fn aborted_record(send_agent_unix_us: i64, grace: Duration) -> crate::probe::Pro
 async fn logical_request(
     prober: &Prober,
     req: &ProbeRequest<'_>,
-    keep_text: bool,
+    opts: ProbeOptions,
     retry: Option<&RetryPolicy>,
     label: &Label<'_>,
     turn: u32,
@@ -529,7 +534,7 @@ async fn logical_request(
         let result = {
             let _in_flight = InFlight::start(&env.in_flight);
             tokio::select! {
-                r = prober.probe(req, keep_text) => r,
+                r = prober.probe_with(req, opts) => r,
                 _ = env.cancel.grace_over(env.cancel_grace) => aborted_record(send_unix_us, env.cancel_grace),
             }
         };

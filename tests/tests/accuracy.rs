@@ -3,15 +3,19 @@
 //! received the request and handed each token frame to hyper (`latmesh_sim::truth`).
 //!
 //! Only causal relations are asserted, no timing bounds: the client's `t_send` is before the
-//! server's receipt and a frame cannot be read before it is handed over, so each client
-//! duration from `t_send` is at least the server's duration from its receipt. The `handed`
-//! stamps are used (not `written`, taken after `write(2)` returned, which a reader on the
-//! other core may beat by a few µs). Client µs are floored per value, hence the rounding
-//! allowance of 1 µs per summed value.
+//! server's receipt and a frame cannot be read before it is handed over. Client and server
+//! share one process and one monotonic clock, so this is checked on exact instants: the
+//! prober's `t_send` ([`ProbeResult::t_send`]) is not after the server's `received`, and the
+//! read instant of every token-bearing payload ([`ProbeResult::token_read_at`], asked for
+//! with [`ProbeOptions::keep_timestamps`]) is not before the server's `handed` stamp of that
+//! frame. The record's µs durations must be those instants, floored (TTFT, ITL gaps), and
+//! each client duration from `t_send` is at least the server's duration from its receipt.
+//! The `handed` stamps are used (not `written`, taken after `write(2)` returned, which a
+//! reader on the other core may beat by a few µs).
 
 use std::time::{Duration, Instant};
 
-use latmesh_agent::probe::{ProbeRequest, ProbeResult, Prober};
+use latmesh_agent::probe::{ProbeOptions, ProbeRequest, ProbeResult, Prober};
 use latmesh_core::plan::Timeouts;
 use latmesh_core::prompts::Message;
 use latmesh_core::record::Outcome;
@@ -55,7 +59,11 @@ async fn probe(prober: &Prober, base: &str, provider: &str, probe_id: &str) -> P
         timeouts: &timeouts,
         probe_id: Some(probe_id),
     };
-    prober.probe(&req, false).await
+    let opts = ProbeOptions {
+        keep_timestamps: true,
+        ..ProbeOptions::default()
+    };
+    prober.probe_with(&req, opts).await
 }
 
 /// Checks one probe against its ground truth; `one_token_per_frame` for providers that send
@@ -102,8 +110,44 @@ fn check(ctx: &str, r: &ProbeResult, t: &ProbeTruth, one_token_per_frame: bool) 
         "{ctx}: e2e"
     );
 
+    // Exact instants (one clock): the request was sent before the server received it, and
+    // every token-bearing payload was read no earlier than the server handed its frame over.
+    let t_send = r.t_send.expect("t_send");
+    assert!(
+        t_send <= t.received,
+        "{ctx}: t_send after the server's receipt"
+    );
+    assert_eq!(
+        r.token_read_at.len(),
+        frames,
+        "{ctx}: one read instant per frame"
+    );
+    for (i, (read, f)) in r.token_read_at.iter().zip(&t.frames).enumerate() {
+        assert!(
+            *read >= f.stamp.handed,
+            "{ctx}: frame {i} read {:?} before the server handed it over",
+            f.stamp.handed - *read
+        );
+        assert!(*read >= t_send, "{ctx}: frame {i} read before t_send");
+    }
+    assert!(r.token_read_at.is_sorted(), "{ctx}: read instants in order");
+    // The record's durations are those instants, floored to µs.
+    assert_eq!(ttft, floor_us(r.token_read_at[0] - t_send), "{ctx}: ttft");
+    let gaps: Vec<u64> = r
+        .token_read_at
+        .windows(2)
+        .map(|w| floor_us(w[1] - w[0]))
+        .collect();
+    assert_eq!(gaps, r.itl_gaps_us, "{ctx}: itl gaps");
+    // E2E ends at an instant no earlier than the server's hand-over of the last frame.
+    let e2e = Duration::from_micros(rec.e2e_us.unwrap() + 1);
+    assert!(
+        t_send + e2e > end.handed,
+        "{ctx}: e2e before the server's end"
+    );
+
     // Every token's client stamp (ttft + the gaps before it) is not earlier than the
-    // server's hand-over of that frame.
+    // server's hand-over of that frame (µs, floored: 1 µs allowance per summed value).
     let mut client_off = ttft;
     for (i, f) in t.frames.iter().enumerate() {
         if i > 0 {

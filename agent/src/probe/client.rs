@@ -3,6 +3,8 @@
 //! [`Measurement`].
 
 use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
@@ -10,7 +12,7 @@ use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HOST, HeaderMap, HeaderName, HeaderValue, USER_AGENT};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt as _;
-use hyper::body::Incoming;
+use hyper::body::{Body as _, Incoming};
 use latmesh_core::record::Outcome;
 
 use super::chunk::ProviderError;
@@ -18,7 +20,7 @@ use super::measure::{BodyStamps, Flow, Head, Measurement};
 use super::outcome::{BodyEnd, Failure, Scrubber, parse_retry_after, timeout_message};
 use super::transport::connect::error_chain;
 use super::transport::{Conn, Phases, ReqBody, Target, Transport};
-use super::{ProbeRequest, ProbeResult, request};
+use super::{ProbeOptions, ProbeRequest, ProbeResult, request};
 
 /// Header carrying the agent's region (the simulator keys its network delay on it).
 pub const REGION_HEADER: &str = "x-latmesh-region";
@@ -149,8 +151,21 @@ impl Prober {
     /// Dropping the future abandons the attempt and yields no record; callers that must
     /// account for every attempt should rely on the timeouts instead.
     pub async fn probe(&self, req: &ProbeRequest<'_>, keep_text: bool) -> ProbeResult {
+        let opts = ProbeOptions {
+            keep_text,
+            ..ProbeOptions::default()
+        };
+        self.probe_with(req, opts).await
+    }
+
+    /// [`Prober::probe`], keeping what `opts` asks for (texts, the read instant of every
+    /// token-bearing payload).
+    ///
+    /// # Cancel safety
+    /// As [`Prober::probe`].
+    pub async fn probe_with(&self, req: &ProbeRequest<'_>, opts: ProbeOptions) -> ProbeResult {
         let mut phases = Phases::default();
-        let mut r = self.attempt(req, keep_text, &mut phases).await;
+        let mut r = self.attempt(req, opts, &mut phases).await;
         phases.apply(&mut r.record);
         r
     }
@@ -158,7 +173,7 @@ impl Prober {
     async fn attempt(
         &self,
         req: &ProbeRequest<'_>,
-        keep_text: bool,
+        opts: ProbeOptions,
         phases: &mut Phases,
     ) -> ProbeResult {
         let scrub = Scrubber {
@@ -236,8 +251,22 @@ impl Prober {
             .to_ascii_lowercase();
         let whole = !content_type.contains("event-stream")
             && (content_type.contains("json") || !req.stream);
-        let mut m = Measurement::new(t_send, keep_text, whole, req.stream, req.max_tokens);
+        let mut m = Measurement::new(t_send, opts.keep_text, whole, req.stream, req.max_tokens);
+        if opts.keep_timestamps {
+            m = m.with_timestamps(req.max_tokens);
+        }
+        if let Some(n) = opts.max_response_bytes {
+            m = m.with_max_body_bytes(n);
+        }
         let mut last_read = ttfb_at;
+        // One timer for the whole body, armed at the earliest deadline and moved only when
+        // the deadline comes earlier (after `[DONE]`). The idle deadline moves later with
+        // every read: the timer is left where it is and, when it fires, the deadlines are
+        // checked again and it is re-armed if none has passed. (A timer per read would be
+        // registered and removed again for every frame.)
+        let timer = tokio::time::sleep_until(ttfb_at.into());
+        tokio::pin!(timer);
+        let mut armed: Option<Instant> = None;
         let (end, end_at) = loop {
             let timeout = earliest(&[
                 dl.ttft.filter(|_| m.waiting_for_first_token()),
@@ -246,7 +275,42 @@ impl Prober {
             ])
             .map(|(at, o)| (at, Some(o)));
             let deadline = earliest(&[m.done_at().map(|d| (d + DRAIN_GRACE, None)), timeout]);
-            match within(deadline.map(|d| d.0), body.frame()).await {
+            match deadline {
+                Some((at, _)) if armed.is_none_or(|a| at < a) => {
+                    timer.as_mut().reset(at.into());
+                    armed = Some(at);
+                }
+                _ => {}
+            }
+            let next = std::future::poll_fn(|cx| {
+                // The body first: a frame that is there wins over a deadline that passed.
+                if let Poll::Ready(f) = Pin::new(&mut body).poll_frame(cx) {
+                    return Poll::Ready(Some(f));
+                }
+                if armed.is_some() && timer.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(None);
+                }
+                Poll::Pending
+            })
+            .await;
+            let next = match next {
+                Some(f) => Some(f),
+                // The timer fired: a deadline passed, or it was armed for one that has
+                // moved since (then it is armed again).
+                None => match deadline {
+                    Some((at, _)) if Instant::now() < at => {
+                        timer.as_mut().reset(at.into());
+                        armed = Some(at);
+                        continue;
+                    }
+                    Some(_) => None,
+                    None => {
+                        armed = None;
+                        continue;
+                    }
+                },
+            };
+            match next {
                 Some(Some(Ok(frame))) => {
                     // Stamped before any parsing.
                     let at = Instant::now();
@@ -419,6 +483,82 @@ mod tests {
         assert_eq!(secs(0.0), None);
         assert_eq!(secs(f64::NAN), None);
         assert_eq!(secs(1.5), Some(Duration::from_millis(1500)));
+    }
+
+    /// The body's one timer, armed lazily, still ends the attempt at the right deadline:
+    /// tokens that keep coming under the idle timeout (the timer fires at a stale idle
+    /// deadline and is re-armed), a stall, comments before the first token, the total.
+    #[tokio::test]
+    async fn one_timer_per_body_keeps_every_deadline() {
+        use latmesh_sim::{ProviderProfile, SimConfig};
+        let n = |name: &str, ttft_us, itl_us| ProviderProfile {
+            output_tokens_min: 8,
+            output_tokens_max: 8,
+            ..ProviderProfile::fixed(name, ttft_us, itl_us)
+        };
+        let cfg = SimConfig {
+            profiles: vec![
+                n("flow", 20_000, 60_000),
+                ProviderProfile {
+                    stall_prob: 1.0,
+                    stall_us: 600_000,
+                    ..n("stall", 20_000, 20_000)
+                },
+                ProviderProfile {
+                    keepalive_interval_us: 20_000,
+                    ..n("slow", 900_000, 20_000)
+                },
+            ],
+            ..SimConfig::default()
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(latmesh_sim::serve_providers(listener, cfg));
+        let prober = Prober::new(None).unwrap();
+        let messages = [latmesh_core::prompts::Message::new("user", "hi")];
+        let run = |provider: &'static str, ttft_s: f64, idle_s: f64, total_s: f64| {
+            let (prober, messages) = (&prober, &messages);
+            async move {
+                let base = format!("http://{addr}/{provider}/v1");
+                let timeouts = latmesh_core::plan::Timeouts {
+                    connect_s: 5.0,
+                    ttft_s,
+                    idle_s,
+                    total_s,
+                };
+                let req = ProbeRequest {
+                    base_url: &base,
+                    model_id: "m",
+                    api_key: None,
+                    messages,
+                    stream: true,
+                    max_tokens: 8,
+                    temperature: None,
+                    top_p: None,
+                    timeouts: &timeouts,
+                    probe_id: None,
+                };
+                let t0 = Instant::now();
+                let r = prober.probe(&req, false).await;
+                (r.record, t0.elapsed())
+            }
+        };
+        // 60 ms gaps under a 150 ms idle timeout: ok.
+        let (rec, _) = run("flow", 5.0, 0.15, 5.0).await;
+        assert_eq!(rec.outcome, Some(Outcome::Ok), "{rec:?}");
+        assert_eq!(rec.content_chunks, 8);
+        // A 600 ms stall: idle timeout about 150 ms after the last token.
+        let (rec, took) = run("stall", 5.0, 0.15, 5.0).await;
+        assert_eq!(rec.outcome, Some(Outcome::TimeoutIdle), "{rec:?}");
+        assert!(rec.content_chunks >= 1 && took < Duration::from_millis(550));
+        // Comments every 20 ms, no token by 250 ms: TTFT timeout, not idle.
+        let (rec, took) = run("slow", 0.25, 0.15, 5.0).await;
+        assert_eq!(rec.outcome, Some(Outcome::TimeoutTtft), "{rec:?}");
+        assert!(rec.comment_lines >= 3 && took < Duration::from_millis(700));
+        // Tokens flowing past the total timeout.
+        let (rec, took) = run("flow", 5.0, 0.15, 0.2).await;
+        assert_eq!(rec.outcome, Some(Outcome::TimeoutTotal), "{rec:?}");
+        assert!(rec.content_chunks >= 2 && took < Duration::from_millis(450));
     }
 
     #[test]

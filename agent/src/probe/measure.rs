@@ -114,6 +114,7 @@ impl Head {
         record.e2e_us = end_at.map(|t| self.us(t));
         ProbeResult {
             record,
+            t_send: Some(self.t_send),
             ..ProbeResult::default()
         }
     }
@@ -167,6 +168,11 @@ struct State {
     last_token_at: Option<Instant>,
     done_at: Option<Instant>,
     itl_gaps_us: Vec<u64>,
+    /// Keep the read instant of every token-bearing payload in `token_read_at`.
+    keep_timestamps: bool,
+    token_read_at: Vec<Instant>,
+    /// The fast decoder's template and scratch buffer (`chunk::decode_cached`).
+    lite: chunk::LiteCache,
     payloads: u32,
     token_payloads: u32,
     content_chunks: u32,
@@ -199,6 +205,8 @@ pub struct Measurement {
     whole: Option<Vec<u8>>,
     /// The request asked for a stream.
     stream_requested: bool,
+    /// Largest body accepted ([`Measurement::with_max_body_bytes`]).
+    max_body_bytes: u64,
 }
 
 const SNIFF_BYTES: usize = 64 * 1024;
@@ -232,12 +240,37 @@ impl Measurement {
             broken: None,
             whole: whole.then(Vec::new),
             stream_requested,
+            max_body_bytes: u64::MAX,
         }
+    }
+
+    /// Ends the attempt as `protocol_error` ("response larger than N bytes") once the body
+    /// passes `n` bytes: a provider that ignores `max_tokens` and streams gigabytes is cut off.
+    pub fn with_max_body_bytes(mut self, n: u64) -> Self {
+        self.max_body_bytes = n;
+        self
+    }
+
+    /// Also keeps the read instant of every token-bearing payload
+    /// ([`ProbeResult::token_read_at`]); sized for `max_tokens` payloads.
+    pub fn with_timestamps(mut self, max_tokens: u32) -> Self {
+        self.st.keep_timestamps = true;
+        if self.whole.is_none() {
+            self.st.token_read_at = Vec::with_capacity(max_tokens.min(8192) as usize);
+        }
+        self
     }
 
     /// One body read that arrived at `at`.
     pub fn on_bytes(&mut self, at: Instant, bytes: &[u8]) -> Flow {
         self.body.on_bytes(at, bytes);
+        if self.body.bytes > self.max_body_bytes {
+            self.st.fail(Failure::new(
+                Outcome::ProtocolError,
+                format!("response larger than {} bytes", self.max_body_bytes),
+            ));
+            return Flow::Stop;
+        }
         if let Some(w) = &mut self.whole {
             if w.len() + bytes.len() > MAX_WHOLE_BODY {
                 self.st.fail(Failure::new(
@@ -424,6 +457,13 @@ impl Measurement {
         record.response_bytes = self.body.bytes;
         ProbeResult {
             record,
+            t_send: Some(head.t_send),
+            // A body read whole has no token timing.
+            token_read_at: if st.whole_body {
+                Vec::new()
+            } else {
+                st.token_read_at
+            },
             first_output_payload_index: st.first_token.map(|(_, i)| i),
             first_content_payload_index: st.first_content.map(|(_, i)| i),
             itl_gaps_us: st.itl_gaps_us,
@@ -484,6 +524,23 @@ impl State {
             return;
         }
         let index = self.payloads;
+        // The common chunk, read in one pass without building anything (or, when it is the
+        // previous one with another token, not parsed again); the full decoder for
+        // everything else (see `chunk::decode_lite` and `chunk::decode_cached`).
+        let mut cache = std::mem::take(&mut self.lite);
+        let lite = chunk::decode_cached(data, &mut cache);
+        if let Some(l) = lite {
+            self.payloads += 1;
+            self.on_tokens(at, index, l.content, l.reasoning, false);
+            if let Some(fr) = l.finish_reason {
+                self.on_finish_reason(fr);
+            }
+        }
+        let lite = lite.is_some();
+        self.lite = cache;
+        if lite {
+            return;
+        }
         match chunk::decode(data) {
             Ok(c) => {
                 self.payloads += 1;
@@ -508,15 +565,7 @@ impl State {
             self.on_delta(at, index, d);
         }
         if let Some(fr) = c.finish_reason() {
-            if self.finish_reason.as_deref() != Some(fr) {
-                self.finish_reason = Some(fr.to_string());
-            }
-            if is_abort_finish(fr) {
-                self.fail(Failure::new(
-                    Outcome::StreamError,
-                    format!("generation aborted: finish_reason {fr}"),
-                ));
-            }
+            self.on_finish_reason(fr);
         }
         if let Some(u) = c.usage() {
             chunk::merge_usage(&mut self.usage, u);
@@ -526,10 +575,41 @@ impl State {
         }
     }
 
+    /// A non-empty `finish_reason`.
+    fn on_finish_reason(&mut self, fr: &str) {
+        if self.finish_reason.as_deref() != Some(fr) {
+            self.finish_reason = Some(fr.to_string());
+        }
+        if is_abort_finish(fr) {
+            self.fail(Failure::new(
+                Outcome::StreamError,
+                format!("generation aborted: finish_reason {fr}"),
+            ));
+        }
+    }
+
     fn on_delta(&mut self, at: Instant, index: u32, d: &DeltaWire<'_>) {
-        let content = d.content();
-        let reasoning = d.reasoning();
-        let tool = d.has_tool_fragment();
+        for t in &d.tool_calls.0 {
+            self.add_tool_fragment(t);
+        }
+        if let Some(f) = &d.function_call.0 {
+            let t = ToolCallWire {
+                function: chunk::Obj(Some(f.clone())),
+                ..ToolCallWire::default()
+            };
+            self.add_tool_fragment(&t);
+        }
+        self.on_tokens(
+            at,
+            index,
+            d.content(),
+            &d.reasoning(),
+            d.has_tool_fragment(),
+        );
+    }
+
+    /// The generated text of one payload (`tool`: it carries a tool-call fragment).
+    fn on_tokens(&mut self, at: Instant, index: u32, content: &str, reasoning: &str, tool: bool) {
         if !content.is_empty() {
             self.content_chunks += 1;
             self.first_content.get_or_insert((at, index));
@@ -541,21 +621,11 @@ impl State {
             self.reasoning_chunks += 1;
             self.first_reasoning.get_or_insert(index);
             if self.keep_text {
-                self.reasoning_text.push_str(&reasoning);
+                self.reasoning_text.push_str(reasoning);
             }
         }
         if tool {
             self.tool_call_chunks += 1;
-        }
-        for t in &d.tool_calls.0 {
-            self.add_tool_fragment(t);
-        }
-        if let Some(f) = &d.function_call.0 {
-            let t = ToolCallWire {
-                function: chunk::Obj(Some(f.clone())),
-                ..ToolCallWire::default()
-            };
-            self.add_tool_fragment(&t);
         }
         if !content.is_empty() || !reasoning.is_empty() || tool {
             self.token_payloads += 1;
@@ -566,6 +636,9 @@ impl State {
             }
             self.last_token_at = Some(at);
             self.first_token.get_or_insert((at, index));
+            if self.keep_timestamps {
+                self.token_read_at.push(at);
+            }
         }
     }
 
@@ -759,12 +832,48 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_body_past_the_byte_cap_ends_as_a_protocol_error() {
+        let body = sse(&[C0, &content("a"), &content("b"), &stop(""), "[DONE]"]);
+        let pieces: Vec<&[u8]> = body.split_inclusive(|&b| b == b'\n').collect();
+        let cap = pieces[..4].iter().map(|p| p.len() as u64).sum::<u64>();
+        let t0 = Instant::now();
+        let mut m = Measurement::new(t0, false, false, true, 64).with_max_body_bytes(cap);
+        let mut at = t0;
+        let mut stopped_at = None;
+        for (i, p) in pieces.iter().enumerate() {
+            at += Duration::from_millis(1);
+            if m.on_bytes(at, p) == Flow::Stop {
+                stopped_at = Some(i);
+                break;
+            }
+        }
+        // Exactly at the cap is accepted; the first byte past it stops the attempt.
+        assert_eq!(stopped_at, Some(4));
+        m.on_end(at, BodyEnd::Stopped);
+        let r = m.finish(&head(t0, true), BodyEnd::Stopped, Some(at), &NO_SCRUB);
+        assert_eq!(r.record.outcome, Some(Outcome::ProtocolError));
+        assert_eq!(
+            r.record.error_message.as_deref(),
+            Some(format!("response larger than {cap} bytes").as_str())
+        );
+        assert_eq!(r.record.ttft_us, Some(4_000));
+    }
+
+    #[test]
     fn nothing_after_done_changes_the_measurement() {
         // Content, an error object, an `error:` line and usage after `[DONE]`: drained as
         // bytes, never measured.
         let err = r#"{"error":{"message":"late","type":"server_error"}}"#;
         let late_usage = r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":99}}"#;
-        let mut body = sse(&[C0, &content("a"), &stop(""), "[DONE]", &content("z"), err, late_usage]);
+        let mut body = sse(&[
+            C0,
+            &content("a"),
+            &stop(""),
+            "[DONE]",
+            &content("z"),
+            err,
+            late_usage,
+        ]);
         body.extend_from_slice(b"error: {\"message\":\"later\"}\n\n");
         let pieces: Vec<&[u8]> = body.split_inclusive(|&b| b == b'\n').collect();
         let r = measure(&pieces, false);
@@ -1151,6 +1260,85 @@ pub(crate) mod tests {
         let r = m.finish(&head(t0, true), BodyEnd::Eof, Some(t0), &NO_SCRUB);
         assert_eq!(r.record.content_chunks, 1010);
         assert_eq!(r.record.comment_lines, 1010);
+    }
+
+    #[test]
+    fn the_per_chunk_path_does_not_allocate_with_timestamps_either() {
+        let t0 = Instant::now();
+        let mut m = Measurement::new(t0, false, false, true, 2048).with_timestamps(2048);
+        // The simulator's chunk (the fast decoder) and one with an escape (the full one).
+        let chunk = concat!(
+            r#"data: {"id":"chatcmpl-sim1","object":"chat.completion.chunk","created":1,"model":"m","#,
+            r#""system_fingerprint":"s","choices":[{"index":0,"delta":{"content":" tok"},"#,
+            r#""logprobs":null,"finish_reason":null}],"usage":null}"#,
+            "\n\n",
+            r#"data: {"choices":[{"index":0,"delta":{"content":"a\nb"}}]}"#,
+            "\n\n"
+        );
+        for _ in 0..10 {
+            m.on_bytes(t0, chunk.as_bytes());
+        }
+        let before = ALLOCS.with(|c| c.get());
+        for i in 0..1000u64 {
+            m.on_bytes(t0 + Duration::from_micros(i), chunk.as_bytes());
+        }
+        let allocs = ALLOCS.with(|c| c.get()) - before;
+        assert_eq!(allocs, 0, "allocations for 1000 reads of two chunks");
+        m.on_end(t0, BodyEnd::Eof);
+        let r = m.finish(&head(t0, true), BodyEnd::Eof, Some(t0), &NO_SCRUB);
+        assert_eq!(r.record.content_chunks, 2020);
+        assert_eq!(r.token_read_at.len(), 2020);
+    }
+
+    #[test]
+    fn token_read_instants_only_when_asked_and_consistent_with_the_record() {
+        let body = sse(&[
+            C0,
+            &content("a"),
+            &content("b"),
+            &content("c"),
+            &stop(""),
+            "[DONE]",
+        ]);
+        let pieces: Vec<&[u8]> = body.split_inclusive(|&b| b == b'\n').collect();
+        let t0 = Instant::now();
+        let run = |timestamps: bool| {
+            let mut m = Measurement::new(t0, false, false, true, 8);
+            if timestamps {
+                m = m.with_timestamps(8);
+            }
+            let mut at = t0;
+            for p in &pieces {
+                at += Duration::from_nanos(1_234_567);
+                m.on_bytes(at, p);
+            }
+            m.on_end(at, BodyEnd::Eof);
+            m.finish(&head(t0, true), BodyEnd::Eof, Some(at), &NO_SCRUB)
+        };
+        let plain = run(false);
+        assert!(plain.token_read_at.is_empty());
+        assert_eq!(plain.t_send, Some(t0));
+        let r = run(true);
+        assert_eq!(r.record, plain.record);
+        assert_eq!(r.token_read_at.len(), r.record.token_payloads as usize);
+        assert_eq!(r.token_read_at.len(), 3);
+        let us = |d: Duration| u64::try_from(d.as_micros()).unwrap();
+        assert_eq!(r.record.ttft_us, Some(us(r.token_read_at[0] - t0)));
+        let gaps: Vec<u64> = r
+            .token_read_at
+            .windows(2)
+            .map(|w| us(w[1] - w[0]))
+            .collect();
+        assert_eq!(gaps, r.itl_gaps_us);
+        // A body read whole has no token timing.
+        let mut m = Measurement::new(t0, false, true, false, 8).with_timestamps(8);
+        m.on_bytes(
+            t0,
+            br#"{"choices":[{"index":0,"message":{"content":"x"}}]}"#,
+        );
+        m.on_end(t0, BodyEnd::Eof);
+        let r = m.finish(&head(t0, false), BodyEnd::Eof, Some(t0), &NO_SCRUB);
+        assert_eq!((r.record.content_chunks, r.token_read_at.len()), (1, 0));
     }
 
     #[test]

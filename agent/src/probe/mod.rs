@@ -5,6 +5,9 @@
 //! [`ProbeRecord`](latmesh_core::record::ProbeRecord) has every measured field set and an
 //! outcome on every path (no request is silently dropped). The caller fills the plan fields
 //! (`round`, `slot`, `provider`, `scenario`, `prompt_id`, `attempt`, `sched_lag_us`).
+//! [`Prober::probe_with`] also keeps, when [`ProbeOptions`] asks, the read instant of every
+//! token-bearing payload ([`ProbeResult::token_read_at`]; `t_send` is always set), for
+//! checks against a server's clock in the same process.
 //!
 //! # Timing
 //! Requests go over the probe's own HTTP/1.1 client (the `transport` module: hyper's HTTP/1
@@ -34,7 +37,8 @@
 //!
 //! TTFB is stamped when the response head has been parsed. Each body read (a data frame of
 //! hyper's body) is stamped as soon as it arrives, before any parsing; all events parsed out
-//! of that read carry its stamp. Then, from those stamps:
+//! of that read carry its stamp. (One timer per body watches the deadlines: it is not
+//! registered again for every read.) Then, from those stamps:
 //!
 //! * `ttft`: the first payload with a non-empty generated token of any kind (content,
 //!   reasoning, tool-call fragment); `ttfc`: the first with non-empty `content`;
@@ -82,13 +86,15 @@
 pub mod chunk;
 mod client;
 mod measure;
-mod transport;
 pub mod outcome;
 pub mod request;
 pub mod sse;
+mod transport;
 
 #[cfg(test)]
 mod tests;
+
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
@@ -167,6 +173,30 @@ pub struct ProbeResult {
     pub first_output_payload_index: Option<u32>,
     /// 0-based index, among JSON chat payloads, of the payload where TTFC was stamped.
     pub first_content_payload_index: Option<u32>,
+    /// `t_send` (see Timing in the [module documentation](self)): every `*_us` duration of
+    /// the record is measured from it. Set on every path.
+    pub t_send: Option<Instant>,
+    /// The read instant of every token-bearing payload of an event stream, in order (one
+    /// per `token_payloads`; several payloads of one read share its instant): `ttft_us` is
+    /// `token_read_at[0] − t_send` and the ITL gaps are the differences, floored to µs.
+    /// Filled only when asked ([`ProbeOptions::keep_timestamps`]); empty for a body read
+    /// whole.
+    pub token_read_at: Vec<Instant>,
+}
+
+/// What [`Prober::probe_with`] keeps besides the record.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProbeOptions {
+    /// Keep the visible and reasoning texts ([`ProbeResult::content_text`],
+    /// [`ProbeResult::reasoning_text`]).
+    pub keep_text: bool,
+    /// Keep the read instant of every token-bearing payload
+    /// ([`ProbeResult::token_read_at`]; one allocation per probe, none per payload).
+    pub keep_timestamps: bool,
+    /// Largest response body accepted, bytes; past it the attempt ends as `protocol_error`
+    /// ("response larger than N bytes"). `None`: no cap beyond the built-in ones (a JSON body
+    /// read whole, an SSE event or line).
+    pub max_response_bytes: Option<u64>,
 }
 
 /// The JSON object `latmesh probe --json` prints: every field of the record (the plan fields
