@@ -400,7 +400,7 @@ pub async fn run_slot_with(
     let api_key = provider
         .api_key_env
         .as_ref()
-        .and_then(|name| std::env::var(name).ok());
+        .and_then(|name| crate::probe::request::api_key_from_env(name).ok().flatten());
     let nonce = policy.cache_nonce.then(new_nonce);
     let label = Label {
         at,
@@ -583,10 +583,16 @@ async fn logical_request(
 
 fn warn_missing_keys(plan: &Plan) {
     for p in &plan.providers {
-        if let Some(name) = &p.api_key_env
-            && std::env::var_os(name).is_none()
-        {
-            tracing::warn!(provider = %p.name, env = %name, "API key variable is not set on this agent; requests go without Authorization");
+        if let Some(name) = &p.api_key_env {
+            match crate::probe::request::api_key_from_env(name) {
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    tracing::warn!(provider = %p.name, env = %name, "API key variable is not set on this agent; requests go without Authorization")
+                }
+                Err(e) => {
+                    tracing::warn!(provider = %p.name, "{e}; requests go without Authorization")
+                }
+            }
         }
     }
 }

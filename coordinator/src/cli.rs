@@ -817,7 +817,8 @@ async fn report(
 async fn probe(args: ProbeArgs) -> anyhow::Result<()> {
     let api_key = match &args.api_key_env {
         Some(name) => Some(
-            std::env::var(name)
+            latmesh_agent::probe::request::api_key_from_env(name)
+                .map_err(|e| anyhow::anyhow!("--api-key-env {name}: {e}"))?
                 .with_context(|| format!("--api-key-env {name}: the variable is not set"))?,
         ),
         None => None,

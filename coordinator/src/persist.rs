@@ -58,6 +58,10 @@ pub struct AgentRecord {
     pub last_seq: Option<u64>,
     /// Slots it reported as skipped (with its done notice).
     pub skipped: u64,
+    /// Slots of the plan it finished (progress of a campaign read back finished; a running
+    /// campaign recounts them from its batch log).
+    #[serde(default)]
+    pub slots_done: u64,
 }
 
 /// A campaign's durable facts (`campaign.json`).

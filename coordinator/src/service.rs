@@ -219,6 +219,12 @@ impl AgentSession for Coordinator {
                 "AgentHello needs agent_id and region",
             ));
         }
+        if let Err(reason) = self.state.admit(&hello) {
+            tracing::warn!(agent = %hello.agent_id, region = %hello.region, "refused agent: {reason}");
+            // Unavailable: the agent retries with backoff (a restarted agent gets in once its
+            // old session is gone).
+            return Err(Status::unavailable(reason));
+        }
         let (tx, rx) = mpsc::channel(1024);
         send(
             &tx,

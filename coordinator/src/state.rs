@@ -47,6 +47,9 @@ struct CampaignAgent {
     seqs: BTreeSet<u64>,
     last_seq: Option<u64>,
     records: u64,
+    /// Slots of the plan finished (first turns whose final attempt arrived), the unit of
+    /// progress: retries and later turns are records, not slots.
+    slots_done: u64,
     skipped: u64,
 }
 
@@ -228,6 +231,38 @@ impl State {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether a new session for `hello` may start: `Err(reason)` when another session with
+    /// the same agent id is connected and either in another region (a second agent with a
+    /// copied id) or heard from within its last heartbeat period (alive: the newcomer is the
+    /// duplicate, and the live agent keeps working). A restarted agent's old session is
+    /// closed, or silent and soon marked disconnected, so the restarted agent gets in (it
+    /// retries until then).
+    pub fn admit(&self, hello: &pb::AgentHello) -> Result<(), String> {
+        let inner = self.lock();
+        let Some(old) = inner.agents.get(&hello.agent_id) else {
+            return Ok(());
+        };
+        if old.tx.is_none() || !old.info.connected {
+            return Ok(());
+        }
+        let heard_us = now_unix_us() - old.info.last_seen_coord_unix_us;
+        let period_us = i64::from(old.info.heartbeat_interval_ms.max(100)) * 1000;
+        if old.info.region != hello.region {
+            Err(format!(
+                "agent id {:?} is in use by a connected agent in region {:?} (this agent says {:?}): give each agent its own --agent-id",
+                hello.agent_id, old.info.region, hello.region
+            ))
+        } else if heard_us <= period_us {
+            Err(format!(
+                "agent id {:?} is in use by a live agent (heard {:.1} s ago): give each agent its own --agent-id (a restarted agent gets in once its old session is gone)",
+                hello.agent_id,
+                heard_us as f64 / 1e6
+            ))
+        } else {
+            Ok(())
+        }
     }
 
     /// Registers a connected agent and returns its session number. An older session with the
@@ -716,9 +751,10 @@ impl State {
 fn finished_progress(rec: &CampaignRecord, summary: &Summary) -> pb::Progress {
     let per_agent =
         serde_json::from_str::<Plan>(&rec.plan_json).map_or(0, |p| p.probes_per_agent());
+    let slots = |id: &str| rec.agents.get(id).map_or(0, |a| a.slots_done);
     pb::Progress {
         campaign_id: rec.campaign_id.clone(),
-        probes_done: summary.agents.iter().map(|a| a.records).sum(),
+        probes_done: rec.agents.values().map(|a| a.slots_done).sum(),
         probes_expected: per_agent * rec.agents.len() as u64,
         agents: summary
             .agents
@@ -726,15 +762,21 @@ fn finished_progress(rec: &CampaignRecord, summary: &Summary) -> pb::Progress {
             .map(|a| pb::AgentProgress {
                 agent_id: a.agent_id.clone(),
                 region: a.region.clone(),
-                probes_done: a.records,
+                probes_done: slots(&a.agent_id),
                 batches_acked: a.batches,
                 done: a.complete,
+                status: if summary.cancelled {
+                    "cancelled"
+                } else {
+                    "done"
+                }
+                .into(),
                 ..Default::default()
             })
             .collect(),
         finished: true,
         summary_json: serde_json::to_string(summary).expect("summaries serialize"),
-        ..Default::default()
+        cancelled: summary.cancelled,
     }
 }
 
@@ -774,6 +816,11 @@ fn merge_into(c: &mut Campaign, b: &CheckedBatch) -> bool {
         return false;
     }
     ca.records += b.records.len() as u64;
+    ca.slots_done += b
+        .records
+        .iter()
+        .filter(|r| r.final_attempt && r.turn <= 1)
+        .count() as u64;
     for r in &b.records {
         c.agg.add_record(&b.region, r);
     }
@@ -803,6 +850,7 @@ fn record_of(campaign_id: &str, c: &Campaign) -> CampaignRecord {
                         region: a.region.clone(),
                         last_seq: a.last_seq,
                         skipped: a.skipped,
+                        slots_done: a.slots_done,
                     },
                 )
             })
@@ -878,7 +926,7 @@ fn publish(inner: &mut Inner, campaign_id: &str) {
             pb::AgentProgress {
                 agent_id: id.clone(),
                 region: a.region.clone(),
-                probes_done: a.records,
+                probes_done: a.slots_done,
                 batches_acked: a.seqs.len() as u64,
                 done: a.complete(),
                 connected: info.is_some_and(|i| i.connected),
@@ -1353,8 +1401,23 @@ mod tests {
         assert_eq!(plan_of(rx.recv().await).next_seq, 1);
         assert!(state.batch("a1", batch(&id, 1, 1_000)).unwrap());
         assert!(state.batch("a1", batch(&id, 2, 1_000)).unwrap());
-        // The process restarts: its new session gets the plan with next_seq 3, and the old
-        // session is told it was replaced.
+        // A second process with the same id while the first is alive is refused, in the same
+        // region or another.
+        let e = state.admit(&hello("a1", "us-east")).unwrap_err();
+        assert!(e.contains("in use by a live agent"), "{e}");
+        let e = state.admit(&hello("a1", "eu-west")).unwrap_err();
+        assert!(e.contains("region \"us-east\""), "{e}");
+        // The process restarts while its old session looks open but has gone silent (no RST):
+        // its new session gets the plan with next_seq 3, and the old session is told it was
+        // replaced.
+        state
+            .lock()
+            .agents
+            .get_mut("a1")
+            .unwrap()
+            .info
+            .last_seen_coord_unix_us -= 60_000_000;
+        assert_eq!(state.admit(&hello("a1", "us-east")), Ok(()));
         let (tx2, mut rx2) = mpsc::channel(8);
         state.connect(&hello("a1", "us-east"), tx2);
         match rx.recv().await.unwrap().unwrap().kind {
@@ -1512,6 +1575,15 @@ mod tests {
         assert!(p.finished);
         let again: Summary = serde_json::from_str(&p.summary_json).unwrap();
         assert_eq!(again, s);
+        // Progress in slots, as the live campaign counted them (each test record is a
+        // finished first turn): a1 3, a2 1.
+        assert_eq!((p.probes_done, p.cancelled), (4, false));
+        let slots: Vec<(String, u64)> = p
+            .agents
+            .iter()
+            .map(|a| (a.agent_id.clone(), a.probes_done))
+            .collect();
+        assert_eq!(slots, vec![("a1".into(), 3), ("a2".into(), 1)]);
         assert!(matches!(
             state.watch("nope"),
             Err(StateError::UnknownCampaign(_))

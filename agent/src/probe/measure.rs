@@ -68,8 +68,8 @@ impl Head {
             http_status: self.http_status,
             ttfb_us: self.ttfb_at.map(|t| self.us(t)),
             retry_after_s: self.retry_after_s,
-            error_type: failure.and_then(|f| f.error_type.clone()),
-            error_code: failure.and_then(|f| f.error_code.clone()),
+            error_type: failure.and_then(|f| scrub.clean_opt(f.error_type.as_deref())),
+            error_code: failure.and_then(|f| scrub.clean_opt(f.error_code.as_deref())),
             error_message: failure.map(|f| scrub.clean(&f.message)),
             ..ProbeRecord::default()
         }

@@ -166,14 +166,21 @@ pub struct Scrubber<'a> {
     pub prompt: &'a [latmesh_core::prompts::Message],
 }
 
+/// Shortest run of the API key's bytes that is redacted where it appears (providers echo keys
+/// whole, without their `sk-` prefix, or in pieces; a masked `sk-…wxyz` with 4 characters
+/// shown stays readable).
+pub const KEY_FRAGMENT_BYTES: usize = 8;
+
 impl Scrubber<'_> {
-    /// The scrubbed, truncated message.
+    /// The scrubbed, truncated message: the API key, and every run of at least
+    /// [`KEY_FRAGMENT_BYTES`] bytes of it, and echoed prompt text are replaced by
+    /// `[redacted]`; then truncated to 256 bytes.
     pub fn clean(&self, text: &str) -> String {
         const REDACTED: &str = "[redacted]";
-        let mut out = text.to_string();
-        if let Some(key) = self.api_key.filter(|k| !k.is_empty()) {
-            out = out.replace(key, REDACTED);
-        }
+        let mut out = match self.api_key.filter(|k| !k.is_empty()) {
+            Some(key) => redact_fragments(text, key.as_bytes(), REDACTED),
+            None => text.to_string(),
+        };
         for m in self.prompt {
             let c = m.content.as_str();
             if c.len() >= 16 && out.contains(c) {
@@ -191,11 +198,98 @@ impl Scrubber<'_> {
         }
         truncate_message(&out, MAX_ERROR_MESSAGE)
     }
+
+    /// [`Scrubber::clean`] of an optional provider field (error type or code).
+    pub fn clean_opt(&self, text: Option<&str>) -> Option<String> {
+        text.map(|t| self.clean(t))
+    }
+}
+
+/// `text` with every byte range covered by a run of at least [`KEY_FRAGMENT_BYTES`] bytes of
+/// `key` (or the whole key, when shorter) replaced by `with`. Ranges are widened to character
+/// boundaries.
+fn redact_fragments(text: &str, key: &[u8], with: &str) -> String {
+    let window = KEY_FRAGMENT_BYTES.min(key.len());
+    let hay = text.as_bytes();
+    let mut covered = vec![false; hay.len()];
+    let mut any = false;
+    for w in key.windows(window) {
+        for (at, _) in hay.windows(window).enumerate().filter(|(_, h)| *h == w) {
+            covered[at..at + window].iter_mut().for_each(|c| *c = true);
+            any = true;
+        }
+    }
+    if !any {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < hay.len() {
+        if covered[i] {
+            let mut j = i;
+            while j < hay.len() && (covered[j] || !text.is_char_boundary(j)) {
+                j += 1;
+            }
+            out.push_str(with);
+            i = j;
+        } else {
+            let start = i;
+            while i < hay.len() && !covered[i] {
+                i += 1;
+            }
+            // A covered range starting inside a character took the whole character.
+            while !text.is_char_boundary(i) {
+                i -= 1;
+            }
+            if i == start {
+                i += 1;
+                while i < hay.len() && !text.is_char_boundary(i) {
+                    i += 1;
+                }
+                out.push_str(with);
+                continue;
+            }
+            out.push_str(&text[start..i]);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn api_keys_are_redacted_whole_and_in_fragments() {
+        let scrub = Scrubber {
+            api_key: Some("sk-CANARY-7f3e9d2a1b"),
+            prompt: &[],
+        };
+        for (text, want) in [
+            ("bad key sk-CANARY-7f3e9d2a1b.", "bad key [redacted]."),
+            // Echoed without its prefix, or cut.
+            ("key=CANARY-7f3e9d2a1b", "key=[redacted]"),
+            ("starts sk-CANARY-7f and", "starts [redacted] and"),
+            // A masked key with 4 characters shown stays readable.
+            ("sk-CAN****2a1b", "sk-CAN****2a1b"),
+            ("no key here", "no key here"),
+            ("ünï CANARY-7f3e9 ✓", "ünï [redacted] ✓"),
+        ] {
+            assert_eq!(scrub.clean(text), want, "{text}");
+            assert!(!scrub.clean(text).contains("CANARY-7f"), "{text}");
+        }
+        assert_eq!(
+            scrub.clean_opt(Some("sk-CANARY-7f3e9d2a1b")).as_deref(),
+            Some("[redacted]")
+        );
+        // A short key is redacted whole only.
+        let short = Scrubber {
+            api_key: Some("abc"),
+            prompt: &[],
+        };
+        assert_eq!(short.clean("x abc y ab"), "x [redacted] y ab");
+    }
+
     use latmesh_core::prompts::Message;
 
     fn facts(saw_done: bool, finish: Option<&str>, payloads: u32, end: BodyEnd) -> StreamFacts<'_> {

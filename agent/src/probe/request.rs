@@ -48,6 +48,33 @@ pub fn body(req: &ProbeRequest<'_>) -> Vec<u8> {
     serde_json::to_vec(&b).expect("the request body serializes")
 }
 
+/// The API key in environment variable `name`, surrounding whitespace (a trailing newline
+/// from `$(cat keyfile)`, a CR from a Windows file) removed. `Ok(None)` when the variable is
+/// unset or blank.
+///
+/// # Errors
+/// The value is not valid Unicode or cannot be sent in an `Authorization` header (a control
+/// character inside it); the message names the variable, never the value.
+pub fn api_key_from_env(name: &str) -> Result<Option<String>, String> {
+    let raw = match std::env::var(name) {
+        Ok(v) => v,
+        Err(std::env::VarError::NotPresent) => return Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            return Err(format!("the API key in ${name} is not valid UTF-8"));
+        }
+    };
+    let key = raw.trim();
+    if key.is_empty() {
+        return Ok(None);
+    }
+    if HeaderValue::from_str(&format!("Bearer {key}")).is_err() {
+        return Err(format!(
+            "the API key in ${name} has a character that cannot be sent in an HTTP header"
+        ));
+    }
+    Ok(Some(key.to_string()))
+}
+
 /// Header naming the attempt for a test server's ground-truth log ([`ProbeRequest::probe_id`]).
 pub const PROBE_ID_HEADER: &str = "x-latmesh-probe-id";
 
@@ -82,6 +109,27 @@ pub fn headers(req: &ProbeRequest<'_>) -> HeaderMap {
 mod tests {
     use super::*;
     use latmesh_core::plan::Timeouts;
+
+    #[test]
+    fn api_keys_from_the_environment_are_trimmed_and_checked() {
+        // SAFETY: a variable only this test uses; tests in this process do not read it.
+        unsafe {
+            std::env::set_var("LATMESH_TEST_KEY_TRIM", "  sk-abc\r\n");
+            std::env::set_var("LATMESH_TEST_KEY_BAD", "sk-a\u{1}b");
+            std::env::set_var("LATMESH_TEST_KEY_BLANK", " \n");
+        }
+        assert_eq!(
+            api_key_from_env("LATMESH_TEST_KEY_TRIM"),
+            Ok(Some("sk-abc".to_string()))
+        );
+        let e = api_key_from_env("LATMESH_TEST_KEY_BAD").unwrap_err();
+        assert!(
+            e.contains("$LATMESH_TEST_KEY_BAD") && !e.contains("sk-a"),
+            "{e}"
+        );
+        assert_eq!(api_key_from_env("LATMESH_TEST_KEY_BLANK"), Ok(None));
+        assert_eq!(api_key_from_env("LATMESH_TEST_KEY_UNSET_XYZ"), Ok(None));
+    }
 
     #[test]
     fn body_fields() {
