@@ -528,6 +528,9 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
             clickhouse_db,
         } => {
             let started = std::time::Instant::now();
+            let path = json.unwrap_or_else(|| PathBuf::from(".latmesh/demo-summary.json"));
+            // Fail before a minute of probing, not after it.
+            watch::check_writable(&path)?;
             let store = clickhouse_url.map(|url| demo::DemoStore {
                 url,
                 db: clickhouse_db,
@@ -546,7 +549,6 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
                 );
             }
             print!("{}", summary.render());
-            let path = json.unwrap_or_else(|| PathBuf::from(".latmesh/demo-summary.json"));
             watch::write_json(&summary, &path)?;
             eprintln!(
                 "demo finished in {:.0} s; JSON summary: {}",
@@ -843,7 +845,11 @@ async fn probe(args: ProbeArgs) -> anyhow::Result<()> {
         timeouts: &timeouts,
         probe_id: None,
     };
-    let result = prober.probe(&req, args.show_text).await;
+    let mut result = prober.probe(&req, args.show_text).await;
+    // One logical request of one attempt, single turn.
+    let rec = &mut result.record;
+    (rec.attempt, rec.turn, rec.final_attempt) = (1, 1, true);
+    rec.request_latency_us = rec.e2e_us;
     let out = latmesh_agent::probe::ProbeOutput::new(&result, args.show_text);
     println!("{}", serde_json::to_string_pretty(&out)?);
     let outcome = out.record.outcome();

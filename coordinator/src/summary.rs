@@ -266,9 +266,15 @@ impl Summary {
             ("TPOT ms P50", &|c| {
                 c.tpot_p50_ms.map_or("-".into(), |v| format!("{v:.1}"))
             }),
-            ("errors % / throttled %", &|c| {
-                format!("{:.1} / {:.1}", c.error_pct, c.throttled_pct)
-            }),
+            (
+                "errors % / throttled % (attempts) / failed % (requests, after retries)",
+                &|c| {
+                    format!(
+                        "{:.1} / {:.1} / {:.1}",
+                        c.error_pct, c.throttled_pct, c.request_error_pct
+                    )
+                },
+            ),
         ];
         for scenario in &self.scenarios {
             for (title, view) in &views {

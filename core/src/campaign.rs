@@ -313,6 +313,12 @@ pub struct ProviderSection {
 /// # Errors
 /// [`CampaignError`] naming the key that is wrong.
 pub fn load_file(path: &Path) -> Result<Plan, CampaignError> {
+    if path.is_dir() {
+        return Err(CampaignError::Parse(format!(
+            "campaign file {} is a directory",
+            path.display()
+        )));
+    }
     if !path.is_file() {
         return Err(CampaignError::Parse(format!(
             "campaign file {} does not exist",
@@ -332,7 +338,17 @@ pub fn load_file(path: &Path) -> Result<Plan, CampaignError> {
     let order = std::fs::read_to_string(path)
         .map(|text| declared_window_order(&text, is_yaml))
         .unwrap_or_default();
-    from_figment(fig, &base, &order)
+    // Parse errors name the file already (figment's source); validation errors get it here.
+    from_figment(fig, &base, &order).map_err(|e| match e {
+        CampaignError::Invalid { key, message } => CampaignError::Invalid {
+            key: format!("{}: {key}", path.display()),
+            message,
+        },
+        CampaignError::Prompts(p) => {
+            CampaignError::Parse(format!("{}: campaign.prompt_set: {p}", path.display()))
+        }
+        other => other,
+    })
 }
 
 /// Loads and validates campaign TOML text (relative paths resolve against `base_dir`), with
@@ -380,12 +396,33 @@ fn figment_error(e: figment::Error) -> CampaignError {
                 kind.truncate(at);
                 kind.push_str("expected a table");
             }
-            let source = e
+            // Keys as validation names them: `scenarios[0].turns`.
+            let mut key = String::new();
+            for part in &e.path {
+                if part.parse::<usize>().is_ok() {
+                    key.push_str(&format!("[{part}]"));
+                } else {
+                    if !key.is_empty() {
+                        key.push('.');
+                    }
+                    key.push_str(part);
+                }
+            }
+            let from_env = e
                 .metadata
                 .as_ref()
-                .and_then(|m| m.source.as_ref())
-                .map(|s| s.to_string());
-            let key = e.path.join(".");
+                .is_some_and(|m| m.name.contains("environment"));
+            let source = if from_env {
+                Some(format!(
+                    "environment variable LATMESH_{}",
+                    e.path.join("__").to_ascii_uppercase()
+                ))
+            } else {
+                e.metadata
+                    .as_ref()
+                    .and_then(|m| m.source.as_ref())
+                    .map(|s| s.to_string())
+            };
             match (source, key.is_empty()) {
                 (Some(src), false) => format!("{src}: {key}: {kind}"),
                 (Some(src), true) => format!("{src}: {kind}"),
@@ -409,6 +446,11 @@ pub fn check_base_url(url: &str) -> Result<String, String> {
         .or_else(|| trimmed.strip_prefix("http://"));
     if host.is_none_or(|h| h.is_empty() || h.starts_with('/') || h.contains(char::is_whitespace)) {
         return Err(format!("{url:?} is not an http:// or https:// URL"));
+    }
+    if host.is_some_and(|h| h.split('/').next().is_some_and(|auth| auth.contains('@'))) {
+        return Err(
+            "credentials in the URL (user:key@host) would be stored with the plan: put the key in the variable named by api_key_env".into(),
+        );
     }
     if trimmed.ends_with("/chat/completions") {
         return Err("give the base URL (e.g. …/v1): latmesh appends /chat/completions".into());
@@ -1053,6 +1095,23 @@ api_key_env = "A_KEY"
     }
 
     #[test]
+    fn errors_name_the_file_the_variable_and_credentials_in_urls() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        let text = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/demo.toml"),
+        )
+        .unwrap();
+        std::fs::write(&path, text.replacen("count = ", "count = 0 # ", 1)).unwrap();
+        let e = load_file(&path).unwrap_err().to_string();
+        assert!(e.starts_with(&format!("{}: rounds", path.display())), "{e}");
+        let e = load_file(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("is a directory"), "{e}");
+        assert!(check_base_url("https://u:sk-secret@api.example/v1").is_err());
+        assert!(check_base_url("https://api.example/v1?x=a@b").is_ok());
+    }
+
+    #[test]
     fn policy_errors_name_the_key() {
         let with =
             |extra: &str| GOOD.replace("max_tokens = 32", &format!("max_tokens = 32\n{extra}"));
@@ -1062,7 +1121,7 @@ api_key_env = "A_KEY"
                 with("turns = 11"),
                 "scenarios[0].turns: 11 is not in 1..=10",
             ),
-            (with("turns = -1"), "scenarios.0.turns"),
+            (with("turns = -1"), "scenarios[0].turns"),
             (
                 with("retry = { backoff_s = [1, -2] }"),
                 "scenarios[0].retry.backoff_s[1]: -2 is not a wait in seconds",
@@ -1107,7 +1166,7 @@ api_key_env = "A_KEY"
             ),
             (
                 GOOD.replace("api_key_env = \"A_KEY\"", "pass_reasoning = \"yes\""),
-                "providers.0.pass_reasoning",
+                "providers[0].pass_reasoning",
             ),
         ];
         for (text, says) in cases {
