@@ -40,8 +40,8 @@
 //! # Cancel ([`Cancel`])
 //! When the coordinator cancels the campaign, no further slot is scheduled, no retry and no
 //! later turn is started, and attempts in flight get [`RunnerConfig::cancel_grace`] to finish.
-//! One still running after it is aborted and recorded all the same: outcome `timeout_total`
-//! with `error_type = "cancelled"` (its budget was cut to the grace), final attempt of its
+//! One still running after it is aborted and recorded all the same: outcome `cancelled`
+//! (left out of error rates: not the provider's doing), final attempt of its
 //! logical request. A record held for a retry wait that the cancel interrupts becomes the
 //! final attempt. Everything measured is sealed and sent; the slots not run are reported as
 //! `skipped` in the campaign's done notice.
@@ -495,9 +495,8 @@ fn cut_at_char_boundary(text: &mut String, max: usize) {
 /// The record of an attempt aborted `grace` after its campaign was cancelled.
 fn aborted_record(send_agent_unix_us: i64, grace: Duration) -> crate::probe::ProbeResult {
     let record = ProbeRecord {
-        outcome: Some(Outcome::TimeoutTotal),
+        outcome: Some(Outcome::Cancelled),
         send_agent_unix_us,
-        error_type: Some("cancelled".into()),
         error_message: Some(format!(
             "attempt aborted: still in flight {} ms after the campaign was cancelled",
             grace.as_millis()
@@ -892,8 +891,7 @@ model_id = "m"
             }
         );
         let (rec, _) = rx.recv().await.unwrap();
-        assert_eq!(rec.outcome(), Outcome::TimeoutTotal);
-        assert_eq!(rec.error_type.as_deref(), Some("cancelled"));
+        assert_eq!(rec.outcome(), Outcome::Cancelled);
         assert!(rec.final_attempt && rec.request_latency_us.is_some());
         assert_eq!((rec.turn, rec.attempt, rec.provider.as_str()), (1, 1, "p"));
         assert!(rec.send_agent_unix_us > 0);

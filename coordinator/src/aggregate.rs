@@ -86,8 +86,11 @@ impl Aggregate {
         *cell.outcomes.entry(outcome).or_insert(0) += 1;
         if rec.final_attempt {
             cell.slots_done += u64::from(rec.turn <= 1);
-            cell.requests += 1;
-            cell.requests_failed += u64::from(outcome != Outcome::Ok);
+            // A request cut by a campaign cancel is neither a success nor a failure.
+            if outcome != Outcome::Cancelled {
+                cell.requests += 1;
+                cell.requests_failed += u64::from(outcome != Outcome::Ok);
+            }
         }
         if outcome == Outcome::Ok {
             cell.ok_output_tokens += u64::from(rec.output_tokens);
@@ -225,6 +228,8 @@ mod tests {
         );
         agg.add_record("eu-west", &rec(Outcome::Ok));
         agg.add_record("eu-west", &rec(Outcome::TimeoutTtft));
+        // Aborted by a campaign cancel: an attempt, not a request.
+        agg.add_record("eu-west", &rec(Outcome::Cancelled));
         let us = agg.counts(Some("us-east"), "p", "s");
         assert_eq!(
             (
@@ -243,12 +248,13 @@ mod tests {
         let all = agg.counts(None, "p", "s");
         assert_eq!(
             (all.attempts(), all.count(Outcome::Ok), all.ok_output_tokens),
-            (5, 3, 30)
+            (6, 3, 30)
         );
         assert_eq!((all.requests, all.requests_failed), (4, 1));
+        assert_eq!(all.count(Outcome::Cancelled), 1);
         assert_eq!(all.ok_usage_chunk_delta_sum, 6);
-        assert_eq!(agg.records(), 5);
-        // Five attempts, four final, all first turns: four slots finished.
-        assert_eq!(agg.slots_done(), 4);
+        assert_eq!(agg.records(), 6);
+        // Six attempts, five final, all first turns: five slots finished.
+        assert_eq!(agg.slots_done(), 5);
     }
 }

@@ -657,6 +657,13 @@ async fn serve_security(
             if missing.len() > 1 { "them" } else { "it" }
         );
     }
+    if let (Some(a), Some(b)) = (&agent, &admin)
+        && a.expose() == b.expose()
+    {
+        tracing::warn!(
+            "the agent token and the admin token are the same: every agent host can then launch and cancel campaigns; give them different values"
+        );
+    }
     Ok((Auth::new(agent, admin), tls))
 }
 

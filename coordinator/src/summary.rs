@@ -62,7 +62,8 @@ pub struct MatrixCell {
     pub tpot_p50_ms: Option<f64>,
     /// ITL median, ms.
     pub itl_p50_ms: Option<f64>,
-    /// Attempts whose outcome is not `ok`, % of attempts.
+    /// Attempts whose outcome is not `ok`, % of attempts (attempts aborted by a campaign
+    /// cancel, outcome `cancelled`, are left out of both).
     pub error_pct: f64,
     /// Logical requests (a first attempt and its retries count once).
     pub requests: u64,
@@ -192,11 +193,13 @@ fn cell(agg: &Aggregate, region: Option<&str>, provider: &str, scenario: &str) -
     let counts = agg.counts(region, provider, scenario);
     let attempts = counts.attempts();
     let ok = counts.count(Outcome::Ok);
+    // Attempts aborted by a campaign cancel are left out of the rates.
+    let measured = attempts - counts.count(Outcome::Cancelled);
     let pct = |n: u64| {
-        if attempts == 0 {
+        if measured == 0 {
             0.0
         } else {
-            n as f64 * 100.0 / attempts as f64
+            n as f64 * 100.0 / measured as f64
         }
     };
     let p50 = |metric| hist(metric).map(|h| h.value_at_quantile(0.5) as f64 / 1000.0);
@@ -211,7 +214,7 @@ fn cell(agg: &Aggregate, region: Option<&str>, provider: &str, scenario: &str) -
         e2e: hist(Metric::E2e).map(|h| Percentiles::of(&h)),
         tpot_p50_ms: p50(Metric::Tpot),
         itl_p50_ms: p50(Metric::Itl),
-        error_pct: pct(attempts - ok),
+        error_pct: pct(measured - ok),
         requests: counts.requests,
         request_error_pct: if counts.requests == 0 {
             0.0

@@ -40,11 +40,15 @@ pub enum Outcome {
     /// earlier turn succeeded: the provider rejected the history we sent back (e.g. it asks
     /// for, or forbids, `reasoning_content`). `http_status` and the message say which.
     HistoryRejected,
+    /// The campaign was cancelled (`latmesh campaign cancel`) while the attempt was in flight
+    /// and it was aborted after the grace period: not the provider's doing, so error rates
+    /// leave it out.
+    Cancelled,
 }
 
 impl Outcome {
     /// Every outcome, in report order.
-    pub const ALL: [Outcome; 13] = [
+    pub const ALL: [Outcome; 14] = [
         Outcome::Ok,
         Outcome::Http4xx,
         Outcome::Throttled,
@@ -58,6 +62,7 @@ impl Outcome {
         Outcome::ProtocolError,
         Outcome::ConnectionError,
         Outcome::HistoryRejected,
+        Outcome::Cancelled,
     ];
 
     /// The snake_case name used on the wire, in JSON and in ClickHouse.
@@ -76,6 +81,7 @@ impl Outcome {
             Outcome::ProtocolError => "protocol_error",
             Outcome::ConnectionError => "connection_error",
             Outcome::HistoryRejected => "history_rejected",
+            Outcome::Cancelled => "cancelled",
         }
     }
 

@@ -252,7 +252,7 @@ fn cancel_stops_every_agent_promptly_and_keeps_what_was_measured() {
     // Slow attempts in flight at the cancel were aborted after the grace and recorded.
     let slow = summary.cell("ALL", "slow", "chat").unwrap();
     assert!(
-        slow.outcomes.get("timeout_total").copied().unwrap_or(0) > 0,
+        slow.outcomes.get("cancelled").copied().unwrap_or(0) > 0,
         "{slow:?}"
     );
 

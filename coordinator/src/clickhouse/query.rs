@@ -182,17 +182,29 @@ impl MatrixRow {
         }
     }
 
+    /// Attempts not aborted by a campaign cancel (outcome `cancelled`).
+    fn measured(&self) -> u64 {
+        self.attempts
+            - self
+                .outcomes
+                .get(Outcome::Cancelled.as_str())
+                .copied()
+                .unwrap_or(0)
+    }
+
     fn pct(&self, n: u64) -> f64 {
-        if self.attempts == 0 {
+        let measured = self.measured();
+        if measured == 0 {
             0.0
         } else {
-            n as f64 * 100.0 / self.attempts as f64
+            n as f64 * 100.0 / measured as f64
         }
     }
 
-    /// Attempts whose outcome is not `ok`, % of attempts (0 without attempts).
+    /// Attempts whose outcome is not `ok`, % of attempts (0 without attempts; attempts
+    /// aborted by a campaign cancel left out of both).
     pub fn error_pct(&self) -> f64 {
-        self.pct(self.attempts - self.samples)
+        self.pct(self.measured() - self.samples)
     }
 
     /// `throttled` attempts, % of attempts.
@@ -367,7 +379,9 @@ pub async fn matrix_filtered(
                 .or_insert_with(|| MatrixRow::new(region, &c.provider, &c.scenario));
             cell.attempts += c.n;
             *cell.outcomes.entry(c.outcome.clone()).or_insert(0) += c.n;
-            cell.requests += c.final_n;
+            if c.outcome != Outcome::Cancelled.as_str() {
+                cell.requests += c.final_n;
+            }
             if c.outcome == Outcome::Ok.as_str() {
                 cell.samples += c.n;
                 cell.ok_output_tokens += c.output_tokens;
@@ -375,7 +389,7 @@ pub async fn matrix_filtered(
                 cell.ok_usage_reports += c.usage_n;
                 cell.ok_usage_chunk_delta_sum += c.delta_sum;
                 cell.ok_usage_chunk_mismatches += c.mismatches;
-            } else {
+            } else if c.outcome != Outcome::Cancelled.as_str() {
                 cell.requests_failed += c.final_n;
             }
             if c.outcome == Outcome::Throttled.as_str() {
