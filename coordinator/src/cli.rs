@@ -760,9 +760,16 @@ pub fn render_agents(agents: &[pb::AgentInfo], now_unix_us: i64) -> String {
         } else {
             "none yet".into()
         };
+        // Both 0 only before the agent's first clock report (a measured offset has a
+        // non-zero uncertainty: half a round trip).
+        let clock = if a.clock_offset_us == 0 && a.clock_uncertainty_us == 0 {
+            "not measured yet".to_string()
+        } else {
+            format!("{:+} µs ± {} µs", a.clock_offset_us, a.clock_uncertainty_us)
+        };
         let _ = writeln!(
             out,
-            "{:<20} {:<14} {:<8} {:<12} {:<28} {:>9} {:>13}  {:+} µs ± {} µs",
+            "{:<20} {:<14} {:<8} {:<12} {:<28} {:>9} {:>13}  {clock}",
             a.agent_id,
             a.region,
             a.version,
@@ -774,8 +781,6 @@ pub fn render_agents(agents: &[pb::AgentInfo], now_unix_us: i64) -> String {
             activity,
             a.in_flight,
             heartbeat,
-            a.clock_offset_us,
-            a.clock_uncertainty_us
         );
         if !a.connected && a.disconnected_since_coord_unix_us > 0 {
             let _ = writeln!(

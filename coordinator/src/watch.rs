@@ -51,7 +51,26 @@ pub fn control_error(url: &str, s: tonic::Status) -> anyhow::Error {
             "the coordinator at {url} refused this control call: {} (set {ADMIN_TOKEN_ENV} or pass --admin-token-file)",
             s.message()
         ),
-        code => anyhow::anyhow!("{url}: {code:?}: {}", s.message()),
+        code => {
+            // A plaintext client talking to a TLS server (or the reverse, or not a
+            // coordinator at all) only sees a broken transport: say what to check.
+            let hint = if matches!(
+                code,
+                tonic::Code::Unknown
+                    | tonic::Code::Cancelled
+                    | tonic::Code::Internal
+                    | tonic::Code::Unavailable
+            ) {
+                if url.starts_with("http://") {
+                    " (if the coordinator serves TLS, use an https:// URL and --ca-file)"
+                } else {
+                    " (if the coordinator serves plaintext, use an http:// URL; check --ca-file)"
+                }
+            } else {
+                ""
+            };
+            anyhow::anyhow!("{url}: {code:?}: {}{hint}", s.message())
+        }
     }
 }
 
