@@ -142,6 +142,11 @@ async fn store(state: &State, spool: Option<&Arc<Spool>>, agent: &str, b: pb::Re
     let checked = match state.check(agent, &b) {
         Ok(Some(checked)) => checked,
         Ok(None) => return true,
+        Err(StateError::UnknownCampaign(id))
+            if let Some(region) = state.finished_earlier(&id, agent) =>
+        {
+            return store_late(spool, agent, &region, b).await;
+        }
         Err(e) => {
             tracing::error!(%agent, error = %e, "batch not stored, not acked");
             return false;
@@ -183,6 +188,29 @@ async fn store(state: &State, spool: Option<&Arc<Spool>>, agent: &str, b: pb::Re
         }
     }
     state.merge(checked);
+    true
+}
+
+/// A resent batch of a campaign an earlier coordinator process finished: appended to the
+/// ClickHouse spool when there is one (the sink stores a batch once), then acked so it leaves
+/// the agent's spool. The campaign's summary is final and does not change.
+async fn store_late(
+    spool: Option<&Arc<Spool>>,
+    agent: &str,
+    region: &str,
+    b: pb::ResultBatch,
+) -> bool {
+    let (campaign_id, seq) = (b.campaign_id.clone(), b.seq);
+    if let Some(spool) = spool.cloned() {
+        let (agent_id, region) = (agent.to_string(), region.to_string());
+        let appended =
+            tokio::task::spawn_blocking(move || spool.append(&agent_id, &region, &b)).await;
+        if !matches!(appended, Ok(Ok(_))) {
+            tracing::warn!(%agent, campaign = %campaign_id, seq, "late batch of a finished campaign not spooled, not acked");
+            return false;
+        }
+    }
+    tracing::info!(%agent, campaign = %campaign_id, seq, stored = spool.is_some(), "late batch of a campaign finished before this coordinator started: acked (its summary stays final)");
     true
 }
 

@@ -558,6 +558,21 @@ impl State {
         true
     }
 
+    /// The region of `agent_id` in campaign `campaign_id` when that campaign is not in memory
+    /// but finished by an earlier coordinator process (its `campaign.json` in the state
+    /// directory has a summary) and the agent was part of it: a late resend of such a
+    /// campaign is stored (ClickHouse de-duplicates it) and acked, so it leaves the agent's
+    /// spool, while the campaign's summary stays final.
+    pub fn finished_earlier(&self, campaign_id: &str, agent_id: &str) -> Option<String> {
+        let inner = self.lock();
+        if inner.campaigns.contains_key(campaign_id) {
+            return None;
+        }
+        let rec = inner.persist.as_ref()?.record(campaign_id)?;
+        rec.summary.as_ref()?;
+        rec.agents.get(agent_id).map(|a| a.region.clone())
+    }
+
     /// The batch log of an unfinished campaign when campaigns persist: a batch is appended
     /// there (durably) before it is acked.
     pub fn batch_log(&self, campaign_id: &str) -> Option<Arc<Spool>> {
@@ -1584,6 +1599,14 @@ mod tests {
             .map(|a| (a.agent_id.clone(), a.probes_done))
             .collect();
         assert_eq!(slots, vec![("a1".into(), 3), ("a2".into(), 1)]);
+        // A late resend of it is recognised (stored and acked by the service), for its agents
+        // only.
+        assert_eq!(
+            state.finished_earlier(&id, "a1").as_deref(),
+            Some("us-east")
+        );
+        assert_eq!(state.finished_earlier(&id, "a9"), None);
+        assert_eq!(state.finished_earlier("nope", "a1"), None);
         assert!(matches!(
             state.watch("nope"),
             Err(StateError::UnknownCampaign(_))
