@@ -298,7 +298,12 @@ impl AgentSession for Coordinator {
                     }
                     Some(In::Done(d)) => {
                         if let Err(e) = state.done(&agent, &d) {
-                            tracing::warn!(%agent, error = %e, "done for an unknown campaign");
+                            if state.finished_earlier(&d.campaign_id, &agent).is_some() {
+                                // A campaign an earlier coordinator process finished.
+                                tracing::debug!(%agent, campaign = %d.campaign_id, "done for a campaign finished before this coordinator started");
+                            } else {
+                                tracing::warn!(%agent, error = %e, "done for an unknown campaign");
+                            }
                         }
                     }
                     Some(In::Hello(_)) | None => {
