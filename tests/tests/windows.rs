@@ -317,14 +317,18 @@ fn check_windows(report: &WindowsReport, g: &Generated, p: Percentile) {
                 format!("window:{}", w.window),
             )];
             let what = format!("{} {} {}", row.provider, row.region, w.window);
-            assert_eq!(w.attempts, e.attempts, "{what}");
-            assert_eq!(w.errors, e.errors, "{what}");
-            assert_eq!(w.samples, e.samples(), "{what}");
-            assert_eq!(w.value_us, e.at(p), "{what}: exact percentile");
-            assert_eq!(w.value_ms, e.at(p).map(|v| v as f64 / 1000.0), "{what}");
+            assert_eq!(w.stat.attempts, e.attempts, "{what}");
+            assert_eq!(w.stat.errors, e.errors, "{what}");
+            assert_eq!(w.stat.samples, e.samples(), "{what}");
+            assert_eq!(w.stat.value_us, e.at(p), "{what}: exact percentile");
+            assert_eq!(
+                w.stat.value_ms,
+                e.at(p).map(|v| v as f64 / 1000.0),
+                "{what}"
+            );
             let pct = e.errors as f64 * 100.0 / e.attempts as f64;
-            assert!((w.error_pct - pct).abs() < 1e-9, "{what}");
-            values.push(w.value_us.unwrap());
+            assert!((w.stat.error_pct - pct).abs() < 1e-9, "{what}");
+            values.push(w.stat.value_us.unwrap());
         }
         let (peak, off) = (values[0] as f64, values[1] as f64);
         assert_eq!(row.change_ms, Some((peak - off) / 1000.0));
@@ -351,10 +355,10 @@ fn check_trend(report: &TrendReport, g: &Generated, provider: &str, kind: &str) 
             format!("{kind}:{}", r.bucket),
         )];
         let what = format!("{kind} {} {}", r.region, r.label);
-        assert_eq!(r.samples, e.samples(), "{what}");
-        assert_eq!(r.attempts, e.attempts, "{what}");
-        assert_eq!(r.errors, e.errors, "{what}");
-        assert_eq!(r.value_us, e.at(Percentile::P90), "{what}");
+        assert_eq!(r.stat.samples, e.samples(), "{what}");
+        assert_eq!(r.stat.attempts, e.attempts, "{what}");
+        assert_eq!(r.stat.errors, e.errors, "{what}");
+        assert_eq!(r.stat.value_us, e.at(Percentile::P90), "{what}");
     }
     for region in ["us-east", "ap-southeast", "ALL"] {
         let buckets: Vec<i64> = report
@@ -453,7 +457,7 @@ async fn sink_labels_windows_and_queries_are_exact() {
         assert_eq!(r.label, "2024-03-12");
         let n = 24 * PER_HOUR as u64 - 7;
         let regions = if r.region == "ALL" { 2 } else { 1 };
-        assert_eq!(r.samples, n * regions, "{}", r.region);
+        assert_eq!(r.stat.samples, n * regions, "{}", r.region);
     }
     assert!(
         trend(
@@ -621,7 +625,7 @@ async fn a_sink_that_missed_the_launch_takes_windows_from_clickhouse() {
                 row.region.clone(),
                 format!("window:{}", w.window),
             )];
-            assert_eq!(w.value_us, e.at(Percentile::P50));
+            assert_eq!(w.stat.value_us, e.at(Percentile::P50));
         }
     }
     // A campaign stored nowhere: rows are kept, without a window label.

@@ -839,25 +839,47 @@ pub async fn stored_window_spec(
         .map_err(|e| bad(e.to_string()))
 }
 
-/// One window of a [`WindowsRow`].
+/// What one group (a time window, a trend bucket) of a provider in a region holds: attempts
+/// and errors from `requests`, and the percentile of the metric over its merged histograms.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct WindowStat {
-    /// Window label (`""` for rows stored without one).
-    pub window: String,
-    /// Attempts (`requests` rows) in the window.
+pub struct GroupStat {
+    /// Attempts (`requests` rows) in the group.
     pub attempts: u64,
     /// Attempts whose outcome is not `ok`.
     pub errors: u64,
     /// `errors` as % of `attempts` (0 without attempts).
     pub error_pct: f64,
-    /// Values of the metric in the window's histograms.
+    /// Values of the metric in the group's histograms.
     pub samples: u64,
-    /// The percentile of the metric over the window's merged histograms, µs (exact: what
+    /// The percentile of the metric over the group's merged histograms, µs (exact: what
     /// HdrHistogram's `value_at_quantile` gives for the merged histograms); `None` without
     /// samples.
     pub value_us: Option<u64>,
     /// `value_us` in ms.
     pub value_ms: Option<f64>,
+}
+
+impl GroupStat {
+    fn of((attempts, errors, samples, value_us): GroupCell) -> Self {
+        GroupStat {
+            attempts,
+            errors,
+            error_pct: pct_of(errors, attempts),
+            samples,
+            value_us,
+            value_ms: value_us.map(|v| v as f64 / 1000.0),
+        }
+    }
+}
+
+/// One window of a [`WindowsRow`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WindowStat {
+    /// Window label (`""` for rows stored without one).
+    pub window: String,
+    /// The window's counts and percentile (flattened in JSON).
+    #[serde(flatten)]
+    pub stat: GroupStat,
 }
 
 /// A provider in a region (or `ALL` regions merged), window by window.
@@ -1095,23 +1117,14 @@ pub async fn windows(
         .map(|((provider, _, region), groups)| {
             let windows: Vec<WindowStat> = order
                 .iter()
-                .map(|w| {
-                    let (attempts, errors, samples, value_us) =
-                        groups.get(w).copied().unwrap_or_default();
-                    WindowStat {
-                        window: w.clone(),
-                        attempts,
-                        errors,
-                        error_pct: pct_of(errors, attempts),
-                        samples,
-                        value_us,
-                        value_ms: value_us.map(|v| v as f64 / 1000.0),
-                    }
+                .map(|w| WindowStat {
+                    window: w.clone(),
+                    stat: GroupStat::of(groups.get(w).copied().unwrap_or_default()),
                 })
                 .collect();
             let (change_ms, change_pct) = match (
-                windows.first().and_then(|w| w.value_us),
-                windows.get(1).and_then(|w| w.value_us),
+                windows.first().and_then(|w| w.stat.value_us),
+                windows.get(1).and_then(|w| w.stat.value_us),
             ) {
                 (Some(a), Some(b)) => {
                     let d = (a as f64 - b as f64) / 1000.0;
@@ -1148,7 +1161,7 @@ fn without_mixed_all_changes(mut rows: Vec<WindowsRow>) -> Vec<WindowsRow> {
     let regions_with = |rows: &[WindowsRow], provider: &str, i: usize| -> BTreeSet<String> {
         rows.iter()
             .filter(|r| r.provider == provider && r.region != ALL_REGIONS)
-            .filter(|r| r.windows.get(i).is_some_and(|w| w.samples > 0))
+            .filter(|r| r.windows.get(i).is_some_and(|w| w.stat.samples > 0))
             .map(|r| r.region.clone())
             .collect()
     };
@@ -1211,8 +1224,11 @@ impl WindowsReport {
         for r in &self.rows {
             let mut row = vec![TCell::new(&r.provider), TCell::new(&r.region)];
             for w in &r.windows {
-                row.push(right(ms_text(w.value_ms)));
-                row.push(right(format!("{} / {:.1}", w.attempts, w.error_pct)));
+                row.push(right(ms_text(w.stat.value_ms)));
+                row.push(right(format!(
+                    "{} / {:.1}",
+                    w.stat.attempts, w.stat.error_pct
+                )));
             }
             row.push(right(
                 r.change_ms.map_or("-".into(), |v| format!("{v:+.1}")),
@@ -1277,18 +1293,10 @@ pub struct TrendRow {
     pub bucket: i64,
     /// The bucket as text: `2024-03-12 14:00` (UTC), `2024-03-12`, or `09h` (local).
     pub label: String,
-    /// Attempts (`requests` rows) sent in the bucket.
-    pub attempts: u64,
-    /// Attempts whose outcome is not `ok`.
-    pub errors: u64,
-    /// `errors` as % of `attempts`.
-    pub error_pct: f64,
-    /// Values of the metric in histograms whose interval starts in the bucket.
-    pub samples: u64,
-    /// The exact percentile over those histograms, µs; `None` without samples.
-    pub value_us: Option<u64>,
-    /// `value_us` in ms.
-    pub value_ms: Option<f64>,
+    /// The bucket's counts (attempts sent in it) and percentile (over histograms whose
+    /// interval starts in it), flattened in JSON.
+    #[serde(flatten)]
+    pub stat: GroupStat,
 }
 
 /// What `latmesh query trend` prints.
@@ -1362,7 +1370,7 @@ pub async fn trend(
             .filter_map(|(g, v)| g.parse::<i64>().ok().map(|b| (b, v)))
             .collect();
         buckets.sort_by_key(|(b, _)| *b);
-        for (b, (attempts, errors, samples, value_us)) in buckets {
+        for (b, cell) in buckets {
             rows.push(TrendRow {
                 region: region.clone(),
                 bucket: b,
@@ -1371,12 +1379,7 @@ pub async fn trend(
                     TrendBucket::Day => utc_label(b, true),
                     TrendBucket::LocalHour => format!("{b:02}h"),
                 },
-                attempts,
-                errors,
-                error_pct: pct_of(errors, attempts),
-                samples,
-                value_us,
-                value_ms: value_us.map(|v| v as f64 / 1000.0),
+                stat: GroupStat::of(cell),
             });
         }
     }
@@ -1421,10 +1424,10 @@ impl TrendReport {
             t.add_row(vec![
                 TCell::new(&r.region),
                 TCell::new(&r.label),
-                right(ms_text(r.value_ms)),
-                right(r.samples.to_string()),
-                right(r.attempts.to_string()),
-                right(format!("{:.1}", r.error_pct)),
+                right(ms_text(r.stat.value_ms)),
+                right(r.stat.samples.to_string()),
+                right(r.stat.attempts.to_string()),
+                right(format!("{:.1}", r.stat.error_pct)),
             ]);
         }
         let _ = writeln!(out, "{t}");
@@ -1437,12 +1440,7 @@ mod tests {
     fn wrow(provider: &str, region: &str, samples: [u64; 2]) -> WindowsRow {
         let stat = |window: &str, samples: u64| WindowStat {
             window: window.into(),
-            attempts: samples,
-            errors: 0,
-            error_pct: 0.0,
-            samples,
-            value_us: (samples > 0).then_some(1_000),
-            value_ms: (samples > 0).then_some(1.0),
+            stat: GroupStat::of((samples, 0, samples, (samples > 0).then_some(1_000))),
         };
         WindowsRow {
             provider: provider.into(),
