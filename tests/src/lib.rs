@@ -358,3 +358,65 @@ fn pump(
     }
     let _ = to.shutdown(std::net::Shutdown::Write);
 }
+
+/// Runs `latmesh campaign verify CAMPAIGN_ID` against database `db` of the ClickHouse at
+/// `ch_url` every 0.5 s until it succeeds (the coordinator's spool drains meanwhile), for at
+/// most 90 s; asserts that it then reports `0 lost, 0 duplicated` and returns its output
+/// (stdout then stderr).
+///
+/// # Panics
+/// When it has not succeeded after 90 s, or succeeded with anything but 0 lost, 0 duplicated.
+pub fn verify_until_clean(ch_url: &str, db: &str, campaign_id: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let out = Command::new(bin("latmesh"))
+            .args([
+                "campaign",
+                "verify",
+                campaign_id,
+                "--clickhouse-url",
+                ch_url,
+            ])
+            .args(["--clickhouse-db", db])
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if out.status.success() {
+            assert!(text.contains(": 0 lost, 0 duplicated"), "{text}");
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "verify never reached 0 lost, 0 duplicated:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// The result of `sql` as rows of TSV fields, run on `rt` (for tests that are not async).
+///
+/// # Panics
+/// When the query fails.
+pub fn tsv(
+    rt: &tokio::runtime::Runtime,
+    client: &clickhouse::Client,
+    sql: &str,
+) -> Vec<Vec<String>> {
+    let bytes = rt.block_on(async {
+        client
+            .query(sql)
+            .fetch_bytes("TSV")
+            .unwrap()
+            .collect()
+            .await
+            .unwrap()
+    });
+    String::from_utf8_lossy(&bytes)
+        .lines()
+        .map(|l| l.split('\t').map(str::to_string).collect())
+        .collect()
+}

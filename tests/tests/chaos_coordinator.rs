@@ -196,46 +196,14 @@ impl Env {
 
     /// `latmesh campaign verify` until it passes (the spool drains); returns its output.
     fn verify(&self, campaign_id: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(90);
-        loop {
-            let out = Command::new(bin("latmesh"))
-                .args(["campaign", "verify", campaign_id, "--clickhouse-url"])
-                .arg(&self.ch_url)
-                .args(["--clickhouse-db", &self.db])
-                .output()
-                .unwrap();
-            let text = format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            if out.status.success() {
-                assert!(text.contains(": 0 lost, 0 duplicated"), "{text}");
-                std::fs::write(self.path("verify.out"), &text).unwrap();
-                return text;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "verify never reached 0 lost, 0 duplicated:\n{text}"
-            );
-            std::thread::sleep(Duration::from_millis(500));
-        }
+        let text = latmesh_tests::verify_until_clean(&self.ch_url, &self.db, campaign_id);
+        std::fs::write(self.path("verify.out"), &text).unwrap();
+        text
     }
 
+    /// A query's result as TSV rows.
     fn tsv(&self, sql: &str) -> Vec<Vec<String>> {
-        let bytes = self.rt.block_on(async {
-            self.client
-                .query(sql)
-                .fetch_bytes("TSV")
-                .unwrap()
-                .collect()
-                .await
-                .unwrap()
-        });
-        String::from_utf8_lossy(&bytes)
-            .lines()
-            .map(|l| l.split('\t').map(str::to_string).collect())
-            .collect()
+        latmesh_tests::tsv(&self.rt, &self.client, sql)
     }
 }
 
