@@ -2,6 +2,8 @@
 //! the plan's rounds at the synchronized start, measures every probe, and sends numbered
 //! result batches until each is acked.
 
+pub mod limits;
+pub mod load;
 pub mod outbox;
 pub mod probe;
 pub mod runner;

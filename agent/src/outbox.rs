@@ -373,6 +373,7 @@ mod tests {
             skipped: 0,
             last_seq: 2,
             probes: 5,
+            ..Default::default()
         });
         let first = o.take_pending();
         assert_eq!(

@@ -57,6 +57,7 @@ use std::time::{Duration, Instant};
 
 use latmesh_core::clock::ClockEstimate;
 use latmesh_core::hist::HistogramSet;
+use latmesh_core::load::{LoadKind, LoadModel, PhaseKind};
 use latmesh_core::plan::{Plan, RetryPolicy, Slot};
 use latmesh_core::prompts::{Message, builtin_follow_ups, guess_lang};
 use latmesh_core::record::{Outcome, ProbeRecord};
@@ -64,6 +65,8 @@ use latmesh_core::wire;
 use latmesh_proto::pb;
 use tokio::sync::{mpsc, watch};
 
+use crate::limits::Limiters;
+use crate::load;
 use crate::outbox::Outbox;
 use crate::probe::{ProbeOptions, ProbeRequest, Prober};
 
@@ -89,6 +92,8 @@ pub struct CampaignRun {
     pub first_seq: u64,
     /// Cancels the run ([module documentation](self#cancel-cancel)).
     pub cancel: Cancel,
+    /// Agents the plan went to (politeness caps are split between them; at least 1).
+    pub agents: u32,
 }
 
 /// Settings of the runner.
@@ -177,6 +182,8 @@ pub struct SlotEnv {
     pub cancel_grace: Duration,
     /// Attempts in flight (incremented while an attempt runs).
     pub in_flight: Arc<AtomicU32>,
+    /// Politeness caps per provider (none by default).
+    pub limits: Arc<Limiters>,
 }
 
 /// Decrements the in-flight counter when the attempt ends (or is dropped).
@@ -211,6 +218,11 @@ pub fn local_instant_of(coord_unix_us: i64, offset_us: i64) -> Instant {
 }
 
 /// Runs `run` to completion (or until it is cancelled) and returns the number of probes made.
+///
+/// Waits for a clock estimate, converts `start_at` to a local instant with it, sleeps until
+/// then and notes when it actually woke (on the coordinator's clock: the synchronized start
+/// reported in the done notice), then runs the plan's phases one after another
+/// ([`crate::load`]).
 pub async fn run_campaign(
     run: CampaignRun,
     prober: Arc<Prober>,
@@ -245,61 +257,48 @@ pub async fn run_campaign(
         cfg.flush_interval,
         run.first_seq.max(1),
     ));
-    let plan = run.plan.clone();
-    let mut skipped = 0u64;
-    let mut not_run_cancelled = 0u64;
-    let turns_not_sent = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let env = SlotEnv {
-        cancel: cancel.clone(),
-        cancel_grace: cfg.cancel_grace,
-        in_flight: cfg.in_flight.clone(),
+    let started_coord_unix_us = tokio::select! {
+        _ = tokio::time::sleep_until(start.into()) => now_unix_us() + estimate.offset_us,
+        _ = cancel.cancelled() => 0,
     };
-    for round in 0..plan.rounds.count {
-        for (slot, s) in plan.round_order(round).into_iter().enumerate() {
-            let intended = start + Duration::from_micros(plan.probe_offset_us(round, slot));
-            if outbox.ran_before(&run.campaign_id, round, slot as u32) {
-                continue; // measured by this agent before a restart: neither rerun nor skipped
-            }
-            if cancel.cancelled_at().is_some() {
-                not_run_cancelled += 1;
-                continue;
-            }
-            if Instant::now().saturating_duration_since(intended) > cfg.max_lateness {
-                skipped += 1;
-                continue;
-            }
-            tokio::select! {
-                _ = tokio::time::sleep_until(intended.into()) => {}
-                _ = cancel.cancelled() => {
-                    not_run_cancelled += 1;
-                    continue;
-                }
-            }
-            let (plan, prober, tx) = (plan.clone(), prober.clone(), tx.clone());
-            let (turns_not_sent, env) = (turns_not_sent.clone(), env.clone());
-            tokio::spawn(async move {
-                let at = SlotRef {
-                    round,
-                    slot: slot as u32,
-                    s,
-                    intended,
-                };
-                let done = run_slot_with(&plan, at, &prober, &tx, &env).await;
-                turns_not_sent.fetch_add(
-                    u64::from(done.turns_not_sent),
-                    std::sync::atomic::Ordering::SeqCst,
-                );
-            });
-        }
+    let ctx = PhaseCtx {
+        campaign_id: run.campaign_id.clone(),
+        plan: run.plan.clone(),
+        prober,
+        tx,
+        env: SlotEnv {
+            cancel: cancel.clone(),
+            cancel_grace: cfg.cancel_grace,
+            in_flight: cfg.in_flight.clone(),
+            limits: Arc::new(Limiters::new(&run.plan, run.agents)),
+        },
+        outbox: outbox.clone(),
+        max_lateness: cfg.max_lateness,
+        turns_not_sent: Arc::default(),
+    };
+    let mut not_run = NotRun::default();
+    for phase in run.plan.phases() {
+        let phase_start = start + Duration::from_micros(phase.start_us);
+        let n = match phase.kind {
+            PhaseKind::Rounds => load::run_rounds(&ctx, phase_start).await,
+            PhaseKind::Scenario(i) => match &run.plan.scenarios[i].load {
+                LoadModel::Sweep(spec) => load::run_sweep(&ctx, i, spec, phase_start).await,
+                LoadModel::Rate(spec) => load::run_rate(&ctx, i, spec, phase_start).await,
+                LoadModel::Rounds => NotRun::default(),
+            },
+        };
+        not_run.late += n.late;
+        not_run.cancelled += n.cancelled;
     }
-    drop(tx);
-    if skipped > 0 {
-        tracing::warn!(campaign = %run.campaign_id, skipped, "probes skipped: their time had passed");
+    let turns_not_sent = ctx.turns_not_sent.clone();
+    drop(ctx);
+    if not_run.late > 0 {
+        tracing::warn!(campaign = %run.campaign_id, skipped = not_run.late, "probes skipped: their time had passed");
     }
-    if not_run_cancelled > 0 {
-        tracing::warn!(campaign = %run.campaign_id, not_run = not_run_cancelled, "campaign cancelled: slots not run, reported as skipped");
+    if not_run.cancelled > 0 {
+        tracing::warn!(campaign = %run.campaign_id, not_run = not_run.cancelled, "campaign cancelled: slots not run, reported as skipped");
     }
-    let skipped = skipped + not_run_cancelled;
+    let skipped = not_run.late + not_run.cancelled;
     let (last_seq, probes) = collector.await.unwrap_or((0, 0));
     let turns_not_sent = turns_not_sent.load(std::sync::atomic::Ordering::SeqCst);
     if turns_not_sent > 0 {
@@ -310,26 +309,110 @@ pub async fn run_campaign(
         last_seq,
         probes,
         skipped,
+        started_coord_unix_us,
+        clock_offset_us: estimate.offset_us,
+        clock_uncertainty_us: estimate.uncertainty_us,
     });
     let cancelled = cancel.cancelled_at().is_some();
     tracing::info!(campaign = %run.campaign_id, probes, skipped, last_seq, cancelled, "campaign finished");
     probes
 }
 
+/// What every phase of one campaign run shares.
+#[derive(Clone)]
+pub struct PhaseCtx {
+    /// Campaign id.
+    pub campaign_id: String,
+    /// The plan.
+    pub plan: Arc<Plan>,
+    /// The probe engine.
+    pub prober: Arc<Prober>,
+    /// Where records go (the run's collector).
+    pub tx: RecordTx,
+    /// Cancel switch, grace, in-flight counter and limiters.
+    pub env: SlotEnv,
+    /// The outbox (which `rounds` slots ran before a restart).
+    pub outbox: Outbox,
+    /// A slot whose time passed by more than this is skipped.
+    pub max_lateness: Duration,
+    /// Turns not sent because an earlier turn of their conversation failed.
+    pub turns_not_sent: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl PhaseCtx {
+    /// Runs `at` in its own task.
+    pub fn spawn_slot(&self, at: SlotRef) {
+        let ctx = self.clone();
+        tokio::spawn(async move { ctx.run_slot(at).await });
+    }
+
+    /// Runs `at` here (a sweep worker's request).
+    pub async fn run_slot(&self, at: SlotRef) {
+        let done = run_slot_with(&self.plan, at, &self.prober, &self.tx, &self.env).await;
+        self.turns_not_sent.fetch_add(
+            u64::from(done.turns_not_sent),
+            std::sync::atomic::Ordering::SeqCst,
+        );
+    }
+}
+
+/// Planned slots a phase did not run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NotRun {
+    /// Their time had passed by more than `max_lateness` (e.g. after a restart).
+    pub late: u64,
+    /// The campaign was cancelled before them.
+    pub cancelled: u64,
+}
+
 /// Where a slot's records go: each record with its ITL gaps.
 pub type RecordTx = mpsc::Sender<(ProbeRecord, Vec<u64>)>;
 
-/// One slot of a round.
+/// One slot: a logical request of some load model.
 #[derive(Clone, Copy, Debug)]
 pub struct SlotRef {
-    /// Round (0-based).
+    /// Round (0-based; 0 outside `rounds`).
     pub round: u32,
-    /// Index of the slot in the round's shared order.
+    /// `rounds`: index of the slot in the round's shared order; `sweep`: index of the request
+    /// of its provider in its step; `rate`: index of the arrival in its provider's schedule.
     pub slot: u32,
     /// Which provider and scenario.
     pub s: Slot,
     /// When its first request is intended to leave.
     pub intended: Instant,
+    /// Load model, and for sweeps the step (0-based) and its concurrency.
+    pub load: LoadKind,
+    /// `sweep`: step index.
+    pub step: u32,
+    /// `sweep`: the step's concurrency.
+    pub concurrency: u32,
+    /// `rate`: a first attempt still waiting for the provider's in-flight cap at this instant
+    /// is not sent (outcome `dropped`).
+    pub drop_at: Option<Instant>,
+}
+
+impl SlotRef {
+    /// Slot `slot` of round `round`.
+    pub fn rounds(round: u32, slot: u32, s: Slot, intended: Instant) -> SlotRef {
+        SlotRef {
+            round,
+            slot,
+            s,
+            intended,
+            load: LoadKind::Rounds,
+            step: 0,
+            concurrency: 0,
+            drop_at: None,
+        }
+    }
+
+    /// Which prompt of its scenario it sends: rounds rotate by round, other models by slot.
+    fn prompt_index(&self) -> u32 {
+        match self.load {
+            LoadKind::Rounds => self.round,
+            _ => self.slot,
+        }
+    }
 }
 
 /// What a slot did besides its records.
@@ -357,6 +440,9 @@ struct Label<'a> {
 
 impl Label<'_> {
     fn fill(&self, rec: &mut ProbeRecord, turn: u32, attempt: u32, sched_lag_us: i64) {
+        rec.load = self.at.load;
+        rec.step = self.at.step;
+        rec.concurrency = self.at.concurrency;
         rec.round = self.at.round;
         rec.slot = self.at.slot;
         rec.provider = self.provider.to_string();
@@ -395,7 +481,7 @@ pub async fn run_slot_with(
 ) -> SlotDone {
     let provider = &plan.providers[at.s.provider];
     let scenario = &plan.scenarios[at.s.scenario];
-    let prompt = plan.prompt_for(at.s.scenario, at.round);
+    let prompt = plan.prompt_for(at.s.scenario, at.prompt_index());
     let policy = &scenario.policy;
     let api_key = provider
         .api_key_env
@@ -525,13 +611,52 @@ async fn logical_request(
 ) -> (Answer, u32) {
     let mut first: Option<Instant> = None;
     let mut attempt = 1u32;
+    let provider = label.at.s.provider;
+    let tokens = estimate_tokens(req);
     loop {
+        // Politeness: wait for the provider's caps (an open-loop arrival only until its
+        // drop time). The wait is part of `sched_lag`.
+        let drop_at = label.at.drop_at.filter(|_| attempt == 1 && turn == 1);
+        let permit = tokio::select! {
+            p = env.limits.acquire(provider, tokens, drop_at) => Some(p),
+            _ = env.cancel.cancelled() => None,
+        };
         let sched_lag_us = intended.elapsed().as_micros() as i64;
+        let not_sent = match &permit {
+            None => Some(Outcome::Cancelled),
+            Some(None) => Some(Outcome::Dropped),
+            Some(Some(_)) => None,
+        };
+        if let Some(outcome) = not_sent {
+            let mut rec = ProbeRecord {
+                outcome: Some(outcome),
+                stream: req.stream,
+                send_agent_unix_us: now_unix_us(),
+                error_message: Some(match outcome {
+                    Outcome::Dropped => format!(
+                        "not sent: the provider's in-flight cap stayed full {} ms past the intended send time",
+                        sched_lag_us / 1000
+                    ),
+                    _ => "not sent: the campaign was cancelled while it waited for the provider's caps".into(),
+                }),
+                ..ProbeRecord::default()
+            };
+            label.fill(&mut rec, turn, attempt, sched_lag_us);
+            rec.final_attempt = true;
+            let _ = tx.send((rec, Vec::new())).await;
+            let answer = Answer {
+                outcome,
+                content: String::new(),
+                reasoning: String::new(),
+            };
+            return (answer, attempt);
+        }
         let started = Instant::now();
         let first = *first.get_or_insert(started);
         let send_unix_us = now_unix_us();
         let result = {
             let _in_flight = InFlight::start(&env.in_flight);
+            let _permit = permit;
             tokio::select! {
                 r = prober.probe_with(req, opts) => r,
                 _ = env.cancel.grace_over(env.cancel_grace) => aborted_record(send_unix_us, env.cancel_grace),
@@ -540,6 +665,12 @@ async fn logical_request(
         let returned = Instant::now();
         let mut rec = result.record;
         label.fill(&mut rec, turn, attempt, sched_lag_us);
+        if rec.outcome() == Outcome::Throttled
+            && let Some(s) = rec.retry_after_s.filter(|s| s.is_finite() && *s > 0.0)
+        {
+            env.limits
+                .pause(provider, returned + Duration::from_secs_f64(s.min(3_600.0)));
+        }
         if turn > 1
             && rec.outcome() == Outcome::Http4xx
             && matches!(rec.http_status, Some(400 | 413 | 422))
@@ -578,6 +709,17 @@ async fn logical_request(
         }
         attempt += 1;
     }
+}
+
+/// Tokens a request may use, for the tokens-per-minute cap: its messages at ~4 bytes per
+/// token plus `max_tokens`.
+fn estimate_tokens(req: &ProbeRequest<'_>) -> u32 {
+    let bytes: usize = req
+        .messages
+        .iter()
+        .map(|m| m.content.len() + m.reasoning_content.as_ref().map_or(0, String::len))
+        .sum();
+    (bytes / 4).min(u32::MAX as usize) as u32 + req.max_tokens
 }
 
 fn warn_missing_keys(plan: &Plan) {
@@ -726,15 +868,15 @@ model_id = "m"
     async fn run(plan: &Plan, round: u32) -> (Vec<ProbeRecord>, SlotDone) {
         let prober = Prober::new(None).unwrap();
         let (tx, mut rx) = mpsc::channel(64);
-        let at = SlotRef {
+        let at = SlotRef::rounds(
             round,
-            slot: 0,
-            s: Slot {
+            0,
+            Slot {
                 provider: 0,
                 scenario: 0,
             },
-            intended: Instant::now(),
-        };
+            Instant::now(),
+        );
         let done = run_slot(plan, at, &prober, &tx).await;
         drop(tx);
         let mut recs = Vec::new();
@@ -861,15 +1003,15 @@ model_id = "m"
             ..SlotEnv::default()
         };
         let (tx, mut rx) = mpsc::channel(64);
-        let at = SlotRef {
-            round: 0,
-            slot: 0,
-            s: Slot {
+        let at = SlotRef::rounds(
+            0,
+            0,
+            Slot {
                 provider: 0,
                 scenario: 0,
             },
-            intended: Instant::now(),
-        };
+            Instant::now(),
+        );
         let (env2, p2) = (env.clone(), p.clone());
         let task = tokio::spawn(async move { run_slot_with(&p2, at, &prober, &tx, &env2).await });
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -912,15 +1054,15 @@ model_id = "m"
         let prober = Prober::new(None).unwrap();
         let env = SlotEnv::default();
         let (tx, mut rx) = mpsc::channel(64);
-        let at = SlotRef {
-            round: 0,
-            slot: 0,
-            s: Slot {
+        let at = SlotRef::rounds(
+            0,
+            0,
+            Slot {
                 provider: 0,
                 scenario: 0,
             },
-            intended: Instant::now(),
-        };
+            Instant::now(),
+        );
         let env2 = env.clone();
         let task = tokio::spawn(async move { run_slot_with(&p, at, &prober, &tx, &env2).await });
         tokio::time::sleep(Duration::from_millis(500)).await;

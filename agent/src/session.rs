@@ -458,6 +458,7 @@ fn start_campaign(
         start_at_coord_unix_us: p.start_at_coord_unix_us,
         first_seq: outbox.first_seq(&p.campaign_id, p.next_seq),
         cancel,
+        agents: p.agents.max(1),
     };
     let (prober, outbox, clock, finished_tx, runner) = (
         prober.clone(),

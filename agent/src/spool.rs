@@ -491,9 +491,15 @@ pub fn read_batches(dir: &Path) -> io::Result<Vec<Result<(String, pb::ResultBatc
     Ok(out)
 }
 
-/// The distinct (round, slot) of a batch's records.
+/// The distinct (round, slot) of a batch's `rounds` records (the slots a restarted agent
+/// must not run again; `sweep` and `rate` phases are never resumed).
 pub fn slots_of(batch: &pb::ResultBatch) -> BTreeSet<(u32, u32)> {
-    batch.records.iter().map(|r| (r.round, r.slot)).collect()
+    batch
+        .records
+        .iter()
+        .filter(|r| matches!(r.load.as_str(), "" | "rounds"))
+        .map(|r| (r.round, r.slot))
+        .collect()
 }
 
 fn encode(agent_id: &str, batch: &pb::ResultBatch) -> Vec<u8> {

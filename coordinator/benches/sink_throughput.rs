@@ -489,6 +489,7 @@ impl Generator {
                     provider: PROVIDERS[p].0.to_string(),
                     scenario: scenario.to_string(),
                     metric: HIST_METRICS[m],
+                    step: 0,
                 };
                 wire::histogram_to_pb(&key, &h, start_us, end_us).expect("encodable")
             })

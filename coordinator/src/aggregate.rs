@@ -113,14 +113,32 @@ impl Aggregate {
             .merge(key, h);
     }
 
-    /// The merged histogram of `region` (or of every region when `None`) for `key`.
+    /// The merged histogram of `region` (or of every region when `None`) for `key`'s
+    /// provider, scenario and metric, over every sweep step (`key.step` is ignored; see
+    /// [`Aggregate::step_histogram`]).
     pub fn histogram(&self, region: Option<&str>, key: &HistKey) -> Option<Histogram<u64>> {
+        self.merged(region, |k| {
+            k.provider == key.provider && k.scenario == key.scenario && k.metric == key.metric
+        })
+    }
+
+    /// The merged histogram of `region` (or of every region) for exactly `key` (one sweep
+    /// step).
+    pub fn step_histogram(&self, region: Option<&str>, key: &HistKey) -> Option<Histogram<u64>> {
+        self.merged(region, |k| k == key)
+    }
+
+    fn merged(
+        &self,
+        region: Option<&str>,
+        want: impl Fn(&HistKey) -> bool,
+    ) -> Option<Histogram<u64>> {
         let mut out: Option<Histogram<u64>> = None;
         for (r, set) in &self.hists {
             if region.is_some_and(|want| want != r) {
                 continue;
             }
-            if let Some(h) = set.get(key) {
+            for (_, h) in set.iter().filter(|(k, _)| want(k)) {
                 match &mut out {
                     Some(acc) => acc.add(h).expect("shared bounds"),
                     None => out = Some(h.clone()),
@@ -181,6 +199,7 @@ mod tests {
             provider: "p".into(),
             scenario: "s".into(),
             metric: Metric::Ttft,
+            step: 0,
         };
         let (mut a, mut b) = (new_histogram(), new_histogram());
         a.record(100).unwrap();

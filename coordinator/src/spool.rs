@@ -940,9 +940,13 @@ mod tests {
                 start_agent_unix_us: 1_700_000_000_000_000,
                 end_agent_unix_us: 1_700_000_060_000_000,
                 hist_v2: (0..=255u8).collect(),
+                step: 0,
             }],
             records: vec![
                 pb::ProbeRecord {
+                    load: "sweep".into(),
+                    step: 1,
+                    concurrency: 8,
                     round: 3,
                     slot: 7,
                     provider: "anthropic".into(),

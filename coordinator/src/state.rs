@@ -894,6 +894,7 @@ fn plan_message(campaign_id: &str, c: &Campaign, next_seq: u64) -> pb::Coordinat
             plan_hash: c.plan_hash.clone(),
             start_at_coord_unix_us: c.start_at_unix_us,
             next_seq,
+            agents: c.agents.len() as u32,
         })),
     }
 }
@@ -904,18 +905,21 @@ pub const DEADLINE_GRACE_US: i64 = 30_000_000;
 
 /// From round 0's start to the latest moment the plan's last probe can end, µs.
 fn plan_span_us(plan: &Plan) -> i64 {
-    let last_send = plan.probe_offset_us(
-        plan.rounds.count.saturating_sub(1),
-        plan.slots_per_round().saturating_sub(1),
-    );
-    // Every turn and retry of the slot at its total timeout, plus the retry waits.
+    // Every turn and retry of a slot started at the end at its total timeout, plus the retry
+    // waits (and an open-loop arrival's longest wait for its provider's cap).
     let longest_us = plan
         .scenarios
         .iter()
-        .map(|s| s.worst_case_slot_us())
+        .map(|s| {
+            let queue_us = match &s.load {
+                latmesh_core::load::LoadModel::Rate(r) => r.max_queue_ms * 1000,
+                _ => 0,
+            };
+            s.worst_case_slot_us() + queue_us
+        })
         .max()
         .unwrap_or(0);
-    (last_send as i64).saturating_add(i64::try_from(longest_us).unwrap_or(i64::MAX))
+    (plan.span_us() as i64).saturating_add(i64::try_from(longest_us).unwrap_or(i64::MAX))
 }
 
 /// Recomputes the campaign's progress (and its summary once every agent is complete) and
@@ -1213,6 +1217,8 @@ mod tests {
                 api_key_env: None,
                 model_id: "m".into(),
                 pass_reasoning: false,
+                limits: Default::default(),
+                price: None,
             }],
             scenarios: vec![ScenarioSpec {
                 name: "s".into(),
@@ -1227,6 +1233,7 @@ mod tests {
                     follow_ups: vec![],
                 }],
                 policy: Default::default(),
+                load: Default::default(),
             }],
             prompt_set: "x".into(),
             timezones: Default::default(),
@@ -1260,6 +1267,7 @@ mod tests {
             provider: "p".into(),
             scenario: "s".into(),
             metric: Metric::Ttft,
+            step: 0,
         };
         pb::ResultBatch {
             campaign_id: campaign.into(),
@@ -1311,6 +1319,7 @@ mod tests {
                     skipped: 0,
                     last_seq: 2,
                     probes: 2,
+                    ..Default::default()
                 },
             )
             .unwrap();
@@ -1379,6 +1388,7 @@ mod tests {
                     skipped: 0,
                     last_seq: 1,
                     probes: 1,
+                    ..Default::default()
                 },
             )
             .unwrap();
@@ -1386,7 +1396,8 @@ mod tests {
         assert!(state.expire(l.start_at_unix_us + 1_000_000).is_empty());
         assert!(state.summary(&l.campaign_id).is_none());
         // …and after it the campaign finishes, marked incomplete.
-        let deadline = l.start_at_unix_us + 120_000_000 + DEADLINE_GRACE_US;
+        let deadline =
+            l.start_at_unix_us + plan().span_us() as i64 + 120_000_000 + DEADLINE_GRACE_US;
         assert_eq!(state.expire(deadline + 1), vec![l.campaign_id.clone()]);
         let s = state.summary(&l.campaign_id).unwrap();
         assert!(!s.complete);
@@ -1456,6 +1467,7 @@ mod tests {
                     last_seq: 3,
                     probes: 1,
                     skipped: 4,
+                    ..Default::default()
                 },
             )
             .unwrap();
@@ -1495,6 +1507,7 @@ mod tests {
                     last_seq: 5,
                     probes: 1,
                     skipped: 0,
+                    ..Default::default()
                 },
             )
             .unwrap();
@@ -1536,6 +1549,7 @@ mod tests {
                 last_seq,
                 probes: 1,
                 skipped: 0,
+                ..Default::default()
             };
             state.done("a2", &done(1)).unwrap();
             let before = state.watch(&l.campaign_id).unwrap().borrow().clone();
@@ -1572,6 +1586,7 @@ mod tests {
                     last_seq: 3,
                     probes: 3,
                     skipped: 0,
+                    ..Default::default()
                 },
             )
             .unwrap();
@@ -1652,6 +1667,7 @@ mod tests {
                     last_seq: 1,
                     probes: 1,
                     skipped: 0,
+                    ..Default::default()
                 },
             )
             .unwrap();
@@ -1785,6 +1801,7 @@ mod tests {
                     last_seq: 0,
                     probes: 0,
                     skipped: 0,
+                    ..Default::default()
                 },
             )
             .unwrap();

@@ -187,6 +187,7 @@ fn cell(agg: &Aggregate, region: Option<&str>, provider: &str, scenario: &str) -
                 provider: provider.into(),
                 scenario: scenario.into(),
                 metric,
+                step: 0,
             },
         )
     };

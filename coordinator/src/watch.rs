@@ -137,6 +137,7 @@ pub async fn launch(
         .launch(pb::LaunchRequest {
             plan_json: plan.to_json(),
             start_delay_s,
+            ..Default::default()
         })
         .await
         .map_err(|s| match s.code() {

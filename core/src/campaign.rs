@@ -70,7 +70,11 @@ use figment::Figment;
 use figment::providers::{Env, Format, Toml, Yaml};
 use serde::Deserialize;
 
-use crate::metrics::METRICS_VERSION;
+use crate::load::{
+    Arrivals, DEFAULT_MAX_QUEUE_MS, DEFAULT_SWEEP_STEPS, KneeRule, LoadKind, LoadModel, Price,
+    ProviderLimits, RateSpec, SweepSpec,
+};
+use crate::metrics::{METRICS_VERSION, Metric};
 use crate::plan::{
     ClientPolicy, DEFAULT_MAX_RESPONSE_BYTES, MAX_TURNS, MIN_MAX_RESPONSE_BYTES, Plan, PlanPrompt,
     ProviderSpec, RetryPolicy, RoundsSpec, ScenarioSpec, Timeouts,
@@ -112,8 +116,8 @@ fn invalid(key: impl Into<String>, message: impl Into<String>) -> CampaignError 
 pub struct CampaignFile {
     /// `[campaign]`.
     pub campaign: CampaignSection,
-    /// `[rounds]`.
-    pub rounds: RoundsSection,
+    /// `[rounds]` (needed when a scenario runs in rounds, the default load model).
+    pub rounds: Option<RoundsSection>,
     /// `[[scenarios]]`.
     #[serde(default)]
     pub scenarios: Vec<ScenarioSection>,
@@ -264,6 +268,48 @@ pub struct ScenarioSection {
     pub retry: Option<RetrySection>,
     /// Largest response body of one attempt, bytes (default 64 MiB).
     pub max_response_bytes: Option<u64>,
+    /// Load model: `rounds` (default), `sweep` or `rate` (inferred from a `sweep`/`rate`
+    /// table when absent).
+    pub load: Option<String>,
+    /// `[scenarios.sweep]` of a `sweep` scenario.
+    pub sweep: Option<SweepSection>,
+    /// `[scenarios.rate]` of a `rate` scenario.
+    pub rate: Option<RateSection>,
+}
+
+/// `[scenarios.sweep]`: closed-loop concurrency steps (see [`crate::load`]).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SweepSection {
+    /// Concurrency of each step, strictly increasing (default `[4, 8, 16, 32]`).
+    pub concurrency: Option<Vec<u32>>,
+    /// Length of each step, seconds.
+    pub step_s: f64,
+    /// Per provider and step: stop after this many requests.
+    pub step_requests: Option<u32>,
+    /// Knee metric: `ttft`, `ttfc` or `e2e` (default `e2e`).
+    pub knee_metric: Option<String>,
+    /// Knee percentile in (0, 100) (default 50).
+    pub knee_percentile: Option<f64>,
+    /// Knee elasticity threshold, > 0 (default 0.5).
+    pub knee_elasticity: Option<f64>,
+    /// Knee error-rate threshold, % in (0, 100] (default 5).
+    pub knee_error_pct: Option<f64>,
+}
+
+/// `[scenarios.rate]`: open-loop arrivals (see [`crate::load`]).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateSection {
+    /// Arrivals per second, per provider and per agent.
+    pub rps: f64,
+    /// `constant` (default) or `poisson`.
+    pub arrivals: Option<String>,
+    /// How long arrivals are generated, seconds.
+    pub duration_s: f64,
+    /// Longest wait for the provider's in-flight cap before an arrival is dropped, seconds
+    /// (default 10).
+    pub max_queue_s: Option<f64>,
 }
 
 fn one() -> u32 {
@@ -306,6 +352,18 @@ pub struct ProviderSection {
     /// Send earlier turns' reasoning back as `reasoning_content` (multi-turn scenarios).
     #[serde(default)]
     pub pass_reasoning: bool,
+    /// Politeness: most requests in flight from one agent.
+    pub max_in_flight: Option<u32>,
+    /// Politeness: requests per minute over all agents (each agent keeps its share).
+    pub requests_per_min: Option<f64>,
+    /// Politeness: tokens (prompt estimate + `max_tokens`) per minute over all agents.
+    pub tokens_per_min: Option<f64>,
+    /// Politeness: least time between two requests from one agent, ms.
+    pub min_gap_ms: Option<u64>,
+    /// Budget guard: USD per million prompt tokens.
+    pub price_input_usd_per_mtok: Option<f64>,
+    /// Budget guard: USD per million completion tokens.
+    pub price_output_usd_per_mtok: Option<f64>,
 }
 
 /// Loads and validates a campaign file (`.toml`, `.yaml`/`.yml`) with `LATMESH_*` overrides.
@@ -679,39 +737,33 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
             ));
         }
     }
-    let r = &file.rounds;
-    if r.count == 0 || r.count > 1_000_000 {
-        return Err(invalid(
-            "rounds.count",
-            format!("{} is not in 1..=1000000", r.count),
-        ));
-    }
-    if !(r.interval_s.is_finite() && r.interval_s > 0.0 && r.interval_s <= 86_400.0) {
-        return Err(invalid(
-            "rounds.interval_s",
-            format!("{} is not in (0, 86400] seconds", r.interval_s),
-        ));
-    }
     if file.providers.is_empty() {
         return Err(invalid("providers", "name at least one [[providers]]"));
     }
     if file.scenarios.is_empty() {
         return Err(invalid("scenarios", "name at least one [[scenarios]]"));
     }
-    let interval_ms = (r.interval_s * 1000.0).round() as u64;
-    let slots = (file.providers.len() * file.scenarios.len()) as u64;
-    if slots.saturating_sub(1) * r.gap_ms >= interval_ms {
-        return Err(invalid(
-            "rounds.interval_s",
-            format!(
-                "{} s is too short: {} probes per round {} ms apart need more than {} ms (raise interval_s or lower gap_ms)",
-                r.interval_s,
-                slots,
-                r.gap_ms,
-                slots.saturating_sub(1) * r.gap_ms
-            ),
-        ));
-    }
+    let loads: Vec<LoadModel> = file
+        .scenarios
+        .iter()
+        .enumerate()
+        .map(|(i, s)| validate_load(i, s))
+        .collect::<Result<_, _>>()?;
+    let rounds_scenarios = loads.iter().filter(|l| l.is_rounds()).count();
+    let rounds = match (&file.rounds, rounds_scenarios) {
+        (None, 0) => RoundsSpec {
+            count: 0,
+            interval_ms: 0,
+            gap_ms: 0,
+        },
+        (None, _) => {
+            return Err(invalid(
+                "rounds",
+                "missing: scenarios without `load` run in rounds and need [rounds] (count, interval_s, gap_ms)",
+            ));
+        }
+        (Some(r), n) => validate_rounds(r, file.providers.len() * n.max(1))?,
+    };
 
     let mut providers = Vec::new();
     for (i, p) in file.providers.iter().enumerate() {
@@ -738,6 +790,8 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
             api_key_env: p.api_key_env.clone(),
             model_id: p.model_id.clone(),
             pass_reasoning: p.pass_reasoning,
+            limits: validate_limits(i, p)?,
+            price: validate_price(i, p)?,
         });
     }
     check_unique("providers", file.providers.iter().map(|p| p.name.as_str()))?;
@@ -855,6 +909,7 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
             timeouts,
             prompts,
             policy,
+            load: loads[i].clone(),
         });
     }
     check_unique("scenarios", file.scenarios.iter().map(|s| s.name.as_str()))?;
@@ -865,17 +920,291 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
         seed: c.seed,
         metrics_version: METRICS_VERSION,
         regions: c.regions.clone(),
-        rounds: RoundsSpec {
-            count: r.count,
-            interval_ms,
-            gap_ms: r.gap_ms,
-        },
+        rounds,
         providers,
         scenarios,
         prompt_set: prompt_set.name,
         timezones,
         windows,
     })
+}
+
+/// `[rounds]` for `slots` probes per round.
+fn validate_rounds(r: &RoundsSection, slots: usize) -> Result<RoundsSpec, CampaignError> {
+    if r.count == 0 || r.count > 1_000_000 {
+        return Err(invalid(
+            "rounds.count",
+            format!("{} is not in 1..=1000000", r.count),
+        ));
+    }
+    if !(r.interval_s.is_finite() && r.interval_s > 0.0 && r.interval_s <= 86_400.0) {
+        return Err(invalid(
+            "rounds.interval_s",
+            format!("{} is not in (0, 86400] seconds", r.interval_s),
+        ));
+    }
+    let interval_ms = (r.interval_s * 1000.0).round() as u64;
+    let slots = slots as u64;
+    if slots.saturating_sub(1) * r.gap_ms >= interval_ms {
+        return Err(invalid(
+            "rounds.interval_s",
+            format!(
+                "{} s is too short: {} probes per round {} ms apart need more than {} ms (raise interval_s or lower gap_ms)",
+                r.interval_s,
+                slots,
+                r.gap_ms,
+                slots.saturating_sub(1) * r.gap_ms
+            ),
+        ));
+    }
+    Ok(RoundsSpec {
+        count: r.count,
+        interval_ms,
+        gap_ms: r.gap_ms,
+    })
+}
+
+/// A number of seconds in `(0, max_s]` as ms.
+fn check_positive_s(key: String, s: f64, max_s: f64) -> Result<u64, CampaignError> {
+    if s.is_finite() && s > 0.0 && s <= max_s {
+        Ok(((s * 1000.0).round() as u64).max(1))
+    } else {
+        Err(invalid(
+            key,
+            format!("{s} is not a duration in seconds in (0, {max_s}]"),
+        ))
+    }
+}
+
+/// Most steps a sweep may have, and the largest concurrency of a step.
+const MAX_SWEEP_STEPS: usize = 64;
+const MAX_CONCURRENCY: u32 = 100_000;
+/// Most arrivals one (rate scenario, provider) may plan per agent.
+const MAX_ARRIVALS: f64 = 10_000_000.0;
+
+/// `load`, `sweep` and `rate` of `scenarios[i]`.
+fn validate_load(i: usize, s: &ScenarioSection) -> Result<LoadModel, CampaignError> {
+    let key = |field: &str| format!("scenarios[{i}].{field}");
+    let kind = match (s.load.as_deref(), &s.sweep, &s.rate) {
+        (None, None, None) => LoadKind::Rounds,
+        (None, Some(_), None) => LoadKind::Sweep,
+        (None, None, Some(_)) => LoadKind::Rate,
+        (None, Some(_), Some(_)) => {
+            return Err(invalid(
+                key("load"),
+                "both [sweep] and [rate] given: set load = \"sweep\" or \"rate\" and keep one",
+            ));
+        }
+        (Some(name), _, _) => LoadKind::parse(name)
+            .filter(|_| !name.is_empty())
+            .ok_or_else(|| {
+                invalid(
+                    key("load"),
+                    format!("{name:?} is not a load model (rounds, sweep, rate)"),
+                )
+            })?,
+    };
+    let stray = match kind {
+        LoadKind::Rounds => s
+            .sweep
+            .as_ref()
+            .map(|_| "sweep")
+            .or(s.rate.as_ref().map(|_| "rate")),
+        LoadKind::Sweep => s.rate.as_ref().map(|_| "rate"),
+        LoadKind::Rate => s.sweep.as_ref().map(|_| "sweep"),
+    };
+    if let Some(table) = stray {
+        return Err(invalid(key(table), format!("given, but load = \"{kind}\"")));
+    }
+    match kind {
+        LoadKind::Rounds => Ok(LoadModel::Rounds),
+        LoadKind::Sweep => {
+            let sw = s.sweep.as_ref().ok_or_else(|| {
+                invalid(
+                    key("sweep"),
+                    "missing: a sweep needs [scenarios.sweep] with step_s (and optionally concurrency = [4, 8, 16, 32])",
+                )
+            })?;
+            let key = |field: &str| format!("scenarios[{i}].sweep.{field}");
+            let concurrency = sw
+                .concurrency
+                .clone()
+                .unwrap_or_else(|| DEFAULT_SWEEP_STEPS.to_vec());
+            if concurrency.is_empty() || concurrency.len() > MAX_SWEEP_STEPS {
+                return Err(invalid(
+                    key("concurrency"),
+                    format!("name 1..={MAX_SWEEP_STEPS} steps"),
+                ));
+            }
+            for (j, c) in concurrency.iter().enumerate() {
+                if *c == 0 || *c > MAX_CONCURRENCY {
+                    return Err(invalid(
+                        key(&format!("concurrency[{j}]")),
+                        format!("{c} is not in 1..={MAX_CONCURRENCY}"),
+                    ));
+                }
+                if j > 0 && *c <= concurrency[j - 1] {
+                    return Err(invalid(
+                        key(&format!("concurrency[{j}]")),
+                        format!(
+                            "{c} is not above the step before ({}): steps must increase",
+                            concurrency[j - 1]
+                        ),
+                    ));
+                }
+            }
+            let step_ms = check_positive_s(key("step_s"), sw.step_s, 86_400.0)?;
+            if sw.step_requests == Some(0) {
+                return Err(invalid(key("step_requests"), "must be at least 1"));
+            }
+            let d = KneeRule::default();
+            let metric = match sw.knee_metric.as_deref() {
+                None => d.metric,
+                Some(m) => match Metric::parse(m) {
+                    Some(m @ (Metric::Ttft | Metric::Ttfc | Metric::E2e)) => m,
+                    _ => {
+                        return Err(invalid(
+                            key("knee_metric"),
+                            format!("{m:?} is not ttft, ttfc or e2e"),
+                        ));
+                    }
+                },
+            };
+            let percentile = sw.knee_percentile.unwrap_or(d.percentile);
+            if !(percentile > 0.0 && percentile < 100.0) {
+                return Err(invalid(
+                    key("knee_percentile"),
+                    format!("{percentile} is not in (0, 100)"),
+                ));
+            }
+            let elasticity = sw.knee_elasticity.unwrap_or(d.elasticity);
+            if !(elasticity.is_finite() && elasticity > 0.0) {
+                return Err(invalid(
+                    key("knee_elasticity"),
+                    format!("{elasticity} is not a number above 0"),
+                ));
+            }
+            let error_pct = sw.knee_error_pct.unwrap_or(d.error_pct);
+            if !(error_pct > 0.0 && error_pct <= 100.0) {
+                return Err(invalid(
+                    key("knee_error_pct"),
+                    format!("{error_pct} is not in (0, 100]"),
+                ));
+            }
+            Ok(LoadModel::Sweep(SweepSpec {
+                concurrency,
+                step_ms,
+                step_requests: sw.step_requests,
+                knee: KneeRule {
+                    metric,
+                    percentile,
+                    elasticity,
+                    error_pct,
+                },
+            }))
+        }
+        LoadKind::Rate => {
+            let r = s.rate.as_ref().ok_or_else(|| {
+                invalid(
+                    key("rate"),
+                    "missing: an open-loop scenario needs [scenarios.rate] with rps and duration_s",
+                )
+            })?;
+            let key = |field: &str| format!("scenarios[{i}].rate.{field}");
+            if !(r.rps.is_finite() && r.rps > 0.0 && r.rps <= 100_000.0) {
+                return Err(invalid(
+                    key("rps"),
+                    format!("{} is not in (0, 100000] requests per second", r.rps),
+                ));
+            }
+            let duration_ms = check_positive_s(key("duration_s"), r.duration_s, 86_400.0)?;
+            if r.rps * r.duration_s > MAX_ARRIVALS {
+                return Err(invalid(
+                    key("duration_s"),
+                    format!(
+                        "{} rps × {} s = {} arrivals per provider: more than {MAX_ARRIVALS}",
+                        r.rps,
+                        r.duration_s,
+                        r.rps * r.duration_s
+                    ),
+                ));
+            }
+            let arrivals = match r.arrivals.as_deref() {
+                None | Some("constant") => Arrivals::Constant,
+                Some("poisson") => Arrivals::Poisson,
+                Some(other) => {
+                    return Err(invalid(
+                        key("arrivals"),
+                        format!("{other:?} is not constant or poisson"),
+                    ));
+                }
+            };
+            let max_queue_ms = match r.max_queue_s {
+                None => DEFAULT_MAX_QUEUE_MS,
+                Some(q) => check_positive_s(key("max_queue_s"), q, 3_600.0)?,
+            };
+            Ok(LoadModel::Rate(RateSpec {
+                rps: r.rps,
+                arrivals,
+                duration_ms,
+                max_queue_ms,
+            }))
+        }
+    }
+}
+
+/// Politeness caps of `providers[i]`.
+fn validate_limits(i: usize, p: &ProviderSection) -> Result<ProviderLimits, CampaignError> {
+    let key = |field: &str| format!("providers[{i}].{field}");
+    if p.max_in_flight == Some(0) {
+        return Err(invalid(key("max_in_flight"), "must be at least 1"));
+    }
+    for (field, v) in [
+        ("requests_per_min", p.requests_per_min),
+        ("tokens_per_min", p.tokens_per_min),
+    ] {
+        if let Some(v) = v
+            && !(v.is_finite() && v > 0.0)
+        {
+            return Err(invalid(key(field), format!("{v} is not a rate above 0")));
+        }
+    }
+    Ok(ProviderLimits {
+        max_in_flight: p.max_in_flight,
+        requests_per_min: p.requests_per_min,
+        tokens_per_min: p.tokens_per_min,
+        min_gap_ms: p.min_gap_ms.filter(|g| *g > 0),
+    })
+}
+
+/// Prices of `providers[i]`: both or neither.
+fn validate_price(i: usize, p: &ProviderSection) -> Result<Option<Price>, CampaignError> {
+    let key = |field: &str| format!("providers[{i}].{field}");
+    match (p.price_input_usd_per_mtok, p.price_output_usd_per_mtok) {
+        (None, None) => Ok(None),
+        (Some(input), Some(output)) => {
+            for (field, v) in [
+                ("price_input_usd_per_mtok", input),
+                ("price_output_usd_per_mtok", output),
+            ] {
+                if !(v.is_finite() && v >= 0.0) {
+                    return Err(invalid(key(field), format!("{v} is not a price ≥ 0")));
+                }
+            }
+            Ok(Some(Price {
+                input_usd_per_mtok: input,
+                output_usd_per_mtok: output,
+            }))
+        }
+        (Some(_), None) => Err(invalid(
+            key("price_output_usd_per_mtok"),
+            "missing: give both prices (input and output)",
+        )),
+        (None, Some(_)) => Err(invalid(
+            key("price_input_usd_per_mtok"),
+            "missing: give both prices (input and output)",
+        )),
+    }
 }
 
 /// `[campaign.timezones]` and `[windows]`: canonical zone texts per region, and the windows in

@@ -9,6 +9,7 @@ use hdrhistogram::Histogram;
 use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer};
 use serde::{Deserialize, Serialize};
 
+use crate::load::LoadKind;
 use crate::metrics::Metric;
 use crate::record::{Outcome, ProbeRecord};
 
@@ -71,6 +72,9 @@ pub struct HistKey {
     pub scenario: String,
     /// Metric.
     pub metric: Metric,
+    /// `sweep` scenarios: the concurrency step (0-based); 0 otherwise.
+    #[serde(default)]
+    pub step: u32,
 }
 
 /// Histograms by key. Latency histograms count `ok` attempts only (DESIGN.md).
@@ -95,8 +99,9 @@ impl HistogramSet {
             .expect("value clamped into range");
     }
 
-    /// Records the latencies of an `ok` attempt: TTFB, TTFT, TTFC, E2E, TPOT and every ITL gap
-    /// (`itl_gaps_us`). Other outcomes record nothing.
+    /// Records the latencies of an `ok` attempt: TTFB, TTFT, TTFC, E2E, TPOT, every ITL gap
+    /// (`itl_gaps_us`) and `sched_lag`; for `rate` records also TTFT and E2E from the intended
+    /// send time. Keys carry the record's sweep `step`. Other outcomes record nothing.
     pub fn record_probe(&mut self, rec: &ProbeRecord, itl_gaps_us: &[u64]) {
         if rec.outcome() != Outcome::Ok {
             return;
@@ -105,13 +110,25 @@ impl HistogramSet {
             provider: rec.provider.clone(),
             scenario: rec.scenario.clone(),
             metric,
+            step: rec.step,
         };
+        let lag = rec.sched_lag_us.max(0) as u64;
+        let open_loop = rec.load == LoadKind::Rate;
         let single = [
             (Metric::Ttfb, rec.ttfb_us),
             (Metric::Ttft, rec.ttft_us),
             (Metric::Ttfc, rec.ttfc_us),
             (Metric::E2e, rec.e2e_us),
             (Metric::Tpot, rec.tpot_us),
+            (Metric::SchedLag, Some(lag)),
+            (
+                Metric::TtftIntended,
+                rec.ttft_us.filter(|_| open_loop).map(|v| v + lag),
+            ),
+            (
+                Metric::E2eIntended,
+                rec.e2e_us.filter(|_| open_loop).map(|v| v + lag),
+            ),
         ];
         for (metric, value) in single {
             if let Some(v) = value {
@@ -176,6 +193,7 @@ mod tests {
             provider: "p".into(),
             scenario: "s".into(),
             metric,
+            step: 0,
         }
     }
 

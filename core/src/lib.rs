@@ -7,6 +7,7 @@
 pub mod campaign;
 pub mod clock;
 pub mod hist;
+pub mod load;
 pub mod metrics;
 pub mod plan;
 pub mod prompts;

@@ -1,10 +1,10 @@
-//! Metric names and the derived rates of `docs/metrics.md` (metrics_version 2).
+//! Metric names and the derived rates of `docs/metrics.md` (metrics_version 3).
 
 use serde::{Deserialize, Serialize};
 
 /// Version of the metric definitions in DESIGN.md; stored with every campaign. Bump it when a
 /// definition changes.
-pub const METRICS_VERSION: u32 = 2;
+pub const METRICS_VERSION: u32 = 3;
 
 /// A latency metric kept as an HDR histogram, in microseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -22,17 +22,28 @@ pub enum Metric {
     Tpot,
     /// Every gap between consecutive token-bearing payloads.
     Itl,
+    /// How late the attempt left: `t_send` − its intended send time (scheduler precision in
+    /// every load model; for `rate`, the wait for the in-flight cap too).
+    SchedLag,
+    /// Open loop (`rate`): TTFT from the intended send time (`sched_lag` + `ttft`), free of
+    /// coordinated omission.
+    TtftIntended,
+    /// Open loop (`rate`): E2E from the intended send time (`sched_lag` + `e2e`).
+    E2eIntended,
 }
 
 impl Metric {
     /// Every metric, in report order.
-    pub const ALL: [Metric; 6] = [
+    pub const ALL: [Metric; 9] = [
         Metric::Ttfb,
         Metric::Ttft,
         Metric::Ttfc,
         Metric::E2e,
         Metric::Tpot,
         Metric::Itl,
+        Metric::SchedLag,
+        Metric::TtftIntended,
+        Metric::E2eIntended,
     ];
 
     /// The lowercase name used on the wire and in ClickHouse.
@@ -44,6 +55,9 @@ impl Metric {
             Metric::E2e => "e2e",
             Metric::Tpot => "tpot",
             Metric::Itl => "itl",
+            Metric::SchedLag => "sched_lag",
+            Metric::TtftIntended => "ttft_intended",
+            Metric::E2eIntended => "e2e_intended",
         }
     }
 

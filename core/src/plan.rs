@@ -19,6 +19,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::load::{LoadModel, Phase, PhaseKind, Price, ProviderLimits};
 use crate::prompts::Message;
 use crate::record::Outcome;
 use crate::windows::Window;
@@ -40,6 +41,12 @@ pub struct ProviderSpec {
     /// reject it). Absent from the JSON when false.
     #[serde(default, skip_serializing_if = "is_false")]
     pub pass_reasoning: bool,
+    /// Politeness caps (campaign-wide; each agent enforces its share). Absent when none.
+    #[serde(default, skip_serializing_if = "ProviderLimits::is_empty")]
+    pub limits: ProviderLimits,
+    /// Prices for the budget guard, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price: Option<Price>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -105,6 +112,9 @@ pub struct ScenarioSpec {
     /// at its default).
     #[serde(default, flatten)]
     pub policy: ClientPolicy,
+    /// How its requests are scheduled (absent from the JSON for `rounds`).
+    #[serde(default, skip_serializing_if = "LoadModel::is_rounds")]
+    pub load: LoadModel,
 }
 
 impl ScenarioSpec {
@@ -291,22 +301,82 @@ pub struct Slot {
 }
 
 impl Plan {
-    /// Probes per round (providers × scenarios).
+    /// Indexes of the scenarios run in rounds.
+    pub fn rounds_scenarios(&self) -> Vec<usize> {
+        (0..self.scenarios.len())
+            .filter(|&i| self.scenarios[i].load.is_rounds())
+            .collect()
+    }
+
+    /// Probes per round (providers × `rounds` scenarios).
     pub fn slots_per_round(&self) -> usize {
-        self.providers.len() * self.scenarios.len()
+        self.providers.len() * self.rounds_scenarios().len()
     }
 
-    /// Probes one agent makes over the whole plan (first attempts).
+    /// Logical requests one agent is planned to make, when known in advance: every rounds
+    /// slot and every `rate` arrival (a `sweep` makes as many as its providers answer, so it
+    /// adds none here).
     pub fn probes_per_agent(&self) -> u64 {
-        u64::from(self.rounds.count) * self.slots_per_round() as u64
+        let rounds = if self.rounds_scenarios().is_empty() {
+            0
+        } else {
+            u64::from(self.rounds.count) * self.slots_per_round() as u64
+        };
+        let arrivals: u64 = (0..self.scenarios.len())
+            .filter_map(|s| match &self.scenarios[s].load {
+                LoadModel::Rate(r) => Some(
+                    (0..self.providers.len())
+                        .map(|p| r.arrivals_us(self.seed, s, p, self.providers.len()).len() as u64)
+                        .sum::<u64>(),
+                ),
+                _ => None,
+            })
+            .sum();
+        rounds + arrivals
     }
 
-    /// The probe order of round `round`: every (provider, scenario) once, shuffled with a
-    /// ChaCha8 generator seeded by (`seed`, `round`). Identical in every region.
+    /// The campaign's time layout: the rounds phase (when any scenario runs in rounds), then
+    /// each `sweep` and `rate` scenario in declaration order (see [`crate::load`]).
+    pub fn phases(&self) -> Vec<Phase> {
+        let mut out = Vec::new();
+        let mut at = 0u64;
+        if !self.rounds_scenarios().is_empty() {
+            let span_us = u64::from(self.rounds.count) * self.rounds.interval_ms * 1000;
+            out.push(Phase {
+                kind: PhaseKind::Rounds,
+                start_us: 0,
+                span_us,
+            });
+            at = span_us;
+        }
+        for (i, s) in self.scenarios.iter().enumerate() {
+            if !s.load.is_rounds() {
+                let span_us = s.load.span_us();
+                out.push(Phase {
+                    kind: PhaseKind::Scenario(i),
+                    start_us: at,
+                    span_us,
+                });
+                at += span_us;
+            }
+        }
+        out
+    }
+
+    /// From `start_at` to the end of the last phase, µs.
+    pub fn span_us(&self) -> u64 {
+        self.phases().last().map_or(0, |p| p.start_us + p.span_us)
+    }
+
+    /// The probe order of round `round`: every (provider, `rounds` scenario) once, shuffled
+    /// with a ChaCha8 generator seeded by (`seed`, `round`). Identical in every region.
     pub fn round_order(&self, round: u32) -> Vec<Slot> {
+        let scenarios = self.rounds_scenarios();
         let mut slots: Vec<Slot> = (0..self.providers.len())
             .flat_map(|provider| {
-                (0..self.scenarios.len()).map(move |scenario| Slot { provider, scenario })
+                scenarios
+                    .iter()
+                    .map(move |&scenario| Slot { provider, scenario })
             })
             .collect();
         let mut rng = ChaCha8Rng::seed_from_u64(
@@ -360,6 +430,8 @@ pub(crate) mod tests {
                     api_key_env: None,
                     model_id: "m".into(),
                     pass_reasoning: false,
+                    limits: ProviderLimits::default(),
+                    price: None,
                 })
                 .collect(),
             scenarios: (0..scenarios)
@@ -383,6 +455,7 @@ pub(crate) mod tests {
                         },
                     ],
                     policy: ClientPolicy::default(),
+                    load: LoadModel::Rounds,
                 })
                 .collect(),
             prompt_set: "x".into(),

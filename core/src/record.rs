@@ -1,6 +1,6 @@
 //! One measured attempt: [`ProbeRecord`] and its [`Outcome`].
 //!
-//! Field meanings follow the metric definitions of `docs/metrics.md` (metrics_version 2):
+//! Field meanings follow the metric definitions of `docs/metrics.md` (metrics_version 3):
 //! durations are microseconds on the monotonic clock from `t_send`, the moment the request was
 //! handed to the HTTP client; wall-clock times are UTC microseconds.
 
@@ -44,11 +44,15 @@ pub enum Outcome {
     /// and it was aborted after the grace period: not the provider's doing, so error rates
     /// leave it out.
     Cancelled,
+    /// Open loop (`rate`): the arrival was not sent, because its provider's in-flight cap
+    /// stayed full for `max_queue_ms` after its intended time (k6's "dropped iterations"):
+    /// the agent could not keep the rate. Left out of error rates; counted and reported.
+    Dropped,
 }
 
 impl Outcome {
     /// Every outcome, in report order.
-    pub const ALL: [Outcome; 14] = [
+    pub const ALL: [Outcome; 15] = [
         Outcome::Ok,
         Outcome::Http4xx,
         Outcome::Throttled,
@@ -63,6 +67,7 @@ impl Outcome {
         Outcome::ConnectionError,
         Outcome::HistoryRejected,
         Outcome::Cancelled,
+        Outcome::Dropped,
     ];
 
     /// The snake_case name used on the wire, in JSON and in ClickHouse.
@@ -82,6 +87,7 @@ impl Outcome {
             Outcome::ConnectionError => "connection_error",
             Outcome::HistoryRejected => "history_rejected",
             Outcome::Cancelled => "cancelled",
+            Outcome::Dropped => "dropped",
         }
     }
 
@@ -135,10 +141,18 @@ pub struct Usage {
 /// Everything measured about one attempt. Prompts and responses are not stored (ids only).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ProbeRecord {
-    /// Round of the plan (0-based).
+    /// Load model of its scenario (`rounds`, `sweep`, `rate`).
+    pub load: crate::load::LoadKind,
+    /// Round of the plan (0-based; 0 outside `rounds`).
     pub round: u32,
-    /// Index of this probe in the round's shared order (0-based).
+    /// `rounds`: index of this probe in the round's shared order. `sweep`: index of the
+    /// request among those of its provider in its step. `rate`: index of the arrival in its
+    /// provider's schedule. 0-based.
     pub slot: u32,
+    /// `sweep`: index of the concurrency step (0-based); 0 otherwise.
+    pub step: u32,
+    /// `sweep`: the step's target concurrency; 0 otherwise.
+    pub concurrency: u32,
     /// Provider name from the plan.
     pub provider: String,
     /// Scenario name from the plan.

@@ -3,6 +3,7 @@
 use latmesh_proto::pb;
 
 use crate::hist::{self, HistError, HistKey};
+use crate::load::LoadKind;
 use crate::metrics::Metric;
 use crate::record::{Outcome, ProbeRecord, Usage};
 
@@ -18,6 +19,9 @@ pub enum WireError {
     /// A histogram that does not decode.
     #[error(transparent)]
     Hist(#[from] HistError),
+    /// An unknown load model name.
+    #[error("unknown load model {0:?}")]
+    Load(String),
     /// A status code out of range.
     #[error("http_status {0} is not an HTTP status")]
     Status(u32),
@@ -74,6 +78,9 @@ impl From<&ProbeRecord> for pb::ProbeRecord {
             token_payloads: r.token_payloads,
             usage_chunk_delta: r.usage_chunk_delta,
             error_code: r.error_code.clone(),
+            load: r.load.as_str().to_string(),
+            step: r.step,
+            concurrency: r.concurrency,
         }
     }
 }
@@ -93,7 +100,11 @@ impl TryFrom<pb::ProbeRecord> for ProbeRecord {
                     .ok_or(WireError::Status(s))
             })
             .transpose()?;
+        let load = LoadKind::parse(&r.load).ok_or_else(|| WireError::Load(r.load.clone()))?;
         Ok(ProbeRecord {
+            load,
+            step: r.step,
+            concurrency: r.concurrency,
             round: r.round,
             slot: r.slot,
             provider: r.provider,
@@ -169,6 +180,7 @@ pub fn histogram_to_pb(
         start_agent_unix_us,
         end_agent_unix_us,
         hist_v2: hist::encode_v2(h)?,
+        step: key.step,
     })
 }
 
@@ -184,6 +196,7 @@ pub fn histogram_from_pb(
         provider: h.provider.clone(),
         scenario: h.scenario.clone(),
         metric,
+        step: h.step,
     };
     Ok((key, hist::decode_v2(&h.hist_v2)?))
 }
@@ -195,6 +208,9 @@ mod tests {
     #[test]
     fn records_round_trip() {
         let rec = ProbeRecord {
+            load: LoadKind::Sweep,
+            step: 2,
+            concurrency: 16,
             round: 2,
             slot: 5,
             provider: "p".into(),
@@ -243,6 +259,7 @@ mod tests {
             provider: "p".into(),
             scenario: "s".into(),
             metric: Metric::Itl,
+            step: 3,
         };
         let mut h = hist::new_histogram();
         h.record(12_345).unwrap();

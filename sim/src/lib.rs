@@ -3,8 +3,10 @@
 //!
 //! * [`serve_providers`] serves the nine built-in providers (see [`builtin_profiles`]) or
 //!   your own [`ProviderProfile`]s at `http://ADDR/{provider}/v1`, each with its own
-//!   latency profile, faults and home region. Every answered response carries its plan
-//!   in `x-sim-planned-ttft-us` and `x-sim-region-delay-us`.
+//!   latency profile, faults, home region and serving capacity (requests beyond it queue
+//!   first come first served: see [`ProviderProfile`]'s *Serving capacity*). Every answered
+//!   response carries its plan in `x-sim-planned-ttft-us` and `x-sim-region-delay-us`, and
+//!   its wait for a serving slot in `x-sim-queue-wait-us`.
 //! * Ground truth ([`truth`]): for every request carrying `x-latmesh-probe-id`, the
 //!   simulator records the monotonic instant it received the request and the instants each
 //!   token frame was handed to hyper and written to the socket, in the bounded
@@ -55,7 +57,7 @@ use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 
 pub use profile::{DEFAULT_MODEL_ID, ProviderProfile, builtin_profiles};
-pub use provider::{PLANNED_TTFT_HEADER, REGION_DELAY_HEADER, providers_router};
+pub use provider::{PLANNED_TTFT_HEADER, QUEUE_WAIT_HEADER, REGION_DELAY_HEADER, providers_router};
 pub use region::{REGION_HEADER, RegionTable};
 pub use replay::{ReplayCase, replay_router};
 pub use truth::{PROBE_ID_HEADER, ProbeTruth, TruthLog, TruthReport};

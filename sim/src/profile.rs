@@ -17,6 +17,26 @@ pub const DEFAULT_MODEL_ID: &str = "deepseek-v4-flash";
 /// lognormal with median 1 and shape `ttft_jitter_sigma`, and `T` is 1, or with probability
 /// `ttft_tail_prob` a factor drawn uniformly from `ttft_tail_factor_min..=ttft_tail_factor_max`.
 /// Each inter-token latency is lognormal with median `itl_median_us` and shape `itl_sigma`.
+///
+/// # Serving capacity
+/// With `capacity` > 0 at most `capacity` requests of this provider are in service at once,
+/// counted over all callers and regions (one counter per provider per served router, i.e.
+/// per [`serve_providers`](crate::serve_providers) call). A request that finds every slot
+/// taken waits, first come first served, for one to free; then its region delay is over and
+/// its response headers go out, and its TTFT clock starts. The wait therefore adds to the
+/// TTFT and E2E the client sees (and to the server-side ones of the ground truth, which count
+/// from the receipt), and is reported in the `x-sim-queue-wait-us` response header and
+/// [`ProbeTruth::queue_wait`](crate::ProbeTruth::queue_wait). A slot is taken once the region
+/// delay is over and held until the last frame of a streamed body (`[DONE]`, or the cut line
+/// of a truncated stream) is handed over, until a non-streamed response is handed over, or
+/// until the client goes away (the response or its body is dropped). Answers decided before
+/// service (HTTP 429 throttling, HTTP 400) take no slot.
+///
+/// The resulting law, for `c` closed-loop clients (each sends its next request when the
+/// previous one ends) and a service time `S` (planned TTFT + decode): the latency a client
+/// sees is ≈ `S` (+ its region delay `d`) while `c` ≤ `capacity`, and ≈ `S × c / capacity`
+/// above it (exactly: no request ever waits while `c` ≤ `capacity`; the queue builds once
+/// `c` > `capacity × (1 + d / S)`). `capacity` 0 means unlimited: no request ever waits.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ProviderProfile {
@@ -78,6 +98,9 @@ pub struct ProviderProfile {
     /// What the provider does with `reasoning_content` in the assistant messages of a
     /// multi-turn history (checked before anything else; see [`ReasoningPassback`]).
     pub reasoning_passback: ReasoningPassback,
+    /// Requests served at once (a count; 0 = unlimited); more wait first come first served,
+    /// see [Serving capacity](ProviderProfile#serving-capacity).
+    pub capacity: u32,
 }
 
 /// How a provider treats the reasoning of earlier turns sent back in assistant messages.
@@ -125,6 +148,7 @@ impl Default for ProviderProfile {
             keepalive_interval_us: 0,
             early_role_chunk: false,
             reasoning_passback: ReasoningPassback::Ignored,
+            capacity: 0,
         }
     }
 }
@@ -215,6 +239,13 @@ impl ProviderProfile {
         if self.output_tokens_min == 0 {
             return Err(format!("{n}.output_tokens_min must be at least 1"));
         }
+        let max = tokio::sync::Semaphore::MAX_PERMITS;
+        if !usize::try_from(self.capacity).is_ok_and(|c| c <= max) {
+            return Err(format!(
+                "{n}.capacity = {}: must be at most {max}",
+                self.capacity
+            ));
+        }
         Ok(())
     }
 }
@@ -223,17 +254,23 @@ impl ProviderProfile {
 /// `ap-southeast`; a streaming request with `max_tokens` 64 and a short prompt takes well
 /// under 2 s on every one of them at the median.
 ///
-/// | name | home | TTFT base | prefill/token | ITL | tokens/chunk | special |
-/// | --- | --- | --- | --- | --- | --- | --- |
-/// | fast-lane | us-east | 110 ms | 20 µs | 8 ms | 1 | low jitter |
-/// | steady | eu-west | 240 ms | 40 µs | 15 ms | 1 | very low jitter |
-/// | budget | ap-southeast | 320 ms | 80 µs | 24 ms | 1 | high jitter, 5% TTFT ×3–5 |
-/// | reasoner | ap-southeast | 200 ms | 50 µs | 12 ms | 1 | 20–40 reasoning tokens first; needs them back in later turns |
-/// | throttler | us-east | 180 ms | 40 µs | 14 ms | 1 | 25% HTTP 429, Retry-After 1–3 s |
-/// | flaky | eu-west | 160 ms | 40 µs | 12 ms | 1 | 10% truncated, 5% 300 ms stall |
-/// | keepalive | eu-west | 550 ms | 50 µs | 10 ms | 1 | `: keep-alive` every 50 ms |
-/// | bulk-chunk | us-east | 200 ms | 30 µs | 9 ms | 4–8 | chunks ≠ tokens |
-/// | slow-prefill | ap-southeast | 150 ms | 600 µs | 12 ms | 1 | TTFT grows with prompt |
+/// | name | home | TTFT base | prefill/token | ITL | tokens/chunk | capacity | special |
+/// | --- | --- | --- | --- | --- | --- | --- | --- |
+/// | fast-lane | us-east | 110 ms | 20 µs | 8 ms | 1 | unlimited | low jitter |
+/// | steady | eu-west | 240 ms | 40 µs | 15 ms | 1 | 16 | very low jitter |
+/// | budget | ap-southeast | 320 ms | 80 µs | 24 ms | 1 | 8 | high jitter, 5% TTFT ×3–5 |
+/// | reasoner | ap-southeast | 200 ms | 50 µs | 12 ms | 1 | unlimited | 20–40 reasoning tokens first; needs them back in later turns |
+/// | throttler | us-east | 180 ms | 40 µs | 14 ms | 1 | unlimited | 25% HTTP 429, Retry-After 1–3 s |
+/// | flaky | eu-west | 160 ms | 40 µs | 12 ms | 1 | unlimited | 10% truncated, 5% 300 ms stall |
+/// | keepalive | eu-west | 550 ms | 50 µs | 10 ms | 1 | unlimited | `: keep-alive` every 50 ms |
+/// | bulk-chunk | us-east | 200 ms | 30 µs | 9 ms | 4–8 | unlimited | chunks ≠ tokens |
+/// | slow-prefill | ap-southeast | 150 ms | 600 µs | 12 ms | 1 | unlimited | TTFT grows with prompt |
+///
+/// Capacities (see [Serving capacity](ProviderProfile#serving-capacity)): a closed-loop
+/// sweep at 1, 2, 4, 8 clients per region from the three regions at once (3, 6, 12, 24
+/// clients per provider) shows a knee for `budget` at the third step (12 > 8: latency
+/// ≈ 1.5 × the unloaded one), for `steady` at the fourth (24 > 16: ≈ 1.5 ×), and none for
+/// the others.
 pub fn builtin_profiles() -> Vec<ProviderProfile> {
     let base = |name: &str, home: &str, description: &str| ProviderProfile {
         name: name.to_string(),
@@ -260,10 +297,11 @@ pub fn builtin_profiles() -> Vec<ProviderProfile> {
             ttft_jitter_sigma: 0.05,
             itl_median_us: 15_000,
             itl_sigma: 0.06,
+            capacity: 16,
             ..base(
                 "steady",
                 "eu-west",
-                "medium TTFT (~250 ms), very low jitter, ~15 ms ITL",
+                "medium TTFT (~250 ms), very low jitter, ~15 ms ITL; serves 16 requests at once, more queue",
             )
         },
         ProviderProfile {
@@ -275,10 +313,11 @@ pub fn builtin_profiles() -> Vec<ProviderProfile> {
             ttft_tail_factor_max: 5.0,
             itl_median_us: 24_000,
             itl_sigma: 0.35,
+            capacity: 8,
             ..base(
                 "budget",
                 "ap-southeast",
-                "slow and jittery: TTFT ~330 ms with a 5% tail at 3-5x, ~24 ms ITL",
+                "slow and jittery: TTFT ~330 ms with a 5% tail at 3-5x, ~24 ms ITL; serves 8 requests at once, more queue",
             )
         },
         ProviderProfile {
@@ -419,5 +458,34 @@ mod tests {
         let p: ProviderProfile =
             serde_json::from_str(r#"{"name":"r","reasoning_passback":"rejected"}"#).unwrap();
         assert_eq!(p.reasoning_passback, ReasoningPassback::Rejected);
+    }
+
+    #[test]
+    fn capacity_defaults_to_unlimited_and_round_trips() {
+        // Absent: 0 = unlimited.
+        let p: ProviderProfile = serde_json::from_str(r#"{"name":"mine"}"#).unwrap();
+        assert_eq!(p.capacity, 0);
+        p.validate().unwrap();
+        // Given: kept through a JSON round trip (the format of `serve --profiles FILE`).
+        let p: ProviderProfile = serde_json::from_str(r#"{"name":"q","capacity":3}"#).unwrap();
+        assert_eq!(p.capacity, 3);
+        p.validate().unwrap();
+        let json = serde_json::to_value(&p).unwrap();
+        assert_eq!(json["capacity"], 3);
+        assert_eq!(serde_json::from_value::<ProviderProfile>(json).unwrap(), p);
+        let file: Vec<ProviderProfile> =
+            serde_json::from_str(r#"[{"name":"a","capacity":1},{"name":"b"}]"#).unwrap();
+        assert_eq!((file[0].capacity, file[1].capacity), (1, 0));
+        assert!(serde_json::from_str::<ProviderProfile>(r#"{"capacity":-1}"#).is_err());
+        assert!(serde_json::from_str::<ProviderProfile>(r#"{"capacity":1.5}"#).is_err());
+        // Built-ins: budget 8, steady 16, the others unlimited.
+        for b in builtin_profiles() {
+            let want = match b.name.as_str() {
+                "budget" => 8,
+                "steady" => 16,
+                _ => 0,
+            };
+            assert_eq!(b.capacity, want, "{}", b.name);
+        }
     }
 }

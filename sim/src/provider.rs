@@ -3,7 +3,9 @@
 //!
 //! Each request gets its own RNG ([`plan::request_rng`]), a [`plan::Decision`] is made up
 //! front, and the response is played out with real sleeps: the headers after the region
-//! delay, then each SSE chunk at its planned time, each chunk its own body frame.
+//! delay (and, for a provider with a serving capacity, after a free slot: see
+//! [`ProviderProfile`]'s *Serving capacity*), then each SSE chunk at its planned time, each
+//! chunk its own body frame.
 //!
 //! Requests carrying `x-latmesh-probe-id` are recorded in the ground-truth log
 //! ([`crate::truth`]), readable at `GET /_truth/{probe_id}`.
@@ -22,6 +24,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use rand::Rng;
 use serde_json::json;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, sleep_until};
 
 use crate::SimConfig;
@@ -44,10 +47,34 @@ pub const FAULT_HEADER: &str = "x-sim-fault";
 pub const REQUEST_INDEX_HEADER: &str = "x-sim-request-index";
 /// Response header: completion tokens the simulator planned (reasoning included).
 pub const PLANNED_TOKENS_HEADER: &str = "x-sim-planned-completion-tokens";
+/// Response header: how long the request waited for a free serving slot, in µs (0 when a
+/// slot was free or the provider's capacity is unlimited). Only on answered (200) responses.
+pub const QUEUE_WAIT_HEADER: &str = "x-sim-queue-wait-us";
 
 struct Provider {
     profile: ProviderProfile,
     requests: AtomicU64,
+    /// The serving slots (`profile.capacity` permits, FIFO); `None` when unlimited.
+    slots: Option<Arc<Semaphore>>,
+}
+
+impl Provider {
+    /// Take a serving slot once the region delay is over (at `ready`). Returns the slot
+    /// (`None` when unlimited) and the instant service starts: `ready` when a slot was free,
+    /// else the moment one was handed over (FIFO among the waiters).
+    async fn take_slot(&self, ready: Instant) -> (Option<OwnedSemaphorePermit>, Instant) {
+        let Some(slots) = &self.slots else {
+            return (None, ready);
+        };
+        sleep_until(ready).await;
+        // `try_acquire` never jumps the queue: released permits go to waiters first.
+        if let Ok(slot) = slots.clone().try_acquire_owned() {
+            return (Some(slot), ready);
+        }
+        // The semaphore is never closed.
+        let slot = slots.clone().acquire_owned().await.ok();
+        (slot, Instant::now().max(ready))
+    }
 }
 
 struct SimState {
@@ -72,6 +99,7 @@ pub fn providers_router(cfg: SimConfig) -> std::io::Result<Router> {
             (
                 p.name.clone(),
                 Provider {
+                    slots: (p.capacity > 0).then(|| Arc::new(Semaphore::new(p.capacity as usize))),
                     profile: p,
                     requests: AtomicU64::new(0),
                 },
@@ -224,14 +252,14 @@ async fn answer(
     let decision = plan::plan(profile, &input, req.is_stream(), st.time_scale, &mut rng);
     let caller = req_headers.get(REGION_HEADER).and_then(|v| v.to_str().ok());
     let region_delay_us = st.regions.delay_us(&profile.home_region, caller);
-    let base = t0 + Duration::from_micros(region_delay_us);
+    let region_end = t0 + Duration::from_micros(region_delay_us);
 
     let mut headers = HeaderMap::new();
     set_header(&mut headers, REGION_DELAY_HEADER, region_delay_us);
     set_header(&mut headers, REQUEST_INDEX_HEADER, index);
     let answer = match decision {
         Decision::Throttle { retry_after_s } => {
-            sleep_until(base).await;
+            sleep_until(region_end).await;
             set_header(&mut headers, FAULT_HEADER, "throttle");
             set_header(&mut headers, "retry-after", retry_after_s);
             let mut resp = openai_error(
@@ -279,6 +307,8 @@ async fn answer(
 
     if req.is_stream() {
         let events = stream_events(&ctx, profile, &answer);
+        let (slot, base) =
+            serve_after_queue(provider, region_end, &mut headers, rec.as_ref()).await;
         sleep_until(base).await;
         headers.insert(
             header::CONTENT_TYPE,
@@ -288,9 +318,11 @@ async fn answer(
         if let Some(r) = &rec {
             r.streaming();
         }
+        // The slot lives in the body stream: freed with the last frame, or when hyper drops
+        // the body because the client went away.
         let stream = futures::stream::unfold(
-            (events.into_iter(), rec),
-            move |(mut events, rec)| async move {
+            (events.into_iter(), rec, slot),
+            move |(mut events, rec, mut slot)| async move {
                 let (at_us, bytes, mark) = events.next()?;
                 let when = base + Duration::from_micros(at_us);
                 if when > Instant::now() {
@@ -304,19 +336,44 @@ async fn answer(
                         Mark::Last { truncated } => r.end(truncated),
                     }
                 }
-                Some((Ok::<Bytes, Infallible>(bytes), (events, rec)))
+                if let Mark::Last { .. } = mark {
+                    drop(slot.take());
+                }
+                Some((Ok::<Bytes, Infallible>(bytes), (events, rec, slot)))
             },
         );
         (StatusCode::OK, headers, Body::from_stream(stream)).into_response()
     } else {
         let body = completion_body(&ctx, &answer);
+        let (slot, base) =
+            serve_after_queue(provider, region_end, &mut headers, rec.as_ref()).await;
         sleep_until(base + Duration::from_micros(answer.end_us())).await;
         headers.insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
+        // The whole body goes out with the response, in one write: the slot is free now.
+        drop(slot);
         (StatusCode::OK, headers, body).into_response()
     }
+}
+
+/// Wait for a serving slot of `provider` (see [`Provider::take_slot`]); note the wait in the
+/// response headers and the ground truth. Returns the slot and the instant service starts
+/// (the headers go out then; planned times count from it).
+async fn serve_after_queue(
+    provider: &Provider,
+    region_end: Instant,
+    headers: &mut HeaderMap,
+    rec: Option<&Recorder>,
+) -> (Option<OwnedSemaphorePermit>, Instant) {
+    let (slot, base) = provider.take_slot(region_end).await;
+    let wait = base.saturating_duration_since(region_end);
+    set_header(headers, QUEUE_WAIT_HEADER, wait.as_micros());
+    if let Some(r) = rec {
+        r.queued(wait);
+    }
+    (slot, base)
 }
 
 /// What the renderer needs besides the plan.

@@ -844,3 +844,251 @@ async fn ground_truth_marks_truncated_streams() {
     // The cut line is not a token frame: the client cannot parse it either.
     assert_eq!(t.frames.len(), complete_tokens);
 }
+
+// ---------------------------------------------------------------------------------------
+// Serving capacity.
+
+/// A provider serving `capacity` requests at once: TTFT 100 ms, ITL 0, 4 tokens (the body
+/// ends right after the first token: service time ≈ 100 ms).
+fn queued_cfg(capacity: u32) -> SimConfig {
+    SimConfig {
+        profiles: vec![ProviderProfile {
+            capacity,
+            output_tokens_min: 4,
+            output_tokens_max: 4,
+            ..ProviderProfile::fixed("cap", 100_000, 0)
+        }],
+        ..SimConfig::default()
+    }
+}
+
+/// Arrival of the first content token of a streamed response.
+fn first_token_at(r: &Raw) -> Instant {
+    r.data_payloads()
+        .into_iter()
+        .find(|(_, d)| d.contains("\"content\":\"") && !d.contains("\"content\":\"\""))
+        .expect("a content token")
+        .0
+}
+
+/// `n` streamed requests to provider `cap`, the i-th sent `i × stagger` after the common
+/// start, each with probe id `{tag}-{i}`. Returns the common start and the responses in
+/// sending order.
+async fn concurrent_streams(
+    addr: SocketAddr,
+    n: usize,
+    stagger: Duration,
+    tag: &str,
+) -> (Instant, Vec<Raw>) {
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let id = format!("{tag}-{i}");
+            tokio::spawn(async move {
+                tokio::time::sleep_until(start + stagger * i as u32).await;
+                let hdr = [(crate::PROBE_ID_HEADER, id.as_str())];
+                let body = chat_body(true, 4, false);
+                raw_request(addr, "POST", "/cap/v1/chat/completions", &hdr, &body).await
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    (start, out)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capacity_serves_up_to_capacity_without_waiting() {
+    let addr = start(queued_cfg(2)).await;
+    let (_, rs) = concurrent_streams(addr, 2, Duration::ZERO, "two").await;
+    let ttfts: Vec<Duration> = rs.iter().map(|r| first_token_at(r) - r.t_sent).collect();
+    eprintln!(
+        "2 concurrent, capacity 2: TTFT ms {:?}",
+        ttfts.iter().map(|d| ms(*d)).collect::<Vec<_>>()
+    );
+    for (r, ttft) in rs.iter().zip(&ttfts) {
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header_u64(crate::QUEUE_WAIT_HEADER), 0);
+        assert!(*ttft >= Duration::from_millis(100), "{ttft:?}");
+        assert!(*ttft <= Duration::from_millis(180), "{ttft:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capacity_queues_the_rest_fifo_in_waves() {
+    let cfg = queued_cfg(2);
+    let truth = cfg.truth.clone();
+    let addr = start(cfg).await;
+    // Sent 2 ms apart so that the server receives them in a known order.
+    let (t_start, rs) = concurrent_streams(addr, 6, Duration::from_millis(2), "six").await;
+    let mut ttfts: Vec<Duration> = rs.iter().map(|r| first_token_at(r) - r.t_sent).collect();
+    let since_start: Vec<Duration> = rs.iter().map(|r| first_token_at(r) - t_start).collect();
+    let mut waits: Vec<u64> = rs
+        .iter()
+        .map(|r| r.header_u64(crate::QUEUE_WAIT_HEADER))
+        .collect();
+    eprintln!(
+        "6 concurrent, capacity 2, sent 2 ms apart: TTFT ms (own send) {:?}; first token ms after the first send {:?}; queue wait µs {waits:?}",
+        ttfts.iter().map(|d| ms(*d)).collect::<Vec<_>>(),
+        since_start.iter().map(|d| ms(*d)).collect::<Vec<_>>(),
+    );
+    assert!(rs.iter().all(|r| r.status == 200));
+    ttfts.sort();
+    waits.sort();
+    let lo = |d: &Duration, min: u64, max: u64| {
+        assert!(
+            *d >= Duration::from_millis(min) && *d <= Duration::from_millis(max),
+            "{d:?} not in {min}..={max} ms (sorted TTFTs {ttfts:?})"
+        );
+    };
+    // ≈ 100, 100, 200, 200, 300, 300 ms (upper bounds are loose).
+    lo(&ttfts[0], 100, 180);
+    lo(&ttfts[1], 100, 180);
+    lo(&ttfts[2], 180, 280);
+    lo(&ttfts[3], 180, 280);
+    lo(&ttfts[4], 280, 450);
+    lo(&ttfts[5], 280, 450);
+    // By causality, counted from the common start (before every receipt): each slot serves
+    // its ≥ 100 ms requests one after the other, so only two first tokens can come before
+    // 200 ms and only four before 300 ms.
+    let mut since_start = since_start;
+    since_start.sort();
+    assert!(
+        since_start[2] >= Duration::from_millis(200),
+        "{since_start:?}"
+    );
+    assert!(
+        since_start[4] >= Duration::from_millis(300),
+        "{since_start:?}"
+    );
+    assert_eq!(&waits[..2], &[0, 0]);
+    assert!(waits[2] >= 85_000 && waits[3] <= 180_000, "{waits:?}");
+    assert!(waits[4] >= 185_000 && waits[5] <= 300_000, "{waits:?}");
+
+    // Ground truth: the receipt is still the handler's first statement, the wait is
+    // recorded, and the server-side TTFT counts it.
+    let mut served: Vec<(std::time::Instant, std::time::Instant)> = Vec::new();
+    for (i, r) in rs.iter().enumerate() {
+        let t = truth.get(&format!("six-{i}")).expect("recorded");
+        let wait = r.header_u64(crate::QUEUE_WAIT_HEADER);
+        assert_eq!(t.queue_wait.as_micros() as u64, wait);
+        assert_eq!(t.report().queue_wait_us, wait);
+        assert!(r.t_sent.into_std() <= t.received);
+        assert!(t.ttft().unwrap() >= t.queue_wait + Duration::from_millis(100));
+        assert!(t.end.is_some());
+        served.push((t.received, t.received + t.queue_wait));
+    }
+    // First come, first served: of two requests received ≥ 1 ms apart, the earlier one
+    // starts service no later.
+    served.sort();
+    for (i, a) in served.iter().enumerate() {
+        for b in &served[i + 1..] {
+            if b.0 - a.0 >= Duration::from_millis(1) {
+                assert!(a.1 <= b.1, "served out of order: {served:?}");
+            }
+        }
+    }
+
+    // A non-streamed answer holds its slot until it is handed over, too.
+    let cfg = queued_cfg(1);
+    let addr = start(cfg).await;
+    let tasks: Vec<_> = (0..2)
+        .map(|_| tokio::spawn(async move { chat(addr, "cap", &chat_body(false, 4, false)).await }))
+        .collect();
+    let mut waits = Vec::new();
+    for t in tasks {
+        let r = t.await.unwrap();
+        assert_eq!(r.status, 200);
+        waits.push(r.header_u64(crate::QUEUE_WAIT_HEADER));
+    }
+    waits.sort();
+    eprintln!("2 non-streamed, capacity 1: queue wait µs {waits:?}");
+    assert_eq!(waits[0], 0);
+    assert!(waits[1] >= 95_000 && waits[1] <= 200_000, "{waits:?}");
+}
+
+/// Reads a streamed response off `s` until the first content token has arrived.
+async fn read_until_first_token(s: &mut TcpStream) {
+    let mut buf = Vec::new();
+    let mut tmp = [0u8; 4096];
+    loop {
+        let n = s.read(&mut tmp).await.unwrap();
+        assert!(n > 0, "eof before the first token");
+        buf.extend_from_slice(&tmp[..n]);
+        let text = String::from_utf8_lossy(&buf);
+        if text
+            .match_indices("\"content\":\"")
+            .any(|(i, m)| text[i + m.len()..].chars().next().is_some_and(|c| c != '"'))
+        {
+            return;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_gone_mid_stream_frees_its_slot() {
+    // Capacity 1; a body of 100 tokens 50 ms apart: 5 s to play out in full.
+    let cfg = SimConfig {
+        profiles: vec![ProviderProfile {
+            capacity: 1,
+            output_tokens_min: 100,
+            output_tokens_max: 100,
+            ..ProviderProfile::fixed("cap", 20_000, 50_000)
+        }],
+        ..SimConfig::default()
+    };
+    let truth = cfg.truth.clone();
+    let addr = start(cfg).await;
+    let body = chat_body(true, 100, false);
+    let mut a = TcpStream::connect(addr).await.unwrap();
+    let req = format!(
+        "POST /cap/v1/chat/completions HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n{}: gone\r\ncontent-length: {}\r\n\r\n{body}",
+        crate::PROBE_ID_HEADER,
+        body.len()
+    );
+    a.write_all(req.as_bytes()).await.unwrap();
+    read_until_first_token(&mut a).await;
+
+    // B queues behind A's slot while A keeps reading…
+    let b = tokio::spawn(async move { chat(addr, "cap", &chat_body(true, 2, false)).await });
+    let hold = Duration::from_millis(300);
+    let keep_reading = async {
+        let mut tmp = [0u8; 4096];
+        loop {
+            let n = a.read(&mut tmp).await.unwrap();
+            assert!(n > 0, "A's body ended early");
+        }
+    };
+    let _ = tokio::time::timeout(hold, keep_reading).await;
+    // …and gets it soon after A goes away, ~4.7 s before A's body would have ended.
+    let t_drop = Instant::now();
+    drop(a);
+    let b = b.await.unwrap();
+    let wait = Duration::from_micros(b.header_u64(crate::QUEUE_WAIT_HEADER));
+    let after_drop = first_token_at(&b) - t_drop;
+    eprintln!(
+        "dropped stream: B waited {:.1} ms in the queue, first token {:.1} ms after A's drop, TTFT {:.1} ms",
+        ms(wait),
+        ms(after_drop),
+        ms(first_token_at(&b) - b.t_sent)
+    );
+    assert_eq!(b.status, 200);
+    assert!(
+        wait >= Duration::from_millis(250),
+        "B did not wait: {wait:?}"
+    );
+    assert!(
+        wait <= Duration::from_millis(1000),
+        "slot not freed: {wait:?}"
+    );
+    assert!(after_drop <= Duration::from_millis(1000), "{after_drop:?}");
+    // A's body was abandoned, not finished.
+    let t = truth.get("gone").unwrap();
+    assert!(t.end.is_none() && !t.frames.is_empty());
+}

@@ -9,8 +9,12 @@
 //! # What is stamped
 //! * `received`: the first statement of the chat-completions handler, i.e. after hyper parsed
 //!   the request head and axum read the whole request body, before the simulated region
-//!   delay and prefill. Everything before it (the client building and writing the request,
-//!   loopback, hyper's parsing) is *not* server time.
+//!   delay, the wait for a serving slot and prefill. Everything before it (the client
+//!   building and writing the request, loopback, hyper's parsing) is *not* server time.
+//! * `queue_wait`: how long the request waited for a free serving slot of its provider
+//!   (see [`ProviderProfile`](crate::ProviderProfile)'s *Serving capacity*), counted from the
+//!   end of the region delay; zero when a slot was free, the capacity is unlimited, or the
+//!   answer was decided before service (429, 400).
 //! * each **token frame** (one SSE event carrying generated tokens, content or reasoning;
 //!   not the role chunk, keep-alive comments, the finish / usage chunks or `[DONE]`):
 //!   * `handed`: right before the body stream hands the frame to hyper (after its planned
@@ -29,10 +33,10 @@
 //!
 //! Server-side durations are measured from `received`: `server_ttft` = first token frame −
 //! `received`, `server_ttfc` = first content frame − `received`, using `written` when known,
-//! else `handed` ([`Stamp::at`]). They include the simulated region delay. A client's TTFT
-//! (from its `t_send`, which is before `received`) minus `server_ttft` is the delay the
-//! client path added: request write, loopback both ways, the server's write, the client's
-//! read and parse.
+//! else `handed` ([`Stamp::at`]). They include the simulated region delay and the queue
+//! wait. A client's TTFT (from its `t_send`, which is before `received`) minus
+//! `server_ttft` is the delay the client path added: request write, loopback both ways, the
+//! server's write, the client's read and parse.
 //!
 //! # Bounds and cost
 //! The log keeps the last `capacity` probe ids (default [`DEFAULT_TRUTH_CAPACITY`]); the
@@ -115,6 +119,8 @@ pub struct ProbeTruth {
     pub provider: String,
     /// When the handler started (see the [module documentation](self)).
     pub received: Instant,
+    /// Time spent waiting for a serving slot, after the region delay (zero without a wait).
+    pub queue_wait: Duration,
     /// The response status, once the response was handed to hyper.
     pub status: Option<u16>,
     /// The response body is an event stream.
@@ -180,6 +186,7 @@ impl ProbeTruth {
             status: self.status,
             stream: self.stream,
             write_tracked: self.write_tracked,
+            queue_wait_us: us(self.queue_wait),
             finished: self.end.is_some(),
             truncated: self.truncated,
             server_ttft_us: self.ttft().map(us),
@@ -240,6 +247,10 @@ pub struct TruthReport {
     pub stream: bool,
     /// `written_us` is filled.
     pub write_tracked: bool,
+    /// Time spent waiting for a serving slot, in µs (0 without a wait); part of the
+    /// `server_*` durations.
+    #[serde(default)]
+    pub queue_wait_us: u64,
     /// The last frame went out.
     pub finished: bool,
     /// Cut by the truncation fault.
@@ -267,6 +278,7 @@ pub struct TruthReport {
 
 #[derive(Default)]
 struct Rec {
+    queue_wait: Duration,
     status: Option<u16>,
     stream: bool,
     frames: Vec<FrameTruth>,
@@ -290,6 +302,7 @@ impl Entry {
             probe_id: self.probe_id.to_string(),
             provider: self.provider.clone(),
             received: self.received,
+            queue_wait: r.queue_wait,
             status: r.status,
             stream: r.stream,
             frames: r.frames.clone(),
@@ -449,6 +462,11 @@ impl Recorder {
             handed: Instant::now(),
             written: None,
         }
+    }
+
+    /// The request waited `wait` for a serving slot.
+    pub(crate) fn queued(&self, wait: Duration) {
+        lock(&self.entry.rec).queue_wait = wait;
     }
 
     /// The body will be an event stream (frames and the end are recorded by the stream).

@@ -53,6 +53,8 @@ fn plan() -> Plan {
                 api_key_env: Some("LATMESH_TEST_KEY".into()),
                 model_id: "deepseek-v3".into(),
                 pass_reasoning: false,
+                limits: Default::default(),
+                price: None,
             })
             .collect(),
         scenarios: SCENARIOS
@@ -73,6 +75,7 @@ fn plan() -> Plan {
                     follow_ups: vec![],
                 }],
                 policy: Default::default(),
+                load: Default::default(),
             })
             .collect(),
         prompt_set: "mixed".into(),
@@ -83,6 +86,9 @@ fn plan() -> Plan {
 
 fn full_record() -> ProbeRecord {
     ProbeRecord {
+        load: latmesh_core::load::LoadKind::Sweep,
+        step: 2,
+        concurrency: 16,
         round: 3,
         slot: 5,
         provider: "gamma-推理".into(),
@@ -385,6 +391,7 @@ async fn every_row_type_round_trips() {
         provider: "gamma-推理".into(),
         scenario: "chat-short".into(),
         metric: Metric::Ttft,
+        step: 0,
     };
     let hists = vec![
         HistogramRow::from_histogram(
@@ -456,6 +463,7 @@ async fn a_batch_sent_twice_is_stored_once() {
         provider: "alpha".into(),
         scenario: "chat-short".into(),
         metric: Metric::E2e,
+        step: 0,
     };
     let hists: Vec<IntervalHistogram> = vec![
         (
@@ -582,6 +590,7 @@ async fn many_batches_in_one_call_each_stored_once() {
             provider: "alpha".into(),
             scenario: "chat-short".into(),
             metric: Metric::Ttft,
+            step: 0,
         },
         h,
         1_700_000_000_000_000,
@@ -986,6 +995,7 @@ async fn sql_matrix_equals_the_in_memory_matrix() {
                     provider: want.provider.clone(),
                     scenario: want.scenario.clone(),
                     metric,
+                    step: 0,
                 },
             );
             assert_eq!(

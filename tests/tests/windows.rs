@@ -200,6 +200,7 @@ fn generate(campaign_id: &str, providers: &[(&str, u64)], seed: u64) -> Generate
                     provider: provider.to_string(),
                     scenario: SCENARIO.into(),
                     metric: Metric::Ttft,
+                    step: 0,
                 };
                 // The interval starts on the hour on the coordinator's clock.
                 histograms.push(

@@ -46,6 +46,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0002_measurement_truth",
         sql: include_str!("../../../deploy/clickhouse/migrations/0002_measurement_truth.sql"),
     },
+    Migration {
+        version: 3,
+        name: "0003_load_models",
+        sql: include_str!("../../../deploy/clickhouse/migrations/0003_load_models.sql"),
+    },
 ];
 
 /// The bookkeeping table (not in a file, so it exists before any migration runs).

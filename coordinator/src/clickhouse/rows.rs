@@ -6,6 +6,7 @@
 
 use hdrhistogram::Histogram;
 use latmesh_core::hist::{self, HistKey};
+use latmesh_core::load::LoadKind;
 use latmesh_core::metrics::Metric;
 use latmesh_core::plan::Plan;
 use latmesh_core::record::{Outcome, ProbeRecord, Usage};
@@ -251,6 +252,12 @@ pub struct RequestRow {
     pub usage_chunk_delta: Option<i64>,
     /// Provider error code.
     pub error_code: Option<String>,
+    /// Load model (`rounds`, `sweep`, `rate`; migration 0003).
+    pub load: String,
+    /// Sweep step (0-based), 0 otherwise.
+    pub step: u32,
+    /// Sweep step's target concurrency, 0 otherwise.
+    pub concurrency: u32,
 }
 
 impl RequestRow {
@@ -319,6 +326,9 @@ impl RequestRow {
             token_payloads: rec.token_payloads,
             usage_chunk_delta: rec.usage_chunk_delta,
             error_code: rec.error_code.clone(),
+            load: rec.load.as_str().to_string(),
+            step: rec.step,
+            concurrency: rec.concurrency,
         }
     }
 
@@ -326,6 +336,9 @@ impl RequestRow {
     /// `Some(ProtocolError)` and an unknown outcome name as `Some(ProtocolError)` too.
     pub fn to_record(&self) -> ProbeRecord {
         ProbeRecord {
+            load: LoadKind::parse(&self.load).unwrap_or_default(),
+            step: self.step,
+            concurrency: self.concurrency,
             round: self.round,
             slot: self.slot,
             provider: self.provider.clone(),
@@ -428,6 +441,8 @@ pub struct HistogramRow {
     pub hist_v2: Vec<u8>,
     /// Named time window, `""` when none.
     pub window: String,
+    /// Sweep step (0-based), 0 otherwise (migration 0003).
+    pub step: u32,
 }
 
 /// The non-empty buckets of `h`, ascending: (highest equivalent value, count) as two arrays.
@@ -502,6 +517,7 @@ impl HistogramRow {
             counts,
             hist_v2,
             window: key.window_for(start_agent_unix_us.saturating_add(key.clock_offset_us)),
+            step: hist_key.step,
         }
     }
 
@@ -527,6 +543,7 @@ impl HistogramRow {
             provider: pb.provider.clone(),
             scenario: pb.scenario.clone(),
             metric,
+            step: pb.step,
         };
         let decoded: Histogram<u64> = Deserializer::new()
             .deserialize(&mut std::io::Cursor::new(&pb.hist_v2[..]))
@@ -560,6 +577,7 @@ impl HistogramRow {
             provider: self.provider.clone(),
             scenario: self.scenario.clone(),
             metric: Metric::parse(&self.metric)?,
+            step: self.step,
         })
     }
 
@@ -628,6 +646,7 @@ mod tests {
             provider: "p".into(),
             scenario: "s".into(),
             metric: Metric::Itl,
+            step: 0,
         };
         let mut ours = hist::new_histogram();
         // A histogram in other bounds (the row holds it in latmesh's).
