@@ -11,6 +11,9 @@ cd "$(dirname "$0")/.."
 echo "== building binaries"
 cargo build --workspace --bins --locked
 
+echo "== deployment checks (scripts/deploy-checks.sh: Terraform, cloud-init, systemd units, container files)"
+scripts/deploy-checks.sh
+
 echo "== starting ClickHouse (scripts/clickhouse.sh: Debian's clickhouse-server, installed if missing)"
 state_dir=$(mktemp -d)
 ch_dir=$(mktemp -d)
