@@ -4,6 +4,7 @@
 
 pub mod limits;
 pub mod load;
+pub mod metrics;
 pub mod outbox;
 pub mod probe;
 pub mod runner;

@@ -26,8 +26,28 @@ use crate::runner::{NotRun, PhaseCtx, SlotRef};
 /// Sleeps until `at`; `false` when the campaign was cancelled first.
 async fn sleep_until(ctx: &PhaseCtx, at: Instant) -> bool {
     tokio::select! {
-        _ = tokio::time::sleep_until(at.into()) => true,
+        _ = precise_sleep_until(at) => true,
         _ = ctx.env.cancel.cancelled() => false,
+    }
+}
+
+/// How long before a scheduled instant [`precise_sleep_until`] stops sleeping on tokio's
+/// timer (which fires on whole milliseconds, up to 1 ms late) and yields until the instant.
+pub const SPIN_WINDOW: Duration = Duration::from_micros(1_200);
+
+/// Returns at `at`, within microseconds rather than tokio's millisecond timer granularity: it
+/// sleeps on tokio's timer until [`SPIN_WINDOW`] before, then yields to the runtime until the
+/// instant (other tasks keep running; the thread stays runnable, so a busy machine does not
+/// park it past the instant). This keeps sends, and the synchronized start, of agents on
+/// different machines within a fraction of a millisecond of the shared schedule.
+pub async fn precise_sleep_until(at: Instant) {
+    if let Some(early) = at.checked_sub(SPIN_WINDOW)
+        && early > Instant::now()
+    {
+        tokio::time::sleep_until(early.into()).await;
+    }
+    while Instant::now() < at {
+        tokio::task::yield_now().await;
     }
 }
 
@@ -99,7 +119,7 @@ pub async fn run_sweep(
                         let at = SlotRef {
                             round: 0,
                             slot: i,
-                            s: Slot { provider, scenario },
+                            s: Slot::new(provider, scenario),
                             intended: Instant::now(),
                             load: LoadKind::Sweep,
                             step: k as u32,
@@ -161,7 +181,7 @@ pub async fn run_rate(
         ctx.spawn_slot(SlotRef {
             round: 0,
             slot: i,
-            s: Slot { provider, scenario },
+            s: Slot::new(provider, scenario),
             intended,
             load: LoadKind::Rate,
             step: 0,
@@ -180,4 +200,281 @@ pub async fn run_rate(
     let phase_end = phase_start + Duration::from_millis(spec.duration_ms);
     sleep_until(ctx, phase_end).await;
     not_run
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+
+    use latmesh_core::load::{KneeRule, LoadModel, StepPoint, find_knee};
+    use latmesh_core::plan::Plan;
+    use latmesh_core::record::{Outcome, ProbeRecord};
+    use latmesh_sim::profile::ProviderProfile;
+    use tokio::sync::mpsc;
+
+    use super::*;
+    use crate::limits::Limiters;
+    use crate::outbox::Outbox;
+    use crate::probe::Prober;
+    use crate::runner::SlotEnv;
+
+    /// Serves `profile` with the simulator on a loopback port.
+    async fn sim(profile: ProviderProfile) -> SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let cfg = latmesh_sim::SimConfig {
+            profiles: vec![profile],
+            ..latmesh_sim::SimConfig::default()
+        };
+        tokio::spawn(latmesh_sim::serve_providers(listener, cfg));
+        addr
+    }
+
+    /// A fixed-latency provider answering `tokens` tokens.
+    fn profile(
+        name: &str,
+        ttft_ms: u64,
+        itl_ms: u64,
+        tokens: u32,
+        capacity: u32,
+    ) -> ProviderProfile {
+        ProviderProfile {
+            output_tokens_min: tokens,
+            output_tokens_max: tokens,
+            capacity,
+            ..ProviderProfile::fixed(name, ttft_ms * 1000, itl_ms * 1000)
+        }
+    }
+
+    /// A one-provider plan whose only scenario has the load model `load_keys`.
+    fn plan(addr: SocketAddr, name: &str, load_keys: &str, provider_keys: &str) -> Plan {
+        let text = format!(
+            r#"
+[campaign]
+name = "t"
+regions = ["us-east"]
+[[scenarios]]
+name = "load"
+prompt_ids = ["short-qa-en-001"]
+max_tokens = 64
+timeout_total_s = 30
+{load_keys}
+[[providers]]
+name = "{name}"
+base_url = "http://{addr}/{name}/v1"
+model_id = "m"
+{provider_keys}
+"#
+        );
+        latmesh_core::campaign::load_toml_str(&text, std::path::Path::new(".")).unwrap()
+    }
+
+    /// Runs the plan's only phase from now and returns every record once all finished.
+    async fn run_phase(plan: Plan) -> (Vec<ProbeRecord>, NotRun, Instant) {
+        let plan = Arc::new(plan);
+        let (tx, mut rx) = mpsc::channel(4096);
+        let ctx = PhaseCtx {
+            campaign_id: "c".into(),
+            plan: plan.clone(),
+            prober: Arc::new(Prober::new(None).unwrap()),
+            tx,
+            env: SlotEnv {
+                limits: Arc::new(Limiters::new(&plan, 1)),
+                ..SlotEnv::default()
+            },
+            outbox: Outbox::default(),
+            max_lateness: Duration::from_secs(1),
+            turns_not_sent: Arc::default(),
+        };
+        let start = Instant::now() + Duration::from_millis(50);
+        let not_run = match &plan.scenarios[0].load {
+            LoadModel::Sweep(spec) => run_sweep(&ctx, 0, spec, start).await,
+            LoadModel::Rate(spec) => run_rate(&ctx, 0, spec, start).await,
+            LoadModel::Rounds => run_rounds(&ctx, start).await,
+        };
+        drop(ctx);
+        let mut records = Vec::new();
+        while let Some((rec, _)) = rx.recv().await {
+            records.push(rec);
+        }
+        (records, not_run, start)
+    }
+
+    fn p50(mut v: Vec<u64>) -> u64 {
+        v.sort_unstable();
+        v[(v.len() - 1) / 2]
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_sweep_finds_the_knee_at_the_provider_s_capacity() {
+        // Capacity 4, ~114 ms per request: flat up to 4 workers, ×2 at 8, ×4 at 16.
+        let addr = sim(profile("queue", 100, 2, 8, 4)).await;
+        let plan = plan(
+            addr,
+            "queue",
+            "[scenarios.sweep]\nconcurrency = [1, 2, 4, 8, 16]\nstep_s = 1.2",
+            "",
+        );
+        let (records, not_run, _) = run_phase(plan).await;
+        assert_eq!(not_run, NotRun::default());
+        assert!(
+            records.iter().all(|r| r.outcome() == Outcome::Ok),
+            "{records:?}"
+        );
+        let steps: Vec<StepPoint> = [1u32, 2, 4, 8, 16]
+            .iter()
+            .enumerate()
+            .map(|(k, &c)| {
+                let e2e: Vec<u64> = records
+                    .iter()
+                    .filter(|r| r.step == k as u32)
+                    .inspect(|r| assert_eq!((r.load, r.concurrency), (LoadKind::Sweep, c)))
+                    .filter_map(|r| r.e2e_us)
+                    .collect();
+                // Closed loop: each worker keeps one request going, ~1.2 s / 114 ms each.
+                assert!(
+                    e2e.len() as u32 >= c * 2,
+                    "step {k}: {} requests",
+                    e2e.len()
+                );
+                StepPoint {
+                    concurrency: c,
+                    latency_us: Some(p50(e2e)),
+                    error_pct: 0.0,
+                }
+            })
+            .collect();
+        let lat: Vec<u64> = steps.iter().map(|s| s.latency_us.unwrap() / 1000).collect();
+        assert!(
+            lat[0] >= 105 && lat[2] < 170,
+            "P50 E2E per step, ms: {lat:?}"
+        );
+        assert!(
+            lat[3] > 190 && lat[4] > 380,
+            "P50 E2E per step, ms: {lat:?}"
+        );
+        let knee = find_knee(&steps, &KneeRule::default()).expect("a knee");
+        assert_eq!((knee.step, knee.concurrency), (3, 8), "{lat:?} {knee:?}");
+        // Every request's slot numbers its provider's requests in the step.
+        let mut slots: Vec<u32> = records
+            .iter()
+            .filter(|r| r.step == 0)
+            .map(|r| r.slot)
+            .collect();
+        slots.sort_unstable();
+        assert_eq!(slots, (0..slots.len() as u32).collect::<Vec<_>>());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn step_requests_end_a_step_early() {
+        let addr = sim(profile("quick", 20, 1, 4, 0)).await;
+        let plan = plan(
+            addr,
+            "quick",
+            "[scenarios.sweep]\nconcurrency = [2, 4]\nstep_s = 0.8\nstep_requests = 5",
+            "",
+        );
+        let (records, _, _) = run_phase(plan).await;
+        let per_step: Vec<usize> = (0..2)
+            .map(|k| records.iter().filter(|r| r.step == k).count())
+            .collect();
+        assert_eq!(per_step, vec![5, 5]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn open_loop_arrivals_leave_at_their_intended_times() {
+        let addr = sim(profile("open", 20, 1, 4, 0)).await;
+        let plan = plan(
+            addr,
+            "open",
+            "[scenarios.rate]\nrps = 40\narrivals = \"poisson\"\nduration_s = 1.5",
+            "",
+        );
+        let LoadModel::Rate(spec) = &plan.scenarios[0].load else {
+            unreachable!()
+        };
+        let arrivals = spec.arrivals_us(plan.seed, 0, 0, 1);
+        let (mut records, not_run, _) = run_phase(plan.clone()).await;
+        assert_eq!(not_run, NotRun::default());
+        records.sort_by_key(|r| r.slot);
+        assert_eq!(records.len(), arrivals.len());
+        let t0 = records[0].send_agent_unix_us - records[0].sched_lag_us - arrivals[0] as i64;
+        for (r, &at) in records.iter().zip(&arrivals) {
+            assert_eq!((r.load, r.outcome()), (LoadKind::Rate, Outcome::Ok));
+            // Sent at its own intended time (wall clock within a few ms of the schedule).
+            let intended = r.send_agent_unix_us - r.sched_lag_us;
+            assert!((intended - t0 - at as i64).abs() < 3_000, "slot {}", r.slot);
+            assert!(
+                r.sched_lag_us < 20_000,
+                "slot {} lag {} µs",
+                r.slot,
+                r.sched_lag_us
+            );
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stalled_provider_grows_intended_time_latency_not_actual_latency() {
+        // 40 arrivals at 20/s; 2 in flight at ~300 ms each serve ~6.6/s: the queue grows.
+        let addr = sim(profile("stall", 300, 1, 4, 0)).await;
+        let plan = plan(
+            addr,
+            "stall",
+            "[scenarios.rate]\nrps = 20\nduration_s = 2\nmax_queue_s = 30",
+            "max_in_flight = 2",
+        );
+        let (mut records, _, _) = run_phase(plan).await;
+        records.sort_by_key(|r| r.slot);
+        assert_eq!(records.len(), 40);
+        let actual: Vec<u64> = records.iter().map(|r| r.ttft_us.unwrap() / 1000).collect();
+        let intended: Vec<u64> = records
+            .iter()
+            .map(|r| (r.ttft_us.unwrap() + r.sched_lag_us as u64) / 1000)
+            .collect();
+        assert!(
+            actual.iter().all(|&t| (295..450).contains(&t)),
+            "TTFT ms: {actual:?}"
+        );
+        assert!(intended[..2].iter().all(|&t| t < 450), "{intended:?}");
+        // Arrival k leaves after ~k/2 × 300 ms; intended at k × 50 ms: ~3.7 s late at the end.
+        assert!(intended[39] > 3_000, "{intended:?}");
+        assert!(
+            intended.windows(2).filter(|w| w[1] + 50 < w[0]).count() == 0,
+            "{intended:?}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn arrivals_held_past_max_queue_are_dropped_and_recorded() {
+        let addr = sim(profile("full", 300, 1, 4, 0)).await;
+        let plan = plan(
+            addr,
+            "full",
+            "[scenarios.rate]\nrps = 20\nduration_s = 1.5\nmax_queue_s = 0.5",
+            "max_in_flight = 1",
+        );
+        let (records, _, _) = run_phase(plan).await;
+        assert_eq!(records.len(), 30);
+        let dropped: Vec<&ProbeRecord> = records
+            .iter()
+            .filter(|r| r.outcome() == Outcome::Dropped)
+            .collect();
+        let ok = records
+            .iter()
+            .filter(|r| r.outcome() == Outcome::Ok)
+            .count();
+        // ~1 request per 300 ms leaves; the rest waits 0.5 s and is dropped.
+        assert!((3..=8).contains(&ok), "ok {ok}");
+        assert_eq!(ok + dropped.len(), 30);
+        for r in dropped {
+            assert!(r.final_attempt && r.ttft_us.is_none());
+            assert!(r.sched_lag_us >= 500_000, "{}", r.sched_lag_us);
+            assert!(
+                r.error_message
+                    .as_deref()
+                    .unwrap()
+                    .contains("caps (in flight")
+            );
+        }
+    }
 }

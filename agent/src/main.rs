@@ -46,6 +46,11 @@ struct Args {
     #[arg(long, env = "LATMESH_AGENT_HEARTBEAT_S", default_value_t = 5.0,
           value_parser = parse_heartbeat_s)]
     heartbeat_s: f64,
+    /// Serve Prometheus metrics at `http://ADDR/metrics` (e.g. 127.0.0.1:9464; port 0 picks
+    /// one). Default: off. Metrics carry no secret, but keep them on loopback or a private
+    /// network.
+    #[arg(long, env = "LATMESH_AGENT_METRICS_LISTEN", value_name = "ADDR")]
+    metrics_listen: Option<String>,
 }
 
 fn parse_heartbeat_s(s: &str) -> Result<f64, String> {
@@ -97,6 +102,15 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
+    if let Some(listen) = &args.metrics_listen {
+        match latmesh_agent::metrics::serve(listen, cfg.runner.metrics.registry()).await {
+            Ok(addr) => println!("metrics on http://{addr}/metrics"),
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                return std::process::ExitCode::FAILURE;
+            }
+        }
+    }
     match latmesh_agent::run(cfg).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

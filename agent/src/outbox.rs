@@ -55,6 +55,24 @@ struct Inner {
     /// reported.
     memory_only: u64,
     memory_only_warned: Option<Instant>,
+    /// Batches pushed and batches acked by this process (the agent's `/metrics`).
+    pushed_total: u64,
+    acked_total: u64,
+}
+
+/// Counts of an [`Outbox`], read by the agent's `/metrics` at scrape time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OutboxStats {
+    /// Batches sealed by this process (written to the spool first when there is one).
+    pub spooled_total: u64,
+    /// Batches the coordinator acked (each counted once).
+    pub acked_total: u64,
+    /// Batches the spool could not take, kept in memory only.
+    pub memory_only_total: u64,
+    /// Batches waiting for an ack (those an earlier process left included).
+    pub unacked: u64,
+    /// Bytes of batch files in the spool directory (0 without one).
+    pub spool_bytes: u64,
 }
 
 /// What the session should send next.
@@ -141,6 +159,7 @@ impl Outbox {
                 inner.unsent.push(key.clone());
             }
             inner.unacked.insert(key, batch);
+            inner.pushed_total += 1;
             queued
         };
         if !queued {
@@ -164,7 +183,9 @@ impl Outbox {
         let known = {
             let mut inner = self.lock();
             inner.sent_at.remove(&key);
-            inner.unacked.remove(&key).is_some()
+            let known = inner.unacked.remove(&key).is_some();
+            inner.acked_total += u64::from(known);
+            known
         };
         if let (true, Some(disk)) = (known, &self.disk) {
             disk.spool.remove(campaign_id, seq);
@@ -227,6 +248,19 @@ impl Outbox {
             .filter_map(|id| inner.dones.get(id).cloned())
             .collect();
         Pending { batches, dones }
+    }
+
+    /// What `/metrics` shows of the outbox and its spool.
+    pub fn stats(&self) -> OutboxStats {
+        let spool_bytes = self.disk.as_ref().map_or(0, |d| d.spool.bytes());
+        let inner = self.lock();
+        OutboxStats {
+            spooled_total: inner.pushed_total,
+            acked_total: inner.acked_total,
+            memory_only_total: inner.memory_only,
+            unacked: inner.unacked.len() as u64,
+            spool_bytes,
+        }
     }
 
     /// Batches waiting for an ack.
@@ -391,6 +425,13 @@ mod tests {
         );
         assert_eq!(again.dones.len(), 1);
         assert_eq!(o.unacked(), 1);
+        o.ack("c", 1); // acked twice: counted once
+        let stats = o.stats();
+        assert_eq!(
+            (stats.spooled_total, stats.acked_total, stats.unacked),
+            (2, 1, 1)
+        );
+        assert_eq!(stats.spool_bytes, 0, "no spool directory");
     }
 
     #[test]
@@ -463,6 +504,7 @@ mod tests {
             assert_eq!(sent, vec![1, 2, 3]);
             // Everything offered for sending is on disk.
             assert_eq!(crate::spool::read_batches(&spool_dir).unwrap().len(), 3);
+            assert!(o.stats().spool_bytes > 0);
             o.ack("c", 1);
             assert_eq!(crate::spool::read_batches(&spool_dir).unwrap().len(), 2);
             // The process dies here (no close).
@@ -531,6 +573,7 @@ mod tests {
         assert_eq!(take_batches(&o, 1), vec![1]);
         assert!(crate::spool::read_batches(&spool_dir).unwrap().is_empty());
         assert_eq!(o.unacked(), 1);
+        assert_eq!(o.stats().memory_only_total, 1);
         o.ack("c", 1);
         assert_eq!(o.unacked(), 0);
     }

@@ -58,7 +58,7 @@ use std::time::{Duration, Instant};
 use latmesh_core::clock::ClockEstimate;
 use latmesh_core::hist::HistogramSet;
 use latmesh_core::load::{LoadKind, LoadModel, PhaseKind};
-use latmesh_core::plan::{Plan, RetryPolicy, Slot};
+use latmesh_core::plan::{FailoverSpec, Plan, RetryPolicy, Slot};
 use latmesh_core::prompts::{Message, builtin_follow_ups, guess_lang};
 use latmesh_core::record::{Outcome, ProbeRecord};
 use latmesh_core::wire;
@@ -112,6 +112,8 @@ pub struct RunnerConfig {
     pub cancel_grace: Duration,
     /// Attempts in flight right now, over every campaign (heartbeats report it).
     pub in_flight: Arc<AtomicU32>,
+    /// Prometheus metrics of the agent ([`crate::metrics`]): every collected record counts.
+    pub metrics: crate::metrics::AgentMetrics,
 }
 
 impl Default for RunnerConfig {
@@ -122,9 +124,14 @@ impl Default for RunnerConfig {
             max_lateness: Duration::from_secs(1),
             cancel_grace: Duration::from_secs(2),
             in_flight: Arc::default(),
+            metrics: Default::default(),
         }
     }
 }
+
+/// How long before the synchronized start the runner converts `start_at` again with the
+/// clock estimate of that moment.
+pub const CLOCK_REFRESH_BEFORE_START: Duration = Duration::from_millis(300);
 
 /// Longest answer text (content, and reasoning, each) kept for a later turn's history.
 pub const MAX_KEPT_ANSWER_BYTES: usize = 1 << 20;
@@ -235,11 +242,25 @@ pub async fn run_campaign(
         _ = tokio::time::timeout(cfg.clock_wait, clock.wait_for(Option::is_some)) => {}
         _ = cancel.cancelled() => {}
     }
-    let estimate = clock.borrow().unwrap_or_default();
+    let mut estimate = clock.borrow().unwrap_or_default();
     if estimate.samples == 0 {
         tracing::warn!(campaign = %run.campaign_id, "starting without a clock estimate: start may be skewed");
     }
-    let start = local_instant_of(run.start_at_coord_unix_us, estimate.offset_us);
+    let mut start = local_instant_of(run.start_at_coord_unix_us, estimate.offset_us);
+    // The session pings the coordinator in a burst when a plan arrives: shortly before the
+    // start, convert `start_at` again with the best estimate by then.
+    if let Some(refresh) = start.checked_sub(CLOCK_REFRESH_BEFORE_START)
+        && refresh > Instant::now()
+    {
+        tokio::select! {
+            _ = tokio::time::sleep_until(refresh.into()) => {}
+            _ = cancel.cancelled() => {}
+        }
+        if let Some(e) = *clock.borrow() {
+            estimate = e;
+            start = local_instant_of(run.start_at_coord_unix_us, estimate.offset_us);
+        }
+    }
     tracing::info!(
         campaign = %run.campaign_id,
         offset_us = estimate.offset_us,
@@ -256,9 +277,10 @@ pub async fn run_campaign(
         outbox.clone(),
         cfg.flush_interval,
         run.first_seq.max(1),
+        cfg.metrics.clone(),
     ));
     let started_coord_unix_us = tokio::select! {
-        _ = tokio::time::sleep_until(start.into()) => now_unix_us() + estimate.offset_us,
+        _ = load::precise_sleep_until(start) => now_unix_us() + estimate.offset_us,
         _ = cancel.cancelled() => 0,
     };
     let ctx = PhaseCtx {
@@ -483,10 +505,18 @@ pub async fn run_slot_with(
     let scenario = &plan.scenarios[at.s.scenario];
     let prompt = plan.prompt_for(at.s.scenario, at.prompt_index());
     let policy = &scenario.policy;
-    let api_key = provider
-        .api_key_env
-        .as_ref()
-        .and_then(|name| crate::probe::request::api_key_from_env(name).ok().flatten());
+    // The providers its attempts may go to: this one, or the failover chain.
+    let failover = scenario.failover.as_ref().filter(|_| at.s.failover);
+    let chain: Vec<usize> = failover.map_or_else(|| vec![at.s.provider], |f| f.chain.clone());
+    let api_keys: Vec<Option<String>> = chain
+        .iter()
+        .map(|&p| {
+            plan.providers[p]
+                .api_key_env
+                .as_ref()
+                .and_then(|name| crate::probe::request::api_key_from_env(name).ok().flatten())
+        })
+        .collect();
     let nonce = policy.cache_nonce.then(new_nonce);
     let label = Label {
         at,
@@ -518,17 +548,29 @@ pub async fn run_slot_with(
             messages.push(Message::new("user", text));
             intended = Instant::now();
         }
-        let req = ProbeRequest {
-            base_url: &provider.base_url,
-            model_id: &provider.model_id,
-            api_key: api_key.as_deref(),
-            messages: &messages,
-            stream: scenario.stream,
-            max_tokens: scenario.max_tokens,
-            temperature: scenario.temperature,
-            top_p: scenario.top_p,
-            timeouts: &scenario.timeouts,
-            probe_id: None,
+        let targets: Vec<Target<'_>> = chain
+            .iter()
+            .zip(&api_keys)
+            .map(|(&p, key)| Target {
+                provider: p,
+                name: &plan.providers[p].name,
+                req: ProbeRequest {
+                    base_url: &plan.providers[p].base_url,
+                    model_id: &plan.providers[p].model_id,
+                    api_key: key.as_deref(),
+                    messages: &messages,
+                    stream: scenario.stream,
+                    max_tokens: scenario.max_tokens,
+                    temperature: scenario.temperature,
+                    top_p: scenario.top_p,
+                    timeouts: &scenario.timeouts,
+                    probe_id: None,
+                },
+            })
+            .collect();
+        let again = match failover {
+            Some(f) => Again::Failover(f),
+            None => Again::Retry(policy.retry.as_ref()),
         };
         let last = turn == turns;
         let opts = ProbeOptions {
@@ -537,15 +579,7 @@ pub async fn run_slot_with(
             ..ProbeOptions::default()
         };
         let (answer, records) = logical_request(
-            prober,
-            &req,
-            opts,
-            policy.retry.as_ref(),
-            &label,
-            turn,
-            intended,
-            tx,
-            env,
+            prober, &targets, opts, again, &label, turn, intended, tx, env,
         )
         .await;
         done.records += records;
@@ -595,14 +629,66 @@ fn aborted_record(send_agent_unix_us: i64, grace: Duration) -> crate::probe::Pro
     }
 }
 
-/// One logical request: attempts until one is not retried. Returns its final answer and the
-/// number of records sent.
+/// Where an attempt of a logical request goes.
+struct Target<'a> {
+    /// Index into the plan's providers.
+    provider: usize,
+    /// Its name (the record's `provider`).
+    name: &'a str,
+    /// The request.
+    req: ProbeRequest<'a>,
+}
+
+/// What follows an attempt that did not end the logical request.
+#[derive(Clone, Copy)]
+enum Again<'a> {
+    /// The scenario's retries: the same target, after the policy's wait.
+    Retry(Option<&'a RetryPolicy>),
+    /// Failover: the same target while it has attempts left, then the next one, at once.
+    Failover(&'a FailoverSpec),
+}
+
+impl Again<'_> {
+    /// After attempt `attempt` (the `tries`-th at target `pos` of `targets`) ended with
+    /// `outcome`: the next target and the wait before it, or `None` (the attempt is final).
+    fn next(
+        self,
+        attempt: u32,
+        tries: u32,
+        pos: usize,
+        targets: usize,
+        outcome: Outcome,
+        retry_after_s: Option<f64>,
+    ) -> Option<(usize, Duration)> {
+        match self {
+            Again::Retry(retry) => retry.filter(|p| p.retries(attempt, outcome)).map(|p| {
+                (
+                    pos,
+                    Duration::from_millis(p.wait_ms(attempt, retry_after_s)),
+                )
+            }),
+            Again::Failover(f) if f.on.contains(&outcome) => {
+                if tries < f.attempts {
+                    Some((pos, Duration::ZERO))
+                } else if pos + 1 < targets {
+                    Some((pos + 1, Duration::ZERO))
+                } else {
+                    None
+                }
+            }
+            Again::Failover(_) => None,
+        }
+    }
+}
+
+/// One logical request: attempts until one is not retried (or, with failover, until the
+/// chain is exhausted). Returns its final answer and the number of records sent.
 #[allow(clippy::too_many_arguments)]
 async fn logical_request(
     prober: &Prober,
-    req: &ProbeRequest<'_>,
+    targets: &[Target<'_>],
     opts: ProbeOptions,
-    retry: Option<&RetryPolicy>,
+    again: Again<'_>,
     label: &Label<'_>,
     turn: u32,
     mut intended: Instant,
@@ -611,9 +697,14 @@ async fn logical_request(
 ) -> (Answer, u32) {
     let mut first: Option<Instant> = None;
     let mut attempt = 1u32;
-    let provider = label.at.s.provider;
-    let tokens = estimate_tokens(req);
+    let (mut pos, mut tries) = (0usize, 1u32);
+    let tokens = estimate_tokens(&targets[0].req);
     loop {
+        let Target {
+            provider,
+            name,
+            ref req,
+        } = targets[pos];
         // Politeness: wait for the provider's caps (an open-loop arrival only until its
         // drop time). The wait is part of `sched_lag`.
         let drop_at = label.at.drop_at.filter(|_| attempt == 1 && turn == 1);
@@ -634,7 +725,7 @@ async fn logical_request(
                 send_agent_unix_us: now_unix_us(),
                 error_message: Some(match outcome {
                     Outcome::Dropped => format!(
-                        "not sent: the provider's in-flight cap stayed full {} ms past the intended send time",
+                        "not sent: the provider's caps (in flight, rate, gap or Retry-After pause) held it {} ms past the intended send time",
                         sched_lag_us / 1000
                     ),
                     _ => "not sent: the campaign was cancelled while it waited for the provider's caps".into(),
@@ -642,6 +733,8 @@ async fn logical_request(
                 ..ProbeRecord::default()
             };
             label.fill(&mut rec, turn, attempt, sched_lag_us);
+            rec.provider = name.to_string();
+            rec.failover = matches!(again, Again::Failover(_));
             rec.final_attempt = true;
             let _ = tx.send((rec, Vec::new())).await;
             let answer = Answer {
@@ -665,6 +758,8 @@ async fn logical_request(
         let returned = Instant::now();
         let mut rec = result.record;
         label.fill(&mut rec, turn, attempt, sched_lag_us);
+        rec.provider = name.to_string();
+        rec.failover = matches!(again, Again::Failover(_));
         if rec.outcome() == Outcome::Throttled
             && let Some(s) = rec.retry_after_s.filter(|s| s.is_finite() && *s > 0.0)
         {
@@ -680,12 +775,19 @@ async fn logical_request(
         let outcome = rec.outcome();
         let end = rec.e2e_us.map_or(returned - started, Duration::from_micros);
         let latency_us = (started - first + end).as_micros() as u64;
-        let wait = retry
-            .filter(|p| p.retries(attempt, outcome) && env.cancel.cancelled_at().is_none())
-            .map(|p| Duration::from_millis(p.wait_ms(attempt, rec.retry_after_s)));
-        let wait_cancelled = match wait {
+        let next = again
+            .next(
+                attempt,
+                tries,
+                pos,
+                targets.len(),
+                outcome,
+                rec.retry_after_s,
+            )
+            .filter(|_| env.cancel.cancelled_at().is_none());
+        let wait_cancelled = match next {
             None => true,
-            Some(w) => {
+            Some((_, w)) => {
                 // The record waits with the request: a cancel during the wait makes it final.
                 intended = Instant::now() + w;
                 tokio::select! {
@@ -706,6 +808,10 @@ async fn logical_request(
                 reasoning: result.reasoning_text,
             };
             return (answer, attempt);
+        }
+        if let Some((next_pos, _)) = next {
+            tries = if next_pos == pos { tries + 1 } else { 1 };
+            pos = next_pos;
         }
         attempt += 1;
     }
@@ -746,6 +852,7 @@ async fn collect(
     outbox: Outbox,
     flush_interval: Duration,
     first_seq: u64,
+    metrics: crate::metrics::AgentMetrics,
 ) -> (u64, u64) {
     let mut hists = HistogramSet::new();
     let mut records: Vec<ProbeRecord> = Vec::new();
@@ -753,32 +860,6 @@ async fn collect(
     let mut interval_start = now_unix_us();
     let mut tick = tokio::time::interval(flush_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let seal = |hists: &mut HistogramSet,
-                records: &mut Vec<ProbeRecord>,
-                interval_start: &mut i64,
-                seq: &mut u64| {
-        if records.is_empty() && hists.is_empty() {
-            return;
-        }
-        let end = now_unix_us();
-        let histograms = hists
-            .drain()
-            .iter()
-            .filter_map(|(k, h)| wire::histogram_to_pb(k, h, *interval_start, end).ok())
-            .collect();
-        *seq += 1;
-        outbox.push(pb::ResultBatch {
-            campaign_id: campaign_id.clone(),
-            seq: *seq,
-            histograms,
-            records: records
-                .drain(..)
-                .map(|r| pb::ProbeRecord::from(&r))
-                .collect(),
-            clock_offset_us: 0,
-        });
-        *interval_start = end;
-    };
     loop {
         tokio::select! {
             got = rx.recv() => match got {
@@ -788,20 +869,128 @@ async fn collect(
                         tracing::debug!(provider = %rec.provider, outcome = %rec.outcome(), "probe not ok");
                     }
                     hists.record_probe(&rec, &gaps);
+                    metrics.record(&rec);
                     records.push(rec);
                 }
                 None => break,
             },
-            _ = tick.tick() => seal(&mut hists, &mut records, &mut interval_start, &mut seq),
+            _ = tick.tick() => seal(&campaign_id, &outbox, &mut hists, &mut records, &mut interval_start, &mut seq).await,
         }
     }
-    seal(&mut hists, &mut records, &mut interval_start, &mut seq);
+    seal(
+        &campaign_id,
+        &outbox,
+        &mut hists,
+        &mut records,
+        &mut interval_start,
+        &mut seq,
+    )
+    .await;
     (seq, probes)
+}
+
+/// Seals what was collected since `interval_start` as batch `seq + 1` into the outbox (nothing
+/// when nothing was collected). Encoding the interval histograms (V2 + DEFLATE, tens of ms for
+/// a busy interval) runs on a blocking thread, so the schedulers on this runtime keep sending
+/// on time; batches still enter the outbox in `seq` order (the collector awaits each one).
+async fn seal(
+    campaign_id: &str,
+    outbox: &Outbox,
+    hists: &mut HistogramSet,
+    records: &mut Vec<ProbeRecord>,
+    interval_start: &mut i64,
+    seq: &mut u64,
+) {
+    if records.is_empty() && hists.is_empty() {
+        return;
+    }
+    let end = now_unix_us();
+    let (start, drained, recs) = (*interval_start, hists.drain(), std::mem::take(records));
+    *seq += 1;
+    let (campaign_id, batch_seq) = (campaign_id.to_string(), *seq);
+    let build = move || pb::ResultBatch {
+        campaign_id,
+        seq: batch_seq,
+        histograms: drained
+            .iter()
+            .filter_map(|(k, h)| wire::histogram_to_pb(k, h, start, end).ok())
+            .collect(),
+        records: recs.iter().map(pb::ProbeRecord::from).collect(),
+        clock_offset_us: 0,
+    };
+    let batch = match tokio::task::spawn_blocking(build).await {
+        Ok(batch) => batch,
+        Err(e) => {
+            tracing::error!(error = %e, seq = batch_seq, "sealing a batch failed");
+            return;
+        }
+    };
+    outbox.push(batch);
+    *interval_start = end;
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Sealing a busy interval (hundreds of histograms to encode) must not hold up the other
+    /// tasks of the runtime: on a single-threaded runtime, a timer task keeps firing on time
+    /// while the collector seals.
+    #[tokio::test(flavor = "current_thread")]
+    async fn sealing_a_batch_does_not_block_the_schedulers() {
+        use latmesh_core::hist::HistKey;
+        use latmesh_core::metrics::Metric;
+        let mut hists = HistogramSet::new();
+        for p in 0..40 {
+            for metric in Metric::ALL {
+                for v in 0..2_000u64 {
+                    let key = HistKey {
+                        provider: format!("p{p}"),
+                        scenario: "s".into(),
+                        metric,
+                        step: 0,
+                    };
+                    hists.record(key, 1 + v * v * 997);
+                }
+            }
+        }
+        // What encoding alone costs on this thread.
+        let t = Instant::now();
+        let copy = hists.clone().drain();
+        for (k, h) in &copy {
+            wire::histogram_to_pb(k, h, 0, 1).unwrap();
+        }
+        let encode = t.elapsed();
+        // Meanwhile, a 1 ms ticker measures how late it gets to run.
+        let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let ticker = tokio::spawn(async move {
+            let mut worst = Duration::ZERO;
+            let mut next = Instant::now();
+            loop {
+                next += Duration::from_millis(1);
+                tokio::time::sleep_until(next.into()).await;
+                worst = worst.max(Instant::now().saturating_duration_since(next));
+                if stop_rx.try_recv().is_ok() {
+                    return worst;
+                }
+            }
+        });
+        tokio::task::yield_now().await;
+        let outbox = Outbox::default();
+        let (mut records, mut start, mut seq) = (Vec::new(), 0i64, 0u64);
+        seal("c", &outbox, &mut hists, &mut records, &mut start, &mut seq).await;
+        let _ = stop_tx.send(());
+        let worst = ticker.await.unwrap();
+        assert_eq!(seq, 1);
+        assert_eq!(
+            outbox.take_pending().batches[0].histograms.len(),
+            40 * Metric::ALL.len()
+        );
+        assert!(
+            worst < encode / 2,
+            "a task waited {worst:?} while the batch was sealed (encoding takes {encode:?})"
+        );
+    }
 
     #[test]
     fn coordinator_time_maps_to_local_instants() {
@@ -868,15 +1057,7 @@ model_id = "m"
     async fn run(plan: &Plan, round: u32) -> (Vec<ProbeRecord>, SlotDone) {
         let prober = Prober::new(None).unwrap();
         let (tx, mut rx) = mpsc::channel(64);
-        let at = SlotRef::rounds(
-            round,
-            0,
-            Slot {
-                provider: 0,
-                scenario: 0,
-            },
-            Instant::now(),
-        );
+        let at = SlotRef::rounds(round, 0, Slot::new(0, 0), Instant::now());
         let done = run_slot(plan, at, &prober, &tx).await;
         drop(tx);
         let mut recs = Vec::new();
@@ -1003,15 +1184,7 @@ model_id = "m"
             ..SlotEnv::default()
         };
         let (tx, mut rx) = mpsc::channel(64);
-        let at = SlotRef::rounds(
-            0,
-            0,
-            Slot {
-                provider: 0,
-                scenario: 0,
-            },
-            Instant::now(),
-        );
+        let at = SlotRef::rounds(0, 0, Slot::new(0, 0), Instant::now());
         let (env2, p2) = (env.clone(), p.clone());
         let task = tokio::spawn(async move { run_slot_with(&p2, at, &prober, &tx, &env2).await });
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -1054,15 +1227,7 @@ model_id = "m"
         let prober = Prober::new(None).unwrap();
         let env = SlotEnv::default();
         let (tx, mut rx) = mpsc::channel(64);
-        let at = SlotRef::rounds(
-            0,
-            0,
-            Slot {
-                provider: 0,
-                scenario: 0,
-            },
-            Instant::now(),
-        );
+        let at = SlotRef::rounds(0, 0, Slot::new(0, 0), Instant::now());
         let env2 = env.clone();
         let task = tokio::spawn(async move { run_slot_with(&p, at, &prober, &tx, &env2).await });
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -1379,5 +1544,151 @@ model_id = "m"
             .find(|p| p.name == "reasoner")
             .unwrap();
         assert_eq!(builtin.reasoning_passback, ReasoningPassback::Required);
+    }
+
+    /// A failover campaign: `down` always throttles, `flaky5` always answers 503, `up` works.
+    fn failover_plan(addr: SocketAddr, chain: &str, extra: &str) -> Plan {
+        let mut text = format!(
+            r#"
+[campaign]
+name = "t"
+regions = ["us-east"]
+[rounds]
+count = 1
+interval_s = 10.0
+gap_ms = 100
+[[scenarios]]
+name = "fo"
+prompt_ids = ["short-qa-en-001"]
+max_tokens = 16
+failover = {{ chain = [{chain}]{extra} }}
+"#
+        );
+        for name in ["down", "up", "spare"] {
+            text.push_str(&format!(
+                "[[providers]]\nname = \"{name}\"\nbase_url = \"http://{addr}/{name}/v1\"\nmodel_id = \"m\"\n"
+            ));
+        }
+        latmesh_core::campaign::load_toml_str(&text, std::path::Path::new(".")).unwrap()
+    }
+
+    async fn failover_sim() -> SocketAddr {
+        sim(vec![
+            ProviderProfile {
+                throttle_prob: 1.0,
+                ..ProviderProfile::fixed("down", 20_000, 1_000)
+            },
+            ProviderProfile::fixed("up", 30_000, 1_000),
+            ProviderProfile::fixed("spare", 30_000, 1_000),
+        ])
+        .await
+    }
+
+    #[tokio::test]
+    async fn failover_retries_once_then_switches_and_reports_the_client_s_latency() {
+        let addr = failover_sim().await;
+        let plan = failover_plan(addr, r#""down", "up", "spare""#, "");
+        // A round: the client request through the chain, then each backup on its own.
+        let order = plan.round_order(0);
+        assert_eq!(order.len(), 3);
+        assert_eq!(order.iter().filter(|s| s.failover).count(), 1);
+        let chain_slot = *order.iter().find(|s| s.failover).unwrap();
+        assert_eq!(chain_slot.provider, 0);
+        let prober = Prober::new(None).unwrap();
+        let (tx, mut rx) = mpsc::channel(64);
+        let at = SlotRef::rounds(0, 0, chain_slot, Instant::now());
+        let done = run_slot(&plan, at, &prober, &tx).await;
+        drop(tx);
+        let mut records = Vec::new();
+        while let Some((r, _)) = rx.recv().await {
+            records.push(r);
+        }
+        let seen: Vec<(&str, u32, Outcome, bool)> = records
+            .iter()
+            .map(|r| (r.provider.as_str(), r.attempt, r.outcome(), r.final_attempt))
+            .collect();
+        assert_eq!(
+            seen,
+            vec![
+                ("down", 1, Outcome::Throttled, false),
+                ("down", 2, Outcome::Throttled, false),
+                ("up", 3, Outcome::Ok, true),
+            ]
+        );
+        assert_eq!(done.records, 3);
+        assert!(records.iter().all(|r| r.failover && r.scenario == "fo"));
+        // The client waited for both refusals and the backup's whole answer.
+        let last = &records[2];
+        let total = last.request_latency_us.unwrap();
+        let refusals: u64 = records[..2].iter().map(|r| r.ttfb_us.unwrap()).sum();
+        assert!(
+            total >= last.e2e_us.unwrap() + refusals,
+            "{total} µs vs {records:?}"
+        );
+        // The backups' own probes are plain slots of the same scenario.
+        let plain = *order
+            .iter()
+            .find(|s| !s.failover && s.provider == 2)
+            .unwrap();
+        let (tx, mut rx) = mpsc::channel(8);
+        run_slot(
+            &plan,
+            SlotRef::rounds(0, 1, plain, Instant::now()),
+            &prober,
+            &tx,
+        )
+        .await;
+        drop(tx);
+        let r = rx.recv().await.unwrap().0;
+        assert_eq!(
+            (r.provider.as_str(), r.failover, r.outcome()),
+            ("spare", false, Outcome::Ok)
+        );
+    }
+
+    #[tokio::test]
+    async fn failover_ends_when_the_chain_is_exhausted_or_the_outcome_is_not_listed() {
+        let addr = failover_sim().await;
+        let prober = Prober::new(None).unwrap();
+        let run = |plan: Plan| {
+            let prober = &prober;
+            async move {
+                let slot = *plan.round_order(0).iter().find(|s| s.failover).unwrap();
+                let (tx, mut rx) = mpsc::channel(64);
+                run_slot(
+                    &plan,
+                    SlotRef::rounds(0, 0, slot, Instant::now()),
+                    prober,
+                    &tx,
+                )
+                .await;
+                drop(tx);
+                let mut out = Vec::new();
+                while let Some((r, _)) = rx.recv().await {
+                    out.push((r.provider.clone(), r.outcome(), r.final_attempt));
+                }
+                out
+            }
+        };
+        // One attempt per provider, both down: the client's request fails on the last.
+        let both_down = run(failover_plan(
+            addr,
+            r#""down", "up""#,
+            ", attempts = 1, on = [\"http_5xx\"]",
+        ))
+        .await;
+        assert_eq!(
+            both_down,
+            vec![("down".to_string(), Outcome::Throttled, true)]
+        );
+        let plan = failover_plan(addr, r#""down", "up""#, ", attempts = 1");
+        let switched = run(plan).await;
+        assert_eq!(
+            switched,
+            vec![
+                ("down".to_string(), Outcome::Throttled, false),
+                ("up".to_string(), Outcome::Ok, true)
+            ]
+        );
     }
 }

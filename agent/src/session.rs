@@ -225,6 +225,9 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     let prober = Arc::new(Prober::new(Some(&cfg.region))?);
     let outbox = Outbox::open(cfg.spool.as_ref(), &cfg.agent_id)?;
     let (clock_tx, clock_rx) = watch::channel::<Option<ClockEstimate>>(None);
+    cfg.runner
+        .metrics
+        .attach(&outbox, clock_rx.clone(), cfg.runner.in_flight.clone());
     let started: Arc<std::sync::Mutex<BTreeSet<String>>> = Default::default();
     let cancels: Cancels = Default::default();
     let (finished_tx, mut finished_rx) = mpsc::unbounded_channel::<String>();
@@ -334,6 +337,7 @@ async fn session(
         Err(s) => return Err(SessionError::Retry(s.into())),
     };
     tracing::info!(coordinator = %cfg.coordinator_url, agent = %cfg.agent_id, region = %cfg.region, "connected");
+    let _connected = cfg.runner.metrics.connected();
     outbox.resend_all();
 
     let mut samples: Vec<ClockSample> = Vec::new();
@@ -374,7 +378,12 @@ async fn session(
                         clock_tx.send_replace(clock::estimate(&samples));
                     }
                     In::Ack(a) => outbox.ack(&a.campaign_id, a.seq),
-                    In::Plan(p) => start_campaign(p, prober, outbox, clock_rx, started, cancels, finished_tx, &cfg.runner),
+                    In::Plan(p) => {
+                        // A fresh burst of clock samples before the synchronized start: the
+                        // runner re-reads the estimate shortly before `start_at`.
+                        pings_due = pings_due.max(cfg.clock_pings * 4);
+                        start_campaign(p, prober, outbox, clock_rx, started, cancels, finished_tx, &cfg.runner)
+                    }
                     In::Cancel(c) => {
                         let found = cancels.lock().unwrap_or_else(|e| e.into_inner()).get(&c.campaign_id).cloned();
                         match found {

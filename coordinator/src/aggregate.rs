@@ -1,12 +1,26 @@
 //! Merging one campaign's results across agents: interval histograms add per
-//! (region, provider, scenario, metric); outcomes count per (region, provider, scenario).
-//! Batches are de-duplicated by (agent, seq) before they reach this module.
+//! (region, provider, scenario, metric, sweep step); outcomes count per (region, provider,
+//! scenario), and for `sweep` records also per step ([`StepCounts`]). Batches are
+//! de-duplicated by (agent, seq) before they reach this module.
+//!
+//! Error rates leave out attempts that are neither a success nor the provider's failure:
+//! `cancelled` (cut by a campaign cancel) and `dropped` (an open-loop arrival the agent could
+//! not send in time). Both are still counted as attempts and by outcome.
 
 use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
 use latmesh_core::hist::{HistKey, HistogramSet};
+
+use crate::failover_stats::FailoverCounts;
+use latmesh_core::load::LoadKind;
 use latmesh_core::record::{Outcome, ProbeRecord};
+
+/// Whether an attempt with `outcome` counts in error rates: not `cancelled` (a campaign
+/// cancel cut it) and not `dropped` (an open-loop arrival never sent).
+pub fn counts_in_error_rates(outcome: Outcome) -> bool {
+    !matches!(outcome, Outcome::Cancelled | Outcome::Dropped)
+}
 
 /// Per-(region, provider, scenario) counters from records.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -24,16 +38,51 @@ pub struct CellCounts {
     pub ok_usage_reports: u64,
     /// `ok` attempts whose `usage_chunk_delta` was not 0.
     pub ok_usage_chunk_mismatches: u64,
-    /// Logical requests ended (records with `final_attempt`), and those not `ok`.
+    /// Logical requests ended (records with `final_attempt`; `cancelled` and `dropped` ones
+    /// left out).
     pub requests: u64,
     /// Logical requests whose final attempt was not `ok`.
     pub requests_failed: u64,
     /// Slots of the plan finished: first turns whose final attempt arrived (retries and
     /// later turns of a conversation do not count again).
     pub slots_done: u64,
-    /// The latest failed attempt, described: outcome, HTTP status, provider error type and
-    /// message (already truncated and scrubbed by the agent).
+    /// First attempts of first turns actually sent (neither `dropped` nor `cancelled`): for
+    /// `rate` scenarios, the arrivals that left the agent.
+    pub sent: u64,
+    /// The latest failed attempt (`dropped` arrivals, never sent, left out), described:
+    /// outcome, HTTP status, provider error type and message (already truncated and scrubbed
+    /// by the agent).
     pub last_error: Option<String>,
+}
+
+/// Per-(region, provider, sweep scenario, step) counters from `sweep` records.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StepCounts {
+    /// Logical requests ended in the step (final attempts; `cancelled` and `dropped` left
+    /// out). A request counts in the step in which it was sent.
+    pub requests: u64,
+    /// Those whose final attempt was `ok`.
+    pub ok: u64,
+    /// Sum of `output_tokens` over `ok` attempts of the step.
+    pub ok_output_tokens: u64,
+}
+
+impl StepCounts {
+    /// Adds `other` into `self`.
+    pub fn add(&mut self, other: &StepCounts) {
+        self.requests += other.requests;
+        self.ok += other.ok;
+        self.ok_output_tokens += other.ok_output_tokens;
+    }
+
+    /// Failed requests / requests, % (0 without requests).
+    pub fn error_pct(&self) -> f64 {
+        if self.requests == 0 {
+            0.0
+        } else {
+            (self.requests - self.ok) as f64 * 100.0 / self.requests as f64
+        }
+    }
 }
 
 /// One line describing a failed attempt: `throttled (429): rate_limit: Rate limit reached…`.
@@ -69,6 +118,12 @@ pub type CellKey = (String, String, String);
 pub struct Aggregate {
     hists: BTreeMap<String, HistogramSet>,
     counts: BTreeMap<CellKey, CellCounts>,
+    /// `sweep` records: ((region, provider, scenario), step) → counters.
+    steps: BTreeMap<(CellKey, u32), StepCounts>,
+    /// Failover client requests: (region, scenario) → counters.
+    failover: BTreeMap<(String, String), FailoverCounts>,
+    /// Attempts of failover client requests per cell: (attempts, `ok` attempts).
+    chain_attempts: BTreeMap<CellKey, (u64, u64)>,
 }
 
 impl Aggregate {
@@ -84,12 +139,51 @@ impl Aggregate {
             .or_default();
         let outcome = rec.outcome();
         *cell.outcomes.entry(outcome).or_insert(0) += 1;
+        if rec.failover {
+            self.failover
+                .entry((region.to_string(), rec.scenario.clone()))
+                .or_default()
+                .add(rec);
+            let chain = self
+                .chain_attempts
+                .entry((
+                    region.to_string(),
+                    rec.provider.clone(),
+                    rec.scenario.clone(),
+                ))
+                .or_default();
+            chain.0 += 1;
+            chain.1 += u64::from(outcome == Outcome::Ok);
+        }
+        let measured = counts_in_error_rates(outcome);
+        cell.sent += u64::from(rec.attempt <= 1 && rec.turn <= 1 && measured);
         if rec.final_attempt {
             cell.slots_done += u64::from(rec.turn <= 1);
-            // A request cut by a campaign cancel is neither a success nor a failure.
-            if outcome != Outcome::Cancelled {
+            // A request cut by a campaign cancel, or an arrival dropped unsent, is neither a
+            // success nor a failure.
+            if measured {
                 cell.requests += 1;
                 cell.requests_failed += u64::from(outcome != Outcome::Ok);
+            }
+        }
+        if rec.load == LoadKind::Sweep {
+            let step = self
+                .steps
+                .entry((
+                    (
+                        region.to_string(),
+                        rec.provider.clone(),
+                        rec.scenario.clone(),
+                    ),
+                    rec.step,
+                ))
+                .or_default();
+            if rec.final_attempt && measured {
+                step.requests += 1;
+                step.ok += u64::from(outcome == Outcome::Ok);
+            }
+            if outcome == Outcome::Ok {
+                step.ok_output_tokens += u64::from(rec.output_tokens);
             }
         }
         if outcome == Outcome::Ok {
@@ -100,9 +194,37 @@ impl Aggregate {
                 cell.ok_usage_reports += 1;
                 cell.ok_usage_chunk_mismatches += u64::from(d != 0);
             }
-        } else {
+        } else if outcome != Outcome::Dropped {
             cell.last_error = Some(describe_error(rec));
         }
+    }
+
+    /// Failover client requests of `scenario` in `region` (every region when `None`).
+    pub fn failover_counts(&self, region: Option<&str>, scenario: &str) -> FailoverCounts {
+        let mut out = FailoverCounts::default();
+        for ((r, s), c) in &self.failover {
+            if s == scenario && region.is_none_or(|want| want == r) {
+                out.merge(c);
+            }
+        }
+        out
+    }
+
+    /// Plain probes (not part of a failover client request) of `provider` in `scenario`, in
+    /// `region` (every region when `None`): (attempts, `ok` attempts).
+    pub fn plain_probes(&self, region: Option<&str>, provider: &str, scenario: &str) -> (u64, u64) {
+        let c = self.counts(region, provider, scenario);
+        let (mut chain, mut chain_ok) = (0, 0);
+        for ((r, p, s), (n, ok)) in &self.chain_attempts {
+            if p == provider && s == scenario && region.is_none_or(|want| want == r) {
+                chain += n;
+                chain_ok += ok;
+            }
+        }
+        (
+            c.attempts().saturating_sub(chain),
+            c.count(Outcome::Ok).saturating_sub(chain_ok),
+        )
     }
 
     /// Adds one interval histogram from an agent in `region`.
@@ -167,8 +289,27 @@ impl Aggregate {
             out.requests += c.requests;
             out.slots_done += c.slots_done;
             out.requests_failed += c.requests_failed;
+            out.sent += c.sent;
             if c.last_error.is_some() {
                 out.last_error.clone_from(&c.last_error);
+            }
+        }
+        out
+    }
+
+    /// Counters of sweep step `step` of one cell, or over every region when `region` is
+    /// `None` (zeros when nothing of that step arrived).
+    pub fn step_counts(
+        &self,
+        region: Option<&str>,
+        provider: &str,
+        scenario: &str,
+        step: u32,
+    ) -> StepCounts {
+        let mut out = StepCounts::default();
+        for (((r, p, s), k), c) in &self.steps {
+            if *k == step && p == provider && s == scenario && region.is_none_or(|w| w == r) {
+                out.add(c);
             }
         }
         out
@@ -213,6 +354,57 @@ mod tests {
         assert_eq!(all.len(), 4);
         assert_eq!(all.count_at(100), 2);
         assert!(agg.histogram(Some("ap-southeast"), &key).is_none());
+    }
+
+    #[test]
+    fn dropped_arrivals_and_sweep_steps_count_apart() {
+        let mut agg = Aggregate::default();
+        let rec = |load, step, o, attempt, final_attempt| ProbeRecord {
+            load,
+            step,
+            provider: "p".into(),
+            scenario: "s".into(),
+            outcome: Some(o),
+            output_tokens: if o == Outcome::Ok { 5 } else { 0 },
+            attempt,
+            final_attempt,
+            turn: 1,
+            ..Default::default()
+        };
+        let rate = LoadKind::Rate;
+        agg.add_record("r", &rec(rate, 0, Outcome::Ok, 1, true));
+        agg.add_record("r", &rec(rate, 0, Outcome::Dropped, 1, true));
+        agg.add_record("r", &rec(rate, 0, Outcome::Cancelled, 1, true));
+        agg.add_record("r", &rec(rate, 0, Outcome::Throttled, 1, false));
+        agg.add_record("r", &rec(rate, 0, Outcome::Http5xx, 2, true));
+        let c = agg.counts(None, "p", "s");
+        // Two arrivals sent (the ok one; the throttled one, whose retry failed); dropped and
+        // cancelled ones are not requests.
+        assert_eq!((c.sent, c.requests, c.requests_failed), (2, 2, 1));
+        assert_eq!((c.count(Outcome::Dropped), c.attempts()), (1, 5));
+        assert!(c.last_error.unwrap().starts_with("http_5xx"));
+        // Rate records keep no step counters; sweep records do, per step.
+        assert_eq!(agg.step_counts(None, "p", "s", 0), StepCounts::default());
+        let sweep = LoadKind::Sweep;
+        agg.add_record("r", &rec(sweep, 1, Outcome::Ok, 1, true));
+        agg.add_record("q", &rec(sweep, 1, Outcome::Ok, 1, true));
+        agg.add_record("q", &rec(sweep, 1, Outcome::TimeoutTtft, 1, true));
+        agg.add_record("q", &rec(sweep, 1, Outcome::Cancelled, 1, true));
+        agg.add_record("q", &rec(sweep, 2, Outcome::Ok, 1, true));
+        let step = |region| agg.step_counts(region, "p", "s", 1);
+        assert_eq!(
+            step(None),
+            StepCounts {
+                requests: 3,
+                ok: 2,
+                ok_output_tokens: 10
+            }
+        );
+        assert_eq!(
+            (step(Some("q")).requests, step(Some("q")).error_pct()),
+            (2, 50.0)
+        );
+        assert_eq!(agg.step_counts(Some("q"), "p", "s", 2).ok, 1);
     }
 
     #[test]

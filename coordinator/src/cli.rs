@@ -42,6 +42,10 @@ enum Command {
         /// which needs TLS and tokens).
         #[arg(long, env = "LATMESH_LISTEN", default_value = "127.0.0.1:7700")]
         listen: String,
+        /// Serve Prometheus metrics at `http://ADDR/metrics` (e.g. 127.0.0.1:9465; port 0
+        /// picks one). Default: off.
+        #[arg(long, env = "LATMESH_METRICS_LISTEN", value_name = "ADDR")]
+        metrics_listen: Option<String>,
         #[command(flatten)]
         security: ServeSecurity,
         #[command(flatten)]
@@ -77,9 +81,32 @@ enum Command {
         /// ClickHouse database.
         #[arg(long, env = "LATMESH_CLICKHOUSE_DB", default_value = "latmesh")]
         clickhouse_db: String,
+        /// Write the HTML report here (default: .latmesh/demo-report.html).
+        #[arg(long)]
+        report: Option<PathBuf>,
     },
     /// Send one request to a provider and print what was measured (a connectivity check).
     Probe(ProbeArgs),
+    /// Regression alerts: evaluate the rules of a TOML file on a campaign (ClickHouse, or a
+    /// JSON summary) against a baseline (a campaign, the N days before it, or a summary);
+    /// print what fired, POST it to --webhook. Exit status: 0 nothing fired, 1 a rule fired,
+    /// 2 an error.
+    Check(crate::check::CheckArgs),
+    /// Write a stored campaign's report (from ClickHouse): a self-contained HTML page with
+    /// heatmaps, latency CDFs, ITL spread, sweep curves, open-loop rates, peak vs off-peak and
+    /// latency over time; or the same numbers as JSON or CSV.
+    Report {
+        /// Campaign id.
+        campaign_id: String,
+        #[command(flatten)]
+        ch: crate::cli_query::ClickhouseArgs,
+        /// Output file (`-`: standard output). Default: latmesh-report-CAMPAIGN.EXT.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "html")]
+        format: crate::report::Format,
+    },
 }
 
 /// Transport security and credentials of `latmesh serve`.
@@ -220,6 +247,27 @@ enum CampaignCmd {
         /// Wait this long for an agent in every region before launching.
         #[arg(long, default_value_t = 30.0)]
         wait_agents_s: f64,
+        #[command(flatten)]
+        budget: crate::schedule_cli::BudgetArgs,
+        /// A campaign with a [schedule]: follow its runs (printing each run's matrix) until
+        /// the series ends, instead of returning once it is created. (Without a schedule,
+        /// launch always follows the campaign.)
+        #[arg(long)]
+        wait: bool,
+    },
+    /// A series of scheduled runs (a campaign launched with a [schedule]): its schedule and
+    /// its runs (id, due and start times, state, complete).
+    Series {
+        /// Series id, as `launch` printed it.
+        series_id: String,
+        #[command(flatten)]
+        coord: CoordinatorArg,
+        /// Follow the series until it ends (printing each run's matrix), then list its runs.
+        #[arg(long)]
+        wait: bool,
+        /// With --wait: write the series and every run's summary here as JSON.
+        #[arg(long)]
+        json: Option<PathBuf>,
     },
     /// Reconcile what agents reported with the rows in ClickHouse: lost and duplicated counts
     /// (exits non-zero unless both are 0).
@@ -307,6 +355,7 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve {
             listen,
+            metrics_listen,
             security,
             store,
         } => {
@@ -333,6 +382,12 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
             let mut coordinator = coordinator.with_auth(auth);
             if let Some(tls) = tls {
                 coordinator = coordinator.with_tls(tls);
+            }
+            if let Some(m) = &metrics_listen {
+                println!(
+                    "metrics on http://{}/metrics",
+                    coordinator.metrics().serve(m).await?
+                );
             }
             println!("listening on {scheme}://{}", listener.local_addr()?);
             let shutdown = async {
@@ -387,6 +442,14 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
                 plan.probes_per_agent(),
                 &plan.hash()[..12]
             );
+            print!(
+                "{}",
+                crate::schedule_cli::plan_facts(
+                    &plan,
+                    plan.regions.len() as u32,
+                    "assuming one agent per region; launch counts the connected ones"
+                )
+            );
             Ok(())
         }
         Command::Campaign(CampaignCmd::Launch {
@@ -395,8 +458,11 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
             json,
             start_delay_s,
             wait_agents_s,
+            budget,
+            wait,
         }) => {
             let plan = campaign::load_file(&file)?;
+            budget.check(&plan)?;
             let url = coord.url();
             let mut client = coord.connect().await?;
             watch::wait_for_agents(
@@ -406,7 +472,22 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
                 Duration::from_secs_f64(wait_agents_s.max(0.0)),
             )
             .await?;
-            let reply = watch::launch(&mut client, &url, &plan, start_delay_s).await?;
+            // The estimate before anything is sent (stderr: stdout is the matrix).
+            let (agents, how) =
+                crate::schedule_cli::agents_in_regions(&mut client, &url, &plan).await?;
+            eprint!("{}", crate::schedule_cli::plan_facts(&plan, agents, &how));
+            let reply =
+                watch::launch_with(&mut client, &url, &plan, start_delay_s, &budget).await?;
+            if reply.series {
+                return crate::schedule_cli::launched_series(
+                    &mut client,
+                    &url,
+                    &reply,
+                    wait,
+                    json.as_deref(),
+                )
+                .await;
+            }
             eprintln!(
                 "launched campaign {} on {} agents (follow it from elsewhere with: latmesh campaign watch {})",
                 reply.campaign_id,
@@ -472,6 +553,11 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
                     _ => watch::control_error(&url, s),
                 })?
                 .into_inner();
+            let campaign_id = match crate::schedule_cli::cancelled_series(&reply) {
+                Some(run_id) => run_id,
+                None if reply.series => return Ok(()),
+                None => campaign_id,
+            };
             eprintln!(
                 "campaign {campaign_id}: cancel sent to {} agent(s) [{}]",
                 reply.agent_ids.len(),
@@ -502,6 +588,22 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
             );
             Ok(())
         }
+        Command::Campaign(CampaignCmd::Series {
+            series_id,
+            coord,
+            wait,
+            json,
+        }) => {
+            let mut client = coord.connect().await?;
+            crate::schedule_cli::series(
+                &mut client,
+                &coord.url(),
+                &series_id,
+                wait,
+                json.as_deref(),
+            )
+            .await
+        }
         Command::Campaign(CampaignCmd::Watch {
             campaign_id,
             coord,
@@ -526,22 +628,29 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
             rounds,
             clickhouse_url,
             clickhouse_db,
+            report,
         } => {
             let started = std::time::Instant::now();
             let path = json.unwrap_or_else(|| PathBuf::from(".latmesh/demo-summary.json"));
+            let report = report.unwrap_or_else(|| PathBuf::from(demo::DEMO_REPORT));
             // Fail before a minute of probing, not after it.
             watch::check_writable(&path)?;
+            watch::check_writable(&report)?;
             let store = clickhouse_url.map(|url| demo::DemoStore {
                 url,
                 db: clickhouse_db,
                 spool_dir: PathBuf::from(demo::DEMO_SPOOL_DIR),
             });
-            let summary = demo::run(demo::DemoOptions {
-                rounds,
-                progress: true,
-                clickhouse: store.clone(),
-            })
+            let data = demo::run_with(
+                demo::DemoOptions {
+                    rounds,
+                    progress: true,
+                    clickhouse: store.clone(),
+                },
+                |_| {},
+            )
             .await?;
+            let summary = &data.summary;
             if let Some(store) = &store {
                 eprintln!(
                     "stored in ClickHouse {} (database {}): latmesh query matrix --campaign {} --clickhouse-url {} --clickhouse-db {}",
@@ -549,15 +658,62 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
                 );
             }
             print!("{}", summary.render());
-            watch::write_json(&summary, &path)?;
+            watch::write_json(summary, &path)?;
+            // With ClickHouse, the sections that need each row's time come from there.
+            let (source, extras) = match &store {
+                Some(s) => match crate::report::from_clickhouse::extras(&s.url, &s.db, &data).await
+                {
+                    Ok(extras) => ("memory and clickhouse", extras),
+                    Err(e) => {
+                        eprintln!("demo: the report has no ClickHouse sections: {e:#}");
+                        ("memory", Default::default())
+                    }
+                },
+                None => ("memory", Default::default()),
+            };
+            let model = crate::report::model(&data, source, extras);
+            crate::report::write(&model, crate::report::Format::Html, &report)?;
             eprintln!(
                 "demo finished in {:.0} s; JSON summary: {}",
                 started.elapsed().as_secs_f64(),
                 path.display()
             );
+            println!("report: {}", report.display());
             Ok(())
         }
         Command::Probe(args) => probe(args).await,
+        Command::Check(args) => {
+            // Its own exit status (1: a rule fired, 2: an error), so it exits here.
+            let code = crate::check::run_cli(args).await;
+            if code != 0 {
+                use std::io::Write as _;
+                let _ = std::io::stdout().flush();
+                std::process::exit(i32::from(code));
+            }
+            Ok(())
+        }
+        Command::Report {
+            campaign_id,
+            ch,
+            out,
+            format,
+        } => {
+            let model =
+                crate::report::from_clickhouse(&ch.clickhouse_url, &ch.clickhouse_db, &campaign_id)
+                    .await
+                    .with_context(|| format!("ClickHouse at {}", ch.clickhouse_url))?;
+            let out = out.unwrap_or_else(|| {
+                PathBuf::from(format!(
+                    "latmesh-report-{campaign_id}.{}",
+                    format.extension()
+                ))
+            });
+            crate::report::write(&model, format, &out)?;
+            if out != std::path::Path::new("-") {
+                println!("report: {}", out.display());
+            }
+            Ok(())
+        }
     }
 }
 
@@ -816,6 +972,11 @@ async fn report(
     if let Some(path) = json {
         watch::write_json(&summary, path)?;
         eprintln!("summary written to {}", path.display());
+    }
+    if let Some(reason) = &summary.guard.stop_reason {
+        anyhow::bail!(
+            "campaign {campaign_id} was stopped by the budget guard ({reason}): partial results (see STOPPED BY BUDGET above)"
+        );
     }
     anyhow::ensure!(
         !summary.cancelled,

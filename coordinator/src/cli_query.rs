@@ -7,7 +7,8 @@ use latmesh_core::metrics::Metric;
 
 use crate::clickhouse::query::{Percentile, TrendBucket};
 use crate::clickhouse::{self as store, QueryFilter};
-use crate::summary::{AgentSummary, Summary};
+use crate::load_stats;
+use crate::summary::{AgentSummary, StartSync, Summary};
 
 /// Where ClickHouse is.
 #[derive(Args, Debug, Clone)]
@@ -171,6 +172,20 @@ pub enum QueryCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Concurrency sweeps of a stored campaign: per sweep scenario, provider and region (and
+    /// all regions merged), every step's requests, error %, TTFT and E2E P50/P90/P99 (exact,
+    /// from the step's merged histograms) and throughput, and the knee.
+    Sweep {
+        /// Where ClickHouse is.
+        #[command(flatten)]
+        ch: ClickhouseArgs,
+        /// Which rows.
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// Print JSON (the summary's `sweeps` rows) instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
     /// A provider's percentile per UTC hour or day (or local hour of day), per region.
     Trend {
         /// Where ClickHouse is.
@@ -200,6 +215,7 @@ pub async fn run_query(cmd: QueryCmd) -> anyhow::Result<()> {
         QueryCmd::Matrix { ch, .. }
         | QueryCmd::Errors { ch, .. }
         | QueryCmd::Windows { ch, .. }
+        | QueryCmd::Sweep { ch, .. }
         | QueryCmd::Trend { ch, .. } => ch.clickhouse_url.clone(),
     };
     run_query_at(cmd)
@@ -282,6 +298,22 @@ async fn run_query_at(cmd: QueryCmd) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        QueryCmd::Sweep { ch, filter, json } => {
+            let client = store::client(&ch.clickhouse_url);
+            let rows = store::query::sweep(&client, &ch.clickhouse_db, &filter.filter()).await?;
+            anyhow::ensure!(
+                !rows.is_empty(),
+                "campaign {:?} has no sweep scenario matching these filters",
+                filter.campaign
+            );
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                print!("{}", load_stats::render_sweeps(&rows));
+                print!("{}", load_stats::render_sweep_steps(&rows));
+            }
+            Ok(())
+        }
         QueryCmd::Trend {
             ch,
             filter,
@@ -309,7 +341,8 @@ async fn run_query_at(cmd: QueryCmd) -> anyhow::Result<()> {
     }
 }
 
-/// The summary of a stored campaign, rebuilt from ClickHouse alone.
+/// The summary of a stored campaign, rebuilt from ClickHouse alone (matrix cells and sweep
+/// rows; no rate rows or start facts).
 ///
 /// # Errors
 /// ClickHouse errors; a campaign that is not stored.
@@ -326,6 +359,7 @@ pub async fn stored_summary(ch: &ClickhouseArgs, filter: &FilterArgs) -> anyhow:
         filter.campaign
     );
     let agents = store::query::agents(&client, db, &filter.campaign).await?;
+    let sweeps = store::query::sweep(&client, db, &filter.filter()).await?;
     let keep = |list: &[String], only: &Option<String>| -> Vec<String> {
         list.iter()
             .filter(|x| only.as_ref().is_none_or(|o| o == *x))
@@ -346,6 +380,15 @@ pub async fn stored_summary(ch: &ClickhouseArgs, filter: &FilterArgs) -> anyhow:
         // Not stored in ClickHouse (a cancelled campaign's agents report skipped slots, so it
         // reads as incomplete there).
         cancelled: false,
+        sweeps,
+        // Not rebuilt from ClickHouse: open-loop rows, and start facts (not stored there).
+        rates: Vec::new(),
+        start: StartSync::default(),
+        guard: Default::default(), // budget guard: not stored in ClickHouse
+        // Not rebuilt from ClickHouse yet: failover client rows (the `failover` column has
+        // what they need) and politeness notes.
+        failover: Vec::new(),
+        politeness: Vec::new(),
         agents: agents
             .iter()
             .map(|a| AgentSummary {

@@ -1,7 +1,8 @@
 //! `latmesh demo`: the whole distributed path on one machine. Starts the simulator (nine
-//! providers), a coordinator and three agents (`us-east`, `eu-west`, `ap-southeast`) as tasks
-//! talking gRPC and HTTP over loopback, runs the embedded campaign `examples/demo.toml`, and
-//! returns the summary.
+//! providers), a coordinator and three agents (`us-east`, `eu-west`, `ap-southeast`) talking
+//! gRPC and HTTP over loopback, runs the embedded campaign `examples/demo.toml`, and returns
+//! the summary. The simulator and each agent run on a runtime and thread of their own, as
+//! separate processes would: a busy simulator cannot hold up an agent's scheduler.
 
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use anyhow::Context;
 use latmesh_core::campaign;
 use tokio::net::TcpListener;
 
+use crate::report_data::ReportData;
 use crate::service::Coordinator;
 use crate::state::State;
 use crate::summary::Summary;
@@ -16,6 +18,18 @@ use crate::watch;
 
 /// The embedded demo campaign; `{sim}` stands for the simulator's address.
 pub const DEMO_CAMPAIGN: &str = include_str!("../../examples/demo.toml");
+
+/// The line of [`DEMO_CAMPAIGN`] after which its `sweep` and `rate` scenarios follow.
+pub const LOAD_MODELS_MARKER: &str = "# --- load models beyond rounds";
+
+/// [`DEMO_CAMPAIGN`] with its rounds scenarios only (everything before
+/// [`LOAD_MODELS_MARKER`]): the nine providers probed in interleaved rounds.
+pub fn demo_rounds_only() -> &'static str {
+    DEMO_CAMPAIGN
+        .split(LOAD_MODELS_MARKER)
+        .next()
+        .expect("split yields at least one part")
+}
 
 /// Demo knobs.
 #[derive(Clone, Debug)]
@@ -42,19 +56,40 @@ pub struct DemoStore {
 /// Spool directory of a demo that stores into ClickHouse.
 pub const DEMO_SPOOL_DIR: &str = ".latmesh/demo-spool";
 
+/// Where `latmesh demo` writes its HTML report by default.
+pub const DEMO_REPORT: &str = ".latmesh/demo-report.html";
+
 /// Runs the demo and returns the summary.
 ///
 /// # Errors
 /// When a local listener cannot be bound, or the campaign fails to complete.
 pub async fn run(opts: DemoOptions) -> anyhow::Result<Summary> {
-    let sim_listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .context("binding the simulator")?;
+    Ok(run_with(opts, |_| {}).await?.summary)
+}
+
+/// Runs the demo with its plan changed by `edit` (after `opts.rounds`; e.g. time windows)
+/// and returns everything a report needs: the summary the coordinator sent, the plan, and
+/// the coordinator's merged histograms ([`State::report_data`]).
+///
+/// # Errors
+/// As [`run`].
+pub async fn run_with(
+    opts: DemoOptions,
+    edit: impl FnOnce(&mut latmesh_core::plan::Plan),
+) -> anyhow::Result<ReportData> {
+    let sim_listener =
+        std::net::TcpListener::bind("127.0.0.1:0").context("binding the simulator")?;
+    sim_listener.set_nonblocking(true)?;
     let sim_addr = sim_listener.local_addr()?;
-    let sim = tokio::spawn(latmesh_sim::serve_providers(
-        sim_listener,
-        latmesh_sim::SimConfig::default(),
-    ));
+    // Runs until the process exits (the demo's caller may run another one beside it).
+    let _sim = on_own_runtime("latmesh-sim", move || async move {
+        match TcpListener::from_std(sim_listener) {
+            Ok(l) => latmesh_sim::serve_providers(l, latmesh_sim::SimConfig::default())
+                .await
+                .map_err(anyhow::Error::from),
+            Err(e) => Err(e.into()),
+        }
+    });
 
     let coord_listener = TcpListener::bind("127.0.0.1:0")
         .await
@@ -73,6 +108,7 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<Summary> {
             (c, Some((spool, sink)))
         }
     };
+    let state = server.state().clone();
     let coordinator = tokio::spawn(server.serve(coord_listener, async {
         let _ = stop_rx.await;
     }));
@@ -83,12 +119,15 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<Summary> {
     if let Some(n) = opts.rounds {
         plan.rounds.count = n.max(1);
     }
+    edit(&mut plan);
     let mut agents = Vec::new();
     for (i, region) in plan.regions.iter().enumerate() {
         let mut cfg =
             latmesh_agent::AgentConfig::new(&coord_url, &format!("{region}-{}", i + 1), region);
         cfg.exit_after_campaigns = Some(1);
-        agents.push(tokio::spawn(latmesh_agent::run(cfg)));
+        agents.push(on_own_runtime(&format!("agent {region}"), move || {
+            latmesh_agent::run(cfg)
+        }));
     }
 
     let mut client = watch::connect(&coord_url).await?;
@@ -136,6 +175,34 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<Summary> {
     }
     let _ = stop_tx.send(());
     let _ = tokio::time::timeout(Duration::from_secs(2), coordinator).await;
-    sim.abort();
-    Ok(summary)
+    let mut data = state
+        .report_data(&reply.campaign_id)
+        .context("the coordinator kept no results of the demo campaign")?;
+    // What was printed and written as JSON is the summary the coordinator sent.
+    data.summary = summary;
+    Ok(data)
+}
+
+/// Runs `make()`'s future to completion on a single-threaded runtime of its own, on a thread of
+/// its own (as a separate process would run), and hands back its output.
+fn on_own_runtime<F, T>(
+    name: &str,
+    make: impl FnOnce() -> F + Send + 'static,
+) -> tokio::sync::oneshot::Receiver<T>
+where
+    F: std::future::Future<Output = T> + 'static,
+    T: Send + 'static,
+{
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for the demo's component");
+            let _ = tx.send(rt.block_on(make()));
+        })
+        .expect("a thread for the demo's component");
+    rx
 }

@@ -4,16 +4,27 @@
 //! `main.rs` only calls [`cli::run`], so tests drive the real CLI in-process.
 
 pub mod aggregate;
+pub mod analysis;
 pub mod auth;
+pub mod budget;
+pub mod check;
 pub mod cli;
 pub mod cli_query;
 pub mod clickhouse;
 pub mod demo;
 pub mod events;
+pub mod failover_stats;
+pub mod load_stats;
+pub mod metrics;
 pub mod persist;
+pub mod report;
+pub mod report_data;
+pub mod schedule;
+pub mod schedule_cli;
 pub mod service;
 pub mod sink;
 pub mod spool;
 pub mod state;
 pub mod summary;
+pub mod sync;
 pub mod watch;

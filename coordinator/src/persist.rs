@@ -7,11 +7,13 @@
 //! DIR/lock                               one coordinator per directory (flock)
 //! DIR/campaigns/<id>/campaign.json       the campaign's durable facts
 //! DIR/campaigns/<id>/batches/            every batch acked for it (a `Spool`, never drained)
+//! DIR/series/<id>.json                   a series of scheduled runs (`crate::schedule`)
 //! ```
 //!
 //! `campaign.json` ([`CampaignRecord`]) holds the id, the plan (JSON, as pushed to agents) and
 //! its hash, launch time, `start_at`, deadline, the agents the plan went to with their region
-//! and, once they said so, their `last_seq` and `skipped` count, whether the deadline expired
+//! and, once they said so, their `last_seq`, `skipped` count and start facts (when they
+//! started, with the clock offset and uncertainty they used), whether the deadline expired
 //! it, and once finished its summary. It is replaced atomically (temporary file, fsync,
 //! rename, fsync of the directory) at launch (before the plan leaves for any agent), at each
 //! agent's `done`, and when the campaign finishes.
@@ -44,6 +46,7 @@ const LOCK_FILE: &str = "lock";
 const CAMPAIGNS_DIR: &str = "campaigns";
 const CAMPAIGN_FILE: &str = "campaign.json";
 const BATCHES_DIR: &str = "batches";
+const SERIES_DIR: &str = "series";
 /// The batch log is never drained; this cap only exists because the spool wants one.
 const LOG_MAX_BYTES: u64 = u64::MAX / 4;
 /// Entries read per call while replaying.
@@ -62,6 +65,16 @@ pub struct AgentRecord {
     /// campaign recounts them from its batch log).
     #[serde(default)]
     pub slots_done: u64,
+    /// From its done notice: when it began the campaign's first phase, coordinator clock as
+    /// it estimated it, UTC µs (0: it never started, or no done notice yet).
+    #[serde(default)]
+    pub started_coord_unix_us: i64,
+    /// From its done notice: the clock offset it used (coordinator − agent), µs.
+    #[serde(default)]
+    pub clock_offset_us: i64,
+    /// From its done notice: that offset's uncertainty, ± µs.
+    #[serde(default)]
+    pub clock_uncertainty_us: u64,
 }
 
 /// A campaign's durable facts (`campaign.json`).
@@ -90,6 +103,11 @@ pub struct CampaignRecord {
     pub cancelled_at_us: Option<i64>,
     /// The summary, once finished.
     pub summary: Option<Summary>,
+    /// Budget guard: caps, what was spent (as of this write; a restarted coordinator
+    /// rebuilds it from the batch log), and the stop reason once it cancelled the campaign.
+    /// Absent when there is nothing.
+    #[serde(default, skip_serializing_if = "crate::budget::Guard::is_default")]
+    pub budget: crate::budget::Guard,
 }
 
 /// An open state directory (see the [module documentation](self)).
@@ -201,6 +219,41 @@ impl StateDir {
             }
         }
         out.sort_by_key(|r| r.launched_at_unix_us);
+        out
+    }
+
+    /// Writes a series' record (`DIR/series/<id>.json`, replaced atomically).
+    ///
+    /// # Errors
+    /// Any I/O error.
+    pub fn save_series<T: Serialize>(&self, series_id: &str, rec: &T) -> anyhow::Result<()> {
+        let dir = self.dir.join(SERIES_DIR);
+        fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let path = dir.join(format!("{}.json", dir_name(series_id)));
+        let text = serde_json::to_vec_pretty(rec).context("series record")?;
+        write_atomically(&path, &text).with_context(|| format!("cannot write {}", path.display()))
+    }
+
+    /// Every series record in the directory (unreadable ones are logged and skipped).
+    pub fn series_records<T: serde::de::DeserializeOwned>(&self) -> Vec<T> {
+        let Ok(entries) = fs::read_dir(self.dir.join(SERIES_DIR)) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for path in entries.flatten().map(|e| e.path()) {
+            if path.extension().is_none_or(|e| e != "json") {
+                continue;
+            }
+            match fs::read(&path)
+                .map_err(anyhow::Error::from)
+                .and_then(|b| Ok(serde_json::from_slice(&b)?))
+            {
+                Ok(rec) => out.push(rec),
+                Err(e) => {
+                    tracing::error!(path = %path.display(), error = format!("{e:#}"), "unreadable series record skipped")
+                }
+            }
+        }
         out
     }
 
@@ -316,6 +369,7 @@ mod tests {
             expired: false,
             cancelled_at_us: None,
             summary: None,
+            budget: Default::default(),
         }
     }
 

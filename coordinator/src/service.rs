@@ -15,6 +15,7 @@ use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream, WatchStream};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::auth::Auth;
+use crate::metrics::{CoordinatorMetrics, RecordTally};
 use crate::spool::{Spool, SpoolError};
 use crate::state::{State, StateError, now_unix_us};
 
@@ -45,6 +46,8 @@ pub struct Coordinator {
     auth: Auth,
     /// Serve over TLS (default: plaintext).
     tls: Option<tonic::transport::ServerTlsConfig>,
+    /// Prometheus metrics (served by `latmesh serve --metrics-listen`).
+    metrics: CoordinatorMetrics,
 }
 
 impl Coordinator {
@@ -68,6 +71,16 @@ impl Coordinator {
     /// Its state.
     pub fn state(&self) -> &State {
         &self.state
+    }
+
+    /// The same coordinator, counting into `metrics` (e.g. the ones its sink counts into).
+    pub fn with_metrics(self, metrics: CoordinatorMetrics) -> Self {
+        Coordinator { metrics, ..self }
+    }
+
+    /// Its metrics; [`Coordinator::serve`] attaches its state and spool to them.
+    pub fn metrics(&self) -> &CoordinatorMetrics {
+        &self.metrics
     }
 
     /// The same coordinator, requiring the tokens of `auth` (agent session: agent token;
@@ -102,6 +115,7 @@ impl Coordinator {
             builder = builder.tls_config(tls)?;
         }
         let (agent_auth, admin_auth) = (self.auth.clone(), self.auth.clone());
+        self.metrics.attach(&self.state, self.spool.as_ref());
         let state = self.state.clone();
         let expiry = tokio::spawn(async move {
             let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
@@ -109,6 +123,7 @@ impl Coordinator {
                 tick.tick().await;
                 state.check_liveness(now_unix_us());
                 state.expire(now_unix_us());
+                state.tick_series(now_unix_us());
             }
         });
         let served = builder
@@ -138,7 +153,13 @@ fn send(tx: &mpsc::Sender<Result<pb::CoordinatorMessage, Status>>, kind: Out) ->
 /// campaign's batch log in the state directory (each when there is one), merges it. Returns
 /// whether to ack it: yes when it is stored or was stored before; no when it is malformed or
 /// a spool cannot take it (the agent keeps it and sends it again).
-async fn store(state: &State, spool: Option<&Arc<Spool>>, agent: &str, b: pb::ResultBatch) -> bool {
+async fn store(
+    state: &State,
+    spool: Option<&Arc<Spool>>,
+    metrics: &CoordinatorMetrics,
+    agent: &str,
+    b: pb::ResultBatch,
+) -> bool {
     let checked = match state.check(agent, &b) {
         Ok(Some(checked)) => checked,
         Ok(None) => return true,
@@ -187,7 +208,10 @@ async fn store(state: &State, spool: Option<&Arc<Spool>>, agent: &str, b: pb::Re
             }
         }
     }
-    state.merge(checked);
+    let tally = RecordTally::of(&checked);
+    if state.merge(checked) {
+        metrics.records_received(tally);
+    }
     true
 }
 
@@ -264,6 +288,7 @@ impl AgentSession for Coordinator {
         tracing::info!(agent = %hello.agent_id, region = %hello.region, version = %hello.version, "agent connected");
         let state = self.state.clone();
         let spool = self.spool.clone();
+        let metrics = self.metrics.clone();
         tokio::spawn(async move {
             let agent = hello.agent_id;
             loop {
@@ -291,9 +316,12 @@ impl AgentSession for Coordinator {
                     }
                     Some(In::Heartbeat(hb)) => state.heartbeat(&agent, session, &hb),
                     Some(In::Batch(b)) => {
+                        metrics.batch_received();
                         let (campaign_id, seq) = (b.campaign_id.clone(), b.seq);
-                        if store(&state, spool.as_ref(), &agent, b).await {
-                            send(&tx, Out::Ack(pb::BatchAck { campaign_id, seq }));
+                        if store(&state, spool.as_ref(), &metrics, &agent, b).await
+                            && send(&tx, Out::Ack(pb::BatchAck { campaign_id, seq }))
+                        {
+                            metrics.batch_acked();
                         }
                     }
                     Some(In::Done(d)) => {
@@ -332,13 +360,19 @@ impl Control for Coordinator {
         } else {
             DEFAULT_START_DELAY_US
         };
-        let l = self.state.launch(&req.plan_json, delay_us)?;
-        tracing::info!(campaign = %l.campaign_id, agents = l.agent_ids.len(), "campaign launched");
+        let caps = crate::budget::Caps::from_request(req.max_cost_usd, req.max_tokens);
+        let l = self.state.launch_request(&req.plan_json, delay_us, caps)?;
+        if l.series {
+            tracing::info!(series = %l.campaign_id, "series launched");
+        } else {
+            tracing::info!(campaign = %l.campaign_id, agents = l.agent_ids.len(), "campaign launched");
+        }
         Ok(Response::new(pb::LaunchReply {
             campaign_id: l.campaign_id,
             plan_hash: l.plan_hash,
             start_at_coord_unix_us: l.start_at_unix_us,
             agent_ids: l.agent_ids,
+            series: l.series,
         }))
     }
 
@@ -346,7 +380,13 @@ impl Control for Coordinator {
         &self,
         request: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        let rx = self.state.watch(&request.into_inner().campaign_id)?;
+        let id = request.into_inner().campaign_id;
+        if self.state.is_series(&id) {
+            return Err(Status::not_found(format!(
+                "{id:?} is a series of scheduled runs, not a campaign: list its runs with `latmesh campaign series {id}` (or watch one run: {id}-r1, …)"
+            )));
+        }
+        let rx = self.state.watch(&id)?;
         // Ends after the message that carries `finished`.
         let stream = WatchStream::new(rx).scan(false, |ended, p| {
             let next = if *ended { None } else { Some(Ok(p)) };
@@ -365,11 +405,24 @@ impl Control for Coordinator {
         request: Request<pb::CancelRequest>,
     ) -> Result<Response<pb::CancelReply>, Status> {
         let campaign_id = request.into_inner().campaign_id;
-        let agent_ids = self.state.cancel(&campaign_id)?;
+        let c = self.state.cancel_request(&campaign_id)?;
         Ok(Response::new(pb::CancelReply {
             campaign_id,
-            agent_ids,
+            agent_ids: c.agent_ids,
+            series: c.series,
+            run_id: c.run_id.unwrap_or_default(),
         }))
+    }
+
+    async fn series(
+        &self,
+        request: Request<pb::SeriesRequest>,
+    ) -> Result<Response<pb::SeriesReply>, Status> {
+        let id = request.into_inner().series_id;
+        self.state
+            .series_status(&id)
+            .map(Response::new)
+            .ok_or_else(|| Status::not_found(format!("unknown series {id:?}")))
     }
 
     async fn list_agents(

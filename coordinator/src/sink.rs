@@ -36,6 +36,7 @@ use latmesh_core::windows::WindowSpec;
 
 use crate::clickhouse::insert::{PreparedBatch, SeqMarks};
 use crate::clickhouse::{self as store, BatchKey, HistogramRow, StoreError, WindowLabel};
+use crate::metrics::{CoordinatorMetrics, Table};
 use crate::spool::{Entry, Spool};
 use crate::state::{State, StoreEvent, now_unix_us};
 
@@ -87,9 +88,15 @@ pub fn coordinator_with_sink(
     let state = State::with_event_queue(crate::events::EventQueue::open(
         &spool_dir.join(EVENTS_FILE),
     )?);
-    let sink = tokio::spawn(run(spool.clone(), state.clone(), target));
+    let metrics = CoordinatorMetrics::default();
+    let sink = tokio::spawn(run_with_metrics(
+        spool.clone(),
+        state.clone(),
+        target,
+        metrics.clone(),
+    ));
     Ok((
-        crate::service::Coordinator::with_spool(state, spool.clone()),
+        crate::service::Coordinator::with_spool(state, spool.clone()).with_metrics(metrics),
         spool,
         sink,
     ))
@@ -98,6 +105,17 @@ pub fn coordinator_with_sink(
 /// Brings the schema up to date (retrying while ClickHouse is unreachable), then drains the
 /// spool until the task is aborted.
 pub async fn run(spool: Arc<Spool>, state: State, target: SinkTarget) {
+    run_with_metrics(spool, state, target, CoordinatorMetrics::default()).await;
+}
+
+/// [`run`], counting the rows it inserts into `metrics`
+/// (`latmesh_coordinator_clickhouse_rows_inserted_total`).
+pub async fn run_with_metrics(
+    spool: Arc<Spool>,
+    state: State,
+    target: SinkTarget,
+    metrics: CoordinatorMetrics,
+) {
     let mut backoff = Duration::from_millis(250);
     loop {
         match store::migrate(&target.client, &target.db, None).await {
@@ -148,11 +166,13 @@ pub async fn run(spool: Arc<Spool>, state: State, target: SinkTarget) {
         pending_events.extend(events);
         // Campaign rows go first so a batch never lands without its campaign.
         let before = pending_events.len();
-        let mut failed = write_events(&target, &mut pending_events).await.err();
+        let mut failed = write_events(&target, &mut pending_events, &metrics)
+            .await
+            .err();
         state.store_events_written(before - pending_events.len());
         let mut committed = None;
         if failed.is_none() && !entries.is_empty() {
-            match write_entries(&target, &entries, &mut windows, &mut marks).await {
+            match write_entries(&target, &entries, &mut windows, &mut marks, &metrics).await {
                 Ok(()) => committed = entries.last().map(|e| e.id),
                 Err(e) => failed = Some(e),
             }
@@ -213,8 +233,16 @@ fn read_round(spool: &Spool) -> Result<Vec<Entry>, crate::spool::SpoolError> {
 }
 
 /// Writes queued campaign and agent rows; on a retryable error keeps the rest queued.
-async fn write_events(target: &SinkTarget, events: &mut Vec<StoreEvent>) -> Result<(), StoreError> {
+async fn write_events(
+    target: &SinkTarget,
+    events: &mut Vec<StoreEvent>,
+    metrics: &CoordinatorMetrics,
+) -> Result<(), StoreError> {
     while let Some(ev) = events.first() {
+        let (table, rows) = match ev {
+            StoreEvent::Launched { .. } => (Table::Campaigns, 1),
+            StoreEvent::Finished { agents, .. } => (Table::Agents, agents.len() as u64),
+        };
         let result = match ev {
             StoreEvent::Launched {
                 campaign_id,
@@ -246,7 +274,7 @@ async fn write_events(target: &SinkTarget, events: &mut Vec<StoreEvent>) -> Resu
             }
         };
         match result {
-            Ok(()) => {}
+            Ok(()) => metrics.rows_inserted(table, rows),
             Err(e) if e.is_retryable() => return Err(e),
             Err(e) => {
                 tracing::error!(error = %e, "ClickHouse rejected a campaign/agent row; skipped")
@@ -410,6 +438,7 @@ async fn write_entries(
     entries: &[Entry],
     windows: &mut Windows,
     marks: &mut SeqMarks,
+    metrics: &CoordinatorMetrics,
 ) -> Result<(), StoreError> {
     windows.ensure(target, entries).await?;
     let mut decoded: Vec<Decoded<'_>> = entries
@@ -429,7 +458,10 @@ async fn write_entries(
     };
     // (The failed call cleared `marks`: the next rounds query again.)
     match result {
-        Ok(_) => Ok(()),
+        Ok(outcomes) => {
+            count_rows(metrics, &outcomes);
+            Ok(())
+        }
         Err(e) if e.is_retryable() => Err(e),
         Err(_) => {
             for d in &decoded {
@@ -447,7 +479,7 @@ async fn write_entries(
                     histograms: d.histograms.clone(),
                 }];
                 match store::insert::insert_prepared(&target.client, &target.db, one, None).await {
-                    Ok(_) => {}
+                    Ok(outcomes) => count_rows(metrics, &outcomes),
                     Err(e) if e.is_retryable() => return Err(e),
                     Err(e) => skip(d.entry, &e.to_string()),
                 }
@@ -455,6 +487,24 @@ async fn write_entries(
             Ok(())
         }
     }
+}
+
+/// Adds the rows of `outcomes` to `latmesh_coordinator_clickhouse_rows_inserted_total`.
+fn count_rows(metrics: &CoordinatorMetrics, outcomes: &[store::insert::InsertOutcome]) {
+    let (mut requests, mut histograms) = (0, 0);
+    for o in outcomes {
+        if let store::insert::InsertOutcome::Inserted {
+            requests: r,
+            histograms: h,
+            ..
+        } = o
+        {
+            requests += r;
+            histograms += h;
+        }
+    }
+    metrics.rows_inserted(Table::Requests, requests);
+    metrics.rows_inserted(Table::Histograms, histograms);
 }
 
 fn skip(entry: &Entry, why: &str) {

@@ -63,6 +63,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
 
 use latmesh_proto::pb;
 use prost::Message;
@@ -204,6 +205,9 @@ struct RecordLoc {
     id: u64,
     offset: u64,
     len: u32,
+    /// When it was appended (for entries an earlier process left: when this one opened
+    /// the spool); [`Spool::oldest_pending_age`] reads it.
+    appended: Instant,
 }
 
 struct Segment {
@@ -501,6 +505,7 @@ impl Spool {
             id,
             offset: seg.len,
             len: record_bytes as u32,
+            appended: Instant::now(),
         });
         seg.len += record_bytes;
         *next_id += 1;
@@ -646,6 +651,15 @@ impl Spool {
     /// Number of unconsumed entries.
     pub fn pending_entries(&self) -> u64 {
         self.lock().pending_entries
+    }
+
+    /// How long the oldest unconsumed entry has waited since it was appended (an entry an
+    /// earlier process left counts from when this process opened the spool); `None` when
+    /// nothing is pending. The coordinator's ClickHouse insert lag.
+    pub fn oldest_pending_age(&self) -> Option<std::time::Duration> {
+        let st = self.lock();
+        let oldest = st.segments.iter().find_map(|s| s.records.front())?;
+        Some(oldest.appended.elapsed())
     }
 
     /// The last committed entry id (0 before the first commit).
@@ -912,6 +926,7 @@ fn scan_segment(path: &Path, first_id: u64) -> Result<Scan, SpoolError> {
             id: raw.id,
             offset,
             len: record_len as u32,
+            appended: Instant::now(),
         });
         offset += record_len;
         expected_id += 1;
@@ -947,6 +962,7 @@ mod tests {
                     load: "sweep".into(),
                     step: 1,
                     concurrency: 8,
+                    failover: true,
                     round: 3,
                     slot: 7,
                     provider: "anthropic".into(),
@@ -1157,6 +1173,29 @@ mod tests {
                 .unwrap()),
             vec![1, 2, 4]
         );
+    }
+
+    #[test]
+    fn oldest_pending_age_follows_the_oldest_unconsumed_entry() {
+        let tmp = tempfile::tempdir().unwrap();
+        let spool = Spool::open(cfg(tmp.path())).unwrap();
+        assert_eq!(spool.oldest_pending_age(), None);
+        spool.append("a", "r", &batch(1)).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        spool.append("a", "r", &batch(2)).unwrap();
+        let first = spool.oldest_pending_age().unwrap();
+        assert!(first >= std::time::Duration::from_millis(30), "{first:?}");
+        spool.commit(1).unwrap();
+        let second = spool.oldest_pending_age().unwrap();
+        assert!(second < first, "{second:?} vs {first:?}");
+        spool.commit(2).unwrap();
+        assert_eq!(spool.oldest_pending_age(), None);
+        // Entries left by an earlier process count from the reopen.
+        spool.append("a", "r", &batch(3)).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        drop(spool);
+        let spool = Spool::open(cfg(tmp.path())).unwrap();
+        assert!(spool.oldest_pending_age().unwrap() < std::time::Duration::from_millis(30));
     }
 
     #[test]

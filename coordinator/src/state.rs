@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, watch};
 use tonic::Status;
 
 use crate::aggregate::Aggregate;
+use crate::budget::{Caps, Guard};
 use crate::persist::{AgentRecord, CampaignRecord, StateDir};
 use crate::spool::Spool;
 use crate::summary::{self, AgentSummary, Summary};
@@ -51,6 +52,9 @@ struct CampaignAgent {
     /// progress: retries and later turns are records, not slots.
     slots_done: u64,
     skipped: u64,
+    /// From the done notice: (started on the coordinator's clock UTC µs, 0 if never; clock
+    /// offset µs; its uncertainty µs).
+    start: (i64, i64, u64),
 }
 
 impl CampaignAgent {
@@ -69,6 +73,8 @@ struct Campaign {
     start_at_unix_us: i64,
     agents: BTreeMap<String, CampaignAgent>,
     agg: Aggregate,
+    /// First-attempt send times of the rounds' slots per agent (achieved synchronization).
+    sends: crate::sync::SlotSends,
     progress: watch::Sender<pb::Progress>,
     summary: Option<Summary>,
     /// After this (coordinator clock, UTC µs) the campaign finishes with what arrived.
@@ -76,6 +82,8 @@ struct Campaign {
     expired: bool,
     /// When `latmesh campaign cancel` came (coordinator clock, UTC µs); `None`: not cancelled.
     cancelled_at_us: Option<i64>,
+    /// Budget guard: caps, what the records used, and the reason once it stopped the campaign.
+    guard: Guard,
 }
 
 /// Errors of state operations, turned into `Status` in `service.rs`.
@@ -143,6 +151,8 @@ struct Inner {
     events: Option<crate::events::EventQueue>,
     /// `Some` when campaigns persist in a state directory ([`State::with_state_dir`]).
     persist: Option<StateDir>,
+    /// Series of scheduled campaigns, by series id (see [`crate::schedule`]).
+    series: BTreeMap<String, crate::schedule::Series>,
 }
 
 /// What a store (the ClickHouse sink) must write besides result batches.
@@ -196,6 +206,53 @@ pub struct Launched {
     pub start_at_unix_us: i64,
     /// Agents the plan went to.
     pub agent_ids: Vec<String>,
+    /// The plan has a schedule: `campaign_id` is the series id, `start_at_unix_us` when its
+    /// first run is due, `agent_ids` empty (see [`crate::schedule`]).
+    pub series: bool,
+}
+
+/// How [`State::launch_with`] launches a campaign besides its plan.
+#[derive(Clone, Debug, Default)]
+pub struct LaunchOptions {
+    /// Budget caps (see [`crate::budget`]).
+    pub caps: Caps,
+    /// The campaign id to use (a series' run `SERIES-rN`); `None`: `<name>-<8 hex digits>`.
+    pub campaign_id: Option<String>,
+}
+
+/// A campaign's state in a few words (e.g. for a series' list of runs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CampaignBrief {
+    /// Round 0 start, coordinator clock, UTC µs.
+    pub start_at_unix_us: i64,
+    /// It has a summary.
+    pub finished: bool,
+    /// Its summary says complete.
+    pub complete: bool,
+    /// Cancelled (by `campaign cancel` or by the budget guard).
+    pub cancelled: bool,
+    /// The budget guard stopped it.
+    pub stopped_by_budget: bool,
+}
+
+impl CampaignBrief {
+    /// `running`, `complete`, `incomplete`, `cancelled` or `budget` (stopped by the budget
+    /// guard).
+    pub fn state(&self) -> &'static str {
+        if self.stopped_by_budget {
+            "budget"
+        } else if self.cancelled && self.finished {
+            "cancelled"
+        } else if self.cancelled {
+            "cancelling"
+        } else if !self.finished {
+            "running"
+        } else if self.complete {
+            "complete"
+        } else {
+            "incomplete"
+        }
+    }
 }
 
 impl State {
@@ -310,7 +367,7 @@ impl State {
                 let _ = tx.try_send(Ok(plan_message(id, c, next_seq)));
                 if c.cancelled_at_us.is_some() {
                     // Cancelled while it was away: it reports what it has and stops at once.
-                    let _ = tx.try_send(Ok(cancel_message(id)));
+                    let _ = tx.try_send(Ok(cancel_message(id, &cancel_reason(c))));
                 }
             }
         }
@@ -388,6 +445,16 @@ impl State {
             .collect()
     }
 
+    /// Campaigns launched and not finished (the coordinator's `/metrics`).
+    pub fn running_campaigns(&self) -> usize {
+        let inner = self.lock();
+        inner
+            .campaigns
+            .values()
+            .filter(|c| c.summary.is_none())
+            .count()
+    }
+
     /// Starts a campaign: picks the connected agents of the plan's regions, stamps
     /// `start_at = now + start_delay_us`, and pushes the plan to each.
     ///
@@ -395,9 +462,32 @@ impl State {
     /// [`StateError::BadPlan`] for unparseable JSON, [`StateError::NoAgent`] when a region has
     /// no connected agent, [`StateError::Busy`] when one of its agents runs another campaign.
     pub fn launch(&self, plan_json: &str, start_delay_us: i64) -> Result<Launched, StateError> {
-        let plan: Plan =
+        self.launch_with(plan_json, start_delay_us, &LaunchOptions::default())
+    }
+
+    /// [`State::launch`] with budget caps and, for a series' run, its campaign id. The plan
+    /// runs once: a schedule in it is dropped (the control API's launch starts a series
+    /// instead, see [`crate::schedule`]).
+    ///
+    /// # Errors
+    /// As [`State::launch`]; also [`StateError::BadPlan`] when `--max-cost` is set and a
+    /// provider has no price, or when the campaign id is taken.
+    pub fn launch_with(
+        &self,
+        plan_json: &str,
+        start_delay_us: i64,
+        opts: &LaunchOptions,
+    ) -> Result<Launched, StateError> {
+        let mut plan: Plan =
             serde_json::from_str(plan_json).map_err(|e| StateError::BadPlan(e.to_string()))?;
+        plan.schedule = None;
+        opts.caps.check(&plan).map_err(StateError::BadPlan)?;
         let mut inner = self.lock();
+        if let Some(id) = &opts.campaign_id
+            && inner.campaigns.contains_key(id)
+        {
+            return Err(StateError::BadPlan(format!("campaign id {id:?} is taken")));
+        }
         let mut chosen: Vec<(String, String)> = Vec::new();
         for region in &plan.regions {
             let found: Vec<_> = inner
@@ -436,11 +526,13 @@ impl State {
                 });
             }
         }
-        let campaign_id = format!(
-            "{}-{}",
-            plan.name,
-            &uuid::Uuid::new_v4().simple().to_string()[..8]
-        );
+        let campaign_id = opts.campaign_id.clone().unwrap_or_else(|| {
+            format!(
+                "{}-{}",
+                plan.name,
+                &uuid::Uuid::new_v4().simple().to_string()[..8]
+            )
+        });
         let launched_at_unix_us = now_unix_us();
         let start_at_unix_us = launched_at_unix_us + start_delay_us;
         let plan_json = plan.to_json();
@@ -469,11 +561,13 @@ impl State {
             launched_at_unix_us,
             start_at_unix_us,
             agg: Aggregate::default(),
+            sends: Default::default(),
             progress,
             summary: None,
             deadline_unix_us,
             expired: false,
             cancelled_at_us: None,
+            guard: Guard::new(opts.caps.clone()),
         };
         // Durable before any agent runs it: a restarted coordinator knows every campaign an
         // agent may send batches for.
@@ -503,6 +597,7 @@ impl State {
             plan_hash,
             start_at_unix_us,
             agent_ids: chosen.into_iter().map(|(id, _)| id).collect(),
+            series: false,
         })
     }
 
@@ -554,6 +649,7 @@ impl State {
         if !merge_into(c, &b) {
             return false;
         }
+        enforce_budget(&mut inner, &b.campaign_id);
         publish(&mut inner, &b.campaign_id);
         true
     }
@@ -602,11 +698,17 @@ impl State {
         let c = campaigns
             .get_mut(&done.campaign_id)
             .ok_or_else(|| StateError::UnknownCampaign(done.campaign_id.clone()))?;
+        let start = (
+            done.started_coord_unix_us,
+            done.clock_offset_us,
+            done.clock_uncertainty_us,
+        );
         if let Some(a) = c.agents.get_mut(agent_id)
-            && (a.last_seq, a.skipped) != (Some(done.last_seq), done.skipped)
+            && (a.last_seq, a.skipped, a.start) != (Some(done.last_seq), done.skipped, start)
         {
             a.last_seq = Some(done.last_seq);
             a.skipped = done.skipped;
+            a.start = start;
             if c.summary.is_none() {
                 persist_campaign(persist, &done.campaign_id, c);
             }
@@ -693,12 +795,18 @@ impl State {
                                 region: a.region,
                                 last_seq: a.last_seq,
                                 skipped: a.skipped,
+                                start: (
+                                    a.started_coord_unix_us,
+                                    a.clock_offset_us,
+                                    a.clock_uncertainty_us,
+                                ),
                                 ..Default::default()
                             },
                         )
                     })
                     .collect(),
                 agg: Aggregate::default(),
+                sends: Default::default(),
                 progress: watch::channel(pb::Progress {
                     campaign_id: id.clone(),
                     ..Default::default()
@@ -708,6 +816,11 @@ impl State {
                 deadline_unix_us: rec.deadline_unix_us,
                 expired: rec.expired,
                 cancelled_at_us: rec.cancelled_at_us,
+                // Caps and stop reason from the record; the spending is rebuilt by the replay.
+                guard: Guard {
+                    spent: Default::default(),
+                    ..rec.budget
+                },
             };
             let (mut batches, mut records) = (0u64, 0u64);
             dir.replay(&id, |e| {
@@ -748,9 +861,63 @@ impl State {
         inner.campaigns.extend(campaigns);
         inner.persist = Some(dir);
         for id in &loaded {
+            // A cap passed by the replayed batches (a coordinator killed before it cancelled).
+            enforce_budget(&mut inner, id);
             publish(&mut inner, id);
         }
+        drop(inner);
+        self.load_series();
         Ok(loaded)
+    }
+
+    /// Runs `f` on the series and the state directory under the state's lock (the
+    /// [`crate::schedule`] module's access; `f` must not call back into the state).
+    pub(crate) fn with_series<R>(
+        &self,
+        f: impl FnOnce(&mut BTreeMap<String, crate::schedule::Series>, Option<&mut StateDir>) -> R,
+    ) -> R {
+        let mut inner = self.lock();
+        let Inner {
+            series, persist, ..
+        } = &mut *inner;
+        f(series, persist.as_mut())
+    }
+
+    /// A campaign's state in a few words: from memory, else from the state directory (a
+    /// campaign an earlier process finished); `None` when unknown.
+    pub fn campaign_brief(&self, campaign_id: &str) -> Option<CampaignBrief> {
+        let inner = self.lock();
+        if let Some(c) = inner.campaigns.get(campaign_id) {
+            return Some(CampaignBrief {
+                start_at_unix_us: c.start_at_unix_us,
+                finished: c.summary.is_some(),
+                complete: c.summary.as_ref().is_some_and(|s| s.complete),
+                cancelled: c.cancelled_at_us.is_some(),
+                stopped_by_budget: c.guard.stopped.is_some(),
+            });
+        }
+        let rec = inner.persist.as_ref()?.record(campaign_id)?;
+        Some(CampaignBrief {
+            start_at_unix_us: rec.start_at_unix_us,
+            finished: rec.summary.is_some(),
+            complete: rec.summary.as_ref().is_some_and(|s| s.complete),
+            cancelled: rec.cancelled_at_us.is_some(),
+            stopped_by_budget: rec.budget.stopped.is_some(),
+        })
+    }
+
+    /// A finished campaign's summary, plan and merged histograms, for reports (`None` while it
+    /// runs, or for a campaign finished by an earlier process: its histograms are in
+    /// ClickHouse).
+    pub fn report_data(&self, campaign_id: &str) -> Option<crate::report_data::ReportData> {
+        let inner = self.lock();
+        let c = inner.campaigns.get(campaign_id)?;
+        let summary = c.summary.clone()?;
+        Some(crate::report_data::ReportData::from_aggregate(
+            summary,
+            c.plan.clone(),
+            &c.agg,
+        ))
     }
 
     /// The summary of a finished campaign.
@@ -838,10 +1005,12 @@ fn merge_into(c: &mut Campaign, b: &CheckedBatch) -> bool {
         .count() as u64;
     for r in &b.records {
         c.agg.add_record(&b.region, r);
+        c.sends.add(&b.agent_id, r);
     }
     for (key, h) in &b.histograms {
         c.agg.add_histogram(&b.region, key.clone(), h);
     }
+    c.guard.add(&c.plan, &b.records);
     true
 }
 
@@ -866,12 +1035,16 @@ fn record_of(campaign_id: &str, c: &Campaign) -> CampaignRecord {
                         last_seq: a.last_seq,
                         skipped: a.skipped,
                         slots_done: a.slots_done,
+                        started_coord_unix_us: a.start.0,
+                        clock_offset_us: a.start.1,
+                        clock_uncertainty_us: a.start.2,
                     },
                 )
             })
             .collect(),
         expired: c.expired,
         cancelled_at_us: c.cancelled_at_us,
+        budget: c.guard.clone(),
         summary: c.summary.clone(),
     }
 }
@@ -985,6 +1158,27 @@ fn publish(inner: &mut Inner, campaign_id: &str) {
             agent_summaries,
         );
         summary.cancelled = is_cancelled;
+        summary.guard = c.guard.summary();
+        summary.start = summary::StartSync::of(
+            c.agents
+                .iter()
+                .filter(|(_, a)| a.last_seq.is_some())
+                .map(|(id, a)| summary::AgentStart {
+                    agent_id: id.clone(),
+                    region: a.region.clone(),
+                    started_coord_unix_us: a.start.0,
+                    clock_offset_us: a.start.1,
+                    clock_uncertainty_us: a.start.2,
+                })
+                .collect(),
+        );
+        let offsets = c
+            .agents
+            .iter()
+            .filter(|(_, a)| a.start.0 != 0)
+            .map(|(id, a)| (id.clone(), a.start.1))
+            .collect();
+        summary.start.slot_skew = c.sends.skew(&offsets);
         c.summary = Some(summary);
         if let (Some(events), Some(summary)) = (events.as_mut(), c.summary.as_ref()) {
             events.push(StoreEvent::Finished {
@@ -1040,51 +1234,90 @@ impl State {
     /// [`StateError::UnknownCampaign`], or [`StateError::Finished`] for a campaign that has
     /// already finished.
     pub fn cancel(&self, campaign_id: &str) -> Result<Vec<String>, StateError> {
-        let mut inner = self.lock();
-        let now = now_unix_us();
-        let mut notified = Vec::new();
-        {
-            let Inner {
-                agents,
-                campaigns,
-                persist,
-                ..
-            } = &mut *inner;
-            let c = campaigns
-                .get_mut(campaign_id)
-                .ok_or_else(|| StateError::UnknownCampaign(campaign_id.to_string()))?;
-            if let Some(s) = &c.summary {
-                let how = if c.cancelled_at_us.is_some() {
-                    "cancelled"
-                } else if s.complete {
-                    "complete"
-                } else {
-                    "incomplete"
-                };
-                return Err(StateError::Finished {
-                    campaign: campaign_id.to_string(),
-                    how: how.into(),
-                });
+        cancel_in(&mut self.lock(), campaign_id)
+    }
+}
+
+/// [`State::cancel`] under the lock; the reason sent to the agents is the budget guard's
+/// when it stopped the campaign, else `cancelled by latmesh campaign cancel`.
+fn cancel_in(inner: &mut Inner, campaign_id: &str) -> Result<Vec<String>, StateError> {
+    let now = now_unix_us();
+    let mut notified = Vec::new();
+    let reason;
+    {
+        let Inner {
+            agents,
+            campaigns,
+            persist,
+            ..
+        } = &mut *inner;
+        let c = campaigns
+            .get_mut(campaign_id)
+            .ok_or_else(|| StateError::UnknownCampaign(campaign_id.to_string()))?;
+        if let Some(s) = &c.summary {
+            let how = if c.cancelled_at_us.is_some() {
+                "cancelled"
+            } else if s.complete {
+                "complete"
+            } else {
+                "incomplete"
+            };
+            return Err(StateError::Finished {
+                campaign: campaign_id.to_string(),
+                how: how.into(),
+            });
+        }
+        reason = cancel_reason(c);
+        c.cancelled_at_us.get_or_insert(now);
+        c.deadline_unix_us = c.deadline_unix_us.min(now + CANCEL_DEADLINE_US);
+        persist_campaign(persist, campaign_id, c);
+        for (id, a) in &c.agents {
+            if a.last_seq.is_some() {
+                continue; // already reported done
             }
-            c.cancelled_at_us.get_or_insert(now);
-            c.deadline_unix_us = c.deadline_unix_us.min(now + CANCEL_DEADLINE_US);
-            persist_campaign(persist, campaign_id, c);
-            for (id, a) in &c.agents {
-                if a.last_seq.is_some() {
-                    continue; // already reported done
-                }
-                if let Some(tx) = agents.get(id).and_then(|e| e.tx.as_ref())
-                    && tx.try_send(Ok(cancel_message(campaign_id))).is_ok()
-                {
-                    notified.push(id.clone());
-                }
+            if let Some(tx) = agents.get(id).and_then(|e| e.tx.as_ref())
+                && tx
+                    .try_send(Ok(cancel_message(campaign_id, &reason)))
+                    .is_ok()
+            {
+                notified.push(id.clone());
             }
         }
-        tracing::warn!(campaign = %campaign_id, agents = ?notified, "campaign cancelled");
-        publish(&mut inner, campaign_id);
-        Ok(notified)
     }
+    tracing::warn!(campaign = %campaign_id, agents = ?notified, %reason, "campaign cancelled");
+    publish(inner, campaign_id);
+    Ok(notified)
+}
 
+/// Cancels the unfinished campaign `campaign_id` when its budget guard passed a cap, through
+/// the ordinary cancel path with the guard's reason (once: a cancelled campaign stays as it
+/// is).
+fn enforce_budget(inner: &mut Inner, campaign_id: &str) {
+    let Some(c) = inner.campaigns.get_mut(campaign_id) else {
+        return;
+    };
+    if c.summary.is_some() || c.cancelled_at_us.is_some() {
+        return;
+    }
+    let Some(reason) = c.guard.passed() else {
+        return;
+    };
+    tracing::warn!(campaign = %campaign_id, prompt_tokens = c.guard.spent.prompt_tokens,
+        completion_tokens = c.guard.spent.completion_tokens, cost_usd = c.guard.spent.cost_usd,
+        "{reason}: cancelling the campaign");
+    c.guard.stopped = Some(reason);
+    let _ = cancel_in(inner, campaign_id);
+}
+
+/// Why a campaign was cancelled, as sent to its agents.
+fn cancel_reason(c: &Campaign) -> String {
+    c.guard
+        .stopped
+        .clone()
+        .unwrap_or_else(|| "cancelled by latmesh campaign cancel".into())
+}
+
+impl State {
     /// Whether the campaign was cancelled.
     pub fn is_cancelled(&self, campaign_id: &str) -> bool {
         self.lock()
@@ -1183,11 +1416,11 @@ fn campaign_agent_status(
     }
 }
 
-fn cancel_message(campaign_id: &str) -> pb::CoordinatorMessage {
+fn cancel_message(campaign_id: &str, reason: &str) -> pb::CoordinatorMessage {
     pb::CoordinatorMessage {
         kind: Some(pb::coordinator_message::Kind::Cancel(pb::CancelCampaign {
             campaign_id: campaign_id.to_string(),
-            reason: "cancelled by latmesh campaign cancel".into(),
+            reason: reason.to_string(),
         })),
     }
 }
@@ -1234,10 +1467,13 @@ mod tests {
                 }],
                 policy: Default::default(),
                 load: Default::default(),
+                failover: None,
             }],
             prompt_set: "x".into(),
             timezones: Default::default(),
             windows: Vec::new(),
+            schedule: None,
+            selection: None,
         }
     }
 
@@ -1549,7 +1785,9 @@ mod tests {
                 last_seq,
                 probes: 1,
                 skipped: 0,
-                ..Default::default()
+                started_coord_unix_us: 1_700_000_000_000_420,
+                clock_offset_us: -31,
+                clock_uncertainty_us: 50,
             };
             state.done("a2", &done(1)).unwrap();
             let before = state.watch(&l.campaign_id).unwrap().borrow().clone();
@@ -1586,12 +1824,22 @@ mod tests {
                     last_seq: 3,
                     probes: 3,
                     skipped: 0,
-                    ..Default::default()
+                    started_coord_unix_us: 1_700_000_000_000_000,
+                    clock_offset_us: 12,
+                    clock_uncertainty_us: 20,
                 },
             )
             .unwrap();
         let s = state.summary(&id).expect("finished after the restart");
         assert!(s.complete, "{s:?}");
+        // a2's start facts came before the restart: kept in the state directory.
+        let start = &s.start;
+        assert_eq!(start.skew_us, Some(420));
+        assert_eq!(start.clock_uncertainty_us, Some(50));
+        let a2 = &start.agents[1];
+        assert_eq!(a2.agent_id, "a2");
+        assert_eq!(a2.started_coord_unix_us, 1_700_000_000_000_420);
+        assert_eq!(a2.clock_offset_us, -31);
         let cell = s.cell("us-east", "p", "s").unwrap();
         assert_eq!((cell.attempts, cell.samples), (4, 4));
         let ttft = cell.ttft.unwrap();

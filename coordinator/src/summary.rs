@@ -1,6 +1,7 @@
 //! The campaign summary: the region × provider matrix per scenario, as JSON (`--json PATH`)
-//! and as terminal tables. Percentiles come from merged HDR histograms, never from averaging
-//! percentiles.
+//! and as terminal tables, plus the load models' results (sweep steps and knees, open-loop
+//! rates, the agents' start skew; see [`crate::load_stats`]). Percentiles come from merged HDR
+//! histograms, never from averaging percentiles.
 
 use std::fmt::Write as _;
 
@@ -13,6 +14,9 @@ use latmesh_core::record::Outcome;
 use serde::{Deserialize, Serialize};
 
 use crate::aggregate::Aggregate;
+use crate::failover_stats::{self, FailoverRow, PolitenessNote};
+use crate::load_stats::{self, RowFilter};
+pub use crate::load_stats::{AgentStart, RateRow, StartSync, SweepRow};
 
 /// The region label of the row that merges every region.
 pub const ALL_REGIONS: &str = "ALL";
@@ -29,12 +33,18 @@ pub struct Percentiles {
 }
 
 impl Percentiles {
-    fn of(h: &Histogram<u64>) -> Percentiles {
-        let ms = |q| h.value_at_quantile(q) as f64 / 1000.0;
+    /// P50, P90 and P99 of `h` (µs) in ms.
+    pub fn of(h: &Histogram<u64>) -> Percentiles {
+        Percentiles::from_us(load_stats::QUANTILES.map(|q| h.value_at_quantile(q)))
+    }
+
+    /// From P50, P90 and P99 in µs (each divided by 1000 as `f64`).
+    pub fn from_us([p50, p90, p99]: [u64; 3]) -> Percentiles {
+        let ms = |us: u64| us as f64 / 1000.0;
         Percentiles {
-            p50_ms: ms(0.5),
-            p90_ms: ms(0.9),
-            p99_ms: ms(0.99),
+            p50_ms: ms(p50),
+            p90_ms: ms(p90),
+            p99_ms: ms(p99),
         }
     }
 }
@@ -63,9 +73,15 @@ pub struct MatrixCell {
     /// ITL median, ms.
     pub itl_p50_ms: Option<f64>,
     /// Attempts whose outcome is not `ok`, % of attempts (attempts aborted by a campaign
-    /// cancel, outcome `cancelled`, are left out of both).
+    /// cancel, outcome `cancelled`, and open-loop arrivals never sent, outcome `dropped`, are
+    /// left out of both).
     pub error_pct: f64,
-    /// Logical requests (a first attempt and its retries count once).
+    /// Open-loop arrivals not sent because the provider's in-flight cap stayed full (outcome
+    /// `dropped`; counted in `attempts` and `outcomes`, not in error rates).
+    #[serde(default)]
+    pub dropped: u64,
+    /// Logical requests (a first attempt and its retries count once; `cancelled` and
+    /// `dropped` ones left out).
     pub requests: u64,
     /// Logical requests whose final attempt was not `ok`, % of requests (equals `error_pct`
     /// without a retry policy).
@@ -139,9 +155,35 @@ pub struct Summary {
     /// kept; slots not run count as skipped).
     #[serde(default)]
     pub cancelled: bool,
+    /// Per `sweep` scenario, region (and `ALL`) and provider: every concurrency step and the
+    /// knee.
+    #[serde(default)]
+    pub sweeps: Vec<SweepRow>,
+    /// Per `rate` scenario, region (and `ALL`) and provider: achieved rate, drops, lag,
+    /// latencies from the actual and the intended send, saturation.
+    #[serde(default)]
+    pub rates: Vec<RateRow>,
+    /// How synchronized the agents' start was (from their done notices; empty for a summary
+    /// rebuilt from ClickHouse, which does not store them).
+    #[serde(default)]
+    pub start: StartSync,
+    /// Per failover scenario and region (and `ALL`): the clients' requests through the chain
+    /// and the backups' own probes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failover: Vec<FailoverRow>,
+    /// Providers with politeness caps that answered 429 anyway (the agents kept within the
+    /// caps: the provider's own limit is lower than configured).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub politeness: Vec<PolitenessNote>,
+    // Budget guard (coordinator/src/budget.rs): `stopped_by`, `stop_reason`, `caps` and
+    // `spent` at the top level of the JSON, each absent when unknown.
+    /// Budget guard: caps, what the records used, whether the guard stopped the campaign.
+    #[serde(default, flatten)]
+    pub guard: crate::budget::BudgetSummary,
 }
 
-/// Builds the summary of `plan` from merged results.
+/// Builds the summary of `plan` from merged results (`start` is left empty: the caller fills
+/// it from the agents' done notices).
 pub fn build(
     campaign_id: &str,
     plan: &Plan,
@@ -163,6 +205,7 @@ pub fn build(
             }
         }
     }
+    let politeness = failover_stats::politeness_notes(plan, &cells);
     Summary {
         campaign_id: campaign_id.to_string(),
         name: plan.name.clone(),
@@ -175,7 +218,13 @@ pub fn build(
         cells,
         complete: agents.iter().all(|a| a.complete),
         cancelled: false,
+        sweeps: load_stats::sweep_rows(plan, agg, RowFilter::default()),
+        rates: load_stats::rate_rows(plan, agg, &agents),
+        start: StartSync::default(),
+        failover: failover_stats::failover_rows(plan, agg),
+        politeness,
         agents,
+        guard: Default::default(),
     }
 }
 
@@ -194,8 +243,10 @@ fn cell(agg: &Aggregate, region: Option<&str>, provider: &str, scenario: &str) -
     let counts = agg.counts(region, provider, scenario);
     let attempts = counts.attempts();
     let ok = counts.count(Outcome::Ok);
-    // Attempts aborted by a campaign cancel are left out of the rates.
-    let measured = attempts - counts.count(Outcome::Cancelled);
+    // Attempts aborted by a campaign cancel, and arrivals dropped unsent, are left out of the
+    // rates.
+    let dropped = counts.count(Outcome::Dropped);
+    let measured = attempts - counts.count(Outcome::Cancelled) - dropped;
     let pct = |n: u64| {
         if measured == 0 {
             0.0
@@ -216,6 +267,7 @@ fn cell(agg: &Aggregate, region: Option<&str>, provider: &str, scenario: &str) -
         tpot_p50_ms: p50(Metric::Tpot),
         itl_p50_ms: p50(Metric::Itl),
         error_pct: pct(measured - ok),
+        dropped,
         requests: counts.requests,
         request_error_pct: if counts.requests == 0 {
             0.0
@@ -246,7 +298,9 @@ impl Summary {
     }
 
     /// Renders the matrices as text tables: per scenario, rows are regions (and `ALL`),
-    /// columns providers; one table per quantity.
+    /// columns providers; one table per quantity. Then the sweeps (knee metric per step and
+    /// the knee, [`load_stats::render_sweeps`]), the open-loop rates
+    /// ([`load_stats::render_rates`]), dropped arrivals, errors, and the start skew line.
     pub fn render(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(
@@ -301,6 +355,41 @@ impl Summary {
                 let _ = writeln!(out, "{t}");
             }
         }
+        if !self.sweeps.is_empty() {
+            out.push_str(&load_stats::render_sweeps(&self.sweeps));
+        }
+        if !self.rates.is_empty() {
+            out.push_str(&load_stats::render_rates(&self.rates));
+        }
+        if !self.failover.is_empty() {
+            out.push_str(&failover_stats::render_failover(&self.failover));
+        }
+        for n in &self.politeness {
+            let _ = writeln!(
+                out,
+                "\n{}: {} throttled (429) while the agents kept within its caps ({}): the provider's own limit is lower",
+                n.provider, n.throttled, n.caps
+            );
+        }
+        let dropped: Vec<&MatrixCell> = self
+            .cells
+            .iter()
+            .filter(|c| c.region != ALL_REGIONS && c.dropped > 0)
+            .collect();
+        if !dropped.is_empty() {
+            let _ = writeln!(
+                out,
+                "
+dropped (open-loop arrivals not sent in time; not in error rates):"
+            );
+            for c in dropped {
+                let _ = writeln!(
+                    out,
+                    "  {:<14} {:<20} {:<14} {}",
+                    c.region, c.provider, c.scenario, c.dropped
+                );
+            }
+        }
         let failing: Vec<&MatrixCell> = self
             .cells
             .iter()
@@ -341,7 +430,8 @@ impl Summary {
                 );
             }
         }
-        if self.cancelled {
+        out.push_str(&self.guard.render()); // budget guard: spent, STOPPED BY BUDGET
+        if self.cancelled && !self.guard.stopped() {
             let _ = writeln!(
                 out,
                 "\nCANCELLED: latmesh campaign cancel stopped this campaign; the tables hold what was measured before"
@@ -365,6 +455,9 @@ impl Summary {
                 short.join(", ")
             );
         }
+        if let Some(line) = self.start.line() {
+            let _ = writeln!(out, "\n{line}");
+        }
         if !self.agents.is_empty() {
             let _ = writeln!(out, "\nagents:");
             for a in &self.agents {
@@ -381,5 +474,86 @@ impl Summary {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::load_stats::tests::{add_rate, agent, plan, sweep_aggregate};
+
+    #[test]
+    fn summary_reports_sweeps_rates_dropped_and_start_skew() {
+        let mut agg = sweep_aggregate();
+        add_rate(&mut agg);
+        let agents = vec![agent("a1", "us-east"), agent("b1", "eu-west")];
+        let mut s = build("c1", &plan(), 1_700_000_000_000_000, &agg, agents.clone());
+        let t = 1_700_000_000_000_000;
+        s.start = StartSync::of(
+            [("a1", t + 420, 50), ("b1", t, 30), ("b2", t + 100, 10)]
+                .into_iter()
+                .map(|(id, at, unc)| AgentStart {
+                    agent_id: id.into(),
+                    region: "eu-west".into(),
+                    started_coord_unix_us: at,
+                    clock_offset_us: 0,
+                    clock_uncertainty_us: unc,
+                })
+                .collect(),
+        );
+        assert_eq!(
+            s.sweeps,
+            load_stats::sweep_rows(&plan(), &agg, RowFilter::default())
+        );
+        assert_eq!(s.rates, load_stats::rate_rows(&plan(), &agg, &agents));
+        assert_eq!((s.sweeps.len(), s.rates.len()), (6, 6));
+
+        // Dropped arrivals: counted apart, out of the error rates.
+        let eu = s.cell("eu-west", "p", "open").unwrap();
+        assert_eq!((eu.attempts, eu.dropped, eu.samples), (100, 10, 90));
+        assert_eq!(
+            (eu.error_pct, eu.request_error_pct, eu.requests),
+            (0.0, 0.0, 90)
+        );
+        assert_eq!(s.cell("ALL", "p", "open").unwrap().dropped, 10);
+
+        // JSON carries the new sections, and a summary without them still parses.
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["sweeps"][4]["knee"]["concurrency"], 8);
+        assert_eq!(json["rates"][2]["saturated"], true);
+        assert_eq!(json["start"]["skew_us"], 420);
+        assert_eq!(json["cells"][0]["dropped"], 0);
+        let mut old = json.clone();
+        for key in ["sweeps", "rates", "start"] {
+            old.as_object_mut().unwrap().remove(key);
+        }
+        let back: Summary = serde_json::from_value(old).unwrap();
+        assert!(back.sweeps.is_empty() && back.start == StartSync::default());
+
+        let text = s.render();
+        println!("{text}");
+        for want in [
+            "sweep sw: E2E P50 ms by concurrency, all regions (10 s steps); knee: elasticity ≥ 0.5 or errors ≥ 5%",
+            "| provider | c=2  | c=4  | c=8   | knee                          |",
+            "| p        | 1.00 | 1.04 | 2.00* | c=8: latency, elasticity 0.92 |",
+            "| p        | eu-west |     9.00/10.00 |      10 |   0.20/0.20 |   0.0 | YES       |",
+            "| p        | us-east | 0.50/0.50 |     0.70/0.70 | 1.00/1.00 |    1.20/1.20 |",
+            "  p                us-east c=8 (latency), eu-west c=4 (errors)",
+            "rate open: target 10 rps per provider and agent for 10 s; rps sent per agent vs scheduled",
+            "  saturated: p eu-west: 10 arrivals dropped; achieved 9.00 rps < 95% of scheduled 10.00",
+            "start skew 0.42 ms over 3 agents (clock uncertainty ≤ 0.05 ms)",
+            "dropped (open-loop arrivals not sent in time; not in error rates):",
+        ] {
+            assert!(text.contains(want), "{want:?} not in\n{text}");
+        }
+        let from = text.find("\nsweep ").unwrap();
+        let to = text.find("\ndropped ").unwrap();
+        for line in text[from..to].lines() {
+            assert!(
+                line.chars().count() <= 100,
+                "{} chars: {line}",
+                line.chars().count()
+            );
+        }
     }
 }

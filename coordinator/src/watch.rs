@@ -133,11 +133,28 @@ pub async fn launch(
     plan: &Plan,
     start_delay_s: f64,
 ) -> anyhow::Result<pb::LaunchReply> {
+    let no_caps = crate::schedule_cli::BudgetArgs::default();
+    launch_with(client, url, plan, start_delay_s, &no_caps).await
+}
+
+/// [`launch`] with budget caps (`--max-cost`, `--max-tokens`). A plan with a schedule starts a
+/// series (the reply's `series`).
+///
+/// # Errors
+/// As [`launch`].
+pub async fn launch_with(
+    client: &mut AdminClient,
+    url: &str,
+    plan: &Plan,
+    start_delay_s: f64,
+    budget: &crate::schedule_cli::BudgetArgs,
+) -> anyhow::Result<pb::LaunchReply> {
     let reply = client
         .launch(pb::LaunchRequest {
             plan_json: plan.to_json(),
             start_delay_s,
-            ..Default::default()
+            max_cost_usd: budget.max_cost.unwrap_or(0.0),
+            max_tokens: budget.max_tokens.unwrap_or(0),
         })
         .await
         .map_err(|s| match s.code() {

@@ -76,8 +76,8 @@ use crate::load::{
 };
 use crate::metrics::{METRICS_VERSION, Metric};
 use crate::plan::{
-    ClientPolicy, DEFAULT_MAX_RESPONSE_BYTES, MAX_TURNS, MIN_MAX_RESPONSE_BYTES, Plan, PlanPrompt,
-    ProviderSpec, RetryPolicy, RoundsSpec, ScenarioSpec, Timeouts,
+    ClientPolicy, DEFAULT_MAX_RESPONSE_BYTES, FailoverSpec, MAX_TURNS, MIN_MAX_RESPONSE_BYTES,
+    Plan, PlanPrompt, ProviderSpec, RetryPolicy, RoundsSpec, ScenarioSpec, Timeouts,
 };
 use crate::prompts::{PromptSet, builtin_follow_ups, guess_lang};
 use crate::record::Outcome;
@@ -127,6 +127,13 @@ pub struct CampaignFile {
     /// `[windows]`: name → ranges, in declaration order.
     #[serde(default)]
     pub windows: WindowsSection,
+    /// `[schedule]`: repeat the campaign as a series of runs (see [`crate::schedule`]).
+    #[serde(default)]
+    pub schedule: Option<crate::schedule::ScheduleSection>,
+    /// `[selection]`: weights and user scores of the selection matrix (see
+    /// [`crate::selection`]).
+    #[serde(default)]
+    pub selection: Option<crate::selection::SelectionSection>,
 }
 
 /// `[windows]`: `(name, ranges text)` pairs, in declaration order when the file was loaded by
@@ -275,6 +282,22 @@ pub struct ScenarioSection {
     pub sweep: Option<SweepSection>,
     /// `[scenarios.rate]` of a `rate` scenario.
     pub rate: Option<RateSection>,
+    /// `failover = { chain = [...], attempts = 2, on = [...] }`: client requests through a
+    /// primary and its backups.
+    pub failover: Option<FailoverSection>,
+}
+
+/// `failover` of a scenario (see [`crate::plan::FailoverSpec`]).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FailoverSection {
+    /// Provider names: the primary, then the backups in the order tried (at least 2).
+    pub chain: Vec<String>,
+    /// Attempts per provider before switching, 1..=5 (default 2: retry once, then switch).
+    pub attempts: Option<u32>,
+    /// Outcome names that make the client try again (default: throttled, http_5xx, every
+    /// timeout, truncated, stream_error, connection_error).
+    pub on: Option<Vec<String>>,
 }
 
 /// `[scenarios.sweep]`: closed-loop concurrency steps (see [`crate::load`]).
@@ -601,7 +624,15 @@ fn validate_retry(i: usize, r: &RetrySection) -> Result<RetryPolicy, CampaignErr
                 let k = key(&format!("on[{j}]"));
                 let retryable: Vec<&str> = Outcome::ALL
                     .iter()
-                    .filter(|o| !matches!(o, Outcome::Ok | Outcome::HistoryRejected))
+                    .filter(|o| {
+                        !matches!(
+                            o,
+                            Outcome::Ok
+                                | Outcome::HistoryRejected
+                                | Outcome::Cancelled
+                                | Outcome::Dropped
+                        )
+                    })
                     .map(|o| o.as_str())
                     .collect();
                 match Outcome::parse(name) {
@@ -610,6 +641,14 @@ fn validate_retry(i: usize, r: &RetrySection) -> Result<RetryPolicy, CampaignErr
                         return Err(invalid(
                             k,
                             "\"history_rejected\" would be rejected again: it is never retried",
+                        ));
+                    }
+                    Some(o @ (Outcome::Cancelled | Outcome::Dropped)) => {
+                        return Err(invalid(
+                            k,
+                            format!(
+                                "\"{o}\" is never sent again: the agent, not the provider, ended it"
+                            ),
                         ));
                     }
                     Some(o) if !on.contains(&o) => on.push(o),
@@ -762,7 +801,21 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
                 "missing: scenarios without `load` run in rounds and need [rounds] (count, interval_s, gap_ms)",
             ));
         }
-        (Some(r), n) => validate_rounds(r, file.providers.len() * n.max(1))?,
+        (Some(r), _) => {
+            // Slots per round: a provider each, or a failover chain's request + its backups.
+            let slots: usize = file
+                .scenarios
+                .iter()
+                .zip(&loads)
+                .filter(|(_, l)| l.is_rounds())
+                .map(|(s, _)| {
+                    s.failover
+                        .as_ref()
+                        .map_or(file.providers.len(), |f| f.chain.len())
+                })
+                .sum();
+            validate_rounds(r, slots.max(1))?
+        }
     };
 
     let mut providers = Vec::new();
@@ -910,10 +963,14 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
             prompts,
             policy,
             load: loads[i].clone(),
+            failover: validate_failover(i, s, &file.providers, &loads[i])?,
         });
     }
     check_unique("scenarios", file.scenarios.iter().map(|s| s.name.as_str()))?;
     let (timezones, windows) = validate_windows(&file)?;
+    let schedule = validate_schedule(&file, &timezones, &windows)?;
+    let selection = crate::selection::validate(file.selection.as_ref(), &providers)
+        .map_err(|(key, message)| invalid(key, message))?;
 
     Ok(Plan {
         name: c.name.clone(),
@@ -926,7 +983,22 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
         prompt_set: prompt_set.name,
         timezones,
         windows,
+        schedule,
+        selection,
     })
+}
+
+/// `[schedule]`, checked against the campaign's regions, zones and windows.
+fn validate_schedule(
+    file: &CampaignFile,
+    timezones: &BTreeMap<String, String>,
+    windows: &[Window],
+) -> Result<Option<crate::schedule::Schedule>, CampaignError> {
+    file.schedule
+        .as_ref()
+        .map(|s| crate::schedule::validate(s, &file.campaign.regions, timezones, windows))
+        .transpose()
+        .map_err(|(key, message)| invalid(key, message))
 }
 
 /// `[rounds]` for `slots` probes per round.
@@ -1151,6 +1223,101 @@ fn validate_load(i: usize, s: &ScenarioSection) -> Result<LoadModel, CampaignErr
             }))
         }
     }
+}
+
+/// Most attempts per provider of a failover chain.
+const MAX_FAILOVER_ATTEMPTS: u32 = 5;
+
+/// `scenarios[i].failover` into a [`FailoverSpec`].
+fn validate_failover(
+    i: usize,
+    s: &ScenarioSection,
+    providers: &[ProviderSection],
+    load: &LoadModel,
+) -> Result<Option<FailoverSpec>, CampaignError> {
+    let Some(f) = &s.failover else {
+        return Ok(None);
+    };
+    let key = |field: &str| format!("scenarios[{i}].failover.{field}");
+    if !load.is_rounds() {
+        return Err(invalid(
+            format!("scenarios[{i}].failover"),
+            "failover is measured in rounds: remove `load` (or use load = \"rounds\")",
+        ));
+    }
+    if s.retry.is_some() {
+        return Err(invalid(
+            format!("scenarios[{i}].retry"),
+            "a failover scenario retries through failover.attempts: remove `retry`",
+        ));
+    }
+    if s.turns > 1 {
+        return Err(invalid(
+            format!("scenarios[{i}].turns"),
+            "failover scenarios are single-turn",
+        ));
+    }
+    if f.chain.len() < 2 {
+        return Err(invalid(
+            key("chain"),
+            "name the primary and at least one backup (provider names)",
+        ));
+    }
+    let mut chain = Vec::new();
+    for (j, name) in f.chain.iter().enumerate() {
+        let Some(p) = providers.iter().position(|p| &p.name == name) else {
+            return Err(invalid(
+                key(&format!("chain[{j}]")),
+                format!("{name:?} is not a provider of this campaign"),
+            ));
+        };
+        if chain.contains(&p) {
+            return Err(invalid(
+                key(&format!("chain[{j}]")),
+                format!("{name:?} is listed twice"),
+            ));
+        }
+        chain.push(p);
+    }
+    let attempts = f.attempts.unwrap_or(2);
+    if !(1..=MAX_FAILOVER_ATTEMPTS).contains(&attempts) {
+        return Err(invalid(
+            key("attempts"),
+            format!("{attempts} is not in 1..={MAX_FAILOVER_ATTEMPTS}"),
+        ));
+    }
+    let on = match &f.on {
+        None => FailoverSpec::default_on(),
+        Some(names) => {
+            let mut on = Vec::new();
+            for (j, name) in names.iter().enumerate() {
+                match Outcome::parse(name) {
+                    Some(Outcome::Ok) => {
+                        return Err(invalid(key(&format!("on[{j}]")), "\"ok\" never fails over"));
+                    }
+                    Some(o) if !on.contains(&o) => on.push(o),
+                    Some(_) => {
+                        return Err(invalid(
+                            key(&format!("on[{j}]")),
+                            format!("{name:?} is listed twice"),
+                        ));
+                    }
+                    None => {
+                        return Err(invalid(
+                            key(&format!("on[{j}]")),
+                            format!("{name:?} is not an outcome"),
+                        ));
+                    }
+                }
+            }
+            on
+        }
+    };
+    Ok(Some(FailoverSpec {
+        chain,
+        attempts,
+        on,
+    }))
 }
 
 /// Politeness caps of `providers[i]`.
@@ -1421,6 +1588,146 @@ api_key_env = "A_KEY"
         assert_eq!(s.policy.retry.as_ref().unwrap().backoff_ms, [1_000, 2_000]);
         assert!(s.prompts.iter().all(|p| p.follow_ups.len() == 2));
         assert!(plan.providers[0].pass_reasoning && !plan.providers[1].pass_reasoning);
+    }
+
+    #[test]
+    fn load_model_examples_and_the_demo_become_phased_plans() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+        let sweep = load_file(&dir.join("sweep.toml")).unwrap();
+        let LoadModel::Sweep(s) = &sweep.scenarios[0].load else {
+            panic!("{:?}", sweep.scenarios[0].load)
+        };
+        assert_eq!(
+            (s.concurrency.clone(), s.step_ms),
+            (vec![4, 8, 16, 32], 10_000)
+        );
+        assert_eq!((s.knee.metric, s.knee.percentile), (Metric::E2e, 50.0));
+        assert_eq!(sweep.rounds.count, 0);
+        assert_eq!(sweep.span_us(), 40_000_000);
+        let open = load_file(&dir.join("open-loop.toml")).unwrap();
+        let LoadModel::Rate(r) = &open.scenarios[0].load else {
+            panic!()
+        };
+        assert_eq!(
+            (r.rps, r.arrivals, r.duration_ms, r.max_queue_ms),
+            (5.0, Arrivals::Poisson, 30_000, 10_000)
+        );
+        assert_eq!(open.providers[1].limits.max_in_flight, Some(2));
+        // Exact: the plan's arrival schedules, summed over providers.
+        let arrivals: u64 = (0..2)
+            .map(|p| r.arrivals_us(open.seed, 0, p, 2).len() as u64)
+            .sum();
+        assert_eq!(open.probes_per_agent(), arrivals);
+        let patrol = load_file(&dir.join("patrol.toml")).unwrap();
+        assert_eq!(patrol.providers[0].limits.min_gap_ms, Some(2_000));
+        assert_eq!(patrol.providers[2].limits.requests_per_min, Some(60.0));
+        // The demo: rounds first (2 scenarios), then the sweep, then the rate.
+        let demo = std::fs::read_to_string(dir.join("demo.toml"))
+            .unwrap()
+            .replace("{sim}", "127.0.0.1:9");
+        let demo = load_toml_str(&demo, Path::new(".")).unwrap();
+        let phases: Vec<(crate::load::PhaseKind, u64, u64)> = demo
+            .phases()
+            .iter()
+            .map(|p| (p.kind, p.start_us, p.span_us))
+            .collect();
+        use crate::load::PhaseKind::{Rounds, Scenario};
+        assert_eq!(
+            phases,
+            vec![
+                (Rounds, 0, 30_000_000),
+                (Scenario(2), 32_000_000, 12_000_000),
+                (Scenario(3), 46_000_000, 6_000_000)
+            ]
+        );
+        assert_eq!(demo.slots_per_round(), 18);
+        assert!(demo.round_order(0).iter().all(|s| s.scenario < 2));
+    }
+
+    #[test]
+    fn load_model_errors_name_the_key() {
+        let sweep =
+            |keys: &str| GOOD.replace("max_tokens = 32", &format!("max_tokens = 32\n{keys}"));
+        let cases = [
+            (
+                sweep("load = \"burst\""),
+                "scenarios[0].load",
+                "not a load model",
+            ),
+            (sweep("load = \"sweep\""), "scenarios[0].sweep", "missing"),
+            (
+                sweep("[scenarios.sweep]\nconcurrency = [4, 2]\nstep_s = 1"),
+                "scenarios[0].sweep.concurrency[1]",
+                "must increase",
+            ),
+            (
+                sweep("[scenarios.sweep]\nconcurrency = [0]\nstep_s = 1"),
+                "scenarios[0].sweep.concurrency[0]",
+                "not in 1..=",
+            ),
+            (
+                sweep("[scenarios.sweep]\nstep_s = 0"),
+                "scenarios[0].sweep.step_s",
+                "(0, 86400]",
+            ),
+            (
+                sweep("[scenarios.sweep]\nstep_s = 1\nknee_metric = \"tpot\""),
+                "scenarios[0].sweep.knee_metric",
+                "not ttft",
+            ),
+            (
+                sweep("[scenarios.rate]\nrps = 0\nduration_s = 1"),
+                "scenarios[0].rate.rps",
+                "not in (0, 100000]",
+            ),
+            (
+                sweep("[scenarios.rate]\nrps = 10000\nduration_s = 86400"),
+                "scenarios[0].rate.duration_s",
+                "arrivals per provider",
+            ),
+            (
+                sweep("[scenarios.rate]\nrps = 1\nduration_s = 1\narrivals = \"bursty\""),
+                "scenarios[0].rate.arrivals",
+                "constant or poisson",
+            ),
+            (
+                sweep("load = \"rounds\"\n[scenarios.rate]\nrps = 1\nduration_s = 1"),
+                "scenarios[0].rate",
+                "load = \"rounds\"",
+            ),
+            (
+                GOOD.replace("api_key_env = \"A_KEY\"", "max_in_flight = 0"),
+                "providers[0].max_in_flight",
+                "at least 1",
+            ),
+            (
+                GOOD.replace("api_key_env = \"A_KEY\"", "price_input_usd_per_mtok = 0.3"),
+                "providers[0].price_output_usd_per_mtok",
+                "both prices",
+            ),
+            (
+                GOOD.replace("api_key_env = \"A_KEY\"", "requests_per_min = -1"),
+                "providers[0].requests_per_min",
+                "above 0",
+            ),
+        ];
+        for (text, key, what) in cases {
+            let e = err_of(&text);
+            assert!(
+                e.contains(key) && e.contains(what),
+                "error {e:?} should name {key} and say {what}"
+            );
+        }
+        // A rounds scenario needs [rounds]; a campaign of sweeps does not.
+        let no_rounds = GOOD.replace("[rounds]\ncount = 3\ninterval_s = 2.0\ngap_ms = 100\n", "");
+        assert!(err_of(&no_rounds).contains("rounds: missing"));
+        let sweep_only = no_rounds.replace(
+            "max_tokens = 32",
+            "max_tokens = 32\n[scenarios.sweep]\nstep_s = 2",
+        );
+        let plan = load_toml_str(&sweep_only, Path::new(".")).unwrap();
+        assert_eq!(plan.scenarios[0].load.kind(), LoadKind::Sweep);
+        assert_eq!(plan.phases().len(), 1);
     }
 
     #[test]

@@ -129,6 +129,11 @@ impl HistogramSet {
                 Metric::E2eIntended,
                 rec.e2e_us.filter(|_| open_loop).map(|v| v + lag),
             ),
+            (
+                Metric::FailoverLatency,
+                rec.request_latency_us
+                    .filter(|_| rec.failover && rec.final_attempt),
+            ),
         ];
         for (metric, value) in single {
             if let Some(v) = value {

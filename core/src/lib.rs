@@ -1,9 +1,11 @@
 //! What latmesh's agent and coordinator share: the campaign plan and its validation, the
 //! measurement record, metric definitions, HDR histogram sets, clock-offset estimation,
-//! named local-time windows, and conversions to and from the wire types.
+//! named local-time windows, schedules of repeated campaigns, the budget estimate, and
+//! conversions to and from the wire types.
 //!
 //! Pure: no network, no async.
 
+pub mod budget;
 pub mod campaign;
 pub mod clock;
 pub mod hist;
@@ -12,5 +14,7 @@ pub mod metrics;
 pub mod plan;
 pub mod prompts;
 pub mod record;
+pub mod schedule;
+pub mod selection;
 pub mod windows;
 pub mod wire;

@@ -23,8 +23,9 @@
 //! # Time layout ([`Plan::phases`](crate::plan::Plan::phases))
 //! Phases run one after another from `start_at`, the same in every region: first the rounds
 //! of every `rounds` scenario (`count × interval`), then each `sweep` and `rate` scenario in
-//! the order of the campaign file (`steps × step_ms`, `duration_ms`). Requests still in flight
-//! at a phase's end finish during the next one.
+//! the order of the campaign file (`steps × step_ms`, `duration_ms`), with
+//! [`PHASE_SETTLE_US`](crate::plan::PHASE_SETTLE_US) (2 s) between two phases so that the
+//! requests still in flight at a phase's end mostly finish before the next one starts.
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

@@ -30,11 +30,15 @@ pub enum Metric {
     TtftIntended,
     /// Open loop (`rate`): E2E from the intended send time (`sched_lag` + `e2e`).
     E2eIntended,
+    /// Failover scenarios: what the client waited, from its first attempt's send to the end
+    /// of the answer that ended the request (`request_latency` of a final `ok` attempt with
+    /// `failover`), kept under the provider that answered.
+    FailoverLatency,
 }
 
 impl Metric {
     /// Every metric, in report order.
-    pub const ALL: [Metric; 9] = [
+    pub const ALL: [Metric; 10] = [
         Metric::Ttfb,
         Metric::Ttft,
         Metric::Ttfc,
@@ -44,6 +48,7 @@ impl Metric {
         Metric::SchedLag,
         Metric::TtftIntended,
         Metric::E2eIntended,
+        Metric::FailoverLatency,
     ];
 
     /// The lowercase name used on the wire and in ClickHouse.
@@ -58,6 +63,7 @@ impl Metric {
             Metric::SchedLag => "sched_lag",
             Metric::TtftIntended => "ttft_intended",
             Metric::E2eIntended => "e2e_intended",
+            Metric::FailoverLatency => "failover_latency",
         }
     }
 

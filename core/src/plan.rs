@@ -22,6 +22,7 @@ use sha2::{Digest, Sha256};
 use crate::load::{LoadModel, Phase, PhaseKind, Price, ProviderLimits};
 use crate::prompts::Message;
 use crate::record::Outcome;
+use crate::schedule::Schedule;
 use crate::windows::Window;
 
 /// A provider endpoint. The API key itself never appears here: only the name of the
@@ -115,6 +116,45 @@ pub struct ScenarioSpec {
     /// How its requests are scheduled (absent from the JSON for `rounds`).
     #[serde(default, skip_serializing_if = "LoadModel::is_rounds")]
     pub load: LoadModel,
+    /// Failover through a chain of providers (absent when none; `rounds` scenarios only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover: Option<FailoverSpec>,
+}
+
+/// A primary provider and its backups, as a client with a failover policy uses them: each
+/// slot of the scenario is one client request that tries `chain[0]` up to `attempts` times
+/// while the outcome is in `on`, then `chain[1]`, and so on, until an attempt is not in `on`
+/// or the chain is exhausted. Every attempt is a record (of the provider it went to, with
+/// `failover = true`); the last one carries the client's outcome and `request_latency_us`.
+/// Every round also probes each backup on its own (a plain slot, `failover = false`), so a
+/// dead backup shows before it is needed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FailoverSpec {
+    /// Provider indexes: the primary, then the backups in the order they are tried.
+    pub chain: Vec<usize>,
+    /// Attempts per provider before switching (2: retry once, then switch).
+    pub attempts: u32,
+    /// Outcomes that make the client try again (same provider while it has attempts left,
+    /// else the next one).
+    pub on: Vec<Outcome>,
+}
+
+impl FailoverSpec {
+    /// The outcomes a client fails over on by default: throttling, server errors, timeouts,
+    /// broken connections and streams.
+    pub fn default_on() -> Vec<Outcome> {
+        vec![
+            Outcome::Throttled,
+            Outcome::Http5xx,
+            Outcome::TimeoutConnect,
+            Outcome::TimeoutTtft,
+            Outcome::TimeoutIdle,
+            Outcome::TimeoutTotal,
+            Outcome::Truncated,
+            Outcome::StreamError,
+            Outcome::ConnectionError,
+        ]
+    }
 }
 
 impl ScenarioSpec {
@@ -289,15 +329,43 @@ pub struct Plan {
     /// wins; see [`crate::windows`]). Absent from the JSON when empty, like `timezones`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub windows: Vec<Window>,
+    /// When the campaign repeats as a series of runs (`[schedule]`, see
+    /// [`crate::schedule`]); `None`: it runs once. Absent from the JSON when `None`, so plans
+    /// without a schedule keep their [`Plan::hash`]. The coordinator sends each run's plan
+    /// to the agents without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<Schedule>,
+    /// Weights and user scores of the provider selection matrix (`[selection]`, see
+    /// [`crate::selection`]); `None` without the section. Absent from the JSON when `None`, so
+    /// plans without it keep their [`Plan::hash`]. Agents ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selection: Option<crate::selection::Selection>,
 }
+
+/// Pause between two phases, µs: requests still in flight at a phase's end finish before the
+/// next phase starts, so one load model's tail does not load the next one's measurements.
+pub const PHASE_SETTLE_US: u64 = 2_000_000;
 
 /// One probe of a round: which provider, which scenario.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Slot {
-    /// Index into [`Plan::providers`].
+    /// Index into [`Plan::providers`] (for a failover request: the chain's primary).
     pub provider: usize,
     /// Index into [`Plan::scenarios`].
     pub scenario: usize,
+    /// A client request through the scenario's failover chain ([`FailoverSpec`]).
+    pub failover: bool,
+}
+
+impl Slot {
+    /// A plain probe of `provider` in `scenario`.
+    pub fn new(provider: usize, scenario: usize) -> Slot {
+        Slot {
+            provider,
+            scenario,
+            failover: false,
+        }
+    }
 }
 
 impl Plan {
@@ -308,9 +376,30 @@ impl Plan {
             .collect()
     }
 
-    /// Probes per round (providers × `rounds` scenarios).
+    /// The slots scenario `scenario` has in every round (or of every sweep step / rate
+    /// schedule): one per provider; for a failover scenario one client request through its
+    /// chain plus one plain probe of each backup.
+    pub fn scenario_slots(&self, scenario: usize) -> Vec<Slot> {
+        match &self.scenarios[scenario].failover {
+            None => (0..self.providers.len())
+                .map(|p| Slot::new(p, scenario))
+                .collect(),
+            Some(f) => std::iter::once(Slot {
+                provider: f.chain[0],
+                scenario,
+                failover: true,
+            })
+            .chain(f.chain[1..].iter().map(|&b| Slot::new(b, scenario)))
+            .collect(),
+        }
+    }
+
+    /// Probes per round (the slots of every `rounds` scenario).
     pub fn slots_per_round(&self) -> usize {
-        self.providers.len() * self.rounds_scenarios().len()
+        self.rounds_scenarios()
+            .into_iter()
+            .map(|s| self.scenario_slots(s).len())
+            .sum()
     }
 
     /// Logical requests one agent is planned to make, when known in advance: every rounds
@@ -347,7 +436,7 @@ impl Plan {
                 start_us: 0,
                 span_us,
             });
-            at = span_us;
+            at = span_us + PHASE_SETTLE_US;
         }
         for (i, s) in self.scenarios.iter().enumerate() {
             if !s.load.is_rounds() {
@@ -357,13 +446,14 @@ impl Plan {
                     start_us: at,
                     span_us,
                 });
-                at += span_us;
+                at += span_us + PHASE_SETTLE_US;
             }
         }
         out
     }
 
-    /// From `start_at` to the end of the last phase, µs.
+    /// From `start_at` to the end of the last phase, µs (the settle time after the last
+    /// phase is not counted).
     pub fn span_us(&self) -> u64 {
         self.phases().last().map_or(0, |p| p.start_us + p.span_us)
     }
@@ -371,14 +461,14 @@ impl Plan {
     /// The probe order of round `round`: every (provider, `rounds` scenario) once, shuffled
     /// with a ChaCha8 generator seeded by (`seed`, `round`). Identical in every region.
     pub fn round_order(&self, round: u32) -> Vec<Slot> {
-        let scenarios = self.rounds_scenarios();
-        let mut slots: Vec<Slot> = (0..self.providers.len())
-            .flat_map(|provider| {
-                scenarios
-                    .iter()
-                    .map(move |&scenario| Slot { provider, scenario })
-            })
+        let mut slots: Vec<Slot> = self
+            .rounds_scenarios()
+            .into_iter()
+            .flat_map(|scenario| self.scenario_slots(scenario))
             .collect();
+        // The order before shuffling is provider-major, as plans before failover had it, so
+        // their rounds keep their order.
+        slots.sort_by_key(|s| (s.provider, s.scenario, s.failover));
         let mut rng = ChaCha8Rng::seed_from_u64(
             self.seed ^ u64::from(round).wrapping_mul(0x9E37_79B9_7F4A_7C15),
         );
@@ -456,11 +546,14 @@ pub(crate) mod tests {
                     ],
                     policy: ClientPolicy::default(),
                     load: LoadModel::Rounds,
+                    failover: None,
                 })
                 .collect(),
             prompt_set: "x".into(),
             timezones: BTreeMap::new(),
             windows: Vec::new(),
+            schedule: None,
+            selection: None,
         }
     }
 

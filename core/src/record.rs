@@ -153,6 +153,9 @@ pub struct ProbeRecord {
     pub step: u32,
     /// `sweep`: the step's target concurrency; 0 otherwise.
     pub concurrency: u32,
+    /// The attempt belongs to a client request through a failover chain (the scenario's
+    /// `failover`); `provider` is where this attempt went.
+    pub failover: bool,
     /// Provider name from the plan.
     pub provider: String,
     /// Scenario name from the plan.

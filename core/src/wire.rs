@@ -81,6 +81,7 @@ impl From<&ProbeRecord> for pb::ProbeRecord {
             load: r.load.as_str().to_string(),
             step: r.step,
             concurrency: r.concurrency,
+            failover: r.failover,
         }
     }
 }
@@ -105,6 +106,7 @@ impl TryFrom<pb::ProbeRecord> for ProbeRecord {
             load,
             step: r.step,
             concurrency: r.concurrency,
+            failover: r.failover,
             round: r.round,
             slot: r.slot,
             provider: r.provider,
@@ -211,6 +213,7 @@ mod tests {
             load: LoadKind::Sweep,
             step: 2,
             concurrency: 16,
+            failover: true,
             round: 2,
             slot: 5,
             provider: "p".into(),

@@ -123,9 +123,9 @@ impl Env {
     /// Starts `campaign launch` of the demo campaign (two regions, [`ROUNDS`] rounds, every
     /// provider keyed by [`KEY_ENV`]) in the background; output goes to `launch.out`.
     fn launch(&self) -> std::process::Child {
-        let campaign = latmesh_coordinator::demo::DEMO_CAMPAIGN
+        let campaign = latmesh_coordinator::demo::demo_rounds_only()
             .replace("{sim}", &self.sim_addr)
-            .replace("count = 20 ", &format!("count = {ROUNDS} "))
+            .replace("count = 12 ", &format!("count = {ROUNDS} "))
             .replace(
                 "regions = [\"us-east\", \"eu-west\", \"ap-southeast\"]",
                 "regions = [\"us-east\", \"eu-west\"]",

@@ -76,11 +76,14 @@ fn plan() -> Plan {
                 }],
                 policy: Default::default(),
                 load: Default::default(),
+                failover: None,
             })
             .collect(),
         prompt_set: "mixed".into(),
         timezones: Default::default(),
         windows: Vec::new(),
+        schedule: None,
+        selection: None,
     }
 }
 
@@ -89,6 +92,7 @@ fn full_record() -> ProbeRecord {
         load: latmesh_core::load::LoadKind::Sweep,
         step: 2,
         concurrency: 16,
+        failover: true,
         round: 3,
         slot: 5,
         provider: "gamma-推理".into(),
@@ -1147,5 +1151,244 @@ async fn insert_throughput() {
     }
     let counts = store::counts(&client, &db, "bench").await.unwrap();
     assert_eq!(counts.request_rows, 400_000);
+    latmesh_tests::drop_db(&client, &db).await;
+}
+
+/// One simulated agent of a sweep campaign: both scenarios are sweeps (c = 2, 4, 8, 16), every
+/// step's requests get slower with concurrency (and on some providers fail more), histograms
+/// are kept per step and flushed every step, as agents do.
+fn simulate_sweep_agent(rng: &mut StdRng, region_ix: usize, plan: &Plan) -> Vec<SimBatch> {
+    use latmesh_core::load::{LoadKind, LoadModel};
+    let start = 1_700_000_000_000_000i64 + region_ix as i64 * 7_000;
+    let mut batches = Vec::new();
+    for (s, scenario) in plan.scenarios.iter().enumerate() {
+        let LoadModel::Sweep(spec) = &scenario.load else {
+            panic!("sweep scenarios only");
+        };
+        for (k, &c) in spec.concurrency.iter().enumerate() {
+            let step_start = start + ((s * spec.concurrency.len() + k) as i64) * 10_000_000;
+            let mut set = HistogramSet::new();
+            let mut records = Vec::new();
+            for (p, provider) in PROVIDERS.iter().enumerate() {
+                // Provider p saturates from step p on: latency grows with concurrency there.
+                let base = 30_000.0 * (1.0 + p as f64) * (1.0 + 0.4 * region_ix as f64);
+                let load = if k >= p { f64::from(c) / 2.0 } else { 1.0 };
+                for i in 0..(c * 3) {
+                    let roll: f64 = rng.random();
+                    let fail = 0.02 + if p == 3 { 0.03 * k as f64 } else { 0.0 };
+                    let outcome = match roll {
+                        x if x < fail => Outcome::Http5xx,
+                        x if x < fail + 0.02 => Outcome::Throttled,
+                        x if x < fail + 0.03 => Outcome::Cancelled,
+                        _ => Outcome::Ok,
+                    };
+                    let retried = outcome == Outcome::Throttled && rng.random_bool(0.5);
+                    let mut rec = ProbeRecord {
+                        load: LoadKind::Sweep,
+                        step: k as u32,
+                        concurrency: c,
+                        slot: i,
+                        provider: provider.to_string(),
+                        scenario: scenario.name.clone(),
+                        prompt_id: "p".into(),
+                        attempt: 1,
+                        final_attempt: !retried,
+                        turn: 1,
+                        stream: true,
+                        send_agent_unix_us: step_start + i64::from(i) * 20_000,
+                        outcome: Some(outcome),
+                        ..Default::default()
+                    };
+                    if outcome == Outcome::Ok {
+                        let ttft = (base * load * (rng.random::<f64>() * 1.5).exp()) as u64;
+                        let tokens = rng.random_range(2..300u32);
+                        let e2e = ttft + u64::from(tokens) * rng.random_range(5_000..20_000);
+                        rec.ttft_us = Some(ttft);
+                        rec.e2e_us = Some(e2e);
+                        rec.output_tokens = tokens;
+                        rec.http_status = Some(200);
+                    }
+                    set.record_probe(&rec, &[]);
+                    records.push(rec.clone());
+                    if retried {
+                        // Its retry, later in the same step: it counts in the step it was sent.
+                        let ok = ProbeRecord {
+                            attempt: 2,
+                            final_attempt: true,
+                            outcome: Some(Outcome::Ok),
+                            ttft_us: Some((base * load) as u64),
+                            e2e_us: Some((base * load) as u64 + 50_000),
+                            output_tokens: 7,
+                            send_agent_unix_us: rec.send_agent_unix_us + 1_000_000,
+                            ..rec
+                        };
+                        set.record_probe(&ok, &[]);
+                        records.push(ok);
+                    }
+                }
+            }
+            let end = step_start + 10_000_000;
+            batches.push(SimBatch {
+                seq: batches.len() as u64 + 1,
+                records,
+                histograms: set
+                    .drain()
+                    .into_iter()
+                    .map(|(k, h)| (k, h, step_start, end))
+                    .collect(),
+            });
+        }
+    }
+    batches
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_sweep_equals_the_in_memory_sweep() {
+    use latmesh_coordinator::load_stats::{self, RowFilter, SweepRow};
+    use latmesh_core::load::{KneeRule, LoadModel, SweepSpec};
+
+    let (client, db) = migrated("sweep").await;
+    let mut plan = plan();
+    // Two sweeps with different knee rules: TTFT P95 (a level the matrix never asks for) and
+    // the default E2E P50.
+    for (s, knee) in plan.scenarios.iter_mut().zip([
+        KneeRule {
+            metric: Metric::Ttft,
+            percentile: 95.0,
+            elasticity: 0.5,
+            error_pct: 5.0,
+        },
+        KneeRule::default(),
+    ]) {
+        s.load = LoadModel::Sweep(SweepSpec {
+            concurrency: vec![2, 4, 8, 16],
+            step_ms: 10_000,
+            step_requests: None,
+            knee,
+        });
+    }
+    let campaign_id = "sweep-campaign";
+    let start_at = 1_700_000_000_000_000;
+    store::insert_campaign(
+        &client,
+        &db,
+        &CampaignRow::new(campaign_id, &plan, start_at - 5_000_000, start_at, "test"),
+    )
+    .await
+    .unwrap();
+    let agents = [
+        ("agent-use-1", 0usize, 31i64),
+        ("agent-use-2", 0, -1_500),
+        ("agent-euw-1", 1, 2_000),
+        ("agent-aps-1", 2, -80_000),
+    ];
+    let mut rng = StdRng::seed_from_u64(0x5EE9);
+    let mut agg = Aggregate::default();
+    for (agent_id, region_ix, offset) in agents {
+        let region = REGIONS[region_ix];
+        for b in simulate_sweep_agent(&mut rng, region_ix, &plan) {
+            for r in &b.records {
+                agg.add_record(region, r);
+            }
+            for (k, h, _, _) in &b.histograms {
+                agg.add_histogram(region, k.clone(), h);
+            }
+            let key = BatchKey::new(campaign_id, agent_id, region, offset, b.seq);
+            store::insert_batch(&client, &db, &key, &b.records, &b.histograms)
+                .await
+                .unwrap();
+        }
+    }
+
+    // Every row, every step, to the last digit: counts, error %, P50/P90/P99 of TTFT and E2E,
+    // the knee metric's value, throughput, and the knee.
+    let memory = load_stats::sweep_rows(&plan, &agg, RowFilter::default());
+    let sql = store::query::sweep(&client, &db, &QueryFilter::campaign(campaign_id))
+        .await
+        .unwrap();
+    assert_eq!(
+        memory.len(),
+        (REGIONS.len() + 1) * PROVIDERS.len() * SCENARIOS.len()
+    );
+    for (m, s) in memory.iter().zip(&sql) {
+        assert_eq!(s, m, "{} {} {}", m.region, m.provider, m.scenario);
+    }
+    assert_eq!(sql, memory);
+    // The summary carries the same rows.
+    let summary = summary::build(campaign_id, &plan, start_at, &agg, Vec::new());
+    assert_eq!(summary.sweeps, memory);
+    // Not trivially equal: data in every step, knees found by latency and by errors.
+    assert!(memory.iter().all(|r| {
+        r.steps
+            .iter()
+            .all(|s| s.requests > 0 && s.ttft.is_some() && s.knee_value_ms.is_some())
+    }));
+    let reasons: BTreeSet<&str> = memory
+        .iter()
+        .filter_map(|r| r.knee.as_ref().map(|k| k.reason.as_str()))
+        .collect();
+    assert_eq!(
+        reasons,
+        BTreeSet::from(["errors", "latency"]),
+        "{memory:#?}"
+    );
+
+    // Filters: one region (ALL then merges just it), one provider, one scenario.
+    let filter = QueryFilter {
+        region: Some("eu-west".into()),
+        provider: Some("beta".into()),
+        scenario: Some("long-input".into()),
+        ..QueryFilter::campaign(campaign_id)
+    };
+    let only = RowFilter {
+        region: Some("eu-west"),
+        provider: Some("beta"),
+        scenario: Some("long-input"),
+    };
+    let sql = store::query::sweep(&client, &db, &filter).await.unwrap();
+    assert_eq!(sql, load_stats::sweep_rows(&plan, &agg, only));
+    assert_eq!(sql.len(), 2);
+    assert_eq!(
+        sql[0].steps, sql[1].steps,
+        "ALL of one region is that region"
+    );
+
+    // The CLI prints the same rows (`--json`) and a table.
+    let args = [
+        "query",
+        "sweep",
+        "--campaign",
+        campaign_id,
+        "--clickhouse-url",
+        latmesh_tests::clickhouse_url(),
+        "--clickhouse-db",
+        &db,
+    ];
+    let out = std::process::Command::new(latmesh_tests::bin("latmesh"))
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Compared as text: the JSON printed is exactly the in-memory rows' (serde_json parses
+    // floats back to within one ulp only).
+    let printed = String::from_utf8(out.stdout).unwrap();
+    assert!(printed.trim_end() == serde_json::to_string_pretty(&memory).unwrap());
+    let parsed: Vec<SweepRow> = serde_json::from_str(&printed).unwrap();
+    assert_eq!(parsed.len(), memory.len());
+    let out = std::process::Command::new(latmesh_tests::bin("latmesh"))
+        .args(args)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("sweep chat-short: TTFT P95 ms by concurrency"),
+        "{text}"
+    );
+    assert!(text.contains("sweep long-input: every step"), "{text}");
     latmesh_tests::drop_db(&client, &db).await;
 }

@@ -24,8 +24,43 @@ async fn demo_matrix_reflects_the_simulated_world() {
     .unwrap();
     assert_eq!(s.regions.len(), 3);
     assert_eq!(s.providers.len(), 9);
-    // 3 regions + ALL, 9 providers, 2 scenarios.
-    assert_eq!(s.cells.len(), 4 * 9 * 2);
+    // 3 regions + ALL, 9 providers, 4 scenarios (2 in rounds, a sweep, an open-loop rate).
+    assert_eq!(s.cells.len(), 4 * 9 * 4);
+    // The sweep: one row per region and ALL for every provider, four steps each; `steady`
+    // (16 requests at once over the three regions) bends at 8 workers per region (24).
+    assert_eq!(s.sweeps.len(), 4 * 9);
+    assert!(
+        s.sweeps.iter().all(|r| r.steps.len() == 4),
+        "{:#?}",
+        s.sweeps
+    );
+    let sweep = |p: &str| {
+        s.sweeps
+            .iter()
+            .find(|r| r.region == "ALL" && r.provider == p)
+            .unwrap()
+    };
+    assert_eq!(
+        sweep("steady").knee.as_ref().map(|k| k.concurrency),
+        Some(8),
+        "{:#?}",
+        sweep("steady")
+    );
+    let budget_knee = sweep("budget").knee.as_ref().map(|k| k.concurrency);
+    assert!(matches!(budget_knee, Some(4 | 8)), "{:#?}", sweep("budget"));
+    // The open loop: every provider's arrivals were sent, and the three agents started
+    // together.
+    assert_eq!(s.rates.len(), 4 * 9);
+    for r in s.rates.iter().filter(|r| r.region == "ALL") {
+        assert_eq!(r.sent, r.scheduled * r.agents, "{r:#?}");
+        assert_eq!(r.dropped, 0, "{r:#?}");
+    }
+    assert_eq!(s.start.agents.len(), 3);
+    assert!(
+        s.start.skew_us.is_some_and(|us| us < 5_000),
+        "{:?}",
+        s.start
+    );
     let cell =
         |r: &str, p: &str, sc: &str| s.cell(r, p, sc).unwrap_or_else(|| panic!("{r} {p} {sc}"));
 

@@ -55,9 +55,9 @@ fn campaign_across_three_agent_processes() {
         ));
     }
 
-    let campaign = latmesh_coordinator::demo::DEMO_CAMPAIGN
+    let campaign = latmesh_coordinator::demo::demo_rounds_only()
         .replace("{sim}", &sim_addr)
-        .replace("count = 20 ", "count = 3 ");
+        .replace("count = 12 ", "count = 3 ");
     let file = dir.path().join("campaign.toml");
     std::fs::write(&file, campaign).unwrap();
     let json = dir.path().join("summary.json");

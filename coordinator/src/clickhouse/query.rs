@@ -1,6 +1,7 @@
 //! Queries: the region × provider matrix ([`matrix`]), the outcome mix ([`errors`]), peak vs
-//! off-peak ([`windows`]), a provider's trend ([`trend`]), stored campaigns and agents, and
-//! row counts for `latmesh campaign verify` ([`counts`]).
+//! off-peak ([`windows`]), a provider's trend ([`trend`]), a campaign's concurrency sweeps
+//! step by step ([`sweep`]), stored campaigns and agents, and row counts for
+//! `latmesh campaign verify` ([`counts`]).
 //!
 //! Percentiles are exact over any grouping: `quantilesExactWeighted(0.5, 0.9, 0.99)(value,
 //! weight)` over `ARRAY JOIN values AS value, counts AS weight` of every interval histogram in
@@ -17,6 +18,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use comfy_table::{Cell as TCell, CellAlignment, Table, presets};
+use latmesh_core::load::SweepSpec;
 use latmesh_core::metrics::Metric;
 use latmesh_core::plan::Plan;
 use latmesh_core::record::Outcome;
@@ -25,6 +27,8 @@ use serde::{Deserialize, Serialize};
 
 use super::rows::{AgentRow, CampaignRow};
 use super::{StoreError, check_identifier};
+use crate::aggregate::counts_in_error_rates;
+use crate::load_stats::{self, RowFilter, StepMeasure, SweepRow};
 use crate::summary::{ALL_REGIONS, MatrixCell, Percentiles};
 
 /// Which rows a query looks at. Every field left `None` means "all".
@@ -131,7 +135,7 @@ pub struct MatrixRow {
     pub ok_output_tokens: u64,
     /// `ok` attempts whose output tokens came from `usage`.
     pub tokens_from_usage: u64,
-    /// Logical requests (rows with `final_attempt`).
+    /// Logical requests (rows with `final_attempt`; `cancelled` and `dropped` left out).
     pub requests: u64,
     /// Logical requests whose final attempt was not `ok`.
     pub requests_failed: u64,
@@ -182,14 +186,14 @@ impl MatrixRow {
         }
     }
 
-    /// Attempts not aborted by a campaign cancel (outcome `cancelled`).
+    fn outcome(&self, o: Outcome) -> u64 {
+        self.outcomes.get(o.as_str()).copied().unwrap_or(0)
+    }
+
+    /// Attempts neither aborted by a campaign cancel (outcome `cancelled`) nor dropped unsent
+    /// (outcome `dropped`).
     fn measured(&self) -> u64 {
-        self.attempts
-            - self
-                .outcomes
-                .get(Outcome::Cancelled.as_str())
-                .copied()
-                .unwrap_or(0)
+        self.attempts - self.outcome(Outcome::Cancelled) - self.outcome(Outcome::Dropped)
     }
 
     fn pct(&self, n: u64) -> f64 {
@@ -201,8 +205,8 @@ impl MatrixRow {
         }
     }
 
-    /// Attempts whose outcome is not `ok`, % of attempts (0 without attempts; attempts
-    /// aborted by a campaign cancel left out of both).
+    /// Attempts whose outcome is not `ok`, % of attempts (0 without attempts; `cancelled`
+    /// and `dropped` attempts left out of both).
     pub fn error_pct(&self) -> f64 {
         self.pct(self.measured() - self.samples)
     }
@@ -233,6 +237,7 @@ impl MatrixRow {
             tpot_p50_ms: self.tpot.map(|p| p.p50_ms),
             itl_p50_ms: self.itl.map(|p| p.p50_ms),
             error_pct: self.error_pct(),
+            dropped: self.outcome(Outcome::Dropped),
             throttled_pct: self.throttled_pct(),
             output_tokens_mean: self.output_tokens_mean(),
             tokens_from_usage: self.tokens_from_usage,
@@ -379,7 +384,8 @@ pub async fn matrix_filtered(
                 .or_insert_with(|| MatrixRow::new(region, &c.provider, &c.scenario));
             cell.attempts += c.n;
             *cell.outcomes.entry(c.outcome.clone()).or_insert(0) += c.n;
-            if c.outcome != Outcome::Cancelled.as_str() {
+            let measured = Outcome::parse(&c.outcome).is_none_or(counts_in_error_rates);
+            if measured {
                 cell.requests += c.final_n;
             }
             if c.outcome == Outcome::Ok.as_str() {
@@ -389,7 +395,7 @@ pub async fn matrix_filtered(
                 cell.ok_usage_reports += c.usage_n;
                 cell.ok_usage_chunk_delta_sum += c.delta_sum;
                 cell.ok_usage_chunk_mismatches += c.mismatches;
-            } else if c.outcome != Outcome::Cancelled.as_str() {
+            } else if measured {
                 cell.requests_failed += c.final_n;
             }
             if c.outcome == Outcome::Throttled.as_str() {
@@ -826,17 +832,245 @@ pub async fn stored_window_spec(
     db: &str,
     campaign_id: &str,
 ) -> Result<Option<WindowSpec>, StoreError> {
+    let Some(plan) = stored_plan(client, db, campaign_id).await? else {
+        return Ok(None);
+    };
+    WindowSpec::from_plan(&plan)
+        .map(Some)
+        .map_err(|e| StoreError::Rejected {
+            code: None,
+            message: format!("stored plan of campaign {campaign_id:?}: {e}"),
+        })
+}
+
+/// The plan of the stored campaign `campaign_id`; `None` when the campaign is not stored.
+///
+/// # Errors
+/// The server's or connection's error; [`StoreError::Rejected`] for a stored plan that does
+/// not parse.
+pub async fn stored_plan(
+    client: &clickhouse::Client,
+    db: &str,
+    campaign_id: &str,
+) -> Result<Option<Plan>, StoreError> {
     let Some(row) = campaign(client, db, campaign_id).await? else {
         return Ok(None);
     };
-    let bad = |message: String| StoreError::Rejected {
-        code: None,
-        message: format!("stored plan of campaign {campaign_id:?}: {message}"),
-    };
-    let plan: Plan = serde_json::from_str(&row.plan_json).map_err(|e| bad(e.to_string()))?;
-    WindowSpec::from_plan(&plan)
+    serde_json::from_str(&row.plan_json)
         .map(Some)
-        .map_err(|e| bad(e.to_string()))
+        .map_err(|e| StoreError::Rejected {
+            code: None,
+            message: format!("stored plan of campaign {campaign_id:?}: {e}"),
+        })
+}
+
+#[derive(clickhouse::Row, Deserialize)]
+struct StepOutcomeCount {
+    region: String,
+    provider: String,
+    scenario: String,
+    step: u32,
+    outcome: String,
+    final_n: u64,
+    output_tokens: u64,
+}
+
+#[derive(clickhouse::Row, Deserialize)]
+struct StepQuantiles {
+    region: String,
+    provider: String,
+    scenario: String,
+    metric: String,
+    step: u32,
+    q: Vec<u64>,
+}
+
+/// A quantile as an SQL literal: the shortest decimal that reads back as the same `f64`, so
+/// ClickHouse's threshold `ceil(weights × level)` equals HdrHistogram's.
+fn quantile_sql(q: f64) -> String {
+    format!("{q}")
+}
+
+/// The sweep results of the stored campaign `filter.campaign_id`, exactly as the
+/// coordinator's summary computes them ([`crate::load_stats::sweep_rows`]): per `sweep`
+/// scenario (of the stored plan), region (and `ALL`: the regions the filter keeps, merged) and
+/// provider, every step's requests, ok and error % (final attempts of `load = 'sweep'` rows of
+/// `requests`, grouped by `step`; `cancelled` and `dropped` left out), TTFT and E2E
+/// P50/P90/P99 and the knee metric's percentile (`quantilesExactWeighted` over `ARRAY JOIN` of
+/// the step's `histograms` rows, which equals HdrHistogram's `value_at_quantile` of the merged
+/// histograms), throughput over `step_ms`, and the knee ([`latmesh_core::load::find_knee`],
+/// computed here from those rows). Ordered by scenario, region (`ALL` last), provider, each
+/// in plan order; steps without data are present with zero counts.
+///
+/// # Errors
+/// [`StoreError::Rejected`] without `filter.campaign_id`, for a campaign that is not stored or
+/// whose plan does not parse; [`StoreError::InvalidName`] for a bad `db`; the server's or
+/// connection's error otherwise.
+pub async fn sweep(
+    client: &clickhouse::Client,
+    db: &str,
+    filter: &QueryFilter,
+) -> Result<Vec<SweepRow>, StoreError> {
+    check_identifier(db)?;
+    let rejected = |message: String| StoreError::Rejected {
+        code: None,
+        message,
+    };
+    let id = filter
+        .campaign_id
+        .as_deref()
+        .ok_or_else(|| rejected("sweep results are of one campaign: give one".into()))?;
+    let plan = stored_plan(client, db, id)
+        .await?
+        .ok_or_else(|| rejected(format!("campaign {id:?} is not in {db}.campaigns")))?;
+    let specs: Vec<(&str, &SweepSpec)> = load_stats::sweep_scenarios(&plan)
+        .into_iter()
+        .filter(|(s, _)| filter.scenario.as_deref().is_none_or(|f| f == *s))
+        .collect();
+    if specs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let scenario_list = specs
+        .iter()
+        .map(|(s, _)| sql_string(s))
+        .collect::<Vec<_>>()
+        .join(", ");
+
+    let (mut wh, args) = where_clause(filter, "send_unix_us", "send_time");
+    and_where(
+        &mut wh,
+        &format!("`load` = 'sweep' AND scenario IN ({scenario_list})"),
+    );
+    let sql = format!(
+        "SELECT region, provider, scenario, step, outcome, sum(final_attempt) AS final_n, \
+         sum(output_tokens) AS tokens \
+         FROM {db}.requests{wh} \
+         GROUP BY region, provider, scenario, step, outcome"
+    );
+    let counts: Vec<StepOutcomeCount> = bind_all(client.query(&sql), &args).fetch_all().await?;
+    // (region or ALL, provider, scenario, step)
+    type StepKey = (String, String, String, u32);
+    let mut steps: BTreeMap<StepKey, StepMeasure> = BTreeMap::new();
+    for c in &counts {
+        let measured = Outcome::parse(&c.outcome).is_none_or(counts_in_error_rates);
+        let ok = c.outcome == Outcome::Ok.as_str();
+        for region in [c.region.as_str(), ALL_REGIONS] {
+            let m = steps
+                .entry((
+                    region.to_string(),
+                    c.provider.clone(),
+                    c.scenario.clone(),
+                    c.step,
+                ))
+                .or_default();
+            if measured {
+                m.counts.requests += c.final_n;
+                if ok {
+                    m.counts.ok += c.final_n;
+                }
+            }
+            if ok {
+                m.counts.ok_output_tokens += c.output_tokens;
+            }
+        }
+    }
+
+    // Levels: P50, P90, P99, then each knee rule's quantile not among them.
+    let mut levels: Vec<f64> = load_stats::QUANTILES.to_vec();
+    let mut metrics: BTreeSet<Metric> = [Metric::Ttft, Metric::E2e].into();
+    for (_, spec) in &specs {
+        let q = load_stats::knee_quantile(&spec.knee);
+        if !levels.contains(&q) {
+            levels.push(q);
+        }
+        metrics.insert(spec.knee.metric);
+    }
+    let level_list = levels
+        .iter()
+        .map(|q| quantile_sql(*q))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let metric_list = metrics
+        .iter()
+        .map(|m| sql_string(m.as_str()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    for merged in [false, true] {
+        let (mut wh, args) = where_clause(filter, "start_unix_us", "interval_start");
+        and_where(
+            &mut wh,
+            &format!("metric IN ({metric_list}) AND scenario IN ({scenario_list})"),
+        );
+        // Aliases differ from column names: ClickHouse aliases are visible in WHERE.
+        let (region, group) = if merged {
+            (sql_string(ALL_REGIONS), "provider, scenario, metric, step")
+        } else {
+            (
+                "region".to_string(),
+                "region, provider, scenario, metric, step",
+            )
+        };
+        let sql = format!(
+            "SELECT {region} AS row_region, provider, scenario, metric, step, \
+             quantilesExactWeighted({level_list})(value, weight) AS qs \
+             FROM {db}.histograms \
+             ARRAY JOIN `values` AS value, `counts` AS weight{wh} \
+             GROUP BY {group}"
+        );
+        let rows: Vec<StepQuantiles> = bind_all(client.query(&sql), &args).fetch_all().await?;
+        for r in rows {
+            let Some(metric) = Metric::parse(&r.metric) else {
+                continue;
+            };
+            let at = |q: f64| {
+                levels
+                    .iter()
+                    .position(|l| *l == q)
+                    .and_then(|i| r.q.get(i).copied())
+            };
+            let three = |r: &StepQuantiles| -> Option<[u64; 3]> {
+                Some([*r.q.first()?, *r.q.get(1)?, *r.q.get(2)?])
+            };
+            let m = steps
+                .entry((
+                    r.region.clone(),
+                    r.provider.clone(),
+                    r.scenario.clone(),
+                    r.step,
+                ))
+                .or_default();
+            match metric {
+                Metric::Ttft => m.ttft_us = three(&r),
+                Metric::E2e => m.e2e_us = three(&r),
+                _ => {}
+            }
+            if let Some((_, spec)) = specs.iter().find(|(s, _)| *s == r.scenario)
+                && spec.knee.metric == metric
+            {
+                m.knee_us = at(load_stats::knee_quantile(&spec.knee));
+            }
+        }
+    }
+    let only = RowFilter {
+        region: filter.region.as_deref(),
+        provider: filter.provider.as_deref(),
+        scenario: filter.scenario.as_deref(),
+    };
+    Ok(load_stats::sweep_rows_by(
+        &plan,
+        only,
+        |region, provider, scenario, _, step| {
+            steps
+                .get(&(
+                    region.unwrap_or(ALL_REGIONS).to_string(),
+                    provider.to_string(),
+                    scenario.to_string(),
+                    step,
+                ))
+                .copied()
+                .unwrap_or_default()
+        },
+    ))
 }
 
 /// What one group (a time window, a trend bucket) of a provider in a region holds: attempts
@@ -845,9 +1079,13 @@ pub async fn stored_window_spec(
 pub struct GroupStat {
     /// Attempts (`requests` rows) in the group.
     pub attempts: u64,
-    /// Attempts whose outcome is not `ok`.
+    /// Attempts whose outcome is not `ok`, `cancelled` (a campaign cancel cut them) or
+    /// `dropped` (open-loop arrivals never sent).
     pub errors: u64,
-    /// `errors` as % of `attempts` (0 without attempts).
+    /// `cancelled` and `dropped` attempts: in `attempts`, left out of `error_pct`.
+    #[serde(default)]
+    pub excluded: u64,
+    /// `errors` as % of `attempts − excluded` (0 without such attempts).
     pub error_pct: f64,
     /// Values of the metric in the group's histograms.
     pub samples: u64,
@@ -860,14 +1098,15 @@ pub struct GroupStat {
 }
 
 impl GroupStat {
-    fn of((attempts, errors, samples, value_us): GroupCell) -> Self {
+    fn of(c: GroupCell) -> Self {
         GroupStat {
-            attempts,
-            errors,
-            error_pct: pct_of(errors, attempts),
-            samples,
-            value_us,
-            value_ms: value_us.map(|v| v as f64 / 1000.0),
+            attempts: c.attempts,
+            errors: c.errors,
+            excluded: c.excluded,
+            error_pct: pct_of(c.errors, c.attempts - c.excluded),
+            samples: c.samples,
+            value_us: c.value_us,
+            value_ms: c.value_us.map(|v| v as f64 / 1000.0),
         }
     }
 }
@@ -921,6 +1160,7 @@ struct GroupCount {
     group: String,
     attempts: u64,
     errors: u64,
+    excluded: u64,
 }
 
 #[derive(clickhouse::Row, Deserialize)]
@@ -932,7 +1172,8 @@ struct GroupQuantile {
     value: u64,
 }
 
-/// Attempts and non-`ok` attempts of `requests` per (region, provider, `group` expression).
+/// Attempts, failed attempts (not `ok`, `cancelled` or `dropped`) and `cancelled` or
+/// `dropped` ones of `requests` per (region, provider, `group` expression).
 async fn group_counts(
     client: &clickhouse::Client,
     db: &str,
@@ -942,7 +1183,8 @@ async fn group_counts(
     let (wh, args) = where_clause(filter, "send_unix_us", "send_time");
     let sql = format!(
         "SELECT region, provider, toString({group}) AS grp, count() AS attempts, \
-         countIf(outcome != 'ok') AS errs \
+         countIf(outcome NOT IN ('ok', 'cancelled', 'dropped')) AS errs, \
+         countIf(outcome IN ('cancelled', 'dropped')) AS excl \
          FROM {db}.requests{wh} \
          GROUP BY region, provider, grp"
     );
@@ -989,8 +1231,15 @@ fn pct_of(n: u64, of: u64) -> f64 {
     }
 }
 
-/// One group of a grouped query: (attempts, errors, samples, percentile µs).
-type GroupCell = (u64, u64, u64, Option<u64>);
+/// One group of a grouped query.
+#[derive(Clone, Copy, Debug, Default)]
+struct GroupCell {
+    attempts: u64,
+    errors: u64,
+    excluded: u64,
+    samples: u64,
+    value_us: Option<u64>,
+}
 
 /// Cells of a grouped query: (provider, ALL-last, region) → group → cell.
 type Grouped = BTreeMap<(String, bool, String), BTreeMap<String, GroupCell>>;
@@ -1058,8 +1307,9 @@ async fn grouped(
                 .or_default()
                 .entry(c.group.clone())
                 .or_default();
-            e.0 += c.attempts;
-            e.1 += c.errors;
+            e.attempts += c.attempts;
+            e.errors += c.errors;
+            e.excluded += c.excluded;
         }
     }
     for q in quantiles {
@@ -1068,8 +1318,8 @@ async fn grouped(
             .or_default()
             .entry(q.group)
             .or_default();
-        e.2 = q.samples;
-        e.3 = (q.samples > 0).then_some(q.value);
+        e.samples = q.samples;
+        e.value_us = (q.samples > 0).then_some(q.value);
     }
     Ok(out)
 }
@@ -1077,10 +1327,10 @@ async fn grouped(
 /// Peak vs off-peak: per provider and region (and `ALL` regions merged, when the rows span
 /// more than one), for every time window, the exact `percentile` of `metric` over the window's
 /// merged interval histograms (`quantileExactWeighted` over `ARRAY JOIN`, grouped by
-/// `window`), the window's attempts and error % (non-`ok` outcomes), and the change between
-/// the first two windows. Windows are ordered as the campaign declares them (its stored
-/// plan, when `filter.campaign_id` names a stored campaign), then `off-peak`, then any other
-/// label found (sorted; `""` for rows stored without a label). Scenarios are merged unless
+/// `window`), the window's attempts and error % (non-`ok` outcomes; `cancelled` and `dropped`
+/// left out), and the change between the first two windows. Windows are ordered as the
+/// campaign declares them (its stored plan, when `filter.campaign_id` names a stored
+/// campaign), then `off-peak`, then any other label found (sorted; `""` for rows stored without a label). Scenarios are merged unless
 /// `filter.scenario` picks one. Rows are sorted by provider, then region (`ALL` last).
 ///
 /// # Errors
@@ -1440,7 +1690,12 @@ mod tests {
     fn wrow(provider: &str, region: &str, samples: [u64; 2]) -> WindowsRow {
         let stat = |window: &str, samples: u64| WindowStat {
             window: window.into(),
-            stat: GroupStat::of((samples, 0, samples, (samples > 0).then_some(1_000))),
+            stat: GroupStat::of(GroupCell {
+                attempts: samples,
+                samples,
+                value_us: (samples > 0).then_some(1_000),
+                ..Default::default()
+            }),
         };
         WindowsRow {
             provider: provider.into(),

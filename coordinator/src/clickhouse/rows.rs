@@ -258,6 +258,8 @@ pub struct RequestRow {
     pub step: u32,
     /// Sweep step's target concurrency, 0 otherwise.
     pub concurrency: u32,
+    /// Part of a client request through a failover chain.
+    pub failover: bool,
 }
 
 impl RequestRow {
@@ -329,6 +331,7 @@ impl RequestRow {
             load: rec.load.as_str().to_string(),
             step: rec.step,
             concurrency: rec.concurrency,
+            failover: rec.failover,
         }
     }
 
@@ -339,6 +342,7 @@ impl RequestRow {
             load: LoadKind::parse(&self.load).unwrap_or_default(),
             step: self.step,
             concurrency: self.concurrency,
+            failover: self.failover,
             round: self.round,
             slot: self.slot,
             provider: self.provider.clone(),

@@ -8,4 +8,6 @@ ALTER TABLE {db}.{table:requests} {on_cluster} ADD COLUMN load String DEFAULT 'r
 -- sweep: index of the concurrency step (0-based) and its target concurrency; 0 otherwise
 ALTER TABLE {db}.{table:requests} {on_cluster} ADD COLUMN step UInt32 DEFAULT 0;
 ALTER TABLE {db}.{table:requests} {on_cluster} ADD COLUMN concurrency UInt32 DEFAULT 0;
+-- 1: the attempt is part of a client request through a failover chain (a scenario's failover)
+ALTER TABLE {db}.{table:requests} {on_cluster} ADD COLUMN failover UInt8 DEFAULT 0;
 ALTER TABLE {db}.{table:histograms} {on_cluster} ADD COLUMN step UInt32 DEFAULT 0;

@@ -1,0 +1,468 @@
+//! [`Analysis::render_text`] and [`Analysis::to_html`].
+
+use std::fmt::Write as _;
+
+use comfy_table::{Cell as TCell, CellAlignment, Table, presets};
+use latmesh_core::metrics::Metric;
+
+use super::stats::{PERCENTILES, fmt_ms};
+use super::{ANALYSED_METRICS, Analysis, CellCis, PRIMARY_METRICS, RankTable, Verdict};
+
+/// A chain link between two providers sorted by estimate.
+fn link(v: Option<Verdict>) -> &'static str {
+    match v {
+        Some(Verdict::AFaster) => "<",
+        Some(Verdict::BFaster) => ">",
+        Some(Verdict::NoClearDifference) => "≈",
+        _ => "?",
+    }
+}
+
+/// The providers of (region, scenario, metric) sorted by the estimate at `percentile`, with
+/// the verdict between each one and the next.
+fn chain<'a>(
+    a: &'a Analysis,
+    region: &str,
+    scenario: &str,
+    metric: Metric,
+    percentile: f64,
+) -> Vec<(&'a CellCis, Option<&'static str>)> {
+    let mut row: Vec<&CellCis> = a
+        .providers
+        .iter()
+        .filter_map(|p| a.cell(region, p, scenario, metric))
+        .collect();
+    let est = |c: &CellCis| c.at(percentile).map_or(f64::INFINITY, |p| p.estimate_ms);
+    row.sort_by(|x, y| est(x).total_cmp(&est(y)));
+    (0..row.len())
+        .map(|i| {
+            let next = row.get(i + 1).map(|n| {
+                link(a.comparison(
+                    region,
+                    scenario,
+                    metric,
+                    percentile,
+                    &row[i].provider,
+                    &n.provider,
+                ))
+            });
+            (row[i], next)
+        })
+        .collect()
+}
+
+fn chain_text(items: &[(&CellCis, Option<&'static str>)], percentile: f64) -> String {
+    let mut s = String::new();
+    for (c, next) in items {
+        let p = c.at(percentile).map_or("-".into(), |p| p.text());
+        let _ = write!(s, "{} {p}", c.provider);
+        if let Some(l) = next {
+            let _ = write!(s, " {l} ");
+        }
+    }
+    s
+}
+
+fn rank_text(v: Option<f64>) -> String {
+    match v {
+        None => "-".into(),
+        Some(r) if r.fract() == 0.0 => format!("{r:.0}"),
+        Some(r) => format!("{r:.1}"),
+    }
+}
+
+fn rank_title(t: &RankTable) -> String {
+    format!(
+        "{}{} P{} ranks per {} (1 = fastest); Kendall's W {} over {} providers",
+        t.scenario
+            .as_deref()
+            .map_or(String::new(), |s| format!("{s}: ")),
+        t.metric,
+        t.percentile,
+        t.by,
+        t.kendall_w.map_or("-".into(), |w| format!("{w:.2}")),
+        t.w_providers
+    )
+}
+
+fn rank_table_text(t: &RankTable) -> String {
+    let mut table = Table::new();
+    table.load_preset(presets::ASCII_MARKDOWN);
+    let mut header = vec![TCell::new("provider")];
+    header.extend(t.columns.iter().map(TCell::new));
+    header.extend(["best", "worst", "mean", "range"].map(TCell::new));
+    table.set_header(header);
+    let right = |s: String| TCell::new(s).set_alignment(CellAlignment::Right);
+    for r in &t.rows {
+        let mut row = vec![TCell::new(&r.provider)];
+        row.extend(r.ranks.iter().map(|v| right(rank_text(*v))));
+        row.push(right(rank_text(r.min_rank)));
+        row.push(right(rank_text(r.max_rank)));
+        row.push(right(r.mean_rank.map_or("-".into(), |m| format!("{m:.2}"))));
+        row.push(right(rank_text(r.rank_range)));
+        table.add_row(row);
+    }
+    table.to_string()
+}
+
+impl Analysis {
+    /// A compact terminal view: per scenario and primary metric (TTFT, E2E), for P50, P95 and
+    /// P99 and every row (`ALL`, then each region), the providers sorted by estimate with
+    /// their 95 % intervals and `<` (clearly faster than the next), `≈` (no clear difference)
+    /// or `?` (not enough samples) between neighbours; then the flags, the ranks and the
+    /// selection tables.
+    pub fn render_text(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "analysis of {} ({}): {:.0}% distribution-free intervals of percentiles (order statistics), ms",
+            self.name,
+            self.campaign_id,
+            self.confidence * 100.0
+        );
+        let _ = writeln!(
+            out,
+            "  A < B: A clearly faster (its upper bound below B's lower bound); ≈ no clear difference; ? not enough samples (n < needed)"
+        );
+        for scenario in &self.scenarios {
+            for metric in PRIMARY_METRICS {
+                if !self
+                    .cells
+                    .iter()
+                    .any(|c| &c.scenario == scenario && c.metric == metric)
+                {
+                    continue;
+                }
+                let _ = writeln!(out, "\n{scenario} · {metric}");
+                for pc in PERCENTILES {
+                    for (i, region) in self.rows().into_iter().enumerate() {
+                        let items = chain(self, region, scenario, metric, pc);
+                        if items.is_empty() {
+                            continue;
+                        }
+                        let head = if i == 0 {
+                            format!("P{pc:<3}")
+                        } else {
+                            "    ".into()
+                        };
+                        let _ = writeln!(out, "  {head} {region:<14} {}", chain_text(&items, pc));
+                    }
+                }
+            }
+        }
+        if self.flags.is_empty() {
+            let _ = writeln!(out, "\nflags: none");
+        } else {
+            let _ = writeln!(out, "\nflags:");
+            for f in &self.flags {
+                let metric = f.metric.map_or(String::new(), |m| format!(" {m}"));
+                let _ = writeln!(
+                    out,
+                    "  {:<8} {:<14} {:<20} {}{metric}: {}{}",
+                    f.kind.as_str(),
+                    f.region,
+                    f.provider,
+                    f.scenario,
+                    f.detail,
+                    if f.confident { "" } else { " [few samples]" }
+                );
+            }
+        }
+        for t in self.ranks.iter().chain(&self.window_ranks) {
+            let _ = writeln!(out, "\n{}", rank_title(t));
+            let _ = writeln!(out, "{}", rank_table_text(t));
+        }
+        for t in &self.selection {
+            let w = t
+                .weights
+                .named()
+                .iter()
+                .filter(|(_, v)| *v > 0.0)
+                .map(|(n, v)| format!("{n} {v:.2}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let _ = writeln!(
+                out,
+                "\nselection {} · {} ({} P{}; weights {w}; scores 0–1, measured ones min–max within the region)",
+                t.scenario, t.region, t.metric, t.percentile
+            );
+            let mut table = Table::new();
+            table.load_preset(presets::ASCII_MARKDOWN);
+            let names: Vec<&str> = t
+                .weights
+                .named()
+                .iter()
+                .filter(|(_, v)| *v > 0.0)
+                .map(|(n, _)| *n)
+                .collect();
+            let mut header = vec![TCell::new("#"), TCell::new("provider"), TCell::new("total")];
+            header.extend(names.iter().map(TCell::new));
+            table.set_header(header);
+            for r in &t.rows {
+                let mut row = vec![
+                    TCell::new(r.rank),
+                    TCell::new(&r.provider),
+                    TCell::new(format!("{:.2}", r.total)).set_alignment(CellAlignment::Right),
+                ];
+                for (name, c) in r.components() {
+                    if names.contains(&name) {
+                        row.push(TCell::new(format!(
+                            "{} ({})",
+                            c.score.map_or("-".into(), |s| format!("{s:.2}")),
+                            c.text
+                        )));
+                    }
+                }
+                table.add_row(row);
+            }
+            let _ = writeln!(out, "{table}");
+        }
+        out
+    }
+
+    /// An HTML fragment (`<section class="latmesh-analysis">`, tables only, a small scoped
+    /// `<style>`, no scripts or external resources): per scenario and analysed metric the
+    /// P50/P95/P99 intervals of every cell and the ordering chains, the clear pairwise
+    /// differences, the flags, the ranks and the selection tables.
+    pub fn to_html(&self) -> String {
+        let mut h = String::new();
+        h.push_str("<section class=\"latmesh-analysis\">\n");
+        h.push_str(
+            "<style>.latmesh-analysis table{border-collapse:collapse;margin:0.5em 0 1.2em}\
+             .latmesh-analysis th,.latmesh-analysis td{border:1px solid #ccc;padding:2px 6px;text-align:right}\
+             .latmesh-analysis td.l,.latmesh-analysis th.l{text-align:left}\
+             .latmesh-analysis .na{color:#888}.latmesh-analysis .flag{color:#a40}</style>\n",
+        );
+        let _ = writeln!(
+            h,
+            "<h2>Analysis</h2>\n<p>{:.0}% distribution-free confidence intervals of percentiles from order statistics (Conover 1999; Hahn &amp; Meeker 1991), in ms. \
+             <b>A &lt; B</b>: A is clearly faster (A's upper bound below B's lower bound); <b>≈</b>: no clear difference; \
+             <b>?</b>: not enough samples for an interval (P50 needs 6, P95 72, P99 368).</p>",
+            self.confidence * 100.0
+        );
+        for scenario in &self.scenarios {
+            for metric in ANALYSED_METRICS {
+                let cells: Vec<&CellCis> = self
+                    .cells
+                    .iter()
+                    .filter(|c| &c.scenario == scenario && c.metric == metric)
+                    .collect();
+                if cells.is_empty() {
+                    continue;
+                }
+                let _ = writeln!(h, "<h3>{} · {}</h3>", esc(scenario), metric);
+                h.push_str("<table><tr><th class=\"l\">region</th><th class=\"l\">provider</th><th>n</th><th>P50 [95% CI]</th><th>P95 [95% CI]</th><th>P99 [95% CI]</th></tr>\n");
+                for region in self.rows() {
+                    for c in cells.iter().filter(|c| c.region == region) {
+                        let _ = write!(
+                            h,
+                            "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td>",
+                            esc(&c.region),
+                            esc(&c.provider),
+                            c.n
+                        );
+                        for p in &c.percentiles {
+                            match &p.ci {
+                                Some(ci) => {
+                                    let _ = write!(
+                                        h,
+                                        "<td>{} [{}, {}]</td>",
+                                        fmt_ms(p.estimate_ms),
+                                        fmt_ms(ci.lower_ms),
+                                        fmt_ms(ci.upper_ms)
+                                    );
+                                }
+                                None => {
+                                    let _ = write!(
+                                        h,
+                                        "<td class=\"na\">{} (n &lt; {})</td>",
+                                        fmt_ms(p.estimate_ms),
+                                        p.min_samples
+                                    );
+                                }
+                            }
+                        }
+                        h.push_str("</tr>\n");
+                    }
+                }
+                h.push_str("</table>\n");
+                h.push_str("<table><tr><th class=\"l\">percentile</th><th class=\"l\">region</th><th class=\"l\">providers, fastest first</th></tr>\n");
+                for pc in PERCENTILES {
+                    for region in self.rows() {
+                        let items = chain(self, region, scenario, metric, pc);
+                        if items.is_empty() {
+                            continue;
+                        }
+                        let _ = writeln!(
+                            h,
+                            "<tr><td class=\"l\">P{pc}</td><td class=\"l\">{}</td><td class=\"l\">{}</td></tr>",
+                            esc(region),
+                            esc(&chain_text(&items, pc))
+                        );
+                    }
+                }
+                h.push_str("</table>\n");
+                let clear: Vec<_> = self
+                    .comparisons
+                    .iter()
+                    .filter(|c| {
+                        &c.scenario == scenario
+                            && c.metric == metric
+                            && matches!(c.verdict, Verdict::AFaster | Verdict::BFaster)
+                    })
+                    .collect();
+                if !clear.is_empty() {
+                    let _ = writeln!(
+                        h,
+                        "<details><summary>{} clear pairwise differences</summary><table><tr><th class=\"l\">region</th><th class=\"l\">percentile</th><th class=\"l\">faster</th><th>ms</th><th class=\"l\">slower</th><th>ms</th></tr>",
+                        clear.len()
+                    );
+                    for c in clear {
+                        let (f, fm, s, sm) = if c.verdict == Verdict::AFaster {
+                            (&c.a, c.a_ms, &c.b, c.b_ms)
+                        } else {
+                            (&c.b, c.b_ms, &c.a, c.a_ms)
+                        };
+                        let _ = writeln!(
+                            h,
+                            "<tr><td class=\"l\">{}</td><td class=\"l\">P{}</td><td class=\"l\">{}</td><td>{}</td><td class=\"l\">{}</td><td>{}</td></tr>",
+                            esc(&c.region),
+                            c.percentile,
+                            esc(f),
+                            fmt_ms(fm),
+                            esc(s),
+                            fmt_ms(sm)
+                        );
+                    }
+                    h.push_str("</table></details>\n");
+                }
+            }
+        }
+        h.push_str("<h3>Flags</h3>\n");
+        if self.flags.is_empty() {
+            h.push_str("<p>None.</p>\n");
+        } else {
+            h.push_str("<table><tr><th class=\"l\">flag</th><th class=\"l\">region</th><th class=\"l\">provider</th><th class=\"l\">scenario</th><th class=\"l\">metric</th><th class=\"l\">detail</th></tr>\n");
+            for f in &self.flags {
+                let _ = writeln!(
+                    h,
+                    "<tr><td class=\"l flag\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}{}</td></tr>",
+                    f.kind.as_str(),
+                    esc(&f.region),
+                    esc(&f.provider),
+                    esc(&f.scenario),
+                    f.metric.map_or(String::new(), |m| m.to_string()),
+                    esc(&f.detail),
+                    if f.confident {
+                        ""
+                    } else {
+                        " <span class=\"na\">(few samples)</span>"
+                    }
+                );
+            }
+            h.push_str("</table>\n");
+        }
+        if !self.ranks.is_empty() || !self.window_ranks.is_empty() {
+            h.push_str("<h3>Ranks and their stability</h3>\n");
+        }
+        for t in self.ranks.iter().chain(&self.window_ranks) {
+            let _ = writeln!(h, "<p>{}</p>", esc(&rank_title(t)));
+            h.push_str("<table><tr><th class=\"l\">provider</th>");
+            for c in &t.columns {
+                let _ = write!(h, "<th>{}</th>", esc(c));
+            }
+            h.push_str("<th>best</th><th>worst</th><th>mean</th><th>range</th></tr>\n");
+            for r in &t.rows {
+                let _ = write!(h, "<tr><td class=\"l\">{}</td>", esc(&r.provider));
+                for (rank, v) in r.ranks.iter().zip(&r.values_ms) {
+                    let _ = write!(
+                        h,
+                        "<td title=\"{}\">{}</td>",
+                        v.map_or("no samples".into(), |v| format!("{} ms", fmt_ms(v))),
+                        rank_text(*rank)
+                    );
+                }
+                let _ = writeln!(
+                    h,
+                    "<td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                    rank_text(r.min_rank),
+                    rank_text(r.max_rank),
+                    r.mean_rank.map_or("-".into(), |m| format!("{m:.2}")),
+                    rank_text(r.rank_range)
+                );
+            }
+            h.push_str("</table>\n");
+        }
+        if !self.selection.is_empty() {
+            h.push_str("<h3>Selection</h3>\n<p>Scores 0–1 (1 best): latency, stability and price min–max across the region's providers (lower raw value is better); quality, compatibility and compliance are the user's scores divided by their scale. Total = weighted mean.</p>\n");
+        }
+        for t in &self.selection {
+            let active: Vec<&str> = t
+                .weights
+                .named()
+                .iter()
+                .filter(|(_, v)| *v > 0.0)
+                .map(|(n, _)| *n)
+                .collect();
+            let _ = writeln!(
+                h,
+                "<p><b>{} · {}</b> — latency {} P{}; weights {}</p>",
+                esc(&t.scenario),
+                esc(&t.region),
+                t.metric,
+                t.percentile,
+                t.weights
+                    .named()
+                    .iter()
+                    .filter(|(_, v)| *v > 0.0)
+                    .map(|(n, v)| format!("{n} {v:.2}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            h.push_str("<table><tr><th>#</th><th class=\"l\">provider</th><th>total</th>");
+            for n in &active {
+                let _ = write!(h, "<th>{n}</th>");
+            }
+            h.push_str("</tr>\n");
+            for r in &t.rows {
+                let _ = write!(
+                    h,
+                    "<tr><td>{}</td><td class=\"l\">{}</td><td>{:.2}</td>",
+                    r.rank,
+                    esc(&r.provider),
+                    r.total
+                );
+                for (name, c) in r.components() {
+                    if active.contains(&name) {
+                        let _ = write!(
+                            h,
+                            "<td>{} <span class=\"na\">{}</span></td>",
+                            c.score.map_or("-".into(), |s| format!("{s:.2}")),
+                            esc(&c.text)
+                        );
+                    }
+                }
+                h.push_str("</tr>\n");
+            }
+            h.push_str("</table>\n");
+        }
+        h.push_str("</section>\n");
+        h
+    }
+}
+
+/// Escapes text for HTML element content and attribute values.
+fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for ch in s.chars() {
+        match ch {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}

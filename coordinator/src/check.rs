@@ -1,0 +1,1337 @@
+//! `latmesh check`: regression alerts. Rules from a TOML file are evaluated per (region,
+//! provider, scenario) on a current campaign against a baseline; fired rules are printed
+//! (or `--json`), optionally POSTed to a webhook, and the exit status says what happened:
+//! **0** no rule fired, **1** at least one fired, **2** an error (bad rules, unreachable
+//! ClickHouse or webhook, unknown campaign…).
+//!
+//! ```text
+//! latmesh check --current CAMPAIGN --baseline BASE_CAMPAIGN --rules rules.toml [--clickhouse-url URL]
+//! latmesh check --current CAMPAIGN --baseline-days 7 --rules rules.toml
+//! latmesh check --current-summary now.json --baseline-summary before.json --rules rules.toml
+//!               [--webhook https://hooks.example/T0/B0] [--webhook-always] [--json]
+//! ```
+//!
+//! Where the numbers come from:
+//!
+//! * `--current CAMPAIGN` / `--baseline CAMPAIGN`: the stored campaign's matrix
+//!   ([`query::matrix`]: exact percentiles over the merged histograms, error % of attempts);
+//!   percentiles the matrix does not carry (e.g. P95) come from one more exact query over the
+//!   same histograms (`quantileExactWeighted`, the same convention).
+//! * `--baseline-days N`: every stored row (any campaign) whose time lies in the `N` days
+//!   before the current campaign's start ([`query::matrix_filtered`] with a time filter, the
+//!   agents' clocks), merged per (region, provider, scenario) — a rolling baseline.
+//! * `--current-summary FILE` / `--baseline-summary FILE`: the JSON summaries `campaign launch
+//!   --json` (or the demo) writes; no ClickHouse needed. They carry P50/P90/P99 of TTFT, TTFC
+//!   and E2E and P50 of TPOT and ITL, so rules on other percentiles need ClickHouse.
+//!
+//! # Rules file
+//!
+//! ```toml
+//! [[rules]]
+//! name = "ttft-p99-regression"   # optional (default: kind, metric, percentile)
+//! kind = "p99_increase_pct"      # = kind "increase_pct" with percentile = 99
+//! metric = "ttft"                # default ttft
+//! threshold = 30                 # fires when current > baseline × (1 + 30 %)
+//!
+//! [[rules]]
+//! kind = "p95_above_prev_day_mean"
+//! metric = "ttft"
+//! factor = 2                     # fires when each of the last 3 runs has P95 > 2 × the mean
+//! consecutive_runs = 3           #   P95 of the runs of the 24 h before the first of them
+//!
+//! [[rules]]
+//! kind = "absolute"
+//! metric = "e2e"
+//! percentile = 99
+//! limit_ms = 2000                # fires when current P99 > 2000 ms
+//!
+//! [[rules]]
+//! kind = "error_pct_above"
+//! limit_pct = 5                  # fires when the error % of attempts is above 5
+//! ```
+//!
+//! Every rule also takes `region` (default: each region, not the `ALL` row; `"ALL"`: only
+//! the merged row), `provider` and `scenario` (default: all) and `min_samples` (default 1:
+//! cells with fewer `ok` attempts — in the current or the baseline — are not checked; for
+//! `error_pct_above`, fewer attempts of any outcome).
+//! Kinds:
+//!
+//! * `increase_pct` (or `pNN_increase_pct`): `current > baseline × (1 + threshold / 100)`
+//!   at the percentile, for cells present in both (needs a baseline).
+//! * `absolute` (or `pNN_absolute`): `current > limit_ms` at the percentile.
+//! * `above_prev_day_mean` (or `pNN_above_prev_day_mean`): needs `--current CAMPAIGN`
+//!   (ClickHouse). The *runs* are the stored campaigns with the current campaign's name (a
+//!   series' runs share their plan's name, as do repeated launches of one file), ordered by
+//!   start. The last `consecutive_runs` runs up to the current one (default 1) must each have
+//!   the percentile above `factor` × the mean of that percentile over the runs that started
+//!   in the 24 hours before the first of them. Cells without such earlier runs are not
+//!   checked. Ignores the baseline options.
+//! * `error_pct_above`: error % of attempts (non-`ok`, `cancelled` and `dropped` left out)
+//!   above `limit_pct`.
+//!
+//! # Webhook
+//!
+//! With `--webhook URL` (http or https), the [`CheckReport`] is POSTed as JSON
+//! (`{"campaign", "baseline", "fired": [...], "checked", "skipped"}`) when a rule fired
+//! (`--webhook-always`: every time). A non-2xx answer or no answer within 10 s is an error
+//! (exit 2).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
+use clap::Args;
+use latmesh_core::metrics::Metric;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::clickhouse::{self as store, QueryFilter, StoreError, check_identifier, query};
+use crate::report_data::ALL;
+use crate::summary::{MatrixCell, Percentiles, Summary};
+
+/// Arguments of `latmesh check`.
+#[derive(Args, Debug, Clone, Default)]
+pub struct CheckArgs {
+    /// The campaign to check (its id in ClickHouse).
+    #[arg(
+        long,
+        required_unless_present = "current_summary",
+        conflicts_with = "current_summary"
+    )]
+    pub current: Option<String>,
+    /// The campaign to check, as a JSON summary file (`campaign launch --json`).
+    #[arg(long, value_name = "FILE")]
+    pub current_summary: Option<PathBuf>,
+    /// Baseline campaign id (ClickHouse).
+    #[arg(long, value_name = "BASE_CAMPAIGN", conflicts_with_all = ["baseline_days", "baseline_summary"])]
+    pub baseline: Option<String>,
+    /// Rolling baseline: every stored row of the N days before the current campaign's start.
+    #[arg(long, value_name = "N", conflicts_with = "baseline_summary")]
+    pub baseline_days: Option<f64>,
+    /// Baseline as a JSON summary file.
+    #[arg(long, value_name = "FILE")]
+    pub baseline_summary: Option<PathBuf>,
+    /// Rules file (TOML, `[[rules]]`).
+    #[arg(long, value_name = "RULES.toml")]
+    pub rules: PathBuf,
+    /// ClickHouse HTTP URL (needed unless both sides are summary files).
+    #[arg(long, env = "LATMESH_CLICKHOUSE_URL")]
+    pub clickhouse_url: Option<String>,
+    /// ClickHouse database.
+    #[arg(long, env = "LATMESH_CLICKHOUSE_DB", default_value = "latmesh")]
+    pub clickhouse_db: String,
+    /// POST the report (JSON) here when a rule fired (http:// or https://).
+    #[arg(long, value_name = "URL")]
+    pub webhook: Option<String>,
+    /// POST to the webhook even when no rule fired.
+    #[arg(long, requires = "webhook")]
+    pub webhook_always: bool,
+    /// Print the report as JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What a rule compares.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RuleKind {
+    /// Current percentile above baseline × (1 + threshold %).
+    IncreasePct {
+        /// %.
+        threshold_pct: f64,
+    },
+    /// Current percentile above a limit.
+    Absolute {
+        /// ms.
+        limit_ms: f64,
+    },
+    /// The last runs' percentile above `factor` × the previous day's mean of it.
+    AbovePrevDayMean {
+        /// Multiple of the previous day's mean.
+        factor: f64,
+        /// Runs that must all be above.
+        consecutive_runs: u32,
+    },
+    /// Error % of attempts above a limit.
+    ErrorPctAbove {
+        /// %.
+        limit_pct: f64,
+    },
+}
+
+/// A validated rule.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Rule {
+    /// Its name (from the file, or kind + metric + percentile).
+    pub name: String,
+    /// What it compares.
+    #[serde(flatten)]
+    pub kind: RuleKind,
+    /// Metric (latency rules).
+    pub metric: Metric,
+    /// Percentile, 0 < p < 100 (latency rules).
+    pub percentile: f64,
+    /// Only this region (`ALL`: the merged row); `None`: every region, not `ALL`.
+    pub region: Option<String>,
+    /// Only this provider.
+    pub provider: Option<String>,
+    /// Only this scenario.
+    pub scenario: Option<String>,
+    /// Cells with fewer `ok` attempts are not checked.
+    pub min_samples: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RulesFile {
+    #[serde(default)]
+    rules: Vec<RuleSection>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RuleSection {
+    name: Option<String>,
+    kind: String,
+    metric: Option<String>,
+    percentile: Option<f64>,
+    threshold: Option<f64>,
+    limit_ms: Option<f64>,
+    limit_pct: Option<f64>,
+    factor: Option<f64>,
+    consecutive_runs: Option<u32>,
+    region: Option<String>,
+    provider: Option<String>,
+    scenario: Option<String>,
+    min_samples: Option<u64>,
+}
+
+/// Parses and validates a rules file's text; errors name the rule (`rules[1].threshold`).
+///
+/// # Errors
+/// A TOML error, or a rule that is incomplete or out of range.
+pub fn parse_rules(text: &str) -> anyhow::Result<Vec<Rule>> {
+    let file: RulesFile = toml::from_str(text).map_err(|e| anyhow!("{}", e.message()))?;
+    if file.rules.is_empty() {
+        bail!("no [[rules]]");
+    }
+    let mut out = Vec::new();
+    for (i, r) in file.rules.iter().enumerate() {
+        let key = |f: &str| format!("rules[{i}].{f}");
+        // `p99_increase_pct` = `increase_pct` at 99.
+        let (prefix_pct, base) = match r.kind.split_once('_') {
+            Some((p, rest))
+                if p.len() > 1
+                    && p.starts_with('p')
+                    && p[1..].chars().all(|c| c.is_ascii_digit()) =>
+            {
+                (Some(p[1..].parse::<f64>()?), rest)
+            }
+            _ => (None, r.kind.as_str()),
+        };
+        let percentile = match (prefix_pct, r.percentile) {
+            (Some(a), Some(b)) if a != b => {
+                bail!(
+                    "{}: {b} contradicts the kind {:?} (P{a})",
+                    key("percentile"),
+                    r.kind
+                )
+            }
+            (Some(p), _) | (None, Some(p)) => Some(p),
+            (None, None) => None,
+        };
+        let need = |v: Option<f64>, f: &str| -> anyhow::Result<f64> {
+            let v = v.ok_or_else(|| anyhow!("{}: missing (kind {:?})", key(f), r.kind))?;
+            if !(v.is_finite() && v >= 0.0) {
+                bail!("{}: {v} is not a number ≥ 0", key(f));
+            }
+            Ok(v)
+        };
+        let kind = match base {
+            "increase_pct" => RuleKind::IncreasePct {
+                threshold_pct: need(r.threshold, "threshold")?,
+            },
+            "absolute" => RuleKind::Absolute {
+                limit_ms: need(r.limit_ms, "limit_ms")?,
+            },
+            "above_prev_day_mean" => {
+                let factor = need(r.factor, "factor")?;
+                let consecutive_runs = r.consecutive_runs.unwrap_or(1);
+                if consecutive_runs == 0 || consecutive_runs > 1000 {
+                    bail!(
+                        "{}: {consecutive_runs} is not in 1..=1000",
+                        key("consecutive_runs")
+                    );
+                }
+                RuleKind::AbovePrevDayMean {
+                    factor,
+                    consecutive_runs,
+                }
+            }
+            "error_pct_above" if prefix_pct.is_none() => RuleKind::ErrorPctAbove {
+                limit_pct: need(r.limit_pct, "limit_pct")?,
+            },
+            _ => bail!(
+                "{}: {:?} is not a rule kind (increase_pct, absolute, above_prev_day_mean — each also as pNN_… —, error_pct_above)",
+                key("kind"),
+                r.kind
+            ),
+        };
+        let latency = !matches!(kind, RuleKind::ErrorPctAbove { .. });
+        let percentile = match percentile {
+            Some(p) if p > 0.0 && p < 100.0 => p,
+            Some(p) => bail!(
+                "{}: {p} is not a percentile (0 < p < 100)",
+                key("percentile")
+            ),
+            None if latency => bail!(
+                "{}: missing: give percentile = 99 (or a kind such as \"p99_{base}\")",
+                key("percentile")
+            ),
+            None => 0.0,
+        };
+        let metric = match &r.metric {
+            None => Metric::Ttft,
+            Some(m) => Metric::parse(m)
+                .ok_or_else(|| anyhow!("{}: {m:?} is not a metric", key("metric")))?,
+        };
+        let name = r.name.clone().unwrap_or_else(|| {
+            if latency {
+                format!("{base} {metric} P{percentile}")
+            } else {
+                base.to_string()
+            }
+        });
+        out.push(Rule {
+            name,
+            kind,
+            metric,
+            percentile,
+            region: r.region.clone(),
+            provider: r.provider.clone(),
+            scenario: r.scenario.clone(),
+            min_samples: r.min_samples.unwrap_or(1),
+        });
+    }
+    Ok(out)
+}
+
+/// Percentile as a map key (thousandths).
+fn pkey(p: f64) -> u32 {
+    (p * 1000.0).round() as u32
+}
+
+/// The numbers of one cell that rules read.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CellStats {
+    /// `ok` attempts.
+    pub samples: u64,
+    /// Attempts (any outcome).
+    pub attempts: u64,
+    /// Error % of attempts.
+    pub error_pct: f64,
+    /// (metric, percentile key) → ms.
+    values: BTreeMap<(Metric, u32), f64>,
+}
+
+impl CellStats {
+    /// The percentile `p` of `metric`, ms, when known.
+    pub fn value(&self, metric: Metric, p: f64) -> Option<f64> {
+        self.values.get(&(metric, pkey(p))).copied()
+    }
+
+    fn set(&mut self, metric: Metric, p: f64, ms: f64) {
+        self.values.insert((metric, pkey(p)), ms);
+    }
+
+    fn from_cell(c: &MatrixCell) -> CellStats {
+        let mut s = CellStats {
+            samples: c.samples,
+            attempts: c.attempts,
+            error_pct: c.error_pct,
+            values: BTreeMap::new(),
+        };
+        let mut put = |m: Metric, p: &Option<Percentiles>| {
+            if let Some(p) = p {
+                s.set(m, 50.0, p.p50_ms);
+                s.set(m, 90.0, p.p90_ms);
+                s.set(m, 99.0, p.p99_ms);
+            }
+        };
+        put(Metric::Ttft, &c.ttft);
+        put(Metric::Ttfc, &c.ttfc);
+        put(Metric::E2e, &c.e2e);
+        if let Some(v) = c.tpot_p50_ms {
+            s.set(Metric::Tpot, 50.0, v);
+        }
+        if let Some(v) = c.itl_p50_ms {
+            s.set(Metric::Itl, 50.0, v);
+        }
+        s
+    }
+}
+
+/// (region or `ALL`, provider, scenario).
+pub type CellKey = (String, String, String);
+
+/// One side of a check: a campaign's (or a time range's) cells.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// What it is (`campaign X`, `summary FILE`, `7 days before …`).
+    pub label: String,
+    /// Campaign id, when one campaign.
+    pub campaign_id: Option<String>,
+    /// Round 0 start, UTC µs, when known.
+    pub start_at_unix_us: Option<i64>,
+    /// Cells.
+    pub cells: BTreeMap<CellKey, CellStats>,
+    /// Whether percentiles beyond P50/P90/P99 can be looked up (ClickHouse).
+    pub exact: bool,
+}
+
+impl Snapshot {
+    /// The cells of a JSON summary.
+    pub fn from_summary(label: String, s: &Summary) -> Snapshot {
+        Snapshot {
+            label,
+            campaign_id: Some(s.campaign_id.clone()),
+            start_at_unix_us: Some(s.start_at_unix_us),
+            cells: s
+                .cells
+                .iter()
+                .map(|c| {
+                    (
+                        (c.region.clone(), c.provider.clone(), c.scenario.clone()),
+                        CellStats::from_cell(c),
+                    )
+                })
+                .collect(),
+            exact: false,
+        }
+    }
+}
+
+/// A rule that fired on one cell.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Fired {
+    /// Rule name.
+    pub rule: String,
+    /// Rule kind (`increase_pct`, `absolute`, `above_prev_day_mean`, `error_pct_above`).
+    pub kind: String,
+    /// Region (or `ALL`).
+    pub region: String,
+    /// Provider.
+    pub provider: String,
+    /// Scenario.
+    pub scenario: String,
+    /// Metric (latency rules).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metric: Option<String>,
+    /// Percentile (latency rules).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percentile: Option<f64>,
+    /// The current value (ms, or % for error rules; for `above_prev_day_mean` the current
+    /// run's).
+    pub current: f64,
+    /// The baseline value it was compared with (the baseline's percentile, the previous
+    /// day's mean), when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<f64>,
+    /// The limit the current value crossed (same unit).
+    pub limit: f64,
+    /// `ms` or `%`.
+    pub unit: String,
+    /// In words.
+    pub message: String,
+}
+
+/// What `latmesh check` found (also the webhook payload).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CheckReport {
+    /// The current side (campaign id, or `summary FILE`).
+    pub campaign: String,
+    /// The baseline side, when there is one.
+    pub baseline: Option<String>,
+    /// Rules that fired, per cell.
+    pub fired: Vec<Fired>,
+    /// (rule, cell) pairs evaluated.
+    pub checked: u64,
+    /// Rules or cells that could not be evaluated, and why.
+    pub skipped: Vec<String>,
+}
+
+impl CheckReport {
+    /// The exit status: 1 when a rule fired, else 0.
+    pub fn exit_code(&self) -> u8 {
+        u8::from(!self.fired.is_empty())
+    }
+
+    /// The report as text (what `latmesh check` prints without `--json`).
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let vs = self
+            .baseline
+            .as_deref()
+            .map_or(String::new(), |b| format!(" vs baseline {b}"));
+        let rules: BTreeSet<&str> = self.fired.iter().map(|f| f.rule.as_str()).collect();
+        if self.fired.is_empty() {
+            let _ = writeln!(
+                out,
+                "check {}{vs}: ok, no rule fired ({} checks)",
+                self.campaign, self.checked
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "check {}{vs}: {} rule(s) fired on {} cell(s) ({} checks)",
+                self.campaign,
+                rules.len(),
+                self.fired.len(),
+                self.checked
+            );
+        }
+        for f in &self.fired {
+            let _ = writeln!(
+                out,
+                "FIRED  {:<24} {:<14} {:<20} {:<14} {}",
+                f.rule, f.region, f.provider, f.scenario, f.message
+            );
+        }
+        for s in &self.skipped {
+            let _ = writeln!(out, "skipped: {s}");
+        }
+        out
+    }
+}
+
+/// Reads a JSON summary file.
+fn read_summary(path: &Path) -> anyhow::Result<Summary> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read summary {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{} is not a summary", path.display()))
+}
+
+/// Where a ClickHouse snapshot's rows come from.
+#[derive(Clone, Debug)]
+enum Scope {
+    /// One campaign.
+    Campaign(String),
+    /// A time range (agents' clocks, UTC µs, `[from, to)`), every campaign.
+    Range(i64, i64),
+}
+
+impl Scope {
+    fn filter(&self) -> QueryFilter {
+        match self {
+            Scope::Campaign(id) => QueryFilter::campaign(id),
+            Scope::Range(from, to) => QueryFilter {
+                from_unix_us: Some(*from),
+                to_unix_us: Some(*to),
+                ..Default::default()
+            },
+        }
+    }
+}
+
+/// A value bound to a `?`.
+enum Bind {
+    Str(String),
+    U64(u64),
+}
+
+#[derive(clickhouse::Row, Deserialize)]
+struct QuantileRow {
+    campaign_id: String,
+    region: String,
+    provider: String,
+    scenario: String,
+    samples: u64,
+    value: u64,
+}
+
+/// Exact percentile `p` of `metric` per (group, region, provider, scenario) and per (group,
+/// `ALL`, provider, scenario) over the histograms matching `cond`; the group is the campaign
+/// id when `by_campaign`, else `""`. `quantileExactWeighted` over `ARRAY JOIN` equals
+/// HdrHistogram's `value_at_quantile` of the merged histograms (see
+/// [`store::HistogramRow`]).
+async fn quantile_rows(
+    client: &clickhouse::Client,
+    db: &str,
+    cond: &str,
+    binds: &[Bind],
+    metric: Metric,
+    p: f64,
+    by_campaign: bool,
+) -> Result<Vec<QuantileRow>, StoreError> {
+    check_identifier(db)?;
+    let q = format!("{}", p / 100.0);
+    let group = if by_campaign { "campaign_id" } else { "''" };
+    let mut out = Vec::new();
+    for merged in [false, true] {
+        let region = if merged {
+            format!("'{ALL}'")
+        } else {
+            "region".to_string()
+        };
+        let sql = format!(
+            "SELECT {group} AS grp, {region} AS row_region, provider, scenario, \
+             sum(weight) AS n, quantileExactWeighted({q})(value, weight) AS v \
+             FROM {db}.histograms ARRAY JOIN `values` AS value, `counts` AS weight \
+             WHERE {cond} AND metric = ? \
+             GROUP BY grp, row_region, provider, scenario"
+        );
+        let mut query = client.query(&sql);
+        for b in binds {
+            query = match b {
+                Bind::Str(s) => query.bind(s.as_str()),
+                Bind::U64(n) => query.bind(*n),
+            };
+        }
+        let rows: Vec<QuantileRow> = query.bind(metric.as_str()).fetch_all().await?;
+        out.extend(rows);
+    }
+    Ok(out)
+}
+
+fn scope_cond(scope: &Scope) -> (String, Vec<Bind>) {
+    match scope {
+        Scope::Campaign(id) => ("campaign_id = ?".into(), vec![Bind::Str(id.clone())]),
+        Scope::Range(from, to) => {
+            let (from, to) = (
+                u64::try_from(*from).unwrap_or(0),
+                u64::try_from(*to).unwrap_or(0),
+            );
+            (
+                "interval_start >= toDateTime(?) AND start_unix_us >= ? \
+                 AND interval_start <= toDateTime(?) AND start_unix_us < ?"
+                    .into(),
+                vec![
+                    Bind::U64(from / 1_000_000),
+                    Bind::U64(from),
+                    Bind::U64(to / 1_000_000),
+                    Bind::U64(to),
+                ],
+            )
+        }
+    }
+}
+
+/// Whether [`query::matrix_filtered`] carries percentile `p` of `metric`.
+fn in_matrix(metric: Metric, p: f64) -> bool {
+    matches!(
+        metric,
+        Metric::Ttft | Metric::Ttfc | Metric::E2e | Metric::Tpot | Metric::Itl
+    ) && [50.0, 90.0, 99.0].contains(&p)
+}
+
+/// A snapshot from ClickHouse: the matrix of `scope`, plus the (metric, percentile) pairs of
+/// `needs` the matrix does not carry.
+async fn clickhouse_snapshot(
+    client: &clickhouse::Client,
+    db: &str,
+    scope: &Scope,
+    label: String,
+    needs: &BTreeSet<(Metric, u32)>,
+) -> anyhow::Result<Snapshot> {
+    let rows = query::matrix_filtered(client, db, &scope.filter()).await?;
+    let mut cells: BTreeMap<CellKey, CellStats> = rows
+        .iter()
+        .map(|r| {
+            let mut s = CellStats::from_cell(&r.to_cell());
+            if let Some(p) = &r.tpot {
+                s.set(Metric::Tpot, 90.0, p.p90_ms);
+                s.set(Metric::Tpot, 99.0, p.p99_ms);
+            }
+            if let Some(p) = &r.itl {
+                s.set(Metric::Itl, 90.0, p.p90_ms);
+                s.set(Metric::Itl, 99.0, p.p99_ms);
+            }
+            (
+                (r.region.clone(), r.provider.clone(), r.scenario.clone()),
+                s,
+            )
+        })
+        .collect();
+    let (cond, binds) = scope_cond(scope);
+    for &(metric, pk) in needs {
+        let p = f64::from(pk) / 1000.0;
+        if in_matrix(metric, p) {
+            continue;
+        }
+        for r in quantile_rows(client, db, &cond, &binds, metric, p, false).await? {
+            if r.samples > 0 {
+                cells
+                    .entry((r.region, r.provider, r.scenario))
+                    .or_default()
+                    .set(metric, p, r.value as f64 / 1000.0);
+            }
+        }
+    }
+    let start = match scope {
+        Scope::Campaign(id) => query::campaign(client, db, id)
+            .await?
+            .map(|c| c.start_at_us as i64),
+        Scope::Range(..) => None,
+    };
+    Ok(Snapshot {
+        label,
+        campaign_id: match scope {
+            Scope::Campaign(id) => Some(id.clone()),
+            Scope::Range(..) => None,
+        },
+        start_at_unix_us: start,
+        cells,
+        exact: true,
+    })
+}
+
+#[derive(clickhouse::Row, Deserialize)]
+struct RunRow {
+    campaign_id: String,
+    start_at_us: u64,
+}
+
+/// Stored campaigns named `name`: (id, round-0 start µs), by start.
+async fn runs_named(
+    client: &clickhouse::Client,
+    db: &str,
+    name: &str,
+) -> Result<Vec<(String, i64)>, StoreError> {
+    check_identifier(db)?;
+    let rows: Vec<RunRow> = client
+        .query(&format!(
+            "SELECT campaign_id, max(start_at_us) AS s FROM {db}.campaigns \
+             WHERE name = ? GROUP BY campaign_id"
+        ))
+        .bind(name)
+        .fetch_all()
+        .await?;
+    let mut runs: Vec<(String, i64)> = rows
+        .into_iter()
+        .map(|r| (r.campaign_id, r.start_at_us as i64))
+        .collect();
+    runs.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
+    Ok(runs)
+}
+
+fn matches(rule: &Rule, key: &CellKey) -> bool {
+    let (region, provider, scenario) = key;
+    let region_ok = match &rule.region {
+        None => region != ALL,
+        Some(r) => r == region,
+    };
+    region_ok
+        && rule.provider.as_ref().is_none_or(|p| p == provider)
+        && rule.scenario.as_ref().is_none_or(|s| s == scenario)
+}
+
+fn kind_name(kind: &RuleKind) -> &'static str {
+    match kind {
+        RuleKind::IncreasePct { .. } => "increase_pct",
+        RuleKind::Absolute { .. } => "absolute",
+        RuleKind::AbovePrevDayMean { .. } => "above_prev_day_mean",
+        RuleKind::ErrorPctAbove { .. } => "error_pct_above",
+    }
+}
+
+fn ms(v: f64) -> String {
+    crate::analysis::stats::fmt_ms(v)
+}
+
+fn fired(
+    rule: &Rule,
+    key: &CellKey,
+    current: f64,
+    baseline: Option<f64>,
+    limit: f64,
+    message: String,
+) -> Fired {
+    let latency = !matches!(rule.kind, RuleKind::ErrorPctAbove { .. });
+    Fired {
+        rule: rule.name.clone(),
+        kind: kind_name(&rule.kind).to_string(),
+        region: key.0.clone(),
+        provider: key.1.clone(),
+        scenario: key.2.clone(),
+        metric: latency.then(|| rule.metric.to_string()),
+        percentile: latency.then_some(rule.percentile),
+        current,
+        baseline,
+        limit,
+        unit: if latency { "ms" } else { "%" }.into(),
+        message,
+    }
+}
+
+/// Evaluates the rules that compare two snapshots (every kind but `above_prev_day_mean`).
+/// Pure: the tests feed it known numbers.
+pub fn evaluate(rules: &[Rule], current: &Snapshot, baseline: Option<&Snapshot>) -> CheckReport {
+    let mut report = CheckReport {
+        campaign: current.label.clone(),
+        baseline: baseline.map(|b| b.label.clone()),
+        fired: Vec::new(),
+        checked: 0,
+        skipped: Vec::new(),
+    };
+    for rule in rules {
+        if matches!(rule.kind, RuleKind::AbovePrevDayMean { .. }) {
+            continue;
+        }
+        let what = format!("{} P{}", rule.metric, rule.percentile);
+        let mut missing_values = 0u64;
+        let mut no_baseline = 0u64;
+        for (key, cur) in current.cells.iter().filter(|(k, _)| matches(rule, k)) {
+            // Error rules count attempts (a provider failing every attempt has no `ok` one).
+            let size = match rule.kind {
+                RuleKind::ErrorPctAbove { .. } => cur.attempts,
+                _ => cur.samples,
+            };
+            if size < rule.min_samples.max(1) {
+                continue;
+            }
+            match &rule.kind {
+                RuleKind::ErrorPctAbove { limit_pct } => {
+                    report.checked += 1;
+                    if cur.error_pct > *limit_pct {
+                        report.fired.push(fired(
+                            rule,
+                            key,
+                            cur.error_pct,
+                            None,
+                            *limit_pct,
+                            format!(
+                                "error {:.2}% of {} attempts > limit {limit_pct}%",
+                                cur.error_pct, cur.attempts
+                            ),
+                        ));
+                    }
+                }
+                RuleKind::Absolute { limit_ms } => {
+                    let Some(v) = cur.value(rule.metric, rule.percentile) else {
+                        missing_values += 1;
+                        continue;
+                    };
+                    report.checked += 1;
+                    if v > *limit_ms {
+                        report.fired.push(fired(
+                            rule,
+                            key,
+                            v,
+                            None,
+                            *limit_ms,
+                            format!("{what} {} ms > limit {} ms", ms(v), ms(*limit_ms)),
+                        ));
+                    }
+                }
+                RuleKind::IncreasePct { threshold_pct } => {
+                    let Some(base) = baseline
+                        .and_then(|b| b.cells.get(key))
+                        .filter(|b| b.samples >= rule.min_samples.max(1))
+                    else {
+                        no_baseline += 1;
+                        continue;
+                    };
+                    let (Some(v), Some(b)) = (
+                        cur.value(rule.metric, rule.percentile),
+                        base.value(rule.metric, rule.percentile),
+                    ) else {
+                        missing_values += 1;
+                        continue;
+                    };
+                    report.checked += 1;
+                    let limit = b * (1.0 + threshold_pct / 100.0);
+                    if b > 0.0 && v > limit {
+                        report.fired.push(fired(
+                            rule,
+                            key,
+                            v,
+                            Some(b),
+                            limit,
+                            format!(
+                                "{what} {} ms is {:+.1}% over baseline {} ms (threshold +{threshold_pct}%: {} ms)",
+                                ms(v),
+                                (v / b - 1.0) * 100.0,
+                                ms(b),
+                                ms(limit)
+                            ),
+                        ));
+                    }
+                }
+                RuleKind::AbovePrevDayMean { .. } => {}
+            }
+        }
+        if missing_values > 0 {
+            report.skipped.push(format!(
+                "{}: {what} unknown in {missing_values} cell(s)",
+                rule.name
+            ));
+        }
+        if no_baseline > 0 {
+            report.skipped.push(format!(
+                "{}: {no_baseline} cell(s) without enough baseline samples",
+                rule.name
+            ));
+        }
+    }
+    report
+}
+
+/// The per-run values the `above_prev_day_mean` rule reads: run id → cell → value (ms).
+pub type RunValues = BTreeMap<String, BTreeMap<CellKey, (u64, f64)>>;
+
+/// Evaluates an `above_prev_day_mean` rule on known runs: `runs` are (id, start µs) sorted by
+/// start and ending with the current run; `values[run][cell] = (samples, ms)`. Pure.
+pub fn evaluate_prev_day(
+    rule: &Rule,
+    runs: &[(String, i64)],
+    values: &RunValues,
+    report: &mut CheckReport,
+) {
+    let RuleKind::AbovePrevDayMean {
+        factor,
+        consecutive_runs,
+    } = rule.kind
+    else {
+        return;
+    };
+    let n = consecutive_runs as usize;
+    if runs.len() < n {
+        report.skipped.push(format!(
+            "{}: {} run(s) stored, {n} needed",
+            rule.name,
+            runs.len()
+        ));
+        return;
+    }
+    let recent = &runs[runs.len() - n..];
+    let first_start = recent[0].1;
+    let day_us = 86_400_000_000i64;
+    let earlier: Vec<&(String, i64)> = runs
+        .iter()
+        .filter(|(_, s)| *s >= first_start - day_us && *s < first_start)
+        .collect();
+    if earlier.is_empty() {
+        report.skipped.push(format!(
+            "{}: no run in the 24 h before {} (the first of the last {n})",
+            rule.name, recent[0].0
+        ));
+        return;
+    }
+    let current = &recent[n - 1].0;
+    let Some(cells) = values.get(current) else {
+        return;
+    };
+    let what = format!("{} P{}", rule.metric, rule.percentile);
+    for key in cells.keys().filter(|k| matches(rule, k)) {
+        let prev: Vec<f64> = earlier
+            .iter()
+            .filter_map(|(id, _)| values.get(id)?.get(key))
+            .filter(|(samples, _)| *samples >= rule.min_samples)
+            .map(|(_, v)| *v)
+            .collect();
+        if prev.is_empty() {
+            continue;
+        }
+        let mean = prev.iter().sum::<f64>() / prev.len() as f64;
+        let limit = factor * mean;
+        let mine: Vec<Option<f64>> = recent
+            .iter()
+            .map(|(id, _)| {
+                values
+                    .get(id)?
+                    .get(key)
+                    .filter(|(samples, _)| *samples >= rule.min_samples)
+                    .map(|(_, v)| *v)
+            })
+            .collect();
+        if mine.iter().any(Option::is_none) {
+            continue;
+        }
+        report.checked += 1;
+        let mine: Vec<f64> = mine.into_iter().flatten().collect();
+        if mine.iter().all(|v| *v > limit) {
+            let current_v = *mine.last().expect("n ≥ 1");
+            report.fired.push(fired(
+                rule,
+                key,
+                current_v,
+                Some(mean),
+                limit,
+                format!(
+                    "{what} above {factor}× the previous day's mean ({} ms over {} run(s): limit {} ms) in the last {n} run(s): {} ms",
+                    ms(mean),
+                    prev.len(),
+                    ms(limit),
+                    mine.iter().map(|v| ms(*v)).collect::<Vec<_>>().join(", ")
+                ),
+            ));
+        }
+    }
+}
+
+/// Runs the `above_prev_day_mean` rules against ClickHouse for current campaign `current`.
+async fn prev_day_rules(
+    client: &clickhouse::Client,
+    db: &str,
+    current: &str,
+    rules: &[&Rule],
+    report: &mut CheckReport,
+) -> anyhow::Result<()> {
+    let row = query::campaign(client, db, current)
+        .await?
+        .ok_or_else(|| anyhow!("campaign {current:?} is not stored"))?;
+    let all_runs = runs_named(client, db, &row.name).await?;
+    let cur_start = row.start_at_us as i64;
+    let runs: Vec<(String, i64)> = all_runs
+        .into_iter()
+        .filter(|(id, s)| *s < cur_start || id == current)
+        .collect();
+    for rule in rules {
+        let RuleKind::AbovePrevDayMean {
+            consecutive_runs, ..
+        } = rule.kind
+        else {
+            continue;
+        };
+        let n = (consecutive_runs as usize).min(runs.len());
+        let first = runs.get(runs.len() - n).map_or(cur_start, |r| r.1);
+        let ids: Vec<&String> = runs
+            .iter()
+            .filter(|(_, s)| *s >= first - 86_400_000_000)
+            .map(|(id, _)| id)
+            .collect();
+        let mut values: RunValues = BTreeMap::new();
+        if !ids.is_empty() {
+            let cond = format!("campaign_id IN ({})", vec!["?"; ids.len()].join(", "));
+            let binds: Vec<Bind> = ids.iter().map(|s| Bind::Str((*s).clone())).collect();
+            for r in quantile_rows(
+                client,
+                db,
+                &cond,
+                &binds,
+                rule.metric,
+                rule.percentile,
+                true,
+            )
+            .await?
+            {
+                values.entry(r.campaign_id).or_default().insert(
+                    (r.region, r.provider, r.scenario),
+                    (r.samples, r.value as f64 / 1000.0),
+                );
+            }
+        }
+        evaluate_prev_day(rule, &runs, &values, report);
+    }
+    Ok(())
+}
+
+/// Loads everything and evaluates the rules (no printing, no webhook).
+///
+/// # Errors
+/// Bad rules, unreadable summaries, a missing ClickHouse URL, unknown campaigns, ClickHouse
+/// errors, a rule asking for a percentile a summary does not carry.
+pub async fn run(args: &CheckArgs) -> anyhow::Result<CheckReport> {
+    let text = std::fs::read_to_string(&args.rules)
+        .with_context(|| format!("cannot read rules {}", args.rules.display()))?;
+    let rules =
+        parse_rules(&text).with_context(|| format!("rules file {}", args.rules.display()))?;
+    let needs: BTreeSet<(Metric, u32)> = rules
+        .iter()
+        .filter(|r| !matches!(r.kind, RuleKind::ErrorPctAbove { .. }))
+        .map(|r| (r.metric, pkey(r.percentile)))
+        .collect();
+    let client = match &args.clickhouse_url {
+        Some(url)
+            if args.current.is_some()
+                || args.baseline.is_some()
+                || args.baseline_days.is_some() =>
+        {
+            Some(store::client(url))
+        }
+        _ => None,
+    };
+    let ch = || -> anyhow::Result<&clickhouse::Client> {
+        client
+            .as_ref()
+            .ok_or_else(|| anyhow!("--clickhouse-url (or LATMESH_CLICKHOUSE_URL) is needed to read campaigns from ClickHouse"))
+    };
+    let db = args.clickhouse_db.as_str();
+    let current = match (&args.current, &args.current_summary) {
+        (Some(id), _) => {
+            let c = ch()?;
+            if query::campaign(c, db, id).await?.is_none() {
+                bail!("campaign {id:?} is not stored in {db}");
+            }
+            clickhouse_snapshot(c, db, &Scope::Campaign(id.clone()), id.clone(), &needs).await?
+        }
+        (None, Some(path)) => {
+            let s = read_summary(path)?;
+            Snapshot::from_summary(
+                format!("{} (summary {})", s.campaign_id, path.display()),
+                &s,
+            )
+        }
+        (None, None) => bail!("give --current CAMPAIGN or --current-summary FILE"),
+    };
+    let baseline = match (&args.baseline, args.baseline_days, &args.baseline_summary) {
+        (Some(id), _, _) => {
+            let c = ch()?;
+            if query::campaign(c, db, id).await?.is_none() {
+                bail!("baseline campaign {id:?} is not stored in {db}");
+            }
+            Some(
+                clickhouse_snapshot(c, db, &Scope::Campaign(id.clone()), id.clone(), &needs)
+                    .await?,
+            )
+        }
+        (None, Some(days), _) => {
+            if !(days.is_finite() && days > 0.0) {
+                bail!("--baseline-days {days}: give a number of days > 0");
+            }
+            let start = current
+                .start_at_unix_us
+                .ok_or_else(|| anyhow!("the current campaign's start is unknown"))?;
+            let from = start - (days * 86_400e6) as i64;
+            let label = format!(
+                "{days} day(s) before {}",
+                latmesh_core::windows::utc_label(start / 1_000_000, false)
+            );
+            Some(clickhouse_snapshot(ch()?, db, &Scope::Range(from, start), label, &needs).await?)
+        }
+        (None, None, Some(path)) => {
+            let s = read_summary(path)?;
+            Some(Snapshot::from_summary(
+                format!("{} (summary {})", s.campaign_id, path.display()),
+                &s,
+            ))
+        }
+        (None, None, None) => None,
+    };
+    for r in &rules {
+        if matches!(r.kind, RuleKind::IncreasePct { .. }) && baseline.is_none() {
+            bail!(
+                "rule {:?} compares with a baseline: give --baseline, --baseline-days or --baseline-summary",
+                r.name
+            );
+        }
+        let summary_sides = [Some(&current), baseline.as_ref()];
+        for side in summary_sides.into_iter().flatten().filter(|s| !s.exact) {
+            let p = r.percentile;
+            let carried = match r.metric {
+                Metric::Ttft | Metric::Ttfc | Metric::E2e => [50.0, 90.0, 99.0].contains(&p),
+                Metric::Tpot | Metric::Itl => p == 50.0,
+                _ => false,
+            };
+            if !matches!(
+                r.kind,
+                RuleKind::ErrorPctAbove { .. } | RuleKind::AbovePrevDayMean { .. }
+            ) && !carried
+            {
+                bail!(
+                    "rule {:?}: {} P{p} is not in a summary file (it has P50/P90/P99 of ttft, ttfc, e2e and P50 of tpot, itl): read {} from ClickHouse",
+                    r.name,
+                    r.metric,
+                    side.label
+                );
+            }
+        }
+    }
+    let mut report = evaluate(&rules, &current, baseline.as_ref());
+    let prev_day: Vec<&Rule> = rules
+        .iter()
+        .filter(|r| matches!(r.kind, RuleKind::AbovePrevDayMean { .. }))
+        .collect();
+    if !prev_day.is_empty() {
+        match &args.current {
+            Some(id) => prev_day_rules(ch()?, db, id, &prev_day, &mut report).await?,
+            None => {
+                for r in prev_day {
+                    report.skipped.push(format!(
+                        "{}: above_prev_day_mean reads earlier runs from ClickHouse: give --current CAMPAIGN",
+                        r.name
+                    ));
+                }
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// `latmesh check`: [`run`], prints the report (text or `--json`), POSTs it to the webhook,
+/// and returns the exit status: 0 nothing fired, 1 a rule fired, 2 an error (printed to
+/// stderr).
+pub async fn run_cli(args: CheckArgs) -> u8 {
+    let report = match run(&args).await {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return 2;
+        }
+    };
+    if args.json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(j) => println!("{j}"),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return 2;
+            }
+        }
+    } else {
+        print!("{}", report.render());
+    }
+    if let Some(url) = &args.webhook
+        && (args.webhook_always || !report.fired.is_empty())
+    {
+        let body = match serde_json::to_vec(&report) {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return 2;
+            }
+        };
+        if let Err(e) = post_json(url, &body, WEBHOOK_TIMEOUT).await {
+            eprintln!("error: webhook {}: {e:#}", redact_url(url));
+            return 2;
+        }
+    }
+    report.exit_code()
+}
+
+/// How long the webhook may take to answer.
+pub const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `url` without its path and query (webhook URLs often carry their secret there).
+fn redact_url(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let host = rest.split(['/', '?']).next().unwrap_or_default();
+            format!("{scheme}://{host}/…")
+        }
+        None => "(invalid URL)".into(),
+    }
+}
+
+/// POSTs `body` as `application/json` to `url` (`http://` or `https://`, webpki roots), with
+/// `Connection: close`, and returns the response status; errors on a non-2xx status or when
+/// the whole exchange takes longer than `timeout`.
+///
+/// # Errors
+/// A bad URL, a connection or TLS failure, a timeout, a non-2xx status.
+pub async fn post_json(url: &str, body: &[u8], timeout: Duration) -> anyhow::Result<u16> {
+    tokio::time::timeout(timeout, post_json_inner(url, body))
+        .await
+        .map_err(|_| anyhow!("no answer within {} s", timeout.as_secs_f64()))?
+}
+
+async fn post_json_inner(url: &str, body: &[u8]) -> anyhow::Result<u16> {
+    let (tls, rest) = if let Some(r) = url.strip_prefix("https://") {
+        (true, r)
+    } else if let Some(r) = url.strip_prefix("http://") {
+        (false, r)
+    } else {
+        bail!("the webhook URL must start with http:// or https://");
+    };
+    let (authority, path) = match rest.find(['/', '?']) {
+        Some(i) if rest.as_bytes()[i] == b'/' => (&rest[..i], &rest[i..]),
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let path = if path.starts_with('?') {
+        format!("/{path}")
+    } else {
+        path.to_string()
+    };
+    let authority = authority.rsplit('@').next().unwrap_or(authority);
+    if authority.is_empty() {
+        bail!("the webhook URL has no host");
+    }
+    let (host, port) = split_host_port(authority, if tls { 443 } else { 80 })?;
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {authority}\r\nUser-Agent: latmesh/{}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        env!("CARGO_PKG_VERSION"),
+        body.len()
+    );
+    let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
+        .await
+        .with_context(|| format!("cannot connect to {host}:{port}"))?;
+    let _ = tcp.set_nodelay(true);
+    let status = if tls {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let name = rustls::pki_types::ServerName::try_from(host.clone())
+            .map_err(|e| anyhow!("bad host {host:?}: {e}"))?;
+        let stream = tokio_rustls::TlsConnector::from(Arc::new(config))
+            .connect(name, tcp)
+            .await
+            .context("TLS handshake")?;
+        exchange(stream, head.as_bytes(), body).await?
+    } else {
+        exchange(tcp, head.as_bytes(), body).await?
+    };
+    if !(200..300).contains(&status) {
+        bail!("answered HTTP {status}");
+    }
+    Ok(status)
+}
+
+fn split_host_port(authority: &str, default: u16) -> anyhow::Result<(String, u16)> {
+    if let Some(rest) = authority.strip_prefix('[') {
+        let (host, after) = rest
+            .split_once(']')
+            .ok_or_else(|| anyhow!("bad host {authority:?}"))?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => p.parse().with_context(|| format!("bad port {p:?}"))?,
+            None => default,
+        };
+        return Ok((host.to_string(), port));
+    }
+    match authority.rsplit_once(':') {
+        Some((h, p)) => Ok((
+            h.to_string(),
+            p.parse().with_context(|| format!("bad port {p:?}"))?,
+        )),
+        None => Ok((authority.to_string(), default)),
+    }
+}
+
+/// Writes the request, reads the status line (the rest of the answer is not needed).
+async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
+    mut s: S,
+    head: &[u8],
+    body: &[u8],
+) -> anyhow::Result<u16> {
+    s.write_all(head).await?;
+    s.write_all(body).await?;
+    s.flush().await?;
+    let mut buf = Vec::with_capacity(256);
+    let mut chunk = [0u8; 256];
+    while !buf.windows(2).any(|w| w == b"\r\n") {
+        let n = s.read(&mut chunk).await?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if buf.len() > 8192 {
+            break;
+        }
+    }
+    let line = String::from_utf8_lossy(&buf);
+    let line = line.lines().next().unwrap_or_default();
+    let mut parts = line.split_whitespace();
+    match (
+        parts.next(),
+        parts.next().and_then(|c| c.parse::<u16>().ok()),
+    ) {
+        (Some(v), Some(code)) if v.starts_with("HTTP/") => Ok(code),
+        _ => bail!("not an HTTP answer: {line:?}"),
+    }
+}

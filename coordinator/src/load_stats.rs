@@ -1,0 +1,1164 @@
+//! Results of the load models (see `latmesh_core::load`): concurrency sweeps step by step with
+//! their knee ([`SweepRow`]), open-loop rates with their saturation verdict ([`RateRow`]), and
+//! how synchronized the agents' start was ([`StartSync`]).
+//!
+//! Rows are per (region, provider, scenario), plus `ALL` rows that merge every region:
+//! percentiles come from merged HDR histograms (a sweep step's own histograms, see
+//! [`Aggregate::step_histogram`]), counts from records. Error rates are failed requests /
+//! requests, where a request is a logical request that ended (its final attempt) and
+//! `cancelled` and `dropped` ones are left out (see [`crate::aggregate`]).
+//!
+//! The same numbers come from the coordinator's memory ([`sweep_rows`], [`rate_rows`], used by
+//! the campaign summary) and from ClickHouse (`latmesh query sweep`): both feed
+//! [`sweep_rows_by`] with each step's [`StepMeasure`], so the arithmetic is shared and the two
+//! agree to the last digit.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use comfy_table::{Cell as TCell, CellAlignment, Table, presets};
+use hdrhistogram::Histogram;
+use latmesh_core::hist::HistKey;
+use latmesh_core::load::{Knee, KneeRule, LoadModel, RateSpec, StepPoint, SweepSpec, find_knee};
+use latmesh_core::metrics::Metric;
+use latmesh_core::plan::Plan;
+use latmesh_core::record::Outcome;
+use serde::{Deserialize, Serialize};
+
+use crate::aggregate::{Aggregate, StepCounts};
+use crate::summary::{ALL_REGIONS, AgentSummary, Percentiles};
+
+/// The quantiles every latency column reports: P50, P90, P99.
+pub const QUANTILES: [f64; 3] = [0.5, 0.9, 0.99];
+
+/// An open-loop row is saturated when the P99 of `sched_lag` exceeds this, ms.
+pub const SATURATION_LAG_P99_MS: f64 = 10.0;
+
+/// An open-loop row is saturated when its achieved rate is below this fraction of the
+/// scheduled rate.
+pub const SATURATION_ACHIEVED_FRACTION: f64 = 0.95;
+
+/// The quantile (0, 1) of a knee rule's percentile (0, 100), as both HdrHistogram and the
+/// ClickHouse queries take it.
+pub fn knee_quantile(rule: &KneeRule) -> f64 {
+    rule.percentile / 100.0
+}
+
+/// One concurrency step of a sweep, in one region (or `ALL`) for one provider.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SweepStep {
+    /// Index of the step (0-based).
+    pub step: u32,
+    /// Its target concurrency (workers per agent and provider), from the plan.
+    pub concurrency: u32,
+    /// Logical requests sent in the step that ended (final attempts; `cancelled` and
+    /// `dropped` left out).
+    pub requests: u64,
+    /// Those whose final attempt was `ok`.
+    pub ok: u64,
+    /// Failed requests / requests, % (0 without requests).
+    pub error_pct: f64,
+    /// TTFT P50/P90/P99 over the step's merged histograms, ms.
+    pub ttft: Option<Percentiles>,
+    /// E2E P50/P90/P99 over the step's merged histograms, ms.
+    pub e2e: Option<Percentiles>,
+    /// The knee rule's metric at its percentile over the step's merged histograms, ms (what
+    /// [`find_knee`] judged).
+    pub knee_value_ms: Option<f64>,
+    /// `ok` requests per second over the step's duration (`step_ms`), summed over the row's
+    /// agents (an `ALL` row adds every region's), requests/s.
+    pub throughput_rps: f64,
+    /// Output tokens of `ok` requests per second over the step's duration, summed over the
+    /// row's agents, tokens/s.
+    pub output_tokens_per_s: f64,
+}
+
+/// A sweep scenario's steps for one provider in one region (or `ALL`), and its knee.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SweepRow {
+    /// Region, or `ALL` for every region merged.
+    pub region: String,
+    /// Provider.
+    pub provider: String,
+    /// Scenario (a `sweep` one).
+    pub scenario: String,
+    /// Length of each step, ms (from the plan).
+    pub step_ms: u64,
+    /// How the knee is found (from the plan).
+    pub knee_rule: KneeRule,
+    /// Every step of the plan, in order (steps without data have zero counts).
+    pub steps: Vec<SweepStep>,
+    /// The first steep step ([`find_knee`]); `None`: the provider kept up over the sweep.
+    pub knee: Option<Knee>,
+}
+
+/// What was measured in one sweep step: the inputs of a [`SweepStep`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StepMeasure {
+    /// Counters from the step's records.
+    pub counts: StepCounts,
+    /// TTFT at [`QUANTILES`], µs (`None`: no value in the step's histograms).
+    pub ttft_us: Option<[u64; 3]>,
+    /// E2E at [`QUANTILES`], µs.
+    pub e2e_us: Option<[u64; 3]>,
+    /// The knee metric at the knee rule's quantile ([`knee_quantile`]), µs.
+    pub knee_us: Option<u64>,
+}
+
+/// Which rows to build: every field `None` means all.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RowFilter<'a> {
+    /// Only this region (the `ALL` row then merges just it).
+    pub region: Option<&'a str>,
+    /// Only this provider.
+    pub provider: Option<&'a str>,
+    /// Only this scenario.
+    pub scenario: Option<&'a str>,
+}
+
+/// The `sweep` scenarios of `plan` with their specs, in plan order.
+pub fn sweep_scenarios(plan: &Plan) -> Vec<(&str, &SweepSpec)> {
+    plan.scenarios
+        .iter()
+        .filter_map(|s| match &s.load {
+            LoadModel::Sweep(spec) => Some((s.name.as_str(), spec)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Row regions: each region of `plan` (that `only` keeps) as `Some`, then `None` for `ALL`.
+fn row_regions<'a>(plan: &'a Plan, only: Option<&'a str>) -> Vec<Option<&'a str>> {
+    plan.regions
+        .iter()
+        .map(String::as_str)
+        .filter(|r| only.is_none_or(|o| o == *r))
+        .map(Some)
+        .chain([None])
+        .collect()
+}
+
+/// One sweep row from its steps' measures (`steps[k]` is step `k` of `spec`; missing ones
+/// count as empty).
+pub fn sweep_row(
+    region: Option<&str>,
+    provider: &str,
+    scenario: &str,
+    spec: &SweepSpec,
+    steps: &[StepMeasure],
+) -> SweepRow {
+    let secs = spec.step_ms as f64 / 1000.0;
+    let per_s = |n: u64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
+    let ms = |us: u64| us as f64 / 1000.0;
+    let rows: Vec<SweepStep> = spec
+        .concurrency
+        .iter()
+        .enumerate()
+        .map(|(k, &concurrency)| {
+            let m = steps.get(k).copied().unwrap_or_default();
+            SweepStep {
+                step: k as u32,
+                concurrency,
+                requests: m.counts.requests,
+                ok: m.counts.ok,
+                error_pct: m.counts.error_pct(),
+                ttft: m.ttft_us.map(Percentiles::from_us),
+                e2e: m.e2e_us.map(Percentiles::from_us),
+                knee_value_ms: m.knee_us.map(ms),
+                throughput_rps: per_s(m.counts.ok),
+                output_tokens_per_s: per_s(m.counts.ok_output_tokens),
+            }
+        })
+        .collect();
+    let points: Vec<StepPoint> = rows
+        .iter()
+        .zip(spec.concurrency.iter().enumerate())
+        .map(|(s, (k, &concurrency))| StepPoint {
+            concurrency,
+            latency_us: steps.get(k).and_then(|m| m.knee_us),
+            error_pct: s.error_pct,
+        })
+        .collect();
+    SweepRow {
+        region: region.unwrap_or(ALL_REGIONS).to_string(),
+        provider: provider.to_string(),
+        scenario: scenario.to_string(),
+        step_ms: spec.step_ms,
+        knee: find_knee(&points, &spec.knee),
+        knee_rule: spec.knee.clone(),
+        steps: rows,
+    }
+}
+
+/// Every sweep row of `plan` that `only` keeps, from `measure(region, provider, scenario,
+/// spec, step)`: `region` `None` means every region merged (the `ALL` row); when `only` keeps
+/// one region, the `ALL` row merges just it and is measured as that region. Ordered by
+/// scenario (plan order), then region (plan order, `ALL` last), then provider (plan order).
+pub fn sweep_rows_by(
+    plan: &Plan,
+    only: RowFilter<'_>,
+    mut measure: impl FnMut(Option<&str>, &str, &str, &SweepSpec, u32) -> StepMeasure,
+) -> Vec<SweepRow> {
+    let mut out = Vec::new();
+    for (scenario, spec) in sweep_scenarios(plan) {
+        if only.scenario.is_some_and(|s| s != scenario) {
+            continue;
+        }
+        for region in row_regions(plan, only.region) {
+            for provider in &plan.providers {
+                let provider = provider.name.as_str();
+                if only.provider.is_some_and(|p| p != provider) {
+                    continue;
+                }
+                let measured_as = region.or(only.region);
+                let steps: Vec<StepMeasure> = (0..spec.concurrency.len() as u32)
+                    .map(|k| measure(measured_as, provider, scenario, spec, k))
+                    .collect();
+                out.push(sweep_row(region, provider, scenario, spec, &steps));
+            }
+        }
+    }
+    out
+}
+
+fn at_quantiles(h: &Histogram<u64>) -> [u64; 3] {
+    QUANTILES.map(|q| h.value_at_quantile(q))
+}
+
+/// Every sweep row of `plan` that `only` keeps, from merged results in memory.
+pub fn sweep_rows(plan: &Plan, agg: &Aggregate, only: RowFilter<'_>) -> Vec<SweepRow> {
+    sweep_rows_by(plan, only, |region, provider, scenario, spec, step| {
+        let hist = |metric| {
+            agg.step_histogram(
+                region,
+                &HistKey {
+                    provider: provider.to_string(),
+                    scenario: scenario.to_string(),
+                    metric,
+                    step,
+                },
+            )
+        };
+        StepMeasure {
+            counts: agg.step_counts(region, provider, scenario, step),
+            ttft_us: hist(Metric::Ttft).as_ref().map(at_quantiles),
+            e2e_us: hist(Metric::E2e).as_ref().map(at_quantiles),
+            knee_us: hist(spec.knee.metric).map(|h| h.value_at_quantile(knee_quantile(&spec.knee))),
+        }
+    })
+}
+
+/// An open-loop (`rate`) scenario for one provider in one region (or `ALL`).
+///
+/// **Achieved rate** means: arrivals actually sent (first attempts of first turns, neither
+/// `dropped` nor `cancelled`) divided by the phase's duration (`duration_ms`) and by the number
+/// of agents of the row (every agent the plan went to in the region; all of them for `ALL`),
+/// i.e. the average over agents of each agent's sending rate, requests/s — the same unit as
+/// the plan's `rps`, which is per provider and per agent.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RateRow {
+    /// Region, or `ALL` for every region merged.
+    pub region: String,
+    /// Provider.
+    pub provider: String,
+    /// Scenario (a `rate` one).
+    pub scenario: String,
+    /// Target arrivals per second per agent (the plan's `rps`), requests/s.
+    pub target_rps: f64,
+    /// Arrivals the plan schedules per agent for this provider (a Poisson schedule differs
+    /// from `rps × duration` by chance; every agent has the same one).
+    pub scheduled: u64,
+    /// `scheduled` / duration, requests/s: what `achieved_rps` is compared with.
+    pub scheduled_rps: f64,
+    /// Length of the phase, ms.
+    pub duration_ms: u64,
+    /// Agents the rate is averaged over.
+    pub agents: u64,
+    /// Arrivals sent, all agents of the row together.
+    pub sent: u64,
+    /// `sent` / duration / `agents`, requests/s per agent (see the type's documentation);
+    /// `None` without agents.
+    pub achieved_rps: Option<f64>,
+    /// Arrivals not sent because the provider's in-flight cap stayed full for `max_queue_ms`
+    /// (outcome `dropped`).
+    pub dropped: u64,
+    /// Logical requests ended (`cancelled` and `dropped` left out).
+    pub requests: u64,
+    /// Failed requests / requests, % (0 without requests).
+    pub error_pct: f64,
+    /// `sched_lag` (actual − intended send time) P50/P90/P99 of `ok` attempts, ms.
+    pub sched_lag: Option<Percentiles>,
+    /// TTFT from the actual send, P50/P90/P99, ms.
+    pub ttft: Option<Percentiles>,
+    /// E2E from the actual send, P50/P90/P99, ms.
+    pub e2e: Option<Percentiles>,
+    /// TTFT from the intended send (`sched_lag` + TTFT, free of coordinated omission),
+    /// P50/P90/P99, ms.
+    pub ttft_intended: Option<Percentiles>,
+    /// E2E from the intended send, P50/P90/P99, ms.
+    pub e2e_intended: Option<Percentiles>,
+    /// The agents could not keep the schedule: arrivals were dropped, `sched_lag` P99 is over
+    /// [`SATURATION_LAG_P99_MS`], or `achieved_rps` is below [`SATURATION_ACHIEVED_FRACTION`]
+    /// of `scheduled_rps`. Latencies from the actual send then understate what a client at
+    /// this rate would see: read the `_intended` ones.
+    pub saturated: bool,
+    /// Why it is saturated (every reason, `; `-separated); `None` when it is not.
+    pub saturated_reason: Option<String>,
+}
+
+/// What one rate row is built from.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RateMeasure {
+    /// Agents of the row.
+    pub agents: u64,
+    /// Arrivals sent.
+    pub sent: u64,
+    /// `dropped` records.
+    pub dropped: u64,
+    /// Logical requests ended (`cancelled` and `dropped` left out).
+    pub requests: u64,
+    /// Those not `ok`.
+    pub requests_failed: u64,
+    /// `sched_lag`, TTFT, E2E, intended TTFT and intended E2E at [`QUANTILES`], µs.
+    pub sched_lag_us: Option<[u64; 3]>,
+    /// TTFT at [`QUANTILES`], µs.
+    pub ttft_us: Option<[u64; 3]>,
+    /// E2E at [`QUANTILES`], µs.
+    pub e2e_us: Option<[u64; 3]>,
+    /// Intended TTFT at [`QUANTILES`], µs.
+    pub ttft_intended_us: Option<[u64; 3]>,
+    /// Intended E2E at [`QUANTILES`], µs.
+    pub e2e_intended_us: Option<[u64; 3]>,
+}
+
+/// One rate row from its measure; `scheduled` is the plan's arrival count per agent.
+pub fn rate_row(
+    region: Option<&str>,
+    provider: &str,
+    scenario: &str,
+    spec: &RateSpec,
+    scheduled: u64,
+    m: &RateMeasure,
+) -> RateRow {
+    let secs = spec.duration_ms as f64 / 1000.0;
+    let scheduled_rps = if secs > 0.0 {
+        scheduled as f64 / secs
+    } else {
+        0.0
+    };
+    let achieved_rps = (m.agents > 0 && secs > 0.0).then(|| m.sent as f64 / secs / m.agents as f64);
+    let sched_lag = m.sched_lag_us.map(Percentiles::from_us);
+    let mut reasons = Vec::new();
+    if m.dropped > 0 {
+        reasons.push(format!("{} arrivals dropped", m.dropped));
+    }
+    if let Some(lag) = sched_lag.filter(|l| l.p99_ms > SATURATION_LAG_P99_MS) {
+        reasons.push(format!(
+            "sched_lag P99 {:.1} ms > {SATURATION_LAG_P99_MS} ms",
+            lag.p99_ms
+        ));
+    }
+    if let Some(a) = achieved_rps.filter(|a| *a < SATURATION_ACHIEVED_FRACTION * scheduled_rps) {
+        reasons.push(format!(
+            "achieved {a:.2} rps < {:.0}% of scheduled {scheduled_rps:.2}",
+            SATURATION_ACHIEVED_FRACTION * 100.0
+        ));
+    }
+    RateRow {
+        region: region.unwrap_or(ALL_REGIONS).to_string(),
+        provider: provider.to_string(),
+        scenario: scenario.to_string(),
+        target_rps: spec.rps,
+        scheduled,
+        scheduled_rps,
+        duration_ms: spec.duration_ms,
+        agents: m.agents,
+        sent: m.sent,
+        achieved_rps,
+        dropped: m.dropped,
+        requests: m.requests,
+        error_pct: if m.requests == 0 {
+            0.0
+        } else {
+            m.requests_failed as f64 * 100.0 / m.requests as f64
+        },
+        sched_lag,
+        ttft: m.ttft_us.map(Percentiles::from_us),
+        e2e: m.e2e_us.map(Percentiles::from_us),
+        ttft_intended: m.ttft_intended_us.map(Percentiles::from_us),
+        e2e_intended: m.e2e_intended_us.map(Percentiles::from_us),
+        saturated: !reasons.is_empty(),
+        saturated_reason: (!reasons.is_empty()).then(|| reasons.join("; ")),
+    }
+}
+
+/// Every rate row of `plan` from merged results in memory; `agents` are the campaign's agents
+/// (their regions give each row's agent count). Ordered by scenario, region (`ALL` last),
+/// provider, in plan order.
+pub fn rate_rows(plan: &Plan, agg: &Aggregate, agents: &[AgentSummary]) -> Vec<RateRow> {
+    let mut per_region: BTreeMap<&str, u64> = BTreeMap::new();
+    for a in agents {
+        *per_region.entry(a.region.as_str()).or_default() += 1;
+    }
+    let mut out = Vec::new();
+    for (i, s) in plan.scenarios.iter().enumerate() {
+        let LoadModel::Rate(spec) = &s.load else {
+            continue;
+        };
+        for region in row_regions(plan, None) {
+            let n_agents = match region {
+                Some(r) => per_region.get(r).copied().unwrap_or(0),
+                None => agents.len() as u64,
+            };
+            for (p, provider) in plan.providers.iter().enumerate() {
+                let scheduled = spec
+                    .arrivals_us(plan.seed, i, p, plan.providers.len())
+                    .len() as u64;
+                let hist = |metric| {
+                    agg.histogram(
+                        region,
+                        &HistKey {
+                            provider: provider.name.clone(),
+                            scenario: s.name.clone(),
+                            metric,
+                            step: 0,
+                        },
+                    )
+                    .as_ref()
+                    .map(at_quantiles)
+                };
+                let c = agg.counts(region, &provider.name, &s.name);
+                let m = RateMeasure {
+                    agents: n_agents,
+                    sent: c.sent,
+                    dropped: c.count(Outcome::Dropped),
+                    requests: c.requests,
+                    requests_failed: c.requests_failed,
+                    sched_lag_us: hist(Metric::SchedLag),
+                    ttft_us: hist(Metric::Ttft),
+                    e2e_us: hist(Metric::E2e),
+                    ttft_intended_us: hist(Metric::TtftIntended),
+                    e2e_intended_us: hist(Metric::E2eIntended),
+                };
+                out.push(rate_row(
+                    region,
+                    &provider.name,
+                    &s.name,
+                    spec,
+                    scheduled,
+                    &m,
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// One agent's start, from its done notice.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AgentStart {
+    /// Agent id.
+    pub agent_id: String,
+    /// Region.
+    pub region: String,
+    /// When it began the campaign's first phase, on the coordinator's clock as the agent
+    /// estimated it, UTC µs; 0: it never started (cancelled before `start_at`).
+    pub started_coord_unix_us: i64,
+    /// The clock offset it converted `start_at` with (coordinator − agent), µs.
+    pub clock_offset_us: i64,
+    /// That offset's uncertainty (half the round trip of its sample), ± µs.
+    pub clock_uncertainty_us: u64,
+}
+
+/// How synchronized the agents' start was.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StartSync {
+    /// Latest − earliest `started_coord_unix_us` over the agents that started, µs; `None`
+    /// when none did.
+    pub skew_us: Option<i64>,
+    /// Largest clock uncertainty among the agents that started, µs (the skew is only known
+    /// within about twice this).
+    pub clock_uncertainty_us: Option<u64>,
+    /// Every agent that sent its done notice, by agent id.
+    pub agents: Vec<AgentStart>,
+    /// Over every slot of the rounds: the spread of the agents' actual sends
+    /// ([`crate::sync`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot_skew: Option<crate::sync::SendSkew>,
+}
+
+impl StartSync {
+    /// The start facts of `agents` (those that sent a done notice).
+    pub fn of(mut agents: Vec<AgentStart>) -> StartSync {
+        agents.sort_by(|a, b| a.agent_id.cmp(&b.agent_id));
+        let started: Vec<&AgentStart> = agents
+            .iter()
+            .filter(|a| a.started_coord_unix_us != 0)
+            .collect();
+        let min = started.iter().map(|a| a.started_coord_unix_us).min();
+        let max = started.iter().map(|a| a.started_coord_unix_us).max();
+        StartSync {
+            skew_us: min.zip(max).map(|(lo, hi)| hi - lo),
+            clock_uncertainty_us: started.iter().map(|a| a.clock_uncertainty_us).max(),
+            agents,
+            slot_skew: None,
+        }
+    }
+
+    /// `start skew 0.42 ms over 3 agents (clock uncertainty ≤ 0.05 ms)`; `None` without any
+    /// agent's start.
+    pub fn line(&self) -> Option<String> {
+        let skew = self.skew_us?;
+        let started = self
+            .agents
+            .iter()
+            .filter(|a| a.started_coord_unix_us != 0)
+            .count();
+        let mut s = format!(
+            "start skew {:.2} ms over {started} agent{} (clock uncertainty ≤ {:.2} ms)",
+            skew as f64 / 1000.0,
+            if started == 1 { "" } else { "s" },
+            self.clock_uncertainty_us.unwrap_or(0) as f64 / 1000.0
+        );
+        let never = self.agents.len() - started;
+        if never > 0 {
+            let _ = write!(s, "; {never} never started");
+        }
+        if let Some(k) = &self.slot_skew {
+            let _ = write!(
+                s,
+                "; sends of each round slot: spread P50 {:.2} ms, P99 {:.2} ms over {} slots",
+                k.p50_us as f64 / 1000.0,
+                k.p99_us as f64 / 1000.0,
+                k.slots
+            );
+        }
+        Some(s)
+    }
+}
+
+/// A latency in ms, compact: `1610`, `81.2`, `4.25`; `-` when missing.
+fn ms_short(v: Option<f64>) -> String {
+    match v {
+        None => "-".into(),
+        Some(v) if v >= 100.0 => format!("{v:.0}"),
+        Some(v) if v >= 10.0 => format!("{v:.1}"),
+        Some(v) => format!("{v:.2}"),
+    }
+}
+
+/// `P50`, `P99.9`.
+fn percentile_label(p: f64) -> String {
+    if p.fract() == 0.0 {
+        format!("P{p:.0}")
+    } else {
+        format!("P{p}")
+    }
+}
+
+/// Why a step is the knee, compact: `c=16: latency, elasticity 0.54`, `c=8: errors 12.0%`,
+/// or `none`.
+pub fn knee_text(knee: Option<&Knee>) -> String {
+    match knee {
+        None => "none".into(),
+        Some(k) if k.reason == "errors" => {
+            format!("c={}: errors {:.1}%", k.concurrency, k.error_pct)
+        }
+        Some(k) => match k.elasticity {
+            Some(e) => format!("c={}: latency, elasticity {e:.2}", k.concurrency),
+            None => format!("c={}: {}", k.concurrency, k.reason),
+        },
+    }
+}
+
+fn right(s: String) -> TCell {
+    TCell::new(s).set_alignment(CellAlignment::Right)
+}
+
+/// The sweeps as text: per scenario, a table of providers (all regions merged) × steps of the
+/// knee metric's percentile (the knee step marked `*`), with each provider's knee and why;
+/// then, when rows of several regions exist, each region's knee per provider.
+pub fn render_sweeps(rows: &[SweepRow]) -> String {
+    let mut out = String::new();
+    let mut scenarios: Vec<&str> = Vec::new();
+    for r in rows {
+        if !scenarios.contains(&r.scenario.as_str()) {
+            scenarios.push(&r.scenario);
+        }
+    }
+    for scenario in scenarios {
+        let of: Vec<&SweepRow> = rows.iter().filter(|r| r.scenario == scenario).collect();
+        let Some(first) = of.first() else { continue };
+        let rule = &first.knee_rule;
+        let _ = writeln!(
+            out,
+            "\nsweep {scenario}: {} {} ms by concurrency, all regions ({} s steps); knee: \
+             elasticity ≥ {} or errors ≥ {}%",
+            rule.metric.as_str().to_uppercase(),
+            percentile_label(rule.percentile),
+            first.step_ms as f64 / 1000.0,
+            rule.elasticity,
+            rule.error_pct
+        );
+        let mut t = Table::new();
+        t.load_preset(presets::ASCII_MARKDOWN);
+        let mut header = vec![TCell::new("provider")];
+        header.extend(
+            first
+                .steps
+                .iter()
+                .map(|s| TCell::new(format!("c={}", s.concurrency))),
+        );
+        header.push(TCell::new("knee"));
+        t.set_header(header);
+        let all: Vec<&&SweepRow> = of.iter().filter(|r| r.region == ALL_REGIONS).collect();
+        for r in &all {
+            let mut row = vec![TCell::new(&r.provider)];
+            for s in &r.steps {
+                let mark = if r.knee.as_ref().is_some_and(|k| k.step == s.step as usize) {
+                    "*"
+                } else {
+                    ""
+                };
+                row.push(right(format!("{}{mark}", ms_short(s.knee_value_ms))));
+            }
+            row.push(TCell::new(knee_text(r.knee.as_ref())));
+            t.add_row(row);
+        }
+        let _ = writeln!(out, "{t}");
+        let regional: Vec<&&SweepRow> = of.iter().filter(|r| r.region != ALL_REGIONS).collect();
+        let regions: Vec<&str> = {
+            let mut v: Vec<&str> = Vec::new();
+            for r in &regional {
+                if !v.contains(&r.region.as_str()) {
+                    v.push(&r.region);
+                }
+            }
+            v
+        };
+        if regions.len() > 1 {
+            let _ = writeln!(out, "knee per region:");
+            for a in &all {
+                let parts: Vec<String> = regional
+                    .iter()
+                    .filter(|r| r.provider == a.provider)
+                    .map(|r| {
+                        let k = r.knee.as_ref().map_or("none".into(), |k| {
+                            format!("c={} ({})", k.concurrency, k.reason)
+                        });
+                        format!("{} {k}", r.region)
+                    })
+                    .collect();
+                let _ = writeln!(out, "  {:<16} {}", a.provider, parts.join(", "));
+            }
+        }
+    }
+    out
+}
+
+/// Every step of every row as one detailed table per scenario (what `latmesh query sweep`
+/// prints after [`render_sweeps`]): provider, region, concurrency, requests, error %, TTFT and
+/// E2E P50/P90/P99, throughput; the knee step marked `*`.
+pub fn render_sweep_steps(rows: &[SweepRow]) -> String {
+    let mut out = String::new();
+    let mut scenarios: Vec<&str> = Vec::new();
+    for r in rows {
+        if !scenarios.contains(&r.scenario.as_str()) {
+            scenarios.push(&r.scenario);
+        }
+    }
+    let p = |v: &Option<Percentiles>| match v {
+        Some(p) => format!(
+            "{}/{}/{}",
+            ms_short(Some(p.p50_ms)),
+            ms_short(Some(p.p90_ms)),
+            ms_short(Some(p.p99_ms))
+        ),
+        None => "-".into(),
+    };
+    for scenario in scenarios {
+        let _ = writeln!(
+            out,
+            "\nsweep {scenario}: every step (ms; throughput of ok requests)"
+        );
+        let mut t = Table::new();
+        t.load_preset(presets::ASCII_MARKDOWN);
+        t.set_header(vec![
+            "provider",
+            "region",
+            "c",
+            "requests",
+            "err %",
+            "TTFT P50/P90/P99",
+            "E2E P50/P90/P99",
+            "req/s",
+            "tok/s",
+        ]);
+        for r in rows.iter().filter(|r| r.scenario == scenario) {
+            for s in &r.steps {
+                let knee = r.knee.as_ref().is_some_and(|k| k.step == s.step as usize);
+                t.add_row(vec![
+                    TCell::new(&r.provider),
+                    TCell::new(&r.region),
+                    right(format!("{}{}", s.concurrency, if knee { "*" } else { "" })),
+                    right(s.requests.to_string()),
+                    right(format!("{:.1}", s.error_pct)),
+                    right(p(&s.ttft)),
+                    right(p(&s.e2e)),
+                    right(format!("{:.2}", s.throughput_rps)),
+                    right(format!("{:.0}", s.output_tokens_per_s)),
+                ]);
+            }
+        }
+        let _ = writeln!(out, "{t}");
+    }
+    out
+}
+
+/// The rates as text: per scenario, a load table (achieved vs scheduled rate per agent, drops,
+/// `sched_lag`, errors, saturation) and a latency table (P50/P99 from the actual and from the intended
+/// send), then why each saturated row is. With one region its `ALL` rows are left out (they
+/// repeat it).
+pub fn render_rates(rows: &[RateRow]) -> String {
+    let mut out = String::new();
+    let mut scenarios: Vec<&str> = Vec::new();
+    for r in rows {
+        if !scenarios.contains(&r.scenario.as_str()) {
+            scenarios.push(&r.scenario);
+        }
+    }
+    let regions = rows
+        .iter()
+        .filter(|r| r.region != ALL_REGIONS)
+        .map(|r| r.region.as_str())
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    let p50_99 = |v: &Option<Percentiles>| match v {
+        Some(p) => format!("{}/{}", ms_short(Some(p.p50_ms)), ms_short(Some(p.p99_ms))),
+        None => "-".into(),
+    };
+    for scenario in scenarios {
+        let mut of: Vec<&RateRow> = rows
+            .iter()
+            .filter(|r| r.scenario == scenario && (regions > 1 || r.region != ALL_REGIONS))
+            .collect();
+        // By provider, regions in row order (ALL last).
+        of.sort_by_key(|r| rows.iter().position(|x| x.provider == r.provider));
+        let Some(first) = of.first() else { continue };
+        let _ = writeln!(
+            out,
+            "\nrate {scenario}: target {} rps per provider and agent for {} s; rps sent per agent \
+             vs scheduled",
+            first.target_rps,
+            first.duration_ms as f64 / 1000.0,
+        );
+        let mut t = Table::new();
+        t.load_preset(presets::ASCII_MARKDOWN);
+        t.set_header(vec![
+            "provider",
+            "region",
+            "rps sent/sched",
+            "dropped",
+            "lag P50/P99",
+            "err %",
+            "saturated",
+        ]);
+        for r in &of {
+            t.add_row(vec![
+                TCell::new(&r.provider),
+                TCell::new(&r.region),
+                right(format!(
+                    "{}/{:.2}",
+                    r.achieved_rps.map_or("-".into(), |a| format!("{a:.2}")),
+                    r.scheduled_rps
+                )),
+                right(r.dropped.to_string()),
+                right(p50_99(&r.sched_lag)),
+                right(format!("{:.1}", r.error_pct)),
+                TCell::new(if r.saturated { "YES" } else { "no" }),
+            ]);
+        }
+        let _ = writeln!(out, "{t}");
+        let _ = writeln!(
+            out,
+            "rate {scenario}: latency ms P50/P99 from the actual send and from the intended send"
+        );
+        let mut t = Table::new();
+        t.load_preset(presets::ASCII_MARKDOWN);
+        t.set_header(vec![
+            "provider",
+            "region",
+            "TTFT",
+            "TTFT intended",
+            "E2E",
+            "E2E intended",
+        ]);
+        for r in &of {
+            t.add_row(vec![
+                TCell::new(&r.provider),
+                TCell::new(&r.region),
+                right(p50_99(&r.ttft)),
+                right(p50_99(&r.ttft_intended)),
+                right(p50_99(&r.e2e)),
+                right(p50_99(&r.e2e_intended)),
+            ]);
+        }
+        let _ = writeln!(out, "{t}");
+        for r in of.iter().filter(|r| r.saturated) {
+            let _ = writeln!(
+                out,
+                "  saturated: {} {}: {}",
+                r.provider,
+                r.region,
+                r.saturated_reason.as_deref().unwrap_or_default()
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use latmesh_core::hist::HistogramSet;
+    use latmesh_core::load::LoadKind;
+    use latmesh_core::record::ProbeRecord;
+
+    /// Regions us-east and eu-west; providers p and q; a sweep `sw` (c = 2, 4, 8, 10 s steps,
+    /// knee on E2E P50) and an open loop `open` (10 rps, constant, 10 s).
+    pub(crate) fn plan() -> Plan {
+        let prompts = serde_json::json!([{ "id": "a", "messages": [] }]);
+        let timeouts = serde_json::json!({
+            "connect_s": 10.0, "ttft_s": 60.0, "idle_s": 30.0, "total_s": 120.0
+        });
+        serde_json::from_value(serde_json::json!({
+            "name": "load",
+            "seed": 9,
+            "metrics_version": 3,
+            "regions": ["us-east", "eu-west"],
+            "rounds": { "count": 1, "interval_ms": 1000, "gap_ms": 10 },
+            "providers": [
+                { "name": "p", "base_url": "http://127.0.0.1:9/v1", "api_key_env": null, "model_id": "m" },
+                { "name": "q", "base_url": "http://127.0.0.1:9/v1", "api_key_env": null, "model_id": "m" }
+            ],
+            "scenarios": [
+                {
+                    "name": "sw", "stream": true, "max_tokens": 16, "temperature": null,
+                    "top_p": null, "timeouts": timeouts, "prompts": prompts,
+                    "load": { "sweep": {
+                        "concurrency": [2, 4, 8], "step_ms": 10000,
+                        "knee": { "metric": "e2e", "percentile": 50.0, "elasticity": 0.5, "error_pct": 5.0 }
+                    } }
+                },
+                {
+                    "name": "open", "stream": true, "max_tokens": 16, "temperature": null,
+                    "top_p": null, "timeouts": timeouts, "prompts": prompts,
+                    "load": { "rate": {
+                        "rps": 10.0, "arrivals": "constant", "duration_ms": 10000, "max_queue_ms": 10000
+                    } }
+                }
+            ],
+            "prompt_set": "x"
+        }))
+        .expect("test plan parses")
+    }
+
+    /// Records of provider `p` in `scenario`, each `(step, n, outcome, e2e, lag)` being `n`
+    /// final first attempts of sweep step `step` with `outcome`: `ok` ones with TTFT `e2e / 2`
+    /// and E2E `e2e` µs and 20 output tokens; all with `lag` µs of `sched_lag`.
+    pub(crate) fn add(
+        agg: &mut Aggregate,
+        region: &str,
+        scenario: &str,
+        load: LoadKind,
+        groups: &[(u32, usize, Outcome, u64, i64)],
+    ) {
+        let mut set = HistogramSet::new();
+        for &(step, n, outcome, e2e, lag) in groups {
+            for _ in 0..n {
+                let ok = outcome == Outcome::Ok;
+                let rec = ProbeRecord {
+                    load,
+                    step,
+                    concurrency: [2, 4, 8][step as usize] * u32::from(load == LoadKind::Sweep),
+                    provider: "p".into(),
+                    scenario: scenario.into(),
+                    attempt: 1,
+                    final_attempt: true,
+                    turn: 1,
+                    outcome: Some(outcome),
+                    sched_lag_us: lag,
+                    ttft_us: ok.then_some(e2e / 2),
+                    e2e_us: ok.then_some(e2e),
+                    output_tokens: if ok { 20 } else { 0 },
+                    ..Default::default()
+                };
+                agg.add_record(region, &rec);
+                set.record_probe(&rec, &[]);
+            }
+        }
+        for (k, h) in set.drain() {
+            agg.add_histogram(region, k, &h);
+        }
+    }
+
+    /// us-east: E2E 1.00, 1.04, 2.00 ms at c = 2, 4, 8 (a cancelled request at c = 4);
+    /// eu-west: flat 1.00 ms, but 1 of 10 requests fails at c = 4. Values below 2048 µs are
+    /// exact in HDR.
+    pub(crate) fn sweep_aggregate() -> Aggregate {
+        let mut agg = Aggregate::default();
+        let us = [
+            (0, 10, Outcome::Ok, 1_000, 0),
+            (1, 20, Outcome::Ok, 1_040, 0),
+            (1, 1, Outcome::Cancelled, 0, 0),
+            (2, 30, Outcome::Ok, 2_000, 0),
+        ];
+        add(&mut agg, "us-east", "sw", LoadKind::Sweep, &us);
+        let eu = [
+            (0, 10, Outcome::Ok, 1_000, 0),
+            (1, 9, Outcome::Ok, 1_000, 0),
+            (1, 1, Outcome::Http5xx, 0, 0),
+            (2, 10, Outcome::Ok, 1_000, 0),
+        ];
+        add(&mut agg, "eu-west", "sw", LoadKind::Sweep, &eu);
+        agg
+    }
+
+    fn row<'a>(rows: &'a [SweepRow], region: &str, provider: &str) -> &'a SweepRow {
+        rows.iter()
+            .find(|r| r.region == region && r.provider == provider)
+            .unwrap()
+    }
+
+    #[test]
+    fn sweep_rows_count_each_step_and_find_the_knee() {
+        let rows = sweep_rows(&plan(), &sweep_aggregate(), RowFilter::default());
+        // (us-east, eu-west, ALL) × (p, q), in that order.
+        let order: Vec<(&str, &str)> = rows
+            .iter()
+            .map(|r| (r.region.as_str(), r.provider.as_str()))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                ("us-east", "p"),
+                ("us-east", "q"),
+                ("eu-west", "p"),
+                ("eu-west", "q"),
+                ("ALL", "p"),
+                ("ALL", "q")
+            ]
+        );
+        let us = row(&rows, "us-east", "p");
+        let counts: Vec<(u32, u64, u64)> = us
+            .steps
+            .iter()
+            .map(|s| (s.concurrency, s.requests, s.ok))
+            .collect();
+        // The cancelled request is neither a request nor an error.
+        assert_eq!(counts, [(2, 10, 10), (4, 20, 20), (8, 30, 30)]);
+        let s0 = &us.steps[0];
+        assert_eq!(
+            (s0.throughput_rps, s0.output_tokens_per_s, s0.error_pct),
+            (1.0, 20.0, 0.0)
+        );
+        assert_eq!(us.steps[2].throughput_rps, 3.0);
+        assert_eq!(
+            us.steps[1].ttft,
+            Some(Percentiles {
+                p50_ms: 0.52,
+                p90_ms: 0.52,
+                p99_ms: 0.52
+            })
+        );
+        let knee_values: Vec<Option<f64>> = us.steps.iter().map(|s| s.knee_value_ms).collect();
+        assert_eq!(knee_values, [Some(1.0), Some(1.04), Some(2.0)]);
+        let knee = us.knee.as_ref().unwrap();
+        assert_eq!(
+            (knee.step, knee.concurrency, knee.reason.as_str()),
+            (2, 8, "latency")
+        );
+        // (2000 / 1040 − 1) / (8 / 4 − 1)
+        assert!((knee.elasticity.unwrap() - 0.923_076_9).abs() < 1e-6);
+
+        let eu = row(&rows, "eu-west", "p");
+        assert_eq!(eu.steps[1].error_pct, 10.0);
+        let knee = eu.knee.as_ref().unwrap();
+        assert_eq!((knee.step, knee.reason.as_str()), (1, "errors"));
+
+        // ALL merges the step histograms: c = 4 holds 9 × 1000 and 20 × 1040 µs, so its P50
+        // is 1040; 1 failure in 30 requests stays under 5%; the knee is c = 8 again.
+        let all = row(&rows, "ALL", "p");
+        let s1 = &all.steps[1];
+        assert_eq!((s1.requests, s1.ok, s1.knee_value_ms), (30, 29, Some(1.04)));
+        assert!((s1.error_pct - 100.0 / 30.0).abs() < 1e-12);
+        assert_eq!(all.steps[2].knee_value_ms, Some(2.0));
+        assert_eq!(all.knee.as_ref().map(|k| k.step), Some(2));
+
+        // A provider without data: every step present, empty, no knee.
+        let q = row(&rows, "ALL", "q");
+        assert_eq!(q.steps.len(), 3);
+        assert!(q.steps.iter().all(|s| s.requests == 0 && s.e2e.is_none()));
+        assert_eq!(q.knee, None);
+
+        // Filters keep the rows asked for; ALL then merges the kept region only.
+        let only = sweep_rows(
+            &plan(),
+            &sweep_aggregate(),
+            RowFilter {
+                region: Some("eu-west"),
+                provider: Some("p"),
+                scenario: None,
+            },
+        );
+        assert_eq!(only.len(), 2);
+        assert_eq!(only[1].steps, eu.steps);
+    }
+
+    pub(crate) fn agent(id: &str, region: &str) -> AgentSummary {
+        AgentSummary {
+            agent_id: id.into(),
+            region: region.into(),
+            clock_offset_us: 0,
+            clock_uncertainty_us: 0,
+            records: 0,
+            batches: 0,
+            complete: true,
+            skipped: 0,
+        }
+    }
+
+    /// us-east sends its 100 arrivals (lag 0.2 ms, TTFT 0.5 ms, E2E 1 ms); eu-west sends 90
+    /// and drops 10.
+    pub(crate) fn add_rate(agg: &mut Aggregate) {
+        let rate = LoadKind::Rate;
+        add(
+            agg,
+            "us-east",
+            "open",
+            rate,
+            &[(0, 100, Outcome::Ok, 1_000, 200)],
+        );
+        let eu = [
+            (0, 90, Outcome::Ok, 1_000, 200),
+            (0, 10, Outcome::Dropped, 0, 10_000_000),
+        ];
+        add(agg, "eu-west", "open", rate, &eu);
+    }
+
+    fn rate_aggregate() -> Aggregate {
+        let mut agg = Aggregate::default();
+        add_rate(&mut agg);
+        agg
+    }
+
+    #[test]
+    fn rate_rows_report_achieved_rate_and_saturation() {
+        let agents = [agent("a1", "us-east"), agent("b1", "eu-west")];
+        let rows = rate_rows(&plan(), &rate_aggregate(), &agents);
+        assert_eq!(rows.len(), 6);
+        let get = |region: &str, provider: &str| {
+            rows.iter()
+                .find(|r| r.region == region && r.provider == provider)
+                .unwrap()
+        };
+        let us = get("us-east", "p");
+        assert_eq!(
+            (us.scheduled, us.scheduled_rps, us.sent, us.achieved_rps),
+            (100, 10.0, 100, Some(10.0))
+        );
+        assert_eq!((us.dropped, us.error_pct, us.saturated), (0, 0.0, false));
+        assert_eq!(us.saturated_reason, None);
+        assert_eq!(us.sched_lag.unwrap().p99_ms, 0.2);
+        assert_eq!(us.ttft.unwrap().p50_ms, 0.5);
+        assert_eq!(us.ttft_intended.unwrap().p50_ms, 0.7);
+        assert_eq!(us.e2e_intended.unwrap().p99_ms, 1.2);
+
+        // Dropped arrivals are counted, are not errors, and make the row saturated.
+        let eu = get("eu-west", "p");
+        assert_eq!(
+            (eu.sent, eu.dropped, eu.requests, eu.error_pct),
+            (90, 10, 90, 0.0)
+        );
+        assert_eq!(eu.achieved_rps, Some(9.0));
+        assert!(eu.saturated);
+        assert_eq!(
+            eu.saturated_reason.as_deref(),
+            Some("10 arrivals dropped; achieved 9.00 rps < 95% of scheduled 10.00")
+        );
+        // ALL: 190 sent by 2 agents in 10 s, 9.5 rps each: exactly 95%, only the drops count.
+        let all = get("ALL", "p");
+        assert_eq!((all.agents, all.achieved_rps), (2, Some(9.5)));
+        assert_eq!(all.saturated_reason.as_deref(), Some("10 arrivals dropped"));
+        // Nothing sent at all.
+        let q = get("us-east", "q");
+        assert_eq!(q.achieved_rps, Some(0.0));
+        assert!(q.saturated);
+
+        // Scheduler lag alone: P99 over 10 ms.
+        let spec = match &plan().scenarios[1].load {
+            LoadModel::Rate(r) => r.clone(),
+            _ => unreachable!(),
+        };
+        let lagging = rate_row(
+            Some("us-east"),
+            "p",
+            "open",
+            &spec,
+            100,
+            &RateMeasure {
+                agents: 1,
+                sent: 100,
+                requests: 100,
+                requests_failed: 4,
+                sched_lag_us: Some([1_000, 5_000, 12_000]),
+                ..Default::default()
+            },
+        );
+        assert_eq!(lagging.error_pct, 4.0);
+        assert_eq!(
+            lagging.saturated_reason.as_deref(),
+            Some("sched_lag P99 12.0 ms > 10 ms")
+        );
+        // Without agents there is no achieved rate, and no verdict on it.
+        let none = rate_row(None, "p", "open", &spec, 100, &RateMeasure::default());
+        assert_eq!((none.achieved_rps, none.saturated), (None, false));
+    }
+
+    #[test]
+    fn start_skew_is_over_the_agents_that_started() {
+        let start = |id: &str, at: i64, unc: u64| AgentStart {
+            agent_id: id.into(),
+            region: "r".into(),
+            started_coord_unix_us: at,
+            clock_offset_us: -7,
+            clock_uncertainty_us: unc,
+        };
+        let t = 1_700_000_000_000_000;
+        let s = StartSync::of(vec![
+            start("c", t + 100, 20),
+            start("a", t + 420, 50),
+            start("b", t, 10),
+            start("d", 0, 900),
+        ]);
+        assert_eq!((s.skew_us, s.clock_uncertainty_us), (Some(420), Some(50)));
+        assert_eq!(
+            s.agents
+                .iter()
+                .map(|a| a.agent_id.as_str())
+                .collect::<Vec<_>>(),
+            ["a", "b", "c", "d"]
+        );
+        assert_eq!(
+            s.line().unwrap(),
+            "start skew 0.42 ms over 3 agents (clock uncertainty ≤ 0.05 ms); 1 never started"
+        );
+        let one = StartSync::of(vec![start("a", t, 5)]);
+        assert_eq!(
+            one.line().unwrap(),
+            "start skew 0.00 ms over 1 agent (clock uncertainty ≤ 0.01 ms)"
+        );
+        assert_eq!(StartSync::of(vec![start("d", 0, 1)]).line(), None);
+        assert_eq!(StartSync::default().line(), None);
+    }
+}

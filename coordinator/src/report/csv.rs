@@ -1,0 +1,297 @@
+//! The report as one long CSV table, one number per line:
+//! `section,scenario,region,provider,metric,stat,x,value`. Sections: `matrix` (the summary's
+//! cells), `cdf` (x = ms, value = fraction), `itl` (quantiles), `sweep` (x = concurrency),
+//! `rate`, `windows` (x = window label), `time_series` (x = bucket start, UTC s). Values are
+//! written with Rust's shortest round-trip formatting, the digits the JSON has.
+
+use std::fmt::Write as _;
+
+use super::model::ReportModel;
+use crate::summary::Percentiles;
+
+/// The header line's columns.
+pub const COLUMNS: [&str; 8] = [
+    "section", "scenario", "region", "provider", "metric", "stat", "x", "value",
+];
+
+fn field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+struct Out(String);
+
+impl Out {
+    #[allow(clippy::too_many_arguments)]
+    fn row(
+        &mut self,
+        section: &str,
+        scenario: &str,
+        region: &str,
+        provider: &str,
+        metric: &str,
+        stat: &str,
+        x: &str,
+        value: f64,
+    ) {
+        let _ = writeln!(
+            self.0,
+            "{},{},{},{},{},{},{},{value}",
+            field(section),
+            field(scenario),
+            field(region),
+            field(provider),
+            field(metric),
+            field(stat),
+            field(x)
+        );
+    }
+
+    /// P50, P90 and P99 of `p`, when present.
+    fn pcts(&mut self, key: [&str; 4], metric: &str, x: &str, p: Option<Percentiles>) {
+        if let Some(p) = p {
+            for (stat, v) in [("p50", p.p50_ms), ("p90", p.p90_ms), ("p99", p.p99_ms)] {
+                self.row(key[0], key[1], key[2], key[3], metric, stat, x, v);
+            }
+        }
+    }
+}
+
+/// The CSV text of `m`.
+pub fn render(m: &ReportModel) -> String {
+    let mut o = Out(COLUMNS.join(",") + "\n");
+    for c in &m.matrix {
+        let key = [
+            "matrix",
+            c.scenario.as_str(),
+            c.region.as_str(),
+            c.provider.as_str(),
+        ];
+        let counts = [
+            ("attempts", c.attempts as f64),
+            ("samples", c.samples as f64),
+            ("requests", c.requests as f64),
+            ("dropped", c.dropped as f64),
+            ("error_pct", c.error_pct),
+            ("request_error_pct", c.request_error_pct),
+            ("throttled_pct", c.throttled_pct),
+        ];
+        for (name, v) in counts {
+            o.row(key[0], key[1], key[2], key[3], name, "", "", v);
+        }
+        if let Some(v) = c.output_tokens_mean {
+            o.row(
+                key[0],
+                key[1],
+                key[2],
+                key[3],
+                "output_tokens",
+                "mean",
+                "",
+                v,
+            );
+        }
+        o.pcts(key, "ttft", "", c.ttft);
+        o.pcts(key, "ttfc", "", c.ttfc);
+        o.pcts(key, "e2e", "", c.e2e);
+        for (metric, v) in [("tpot", c.tpot_p50_ms), ("itl", c.itl_p50_ms)] {
+            if let Some(v) = v {
+                o.row(key[0], key[1], key[2], key[3], metric, "p50", "", v);
+            }
+        }
+    }
+    for c in &m.cdfs {
+        for (x, f) in &c.points {
+            o.row(
+                "cdf",
+                &c.scenario,
+                "ALL",
+                &c.provider,
+                c.metric.as_str(),
+                "fraction",
+                &x.to_string(),
+                *f,
+            );
+        }
+    }
+    for s in &m.itl {
+        for (q, v) in &s.quantiles {
+            let stat = format!("p{}", q * 100.0);
+            o.row(
+                "itl",
+                &s.scenario,
+                "ALL",
+                &s.provider,
+                s.metric.as_str(),
+                &stat,
+                "",
+                *v,
+            );
+        }
+    }
+    for r in &m.sweeps {
+        let key = [
+            "sweep",
+            r.scenario.as_str(),
+            r.region.as_str(),
+            r.provider.as_str(),
+        ];
+        let knee_metric = format!("knee_{}", r.knee_rule.metric.as_str());
+        let knee_stat = format!("p{}", r.knee_rule.percentile);
+        for s in &r.steps {
+            let x = s.concurrency.to_string();
+            for (name, v) in [
+                ("requests", s.requests as f64),
+                ("ok", s.ok as f64),
+                ("error_pct", s.error_pct),
+                ("throughput_rps", s.throughput_rps),
+                ("output_tokens_per_s", s.output_tokens_per_s),
+            ] {
+                o.row(key[0], key[1], key[2], key[3], name, "", &x, v);
+            }
+            if let Some(v) = s.knee_value_ms {
+                o.row(
+                    key[0],
+                    key[1],
+                    key[2],
+                    key[3],
+                    &knee_metric,
+                    &knee_stat,
+                    &x,
+                    v,
+                );
+            }
+            o.pcts(key, "ttft", &x, s.ttft);
+            o.pcts(key, "e2e", &x, s.e2e);
+        }
+        if let Some(k) = &r.knee {
+            o.row(
+                key[0],
+                key[1],
+                key[2],
+                key[3],
+                "knee",
+                &k.reason,
+                "",
+                f64::from(k.concurrency),
+            );
+        }
+    }
+    for r in &m.rates {
+        let key = [
+            "rate",
+            r.scenario.as_str(),
+            r.region.as_str(),
+            r.provider.as_str(),
+        ];
+        for (name, v) in [
+            ("target_rps", Some(r.target_rps)),
+            ("scheduled_rps", Some(r.scheduled_rps)),
+            ("achieved_rps", r.achieved_rps),
+            ("sent", Some(r.sent as f64)),
+            ("dropped", Some(r.dropped as f64)),
+            ("error_pct", Some(r.error_pct)),
+            ("saturated", Some(if r.saturated { 1.0 } else { 0.0 })),
+        ] {
+            if let Some(v) = v {
+                o.row(key[0], key[1], key[2], key[3], name, "", "", v);
+            }
+        }
+        o.pcts(key, "sched_lag", "", r.sched_lag);
+        o.pcts(key, "ttft", "", r.ttft);
+        o.pcts(key, "ttft_intended", "", r.ttft_intended);
+        o.pcts(key, "e2e", "", r.e2e);
+        o.pcts(key, "e2e_intended", "", r.e2e_intended);
+    }
+    for w in &m.windows {
+        let stat = format!("p{}", w.percentile);
+        for r in &w.rows {
+            for s in &r.windows {
+                if let Some(v) = s.stat.value_ms {
+                    o.row(
+                        "windows",
+                        "",
+                        &r.region,
+                        &r.provider,
+                        &w.metric,
+                        &stat,
+                        &s.window,
+                        v,
+                    );
+                }
+                o.row(
+                    "windows",
+                    "",
+                    &r.region,
+                    &r.provider,
+                    "attempts",
+                    "",
+                    &s.window,
+                    s.stat.attempts as f64,
+                );
+                o.row(
+                    "windows",
+                    "",
+                    &r.region,
+                    &r.provider,
+                    "error_pct",
+                    "",
+                    &s.window,
+                    s.stat.error_pct,
+                );
+            }
+        }
+    }
+    for t in &m.time_series {
+        for p in &t.points {
+            let x = p.t_unix_s.to_string();
+            let metric = t.metric.as_str();
+            o.row(
+                "time_series",
+                "",
+                "ALL",
+                &t.provider,
+                metric,
+                "samples",
+                &x,
+                p.samples as f64,
+            );
+            o.row(
+                "time_series",
+                "",
+                "ALL",
+                &t.provider,
+                metric,
+                "p50",
+                &x,
+                p.p50_ms,
+            );
+            o.row(
+                "time_series",
+                "",
+                "ALL",
+                &t.provider,
+                metric,
+                "p99",
+                &x,
+                p.p99_ms,
+            );
+        }
+    }
+    o.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_are_quoted_when_needed() {
+        assert_eq!(field("plain"), "plain");
+        assert_eq!(field("a,b"), "\"a,b\"");
+        assert_eq!(field("say \"hi\""), "\"say \"\"hi\"\"\"");
+    }
+}

@@ -1,0 +1,357 @@
+//! A stored campaign's [`ReportData`] read back from ClickHouse
+//! ([`ReportData::from_clickhouse`]), and what only ClickHouse keeps ([`extras`]): each row's
+//! time window and its time.
+//!
+//! - The summary is the one `latmesh query` rebuilds ([`crate::cli_query::stored_summary`]:
+//!   matrix cells and sweep rows from the query functions of [`crate::clickhouse::query`]),
+//!   plus the open-loop rate rows, computed here with the same arithmetic as in memory
+//!   ([`load_stats::rate_row`]).
+//! - Histograms: every stored bucket (`values`, `counts`) summed per (region, provider,
+//!   scenario, metric, value) in SQL and recorded into an HdrHistogram of the agents' bounds.
+//!   A stored value is its bucket's highest equivalent value, so the rebuilt histogram has the
+//!   same buckets and counts as the coordinator's merged one: same percentiles to the
+//!   microsecond. `ALL` merges the regions.
+//! - Time series: exact P50/P99 of TTFT and E2E per provider and time bucket (interval start
+//!   on the coordinator's clock), every region and scenario merged.
+//! - Windows: [`crate::clickhouse::query::windows`] for TTFT P50 and E2E P50.
+
+use std::collections::BTreeMap;
+
+use anyhow::Context as _;
+use hdrhistogram::Histogram;
+use latmesh_core::hist::new_histogram;
+use latmesh_core::load::LoadModel;
+use latmesh_core::metrics::Metric;
+use latmesh_core::record::Outcome;
+use serde::Deserialize;
+
+use super::model::{Extras, TimePoint, TimeSeries};
+use crate::aggregate::counts_in_error_rates;
+use crate::cli_query::{ClickhouseArgs, FilterArgs};
+use crate::clickhouse::query::{self, Percentile, QueryFilter};
+use crate::clickhouse::{self as store, check_identifier};
+use crate::load_stats::{self, RateMeasure, RateRow};
+use crate::report_data::{ALL, CellMetric, ReportData};
+
+#[derive(clickhouse::Row, Deserialize)]
+struct BucketRow {
+    region: String,
+    provider: String,
+    scenario: String,
+    metric: String,
+    value: u64,
+    n: u64,
+}
+
+#[derive(clickhouse::Row, Deserialize)]
+struct OutcomeRow {
+    region: String,
+    provider: String,
+    scenario: String,
+    outcome: String,
+    n: u64,
+    firsts: u64,
+    final_n: u64,
+}
+
+#[derive(clickhouse::Row, Deserialize)]
+struct SpanRow {
+    lo: i64,
+    hi: i64,
+    rows: u64,
+}
+
+#[derive(clickhouse::Row, Deserialize)]
+struct SeriesRow {
+    provider: String,
+    metric: String,
+    t: i64,
+    samples: u64,
+    q: Vec<u64>,
+}
+
+/// Time-series bucket widths, s: the first that gives at most [`MAX_BUCKETS`] buckets.
+const BUCKET_WIDTHS_S: [i64; 13] = [
+    2, 5, 10, 30, 60, 300, 600, 1_800, 3_600, 10_800, 21_600, 86_400, 604_800,
+];
+
+/// Most buckets a time series aims at.
+const MAX_BUCKETS: i64 = 60;
+
+/// The bucket width for a campaign whose interval starts span `span_s` seconds.
+pub fn bucket_width_s(span_s: i64) -> i64 {
+    BUCKET_WIDTHS_S
+        .into_iter()
+        .find(|w| span_s / w <= MAX_BUCKETS)
+        .unwrap_or(BUCKET_WIDTHS_S[BUCKET_WIDTHS_S.len() - 1])
+}
+
+impl ReportData {
+    /// The stored campaign `campaign_id` of database `db` at ClickHouse `url` (see the module
+    /// docs for what is rebuilt and how).
+    ///
+    /// # Errors
+    /// ClickHouse errors; a campaign that is not stored or has no results.
+    pub async fn from_clickhouse(url: &str, db: &str, campaign_id: &str) -> anyhow::Result<Self> {
+        check_identifier(db)?;
+        let ch = ClickhouseArgs {
+            clickhouse_url: url.to_string(),
+            clickhouse_db: db.to_string(),
+        };
+        let filter = FilterArgs {
+            campaign: campaign_id.to_string(),
+            scenario: None,
+            region: None,
+            provider: None,
+            from_unix_us: None,
+            to_unix_us: None,
+        };
+        let summary = crate::cli_query::stored_summary(&ch, &filter).await?;
+        let client = store::client(url);
+        let plan = query::stored_plan(&client, db, campaign_id)
+            .await?
+            .with_context(|| format!("campaign {campaign_id:?} is not in {db}.campaigns"))?;
+        let hists = histograms(&client, db, campaign_id).await?;
+        let mut data = ReportData {
+            summary,
+            plan,
+            hists,
+        };
+        // A summary rebuilt from ClickHouse has no rate rows of its own.
+        let rates = rate_rows(&client, db, &data).await?;
+        data.summary.rates = rates;
+        Ok(data)
+    }
+}
+
+/// Every cell's merged histograms, per region and `ALL`.
+async fn histograms(
+    client: &clickhouse::Client,
+    db: &str,
+    campaign_id: &str,
+) -> anyhow::Result<BTreeMap<CellMetric, Histogram<u64>>> {
+    let sql = format!(
+        "SELECT region, provider, scenario, metric, value, sum(weight) AS n \
+         FROM {db}.histograms ARRAY JOIN `values` AS value, `counts` AS weight \
+         WHERE campaign_id = ? \
+         GROUP BY region, provider, scenario, metric, value"
+    );
+    let rows: Vec<BucketRow> = client
+        .query(&sql)
+        .bind(campaign_id)
+        .fetch_all()
+        .await
+        .map_err(store::StoreError::from)?;
+    let mut out: BTreeMap<CellMetric, Histogram<u64>> = BTreeMap::new();
+    for r in rows {
+        let Some(metric) = Metric::parse(&r.metric) else {
+            continue;
+        };
+        for region in [r.region.as_str(), ALL] {
+            let h = out
+                .entry(CellMetric {
+                    region: region.to_string(),
+                    provider: r.provider.clone(),
+                    scenario: r.scenario.clone(),
+                    metric,
+                })
+                .or_insert_with(new_histogram);
+            if h.record_n(r.value, r.n).is_err() {
+                h.saturating_record_n(r.value, r.n);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The open-loop rows of `data`'s plan, as [`load_stats::rate_rows`] builds them in memory:
+/// counts from `requests`, percentiles from `data.hists`, agents per region from the stored
+/// agents.
+async fn rate_rows(
+    client: &clickhouse::Client,
+    db: &str,
+    data: &ReportData,
+) -> anyhow::Result<Vec<RateRow>> {
+    let plan = &data.plan;
+    if !plan
+        .scenarios
+        .iter()
+        .any(|s| matches!(s.load, LoadModel::Rate(_)))
+    {
+        return Ok(Vec::new());
+    }
+    let sql = format!(
+        "SELECT region, provider, scenario, outcome, count() AS n, \
+         countIf(attempt <= 1 AND turn <= 1) AS firsts, sum(final_attempt) AS final_n \
+         FROM {db}.requests WHERE campaign_id = ? \
+         GROUP BY region, provider, scenario, outcome"
+    );
+    let rows: Vec<OutcomeRow> = client
+        .query(&sql)
+        .bind(&data.summary.campaign_id)
+        .fetch_all()
+        .await
+        .map_err(store::StoreError::from)?;
+    let mut per_region: BTreeMap<&str, u64> = BTreeMap::new();
+    for a in &data.summary.agents {
+        *per_region.entry(a.region.as_str()).or_default() += 1;
+    }
+    let mut out = Vec::new();
+    for (i, s) in plan.scenarios.iter().enumerate() {
+        let LoadModel::Rate(spec) = &s.load else {
+            continue;
+        };
+        let regions = plan.regions.iter().map(|r| Some(r.as_str())).chain([None]);
+        for region in regions {
+            let agents = match region {
+                Some(r) => per_region.get(r).copied().unwrap_or(0),
+                None => data.summary.agents.len() as u64,
+            };
+            for (p, provider) in plan.providers.iter().enumerate() {
+                let scheduled = spec
+                    .arrivals_us(plan.seed, i, p, plan.providers.len())
+                    .len() as u64;
+                let mut m = RateMeasure {
+                    agents,
+                    ..Default::default()
+                };
+                for r in rows.iter().filter(|r| {
+                    r.provider == provider.name
+                        && r.scenario == s.name
+                        && region.is_none_or(|want| want == r.region)
+                }) {
+                    let outcome = Outcome::parse(&r.outcome);
+                    let measured = outcome.is_none_or(counts_in_error_rates);
+                    if outcome == Some(Outcome::Dropped) {
+                        m.dropped += r.n;
+                    }
+                    if measured {
+                        m.sent += r.firsts;
+                        m.requests += r.final_n;
+                        if outcome != Some(Outcome::Ok) {
+                            m.requests_failed += r.final_n;
+                        }
+                    }
+                }
+                let at = |metric| {
+                    data.hist(region.unwrap_or(ALL), &provider.name, &s.name, metric)
+                        .map(|h| load_stats::QUANTILES.map(|q| h.value_at_quantile(q)))
+                };
+                m.sched_lag_us = at(Metric::SchedLag);
+                m.ttft_us = at(Metric::Ttft);
+                m.e2e_us = at(Metric::E2e);
+                m.ttft_intended_us = at(Metric::TtftIntended);
+                m.e2e_intended_us = at(Metric::E2eIntended);
+                out.push(load_stats::rate_row(
+                    region,
+                    &provider.name,
+                    &s.name,
+                    spec,
+                    scheduled,
+                    &m,
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// What only ClickHouse knows about `data`'s campaign: peak vs off-peak (when the plan has
+/// windows) and per-provider time series.
+///
+/// # Errors
+/// ClickHouse errors.
+pub async fn extras(url: &str, db: &str, data: &ReportData) -> anyhow::Result<Extras> {
+    check_identifier(db)?;
+    let client = store::client(url);
+    let id = &data.summary.campaign_id;
+    let windows = if data.plan.windows.is_empty() {
+        Vec::new()
+    } else {
+        let filter = QueryFilter::campaign(id);
+        let mut out = Vec::new();
+        for metric in [Metric::Ttft, Metric::E2e] {
+            out.push(query::windows(&client, db, &filter, metric, Percentile::P50).await?);
+        }
+        out
+    };
+    Ok(Extras {
+        windows: Some(windows),
+        time_series: Some(time_series(&client, db, id).await?),
+    })
+}
+
+/// TTFT and E2E P50/P99 per provider and time bucket (coordinator clock).
+async fn time_series(
+    client: &clickhouse::Client,
+    db: &str,
+    campaign_id: &str,
+) -> anyhow::Result<Vec<TimeSeries>> {
+    const COORD_US: &str = "(toInt64(start_unix_us) + clock_offset_us)";
+    let span: SpanRow = client
+        .query(&format!(
+            "SELECT min({COORD_US}) AS lo, max({COORD_US}) AS hi, count() AS n \
+             FROM {db}.histograms WHERE campaign_id = ?"
+        ))
+        .bind(campaign_id)
+        .fetch_one()
+        .await
+        .map_err(store::StoreError::from)?;
+    if span.rows == 0 {
+        return Ok(Vec::new());
+    }
+    let width_s = bucket_width_s((span.hi - span.lo) / 1_000_000);
+    let width_us = width_s * 1_000_000;
+    let sql = format!(
+        "SELECT provider, metric, intDiv({COORD_US}, {width_us}) * {width_s} AS t, \
+         sum(weight) AS samples, quantilesExactWeighted(0.5, 0.99)(value, weight) AS q \
+         FROM {db}.histograms ARRAY JOIN `values` AS value, `counts` AS weight \
+         WHERE campaign_id = ? AND metric IN ('ttft', 'e2e') \
+         GROUP BY provider, metric, t ORDER BY provider, metric, t"
+    );
+    let rows: Vec<SeriesRow> = client
+        .query(&sql)
+        .bind(campaign_id)
+        .fetch_all()
+        .await
+        .map_err(store::StoreError::from)?;
+    let mut out: Vec<TimeSeries> = Vec::new();
+    for r in rows {
+        let Some(metric) = Metric::parse(&r.metric) else {
+            continue;
+        };
+        let ms = |i: usize| r.q.get(i).copied().unwrap_or(0) as f64 / 1000.0;
+        let point = TimePoint {
+            t_unix_s: r.t,
+            samples: r.samples,
+            p50_ms: ms(0),
+            p99_ms: ms(1),
+        };
+        match out.last_mut() {
+            Some(ts) if ts.provider == r.provider && ts.metric == metric => ts.points.push(point),
+            _ => out.push(TimeSeries {
+                provider: r.provider,
+                metric,
+                bucket_s: width_s,
+                points: vec![point],
+            }),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bucket_widths_keep_series_short() {
+        assert_eq!(bucket_width_s(0), 2);
+        assert_eq!(bucket_width_s(40), 2);
+        assert_eq!(bucket_width_s(121), 2);
+        assert_eq!(bucket_width_s(122), 5);
+        assert_eq!(bucket_width_s(3_600), 60);
+        assert_eq!(bucket_width_s(86_400), 1_800);
+        assert_eq!(bucket_width_s(100 * 86_400), 604_800);
+    }
+}

@@ -1,0 +1,360 @@
+//! What a report shows, as numbers: [`ReportModel`], built from a [`ReportData`] (and the
+//! sections only ClickHouse can give, [`Extras`]). The HTML, JSON and CSV renderings all read
+//! this one model, so they carry the same numbers; the matrix cells are the summary's own.
+
+use hdrhistogram::Histogram;
+use latmesh_core::load::LoadModel;
+use latmesh_core::metrics::Metric;
+use serde::Serialize;
+
+use crate::budget::BudgetSummary;
+use crate::clickhouse::query::WindowsReport;
+use crate::load_stats::{RateRow, SweepRow};
+use crate::report_data::{ALL, ReportData};
+use crate::summary::MatrixCell;
+
+/// Most points a CDF line keeps (evenly thinned beyond; the last point is always kept).
+pub const CDF_MAX_POINTS: usize = 400;
+
+/// Quantiles of the ITL spread, in order.
+pub const SPREAD_QUANTILES: [f64; 6] = [0.05, 0.25, 0.5, 0.75, 0.95, 0.99];
+
+/// A finished campaign's report, as numbers.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReportModel {
+    /// Where the numbers come from: `memory` (the coordinator that ran it) or `clickhouse`.
+    pub source: String,
+    /// What ran.
+    pub campaign: CampaignFacts,
+    /// The summary's matrix cells, verbatim (every region and `ALL`, every scenario).
+    pub matrix: Vec<MatrixCell>,
+    /// TTFT and E2E CDFs of every provider and scenario, all regions merged.
+    pub cdfs: Vec<Cdf>,
+    /// The ITL spread of every provider and scenario with ITL samples, all regions merged.
+    pub itl: Vec<Spread>,
+    /// The summary's sweep rows (every region and `ALL`).
+    pub sweeps: Vec<SweepRow>,
+    /// The open-loop rate rows (every region and `ALL`).
+    pub rates: Vec<RateRow>,
+    /// Peak vs off-peak (TTFT P50, E2E P50), when the plan has windows and the source keeps
+    /// the window of each row (ClickHouse).
+    pub windows: Vec<WindowsReport>,
+    /// Per-provider latency over time, when the source keeps time (ClickHouse).
+    pub time_series: Vec<TimeSeries>,
+    /// Sections left out or cut short, and why.
+    pub notes: Vec<Note>,
+    /// The analysis (`crate::analysis`), when wired in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub analysis: Option<serde_json::Value>,
+    /// The analysis as an HTML fragment.
+    #[serde(skip)]
+    pub analysis_html: Option<String>,
+}
+
+/// The campaign's identity and state.
+#[derive(Clone, Debug, Serialize)]
+pub struct CampaignFacts {
+    /// Campaign id.
+    pub campaign_id: String,
+    /// Campaign name.
+    pub name: String,
+    /// SHA-256 of the plan.
+    pub plan_hash: String,
+    /// Metric definitions version.
+    pub metrics_version: u32,
+    /// Round 0 start, coordinator clock, UTC µs.
+    pub start_at_unix_us: i64,
+    /// Regions, in plan order.
+    pub regions: Vec<String>,
+    /// Providers, in plan order.
+    pub providers: Vec<String>,
+    /// Scenarios and their load model (`rounds`, `sweep`, `rate`), in plan order.
+    pub scenarios: Vec<(String, String)>,
+    /// Agents that took part.
+    pub agents: usize,
+    /// Whether every agent delivered everything.
+    pub complete: bool,
+    /// Whether the campaign was cancelled.
+    pub cancelled: bool,
+    /// The agents' start skew line, when known.
+    pub start_skew: Option<String>,
+    /// Budget guard facts.
+    pub budget: BudgetSummary,
+}
+
+/// A cumulative distribution: `points` are (value ms, fraction of samples ≤ value), one per
+/// recorded HDR bucket (its highest equivalent value, what the percentiles report).
+#[derive(Clone, Debug, Serialize)]
+pub struct Cdf {
+    /// Scenario.
+    pub scenario: String,
+    /// Provider.
+    pub provider: String,
+    /// `ttft` or `e2e`.
+    pub metric: Metric,
+    /// Samples in the merged histogram.
+    pub samples: u64,
+    /// (ms, cumulative fraction), ascending.
+    pub points: Vec<(f64, f64)>,
+}
+
+/// A distribution summed up by its quantiles.
+#[derive(Clone, Debug, Serialize)]
+pub struct Spread {
+    /// Scenario.
+    pub scenario: String,
+    /// Provider.
+    pub provider: String,
+    /// The metric (`itl`).
+    pub metric: Metric,
+    /// Samples.
+    pub samples: u64,
+    /// (quantile, ms) at [`SPREAD_QUANTILES`].
+    pub quantiles: Vec<(f64, f64)>,
+}
+
+impl Spread {
+    /// The value at quantile `q` (one of [`SPREAD_QUANTILES`]), ms.
+    pub fn at(&self, q: f64) -> Option<f64> {
+        self.quantiles
+            .iter()
+            .find(|(x, _)| *x == q)
+            .map(|(_, v)| *v)
+    }
+}
+
+/// A provider's latency over time, all regions and scenarios merged.
+#[derive(Clone, Debug, Serialize)]
+pub struct TimeSeries {
+    /// Provider.
+    pub provider: String,
+    /// `ttft` or `e2e`.
+    pub metric: Metric,
+    /// Bucket width, s.
+    pub bucket_s: i64,
+    /// One point per bucket with samples, ascending.
+    pub points: Vec<TimePoint>,
+}
+
+/// One bucket of a [`TimeSeries`].
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TimePoint {
+    /// Bucket start, coordinator clock, UTC s.
+    pub t_unix_s: i64,
+    /// Samples in the bucket.
+    pub samples: u64,
+    /// P50, ms (exact over the bucket's merged histograms).
+    pub p50_ms: f64,
+    /// P99, ms.
+    pub p99_ms: f64,
+}
+
+/// A section left out or cut short.
+#[derive(Clone, Debug, Serialize)]
+pub struct Note {
+    /// Section id (`windows`, `time-series`, …).
+    pub section: String,
+    /// Why.
+    pub text: String,
+}
+
+/// The sections that need per-row time, which only ClickHouse keeps: `None` means the source
+/// cannot give them (the report then says so).
+#[derive(Clone, Debug, Default)]
+pub struct Extras {
+    /// Peak vs off-peak reports (`None`: windows unknown to the source).
+    pub windows: Option<Vec<WindowsReport>>,
+    /// Per-provider time series (`None`: time unknown to the source).
+    pub time_series: Option<Vec<TimeSeries>>,
+}
+
+impl ReportModel {
+    /// The model of `data`; `source` names where it came from, `extras` what only that
+    /// source knows.
+    pub fn build(data: &ReportData, source: &str, extras: Extras) -> ReportModel {
+        let s = &data.summary;
+        let mut notes = Vec::new();
+        let mut cdfs = Vec::new();
+        let mut itl = Vec::new();
+        for scenario in &s.scenarios {
+            for provider in &s.providers {
+                for metric in [Metric::Ttft, Metric::E2e] {
+                    if let Some(h) = data.hist(ALL, provider, scenario, metric) {
+                        cdfs.push(Cdf {
+                            scenario: scenario.clone(),
+                            provider: provider.clone(),
+                            metric,
+                            samples: h.len(),
+                            points: cdf_points(h),
+                        });
+                    }
+                }
+                if let Some(h) = data.hist(ALL, provider, scenario, Metric::Itl) {
+                    itl.push(Spread {
+                        scenario: scenario.clone(),
+                        provider: provider.clone(),
+                        metric: Metric::Itl,
+                        samples: h.len(),
+                        quantiles: SPREAD_QUANTILES
+                            .iter()
+                            .map(|&q| (q, h.value_at_quantile(q) as f64 / 1000.0))
+                            .collect(),
+                    });
+                }
+            }
+        }
+        let rates = s.rates.clone();
+        let has_rate_scenario = data
+            .plan
+            .scenarios
+            .iter()
+            .any(|sc| matches!(sc.load, LoadModel::Rate(_)));
+        if has_rate_scenario && rates.is_empty() {
+            notes.push(Note {
+                section: "open-loop".into(),
+                text: format!("open-loop rate rows are not available from {source}"),
+            });
+        }
+        let windows = if data.plan.windows.is_empty() {
+            Vec::new()
+        } else {
+            match extras.windows {
+                Some(w) => w,
+                None => {
+                    notes.push(Note {
+                        section: "windows".into(),
+                        text: format!(
+                            "the plan declares time windows, but the {source} results do not keep each request's window: run `latmesh report {}` against ClickHouse for peak vs off-peak",
+                            s.campaign_id
+                        ),
+                    });
+                    Vec::new()
+                }
+            }
+        };
+        let time_series = match extras.time_series {
+            Some(t) => t,
+            None => {
+                notes.push(Note {
+                    section: "time-series".into(),
+                    text: format!(
+                        "the {source} results merge every interval: latency over time comes from ClickHouse (`latmesh report {} --clickhouse-url …`, or `latmesh demo --clickhouse-url …`)",
+                        s.campaign_id
+                    ),
+                });
+                Vec::new()
+            }
+        };
+        ReportModel {
+            source: source.to_string(),
+            campaign: CampaignFacts {
+                campaign_id: s.campaign_id.clone(),
+                name: s.name.clone(),
+                plan_hash: s.plan_hash.clone(),
+                metrics_version: s.metrics_version,
+                start_at_unix_us: s.start_at_unix_us,
+                regions: s.regions.clone(),
+                providers: s.providers.clone(),
+                scenarios: data
+                    .plan
+                    .scenarios
+                    .iter()
+                    .map(|sc| (sc.name.clone(), load_name(&sc.load).to_string()))
+                    .collect(),
+                agents: s.agents.len(),
+                complete: s.complete,
+                cancelled: s.cancelled,
+                start_skew: s.start.line(),
+                budget: s.guard.clone(),
+            },
+            matrix: s.cells.clone(),
+            cdfs,
+            itl,
+            sweeps: s.sweeps.clone(),
+            rates,
+            windows,
+            time_series,
+            notes,
+            analysis: None,
+            analysis_html: None,
+        }
+    }
+
+    /// The matrix cell of (`region`, `provider`, `scenario`).
+    pub fn cell(&self, region: &str, provider: &str, scenario: &str) -> Option<&MatrixCell> {
+        self.matrix
+            .iter()
+            .find(|c| c.region == region && c.provider == provider && c.scenario == scenario)
+    }
+
+    /// The note of `section`, if that section was left out.
+    pub fn note(&self, section: &str) -> Option<&Note> {
+        self.notes.iter().find(|n| n.section == section)
+    }
+}
+
+/// `rounds`, `sweep` or `rate`.
+pub fn load_name(load: &LoadModel) -> &'static str {
+    match load {
+        LoadModel::Sweep(_) => "sweep",
+        LoadModel::Rate(_) => "rate",
+        _ => "rounds",
+    }
+}
+
+/// The CDF of `h`: (highest equivalent value of each recorded bucket in ms, fraction of
+/// samples at or below it), thinned to at most [`CDF_MAX_POINTS`]. The first point whose
+/// fraction reaches `q` is HdrHistogram's `value_at_quantile(q)`.
+pub fn cdf_points(h: &Histogram<u64>) -> Vec<(f64, f64)> {
+    let total = h.len();
+    if total == 0 {
+        return Vec::new();
+    }
+    let mut cum = 0u64;
+    let all: Vec<(f64, f64)> = h
+        .iter_recorded()
+        .map(|v| {
+            cum += v.count_since_last_iteration();
+            (
+                h.highest_equivalent(v.value_iterated_to()) as f64 / 1000.0,
+                cum as f64 / total as f64,
+            )
+        })
+        .collect();
+    if all.len() <= CDF_MAX_POINTS {
+        return all;
+    }
+    let step = all.len().div_ceil(CDF_MAX_POINTS);
+    let mut out: Vec<(f64, f64)> = all.iter().step_by(step).copied().collect();
+    if out.last() != all.last() {
+        out.extend(all.last().copied());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cdf_reaches_each_quantile_at_value_at_quantile() {
+        let mut h = latmesh_core::hist::new_histogram();
+        for (v, n) in [(1_000u64, 3u64), (2_500, 5), (40_000, 1), (1_234_567, 1)] {
+            h.record_n(v, n).unwrap();
+        }
+        let points = cdf_points(&h);
+        assert_eq!(points.len(), 4);
+        assert_eq!(points.last().unwrap().1, 1.0);
+        for q in [0.1, 0.5, 0.8, 0.9, 0.99] {
+            let first = points.iter().find(|(_, f)| *f >= q).unwrap();
+            assert_eq!(first.0, h.value_at_quantile(q) as f64 / 1000.0, "q {q}");
+        }
+        let mut many = latmesh_core::hist::new_histogram();
+        for v in 1..5_000u64 {
+            many.record(v * 97).unwrap();
+        }
+        let thin = cdf_points(&many);
+        assert!(thin.len() <= CDF_MAX_POINTS + 1, "{}", thin.len());
+        assert_eq!(thin.last().unwrap().1, 1.0);
+    }
+}

@@ -1,0 +1,101 @@
+//! What reports and their analysis are made from: a finished campaign's summary, its plan, and
+//! its merged HDR histograms per cell and metric (the exact distributions, not percentiles),
+//! whether it was just run in this process ([`ReportData::from_aggregate`]) or read back from
+//! ClickHouse.
+
+use std::collections::BTreeMap;
+
+use hdrhistogram::Histogram;
+use latmesh_core::hist::HistKey;
+use latmesh_core::metrics::Metric;
+use latmesh_core::plan::Plan;
+
+use crate::aggregate::Aggregate;
+use crate::summary::Summary;
+
+/// Region name of the row that merges every region.
+pub const ALL: &str = "ALL";
+
+/// One cell and metric: `region` (or [`ALL`]), provider, scenario, metric.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CellMetric {
+    /// A region of the plan, or [`ALL`].
+    pub region: String,
+    /// Provider name.
+    pub provider: String,
+    /// Scenario name.
+    pub scenario: String,
+    /// Metric (values in µs).
+    pub metric: Metric,
+}
+
+/// A finished campaign, ready for reports.
+#[derive(Clone, Debug)]
+pub struct ReportData {
+    /// The summary (matrix cells, sweeps, rates, agents, start skew, budget).
+    pub summary: Summary,
+    /// The plan it ran.
+    pub plan: Plan,
+    /// Merged histograms of `ok` attempts, µs, every sweep step merged; one per cell and
+    /// metric that has samples, for every region and [`ALL`].
+    pub hists: BTreeMap<CellMetric, Histogram<u64>>,
+}
+
+impl ReportData {
+    /// From the coordinator's merged results of the campaign.
+    pub fn from_aggregate(summary: Summary, plan: Plan, agg: &Aggregate) -> ReportData {
+        let mut hists = BTreeMap::new();
+        let regions: Vec<Option<&str>> = plan
+            .regions
+            .iter()
+            .map(|r| Some(r.as_str()))
+            .chain([None])
+            .collect();
+        for region in &regions {
+            for p in &plan.providers {
+                for s in &plan.scenarios {
+                    for metric in Metric::ALL {
+                        let key = HistKey {
+                            provider: p.name.clone(),
+                            scenario: s.name.clone(),
+                            metric,
+                            step: 0,
+                        };
+                        if let Some(h) = agg.histogram(*region, &key) {
+                            hists.insert(
+                                CellMetric {
+                                    region: region.unwrap_or(ALL).to_string(),
+                                    provider: p.name.clone(),
+                                    scenario: s.name.clone(),
+                                    metric,
+                                },
+                                h,
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        ReportData {
+            summary,
+            plan,
+            hists,
+        }
+    }
+
+    /// The merged histogram of one cell and metric, if it has samples.
+    pub fn hist(
+        &self,
+        region: &str,
+        provider: &str,
+        scenario: &str,
+        metric: Metric,
+    ) -> Option<&Histogram<u64>> {
+        self.hists.get(&CellMetric {
+            region: region.to_string(),
+            provider: provider.to_string(),
+            scenario: scenario.to_string(),
+            metric,
+        })
+    }
+}

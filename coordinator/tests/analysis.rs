@@ -1,0 +1,479 @@
+//! The analysis against known answers: order-statistic intervals of percentiles, pairwise
+//! verdicts on simulated latency distributions, flags, ranks, the selection matrix.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use hdrhistogram::Histogram;
+use latmesh_coordinator::analysis::stats::{
+    self, CiMethod, PercentileCi, Verdict, compare, exact_rank_interval, kendall_w, min_samples,
+    normal_rank_interval, rank_interval,
+};
+use latmesh_coordinator::analysis::{FlagKind, analyze};
+use latmesh_coordinator::report_data::{ALL, CellMetric, ReportData};
+use latmesh_coordinator::summary::Summary;
+use latmesh_core::hist::new_histogram;
+use latmesh_core::metrics::Metric;
+use serde_json::{Value, json};
+
+/// SplitMix64: a small deterministic generator (no dependency, same numbers everywhere).
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in (0, 1).
+    fn uniform(&mut self) -> f64 {
+        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+
+    /// Standard normal (Box–Muller).
+    fn normal(&mut self) -> f64 {
+        let (u, v) = (self.uniform(), self.uniform());
+        (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
+    }
+}
+
+/// `n` lognormal latencies with median `median_ms` and log-sd `sigma`, recorded in µs into a
+/// latmesh histogram (what a simulator-like provider produces).
+fn lognormal(seed: u64, n: usize, median_ms: f64, sigma: f64) -> Histogram<u64> {
+    let mut rng = Rng(seed);
+    let mut h = new_histogram();
+    for _ in 0..n {
+        let ms = median_ms * (sigma * rng.normal()).exp();
+        h.record((ms * 1000.0).round().max(1.0) as u64).unwrap();
+    }
+    h
+}
+
+fn cis(h: &Histogram<u64>) -> Vec<PercentileCi> {
+    stats::PERCENTILES
+        .iter()
+        .map(|&p| PercentileCi::of(h, p))
+        .collect()
+}
+
+#[test]
+fn min_samples_are_the_known_thresholds() {
+    // (1 − q)ⁿ ≤ 2.5 % and qⁿ ≤ 2.5 %.
+    assert_eq!(min_samples(0.5), 6);
+    assert_eq!(min_samples(0.95), 72);
+    assert_eq!(min_samples(0.99), 368);
+    assert!(rank_interval(5, 0.5).is_none());
+    let r = rank_interval(6, 0.5).unwrap();
+    assert_eq!((r.lower, r.upper), (1, 6));
+    assert!(
+        (r.coverage - (1.0 - 2.0 / 64.0)).abs() < 1e-12,
+        "{}",
+        r.coverage
+    );
+    assert!(rank_interval(71, 0.95).is_none() && rank_interval(72, 0.95).is_some());
+    assert!(rank_interval(367, 0.99).is_none() && rank_interval(368, 0.99).is_some());
+}
+
+#[test]
+fn uniform_median_interval_has_the_expected_ranks_and_width() {
+    // 1..=1000 µs, each once (exact in HDR buckets below 2048).
+    let mut h = new_histogram();
+    for v in 1..=1000u64 {
+        h.record(v).unwrap();
+    }
+    let p50 = PercentileCi::of(&h, 50.0);
+    let ci = p50.ci.unwrap();
+    // Binomial(1000, ½): P(B ≤ 468) = 0.0231 ≤ 0.025 < P(B ≤ 469); by symmetry k = 532.
+    assert_eq!((ci.lower_rank, ci.upper_rank), (469, 532));
+    assert_eq!(ci.method, CiMethod::ExactBinomial);
+    assert!((ci.coverage - 0.953_708_8).abs() < 1e-6, "{}", ci.coverage);
+    assert_eq!((ci.lower_ms, ci.upper_ms), (0.469, 0.532));
+    assert!(ci.lower_ms <= 0.5 && 0.5 <= ci.upper_ms);
+    assert!(((ci.upper_ms - ci.lower_ms) * 1000.0 - 63.0).abs() < 1e-9);
+    assert_eq!(p50.estimate_ms, 0.5);
+    // The normal approximation gives the same ranks at this n.
+    let n = normal_rank_interval(1000, 0.5).unwrap();
+    assert_eq!((n.lower, n.upper), (469, 532));
+}
+
+#[test]
+fn exact_and_normal_ranks_agree_where_they_meet() {
+    for q in [0.5, 0.95, 0.99] {
+        let e = exact_rank_interval(10_000, q).unwrap();
+        let a = normal_rank_interval(10_000, q).unwrap();
+        assert!(
+            e.coverage >= 0.95 && a.coverage >= 0.949,
+            "{q}: {e:?} {a:?}"
+        );
+        assert!(
+            e.lower.abs_diff(a.lower) <= 1 && e.upper.abs_diff(a.upper) <= 1,
+            "{q}: {e:?} {a:?}"
+        );
+    }
+    let big = rank_interval(1_000_000, 0.99).unwrap();
+    assert_eq!(big.method, CiMethod::NormalApprox);
+    assert!(big.lower < 990_000 && big.upper > 990_000);
+}
+
+#[test]
+fn lognormal_medians_100_vs_120_ms_are_called_different() {
+    // Two simulator-like providers: lognormal latencies, σ = 0.5, medians 100 and 120 ms.
+    let a = cis(&lognormal(1, 2000, 100.0, 0.5));
+    let b = cis(&lognormal(2, 2000, 120.0, 0.5));
+    assert_eq!(compare(&a[0], &b[0]), Verdict::AFaster, "P50 {a:?} {b:?}");
+    assert_eq!(compare(&b[0], &a[0]), Verdict::BFaster);
+    assert_eq!(compare(&a[1], &b[1]), Verdict::AFaster, "P95");
+    // P99 from 2000 samples: the intervals are wide; never the wrong way round.
+    assert_ne!(compare(&a[2], &b[2]), Verdict::BFaster, "P99");
+    // The true medians lie in their intervals.
+    let (ca, cb) = (a[0].ci.unwrap(), b[0].ci.unwrap());
+    assert!(ca.lower_ms <= 100.0 && 100.0 <= ca.upper_ms, "{ca:?}");
+    assert!(cb.lower_ms <= 120.0 && 120.0 <= cb.upper_ms, "{cb:?}");
+}
+
+#[test]
+fn identical_distributions_are_not_called_different() {
+    for (s1, s2) in [(11, 12), (21, 22), (31, 32), (41, 42), (51, 52)] {
+        let a = cis(&lognormal(s1, 2000, 100.0, 0.5));
+        let b = cis(&lognormal(s2, 2000, 100.0, 0.5));
+        for i in 0..3 {
+            assert_eq!(
+                compare(&a[i], &b[i]),
+                Verdict::NoClearDifference,
+                "seeds {s1}/{s2} P{}",
+                a[i].percentile
+            );
+        }
+    }
+}
+
+#[test]
+fn small_samples_say_not_enough() {
+    let h = lognormal(3, 20, 100.0, 0.5);
+    let c = cis(&h);
+    assert!(c[0].ci.is_some(), "P50 of 20 samples has an interval");
+    assert!(c[1].ci.is_none() && c[1].min_samples == 72);
+    assert!(c[2].ci.is_none() && c[2].min_samples == 368);
+    assert!(c[2].text().contains("(n 20 < 368)"), "{}", c[2].text());
+    let other = cis(&lognormal(4, 20, 500.0, 0.5));
+    assert_eq!(compare(&c[2], &other[2]), Verdict::NotEnoughSamples);
+    let tiny = lognormal(5, 5, 100.0, 0.5);
+    assert!(PercentileCi::of(&tiny, 50.0).ci.is_none());
+}
+
+#[test]
+fn kendall_w_known_answers() {
+    let same = vec![vec![1.0, 2.0, 3.0, 4.0]; 3];
+    assert_eq!(kendall_w(&same), Some(1.0));
+    let opposite = vec![vec![1.0, 2.0, 3.0], vec![3.0, 2.0, 1.0]];
+    assert_eq!(kendall_w(&opposite), Some(0.0));
+    // 3 raters, 3 objects: rank sums 4, 6, 8 → S = 8, W = 12·8 / (9·24) = 4/9.
+    let partial = vec![
+        vec![1.0, 2.0, 3.0],
+        vec![1.0, 3.0, 2.0],
+        vec![2.0, 1.0, 3.0],
+    ];
+    assert!((kendall_w(&partial).unwrap() - 4.0 / 9.0).abs() < 1e-12);
+    assert_eq!(kendall_w(&[vec![1.0, 2.0]]), None);
+}
+
+// ---- a whole campaign ----------------------------------------------------------------
+
+const CAMPAIGN: &str = r#"
+[campaign]
+name = "analysis"
+regions = ["us-east", "eu-west"]
+
+[rounds]
+count = 3
+interval_s = 2.0
+gap_ms = 100
+
+[[scenarios]]
+name = "chat"
+prompt_ids = ["short-qa-en-*"]
+stream = true
+max_tokens = 64
+
+[[providers]]
+name = "fast"
+base_url = "http://127.0.0.1:9/v1"
+model_id = "m"
+price_input_usd_per_mtok = 1.0
+price_output_usd_per_mtok = 2.0
+
+[[providers]]
+name = "spiky"
+base_url = "http://127.0.0.1:9/v1"
+model_id = "m"
+price_input_usd_per_mtok = 0.5
+price_output_usd_per_mtok = 1.0
+
+[[providers]]
+name = "mid"
+base_url = "http://127.0.0.1:9/v1"
+model_id = "m"
+price_input_usd_per_mtok = 0.2
+price_output_usd_per_mtok = 0.4
+
+[[providers]]
+name = "slow"
+base_url = "http://127.0.0.1:9/v1"
+model_id = "m"
+price_input_usd_per_mtok = 0.1
+price_output_usd_per_mtok = 0.2
+
+[selection]
+weights = { latency = 0.5, price = 0.3, quality = 0.2 }
+latency_metric = "ttft"
+latency_percentile = 50
+
+[selection.scores.fast]
+quality = 10
+[selection.scores.spiky]
+quality = 5
+[selection.scores.mid]
+quality = 8
+[selection.scores.slow]
+quality = 0
+"#;
+
+/// A histogram of `n` values: the first `n − tail` at `base_ms` (± a spread), the last
+/// `tail` at `tail_ms`.
+fn shaped(n: u64, base_ms: f64, tail: u64, tail_ms: f64) -> Histogram<u64> {
+    let mut h = new_histogram();
+    for i in 0..n - tail {
+        let jitter = (i % 11) as f64 / 100.0; // 0..10 % above base
+        h.record((base_ms * (1.0 + jitter) * 1000.0) as u64)
+            .unwrap();
+    }
+    for _ in 0..tail {
+        h.record((tail_ms * 1000.0) as u64).unwrap();
+    }
+    h
+}
+
+fn cell(region: &str, provider: &str, attempts: u64, outcomes: Value, extra: Value) -> Value {
+    let mut c = json!({
+        "region": region, "provider": provider, "scenario": "chat",
+        "attempts": attempts, "samples": outcomes["ok"], "ttft": null, "ttfc": null, "e2e": null,
+        "tpot_p50_ms": null, "itl_p50_ms": null, "error_pct": 0.0, "requests": attempts,
+        "request_error_pct": 0.0, "throttled_pct": 0.0, "output_tokens_mean": 50.0,
+        "tokens_from_usage": 0, "usage_chunk_delta_mean": null, "usage_chunk_mismatches": 0,
+        "last_error": null, "outcomes": outcomes,
+    });
+    let ok = outcomes["ok"].as_u64().unwrap();
+    c["error_pct"] = json!((attempts - ok) as f64 * 100.0 / attempts as f64);
+    for (k, v) in extra.as_object().unwrap() {
+        c[k] = v.clone();
+    }
+    c
+}
+
+fn data() -> ReportData {
+    let plan = latmesh_core::campaign::load_toml_str(CAMPAIGN, Path::new(".")).unwrap();
+    let regions = ["us-east", "eu-west"];
+    // TTFT per provider: fast 100 ms, spiky 105 ms with 5 % at 2 s, mid 150 ms, slow 300 ms.
+    let shapes: [(&str, f64, u64, f64); 4] = [
+        ("fast", 100.0, 0, 0.0),
+        ("spiky", 105.0, 50, 2000.0),
+        ("mid", 150.0, 0, 0.0),
+        ("slow", 300.0, 0, 0.0),
+    ];
+    let mut hists = BTreeMap::new();
+    for (p, base, tail, tail_ms) in shapes {
+        let mut all = new_histogram();
+        for r in regions {
+            let h = shaped(1000, base, tail, tail_ms);
+            all.add(&h).unwrap();
+            hists.insert(
+                CellMetric {
+                    region: r.into(),
+                    provider: p.into(),
+                    scenario: "chat".into(),
+                    metric: Metric::Ttft,
+                },
+                h,
+            );
+        }
+        hists.insert(
+            CellMetric {
+                region: ALL.into(),
+                provider: p.into(),
+                scenario: "chat".into(),
+                metric: Metric::Ttft,
+            },
+            all,
+        );
+    }
+    let mut cells = Vec::new();
+    for r in regions.iter().copied().chain([ALL]) {
+        let k = if r == ALL { 2 } else { 1 };
+        cells.push(cell(
+            r,
+            "fast",
+            1000 * k,
+            json!({"ok": 1000 * k}),
+            json!({}),
+        ));
+        // spiky: 1 timeout in 1000 attempts per region (0.1 %: not above) — but 2 of 1000
+        // in eu-west (0.2 %: flagged).
+        let timeouts = if r == "eu-west" {
+            2
+        } else if r == ALL {
+            3
+        } else {
+            1
+        };
+        cells.push(cell(
+            r,
+            "spiky",
+            1000 * k + timeouts,
+            json!({"ok": 1000 * k, "timeout_ttft": timeouts}),
+            json!({}),
+        ));
+        // mid: usage disagrees with the chunk count in 7 attempts.
+        cells.push(cell(
+            r,
+            "mid",
+            1000 * k,
+            json!({"ok": 1000 * k}),
+            json!({"usage_chunk_mismatches": 7 * k, "usage_chunk_delta_mean": 0.25}),
+        ));
+        // slow: answers three times longer than the others.
+        cells.push(cell(
+            r,
+            "slow",
+            1000 * k,
+            json!({"ok": 1000 * k}),
+            json!({"output_tokens_mean": 150.0}),
+        ));
+    }
+    let summary: Summary = serde_json::from_value(json!({
+        "campaign_id": "analysis-1", "name": "analysis", "plan_hash": plan.hash(),
+        "metrics_version": plan.metrics_version, "start_at_unix_us": 1_700_000_000_000_000i64,
+        "regions": regions, "providers": ["fast", "spiky", "mid", "slow"], "scenarios": ["chat"],
+        "cells": cells, "agents": [], "complete": true,
+    }))
+    .unwrap();
+    ReportData {
+        summary,
+        plan,
+        hists,
+    }
+}
+
+#[test]
+fn a_campaign_s_intervals_verdicts_flags_ranks_and_selection() {
+    let d = data();
+    let a = analyze(&d);
+    // Intervals and verdicts.
+    let fast = a.cell("us-east", "fast", "chat", Metric::Ttft).unwrap();
+    assert_eq!(fast.n, 1000);
+    assert!(fast.percentiles.iter().all(|p| p.ci.is_some()));
+    assert_eq!(
+        a.comparison("us-east", "chat", Metric::Ttft, 50.0, "fast", "slow"),
+        Some(Verdict::AFaster)
+    );
+    assert_eq!(
+        a.comparison("us-east", "chat", Metric::Ttft, 50.0, "slow", "fast"),
+        Some(Verdict::BFaster)
+    );
+    assert_eq!(
+        a.comparison("ALL", "chat", Metric::Ttft, 99.0, "spiky", "slow"),
+        Some(Verdict::BFaster),
+        "spiky's P99 is its 2 s tail"
+    );
+    // 4 providers → 6 pairs × 3 percentiles × 3 rows.
+    assert_eq!(a.comparisons.len(), 6 * 3 * 3);
+
+    // Flags.
+    let kinds = |k: FlagKind| -> Vec<(String, String)> {
+        a.flags
+            .iter()
+            .filter(|f| f.kind == k)
+            .map(|f| (f.region.clone(), f.provider.clone()))
+            .collect()
+    };
+    let tails = kinds(FlagKind::TailHigh);
+    assert!(
+        tails.contains(&("us-east".into(), "spiky".into())),
+        "{tails:?}"
+    );
+    assert!(tails.contains(&(ALL.into(), "spiky".into())), "{tails:?}");
+    assert!(tails.iter().all(|(_, p)| p == "spiky"), "{tails:?}");
+    assert_eq!(
+        kinds(FlagKind::Timeouts),
+        vec![("eu-west".into(), "spiky".into())]
+    );
+    assert_eq!(
+        kinds(FlagKind::UsageMismatch),
+        vec![(ALL.into(), "mid".into())]
+    );
+    assert_eq!(
+        kinds(FlagKind::OutputLength),
+        vec![(ALL.into(), "slow".into())]
+    );
+
+    // Ranks per region: the same everywhere (by P50: fast, spiky, mid, slow) → W = 1.
+    let t = &a.ranks[0];
+    assert_eq!(t.columns, ["us-east", "eu-west"]);
+    assert_eq!((t.metric, t.percentile), (Metric::Ttft, 50.0));
+    let ranks: Vec<(String, Option<f64>, Option<f64>)> = t
+        .rows
+        .iter()
+        .map(|r| (r.provider.clone(), r.mean_rank, r.rank_range))
+        .collect();
+    assert_eq!(
+        ranks,
+        vec![
+            ("fast".into(), Some(1.0), Some(0.0)),
+            ("spiky".into(), Some(2.0), Some(0.0)),
+            ("mid".into(), Some(3.0), Some(0.0)),
+            ("slow".into(), Some(4.0), Some(0.0)),
+        ]
+    );
+    assert_eq!(t.kendall_w, Some(1.0));
+
+    // Selection (us-east): latency min–max over P50s, price min–max, quality / 10.
+    let s = a.selection.iter().find(|s| s.region == "us-east").unwrap();
+    let row = |p: &str| s.rows.iter().find(|r| r.provider == p).unwrap();
+    assert_eq!(row("fast").latency.score, Some(1.0));
+    assert_eq!(row("slow").latency.score, Some(0.0));
+    assert_eq!(row("fast").price.score, Some(0.0), "most expensive");
+    assert_eq!(row("slow").quality.score, Some(0.0));
+    assert_eq!(row("mid").quality.score, Some(0.8));
+    let lat = |p: &str| row(p).latency.raw.unwrap();
+    let want_mid = (lat("slow") - lat("mid")) / (lat("slow") - lat("fast"));
+    assert!((row("mid").latency.score.unwrap() - want_mid).abs() < 1e-12);
+    for r in &s.rows {
+        let want = 0.5 * r.latency.score.unwrap()
+            + 0.3 * r.price.score.unwrap()
+            + 0.2 * r.quality.score.unwrap();
+        assert!((r.total - want).abs() < 1e-12, "{}", r.provider);
+    }
+    assert!(s.rows.windows(2).all(|w| w[0].total >= w[1].total));
+    assert_eq!(s.rows[0].rank, 1);
+
+    // Renderings.
+    let text = a.render_text();
+    assert!(text.contains("chat · ttft"), "{text}");
+    assert!(text.contains("fast ") && text.contains(" < "), "{text}");
+    assert!(
+        text.contains("tail") && text.contains("Kendall's W 1.00"),
+        "{text}"
+    );
+    assert!(text.contains("selection chat · us-east"), "{text}");
+    let html = a.to_html();
+    assert!(html.starts_with("<section class=\"latmesh-analysis\">"));
+    assert!(html.trim_end().ends_with("</section>"));
+    assert!(!html.contains("http://") && !html.contains("https://") && !html.contains("<script"));
+    assert!(html.contains("<table>") && html.contains("Kendall"));
+    let j = serde_json::to_value(&a).unwrap();
+    assert_eq!(j["cells"][0]["percentiles"][0]["percentile"], 50.0);
+    assert!(j["flags"].as_array().unwrap().len() >= 4);
+    assert!(j["selection"][0]["rows"][0]["latency"]["score"].is_number());
+}

@@ -1,0 +1,526 @@
+//! `latmesh check` without ClickHouse: rules on known numbers, the previous-day rule on known
+//! runs, and the built binary's exit codes, output and webhook POST (received by a local axum
+//! server).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+use latmesh_coordinator::check::{
+    CheckReport, Rule, RuleKind, RunValues, Snapshot, evaluate, evaluate_prev_day, parse_rules,
+    post_json,
+};
+use latmesh_coordinator::summary::Summary;
+use latmesh_core::metrics::Metric;
+use serde_json::{Value, json};
+
+/// A summary with one scenario `chat`, region `us-east` (and `ALL`), and per provider
+/// (TTFT P50, P90, P99 in ms, error %).
+fn summary(id: &str, cells: &[(&str, [f64; 3], f64)]) -> Summary {
+    let mut out = Vec::new();
+    for region in ["us-east", "ALL"] {
+        for (p, [p50, p90, p99], err) in cells {
+            out.push(json!({
+                "region": region, "provider": p, "scenario": "chat",
+                "attempts": 200, "samples": (200.0 * (1.0 - err / 100.0)) as u64,
+                "ttft": {"p50_ms": p50, "p90_ms": p90, "p99_ms": p99},
+                "ttfc": null, "e2e": {"p50_ms": p50 * 2.0, "p90_ms": p90 * 2.0, "p99_ms": p99 * 2.0},
+                "tpot_p50_ms": 10.0, "itl_p50_ms": 10.0, "error_pct": err, "requests": 200,
+                "request_error_pct": err, "throttled_pct": 0.0, "output_tokens_mean": 40.0,
+                "tokens_from_usage": 0, "usage_chunk_delta_mean": null,
+                "usage_chunk_mismatches": 0, "last_error": null, "outcomes": {"ok": 200},
+            }));
+        }
+    }
+    serde_json::from_value(json!({
+        "campaign_id": id, "name": "nightly", "plan_hash": "0".repeat(64), "metrics_version": 3,
+        "start_at_unix_us": 1_700_000_000_000_000i64, "regions": ["us-east"],
+        "providers": cells.iter().map(|c| c.0).collect::<Vec<_>>(), "scenarios": ["chat"],
+        "cells": out, "agents": [], "complete": true,
+    }))
+    .unwrap()
+}
+
+fn baseline() -> Summary {
+    summary(
+        "base-1",
+        &[
+            ("alpha", [100.0, 200.0, 300.0], 0.0),
+            ("beta", [100.0, 200.0, 300.0], 1.0),
+        ],
+    )
+}
+
+/// alpha: P99 +30 % exactly (390 ms), beta: P99 +31 % (393 ms) and 6 % errors.
+fn current() -> Summary {
+    summary(
+        "cur-1",
+        &[
+            ("alpha", [100.0, 200.0, 390.0], 0.0),
+            ("beta", [110.0, 200.0, 393.0], 6.0),
+        ],
+    )
+}
+
+const RULES: &str = r#"
+[[rules]]
+name = "p99-up-30"
+kind = "p99_increase_pct"
+metric = "ttft"
+threshold = 30
+
+[[rules]]
+kind = "absolute"
+metric = "e2e"
+percentile = 99
+limit_ms = 785
+
+[[rules]]
+kind = "error_pct_above"
+limit_pct = 5
+"#;
+
+#[test]
+fn rules_parse_with_defaults_and_errors_name_the_rule() {
+    let rules = parse_rules(RULES).unwrap();
+    assert_eq!(rules.len(), 3);
+    assert_eq!(rules[0].name, "p99-up-30");
+    assert_eq!(
+        rules[0].kind,
+        RuleKind::IncreasePct {
+            threshold_pct: 30.0
+        }
+    );
+    assert_eq!((rules[0].metric, rules[0].percentile), (Metric::Ttft, 99.0));
+    assert_eq!(rules[1].name, "absolute e2e P99");
+    assert_eq!(rules[1].min_samples, 1);
+    let prev = parse_rules(
+        "[[rules]]\nkind = \"p95_above_prev_day_mean\"\nfactor = 2\nconsecutive_runs = 3\n",
+    )
+    .unwrap();
+    assert_eq!(
+        prev[0].kind,
+        RuleKind::AbovePrevDayMean {
+            factor: 2.0,
+            consecutive_runs: 3
+        }
+    );
+    assert_eq!((prev[0].metric, prev[0].percentile), (Metric::Ttft, 95.0));
+    for (text, want) in [
+        (
+            "[[rules]]\nkind = \"p99_increase_pct\"\n",
+            "rules[0].threshold: missing",
+        ),
+        (
+            "[[rules]]\nkind = \"absolute\"\nlimit_ms = 5\n",
+            "rules[0].percentile: missing",
+        ),
+        (
+            "[[rules]]\nkind = \"faster\"\n",
+            "rules[0].kind: \"faster\" is not a rule kind",
+        ),
+        (
+            "[[rules]]\nkind = \"p99_absolute\"\npercentile = 95\nlimit_ms = 1\n",
+            "rules[0].percentile: 95 contradicts",
+        ),
+        (
+            "[[rules]]\nkind = \"p99_absolute\"\nmetric = \"speed\"\nlimit_ms = 1\n",
+            "rules[0].metric: \"speed\" is not a metric",
+        ),
+        (
+            "[[rules]]\nkind = \"p99_absolute\"\nlimit_ms = 1\nlimt = 2\n",
+            "unknown field `limt`",
+        ),
+        ("", "no [[rules]]"),
+    ] {
+        let e = format!("{:#}", parse_rules(text).unwrap_err());
+        assert!(e.contains(want), "{want:?} not in {e:?}");
+    }
+}
+
+#[test]
+fn rules_fire_on_known_numbers() {
+    let rules = parse_rules(RULES).unwrap();
+    let base = Snapshot::from_summary("base-1".into(), &baseline());
+    let cur = Snapshot::from_summary("cur-1".into(), &current());
+    let r = evaluate(&rules, &cur, Some(&base));
+    let fired: Vec<(&str, &str, &str)> = r
+        .fired
+        .iter()
+        .map(|f| (f.rule.as_str(), f.region.as_str(), f.provider.as_str()))
+        .collect();
+    // alpha's +30.0 % is not above +30 %; beta's +31 % is. e2e P99: alpha 780 ≤ 785, beta 786.
+    // Errors: beta 6 % > 5 %. The ALL rows are not checked by default.
+    assert_eq!(
+        fired,
+        vec![
+            ("p99-up-30", "us-east", "beta"),
+            ("absolute e2e P99", "us-east", "beta"),
+            ("error_pct_above", "us-east", "beta"),
+        ]
+    );
+    let f = &r.fired[0];
+    assert_eq!(
+        (f.current, f.baseline, f.unit.as_str()),
+        (393.0, Some(300.0), "ms")
+    );
+    assert!((f.limit - 390.0).abs() < 1e-9);
+    assert!(
+        f.message.contains("+31.0% over baseline 300 ms"),
+        "{}",
+        f.message
+    );
+    assert_eq!(r.checked, 6);
+    assert_eq!(r.exit_code(), 1);
+    assert!(r.render().contains("FIRED  p99-up-30"), "{}", r.render());
+
+    // Region filter `ALL` checks the merged row only; a provider filter narrows further.
+    let all = parse_rules(
+        "[[rules]]\nkind = \"p99_absolute\"\nregion = \"ALL\"\nprovider = \"alpha\"\nlimit_ms = 100\n",
+    )
+    .unwrap();
+    let r = evaluate(&all, &cur, None);
+    assert_eq!(r.fired.len(), 1);
+    assert_eq!(
+        (r.fired[0].region.as_str(), r.fired[0].provider.as_str()),
+        ("ALL", "alpha")
+    );
+
+    // Nothing fires against itself; min_samples skips small cells.
+    let r = evaluate(&rules[..1], &base, Some(&base));
+    assert!(r.fired.is_empty() && r.exit_code() == 0);
+    let strict =
+        parse_rules("[[rules]]\nkind = \"p99_absolute\"\nlimit_ms = 1\nmin_samples = 1000\n")
+            .unwrap();
+    assert_eq!(evaluate(&strict, &cur, None).checked, 0);
+
+    // A provider failing every attempt has no latency but does fire the error rule.
+    let dead = Snapshot::from_summary(
+        "dead".into(),
+        &summary("dead", &[("gamma", [0.0, 0.0, 0.0], 100.0)]),
+    );
+    let r = evaluate(&rules[2..], &dead, None);
+    assert_eq!(r.fired.len(), 1);
+    assert_eq!(r.fired[0].current, 100.0);
+}
+
+fn prev_rule(factor: f64, runs: u32) -> Rule {
+    Rule {
+        name: "p95-prev-day".into(),
+        kind: RuleKind::AbovePrevDayMean {
+            factor,
+            consecutive_runs: runs,
+        },
+        metric: Metric::Ttft,
+        percentile: 95.0,
+        region: None,
+        provider: None,
+        scenario: None,
+        min_samples: 1,
+    }
+}
+
+#[test]
+fn prev_day_mean_rule_on_known_runs() {
+    const H: i64 = 3_600_000_000;
+    let t = 1_700_000_000_000_000i64;
+    let runs: Vec<(String, i64)> = [
+        ("r1", t - 30 * H), // outside the previous day of the last 2 runs
+        ("r2", t - 20 * H),
+        ("r3", t - 10 * H),
+        ("r4", t - H),
+        ("r5", t),
+    ]
+    .iter()
+    .map(|(id, s)| (id.to_string(), *s))
+    .collect();
+    let key = (
+        "us-east".to_string(),
+        "alpha".to_string(),
+        "chat".to_string(),
+    );
+    let values = |v: [f64; 5]| -> RunValues {
+        runs.iter()
+            .zip(v)
+            .map(|((id, _), ms)| (id.clone(), BTreeMap::from([(key.clone(), (100u64, ms))])))
+            .collect()
+    };
+    let report = || CheckReport {
+        campaign: "r5".into(),
+        baseline: None,
+        fired: vec![],
+        checked: 0,
+        skipped: vec![],
+    };
+    // Previous day of r4 (the first of the last 2): r2, r3 → mean 110, limit 220.
+    let mut r = report();
+    evaluate_prev_day(
+        &prev_rule(2.0, 2),
+        &runs,
+        &values([5000.0, 100.0, 120.0, 250.0, 260.0]),
+        &mut r,
+    );
+    assert_eq!(r.fired.len(), 1, "{r:?}");
+    assert_eq!(r.fired[0].baseline, Some(110.0));
+    assert_eq!((r.fired[0].current, r.fired[0].limit), (260.0, 220.0));
+    // One of the two runs below the limit: not fired.
+    let mut r = report();
+    evaluate_prev_day(
+        &prev_rule(2.0, 2),
+        &runs,
+        &values([5000.0, 100.0, 120.0, 200.0, 260.0]),
+        &mut r,
+    );
+    assert!(r.fired.is_empty() && r.checked == 1);
+    // One run: r5 alone, previous day r2..r4 → mean (100 + 120 + 200) / 3 = 140, limit 280.
+    let mut r = report();
+    evaluate_prev_day(
+        &prev_rule(2.0, 1),
+        &runs,
+        &values([0.0, 100.0, 120.0, 200.0, 290.0]),
+        &mut r,
+    );
+    assert_eq!(r.fired.len(), 1);
+    assert_eq!(r.fired[0].baseline, Some(140.0));
+    // Nothing in the previous day: skipped, with the reason.
+    let mut r = report();
+    evaluate_prev_day(&prev_rule(2.0, 1), &runs[..1], &values([1.0; 5]), &mut r);
+    assert!(
+        r.fired.is_empty() && r.skipped[0].contains("no run in the 24 h"),
+        "{r:?}"
+    );
+}
+
+// ---- the binary ------------------------------------------------------------------------
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
+}
+
+fn latmesh(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_latmesh"))
+        .args(args)
+        .env_remove("LATMESH_CLICKHOUSE_URL")
+        .output()
+        .unwrap()
+}
+
+/// A webhook receiver on 127.0.0.1: every POST body is kept; it answers `status`.
+async fn receiver(status: u16) -> (String, Arc<Mutex<Vec<Value>>>) {
+    let got: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let keep = got.clone();
+    let app = axum::Router::new().route(
+        "/hooks/{secret}",
+        axum::routing::post(move |body: String| {
+            let keep = keep.clone();
+            async move {
+                keep.lock()
+                    .unwrap()
+                    .push(serde_json::from_str(&body).unwrap());
+                axum::http::StatusCode::from_u16(status).unwrap()
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}/hooks/s3cret"), got)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_exits_0_1_2_and_posts_to_the_webhook() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = write(
+        dir.path(),
+        "base.json",
+        &serde_json::to_string(&baseline()).unwrap(),
+    );
+    let cur = write(
+        dir.path(),
+        "cur.json",
+        &serde_json::to_string(&current()).unwrap(),
+    );
+    let rules = write(dir.path(), "rules.toml", RULES);
+    let (url, got) = receiver(200).await;
+
+    // Fired: exit 1, the lines on stdout, the payload at the webhook.
+    let args = [
+        "check",
+        "--current-summary",
+        &cur,
+        "--baseline-summary",
+        &base,
+        "--rules",
+        &rules,
+        "--webhook",
+        &url,
+    ];
+    let out = tokio::task::spawn_blocking({
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        move || latmesh(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("FIRED  p99-up-30") && stdout.contains("3 rule(s) fired"),
+        "{stdout}"
+    );
+    let posted = got.lock().unwrap().clone();
+    assert_eq!(posted.len(), 1);
+    let p = &posted[0];
+    assert_eq!(p["campaign"], format!("cur-1 (summary {cur})"));
+    assert_eq!(p["baseline"], format!("base-1 (summary {base})"));
+    assert_eq!(p["fired"].as_array().unwrap().len(), 3);
+    assert_eq!(p["fired"][0]["rule"], "p99-up-30");
+    assert_eq!(p["fired"][0]["current"], 393.0);
+
+    // Nothing fired: exit 0, no POST (unless --webhook-always); --json prints the report.
+    let same = [
+        "check",
+        "--current-summary",
+        &base,
+        "--baseline-summary",
+        &base,
+        "--rules",
+        &rules,
+        "--webhook",
+        &url,
+        "--json",
+    ];
+    let out = tokio::task::spawn_blocking({
+        let args: Vec<String> = same.iter().map(|s| s.to_string()).collect();
+        move || latmesh(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: CheckReport = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(report.fired.is_empty() && report.checked == 6);
+    assert_eq!(got.lock().unwrap().len(), 1, "no POST when nothing fired");
+    let mut always: Vec<&str> = same.to_vec();
+    always.push("--webhook-always");
+    let out = tokio::task::spawn_blocking({
+        let args: Vec<String> = always.iter().map(|s| s.to_string()).collect();
+        move || latmesh(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(got.lock().unwrap().len(), 2);
+    assert_eq!(got.lock().unwrap()[1]["fired"], json!([]));
+
+    // Errors: exit 2 — bad rules, a missing file, a baseline rule without a baseline, a
+    // percentile a summary does not carry, a webhook that answers 500.
+    let bad = write(
+        dir.path(),
+        "bad.toml",
+        "[[rules]]\nkind = \"p99_increase_pct\"\n",
+    );
+    let p95 = write(
+        dir.path(),
+        "p95.toml",
+        "[[rules]]\nkind = \"p95_absolute\"\nlimit_ms = 1\n",
+    );
+    let (url500, _) = receiver(500).await;
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec!["--rules".into(), bad.clone()],
+            "rules[0].threshold: missing",
+        ),
+        (
+            vec![
+                "--rules".into(),
+                dir.path().join("nope.toml").display().to_string(),
+            ],
+            "cannot read rules",
+        ),
+        (
+            vec![
+                "--rules".into(),
+                rules.clone(),
+                "--baseline-summary".into(),
+                "/nonexistent.json".into(),
+            ],
+            "cannot read summary",
+        ),
+        (
+            vec!["--rules".into(), rules.clone()],
+            "compares with a baseline",
+        ),
+        (
+            vec!["--rules".into(), p95.clone()],
+            "ttft P95 is not in a summary file",
+        ),
+        (
+            vec![
+                "--rules".into(),
+                rules.clone(),
+                "--baseline-summary".into(),
+                base.clone(),
+                "--webhook".into(),
+                url500.clone(),
+            ],
+            "answered HTTP 500",
+        ),
+    ];
+    for (extra, want) in cases {
+        let mut args = vec!["check".to_string(), "--current-summary".into(), cur.clone()];
+        args.extend(extra);
+        let out = tokio::task::spawn_blocking(move || {
+            latmesh(&args.iter().map(String::as_str).collect::<Vec<_>>())
+        })
+        .await
+        .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{want}: {stderr}");
+        assert!(stderr.contains(want), "{want:?} not in {stderr:?}");
+        assert!(
+            !stderr.contains("s3cret"),
+            "the webhook's secret path is not echoed"
+        );
+    }
+}
+
+#[tokio::test]
+async fn post_json_reports_status_and_refusals() {
+    let (url, got) = receiver(204).await;
+    assert_eq!(
+        post_json(&url, br#"{"x":1}"#, std::time::Duration::from_secs(5))
+            .await
+            .unwrap(),
+        204
+    );
+    assert_eq!(got.lock().unwrap()[0], json!({"x": 1}));
+    let e = post_json("ftp://x", b"{}", std::time::Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("http:// or https://"));
+    // A port nobody listens on.
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = free.local_addr().unwrap().port();
+    drop(free);
+    assert!(
+        post_json(
+            &format!("http://127.0.0.1:{port}/"),
+            b"{}",
+            std::time::Duration::from_secs(2)
+        )
+        .await
+        .is_err()
+    );
+}

@@ -1,0 +1,104 @@
+//! A whole latmesh on loopback for end-to-end tests: `latmesh-sim` with given provider
+//! profiles, `latmesh serve`, agents in named regions, and `latmesh campaign launch`, all as
+//! child processes of the test (killed when dropped), logs in one temporary folder.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use latmesh_coordinator::summary::Summary;
+use latmesh_sim::profile::ProviderProfile;
+
+use crate::{Proc, bin, spawn, spawn_until_line};
+
+/// A running simulator and coordinator, and the agents started with [`Stack::agent`].
+pub struct Stack {
+    /// Logs, spools, campaign files.
+    pub dir: tempfile::TempDir,
+    /// `host:port` of the simulator (campaign base URLs: `http://{sim}/{provider}/v1`).
+    pub sim_addr: String,
+    /// `http://host:port` of the coordinator.
+    pub coord_url: String,
+    procs: Vec<Proc>,
+}
+
+impl Stack {
+    /// Starts the simulator serving `profiles` and a coordinator.
+    ///
+    /// # Panics
+    /// When either does not say it listens within 20 s.
+    pub fn start(profiles: &[ProviderProfile]) -> Stack {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("profiles.json");
+        std::fs::write(&file, serde_json::to_string(profiles).unwrap()).unwrap();
+        let mut sim = Command::new(bin("latmesh-sim"));
+        sim.args(["serve", "--listen", "127.0.0.1:0", "--profiles"])
+            .arg(&file);
+        let (sim, sim_url) = spawn_until_line(
+            "latmesh-sim",
+            sim,
+            "listening on ",
+            Duration::from_secs(20),
+            &dir.path().join("sim.log"),
+        );
+        let mut coord = Command::new(bin("latmesh"));
+        coord.args(["serve", "--listen", "127.0.0.1:0"]);
+        let (coord, coord_url) = spawn_until_line(
+            "latmesh serve",
+            coord,
+            "listening on ",
+            Duration::from_secs(20),
+            &dir.path().join("coordinator.log"),
+        );
+        Stack {
+            sim_addr: sim_url.trim_start_matches("http://").to_string(),
+            coord_url,
+            dir,
+            procs: vec![sim, coord],
+        }
+    }
+
+    /// Starts agent `id` in `region`, exiting after one campaign.
+    pub fn agent(&mut self, id: &str, region: &str) {
+        let mut a = Command::new(bin("latmesh-agent"));
+        a.args(["--coordinator", &self.coord_url, "--region", region])
+            .args(["--agent-id", id, "--exit-after", "1"])
+            .arg("--spool-dir")
+            .arg(self.dir.path().join(format!("spool-{id}")));
+        let log = self.dir.path().join(format!("agent-{id}.log"));
+        self.procs.push(spawn(&format!("agent {id}"), a, &log));
+    }
+
+    /// Writes `toml` (with `{sim}` replaced by the simulator's address) as a campaign file,
+    /// launches it with `latmesh campaign launch` and returns its JSON summary once it is
+    /// finished, with the command's output.
+    ///
+    /// # Panics
+    /// When the command writes no summary.
+    pub fn launch(&self, toml: &str) -> (Summary, String) {
+        let file = self.dir.path().join("campaign.toml");
+        std::fs::write(&file, toml.replace("{sim}", &self.sim_addr)).unwrap();
+        let json = self.dir.path().join("summary.json");
+        let out = Command::new(bin("latmesh"))
+            .args(["campaign", "launch"])
+            .arg(&file)
+            .args(["--coordinator", &self.coord_url, "--start-delay-s", "2"])
+            .arg("--json")
+            .arg(&json)
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let summary = std::fs::read_to_string(&json)
+            .unwrap_or_else(|e| panic!("no summary at {} ({e}):\n{text}", json.display()));
+        (serde_json::from_str(&summary).unwrap(), text)
+    }
+
+    /// Path of a log in the stack's folder (`agent-ID`, `coordinator`, `sim`).
+    pub fn log(&self, name: &str) -> PathBuf {
+        self.dir.path().join(format!("{name}.log"))
+    }
+}

@@ -1,0 +1,398 @@
+//! `latmesh check` against a real ClickHouse: rules on stored campaigns (a baseline campaign,
+//! a rolling window of days, P95 from the stored histograms), the previous-day rule over a
+//! series of runs, and the analysis' ranks per time window from the same rows.
+//!
+//! The server: `LATMESH_CLICKHOUSE_URL`, else `scripts/clickhouse.sh start` (see
+//! tests/tests/clickhouse.rs). Each test uses a fresh database.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use latmesh_coordinator::analysis::ranks::window_ranks;
+use latmesh_coordinator::check::{self, CheckArgs};
+use latmesh_coordinator::clickhouse::query::Percentile;
+use latmesh_coordinator::clickhouse::{self as store, BatchKey, CampaignRow};
+use latmesh_core::hist::{HistogramSet, new_histogram};
+use latmesh_core::metrics::Metric;
+use latmesh_core::plan::Plan;
+use latmesh_core::record::{Outcome, ProbeRecord};
+
+const HOUR_US: i64 = 3_600_000_000;
+const T: i64 = 1_700_000_000_000_000;
+
+fn plan(name: &str) -> Plan {
+    let text = format!(
+        r#"
+[campaign]
+name = "{name}"
+regions = ["us-east", "eu-west"]
+[rounds]
+count = 3
+interval_s = 2.0
+gap_ms = 100
+[[scenarios]]
+name = "chat"
+prompt_ids = ["short-qa-en-*"]
+stream = true
+max_tokens = 32
+[[providers]]
+name = "alpha"
+base_url = "http://127.0.0.1:9/v1"
+model_id = "m"
+[[providers]]
+name = "beta"
+base_url = "http://127.0.0.1:9/v1"
+model_id = "m"
+"#
+    );
+    latmesh_core::campaign::load_toml_str(&text, Path::new(".")).unwrap()
+}
+
+/// One cell of a stored run: TTFT values (ms) of its `ok` attempts and its failures.
+struct Cell<'a> {
+    region: &'a str,
+    provider: &'a str,
+    ttft_ms: Vec<f64>,
+    failures: u64,
+}
+
+/// Stores campaign `id` of `plan` starting at `start`: its row, and per region one agent
+/// batch with every cell's records and interval histograms.
+async fn store_run(
+    client: &clickhouse::Client,
+    db: &str,
+    plan: &Plan,
+    id: &str,
+    start: i64,
+    cells: &[Cell<'_>],
+) {
+    store::insert_campaign(
+        client,
+        db,
+        &CampaignRow::new(id, plan, start - 1_000_000, start, "test"),
+    )
+    .await
+    .unwrap();
+    for region in ["us-east", "eu-west"] {
+        let mut set = HistogramSet::new();
+        let mut records = Vec::new();
+        for c in cells.iter().filter(|c| c.region == region) {
+            let mk = |i: usize, outcome: Outcome| ProbeRecord {
+                round: i as u32,
+                slot: 0,
+                provider: c.provider.into(),
+                scenario: "chat".into(),
+                prompt_id: "p".into(),
+                attempt: 1,
+                stream: true,
+                final_attempt: true,
+                send_agent_unix_us: start + i as i64 * 1000,
+                outcome: Some(outcome),
+                ..Default::default()
+            };
+            for (i, ms) in c.ttft_ms.iter().enumerate() {
+                let mut r = mk(i, Outcome::Ok);
+                let us = (ms * 1000.0) as u64;
+                r.http_status = Some(200);
+                r.ttft_us = Some(us);
+                r.ttfc_us = Some(us);
+                r.e2e_us = Some(us * 2);
+                r.output_tokens = 1;
+                set.record_probe(&r, &[]);
+                records.push(r);
+            }
+            for i in 0..c.failures {
+                let mut r = mk(c.ttft_ms.len() + i as usize, Outcome::Http5xx);
+                r.http_status = Some(503);
+                records.push(r);
+            }
+        }
+        let hists: Vec<_> = set
+            .drain()
+            .into_iter()
+            .map(|(k, h)| (k, h, start, start + 60_000_000))
+            .collect();
+        let agent = format!("{region}-agent");
+        let key = BatchKey::new(id, &agent, region, 0, 1);
+        store::insert_batch(client, db, &key, &records, &hists)
+            .await
+            .unwrap();
+    }
+}
+
+fn range(from: u32, to: u32) -> Vec<f64> {
+    (from..=to).map(f64::from).collect()
+}
+
+/// HdrHistogram's `value_at_quantile` of `values_ms`, in ms (what the matrix reports).
+fn hdr(values_ms: &[f64], q: f64) -> f64 {
+    let mut h = new_histogram();
+    for v in values_ms {
+        h.record((v * 1000.0) as u64).unwrap();
+    }
+    h.value_at_quantile(q) as f64 / 1000.0
+}
+
+fn args(db: &str, rules: &Path) -> CheckArgs {
+    CheckArgs {
+        rules: rules.to_path_buf(),
+        clickhouse_url: Some(latmesh_tests::clickhouse_url().to_string()),
+        clickhouse_db: db.to_string(),
+        ..Default::default()
+    }
+}
+
+fn fired(r: &check::CheckReport) -> BTreeSet<(String, String, String)> {
+    r.fired
+        .iter()
+        .map(|f| (f.rule.clone(), f.region.clone(), f.provider.clone()))
+        .collect()
+}
+
+fn set(items: &[(&str, &str, &str)]) -> BTreeSet<(String, String, String)> {
+    items
+        .iter()
+        .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_on_stored_campaigns_and_a_rolling_baseline() {
+    let (client, db) = latmesh_tests::fresh_db("check");
+    store::migrate(&client, &db, None).await.unwrap();
+    let plan = plan("nightly");
+    let same = |region| {
+        [
+            Cell {
+                region,
+                provider: "alpha",
+                ttft_ms: range(100, 199),
+                failures: 0,
+            },
+            Cell {
+                region,
+                provider: "beta",
+                ttft_ms: range(100, 199),
+                failures: 0,
+            },
+        ]
+    };
+    let base: Vec<Cell> = same("us-east").into_iter().chain(same("eu-west")).collect();
+    store_run(&client, &db, &plan, "nightly-base", T - 2 * HOUR_US, &base).await;
+    // Current: alpha in us-east 50 ms slower (P99 199 → 249 ms: +25 %), beta in eu-west
+    // failing 10 of 110 attempts (9.1 %).
+    let cur = [
+        Cell {
+            region: "us-east",
+            provider: "alpha",
+            ttft_ms: range(150, 249),
+            failures: 0,
+        },
+        Cell {
+            region: "us-east",
+            provider: "beta",
+            ttft_ms: range(100, 199),
+            failures: 0,
+        },
+        Cell {
+            region: "eu-west",
+            provider: "alpha",
+            ttft_ms: range(100, 199),
+            failures: 0,
+        },
+        Cell {
+            region: "eu-west",
+            provider: "beta",
+            ttft_ms: range(100, 199),
+            failures: 10,
+        },
+    ];
+    store_run(&client, &db, &plan, "nightly-cur", T, &cur).await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules.toml");
+    std::fs::write(
+        &rules,
+        r#"
+[[rules]]
+name = "p99-up"
+kind = "p99_increase_pct"
+threshold = 20
+
+[[rules]]
+name = "p99-up-a-lot"
+kind = "p99_increase_pct"
+threshold = 30
+
+[[rules]]
+name = "p95-up"
+kind = "p95_increase_pct"
+threshold = 20
+
+[[rules]]
+name = "p99-limit"
+kind = "absolute"
+percentile = 99
+limit_ms = 240
+
+[[rules]]
+name = "errors"
+kind = "error_pct_above"
+limit_pct = 5
+"#,
+    )
+    .unwrap();
+    let want = set(&[
+        ("p99-up", "us-east", "alpha"),
+        ("p95-up", "us-east", "alpha"),
+        ("p99-limit", "us-east", "alpha"),
+        ("errors", "eu-west", "beta"),
+    ]);
+
+    // Baseline = a stored campaign.
+    let mut a = args(&db, &rules);
+    a.current = Some("nightly-cur".into());
+    a.baseline = Some("nightly-base".into());
+    let r = check::run(&a).await.unwrap();
+    assert_eq!(fired(&r), want, "{}", r.render());
+    assert_eq!(r.exit_code(), 1);
+    // 4 cells × 4 latency rules + 4 error checks.
+    assert_eq!(r.checked, 20);
+    let p95 = r.fired.iter().find(|f| f.rule == "p95-up").unwrap();
+    assert_eq!(p95.current, hdr(&range(150, 249), 0.95));
+    assert_eq!(p95.baseline, Some(hdr(&range(100, 199), 0.95)));
+    let p99 = r.fired.iter().find(|f| f.rule == "p99-up").unwrap();
+    assert_eq!(p99.current, hdr(&range(150, 249), 0.99));
+
+    // Baseline = the day before the current campaign's start (only nightly-base is in it).
+    let mut a = args(&db, &rules);
+    a.current = Some("nightly-cur".into());
+    a.baseline_days = Some(1.0);
+    let r = check::run(&a).await.unwrap();
+    assert_eq!(fired(&r), want, "{}", r.render());
+    assert!(
+        r.baseline
+            .as_deref()
+            .unwrap()
+            .starts_with("1 day(s) before")
+    );
+    // A window that ends before anything was stored: nothing to compare with.
+    let mut a = args(&db, &rules);
+    a.current = Some("nightly-base".into());
+    a.baseline_days = Some(1.0);
+    let r = check::run(&a).await.unwrap();
+    assert!(r.fired.is_empty(), "{}", r.render());
+
+    // Errors (exit 2 in the CLI): an unknown campaign, no ClickHouse URL.
+    let mut a = args(&db, &rules);
+    a.current = Some("nope".into());
+    a.baseline = Some("nightly-base".into());
+    let e = check::run(&a).await.unwrap_err();
+    assert!(format!("{e:#}").contains("\"nope\" is not stored"), "{e:#}");
+    a.clickhouse_url = None;
+    let e = check::run(&a).await.unwrap_err();
+    assert!(format!("{e:#}").contains("--clickhouse-url"), "{e:#}");
+
+    // The analysis' ranks per (region, window) from the same rows: no windows declared, so one
+    // column per region; alpha is slower than beta in us-east only.
+    let t = window_ranks(
+        &client,
+        &db,
+        "nightly-cur",
+        Some("chat"),
+        Metric::Ttft,
+        Percentile::P50,
+    )
+    .await
+    .unwrap();
+    let cols: BTreeSet<&str> = t.columns.iter().map(String::as_str).collect();
+    assert_eq!(cols, BTreeSet::from(["eu-west/(none)", "us-east/(none)"]));
+    let alpha = t.rows.iter().find(|r| r.provider == "alpha").unwrap();
+    assert_eq!((alpha.min_rank, alpha.max_rank), (Some(1.5), Some(2.0)));
+    latmesh_tests::drop_db(&client, &db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn previous_day_rule_over_a_series_of_runs() {
+    let (client, db) = latmesh_tests::fresh_db("check_prev");
+    store::migrate(&client, &db, None).await.unwrap();
+    let patrol = plan("patrol");
+    let flat = |ms: f64| vec![ms; 100];
+    // Runs of "patrol": r1 outside the previous day, r2 and r3 in it (P95 100 and 120 ms),
+    // then the last two runs at 250 and 260 ms.
+    for (id, start, ms) in [
+        ("patrol-r1", T - 30 * HOUR_US, 5000.0),
+        ("patrol-r2", T - 20 * HOUR_US, 100.0),
+        ("patrol-r3", T - 10 * HOUR_US, 120.0),
+        ("patrol-r4", T - HOUR_US, 250.0),
+        ("patrol-r5", T, 260.0),
+    ] {
+        let cells = [Cell {
+            region: "us-east",
+            provider: "alpha",
+            ttft_ms: flat(ms),
+            failures: 0,
+        }];
+        store_run(&client, &db, &patrol, id, start, &cells).await;
+    }
+    // Another campaign name at the same times does not count.
+    let other = plan("other");
+    store_run(
+        &client,
+        &db,
+        &other,
+        "other-1",
+        T - 5 * HOUR_US,
+        &[Cell {
+            region: "us-east",
+            provider: "alpha",
+            ttft_ms: flat(1.0),
+            failures: 0,
+        }],
+    )
+    .await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules.toml");
+    let write = |factor: f64, runs: u32| {
+        std::fs::write(
+            &rules,
+            format!(
+                "[[rules]]\nname = \"p95-day\"\nkind = \"p95_above_prev_day_mean\"\nmetric = \"ttft\"\nfactor = {factor}\nconsecutive_runs = {runs}\n"
+            ),
+        )
+        .unwrap();
+    };
+    let run = |current: &str| {
+        let mut a = args(&db, &rules);
+        a.current = Some(current.into());
+        a
+    };
+    write(2.0, 2);
+    let r = check::run(&run("patrol-r5")).await.unwrap();
+    assert_eq!(
+        fired(&r),
+        set(&[("p95-day", "us-east", "alpha")]),
+        "{}",
+        r.render()
+    );
+    let f = &r.fired[0];
+    let mean = (hdr(&flat(100.0), 0.95) + hdr(&flat(120.0), 0.95)) / 2.0;
+    assert!((f.baseline.unwrap() - mean).abs() < 1e-9, "{f:?}");
+    assert_eq!(f.current, hdr(&flat(260.0), 0.95));
+    // A higher factor: 250 and 260 are not above 3 × 110.
+    write(3.0, 2);
+    let r = check::run(&run("patrol-r5")).await.unwrap();
+    assert!(r.fired.is_empty() && r.checked == 1, "{}", r.render());
+    // Three runs: r3 (120 ms) is among them and below 2 × mean(r1's 5000 ms…): r1 is in the
+    // day before r3, so the mean is high and nothing fires.
+    write(2.0, 3);
+    let r = check::run(&run("patrol-r5")).await.unwrap();
+    assert!(r.fired.is_empty(), "{}", r.render());
+    // Checked as of r4: only what was stored before it counts (r5 is later).
+    write(2.0, 1);
+    let r = check::run(&run("patrol-r4")).await.unwrap();
+    assert_eq!(fired(&r).len(), 1, "{}", r.render());
+    assert!((r.fired[0].baseline.unwrap() - mean).abs() < 1e-9);
+    latmesh_tests::drop_db(&client, &db).await;
+}

@@ -1,0 +1,236 @@
+//! The three load models end to end, with real processes on loopback: `latmesh-sim`, a
+//! coordinator and three agents in three regions run one campaign with a rounds scenario, a
+//! closed-loop sweep against a provider whose capacity is known, and an open-loop rate against
+//! a provider that cannot keep up behind its in-flight cap. The summary must show each model's
+//! numbers, and the three agents must have started within 1 ms of each other.
+
+use latmesh_sim::profile::ProviderProfile;
+use latmesh_tests::stack::Stack;
+
+/// `queue`: serves 6 requests at once (over all regions), ~125 ms each. `steady`: no limit.
+/// `stall`: 300 ms to the first token.
+fn profiles() -> Vec<ProviderProfile> {
+    let fixed = |name: &str, ttft_ms: u64, capacity: u32| ProviderProfile {
+        output_tokens_min: 8,
+        output_tokens_max: 8,
+        capacity,
+        ..ProviderProfile::fixed(name, ttft_ms * 1000, 3_000)
+    };
+    vec![
+        fixed("queue", 100, 6),
+        fixed("steady", 60, 0),
+        fixed("stall", 300, 0),
+    ]
+}
+
+const CAMPAIGN: &str = r#"
+[campaign]
+name = "load-models"
+seed = 3
+regions = ["us-east", "eu-west", "ap-southeast"]
+
+[rounds]
+count = 12
+interval_s = 0.5
+gap_ms = 100
+
+[[scenarios]]
+name = "patrol"
+prompt_ids = ["short-qa-en-*"]
+max_tokens = 16
+
+# 3 regions × [1, 2, 4, 8] workers on `queue` (capacity 6): 3, 6, 12, 24 in flight.
+[[scenarios]]
+name = "sweep"
+prompt_ids = ["short-qa-en-*"]
+max_tokens = 16
+[scenarios.sweep]
+concurrency = [1, 2, 4, 8]
+step_s = 1.5
+
+[[scenarios]]
+name = "open"
+prompt_ids = ["short-qa-en-*"]
+max_tokens = 16
+[scenarios.rate]
+rps = 10
+duration_s = 2
+max_queue_s = 20
+
+[[providers]]
+name = "queue"
+base_url = "http://{sim}/queue/v1"
+model_id = "m"
+
+[[providers]]
+name = "stall"
+base_url = "http://{sim}/stall/v1"
+model_id = "m"
+max_in_flight = 1
+"#;
+
+#[test]
+fn rounds_sweep_and_rate_run_from_three_synchronized_regions() {
+    let mut stack = Stack::start(&profiles());
+    for region in ["us-east", "eu-west", "ap-southeast"] {
+        stack.agent(&format!("{region}-1"), region);
+    }
+    let (s, out) = stack.launch(CAMPAIGN);
+    assert!(s.complete, "{out}");
+
+    // Synchronized sends: three agents on one machine send each slot of the rounds within
+    // 1 ms of each other (the median over every slot: one instant alone, such as the start,
+    // can be late by an OS time slice when the machine is busy). Both are reported.
+    assert_eq!(s.start.agents.len(), 3, "{:?}", s.start);
+    assert!(s.start.skew_us.is_some(), "{:?}", s.start);
+    let slots = s
+        .start
+        .slot_skew
+        .as_ref()
+        .expect("slots sent by all three agents");
+    assert_eq!(slots.slots, 12 * 2, "{slots:?}");
+    assert!((0..1_000).contains(&slots.p50_us), "{:?}", s.start);
+    assert!(
+        out.contains("start skew") && out.contains("spread P50"),
+        "{out}"
+    );
+
+    // Sweep: `queue` keeps up to 2 workers per region (6 in flight), then bends.
+    let row = s
+        .sweeps
+        .iter()
+        .find(|r| r.region == "ALL" && r.provider == "queue" && r.scenario == "sweep")
+        .unwrap_or_else(|| panic!("{:#?}", s.sweeps));
+    let conc: Vec<u32> = row.steps.iter().map(|st| st.concurrency).collect();
+    assert_eq!(conc, vec![1, 2, 4, 8]);
+    assert!(
+        row.steps
+            .iter()
+            .all(|st| st.requests > 0 && st.error_pct == 0.0),
+        "{row:#?}"
+    );
+    let knee = row
+        .knee
+        .as_ref()
+        .unwrap_or_else(|| panic!("no knee: {row:#?}"));
+    assert_eq!(knee.concurrency, 4, "{row:#?}");
+    // Throughput saturates at the capacity: ~6 / 0.125 s = 48 requests/s over all regions.
+    let top = row.steps.last().unwrap().throughput_rps;
+    assert!((30.0..60.0).contains(&top), "{row:#?}");
+
+    // Rate: `stall` serves one request at a time per agent (~300 ms): 10 arrivals/s cannot
+    // leave on time; intended-time TTFT grows while actual-send TTFT does not.
+    let rate = s
+        .rates
+        .iter()
+        .find(|r| r.region == "ALL" && r.provider == "stall" && r.scenario == "open")
+        .unwrap_or_else(|| panic!("{:#?}", s.rates));
+    assert!(rate.saturated, "{rate:#?}");
+    let actual = rate.ttft.as_ref().unwrap();
+    let intended = rate.ttft_intended.as_ref().unwrap();
+    assert!(actual.p99_ms < 450.0, "{rate:#?}");
+    assert!(intended.p99_ms > 3.0 * actual.p99_ms, "{rate:#?}");
+    let quick = s
+        .rates
+        .iter()
+        .find(|r| r.region == "ALL" && r.provider == "queue" && r.scenario == "open")
+        .unwrap();
+    assert_eq!(quick.dropped, 0, "{quick:#?}");
+    assert!(
+        quick.sched_lag.as_ref().unwrap().p99_ms < 20.0,
+        "{quick:#?}"
+    );
+
+    // Rounds ran too: 12 rounds × 2 providers per region.
+    let patrol: u64 = s
+        .cells
+        .iter()
+        .filter(|c| c.region == "ALL" && c.scenario == "patrol")
+        .map(|c| c.attempts)
+        .sum();
+    assert_eq!(patrol, 12 * 2 * 3);
+}
+
+const FAILOVER: &str = r#"
+[campaign]
+name = "failover"
+regions = ["us-east"]
+
+[rounds]
+count = 4
+interval_s = 1.0
+gap_ms = 200
+
+# Clients try `down` twice (retry once), then `up`, then `spare`; every round also probes
+# `up` and `spare` on their own.
+[[scenarios]]
+name = "chat"
+prompt_ids = ["short-qa-en-*"]
+max_tokens = 16
+failover = { chain = ["down", "up", "spare"], attempts = 2 }
+
+[[providers]]
+name = "down"
+base_url = "http://{sim}/down/v1"
+model_id = "m"
+requests_per_min = 600
+
+[[providers]]
+name = "up"
+base_url = "http://{sim}/up/v1"
+model_id = "m"
+
+[[providers]]
+name = "spare"
+base_url = "http://{sim}/spare/v1"
+model_id = "m"
+"#;
+
+#[test]
+fn failover_is_reported_as_the_client_experiences_it() {
+    let profiles = vec![
+        ProviderProfile {
+            throttle_prob: 1.0,
+            ..ProviderProfile::fixed("down", 20_000, 1_000)
+        },
+        ProviderProfile::fixed("up", 40_000, 1_000),
+        ProviderProfile::fixed("spare", 40_000, 1_000),
+    ];
+    let mut stack = Stack::start(&profiles);
+    stack.agent("us-east-1", "us-east");
+    let (s, out) = stack.launch(FAILOVER);
+    assert!(s.complete, "{out}");
+    let row = s
+        .failover
+        .iter()
+        .find(|r| r.region == "ALL")
+        .unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(row.chain, ["down", "up", "spare"]);
+    assert_eq!(row.requests, 4, "{row:?}");
+    assert_eq!(row.ok_pct, 100.0, "{row:?}");
+    assert_eq!(row.attempts_per_request, 3.0, "{row:?}");
+    let served: Vec<(&str, f64)> = row
+        .served_by_pct
+        .iter()
+        .map(|(p, v)| (p.as_str(), *v))
+        .collect();
+    assert_eq!(served, vec![("down", 0.0), ("up", 100.0), ("spare", 0.0)]);
+    // The client waited for two refusals and `up`'s whole answer: more than `up` alone.
+    let up_e2e = s.cell("ALL", "up", "chat").unwrap().e2e.unwrap().p50_ms;
+    assert!(
+        row.latency.as_ref().unwrap().p50_ms > up_e2e,
+        "{row:?} vs {up_e2e}"
+    );
+    // The backups' own probes: 4 each, all ok.
+    for b in &row.backups {
+        assert_eq!((b.probes, b.ok_pct), (4, 100.0), "{b:?}");
+    }
+    // `down` has caps and answered 429 anyway: the provider's own limit.
+    assert_eq!(s.politeness.len(), 1, "{:?}", s.politeness);
+    assert_eq!(s.politeness[0].provider, "down");
+    assert_eq!(s.politeness[0].throttled, 8);
+    assert!(
+        out.contains("failover chat: client requests through down → up → spare"),
+        "{out}"
+    );
+}
