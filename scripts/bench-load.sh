@@ -4,7 +4,7 @@
 # acking with 50 agents' worth of batches (coordinator/benches/merge.rs --load). Prints
 # markdown tables.
 #
-#   scripts/bench-load.sh            # full run, about 5 minutes after the release build
+#   scripts/bench-load.sh            # full run, about 2.5 minutes after the release build
 #   scripts/bench-load.sh --write    # and update BENCHMARKS.md between the benches' markers
 #   scripts/bench-load.sh --smoke    # tiny sizes, for CI: under 30 s after the build
 #

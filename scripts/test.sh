@@ -14,6 +14,13 @@ cargo build --workspace --bins --locked
 echo "== deployment checks (scripts/deploy-checks.sh: Terraform, cloud-init, systemd units, container files)"
 scripts/deploy-checks.sh
 
+echo "== Chromium for the report test (Debian's chromium, installed if missing)"
+if ! command -v chromium >/dev/null; then
+	sudo_cmd=""
+	[ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+	$sudo_cmd apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq chromium >/dev/null
+fi
+
 echo "== starting ClickHouse (scripts/clickhouse.sh: Debian's clickhouse-server, installed if missing)"
 state_dir=$(mktemp -d)
 ch_dir=$(mktemp -d)

@@ -3,7 +3,7 @@
 //! into BENCHMARKS.md between this bench's markers.
 //!
 //! ```sh
-//! cargo bench -p latmesh-agent --bench load                 # full run, about 4 minutes
+//! cargo bench -p latmesh-agent --bench load                 # full run, about 2 minutes
 //! cargo bench -p latmesh-agent --bench load -- --smoke      # tiny sizes, < 30 s (CI)
 //! cargo bench -p latmesh-agent --bench load -- --write      # and update BENCHMARKS.md
 //! scripts/bench-load.sh [--smoke] [--write]                 # this and the coordinator's
@@ -14,7 +14,12 @@
 //! (this executable re-run with `LATMESH_LOAD_ROLE`), both on single-threaded runtimes, a
 //! fresh pair for every level; this process only starts them and prints. So the client's CPU
 //! time (`getrusage`) and resident memory (`VmRSS` before, `VmHWM` after) are the client's
-//! alone, from a fresh process. Without `taskset` or with one CPU nothing is pinned.
+//! alone, from a fresh process. Without `taskset` or with one CPU nothing is pinned. (The
+//! agent binary runs tokio's multi-thread runtime on every core; here the client has one core,
+//! the other is the simulator's: the numbers are what one core of an agent does.) On a shared
+//! machine other processes preempt the pinned children: every row reports the client's
+//! involuntary context switches and the load average, to tell a slow client from a busy
+//! machine.
 //!
 //! * **Concurrent streams** (`benches/load/streams.rs`): `n` streams (100 / 1,000 / 10,000)
 //!   launched over a ramp of `n / 5` ms (100 ms to 2 s), each TTFT 1 s then 200 tokens at
@@ -361,10 +366,11 @@ fn share(cpu: Option<f64>, secs: f64) -> String {
 }
 
 /// Involuntary context switches, minor page faults and steal time of the client's run.
-fn interference(nivcsw: i64, minflt: i64, steal: Option<f64>) -> String {
+fn interference(nivcsw: i64, wait: Option<f64>, minflt: i64, steal: Option<f64>) -> String {
     format!(
-        "{} / {} / {}",
+        "{} / {} / {} / {}",
         int(nivcsw),
+        wait.map_or("–".into(), |s| format!("{s:.3}")),
         int(minflt),
         steal.map_or("–".into(), |s| format!("{s:.2}"))
     )
@@ -445,7 +451,7 @@ fn report(k: &Knobs, ctx: &Context, srows: &[StreamRow], orows: &[open_loop::Out
         );
         let _ = writeln!(
             s,
-            "| streams | client | ok | in flight max: sampled / exact | seconds | token frames | frames/s | client CPU s (user + sys) | CPU s per 1M tokens | simulator CPU | RSS before → peak (MiB) | resident per stream (KiB) | TCP sockets peak | socket buffers peak (MiB) | TTFT error P50 / P99 / max (µs) | … request path P50 / P99 | … response path P50 / P99 / max | client preempted / page faults / CPU 0 steal (s) | load avg (1 min) |"
+            "| streams | client | ok | in flight max: sampled / exact | seconds | token frames | frames/s | client CPU s (user + sys) | CPU s per 1M tokens | simulator CPU | RSS before → peak (MiB) | resident per stream (KiB) | TCP sockets peak | socket buffers peak (MiB) | TTFT error P50 / P99 / max (µs) | … request path P50 / P99 | … response path P50 / P99 / max | client preempted / run-queue wait (s) / page faults / CPU 0 steal (s) | load avg (1 min) |"
         );
         let _ = writeln!(
             s,
@@ -477,7 +483,7 @@ fn report(k: &Knobs, ctx: &Context, srows: &[StreamRow], orows: &[open_loop::Out
                     o.ttft_err.ppm(),
                     o.req_path.pp(),
                     o.resp_err.ppm(),
-                    interference(o.nivcsw, o.minflt, o.steal_s),
+                    interference(o.nivcsw, o.runqueue_wait_s, o.minflt, o.steal_s),
                     o.load1_start
                 );
             }
@@ -549,7 +555,7 @@ fn report(k: &Knobs, ctx: &Context, srows: &[StreamRow], orows: &[open_loop::Out
         );
         let _ = writeln!(
             s,
-            "A plan with one `rate` scenario (Poisson arrivals, {} requests/s per provider, as many providers as the rate needs), run by `latmesh_agent::load::run_rate` with a `PhaseCtx` on the client's runtime; each answer TTFT {} ms, {} tokens at {} ms. `sched_lag` = how late each arrival left (the record's `sched_lag_us`; no politeness caps, so it is the scheduler's own precision); the bench checks it against the wall clock: the record's `send_agent_unix_us` − (phase start + the plan's offset of that arrival), and counts sends more than 100 µs early (an early send shows as `sched_lag` 0). TTFT error = client TTFT − the simulator's first-token `handed`, for records paired with the simulator's arrival log (the one arrival of the record's provider within 5 ms after its `send_agent_unix_us`, unique both ways; the rest are counted as unpaired), split into request and response path as above. Pooled connections: share of ok records sent over a kept-alive connection. CPU is a share of one core over the phase. Client preempted = involuntary context switches of the client process (`getrusage`: it was runnable but another process took its core), with its minor page faults and the hypervisor's steal time on core 0: what the rest of the machine did to the run.\n",
+            "A plan with one `rate` scenario (Poisson arrivals, {} requests/s per provider, as many providers as the rate needs), run by `latmesh_agent::load::run_rate` with a `PhaseCtx` on the client's runtime; each answer TTFT {} ms, {} tokens at {} ms. `sched_lag` = how late each arrival left (the record's `sched_lag_us`; no politeness caps, so it is the scheduler's own precision); the bench checks it against the wall clock: the record's `send_agent_unix_us` − (phase start + the plan's offset of that arrival), and counts sends more than 100 µs early (an early send shows as `sched_lag` 0). TTFT error = client TTFT − the simulator's first-token `handed`, for records paired with the simulator's arrival log (the one arrival of the record's provider within 5 ms after its `send_agent_unix_us`, unique both ways; the rest are counted as unpaired), split into request and response path as above. Pooled connections: share of ok records sent over a kept-alive connection. CPU is a share of one core over the phase. Client preempted = involuntary context switches of the client process (`getrusage`: it was runnable but another process took its core), with the time its thread waited on the run queue (`/proc/thread-self/schedstat`), its minor page faults and the hypervisor's steal time on core 0: what the rest of the machine did to the run.\n",
             open_loop::RPS_PER_PROVIDER,
             OPEN_TTFT_US / 1000,
             OPEN_TOKENS,
@@ -557,7 +563,7 @@ fn report(k: &Knobs, ctx: &Context, srows: &[StreamRow], orows: &[open_loop::Out
         );
         let _ = writeln!(
             s,
-            "| requests/s | providers | seconds | arrivals planned / records (late) | achieved requests/s | ok / dropped | sched_lag P50 / P99 / max (µs) | sched_lag > 1 ms | bench's check: send − intended P50 / P99 (early) | TTFT error P50 / P99 / max (µs) | … request path P50 / P99 | … response path P50 / P99 / max | paired / unpaired | pooled connections | client CPU (user + sys) | simulator CPU | in flight max | client preempted / page faults / CPU 0 steal (s) | load avg (1 min) |"
+            "| requests/s | providers | seconds | arrivals planned / records (late) | achieved requests/s | ok / dropped | sched_lag P50 / P99 / max (µs) | sched_lag > 1 ms | bench's check: send − intended P50 / P99 (early) | TTFT error P50 / P99 / max (µs) | … request path P50 / P99 | … response path P50 / P99 / max | paired / unpaired | pooled connections | client CPU (user + sys) | simulator CPU | in flight max | client preempted / run-queue wait (s) / page faults / CPU 0 steal (s) | load avg (1 min) |"
         );
         let _ = writeln!(
             s,
@@ -592,7 +598,7 @@ fn report(k: &Knobs, ctx: &Context, srows: &[StreamRow], orows: &[open_loop::Out
                 100.0 * o.cpu_sys_s / o.secs.max(1e-9),
                 share(o.sim_cpu_s, o.secs),
                 int(i64::from(o.max_in_flight)),
-                interference(o.nivcsw, o.minflt, o.steal_s),
+                interference(o.nivcsw, o.runqueue_wait_s, o.minflt, o.steal_s),
                 o.load1_start
             );
         }

@@ -66,7 +66,7 @@ enum Command {
         coord: CoordinatorArg,
     },
     /// Run a local demo: simulator with nine providers, coordinator, three agents; prints the
-    /// region × provider matrix.
+    /// region × provider matrix and writes an HTML report (.latmesh/demo-report.html).
     Demo {
         /// Write the JSON summary here (default: .latmesh/demo-summary.json).
         #[arg(long)]

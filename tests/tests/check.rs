@@ -73,6 +73,22 @@ async fn store_run(
     )
     .await
     .unwrap();
+    store_batches(client, db, id, start, cells, "", 1).await;
+}
+
+/// Per region one agent batch (number `seq`) of campaign `id` at `start`, its rows labelled
+/// with time window `window`.
+async fn store_batches(
+    client: &clickhouse::Client,
+    db: &str,
+    id: &str,
+    start: i64,
+    cells: &[Cell<'_>],
+    window: &str,
+    seq: u64,
+) {
+    let window = window.to_string();
+    let label = move |_: i64| window.clone();
     for region in ["us-east", "eu-west"] {
         let mut set = HistogramSet::new();
         let mut records = Vec::new();
@@ -113,7 +129,7 @@ async fn store_run(
             .map(|(k, h)| (k, h, start, start + 60_000_000))
             .collect();
         let agent = format!("{region}-agent");
-        let key = BatchKey::new(id, &agent, region, 0, 1);
+        let key = BatchKey::new(id, &agent, region, 0, seq).with_window_label(&label);
         store::insert_batch(client, db, &key, &records, &hists)
             .await
             .unwrap();
@@ -394,5 +410,104 @@ async fn previous_day_rule_over_a_series_of_runs() {
     let r = check::run(&run("patrol-r4")).await.unwrap();
     assert_eq!(fired(&r).len(), 1, "{}", r.render());
     assert!((r.fired[0].baseline.unwrap() - mean).abs() < 1e-9);
+    latmesh_tests::drop_db(&client, &db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ranks_per_region_and_time_window() {
+    let (client, db) = latmesh_tests::fresh_db("check_windows");
+    store::migrate(&client, &db, None).await.unwrap();
+    let text = plan("windowed").to_json();
+    let mut plan: Plan = serde_json::from_str(&text).unwrap();
+    plan.timezones = [("us-east", "UTC"), ("eu-west", "UTC")]
+        .map(|(r, z)| (r.to_string(), z.to_string()))
+        .into();
+    plan.windows = vec![latmesh_core::windows::Window {
+        name: "peak".into(),
+        ranges: latmesh_core::windows::parse_ranges("09:00-17:00").unwrap(),
+    }];
+    store::insert_campaign(
+        &client,
+        &db,
+        &CampaignRow::new("win-1", &plan, T - 1_000_000, T, "test"),
+    )
+    .await
+    .unwrap();
+    // alpha is faster than beta at peak in both regions, slower off-peak in both.
+    let cells = |a: u32, b: u32| -> Vec<Cell<'static>> {
+        ["us-east", "eu-west"]
+            .into_iter()
+            .flat_map(|region| {
+                [
+                    Cell {
+                        region,
+                        provider: "alpha",
+                        ttft_ms: range(a, a + 50),
+                        failures: 0,
+                    },
+                    Cell {
+                        region,
+                        provider: "beta",
+                        ttft_ms: range(b, b + 50),
+                        failures: 0,
+                    },
+                ]
+            })
+            .collect()
+    };
+    store_batches(&client, &db, "win-1", T, &cells(100, 200), "peak", 1).await;
+    store_batches(
+        &client,
+        &db,
+        "win-1",
+        T + HOUR_US,
+        &cells(300, 200),
+        "off-peak",
+        2,
+    )
+    .await;
+
+    let summary: latmesh_coordinator::summary::Summary =
+        serde_json::from_value(serde_json::json!({
+            "campaign_id": "win-1", "name": "windowed", "plan_hash": plan.hash(),
+            "metrics_version": plan.metrics_version, "start_at_unix_us": T,
+            "regions": plan.regions, "providers": ["alpha", "beta"], "scenarios": ["chat"],
+            "cells": [], "agents": [], "complete": true,
+        }))
+        .unwrap();
+    let data = latmesh_coordinator::report_data::ReportData {
+        summary,
+        plan,
+        hists: Default::default(),
+    };
+    let mut analysis = latmesh_coordinator::analysis::analyze(&data);
+    assert_eq!(
+        analysis
+            .add_window_ranks(&data, &client, &db)
+            .await
+            .unwrap(),
+        1
+    );
+    let t = &analysis.window_ranks[0];
+    assert_eq!(t.by, "region/window");
+    let cols: BTreeSet<&str> = t.columns.iter().map(String::as_str).collect();
+    assert_eq!(
+        cols,
+        BTreeSet::from([
+            "eu-west/off-peak",
+            "eu-west/peak",
+            "us-east/off-peak",
+            "us-east/peak"
+        ])
+    );
+    let alpha = t.rows.iter().find(|r| r.provider == "alpha").unwrap();
+    assert_eq!(
+        (alpha.min_rank, alpha.max_rank, alpha.mean_rank),
+        (Some(1.0), Some(2.0), Some(1.5))
+    );
+    assert_eq!(alpha.rank_range, Some(1.0));
+    // Two columns say alpha < beta, two say beta < alpha: no concordance at all.
+    assert_eq!(t.kendall_w, Some(0.0));
+    assert!(analysis.render_text().contains("region/window"));
     latmesh_tests::drop_db(&client, &db).await;
 }

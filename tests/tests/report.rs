@@ -3,8 +3,8 @@
 //! `ap-southeast` but not `eu-west` (zones picked from the current hour).
 //!
 //! - From memory: the JSON report's matrix equals the summary's (P50/P90/P99 to the last
-//!   digit), the CSV has the same digits, each CDF reaches 0.5 at the matrix's P50, and the
-//!   page names no URL, loads nothing and has no script.
+//!   digit), the CSV has the same digits, each CDF reaches 0.5 at the matrix's P50, the
+//!   analysis is in both, and the page names no URL, loads nothing and has no script.
 //! - From ClickHouse (`latmesh report` in all three formats, the real binary): the same matrix,
 //!   sweeps and open-loop rows as in memory, time series that count every TTFT and E2E sample,
 //!   peak vs off-peak rows in the regions the zones put there.
@@ -63,6 +63,10 @@ async fn demo_report_from_memory_and_from_clickhouse() {
     check_csv(&csv, &data);
     check_cdfs(&mem);
     assert!(mem.note("time-series").is_some() && mem.note("windows").is_some());
+    // The analysis (coordinator/src/analysis): under "analysis" in the JSON, a fragment in
+    // the page.
+    assert!(json["analysis"].is_object(), "{}", json["analysis"]);
+    assert!(html.contains("class=\"latmesh-analysis\""));
     assert!(html.contains("latency over time comes from ClickHouse"));
 
     // --- From ClickHouse: `latmesh report` in every format.
@@ -502,7 +506,6 @@ fn check_rendered(browser: &Path, profile: &Path, html: &Path, m: &ReportModel, 
         *e = (e.0 + 1, e.1 + l, e.2 + r, e.3 + c);
     }
     let s = &m.campaign;
-    eprintln!("DEBUG {} {kinds:?}", m.source);
     let n_scen = s.scenarios.len();
     let cdf = kinds["cdf"];
     assert_eq!(cdf.0, n_scen * 2, "{kinds:?}");

@@ -94,6 +94,10 @@ pub struct Out {
     pub nivcsw: i64,
     #[serde(default)]
     pub minflt: i64,
+    /// Time the client's thread waited on a run queue (runnable, another task on its core),
+    /// s (`/proc/thread-self/schedstat`).
+    #[serde(default)]
+    pub runqueue_wait_s: Option<f64>,
     /// Time the hypervisor took from CPU 0 (the client's) over the run, s (`steal`).
     #[serde(default)]
     pub steal_s: Option<f64>,
@@ -203,7 +207,7 @@ async fn phase(args: &Args) -> Out {
     });
     let load1_start = sys::load1();
     let (u0, s0) = sys::cpu_self();
-    let (use0, steal0) = (sys::usage(), sys::steal_ticks(0));
+    let (use0, steal0, wait0) = (sys::usage(), sys::steal_ticks(0), sys::runqueue_wait_s());
     let sim0 = args.sim_pid.and_then(sys::cpu_of_pid);
     let start = Instant::now() + Duration::from_millis(200);
     let start_wall = sys::unix_us() + 200_000;
@@ -211,7 +215,7 @@ async fn phase(args: &Args) -> Out {
     drop(ctx);
     let records = collector.await.expect("collector");
     let (u1, s1) = sys::cpu_self();
-    let (use1, steal1) = (sys::usage(), sys::steal_ticks(0));
+    let (use1, steal1, wait1) = (sys::usage(), sys::steal_ticks(0), sys::runqueue_wait_s());
     let sim1 = args.sim_pid.and_then(sys::cpu_of_pid);
     let secs = start.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);

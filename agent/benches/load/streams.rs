@@ -94,6 +94,10 @@ pub struct Out {
     pub nivcsw: i64,
     #[serde(default)]
     pub minflt: i64,
+    /// Time the client's thread waited on a run queue (runnable, another task on its core),
+    /// s (`/proc/thread-self/schedstat`).
+    #[serde(default)]
+    pub runqueue_wait_s: Option<f64>,
     /// Time the hypervisor took from CPU 0 (the client's) over the run, s (`steal`).
     #[serde(default)]
     pub steal_s: Option<f64>,
@@ -261,7 +265,7 @@ async fn level(args: &Args) -> Out {
     };
     let rss_before_kib = sys::status_kib("VmRSS").unwrap_or(0);
     let (u0, s0) = sys::cpu_self();
-    let (use0, steal0) = (sys::usage(), sys::steal_ticks(0));
+    let (use0, steal0, wait0) = (sys::usage(), sys::steal_ticks(0), sys::runqueue_wait_s());
     let sim0 = args.sim_pid.and_then(sys::cpu_of_pid);
     let t0 = Instant::now() + Duration::from_millis(20);
     let ramp = Duration::from_millis(args.ramp_ms);
@@ -287,7 +291,7 @@ async fn level(args: &Args) -> Out {
         streams.push(h.await.expect("stream task"));
     }
     let (u1, s1) = sys::cpu_self();
-    let (use1, steal1) = (sys::usage(), sys::steal_ticks(0));
+    let (use1, steal1, wait1) = (sys::usage(), sys::steal_ticks(0), sys::runqueue_wait_s());
     let sim1 = args.sim_pid.and_then(sys::cpu_of_pid);
     let secs = t0.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);

@@ -274,3 +274,12 @@ pub fn child_command(core: Option<usize>) -> std::io::Result<Command> {
     cmd.args(&argv[1..]);
     Ok(cmd)
 }
+
+/// Seconds this thread has waited on a run queue so far: runnable, not running (the second
+/// field of `/proc/thread-self/schedstat`). The clients' runtimes are single-threaded on
+/// the main thread, so for them this is the process's.
+pub fn runqueue_wait_s() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns: f64 = s.split_whitespace().nth(1)?.parse().ok()?;
+    Some(ns / 1e9)
+}

@@ -1,7 +1,7 @@
 //! Flags: things in a campaign's numbers worth a second look.
 //!
 //! * [`FlagKind::TailHigh`] — *P50 fast but tail high*, per (region or `ALL`, scenario,
-//!   metric in [`PRIMARY_METRICS`](super::PRIMARY_METRICS)) among the `m ≥ 3` providers with
+//!   metric in [`PRIMARY_METRICS`]) among the `m ≥ 3` providers with
 //!   samples, ranked by point estimate (1 = fastest, ties by plan order), with
 //!   `t = ⌈m / 3⌉`: a provider is flagged when **either**
 //!   - its P50 ranks in the best third (rank ≤ t) while its P95 or its P99 ranks in the worst

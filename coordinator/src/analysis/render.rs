@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use comfy_table::{Cell as TCell, CellAlignment, Table, presets};
 use latmesh_core::metrics::Metric;
 
-use super::stats::{PERCENTILES, fmt_ms};
+use super::stats::{self, PERCENTILES, fmt_ms};
 use super::{ANALYSED_METRICS, Analysis, CellCis, PRIMARY_METRICS, RankTable, Verdict};
 
 /// A chain link between two providers sorted by estimate.
@@ -134,7 +134,29 @@ impl Analysis {
                     continue;
                 }
                 let _ = writeln!(out, "\n{scenario} · {metric}");
+                let cells: Vec<&CellCis> = self
+                    .cells
+                    .iter()
+                    .filter(|c| &c.scenario == scenario && c.metric == metric)
+                    .collect();
                 for pc in PERCENTILES {
+                    // Rows where no provider has an interval take one short line.
+                    let none = |cells: &[&CellCis]| {
+                        cells
+                            .iter()
+                            .all(|c| c.at(pc).is_none_or(|p| p.ci.is_none()))
+                    };
+                    let short = |cells: &[&CellCis]| {
+                        format!(
+                            "not enough samples for an interval (n ≤ {} < {})",
+                            cells.iter().map(|c| c.n).max().unwrap_or(0),
+                            stats::min_samples(pc / 100.0)
+                        )
+                    };
+                    if none(&cells) {
+                        let _ = writeln!(out, "  P{pc:<3} {:<14} {}", "every row", short(&cells));
+                        continue;
+                    }
                     for (i, region) in self.rows().into_iter().enumerate() {
                         let items = chain(self, region, scenario, metric, pc);
                         if items.is_empty() {
@@ -145,7 +167,13 @@ impl Analysis {
                         } else {
                             "    ".into()
                         };
-                        let _ = writeln!(out, "  {head} {region:<14} {}", chain_text(&items, pc));
+                        let row: Vec<&CellCis> = items.iter().map(|(c, _)| *c).collect();
+                        let text = if none(&row) {
+                            short(&row)
+                        } else {
+                            chain_text(&items, pc)
+                        };
+                        let _ = writeln!(out, "  {head} {region:<14} {text}");
                     }
                 }
             }

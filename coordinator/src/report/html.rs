@@ -1,7 +1,7 @@
 //! The report as one self-contained HTML page: inline CSS, inline SVG charts
-//! ([`super::charts`]), no script, no font or image to fetch, no URL at all. Sections: the
-//! analysis, region × provider heatmaps, TTFT/E2E CDFs, ITL spread, sweeps, open-loop rates,
-//! peak vs off-peak, latency over time, notes. Every chart sits in a
+//! ([`super::charts`]), no script, no font or image to fetch, no URL at all. Sections:
+//! region × provider heatmaps, TTFT/E2E CDFs, ITL spread, sweeps, open-loop rates, peak vs
+//! off-peak, latency over time, the analysis ([`crate::analysis`]'s fragment), notes. Every chart sits in a
 //! `<figure class="chart" data-kind="…">`, every heatmap in a `<figure class="heatmap">`.
 
 use std::fmt::Write as _;
@@ -78,7 +78,8 @@ figure.heatmap figcaption { font-size: 13px; font-weight: 600; color: #1d2329; m
 .scale .bar { width: 140px; height: 10px; border-radius: 2px; }
 td.empty { color: #9aa5b1; background: #fafbfc; }
 .small { font-size: 12px; color: #4a5561; }
-.analysis { font-size: 14px; }
+.analysis { font-size: 14px; overflow-x: auto; }
+.analysis section { border: none; padding: 0; margin: 0; }
 "#;
 
 /// Heat colour stops (pastel green → yellow → salmon): fast to slow.
@@ -159,7 +160,6 @@ pub fn page(m: &ReportModel) -> String {
     }
     out.push_str("</header>\n<nav>");
     let mut sections: Vec<(&str, &str, String)> = vec![
-        ("analysis", "Analysis", analysis(m)),
         ("matrix", "Region × provider", matrix(m)),
         ("cdfs", "Latency CDFs", cdfs(m)),
         ("itl", "Inter-token latency", itl(m)),
@@ -174,16 +174,26 @@ pub fn page(m: &ReportModel) -> String {
         sections.push(("windows", "Peak vs off-peak", windows(m)));
     }
     sections.push(("time-series", "Over time", time_series(m)));
+    // The analysis fragment brings its own heading.
+    let analysis_title = if m.analysis_html.is_some() {
+        ""
+    } else {
+        "Analysis"
+    };
+    sections.push(("analysis", analysis_title, analysis(m)));
     sections.push(("notes", "Notes", notes(m)));
     for (id, title, _) in &sections {
+        let title = if title.is_empty() { "Analysis" } else { title };
         let _ = write!(out, "<a href=\"#{id}\">{title}</a>");
     }
     out.push_str("</nav>\n<main>\n");
     for (id, title, body) in &sections {
-        let _ = write!(
-            out,
-            "<section id=\"{id}\"><h2>{title}</h2>\n{body}</section>\n"
-        );
+        let heading = if title.is_empty() {
+            String::new()
+        } else {
+            format!("<h2>{title}</h2>")
+        };
+        let _ = writeln!(out, "<section id=\"{id}\">{heading}\n{body}</section>");
     }
     let _ = writeln!(
         out,
@@ -202,7 +212,7 @@ fn note(text: &str) -> String {
 fn analysis(m: &ReportModel) -> String {
     match &m.analysis_html {
         Some(html) => format!("<div class=\"analysis\">{html}</div>\n"),
-        None => note("no analysis in this report (the analysis module is not wired in)"),
+        None => note("no analysis in this report"),
     }
 }
 

@@ -50,19 +50,17 @@ struct AnalysisPart {
     html: String,
 }
 
-/// WIRE-ANALYSIS: the one call site of the analysis module (`crate::analysis`, written
-/// elsewhere). Until it exists this returns `None` and the report's "Analysis" section says so.
-/// To wire it, replace the body with:
-///
-/// ```ignore
-/// let a = crate::analysis::analyze(data);
-/// Some(AnalysisPart { json: serde_json::to_value(&a).ok()?, html: a.to_html() })
-/// ```
-fn analysis(_data: &ReportData) -> Option<AnalysisPart> {
-    None
+/// The one call site of the analysis module ([`crate::analysis`]): its JSON goes under
+/// `"analysis"`, its HTML fragment into the "Analysis" section.
+fn analysis(data: &ReportData) -> Option<AnalysisPart> {
+    let a = crate::analysis::analyze(data);
+    Some(AnalysisPart {
+        json: serde_json::to_value(&a).ok()?,
+        html: a.to_html(),
+    })
 }
 
-/// The report model of `data` (with the analysis, when wired in); `source` names where the
+/// The report model of `data`, with its analysis; `source` names where the
 /// data came from (`memory`, `clickhouse`), `extras` what only that source knows.
 pub fn model(data: &ReportData, source: &str, extras: Extras) -> ReportModel {
     let mut m = ReportModel::build(data, source, extras);

@@ -43,7 +43,7 @@ pub struct ReportModel {
     pub time_series: Vec<TimeSeries>,
     /// Sections left out or cut short, and why.
     pub notes: Vec<Note>,
-    /// The analysis (`crate::analysis`), when wired in.
+    /// The analysis ([`crate::analysis::Analysis`]) as JSON.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub analysis: Option<serde_json::Value>,
     /// The analysis as an HTML fragment.
