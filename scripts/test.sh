@@ -47,6 +47,9 @@ else
 	export LATMESH_REAL_STATE_DIR="$state_dir"
 fi
 
+echo "== load benchmark, smoke mode (scripts/bench-load.sh --smoke: it must not rot)"
+scripts/bench-load.sh --smoke
+
 echo "== running tests"
 # Agents started by the tests without --spool-dir keep their default spool under
 # $XDG_STATE_HOME: a throwaway directory of this run, not the user's ~/.local/state.

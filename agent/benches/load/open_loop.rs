@@ -335,6 +335,7 @@ async fn phase(args: &Args) -> Out {
         steal_s: steal0
             .zip(steal1)
             .map(|(a, b)| b.saturating_sub(a) as f64 / 100.0),
+        runqueue_wait_s: wait0.zip(wait1).map(|(a, b)| b - a),
         unpaired,
         secs,
         cpu_user_s: u1 - u0,

@@ -362,6 +362,7 @@ async fn level(args: &Args) -> Out {
         steal_s: steal0
             .zip(steal1)
             .map(|(a, b)| b.saturating_sub(a) as f64 / 100.0),
+        runqueue_wait_s: wait0.zip(wait1).map(|(a, b)| b - a),
         no_truth,
         ttft: Pcts::of(&mut ttft),
         load1_start,

@@ -370,7 +370,9 @@ impl Prober {
                     c
                 }
                 None => {
-                    let connecting = self.transport.connect(&target.origin, phases);
+                    // Boxed: the connect future (DNS, TCP, TLS) is large and only needed for
+                    // new connections; inline, it would make every request's future ~12 KB.
+                    let connecting = Box::pin(self.transport.connect(&target.origin, phases));
                     match within(connect_deadline.map(|d| d.0), connecting).await {
                         Some(Ok(c)) => c,
                         Some(Err(msg)) => return Err(Failure::new(Outcome::ConnectionError, msg)),

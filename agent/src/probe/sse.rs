@@ -142,7 +142,9 @@ impl SseParser {
     /// exceed `max_event_bytes` (both at least 1).
     pub fn with_caps(max_line_bytes: usize, max_event_bytes: usize) -> Self {
         SseParser {
-            buf: BytesMut::with_capacity(8 * 1024),
+            // Grows as needed: most SSE events are a few hundred bytes, and at 10,000 open
+            // streams every KiB per stream is 10 MiB.
+            buf: BytesMut::with_capacity(1024),
             pos: 0,
             scan: 0,
             skip_lf: false,

@@ -68,7 +68,12 @@ async fn handshake<T>(io: T, origin: &Origin) -> Result<Conn, String>
 where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let (sender, conn) = http1::handshake::<_, ReqBody>(TokioIo::new(io))
+    // A fixed 8 KiB read buffer: hyper's default grows up to ~400 KiB when reads come faster
+    // than the client consumes them, which at thousands of streams costs more memory than
+    // it saves syscalls (SSE frames are small).
+    let (sender, conn) = http1::Builder::new()
+        .read_buf_exact_size(Some(8 << 10))
+        .handshake::<_, ReqBody>(TokioIo::new(io))
         .await
         .map_err(|e| format!("http handshake error: {}", error_chain(&e)))?;
     let task = tokio::spawn(async move {
