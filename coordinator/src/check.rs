@@ -464,9 +464,16 @@ pub struct CheckReport {
 }
 
 impl CheckReport {
-    /// The exit status: 1 when a rule fired, else 0.
+    /// The exit status: 1 when a rule fired, 2 when nothing could be checked at all (every
+    /// rule skipped: a gate must not pass on no evidence), else 0.
     pub fn exit_code(&self) -> u8 {
-        u8::from(!self.fired.is_empty())
+        if !self.fired.is_empty() {
+            1
+        } else if self.checked == 0 {
+            2
+        } else {
+            0
+        }
     }
 
     /// The report as text (what `latmesh check` prints without `--json`).
@@ -480,8 +487,14 @@ impl CheckReport {
         if self.fired.is_empty() {
             let _ = writeln!(
                 out,
-                "check {}{vs}: ok, no rule fired ({} checks)",
-                self.campaign, self.checked
+                "check {}{vs}: {}, no rule fired ({} checks)",
+                self.campaign,
+                if self.checked == 0 {
+                    "NOTHING CHECKED (every rule was skipped; exit status 2)"
+                } else {
+                    "ok"
+                },
+                self.checked
             );
         } else {
             let _ = writeln!(

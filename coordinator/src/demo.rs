@@ -141,13 +141,24 @@ pub async fn run_with(
     .await?;
     let reply = watch::launch(&mut client, &coord_url, &plan, 1.0).await?;
     if opts.progress {
+        let others: Vec<String> = plan
+            .scenarios
+            .iter()
+            .filter(|s| !s.load.is_rounds())
+            .map(|s| format!("{} ({})", s.name, s.load.kind()))
+            .collect();
         eprintln!(
-            "demo: campaign {} — {} agents, {} providers × {} scenarios × {} rounds",
+            "demo: campaign {} — {} agents, {} providers; {} scenarios × {} rounds, then {}",
             reply.campaign_id,
             reply.agent_ids.len(),
             plan.providers.len(),
-            plan.scenarios.len(),
-            plan.rounds.count
+            plan.rounds_scenarios().len(),
+            plan.rounds.count,
+            if others.is_empty() {
+                "nothing".to_string()
+            } else {
+                others.join(", ")
+            }
         );
     }
     let every = if opts.progress {

@@ -17,6 +17,7 @@ pub mod failover_stats;
 pub mod load_stats;
 pub mod metrics;
 pub mod persist;
+pub mod progress;
 pub mod report;
 pub mod report_data;
 pub mod schedule;

@@ -76,6 +76,8 @@ struct Campaign {
     /// First-attempt send times of the rounds' slots per agent (achieved synchronization).
     sends: crate::sync::SlotSends,
     progress: watch::Sender<pb::Progress>,
+    /// `Progress.live`, recomputed from `agg` at most once a second.
+    live: crate::progress::LiveCache,
     summary: Option<Summary>,
     /// After this (coordinator clock, UTC µs) the campaign finishes with what arrived.
     deadline_unix_us: i64,
@@ -563,6 +565,7 @@ impl State {
             agg: Aggregate::default(),
             sends: Default::default(),
             progress,
+            live: Default::default(),
             summary: None,
             deadline_unix_us,
             expired: false,
@@ -812,6 +815,7 @@ impl State {
                     ..Default::default()
                 })
                 .0,
+                live: Default::default(),
                 summary: None,
                 deadline_unix_us: rec.deadline_unix_us,
                 expired: rec.expired,
@@ -959,6 +963,7 @@ fn finished_progress(rec: &CampaignRecord, summary: &Summary) -> pb::Progress {
         finished: true,
         summary_json: serde_json::to_string(summary).expect("summaries serialize"),
         cancelled: summary.cancelled,
+        live: Vec::new(),
     }
 }
 
@@ -1001,7 +1006,8 @@ fn merge_into(c: &mut Campaign, b: &CheckedBatch) -> bool {
     ca.slots_done += b
         .records
         .iter()
-        .filter(|r| r.final_attempt && r.turn <= 1)
+        // Planned slots only (progress against `probes_per_agent`): sweep requests are not.
+        .filter(|r| r.final_attempt && r.turn <= 1 && r.load != latmesh_core::load::LoadKind::Sweep)
         .count() as u64;
     for r in &b.records {
         c.agg.add_record(&b.region, r);
@@ -1200,6 +1206,17 @@ fn publish(inner: &mut Inner, campaign_id: &str) {
         // restart and queues the same agent rows again (stored once: they replace).
         persist_campaign(persist, campaign_id, c);
     }
+    let mut agents_per_region = BTreeMap::<String, u64>::new();
+    for a in c.agents.values() {
+        *agents_per_region.entry(a.region.clone()).or_default() += 1;
+    }
+    let live = c.live.cells(
+        std::time::Instant::now(),
+        finished,
+        &c.plan,
+        &c.agg,
+        &agents_per_region,
+    );
     let progress = pb::Progress {
         campaign_id: campaign_id.to_string(),
         probes_done: c.agg.slots_done(),
@@ -1212,6 +1229,7 @@ fn publish(inner: &mut Inner, campaign_id: &str) {
             .map(|s| serde_json::to_string(s).expect("summaries serialize"))
             .unwrap_or_default(),
         cancelled: is_cancelled,
+        live,
     };
     c.progress.send_replace(progress);
 }
@@ -1560,7 +1578,24 @@ mod tests {
             )
             .unwrap();
         assert!(state.summary(&id).is_none(), "seq 1 is still missing");
-        assert!(!state.watch(&id).unwrap().borrow().finished);
+        let running = state.watch(&id).unwrap().borrow().clone();
+        assert!(!running.finished);
+        // Live cells: the region's, then the provider's (as of launch: they are recomputed at
+        // most once a second).
+        let live = |p: &pb::Progress| {
+            p.live
+                .iter()
+                .map(|c| (c.region.clone(), c.provider.clone(), c.done, c.p50_ms))
+                .collect::<Vec<_>>()
+        };
+        let keys: Vec<_> = live(&running).into_iter().map(|c| (c.0, c.1)).collect();
+        assert_eq!(
+            keys,
+            [
+                ("us-east".into(), String::new()),
+                (String::new(), "p".into())
+            ]
+        );
         assert!(state.batch("a1", batch(&id, 1, 1_000)).unwrap());
         let s = state.summary(&id).expect("finished");
         let cell = s.cell("us-east", "p", "s").unwrap();
@@ -1570,6 +1605,14 @@ mod tests {
         assert!(progress.finished);
         assert_eq!(progress.probes_done, 2);
         assert!(!progress.summary_json.is_empty());
+        // The last message has fresh live cells, however recent the previous ones were.
+        assert_eq!(
+            live(&progress),
+            [
+                ("us-east".into(), String::new(), 2, 0.0),
+                (String::new(), "p".into(), 2, 1.0)
+            ]
+        );
     }
 
     #[tokio::test]
@@ -1835,7 +1878,7 @@ mod tests {
         // a2's start facts came before the restart: kept in the state directory.
         let start = &s.start;
         assert_eq!(start.skew_us, Some(420));
-        assert_eq!(start.clock_uncertainty_us, Some(50));
+        assert_eq!(start.clock_uncertainty_us, Some(70)); // 50 + 20: the two largest
         let a2 = &start.agents[1];
         assert_eq!(a2.agent_id, "a2");
         assert_eq!(a2.started_coord_unix_us, 1_700_000_000_000_420);

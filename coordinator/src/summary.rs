@@ -541,7 +541,7 @@ mod tests {
             "  p                us-east c=8 (latency), eu-west c=4 (errors)",
             "rate open: target 10 rps per provider and agent for 10 s; rps sent per agent vs scheduled",
             "  saturated: p eu-west: 10 arrivals dropped; achieved 9.00 rps < 95% of scheduled 10.00",
-            "start skew 0.42 ms over 3 agents (clock uncertainty ≤ 0.05 ms)",
+            "start skew 0.42 ms over 3 agents (± 0.08 ms of clock uncertainty)",
             "dropped (open-loop arrivals not sent in time; not in error rates):",
         ] {
             assert!(text.contains(want), "{want:?} not in\n{text}");

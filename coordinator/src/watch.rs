@@ -11,6 +11,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
 use crate::auth::{ADMIN_TOKEN_ENV, Secret};
+use crate::progress;
 use crate::summary::Summary;
 
 /// A control client that sends the admin token (when there is one) with every call.
@@ -201,9 +202,11 @@ pub fn ago(unix_us: i64, now_unix_us: i64) -> String {
     format!("{:.1} s ago", (now_unix_us - unix_us).max(0) as f64 / 1e6)
 }
 
-/// Follows a campaign until it finishes, printing a progress line to stderr every
-/// `every`, and returns its summary (`cancelled` says whether `latmesh campaign cancel`
-/// stopped it).
+/// Follows a campaign until it finishes and returns its summary (`cancelled` says whether
+/// `latmesh campaign cancel` stopped it). With a terminal on stderr it draws progress bars
+/// (per region, per provider with live TTFT P50/P99 and errors); otherwise it prints a
+/// progress line to stderr every `every` (none for an `every` of an hour or more); see
+/// [`crate::progress`].
 ///
 /// # Errors
 /// When the stream breaks before the campaign finished or the summary does not parse.
@@ -213,6 +216,20 @@ pub async fn follow(
     campaign_id: &str,
     every: Duration,
 ) -> anyhow::Result<Summary> {
+    let mode = progress::choose(every, progress::stderr_is_terminal());
+    follow_with(client, url, campaign_id, mode).await
+}
+
+/// [`follow`] showing progress in `mode`. The final `progress:` line is printed in every mode.
+///
+/// # Errors
+/// As [`follow`].
+pub async fn follow_with(
+    client: &mut AdminClient,
+    url: &str,
+    campaign_id: &str,
+    mode: progress::Mode,
+) -> anyhow::Result<Summary> {
     let mut stream = client
         .watch(pb::WatchRequest {
             campaign_id: campaign_id.to_string(),
@@ -220,9 +237,10 @@ pub async fn follow(
         .await
         .map_err(|s| control_error(url, s))?
         .into_inner();
-    let mut last_print = Instant::now();
+    let mut render = progress::Renderer::new(mode);
     while let Some(p) = stream.message().await? {
         if p.finished {
+            render.finish();
             eprintln!(
                 "progress: {}/{} probes, {}",
                 p.probes_done,
@@ -232,19 +250,9 @@ pub async fn follow(
             return serde_json::from_str(&p.summary_json)
                 .context("summary from the coordinator does not parse");
         }
-        if last_print.elapsed() >= every {
-            last_print = Instant::now();
-            let now = crate::state::now_unix_us();
-            let regions: Vec<String> = p.agents.iter().map(|a| describe_agent(a, now)).collect();
-            eprintln!(
-                "progress: {}/{} probes{} [{}]",
-                p.probes_done,
-                p.probes_expected,
-                if p.cancelled { ", cancelling" } else { "" },
-                regions.join(", ")
-            );
-        }
+        render.update(&p, crate::state::now_unix_us());
     }
+    render.finish();
     anyhow::bail!(
         "the coordinator closed the progress stream before campaign {campaign_id} finished"
     )

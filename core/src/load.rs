@@ -142,8 +142,9 @@ pub struct KneeRule {
     /// relative concurrency growth, i.e. its elasticity) reaches this. 0: latency flat; 1:
     /// latency grows as fast as concurrency (a saturated server queueing requests).
     pub elasticity: f64,
-    /// Step `k` is the knee also when its error rate (failed requests / requests, %) reaches
-    /// this.
+    /// Step `k > 0` is the knee also when its error rate (failed requests / requests, %)
+    /// reaches this and exceeds the first step's by this much: errors that grow with
+    /// concurrency (a provider failing as often at the lowest step has no capacity knee).
     pub error_pct: f64,
 }
 
@@ -187,9 +188,11 @@ pub struct Knee {
 }
 
 /// The first step whose latency growth per added concurrency reaches `rule.elasticity`
-/// (measured against the step before) or whose error rate reaches `rule.error_pct`; `None`
-/// when no step does (the provider kept up over the whole sweep).
+/// (measured against the step before), or whose error rate reaches `rule.error_pct` and
+/// exceeds the first step's by as much; `None` when no step does (the provider kept up over
+/// the whole sweep).
 pub fn find_knee(steps: &[StepPoint], rule: &KneeRule) -> Option<Knee> {
+    let base_error_pct = steps.first().map_or(0.0, |s| s.error_pct);
     for (k, s) in steps.iter().enumerate() {
         let elasticity = k.checked_sub(1).and_then(|j| {
             let prev = steps[j];
@@ -197,7 +200,10 @@ pub fn find_knee(steps: &[StepPoint], rule: &KneeRule) -> Option<Knee> {
             let dc = f64::from(s.concurrency) / f64::from(prev.concurrency.max(1)) - 1.0;
             (l0 > 0.0 && dc > 0.0).then(|| (l1 / l0 - 1.0) / dc)
         });
-        let reason = if s.error_pct >= rule.error_pct {
+        let errors_grew = k > 0
+            && s.error_pct >= rule.error_pct
+            && s.error_pct - base_error_pct >= rule.error_pct;
+        let reason = if errors_grew {
             Some("errors")
         } else if elasticity.is_some_and(|e| e >= rule.elasticity) {
             Some("latency")
@@ -401,6 +407,15 @@ mod tests {
         let errs = [point(4, 100_000, 0.0), point(8, 101_000, 12.0)];
         let knee = find_knee(&errs, &rule).unwrap();
         assert_eq!((knee.step, knee.reason.as_str()), (1, "errors"));
+        // A provider failing 15% of the time at every step has no capacity knee.
+        let flaky = [
+            point(4, 100_000, 15.0),
+            point(8, 101_000, 16.0),
+            point(16, 102_000, 14.0),
+        ];
+        assert_eq!(find_knee(&flaky, &rule), None);
+        let worse = [point(4, 100_000, 15.0), point(8, 101_000, 22.0)];
+        assert_eq!(find_knee(&worse, &rule).map(|k| k.step), Some(1));
     }
 
     #[test]
