@@ -5,6 +5,13 @@ use latmesh_coordinator::cli::{self, Cli};
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
+    // `latmesh … | head` ends quietly like other command-line tools instead of panicking on a
+    // closed pipe (Rust ignores SIGPIPE by default).
+    #[cfg(unix)]
+    // SAFETY: called first thing in main, before any thread writes to a pipe.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let args = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
