@@ -146,7 +146,7 @@ fn a_bad_campaign_file_names_the_key() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("9 providers, 2 scenarios"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("9 providers, 4 scenarios"));
 }
 
 #[test]
