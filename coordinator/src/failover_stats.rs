@@ -99,9 +99,8 @@ fn pct(n: u64, of: u64) -> f64 {
     }
 }
 
-/// The failover rows of `plan` from merged results (empty without failover scenarios);
-/// `cells` are the summary's matrix cells (the backups' plain probes: their attempts in the
-/// scenario minus the chain's).
+/// The failover rows of `plan` from merged results (empty without failover scenarios); a
+/// backup's own probes are its attempts in the scenario minus those of client requests.
 pub fn failover_rows(plan: &Plan, agg: &Aggregate) -> Vec<FailoverRow> {
     let mut rows = Vec::new();
     let regions: Vec<Option<&str>> = plan
