@@ -698,7 +698,12 @@ async fn logical_request(
     let mut first: Option<Instant> = None;
     let mut attempt = 1u32;
     let (mut pos, mut tries) = (0usize, 1u32);
-    let tokens = estimate_tokens(&targets[0].req);
+    // Only the tokens-per-minute cap needs it.
+    let tokens = if targets.iter().any(|t| env.limits.is_limited(t.provider)) {
+        estimate_tokens(&targets[0].req)
+    } else {
+        0
+    };
     loop {
         let Target {
             provider,

@@ -240,28 +240,28 @@ impl Aggregate {
     /// provider, scenario and metric, over every sweep step (`key.step` is ignored; see
     /// [`Aggregate::step_histogram`]).
     pub fn histogram(&self, region: Option<&str>, key: &HistKey) -> Option<Histogram<u64>> {
-        self.merged(region, |k| {
-            k.provider == key.provider && k.scenario == key.scenario && k.metric == key.metric
-        })
+        self.merged(region, |set| set.all_steps(key).map(|(_, h)| h).collect())
     }
 
     /// The merged histogram of `region` (or of every region) for exactly `key` (one sweep
     /// step).
     pub fn step_histogram(&self, region: Option<&str>, key: &HistKey) -> Option<Histogram<u64>> {
-        self.merged(region, |k| k == key)
+        self.merged(region, |set| set.get(key).into_iter().collect())
     }
 
-    fn merged(
-        &self,
+    /// The sum over `region` (or every region) of the histograms `pick` takes from each
+    /// region's set.
+    fn merged<'a>(
+        &'a self,
         region: Option<&str>,
-        want: impl Fn(&HistKey) -> bool,
+        pick: impl Fn(&'a HistogramSet) -> Vec<&'a Histogram<u64>>,
     ) -> Option<Histogram<u64>> {
         let mut out: Option<Histogram<u64>> = None;
         for (r, set) in &self.hists {
             if region.is_some_and(|want| want != r) {
                 continue;
             }
-            for (_, h) in set.iter().filter(|(k, _)| want(k)) {
+            for h in pick(set) {
                 match &mut out {
                     Some(acc) => acc.add(h).expect("shared bounds"),
                     None => out = Some(h.clone()),

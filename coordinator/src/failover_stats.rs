@@ -103,12 +103,7 @@ fn pct(n: u64, of: u64) -> f64 {
 /// backup's own probes are its attempts in the scenario minus those of client requests.
 pub fn failover_rows(plan: &Plan, agg: &Aggregate) -> Vec<FailoverRow> {
     let mut rows = Vec::new();
-    let regions: Vec<Option<&str>> = plan
-        .regions
-        .iter()
-        .map(|r| Some(r.as_str()))
-        .chain([None])
-        .collect();
+    let regions = crate::load_stats::row_regions(plan, None);
     for s in &plan.scenarios {
         let Some(f) = &s.failover else { continue };
         let chain: Vec<String> = f

@@ -129,8 +129,9 @@ pub fn sweep_scenarios(plan: &Plan) -> Vec<(&str, &SweepSpec)> {
         .collect()
 }
 
-/// Row regions: each region of `plan` (that `only` keeps) as `Some`, then `None` for `ALL`.
-fn row_regions<'a>(plan: &'a Plan, only: Option<&'a str>) -> Vec<Option<&'a str>> {
+/// Row regions: each region of `plan` (that `only` keeps) as `Some`, then `None` for the
+/// `ALL` row; every per-region table of a summary or report iterates these.
+pub fn row_regions<'a>(plan: &'a Plan, only: Option<&'a str>) -> Vec<Option<&'a str>> {
     plan.regions
         .iter()
         .map(String::as_str)

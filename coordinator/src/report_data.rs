@@ -45,12 +45,7 @@ impl ReportData {
     /// From the coordinator's merged results of the campaign.
     pub fn from_aggregate(summary: Summary, plan: Plan, agg: &Aggregate) -> ReportData {
         let mut hists = BTreeMap::new();
-        let regions: Vec<Option<&str>> = plan
-            .regions
-            .iter()
-            .map(|r| Some(r.as_str()))
-            .chain([None])
-            .collect();
+        let regions = crate::load_stats::row_regions(&plan, None);
         for region in &regions {
             for p in &plan.providers {
                 for s in &plan.scenarios {

@@ -192,12 +192,7 @@ pub fn build(
     agents: Vec<AgentSummary>,
 ) -> Summary {
     let mut cells = Vec::new();
-    let rows: Vec<Option<&str>> = plan
-        .regions
-        .iter()
-        .map(|r| Some(r.as_str()))
-        .chain([None])
-        .collect();
+    let rows = load_stats::row_regions(plan, None);
     for scenario in &plan.scenarios {
         for region in &rows {
             for provider in &plan.providers {

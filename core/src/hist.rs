@@ -178,6 +178,23 @@ impl HistogramSet {
         self.map.get(key)
     }
 
+    /// The histograms of `key`'s provider, scenario and metric at every sweep step
+    /// (`key.step` is ignored), in step order: a range of the key order, not a scan.
+    pub fn all_steps<'a>(
+        &'a self,
+        key: &HistKey,
+    ) -> impl Iterator<Item = (&'a HistKey, &'a Histogram<u64>)> + 'a {
+        let lo = HistKey {
+            step: 0,
+            ..key.clone()
+        };
+        let hi = HistKey {
+            step: u32::MAX,
+            ..key.clone()
+        };
+        self.map.range(lo..=hi)
+    }
+
     /// Iterates over keys and histograms in key order.
     pub fn iter(&self) -> impl Iterator<Item = (&HistKey, &Histogram<u64>)> {
         self.map.iter()
@@ -255,6 +272,37 @@ mod tests {
         assert_eq!(set.get(&key(Metric::Ttft)).unwrap().len(), 1);
         assert_eq!(set.get(&key(Metric::Itl)).unwrap().len(), 3);
         assert!(set.get(&key(Metric::Tpot)).is_none());
+    }
+
+    #[test]
+    fn all_steps_is_every_step_of_one_key_and_nothing_else() {
+        let mut set = HistogramSet::new();
+        for step in [2, 0, 1] {
+            set.record(
+                HistKey {
+                    step,
+                    ..key(Metric::E2e)
+                },
+                1_000 * u64::from(step + 1),
+            );
+        }
+        set.record(key(Metric::Ttft), 5);
+        set.record(
+            HistKey {
+                provider: "q".into(),
+                ..key(Metric::E2e)
+            },
+            7,
+        );
+        let steps: Vec<(u32, u64)> = set
+            .all_steps(&HistKey {
+                step: 9,
+                ..key(Metric::E2e)
+            })
+            .map(|(k, h)| (k.step, h.max()))
+            .collect();
+        assert_eq!(steps.iter().map(|s| s.0).collect::<Vec<_>>(), [0, 1, 2]);
+        assert!(steps[2].1 >= 3_000 && steps[0].1 < 1_100);
     }
 
     #[test]

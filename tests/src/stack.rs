@@ -58,15 +58,32 @@ impl Stack {
         }
     }
 
-    /// Starts agent `id` in `region`, exiting after one campaign.
-    pub fn agent(&mut self, id: &str, region: &str) {
+    /// The command of agent `id` in `region` connecting to `coordinator` (the stack's, or a
+    /// proxy in front of it), its spool in the stack's folder; add flags, then
+    /// [`Stack::spawn`] it.
+    pub fn agent_command(&self, id: &str, region: &str, coordinator: &str) -> Command {
         let mut a = Command::new(bin("latmesh-agent"));
-        a.args(["--coordinator", &self.coord_url, "--region", region])
-            .args(["--agent-id", id, "--exit-after", "1"])
+        a.args(["--coordinator", coordinator, "--region", region])
+            .args(["--agent-id", id])
             .arg("--spool-dir")
             .arg(self.dir.path().join(format!("spool-{id}")));
-        let log = self.dir.path().join(format!("agent-{id}.log"));
-        self.procs.push(spawn(&format!("agent {id}"), a, &log));
+        a
+    }
+
+    /// Starts `cmd` as `name` (log `NAME.log` in the stack's folder), killed with the stack,
+    /// and returns its process id.
+    pub fn spawn(&mut self, name: &str, cmd: Command) -> u32 {
+        let p = spawn(name, cmd, &self.log(name));
+        let id = p.child.id();
+        self.procs.push(p);
+        id
+    }
+
+    /// Starts agent `id` in `region`, exiting after one campaign.
+    pub fn agent(&mut self, id: &str, region: &str) {
+        let mut a = self.agent_command(id, region, &self.coord_url);
+        a.args(["--exit-after", "1"]);
+        self.spawn(&format!("agent-{id}"), a);
     }
 
     /// Writes `toml` (with `{sim}` replaced by the simulator's address) as a campaign file,
@@ -101,4 +118,40 @@ impl Stack {
     pub fn log(&self, name: &str) -> PathBuf {
         self.dir.path().join(format!("{name}.log"))
     }
+}
+
+/// Starts, in the background, `latmesh campaign launch` of the demo's rounds (two regions,
+/// `rounds` rounds, every provider keyed by the variable `key_env`) against the simulator at
+/// `sim_addr` and the coordinator at `coord_url`: writes `campaign.toml` in `dir`, output to
+/// `launch.out`, the summary to `summary.json`.
+pub fn launch_demo_rounds(
+    dir: &std::path::Path,
+    sim_addr: &str,
+    coord_url: &str,
+    rounds: u32,
+    key_env: &str,
+) -> std::process::Child {
+    let campaign = latmesh_coordinator::demo::demo_rounds_only()
+        .replace("{sim}", sim_addr)
+        .replace("count = 12 ", &format!("count = {rounds} "))
+        .replace(
+            "regions = [\"us-east\", \"eu-west\", \"ap-southeast\"]",
+            "regions = [\"us-east\", \"eu-west\"]",
+        )
+        .replace(
+            "model_id = \"deepseek-v4-flash\"",
+            &format!("model_id = \"deepseek-v4-flash\"\napi_key_env = \"{key_env}\""),
+        );
+    let file = dir.join("campaign.toml");
+    std::fs::write(&file, campaign).unwrap();
+    let out = std::fs::File::create(dir.join("launch.out")).unwrap();
+    Command::new(bin("latmesh"))
+        .args(["campaign", "launch"])
+        .arg(&file)
+        .args(["--coordinator", coord_url, "--json"])
+        .arg(dir.join("summary.json"))
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .unwrap()
 }

@@ -8,27 +8,23 @@ use std::time::{Duration, Instant};
 use latmesh_coordinator::summary::Summary;
 use latmesh_proto::pb;
 use latmesh_sim::profile::ProviderProfile;
-use latmesh_tests::{Proc, TcpProxy, bin, spawn, spawn_until_line, wait_exit};
+use latmesh_tests::stack::Stack;
+use latmesh_tests::{Proc, TcpProxy, bin, spawn, wait_exit};
 
 /// Agents here send a heartbeat every second (coordinator: silent after 3 s).
 const HEARTBEAT_S: &str = "1";
 
 struct Setup {
-    dir: tempfile::TempDir,
-    _sim: Proc,
-    sim_addr: String,
-    _coord: Proc,
-    coord_url: String,
+    stack: Stack,
 }
 
 impl Setup {
     fn log(&self, name: &str) -> PathBuf {
-        self.dir.path().join(format!("{name}.log"))
+        self.stack.log(name)
     }
 
     /// `slow`: 3 s to the first token; `quick`: 50 ms.
     fn start() -> Setup {
-        let dir = tempfile::tempdir().unwrap();
         let profiles = vec![
             ProviderProfile {
                 output_tokens_min: 20,
@@ -41,51 +37,15 @@ impl Setup {
                 ..ProviderProfile::fixed("quick", 50_000, 5_000)
             },
         ];
-        let file = dir.path().join("profiles.json");
-        std::fs::write(&file, serde_json::to_string(&profiles).unwrap()).unwrap();
-        let mut sim = Command::new(bin("latmesh-sim"));
-        sim.args(["serve", "--listen", "127.0.0.1:0", "--profiles"])
-            .arg(&file);
-        let (sim, sim_url) = spawn_until_line(
-            "latmesh-sim",
-            sim,
-            "listening on ",
-            Duration::from_secs(20),
-            &dir.path().join("sim.log"),
-        );
-        let mut coord = Command::new(bin("latmesh"));
-        coord.args(["serve", "--listen", "127.0.0.1:0"]);
-        let (coord, coord_url) = spawn_until_line(
-            "latmesh serve",
-            coord,
-            "listening on ",
-            Duration::from_secs(20),
-            &dir.path().join("coordinator.log"),
-        );
         Setup {
-            sim_addr: sim_url.trim_start_matches("http://").to_string(),
-            dir,
-            _sim: sim,
-            _coord: coord,
-            coord_url,
+            stack: Stack::start(&profiles),
         }
     }
 
     fn agent(&self, id: &str, region: &str, coordinator: &str) -> Proc {
-        let mut a = Command::new(bin("latmesh-agent"));
-        a.args([
-            "--coordinator",
-            coordinator,
-            "--region",
-            region,
-            "--agent-id",
-            id,
-            "--exit-after",
-            "1",
-        ])
-        .arg("--spool-dir")
-        .arg(self.dir.path().join(format!("spool-{id}")))
-        .env("LATMESH_AGENT_HEARTBEAT_S", HEARTBEAT_S);
+        let mut a = self.stack.agent_command(id, region, coordinator);
+        a.args(["--exit-after", "1"])
+            .env("LATMESH_AGENT_HEARTBEAT_S", HEARTBEAT_S);
         spawn(&format!("agent {id}"), a, &self.log(&format!("agent-{id}")))
     }
 
@@ -116,10 +76,10 @@ base_url = "http://{sim}/quick/v1"
 model_id = "{model}"
 "#,
             regions.join(", "),
-            sim = self.sim_addr,
+            sim = self.stack.sim_addr,
             model = latmesh_sim::profile::DEFAULT_MODEL_ID,
         );
-        let file = self.dir.path().join("campaign.toml");
+        let file = self.stack.dir.path().join("campaign.toml");
         std::fs::write(&file, text).unwrap();
         file
     }
@@ -129,7 +89,12 @@ model_id = "{model}"
         let mut l = Command::new(bin("latmesh"));
         l.args(["campaign", "launch"])
             .arg(file)
-            .args(["--coordinator", &self.coord_url, "--start-delay-s", "1"])
+            .args([
+                "--coordinator",
+                &self.stack.coord_url,
+                "--start-delay-s",
+                "1",
+            ])
             .arg("--json")
             .arg(json);
         spawn("campaign launch", l, &self.log("launch"))
@@ -141,7 +106,7 @@ model_id = "{model}"
             .build()
             .unwrap();
         rt.block_on(async {
-            let mut c = latmesh_coordinator::watch::connect(&self.coord_url)
+            let mut c = latmesh_coordinator::watch::connect(&self.stack.coord_url)
                 .await
                 .unwrap();
             c.list_agents(pb::ListAgentsRequest {})
@@ -155,7 +120,7 @@ model_id = "{model}"
     fn cli(&self, args: &[&str]) -> std::process::Output {
         Command::new(bin("latmesh"))
             .args(args)
-            .args(["--coordinator", &self.coord_url])
+            .args(["--coordinator", &self.stack.coord_url])
             .stdin(Stdio::null())
             .output()
             .unwrap()
@@ -187,11 +152,11 @@ fn text(out: &std::process::Output) -> String {
 fn cancel_stops_every_agent_promptly_and_keeps_what_was_measured() {
     let s = Setup::start();
     let mut agents = vec![
-        s.agent("us-east-1", "us-east", &s.coord_url),
-        s.agent("eu-west-1", "eu-west", &s.coord_url),
+        s.agent("us-east-1", "us-east", &s.stack.coord_url),
+        s.agent("eu-west-1", "eu-west", &s.stack.coord_url),
     ];
     let file = s.campaign(&["us-east", "eu-west"], 200);
-    let json = s.dir.path().join("summary.json");
+    let json = s.stack.dir.path().join("summary.json");
     let mut launch = s.launch(&file, &json);
 
     // Wait until both agents run it with slow probes in flight.
@@ -276,13 +241,17 @@ fn cancel_stops_every_agent_promptly_and_keeps_what_was_measured() {
 #[test]
 fn dead_and_silent_agents_are_shown_disconnected_with_what_they_had_in_flight() {
     let s = Setup::start();
-    let coord_addr: std::net::SocketAddr =
-        s.coord_url.trim_start_matches("http://").parse().unwrap();
+    let coord_addr: std::net::SocketAddr = s
+        .stack
+        .coord_url
+        .trim_start_matches("http://")
+        .parse()
+        .unwrap();
     let proxy = TcpProxy::start(coord_addr);
-    let mut killed = s.agent("killed-1", "us-east", &s.coord_url);
+    let mut killed = s.agent("killed-1", "us-east", &s.stack.coord_url);
     let _silent = s.agent("silent-1", "us-east", &proxy.url());
     let file = s.campaign(&["us-east"], 100);
-    let json = s.dir.path().join("summary.json");
+    let json = s.stack.dir.path().join("summary.json");
     let _launch = s.launch(&file, &json);
 
     // Heartbeats report the slow probes in flight.

@@ -124,29 +124,13 @@ impl Env {
     /// `campaign launch` of the demo campaign (two regions, [`ROUNDS`] rounds, every provider
     /// keyed by [`KEY_ENV`]) in the background; output in `launch.out`.
     fn launch(&self) -> std::process::Child {
-        let campaign = latmesh_coordinator::demo::demo_rounds_only()
-            .replace("{sim}", &self.sim_addr)
-            .replace("count = 12 ", &format!("count = {ROUNDS} "))
-            .replace(
-                "regions = [\"us-east\", \"eu-west\", \"ap-southeast\"]",
-                "regions = [\"us-east\", \"eu-west\"]",
-            )
-            .replace(
-                "model_id = \"deepseek-v4-flash\"",
-                &format!("model_id = \"deepseek-v4-flash\"\napi_key_env = \"{KEY_ENV}\""),
-            );
-        let file = self.path("campaign.toml");
-        std::fs::write(&file, campaign).unwrap();
-        let out = std::fs::File::create(self.path("launch.out")).unwrap();
-        Command::new(bin("latmesh"))
-            .args(["campaign", "launch"])
-            .arg(&file)
-            .args(["--coordinator", &self.url(), "--json"])
-            .arg(self.path("summary.json"))
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .unwrap()
+        latmesh_tests::stack::launch_demo_rounds(
+            self.dir.path(),
+            &self.sim_addr,
+            &self.url(),
+            ROUNDS,
+            KEY_ENV,
+        )
     }
 
     fn launch_out(&self) -> String {

@@ -7,72 +7,30 @@ use std::time::Duration;
 
 use latmesh_coordinator::summary::Summary;
 use latmesh_sim::profile::ProviderProfile;
-use latmesh_tests::{Proc, bin, spawn, spawn_until_line, wait_exit};
+use latmesh_tests::stack::Stack;
+use latmesh_tests::{Proc, bin, wait_exit};
 
 struct Setup {
-    dir: tempfile::TempDir,
-    _sim: Proc,
-    sim_addr: String,
-    _coord: Proc,
-    coord_url: String,
-    _agent: Proc,
+    stack: Stack,
 }
 
 impl Setup {
     /// A simulator with `quick` (50 ms to the first token, 20-30 tokens), a coordinator and
     /// one agent in `us-east` that stays for any number of campaigns.
     fn start() -> Setup {
-        let dir = tempfile::tempdir().unwrap();
         let profiles = vec![ProviderProfile {
             output_tokens_min: 20,
             output_tokens_max: 30,
             ..ProviderProfile::fixed("quick", 50_000, 5_000)
         }];
-        let file = dir.path().join("profiles.json");
-        std::fs::write(&file, serde_json::to_string(&profiles).unwrap()).unwrap();
-        let mut sim = Command::new(bin("latmesh-sim"));
-        sim.args(["serve", "--listen", "127.0.0.1:0", "--profiles"])
-            .arg(&file);
-        let (sim, sim_url) = spawn_until_line(
-            "latmesh-sim",
-            sim,
-            "listening on ",
-            Duration::from_secs(20),
-            &dir.path().join("sim.log"),
-        );
-        let mut coord = Command::new(bin("latmesh"));
-        coord.args(["serve", "--listen", "127.0.0.1:0"]);
-        let (coord, coord_url) = spawn_until_line(
-            "latmesh serve",
-            coord,
-            "listening on ",
-            Duration::from_secs(20),
-            &dir.path().join("coordinator.log"),
-        );
-        let mut a = Command::new(bin("latmesh-agent"));
-        a.args([
-            "--coordinator",
-            &coord_url,
-            "--region",
-            "us-east",
-            "--agent-id",
-            "us-east-1",
-        ])
-        .arg("--spool-dir")
-        .arg(dir.path().join("spool"));
-        let agent = spawn("agent", a, &dir.path().join("agent.log"));
-        Setup {
-            sim_addr: sim_url.trim_start_matches("http://").to_string(),
-            dir,
-            _sim: sim,
-            _coord: coord,
-            coord_url,
-            _agent: agent,
-        }
+        let mut stack = Stack::start(&profiles);
+        let agent = stack.agent_command("us-east-1", "us-east", &stack.coord_url);
+        stack.spawn("agent", agent);
+        Setup { stack }
     }
 
     fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
+        self.stack.dir.path().join(name)
     }
 
     /// A campaign over `quick` with `extra` appended (e.g. a `[schedule]`).
@@ -99,7 +57,7 @@ price_input_usd_per_mtok = 0.5
 price_output_usd_per_mtok = 2.0
 {extra}
 "#,
-            sim = self.sim_addr,
+            sim = self.stack.sim_addr,
             model = latmesh_sim::profile::DEFAULT_MODEL_ID,
         );
         let file = self.path("campaign.toml");
@@ -116,7 +74,7 @@ price_output_usd_per_mtok = 2.0
         );
         let mut c = Command::new(bin("latmesh"));
         c.args(args)
-            .args(["--coordinator", &self.coord_url])
+            .args(["--coordinator", &self.stack.coord_url])
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&out).unwrap())
             .stderr(std::fs::File::create(&err).unwrap());

@@ -201,7 +201,7 @@ async fn rate_rows(
         let LoadModel::Rate(spec) = &s.load else {
             continue;
         };
-        let regions = plan.regions.iter().map(|r| Some(r.as_str())).chain([None]);
+        let regions = crate::load_stats::row_regions(plan, None);
         for region in regions {
             let agents = match region {
                 Some(r) => per_region.get(r).copied().unwrap_or(0),
