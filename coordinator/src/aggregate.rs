@@ -158,8 +158,7 @@ impl Aggregate {
         let measured = counts_in_error_rates(outcome);
         cell.sent += u64::from(rec.attempt <= 1 && rec.turn <= 1 && measured);
         if rec.final_attempt {
-            // Planned slots only: a sweep sends as many requests as its provider answers.
-            cell.slots_done += u64::from(rec.turn <= 1 && rec.load != LoadKind::Sweep);
+            cell.slots_done += u64::from(rec.ends_planned_slot());
             // A request cut by a campaign cancel, or an arrival dropped unsent, is neither a
             // success nor a failure.
             if measured {

@@ -1003,12 +1003,7 @@ fn merge_into(c: &mut Campaign, b: &CheckedBatch) -> bool {
         return false;
     }
     ca.records += b.records.len() as u64;
-    ca.slots_done += b
-        .records
-        .iter()
-        // Planned slots only (progress against `probes_per_agent`): sweep requests are not.
-        .filter(|r| r.final_attempt && r.turn <= 1 && r.load != latmesh_core::load::LoadKind::Sweep)
-        .count() as u64;
+    ca.slots_done += b.records.iter().filter(|r| r.ends_planned_slot()).count() as u64;
     for r in &b.records {
         c.agg.add_record(&b.region, r);
         c.sends.add(&b.agent_id, r);

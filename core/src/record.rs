@@ -259,6 +259,13 @@ impl ProbeRecord {
     pub fn outcome(&self) -> Outcome {
         self.outcome.unwrap_or(Outcome::ProtocolError)
     }
+
+    /// Whether this record finishes a slot the plan counts in advance
+    /// (`Plan::probes_per_agent`): the final attempt of a first turn, of a `rounds` slot or a
+    /// `rate` arrival (a sweep sends as many requests as its provider answers).
+    pub fn ends_planned_slot(&self) -> bool {
+        self.final_attempt && self.turn <= 1 && self.load != crate::load::LoadKind::Sweep
+    }
 }
 
 /// Truncates `s` to at most `max_bytes` bytes on a char boundary.
