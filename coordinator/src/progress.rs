@@ -93,15 +93,18 @@ pub fn provider_expected_per_agent(plan: &Plan) -> Vec<u64> {
 /// then one per provider (region empty; counts and percentiles of [`live_metric`] from the
 /// histograms merged over regions and scenarios). `agents_per_region` is how many agents run
 /// the campaign in each region (regions of agents missing from the plan are added after the
-/// plan's); `provider_expected` is [`provider_expected_per_agent`].
+/// plan's); `provider_expected` is [`provider_expected_per_agent`] and `probes_per_agent`
+/// is [`Plan::probes_per_agent`] (counted once by the caller: it generates every open-loop
+/// arrival).
 pub fn live_cells(
     plan: &Plan,
+    probes_per_agent: u64,
     agg: &Aggregate,
     agents_per_region: &BTreeMap<String, u64>,
     provider_expected: &[u64],
 ) -> Vec<pb::LiveCell> {
     let per_agent = if expected_known(plan) {
-        plan.probes_per_agent()
+        probes_per_agent
     } else {
         0
     };
@@ -183,6 +186,7 @@ impl LiveCache {
         now: Instant,
         force: bool,
         plan: &Plan,
+        probes_per_agent: u64,
         agg: &Aggregate,
         agents_per_region: &BTreeMap<String, u64>,
     ) -> Vec<pb::LiveCell> {
@@ -193,7 +197,7 @@ impl LiveCache {
             let expected = self
                 .provider_expected
                 .get_or_insert_with(|| provider_expected_per_agent(plan));
-            self.cells = live_cells(plan, agg, agents_per_region, expected);
+            self.cells = live_cells(plan, probes_per_agent, agg, agents_per_region, expected);
             self.at = Some(now);
         }
         self.cells.clone()
@@ -602,7 +606,13 @@ mod tests {
         // Rounds: 10 rounds × 2 scenarios, one slot per provider each.
         assert_eq!(expected, vec![20, 20]);
         assert_eq!(plan.probes_per_agent(), 40);
-        let cells = live_cells(&plan, &aggregate(), &agents(), &expected);
+        let cells = live_cells(
+            &plan,
+            plan.probes_per_agent(),
+            &aggregate(),
+            &agents(),
+            &expected,
+        );
         let keys: Vec<(&str, &str)> = cells
             .iter()
             .map(|c| (c.region.as_str(), c.provider.as_str()))
@@ -628,7 +638,13 @@ mod tests {
     #[test]
     fn non_streaming_plans_report_e2e() {
         let plan = plan(false);
-        let cells = live_cells(&plan, &aggregate(), &agents(), &[0, 0]);
+        let cells = live_cells(
+            &plan,
+            plan.probes_per_agent(),
+            &aggregate(),
+            &agents(),
+            &[0, 0],
+        );
         let p1 = &cells[2];
         assert_eq!((p1.metric.as_str(), p1.expected), ("e2e", 0));
         assert!(approx(p1.p50_ms, 500.0), "{}", p1.p50_ms);
@@ -648,7 +664,13 @@ mod tests {
             "the rounds scenario still counts"
         );
         assert_eq!(provider_expected_per_agent(&plan), vec![0, 0]);
-        let cells = live_cells(&plan, &aggregate(), &agents(), &[0, 0]);
+        let cells = live_cells(
+            &plan,
+            plan.probes_per_agent(),
+            &aggregate(),
+            &agents(),
+            &[0, 0],
+        );
         assert!(cells.iter().all(|c| c.expected == 0), "{cells:?}");
         // Bars show counts only, also a total past its expectation.
         let mut r = Renderer::bars_to(ProgressDrawTarget::hidden());
@@ -687,15 +709,34 @@ mod tests {
         let mut cache = LiveCache::default();
         let t0 = Instant::now();
         let done = |cells: &[pb::LiveCell]| cells[2].done;
-        assert_eq!(done(&cache.cells(t0, false, &plan, &agg, &agents())), 0);
+        assert_eq!(
+            done(&cache.cells(t0, false, &plan, plan.probes_per_agent(), &agg, &agents())),
+            0
+        );
         agg.add_record("us-east", &rec("p1", "chat", Outcome::Ok));
         let soon = t0 + Duration::from_millis(500);
-        assert_eq!(done(&cache.cells(soon, false, &plan, &agg, &agents())), 0);
+        assert_eq!(
+            done(&cache.cells(soon, false, &plan, plan.probes_per_agent(), &agg, &agents())),
+            0
+        );
         // The last message forces fresh numbers.
-        assert_eq!(done(&cache.cells(soon, true, &plan, &agg, &agents())), 1);
+        assert_eq!(
+            done(&cache.cells(soon, true, &plan, plan.probes_per_agent(), &agg, &agents())),
+            1
+        );
         agg.add_record("us-east", &rec("p1", "chat", Outcome::Ok));
         let later = soon + LIVE_EVERY;
-        assert_eq!(done(&cache.cells(later, false, &plan, &agg, &agents())), 2);
+        assert_eq!(
+            done(&cache.cells(
+                later,
+                false,
+                &plan,
+                plan.probes_per_agent(),
+                &agg,
+                &agents()
+            )),
+            2
+        );
     }
 
     #[test]
@@ -741,7 +782,13 @@ mod tests {
                 in_flight: 2,
                 ..Default::default()
             }],
-            live: live_cells(&plan, &agg, &agents(), &provider_expected_per_agent(&plan)),
+            live: live_cells(
+                &plan,
+                plan.probes_per_agent(),
+                &agg,
+                &agents(),
+                &provider_expected_per_agent(&plan),
+            ),
             ..Default::default()
         }
     }

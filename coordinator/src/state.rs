@@ -67,6 +67,8 @@ impl CampaignAgent {
 #[derive(Debug)]
 struct Campaign {
     plan: Plan,
+    /// `plan.probes_per_agent()`, counted once (it generates every open-loop arrival).
+    probes_per_agent: u64,
     plan_json: String,
     plan_hash: String,
     launched_at_unix_us: i64,
@@ -557,6 +559,7 @@ impl State {
                     )
                 })
                 .collect(),
+            probes_per_agent: plan.probes_per_agent(),
             plan,
             plan_json,
             plan_hash: plan_hash.clone(),
@@ -783,6 +786,7 @@ impl State {
             let plan: Plan = serde_json::from_str(&rec.plan_json)
                 .with_context(|| format!("campaign {id}: the stored plan does not parse"))?;
             let mut c = Campaign {
+                probes_per_agent: plan.probes_per_agent(),
                 plan,
                 plan_json: rec.plan_json,
                 plan_hash: rec.plan_hash,
@@ -1110,7 +1114,7 @@ fn publish(inner: &mut Inner, campaign_id: &str) {
         return;
     };
     let is_cancelled = c.cancelled_at_us.is_some();
-    let per_agent = c.plan.probes_per_agent();
+    let per_agent = c.probes_per_agent;
     let agent_progress: Vec<pb::AgentProgress> = c
         .agents
         .iter()
@@ -1209,6 +1213,7 @@ fn publish(inner: &mut Inner, campaign_id: &str) {
         std::time::Instant::now(),
         finished,
         &c.plan,
+        c.probes_per_agent,
         &c.agg,
         &agents_per_region,
     );
