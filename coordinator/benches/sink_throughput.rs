@@ -54,8 +54,50 @@ use latmesh_core::wire;
 use latmesh_proto::pb;
 use prost::Message as _;
 
-/// Records per batch.
-const RECORDS_PER_BATCH: usize = 100;
+/// A workload: what one agent's batches hold.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Mix {
+    /// Name (`LATMESH_BENCH_MIXES`).
+    name: &'static str,
+    /// Records per batch.
+    records_per_batch: usize,
+    /// Time a batch covers (interval histograms' span), µs.
+    span_us: i64,
+    /// Every batch holds both scenarios (`true`) or one, alternating (`false`).
+    both_scenarios: bool,
+    /// Metrics with an interval histogram per provider and scenario.
+    metrics: &'static [Metric],
+}
+
+/// The mixes, by name.
+const MIXES: [Mix; 2] = [
+    // Patrol agents: 10 requests/s per agent, a batch every 10 s (one scenario at a time).
+    // Many histograms per record: 20 per 100 records.
+    Mix {
+        name: "patrol",
+        records_per_batch: 100,
+        span_us: 10_000_000,
+        both_scenarios: false,
+        metrics: &[
+            Metric::Ttfb,
+            Metric::Ttft,
+            Metric::E2e,
+            Metric::Tpot,
+            Metric::Itl,
+        ],
+    },
+    // Busy agents: what an agent sends at 2,000 requests/s (a batch per second, the agent's
+    // flush interval), every provider in both scenarios, the 7 metrics an agent records for
+    // a streamed request (4 × 2 × 7 = 56 histograms per 2,000 records).
+    Mix {
+        name: "busy",
+        records_per_batch: 2_000,
+        span_us: 1_000_000,
+        both_scenarios: true,
+        // Ttfb … SchedLag: what a streamed request without a rate or failover records.
+        metrics: Metric::ALL.split_at(7).0,
+    },
+];
 /// The sink's `READ_ENTRIES` (coordinator/src/sink.rs): batches per read and per insert.
 const SINK_READ_ENTRIES: usize = 64;
 /// `clickhouse::insert`'s `PRESENCE_CHUNK`: batches whose presence one query checks.
@@ -82,24 +124,17 @@ const PROVIDERS: [(&str, f64, f64); 4] = [
     ("together", 330.0, 11.0),
 ];
 const SCENARIOS: [&str; 2] = ["short-qa", "long-gen"];
-/// Metrics of the 5 interval histograms per provider and batch (4 × 5 = 20 per batch).
-const HIST_METRICS: [Metric; 5] = [
-    Metric::Ttfb,
-    Metric::Ttft,
-    Metric::E2e,
-    Metric::Tpot,
-    Metric::Itl,
-];
 const AGENTS_PER_REGION: usize = 2;
-/// Agent clock time of the first batch: 2025-06-02T06:00:00Z. Batches of one agent are 10 s
-/// apart, so even 1M records stay within one day (one partition).
+/// Agent clock time of the first batch: 2025-06-02T06:00:00Z. Batches of one agent follow
+/// each other (each mix's span apart), so even 1M records stay within one day (one
+/// partition).
 const BASE_UNIX_US: i64 = 1_748_844_000_000_000;
-const BATCH_SPACING_US: i64 = 10_000_000;
 
 // ---------------------------------------------------------------------------------------------
 // Configuration, time bound
 
 struct Config {
+    mixes: Vec<Mix>,
     sizes: Vec<u64>,
     profile_chunks: Vec<usize>,
     write: bool,
@@ -127,7 +162,23 @@ impl Config {
             sizes.iter().all(|&s| s > 0),
             "LATMESH_BENCH_SIZES: sizes must be > 0"
         );
-        let profile_chunks = list("LATMESH_BENCH_PROFILE_CHUNKS", "64,256")?
+        let mixes = std::env::var("LATMESH_BENCH_MIXES")
+            .unwrap_or_else(|_| "patrol,busy".into())
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|name| {
+                MIXES
+                    .iter()
+                    .find(|m| m.name == name)
+                    .copied()
+                    .with_context(|| {
+                        format!("LATMESH_BENCH_MIXES: unknown mix {name:?} (patrol, busy)")
+                    })
+            })
+            .collect::<anyhow::Result<Vec<Mix>>>()?;
+        ensure!(!mixes.is_empty(), "LATMESH_BENCH_MIXES: no mix given");
+        let profile_chunks = list("LATMESH_BENCH_PROFILE_CHUNKS", "")?
             .into_iter()
             .map(|c| c as usize)
             .collect::<Vec<_>>();
@@ -157,6 +208,7 @@ impl Config {
             }
         }
         Ok(Config {
+            mixes,
             sizes,
             profile_chunks,
             write,
@@ -313,6 +365,7 @@ struct Agent {
 
 /// Generates batches round-robin over the agents, as a coordinator receives them.
 struct Generator {
+    mix: Mix,
     rng: Rng,
     campaign_id: String,
     agents: Vec<Agent>,
@@ -327,7 +380,7 @@ struct GenBatch {
 }
 
 impl Generator {
-    fn new(seed: u64, campaign_id: String) -> Generator {
+    fn new(mix: Mix, seed: u64, campaign_id: String) -> Generator {
         let mut agents = Vec::new();
         for (region, rtt_ms) in REGIONS {
             for n in 1..=AGENTS_PER_REGION {
@@ -341,6 +394,7 @@ impl Generator {
             }
         }
         Generator {
+            mix,
             rng: Rng(seed),
             campaign_id,
             agents,
@@ -356,31 +410,39 @@ impl Generator {
             let seq = a.next_seq;
             a.next_seq += 1;
             let round0 = a.round;
-            a.round += (RECORDS_PER_BATCH / PROVIDERS.len()) as u32;
+            a.round += (self.mix.records_per_batch / PROVIDERS.len()) as u32;
             (seq, round0, a.rtt_ms, a.id.clone(), a.region.to_string())
         };
+        let mix = self.mix;
         let rng = &mut self.rng;
-        let scenario_i = (seq % SCENARIOS.len() as u64) as usize;
-        let scenario = SCENARIOS[scenario_i];
-        let long = scenario_i == 1;
-        let start_us = BASE_UNIX_US + (seq as i64 - 1) * BATCH_SPACING_US + ai as i64 * 137_000;
-        let end_us = start_us + BATCH_SPACING_US;
-        let mut hists: BTreeMap<(usize, usize), Histogram<u64>> = BTreeMap::new();
-        let record =
-            |hists: &mut BTreeMap<(usize, usize), Histogram<u64>>, p: usize, m: usize, v: u64| {
+        let span_us = mix.span_us;
+        let start_us = BASE_UNIX_US + (seq as i64 - 1) * span_us + ai as i64 * 137_000;
+        let end_us = start_us + span_us;
+        // (provider, scenario, metric index in `mix.metrics`) → histogram.
+        type Hists = BTreeMap<(usize, usize, usize), Histogram<u64>>;
+        let mut hists: Hists = BTreeMap::new();
+        let record = |hists: &mut Hists, p: usize, sc: usize, m: Metric, v: u64| {
+            if let Some(mi) = mix.metrics.iter().position(|&x| x == m) {
                 hists
-                    .entry((p, m))
+                    .entry((p, sc, mi))
                     .or_insert_with(hist::new_histogram)
                     .record(v.clamp(hist::LOWEST_US, hist::HIGHEST_US))
                     .expect("clamped");
-            };
-        let mut records = Vec::with_capacity(RECORDS_PER_BATCH);
-        for i in 0..RECORDS_PER_BATCH {
+            }
+        };
+        let n = mix.records_per_batch;
+        let mut records = Vec::with_capacity(n);
+        for i in 0..n {
             let p = i % PROVIDERS.len();
             let (provider, ttft_ms, gap_ms) = PROVIDERS[p];
-            let send = start_us
-                + (i as i64) * (BATCH_SPACING_US / RECORDS_PER_BATCH as i64)
-                + rng.range(0, 20_000) as i64;
+            let scenario_i = if mix.both_scenarios {
+                (i / PROVIDERS.len()) % SCENARIOS.len()
+            } else {
+                (seq % SCENARIOS.len() as u64) as usize
+            };
+            let scenario = SCENARIOS[scenario_i];
+            let long = scenario_i == 1;
+            let send = start_us + (i as i64) * (span_us / n as i64) + rng.range(0, 20_000) as i64;
             let prompt_tokens = if long {
                 rng.range(400, 1800)
             } else {
@@ -402,6 +464,13 @@ impl Generator {
                 sched_lag_us: rng.lognormal(300.0, 0.8) as i64,
                 ..Default::default()
             };
+            record(
+                &mut hists,
+                p,
+                scenario_i,
+                Metric::SchedLag,
+                rec.sched_lag_us as u64,
+            );
             let ttfb = ((rtt_ms + rng.lognormal(ttft_ms * 0.55, 0.35)) * 1000.0) as u64;
             let roll = rng.unit();
             if roll < 0.95 {
@@ -417,13 +486,14 @@ impl Generator {
                     let gap = (rng.lognormal(gap_ms, 0.55) * 1000.0) as u64;
                     itl_max = itl_max.max(gap);
                     e2e += gap;
-                    record(&mut hists, p, 4, gap);
+                    record(&mut hists, p, scenario_i, Metric::Itl, gap);
                 }
                 let tpot = (e2e - ttft) / u64::from(tokens - 1);
-                record(&mut hists, p, 0, ttfb);
-                record(&mut hists, p, 1, ttft);
-                record(&mut hists, p, 2, e2e);
-                record(&mut hists, p, 3, tpot);
+                record(&mut hists, p, scenario_i, Metric::Ttfb, ttfb);
+                record(&mut hists, p, scenario_i, Metric::Ttft, ttft);
+                record(&mut hists, p, scenario_i, Metric::Ttfc, ttft);
+                record(&mut hists, p, scenario_i, Metric::E2e, e2e);
+                record(&mut hists, p, scenario_i, Metric::Tpot, tpot);
                 rec.outcome = Some(Outcome::Ok);
                 rec.http_status = Some(200);
                 rec.ttfb_us = Some(ttfb);
@@ -484,11 +554,11 @@ impl Generator {
         }
         let histograms = hists
             .into_iter()
-            .map(|((p, m), h)| {
+            .map(|((p, sc, m), h)| {
                 let key = HistKey {
                     provider: PROVIDERS[p].0.to_string(),
-                    scenario: scenario.to_string(),
-                    metric: HIST_METRICS[m],
+                    scenario: SCENARIOS[sc].to_string(),
+                    metric: mix.metrics[m],
                     step: 0,
                 };
                 wire::histogram_to_pb(&key, &h, start_us, end_us).expect("encodable")
@@ -592,6 +662,7 @@ struct MicroCosts {
 }
 
 struct SizeReport {
+    mix: Mix,
     size: u64,
     append: AppendResult,
     drain: Option<DrainResult>,
@@ -600,6 +671,8 @@ struct SizeReport {
 
 struct Bench<'a> {
     cfg: &'a Config,
+    /// The workload being run.
+    mix: Mix,
     rt: &'a tokio::runtime::Runtime,
     client: clickhouse::Client,
     work: PathBuf,
@@ -662,15 +735,19 @@ impl Bench<'_> {
         }
     }
 
-    fn campaign_id(size: u64) -> String {
-        format!("bench-{size}-{:08x}", Rng(SEED ^ size).next_u64() as u32)
+    fn campaign_id(&self, size: u64) -> String {
+        format!(
+            "bench-{}-{size}-{:08x}",
+            self.mix.name,
+            Rng(SEED ^ size).next_u64() as u32
+        )
     }
 
     /// Step 1: generate and append `size` records to a fresh spool in `dir`.
     fn append(&self, size: u64, dir: &Path) -> anyhow::Result<AppendResult> {
         let spool = Spool::open(SpoolConfig::new(dir, SPOOL_MAX_BYTES))?;
-        let mut g = Generator::new(SEED ^ size, Self::campaign_id(size));
-        let batches = size.div_ceil(RECORDS_PER_BATCH as u64);
+        let mut g = Generator::new(self.mix, SEED ^ size, self.campaign_id(size));
+        let batches = size.div_ceil(self.mix.records_per_batch as u64);
         let mut out = AppendResult::default();
         let mut lat = Vec::with_capacity(batches as usize);
         let mut gen_time = Duration::ZERO;
@@ -703,7 +780,7 @@ impl Bench<'_> {
     fn verify(&self, db: &str, size: u64, a: &AppendResult) -> anyhow::Result<String> {
         let client = self.client.clone();
         let dbc = db.to_string();
-        let campaign = Self::campaign_id(size);
+        let campaign = self.campaign_id(size);
         let c = block(self.rt, self.cfg, "counts", async move {
             store::counts(&client, &dbc, &campaign).await
         })?;
@@ -772,7 +849,7 @@ impl Bench<'_> {
                 result = Err(anyhow!(
                     "time is up while the sink drained: {done} of {pending} batches committed after {:.1} s ({:.0} records/s)",
                     t.elapsed().as_secs_f64(),
-                    (done * RECORDS_PER_BATCH as u64) as f64 / t.elapsed().as_secs_f64()
+                    (done * self.mix.records_per_batch as u64) as f64 / t.elapsed().as_secs_f64()
                 ));
                 break;
             }
@@ -969,7 +1046,7 @@ impl Bench<'_> {
 
 /// Step 4: CPU cost of each conversion, on `n` generated batches.
 fn micro_costs(n: u64) -> anyhow::Result<MicroCosts> {
-    let mut g = Generator::new(SEED ^ 0x5eed, "bench-micro-00000000".into());
+    let mut g = Generator::new(MIXES[0], SEED ^ 0x5eed, "bench-micro-00000000".into());
     let batches: Vec<GenBatch> = (0..n).map(|_| g.next_batch()).collect();
     let encoded: Vec<Vec<u8>> = batches.iter().map(|b| b.batch.encode_to_vec()).collect();
     let mut m = MicroCosts {
@@ -1156,7 +1233,7 @@ fn render(
     );
     let _ = writeln!(
         s,
-        "Workload: batches of {RECORDS_PER_BATCH} records + 20 interval histograms (4 providers × 5 metrics), from a seeded RNG: {} agents in {} regions, {} providers, {} scenarios, ~5 % non-ok outcomes (429 / 5xx / timeout / connection errors with messages), ITL histograms of every token gap. Target (issue 4): ≥ {} records/s through the sink.\n",
+        "Workload: result batches from a seeded RNG: {} agents in {} regions, {} providers, {} scenarios, ~5 % non-ok outcomes (429 / 5xx / timeout / connection errors with messages), an interval histogram per provider, scenario and metric of the batch (ITL histograms hold every token gap). Two mixes: **patrol** = what an agent probing at 10 requests/s sends (a batch of 100 records every 10 s, one scenario per batch, 5 metrics: 20 histograms per 100 records); **busy** = what an agent at 2,000 requests/s sends (a batch per second, the agent's flush interval: 2,000 records, both scenarios, the 7 metrics of a streamed request: 56 histograms per 2,000 records). Target (issue 4): ≥ {} records/s through the sink.\n",
         REGIONS.len() * AGENTS_PER_REGION,
         REGIONS.len(),
         PROVIDERS.len(),
@@ -1176,6 +1253,7 @@ fn render(
         .map(|r| {
             let a = &r.append;
             vec![
+                r.mix.name.to_string(),
                 thousands(a.records as f64),
                 thousands(a.batches as f64),
                 format!("{:.1}", a.bytes as f64 / (1 << 20) as f64),
@@ -1189,6 +1267,7 @@ fn render(
         .collect();
     s += &table(
         &[
+            "mix",
             "records",
             "batches",
             "MiB on disk",
@@ -1208,9 +1287,11 @@ fn render(
     let rows: Vec<Vec<String>> = reports
         .iter()
         .filter_map(|r| r.drain.as_ref().map(|d| (r, d)))
-        .map(|(_r, d)| {
+        .map(|(r, d)| {
             vec![
+                r.mix.name.to_string(),
                 thousands(d.records as f64),
+                format!("{:.1}", 100.0 * d.histograms as f64 / d.records as f64),
                 format!("{:.2}", d.secs),
                 thousands(d.records as f64 / d.secs),
                 thousands(d.histograms as f64 / d.secs),
@@ -1229,7 +1310,9 @@ fn render(
         .collect();
     s += &table(
         &[
+            "mix",
             "records",
+            "histograms per 100 records",
             "seconds",
             "records/s",
             "histogram rows/s",
@@ -1248,6 +1331,7 @@ fn render(
                 .iter()
                 .map(move |(table, parts, rows, raw, packed)| {
                     vec![
+                        r.mix.name.to_string(),
                         thousands(r.size as f64),
                         format!("`{table}`"),
                         thousands(*rows as f64),
@@ -1267,6 +1351,7 @@ fn render(
         );
         s += &table(
             &[
+                "mix",
                 "records",
                 "table",
                 "rows",
@@ -1295,6 +1380,7 @@ fn render(
                 let sum = p.sink_secs();
                 let f = |x: f64| format!("{x:.2} ({:.0} %)", 100.0 * x / sum);
                 vec![
+                    r.mix.name.to_string(),
                     thousands(r.size as f64),
                     p.chunk.to_string(),
                     p.rounds.to_string(),
@@ -1314,6 +1400,7 @@ fn render(
             .collect();
         s += &table(
             &[
+                "mix",
                 "records",
                 "batches/round",
                 "rounds",
@@ -1336,6 +1423,7 @@ fn render(
             .map(|(r, p)| {
                 let per_round = |x: f64| format!("{:.1}", 1e3 * x / p.rounds as f64);
                 vec![
+                    r.mix.name.to_string(),
                     thousands(r.size as f64),
                     p.chunk.to_string(),
                     per_round(p.read + p.decode + p.hist_rows + p.req_rows),
@@ -1352,6 +1440,7 @@ fn render(
         let _ = writeln!(s, "\nPer round (ms):\n");
         s += &table(
             &[
+                "mix",
                 "records",
                 "batches/round",
                 "CPU stages (read, decode, rows)",
@@ -1369,7 +1458,7 @@ fn render(
     if let Some(m) = micro {
         let _ = writeln!(
             s,
-            "\n### CPU micro-costs (one core, {} generated batches; avg batch {:.1} KiB protobuf, {:.0} B `hist_v2`, {:.0} non-empty buckets per histogram)\n",
+            "\n### CPU micro-costs (one core, {} generated batches of the patrol mix; avg batch {:.1} KiB protobuf, {:.0} B `hist_v2`, {:.0} non-empty buckets per histogram)\n",
             m.batches,
             m.avg_batch_bytes / 1024.0,
             m.avg_hist_v2_bytes,
@@ -1474,9 +1563,26 @@ fn copy_dir(from: &Path, to: &Path) -> anyhow::Result<()> {
 }
 
 fn run(cfg: &Config, bench: &mut Bench<'_>, reports: &mut Vec<SizeReport>) -> anyhow::Result<()> {
+    for &mix in &cfg.mixes {
+        bench.mix = mix;
+        run_mix(cfg, bench, reports)?;
+    }
+    Ok(())
+}
+
+/// Every size of `bench.mix`.
+fn run_mix(
+    cfg: &Config,
+    bench: &mut Bench<'_>,
+    reports: &mut Vec<SizeReport>,
+) -> anyhow::Result<()> {
+    let mix = bench.mix;
     for &size in &cfg.sizes {
-        let dir = bench.work.join(format!("spool-{size}"));
-        eprintln!("sink_throughput: {size} records: generating and appending to the spool…");
+        let dir = bench.work.join(format!("spool-{}-{size}", mix.name));
+        eprintln!(
+            "sink_throughput: mix {}, {size} records: generating and appending to the spool…",
+            mix.name
+        );
         let append = bench.append(size, &dir)?;
         eprintln!(
             "sink_throughput:   appended {} batches in {:.2} s ({:.0} records/s; generating them took {:.1} s)",
@@ -1494,6 +1600,7 @@ fn run(cfg: &Config, bench: &mut Bench<'_>, reports: &mut Vec<SizeReport>) -> an
             copy_dir(&dir, d)?;
         }
         reports.push(SizeReport {
+            mix,
             size,
             append: append.clone(),
             drain: None,
@@ -1652,6 +1759,7 @@ fn main_inner() -> anyhow::Result<()> {
 
     let mut bench = Bench {
         cfg: &cfg,
+        mix: cfg.mixes[0],
         rt: &rt,
         client,
         work: work.path().to_path_buf(),

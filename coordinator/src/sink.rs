@@ -1,9 +1,12 @@
 //! Drains the coordinator's durable spool into ClickHouse.
 //!
-//! One task, in spool order: read a round of entries (up to 256 entries or about 32 MiB of
-//! batches, whichever comes first), decode them, insert them with one INSERT per table
-//! (`clickhouse::insert_prepared` skips rows already present, so a replay after a crash or a
-//! retry after a half-failed insert adds nothing twice), then commit the spool past them.
+//! Two tasks, in spool order. A reader reads a round of entries (up to 256 entries or about
+//! 32 MiB of batches, whichever comes first) and decodes it on the blocking pool, one round
+//! ahead of the writer (at most one decoded round waits). The writer inserts a round with one
+//! INSERT per table, both tables at once (`clickhouse::insert_prepared` skips rows already
+//! present, so a replay after a crash or a retry after a half-failed insert adds nothing
+//! twice), then commits the spool past it. So the coordinator's CPU work on round n + 1
+//! overlaps ClickHouse's work on round n, and neither blocks the coordinator's runtime.
 //! Histogram rows keep the agent's V2 blob as sent (decoded once, for the bucket arrays).
 //! The sink keeps a [`SeqMarks`] across rounds, so once a (campaign, agent) has a bound, the
 //! "already present?" query is skipped for its batches with a seq above the bound; any failed
@@ -136,14 +139,51 @@ pub async fn run_with_metrics(
             }
         }
     }
-    let mut pending_events: Vec<StoreEvent> = Vec::new();
-    let mut windows = Windows::default();
+    // The reader reads and decodes the next round while the writer inserts this one.
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Round>(1);
+    let reader = tokio::spawn(read_ahead(spool.clone(), state.clone(), target.clone(), tx));
+    let _abort_reader = AbortOnDrop(reader);
     let mut marks = SeqMarks::new();
-    let mut backoff = Duration::from_millis(250);
+    while let Some(round) = rx.recv().await {
+        write_round(&spool, &state, &target, round, &mut marks, &metrics).await;
+    }
+    tracing::error!("the spool reader stopped; nothing more is stored");
+}
+
+/// Aborts a task when dropped (the sink's reader ends with the sink).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// What the writer stores next, in order: campaign events, then a round of spooled batches.
+struct Round {
+    /// Campaign and agent rows queued since the previous round (drained after the batches
+    /// were read, so every campaign of the batches was learnt before they were decoded).
+    events: Vec<StoreEvent>,
+    /// The spool entries of the round, in spool order.
+    entries: Vec<Entry>,
+    /// The entries that decoded, each with its rows.
+    decoded: Vec<Decoded>,
+}
+
+/// Reads rounds from the spool ahead of the writer (at most one round waits in `tx`), learns
+/// campaigns' windows, and decodes each round on the blocking pool.
+async fn read_ahead(
+    spool: Arc<Spool>,
+    state: State,
+    target: SinkTarget,
+    tx: tokio::sync::mpsc::Sender<Round>,
+) {
+    let mut windows = Windows::default();
+    let mut last_read: Option<u64> = None;
     loop {
         let entries = {
             let spool = spool.clone();
-            tokio::task::spawn_blocking(move || read_round(&spool)).await
+            tokio::task::spawn_blocking(move || read_round(&spool, last_read)).await
         };
         let entries = match entries {
             Ok(Ok(e)) => e,
@@ -158,35 +198,76 @@ pub async fn run_with_metrics(
             }
         };
         // Events are drained after the read: a batch read now was spooled after its campaign's
-        // launch queued `Launched`, so the campaign's windows are known before it is written.
+        // launch queued `Launched`, so the campaign's windows are known before it is decoded.
         let events = state.drain_store_events();
         for ev in &events {
             windows.learn(ev);
         }
-        pending_events.extend(events);
+        if entries.is_empty() && events.is_empty() {
+            tokio::time::sleep(IDLE_POLL).await;
+            continue;
+        }
+        let mut backoff = Duration::from_millis(250);
+        while let Err(e) = windows.ensure(&target, &entries).await {
+            tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "ClickHouse unavailable: cannot read campaign windows; results stay in the spool");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+        last_read = entries.last().map(|e| e.id).or(last_read);
+        let labels: Vec<_> = entries
+            .iter()
+            .map(|e| windows.labeller(&e.batch.campaign_id, &e.region))
+            .collect();
+        let decoded = tokio::task::spawn_blocking(move || {
+            let decoded = decode_round(&entries, labels);
+            (entries, decoded)
+        })
+        .await;
+        let (entries, decoded) = match decoded {
+            Ok(d) => d,
+            Err(e) => {
+                // Not expected (decoding does not panic on bad data); read the round again.
+                tracing::error!(error = %e, "decoding a spool round failed");
+                last_read = None;
+                continue;
+            }
+        };
+        let round = Round {
+            events,
+            entries,
+            decoded,
+        };
+        if tx.send(round).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Stores `round`: its events, then its batches, retrying with backoff while ClickHouse is
+/// unavailable (the spool grows meanwhile), then commits the spool past the round.
+async fn write_round(
+    spool: &Arc<Spool>,
+    state: &State,
+    target: &SinkTarget,
+    round: Round,
+    marks: &mut SeqMarks,
+    metrics: &CoordinatorMetrics,
+) {
+    let mut backoff = Duration::from_millis(250);
+    let mut pending_events = round.events;
+    loop {
         // Campaign rows go first so a batch never lands without its campaign.
         let before = pending_events.len();
-        let mut failed = write_events(&target, &mut pending_events, &metrics)
-            .await
-            .err();
+        let result = write_events(target, &mut pending_events, metrics).await;
         state.store_events_written(before - pending_events.len());
-        let mut committed = None;
-        if failed.is_none() && !entries.is_empty() {
-            match write_entries(&target, &entries, &mut windows, &mut marks, &metrics).await {
-                Ok(()) => committed = entries.last().map(|e| e.id),
-                Err(e) => failed = Some(e),
-            }
-        }
-        if let Some(id) = committed {
-            let spool = spool.clone();
-            match tokio::task::spawn_blocking(move || spool.commit(id)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => tracing::error!(error = %e, "cannot commit the spool"),
-                Err(e) => tracing::error!(error = %e, "spool commit task failed"),
-            }
-        }
-        match failed {
-            Some(e) => {
+        let result = match result {
+            Ok(()) if round.entries.is_empty() => Ok(()),
+            Ok(()) => write_entries(target, &round.entries, &round.decoded, marks, metrics).await,
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(()) => break,
+            Err(e) => {
                 tracing::warn!(
                     error = %e,
                     pending_entries = spool.pending_entries(),
@@ -197,21 +278,27 @@ pub async fn run_with_metrics(
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
-            None => {
-                backoff = Duration::from_millis(250);
-                if entries.is_empty() {
-                    tokio::time::sleep(IDLE_POLL).await;
-                }
-            }
+        }
+    }
+    if let Some(id) = round.entries.last().map(|e| e.id) {
+        let spool = spool.clone();
+        match tokio::task::spawn_blocking(move || spool.commit(id)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "cannot commit the spool"),
+            Err(e) => tracing::error!(error = %e, "spool commit task failed"),
         }
     }
 }
 
-/// The next round of unconsumed entries: up to [`ROUND_MAX_ENTRIES`], stopping once they hold
-/// [`ROUND_MAX_BYTES`] (at least one entry when any is pending).
-fn read_round(spool: &Spool) -> Result<Vec<Entry>, crate::spool::SpoolError> {
+/// The next round of unconsumed entries after `after_id` (from the commit point for `None`):
+/// up to [`ROUND_MAX_ENTRIES`], stopping once they hold [`ROUND_MAX_BYTES`] (at least one
+/// entry when any is pending).
+fn read_round(
+    spool: &Spool,
+    after_id: Option<u64>,
+) -> Result<Vec<Entry>, crate::spool::SpoolError> {
     use prost::Message as _;
-    let mut out = spool.read_from(None, READ_CHUNK)?;
+    let mut out = spool.read_from(after_id, READ_CHUNK)?;
     let mut bytes: usize = out.iter().map(|e| e.batch.encoded_len()).sum();
     while out.len() < ROUND_MAX_ENTRIES && bytes < ROUND_MAX_BYTES {
         let Some(last) = out.last().map(|e| e.id) else {
@@ -339,14 +426,14 @@ impl Windows {
 
     /// The labeller of rows of `campaign_id` from `region`; `None` (label `""`) for a campaign
     /// without windows or unknown.
-    fn labeller(&self, campaign_id: &str, region: &str) -> Option<Box<WindowLabel>> {
+    fn labeller(&self, campaign_id: &str, region: &str) -> Option<Arc<WindowLabel>> {
         let spec = self.specs.get(campaign_id)?;
         if !spec.has_windows() {
             return None;
         }
         let spec = spec.clone();
         let region = region.to_string();
-        Some(Box::new(move |coord_unix_us: i64| {
+        Some(Arc::new(move |coord_unix_us: i64| {
             spec.label(&region, coord_unix_us)
         }))
     }
@@ -361,13 +448,14 @@ fn spec_of(campaign_id: &str, plan: &Plan) -> WindowSpec {
 }
 
 /// A spooled batch decoded for ClickHouse.
-struct Decoded<'a> {
-    entry: &'a Entry,
+struct Decoded {
+    /// Index of the batch's entry in its round.
+    entry: usize,
     records: Vec<ProbeRecord>,
     /// Its `histograms` rows (built from the agent's blobs, see [`HistogramRow::from_pb`]).
     histograms: Vec<HistogramRow>,
     /// Window labeller of the batch's campaign and region, if it has windows.
-    label: Option<Box<WindowLabel>>,
+    label: Option<Arc<WindowLabel>>,
 }
 
 /// The key of `entry`'s rows, labelled by `label`.
@@ -386,23 +474,35 @@ fn key_of<'a>(entry: &'a Entry, label: Option<&'a WindowLabel>) -> BatchKey<'a> 
     }
 }
 
-impl Decoded<'_> {
-    fn key(&self) -> BatchKey<'_> {
-        key_of(self.entry, self.label.as_deref())
-    }
-
-    /// The batch for an insert, taking its histogram rows (a `Decoded` is inserted once).
-    fn take_prepared(&mut self) -> PreparedBatch<'_> {
-        let histograms = std::mem::take(&mut self.histograms);
+impl Decoded {
+    /// The batch for an insert; `entries` is the round this batch was decoded from.
+    fn prepared<'a>(&'a self, entries: &'a [Entry]) -> PreparedBatch<'a> {
         PreparedBatch {
-            key: key_of(self.entry, self.label.as_deref()),
+            key: key_of(&entries[self.entry], self.label.as_deref()),
             records: &self.records,
-            histograms,
+            histograms: &self.histograms,
         }
     }
 }
 
-fn decode<'a>(entry: &'a Entry, windows: &Windows) -> Result<Decoded<'a>, String> {
+/// Decodes every entry of a round (CPU work: run it on the blocking pool), `labels[i]` being
+/// entry `i`'s window labeller. Entries that do not decode are logged and left out.
+fn decode_round(entries: &[Entry], labels: Vec<Option<Arc<WindowLabel>>>) -> Vec<Decoded> {
+    entries
+        .iter()
+        .zip(labels)
+        .enumerate()
+        .filter_map(|(i, (e, label))| match decode(i, e, label) {
+            Ok(d) => Some(d),
+            Err(why) => {
+                skip(e, &why);
+                None
+            }
+        })
+        .collect()
+}
+
+fn decode(index: usize, entry: &Entry, label: Option<Arc<WindowLabel>>) -> Result<Decoded, String> {
     let b = &entry.batch;
     let records = b
         .records
@@ -410,7 +510,6 @@ fn decode<'a>(entry: &'a Entry, windows: &Windows) -> Result<Decoded<'a>, String
         .map(|r| ProbeRecord::try_from(r.clone()))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())?;
-    let label = windows.labeller(&b.campaign_id, &entry.region);
     let key = key_of(entry, label.as_deref());
     let histograms = b
         .histograms
@@ -422,41 +521,28 @@ fn decode<'a>(entry: &'a Entry, windows: &Windows) -> Result<Decoded<'a>, String
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Decoded {
-        entry,
+        entry: index,
         records,
         histograms,
         label,
     })
 }
 
-/// Writes spooled batches in one insert per table (on 18.16 an INSERT costs tens of ms
-/// whatever its size). When the server rejects the group as bad data, the batches are written
-/// one by one so only the bad one is skipped. Rows are labelled with their time windows.
-/// `Err` only for retryable failures.
+/// Writes a round's decoded batches in one insert per table (on 18.16 an INSERT costs tens of
+/// ms whatever its size). When the server rejects the group as bad data, the batches are
+/// written one by one so only the bad one is skipped. `Err` only for retryable failures;
+/// calling again with the same round after one is safe (see `clickhouse::insert`).
 async fn write_entries(
     target: &SinkTarget,
     entries: &[Entry],
-    windows: &mut Windows,
+    decoded: &[Decoded],
     marks: &mut SeqMarks,
     metrics: &CoordinatorMetrics,
 ) -> Result<(), StoreError> {
-    windows.ensure(target, entries).await?;
-    let mut decoded: Vec<Decoded<'_>> = entries
-        .iter()
-        .filter_map(|e| match decode(e, windows) {
-            Ok(d) => Some(d),
-            Err(why) => {
-                skip(e, &why);
-                None
-            }
-        })
-        .collect();
-    let result = {
-        let prepared: Vec<PreparedBatch<'_>> =
-            decoded.iter_mut().map(Decoded::take_prepared).collect();
-        store::insert::insert_prepared(&target.client, &target.db, prepared, Some(marks)).await
-    };
-    // (The failed call cleared `marks`: the next rounds query again.)
+    let prepared: Vec<PreparedBatch<'_>> = decoded.iter().map(|d| d.prepared(entries)).collect();
+    let result =
+        store::insert::insert_prepared(&target.client, &target.db, &prepared, Some(marks)).await;
+    // (A failed call cleared `marks`: the next rounds query again.)
     match result {
         Ok(outcomes) => {
             count_rows(metrics, &outcomes);
@@ -464,24 +550,18 @@ async fn write_entries(
         }
         Err(e) if e.is_retryable() => Err(e),
         Err(_) => {
-            for d in &decoded {
-                // The rows were handed to the failed insert: build them again.
-                let d = match decode(d.entry, windows) {
-                    Ok(d) => d,
-                    Err(why) => {
-                        skip(d.entry, &why);
-                        continue;
-                    }
-                };
-                let one = vec![PreparedBatch {
-                    key: d.key(),
-                    records: &d.records,
-                    histograms: d.histograms.clone(),
-                }];
-                match store::insert::insert_prepared(&target.client, &target.db, one, None).await {
+            for (d, one) in decoded.iter().zip(&prepared) {
+                match store::insert::insert_prepared(
+                    &target.client,
+                    &target.db,
+                    std::slice::from_ref(one),
+                    None,
+                )
+                .await
+                {
                     Ok(outcomes) => count_rows(metrics, &outcomes),
                     Err(e) if e.is_retryable() => return Err(e),
-                    Err(e) => skip(d.entry, &e.to_string()),
+                    Err(e) => skip(&entries[d.entry], &e.to_string()),
                 }
             }
             Ok(())

@@ -1392,3 +1392,73 @@ async fn sql_sweep_equals_the_in_memory_sweep() {
     assert!(text.contains("sweep long-input: every step"), "{text}");
     latmesh_tests::drop_db(&client, &db).await;
 }
+
+/// The sink reads rounds ahead of its inserts: over several rounds (more batches than one
+/// round holds) every batch is stored once and in order, the spool is committed to the end,
+/// and a batch that cannot be decoded is skipped without holding up the ones behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sink_drains_several_rounds_once_each_and_skips_an_undecodable_batch() {
+    use latmesh_coordinator::sink::{self, SinkTarget};
+    use latmesh_coordinator::spool::{Spool, SpoolConfig};
+    use latmesh_coordinator::state::State;
+    use latmesh_proto::pb;
+
+    const BATCHES: u64 = 600; // the sink reads at most 256 per round
+    const BAD_SEQ: u64 = 300;
+    let (client, db) = migrated("sink_rounds").await;
+    let dir = tempfile::tempdir().unwrap();
+    let spool = std::sync::Arc::new(Spool::open(SpoolConfig::new(dir.path(), 1 << 30)).unwrap());
+    let campaign = "sink-rounds";
+    for seq in 1..=BATCHES {
+        let start = 1_717_200_000_000_000 + seq as i64 * 1_000_000;
+        let mut h = new_histogram();
+        h.record(1_000 + seq).unwrap();
+        let key = HistKey {
+            provider: "alpha".into(),
+            scenario: "chat-short".into(),
+            metric: Metric::Ttft,
+            step: 0,
+        };
+        let mut hist =
+            latmesh_core::wire::histogram_to_pb(&key, &h, start, start + 1_000_000).unwrap();
+        if seq == BAD_SEQ {
+            hist.metric = "no-such-metric".into();
+        }
+        let mut rec = full_record();
+        rec.round = seq as u32;
+        let batch = pb::ResultBatch {
+            campaign_id: campaign.into(),
+            seq,
+            histograms: vec![hist],
+            records: vec![pb::ProbeRecord::from(&rec), pb::ProbeRecord::from(&rec)],
+            clock_offset_us: 0,
+        };
+        spool.append("agent-1", "us-east", &batch).unwrap();
+    }
+    let target = SinkTarget {
+        client: client.clone(),
+        db: db.clone(),
+    };
+    let task = tokio::spawn(sink::run(spool.clone(), State::with_store_events(), target));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while spool.committed_id() < BATCHES {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sink committed {} of {BATCHES} batches in 60 s",
+            spool.committed_id()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    task.abort();
+    let c = store::counts(&client, &db, campaign).await.unwrap();
+    assert_eq!(c.request_rows, 2 * (BATCHES - 1));
+    assert_eq!(c.histogram_rows, BATCHES - 1);
+    assert_eq!(
+        (c.duplicate_request_rows, c.duplicate_histogram_rows),
+        (0, 0)
+    );
+    assert_eq!(c.agents.len(), 1);
+    assert_eq!(c.agents[0].missing_seqs, vec![BAD_SEQ]);
+    assert_eq!(spool.pending_entries(), 0);
+    latmesh_tests::drop_db(&client, &db).await;
+}

@@ -158,6 +158,20 @@ pub async fn insert_rows<R>(
 where
     R: clickhouse::RowOwned + clickhouse::RowWrite,
 {
+    let refs: Vec<&R> = rows.iter().collect();
+    insert_row_refs(client, db, table, &refs).await
+}
+
+/// [`insert_rows`] of borrowed rows.
+async fn insert_row_refs<R>(
+    client: &clickhouse::Client,
+    db: &str,
+    table: &str,
+    rows: &[&R],
+) -> Result<(), StoreError>
+where
+    R: clickhouse::RowOwned + clickhouse::RowWrite,
+{
     check_identifier(db)?;
     check_identifier(table)?;
     if rows.is_empty() {
@@ -267,15 +281,16 @@ async fn max_seqs(
     Ok(out)
 }
 
-/// One result batch with its histogram rows already built, for [`insert_prepared`].
-#[derive(Debug)]
+/// One result batch with its histogram rows already built, for [`insert_prepared`] (which
+/// only borrows them, so a failed call can be retried with the same batches).
+#[derive(Clone, Copy, Debug)]
 pub struct PreparedBatch<'a> {
     /// Which batch, and how to stamp its rows.
     pub key: BatchKey<'a>,
     /// Its records, in batch order (row index = position).
     pub records: &'a [ProbeRecord],
     /// Its `histograms` rows, in batch order (`row_index` = position), stamped with `key`.
-    pub histograms: Vec<HistogramRow>,
+    pub histograms: &'a [HistogramRow],
 }
 
 /// One result batch for [`insert_batches`].
@@ -333,11 +348,11 @@ pub async fn insert_batches(
 ) -> Result<Vec<InsertOutcome>, StoreError> {
     check_identifier(db)?;
     // Encode every histogram first: a codec failure must not leave a half-written call.
-    let mut prepared: Vec<PreparedBatch<'_>> = Vec::with_capacity(batches.len());
+    let mut rows: Vec<Vec<HistogramRow>> = Vec::with_capacity(batches.len());
     for b in batches {
-        let mut rows = Vec::with_capacity(b.histograms.len());
+        let mut hist_rows = Vec::with_capacity(b.histograms.len());
         for (i, (hk, h, start, end)) in b.histograms.iter().enumerate() {
-            rows.push(HistogramRow::from_histogram(
+            hist_rows.push(HistogramRow::from_histogram(
                 &b.key,
                 row_index(i),
                 hk,
@@ -346,25 +361,34 @@ pub async fn insert_batches(
                 *end,
             )?);
         }
-        prepared.push(PreparedBatch {
+        rows.push(hist_rows);
+    }
+    let prepared: Vec<PreparedBatch<'_>> = batches
+        .iter()
+        .zip(&rows)
+        .map(|(b, hist_rows)| PreparedBatch {
             key: b.key,
             records: b.records,
-            histograms: rows,
-        });
-    }
-    insert_prepared(client, db, prepared, None).await
+            histograms: hist_rows,
+        })
+        .collect();
+    insert_prepared(client, db, &prepared, None).await
 }
 
 /// [`insert_batches`] of batches whose histogram rows are built; with `marks`, skips the
 /// presence query for batches above their (campaign, agent) bound and keeps the bounds up to
 /// date (see the module docs, "Skipping the presence query"). Every error clears `marks`.
+/// The `requests` and `histograms` INSERTs run at the same time (two HTTP requests: the
+/// server parses and writes both in parallel); the call succeeds only when both do.
 ///
 /// # Errors
-/// As [`insert_batches`].
+/// As [`insert_batches`]. After an error either table may hold some of the rows; calling
+/// again with the same batches writes the rest (the presence query runs again, since the
+/// error cleared `marks`).
 pub async fn insert_prepared(
     client: &clickhouse::Client,
     db: &str,
-    batches: Vec<PreparedBatch<'_>>,
+    batches: &[PreparedBatch<'_>],
     mut marks: Option<&mut SeqMarks>,
 ) -> Result<Vec<InsertOutcome>, StoreError> {
     let result = insert_prepared_inner(client, db, batches, marks.as_deref_mut()).await;
@@ -379,7 +403,7 @@ pub async fn insert_prepared(
 async fn insert_prepared_inner(
     client: &clickhouse::Client,
     db: &str,
-    batches: Vec<PreparedBatch<'_>>,
+    batches: &[PreparedBatch<'_>],
     marks: Option<&mut SeqMarks>,
 ) -> Result<Vec<InsertOutcome>, StoreError> {
     check_identifier(db)?;
@@ -399,7 +423,7 @@ async fn insert_prepared_inner(
     if let Some(m) = marks.as_deref() {
         let mut unknown: Vec<(String, String)> = Vec::new();
         let mut listed = HashSet::new();
-        for b in &batches {
+        for b in batches {
             let pair = (b.key.campaign_id.to_string(), b.key.agent_id.to_string());
             if m.get(&pair.0, &pair.1).is_none() && listed.insert(pair.clone()) {
                 unknown.push(pair);
@@ -443,7 +467,7 @@ async fn insert_prepared_inner(
     // Seqs of the call per pair, for the new bounds.
     let mut call_max: HashMap<(String, String), u64> = HashMap::new();
     if marks.is_some() {
-        for b in &batches {
+        for b in batches {
             let e = call_max
                 .entry((b.key.campaign_id.to_string(), b.key.agent_id.to_string()))
                 .or_insert(0);
@@ -453,9 +477,9 @@ async fn insert_prepared_inner(
 
     let none = HashSet::new();
     let mut req_out: Vec<RequestRow> = Vec::new();
-    let mut hist_out: Vec<HistogramRow> = Vec::new();
+    let mut hist_out: Vec<&HistogramRow> = Vec::new();
     let mut outcomes = Vec::with_capacity(batches.len());
-    for (b, is_first) in batches.into_iter().zip(first) {
+    for (b, is_first) in batches.iter().zip(first) {
         let rows = b.histograms;
         if b.records.is_empty() && rows.is_empty() {
             outcomes.push(InsertOutcome::Inserted {
@@ -483,7 +507,7 @@ async fn insert_prepared_inner(
         let have = present_hist.get(&id).unwrap_or(&none);
         let total_hists = rows.len();
         let before = hist_out.len();
-        hist_out.extend(rows.into_iter().filter(|r| !have.contains(&r.row_index)));
+        hist_out.extend(rows.iter().filter(|r| !have.contains(&r.row_index)));
         let histograms = (hist_out.len() - before) as u64;
         let skipped = (b.records.len() + total_hists) as u64 - requests - histograms;
         outcomes.push(if requests + histograms == 0 {
@@ -496,8 +520,10 @@ async fn insert_prepared_inner(
             }
         });
     }
-    insert_rows(client, db, "requests", &req_out).await?;
-    insert_rows(client, db, "histograms", &hist_out).await?;
+    tokio::try_join!(
+        insert_rows(client, db, "requests", &req_out),
+        insert_row_refs(client, db, "histograms", &hist_out),
+    )?;
     if let Some(m) = marks {
         for (pair, seq) in new_bounds {
             let e = m.marks.entry(pair).or_insert(0);
