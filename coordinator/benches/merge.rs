@@ -11,14 +11,17 @@
 //! ```
 //!
 //! Criterion groups (throughput set): `rows` (`RequestRow::from_record` per record,
-//! `HistogramRow::from_pb` per histogram), `merge` (`Aggregate::add_histogram`, decode +
-//! add, `Aggregate::add_record`, `State::batch` per batch with 50 agents connected).
+//! `HistogramRow::from_pb` per histogram), `merge` (`Aggregate::add_histogram`, dense decode +
+//! add, sparse decode + add, `Aggregate::add_record`, `State::batch` per batch with 50 agents
+//! connected).
 //!
 //! `--load` ("50 agents' worth of traffic"): 50 agents in 5 regions, one campaign, every
 //! agent's batches of 100 records + 20 interval histograms (4 providers × 5 metrics, ITL of
 //! every token gap) from a seeded generator, handed to [`State::batch`] round-robin over the
 //! agents, from one thread and from two; and the histograms alone through
-//! `Aggregate::add_histogram` (already decoded, and with `wire::histogram_from_pb`).
+//! `Aggregate::add_histogram` (already decoded, and with `wire::histogram_from_pb`) and
+//! `Aggregate::add_sparse_histogram` (with `wire::sparse_histogram_from_pb`, what
+//! `State::batch` does).
 //! Knob: `LATMESH_MERGE_BATCHES` (default 4,000; smoke 100).
 
 use std::fmt::Write as _;
@@ -33,6 +36,7 @@ use latmesh_coordinator::clickhouse::insert::BatchKey;
 use latmesh_coordinator::clickhouse::{HistogramRow, RequestRow};
 use latmesh_coordinator::state::State;
 use latmesh_core::hist::{self, HistKey};
+use latmesh_core::hist_sparse::SparseHistogram;
 use latmesh_core::metrics::Metric;
 use latmesh_core::record::{Outcome, ProbeRecord, Usage};
 use latmesh_core::wire;
@@ -372,6 +376,18 @@ fn criterion_merge(c: &mut Criterion, templates: &[pb::ResultBatch]) {
             }
         });
     });
+    g.bench_function(
+        "sparse_histogram_from_pb + add_sparse_histogram (per histogram)",
+        |b| {
+            let mut agg = Aggregate::default();
+            b.iter(|| {
+                for h in &t.histograms {
+                    let (k, h) = wire::sparse_histogram_from_pb(black_box(h)).expect("histogram");
+                    agg.add_sparse_histogram("us-east", k, &h);
+                }
+            });
+        },
+    );
     g.throughput(Throughput::Elements(records.len() as u64));
     g.bench_function("Aggregate::add_record (per record)", |b| {
         let mut agg = Aggregate::default();
@@ -516,7 +532,7 @@ fn merges(templates: &[pb::ResultBatch], n_batches: usize) -> Vec<MergeRun> {
         }
     }
     out.push(MergeRun {
-        what: "`wire::histogram_from_pb` × 20, then `Aggregate::add_histogram` × 20 (as `State::check` + `State::merge`)",
+        what: "`wire::histogram_from_pb` × 20, then `Aggregate::add_histogram` × 20 (dense)",
         histograms: count,
         secs: t0.elapsed().as_secs_f64(),
     });
@@ -535,7 +551,28 @@ fn merges(templates: &[pb::ResultBatch], n_batches: usize) -> Vec<MergeRun> {
         }
     }
     out.push(MergeRun {
-        what: "the same one histogram at a time (decode, add, drop: heap trimmed after each)",
+        what: "the same (dense) one histogram at a time (decode, add, drop: heap trimmed after each)",
+        histograms: count,
+        secs: t0.elapsed().as_secs_f64(),
+    });
+    black_box(agg);
+    // What `State::check` + `State::merge` do: the non-empty buckets only.
+    let mut agg = Aggregate::default();
+    let mut count = 0;
+    let t0 = Instant::now();
+    for i in 0..n_batches {
+        let batch: Vec<(HistKey, SparseHistogram)> = templates[i % templates.len()]
+            .histograms
+            .iter()
+            .map(|h| wire::sparse_histogram_from_pb(h).expect("histogram"))
+            .collect();
+        for (k, h) in &batch {
+            agg.add_sparse_histogram(region_of(i % AGENTS), k.clone(), h);
+            count += 1;
+        }
+    }
+    out.push(MergeRun {
+        what: "`wire::sparse_histogram_from_pb` × 20, then `Aggregate::add_sparse_histogram` × 20 (sparse: as `State::check` + `State::merge`)",
         histograms: count,
         secs: t0.elapsed().as_secs_f64(),
     });

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
 use latmesh_core::hist::{HistKey, HistogramSet};
+use latmesh_core::hist_sparse::SparseHistogram;
 
 use crate::failover_stats::FailoverCounts;
 use latmesh_core::load::LoadKind;
@@ -235,6 +236,16 @@ impl Aggregate {
             .merge(key, h);
     }
 
+    /// Adds one interval histogram from an agent in `region`, given as its non-empty buckets
+    /// (a decoded wire blob): the same result as [`Aggregate::add_histogram`] of the dense
+    /// histogram, without scanning every counter ([`HistogramSet::merge_sparse`]).
+    pub fn add_sparse_histogram(&mut self, region: &str, key: HistKey, h: &SparseHistogram) {
+        self.hists
+            .entry(region.to_string())
+            .or_default()
+            .merge_sparse(key, h);
+    }
+
     /// The merged histogram of `region` (or of every region when `None`) for `key`'s
     /// provider, scenario and metric, over every sweep step (`key.step` is ignored; see
     /// [`Aggregate::step_histogram`]).
@@ -354,6 +365,71 @@ mod tests {
         assert_eq!(all.len(), 4);
         assert_eq!(all.count_at(100), 2);
         assert!(agg.histogram(Some("ap-southeast"), &key).is_none());
+    }
+
+    #[test]
+    fn sparse_merges_equal_dense_merges() {
+        // Wire blobs of many intervals (some empty, one in foreign bounds) merged both ways
+        // into two aggregates over regions, metrics and sweep steps.
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let (mut dense, mut sparse) = (Aggregate::default(), Aggregate::default());
+        let mut keys = Vec::new();
+        for i in 0..120u32 {
+            let key = HistKey {
+                provider: ["a", "b"][i as usize % 2].into(),
+                scenario: "s".into(),
+                metric: [Metric::Ttft, Metric::Itl, Metric::E2e][i as usize % 3],
+                step: i % 4 / 3,
+            };
+            let region = ["us-east", "eu-west", "ap-southeast"][next() as usize % 3];
+            let mut h = if i == 7 {
+                hdrhistogram::Histogram::<u64>::new_with_bounds(1, 100_000_000, 2).unwrap()
+            } else {
+                new_histogram()
+            };
+            for _ in 0..(next() % 4) * (next() % 700) {
+                let v = (1u64 << (next() % 32)) + next() % 1_000_000;
+                h.record_n(v.clamp(1, h.high()), 1 + next() % 3).unwrap();
+            }
+            let wire = latmesh_core::wire::histogram_to_pb(&key, &h, 0, 1).unwrap();
+            let (k, d) = latmesh_core::wire::histogram_from_pb(&wire).unwrap();
+            let (k2, s) = latmesh_core::wire::sparse_histogram_from_pb(&wire).unwrap();
+            assert_eq!(k, k2);
+            dense.add_histogram(region, k.clone(), &d);
+            sparse.add_sparse_histogram(region, k2, &s);
+            keys.push(k);
+        }
+        assert_eq!(
+            dense.hists.keys().collect::<Vec<_>>(),
+            sparse.hists.keys().collect::<Vec<_>>()
+        );
+        for (r, set) in &dense.hists {
+            let other = &sparse.hists[r];
+            assert!(set.iter().eq(other.iter()), "{r}");
+        }
+        for key in &keys {
+            for region in [None, Some("us-east"), Some("eu-west")] {
+                let (a, b) = (
+                    dense.histogram(region, key).unwrap(),
+                    sparse.histogram(region, key).unwrap(),
+                );
+                assert_eq!(a, b);
+                assert_eq!((a.len(), a.min(), a.max()), (b.len(), b.min(), b.max()));
+                for q in [0.5, 0.9, 0.99, 0.999] {
+                    assert_eq!(a.value_at_quantile(q), b.value_at_quantile(q));
+                }
+                assert_eq!(
+                    dense.step_histogram(region, key),
+                    sparse.step_histogram(region, key)
+                );
+            }
+        }
     }
 
     #[test]

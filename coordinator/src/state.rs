@@ -195,8 +195,12 @@ pub struct CheckedBatch {
     pub seq: u64,
     /// Decoded records.
     pub records: Vec<ProbeRecord>,
-    /// Decoded interval histograms.
-    pub histograms: Vec<(latmesh_core::hist::HistKey, hdrhistogram::Histogram<u64>)>,
+    /// Decoded interval histograms, as their non-empty buckets (no dense histogram per blob;
+    /// see [`latmesh_core::hist_sparse`]).
+    pub histograms: Vec<(
+        latmesh_core::hist::HistKey,
+        latmesh_core::hist_sparse::SparseHistogram,
+    )>,
 }
 
 /// What launching a campaign produced.
@@ -987,7 +991,7 @@ fn decode_batch(agent_id: &str, batch: &pb::ResultBatch) -> Result<DecodedBatch,
     let histograms = batch
         .histograms
         .iter()
-        .map(wire::histogram_from_pb)
+        .map(wire::sparse_histogram_from_pb)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| bad(e.to_string()))?;
     Ok((records, histograms))
@@ -995,7 +999,10 @@ fn decode_batch(agent_id: &str, batch: &pb::ResultBatch) -> Result<DecodedBatch,
 
 type DecodedBatch = (
     Vec<ProbeRecord>,
-    Vec<(latmesh_core::hist::HistKey, hdrhistogram::Histogram<u64>)>,
+    Vec<(
+        latmesh_core::hist::HistKey,
+        latmesh_core::hist_sparse::SparseHistogram,
+    )>,
 );
 
 /// Counts a batch into its campaign; `false` when its (agent, seq) was counted before.
@@ -1013,7 +1020,7 @@ fn merge_into(c: &mut Campaign, b: &CheckedBatch) -> bool {
         c.sends.add(&b.agent_id, r);
     }
     for (key, h) in &b.histograms {
-        c.agg.add_histogram(&b.region, key.clone(), h);
+        c.agg.add_sparse_histogram(&b.region, key.clone(), h);
     }
     c.guard.add(&c.plan, &b.records);
     true

@@ -1,23 +1,28 @@
 //! Criterion benchmarks of what every agent and the coordinator do per value, per histogram
-//! and per batch: HDR histogram recording and merging, the V2 + DEFLATE codec, and the result
+//! and per batch: HDR histogram recording and merging, the V2 + DEFLATE codec, its dense and
+//! sparse (`hist_sparse`) decoding for the coordinator's rows and merge, and the result
 //! batch (`pb::ResultBatch` of 100 records + 20 interval histograms, the agent's flush) built,
 //! prost-encoded, decoded and converted back.
 //!
 //! ```sh
 //! cargo bench --bench hot_paths                     # this one and the agent's (SSE, chunks)
 //! cargo bench -p latmesh-core --bench hot_paths -- hist_v2
+//! cargo bench -p latmesh-core --bench hot_paths -- hist_sparse
 //! ```
 //!
 //! Data comes from a seeded generator with realistic shapes: TTFT log-normal around 300 ms,
 //! ITL log-normal around 20 ms (σ 0.55) with one value per token gap, E2E, TPOT, TTFB; an
-//! ITL histogram of a busy interval holds about 25,000 values in about 500 non-empty buckets.
+//! ITL histogram of a busy interval holds about 25,000 values in about 3,900 non-empty buckets
+//! (`hist_sparse` also decodes one of about 1,000 values in 500 buckets).
 
 use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use hdrhistogram::Histogram;
+use hdrhistogram::serialization::{Serializer as _, V2Serializer};
 use latmesh_core::hist::{self, HistKey, HistogramSet};
+use latmesh_core::hist_sparse;
 use latmesh_core::metrics::Metric;
 use latmesh_core::record::{Outcome, ProbeRecord, Usage};
 use latmesh_core::wire;
@@ -262,6 +267,99 @@ fn hist_v2(c: &mut Criterion) {
     g.finish();
 }
 
+/// Decoding one agent blob (V2 + DEFLATE) as the coordinator does, densely (inflate into a
+/// 188 KB `Histogram`, then scan its 23,552 counters) and sparsely (`hist_sparse`: walk the
+/// encoded counts, keep the non-empty buckets): for its ClickHouse row (the buckets) and for
+/// its live merge (added into an aggregate that already holds values).
+fn hist_sparse(c: &mut Criterion) {
+    let mut g = configure(c, "hist_sparse");
+    let mut rng = Rng(10);
+    let ttft: Histogram<u64> = {
+        let mut h = hist::new_histogram();
+        for _ in 0..100 {
+            h.record((rng.lognormal(300.0, 0.5) * 1000.0) as u64)
+                .expect("in range");
+        }
+        h
+    };
+    // ITL gaps until 500 buckets are non-empty (~1,000 values): the size of the coordinator
+    // merge bench's interval histograms (441 buckets on average).
+    let itl_500: Histogram<u64> = {
+        let mut h = hist::new_histogram();
+        let mut buckets = 0;
+        while buckets < 500 {
+            let v = (rng.lognormal(20.0, 0.55) * 1000.0) as u64;
+            buckets += usize::from(h.count_at(v) == 0);
+            h.record(v).expect("in range");
+        }
+        h
+    };
+    for (name, h) in [
+        ("ttft-100", ttft),
+        ("itl-500b", itl_500),
+        ("itl-25k", itl_histogram(7)),
+    ] {
+        let bytes = hist::encode_v2(&h).expect("encode");
+        let mut plain = Vec::new();
+        V2Serializer::new()
+            .serialize(&h, &mut plain)
+            .expect("encode");
+        let buckets = h.iter_recorded().count();
+        eprintln!(
+            "hist_sparse/{name}: {buckets} non-empty buckets, {} B V2 + DEFLATE, {} B plain V2",
+            bytes.len(),
+            plain.len()
+        );
+        let id = |what: &str| BenchmarkId::new(what, format!("{name}, {buckets} buckets"));
+        g.throughput(Throughput::Elements(1));
+        g.bench_with_input(id("dense: decode_v2 + buckets"), &bytes, |b, bytes| {
+            b.iter(|| {
+                let h = hist::decode_v2(black_box(bytes)).expect("decode");
+                let (mut values, mut counts) = (Vec::new(), Vec::new());
+                for v in h.iter_recorded() {
+                    values.push(h.highest_equivalent(v.value_iterated_to()));
+                    counts.push(v.count_at_value());
+                }
+                (values, counts, h.len())
+            });
+        });
+        g.bench_with_input(id("sparse: decode_v2_sparse"), &bytes, |b, bytes| {
+            b.iter(|| hist_sparse::decode_v2_sparse(black_box(bytes)).expect("decode"));
+        });
+        g.bench_with_input(
+            id("sparse: decode_v2_sparse, plain V2"),
+            &plain,
+            |b, plain| {
+                b.iter(|| hist_sparse::decode_v2_sparse(black_box(plain)).expect("decode"));
+            },
+        );
+        let k = key("steady", Metric::Itl);
+        g.bench_with_input(id("dense: decode_v2 + merge"), &bytes, |b, bytes| {
+            let mut set = HistogramSet::new();
+            set.merge(k.clone(), &itl_histogram(11));
+            b.iter(|| {
+                set.merge(
+                    k.clone(),
+                    &hist::decode_v2(black_box(bytes)).expect("decode"),
+                )
+            });
+        });
+        g.bench_with_input(
+            id("sparse: decode_v2_sparse + merge_sparse"),
+            &bytes,
+            |b, bytes| {
+                let mut set = HistogramSet::new();
+                set.merge(k.clone(), &itl_histogram(11));
+                b.iter(|| {
+                    let s = hist_sparse::decode_v2_sparse(black_box(bytes)).expect("decode");
+                    set.merge_sparse(k.clone(), &s);
+                });
+            },
+        );
+    }
+    g.finish();
+}
+
 fn batch_codec(c: &mut Criterion) {
     let batch = batch(8);
     let bytes = batch.encode_to_vec();
@@ -329,5 +427,12 @@ fn batch_codec(c: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, hist_record, hist_merge, hist_v2, batch_codec);
+criterion_group!(
+    benches,
+    hist_record,
+    hist_merge,
+    hist_v2,
+    hist_sparse,
+    batch_codec
+);
 criterion_main!(benches);

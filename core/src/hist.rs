@@ -1,4 +1,5 @@
-//! HDR histograms per (provider, scenario, metric): recording, merging and the V2 codec.
+//! HDR histograms per (provider, scenario, metric): recording, merging and the V2 codec (the
+//! sparse decoder is [`crate::hist_sparse`]).
 //!
 //! Bounds are fixed for every metric (1 µs to 1 h, 3 significant digits, DESIGN.md
 //! "Histograms") so any two histograms add. Values above the range saturate at the top.
@@ -9,6 +10,7 @@ use hdrhistogram::Histogram;
 use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer};
 use serde::{Deserialize, Serialize};
 
+use crate::hist_sparse::SparseHistogram;
 use crate::load::LoadKind;
 use crate::metrics::Metric;
 use crate::record::{Outcome, ProbeRecord};
@@ -49,6 +51,9 @@ pub fn encode_v2(h: &Histogram<u64>) -> Result<Vec<u8>, HistError> {
 }
 
 /// Decodes V2 or V2 + DEFLATE bytes into a histogram with latmesh's bounds.
+///
+/// Allocates and fills the 188 KB dense histogram; where only the non-empty buckets are
+/// needed, [`crate::hist_sparse::decode_v2_sparse`] gives them without it.
 ///
 /// # Errors
 /// [`HistError::Decode`] for bytes that are not an encoded histogram, or whose values do not
@@ -164,6 +169,16 @@ impl HistogramSet {
             .or_insert_with(new_histogram)
             .add(h)
             .expect("all latmesh histograms share bounds");
+    }
+
+    /// Adds the buckets of `h` (a decoded blob, see [`crate::hist_sparse`]) into the histogram
+    /// under `key`, with `record_n` per non-empty bucket instead of a scan of every counter:
+    /// the same counters, `len`, `min` and `max` as [`HistogramSet::merge`] of the dense
+    /// histogram `h` stands for. Like `merge`, creates the (empty) histogram under `key` even
+    /// when `h` is empty.
+    pub fn merge_sparse(&mut self, key: HistKey, h: &SparseHistogram) {
+        h.add_to(self.map.entry(key).or_insert_with(new_histogram))
+            .expect("sparse histograms are in latmesh's bounds");
     }
 
     /// Adds every histogram of `other` into this set.

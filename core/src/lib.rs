@@ -1,7 +1,7 @@
 //! What latmesh's agent and coordinator share: the campaign plan and its validation, the
-//! measurement record, metric definitions, HDR histogram sets, clock-offset estimation,
-//! named local-time windows, schedules of repeated campaigns, the budget estimate, and
-//! conversions to and from the wire types.
+//! measurement record, metric definitions, HDR histogram sets and the sparse decoding of their
+//! blobs, clock-offset estimation, named local-time windows, schedules of repeated campaigns,
+//! the budget estimate, and conversions to and from the wire types.
 //!
 //! Pure: no network, no async.
 
@@ -9,6 +9,7 @@ pub mod budget;
 pub mod campaign;
 pub mod clock;
 pub mod hist;
+pub mod hist_sparse;
 pub mod load;
 pub mod metrics;
 pub mod plan;

@@ -3,6 +3,7 @@
 use latmesh_proto::pb;
 
 use crate::hist::{self, HistError, HistKey};
+use crate::hist_sparse::{self, SparseHistogram};
 use crate::load::LoadKind;
 use crate::metrics::Metric;
 use crate::record::{Outcome, ProbeRecord, Usage};
@@ -186,6 +187,20 @@ pub fn histogram_to_pb(
     })
 }
 
+/// The key of one wire histogram.
+///
+/// # Errors
+/// [`WireError::Metric`] for an unknown metric.
+pub fn histogram_key_from_pb(h: &pb::IntervalHistogram) -> Result<HistKey, WireError> {
+    let metric = Metric::parse(&h.metric).ok_or_else(|| WireError::Metric(h.metric.clone()))?;
+    Ok(HistKey {
+        provider: h.provider.clone(),
+        scenario: h.scenario.clone(),
+        metric,
+        step: h.step,
+    })
+}
+
 /// Decodes one wire histogram into its key and histogram.
 ///
 /// # Errors
@@ -193,14 +208,22 @@ pub fn histogram_to_pb(
 pub fn histogram_from_pb(
     h: &pb::IntervalHistogram,
 ) -> Result<(HistKey, hdrhistogram::Histogram<u64>), WireError> {
-    let metric = Metric::parse(&h.metric).ok_or_else(|| WireError::Metric(h.metric.clone()))?;
-    let key = HistKey {
-        provider: h.provider.clone(),
-        scenario: h.scenario.clone(),
-        metric,
-        step: h.step,
-    };
+    let key = histogram_key_from_pb(h)?;
     Ok((key, hist::decode_v2(&h.hist_v2)?))
+}
+
+/// Decodes one wire histogram into its key and its non-empty buckets
+/// ([`hist_sparse::decode_v2_sparse`]: no dense histogram for blobs in latmesh's bounds). The
+/// buckets are exactly those of [`histogram_from_pb`]'s histogram, and the same messages are
+/// rejected.
+///
+/// # Errors
+/// [`WireError::Metric`] for an unknown metric, [`WireError::Hist`] for undecodable bytes.
+pub fn sparse_histogram_from_pb(
+    h: &pb::IntervalHistogram,
+) -> Result<(HistKey, SparseHistogram), WireError> {
+    let key = histogram_key_from_pb(h)?;
+    Ok((key, hist_sparse::decode_v2_sparse(&h.hist_v2)?))
 }
 
 #[cfg(test)]
@@ -270,8 +293,26 @@ mod tests {
         let (k, back) = histogram_from_pb(&wire).unwrap();
         assert_eq!(k, key);
         assert_eq!(back.len(), 1);
-        let mut bad = wire;
+        let (k, sparse) = sparse_histogram_from_pb(&wire).unwrap();
+        assert_eq!(k, key);
+        assert_eq!(sparse.iter().collect::<Vec<_>>(), [(12_351, 1)]);
+        assert_eq!(sparse.to_histogram(), back);
+        let mut bad = wire.clone();
         bad.metric = "latency".into();
         assert!(histogram_from_pb(&bad).is_err());
+        assert!(matches!(
+            sparse_histogram_from_pb(&bad),
+            Err(WireError::Metric(_))
+        ));
+        let mut bad = wire;
+        bad.hist_v2.truncate(12);
+        assert!(matches!(
+            histogram_from_pb(&bad),
+            Err(WireError::Hist(HistError::Decode(_)))
+        ));
+        assert!(matches!(
+            sparse_histogram_from_pb(&bad),
+            Err(WireError::Hist(HistError::Decode(_)))
+        ));
     }
 }

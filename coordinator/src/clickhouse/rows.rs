@@ -502,6 +502,27 @@ impl HistogramRow {
         end_agent_unix_us: i64,
     ) -> Self {
         let (values, counts) = buckets(h);
+        Self::with_buckets(
+            key,
+            row_index,
+            hist_key,
+            (h.len(), values, counts),
+            hist_v2,
+            start_agent_unix_us,
+            end_agent_unix_us,
+        )
+    }
+
+    /// The row with `count`, `values` and `counts` given (`buckets`).
+    fn with_buckets(
+        key: &BatchKey<'_>,
+        row_index: u32,
+        hist_key: &HistKey,
+        (count, values, counts): (u64, Vec<u64>, Vec<u64>),
+        hist_v2: Vec<u8>,
+        start_agent_unix_us: i64,
+        end_agent_unix_us: i64,
+    ) -> Self {
         HistogramRow {
             campaign_id: key.campaign_id.to_string(),
             agent_id: key.agent_id.to_string(),
@@ -516,7 +537,7 @@ impl HistogramRow {
             interval_end: datetime_secs(end_agent_unix_us),
             end_unix_us: unsigned_us(end_agent_unix_us),
             clock_offset_us: key.clock_offset_us,
-            count: h.len(),
+            count,
             values,
             counts,
             hist_v2,
@@ -528,8 +549,10 @@ impl HistogramRow {
     /// The row of wire histogram `pb` (an agent's `IntervalHistogram`), `row_index`-th of
     /// batch `key`: the same row as [`HistogramRow::from_histogram`] of
     /// `wire::histogram_from_pb(pb)`, except that `hist_v2` is the agent's blob as sent (it
-    /// decodes to the same histogram) rather than a re-encoding. The blob is inflated once; a
-    /// blob already in latmesh's bounds is not copied into a second histogram.
+    /// decodes to the same histogram) rather than a re-encoding. `values`, `counts` and `count`
+    /// come from [`latmesh_core::hist_sparse::decode_v2_sparse`]: one walk over the blob's
+    /// encoded counts, no dense histogram (a blob with other bounds than latmesh's is decoded
+    /// densely into latmesh's, as `histogram_from_pb` does).
     ///
     /// # Errors
     /// [`latmesh_core::wire::WireError`] for an unknown metric or undecodable bytes.
@@ -538,37 +561,14 @@ impl HistogramRow {
         row_index: u32,
         pb: &latmesh_proto::pb::IntervalHistogram,
     ) -> Result<Self, latmesh_core::wire::WireError> {
-        use hdrhistogram::serialization::Deserializer;
-        use latmesh_core::hist::HistError;
-        use latmesh_core::wire::WireError;
-        let metric =
-            Metric::parse(&pb.metric).ok_or_else(|| WireError::Metric(pb.metric.clone()))?;
-        let hist_key = HistKey {
-            provider: pb.provider.clone(),
-            scenario: pb.scenario.clone(),
-            metric,
-            step: pb.step,
-        };
-        let decoded: Histogram<u64> = Deserializer::new()
-            .deserialize(&mut std::io::Cursor::new(&pb.hist_v2[..]))
-            .map_err(|e| HistError::Decode(format!("{e:?}")))?;
-        let same_bounds = decoded.low() == hist::LOWEST_US
-            && decoded.high() == hist::HIGHEST_US
-            && decoded.sigfig() == hist::SIGFIG;
-        let h = if same_bounds {
-            decoded
-        } else {
-            // What `hist::decode_v2` does: into latmesh's bounds.
-            let mut h = hist::new_histogram();
-            h.add(&decoded)
-                .map_err(|e| HistError::Decode(format!("{e:?}")))?;
-            h
-        };
-        Ok(Self::from_encoded(
+        let (hist_key, sparse) = latmesh_core::wire::sparse_histogram_from_pb(pb)?;
+        let count = sparse.len();
+        let (values, counts) = sparse.into_arrays();
+        Ok(Self::with_buckets(
             key,
             row_index,
             &hist_key,
-            &h,
+            (count, values, counts),
             pb.hist_v2.clone(),
             pb.start_agent_unix_us,
             pb.end_agent_unix_us,
@@ -661,15 +661,36 @@ mod tests {
             ours.record_n(v, v % 5 + 1).unwrap();
             other.record_n(v, v % 3 + 1).unwrap();
         }
-        for h in [ours, other, hist::new_histogram()] {
-            let wire = latmesh_core::wire::histogram_to_pb(&hist_key, &h, 5, 9).unwrap();
-            let row = HistogramRow::from_pb(&key, 2, &wire).unwrap();
-            let (k, decoded) = latmesh_core::wire::histogram_from_pb(&wire).unwrap();
-            let mut want = HistogramRow::from_histogram(&key, 2, &k, &decoded, 5, 9).unwrap();
-            assert_eq!(row.hist_v2, wire.hist_v2);
-            want.hist_v2 = wire.hist_v2.clone();
-            assert_eq!(row, want);
-            assert_eq!(row.decode().unwrap(), decoded);
+        // Edges: the lowest and highest values, the top of the last bucket, a value 0, a
+        // busy interval's ~1,000 buckets.
+        let mut edges = hist::new_histogram();
+        for v in [0, 1, hist::HIGHEST_US, u64::from(u32::MAX)] {
+            edges.record_n(v, 3).unwrap();
+        }
+        let mut busy = hist::new_histogram();
+        for i in 1..30_000u64 {
+            busy.record(i * i % 2_000_003 * 50 + i).unwrap();
+        }
+        for h in [ours, other, hist::new_histogram(), edges, busy] {
+            let mut wire = latmesh_core::wire::histogram_to_pb(&hist_key, &h, 5, 9).unwrap();
+            let mut plain = Vec::new();
+            hdrhistogram::serialization::Serializer::serialize(
+                &mut hdrhistogram::serialization::V2Serializer::new(),
+                &h,
+                &mut plain,
+            )
+            .unwrap();
+            // As an agent sends it (V2 + DEFLATE), and plain V2.
+            for blob in [wire.hist_v2.clone(), plain] {
+                wire.hist_v2 = blob;
+                let row = HistogramRow::from_pb(&key, 2, &wire).unwrap();
+                let (k, decoded) = latmesh_core::wire::histogram_from_pb(&wire).unwrap();
+                let mut want = HistogramRow::from_histogram(&key, 2, &k, &decoded, 5, 9).unwrap();
+                assert_eq!(row.hist_v2, wire.hist_v2);
+                want.hist_v2 = wire.hist_v2.clone();
+                assert_eq!(row, want);
+                assert_eq!(row.decode().unwrap(), decoded);
+            }
         }
         let mut bad =
             latmesh_core::wire::histogram_to_pb(&hist_key, &hist::new_histogram(), 0, 1).unwrap();
