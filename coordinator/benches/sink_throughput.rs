@@ -11,22 +11,24 @@
 //! (`latmesh_bench_<pid>_<n>`, created by the project's migrations) and drops them at the end
 //! (`LATMESH_BENCH_KEEP_DB=1` keeps them).
 //!
-//! For each size (`LATMESH_BENCH_SIZES`, records, default `100000,1000000`):
+//! For each workload mix (`LATMESH_BENCH_MIXES`, default `patrol,busy`: see [`MIXES`]) and
+//! size (`LATMESH_BENCH_SIZES`, records, default `100000,1000000`):
 //!
-//! 1. **Spool append**: generates realistic result batches (100 records + 20 interval
-//!    histograms each, seeded RNG, 8 agents in 4 regions, 4 providers, 2 scenarios, ~5 % non-ok
-//!    outcomes) and appends them to a fresh [`Spool`] one by one, as the coordinator does (each
-//!    append fsyncs). Only the `append` calls are timed, not the generation.
+//! 1. **Spool append**: generates realistic result batches (seeded RNG, 8 agents in 4 regions,
+//!    4 providers, 2 scenarios, ~5 % non-ok outcomes, one interval histogram per provider,
+//!    scenario and metric of the batch) and appends them to a fresh [`Spool`] one by one, as
+//!    the coordinator does (each append fsyncs). Only the `append` calls are timed, not the
+//!    generation.
 //! 2. **Sink drain**: runs the real [`sink::run`] on that spool and times it until the spool's
 //!    committed id reaches the last appended entry, then checks with
 //!    [`clickhouse::query::counts`] that every row arrived exactly once.
-//! 3. **Stage profile**: drains a copy of the same spool with the same steps `sink::run` and
-//!    `clickhouse::insert_batches` take (read, decode, histogram rows, presence queries, request
-//!    rows, the two inserts, commit), timing each, for `LATMESH_BENCH_PROFILE_CHUNKS` batches
-//!    per round (default `64,256`; 64 is the sink's `READ_ENTRIES`). The same rows also go into
+//! 3. **Stage profile** (diagnostic, off unless `LATMESH_BENCH_PROFILE_CHUNKS` lists batches
+//!    per round, e.g. `64,256`): drains a copy of the same spool with the sink's earlier,
+//!    sequential steps (read, dense decode, histogram rows with a re-encode, presence queries,
+//!    request rows, the two inserts, commit), timing each. The same rows also go into
 //!    `Null`-engine copies of the tables (timed apart, not counted) to split an insert's cost
 //!    into "client + HTTP + server parse" and "MergeTree part write".
-//! 4. **CPU micro-costs** of each conversion, per record and per histogram.
+//! 4. **CPU micro-costs** of each conversion, per record and per histogram (patrol mix).
 //!
 //! Everything is bounded by `LATMESH_BENCH_TIMEOUT_S` (default 1800 s): past it the bench stops,
 //! reports what it has, cleans up and fails.
@@ -656,6 +658,8 @@ struct MicroCosts {
     hist_buckets: f64,
     hist_deflate: f64,
     hist_row_total: f64,
+    /// `HistogramRow::from_pb`: what the sink runs (sparse walk of the blob).
+    hist_row_from_pb: f64,
     avg_buckets: f64,
     avg_hist_v2_bytes: f64,
     avg_batch_bytes: f64,
@@ -1099,7 +1103,8 @@ fn micro_costs(n: u64) -> anyhow::Result<MicroCosts> {
 
     // Histograms one at a time, as a sink round would hold them only briefly: a decoded
     // histogram with latmesh's bounds is ~188 KB of counts, whatever it holds.
-    let (mut deser, mut inflate, mut bucket_t, mut deflate, mut row_t) = (
+    let (mut deser, mut inflate, mut bucket_t, mut deflate, mut row_t, mut from_pb_t) = (
+        Duration::ZERO,
         Duration::ZERO,
         Duration::ZERO,
         Duration::ZERO,
@@ -1127,6 +1132,9 @@ fn micro_costs(n: u64) -> anyhow::Result<MicroCosts> {
         let t = Instant::now();
         std::hint::black_box(HistogramRow::from_histogram(&key, i as u32, &hk, &h, 0, 1)?);
         row_t += t.elapsed();
+        let t = Instant::now();
+        std::hint::black_box(HistogramRow::from_pb(&key, i as u32, ph)?);
+        from_pb_t += t.elapsed();
     }
     m.hist_deserialize = per(deser, m.histograms);
     m.hist_inflate = per(inflate, m.histograms);
@@ -1134,6 +1142,7 @@ fn micro_costs(n: u64) -> anyhow::Result<MicroCosts> {
     m.avg_buckets = buckets as f64 / m.histograms as f64;
     m.hist_deflate = per(deflate, m.histograms);
     m.hist_row_total = per(row_t, m.histograms);
+    m.hist_row_from_pb = per(from_pb_t, m.histograms);
     Ok(m)
 }
 
@@ -1505,6 +1514,11 @@ fn render(
                 "`HistogramRow::from_histogram` (buckets + encode_v2)".into(),
                 format!("{:.1} µs / histogram", m.hist_row_total),
                 format!("{:.2}", hpr * m.hist_row_total),
+            ],
+            vec![
+                "**`HistogramRow::from_pb`** (what the sink runs: the blob walked sparsely, kept as sent)".into(),
+                format!("{:.1} µs / histogram", m.hist_row_from_pb),
+                format!("{:.2}", hpr * m.hist_row_from_pb),
             ],
         ];
         s += &table(
