@@ -216,7 +216,8 @@ impl Prober {
             Ok(x) => x,
             Err(f) => return head.failed(f, &scrub, 0, None),
         };
-        let ttfb_at = Instant::now();
+        // The read that completed the response head.
+        let ttfb_at = conn.read_at(t_send, Instant::now());
         head.ttfb_at = Some(ttfb_at);
         let (parts, mut body) = resp.into_parts();
         let status = parts.status.as_u16();
@@ -312,8 +313,9 @@ impl Prober {
             };
             match next {
                 Some(Some(Ok(frame))) => {
-                    // Stamped before any parsing.
-                    let at = Instant::now();
+                    // Stamped before any parsing: the socket read that brought the frame
+                    // (never before the previous frame's stamp).
+                    let at = conn.read_at(last_read, Instant::now());
                     // Anything but data (trailers) carries nothing to measure.
                     let Ok(bytes) = frame.into_data() else {
                         continue;

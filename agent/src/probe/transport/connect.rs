@@ -9,6 +9,7 @@ use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
+use super::stamp::{ReadStamp, StampedIo};
 use super::{Conn, Origin, Phases, ReqBody, Scheme};
 
 /// `e` with its causes, each once.
@@ -71,9 +72,10 @@ where
     // A fixed 8 KiB read buffer: hyper's default grows up to ~400 KiB when reads come faster
     // than the client consumes them, which at thousands of streams costs more memory than
     // it saves syscalls (SSE frames are small).
+    let stamp = ReadStamp::default();
     let (sender, conn) = http1::Builder::new()
         .read_buf_exact_size(Some(8 << 10))
-        .handshake::<_, ReqBody>(TokioIo::new(io))
+        .handshake::<_, ReqBody>(TokioIo::new(StampedIo::new(io, stamp.clone())))
         .await
         .map_err(|e| format!("http handshake error: {}", error_chain(&e)))?;
     let task = tokio::spawn(async move {
@@ -86,6 +88,7 @@ where
         task: task.abort_handle(),
         origin: origin.clone(),
         reused: false,
+        stamp,
     })
 }
 

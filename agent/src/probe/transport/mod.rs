@@ -23,13 +23,14 @@
 
 pub mod connect;
 pub mod pool;
+pub mod stamp;
 
 #[cfg(test)]
 mod tests;
 
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::uri::{PathAndQuery, Scheme as UriScheme};
@@ -171,6 +172,8 @@ pub struct Conn {
     task: tokio::task::AbortHandle,
     origin: Origin,
     reused: bool,
+    /// When the connection last read bytes from its socket.
+    stamp: stamp::ReadStamp,
 }
 
 impl std::fmt::Debug for Conn {
@@ -193,6 +196,12 @@ impl Conn {
     /// Whether the connection came from the pool.
     pub fn reused(&self) -> bool {
         self.reused
+    }
+
+    /// When bytes that reached the probe at `now` were read from the socket
+    /// ([`stamp::ReadStamp::read_at`]).
+    pub fn read_at(&self, not_before: Instant, now: Instant) -> Instant {
+        self.stamp.read_at(not_before, now)
     }
 
     /// Sends `req`. When it fails before the request was written, the error gives it back

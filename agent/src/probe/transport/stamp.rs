@@ -1,0 +1,167 @@
+//! Read stamps at the socket: when a connection last read bytes.
+//!
+//! The probe measures a frame at the moment its bytes were read from the connection, not when
+//! the probe's task gets to look at it. Between the two, hyper's connection task hands the
+//! frame over a channel to the probe's task, and on a busy runtime the probe's task waits
+//! behind every other task woken by the same burst of socket events (at 1,000 streams, a
+//! burst of frames arriving on one timer tick of the server). [`StampedIo`] wraps the
+//! connection's I/O and stamps every read that returned bytes; the probe reads the stamp
+//! when a frame reaches it ([`ReadStamp::last`]).
+//!
+//! Why the stamp belongs to the frame: the frame's bytes came in some read `R`, and the stamp
+//! is the connection's latest read `L`, so `R ≤ L ≤ now`. An HTTP/1 connection reads the
+//! next bytes only after the frame before was taken, so `L` is normally `R` itself; when it is
+//! later, it is still no later than the probe's own clock, the stamp taken before.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// The process's reference instant for stamps (stamps are ns after it, plus 1; 0 = none).
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// The instant of a connection's latest read that returned bytes; clones share it.
+#[derive(Clone, Debug, Default)]
+pub struct ReadStamp(Arc<AtomicU64>);
+
+impl ReadStamp {
+    /// Stamps now.
+    fn mark(&self) {
+        let ns = u64::try_from(epoch().elapsed().as_nanos()).unwrap_or(u64::MAX - 1);
+        self.0.store(ns + 1, Ordering::Release);
+    }
+
+    /// When the connection last read bytes; `None` before its first read.
+    pub fn last(&self) -> Option<Instant> {
+        match self.0.load(Ordering::Acquire) {
+            0 => None,
+            n => Some(epoch() + Duration::from_nanos(n - 1)),
+        }
+    }
+
+    /// When bytes that reached the probe at `now` were read: [`ReadStamp::last`] kept within
+    /// [`not_before`, `now`] (`now` itself before any read). `not_before` is the probe's
+    /// previous stamp (or its send instant), so stamps never go backwards.
+    pub fn read_at(&self, not_before: Instant, now: Instant) -> Instant {
+        self.last()
+            .map_or(now, |at| at.clamp(not_before.min(now), now))
+    }
+}
+
+/// I/O that stamps its [`ReadStamp`] on every read that returned bytes; writes pass through.
+#[derive(Debug)]
+pub struct StampedIo<T> {
+    io: T,
+    stamp: ReadStamp,
+}
+
+impl<T> StampedIo<T> {
+    /// `io`, stamping `stamp`.
+    pub fn new(io: T, stamp: ReadStamp) -> Self {
+        epoch(); // fixed before the first stamp
+        StampedIo { io, stamp }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for StampedIo<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.stamp.mark();
+        }
+        polled
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for StampedIo<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn reads_with_bytes_are_stamped_and_writes_are_not() {
+        let (a, mut b) = tokio::io::duplex(64);
+        let stamp = ReadStamp::default();
+        let mut io = StampedIo::new(a, stamp.clone());
+        assert_eq!(stamp.last(), None);
+        io.write_all(b"request").await.unwrap();
+        assert_eq!(stamp.last(), None, "a write is not a read");
+        let before = Instant::now();
+        b.write_all(b"frame").await.unwrap();
+        let mut buf = [0u8; 16];
+        let n = io.read(&mut buf).await.unwrap();
+        let after = Instant::now();
+        assert_eq!(&buf[..n], b"frame");
+        let first = stamp.last().expect("stamped");
+        assert!(
+            before <= first && first <= after,
+            "{before:?} {first:?} {after:?}"
+        );
+        // End of stream: a read of 0 bytes leaves the stamp alone.
+        drop(b);
+        assert_eq!(io.read(&mut buf).await.unwrap(), 0);
+        assert_eq!(stamp.last(), Some(first));
+
+        // The probe's view: the read's instant, within [not_before, now].
+        let later = first + Duration::from_millis(5);
+        assert_eq!(
+            stamp.read_at(first - Duration::from_millis(1), later),
+            first
+        );
+        assert_eq!(
+            stamp.read_at(first + Duration::from_millis(2), later),
+            first + Duration::from_millis(2)
+        );
+        assert_eq!(
+            stamp.read_at(
+                first - Duration::from_millis(9),
+                first - Duration::from_millis(3)
+            ),
+            first - Duration::from_millis(3)
+        );
+        let none = ReadStamp::default();
+        assert_eq!(none.read_at(first, later), later);
+    }
+}
