@@ -14,7 +14,10 @@
 //!   in-process with [`TruthLog::get`] (instants, comparable with a prober's in the same
 //!   process) or over HTTP with `GET /_truth/{probe_id}` ([`TruthReport`]: `server_ttft_us`,
 //!   `server_ttfc_us`, `server_e2e_us`, per-frame `handed_us`/`written_us`, all µs after
-//!   the receipt), for a simulator in another process:
+//!   the receipt), for a simulator in another process. With [`TruthLog::recording_all`]
+//!   (`latmesh-sim serve --truth-all`) requests without the header are recorded too (as
+//!   `unlabeled-N`), and `GET /_truth` lists every kept request ([`TruthSummary`], JSON
+//!   lines), for benchmark clients that send no probe id:
 //!
 //!   ```no_run
 //!   # async fn f() -> std::io::Result<()> {
@@ -60,7 +63,7 @@ pub use profile::{DEFAULT_MODEL_ID, ProviderProfile, builtin_profiles};
 pub use provider::{PLANNED_TTFT_HEADER, QUEUE_WAIT_HEADER, REGION_DELAY_HEADER, providers_router};
 pub use region::{REGION_HEADER, RegionTable};
 pub use replay::{ReplayCase, replay_router};
-pub use truth::{PROBE_ID_HEADER, ProbeTruth, TruthLog, TruthReport};
+pub use truth::{PROBE_ID_HEADER, ProbeTruth, TruthLog, TruthReport, TruthSummary};
 
 /// Configuration of the simulated providers.
 #[derive(Debug, Clone)]
@@ -133,7 +136,7 @@ fn nodelay(listener: TcpListener) -> impl axum::serve::Listener<Addr = std::net:
 /// Serve the simulated providers on `listener` until the future is dropped.
 ///
 /// Routes: `POST /{provider}/v1/chat/completions`, `GET /{provider}/v1/models`,
-/// `GET /_truth/{probe_id}`, `GET /healthz`. Connections already open when the future is
+/// `GET /_truth/{probe_id}`, `GET /_truth` (every kept request, JSON lines), `GET /healthz`. Connections already open when the future is
 /// dropped finish their current responses. Every connection gets `TCP_NODELAY` and, for the
 /// ground truth, a socket wrapper that takes the `written` stamps (see [`truth`]).
 ///

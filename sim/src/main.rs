@@ -35,6 +35,11 @@ enum Command {
         /// Ground truth (GET /_truth/{probe_id}): keep the last N probe ids (0 = off).
         #[arg(long, default_value_t = latmesh_sim::truth::DEFAULT_TRUTH_CAPACITY)]
         truth_capacity: usize,
+        /// Ground truth for every request, also those without x-latmesh-probe-id (kept as
+        /// `unlabeled-N`); `GET /_truth` lists them all, one JSON object per line (for other
+        /// benchmark clients: scripts/bench-peers.sh).
+        #[arg(long)]
+        truth_all: bool,
     },
     /// Serve one recorded body (FILE.sse, with FILE.expect.json beside it) to every
     /// POST .../chat/completions.
@@ -76,6 +81,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             time_scale,
             profiles,
             truth_capacity,
+            truth_all,
         } => {
             let profiles = match profiles {
                 Some(path) => {
@@ -90,7 +96,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 seed,
                 profiles,
                 time_scale,
-                truth: latmesh_sim::TruthLog::new(truth_capacity),
+                truth: if truth_all {
+                    latmesh_sim::TruthLog::recording_all(truth_capacity)
+                } else {
+                    latmesh_sim::TruthLog::new(truth_capacity)
+                },
                 ..SimConfig::default()
             };
             cfg.validate().map_err(anyhow::Error::msg)?;

@@ -8,7 +8,9 @@
 //! chunk its own body frame.
 //!
 //! Requests carrying `x-latmesh-probe-id` are recorded in the ground-truth log
-//! ([`crate::truth`]), readable at `GET /_truth/{probe_id}`.
+//! ([`crate::truth`]), readable at `GET /_truth/{probe_id}`; with
+//! [`TruthLog::recording_all`] every other request too (as `unlabeled-N`). `GET /_truth`
+//! lists every kept request, one [`crate::TruthSummary`] per line.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -118,6 +120,7 @@ pub fn providers_router(cfg: SimConfig) -> std::io::Result<Router> {
         .route("/{provider}/v1/chat/completions", post(chat_completions))
         .route("/{provider}/v1/models", get(models))
         .route("/_truth/{probe_id}", get(truth_report))
+        .route("/_truth", get(truth_summaries))
         .fallback(|| async {
             openai_error(
                 StatusCode::NOT_FOUND,
@@ -174,6 +177,18 @@ async fn truth_report(State(st): State<Arc<SimState>>, Path(id): Path<String>) -
     }
 }
 
+/// `GET /_truth`: every kept request, one JSON object per line, in order of receipt.
+async fn truth_summaries(State(st): State<Arc<SimState>>) -> Response {
+    let mut body = String::new();
+    for s in st.truth.summaries() {
+        if let Ok(line) = serde_json::to_string(&s) {
+            body.push_str(&line);
+            body.push('\n');
+        }
+    }
+    ([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response()
+}
+
 fn unix_now_s() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -196,17 +211,21 @@ async fn chat_completions(
 ) -> Response {
     // Ground truth's `received` (see crate::truth): the handler's first statement.
     let t0 = Instant::now();
-    let rec = req_headers
-        .get(PROBE_ID_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|id| {
-            // Written stamps only where one connection carries one response at a time.
-            let conn = extensions
-                .get::<ConnectInfo<ConnTap>>()
-                .filter(|_| version <= Version::HTTP_11)
-                .map(|c| c.0.writes.clone());
-            st.truth.start(id, &name, t0.into_std(), conn)
-        });
+    // Written stamps only where one connection carries one response at a time.
+    let conn = || {
+        extensions
+            .get::<ConnectInfo<ConnTap>>()
+            .filter(|_| version <= Version::HTTP_11)
+            .map(|c| c.0.writes.clone())
+    };
+    let rec = match req_headers.get(PROBE_ID_HEADER) {
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(|id| st.truth.start(id, &name, t0.into_std(), conn())),
+        // Recorded only by a log that records every request (`--truth-all`).
+        None => st.truth.start_unlabeled(&name, t0.into_std(), conn()),
+    };
     let resp = answer(&st, &name, &req_headers, &body, t0, rec.clone()).await;
     if let Some(r) = &rec {
         r.responded(resp.status().as_u16());

@@ -814,6 +814,63 @@ async fn ground_truth_records_receipt_and_token_frames() {
 }
 
 #[tokio::test]
+async fn truth_all_records_requests_without_probe_id() {
+    // TTFT 20 ms, then 5 tokens 1 ms apart.
+    let cfg = SimConfig {
+        profiles: vec![ProviderProfile {
+            output_tokens_min: 5,
+            output_tokens_max: 5,
+            ..ProviderProfile::fixed("plain", 20_000, 1_000)
+        }],
+        truth: crate::TruthLog::recording_all(100),
+        ..SimConfig::default()
+    };
+    let addr = start(cfg).await;
+    for _ in 0..2 {
+        let r = chat(addr, "plain", &chat_body(true, 64, true)).await;
+        assert_eq!(r.status, 200);
+    }
+    let labeled = raw_request(
+        addr,
+        "POST",
+        "/plain/v1/chat/completions",
+        &[(crate::PROBE_ID_HEADER, "mine")],
+        &chat_body(true, 3, false),
+    )
+    .await;
+    assert_eq!(labeled.status, 200);
+    let list = raw_request(addr, "GET", "/_truth", &[], "").await;
+    assert_eq!(list.status, 200);
+    assert_eq!(list.header("content-type"), Some("application/x-ndjson"));
+    let rows: Vec<crate::TruthSummary> = list
+        .body_text()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let ids: Vec<&str> = rows.iter().map(|r| r.probe_id.as_str()).collect();
+    assert_eq!(ids, ["unlabeled-1", "unlabeled-2", "mine"]);
+    for r in &rows[..2] {
+        assert_eq!(r.provider, "plain");
+        assert_eq!(r.status, Some(200));
+        assert!(r.stream && r.finished && !r.truncated);
+        assert_eq!((r.token_frames, r.tokens), (5, 5));
+        let handed = r.first_token_handed_us.unwrap();
+        assert!((20_000..40_000).contains(&handed), "{handed}");
+        // Written after handed; the last token planned 4 ITLs after the first (timers never
+        // fire early).
+        assert!(r.server_ttft_us.unwrap() >= handed);
+        assert!(r.server_e2e_us.unwrap() >= 24_000);
+    }
+    assert_eq!((rows[2].token_frames, rows[2].tokens), (3, 3));
+    // The per-request report works for generated ids too.
+    let one = raw_request(addr, "GET", "/_truth/unlabeled-2", &[], "").await;
+    assert_eq!(one.status, 200);
+    let rep: crate::TruthReport = serde_json::from_slice(&one.body()).unwrap();
+    assert_eq!(rep.frames.len(), 5);
+    assert_eq!(rep.server_ttft_us, rows[1].server_ttft_us);
+}
+
+#[tokio::test]
 async fn ground_truth_marks_truncated_streams() {
     let cfg = SimConfig {
         profiles: vec![ProviderProfile {

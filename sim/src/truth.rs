@@ -3,7 +3,11 @@
 //!
 //! Only requests that carry [`PROBE_ID_HEADER`] (`x-latmesh-probe-id`, sent by
 //! `latmesh_agent::probe::Prober` when `ProbeRequest::probe_id` is set) are recorded, in the
-//! [`TruthLog`] of the [`SimConfig`](crate::SimConfig) (`SimConfig::truth`). All instants are
+//! [`TruthLog`] of the [`SimConfig`](crate::SimConfig) (`SimConfig::truth`), unless the log
+//! was made with [`TruthLog::recording_all`] (`latmesh-sim serve --truth-all`): then every
+//! chat completion is recorded, those without the header under a generated id
+//! `unlabeled-N` (N = 1, 2, … in order of receipt), so clients that know nothing of latmesh
+//! (other benchmark tools) can be checked against the same ground truth. All instants are
 //! `std::time::Instant` (`CLOCK_MONOTONIC` on Linux), the clock the prober stamps with.
 //!
 //! # What is stamped
@@ -48,14 +52,16 @@
 //! # Reading it
 //! * in-process: [`TruthLog::get`] (instants) or [`TruthLog::report`] (µs offsets);
 //! * over HTTP: `GET /_truth/{probe_id}` on the providers' server answers the
-//!   [`TruthReport`] as JSON (404 when unknown or evicted).
+//!   [`TruthReport`] as JSON (404 when unknown or evicted);
+//! * everything kept, without the per-frame detail: [`TruthLog::summaries`], or over HTTP
+//!   `GET /_truth` (one [`TruthSummary`] per line, JSON lines, in order of receipt).
 //!
 //! [`providers_router`]: crate::providers_router
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -210,6 +216,59 @@ impl ProbeTruth {
             end: self.end.as_ref().map(off),
         }
     }
+
+    /// The summary view (no frames), as served in `GET /_truth`.
+    pub fn summary(&self) -> TruthSummary {
+        self.summary_at(Clocks::now())
+    }
+
+    fn summary_at(&self, now: Clocks) -> TruthSummary {
+        let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        TruthSummary {
+            probe_id: self.probe_id.clone(),
+            provider: self.provider.clone(),
+            received_unix_us: now.unix_us_of(self.received),
+            status: self.status,
+            stream: self.stream,
+            finished: self.end.is_some(),
+            truncated: self.truncated,
+            queue_wait_us: us(self.queue_wait),
+            server_ttft_us: self.ttft().map(us),
+            first_token_handed_us: self
+                .frames
+                .first()
+                .map(|f| us(self.since_received(f.stamp.handed))),
+            server_e2e_us: self.e2e().map(us),
+            token_frames: self.frames.len() as u64 + self.frames_dropped,
+            tokens: self.frames.iter().map(|f| u64::from(f.tokens)).sum(),
+        }
+    }
+}
+
+/// One reading of the monotonic and the wall clock, to date monotonic instants.
+#[derive(Clone, Copy)]
+struct Clocks {
+    mono: Instant,
+    unix_us: u64,
+}
+
+impl Clocks {
+    fn now() -> Self {
+        let unix_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+        Clocks {
+            mono: Instant::now(),
+            unix_us,
+        }
+    }
+
+    /// The wall-clock µs of `at` (an instant before the reading).
+    fn unix_us_of(&self, at: Instant) -> u64 {
+        let ago = self.mono.saturating_duration_since(at).as_micros();
+        self.unix_us
+            .saturating_sub(u64::try_from(ago).unwrap_or(u64::MAX))
+    }
 }
 
 /// µs offsets of one stamp from `received` (floored).
@@ -271,6 +330,41 @@ pub struct TruthReport {
     pub frames_dropped: u64,
     /// The last frame of the body.
     pub end: Option<FrameOffsets>,
+}
+
+/// One kept request without its frames: a line of `GET /_truth` ([`TruthLog::summaries`]).
+/// Durations in µs (floored) from the moment the request was received.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TruthSummary {
+    /// The probe id (`unlabeled-N` for a request without one, see [`TruthLog::recording_all`]).
+    pub probe_id: String,
+    /// The provider path segment.
+    pub provider: String,
+    /// When the request was received, UTC µs since the Unix epoch (the monotonic `received`
+    /// converted with one reading of both clocks when the summary was made).
+    pub received_unix_us: u64,
+    /// Response status (`null` while the handler is still waiting).
+    pub status: Option<u16>,
+    /// Event-stream body.
+    pub stream: bool,
+    /// The last frame went out.
+    pub finished: bool,
+    /// Cut by the truncation fault.
+    pub truncated: bool,
+    /// Time spent waiting for a serving slot (part of the durations below).
+    pub queue_wait_us: u64,
+    /// First token frame − receipt, `written` when tracked, else `handed` (as
+    /// [`TruthReport::server_ttft_us`]).
+    pub server_ttft_us: Option<u64>,
+    /// First token frame handed to hyper − receipt: the earliest instant any client could
+    /// read the first token.
+    pub first_token_handed_us: Option<u64>,
+    /// Last frame − receipt.
+    pub server_e2e_us: Option<u64>,
+    /// Token frames sent (kept and dropped).
+    pub token_frames: u64,
+    /// Tokens in the kept frames.
+    pub tokens: u64,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -337,8 +431,15 @@ struct LogState {
 
 struct LogInner {
     capacity: usize,
+    /// Also record requests without a probe id (see [`TruthLog::recording_all`]).
+    record_unlabeled: bool,
+    /// Last `unlabeled-N` handed out.
+    unlabeled: AtomicU64,
     state: Mutex<LogState>,
 }
+
+/// Prefix of the ids given to requests without a probe id by [`TruthLog::recording_all`].
+pub const UNLABELED_PREFIX: &str = "unlabeled-";
 
 /// The bounded ground-truth log (see the [module documentation](self)). Cheap to clone:
 /// clones share one log. Keep a clone of `SimConfig::truth` before serving to read it.
@@ -358,6 +459,7 @@ impl fmt::Debug for TruthLog {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TruthLog")
             .field("capacity", &self.inner.capacity)
+            .field("record_unlabeled", &self.inner.record_unlabeled)
             .field("len", &self.len())
             .finish()
     }
@@ -366,9 +468,23 @@ impl fmt::Debug for TruthLog {
 impl TruthLog {
     /// A log keeping the last `capacity` probe ids (0: record nothing).
     pub fn new(capacity: usize) -> Self {
+        TruthLog::with_unlabeled(capacity, false)
+    }
+
+    /// A log keeping the last `capacity` requests that also records every request without a
+    /// probe id, under the id `unlabeled-N` (N = 1, 2, … in order of receipt): for clients
+    /// that do not send [`PROBE_ID_HEADER`] (`latmesh-sim serve --truth-all`). Read them all
+    /// with [`summaries`](Self::summaries) (`GET /_truth`).
+    pub fn recording_all(capacity: usize) -> Self {
+        TruthLog::with_unlabeled(capacity, true)
+    }
+
+    fn with_unlabeled(capacity: usize, record_unlabeled: bool) -> Self {
         TruthLog {
             inner: Arc::new(LogInner {
                 capacity,
+                record_unlabeled,
+                unlabeled: AtomicU64::new(0),
                 state: Mutex::new(LogState {
                     map: HashMap::new(),
                     order: VecDeque::new(),
@@ -402,6 +518,41 @@ impl TruthLog {
     /// [`get`](Self::get) as µs offsets ([`ProbeTruth::report`]).
     pub fn report(&self, probe_id: &str) -> Option<TruthReport> {
         self.get(probe_id).map(|t| t.report())
+    }
+
+    /// Requests without a probe id are recorded too ([`recording_all`](Self::recording_all)).
+    pub fn records_unlabeled(&self) -> bool {
+        self.inner.record_unlabeled
+    }
+
+    /// Every kept request in order of receipt (of its recording's start), without frames.
+    pub fn summaries(&self) -> Vec<TruthSummary> {
+        let mut entries: Vec<(u64, Arc<Entry>)> = lock(&self.inner.state)
+            .map
+            .values()
+            .map(|(seq, e)| (*seq, e.clone()))
+            .collect();
+        entries.sort_unstable_by_key(|(seq, _)| *seq);
+        let now = Clocks::now();
+        entries
+            .into_iter()
+            .map(|(_, e)| e.snapshot().summary_at(now))
+            .collect()
+    }
+
+    /// Start recording a request that carries no probe id, under the next `unlabeled-N`;
+    /// `None` unless the log [records unlabeled requests](Self::recording_all).
+    pub(crate) fn start_unlabeled(
+        &self,
+        provider: &str,
+        received: Instant,
+        conn: Option<Arc<ConnWrites>>,
+    ) -> Option<Recorder> {
+        if !self.inner.record_unlabeled || self.inner.capacity == 0 {
+            return None;
+        }
+        let n = self.inner.unlabeled.fetch_add(1, Ordering::Relaxed) + 1;
+        self.start(&format!("{UNLABELED_PREFIX}{n}"), provider, received, conn)
     }
 
     /// Start recording `probe_id`, received at `received`. `conn` is the connection's write
@@ -733,5 +884,74 @@ mod tests {
         assert_eq!(t.status, Some(429));
         assert!(!t.stream && t.end.is_some() && t.ttft().is_none());
         assert!(!t.write_tracked && t.end.unwrap().written.is_none());
+    }
+    #[test]
+    fn recording_all_names_unlabeled_requests_and_summarises_them() {
+        // A plain log ignores unlabeled requests.
+        let t = Instant::now();
+        assert!(TruthLog::new(10).start_unlabeled("p", t, None).is_none());
+        assert!(!TruthLog::new(10).records_unlabeled());
+
+        let log = TruthLog::recording_all(10);
+        assert!(log.records_unlabeled());
+        // Received 5 ms ago: the first frame, handed now, is at least 5,000 µs after it.
+        let received = t.checked_sub(Duration::from_millis(5)).unwrap();
+        let a = log.start_unlabeled("prov", received, None).unwrap();
+        let labeled = log.start("probe-7", "prov", t, None).unwrap();
+        let b = log.start_unlabeled("other", t, None).unwrap();
+        a.streaming();
+        a.responded(200);
+        a.tokens(TokenKind::Reasoning, 2);
+        a.tokens(TokenKind::Content, 1);
+        a.tokens(TokenKind::Content, 3);
+        a.end(false);
+        labeled.responded(429);
+        b.streaming();
+        b.responded(200);
+
+        let all = log.summaries();
+        let ids: Vec<&str> = all.iter().map(|s| s.probe_id.as_str()).collect();
+        assert_eq!(ids, ["unlabeled-1", "probe-7", "unlabeled-2"]);
+        let s = &all[0];
+        assert_eq!(s.provider, "prov");
+        assert_eq!(s.status, Some(200));
+        assert!(s.stream && s.finished && !s.truncated);
+        assert_eq!((s.token_frames, s.tokens), (3, 6));
+        let first = s.first_token_handed_us.unwrap();
+        assert!(first >= 5_000, "{first}");
+        assert!(first < 5_000 + 1_000_000, "{first}");
+        // No written stamps without a connection tracker: server TTFT is the handed stamp.
+        assert_eq!(s.server_ttft_us, Some(first));
+        assert!(s.server_e2e_us.unwrap() >= first);
+        assert_eq!(s.queue_wait_us, 0);
+        // Dated on the wall clock: 5 ms before the labeled request, within the clocks' skew.
+        let gap = all[1].received_unix_us as i64 - s.received_unix_us as i64;
+        assert!((4_000..6_000).contains(&gap), "{gap}");
+        let wall_now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros() as u64;
+        assert!(s.received_unix_us < wall_now && wall_now - s.received_unix_us < 60_000_000);
+        let mut again = log.get("unlabeled-1").unwrap().summary();
+        assert!(again.received_unix_us.abs_diff(s.received_unix_us) < 1_000);
+        again.received_unix_us = s.received_unix_us;
+        assert_eq!(*s, again);
+        // The throttled labeled request: no token, ended when answered.
+        assert_eq!(all[1].status, Some(429));
+        assert_eq!((all[1].token_frames, all[1].tokens), (0, 0));
+        assert!(all[1].finished && all[1].server_ttft_us.is_none());
+        // Still streaming: not finished, no frame yet.
+        assert!(!all[2].finished && all[2].first_token_handed_us.is_none());
+        let json = serde_json::to_string(s).unwrap();
+        let back: TruthSummary = serde_json::from_str(&json).unwrap();
+        assert_eq!(&back, s);
+        // Capacity still bounds what is kept; the numbering goes on.
+        for _ in 0..20 {
+            log.start_unlabeled("prov", t, None).unwrap();
+        }
+        let all = log.summaries();
+        assert_eq!(all.len(), 10);
+        assert_eq!(all[0].probe_id, "unlabeled-13");
+        assert_eq!(all[9].probe_id, "unlabeled-22");
     }
 }
