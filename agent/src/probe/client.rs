@@ -217,7 +217,7 @@ impl Prober {
             Err(f) => return head.failed(f, &scrub, 0, None),
         };
         // The read that completed the response head.
-        let ttfb_at = conn.read_at(t_send, Instant::now());
+        let ttfb_at = conn.read_at(t_send);
         head.ttfb_at = Some(ttfb_at);
         let (parts, mut body) = resp.into_parts();
         let status = parts.status.as_u16();
@@ -315,7 +315,7 @@ impl Prober {
                 Some(Some(Ok(frame))) => {
                     // Stamped before any parsing: the socket read that brought the frame
                     // (never before the previous frame's stamp).
-                    let at = conn.read_at(last_read, Instant::now());
+                    let at = conn.read_at(last_read);
                     // Anything but data (trailers) carries nothing to measure.
                     let Ok(bytes) = frame.into_data() else {
                         continue;

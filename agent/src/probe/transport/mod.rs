@@ -198,10 +198,10 @@ impl Conn {
         self.reused
     }
 
-    /// When bytes that reached the probe at `now` were read from the socket
-    /// ([`stamp::ReadStamp::read_at`]).
-    pub fn read_at(&self, not_before: Instant, now: Instant) -> Instant {
-        self.stamp.read_at(not_before, now)
+    /// When bytes that just reached the probe were read from the socket, not before
+    /// `not_before` ([`stamp::ReadStamp::read_at`]); now when nothing was read yet.
+    pub fn read_at(&self, not_before: Instant) -> Instant {
+        self.stamp.read_at(not_before).unwrap_or_else(Instant::now)
     }
 
     /// Sends `req`. When it fails before the request was written, the error gives it back

@@ -46,12 +46,12 @@ impl ReadStamp {
         }
     }
 
-    /// When bytes that reached the probe at `now` were read: [`ReadStamp::last`] kept within
-    /// [`not_before`, `now`] (`now` itself before any read). `not_before` is the probe's
-    /// previous stamp (or its send instant), so stamps never go backwards.
-    pub fn read_at(&self, not_before: Instant, now: Instant) -> Instant {
-        self.last()
-            .map_or(now, |at| at.clamp(not_before.min(now), now))
+    /// When bytes that just reached the probe were read: [`ReadStamp::last`], but not before
+    /// `not_before` (the probe's previous stamp, or its send instant: stamps never go
+    /// backwards); `None` before any read (the caller then stamps now). No later than now:
+    /// the read happened before its bytes reached the probe, on the same monotonic clock.
+    pub fn read_at(&self, not_before: Instant) -> Option<Instant> {
+        self.last().map(|at| at.max(not_before))
     }
 }
 
@@ -144,24 +144,12 @@ mod tests {
         assert_eq!(io.read(&mut buf).await.unwrap(), 0);
         assert_eq!(stamp.last(), Some(first));
 
-        // The probe's view: the read's instant, within [not_before, now].
-        let later = first + Duration::from_millis(5);
+        // The probe's view: the read's instant, not before `not_before`.
+        assert_eq!(stamp.read_at(first - Duration::from_millis(1)), Some(first));
         assert_eq!(
-            stamp.read_at(first - Duration::from_millis(1), later),
-            first
+            stamp.read_at(first + Duration::from_millis(2)),
+            Some(first + Duration::from_millis(2))
         );
-        assert_eq!(
-            stamp.read_at(first + Duration::from_millis(2), later),
-            first + Duration::from_millis(2)
-        );
-        assert_eq!(
-            stamp.read_at(
-                first - Duration::from_millis(9),
-                first - Duration::from_millis(3)
-            ),
-            first - Duration::from_millis(3)
-        );
-        let none = ReadStamp::default();
-        assert_eq!(none.read_at(first, later), later);
+        assert_eq!(ReadStamp::default().read_at(first), None);
     }
 }
