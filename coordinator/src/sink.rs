@@ -216,7 +216,6 @@ async fn read_ahead(
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(MAX_BACKOFF);
         }
-        last_read = entries.last().map(|e| e.id).or(last_read);
         let labels: Vec<_> = entries
             .iter()
             .map(|e| windows.labeller(&e.batch.campaign_id, &e.region))
@@ -226,19 +225,26 @@ async fn read_ahead(
             (entries, decoded)
         })
         .await;
-        let (entries, decoded) = match decoded {
-            Ok(d) => d,
-            Err(e) => {
-                // Not expected (decoding does not panic on bad data); read the round again.
-                tracing::error!(error = %e, "decoding a spool round failed");
-                last_read = None;
-                continue;
+        let round = match decoded {
+            Ok((entries, decoded)) => {
+                last_read = entries.last().map(|e| e.id).or(last_read);
+                Round {
+                    events,
+                    entries,
+                    decoded,
+                }
             }
-        };
-        let round = Round {
-            events,
-            entries,
-            decoded,
+            Err(e) => {
+                // Not expected (decoding returns errors for bad data, it does not panic): the
+                // events still go to the writer, the entries are read again after a pause.
+                tracing::error!(error = %e, "decoding a spool round failed");
+                tokio::time::sleep(MAX_BACKOFF).await;
+                Round {
+                    events,
+                    entries: Vec::new(),
+                    decoded: Vec::new(),
+                }
+            }
         };
         if tx.send(round).await.is_err() {
             return;
