@@ -201,7 +201,7 @@ impl Config {
                 "--bench" => {} // passed by `cargo bench`
                 "-h" | "--help" => {
                     println!(
-                        "sink_throughput [--write]\n\n--write  update the \"Sink throughput (ClickHouse)\" section of BENCHMARKS.md\n\nenv: LATMESH_CLICKHOUSE_URL, LATMESH_BENCH_SIZES (records, default 100000,1000000),\n     LATMESH_BENCH_PROFILE_CHUNKS (batches per round, default 64,256),\n     LATMESH_BENCH_TIMEOUT_S (default 1800), LATMESH_BENCH_DIR (spool dir parent),\n     LATMESH_BENCH_KEEP_DB=1"
+                        "sink_throughput [--write]\n\n--write  update the \"Sink throughput (ClickHouse)\" section of BENCHMARKS.md\n\nenv: LATMESH_CLICKHOUSE_URL, LATMESH_BENCH_MIXES (patrol,busy), LATMESH_BENCH_SIZES (records, default 100000,1000000),\n     LATMESH_BENCH_PROFILE_CHUNKS (batches per round of the stage profile; off by default, e.g. 64,256),\n     LATMESH_BENCH_TIMEOUT_S (default 1800), LATMESH_BENCH_DIR (spool dir parent),\n     LATMESH_BENCH_KEEP_DB=1"
                     );
                     std::process::exit(0);
                 }

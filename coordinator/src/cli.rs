@@ -71,7 +71,7 @@ enum Command {
         /// Write the JSON summary here (default: .latmesh/demo-summary.json).
         #[arg(long)]
         json: Option<PathBuf>,
-        /// Rounds to run (default: the embedded campaign's 20).
+        /// Rounds to run (default: the embedded campaign's 12).
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
         rounds: Option<u32>,
         /// Also store the results in this ClickHouse (HTTP URL), through a spool in

@@ -15,7 +15,10 @@
 //! While ClickHouse is unreachable the task retries with backoff (up to 10 s) and the spool
 //! grows, bounded by its size cap (the coordinator then withholds acks and agents keep their
 //! batches). A batch the server rejects as bad data is logged and skipped: retrying cannot
-//! help, and it must not block everything behind it. Campaign and agent rows
+//! help, and it must not block everything behind it. A refusal that is the tables' fault (a
+//! missing column, table or database: `StoreError::is_schema_mismatch`) is not the batch's:
+//! the rows stay in the spool and the sink retries, logging an error, until the schema is
+//! fixed (`latmesh db migrate`). Campaign and agent rows
 //! ([`StoreEvent`]s) are written the same way, with retries.
 //!
 //! # Time windows
@@ -276,6 +279,18 @@ async fn write_round(
         };
         match result {
             Ok(()) => break,
+            Err(e) if e.is_schema_mismatch() => {
+                tracing::error!(
+                    error = %e,
+                    db = %target.db,
+                    pending_entries = spool.pending_entries(),
+                    pending_bytes = spool.pending_bytes(),
+                    retry_in_ms = backoff.as_millis() as u64,
+                    "ClickHouse's tables do not match the rows (run `latmesh db migrate`, or fix a table changed by hand): results stay in the spool"
+                );
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
             Err(e) => {
                 tracing::warn!(
                     error = %e,
@@ -371,7 +386,7 @@ async fn write_events(
         };
         match result {
             Ok(()) => metrics.rows_inserted(table, rows),
-            Err(e) if e.is_retryable() => return Err(e),
+            Err(e) if e.is_retryable() || e.is_schema_mismatch() => return Err(e),
             Err(e) => {
                 tracing::error!(error = %e, "ClickHouse rejected a campaign/agent row; skipped")
             }
@@ -557,7 +572,8 @@ async fn write_entries(
             count_rows(metrics, &outcomes);
             Ok(())
         }
-        Err(e) if e.is_retryable() => Err(e),
+        // The tables' fault, not the rows': keep the rows (retried until the schema is fixed).
+        Err(e) if e.is_retryable() || e.is_schema_mismatch() => Err(e),
         Err(_) => {
             for (d, one) in decoded.iter().zip(&prepared) {
                 match store::insert::insert_prepared(
@@ -569,7 +585,7 @@ async fn write_entries(
                 .await
                 {
                     Ok(outcomes) => count_rows(metrics, &outcomes),
-                    Err(e) if e.is_retryable() => return Err(e),
+                    Err(e) if e.is_retryable() || e.is_schema_mismatch() => return Err(e),
                     Err(e) => skip(&entries[d.entry], &e.to_string()),
                 }
             }

@@ -1393,15 +1393,51 @@ async fn sql_sweep_equals_the_in_memory_sweep() {
     latmesh_tests::drop_db(&client, &db).await;
 }
 
+/// Appends batch `seq` of agent `agent-1` (us-east) in `campaign` to `spool`: `histograms` and
+/// `records` copies of [`full_record`].
+fn append_batch(
+    spool: &latmesh_coordinator::spool::Spool,
+    campaign: &str,
+    seq: u64,
+    histograms: Vec<latmesh_proto::pb::IntervalHistogram>,
+    records: usize,
+) {
+    let mut rec = full_record();
+    rec.round = seq as u32;
+    let batch = latmesh_proto::pb::ResultBatch {
+        campaign_id: campaign.into(),
+        seq,
+        histograms,
+        records: vec![latmesh_proto::pb::ProbeRecord::from(&rec); records],
+        clock_offset_us: 0,
+    };
+    spool.append("agent-1", "us-east", &batch).unwrap();
+}
+
+/// The coordinator's sink draining `spool` into `db`.
+fn start_sink(
+    spool: &std::sync::Arc<latmesh_coordinator::spool::Spool>,
+    client: &clickhouse::Client,
+    db: &str,
+) -> tokio::task::JoinHandle<()> {
+    use latmesh_coordinator::sink::{self, SinkTarget};
+    let target = SinkTarget {
+        client: client.clone(),
+        db: db.to_string(),
+    };
+    tokio::spawn(sink::run(
+        spool.clone(),
+        latmesh_coordinator::state::State::with_store_events(),
+        target,
+    ))
+}
+
 /// The sink reads rounds ahead of its inserts: over several rounds (more batches than one
 /// round holds) every batch is stored once and in order, the spool is committed to the end,
 /// and a batch that cannot be decoded is skipped without holding up the ones behind it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sink_drains_several_rounds_once_each_and_skips_an_undecodable_batch() {
-    use latmesh_coordinator::sink::{self, SinkTarget};
     use latmesh_coordinator::spool::{Spool, SpoolConfig};
-    use latmesh_coordinator::state::State;
-    use latmesh_proto::pb;
 
     const BATCHES: u64 = 600; // the sink reads at most 256 per round
     const BAD_SEQ: u64 = 300;
@@ -1424,22 +1460,9 @@ async fn the_sink_drains_several_rounds_once_each_and_skips_an_undecodable_batch
         if seq == BAD_SEQ {
             hist.metric = "no-such-metric".into();
         }
-        let mut rec = full_record();
-        rec.round = seq as u32;
-        let batch = pb::ResultBatch {
-            campaign_id: campaign.into(),
-            seq,
-            histograms: vec![hist],
-            records: vec![pb::ProbeRecord::from(&rec), pb::ProbeRecord::from(&rec)],
-            clock_offset_us: 0,
-        };
-        spool.append("agent-1", "us-east", &batch).unwrap();
+        append_batch(&spool, campaign, seq, vec![hist], 2);
     }
-    let target = SinkTarget {
-        client: client.clone(),
-        db: db.clone(),
-    };
-    let task = tokio::spawn(sink::run(spool.clone(), State::with_store_events(), target));
+    let task = start_sink(&spool, &client, &db);
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while spool.committed_id() < BATCHES {
         assert!(
@@ -1460,5 +1483,53 @@ async fn the_sink_drains_several_rounds_once_each_and_skips_an_undecodable_batch
     assert_eq!(c.agents.len(), 1);
     assert_eq!(c.agents[0].missing_seqs, vec![BAD_SEQ]);
     assert_eq!(spool.pending_entries(), 0);
+    latmesh_tests::drop_db(&client, &db).await;
+}
+
+/// A table missing a column the rows need is the schema's fault, not the batches': the sink
+/// keeps them in the spool (nothing committed, nothing skipped) until the column is back, then
+/// stores every one once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sink_keeps_batches_while_a_table_lacks_a_column() {
+    use latmesh_coordinator::spool::{Spool, SpoolConfig};
+
+    const BATCHES: u64 = 3;
+    let (client, db) = migrated("sink_schema").await;
+    let alter = |sql: String| {
+        let client = client.clone();
+        async move { client.query(&sql).execute().await.unwrap() }
+    };
+    alter(format!("ALTER TABLE {db}.requests DROP COLUMN failover")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let spool = std::sync::Arc::new(Spool::open(SpoolConfig::new(dir.path(), 1 << 30)).unwrap());
+    let campaign = "sink-schema";
+    for seq in 1..=BATCHES {
+        append_batch(&spool, campaign, seq, vec![], 1);
+    }
+    let task = start_sink(&spool, &client, &db);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        spool.committed_id(),
+        0,
+        "batches refused by the schema were committed"
+    );
+    assert_eq!(spool.pending_entries(), BATCHES);
+    alter(format!(
+        "ALTER TABLE {db}.requests ADD COLUMN failover UInt8 DEFAULT 0"
+    ))
+    .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while spool.committed_id() < BATCHES {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sink did not store the batches once the column was back"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    task.abort();
+    let c = store::counts(&client, &db, campaign).await.unwrap();
+    assert_eq!(c.request_rows, BATCHES);
+    assert_eq!(c.duplicate_request_rows, 0);
+    assert!(c.agents[0].missing_seqs.is_empty());
     latmesh_tests::drop_db(&client, &db).await;
 }

@@ -239,7 +239,7 @@ impl Prober {
                 );
             }
             let (result, complete) =
-                error_response(&mut body, head, &scrub, ttfb_at, dl.total, dl.idle).await;
+                error_response(&mut body, &conn, head, &scrub, ttfb_at, dl.total, dl.idle).await;
             if complete {
                 drop(body);
                 self.transport.release(conn).await;
@@ -407,6 +407,7 @@ impl Prober {
 /// says whether the body was read to its end (then the connection can be reused).
 async fn error_response(
     body: &mut Incoming,
+    conn: &Conn,
     head: Head,
     scrub: &Scrubber<'_>,
     ttfb_at: Instant,
@@ -422,8 +423,8 @@ async fn error_response(
         let deadline = earliest(&[idle.map(|d| (last_read + d, Outcome::TimeoutIdle)), total]);
         match within(deadline.map(|d| d.0), body.frame()).await {
             Some(Some(Ok(frame))) => {
-                // Stamped before any parsing.
-                let at = Instant::now();
+                // Stamped before any parsing, at the socket read (as the 2xx path).
+                let at = conn.read_at(last_read);
                 let Ok(b) = frame.into_data() else {
                     continue;
                 };

@@ -143,7 +143,8 @@ impl InsertOutcome {
     }
 }
 
-/// Inserts `rows` into `db.table` in one `INSERT` (RowBinary, LZ4). Nothing is sent for no rows.
+/// Inserts `rows` into `db.table` in one `INSERT` (RowBinary; LZ4 unless the client says
+/// otherwise, see [`super::client`]). Nothing is sent for no rows.
 ///
 /// # Errors
 /// [`StoreError::InvalidName`] for a bad `db` or `table`; the server's or connection's error
@@ -520,10 +521,13 @@ async fn insert_prepared_inner(
             }
         });
     }
-    tokio::try_join!(
+    // Both run to their end even when one fails: an INSERT dropped half-way could still be
+    // committed by the server after the retry's presence query, and be written twice.
+    let (requests, histograms) = tokio::join!(
         insert_rows(client, db, "requests", &req_out),
         insert_row_refs(client, db, "histograms", &hist_out),
-    )?;
+    );
+    requests.and(histograms)?;
     if let Some(m) = marks {
         for (pair, seq) in new_bounds {
             let e = m.marks.entry(pair).or_insert(0);

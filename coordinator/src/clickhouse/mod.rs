@@ -125,7 +125,26 @@ const NON_RETRYABLE_CODES: &[u32] = &[
     516, // AUTHENTICATION_FAILED
 ];
 
+/// Exception codes that say the tables do not have the shape the rows need (a missing column,
+/// table or database), whatever the rows hold.
+const SCHEMA_CODES: &[u32] = &[
+    8,  // THERE_IS_NO_COLUMN
+    10, // NOT_FOUND_COLUMN_IN_BLOCK
+    16, // NO_SUCH_COLUMN_IN_TABLE
+    20, // NUMBER_OF_COLUMNS_DOESNT_MATCH
+    47, // UNKNOWN_IDENTIFIER
+    60, // UNKNOWN_TABLE
+    81, // UNKNOWN_DATABASE
+];
+
 impl StoreError {
+    /// Whether the server refused because its tables lack what latmesh's rows need (a column,
+    /// a table, the database): the schema is behind or was changed by hand, not the data bad.
+    /// Writers must keep such rows (`latmesh db migrate`, or fixing the table, lets them in).
+    pub fn is_schema_mismatch(&self) -> bool {
+        self.code().is_some_and(|c| SCHEMA_CODES.contains(&c))
+    }
+
     /// Whether the same request may succeed later (server down or overloaded, timeouts).
     /// `false` for data or schema the server refused, invalid names and histogram codec
     /// failures: retrying those cannot help.
@@ -300,6 +319,14 @@ mod tests {
             assert!(!e.is_retryable(), "{e}");
             assert!(matches!(e, StoreError::Rejected { code: Some(_), .. }));
         }
+        let schema = StoreError::from_server_message(
+            "Code: 16, e.displayText() = DB::Exception: No such column failover in table latmesh.requests",
+        );
+        assert!(
+            schema.is_schema_mismatch() && !schema.is_retryable(),
+            "{schema}"
+        );
+        assert!(!StoreError::from_server_message(old).is_schema_mismatch());
         let busy = StoreError::from_server_message("Code: 252. DB::Exception: Too many parts");
         assert!(busy.is_retryable());
         assert_eq!(busy.code(), Some(252));
