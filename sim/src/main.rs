@@ -83,6 +83,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             truth_capacity,
             truth_all,
         } => {
+            anyhow::ensure!(
+                !(truth_all && truth_capacity == 0),
+                "--truth-all records nothing with --truth-capacity 0: give it room (default {})",
+                latmesh_sim::truth::DEFAULT_TRUTH_CAPACITY
+            );
             let profiles = match profiles {
                 Some(path) => {
                     let raw = std::fs::read(&path)

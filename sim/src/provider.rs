@@ -170,7 +170,10 @@ async fn truth_report(State(st): State<Arc<SimState>>, Path(id): Path<String>) -
         Some(r) => axum::Json(r).into_response(),
         None => openai_error(
             StatusCode::NOT_FOUND,
-            &format!("no ground truth for probe id {id:?} (never seen, or evicted)"),
+            &format!(
+                "no ground truth for probe id {:?} (never seen, or evicted)",
+                id.chars().take(100).collect::<String>()
+            ),
             "invalid_request_error",
             "not_found",
         ),
