@@ -141,56 +141,11 @@ impl Knobs {
 // ---------------------------------------------------------------------------------------
 // Process setup: open-file limit, pinning, the simulator.
 
-/// Raises the soft open-file limit to the hard one (1,000 streams need 1,000+ sockets on
-/// each side). Returns (soft, hard) after the change.
-#[cfg(target_os = "linux")]
-fn raise_nofile() -> Option<(u64, u64)> {
-    #[repr(C)]
-    struct RLimit {
-        cur: u64,
-        max: u64,
-    }
-    unsafe extern "C" {
-        fn getrlimit(resource: i32, rlim: *mut RLimit) -> i32;
-        fn setrlimit(resource: i32, rlim: *const RLimit) -> i32;
-    }
-    const RLIMIT_NOFILE: i32 = 7;
-    let mut r = RLimit { cur: 0, max: 0 };
-    // SAFETY: plain libc calls with a valid, properly laid out struct.
-    unsafe {
-        if getrlimit(RLIMIT_NOFILE, &mut r) != 0 {
-            return None;
-        }
-        if r.cur < r.max {
-            let want = RLimit {
-                cur: r.max,
-                max: r.max,
-            };
-            if setrlimit(RLIMIT_NOFILE, &want) == 0 {
-                r.cur = r.max;
-            }
-        }
-    }
-    Some((r.cur, r.max))
-}
-
-#[cfg(not(target_os = "linux"))]
-fn raise_nofile() -> Option<(u64, u64)> {
-    None
-}
-
-fn have_taskset() -> bool {
-    Command::new("taskset")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-fn nproc() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
+// The open-file limit, `taskset` and the CPU count: the load bench's helpers.
+#[path = "load/sys.rs"]
+#[allow(dead_code)]
+mod sys;
+use sys::{have_taskset, nproc, raise_nofile};
 
 fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
