@@ -226,3 +226,65 @@ async fn client_timings_are_consistent_with_the_server_writes() {
         check(&id, &r, &t, p.tokens_per_chunk_max == 1);
     }
 }
+
+/// A busy client does not add to what it measures. The prober runs on one thread, and that
+/// thread is blocked (as by a long poll of some other task) from before the first token frame
+/// arrives until long after; the frame waits in the socket. TTFT is still the frame's arrival
+/// (the kernel's receive time, on Linux), not the moment the thread got back to it: within
+/// 5 ms of the server's hand-over, while the thread was stuck for 60 ms after it.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_blocked_client_thread_does_not_delay_the_stamps() {
+    // The simulator on its own runtime and thread: blocking the client must not block it.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let profile = ProviderProfile {
+        output_tokens_min: 3,
+        output_tokens_max: 3,
+        ..ProviderProfile::fixed("slow", 30_000, 150_000)
+    };
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async move {
+            tx.send(start(vec![profile]).await).unwrap();
+            std::future::pending::<()>().await;
+        });
+    });
+    let (base, truth) = rx.recv().unwrap();
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let prober = Prober::new(Some("us-east")).unwrap();
+        // Warm the connection pool: the measured probe's request then goes out at once.
+        let warm = probe(&prober, &base, "slow", "warm").await;
+        assert_eq!(warm.record.outcome(), Outcome::Ok);
+
+        let blocked = Duration::from_millis(60);
+        let blocker = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let from = Instant::now();
+            std::thread::sleep(blocked); // the runtime's only thread
+            from
+        });
+        let r = probe(&prober, &base, "slow", "blocked").await;
+        let block_from = blocker.await.unwrap();
+        let t = truth.get("blocked").expect("recorded");
+        check("blocked", &r, &t, true);
+
+        let first = &t.frames[0];
+        assert!(
+            block_from < first.stamp.handed && first.stamp.handed < block_from + blocked,
+            "the first frame must arrive while the thread is blocked"
+        );
+        let read = r.token_read_at[0];
+        assert!(
+            read < first.stamp.handed + Duration::from_millis(5),
+            "first token stamped {:?} after the server handed it over (the thread was \
+             blocked until {:?} after)",
+            read - first.stamp.handed,
+            (block_from + blocked).saturating_duration_since(first.stamp.handed)
+        );
+    });
+}

@@ -313,8 +313,8 @@ impl Prober {
             };
             match next {
                 Some(Some(Ok(frame))) => {
-                    // Stamped before any parsing: the socket read that brought the frame
-                    // (never before the previous frame's stamp).
+                    // Stamped before any parsing: when the socket read that brought the
+                    // frame got its bytes (never before the previous frame's stamp).
                     let at = conn.read_at(last_read);
                     // Anything but data (trailers) carries nothing to measure.
                     let Ok(bytes) = frame.into_data() else {

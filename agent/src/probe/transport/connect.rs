@@ -9,7 +9,11 @@ use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
-use super::stamp::{ReadStamp, StampedIo};
+#[cfg(target_os = "linux")]
+use super::rx_stamp::RxStampedTcp;
+use super::stamp::ReadStamp;
+#[cfg(not(target_os = "linux"))]
+use super::stamp::StampedIo;
 use super::{Conn, Origin, Phases, ReqBody, Scheme};
 
 /// `e` with its causes, each once.
@@ -64,18 +68,31 @@ async fn tcp(addrs: &[SocketAddr]) -> Result<TcpStream, String> {
     })
 }
 
-/// HTTP/1 handshake over `io` (no I/O happens) and the task that drives the connection.
-async fn handshake<T>(io: T, origin: &Origin) -> Result<Conn, String>
+/// The connection's socket, stamping `stamp` on every read that returns bytes: with the
+/// kernel's receive time on Linux ([`RxStampedTcp`]), with the read's instant elsewhere.
+#[cfg(target_os = "linux")]
+fn stamped(tcp: TcpStream, stamp: ReadStamp) -> Result<RxStampedTcp, String> {
+    RxStampedTcp::new(tcp, stamp).map_err(|e| format!("tcp error: {}", error_chain(&e)))
+}
+
+/// The connection's socket, stamping `stamp` with each read's instant.
+#[cfg(not(target_os = "linux"))]
+fn stamped(tcp: TcpStream, stamp: ReadStamp) -> Result<StampedIo<TcpStream>, String> {
+    Ok(StampedIo::new(tcp, stamp))
+}
+
+/// HTTP/1 handshake over `io` (no I/O happens) and the task that drives the connection;
+/// `stamp` is the one `io`'s socket stamps.
+async fn handshake<T>(io: T, origin: &Origin, stamp: ReadStamp) -> Result<Conn, String>
 where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     // A fixed 8 KiB read buffer: hyper's default grows up to ~400 KiB when reads come faster
     // than the client consumes them, which at thousands of streams costs more memory than
     // it saves syscalls (SSE frames are small).
-    let stamp = ReadStamp::default();
     let (sender, conn) = http1::Builder::new()
         .read_buf_exact_size(Some(8 << 10))
-        .handshake::<_, ReqBody>(TokioIo::new(StampedIo::new(io, stamp.clone())))
+        .handshake::<_, ReqBody>(TokioIo::new(io))
         .await
         .map_err(|e| format!("http handshake error: {}", error_chain(&e)))?;
     let task = tokio::spawn(async move {
@@ -103,8 +120,10 @@ pub async fn connect(
     let t = Instant::now();
     let stream = tcp(&addrs).await?;
     phases.connect = Some(t.elapsed());
+    let stamp = ReadStamp::default();
+    let stream = stamped(stream, stamp.clone())?;
     match origin.scheme {
-        Scheme::Http => handshake(stream, origin).await,
+        Scheme::Http => handshake(stream, origin, stamp).await,
         Scheme::Https => {
             let name = ServerName::try_from(origin.host.clone())
                 .map_err(|e| format!("tls error: invalid server name: {e}"))?;
@@ -122,7 +141,7 @@ pub async fn connect(
                     String::from_utf8_lossy(p)
                 ));
             }
-            handshake(stream, origin).await
+            handshake(stream, origin, stamp).await
         }
     }
 }

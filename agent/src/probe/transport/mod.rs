@@ -3,7 +3,8 @@
 //! the TLS handshake took.
 //!
 //! * [`connect`]: DNS with `tokio::net::lookup_host` (skipped for IP literals), TCP with
-//!   `TcpStream::connect` over the resolved addresses in order (`TCP_NODELAY` set), TLS with
+//!   `TcpStream::connect` over the resolved addresses in order (`TCP_NODELAY` set; on Linux
+//!   the socket then reads with the kernel's receive timestamps, [`rx_stamp`]), TLS with
 //!   rustls (ring provider, webpki roots plus any extra roots the [`Prober`](super::Prober)
 //!   was given, SNI from the host, ALPN `http/1.1` only), then hyper's HTTP/1 handshake
 //!   (no I/O) with the connection driven by a spawned task;
@@ -23,6 +24,8 @@
 
 pub mod connect;
 pub mod pool;
+#[cfg(target_os = "linux")]
+pub mod rx_stamp;
 pub mod stamp;
 
 #[cfg(test)]
@@ -172,7 +175,7 @@ pub struct Conn {
     task: tokio::task::AbortHandle,
     origin: Origin,
     reused: bool,
-    /// When the connection last read bytes from its socket.
+    /// When the bytes of the socket's latest read arrived.
     stamp: stamp::ReadStamp,
 }
 
@@ -198,8 +201,9 @@ impl Conn {
         self.reused
     }
 
-    /// When bytes that just reached the probe were read from the socket, not before
-    /// `not_before` ([`stamp::ReadStamp::read_at`]); now when nothing was read yet.
+    /// When bytes that just reached the probe arrived at the socket (the kernel's receive
+    /// time on Linux, else the read's instant), not before `not_before`
+    /// ([`stamp::ReadStamp::read_at`]); now when nothing was read yet.
     pub fn read_at(&self, not_before: Instant) -> Instant {
         self.stamp.read_at(not_before).unwrap_or_else(Instant::now)
     }

@@ -1,12 +1,14 @@
-//! Read stamps at the socket: when a connection last read bytes.
+//! Read stamps: when the bytes of a connection's latest read arrived.
 //!
-//! The probe measures a frame at the moment its bytes were read from the connection, not when
-//! the probe's task gets to look at it. Between the two, hyper's connection task hands the
-//! frame over a channel to the probe's task, and on a busy runtime the probe's task waits
-//! behind every other task woken by the same burst of socket events (at 1,000 streams, a
-//! burst of frames arriving on one timer tick of the server). [`StampedIo`] wraps the
-//! connection's I/O and stamps every read that returned bytes; the probe reads the stamp
-//! when a frame reaches it ([`ReadStamp::last`]).
+//! The probe measures a frame at the moment its bytes arrived, not when the probe's task gets
+//! to look at it. Between the two, hyper's connection task hands the frame over a channel to
+//! the probe's task, and on a busy runtime the probe's task waits behind every other task
+//! woken by the same burst of socket events (at 1,000 streams, a burst of frames arriving on
+//! one timer tick of the server). The connection's socket stamps a shared [`ReadStamp`] on
+//! every read that returns bytes, and the probe reads the stamp when a frame reaches it
+//! ([`ReadStamp::read_at`]). On Linux the socket stamps the kernel's receive time of the
+//! read's bytes ([`RxStampedTcp`](super::rx_stamp::RxStampedTcp)), so even the wait before
+//! the read is left out; elsewhere [`StampedIo`] stamps the read's own instant.
 //!
 //! Why the stamp belongs to the frame: the frame's bytes came in some read `R`, and the stamp
 //! is the connection's latest read `L`, so `R ≤ L ≤ now`. An HTTP/1 connection reads the
@@ -27,18 +29,29 @@ fn epoch() -> Instant {
     *EPOCH.get_or_init(Instant::now)
 }
 
-/// The instant of a connection's latest read that returned bytes; clones share it.
-#[derive(Clone, Debug, Default)]
+/// When the bytes of a connection's latest read that returned bytes arrived (or when that
+/// read ran, where the kernel gives no receive time); clones share it.
+#[derive(Clone, Debug)]
 pub struct ReadStamp(Arc<AtomicU64>);
 
+impl Default for ReadStamp {
+    /// No stamp yet. Fixes the process's reference instant, if it was not: every stamp of
+    /// this one (bytes that arrived after it was made) can be told from it.
+    fn default() -> Self {
+        epoch();
+        ReadStamp(Arc::new(AtomicU64::new(0)))
+    }
+}
+
 impl ReadStamp {
-    /// Stamps now.
-    fn mark(&self) {
-        let ns = u64::try_from(epoch().elapsed().as_nanos()).unwrap_or(u64::MAX - 1);
+    /// Stamps `at` (an instant before the process's first stamp counts as that one).
+    pub fn mark_at(&self, at: Instant) {
+        let ns = at.saturating_duration_since(epoch()).as_nanos();
+        let ns = u64::try_from(ns).unwrap_or(u64::MAX - 1);
         self.0.store(ns + 1, Ordering::Release);
     }
 
-    /// When the connection last read bytes; `None` before its first read.
+    /// When the bytes of the connection's latest read arrived; `None` before its first read.
     pub fn last(&self) -> Option<Instant> {
         match self.0.load(Ordering::Acquire) {
             0 => None,
@@ -46,7 +59,7 @@ impl ReadStamp {
         }
     }
 
-    /// When bytes that just reached the probe were read: [`ReadStamp::last`], but not before
+    /// When bytes that just reached the probe arrived: [`ReadStamp::last`], but not before
     /// `not_before` (the probe's previous stamp, or its send instant: stamps never go
     /// backwards); `None` before any read (the caller then stamps now). No later than now:
     /// the read happened before its bytes reached the probe, on the same monotonic clock.
@@ -55,17 +68,20 @@ impl ReadStamp {
     }
 }
 
-/// I/O that stamps its [`ReadStamp`] on every read that returned bytes; writes pass through.
+/// I/O that stamps its [`ReadStamp`] with the instant of every read that returned bytes;
+/// writes pass through. The probe's sockets use it where the kernel gives no receive times
+/// (not Linux; there [`RxStampedTcp`](super::rx_stamp::RxStampedTcp)).
 #[derive(Debug)]
+#[cfg_attr(target_os = "linux", allow(dead_code))]
 pub struct StampedIo<T> {
     io: T,
     stamp: ReadStamp,
 }
 
+#[cfg_attr(target_os = "linux", allow(dead_code))]
 impl<T> StampedIo<T> {
     /// `io`, stamping `stamp`.
     pub fn new(io: T, stamp: ReadStamp) -> Self {
-        epoch(); // fixed before the first stamp
         StampedIo { io, stamp }
     }
 }
@@ -79,7 +95,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for StampedIo<T> {
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.io).poll_read(cx, buf);
         if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.stamp.mark();
+            self.stamp.mark_at(Instant::now());
         }
         polled
     }
