@@ -10,5 +10,6 @@ pub mod probe;
 pub mod runner;
 pub mod session;
 pub mod spool;
+pub mod timer;
 
 pub use session::{AgentConfig, run};

@@ -22,32 +22,13 @@ use latmesh_core::load::{LoadKind, RateSpec, SweepSpec};
 use latmesh_core::plan::Slot;
 
 use crate::runner::{NotRun, PhaseCtx, SlotRef};
+use crate::timer::precise_sleep_until;
 
-/// Sleeps until `at`; `false` when the campaign was cancelled first.
+/// Sleeps until `at` ([`precise_sleep_until`]); `false` when the campaign was cancelled first.
 async fn sleep_until(ctx: &PhaseCtx, at: Instant) -> bool {
     tokio::select! {
         _ = precise_sleep_until(at) => true,
         _ = ctx.env.cancel.cancelled() => false,
-    }
-}
-
-/// How long before a scheduled instant [`precise_sleep_until`] stops sleeping on tokio's
-/// timer (which fires on whole milliseconds, up to 1 ms late) and yields until the instant.
-pub const SPIN_WINDOW: Duration = Duration::from_micros(1_200);
-
-/// Returns at `at`, within microseconds rather than tokio's millisecond timer granularity: it
-/// sleeps on tokio's timer until [`SPIN_WINDOW`] before, then yields to the runtime until the
-/// instant (other tasks keep running; the thread stays runnable, so a busy machine does not
-/// park it past the instant). This keeps sends, and the synchronized start, of agents on
-/// different machines within a fraction of a millisecond of the shared schedule.
-pub async fn precise_sleep_until(at: Instant) {
-    if let Some(early) = at.checked_sub(SPIN_WINDOW)
-        && early > Instant::now()
-    {
-        tokio::time::sleep_until(early.into()).await;
-    }
-    while Instant::now() < at {
-        tokio::task::yield_now().await;
     }
 }
 

@@ -280,7 +280,7 @@ pub async fn run_campaign(
         cfg.metrics.clone(),
     ));
     let started_coord_unix_us = tokio::select! {
-        _ = load::precise_sleep_until(start) => now_unix_us() + estimate.offset_us,
+        _ = crate::timer::precise_sleep_until(start) => now_unix_us() + estimate.offset_us,
         _ = cancel.cancelled() => 0,
     };
     let ctx = PhaseCtx {
