@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Peers side by side (issue 9): the same streaming workloads driven by latmesh, GuideLLM and
 # AIPerf against the same simulator, each tool's client CPU per million streamed tokens and its
-# TTFT error against the simulator's ground truth. Not part of the test run.
+# TTFT error against the simulator's ground truth, next to the machine's floor: a raw client
+# that only streams and stamps every frame (agent/benches/peers_floor.rs). Not part of the
+# test run.
 #
-#   scripts/bench-peers.sh [--write] [--only latmesh|guidellm|aiperf[,…]]
+#   scripts/bench-peers.sh [--write] [--only latmesh|floor|guidellm|aiperf[,…]]
 #
 #   --write   also write the table into BENCHMARKS.md (between the peers markers, in the
 #             section "Peers side by side (GuideLLM, AIPerf)")
@@ -15,7 +17,9 @@
 #     installed in the background while step 2 builds; and an offline byte-level BPE tokenizer
 #     (scripts/lib/peers/make_tokenizer.py: deterministic, fixed seed), since neither peer runs
 #     without a Hugging Face tokenizer and the hub is not reachable.
-#  2. Builds the release binaries (latmesh, latmesh-agent, latmesh-sim).
+#  2. Builds the release binaries (latmesh, latmesh-agent, latmesh-sim) and, for the floor,
+#     the bench binary `cargo bench -p latmesh-agent --bench peers_floor --no-run` (copied to
+#     the result folder as peers_floor, so every row runs the same build).
 #  3. For every workload (LATMESH_PEERS_WORKLOADS, default "c64 c1000:5000 r40 r200": cN = closed
 #     loop at concurrency N, rN = open loop at N requests/s, constant arrivals; each
 #     LATMESH_PEERS_REQUESTS = 2000 requests, or R with a suffix :R) and every tool: a fresh `latmesh-sim serve
@@ -25,7 +29,11 @@
 #     summed over the tree), then the simulator's `GET /_truth` (every request's server-side
 #     TTFT and tokens). latmesh runs as a user runs it: `latmesh serve`, one `latmesh-agent
 #     --exit-after 1` and `latmesh campaign launch` of a sweep (closed loop) or rate (open loop)
-#     campaign, all on core 0. Each row holds the lock ${LATMESH_BENCH_LOCK:-/tmp/latmesh-bench.lock}
+#     campaign, all on core 0. The floor runs as one process (current-thread tokio, the
+#     accuracy bench's raw client: hand-written HTTP/1.1 with keep-alive, one read per
+#     wake-up, token frames found by their marker bytes, no SSE/JSON parsing), closed loop
+#     with --concurrency N, open loop with --rate N (an arrival every 1/N s from a start
+#     instant, each its own task). Each row holds the lock ${LATMESH_BENCH_LOCK:-/tmp/latmesh-bench.lock}
 #     (flock) so it never overlaps another benchmark on this machine.
 #  4. Prints the markdown table (scripts/lib/peers/report.py), and with --write puts it in
 #     BENCHMARKS.md.
@@ -68,10 +76,10 @@ while [ $# -gt 0 ]; do
     shift
 done
 TOOLS=()
-for t in latmesh guidellm aiperf; do
+for t in latmesh floor guidellm aiperf; do
     if [ -z "$ONLY" ] || [[ ",$ONLY," == *",$t,"* ]]; then TOOLS+=("$t"); fi
 done
-[ ${#TOOLS[@]} -gt 0 ] || { echo "--only: none of latmesh, guidellm, aiperf" >&2; exit 2; }
+[ ${#TOOLS[@]} -gt 0 ] || { echo "--only: none of latmesh, floor, guidellm, aiperf" >&2; exit 2; }
 wants() { [[ " ${TOOLS[*]} " == *" $1 "* ]]; }
 for w in $WORKLOADS; do
     [[ "$w" =~ ^[cr][1-9][0-9]*(:[1-9][0-9]*)?$ ]] || { echo "LATMESH_PEERS_WORKLOADS: bad workload $w (cN or rN, optionally :REQUESTS)" >&2; exit 2; }
@@ -117,6 +125,23 @@ wants aiperf && install_peer aiperf 'aiperf==0.13.*'
 
 log "building release binaries"
 (cd "$ROOT" && cargo build --release -q -p latmesh-sim -p latmesh-coordinator -p latmesh-agent)
+# The floor: a bench binary (its path has a hash in it); copied so every row runs this build.
+FLOOR_BIN=$OUT/peers_floor
+if wants floor; then
+    log "building the floor (cargo bench -p latmesh-agent --bench peers_floor --no-run)"
+    floor_built=$(cd "$ROOT" && cargo bench -q -p latmesh-agent --bench peers_floor --no-run \
+        --message-format=json-render-diagnostics |
+        "$PY" -c 'import json, sys
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-artifact" and m.get("target", {}).get("name") == "peers_floor" and m.get("executable"):
+        print(m["executable"])')
+    [ -x "$floor_built" ] || { log "the floor's bench binary was not built"; exit 1; }
+    cp "$floor_built" "$FLOOR_BIN"
+fi
 # What was built (the tree may move on during the run).
 GIT_REV="$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null)$(cd "$ROOT" && git diff --quiet HEAD 2>/dev/null || echo '+changes')"
 
@@ -245,6 +270,20 @@ run_aiperf() { # run-dir workload
     [ $rc -eq 124 ] && fail="timed out after ${TIMEOUT_S} s"
     [ -s "$run/artifacts/profile_export.jsonl" ] || fail="${fail:-exit $rc, no profile_export.jsonl}: $(grep -m1 -E 'Error|error' "$run/tool.log" | cut -c1-160)"
     run_json "$run" aiperf "$w" "$rc" "$fail" "taskset -c 0 $(q "${cmd[@]}")"
+}
+
+run_floor() { # run-dir workload
+    local run=$1 w=$2 load
+    if [ "${w:0:1}" = c ]; then load=(--concurrency "${w:1}"); else load=(--rate "${w:1}"); fi
+    local cmd=("$FLOOR_BIN" --url "http://$SIM_ADDR/$PROVIDER/v1" --model "$MODEL"
+        --prompt-file "$OUT/prompts.jsonl" --max-tokens "$TOKENS" --requests "$REQ" "${load[@]}"
+        --json "$run/floor.json")
+    local rc=0
+    measure "$run/rusage.json" "${cmd[@]}" >"$run/tool.log" 2>&1 || rc=$?
+    local fail=""
+    [ $rc -eq 124 ] && fail="timed out after ${TIMEOUT_S} s"
+    [ -s "$run/floor.json" ] || fail="${fail:-exit $rc, no floor.json}: $(tail -n1 "$run/tool.log" | cut -c1-160)"
+    run_json "$run" floor "$w" "$rc" "$fail" "taskset -c 0 $(q "${cmd[@]}")"
 }
 
 latmesh_campaign() { # workload → campaign TOML on stdout

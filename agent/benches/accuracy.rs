@@ -45,7 +45,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use latmesh_agent::probe::{ProbeRequest, ProbeResult, Prober, request};
+use latmesh_agent::probe::{ProbeRequest, ProbeResult, Prober};
 use latmesh_core::plan::Timeouts;
 use latmesh_core::prompts::Message;
 use latmesh_core::record::Outcome;
@@ -479,26 +479,6 @@ fn probe_request<'a>(
     }
 }
 
-/// The raw client's request: the prober's body and headers (`host` and `user-agent` as the
-/// prober sets them, `content-length` as hyper adds it), written out by hand.
-fn raw_request(addr: &str, req: &ProbeRequest<'_>) -> Vec<u8> {
-    let body = request::body(req);
-    let mut head = format!(
-        "POST /{PROVIDER}/v1/chat/completions HTTP/1.1\r\nhost: {addr}\r\nuser-agent: latmesh/{}\r\n",
-        env!("CARGO_PKG_VERSION")
-    );
-    for (name, value) in &request::headers(req) {
-        head.push_str(name.as_str());
-        head.push_str(": ");
-        head.push_str(value.to_str().unwrap_or_default());
-        head.push_str("\r\n");
-    }
-    head.push_str(&format!("content-length: {}\r\n\r\n", body.len()));
-    let mut out = head.into_bytes();
-    out.extend_from_slice(&body);
-    out
-}
-
 async fn one(client: &Client, base: &str, addr: &str, id: &str, tokens: u32) -> Summary {
     let messages = [Message::new("user", "Say something short.")];
     let req = probe_request(base, id, tokens, &messages);
@@ -506,7 +486,7 @@ async fn one(client: &Client, base: &str, addr: &str, id: &str, tokens: u32) -> 
         Client::Latmesh(prober) => Summary::of_probe(&prober.probe(&req, false).await),
         Client::Raw(raw) => {
             // Built before t_send, as the prober builds its request before its t_send.
-            let bytes = raw_request(addr, &req);
+            let bytes = raw::request_bytes(addr, &format!("/{PROVIDER}/v1/chat/completions"), &req);
             Summary::of_raw(raw.probe(&bytes).await)
         }
     }

@@ -1,7 +1,8 @@
 //! The floor of the accuracy bench: a minimal HTTP/1.1 streaming client that does as little
 //! as a client can and still measure TTFT, so the bench can show what the machine itself
 //! costs (loopback, wake-ups of halted vCPUs, the simulator's timer ticks) next to what
-//! latmesh's probe engine measures.
+//! latmesh's probe engine measures. The peers bench's floor (`benches/peers_floor.rs`) drives
+//! the same client.
 //!
 //! What it does, and nothing more:
 //! * the same request bytes as the prober: the JSON body of `latmesh_agent::probe::request::
@@ -26,6 +27,7 @@
 use std::sync::{LazyLock, Mutex};
 use std::time::Instant;
 
+use latmesh_agent::probe::{ProbeRequest, request};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
@@ -342,6 +344,39 @@ impl RawClient {
             }
         }
     }
+}
+
+/// `req` as the prober sends it, written out by hand: `POST {path}`, the prober's body and
+/// headers, `host: {addr}` and `user-agent` as the prober sets them, `content-length` as hyper
+/// adds it.
+pub fn request_bytes(addr: &str, path: &str, req: &ProbeRequest<'_>) -> Vec<u8> {
+    let body = request::body(req);
+    let mut head = format!(
+        "POST {path} HTTP/1.1\r\nhost: {addr}\r\nuser-agent: latmesh/{}\r\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    for (name, value) in &request::headers(req) {
+        head.push_str(name.as_str());
+        head.push_str(": ");
+        head.push_str(value.to_str().unwrap_or_default());
+        head.push_str("\r\n");
+    }
+    head.push_str(&format!("content-length: {}\r\n\r\n", body.len()));
+    let mut out = head.into_bytes();
+    out.extend_from_slice(&body);
+    out
+}
+
+/// [`request_bytes`] for `{base_url}/chat/completions` of an `http://host:port[/path]` base
+/// URL: the `host:port` to connect to and the request's bytes. (The peers bench's.)
+#[allow(dead_code)]
+pub fn http_request(req: &ProbeRequest<'_>) -> Result<(String, Vec<u8>), String> {
+    let url = request::url(req.base_url);
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("{url}: only http:// URLs"))?;
+    let (addr, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    Ok((addr.to_string(), request_bytes(addr, path, req)))
 }
 
 impl RawResult {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use latmesh_agent::probe::{ProbeOptions, ProbeRequest, Prober, request};
+use latmesh_agent::probe::{ProbeOptions, ProbeRequest, Prober};
 use latmesh_core::plan::Timeouts;
 use latmesh_core::prompts::Message;
 use latmesh_core::record::Outcome;
@@ -151,26 +151,6 @@ fn probe_request<'a>(
     }
 }
 
-/// The floor's request: the prober's body and headers, written out by hand (as the
-/// accuracy bench does).
-fn raw_request(addr: &str, req: &ProbeRequest<'_>) -> Vec<u8> {
-    let body = request::body(req);
-    let mut head = format!(
-        "POST /{PROVIDER}/v1/chat/completions HTTP/1.1\r\nhost: {addr}\r\nuser-agent: latmesh/{}\r\n",
-        env!("CARGO_PKG_VERSION")
-    );
-    for (name, value) in &request::headers(req) {
-        head.push_str(name.as_str());
-        head.push_str(": ");
-        head.push_str(value.to_str().unwrap_or_default());
-        head.push_str("\r\n");
-    }
-    head.push_str(&format!("content-length: {}\r\n\r\n", body.len()));
-    let mut out = head.into_bytes();
-    out.extend_from_slice(&body);
-    out
-}
-
 enum Client {
     Latmesh(Prober),
     Floor(RawClient),
@@ -200,7 +180,8 @@ async fn one(client: &Client, base: &str, addr: &str, i: usize, tokens: u32) -> 
             }
         }
         Client::Floor(raw) => {
-            let bytes = raw_request(addr, &req);
+            let bytes =
+                crate::raw::request_bytes(addr, &format!("/{PROVIDER}/v1/chat/completions"), &req);
             let start = Instant::now();
             let r = raw.probe(&bytes).await;
             let end = Instant::now();

@@ -12,6 +12,7 @@ A run directory holds: run.json (tool, workload, command), truth.ndjson (the sim
   guidellm  rusage.json, benchmarks.json
   aiperf    rusage.json, artifacts/profile_export.jsonl
   latmesh   rusage-agent.json, rusage-coordinator.json, rusage-launch.json, summary.json
+  floor     rusage.json, floor.json (agent/benches/peers_floor.rs: the raw client's summary)
 
 Percentiles here are nearest-rank over the per-request values (latmesh's come from its own
 HDR histograms, 3 significant digits). TTFT error = the tool's TTFT percentile − the
@@ -152,6 +153,21 @@ def tool_aiperf(run):
     }
 
 
+def tool_floor(run):
+    d = load(os.path.join(run, "floor.json"))
+    if not d:
+        return {"error": "no floor.json"}
+    t = d.get("ttft_us") or {}
+    return {
+        "ok": d.get("ok"),
+        "errored": d.get("failed"),
+        "tokens": d.get("token_frames"),
+        "ttft_ms": {p: (t[p] / 1000 if t.get(p) is not None else None) for p in ("p50", "p90", "p99")},
+        "ttft_from": "per request (t_send → the first read holding a token frame)",
+        "first_error": d.get("first_error"),
+    }
+
+
 def tool_latmesh(run):
     s = load(os.path.join(run, "summary.json"))
     if not s:
@@ -195,7 +211,7 @@ def row(run):
         r["cpu_s"] = ru["cpu_s"] if ru else None
         r["peak_rss_mib"] = ru["peak_rss_mib"] if ru else None
         r["procs"] = ru["max_procs"] if ru else None
-        r["out"] = tool_guidellm(run) if tool == "guidellm" else tool_aiperf(run)
+        r["out"] = {"guidellm": tool_guidellm, "aiperf": tool_aiperf, "floor": tool_floor}.get(tool, tool_aiperf)(run)
     if r.get("cpu_s") is not None and srv["tokens"]:
         r["cpu_per_mtok"] = r["cpu_s"] / srv["tokens"] * 1e6
         if r.get("cpu_all_s") is not None:
@@ -211,8 +227,9 @@ def row(run):
 # The table.
 
 WORKLOAD_ORDER = {"c": 0, "r": 1}
-TOOL_ORDER = {"latmesh": 0, "guidellm": 1, "aiperf": 2}
-TOOL_NAME = {"latmesh": "latmesh", "guidellm": "GuideLLM", "aiperf": "AIPerf"}
+TOOL_ORDER = {"latmesh": 0, "floor": 1, "guidellm": 2, "aiperf": 3}
+TOOL_NAME = {"latmesh": "latmesh", "floor": "floor (raw client)", "guidellm": "GuideLLM", "aiperf": "AIPerf"}
+PEERS = ("guidellm", "aiperf")
 
 
 def wl_key(w):
@@ -247,6 +264,7 @@ def table(out_dir):
             rows.append(r)
     rows.sort(key=lambda r: (wl_key(r["workload"]), TOOL_ORDER.get(r["tool"], 9)))
     lm = {r["workload"]: r for r in rows if r["tool"] == "latmesh" and r.get("cpu_per_mtok")}
+    fl = {r["workload"]: r for r in rows if r["tool"] == "floor" and r.get("cpu_per_mtok") and not r.get("failure")}
     L = []
     L.append(BEGIN)
     L.append("")
@@ -268,6 +286,14 @@ def table(out_dir):
         f"prompt and {meta.get('tokens', '?')} output tokens. latmesh = what a user runs: `latmesh serve` + one "
         f"`latmesh-agent` + `latmesh campaign launch` (a `sweep` scenario, one step, `step_requests`, for the closed "
         f"loop; a `rate` scenario, constant arrivals, for the open loop), all three on core 0."
+        + (
+            " floor = the machine's floor, not a tool: `peers_floor` (`agent/benches/peers_floor.rs`), one "
+            "process on core 0 that only streams and stamps every frame (current-thread tokio, `TcpStream`, "
+            "hand-written HTTP/1.1 with keep-alive, one read per wake-up, token frames found by their marker "
+            "bytes: no SSE or JSON parsing, no timeouts, no results but a summary), closed loop with N workers, "
+            "open loop with an arrival every 1/N s, each its own task."
+            if fl else ""
+        )
     )
     L.append("")
     L.append(
@@ -278,7 +304,10 @@ def table(out_dir):
         "the concurrency, or the rate below 90 % of the rate, asked for); **client CPU** = user + system CPU (user + sys in brackets) of the tool's whole process tree "
         "(`getrusage(RUSAGE_CHILDREN)` of a wrapper, worker processes included; latmesh: the agent alone, and "
         "agent + coordinator + launch CLI); **ratio** = the peer's CPU per 1M tokens / latmesh's "
-        "(agent alone; all latmesh processes); **RSS** = the largest sum of the tree's resident sets "
+        "(agent alone; all latmesh processes)"
+        + ("; in the floor's row the other way round: latmesh's CPU per 1M tokens / the floor's (agent alone; "
+           "all latmesh processes), how far latmesh is above the floor" if fl else "")
+        + "; **RSS** = the largest sum of the tree's resident sets "
         "(sampled every 0.2 s), with the number of processes; **TTFT** P50 / P99 as the tool reports it "
         "(its own per-request values; latmesh's HDR percentiles), **server** = the simulator's first token "
         "handed to hyper − request received (P50 / P99), **error** = tool − server, an unpaired difference "
@@ -287,7 +316,8 @@ def table(out_dir):
     L.append("")
     hdr = [
         "workload", "tool", "ok: tool / sim", "tokens", "seconds", "req/s", "in flight: mean / max",
-        "client CPU s (user + sys)", "CPU s per 1M tokens", "ratio to latmesh: agent / all",
+        "client CPU s (user + sys)", "CPU s per 1M tokens",
+        "ratio to latmesh: agent / all" + (" (floor: latmesh / floor)" if fl else ""),
         "peak RSS MiB (procs)", "TTFT P50 / P99 ms", "server P50 / P99 ms", "TTFT error P50 / P99 ms", "load",
     ]
     L.append("| " + " | ".join(hdr) + " |")
@@ -307,6 +337,16 @@ def table(out_dir):
             per = f"**{f1(r.get('cpu_per_mtok'))}** / {f1(r.get('cpu_all_per_mtok'))}"
             ratio = "1 / 1"
             rss = f"{f1(r['peak_rss_mib'])} / {f1(r.get('peak_rss_all_mib'))} ({r.get('procs')})"
+        elif r["tool"] == "floor":
+            cpu = f2(r["cpu_s"]) + split
+            per = f"**{f1(r.get('cpu_per_mtok'))}**"
+            base = lm.get(r["workload"])
+            if base and r.get("cpu_per_mtok"):
+                ratio = (f"latmesh **{base['cpu_per_mtok'] / r['cpu_per_mtok']:.2f}×** / "
+                         f"{base['cpu_all_per_mtok'] / r['cpu_per_mtok']:.2f}× floor")
+            else:
+                ratio = "–"
+            rss = f"{f1(r['peak_rss_mib'])} ({r.get('procs')})"
         else:
             cpu = f2(r["cpu_s"]) + split
             per = f"**{f1(r.get('cpu_per_mtok'))}**"
@@ -338,10 +378,14 @@ def table(out_dir):
             ]) + " |"
         )
     L.append("")
+    if fl:
+        L.extend(against_floor(rows, fl))
     # Per-tool commands, once.
     L.append(
         "Exact commands of the rows (`N`: the row's concurrency or rate; `PORT`, `TOK` (the tokenizer "
-        "directory), `DIR` (the row's folder) and `URL` filled in by the script):"
+        "directory), `DIR` (the row's folder)"
+        + (", `OUT` (the run's result folder: the floor's binary, copied there when built, and the prompt file)" if fl else "")
+        + " and `URL` filled in by the script):"
     )
     L.append("")
     seen = set()
@@ -350,8 +394,9 @@ def table(out_dir):
             c = re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", c)
             c = re.sub(r"/\S*/tokenizer", "TOK", c)
             c = re.sub(r"/\S*/runs/[^/ ]+", "DIR", c)
+            c = re.sub(r"(?<!\S)/\S*/(peers_floor|prompts\.jsonl)(?=\s|$)", r"OUT/\1", c)
             c = c.replace("\\,", ",").replace(ROOT + "/", "").replace(os.path.expanduser("~") + "/", "~/")
-            c = re.sub(r"(streams=|rate=|--concurrency |--request-rate )\d+", r"\1N", c)
+            c = re.sub(r"(streams=|rate=|--concurrency |--request-rate |--rate )\d+", r"\1N", c)
             key = (r["tool"], r["workload"][0], re.sub(r"\d+", "N", c))
             if key in seen:
                 continue
@@ -372,6 +417,38 @@ def table(out_dir):
     return "\n".join(L) + "\n"
 
 
+def against_floor(rows, fl):
+    """The small table under the main one: every tool's CPU per token / the floor's."""
+    tools = [t for t in ("latmesh",) + PEERS if any(r["tool"] == t for r in rows)]
+    if not tools:
+        return []
+    L = [
+        "**Against the floor**: each tool's CPU per 1M tokens / the floor's in the same workload (latmesh: agent "
+        "alone / all three processes). A peer's figure is the most any client that reads every frame as it "
+        "arrives could show against that peer on this machine: where it is under 10× (bold), the target "
+        "(≤ 1/10 of the peer's CPU per token) is out of reach of a frame-by-frame client in that workload.",
+        "",
+        "| workload | floor CPU s per 1M tokens | " + " | ".join(f"{TOOL_NAME[t]} / floor" for t in tools) + " |",
+        "| :--- | ---: | " + " | ".join("---:" for _ in tools) + " |",
+    ]
+    for w in sorted(fl, key=wl_key):
+        f = fl[w]["cpu_per_mtok"]
+        cells = []
+        for t in tools:
+            r = next((r for r in rows if r["workload"] == w and r["tool"] == t and r.get("cpu_per_mtok")
+                      and not r.get("failure")), None)
+            if r is None:
+                cells.append("–")
+            elif t == "latmesh":
+                cells.append(f"{r['cpu_per_mtok'] / f:.2f}× / {r['cpu_all_per_mtok'] / f:.2f}×")
+            else:
+                x = r["cpu_per_mtok"] / f
+                cells.append(f"**{x:.1f}×**" if x < 10 else f"{x:.1f}×")
+        L.append(f"| {wl_label(w)} | {f1(f)} | " + " | ".join(cells) + " |")
+    L.append("")
+    return L
+
+
 def write(bench_md, block):
     text = open(bench_md).read()
     if BEGIN.split(":")[0] in text and END in text:
@@ -387,7 +464,7 @@ def write(bench_md, block):
             "the same simulator, with each tool's client CPU per million streamed tokens and TTFT error "
             "(target: latmesh ≤ 1/10 of either peer's CPU per token). Run: `scripts/bench-peers.sh "
             "--write` (about 20 minutes; it makes the peers' virtual environments on first use, ~7 GB). "
-            "Knobs: `--only latmesh|guidellm|aiperf`, `LATMESH_PEERS_WORKLOADS` (default `c64 c1000 r40 r200`: "
+            "Knobs: `--only latmesh|floor|guidellm|aiperf`, `LATMESH_PEERS_WORKLOADS` (default `c64 c1000 r40 r200`: "
             "`cN` closed loop at concurrency N, `rN` open loop at N requests/s), `LATMESH_PEERS_REQUESTS` "
             "(2000), `LATMESH_PEERS_TTFT_MS`, `LATMESH_PEERS_ITL_US`, `LATMESH_PEERS_TOKENS`, "
             "`LATMESH_PEERS_DIR` (venvs and tokenizer, default `~/.cache/latmesh-peers`).\n\n"
