@@ -13,8 +13,9 @@
 //! only absorbs the wake-up's own delay (a halted vCPU takes 100–300 µs to wake on the
 //! 2-vCPU test VMs). Elsewhere, or when no timer can be made: tokio's timer, with a spin of up
 //! to [`TOKIO_SPIN_WINDOW`]. Spinning costs CPU (every yield is a pass of the scheduler and an
-//! `epoll_wait`): with tokio's timer it was 0.7 ms of spin per wait on average, a third of
-//! the agent's CPU at 40 requests/s; with the kernel timer it is at most [`SPIN_WINDOW`].
+//! `epoll_wait`): with tokio's timer it was 0.2–1.2 ms of spin per wait, a third of the
+//! client's CPU in the load bench's open loop (short answers, up to 2,000 requests/s); with
+//! the kernel timer it is at most [`SPIN_WINDOW`].
 
 use std::time::{Duration, Instant};
 
