@@ -241,6 +241,10 @@ impl Transport {
     /// # Errors
     /// `extra_roots_pem` holds a certificate that cannot be parsed or used as a root.
     pub fn new(extra_roots_pem: &[u8]) -> anyhow::Result<Transport> {
+        // Receive timestamps on before the first connection (the kernel switches them on a
+        // little after asking).
+        #[cfg(target_os = "linux")]
+        rx_stamp::keep_timestamping_on();
         let mut roots = rustls::RootCertStore {
             roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
         };

@@ -17,7 +17,9 @@
 //!   stepped between arrival and read);
 //! * the age is over [`UNCHECKED_AGE`] and TCP reports packets received out of order since
 //!   it was last asked (`tcpi_rcv_ooopack` of `TCP_INFO`, Linux ≥ 5.4; a kernel without it
-//!   counts as out of order). After a loss, the bytes behind the gap arrived before the
+//!   counts as out of order), or the packet arrived before the counter was last seen to
+//!   change (the counter moves when a packet is queued out of order, not when the gap fills:
+//!   a read before the retransmission can see the change, and the read after it not). After a loss, the bytes behind the gap arrived before the
 //!   retransmission that made them readable, and carry the earlier time; the reader could not
 //!   have had them then (head-of-line blocking is part of what a client sees), so the read's
 //!   instant is the honest one. Ages up to [`UNCHECKED_AGE`] (200 µs) are taken without
@@ -61,8 +63,41 @@ const CLOCK_SLACK: Duration = Duration::from_micros(2);
 pub struct RxStampedTcp {
     fd: AsyncFd<std::net::TcpStream>,
     stamp: ReadStamp,
-    /// `tcpi_rcv_ooopack` when last asked; `None` when the kernel does not report it.
-    ooo_seen: Option<u32>,
+    /// What TCP said about reordering when last asked.
+    reordering: Reordering,
+}
+
+/// TCP's count of packets received out of order (`tcpi_rcv_ooopack`), as last asked.
+#[derive(Debug)]
+pub struct Reordering {
+    /// The count; `None` when the kernel does not report it.
+    seen: Option<u32>,
+    /// The wall clock (since the Unix epoch) when the count was last seen to change.
+    since: Duration,
+}
+
+impl Reordering {
+    /// Starting from the count `seen` (when the connection was made).
+    pub fn new(seen: Option<u32>) -> Self {
+        Reordering {
+            seen,
+            since: Duration::ZERO,
+        }
+    }
+
+    /// Whether a packet received at `received` (wall clock) came in order, now that the count
+    /// is `now` (asked at `wall`): the count is known and has not moved since last asked, and
+    /// the packet arrived after the count was last seen to change. (The count moves when a
+    /// packet is queued out of order, not when the gap before it fills: a read before the
+    /// retransmission can see the change, and the read after it not.)
+    pub fn in_order(&mut self, now: Option<u32>, received: Duration, wall: Duration) -> bool {
+        if now != self.seen {
+            self.seen = now;
+            self.since = wall;
+            return false;
+        }
+        now.is_some() && received > self.since
+    }
 }
 
 impl RxStampedTcp {
@@ -73,33 +108,47 @@ impl RxStampedTcp {
     /// The socket cannot be moved to the reactor as an [`AsyncFd`] (what tokio's
     /// registration returns).
     pub fn new(tcp: TcpStream, stamp: ReadStamp) -> io::Result<Self> {
+        keep_timestamping_on();
         let std = tcp.into_std()?; // non-blocking, as it was
         if let Err(e) = set_rx_timestamps(std.as_raw_fd()) {
             tracing::debug!("no kernel receive timestamps (SO_TIMESTAMPNS): {e}");
         }
-        let ooo_seen = rcv_ooopack(std.as_raw_fd());
+        let reordering = Reordering::new(rcv_ooopack(std.as_raw_fd()));
         // SAFETY: a `std::net::TcpStream` owns its descriptor until it is dropped, and its
         // `as_raw_fd` always returns that descriptor.
         let fd = unsafe { AsyncFd::register(std) }.map_err(|e| e.into_parts().1)?;
         Ok(RxStampedTcp {
             fd,
             stamp,
-            ooo_seen,
+            reordering,
         })
     }
 
     /// Stamps a read that returned bytes at `read_at` with `received` (the kernel's time).
     fn stamp_read(&mut self, read_at: Instant, received: Option<Duration>) {
         let fd = self.fd.get_ref().as_raw_fd();
-        let age = received.and_then(|r| age(r, wall_now()));
+        let wall = wall_now();
+        let age = received.and_then(|r| age(r, wall));
         let at = arrival(read_at, age, || {
-            let now = rcv_ooopack(fd);
-            let in_order = now.is_some() && now == self.ooo_seen;
-            self.ooo_seen = now;
-            in_order
+            let r = received.unwrap_or_default();
+            self.reordering.in_order(rcv_ooopack(fd), r, wall)
         });
         self.stamp.mark_at(at);
     }
+}
+
+/// Keeps the kernel's receive timestamping switched on for the rest of the process: one UDP
+/// socket with `SO_TIMESTAMPNS`, made once and never closed. The kernel turns timestamping on
+/// when the first socket asks for it, and off when the last one closes, both on a work queue
+/// a little later: without this, the first packets of a connection made while no other probe
+/// connection was open could arrive before it is on, and get no time.
+pub fn keep_timestamping_on() {
+    static KEEPER: std::sync::OnceLock<Option<std::net::UdpSocket>> = std::sync::OnceLock::new();
+    KEEPER.get_or_init(|| {
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").ok()?;
+        set_rx_timestamps(s.as_raw_fd()).ok()?;
+        Some(s)
+    });
 }
 
 /// The wall clock now, as a duration since the Unix epoch.
@@ -208,7 +257,11 @@ fn recv_stamped(fd: RawFd, buf: &mut [MaybeUninit<u8>]) -> io::Result<(usize, Op
         unsafe {
             let mut c = libc::CMSG_FIRSTHDR(&raw const msg);
             while !c.is_null() {
-                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+                if (*c).cmsg_level == libc::SOL_SOCKET
+                    && (*c).cmsg_type == libc::SCM_TIMESTAMPNS
+                    && (*c).cmsg_len as usize
+                        >= libc::CMSG_LEN(size_of::<libc::timespec>() as u32) as usize
+                {
                     let ts: libc::timespec =
                         std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::timespec>());
                     if let (Ok(s), Ok(ns)) = (u64::try_from(ts.tv_sec), u32::try_from(ts.tv_nsec)) {
@@ -297,7 +350,11 @@ impl AsyncWrite for RxStampedTcp {
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(self.fd.get_ref().shutdown(Shutdown::Write))
+        // As tokio's `TcpStream`: a connection the peer already closed is shut down.
+        Poll::Ready(match self.fd.get_ref().shutdown(Shutdown::Write) {
+            Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(()),
+            r => r,
+        })
     }
 }
 
@@ -348,11 +405,34 @@ mod tests {
         assert_eq!(asked.get(), 2);
     }
 
+    /// A count that moved is out of order, and so is every packet received before the move was
+    /// seen, even when later reads find the count unchanged (the retransmission that filled
+    /// the gap came after the check that saw the change).
+    #[test]
+    fn packets_from_before_a_seen_reordering_are_not_trusted() {
+        let s = |secs: u64| Duration::from_secs(1_700_000_000 + secs);
+        let mut r = Reordering::new(Some(0));
+        assert!(r.in_order(Some(0), s(1), s(2)), "nothing reordered");
+        // A packet queued out of order: the next check sees the count move.
+        assert!(!r.in_order(Some(1), s(3), s(5)));
+        // The gap fills; the bytes behind it carry their early arrival (s(4), before the
+        // check at s(5) that saw the move): not trusted, though the count stayed 1.
+        assert!(!r.in_order(Some(1), s(4), s(6)));
+        // A packet received after that check, the count unchanged: in order.
+        assert!(r.in_order(Some(1), s(7), s(8)));
+        // A kernel without the count: never trusted.
+        let mut none = Reordering::new(None);
+        assert!(!none.in_order(None, s(9), s(10)));
+    }
+
     /// The stamp is when the bytes arrived, not when they were read: the reader sleeps 30 ms
     /// after the server wrote, and the stamp still falls within the write's instant (on
     /// loopback the kernel timestamps the packet as the writer sends it).
     #[tokio::test]
     async fn a_read_is_stamped_when_its_bytes_arrived_not_when_it_ran() {
+        // Timestamping switched on (the kernel does it on a work queue) before any packet.
+        keep_timestamping_on();
+        tokio::time::sleep(Duration::from_millis(20)).await;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let client = TcpStream::connect(addr).await.unwrap();
@@ -361,7 +441,7 @@ mod tests {
         let mut io = RxStampedTcp::new(client, stamp.clone()).unwrap();
         // The reordering check reads the kernel's counter (Linux ≥ 5.4); nothing came out of
         // order on a fresh loopback connection.
-        assert_eq!(io.ooo_seen, Some(0));
+        assert_eq!(io.reordering.seen, Some(0));
 
         io.write_all(b"request").await.unwrap();
         let mut req = [0u8; 7];
