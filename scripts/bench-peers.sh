@@ -47,7 +47,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 LIB=$ROOT/scripts/lib/peers
-BIN=$ROOT/target/release
+BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release
 PEERS_DIR=${LATMESH_PEERS_DIR:-$HOME/.cache/latmesh-peers}
 PY=${LATMESH_PEERS_PYTHON:-python3}
 REQUESTS=${LATMESH_PEERS_REQUESTS:-2000}

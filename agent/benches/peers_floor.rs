@@ -102,14 +102,33 @@ fn args() -> Result<Option<Args>, String> {
             "--concurrency" => concurrency = Some(num::<usize>(&name, &value()?)?),
             "--rate" => rate = Some(num::<f64>(&name, &value()?)?),
             "--json" => json = Some(value()?),
-            "-h" | "--help" => return Err(USAGE.to_string()),
+            "-h" | "--help" => {
+                println!(
+                    "{USAGE}\n\n--max-tokens defaults to 256; see the doc comment of agent/benches/peers_floor.rs"
+                );
+                std::process::exit(0);
+            }
             _ => return Err(format!("unknown argument {a:?}\n{USAGE}")),
         }
     }
-    let Some(url) = url else { return Ok(None) };
+    let given = [&model, &prompt_file, &json].iter().any(|o| o.is_some())
+        || [
+            max_tokens.is_some(),
+            requests.is_some(),
+            concurrency.is_some(),
+            rate.is_some(),
+        ]
+        .contains(&true);
+    let url = match url {
+        Some(u) => u,
+        // `cargo bench` runs every bench binary with only `--bench`: nothing to do then.
+        None if !given => return Ok(None),
+        None => return Err(format!("--url is required\n{USAGE}")),
+    };
     let load = match (concurrency, rate) {
         (Some(c), None) if c > 0 => Load::Concurrency(c),
-        (None, Some(r)) if r > 0.0 && r.is_finite() => Load::Rate(r),
+        // At most one arrival per second every ~68 years: the schedule's instants fit.
+        (None, Some(r)) if r >= 1e-9 && r.is_finite() => Load::Rate(r),
         _ => return Err(format!("one of --concurrency C > 0, --rate R > 0\n{USAGE}")),
     };
     Ok(Some(Args {
@@ -117,7 +136,9 @@ fn args() -> Result<Option<Args>, String> {
         model: model.ok_or("--model is required")?,
         prompt_file: prompt_file.ok_or("--prompt-file is required")?,
         max_tokens: max_tokens.unwrap_or(256),
-        requests: requests.ok_or("--requests is required")?,
+        requests: requests
+            .filter(|&n| n > 0)
+            .ok_or("--requests N > 0 is required")?,
         load,
         json,
     }))

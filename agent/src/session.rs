@@ -336,10 +336,12 @@ async fn session(
         }
         Err(s) => return Err(SessionError::Retry(s.into())),
     };
-    tracing::info!(coordinator = %cfg.coordinator_url, agent = %cfg.agent_id, region = %cfg.region, "connected");
     let _connected = cfg.runner.metrics.connected();
     outbox.resend_all();
 
+    // The coordinator's first message; a server that is not one (an HTTP server answering
+    // 404, say) fails the stream before it, and is retried with a growing backoff.
+    let mut welcomed = false;
     let mut samples: Vec<ClockSample> = Vec::new();
     let mut ping_seq = 0u64;
     let mut pings_due = cfg.clock_pings;
@@ -369,7 +371,10 @@ async fn session(
         tokio::select! {
             m = inbound.message() => match m {
                 Ok(Some(pb::CoordinatorMessage { kind: Some(kind) })) => match kind {
-                    In::Welcome(_) => {}
+                    In::Welcome(_) => {
+                        welcomed = true;
+                        tracing::info!(coordinator = %cfg.coordinator_url, agent = %cfg.agent_id, region = %cfg.region, "connected");
+                    }
                     In::Pong(p) => {
                         samples.push(ClockSample { t1: p.agent_send_unix_us, t2: p.coord_recv_unix_us, t3: p.coord_send_unix_us, t4: now_unix_us() });
                         if samples.len() > 64 {
@@ -397,6 +402,8 @@ async fn session(
                     In::Refused(r) => return Err(SessionError::Fatal(anyhow::anyhow!("coordinator refused this agent: {}", r.reason))),
                 },
                 Ok(Some(_)) => {}
+                Ok(None) if !welcomed => return Err(SessionError::Retry(anyhow::anyhow!("the session ended before the coordinator's welcome (is {} a latmesh coordinator?)", cfg.coordinator_url))),
+                Err(e) if !welcomed => return Err(SessionError::Retry(anyhow::anyhow!("no welcome from the coordinator (is {} a latmesh coordinator?): {e}", cfg.coordinator_url))),
                 Ok(None) => { tracing::warn!("coordinator closed the session"); return Ok(SessionEnd::Lost); }
                 Err(e) => { tracing::warn!(error = %e, "session lost"); return Ok(SessionEnd::Lost); }
             },

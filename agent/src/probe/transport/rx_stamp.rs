@@ -8,7 +8,8 @@
 //! [`ReadStamp`] is that instant on the monotonic clock: the read's instant minus the packet's
 //! age (wall clock now − receive time). So a frame that waited in the socket while the agent
 //! was busy with a thousand other streams is stamped when it arrived, and the agent's own
-//! load stops adding to TTFT and ITL.
+//! load stops adding to TTFT and ITL. (Per read, not per packet: frames that waited in the
+//! socket together share the arrival of the last one.)
 //!
 //! When the kernel's time is not trusted, the read's own instant is used (what the stamp was
 //! before, and never later than the truth by more than the agent's delay in reading):
