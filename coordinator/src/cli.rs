@@ -331,7 +331,7 @@ struct ProbeArgs {
     /// Print JSON (the default; kept for scripts that pass it).
     #[arg(long)]
     json: bool,
-    /// Total timeout, seconds.
+    /// Total timeout, seconds (above 0).
     #[arg(long, default_value_t = 120.0)]
     timeout_s: f64,
 }
@@ -431,15 +431,18 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Campaign(CampaignCmd::Validate { file }) => {
             let plan = campaign::load_file(&file)?;
+            let n = |count: usize, noun: &str| {
+                format!("{count} {noun}{}", if count == 1 { "" } else { "s" })
+            };
             println!(
-                "{}: ok — campaign {:?}, {} regions, {} providers, {} scenarios, {} rounds, {} probes per agent, plan {}",
+                "{}: ok — campaign {:?}, {}, {}, {}, {}, {} per agent, plan {}",
                 file.display(),
                 plan.name,
-                plan.regions.len(),
-                plan.providers.len(),
-                plan.scenarios.len(),
-                plan.rounds.count,
-                plan.probes_per_agent(),
+                n(plan.regions.len(), "region"),
+                n(plan.providers.len(), "provider"),
+                n(plan.scenarios.len(), "scenario"),
+                n(plan.rounds.count as usize, "round"),
+                n(plan.probes_per_agent() as usize, "probe"),
                 &plan.hash()[..12]
             );
             print!(
@@ -1000,6 +1003,11 @@ async fn probe(args: ProbeArgs) -> anyhow::Result<()> {
     };
     let base_url =
         campaign::check_base_url(&args.base_url).map_err(|m| anyhow::anyhow!("--base-url: {m}"))?;
+    anyhow::ensure!(
+        args.timeout_s.is_finite() && args.timeout_s > 0.0,
+        "--timeout-s: must be a number of seconds above 0, got {}",
+        args.timeout_s
+    );
     let prober = latmesh_agent::probe::Prober::new(None)?;
     let messages = [Message::new("user", args.prompt.clone())];
     let timeouts = Timeouts {
