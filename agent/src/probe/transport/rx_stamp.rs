@@ -20,11 +20,12 @@
 //!   it was last asked (`tcpi_rcv_ooopack` of `TCP_INFO`, Linux ≥ 5.4; a kernel without it
 //!   counts as out of order), or the packet arrived before the counter was last seen to
 //!   change (the counter moves when a packet is queued out of order, not when the gap fills:
-//!   a read before the retransmission can see the change, and the read after it not). After a loss, the bytes behind the gap arrived before the
-//!   retransmission that made them readable, and carry the earlier time; the reader could not
-//!   have had them then (head-of-line blocking is part of what a client sees), so the read's
-//!   instant is the honest one. Ages up to [`UNCHECKED_AGE`] (200 µs) are taken without
-//!   asking: that bounds the error of a reordering the check would have caught.
+//!   a read before the retransmission can see the change, and the read after it not). After
+//!   a loss, the bytes behind the gap arrived before the retransmission that made them
+//!   readable, and carry the earlier time; the reader could not have had them then
+//!   (head-of-line blocking is part of what a client sees), so the read's instant is the
+//!   honest one. Ages up to [`UNCHECKED_AGE`] (200 µs) are taken without asking: that bounds
+//!   the error of a reordering the check would have caught.
 //!
 //! Reads and writes go through tokio's reactor ([`AsyncFd`]); like tokio's own `TcpStream`,
 //! a read that returns less than the buffer's room clears the read readiness (edge-triggered
