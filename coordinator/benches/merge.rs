@@ -488,6 +488,21 @@ struct MergeRun {
     secs: f64,
 }
 
+/// Times `merge` (which adds into a fresh aggregate and returns how many histograms it added)
+/// as one row of the merge table.
+fn merge_run(what: &'static str, merge: impl FnOnce(&mut Aggregate) -> usize) -> MergeRun {
+    let mut agg = Aggregate::default();
+    let t0 = Instant::now();
+    let histograms = merge(&mut agg);
+    let secs = t0.elapsed().as_secs_f64();
+    black_box(agg);
+    MergeRun {
+        what,
+        histograms,
+        secs,
+    }
+}
+
 /// Interval histograms into one campaign's aggregate (by region), already decoded or with
 /// the decode.
 fn merges(templates: &[pb::ResultBatch], n_batches: usize) -> Vec<MergeRun> {
@@ -500,84 +515,74 @@ fn merges(templates: &[pb::ResultBatch], n_batches: usize) -> Vec<MergeRun> {
                 .collect()
         })
         .collect();
-    let mut out = Vec::new();
-    let mut agg = Aggregate::default();
-    let mut count = 0;
-    let t0 = Instant::now();
-    for i in 0..n_batches {
-        for (k, h) in &decoded[i % decoded.len()] {
-            agg.add_histogram(region_of(i % AGENTS), k.clone(), h);
-            count += 1;
-        }
-    }
-    out.push(MergeRun {
-        what: "`Aggregate::add_histogram` (decoded histograms)",
-        histograms: count,
-        secs: t0.elapsed().as_secs_f64(),
-    });
-    // As `State::check` then `State::merge` do: a batch's histograms decoded together, then
-    // merged, then dropped.
-    let mut agg = Aggregate::default();
-    let mut count = 0;
-    let t0 = Instant::now();
-    for i in 0..n_batches {
-        let batch: Vec<(HistKey, Histogram<u64>)> = templates[i % templates.len()]
-            .histograms
-            .iter()
-            .map(|h| wire::histogram_from_pb(h).expect("histogram"))
-            .collect();
-        for (k, h) in &batch {
-            agg.add_histogram(region_of(i % AGENTS), k.clone(), h);
-            count += 1;
-        }
-    }
-    out.push(MergeRun {
-        what: "`wire::histogram_from_pb` × 20, then `Aggregate::add_histogram` × 20 (dense)",
-        histograms: count,
-        secs: t0.elapsed().as_secs_f64(),
-    });
-    black_box(agg);
-    // One at a time: decode, merge, drop. Nothing else is allocated in between, so glibc
-    // gives the two freed 188 KB arrays back to the kernel (heap trim) and the next decode
-    // takes page faults to get them again: the allocator's worst case for this path.
-    let mut agg = Aggregate::default();
-    let mut count = 0;
-    let t0 = Instant::now();
-    for i in 0..n_batches {
-        for h in &templates[i % templates.len()].histograms {
-            let (k, h) = wire::histogram_from_pb(h).expect("histogram");
-            agg.add_histogram(region_of(i % AGENTS), k, &h);
-            count += 1;
-        }
-    }
-    out.push(MergeRun {
-        what: "the same (dense) one histogram at a time (decode, add, drop: heap trimmed after each)",
-        histograms: count,
-        secs: t0.elapsed().as_secs_f64(),
-    });
-    black_box(agg);
-    // What `State::check` + `State::merge` do: the non-empty buckets only.
-    let mut agg = Aggregate::default();
-    let mut count = 0;
-    let t0 = Instant::now();
-    for i in 0..n_batches {
-        let batch: Vec<(HistKey, SparseHistogram)> = templates[i % templates.len()]
-            .histograms
-            .iter()
-            .map(|h| wire::sparse_histogram_from_pb(h).expect("histogram"))
-            .collect();
-        for (k, h) in &batch {
-            agg.add_sparse_histogram(region_of(i % AGENTS), k.clone(), h);
-            count += 1;
-        }
-    }
-    out.push(MergeRun {
-        what: "`wire::sparse_histogram_from_pb` × 20, then `Aggregate::add_sparse_histogram` × 20 (sparse: as `State::check` + `State::merge`)",
-        histograms: count,
-        secs: t0.elapsed().as_secs_f64(),
-    });
-    black_box(agg);
-    out
+    let batch = |i: usize| &templates[i % templates.len()].histograms;
+    vec![
+        merge_run("`Aggregate::add_histogram` (decoded histograms)", |agg| {
+            let mut count = 0;
+            for i in 0..n_batches {
+                for (k, h) in &decoded[i % decoded.len()] {
+                    agg.add_histogram(region_of(i % AGENTS), k.clone(), h);
+                    count += 1;
+                }
+            }
+            count
+        }),
+        // As `State::check` then `State::merge` do: a batch's histograms decoded together,
+        // then merged, then dropped.
+        merge_run(
+            "`wire::histogram_from_pb` × 20, then `Aggregate::add_histogram` × 20 (dense)",
+            |agg| {
+                let mut count = 0;
+                for i in 0..n_batches {
+                    let decoded: Vec<(HistKey, Histogram<u64>)> = batch(i)
+                        .iter()
+                        .map(|h| wire::histogram_from_pb(h).expect("histogram"))
+                        .collect();
+                    for (k, h) in &decoded {
+                        agg.add_histogram(region_of(i % AGENTS), k.clone(), h);
+                        count += 1;
+                    }
+                }
+                count
+            },
+        ),
+        // One at a time: decode, merge, drop. Nothing else is allocated in between, so glibc
+        // gives the two freed 188 KB arrays back to the kernel (heap trim) and the next
+        // decode takes page faults to get them again: the allocator's worst case for this
+        // path.
+        merge_run(
+            "the same (dense) one histogram at a time (decode, add, drop: heap trimmed after each)",
+            |agg| {
+                let mut count = 0;
+                for i in 0..n_batches {
+                    for h in batch(i) {
+                        let (k, h) = wire::histogram_from_pb(h).expect("histogram");
+                        agg.add_histogram(region_of(i % AGENTS), k, &h);
+                        count += 1;
+                    }
+                }
+                count
+            },
+        ),
+        // What `State::check` + `State::merge` do: the non-empty buckets only.
+        merge_run(
+            "`wire::sparse_histogram_from_pb` × 20, then `Aggregate::add_sparse_histogram` × 20 (sparse: as `State::check` + `State::merge`)",
+            |agg| {
+                let mut count = 0;
+                for i in 0..n_batches {
+                    let decoded: Vec<(HistKey, SparseHistogram)> = batch(i)
+                        .iter()
+                        .map(|h| wire::sparse_histogram_from_pb(h).expect("histogram"))
+                        .collect();
+                    for (k, h) in &decoded {
+                        agg.add_sparse_histogram(region_of(i % AGENTS), k.clone(), h);
+                        count += 1;
+                    }
+                }
+                count
+            },
+        ),
+    ]
 }
 
 fn loadavg() -> String {
