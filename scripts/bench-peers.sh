@@ -224,6 +224,18 @@ a = sys.argv[2:]
 print(json.dumps({"tool": a[0], "workload": a[1], "requests": int(sys.argv[1]),
                   "exit": int(a[2]) if a[2] else None, "failure": a[3] or None, "commands": a[4:]}))' "$REQ" "$@" >"$run/run.json"
 }
+
+# run.json of a tool's row: failed when it timed out (exit 124) or left no result file (then
+# with the first error line of its log, or its last line).
+row_json() { # run-dir tool workload exit result-file cmd
+    local run=$1 tool=$2 w=$3 rc=$4 result=$5 cmd=$6 fail="" why
+    [ "$rc" -eq 124 ] && fail="timed out after ${TIMEOUT_S} s"
+    if [ ! -s "$result" ]; then
+        why=$(grep -m1 -E 'Error|error' "$run/tool.log" || tail -n1 "$run/tool.log")
+        fail="${fail:-exit $rc, no $(basename "$result")}: $(printf '%s' "$why" | cut -c1-160)"
+    fi
+    run_json "$run" "$tool" "$w" "$rc" "$fail" "$cmd"
+}
 q() { printf '%q ' "$@" | sed 's/ $//'; }
 
 measure() { # rusage-json cmd… : the tool on core 0, its process tree measured, with a timeout
@@ -246,10 +258,7 @@ run_guidellm() { # run-dir workload
         --tokenizer "kind=huggingface_auto,model=$TOK" --disable-console-interactive)
     local rc=0
     (cd "$run" && measure "$run/rusage.json" env HF_HUB_OFFLINE=1 "${cmd[@]}" >"$run/tool.log" 2>&1) || rc=$?
-    local fail=""
-    [ $rc -eq 124 ] && fail="timed out after ${TIMEOUT_S} s"
-    [ -f "$run/benchmarks.json" ] || fail="${fail:-exit $rc, no benchmarks.json}: $(grep -m1 -E 'Error|error' "$run/tool.log" | cut -c1-160)"
-    run_json "$run" guidellm "$w" "$rc" "$fail" "HF_HUB_OFFLINE=1 taskset -c 0 $(q "${cmd[@]}")"
+    row_json "$run" guidellm "$w" "$rc" "$run/benchmarks.json" "HF_HUB_OFFLINE=1 taskset -c 0 $(q "${cmd[@]}")"
 }
 
 run_aiperf() { # run-dir workload
@@ -266,10 +275,7 @@ run_aiperf() { # run-dir workload
     local rc=0
     # AIPerf takes the tokenizer path for a hub repo id when HF_HUB_OFFLINE is set.
     (cd "$run" && measure "$run/rusage.json" env -u HF_HUB_OFFLINE "${cmd[@]}" >"$run/tool.log" 2>&1) || rc=$?
-    local fail=""
-    [ $rc -eq 124 ] && fail="timed out after ${TIMEOUT_S} s"
-    [ -s "$run/artifacts/profile_export.jsonl" ] || fail="${fail:-exit $rc, no profile_export.jsonl}: $(grep -m1 -E 'Error|error' "$run/tool.log" | cut -c1-160)"
-    run_json "$run" aiperf "$w" "$rc" "$fail" "taskset -c 0 $(q "${cmd[@]}")"
+    row_json "$run" aiperf "$w" "$rc" "$run/artifacts/profile_export.jsonl" "taskset -c 0 $(q "${cmd[@]}")"
 }
 
 run_floor() { # run-dir workload
@@ -280,10 +286,7 @@ run_floor() { # run-dir workload
         --json "$run/floor.json")
     local rc=0
     measure "$run/rusage.json" "${cmd[@]}" >"$run/tool.log" 2>&1 || rc=$?
-    local fail=""
-    [ $rc -eq 124 ] && fail="timed out after ${TIMEOUT_S} s"
-    [ -s "$run/floor.json" ] || fail="${fail:-exit $rc, no floor.json}: $(tail -n1 "$run/tool.log" | cut -c1-160)"
-    run_json "$run" floor "$w" "$rc" "$fail" "taskset -c 0 $(q "${cmd[@]}")"
+    row_json "$run" floor "$w" "$rc" "$run/floor.json" "taskset -c 0 $(q "${cmd[@]}")"
 }
 
 latmesh_campaign() { # workload → campaign TOML on stdout
