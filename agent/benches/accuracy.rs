@@ -147,6 +147,12 @@ impl Knobs {
 mod sys;
 use sys::{have_taskset, nproc, raise_nofile};
 
+// Nearest-rank percentiles: the load bench's.
+#[path = "load/stats.rs"]
+#[allow(dead_code)]
+mod stats;
+use stats::pct;
+
 fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -530,15 +536,6 @@ async fn level(
         }
     }
     (kept, frames)
-}
-
-/// Nearest-rank percentile of sorted values.
-fn pct(sorted: &[i64], p: f64) -> i64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 struct Errors {

@@ -45,7 +45,12 @@ use latmesh_core::prompts::Message;
 #[path = "accuracy/raw.rs"]
 #[allow(dead_code)] // the accuracy bench's ITL gaps and reuse flags go unread here
 mod raw;
-use raw::RawClient;
+use raw::{RawClient, RawResult};
+
+// Nearest-rank percentiles: the load bench's.
+#[path = "load/stats.rs"]
+#[allow(dead_code)]
+mod stats;
 
 const USAGE: &str = "peers_floor --url http://HOST:PORT/BASE --model M --prompt-file FILE.jsonl \
 --max-tokens N --requests N (--concurrency C | --rate R) [--json OUT]";
@@ -165,15 +170,7 @@ fn messages(path: &str) -> Result<Vec<Message>, String> {
     Ok(p.messages)
 }
 
-/// What one request left: success, TTFT in µs, token frames, why it failed.
-type Outcome = (bool, Option<u64>, u32, Option<String>);
-
-async fn one(client: &RawClient, request: &[u8]) -> Outcome {
-    let r = client.probe(request).await;
-    (r.ok, r.ttft_us, r.frames, r.error)
-}
-
-async fn run(args: &Args, addr: String, request: Vec<u8>) -> Vec<Outcome> {
+async fn run(args: &Args, addr: String, request: Vec<u8>) -> Vec<RawResult> {
     let client = Arc::new(RawClient::new(&addr));
     let request: Arc<[u8]> = request.into();
     let n = args.requests;
@@ -186,7 +183,7 @@ async fn run(args: &Args, addr: String, request: Vec<u8>) -> Vec<Outcome> {
                 tasks.push(tokio::spawn(async move {
                     let mut out = Vec::new();
                     while next.fetch_add(1, Ordering::Relaxed) < n {
-                        out.push(one(&client, &request).await);
+                        out.push(client.probe(&request).await);
                     }
                     out
                 }));
@@ -202,7 +199,7 @@ async fn run(args: &Args, addr: String, request: Vec<u8>) -> Vec<Outcome> {
                 }
                 let (client, request) = (client.clone(), request.clone());
                 tasks.push(tokio::spawn(
-                    async move { vec![one(&client, &request).await] },
+                    async move { vec![client.probe(&request).await] },
                 ));
             }
         }
@@ -212,15 +209,6 @@ async fn run(args: &Args, addr: String, request: Vec<u8>) -> Vec<Outcome> {
         out.extend(t.await.expect("request task"));
     }
     out
-}
-
-/// Nearest-rank percentile of sorted values.
-fn pct(sorted: &[u64], p: f64) -> Option<u64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let k = ((p / 100.0 * sorted.len() as f64).ceil() as usize).max(1);
-    Some(sorted[k - 1])
 }
 
 fn main() {
@@ -264,19 +252,20 @@ fn main() {
     let outcomes = rt.block_on(run(&args, addr, request));
     let wall_s = t0.elapsed().as_secs_f64();
 
-    let mut ttft: Vec<u64> = outcomes
+    let mut ttft: Vec<i64> = outcomes
         .iter()
-        .filter(|o| o.0)
-        .filter_map(|o| o.1)
+        .filter(|o| o.ok)
+        .filter_map(|o| o.ttft_us.and_then(|t| i64::try_from(t).ok()))
         .collect();
     ttft.sort_unstable();
-    let ok = outcomes.iter().filter(|o| o.0).count();
-    let frames: u64 = outcomes.iter().map(|o| u64::from(o.2)).sum();
-    let first_error = outcomes.iter().find_map(|o| o.3.clone());
+    let pct = |p| (!ttft.is_empty()).then(|| stats::pct(&ttft, p));
+    let ok = outcomes.iter().filter(|o| o.ok).count();
+    let frames: u64 = outcomes.iter().map(|o| u64::from(o.frames)).sum();
+    let first_error = outcomes.iter().find_map(|o| o.error.clone());
     let summary = serde_json::json!({
         "ok": ok,
         "failed": outcomes.len() - ok,
-        "ttft_us": {"p50": pct(&ttft, 50.0), "p90": pct(&ttft, 90.0), "p99": pct(&ttft, 99.0)},
+        "ttft_us": {"p50": pct(50.0), "p90": pct(90.0), "p99": pct(99.0)},
         "token_frames": frames,
         "requests": args.requests,
         "load": match args.load {

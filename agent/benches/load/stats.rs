@@ -47,8 +47,11 @@ impl Pcts {
     }
 }
 
-/// Nearest-rank percentile of a sorted, non-empty slice.
+/// Nearest-rank percentile of a sorted slice (`p` in percent); 0 for an empty one.
 pub fn pct(sorted: &[i64], p: f64) -> i64 {
+    if sorted.is_empty() {
+        return 0;
+    }
     let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
