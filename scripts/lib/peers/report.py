@@ -211,7 +211,7 @@ def row(run):
         r["cpu_s"] = ru["cpu_s"] if ru else None
         r["peak_rss_mib"] = ru["peak_rss_mib"] if ru else None
         r["procs"] = ru["max_procs"] if ru else None
-        r["out"] = {"guidellm": tool_guidellm, "aiperf": tool_aiperf, "floor": tool_floor}.get(tool, tool_aiperf)(run)
+        r["out"] = {"guidellm": tool_guidellm, "aiperf": tool_aiperf, "floor": tool_floor}[tool](run)
     if r.get("cpu_s") is not None and srv["tokens"]:
         r["cpu_per_mtok"] = r["cpu_s"] / srv["tokens"] * 1e6
         if r.get("cpu_all_s") is not None:
