@@ -288,8 +288,6 @@ async fn write_round(
                     retry_in_ms = backoff.as_millis() as u64,
                     "ClickHouse's tables do not match the rows (run `latmesh db migrate`, or fix a table changed by hand): results stay in the spool"
                 );
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(MAX_BACKOFF);
             }
             Err(e) => {
                 tracing::warn!(
@@ -299,10 +297,10 @@ async fn write_round(
                     retry_in_ms = backoff.as_millis() as u64,
                     "ClickHouse unavailable: results stay in the spool"
                 );
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(MAX_BACKOFF);
             }
         }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
     }
     if let Some(id) = round.entries.last().map(|e| e.id) {
         let spool = spool.clone();
