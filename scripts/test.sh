@@ -8,6 +8,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Disk: the test build takes ~2.5 GB (3.5 GB with incremental caches), ClickHouse, Chromium and
+# the llama.cpp build ~2 GB more. Say so up front rather than fail mid-compile.
+target_dir="${CARGO_TARGET_DIR:-target}"
+mkdir -p "$target_dir"
+free_kb=$(df -Pk "$target_dir" | awk 'NR == 2 { print $4 }')
+echo "== disk: $((free_kb / 1024 / 1024)) GB free under $target_dir"
+if [ "$free_kb" -lt $((6 * 1024 * 1024)) ]; then
+	echo "warning: a full test run needs about 6 GB of free disk; the build may fail with 'No space left on device'" >&2
+fi
+
 echo "== building binaries"
 cargo build --workspace --bins --locked
 
