@@ -4,7 +4,11 @@ use clap::Parser;
 
 /// latmesh agent: measures providers from one region for a coordinator.
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(
+    version,
+    about,
+    after_help = "Logs go to stderr; LATMESH_LOG sets their filter (`debug`, `latmesh_agent=debug,info`; default: info)."
+)]
 struct Args {
     /// Coordinator gRPC URL: `https://host:port` for a coordinator serving TLS,
     /// `http://host:port` (or `host:port`) for plaintext on loopback.
@@ -41,6 +45,10 @@ struct Args {
     /// webpki roots).
     #[arg(long, env = "LATMESH_CA_FILE")]
     ca_file: Option<std::path::PathBuf>,
+    /// PEM file with CA certificate(s) to trust for https:// providers, besides the public
+    /// webpki roots: a private CA in front of a self-hosted server.
+    #[arg(long, env = "LATMESH_AGENT_PROVIDER_CA_FILE")]
+    provider_ca_file: Option<std::path::PathBuf>,
     /// Heartbeat period, seconds (0.1 to 3600): each heartbeat carries the probes in flight;
     /// the coordinator marks the agent disconnected after 3 periods without a word.
     #[arg(long, env = "LATMESH_AGENT_HEARTBEAT_S", default_value_t = 5.0,
@@ -92,14 +100,7 @@ fn main() -> std::process::ExitCode {
 }
 
 async fn run(args: Args) -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("LATMESH_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    latmesh_core::logging::init("info");
     let host = std::fs::read_to_string("/etc/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_else(|_| "agent".into());
@@ -117,6 +118,7 @@ async fn run(args: Args) -> std::process::ExitCode {
         max_bytes: args.spool_max_mib.saturating_mul(1 << 20),
     });
     cfg.ca_file = args.ca_file;
+    cfg.provider_ca_file = args.provider_ca_file;
     let token = latmesh_agent::session::Secret::from_file_or_env(
         args.token_file.as_deref(),
         "LATMESH_AGENT_TOKEN",

@@ -52,6 +52,9 @@ pub struct AgentConfig {
     /// PEM file with the CA certificate(s) to trust for an `https://` coordinator (`None`:
     /// the webpki roots).
     pub ca_file: Option<PathBuf>,
+    /// PEM file with CA certificate(s) trusted for `https://` providers besides the public
+    /// webpki roots (a private CA in front of a self-hosted server); `None`: webpki roots.
+    pub provider_ca_file: Option<PathBuf>,
 }
 
 impl AgentConfig {
@@ -68,6 +71,7 @@ impl AgentConfig {
             spool: None,
             token: None,
             ca_file: None,
+            provider_ca_file: None,
         }
     }
 }
@@ -209,7 +213,7 @@ fn msg(kind: Out) -> pb::AgentMessage {
 ///
 /// # Errors
 /// Only for a configuration that cannot work (a refused protocol version, a token the
-/// coordinator does not accept, an unreadable CA file, an HTTP client that cannot be built);
+/// coordinator does not accept, an unreadable CA file or provider CA file, an HTTP client that cannot be built);
 /// network failures (TLS handshakes included) are retried with backoff.
 pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     if let Some(path) = &cfg.ca_file {
@@ -222,7 +226,10 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         std::fs::metadata(path)
             .with_context(|| format!("cannot read the CA file {}", path.display()))?;
     }
-    let prober = Arc::new(Prober::new(Some(&cfg.region))?);
+    let prober = Arc::new(
+        Prober::with_root_certificate_file(Some(&cfg.region), cfg.provider_ca_file.as_deref())
+            .context("--provider-ca-file")?,
+    );
     let outbox = Outbox::open(cfg.spool.as_ref(), &cfg.agent_id)?;
     let (clock_tx, clock_rx) = watch::channel::<Option<ClockEstimate>>(None);
     cfg.runner

@@ -20,7 +20,12 @@ use crate::{demo, watch};
 
 /// latmesh: latency of OpenAI-compatible inference providers, measured from many regions.
 #[derive(Parser, Debug)]
-#[command(name = "latmesh", version, about)]
+#[command(
+    name = "latmesh",
+    version,
+    about,
+    after_help = "Logs go to stderr; LATMESH_LOG sets their filter (`debug`, `latmesh_coordinator=debug,info`; default: info for `serve`, warn otherwise)."
+)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -325,6 +330,10 @@ struct ProbeArgs {
     /// Name of the environment variable holding the API key.
     #[arg(long)]
     api_key_env: Option<String>,
+    /// PEM file with CA certificate(s) to trust for an https:// base URL, besides the public
+    /// webpki roots (a private CA in front of a self-hosted server).
+    #[arg(long)]
+    ca_file: Option<PathBuf>,
     /// Include the generated text in the output.
     #[arg(long)]
     show_text: bool,
@@ -1008,7 +1017,9 @@ async fn probe(args: ProbeArgs) -> anyhow::Result<()> {
         "--timeout-s: must be a number of seconds above 0, got {}",
         args.timeout_s
     );
-    let prober = latmesh_agent::probe::Prober::new(None)?;
+    let prober =
+        latmesh_agent::probe::Prober::with_root_certificate_file(None, args.ca_file.as_deref())
+            .context("--ca-file")?;
     let messages = [Message::new("user", args.prompt.clone())];
     let timeouts = Timeouts {
         total_s: args.timeout_s,

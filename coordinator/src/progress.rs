@@ -806,7 +806,7 @@ mod tests {
         assert_eq!(lines.len(), 2, "{text}");
         let line = lines[0];
         assert!(
-            line.starts_with("progress: 105/120 probes [us-east 53 running (2 in flight)]"),
+            line.starts_with("progress: 105/120 probes [us-east 53 done, running (2 in flight)]"),
             "{line}"
         );
         assert!(

@@ -165,7 +165,8 @@ pub async fn launch_with(
     Ok(reply.into_inner())
 }
 
-/// One agent's state in a progress line: `us-east 12 running (2 in flight, heartbeat 1 s ago)`.
+/// One agent's state in a progress line: its region, the probes it has finished and its state,
+/// `us-east 12 done, running (2 in flight, heartbeat 1.0 s ago)`.
 pub fn describe_agent(a: &pb::AgentProgress, now_unix_us: i64) -> String {
     let status = if a.status.is_empty() {
         if a.done {
@@ -178,7 +179,10 @@ pub fn describe_agent(a: &pb::AgentProgress, now_unix_us: i64) -> String {
     } else {
         a.status.as_str()
     };
-    let mut s = format!("{} {} {status}", a.region, a.probes_done);
+    let mut s = format!("{} {} done", a.region, a.probes_done);
+    if status != "done" {
+        s += &format!(", {status}");
+    }
     if status == "disconnected" && a.disconnected_since_coord_unix_us > 0 {
         s += &format!(
             " since {}",
@@ -268,4 +272,40 @@ pub fn write_json(summary: &Summary, path: &Path) -> anyhow::Result<()> {
     }
     let text = serde_json::to_string_pretty(summary)?;
     std::fs::write(path, text + "\n").with_context(|| format!("cannot write {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn agent(status: &str, connected: bool, done: bool) -> pb::AgentProgress {
+        pb::AgentProgress {
+            region: "us-east".into(),
+            probes_done: 12,
+            status: status.into(),
+            connected,
+            done,
+            in_flight: 2,
+            last_heartbeat_coord_unix_us: 9_000_000,
+            disconnected_since_coord_unix_us: 4_000_000,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_agent_reads_as_probes_done_then_its_state() {
+        let now = 10_000_000;
+        assert_eq!(
+            describe_agent(&agent("running", true, false), now),
+            "us-east 12 done, running (2 in flight, heartbeat 1.0 s ago)"
+        );
+        assert_eq!(
+            describe_agent(&agent("", false, false), now),
+            "us-east 12 done, disconnected since 6.0 s ago"
+        );
+        assert_eq!(
+            describe_agent(&agent("", true, true), now),
+            "us-east 12 done"
+        );
+    }
 }

@@ -11,6 +11,7 @@ pub mod clock;
 pub mod hist;
 pub mod hist_sparse;
 pub mod load;
+pub mod logging;
 pub mod metrics;
 pub mod plan;
 pub mod prompts;

@@ -30,16 +30,7 @@ fn probe(args: &[&str]) -> Value {
 #[test]
 fn probe_prints_every_documented_field() {
     let dir = tempfile::tempdir().unwrap();
-    let mut sim = Command::new(bin("latmesh-sim"));
-    sim.args(["serve", "--listen", "127.0.0.1:0"]);
-    let (_sim, url) = spawn_until_line(
-        "latmesh-sim",
-        sim,
-        "listening on ",
-        Duration::from_secs(20),
-        &dir.path().join("sim.log"),
-    );
-
+    let (_sim, url) = sim(dir.path());
     let base = format!("{url}/reasoner/v1");
     let v = probe(&[
         "--base-url",
@@ -169,4 +160,54 @@ fn probe_names_a_missing_key_variable_without_sending() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("LATMESH_TEST_SURELY_UNSET"));
+}
+
+/// The simulator on loopback, for the tests below: its base URL (`http://…`) and the guard.
+fn sim(dir: &std::path::Path) -> (latmesh_tests::Proc, String) {
+    let mut sim = Command::new(bin("latmesh-sim"));
+    sim.args(["serve", "--listen", "127.0.0.1:0"]);
+    spawn_until_line(
+        "latmesh-sim",
+        sim,
+        "listening on ",
+        Duration::from_secs(20),
+        &dir.join("sim.log"),
+    )
+}
+
+#[test]
+fn probe_over_https_to_a_plain_http_server_is_an_error_with_a_hint_not_a_signal() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_sim, url) = sim(dir.path());
+    let base = format!("{}/fast-lane/v1", url.replace("http://", "https://"));
+    for _ in 0..5 {
+        let out = Command::new(bin("latmesh"))
+            .args(["probe", "--base-url", &base, "--model", "m"])
+            .output()
+            .unwrap();
+        // Killed by SIGPIPE (rustls' alert to the server that hung up) before the fix.
+        assert_eq!(out.status.code(), Some(1), "{}", out.status);
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["outcome"], "connection_error", "{v}");
+        let msg = v["error_message"].as_str().unwrap();
+        assert!(msg.contains("is it plain http? then use http://"), "{msg}");
+    }
+}
+
+#[test]
+fn probe_into_a_closed_pipe_ends_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_sim, url) = sim(dir.path());
+    let mut child = Command::new(bin("latmesh"))
+        .args(["probe", "--base-url", &format!("{url}/fast-lane/v1")])
+        .args(["--model", "m"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take()); // `| head -0`: the reader is gone before the record is printed
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "{}: {stderr}", out.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
 }

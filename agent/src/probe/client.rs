@@ -14,10 +14,14 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt as _;
 use hyper::body::{Body as _, Incoming};
 use latmesh_core::record::Outcome;
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject as _;
 
 use super::chunk::ProviderError;
 use super::measure::{BodyStamps, Flow, Head, Measurement};
-use super::outcome::{BodyEnd, Failure, Scrubber, parse_retry_after, timeout_message};
+use super::outcome::{
+    BodyEnd, Failure, Scrubber, parse_retry_after, timeout_limit_s, timeout_message,
+};
 use super::transport::connect::error_chain;
 use super::transport::{Conn, Phases, ReqBody, Target, Transport};
 use super::{ProbeOptions, ProbeRequest, ProbeResult, request};
@@ -130,6 +134,30 @@ impl Prober {
         })
     }
 
+    /// Like [`Prober::with_root_certificates`], with the extra roots read from the PEM file
+    /// `ca_file` (`None`: the public webpki roots only).
+    ///
+    /// # Errors
+    /// The file cannot be read or holds no usable certificate (the message names the file),
+    /// or `region` is not a valid header value.
+    pub fn with_root_certificate_file(
+        region: Option<&str>,
+        ca_file: Option<&std::path::Path>,
+    ) -> anyhow::Result<Prober> {
+        let Some(path) = ca_file else {
+            return Self::new(region);
+        };
+        let pem = std::fs::read(path)
+            .with_context(|| format!("cannot read the CA file {}", path.display()))?;
+        anyhow::ensure!(
+            CertificateDer::pem_slice_iter(&pem).next().is_some(),
+            "the CA file {} holds no PEM certificate",
+            path.display()
+        );
+        Self::with_root_certificates(region, &pem)
+            .with_context(|| format!("the CA file {}", path.display()))
+    }
+
     /// The request for `req` and where it goes.
     fn build(&self, req: &ProbeRequest<'_>) -> Result<(Target, Request<ReqBody>), String> {
         let target = Target::parse(&request::url(req.base_url))?;
@@ -167,6 +195,12 @@ impl Prober {
         let mut phases = Phases::default();
         let mut r = self.attempt(req, opts, &mut phases).await;
         phases.apply(&mut r.record);
+        // A timeout's message names the limit that passed: "… TTFT timeout (60 s)".
+        if let (Some(o), Some(m)) = (r.record.outcome, r.record.error_message.as_mut())
+            && let Some(limit_s) = timeout_limit_s(o, req.timeouts)
+        {
+            m.push_str(&format!(" ({limit_s} s)"));
+        }
         r
     }
 
@@ -556,14 +590,26 @@ mod tests {
         let (rec, took) = run("stall", 5.0, 0.15, 5.0).await;
         assert_eq!(rec.outcome, Some(Outcome::TimeoutIdle), "{rec:?}");
         assert!(rec.content_chunks >= 1 && took < Duration::from_millis(550));
+        assert_eq!(
+            rec.error_message.as_deref(),
+            Some("no body bytes within the idle timeout (0.15 s)")
+        );
         // Comments every 20 ms, no token by 250 ms: TTFT timeout, not idle.
         let (rec, took) = run("slow", 0.25, 0.15, 5.0).await;
         assert_eq!(rec.outcome, Some(Outcome::TimeoutTtft), "{rec:?}");
         assert!(rec.comment_lines >= 3 && took < Duration::from_millis(700));
+        assert_eq!(
+            rec.error_message.as_deref(),
+            Some("no token before the TTFT timeout (0.25 s)")
+        );
         // Tokens flowing past the total timeout.
         let (rec, took) = run("flow", 5.0, 0.15, 0.2).await;
         assert_eq!(rec.outcome, Some(Outcome::TimeoutTotal), "{rec:?}");
         assert!(rec.content_chunks >= 2 && took < Duration::from_millis(450));
+        assert_eq!(
+            rec.error_message.as_deref(),
+            Some("attempt exceeded the total timeout (0.2 s)")
+        );
     }
 
     #[test]

@@ -119,7 +119,18 @@ pub fn classify_stream(f: &StreamFacts<'_>) -> Result<(), Failure> {
     }
 }
 
-/// A fixed message for a timeout outcome.
+/// The configured limit, seconds, behind a timeout outcome (`None` for other outcomes).
+pub fn timeout_limit_s(o: Outcome, t: &latmesh_core::plan::Timeouts) -> Option<f64> {
+    match o {
+        Outcome::TimeoutConnect => Some(t.connect_s),
+        Outcome::TimeoutTtft => Some(t.ttft_s),
+        Outcome::TimeoutIdle => Some(t.idle_s),
+        Outcome::TimeoutTotal => Some(t.total_s),
+        _ => None,
+    }
+}
+
+/// A fixed message for a timeout outcome (the probe appends the limit, [`timeout_limit_s`]).
 pub fn timeout_message(o: Outcome) -> &'static str {
     match o {
         Outcome::TimeoutConnect => "connect timeout",

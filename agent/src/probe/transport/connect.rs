@@ -81,6 +81,24 @@ fn stamped(tcp: TcpStream, stamp: ReadStamp) -> Result<StampedIo<TcpStream>, Str
     Ok(StampedIo::new(tcp, stamp))
 }
 
+/// What a user can do about a failed TLS handshake, as a parenthesis to append ("" when
+/// there is nothing to say).
+fn tls_hint(e: &std::io::Error) -> &'static str {
+    match e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+        Some(rustls::Error::InvalidCertificate(_)) => {
+            " (the server's certificate is not signed by a trusted CA: for a private CA, \
+             give its PEM with --provider-ca-file to the agent or --ca-file to latmesh probe)"
+        }
+        Some(rustls::Error::InvalidMessage(_)) => {
+            " (the server did not answer in TLS: is it plain http? then use http://)"
+        }
+        None if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            " (the server closed the connection during the TLS handshake: is it plain http?)"
+        }
+        _ => "",
+    }
+}
+
 /// HTTP/1 handshake over `io` (no I/O happens) and the task that drives the connection;
 /// `stamp` is the one `io`'s socket stamps.
 async fn handshake<T>(io: T, origin: &Origin, stamp: ReadStamp) -> Result<Conn, String>
@@ -131,7 +149,7 @@ pub async fn connect(
             let stream = tls
                 .connect(name, stream)
                 .await
-                .map_err(|e| format!("tls handshake error: {}", error_chain(&e)))?;
+                .map_err(|e| format!("tls handshake error: {}{}", error_chain(&e), tls_hint(&e)))?;
             phases.tls = Some(t.elapsed());
             if let Some(p) = stream.get_ref().1.alpn_protocol()
                 && p != b"http/1.1"

@@ -231,6 +231,25 @@ fn rcv_ooopack(fd: RawFd) -> Option<u32> {
     Some(unsafe { info.assume_init() }.tcpi_rcv_ooopack)
 }
 
+/// One `sendmsg` of `bufs` with `MSG_NOSIGNAL`: a peer that has gone is an `EPIPE` error,
+/// never a SIGPIPE (`writev`, what std and tokio use for vectored writes, raises one, which
+/// kills a process that set SIGPIPE back to its default action).
+fn send_vectored(fd: RawFd, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+    // SAFETY: an all-zero msghdr is valid (no name, no iovecs, no control).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    // `IoSlice` is ABI-compatible with `iovec` on Unix (std guarantees it); the kernel only
+    // reads through the pointer.
+    msg.msg_iov = bufs.as_ptr().cast_mut().cast();
+    msg.msg_iovlen = bufs.len().min(1024) as _; // IOV_MAX; the rest goes in the next call
+    // SAFETY: `msg` points at `bufs`, alive for the call; no control data.
+    let n = unsafe { libc::sendmsg(fd, &raw const msg, libc::MSG_NOSIGNAL) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
 /// One `recvmsg` into `buf`: the byte count and the kernel's receive time of the last packet
 /// read (since the Unix epoch), when it gave one.
 fn recv_stamped(fd: RawFd, buf: &mut [MaybeUninit<u8>]) -> io::Result<(usize, Option<Duration>)> {
@@ -337,7 +356,7 @@ impl AsyncWrite for RxStampedTcp {
     ) -> Poll<io::Result<usize>> {
         loop {
             let mut guard = ready!(self.fd.poll_write_ready(cx))?;
-            if let Ok(res) = guard.try_io(|s| s.get_ref().write_vectored(bufs)) {
+            if let Ok(res) = guard.try_io(|s| send_vectored(s.as_raw_fd(), bufs)) {
                 return Poll::Ready(res);
             }
         }

@@ -273,6 +273,52 @@ async fn tls_handshake_is_timed_and_its_connection_reused() {
 }
 
 #[tokio::test]
+async fn a_private_ca_file_is_trusted_and_a_file_without_certificates_is_refused() {
+    let (port, pem) = tls_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, &pem).unwrap();
+    let p = Prober::with_root_certificate_file(None, Some(&ca)).unwrap();
+    let r = run(
+        &p,
+        &format!("https://localhost:{port}/v1"),
+        &timeouts(2.0, 5.0),
+    )
+    .await;
+    assert_eq!(r.record.outcome, Some(Outcome::Ok), "{:?}", r.record);
+
+    let empty = dir.path().join("empty.pem");
+    std::fs::write(&empty, "not a certificate\n").unwrap();
+    let e = Prober::with_root_certificate_file(None, Some(&empty)).unwrap_err();
+    assert!(
+        format!("{e:#}").contains("empty.pem holds no PEM certificate"),
+        "{e:#}"
+    );
+    let e =
+        Prober::with_root_certificate_file(None, Some(&dir.path().join("gone.pem"))).unwrap_err();
+    assert!(
+        format!("{e:#}").contains("cannot read the CA file"),
+        "{e:#}"
+    );
+}
+
+#[tokio::test]
+async fn https_to_a_plain_http_server_says_it_may_be_plain_http() {
+    let addr = sim().await;
+    let p = Prober::new(None).unwrap();
+    let r = run(&p, &format!("https://{addr}/v1"), &timeouts(2.0, 5.0)).await;
+    assert_eq!(
+        r.record.outcome,
+        Some(Outcome::ConnectionError),
+        "{:?}",
+        r.record
+    );
+    let msg = r.record.error_message.unwrap();
+    assert!(msg.contains("tls handshake error"), "{msg}");
+    assert!(msg.contains("plain http"), "{msg}");
+}
+
+#[tokio::test]
 async fn an_untrusted_certificate_is_a_connection_error_after_connect() {
     let (port, _pem) = tls_server().await;
     let p = Prober::new(None).unwrap();
@@ -290,6 +336,7 @@ async fn an_untrusted_certificate_is_a_connection_error_after_connect() {
     );
     let msg = r.record.error_message.clone().unwrap();
     assert!(msg.contains("certificate"), "{msg}");
+    assert!(msg.contains("--provider-ca-file"), "says what to do: {msg}");
     assert!(!msg.contains("sk-transport-secret"), "{msg}");
     assert!(
         r.record.dns_us.is_some() && r.record.connect_us.is_some(),
@@ -320,7 +367,10 @@ async fn a_tls_handshake_that_never_completes_is_a_connect_timeout() {
         r.record
     );
     assert!(t0.elapsed() < Duration::from_secs(2));
-    assert_eq!(r.record.error_message.as_deref(), Some("connect timeout"));
+    assert_eq!(
+        r.record.error_message.as_deref(),
+        Some("connect timeout (0.3 s)")
+    );
     assert!(r.record.connect_us.is_some(), "{:?}", r.record);
     assert_eq!((r.record.dns_us, r.record.tls_us), (None, None));
     // A TTFT timeout shorter than the connect timeout names the TTFT.
