@@ -1043,7 +1043,7 @@ async fn probe(args: ProbeArgs) -> anyhow::Result<()> {
     (rec.attempt, rec.turn, rec.final_attempt) = (1, 1, true);
     rec.request_latency_us = rec.e2e_us;
     let out = latmesh_agent::probe::ProbeOutput::new(&result, args.show_text);
-    println!("{}", serde_json::to_string_pretty(&out)?);
+    println!("{}", out.to_json_pretty());
     let outcome = out.record.outcome();
     anyhow::ensure!(
         outcome == latmesh_core::record::Outcome::Ok,

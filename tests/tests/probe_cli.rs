@@ -72,6 +72,16 @@ fn probe_prints_every_documented_field() {
             "missing usage.{field}: {v}"
         );
     }
+    for field in latmesh_agent::probe::PLAN_FIELDS {
+        assert!(
+            v.get(field).is_none(),
+            "a campaign's {field} in a lone probe: {v}"
+        );
+    }
+    assert_eq!(
+        (v["attempt"].as_u64(), v["turn"].as_u64()),
+        (Some(1), Some(1))
+    );
     assert_eq!(v["outcome"], "ok", "{v}");
     assert_eq!(v["http_status"], 200);
     assert_eq!(v["saw_done"], true);

@@ -199,9 +199,9 @@ pub struct ProbeOptions {
     pub max_response_bytes: Option<u64>,
 }
 
-/// The JSON object `latmesh probe --json` prints: every field of the record (the plan fields
-/// `round`, `slot`, `provider`, `scenario`, `prompt_id` are 0 or empty for a lone probe), plus
-/// what only a single probe shows.
+/// A single probe's view of a record: every field of the record, plus what only a single
+/// probe shows. `latmesh probe` prints [`ProbeOutput::to_json_pretty`], which leaves out the plan
+/// fields ([`PLAN_FIELDS`]) that mean nothing outside a campaign.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ProbeOutput {
     /// The record, its fields at the top level of the object.
@@ -223,7 +223,34 @@ pub struct ProbeOutput {
     pub reasoning_text: Option<String>,
 }
 
+/// Record fields set by a campaign's plan (load model, round, slot, provider, scenario, …):
+/// 0, empty or `false` for a lone probe.
+pub const PLAN_FIELDS: &[&str] = &[
+    "load",
+    "round",
+    "slot",
+    "step",
+    "concurrency",
+    "failover",
+    "provider",
+    "scenario",
+    "prompt_id",
+    "cache_nonce",
+    "sched_lag_us",
+];
+
 impl ProbeOutput {
+    /// The JSON object `latmesh probe` prints, pretty: the fields of `self` in their order,
+    /// without [`PLAN_FIELDS`].
+    pub fn to_json_pretty(&self) -> String {
+        let text = serde_json::to_string(self).unwrap_or_default();
+        let Ok(OrderedObject(mut fields)) = serde_json::from_str::<OrderedObject>(&text) else {
+            return text;
+        };
+        fields.retain(|(k, _)| !PLAN_FIELDS.contains(&k.as_str()));
+        serde_json::to_string_pretty(&OrderedObject(fields)).unwrap_or(text)
+    }
+
     /// The printable view of `r`; texts only with `show_text`.
     pub fn new(r: &ProbeResult, show_text: bool) -> Self {
         let itl_p50_us = if r.itl_gaps_us.is_empty() {
@@ -242,5 +269,42 @@ impl ProbeOutput {
             content_text: show_text.then(|| r.content_text.clone()),
             reasoning_text: show_text.then(|| r.reasoning_text.clone()),
         }
+    }
+}
+
+/// A JSON object's fields in their order (serde_json's `Map` sorts them).
+struct OrderedObject(Vec<(String, serde_json::Value)>);
+
+impl<'de> Deserialize<'de> for OrderedObject {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = OrderedObject;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut fields = Vec::new();
+                while let Some(kv) = m.next_entry()? {
+                    fields.push(kv);
+                }
+                Ok(OrderedObject(fields))
+            }
+        }
+        d.deserialize_map(Fields)
+    }
+}
+
+impl Serialize for OrderedObject {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
     }
 }

@@ -190,6 +190,16 @@ async fn sends_region_key_and_body_and_measures_a_stream() {
     let json = serde_json::to_value(&out).unwrap();
     assert!(json.get("content_text").is_none());
     assert!(serde_json::to_value(ProbeOutput::new(&r, true)).unwrap()["content_text"] == "ab");
+    // What `latmesh probe` prints: the record's order, no plan fields, the same values.
+    let text = out.to_json_pretty();
+    let printed: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut expected = json.as_object().unwrap().clone();
+    for k in super::PLAN_FIELDS {
+        assert!(expected.remove(*k).is_some(), "{k} is not a record field");
+    }
+    assert_eq!(printed.as_object().unwrap(), &expected);
+    let at = |k: &str| text.find(&format!("\"{k}\"")).unwrap();
+    assert!(at("attempt") < at("outcome") && at("outcome") < at("tool_calls"), "{text}");
 }
 
 #[test]
