@@ -127,7 +127,7 @@ async fn run(args: Args) -> std::process::ExitCode {
     cfg.token = match token {
         Ok(token) => token,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", latmesh_core::error_text::chain(e.as_ref()));
             return std::process::ExitCode::FAILURE;
         }
     };
@@ -135,7 +135,7 @@ async fn run(args: Args) -> std::process::ExitCode {
         match latmesh_agent::metrics::serve(listen, cfg.runner.metrics.registry()).await {
             Ok(addr) => println!("metrics on http://{addr}/metrics"),
             Err(e) => {
-                eprintln!("error: {e:#}");
+                eprintln!("error: {}", latmesh_core::error_text::chain(e.as_ref()));
                 return std::process::ExitCode::FAILURE;
             }
         }
@@ -143,7 +143,7 @@ async fn run(args: Args) -> std::process::ExitCode {
     match latmesh_agent::run(cfg).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", latmesh_core::error_text::chain(e.as_ref()));
             std::process::ExitCode::FAILURE
         }
     }

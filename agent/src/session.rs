@@ -264,7 +264,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
                 return Err(e);
             }
             Err(SessionError::Retry(e)) => {
-                tracing::warn!(coordinator = %cfg.coordinator_url, error = format!("{e:#}"), retry_in_ms = backoff.as_millis() as u64, "cannot reach coordinator");
+                tracing::warn!(coordinator = %cfg.coordinator_url, error = latmesh_core::error_text::chain(e.as_ref()), retry_in_ms = backoff.as_millis() as u64, "cannot reach coordinator");
             }
         }
         let jitter = rand::rng().random_range(0..=backoff.as_millis() as u64 / 4);

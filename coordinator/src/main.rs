@@ -11,7 +11,7 @@ async fn main() -> std::process::ExitCode {
     match cli::run_with(args).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", latmesh_core::error_text::chain(e.as_ref()));
             std::process::ExitCode::FAILURE
         }
     }

@@ -8,6 +8,7 @@
 pub mod budget;
 pub mod campaign;
 pub mod clock;
+pub mod error_text;
 pub mod hist;
 pub mod hist_sparse;
 pub mod load;

@@ -22,9 +22,9 @@ use super::measure::{BodyStamps, Flow, Head, Measurement};
 use super::outcome::{
     BodyEnd, Failure, Scrubber, parse_retry_after, timeout_limit_s, timeout_message,
 };
-use super::transport::connect::error_chain;
 use super::transport::{Conn, Phases, ReqBody, Target, Transport};
 use super::{ProbeOptions, ProbeRequest, ProbeResult, request};
+use latmesh_core::error_text::chain as error_chain;
 
 /// Header carrying the agent's region (the simulator keys its network delay on it).
 pub const REGION_HEADER: &str = "x-latmesh-region";

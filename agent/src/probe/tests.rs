@@ -199,7 +199,10 @@ async fn sends_region_key_and_body_and_measures_a_stream() {
     }
     assert_eq!(printed.as_object().unwrap(), &expected);
     let at = |k: &str| text.find(&format!("\"{k}\"")).unwrap();
-    assert!(at("attempt") < at("outcome") && at("outcome") < at("tool_calls"), "{text}");
+    assert!(
+        at("attempt") < at("outcome") && at("outcome") < at("tool_calls"),
+        "{text}"
+    );
 }
 
 #[test]

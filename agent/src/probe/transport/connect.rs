@@ -9,27 +9,14 @@ use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
+use latmesh_core::error_text::chain as error_chain;
+
 #[cfg(target_os = "linux")]
 use super::rx_stamp::RxStampedTcp;
 use super::stamp::ReadStamp;
 #[cfg(not(target_os = "linux"))]
 use super::stamp::StampedIo;
 use super::{Conn, Origin, Phases, ReqBody, Scheme};
-
-/// `e` with its causes, each once.
-pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut msg = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        let t = s.to_string();
-        if !msg.contains(&t) {
-            msg.push_str(": ");
-            msg.push_str(&t);
-        }
-        src = s.source();
-    }
-    msg
-}
 
 /// The addresses of `origin`: the IP literal itself, or DNS (timed into `phases.dns`).
 async fn resolve(origin: &Origin, phases: &mut Phases) -> Result<Vec<SocketAddr>, String> {
