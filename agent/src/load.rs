@@ -12,7 +12,9 @@
 //!   until its drop time (`max_queue_ms`), and `sched_lag` says how long.
 //!
 //! A slot whose time passed by more than `max_lateness` before the scheduler reached it (a
-//! restarted agent) is counted as late and not sent; after a cancel nothing new starts.
+//! restarted agent), or by the time its wait ended (a stopped process), is counted as late
+//! and not sent; what an earlier process of this agent measured (its spool's journal) is
+//! neither sent again nor counted; after a cancel nothing new starts.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -54,15 +56,22 @@ pub async fn run_rounds(ctx: &PhaseCtx, phase_start: Instant) -> NotRun {
                 not_run.cancelled += 1;
                 continue;
             }
+            if Instant::now().saturating_duration_since(intended) > ctx.max_lateness {
+                not_run.late += 1; // the process was stopped while it waited
+                continue;
+            }
             ctx.spawn_slot(SlotRef::rounds(round, slot as u32, s, intended));
         }
     }
     not_run
 }
 
-/// A closed-loop sweep of scenario `scenario`. Nothing in it is planned slot by slot, so it
-/// reports nothing as not run: steps already over when a restarted agent reaches them are
-/// left out (logged), and a cancel stops the workers.
+/// A closed-loop sweep of scenario `scenario`. Nothing in it is planned slot by slot, so its
+/// unit of "not run" is the worker: a step whose start had passed when this process reached
+/// it (a restarted agent) is left out, and counts its `concurrency` × providers workers as
+/// late unless an earlier process of this agent ran it to its end (its journal has records
+/// of a later step or a later phase); the step it stopped in and the steps it never reached
+/// make the campaign incomplete. A cancel stops the workers.
 pub async fn run_sweep(
     ctx: &PhaseCtx,
     scenario: usize,
@@ -70,6 +79,12 @@ pub async fn run_sweep(
     phase_start: Instant,
 ) -> NotRun {
     let step_len = Duration::from_millis(spec.step_ms);
+    let name = &ctx.plan.scenarios[scenario].name;
+    let steps_before = ctx.outbox.sweep_steps_before(&ctx.campaign_id, name);
+    let later_phase_before = ctx.plan.scenarios[scenario + 1..]
+        .iter()
+        .any(|s| ctx.outbox.scenario_ran_before(&ctx.campaign_id, &s.name));
+    let mut not_run = NotRun::default();
     for (k, &concurrency) in spec.concurrency.iter().enumerate() {
         let step_start = phase_start + step_len * k as u32;
         let step_end = step_start + step_len;
@@ -77,7 +92,13 @@ pub async fn run_sweep(
             break;
         }
         if Instant::now().saturating_duration_since(step_start) > ctx.max_lateness {
-            tracing::warn!(campaign = %ctx.campaign_id, scenario = %ctx.plan.scenarios[scenario].name, step = k, "sweep step left out: its start had passed");
+            let finished_before =
+                later_phase_before || steps_before.iter().any(|&s| s as usize > k);
+            if !finished_before {
+                let workers = u64::from(concurrency) * ctx.plan.providers.len() as u64;
+                not_run.late += workers;
+                tracing::warn!(campaign = %ctx.campaign_id, scenario = %name, step = k, workers, "sweep step not run: its start had passed (its workers count as skipped)");
+            }
             continue;
         }
         if !sleep_until(ctx, step_start).await {
@@ -116,7 +137,7 @@ pub async fn run_sweep(
     // Return at the phase's end, so the next phase starts on the shared schedule.
     let phase_end = phase_start + step_len * spec.concurrency.len() as u32;
     sleep_until(ctx, phase_end).await;
-    NotRun::default()
+    not_run
 }
 
 /// An open-loop phase of scenario `scenario`: every provider's arrivals, merged in time.
@@ -139,24 +160,45 @@ pub async fn run_rate(
     }
     arrivals.sort_unstable();
     let max_queue = Duration::from_millis(spec.max_queue_ms);
-    // A restarted agent skips arrivals already too late to be sent or dropped on time.
+    // An arrival the scheduler reaches late waits in its provider's queue until its drop
+    // time (`max_queue_ms`) like any other; later than that it is not sent.
     let too_late = ctx.max_lateness.max(max_queue);
+    // Arrivals whose time had passed before this process reached the phase (a restarted
+    // agent) were never queued: later than `max_lateness` they are not sent.
+    let entered = Instant::now();
+    let name = &ctx.plan.scenarios[scenario].name;
     let mut not_run = NotRun::default();
     let mut lagging = 0u64;
     for (offset_us, provider, i) in arrivals {
         let intended = phase_start + Duration::from_micros(offset_us);
+        let provider_name = &ctx.plan.providers[provider].name;
+        if ctx
+            .outbox
+            .arrival_ran_before(&ctx.campaign_id, name, provider_name, i)
+        {
+            continue; // measured by this agent before a restart: neither resent nor skipped
+        }
         if ctx.env.cancel.cancelled_at().is_some() {
             not_run.cancelled += 1;
             continue;
         }
+        let limit = if intended < entered {
+            ctx.max_lateness
+        } else {
+            too_late
+        };
         let late = Instant::now().saturating_duration_since(intended);
-        if late > too_late {
+        if late > limit {
             not_run.late += 1;
             continue;
         }
         lagging += u64::from(late > Duration::from_millis(10));
         if !sleep_until(ctx, intended).await {
             not_run.cancelled += 1;
+            continue;
+        }
+        if Instant::now().saturating_duration_since(intended) > too_late {
+            not_run.late += 1; // the process was stopped while it waited
             continue;
         }
         ctx.spawn_slot(SlotRef {
@@ -252,6 +294,17 @@ model_id = "m"
 
     /// Runs the plan's only phase from now and returns every record once all finished.
     async fn run_phase(plan: Plan) -> (Vec<ProbeRecord>, NotRun, Instant) {
+        let start = Instant::now() + Duration::from_millis(50);
+        run_phase_from(plan, Outbox::default(), start).await
+    }
+
+    /// Runs the plan's only phase from `start` (in the past: a restarted agent) with `outbox`
+    /// (what an earlier process left) and returns every record once all finished.
+    async fn run_phase_from(
+        plan: Plan,
+        outbox: Outbox,
+        start: Instant,
+    ) -> (Vec<ProbeRecord>, NotRun, Instant) {
         let plan = Arc::new(plan);
         let (tx, mut rx) = mpsc::channel(4096);
         let ctx = PhaseCtx {
@@ -263,11 +316,10 @@ model_id = "m"
                 limits: Arc::new(Limiters::new(&plan, 1)),
                 ..SlotEnv::default()
             },
-            outbox: Outbox::default(),
+            outbox,
             max_lateness: Duration::from_secs(1),
             turns_not_sent: Arc::default(),
         };
-        let start = Instant::now() + Duration::from_millis(50);
         let not_run = match &plan.scenarios[0].load {
             LoadModel::Sweep(spec) => run_sweep(&ctx, 0, spec, start).await,
             LoadModel::Rate(spec) => run_rate(&ctx, 0, spec, start).await,
@@ -457,5 +509,104 @@ model_id = "m"
                     .contains("caps (in flight")
             );
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_restarted_agent_resends_no_arrival_and_skips_those_long_past() {
+        let addr = sim(profile("open", 5, 1, 2, 0)).await;
+        let plan = plan(
+            addr,
+            "open",
+            "[scenarios.rate]\nrps = 40\nduration_s = 4\nmax_queue_s = 10",
+            "",
+        );
+        let LoadModel::Rate(spec) = &plan.scenarios[0].load else {
+            unreachable!()
+        };
+        let arrivals = spec.arrivals_us(plan.seed, 0, 0, 1);
+        // The earlier process measured the first second's arrivals, then died; this one
+        // reaches the phase 2.5 s after its start.
+        let measured: Vec<u32> = (0..arrivals.len() as u32)
+            .filter(|&i| arrivals[i as usize] < 1_000_000)
+            .collect();
+        let mut resume = crate::spool::Resume::default();
+        for &i in &measured {
+            resume.arrivals.insert(("load".into(), "open".into(), i));
+        }
+        let outbox = Outbox::resumed("c", resume);
+        let start = Instant::now() - Duration::from_millis(2_500);
+        let (records, not_run, _) = run_phase_from(plan, outbox, start).await;
+        assert!(
+            records.iter().all(|r| !measured.contains(&r.slot)),
+            "an arrival measured before the restart was sent again"
+        );
+        // Past by more than 1 s at the restart (1.0-1.5 s): skipped, not sent in a burst.
+        let between =
+            |lo: u64, hi: u64| arrivals.iter().filter(|&&a| (lo..hi).contains(&a)).count() as u64;
+        assert!(
+            (between(1_000_000, 1_400_000)..=between(1_000_000, 1_600_000)).contains(&not_run.late),
+            "late {}",
+            not_run.late
+        );
+        assert_eq!(
+            measured.len() + records.len() + not_run.late as usize,
+            arrivals.len(),
+            "every arrival measured once or skipped"
+        );
+        assert!(
+            records.iter().all(|r| r.sched_lag_us < 1_100_000),
+            "no arrival sent more than max_lateness late"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_restarted_agent_counts_the_sweep_step_it_stopped_in_as_skipped() {
+        let addr = sim(profile("quick", 5, 1, 2, 0)).await;
+        let plan = plan(
+            addr,
+            "quick",
+            "[scenarios.sweep]\nconcurrency = [1, 2, 3]\nstep_s = 1.2",
+            "",
+        );
+        // Steps 0 and 1 started 2.6 and 1.4 s ago; step 2 0.2 s ago (still run).
+        let start = || Instant::now() - Duration::from_millis(2_600);
+        // The earlier process has records of steps 0 and 1: it finished step 0 and stopped
+        // in step 1, whose 2 workers count as skipped.
+        let resume = crate::spool::Resume {
+            sweep_steps: [("load".to_string(), 0), ("load".to_string(), 1)].into(),
+            ..Default::default()
+        };
+        let (records, not_run, _) =
+            run_phase_from(plan.clone(), Outbox::resumed("c", resume), start()).await;
+        assert_eq!(not_run.late, 2);
+        assert!(!records.is_empty() && records.iter().all(|r| r.step == 2));
+        // Without a journal (it died before spooling anything): steps 0 and 1, 1 + 2 workers.
+        let (_, not_run, _) = run_phase_from(plan, Outbox::default(), start()).await;
+        assert_eq!(not_run.late, 3);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_slot_whose_wait_ended_past_max_lateness_is_skipped_not_sent() {
+        let addr = sim(profile("solo", 5, 1, 2, 0)).await;
+        let plan = plan(
+            addr,
+            "solo",
+            "[rounds]\ncount = 3\ninterval_s = 1\ngap_ms = 10",
+            "",
+        );
+        // The only thread is blocked (as by SIGSTOP) from 20 ms to 1.62 s from now: round 0,
+        // due in 50 ms, is reached 1.57 s late (after the scheduler began waiting for it);
+        // round 1, due in 1.05 s, 0.57 s late (sent); round 2 on time.
+        tokio::spawn(async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            std::thread::sleep(Duration::from_millis(1_600));
+        });
+        let (records, not_run, _) = run_phase(plan).await;
+        let rounds: Vec<(u32, i64)> = records.iter().map(|r| (r.round, r.sched_lag_us)).collect();
+        assert!(
+            rounds.iter().all(|r| r.0 > 0),
+            "round 0 sent late: {rounds:?}"
+        );
+        assert_eq!((records.len(), not_run.late), (2, 1), "{rounds:?}");
     }
 }

@@ -294,9 +294,11 @@ impl Outbox {
             tracing::info!(
                 campaign = %campaign_id,
                 slots_measured_before = r.slots.len(),
+                arrivals_measured_before = r.arrivals.len(),
+                sweep_steps_begun_before = r.sweep_steps.len(),
                 coordinator_next_seq = next_seq,
                 first_seq = first,
-                "resuming a campaign an earlier process of this agent ran: its measured slots are not run again"
+                "resuming a campaign an earlier process of this agent ran: what it measured is not run again"
             );
         }
         first
@@ -310,6 +312,55 @@ impl Outbox {
             .resume
             .get(campaign_id)
             .is_some_and(|r| r.slots.contains(&(round, slot)))
+    }
+
+    /// Whether an earlier process of this agent measured open-loop arrival `i` of `provider`
+    /// in `scenario` of `campaign_id`: such an arrival is neither sent again nor counted as
+    /// skipped.
+    pub fn arrival_ran_before(
+        &self,
+        campaign_id: &str,
+        scenario: &str,
+        provider: &str,
+        i: u32,
+    ) -> bool {
+        self.lock().resume.get(campaign_id).is_some_and(|r| {
+            r.arrivals
+                .contains(&(scenario.to_string(), provider.to_string(), i))
+        })
+    }
+
+    /// The sweep steps of `scenario` of `campaign_id` an earlier process of this agent has
+    /// records of (empty when none).
+    pub fn sweep_steps_before(&self, campaign_id: &str, scenario: &str) -> BTreeSet<u32> {
+        self.lock()
+            .resume
+            .get(campaign_id)
+            .map(|r| {
+                r.sweep_steps
+                    .iter()
+                    .filter(|(s, _)| s == scenario)
+                    .map(|&(_, step)| step)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Whether an earlier process of this agent has any record of `scenario` (rate or sweep)
+    /// of `campaign_id`.
+    pub fn scenario_ran_before(&self, campaign_id: &str, scenario: &str) -> bool {
+        self.lock().resume.get(campaign_id).is_some_and(|r| {
+            r.arrivals.iter().any(|(s, _, _)| s == scenario)
+                || r.sweep_steps.iter().any(|(s, _)| s == scenario)
+        })
+    }
+
+    /// An in-memory outbox that believes an earlier process left `resume` for `campaign_id`.
+    #[cfg(test)]
+    pub(crate) fn resumed(campaign_id: &str, resume: Resume) -> Outbox {
+        let outbox = Outbox::default();
+        outbox.lock().resume.insert(campaign_id.to_string(), resume);
+        outbox
     }
 
     /// On a clean exit: forgets the journals of campaigns that finished here with every batch

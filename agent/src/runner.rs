@@ -283,6 +283,15 @@ pub async fn run_campaign(
         _ = crate::timer::precise_sleep_until(start) => now_unix_us() + estimate.offset_us,
         _ = cancel.cancelled() => 0,
     };
+    // An agent that joins after the start (restarted, or a plan that came late) took no part
+    // in the synchronized start: it reports none, so the start skew is the others'.
+    let joined_late = Instant::now().saturating_duration_since(start) > cfg.max_lateness;
+    let started_coord_unix_us = if joined_late {
+        tracing::info!(campaign = %run.campaign_id, "joined the campaign after its start: what has passed is skipped, and its start is left out of the start skew");
+        0
+    } else {
+        started_coord_unix_us
+    };
     let ctx = PhaseCtx {
         campaign_id: run.campaign_id.clone(),
         plan: run.plan.clone(),

@@ -10,11 +10,13 @@
 //!   as 20 digits). Written atomically: `…batch.tmp`, fsync, rename, fsync the directory; only
 //!   then is the batch handed to the session for sending. A `.tmp` left by a crash was never
 //!   sent and is deleted on open.
-//! - `journal/<campaign>.journal`: one line per spooled batch, `<seq> <round>.<slot> …`, the
-//!   slots its records belong to; fsync'd after the batch file. It outlives the batches (they
-//!   are deleted on ack) and tells a restarted agent which slots a previous process measured
-//!   (not run again, not counted as skipped) and the highest seq it used (new batches number
-//!   after it). A torn last line is ignored.
+//! - `journal/<campaign>.journal`: one line per spooled batch, `<seq> <entry> …`, what its
+//!   records belong to: `<round>.<slot>` for a rounds slot, `rate:<scenario>:<provider>:<i>`
+//!   for open-loop arrival `i`, `sweep:<scenario>:<step>` for a sweep step (names hold no `:`
+//!   or space); fsync'd after the batch file. It outlives the batches (they are deleted on
+//!   ack) and tells a restarted agent what a previous process measured (not run again, not
+//!   counted as skipped) and the highest seq it used (new batches number after it). A torn
+//!   last line is ignored.
 //! - `corrupt/`: files that failed their checks on open (torn, flipped bits, not a batch),
 //!   moved aside with a warning, never deleted, never a crash.
 //!
@@ -172,8 +174,82 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Spo
 pub struct Resume {
     /// Highest seq spooled (0: none).
     pub max_seq: u64,
-    /// (round, slot) of every record spooled.
+    /// (round, slot) of every `rounds` record spooled.
     pub slots: BTreeSet<(u32, u32)>,
+    /// (scenario, provider, arrival index) of every `rate` record spooled.
+    pub arrivals: BTreeSet<(String, String, u32)>,
+    /// (scenario, step) of every `sweep` step with a record spooled.
+    pub sweep_steps: BTreeSet<(String, u32)>,
+}
+
+impl Resume {
+    /// What the records of `batch` belong to (`max_seq`: its seq).
+    pub fn of_batch(batch: &pb::ResultBatch) -> Resume {
+        let mut r = Resume {
+            max_seq: batch.seq,
+            ..Resume::default()
+        };
+        for rec in &batch.records {
+            match rec.load.as_str() {
+                "" | "rounds" => {
+                    r.slots.insert((rec.round, rec.slot));
+                }
+                "rate" => {
+                    r.arrivals
+                        .insert((rec.scenario.clone(), rec.provider.clone(), rec.slot));
+                }
+                "sweep" => {
+                    r.sweep_steps.insert((rec.scenario.clone(), rec.step));
+                }
+                _ => {}
+            }
+        }
+        r
+    }
+
+    /// Adds what `other` knows.
+    pub fn merge(&mut self, other: Resume) {
+        self.max_seq = self.max_seq.max(other.max_seq);
+        self.slots.extend(other.slots);
+        self.arrivals.extend(other.arrivals);
+        self.sweep_steps.extend(other.sweep_steps);
+    }
+
+    /// The journal entries (without the seq), space-separated, each after a space.
+    fn journal_entries(&self) -> String {
+        let mut line = String::new();
+        for (round, slot) in &self.slots {
+            line.push_str(&format!(" {round}.{slot}"));
+        }
+        for (scenario, provider, i) in &self.arrivals {
+            line.push_str(&format!(" rate:{scenario}:{provider}:{i}"));
+        }
+        for (scenario, step) in &self.sweep_steps {
+            line.push_str(&format!(" sweep:{scenario}:{step}"));
+        }
+        line
+    }
+
+    /// Adds one journal entry; `None` when it does not parse.
+    fn add_entry(&mut self, entry: &str) -> Option<()> {
+        let parts: Vec<&str> = entry.split(':').collect();
+        match parts.as_slice() {
+            ["rate", scenario, provider, i] => {
+                self.arrivals
+                    .insert((scenario.to_string(), provider.to_string(), i.parse().ok()?));
+            }
+            ["sweep", scenario, step] => {
+                self.sweep_steps
+                    .insert((scenario.to_string(), step.parse().ok()?));
+            }
+            [slot] => {
+                let (r, s) = slot.split_once('.')?;
+                self.slots.insert((r.parse().ok()?, s.parse().ok()?));
+            }
+            _ => return None,
+        }
+        Some(())
+    }
 }
 
 /// What [`Spool::open`] found.
@@ -288,8 +364,7 @@ impl Spool {
                     self.sizes()
                         .insert((batch.campaign_id.clone(), batch.seq), bytes.len() as u64);
                     let r = loaded.resume.entry(batch.campaign_id.clone()).or_default();
-                    r.max_seq = r.max_seq.max(batch.seq);
-                    r.slots.extend(slots_of(&batch));
+                    r.merge(Resume::of_batch(&batch));
                     loaded.batches.push(batch);
                 }
                 Err(reason) => {
@@ -325,9 +400,7 @@ impl Spool {
             if bad > 0 {
                 tracing::warn!(file = %path.display(), bad_lines = bad, "agent spool: journal lines that do not parse were ignored");
             }
-            let r = loaded.resume.entry(campaign).or_default();
-            r.max_seq = r.max_seq.max(resume.max_seq);
-            r.slots.extend(resume.slots);
+            loaded.resume.entry(campaign).or_default().merge(resume);
         }
         Ok(loaded)
     }
@@ -393,9 +466,7 @@ impl Spool {
     fn journal(&self, batch: &pb::ResultBatch) -> Result<(), SpoolError> {
         let path = journal_path(&self.dir, &batch.campaign_id);
         let mut line = batch.seq.to_string();
-        for (round, slot) in slots_of(batch) {
-            line.push_str(&format!(" {round}.{slot}"));
-        }
+        line.push_str(&Resume::of_batch(batch).journal_entries());
         line.push('\n');
         let existed = path.exists();
         OpenOptions::new()
@@ -491,17 +562,6 @@ pub fn read_batches(dir: &Path) -> io::Result<Vec<Result<(String, pb::ResultBatc
     Ok(out)
 }
 
-/// The distinct (round, slot) of a batch's `rounds` records (the slots a restarted agent
-/// must not run again; `sweep` and `rate` phases are never resumed).
-pub fn slots_of(batch: &pb::ResultBatch) -> BTreeSet<(u32, u32)> {
-    batch
-        .records
-        .iter()
-        .filter(|r| matches!(r.load.as_str(), "" | "rounds"))
-        .map(|r| (r.round, r.slot))
-        .collect()
-}
-
 fn encode(agent_id: &str, batch: &pb::ResultBatch) -> Vec<u8> {
     let mut payload = Vec::with_capacity(4 + agent_id.len() + batch.encoded_len());
     payload.extend_from_slice(&(agent_id.len() as u32).to_le_bytes());
@@ -560,16 +620,12 @@ fn parse_journal(text: &[u8]) -> (Resume, usize) {
     for line in complete.lines().filter(|l| !l.trim().is_empty()) {
         let mut parts = line.split_ascii_whitespace();
         let seq = parts.next().and_then(|s| s.parse::<u64>().ok());
-        let slots: Option<Vec<(u32, u32)>> = parts
-            .map(|p| {
-                let (r, s) = p.split_once('.')?;
-                Some((r.parse().ok()?, s.parse().ok()?))
-            })
-            .collect();
-        match (seq, slots) {
-            (Some(seq), Some(slots)) => {
-                resume.max_seq = resume.max_seq.max(seq);
-                resume.slots.extend(slots);
+        let mut entries = Resume::default();
+        let parsed = parts.all(|p| entries.add_entry(p).is_some());
+        match seq {
+            Some(seq) if parsed => {
+                entries.max_seq = seq;
+                resume.merge(entries);
             }
             _ => bad += 1,
         }
@@ -788,7 +844,8 @@ pub(crate) mod tests {
             loaded.resume["c/1"],
             Resume {
                 max_seq: 2,
-                slots: [(0, 0), (0, 1), (0, 2)].into()
+                slots: [(0, 0), (0, 1), (0, 2)].into(),
+                ..Resume::default()
             }
         );
         assert_eq!(loaded.resume["d"].max_seq, 7);
@@ -871,9 +928,41 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_journal_line_carries_rounds_slots_arrivals_and_sweep_steps() {
+        let rec = |load: &str, round, slot, step| pb::ProbeRecord {
+            load: load.into(),
+            round,
+            slot,
+            step,
+            provider: "fast-lane".into(),
+            scenario: "open.loop_1".into(),
+            ..Default::default()
+        };
+        let b = pb::ResultBatch {
+            campaign_id: "c".into(),
+            seq: 7,
+            records: vec![
+                rec("rounds", 2, 5, 0),
+                rec("", 3, 1, 0),
+                rec("rate", 0, 41, 0),
+                rec("rate", 0, 41, 0),
+                rec("sweep", 0, 9, 2),
+            ],
+            ..Default::default()
+        };
+        let r = Resume::of_batch(&b);
+        let line = format!("{}{}\n", b.seq, r.journal_entries());
+        assert_eq!(
+            line,
+            "7 2.5 3.1 rate:open.loop_1:fast-lane:41 sweep:open.loop_1:2\n"
+        );
+        assert_eq!(parse_journal(line.as_bytes()), (r, 0));
+    }
+
+    #[test]
     fn journals_ignore_bad_lines() {
-        let (r, bad) = parse_journal(b"1 0.0 0.1\nnonsense\n3 2.x\n4 1.1\n5 9.9");
-        assert_eq!(bad, 2);
+        let (r, bad) = parse_journal(b"1 0.0 0.1\nnonsense\n3 2.x\n6 rate:a:b\n4 1.1\n5 9.9");
+        assert_eq!(bad, 3);
         assert_eq!(r.max_seq, 4);
         assert_eq!(r.slots, [(0, 0), (0, 1), (1, 1)].into());
     }

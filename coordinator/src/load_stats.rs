@@ -465,7 +465,8 @@ pub struct AgentStart {
     /// Region.
     pub region: String,
     /// When it began the campaign's first phase, on the coordinator's clock as the agent
-    /// estimated it, UTC µs; 0: it never started (cancelled before `start_at`).
+    /// estimated it, UTC µs; 0: it took no part in the synchronized start (cancelled before
+    /// `start_at`, or joined more than a second after it: restarted, or the plan came late).
     pub started_coord_unix_us: i64,
     /// The clock offset it converted `start_at` with (coordinator − agent), µs.
     pub clock_offset_us: i64,
