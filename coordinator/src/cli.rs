@@ -515,35 +515,40 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
             json,
         }) => {
             let (lines, lost, duplicated) = crate::cli_query::verify(&ch, &campaign_id).await?;
+            let twice: u64 = lines.iter().map(|l| l.measured_twice).sum();
+            let verdict = format!(
+                "campaign {campaign_id}: {lost} lost, {duplicated} duplicated, {twice} measured twice"
+            );
             if json {
                 println!(
                     "{}",
-                    serde_json::to_string_pretty(
-                        &serde_json::json!({"lost": lost, "duplicated": duplicated, "agents": lines})
-                    )?
+                    serde_json::to_string_pretty(&serde_json::json!({
+                        "lost": lost,
+                        "duplicated": duplicated,
+                        "measured_twice": twice,
+                        "agents": lines
+                    }))?
                 );
             } else {
                 println!(
-                    "{:<20} {:>9} {:>9} {:>6} {:>6}  missing seqs",
-                    "AGENT", "REPORTED", "STORED", "LOST", "DUP"
+                    "{:<20} {:>9} {:>9} {:>6} {:>6} {:>6}  missing seqs",
+                    "AGENT", "REPORTED", "STORED", "LOST", "DUP", "TWICE"
                 );
                 for l in &lines {
                     println!(
-                        "{:<20} {:>9} {:>9} {:>6} {:>6}  {:?}",
+                        "{:<20} {:>9} {:>9} {:>6} {:>6} {:>6}  {:?}",
                         l.agent_id,
                         l.reported_records,
                         l.stored_records,
                         l.lost,
                         l.duplicated,
+                        l.measured_twice,
                         l.missing_seqs
                     );
                 }
-                println!("campaign {campaign_id}: {lost} lost, {duplicated} duplicated");
+                println!("{verdict}");
             }
-            anyhow::ensure!(
-                lost == 0 && duplicated == 0,
-                "campaign {campaign_id}: {lost} lost, {duplicated} duplicated"
-            );
+            anyhow::ensure!(lost == 0 && duplicated == 0 && twice == 0, "{verdict}");
             Ok(())
         }
         Command::Campaign(CampaignCmd::Cancel {

@@ -418,6 +418,9 @@ pub struct VerifyLine {
     pub lost: u64,
     /// Stored more than once.
     pub duplicated: u64,
+    /// Attempts measured twice (stored from two batches of the agent): a resume that ran
+    /// again what an earlier process had measured.
+    pub measured_twice: u64,
     /// Batch seqs missing in ClickHouse.
     pub missing_seqs: Vec<u64>,
 }
@@ -468,6 +471,7 @@ async fn verify_at(
             stored_records: stored,
             lost: a.records.saturating_sub(stored),
             duplicated: c.duplicate_rows,
+            measured_twice: c.measured_twice,
             missing_seqs: c.missing_seqs.clone(),
         });
     }

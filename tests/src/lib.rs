@@ -363,11 +363,12 @@ fn pump(
 
 /// Runs `latmesh campaign verify CAMPAIGN_ID` against database `db` of the ClickHouse at
 /// `ch_url` every 0.5 s until it succeeds (the coordinator's spool drains meanwhile), for at
-/// most 90 s; asserts that it then reports `0 lost, 0 duplicated` and returns its output
-/// (stdout then stderr).
+/// most 90 s; asserts that it then reports `0 lost, 0 duplicated, 0 measured twice` and
+/// returns its output (stdout then stderr).
 ///
 /// # Panics
-/// When it has not succeeded after 90 s, or succeeded with anything but 0 lost, 0 duplicated.
+/// When it has not succeeded after 90 s, or succeeded with anything but 0 lost, 0 duplicated,
+/// 0 measured twice.
 pub fn verify_until_clean(ch_url: &str, db: &str, campaign_id: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
@@ -388,7 +389,10 @@ pub fn verify_until_clean(ch_url: &str, db: &str, campaign_id: &str) -> String {
             String::from_utf8_lossy(&out.stderr)
         );
         if out.status.success() {
-            assert!(text.contains(": 0 lost, 0 duplicated"), "{text}");
+            assert!(
+                text.contains(": 0 lost, 0 duplicated, 0 measured twice"),
+                "{text}"
+            );
             return text;
         }
         assert!(

@@ -547,6 +547,9 @@ async fn a_batch_sent_twice_is_stored_once() {
     );
     assert_eq!((a.histogram_rows, a.histogram_values), (4, 4));
     assert!(a.missing_seqs.is_empty());
+    // Seqs 1 and 2 hold the same 50 attempts (rounds 0-49): each measured twice, as a resume
+    // that ran them again would store them.
+    assert_eq!(a.measured_twice, 50);
 
     // `counts` does see duplicates that bypass the inserter (until a merge removes them).
     store::insert_rows(&client, &db, "requests", &partial[..3])

@@ -601,6 +601,10 @@ pub struct AgentCounts {
     pub histogram_values: u64,
     /// Rows present more than once (same seq and row index), both tables.
     pub duplicate_rows: u64,
+    /// `requests` rows of an attempt already stored from another batch of this agent: the
+    /// same (load, scenario, provider, round, slot, step, turn, attempt) measured twice, as a
+    /// restarted agent that ran again what it had measured would.
+    pub measured_twice: u64,
 }
 
 /// A batch with duplicate rows still visible (not yet merged away).
@@ -674,6 +678,17 @@ pub async fn counts(
         .bind(campaign_id)
         .fetch_all()
         .await?;
+    let twice: Vec<(String, u64)> = client
+        .query(&format!(
+            "SELECT agent_id, sum(batches - 1) FROM (\
+             SELECT agent_id, uniqExact(seq) AS batches FROM {db}.requests \
+             WHERE campaign_id = ? \
+             GROUP BY agent_id, load, scenario, provider, round, slot, step, turn, attempt \
+             HAVING batches > 1) GROUP BY agent_id"
+        ))
+        .bind(campaign_id)
+        .fetch_all()
+        .await?;
 
     let mut out = CampaignCounts::default();
     let mut agents: BTreeMap<String, (AgentCounts, BTreeSet<u64>)> = BTreeMap::new();
@@ -715,6 +730,10 @@ pub async fn counts(
         }
     }
     for (_, (mut a, seqs)) in agents {
+        a.measured_twice = twice
+            .iter()
+            .find(|(id, _)| *id == a.agent_id)
+            .map_or(0, |t| t.1);
         a.batches = seqs.len() as u64;
         a.max_seq = seqs.last().copied().unwrap_or(0);
         a.missing_seqs = (1..=a.max_seq).filter(|s| !seqs.contains(s)).collect();
