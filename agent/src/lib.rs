@@ -11,5 +11,6 @@ pub mod runner;
 pub mod session;
 pub mod spool;
 pub mod timer;
+pub mod tls;
 
 pub use session::{AgentConfig, run};

@@ -173,16 +173,14 @@ pub fn authorize(metadata: &mut MetadataMap, token: &Secret) {
 /// (or TLS handshake) failing.
 pub async fn connect_channel(url: &str, ca_file: Option<&Path>) -> anyhow::Result<Channel> {
     let url = coordinator_url(url);
+    check_port(&url)?;
     let mut endpoint = Endpoint::from_shared(url.clone())
         .with_context(|| format!("bad coordinator URL {url:?}"))?
         .connect_timeout(Duration::from_secs(10));
     if url.starts_with("https://") {
         let tls = match ca_file {
-            Some(path) => {
-                let pem = std::fs::read(path)
-                    .with_context(|| format!("cannot read the CA file {}", path.display()))?;
-                ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem))
-            }
+            Some(path) => ClientTlsConfig::new()
+                .ca_certificate(Certificate::from_pem(crate::tls::read_ca_file(path)?)),
             None => ClientTlsConfig::new().with_webpki_roots(),
         };
         endpoint = endpoint
@@ -194,10 +192,37 @@ pub async fn connect_channel(url: &str, ca_file: Option<&Path>) -> anyhow::Resul
             path.display()
         );
     }
-    endpoint
-        .connect()
-        .await
-        .with_context(|| format!("cannot reach the coordinator at {url}"))
+    endpoint.connect().await.map_err(|e| {
+        let context = format!("cannot reach the coordinator at {url}");
+        match crate::tls::TlsProblem::of(&e) {
+            // The hint after the cause it explains.
+            Some(p) => anyhow::anyhow!(
+                "{context}: {}{}",
+                latmesh_core::error_text::chain(&e),
+                p.hint("--ca-file")
+            ),
+            None => anyhow::Error::new(e).context(context),
+        }
+    })
+}
+
+/// A coordinator URL's port, when it has one, is a number: `http::Uri` takes
+/// `host:notaport` and connects to port 80 (then "connection refused" hides the typo).
+fn check_port(url: &str) -> anyhow::Result<()> {
+    let authority = url
+        .split_once("://")
+        .map_or(url, |(_, rest)| rest)
+        .split(['/', '?'])
+        .next()
+        .unwrap_or_default();
+    let host_end = authority.rfind(']').map_or(0, |i| i + 1); // [::1]:port
+    if let Some((_, port)) = authority[host_end..].rsplit_once(':') {
+        anyhow::ensure!(
+            port.parse::<u16>().is_ok(),
+            "bad coordinator URL {url:?}: the port {port:?} is not a number in 0..=65535"
+        );
+    }
+    Ok(())
 }
 
 /// How often unacked batches are checked.
@@ -494,4 +519,30 @@ fn start_campaign(
         run_campaign(run, prober, clock, outbox, runner).await;
         let _ = finished_tx.send(p.campaign_id);
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_port;
+
+    #[test]
+    fn a_coordinator_url_s_port_must_be_a_number() {
+        for ok in [
+            "http://127.0.0.1:7700",
+            "https://coord.example:443/",
+            "http://[::1]:7700",
+            "http://[::1]",
+            "https://coord.example",
+        ] {
+            assert!(check_port(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "http://127.0.0.1:notaport",
+            "http://h:70000",
+            "http://[::1]:x/",
+        ] {
+            let e = check_port(bad).unwrap_err().to_string();
+            assert!(e.contains("is not a number"), "{bad}: {e}");
+        }
+    }
 }

@@ -475,6 +475,10 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
         }) => {
             let plan = campaign::load_file(&file)?;
             budget.check(&plan)?;
+            // Before anything is sent: a summary that cannot be written is refused up front.
+            if let Some(path) = &json {
+                watch::check_writable(path).context("--json")?;
+            }
             let url = coord.url();
             let mut client = coord.connect().await?;
             watch::wait_for_agents(

@@ -217,6 +217,10 @@ fn tls_coordinator_lets_in_only_the_right_tokens() {
         let text = std::fs::read_to_string(log("agent-no-ca")).unwrap();
         if text.contains("cannot reach coordinator") {
             assert!(text.contains("certificate"), "{text}");
+            assert!(
+                text.contains("give its PEM with --ca-file"),
+                "a hint: {text}"
+            );
             break;
         }
         assert!(Instant::now() < deadline, "no TLS failure logged: {text}");

@@ -147,6 +147,25 @@ fn a_bad_campaign_file_names_the_key() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("9 providers, 4 scenarios"));
+
+    // A summary path that cannot be written is refused before anything is launched (the
+    // coordinator is never contacted: nothing listens on port 9).
+    let blocker = dir.path().join("a-file");
+    std::fs::write(&blocker, "").unwrap();
+    let out = Command::new(bin("latmesh"))
+        .args(["campaign", "launch"])
+        .arg(&good)
+        .args(["--coordinator", "http://127.0.0.1:9", "--json"])
+        .arg(blocker.join("summary.json"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("--json: cannot create"), "{err}");
+    assert!(
+        !err.contains("coordinator"),
+        "checked before connecting: {err}"
+    );
 }
 
 #[test]

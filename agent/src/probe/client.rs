@@ -14,8 +14,6 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt as _;
 use hyper::body::{Body as _, Incoming};
 use latmesh_core::record::Outcome;
-use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject as _;
 
 use super::chunk::ProviderError;
 use super::measure::{BodyStamps, Flow, Head, Measurement};
@@ -147,13 +145,7 @@ impl Prober {
         let Some(path) = ca_file else {
             return Self::new(region);
         };
-        let pem = std::fs::read(path)
-            .with_context(|| format!("cannot read the CA file {}", path.display()))?;
-        anyhow::ensure!(
-            CertificateDer::pem_slice_iter(&pem).next().is_some(),
-            "the CA file {} holds no PEM certificate",
-            path.display()
-        );
+        let pem = crate::tls::read_ca_file(path)?;
         Self::with_root_certificates(region, &pem)
             .with_context(|| format!("the CA file {}", path.display()))
     }

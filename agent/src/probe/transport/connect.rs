@@ -70,19 +70,13 @@ fn stamped(tcp: TcpStream, stamp: ReadStamp) -> Result<StampedIo<TcpStream>, Str
 
 /// What a user can do about a failed TLS handshake, as a parenthesis to append ("" when
 /// there is nothing to say).
-fn tls_hint(e: &std::io::Error) -> &'static str {
-    match e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
-        Some(rustls::Error::InvalidCertificate(_)) => {
-            " (the server's certificate is not signed by a trusted CA: for a private CA, \
-             give its PEM with --provider-ca-file to the agent or --ca-file to latmesh probe)"
-        }
-        Some(rustls::Error::InvalidMessage(_)) => {
-            " (the server did not answer in TLS: is it plain http? then use http://)"
-        }
+fn tls_hint(e: &std::io::Error) -> String {
+    match crate::tls::TlsProblem::of(e) {
+        Some(p) => p.hint("--provider-ca-file to the agent or --ca-file to latmesh probe"),
         None if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-            " (the server closed the connection during the TLS handshake: is it plain http?)"
+            " (the server closed the connection during the TLS handshake: is it plain http?)".into()
         }
-        _ => "",
+        None => String::new(),
     }
 }
 
