@@ -18,8 +18,9 @@ struct Args {
         default_value = "http://127.0.0.1:7700"
     )]
     coordinator: String,
-    /// Region this agent measures from (e.g. us-east).
-    #[arg(long, env = "LATMESH_REGION")]
+    /// Region this agent measures from (e.g. us-east): a name campaign files can list
+    /// (1-64 of A-Z a-z 0-9 - _ .).
+    #[arg(long, env = "LATMESH_REGION", value_parser = parse_region)]
     region: String,
     /// Stable agent id (default: REGION-HOSTNAME).
     #[arg(long, env = "LATMESH_AGENT_ID")]
@@ -66,6 +67,10 @@ struct Args {
     /// spool writes and interval-histogram encoding run on threads of their own either way.
     #[arg(long, env = "LATMESH_AGENT_WORKER_THREADS", default_value_t = 1)]
     worker_threads: usize,
+}
+
+fn parse_region(s: &str) -> Result<String, String> {
+    latmesh_core::campaign::check_name_text(s).map(|()| s.to_string())
 }
 
 fn parse_heartbeat_s(s: &str) -> Result<f64, String> {

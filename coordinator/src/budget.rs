@@ -272,8 +272,9 @@ impl BudgetSummary {
             if s.estimated_attempts > 0 {
                 let _ = write!(
                     line,
-                    "; {} attempts without usage estimated",
-                    s.estimated_attempts
+                    "; {} attempt{} without usage estimated",
+                    s.estimated_attempts,
+                    if s.estimated_attempts == 1 { "" } else { "s" }
                 );
             }
             if let Some(c) = &self.caps {
@@ -383,7 +384,7 @@ model_id = "m"
         let text = g.summary().render();
         assert!(text.contains("(no price: free)"), "{text}");
         assert!(
-            text.contains("1 attempts without usage estimated"),
+            text.contains("; 1 attempt without usage estimated"),
             "{text}"
         );
         assert!(!text.contains("STOPPED"), "{text}");

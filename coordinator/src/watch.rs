@@ -117,7 +117,10 @@ pub async fn wait_for_agents(
             return Ok(());
         }
         if Instant::now() > deadline {
-            anyhow::bail!("no agent connected in region(s) {missing:?} after {timeout:?}");
+            anyhow::bail!(
+                "no agent connected in region(s) {missing:?} after {:.1} s",
+                timeout.as_secs_f64()
+            );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

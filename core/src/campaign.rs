@@ -419,8 +419,9 @@ pub fn load_file(path: &Path) -> Result<Plan, CampaignError> {
     let order = std::fs::read_to_string(path)
         .map(|text| declared_window_order(&text, is_yaml))
         .unwrap_or_default();
-    // Parse errors name the file already (figment's source); validation errors get it here.
-    from_figment(fig, &base, &order).map_err(|e| match e {
+    // Parse errors name the file already (figment's source, or `path` for a problem of the
+    // whole file); validation errors get it here.
+    from_figment(fig, &base, &order, Some(path)).map_err(|e| match e {
         CampaignError::Invalid { key, message } => CampaignError::Invalid {
             key: format!("{}: {key}", path.display()),
             message,
@@ -439,15 +440,17 @@ pub fn load_file(path: &Path) -> Result<Plan, CampaignError> {
 /// [`CampaignError`] naming the key that is wrong.
 pub fn load_toml_str(text: &str, base_dir: &Path) -> Result<Plan, CampaignError> {
     let order = declared_window_order(text, false);
-    from_figment(Figment::from(Toml::string(text)), base_dir, &order)
+    from_figment(Figment::from(Toml::string(text)), base_dir, &order, None)
 }
 
 /// Extracts and validates; `window_order` is the declaration order of `[windows]` (figment
-/// hands its keys over sorted).
+/// hands its keys over sorted); `file` names the source of problems figment has none for
+/// (a missing `[campaign]`).
 fn from_figment(
     fig: Figment,
     base_dir: &Path,
     window_order: &[String],
+    file: Option<&Path>,
 ) -> Result<Plan, CampaignError> {
     let env = Env::prefixed("LATMESH_")
         .filter(|k| {
@@ -455,7 +458,10 @@ fn from_figment(
             k.starts_with("campaign__") || k.starts_with("rounds__")
         })
         .split("__");
-    let mut file: CampaignFile = fig.merge(env).extract().map_err(figment_error)?;
+    let mut file: CampaignFile = fig
+        .merge(env)
+        .extract()
+        .map_err(|e| figment_error(e, file))?;
     let rank = |name: &str| {
         window_order
             .iter()
@@ -467,8 +473,9 @@ fn from_figment(
 }
 
 /// One line per problem: `FILE: key.path: what is wrong`, in the file's own terms (no Rust
-/// type names, no figment profile prefix).
-fn figment_error(e: figment::Error) -> CampaignError {
+/// type names, no figment profile prefix); FILE is the path figment read (as the user can
+/// find it, not relative to the working directory), else `file`.
+fn figment_error(e: figment::Error, file: Option<&Path>) -> CampaignError {
     let lines: Vec<String> = e
         .into_iter()
         .map(|e| {
@@ -499,10 +506,11 @@ fn figment_error(e: figment::Error) -> CampaignError {
                     e.path.join("__").to_ascii_uppercase()
                 ))
             } else {
-                e.metadata
-                    .as_ref()
-                    .and_then(|m| m.source.as_ref())
-                    .map(|s| s.to_string())
+                match e.metadata.as_ref().and_then(|m| m.source.as_ref()) {
+                    Some(figment::Source::File(p)) => Some(p.display().to_string()),
+                    Some(s) => Some(s.to_string()),
+                    None => file.map(|f| f.display().to_string()),
+                }
             };
             match (source, key.is_empty()) {
                 (Some(src), false) => format!("{src}: {key}: {kind}"),
@@ -539,7 +547,11 @@ pub fn check_base_url(url: &str) -> Result<String, String> {
     Ok(trimmed.to_string())
 }
 
-fn check_name(key: &str, value: &str) -> Result<(), CampaignError> {
+/// Checks a campaign, region, provider or scenario name: 1-64 of `A-Z a-z 0-9 - _ .`.
+///
+/// # Errors
+/// A message saying what a valid name is, quoting `value`.
+pub fn check_name_text(value: &str) -> Result<(), String> {
     let ok = !value.is_empty()
         && value.len() <= 64
         && value
@@ -548,11 +560,14 @@ fn check_name(key: &str, value: &str) -> Result<(), CampaignError> {
     if ok {
         Ok(())
     } else {
-        Err(invalid(
-            key,
-            format!("{value:?} is not a valid name (1-64 of A-Z a-z 0-9 - _ .)"),
+        Err(format!(
+            "{value:?} is not a valid name (1-64 of A-Z a-z 0-9 - _ .)"
         ))
     }
+}
+
+fn check_name(key: &str, value: &str) -> Result<(), CampaignError> {
+    check_name_text(value).map_err(|m| invalid(key, m))
 }
 
 fn check_unique<'a>(
@@ -1743,6 +1758,20 @@ api_key_env = "A_KEY"
         assert!(e.starts_with(&format!("{}: rounds", path.display())), "{e}");
         let e = load_file(dir.path()).unwrap_err().to_string();
         assert!(e.contains("is a directory"), "{e}");
+        // A problem of the whole file (no [campaign]) and a type error both name it.
+        std::fs::write(&path, "").unwrap();
+        let e = load_file(&path).unwrap_err().to_string();
+        assert_eq!(e, format!("{}: missing field `campaign`", path.display()));
+        std::fs::write(
+            &path,
+            text.replacen("max_tokens = ", "max_tokens = \"x\" # ", 1),
+        )
+        .unwrap();
+        let e = load_file(&path).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("{}: scenarios[", path.display())),
+            "{e}"
+        );
         assert!(check_base_url("https://u:sk-secret@api.example/v1").is_err());
         assert!(check_base_url("https://api.example/v1?x=a@b").is_ok());
     }
