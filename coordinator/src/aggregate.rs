@@ -88,11 +88,27 @@ impl StepCounts {
 
 /// One line describing a failed attempt: `throttled (429): rate_limit: Rate limit reached…`.
 pub fn describe_error(rec: &ProbeRecord) -> String {
-    let mut s = rec.outcome().as_str().to_string();
-    if let Some(status) = rec.http_status {
+    describe_error_parts(
+        rec.outcome().as_str(),
+        rec.http_status,
+        [&rec.error_type, &rec.error_message]
+            .into_iter()
+            .flatten()
+            .map(String::as_str),
+    )
+}
+
+/// [`describe_error`] from a record's parts: `outcome (status): part: part`.
+pub fn describe_error_parts<'a>(
+    outcome: &str,
+    http_status: Option<u16>,
+    parts: impl IntoIterator<Item = &'a str>,
+) -> String {
+    let mut s = outcome.to_string();
+    if let Some(status) = http_status {
         s.push_str(&format!(" ({status})"));
     }
-    for part in [&rec.error_type, &rec.error_message].into_iter().flatten() {
+    for part in parts {
         s.push_str(": ");
         s.push_str(part);
     }

@@ -158,6 +158,9 @@ pub struct MatrixRow {
     pub itl: Option<Percentiles>,
     /// Values in the merged histograms, by metric name.
     pub hist_samples: BTreeMap<String, u64>,
+    /// The latest failed attempt (by send time; `dropped` left out), described as the
+    /// summary does (`outcome (status): type: message`), with its send time, agent µs.
+    pub last_error: Option<(u64, String)>,
 }
 
 impl MatrixRow {
@@ -183,6 +186,7 @@ impl MatrixRow {
             tpot: None,
             itl: None,
             hist_samples: BTreeMap::new(),
+            last_error: None,
         }
     }
 
@@ -222,8 +226,8 @@ impl MatrixRow {
     }
 
     /// The same cell as the coordinator's in-memory summary builds it (same units, same
-    /// arithmetic), except `last_error`, which is `None` (in memory it is the last failure in
-    /// arrival order, which ClickHouse does not keep).
+    /// arithmetic), except which failure is `last_error`: here the latest by send time (in
+    /// memory the last to arrive, and for `ALL` the last region's).
     pub fn to_cell(&self) -> MatrixCell {
         MatrixCell {
             region: self.region.clone(),
@@ -250,7 +254,7 @@ impl MatrixRow {
             usage_chunk_delta_mean: (self.ok_usage_reports > 0)
                 .then(|| self.ok_usage_chunk_delta_sum as f64 / self.ok_usage_reports as f64),
             usage_chunk_mismatches: self.ok_usage_chunk_mismatches,
-            last_error: None,
+            last_error: self.last_error.as_ref().map(|e| e.1.clone()),
             outcomes: self.outcomes.clone(),
         }
     }
@@ -285,6 +289,10 @@ struct OutcomeCount {
     usage_n: u64,
     delta_sum: i64,
     mismatches: u64,
+    last_us: u64,
+    last_status: u16,
+    last_type: String,
+    last_message: String,
 }
 
 #[derive(clickhouse::Row, Deserialize)]
@@ -360,7 +368,11 @@ pub async fn matrix_filtered(
          sum(output_tokens) AS tokens, sum(tokens_from_usage) AS from_usage_n, \
          sum(final_attempt) AS final_n, count(usage_chunk_delta) AS usage_n, \
          sum(ifNull(usage_chunk_delta, 0)) AS delta_sum, \
-         sum(ifNull(usage_chunk_delta, 0) != 0) AS mismatches \
+         sum(ifNull(usage_chunk_delta, 0) != 0) AS mismatches, \
+         max(send_unix_us) AS last_us, \
+         argMax(ifNull(http_status, toUInt16(0)), send_unix_us) AS last_status, \
+         argMax(ifNull(error_type, ''), send_unix_us) AS last_type, \
+         argMax(ifNull(error_message, ''), send_unix_us) AS last_message \
          FROM {db}.requests{wh} \
          GROUP BY region, provider, scenario, outcome"
     );
@@ -400,6 +412,18 @@ pub async fn matrix_filtered(
             }
             if c.outcome == Outcome::Throttled.as_str() {
                 cell.throttled += c.n;
+            }
+            let failed =
+                c.outcome != Outcome::Ok.as_str() && c.outcome != Outcome::Dropped.as_str();
+            if failed && cell.last_error.as_ref().is_none_or(|e| c.last_us >= e.0) {
+                let text = crate::aggregate::describe_error_parts(
+                    &c.outcome,
+                    (c.last_status != 0).then_some(c.last_status),
+                    [c.last_type.as_str(), c.last_message.as_str()]
+                        .into_iter()
+                        .filter(|p| !p.is_empty()),
+                );
+                cell.last_error = Some((c.last_us, text));
             }
         }
     }
