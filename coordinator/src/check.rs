@@ -214,7 +214,9 @@ struct RuleSection {
 /// # Errors
 /// A TOML error, or a rule that is incomplete or out of range.
 pub fn parse_rules(text: &str) -> anyhow::Result<Vec<Rule>> {
-    let file: RulesFile = toml::from_str(text).map_err(|e| anyhow!("{}", e.message()))?;
+    // toml's whole message: where (line, column, the line itself) and what.
+    let file: RulesFile =
+        toml::from_str(text).map_err(|e| anyhow!("{}", e.to_string().trim_end()))?;
     if file.rules.is_empty() {
         bail!("no [[rules]]");
     }
@@ -796,13 +798,16 @@ pub fn evaluate(rules: &[Rule], current: &Snapshot, baseline: Option<&Snapshot>)
         let what = format!("{} P{}", rule.metric, rule.percentile);
         let mut missing_values = 0u64;
         let mut no_baseline = 0u64;
+        let (mut matched, mut too_small) = (0u64, 0u64);
         for (key, cur) in current.cells.iter().filter(|(k, _)| matches(rule, k)) {
+            matched += 1;
             // Error rules count attempts (a provider failing every attempt has no `ok` one).
             let size = match rule.kind {
                 RuleKind::ErrorPctAbove { .. } => cur.attempts,
                 _ => cur.samples,
             };
             if size < rule.min_samples.max(1) {
+                too_small += 1;
                 continue;
             }
             match &rule.kind {
@@ -875,6 +880,33 @@ pub fn evaluate(rules: &[Rule], current: &Snapshot, baseline: Option<&Snapshot>)
                 }
                 RuleKind::AbovePrevDayMean { .. } => {}
             }
+        }
+        if matched == 0 {
+            let filters: Vec<String> = [
+                ("region", &rule.region),
+                ("provider", &rule.provider),
+                ("scenario", &rule.scenario),
+            ]
+            .into_iter()
+            .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k} = {v:?}")))
+            .collect();
+            report.skipped.push(format!(
+                "{}: no cell of campaign {} matches{}",
+                rule.name,
+                report.campaign,
+                if filters.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {}", filters.join(", "))
+                }
+            ));
+        }
+        if too_small > 0 {
+            report.skipped.push(format!(
+                "{}: {too_small} cell(s) with fewer than {} samples (min_samples)",
+                rule.name,
+                rule.min_samples.max(1)
+            ));
         }
         if missing_values > 0 {
             report.skipped.push(format!(

@@ -133,6 +133,10 @@ fn rules_parse_with_defaults_and_errors_name_the_rule() {
             "unknown field `limt`",
         ),
         ("", "no [[rules]]"),
+        (
+            "[[rules]]\nkind = \"error_pct_above\"\nlimit_pct = \"5\"\n",
+            "line 3, column 13",
+        ),
     ] {
         let e = format!("{:#}", parse_rules(text).unwrap_err());
         assert!(e.contains(want), "{want:?} not in {e:?}");
@@ -193,7 +197,29 @@ fn rules_fire_on_known_numbers() {
     let strict =
         parse_rules("[[rules]]\nkind = \"p99_absolute\"\nlimit_ms = 1\nmin_samples = 1000\n")
             .unwrap();
-    assert_eq!(evaluate(&strict, &cur, None).checked, 0);
+    let r = evaluate(&strict, &cur, None);
+    assert_eq!(r.checked, 0);
+    assert!(
+        r.skipped
+            .iter()
+            .any(|s| s.contains("cell(s) with fewer than 1000 samples (min_samples)")),
+        "{:?}",
+        r.skipped
+    );
+    // A rule no cell matches says so (a typo in a provider name is not "nothing to check").
+    let typo = parse_rules(
+        "[[rules]]\nname = \"t\"\nkind = \"p99_absolute\"\nprovider = \"nope\"\nlimit_ms = 1\n",
+    )
+    .unwrap();
+    let r = evaluate(&typo, &cur, None);
+    assert_eq!((r.checked, r.exit_code()), (0, 2));
+    assert_eq!(
+        r.skipped,
+        vec![format!(
+            "t: no cell of campaign {} matches provider = \"nope\"",
+            r.campaign
+        )]
+    );
 
     // A provider failing every attempt has no latency but does fire the error rule.
     let dead = Snapshot::from_summary(
