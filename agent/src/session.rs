@@ -289,7 +289,16 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
                 return Err(e);
             }
             Err(SessionError::Retry(e)) => {
-                tracing::warn!(coordinator = %cfg.coordinator_url, error = latmesh_core::error_text::chain(e.as_ref()), retry_in_ms = backoff.as_millis() as u64, "cannot reach coordinator");
+                let error = latmesh_core::error_text::chain(e.as_ref());
+                let retry_in_ms = backoff.as_millis() as u64;
+                // An answer that refuses the session (e.g. its agent id is in use) is not a
+                // network problem: say which it is.
+                if let Some(status) = e.chain().find_map(|c| c.downcast_ref::<tonic::Status>()) {
+                    let reason = status.message();
+                    tracing::warn!(coordinator = %cfg.coordinator_url, reason, retry_in_ms, "the coordinator refused the session");
+                } else {
+                    tracing::warn!(coordinator = %cfg.coordinator_url, error, retry_in_ms, "cannot reach coordinator");
+                }
             }
         }
         let jitter = rand::rng().random_range(0..=backoff.as_millis() as u64 / 4);
