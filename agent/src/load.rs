@@ -104,6 +104,14 @@ pub async fn run_sweep(
         if !sleep_until(ctx, step_start).await {
             break;
         }
+        if Instant::now().saturating_duration_since(step_start) > ctx.max_lateness {
+            // The process was stopped while it waited: the step's time has (mostly) passed,
+            // and running it now would overlap the next one.
+            let workers = u64::from(concurrency) * ctx.plan.providers.len() as u64;
+            not_run.late += workers;
+            tracing::warn!(campaign = %ctx.campaign_id, scenario = %name, step = k, workers, "sweep step not run: the agent woke too late for it (its workers count as skipped)");
+            continue;
+        }
         for provider in 0..ctx.plan.providers.len() {
             let sent = Arc::new(AtomicU32::new(0));
             for _ in 0..concurrency {
@@ -160,12 +168,6 @@ pub async fn run_rate(
     }
     arrivals.sort_unstable();
     let max_queue = Duration::from_millis(spec.max_queue_ms);
-    // An arrival the scheduler reaches late waits in its provider's queue until its drop
-    // time (`max_queue_ms`) like any other; later than that it is not sent.
-    let too_late = ctx.max_lateness.max(max_queue);
-    // Arrivals whose time had passed before this process reached the phase (a restarted
-    // agent) were never queued: later than `max_lateness` they are not sent.
-    let entered = Instant::now();
     let name = &ctx.plan.scenarios[scenario].name;
     let mut not_run = NotRun::default();
     let mut lagging = 0u64;
@@ -182,13 +184,11 @@ pub async fn run_rate(
             not_run.cancelled += 1;
             continue;
         }
-        let limit = if intended < entered {
-            ctx.max_lateness
-        } else {
-            too_late
-        };
+        // The scheduler itself more than `max_lateness` late (a restarted agent, a stopped
+        // process): not sent, counted. Only a provider's caps may hold an arrival longer, up
+        // to its drop time (`max_queue_ms`).
         let late = Instant::now().saturating_duration_since(intended);
-        if late > limit {
+        if late > ctx.max_lateness {
             not_run.late += 1;
             continue;
         }
@@ -197,7 +197,7 @@ pub async fn run_rate(
             not_run.cancelled += 1;
             continue;
         }
-        if Instant::now().saturating_duration_since(intended) > too_late {
+        if Instant::now().saturating_duration_since(intended) > ctx.max_lateness {
             not_run.late += 1; // the process was stopped while it waited
             continue;
         }
@@ -585,6 +585,17 @@ model_id = "m"
         assert_eq!(not_run.late, 3);
     }
 
+    /// Runs the plan's only phase while its only thread is blocked (as by SIGSTOP) from
+    /// 20 ms to 1.62 s from now (the phase starts in 50 ms).
+    async fn run_phase_stopped(plan: Plan) -> (Vec<ProbeRecord>, NotRun) {
+        tokio::spawn(async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            std::thread::sleep(Duration::from_millis(1_600));
+        });
+        let (records, not_run, _) = run_phase(plan).await;
+        (records, not_run)
+    }
+
     #[tokio::test(flavor = "current_thread")]
     async fn a_slot_whose_wait_ended_past_max_lateness_is_skipped_not_sent() {
         let addr = sim(profile("solo", 5, 1, 2, 0)).await;
@@ -594,19 +605,48 @@ model_id = "m"
             "[rounds]\ncount = 3\ninterval_s = 1\ngap_ms = 10",
             "",
         );
-        // The only thread is blocked (as by SIGSTOP) from 20 ms to 1.62 s from now: round 0,
-        // due in 50 ms, is reached 1.57 s late (after the scheduler began waiting for it);
-        // round 1, due in 1.05 s, 0.57 s late (sent); round 2 on time.
-        tokio::spawn(async {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            std::thread::sleep(Duration::from_millis(1_600));
-        });
-        let (records, not_run, _) = run_phase(plan).await;
+        // Round 0, due at 50 ms, is reached 1.57 s late (after the scheduler began waiting
+        // for it); round 1, due at 1.05 s, 0.57 s late (sent); round 2 on time.
+        let (records, not_run) = run_phase_stopped(plan).await;
         let rounds: Vec<(u32, i64)> = records.iter().map(|r| (r.round, r.sched_lag_us)).collect();
         assert!(
             rounds.iter().all(|r| r.0 > 0),
             "round 0 sent late: {rounds:?}"
         );
         assert_eq!((records.len(), not_run.late), (2, 1), "{rounds:?}");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn open_loop_arrivals_the_scheduler_reaches_too_late_are_skipped_not_burst() {
+        let addr = sim(profile("solo", 5, 1, 2, 0)).await;
+        // max_queue_s (for the provider's caps) does not let a stopped scheduler send late.
+        let plan = plan(
+            addr,
+            "solo",
+            "[scenarios.rate]\nrps = 20\nduration_s = 3\nmax_queue_s = 30",
+            "",
+        );
+        let (records, not_run) = run_phase_stopped(plan).await;
+        let worst = records.iter().map(|r| r.sched_lag_us).max().unwrap();
+        assert!(worst < 1_100_000, "sent {worst} µs late");
+        // Arrivals in the first ~0.57 s of the phase were over 1 s late when it woke.
+        assert!((5..=18).contains(&not_run.late), "{not_run:?}");
+        assert_eq!(records.len() as u64 + not_run.late, 60);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_sweep_step_the_agent_woke_too_late_for_is_skipped() {
+        let addr = sim(profile("solo", 5, 1, 2, 0)).await;
+        let plan = plan(
+            addr,
+            "solo",
+            "[scenarios.sweep]\nconcurrency = [1, 2]\nstep_s = 1",
+            "",
+        );
+        // Step 0 (from 50 ms) is reached at 1.62 s: skipped, its 1 worker counted; step 1
+        // (from 1.05 s) runs.
+        let (records, not_run) = run_phase_stopped(plan).await;
+        assert_eq!(not_run.late, 1);
+        assert!(!records.is_empty() && records.iter().all(|r| r.step == 1));
     }
 }

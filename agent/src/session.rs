@@ -199,7 +199,13 @@ pub async fn connect_channel(url: &str, ca_file: Option<&Path>) -> anyhow::Resul
             Some(p) => anyhow::anyhow!(
                 "{context}: {}{}",
                 latmesh_core::error_text::chain(&e),
-                p.hint("--ca-file")
+                match ca_file {
+                    Some(f) => p.hint(&format!(
+                        "--ca-file (is {} the CA that signed the coordinator's certificate?)",
+                        f.display()
+                    )),
+                    None => p.hint("--ca-file"),
+                }
             ),
             None => anyhow::Error::new(e).context(context),
         }
@@ -248,8 +254,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
             path.display(),
             cfg.coordinator_url
         );
-        std::fs::metadata(path)
-            .with_context(|| format!("cannot read the CA file {}", path.display()))?;
+        crate::tls::read_ca_file(path)?;
     }
     let prober = Arc::new(
         Prober::with_root_certificate_file(Some(&cfg.region), cfg.provider_ca_file.as_deref())

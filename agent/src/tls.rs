@@ -11,12 +11,24 @@ use rustls::pki_types::pem::PemObject as _;
 /// The PEM text of the CA file `path`.
 ///
 /// # Errors
-/// The file cannot be read, or holds no PEM certificate (the message names the file).
+/// The file cannot be read, holds no PEM certificate, or a certificate block that does not
+/// decode (the message names the file).
 pub fn read_ca_file(path: &Path) -> anyhow::Result<Vec<u8>> {
     let pem = std::fs::read(path)
         .with_context(|| format!("cannot read the CA file {}", path.display()))?;
+    let mut certificates = 0;
+    for (i, c) in CertificateDer::pem_slice_iter(&pem).enumerate() {
+        c.map_err(|e| {
+            anyhow::anyhow!(
+                "the CA file {}: certificate {} does not decode: {e}",
+                path.display(),
+                i + 1
+            )
+        })?;
+        certificates += 1;
+    }
     anyhow::ensure!(
-        CertificateDer::pem_slice_iter(&pem).next().is_some(),
+        certificates > 0,
         "the CA file {} holds no PEM certificate",
         path.display()
     );
@@ -84,6 +96,17 @@ mod tests {
             "{e:#}"
         );
         let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+        let garbled = dir.path().join("garbled.pem");
+        std::fs::write(
+            &garbled,
+            "-----BEGIN CERTIFICATE-----\nnot base64 at all!\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let e = read_ca_file(&garbled).unwrap_err().to_string();
+        assert!(
+            e.contains("garbled.pem: certificate 1 does not decode"),
+            "{e}"
+        );
         let good = dir.path().join("ca.pem");
         std::fs::write(&good, ck.cert.pem()).unwrap();
         assert_eq!(read_ca_file(&good).unwrap(), ck.cert.pem().into_bytes());

@@ -1317,7 +1317,15 @@ async fn post_json_inner(url: &str, body: &[u8]) -> anyhow::Result<u16> {
         let stream = tokio_rustls::TlsConnector::from(Arc::new(config))
             .connect(name, tcp)
             .await
-            .context("TLS handshake")?;
+            .map_err(|e| {
+                let hint = latmesh_agent::tls::TlsProblem::of(&e).map_or(String::new(), |p| {
+                    p.hint("a CA the webhook's host is signed by")
+                });
+                anyhow!(
+                    "TLS handshake: {}{hint}",
+                    latmesh_core::error_text::chain(&e)
+                )
+            })?;
         exchange(stream, head.as_bytes(), body).await?
     } else {
         exchange(tcp, head.as_bytes(), body).await?

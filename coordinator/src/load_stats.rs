@@ -530,7 +530,10 @@ impl StartSync {
         );
         let never = self.agents.len() - started;
         if never > 0 {
-            let _ = write!(s, "; {never} never started");
+            let _ = write!(
+                s,
+                "; {never} without a synchronized start (joined late, or cancelled before it)"
+            );
         }
         if let Some(k) = &self.slot_skew {
             let _ = write!(
@@ -1175,7 +1178,7 @@ pub(crate) mod tests {
         );
         assert_eq!(
             s.line().unwrap(),
-            "start skew 0.42 ms over 3 agents (± 0.07 ms of clock uncertainty); 1 never started"
+            "start skew 0.42 ms over 3 agents (± 0.07 ms of clock uncertainty); 1 without a synchronized start (joined late, or cancelled before it)"
         );
         let one = StartSync::of(vec![start("a", t, 5)]);
         assert_eq!(

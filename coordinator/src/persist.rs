@@ -66,7 +66,7 @@ pub struct AgentRecord {
     #[serde(default)]
     pub slots_done: u64,
     /// From its done notice: when it began the campaign's first phase, coordinator clock as
-    /// it estimated it, UTC µs (0: it never started, or no done notice yet).
+    /// it estimated it, UTC µs (0: no synchronized start, or no done notice yet).
     #[serde(default)]
     pub started_coord_unix_us: i64,
     /// From its done notice: the clock offset it used (coordinator − agent), µs.

@@ -75,7 +75,8 @@ pub fn control_error(url: &str, s: tonic::Status) -> anyhow::Error {
     }
 }
 
-/// Fails early (before a long campaign) when `path` could not be written.
+/// Fails early (before a long campaign) when `path` could not be written. Leaves no empty
+/// file behind (the directories it needs stay).
 ///
 /// # Errors
 /// The directory cannot be created or the file cannot be opened for writing.
@@ -83,12 +84,17 @@ pub fn check_writable(path: &Path) -> anyhow::Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
+    let existed = path.exists();
     std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(path)
         .map(drop)
-        .with_context(|| format!("cannot write {}", path.display()))
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    if !existed {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
 }
 
 /// Waits until at least one connected agent is known for every region of `regions`.
@@ -293,6 +299,20 @@ mod tests {
             disconnected_since_coord_unix_us: 4_000_000,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_writability_check_leaves_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let new = dir.path().join("sub/summary.json");
+        check_writable(&new).unwrap();
+        assert!(!new.exists() && new.parent().unwrap().is_dir());
+        let old = dir.path().join("old.json");
+        std::fs::write(&old, "kept").unwrap();
+        check_writable(&old).unwrap();
+        assert_eq!(std::fs::read_to_string(&old).unwrap(), "kept");
+        let e = check_writable(&old.join("x.json")).unwrap_err();
+        assert!(format!("{e:#}").contains("cannot create"), "{e:#}");
     }
 
     #[test]
