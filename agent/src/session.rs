@@ -244,8 +244,9 @@ fn msg(kind: Out) -> pb::AgentMessage {
 ///
 /// # Errors
 /// Only for a configuration that cannot work (a refused protocol version, a token the
-/// coordinator does not accept, an unreadable CA file or provider CA file, an HTTP client that cannot be built);
-/// network failures (TLS handshakes included) are retried with backoff.
+/// coordinator does not accept, an unreadable CA file or provider CA file, an HTTP client
+/// that cannot be built); network failures (TLS handshakes included) are retried with
+/// backoff.
 pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
     if let Some(path) = &cfg.ca_file {
         anyhow::ensure!(
@@ -294,7 +295,6 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
                 return Err(e);
             }
             Err(SessionError::Retry(e)) => {
-                let error = latmesh_core::error_text::chain(e.as_ref());
                 let retry_in_ms = backoff.as_millis() as u64;
                 // An answer that refuses the session (e.g. its agent id is in use) is not a
                 // network problem: say which it is.
@@ -302,6 +302,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
                     let reason = status.message();
                     tracing::warn!(coordinator = %cfg.coordinator_url, reason, retry_in_ms, "the coordinator refused the session");
                 } else {
+                    let error = latmesh_core::error_text::chain(e.as_ref());
                     tracing::warn!(coordinator = %cfg.coordinator_url, error, retry_in_ms, "cannot reach coordinator");
                 }
             }

@@ -126,14 +126,17 @@ impl RxStampedTcp {
         })
     }
 
-    /// Stamps a read that returned bytes at `read_at` with `received` (the kernel's time).
+    /// Stamps a read that returned bytes at `read_at` with `received` (the kernel's time;
+    /// `None`: the read's own instant, without reading the wall clock).
     fn stamp_read(&mut self, read_at: Instant, received: Option<Duration>) {
+        let Some(received) = received else {
+            self.stamp.mark_at(read_at);
+            return;
+        };
         let fd = self.fd.get_ref().as_raw_fd();
         let wall = wall_now();
-        let age = received.and_then(|r| age(r, wall));
-        let at = arrival(read_at, age, || {
-            let r = received.unwrap_or_default();
-            self.reordering.in_order(rcv_ooopack(fd), r, wall)
+        let at = arrival(read_at, age(received, wall), || {
+            self.reordering.in_order(rcv_ooopack(fd), received, wall)
         });
         self.stamp.mark_at(at);
     }
