@@ -23,6 +23,30 @@ pub fn counts_in_error_rates(outcome: Outcome) -> bool {
     !matches!(outcome, Outcome::Cancelled | Outcome::Dropped)
 }
 
+/// `(failed, counted)` attempts of a summary cell: the attempts its `error_pct` is made of
+/// (every outcome that [`counts_in_error_rates`]) and those not `ok`, from its `outcomes`
+/// (unknown outcome names count as failures); from `attempts × error_pct` when a cell has no
+/// outcome counts.
+pub fn failed_attempts(cell: &crate::summary::MatrixCell) -> (u64, u64) {
+    if cell.outcomes.is_empty() {
+        let failed = (cell.attempts as f64 * cell.error_pct / 100.0).round() as u64;
+        return (failed.min(cell.attempts), cell.attempts);
+    }
+    let mut failed = 0;
+    let mut counted = 0;
+    for (name, n) in &cell.outcomes {
+        let outcome = Outcome::parse(name);
+        if outcome.is_some_and(|o| !counts_in_error_rates(o)) {
+            continue;
+        }
+        counted += n;
+        if outcome != Some(Outcome::Ok) {
+            failed += n;
+        }
+    }
+    (failed, counted)
+}
+
 /// Per-(region, provider, scenario) counters from records.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CellCounts {

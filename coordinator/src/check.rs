@@ -13,10 +13,10 @@
 //!
 //! Where the numbers come from:
 //!
-//! * `--current CAMPAIGN` / `--baseline CAMPAIGN`: the stored campaign's matrix
-//!   ([`query::matrix`]: exact percentiles over the merged histograms, error % of attempts);
-//!   percentiles the matrix does not carry (e.g. P95) come from one more exact query over the
-//!   same histograms (`quantileExactWeighted`, the same convention).
+//! * `--current CAMPAIGN` / `--baseline CAMPAIGN`: the stored campaign's counts from its
+//!   matrix ([`query::matrix`]: attempts, error % of attempts) and every percentile a rule
+//!   reads, with its 95 % interval, from its merged histograms (the report analysis'
+//!   [`PercentileCi`]: HdrHistogram's `value_at_quantile`, the matrix's convention).
 //! * `--baseline-days N`: every stored row (any campaign) whose time lies in the `N` days
 //!   before the current campaign's start ([`query::matrix_filtered`] with a time filter, the
 //!   agents' clocks), merged per (region, provider, scenario) — a rolling baseline.
@@ -88,9 +88,11 @@ use latmesh_core::metrics::Metric;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use crate::analysis::stats::{PercentileCi, min_samples};
 use crate::clickhouse::{self as store, QueryFilter, StoreError, check_identifier, query};
+use crate::report::from_clickhouse::{SqlArg, histograms_matching};
 use crate::report_data::ALL;
-use crate::summary::{MatrixCell, Percentiles, Summary};
+use crate::summary::{MatrixCell, Summary};
 
 /// Arguments of `latmesh check`.
 #[derive(Args, Debug, Clone, Default)]
@@ -180,7 +182,9 @@ pub struct Rule {
     pub provider: Option<String>,
     /// Only this scenario.
     pub scenario: Option<String>,
-    /// Cells with fewer `ok` attempts are not checked.
+    /// A floor on the samples of a cell (latency rules: of the percentile's metric; error
+    /// rules: attempts) on top of the sample-size policy (latency rules always need
+    /// `analysis::stats::min_samples(percentile)`, error rules 1); 0 when not given.
     pub min_samples: u64,
 }
 
@@ -315,7 +319,7 @@ pub fn parse_rules(text: &str) -> anyhow::Result<Vec<Rule>> {
             region: r.region.clone(),
             provider: r.provider.clone(),
             scenario: r.scenario.clone(),
-            min_samples: r.min_samples.unwrap_or(1),
+            min_samples: r.min_samples.unwrap_or(0),
         });
     }
     Ok(out)
@@ -324,6 +328,30 @@ pub fn parse_rules(text: &str) -> anyhow::Result<Vec<Rule>> {
 /// Percentile as a map key (thousandths).
 fn pkey(p: f64) -> u32 {
     (p * 1000.0).round() as u32
+}
+
+/// One percentile of one cell as the rules read it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Estimate {
+    /// The point estimate (HdrHistogram's `value_at_quantile`), ms.
+    pub ms: f64,
+    /// Samples behind it.
+    pub n: u64,
+    /// Its 95 % confidence interval (lower, upper), ms; `None` when the percentile is not
+    /// supported by `n`, or the source carries no intervals (a summary file without them).
+    pub ci_ms: Option<(f64, f64)>,
+}
+
+impl Estimate {
+    /// Percentile `percentile` of `h` with its interval ([`PercentileCi::of`]).
+    pub fn of(h: &hdrhistogram::Histogram<u64>, percentile: f64) -> Estimate {
+        let p = PercentileCi::of(h, percentile);
+        Estimate {
+            ms: p.estimate_ms,
+            n: p.n,
+            ci_ms: p.ci.map(|c| (c.lower_ms, c.upper_ms)),
+        }
+    }
 }
 
 /// The numbers of one cell that rules read.
@@ -335,42 +363,57 @@ pub struct CellStats {
     pub attempts: u64,
     /// Error % of attempts.
     pub error_pct: f64,
-    /// (metric, percentile key) → ms.
-    values: BTreeMap<(Metric, u32), f64>,
+    /// Failed attempts and the attempts counted in `error_pct`
+    /// ([`crate::aggregate::failed_attempts`]).
+    pub failed: (u64, u64),
+    /// (metric, percentile key) → estimate.
+    values: BTreeMap<(Metric, u32), Estimate>,
 }
 
 impl CellStats {
     /// The percentile `p` of `metric`, ms, when known.
     pub fn value(&self, metric: Metric, p: f64) -> Option<f64> {
-        self.values.get(&(metric, pkey(p))).copied()
+        self.estimate(metric, p).map(|e| e.ms)
     }
 
-    fn set(&mut self, metric: Metric, p: f64, ms: f64) {
-        self.values.insert((metric, pkey(p)), ms);
+    /// The percentile `p` of `metric` with its sample count and interval, when known.
+    pub fn estimate(&self, metric: Metric, p: f64) -> Option<&Estimate> {
+        self.values.get(&(metric, pkey(p)))
     }
 
-    fn from_cell(c: &MatrixCell) -> CellStats {
+    /// Sets the percentile `p` of `metric`.
+    pub fn set(&mut self, metric: Metric, p: f64, e: Estimate) {
+        self.values.insert((metric, pkey(p)), e);
+    }
+
+    /// The counts and point percentiles of a summary cell (`n` = its `ok` attempts; no
+    /// intervals).
+    pub fn from_cell(c: &MatrixCell) -> CellStats {
         let mut s = CellStats {
             samples: c.samples,
             attempts: c.attempts,
             error_pct: c.error_pct,
+            failed: crate::aggregate::failed_attempts(c),
             values: BTreeMap::new(),
         };
-        let mut put = |m: Metric, p: &Option<Percentiles>| {
-            if let Some(p) = p {
-                s.set(m, 50.0, p.p50_ms);
-                s.set(m, 90.0, p.p90_ms);
-                s.set(m, 99.0, p.p99_ms);
+        let n = c.samples;
+        let mut put = |m: Metric, p: f64, ms: f64| s.set(m, p, Estimate { ms, n, ci_ms: None });
+        for (m, v) in [
+            (Metric::Ttft, &c.ttft),
+            (Metric::Ttfc, &c.ttfc),
+            (Metric::E2e, &c.e2e),
+        ] {
+            if let Some(v) = v {
+                put(m, 50.0, v.p50_ms);
+                put(m, 90.0, v.p90_ms);
+                put(m, 99.0, v.p99_ms);
             }
-        };
-        put(Metric::Ttft, &c.ttft);
-        put(Metric::Ttfc, &c.ttfc);
-        put(Metric::E2e, &c.e2e);
+        }
         if let Some(v) = c.tpot_p50_ms {
-            s.set(Metric::Tpot, 50.0, v);
+            put(Metric::Tpot, 50.0, v);
         }
         if let Some(v) = c.itl_p50_ms {
-            s.set(Metric::Itl, 50.0, v);
+            put(Metric::Itl, 50.0, v);
         }
         s
     }
@@ -390,7 +433,8 @@ pub struct Snapshot {
     pub start_at_unix_us: Option<i64>,
     /// Cells.
     pub cells: BTreeMap<CellKey, CellStats>,
-    /// Whether percentiles beyond P50/P90/P99 can be looked up (ClickHouse).
+    /// Whether every percentile can be computed, with its interval, from the merged
+    /// histograms (ClickHouse); `false` for a summary file.
     pub exact: bool,
 }
 
@@ -444,6 +488,13 @@ pub struct Fired {
     pub baseline: Option<f64>,
     /// The limit the current value crossed (same unit).
     pub limit: f64,
+    /// The current value's 95 % interval (lower, upper), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_ci: Option<(f64, f64)>,
+    /// The baseline's 95 % interval (for `above_prev_day_mean`: the mean of the earlier
+    /// runs' bounds), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline_ci: Option<(f64, f64)>,
     /// `ms` or `%`.
     pub unit: String,
     /// In words.
@@ -459,6 +510,10 @@ pub struct CheckReport {
     pub baseline: Option<String>,
     /// Rules that fired, per cell.
     pub fired: Vec<Fired>,
+    /// Cells whose point estimate crossed a rule's threshold without the change being
+    /// significant (the intervals overlap): reported, not fired.
+    #[serde(default)]
+    pub inconclusive: Vec<Fired>,
     /// (rule, cell) pairs evaluated.
     pub checked: u64,
     /// Rules or cells that could not be evaluated, and why.
@@ -515,6 +570,13 @@ impl CheckReport {
                 f.rule, f.region, f.provider, f.scenario, f.message
             );
         }
+        for f in &self.inconclusive {
+            let _ = writeln!(
+                out,
+                "not significant: {} {} {} {}: {}",
+                f.rule, f.region, f.provider, f.scenario, f.message
+            );
+        }
         for s in &self.skipped {
             let _ = writeln!(out, "skipped: {s}");
         }
@@ -551,69 +613,9 @@ impl Scope {
     }
 }
 
-/// A value bound to a `?`.
-enum Bind {
-    Str(String),
-    U64(u64),
-}
-
-#[derive(clickhouse::Row, Deserialize)]
-struct QuantileRow {
-    campaign_id: String,
-    region: String,
-    provider: String,
-    scenario: String,
-    samples: u64,
-    value: u64,
-}
-
-/// Exact percentile `p` of `metric` per (group, region, provider, scenario) and per (group,
-/// `ALL`, provider, scenario) over the histograms matching `cond`; the group is the campaign
-/// id when `by_campaign`, else `""`. `quantileExactWeighted` over `ARRAY JOIN` equals
-/// HdrHistogram's `value_at_quantile` of the merged histograms (see
-/// [`store::HistogramRow`]).
-async fn quantile_rows(
-    client: &clickhouse::Client,
-    db: &str,
-    cond: &str,
-    binds: &[Bind],
-    metric: Metric,
-    p: f64,
-    by_campaign: bool,
-) -> Result<Vec<QuantileRow>, StoreError> {
-    check_identifier(db)?;
-    let q = format!("{}", p / 100.0);
-    let group = if by_campaign { "campaign_id" } else { "''" };
-    let mut out = Vec::new();
-    for merged in [false, true] {
-        let region = if merged {
-            format!("'{ALL}'")
-        } else {
-            "region".to_string()
-        };
-        let sql = format!(
-            "SELECT {group} AS grp, {region} AS row_region, provider, scenario, \
-             sum(weight) AS n, quantileExactWeighted({q})(value, weight) AS v \
-             FROM {db}.histograms ARRAY JOIN `values` AS value, `counts` AS weight \
-             WHERE {cond} AND metric = ? \
-             GROUP BY grp, row_region, provider, scenario"
-        );
-        let mut query = client.query(&sql);
-        for b in binds {
-            query = match b {
-                Bind::Str(s) => query.bind(s.as_str()),
-                Bind::U64(n) => query.bind(*n),
-            };
-        }
-        let rows: Vec<QuantileRow> = query.bind(metric.as_str()).fetch_all().await?;
-        out.extend(rows);
-    }
-    Ok(out)
-}
-
-fn scope_cond(scope: &Scope) -> (String, Vec<Bind>) {
+fn scope_cond(scope: &Scope) -> (String, Vec<SqlArg>) {
     match scope {
-        Scope::Campaign(id) => ("campaign_id = ?".into(), vec![Bind::Str(id.clone())]),
+        Scope::Campaign(id) => ("campaign_id = ?".into(), vec![SqlArg::Str(id.clone())]),
         Scope::Range(from, to) => {
             let (from, to) = (
                 u64::try_from(*from).unwrap_or(0),
@@ -624,26 +626,49 @@ fn scope_cond(scope: &Scope) -> (String, Vec<Bind>) {
                  AND interval_start <= toDateTime(?) AND start_unix_us < ?"
                     .into(),
                 vec![
-                    Bind::U64(from / 1_000_000),
-                    Bind::U64(from),
-                    Bind::U64(to / 1_000_000),
-                    Bind::U64(to),
+                    SqlArg::U64(from / 1_000_000),
+                    SqlArg::U64(from),
+                    SqlArg::U64(to / 1_000_000),
+                    SqlArg::U64(to),
                 ],
             )
         }
     }
 }
 
-/// Whether [`query::matrix_filtered`] carries percentile `p` of `metric`.
-fn in_matrix(metric: Metric, p: f64) -> bool {
-    matches!(
-        metric,
-        Metric::Ttft | Metric::Ttfc | Metric::E2e | Metric::Tpot | Metric::Itl
-    ) && [50.0, 90.0, 99.0].contains(&p)
+/// Every (metric, percentile) of `needs` of every cell matching `cond` (`?` bound to
+/// `args`), per region and `ALL`, with its interval, from the merged histograms.
+async fn estimates(
+    client: &clickhouse::Client,
+    db: &str,
+    cond: &str,
+    args: &[SqlArg],
+    needs: &BTreeSet<(Metric, u32)>,
+) -> anyhow::Result<BTreeMap<CellKey, Vec<(Metric, f64, Estimate)>>> {
+    let mut out: BTreeMap<CellKey, Vec<(Metric, f64, Estimate)>> = BTreeMap::new();
+    let metrics: BTreeSet<Metric> = needs.iter().map(|(m, _)| *m).collect();
+    for metric in metrics {
+        let mut args = args.to_vec();
+        args.push(SqlArg::Str(metric.as_str().to_string()));
+        let hists =
+            histograms_matching(client, db, &format!("{cond} AND metric = ?"), &args).await?;
+        for (k, h) in hists {
+            if h.is_empty() {
+                continue;
+            }
+            for &(m, pk) in needs.iter().filter(|(m, _)| *m == metric) {
+                let p = f64::from(pk) / 1000.0;
+                out.entry((k.region.clone(), k.provider.clone(), k.scenario.clone()))
+                    .or_default()
+                    .push((m, p, Estimate::of(&h, p)));
+            }
+        }
+    }
+    Ok(out)
 }
 
-/// A snapshot from ClickHouse: the matrix of `scope`, plus the (metric, percentile) pairs of
-/// `needs` the matrix does not carry.
+/// A snapshot from ClickHouse: the counts of the matrix of `scope`, and every (metric,
+/// percentile) of `needs` with its interval from the merged histograms.
 async fn clickhouse_snapshot(
     client: &clickhouse::Client,
     db: &str,
@@ -656,33 +681,19 @@ async fn clickhouse_snapshot(
         .iter()
         .map(|r| {
             let mut s = CellStats::from_cell(&r.to_cell());
-            if let Some(p) = &r.tpot {
-                s.set(Metric::Tpot, 90.0, p.p90_ms);
-                s.set(Metric::Tpot, 99.0, p.p99_ms);
-            }
-            if let Some(p) = &r.itl {
-                s.set(Metric::Itl, 90.0, p.p90_ms);
-                s.set(Metric::Itl, 99.0, p.p99_ms);
-            }
+            // Percentiles come from the histograms below, with their intervals.
+            s.values.clear();
             (
                 (r.region.clone(), r.provider.clone(), r.scenario.clone()),
                 s,
             )
         })
         .collect();
-    let (cond, binds) = scope_cond(scope);
-    for &(metric, pk) in needs {
-        let p = f64::from(pk) / 1000.0;
-        if in_matrix(metric, p) {
-            continue;
-        }
-        for r in quantile_rows(client, db, &cond, &binds, metric, p, false).await? {
-            if r.samples > 0 {
-                cells
-                    .entry((r.region, r.provider, r.scenario))
-                    .or_default()
-                    .set(metric, p, r.value as f64 / 1000.0);
-            }
+    let (cond, args) = scope_cond(scope);
+    for (key, list) in estimates(client, db, &cond, &args, needs).await? {
+        let cell = cells.entry(key).or_default();
+        for (m, p, e) in list {
+            cell.set(m, p, e);
         }
     }
     let start = match scope {
@@ -756,16 +767,28 @@ fn ms(v: f64) -> String {
     crate::analysis::stats::fmt_ms(v)
 }
 
-fn fired(
-    rule: &Rule,
-    key: &CellKey,
+/// What one evaluation found on one cell: the values it compared and the verdict.
+struct Finding {
     current: f64,
+    current_ci: Option<(f64, f64)>,
     baseline: Option<f64>,
+    baseline_ci: Option<(f64, f64)>,
     limit: f64,
+    /// The point estimate crossed the threshold.
+    over: bool,
+    /// The change is significant (or no intervals are known: point estimates only).
+    significant: bool,
     message: String,
-) -> Fired {
+}
+
+/// Records `f` in `report`: fired when over the threshold and significant, inconclusive when
+/// over it only.
+fn record(report: &mut CheckReport, rule: &Rule, key: &CellKey, f: Finding) {
+    if !f.over {
+        return;
+    }
     let latency = !matches!(rule.kind, RuleKind::ErrorPctAbove { .. });
-    Fired {
+    let out = Fired {
         rule: rule.name.clone(),
         kind: kind_name(&rule.kind).to_string(),
         region: key.0.clone(),
@@ -773,21 +796,43 @@ fn fired(
         scenario: key.2.clone(),
         metric: latency.then(|| rule.metric.to_string()),
         percentile: latency.then_some(rule.percentile),
-        current,
-        baseline,
-        limit,
+        current: f.current,
+        baseline: f.baseline,
+        limit: f.limit,
+        current_ci: f.current_ci,
+        baseline_ci: f.baseline_ci,
         unit: if latency { "ms" } else { "%" }.into(),
-        message,
+        message: f.message,
+    };
+    if f.significant {
+        report.fired.push(out);
+    } else {
+        report.inconclusive.push(out);
     }
 }
 
+/// `" [lo, hi]"` or `""`.
+fn ci_text(ci: Option<(f64, f64)>) -> String {
+    ci.map_or(String::new(), |(lo, hi)| {
+        format!(" [{}, {}]", ms(lo), ms(hi))
+    })
+}
+
+/// The samples a latency rule needs in a cell: the policy's
+/// [`min_samples`]`(percentile)`, or the rule's `min_samples` when higher.
+pub fn latency_samples_needed(rule: &Rule) -> u64 {
+    min_samples(rule.percentile / 100.0).max(rule.min_samples)
+}
+
 /// Evaluates the rules that compare two snapshots (every kind but `above_prev_day_mean`).
-/// Pure: the tests feed it known numbers.
+/// Pure: the tests feed it known numbers. See the [module docs](self) for each rule's
+/// condition.
 pub fn evaluate(rules: &[Rule], current: &Snapshot, baseline: Option<&Snapshot>) -> CheckReport {
     let mut report = CheckReport {
         campaign: current.label.clone(),
         baseline: baseline.map(|b| b.label.clone()),
         fired: Vec::new(),
+        inconclusive: Vec::new(),
         checked: 0,
         skipped: Vec::new(),
     };
@@ -796,90 +841,116 @@ pub fn evaluate(rules: &[Rule], current: &Snapshot, baseline: Option<&Snapshot>)
             continue;
         }
         let what = format!("{} P{}", rule.metric, rule.percentile);
-        let mut missing_values = 0u64;
-        let mut no_baseline = 0u64;
-        let (mut matched, mut too_small) = (0u64, 0u64);
+        let need = match rule.kind {
+            RuleKind::ErrorPctAbove { .. } => rule.min_samples.max(1),
+            _ => latency_samples_needed(rule),
+        };
+        let (mut matched, mut too_small, mut missing, mut no_baseline, mut points_only) =
+            (0u64, 0u64, 0u64, 0u64, 0u64);
         for (key, cur) in current.cells.iter().filter(|(k, _)| matches(rule, k)) {
             matched += 1;
-            // Error rules count attempts (a provider failing every attempt has no `ok` one).
-            let size = match rule.kind {
-                RuleKind::ErrorPctAbove { .. } => cur.attempts,
-                _ => cur.samples,
-            };
-            if size < rule.min_samples.max(1) {
-                too_small += 1;
-                continue;
-            }
-            match &rule.kind {
+            let finding = match &rule.kind {
                 RuleKind::ErrorPctAbove { limit_pct } => {
-                    report.checked += 1;
-                    if cur.error_pct > *limit_pct {
-                        report.fired.push(fired(
-                            rule,
-                            key,
-                            cur.error_pct,
-                            None,
-                            *limit_pct,
-                            format!(
-                                "error {:.2}% of {} attempts > limit {limit_pct}%",
-                                cur.error_pct, cur.attempts
-                            ),
-                        ));
+                    let (failed, counted) = cur.failed;
+                    if counted < need {
+                        too_small += 1;
+                        continue;
+                    }
+                    let Some(w) = latmesh_core::proportion::wilson(failed, counted) else {
+                        too_small += 1;
+                        continue;
+                    };
+                    let point = w.point() * 100.0;
+                    let ci = (w.lower * 100.0, w.upper * 100.0);
+                    Finding {
+                        current: point,
+                        current_ci: Some(ci),
+                        baseline: None,
+                        baseline_ci: None,
+                        limit: *limit_pct,
+                        over: point > *limit_pct,
+                        significant: ci.0 > *limit_pct,
+                        message: format!(
+                            "error {point:.2}% of {counted} attempts [{:.2}%, {:.2}%] > limit {limit_pct}%",
+                            ci.0, ci.1
+                        ),
                     }
                 }
                 RuleKind::Absolute { limit_ms } => {
-                    let Some(v) = cur.value(rule.metric, rule.percentile) else {
-                        missing_values += 1;
+                    let Some(e) = cur.estimate(rule.metric, rule.percentile) else {
+                        missing += 1;
                         continue;
                     };
-                    report.checked += 1;
-                    if v > *limit_ms {
-                        report.fired.push(fired(
-                            rule,
-                            key,
-                            v,
-                            None,
-                            *limit_ms,
-                            format!("{what} {} ms > limit {} ms", ms(v), ms(*limit_ms)),
-                        ));
+                    if e.n < need {
+                        too_small += 1;
+                        continue;
+                    }
+                    if e.ci_ms.is_none() {
+                        points_only += 1;
+                    }
+                    Finding {
+                        current: e.ms,
+                        current_ci: e.ci_ms,
+                        baseline: None,
+                        baseline_ci: None,
+                        limit: *limit_ms,
+                        over: e.ms > *limit_ms,
+                        significant: e.ci_ms.is_none_or(|(lo, _)| lo > *limit_ms),
+                        message: format!(
+                            "{what} {} ms{} > limit {} ms",
+                            ms(e.ms),
+                            ci_text(e.ci_ms),
+                            ms(*limit_ms)
+                        ),
                     }
                 }
                 RuleKind::IncreasePct { threshold_pct } => {
-                    let Some(base) = baseline
-                        .and_then(|b| b.cells.get(key))
-                        .filter(|b| b.samples >= rule.min_samples.max(1))
-                    else {
+                    let Some(base) = baseline.and_then(|b| b.cells.get(key)) else {
                         no_baseline += 1;
                         continue;
                     };
-                    let (Some(v), Some(b)) = (
-                        cur.value(rule.metric, rule.percentile),
-                        base.value(rule.metric, rule.percentile),
+                    let (Some(c), Some(b)) = (
+                        cur.estimate(rule.metric, rule.percentile),
+                        base.estimate(rule.metric, rule.percentile),
                     ) else {
-                        missing_values += 1;
+                        missing += 1;
                         continue;
                     };
-                    report.checked += 1;
-                    let limit = b * (1.0 + threshold_pct / 100.0);
-                    if b > 0.0 && v > limit {
-                        report.fired.push(fired(
-                            rule,
-                            key,
-                            v,
-                            Some(b),
-                            limit,
-                            format!(
-                                "{what} {} ms is {:+.1}% over baseline {} ms (threshold +{threshold_pct}%: {} ms)",
-                                ms(v),
-                                (v / b - 1.0) * 100.0,
-                                ms(b),
-                                ms(limit)
-                            ),
-                        ));
+                    if c.n < need || b.n < need {
+                        too_small += 1;
+                        continue;
+                    }
+                    let significant = match (c.ci_ms, b.ci_ms) {
+                        (Some((lo, _)), Some((_, hi))) => lo > hi,
+                        _ => {
+                            points_only += 1;
+                            true
+                        }
+                    };
+                    let limit = b.ms * (1.0 + threshold_pct / 100.0);
+                    Finding {
+                        current: c.ms,
+                        current_ci: c.ci_ms,
+                        baseline: Some(b.ms),
+                        baseline_ci: b.ci_ms,
+                        limit,
+                        over: b.ms > 0.0 && c.ms > limit,
+                        significant,
+                        message: format!(
+                            "{what} {} ms{} is {:+.1}% over baseline {} ms{} (threshold +{threshold_pct}%: {} ms)",
+                            ms(c.ms),
+                            ci_text(c.ci_ms),
+                            (c.ms / b.ms - 1.0) * 100.0,
+                            ms(b.ms),
+                            ci_text(b.ci_ms),
+                            ms(limit)
+                        ),
                     }
                 }
-                RuleKind::AbovePrevDayMean { .. } => {}
-            }
+                RuleKind::AbovePrevDayMean { .. } => continue,
+            };
+            report.checked += 1;
+            record(&mut report, rule, key, finding);
         }
         if matched == 0 {
             let filters: Vec<String> = [
@@ -902,21 +973,37 @@ pub fn evaluate(rules: &[Rule], current: &Snapshot, baseline: Option<&Snapshot>)
             ));
         }
         if too_small > 0 {
-            report.skipped.push(format!(
-                "{}: {too_small} cell(s) with fewer than {} samples (min_samples)",
-                rule.name,
-                rule.min_samples.max(1)
-            ));
+            report.skipped.push(match rule.kind {
+                RuleKind::ErrorPctAbove { .. } => format!(
+                    "{}: {too_small} cell(s) with fewer than {need} attempts (min_samples)",
+                    rule.name
+                ),
+                _ => format!(
+                    "{}: {too_small} cell(s) where {what} is not supported: fewer than {need} samples on either side (sample-size policy{})",
+                    rule.name,
+                    if rule.min_samples > min_samples(rule.percentile / 100.0) {
+                        ", raised by min_samples"
+                    } else {
+                        ""
+                    }
+                ),
+            });
         }
-        if missing_values > 0 {
+        if missing > 0 {
             report.skipped.push(format!(
-                "{}: {what} unknown in {missing_values} cell(s)",
+                "{}: {what} unknown in {missing} cell(s)",
                 rule.name
             ));
         }
         if no_baseline > 0 {
             report.skipped.push(format!(
-                "{}: {no_baseline} cell(s) without enough baseline samples",
+                "{}: {no_baseline} cell(s) not in the baseline",
+                rule.name
+            ));
+        }
+        if points_only > 0 {
+            report.skipped.push(format!(
+                "{}: {points_only} cell(s) compared on point estimates only (a summary file without intervals: no significance test)",
                 rule.name
             ));
         }
@@ -924,11 +1011,15 @@ pub fn evaluate(rules: &[Rule], current: &Snapshot, baseline: Option<&Snapshot>)
     report
 }
 
-/// The per-run values the `above_prev_day_mean` rule reads: run id → cell → value (ms).
-pub type RunValues = BTreeMap<String, BTreeMap<CellKey, (u64, f64)>>;
+/// The per-run estimates the `above_prev_day_mean` rule reads: run id → cell → estimate.
+pub type RunValues = BTreeMap<String, BTreeMap<CellKey, Estimate>>;
 
 /// Evaluates an `above_prev_day_mean` rule on known runs: `runs` are (id, start µs) sorted by
-/// start and ending with the current run; `values[run][cell] = (samples, ms)`. Pure.
+/// start and ending with the current run; `values[run][cell]` its estimate. Runs whose
+/// percentile is not supported (fewer samples than [`latency_samples_needed`]) do not count;
+/// the rule fires on a cell when each of the last `consecutive_runs` runs is supported, has
+/// its point estimate above `factor` × the mean of the earlier runs' point estimates, and its
+/// interval's lower bound above the mean of their upper bounds (significant). Pure.
 pub fn evaluate_prev_day(
     rule: &Rule,
     runs: &[(String, i64)],
@@ -969,51 +1060,83 @@ pub fn evaluate_prev_day(
     let Some(cells) = values.get(current) else {
         return;
     };
+    let need = latency_samples_needed(rule);
     let what = format!("{} P{}", rule.metric, rule.percentile);
+    let supported =
+        |id: &String, key: &CellKey| values.get(id)?.get(key).filter(|e| e.n >= need).copied();
+    let (mut unsupported, mut points_only) = (0u64, 0u64);
     for key in cells.keys().filter(|k| matches(rule, k)) {
-        let prev: Vec<f64> = earlier
+        let prev: Vec<Estimate> = earlier
             .iter()
-            .filter_map(|(id, _)| values.get(id)?.get(key))
-            .filter(|(samples, _)| *samples >= rule.min_samples)
-            .map(|(_, v)| *v)
+            .filter_map(|(id, _)| supported(id, key))
             .collect();
-        if prev.is_empty() {
+        let mine: Vec<Option<Estimate>> = recent.iter().map(|(id, _)| supported(id, key)).collect();
+        if prev.is_empty() || mine.iter().any(Option::is_none) {
+            unsupported += 1;
             continue;
         }
-        let mean = prev.iter().sum::<f64>() / prev.len() as f64;
-        let limit = factor * mean;
-        let mine: Vec<Option<f64>> = recent
-            .iter()
-            .map(|(id, _)| {
-                values
-                    .get(id)?
-                    .get(key)
-                    .filter(|(samples, _)| *samples >= rule.min_samples)
-                    .map(|(_, v)| *v)
-            })
-            .collect();
-        if mine.iter().any(Option::is_none) {
-            continue;
-        }
+        let mine: Vec<Estimate> = mine.into_iter().flatten().collect();
         report.checked += 1;
-        let mine: Vec<f64> = mine.into_iter().flatten().collect();
-        if mine.iter().all(|v| *v > limit) {
-            let current_v = *mine.last().expect("n ≥ 1");
-            report.fired.push(fired(
-                rule,
-                key,
-                current_v,
-                Some(mean),
+        let mean = prev.iter().map(|e| e.ms).sum::<f64>() / prev.len() as f64;
+        let mean_ci = prev
+            .iter()
+            .map(|e| e.ci_ms)
+            .collect::<Option<Vec<_>>>()
+            .map(|cis| {
+                let k = cis.len() as f64;
+                (
+                    cis.iter().map(|c| c.0).sum::<f64>() / k,
+                    cis.iter().map(|c| c.1).sum::<f64>() / k,
+                )
+            });
+        let limit = factor * mean;
+        let significant = match mean_ci {
+            Some((_, hi)) if mine.iter().all(|e| e.ci_ms.is_some()) => {
+                mine.iter().all(|e| e.ci_ms.is_some_and(|(lo, _)| lo > hi))
+            }
+            _ => {
+                points_only += 1;
+                true
+            }
+        };
+        let last = *mine.last().expect("n ≥ 1");
+        record(
+            report,
+            rule,
+            key,
+            Finding {
+                current: last.ms,
+                current_ci: last.ci_ms,
+                baseline: Some(mean),
+                baseline_ci: mean_ci,
                 limit,
-                format!(
-                    "{what} above {factor}× the previous day's mean ({} ms over {} run(s): limit {} ms) in the last {n} run(s): {} ms",
+                over: mine.iter().all(|e| e.ms > limit),
+                significant,
+                message: format!(
+                    "{what} above {factor}× the previous day's mean ({} ms{} over {} run(s): limit {} ms) in the last {n} run(s): {} ms",
                     ms(mean),
+                    ci_text(mean_ci),
                     prev.len(),
                     ms(limit),
-                    mine.iter().map(|v| ms(*v)).collect::<Vec<_>>().join(", ")
+                    mine.iter()
+                        .map(|e| format!("{}{}", ms(e.ms), ci_text(e.ci_ms)))
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
-            ));
-        }
+            },
+        );
+    }
+    if unsupported > 0 {
+        report.skipped.push(format!(
+            "{}: {unsupported} cell(s) without a supported {what} (≥ {need} samples) in each of the last {n} run(s) and in an earlier one",
+            rule.name
+        ));
+    }
+    if points_only > 0 {
+        report.skipped.push(format!(
+            "{}: {points_only} cell(s) compared on point estimates only (no intervals)",
+            rule.name
+        ));
     }
 }
 
@@ -1048,25 +1171,22 @@ async fn prev_day_rules(
             .filter(|(_, s)| *s >= first - 86_400_000_000)
             .map(|(id, _)| id)
             .collect();
+        let needs = BTreeSet::from([(rule.metric, pkey(rule.percentile))]);
         let mut values: RunValues = BTreeMap::new();
-        if !ids.is_empty() {
-            let cond = format!("campaign_id IN ({})", vec!["?"; ids.len()].join(", "));
-            let binds: Vec<Bind> = ids.iter().map(|s| Bind::Str((*s).clone())).collect();
-            for r in quantile_rows(
+        for id in ids {
+            let cells = estimates(
                 client,
                 db,
-                &cond,
-                &binds,
-                rule.metric,
-                rule.percentile,
-                true,
+                "campaign_id = ?",
+                &[SqlArg::Str(id.clone())],
+                &needs,
             )
-            .await?
-            {
-                values.entry(r.campaign_id).or_default().insert(
-                    (r.region, r.provider, r.scenario),
-                    (r.samples, r.value as f64 / 1000.0),
-                );
+            .await?;
+            let run = values.entry(id.clone()).or_default();
+            for (key, list) in cells {
+                if let Some((_, _, e)) = list.into_iter().next() {
+                    run.insert(key, e);
+                }
             }
         }
         evaluate_prev_day(rule, &runs, &values, report);

@@ -19,13 +19,16 @@ use std::fmt::Write as _;
 use comfy_table::{Cell as TCell, CellAlignment, Table, presets};
 use hdrhistogram::Histogram;
 use latmesh_core::hist::HistKey;
-use latmesh_core::load::{Knee, KneeRule, LoadModel, RateSpec, StepPoint, SweepSpec, find_knee};
+use latmesh_core::load::{
+    InsufficientStep, Knee, KneeRule, LoadModel, RateSpec, StepPoint, SweepSpec, find_knee,
+};
 use latmesh_core::metrics::Metric;
 use latmesh_core::plan::Plan;
 use latmesh_core::record::Outcome;
 use serde::{Deserialize, Serialize};
 
 use crate::aggregate::{Aggregate, StepCounts};
+use crate::analysis::stats::interval_us;
 use crate::summary::{ALL_REGIONS, AgentSummary, Percentiles};
 
 /// The quantiles every latency column reports: P50, P90, P99.
@@ -67,6 +70,10 @@ pub struct SweepStep {
     /// The knee rule's metric at its percentile over the step's merged histograms, ms (what
     /// [`find_knee`] judged).
     pub knee_value_ms: Option<f64>,
+    /// Its 95 % confidence interval (lower, upper), ms; `None` when the step's samples are too
+    /// few to bound it (see `analysis::stats`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub knee_ci_ms: Option<(f64, f64)>,
     /// `ok` requests per second over the step's duration (`step_ms`), summed over the row's
     /// agents (an `ALL` row adds every region's), requests/s.
     pub throughput_rps: f64,
@@ -90,8 +97,13 @@ pub struct SweepRow {
     pub knee_rule: KneeRule,
     /// Every step of the plan, in order (steps without data have zero counts).
     pub steps: Vec<SweepStep>,
-    /// The first steep step ([`find_knee`]); `None`: the provider kept up over the sweep.
+    /// The first steep step ([`find_knee`]); `None`: no knee — the provider kept up over the
+    /// sweep when `knee_insufficient` is `None` too, else the sweep could not be judged.
     pub knee: Option<Knee>,
+    /// The step that had too few requests (or samples) to be judged, before any knee: the
+    /// verdict is then "not enough requests", neither a knee nor none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub knee_insufficient: Option<InsufficientStep>,
 }
 
 /// What was measured in one sweep step: the inputs of a [`SweepStep`].
@@ -105,6 +117,9 @@ pub struct StepMeasure {
     pub e2e_us: Option<[u64; 3]>,
     /// The knee metric at the knee rule's quantile ([`knee_quantile`]), µs.
     pub knee_us: Option<u64>,
+    /// Its 95 % interval (lower, upper), µs ([`crate::analysis::stats::interval_us`] of the
+    /// step's merged histogram); `None` when too few samples.
+    pub knee_ci_us: Option<(u64, u64)>,
 }
 
 /// Which rows to build: every field `None` means all.
@@ -168,6 +183,7 @@ pub fn sweep_row(
                 ttft: m.ttft_us.map(Percentiles::from_us),
                 e2e: m.e2e_us.map(Percentiles::from_us),
                 knee_value_ms: m.knee_us.map(ms),
+                knee_ci_ms: m.knee_ci_us.map(|(lo, hi)| (ms(lo), ms(hi))),
                 throughput_rps: per_s(m.counts.ok),
                 output_tokens_per_s: per_s(m.counts.ok_output_tokens),
             }
@@ -178,16 +194,23 @@ pub fn sweep_row(
         .zip(spec.concurrency.iter().enumerate())
         .map(|(s, (k, &concurrency))| StepPoint {
             concurrency,
+            requests: s.requests,
+            failed: s.requests - s.ok,
             latency_us: steps.get(k).and_then(|m| m.knee_us),
-            error_pct: s.error_pct,
+            latency_ci_us: steps.get(k).and_then(|m| m.knee_ci_us),
         })
         .collect();
+    let (knee, knee_insufficient) = match find_knee(&points, &spec.knee) {
+        Ok(k) => (k, None),
+        Err(i) => (None, Some(i)),
+    };
     SweepRow {
         region: region.unwrap_or(ALL_REGIONS).to_string(),
         provider: provider.to_string(),
         scenario: scenario.to_string(),
         step_ms: spec.step_ms,
-        knee: find_knee(&points, &spec.knee),
+        knee,
+        knee_insufficient,
         knee_rule: spec.knee.clone(),
         steps: rows,
     }
@@ -242,11 +265,17 @@ pub fn sweep_rows(plan: &Plan, agg: &Aggregate, only: RowFilter<'_>) -> Vec<Swee
                 },
             )
         };
+        let knee_hist = hist(spec.knee.metric);
         StepMeasure {
             counts: agg.step_counts(region, provider, scenario, step),
             ttft_us: hist(Metric::Ttft).as_ref().map(at_quantiles),
             e2e_us: hist(Metric::E2e).as_ref().map(at_quantiles),
-            knee_us: hist(spec.knee.metric).map(|h| h.value_at_quantile(knee_quantile(&spec.knee))),
+            knee_us: knee_hist
+                .as_ref()
+                .map(|h| h.value_at_quantile(knee_quantile(&spec.knee))),
+            knee_ci_us: knee_hist
+                .as_ref()
+                .and_then(|h| interval_us(h, knee_quantile(&spec.knee))),
         }
     })
 }
@@ -567,10 +596,13 @@ fn percentile_label(p: f64) -> String {
     }
 }
 
-/// Why a step is the knee, compact: `c=16: latency, elasticity 0.54`, `c=8: errors 12.0%`,
-/// or `none`.
-pub fn knee_text(knee: Option<&Knee>) -> String {
-    match knee {
+/// A sweep row's knee verdict, compact: `c=16: latency, elasticity 0.54`, `c=8: errors
+/// 12.0%`, `not enough requests at c=2 (13 requests < 30 (knee_min_requests))`, or `none`.
+pub fn knee_text(row: &SweepRow) -> String {
+    if let Some(i) = &row.knee_insufficient {
+        return format!("not enough requests at c={} ({})", i.concurrency, i.reason);
+    }
+    match row.knee.as_ref() {
         None => "none".into(),
         Some(k) if k.reason == "errors" => {
             format!("c={}: errors {:.1}%", k.concurrency, k.error_pct)
@@ -604,12 +636,14 @@ pub fn render_sweeps(rows: &[SweepRow]) -> String {
         let _ = writeln!(
             out,
             "\nsweep {scenario}: {} {} ms by concurrency, all regions ({} s steps); knee: \
-             elasticity ≥ {} or errors ≥ {}%",
+             elasticity ≥ {} or errors ≥ {}%, each significant (95 % intervals), from ≥ {} \
+             requests per step",
             rule.metric.as_str().to_uppercase(),
             percentile_label(rule.percentile),
             first.step_ms as f64 / 1000.0,
             rule.elasticity,
-            rule.error_pct
+            rule.error_pct,
+            rule.min_requests
         );
         let mut t = Table::new();
         t.load_preset(presets::ASCII_MARKDOWN);
@@ -633,7 +667,7 @@ pub fn render_sweeps(rows: &[SweepRow]) -> String {
                 };
                 row.push(right(format!("{}{mark}", ms_short(s.knee_value_ms))));
             }
-            row.push(TCell::new(knee_text(r.knee.as_ref())));
+            row.push(TCell::new(knee_text(r)));
             t.add_row(row);
         }
         let _ = writeln!(out, "{t}");
@@ -654,9 +688,13 @@ pub fn render_sweeps(rows: &[SweepRow]) -> String {
                     .iter()
                     .filter(|r| r.provider == a.provider)
                     .map(|r| {
-                        let k = r.knee.as_ref().map_or("none".into(), |k| {
-                            format!("c={} ({})", k.concurrency, k.reason)
-                        });
+                        let k = match (&r.knee, &r.knee_insufficient) {
+                            (Some(k), _) => format!("c={} ({})", k.concurrency, k.reason),
+                            (None, Some(i)) => {
+                                format!("not enough requests at c={}", i.concurrency)
+                            }
+                            (None, None) => "none".into(),
+                        };
                         format!("{} {k}", r.region)
                     })
                     .collect();
@@ -836,7 +874,7 @@ pub(crate) mod tests {
     use latmesh_core::record::ProbeRecord;
 
     /// Regions us-east and eu-west; providers p and q; a sweep `sw` (c = 2, 4, 8, 10 s steps,
-    /// knee on E2E P50) and an open loop `open` (10 rps, constant, 10 s).
+    /// knee on E2E P50 from 10 requests per step) and an open loop `open` (10 rps, constant, 10 s).
     pub(crate) fn plan() -> Plan {
         let prompts = serde_json::json!([{ "id": "a", "messages": [] }]);
         let timeouts = serde_json::json!({
@@ -858,7 +896,7 @@ pub(crate) mod tests {
                     "top_p": null, "timeouts": timeouts, "prompts": prompts,
                     "load": { "sweep": {
                         "concurrency": [2, 4, 8], "step_ms": 10000,
-                        "knee": { "metric": "e2e", "percentile": 50.0, "elasticity": 0.5, "error_pct": 5.0 }
+                        "knee": { "metric": "e2e", "percentile": 50.0, "elasticity": 0.5, "error_pct": 5.0, "min_requests": 10 }
                     } }
                 },
                 {
@@ -992,10 +1030,15 @@ pub(crate) mod tests {
         // (2000 / 1040 − 1) / (8 / 4 − 1)
         assert!((knee.elasticity.unwrap() - 0.923_076_9).abs() < 1e-6);
 
+        // Its interval: 20 values of 1040 µs, exact in HDR.
+        assert_eq!(us.steps[1].knee_ci_ms, Some((1.04, 1.04)));
+
+        // eu-west: 1 failure in 10 requests (10 %) after 0 in 10 is over 5 % on points, but
+        // not significant (Wilson intervals [1.8 %, 40.4 %] and [0, 27.8 %] overlap): no knee.
         let eu = row(&rows, "eu-west", "p");
         assert_eq!(eu.steps[1].error_pct, 10.0);
-        let knee = eu.knee.as_ref().unwrap();
-        assert_eq!((knee.step, knee.reason.as_str()), (1, "errors"));
+        assert_eq!((&eu.knee, &eu.knee_insufficient), (&None, &None), "{eu:#?}");
+        assert_eq!(knee_text(eu), "none");
 
         // ALL merges the step histograms: c = 4 holds 9 × 1000 and 20 × 1040 µs, so its P50
         // is 1040; 1 failure in 30 requests stays under 5%; the knee is c = 8 again.
@@ -1011,6 +1054,28 @@ pub(crate) mod tests {
         assert_eq!(q.steps.len(), 3);
         assert!(q.steps.iter().all(|s| s.requests == 0 && s.e2e.is_none()));
         assert_eq!(q.knee, None);
+        assert_eq!(q.knee_insufficient.as_ref().map(|i| i.step), Some(0));
+        assert_eq!(
+            knee_text(q),
+            "not enough requests at c=2 (0 requests < 10 (knee_min_requests))"
+        );
+
+        // With the default 30 requests per step, us-east's 10 at c = 2 are not enough: no
+        // verdict rather than a knee.
+        let mut strict = plan();
+        if let LoadModel::Sweep(spec) = &mut strict.scenarios[0].load {
+            spec.knee.min_requests = 30;
+        }
+        let rows30 = sweep_rows(&strict, &sweep_aggregate(), RowFilter::default());
+        let us30 = row(&rows30, "us-east", "p");
+        assert_eq!(us30.knee, None);
+        assert_eq!(
+            us30.knee_insufficient
+                .as_ref()
+                .map(|i| (i.step, i.requests)),
+            Some((0, 10))
+        );
+        assert!(render_sweeps(&rows30).contains("us-east not enough requests at c=2"));
 
         // Filters keep the rows asked for; ALL then merges the kept region only.
         let only = sweep_rows(

@@ -9,7 +9,7 @@ use latmesh_coordinator::analysis::stats::{
     self, CiMethod, PercentileCi, Verdict, compare, exact_rank_interval, kendall_w, min_samples,
     normal_rank_interval, rank_interval,
 };
-use latmesh_coordinator::analysis::{FlagKind, analyze};
+use latmesh_coordinator::analysis::{FlagKind, SelectionRow, SelectionTable, analyze};
 use latmesh_coordinator::report_data::{ALL, CellMetric, ReportData};
 use latmesh_coordinator::summary::Summary;
 use latmesh_core::hist::new_histogram;
@@ -438,17 +438,26 @@ fn a_campaign_s_intervals_verdicts_flags_ranks_and_selection() {
     );
     assert_eq!(t.kendall_w, Some(1.0));
 
-    // Selection (us-east): latency min–max over P50s, price min–max, quality / 10.
+    // Selection (us-east): latency and price relative to the median on a log scale,
+    // quality / 10.
     let s = a.selection.iter().find(|s| s.region == "us-east").unwrap();
     let row = |p: &str| s.rows.iter().find(|r| r.provider == p).unwrap();
-    assert_eq!(row("fast").latency.score, Some(1.0));
-    assert_eq!(row("slow").latency.score, Some(0.0));
-    assert_eq!(row("fast").price.score, Some(0.0), "most expensive");
+    let lat = |p: &str| row(p).latency.raw.unwrap();
+    let median = (lat("spiky") + lat("mid")) / 2.0;
+    for p in ["fast", "spiky", "mid", "slow"] {
+        let want = (0.5 - (lat(p) / median).log2() / 2.0).clamp(0.0, 1.0);
+        assert!((row(p).latency.score.unwrap() - want).abs() < 1e-12, "{p}");
+    }
+    assert_eq!(
+        row("slow").latency.score,
+        Some(0.0),
+        "over twice the median"
+    );
+    assert!(row("fast").price.score.unwrap() < 0.5, "most expensive");
     assert_eq!(row("slow").quality.score, Some(0.0));
     assert_eq!(row("mid").quality.score, Some(0.8));
-    let lat = |p: &str| row(p).latency.raw.unwrap();
-    let want_mid = (lat("slow") - lat("mid")) / (lat("slow") - lat("fast"));
-    assert!((row("mid").latency.score.unwrap() - want_mid).abs() < 1e-12);
+    // Stability is not weighted here, but shown: spiky's 1 timeout in 1001 attempts.
+    assert_eq!(row("spiky").stability.text, "err 0.1% of 1001");
     for r in &s.rows {
         let want = 0.5 * r.latency.score.unwrap()
             + 0.3 * r.price.score.unwrap()
@@ -467,6 +476,7 @@ fn a_campaign_s_intervals_verdicts_flags_ranks_and_selection() {
         "{text}"
     );
     assert!(text.contains("selection chat · us-east"), "{text}");
+    assert!(text.contains("0.5 at the region's median"), "{text}");
     let html = a.to_html();
     assert!(html.starts_with("<section class=\"latmesh-analysis\">"));
     assert!(html.trim_end().ends_with("</section>"));
@@ -476,4 +486,229 @@ fn a_campaign_s_intervals_verdicts_flags_ranks_and_selection() {
     assert_eq!(j["cells"][0]["percentiles"][0]["percentile"], 50.0);
     assert!(j["flags"].as_array().unwrap().len() >= 4);
     assert!(j["selection"][0]["rows"][0]["latency"]["score"].is_number());
+}
+
+// ---- the selection ranking against adversarial inputs -------------------------------------
+
+/// A one-region campaign of `providers` (name, input and output price per Mtok) with
+/// `[selection]` `weights` (TOML inline table) and TTFT at `percentile`.
+fn selection_plan(
+    providers: &[(&str, f64, f64)],
+    weights: &str,
+    percentile: f64,
+) -> latmesh_core::plan::Plan {
+    let mut text = String::from(
+        "[campaign]\nname = \"sel\"\nregions = [\"us-east\"]\n[rounds]\ncount = 3\ninterval_s = 2.0\ngap_ms = 100\n\
+         [[scenarios]]\nname = \"chat\"\nprompt_ids = [\"short-qa-en-*\"]\nstream = true\nmax_tokens = 64\n",
+    );
+    for (name, pin, pout) in providers {
+        text.push_str(&format!(
+            "[[providers]]\nname = \"{name}\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel_id = \"m\"\n\
+             price_input_usd_per_mtok = {pin}\nprice_output_usd_per_mtok = {pout}\n"
+        ));
+    }
+    text.push_str(&format!(
+        "[selection]\nweights = {weights}\nlatency_metric = \"ttft\"\nlatency_percentile = {percentile}\n"
+    ));
+    latmesh_core::campaign::load_toml_str(&text, Path::new(".")).unwrap()
+}
+
+/// One provider's measured cell: attempts, `ok` ones, and its TTFT histogram.
+struct Measured {
+    name: &'static str,
+    attempts: u64,
+    throttled: u64,
+    ttft: Histogram<u64>,
+}
+
+/// `n` attempts, all `ok`, TTFT around `base_ms`.
+fn clean(name: &'static str, n: u64, base_ms: f64) -> Measured {
+    Measured {
+        name,
+        attempts: n,
+        throttled: 0,
+        ttft: shaped(n, base_ms, 0, 0.0),
+    }
+}
+
+fn selection_data(plan: latmesh_core::plan::Plan, measured: Vec<Measured>) -> ReportData {
+    let mut hists = BTreeMap::new();
+    let mut cells = Vec::new();
+    for m in measured {
+        let ok = m.attempts - m.throttled;
+        for region in ["us-east", ALL] {
+            cells.push(cell(
+                region,
+                m.name,
+                m.attempts,
+                json!({"ok": ok, "throttled": m.throttled}),
+                json!({}),
+            ));
+            hists.insert(
+                CellMetric {
+                    region: region.into(),
+                    provider: m.name.into(),
+                    scenario: "chat".into(),
+                    metric: Metric::Ttft,
+                },
+                m.ttft.clone(),
+            );
+        }
+    }
+    let providers: Vec<String> = plan.providers.iter().map(|p| p.name.clone()).collect();
+    let summary: Summary = serde_json::from_value(json!({
+        "campaign_id": "sel-1", "name": "sel", "plan_hash": plan.hash(),
+        "metrics_version": plan.metrics_version, "start_at_unix_us": 1_700_000_000_000_000i64,
+        "regions": ["us-east"], "providers": providers, "scenarios": ["chat"],
+        "cells": cells, "agents": [], "complete": true,
+    }))
+    .unwrap();
+    ReportData {
+        summary,
+        plan,
+        hists,
+    }
+}
+
+/// The us-east selection table of `data`'s analysis.
+fn us_east(data: &ReportData) -> SelectionTable {
+    analyze(data)
+        .selection
+        .into_iter()
+        .find(|t| t.region == "us-east")
+        .unwrap()
+}
+
+trait RowOf {
+    fn row(&self, provider: &str) -> &SelectionRow;
+}
+
+impl RowOf for SelectionTable {
+    fn row(&self, provider: &str) -> &SelectionRow {
+        self.rows.iter().find(|r| r.provider == provider).unwrap()
+    }
+}
+
+fn ranked(data: &ReportData) -> Vec<String> {
+    us_east(data)
+        .rows
+        .iter()
+        .map(|r| r.provider.clone())
+        .collect()
+}
+
+/// The issue's case: seven providers; `throttled` answers 8 % of its attempts (HTTP 429 on
+/// the other 92 %), its few successes fast and tight; `clean` has no error at a similar
+/// price and latency but a realistic tail; one provider is a slow outlier. The throttled
+/// provider must rank below the clean one (min–max stability — half errors, half the
+/// P99/P50 spread of the successes — put it above).
+#[test]
+fn a_provider_failing_92_percent_ranks_below_a_clean_one() {
+    let providers = [
+        ("clean", 0.30, 1.20),
+        ("throttled", 0.30, 1.20),
+        ("a", 0.50, 2.00),
+        ("b", 0.20, 0.80),
+        ("c", 0.40, 1.60),
+        ("d", 0.25, 1.00),
+        ("outlier", 0.30, 1.20),
+    ];
+    let plan = selection_plan(
+        &providers,
+        "{ latency = 0.4, stability = 0.3, price = 0.3 }",
+        50.0,
+    );
+    let m = |name, attempts, throttled, base_ms, tail| Measured {
+        name,
+        attempts,
+        throttled,
+        ttft: shaped(attempts - throttled, base_ms, tail, base_ms * 4.0),
+    };
+    let data = selection_data(
+        plan,
+        vec![
+            m("clean", 1000, 0, 110.0, 60),
+            m("throttled", 1000, 920, 105.0, 0),
+            m("a", 1000, 10, 100.0, 10),
+            m("b", 1000, 5, 140.0, 10),
+            m("c", 1000, 0, 120.0, 10),
+            m("d", 1000, 20, 130.0, 10),
+            m("outlier", 1000, 0, 5000.0, 0),
+        ],
+    );
+    let order = ranked(&data);
+    let pos = |p: &str| order.iter().position(|x| x == p).unwrap();
+    assert!(pos("throttled") > pos("clean"), "{order:?}");
+    let t = us_east(&data);
+    let row = |p: &str| t.row(p);
+    // Its raw value and score are shown: 92 % of 1000 failed, score 1 − upper bound.
+    let st = &row("throttled").stability;
+    assert_eq!(st.text, "err 92.0% of 1000");
+    assert_eq!(st.raw, Some(92.0));
+    assert!(st.score.unwrap() < 0.07, "{st:?}");
+    assert!(row("clean").stability.score.unwrap() > 0.99);
+    // However fast its few successes, it loses more to failures than latency can give back:
+    // the total gap is at least the stability weight × the score gap minus latency's weight
+    // × its latency gain.
+    assert!(row("clean").total > row("throttled").total + 0.2);
+}
+
+/// One slow outlier (5 s) must not squeeze the others' latency scores into a narrow band so
+/// that price decides: `quick` (100 ms, pricier) stays well ahead of `slow2x` (200 ms,
+/// cheaper) in latency, and ranks first with equal latency and price weights.
+#[test]
+fn one_slow_outlier_does_not_squeeze_the_latency_scores() {
+    let providers = [
+        ("quick", 0.36, 1.44),
+        ("slow2x", 0.30, 1.20),
+        ("outlier", 0.27, 1.08),
+    ];
+    let plan = selection_plan(&providers, "{ latency = 0.5, price = 0.5 }", 50.0);
+    let m = |name, base_ms| clean(name, 500, base_ms);
+    let data = selection_data(
+        plan,
+        vec![m("quick", 100.0), m("slow2x", 200.0), m("outlier", 5000.0)],
+    );
+    let t = us_east(&data);
+    let row = |p: &str| t.row(p);
+    let gap = row("quick").latency.score.unwrap() - row("slow2x").latency.score.unwrap();
+    // Half the median's latency vs the median: a full 0.5 apart (min–max: 0.02).
+    assert!((gap - 0.5).abs() < 1e-9, "{gap}");
+    assert_eq!(row("outlier").latency.score, Some(0.0));
+    assert_eq!(ranked(&data)[0], "quick");
+    // The same two without the outlier keep their order.
+    let plan = selection_plan(&providers[..2], "{ latency = 0.5, price = 0.5 }", 50.0);
+    let data = selection_data(plan, vec![m("quick", 100.0), m("slow2x", 200.0)]);
+    assert_eq!(ranked(&data)[0], "quick");
+}
+
+/// A latency percentile the samples cannot support (P99 of 100 samples) is marked and
+/// scores 0; a supported one (P99 of 1000) is scored.
+#[test]
+fn an_unsupported_latency_percentile_is_marked_and_scored_0() {
+    let providers = [
+        ("small", 0.3, 1.2),
+        ("large", 0.3, 1.2),
+        ("other", 0.3, 1.2),
+    ];
+    let plan = selection_plan(&providers, "{ latency = 1 }", 99.0);
+    let data = selection_data(
+        plan,
+        vec![
+            clean("small", 100, 50.0),
+            clean("large", 1000, 100.0),
+            clean("other", 1000, 120.0),
+        ],
+    );
+    let t = us_east(&data);
+    let row = |p: &str| t.row(p);
+    let small = &row("small").latency;
+    assert!(small.unsupported);
+    assert_eq!(small.score, Some(0.0));
+    assert_eq!(small.text, "P99 unsupported (n 100 < 368)");
+    assert!(!row("large").latency.unsupported);
+    assert!(row("large").latency.score.unwrap() > 0.5);
+    assert_eq!(ranked(&data)[2], "small");
+    let j = serde_json::to_value(t).unwrap();
+    assert_eq!(j["rows"][2]["latency"]["unsupported"], true);
 }

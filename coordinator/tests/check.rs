@@ -8,28 +8,30 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 use latmesh_coordinator::check::{
-    CheckReport, Rule, RuleKind, RunValues, Snapshot, evaluate, evaluate_prev_day, parse_rules,
-    post_json,
+    CellStats, CheckReport, Estimate, Rule, RuleKind, RunValues, Snapshot, evaluate,
+    evaluate_prev_day, parse_rules, post_json,
 };
 use latmesh_coordinator::summary::Summary;
 use latmesh_core::metrics::Metric;
 use serde_json::{Value, json};
 
 /// A summary with one scenario `chat`, region `us-east` (and `ALL`), and per provider
-/// (TTFT P50, P90, P99 in ms, error %).
+/// (TTFT P50, P90, P99 in ms, error %) over 1000 attempts (enough to support P99).
 fn summary(id: &str, cells: &[(&str, [f64; 3], f64)]) -> Summary {
     let mut out = Vec::new();
     for region in ["us-east", "ALL"] {
         for (p, [p50, p90, p99], err) in cells {
+            let failed = (10.0 * err).round() as u64;
             out.push(json!({
                 "region": region, "provider": p, "scenario": "chat",
-                "attempts": 200, "samples": (200.0 * (1.0 - err / 100.0)) as u64,
+                "attempts": 1000, "samples": 1000 - failed,
                 "ttft": {"p50_ms": p50, "p90_ms": p90, "p99_ms": p99},
                 "ttfc": null, "e2e": {"p50_ms": p50 * 2.0, "p90_ms": p90 * 2.0, "p99_ms": p99 * 2.0},
-                "tpot_p50_ms": 10.0, "itl_p50_ms": 10.0, "error_pct": err, "requests": 200,
+                "tpot_p50_ms": 10.0, "itl_p50_ms": 10.0, "error_pct": err, "requests": 1000,
                 "request_error_pct": err, "throttled_pct": 0.0, "output_tokens_mean": 40.0,
                 "tokens_from_usage": 0, "usage_chunk_delta_mean": null,
-                "usage_chunk_mismatches": 0, "last_error": null, "outcomes": {"ok": 200},
+                "usage_chunk_mismatches": 0, "last_error": null,
+                "outcomes": {"ok": 1000 - failed, "http_5xx": failed},
             }));
         }
     }
@@ -48,17 +50,20 @@ fn baseline() -> Summary {
         &[
             ("alpha", [100.0, 200.0, 300.0], 0.0),
             ("beta", [100.0, 200.0, 300.0], 1.0),
+            ("gamma", [100.0, 200.0, 300.0], 1.0),
         ],
     )
 }
 
-/// alpha: P99 +30 % exactly (390 ms), beta: P99 +31 % (393 ms) and 6 % errors.
+/// alpha: P99 +30 % exactly (390 ms), beta: P99 +31 % (393 ms) and 8 % errors (95 % Wilson
+/// interval [6.5 %, 9.9 %]); gamma: 6 % errors ([4.7 %, 7.7 %]: not surely over 5 %).
 fn current() -> Summary {
     summary(
         "cur-1",
         &[
             ("alpha", [100.0, 200.0, 390.0], 0.0),
-            ("beta", [110.0, 200.0, 393.0], 6.0),
+            ("beta", [110.0, 200.0, 393.0], 8.0),
+            ("gamma", [100.0, 200.0, 300.0], 6.0),
         ],
     )
 }
@@ -94,7 +99,7 @@ fn rules_parse_with_defaults_and_errors_name_the_rule() {
     );
     assert_eq!((rules[0].metric, rules[0].percentile), (Metric::Ttft, 99.0));
     assert_eq!(rules[1].name, "absolute e2e P99");
-    assert_eq!(rules[1].min_samples, 1);
+    assert_eq!(rules[1].min_samples, 0, "the sample-size policy alone");
     let prev = parse_rules(
         "[[rules]]\nkind = \"p95_above_prev_day_mean\"\nfactor = 2\nconsecutive_runs = 3\n",
     )
@@ -154,8 +159,9 @@ fn rules_fire_on_known_numbers() {
         .iter()
         .map(|f| (f.rule.as_str(), f.region.as_str(), f.provider.as_str()))
         .collect();
-    // alpha's +30.0 % is not above +30 %; beta's +31 % is. e2e P99: alpha 780 ≤ 785, beta 786.
-    // Errors: beta 6 % > 5 %. The ALL rows are not checked by default.
+    // alpha's +30.0 % is not above +30 %; beta's +31 % is (summaries carry no intervals:
+    // points only). e2e P99: alpha 780 ≤ 785, beta 786. Errors: beta's 8 % is surely over 5 %,
+    // gamma's 6 % is not. The ALL rows are not checked by default.
     assert_eq!(
         fired,
         vec![
@@ -175,7 +181,31 @@ fn rules_fire_on_known_numbers() {
         "{}",
         f.message
     );
-    assert_eq!(r.checked, 6);
+    assert_eq!(r.checked, 9);
+    let inconclusive: Vec<(&str, &str)> = r
+        .inconclusive
+        .iter()
+        .map(|f| (f.rule.as_str(), f.provider.as_str()))
+        .collect();
+    assert_eq!(inconclusive, vec![("error_pct_above", "gamma")]);
+    let g = &r.inconclusive[0];
+    assert_eq!(g.current, 6.0);
+    let (lo, hi) = g.current_ci.unwrap();
+    assert!(
+        (lo - 4.69).abs() < 0.01 && (hi - 7.65).abs() < 0.01,
+        "{g:?}"
+    );
+    assert!(
+        r.render()
+            .contains("not significant: error_pct_above us-east gamma")
+    );
+    assert!(
+        r.skipped
+            .iter()
+            .any(|s| s.contains("compared on point estimates only")),
+        "{:?}",
+        r.skipped
+    );
     assert_eq!(r.exit_code(), 1);
     assert!(r.render().contains("FIRED  p99-up-30"), "{}", r.render());
 
@@ -195,14 +225,37 @@ fn rules_fire_on_known_numbers() {
     let r = evaluate(&rules[..1], &base, Some(&base));
     assert!(r.fired.is_empty() && r.exit_code() == 0);
     let strict =
-        parse_rules("[[rules]]\nkind = \"p99_absolute\"\nlimit_ms = 1\nmin_samples = 1000\n")
+        parse_rules("[[rules]]\nkind = \"p99_absolute\"\nlimit_ms = 1\nmin_samples = 2000\n")
             .unwrap();
     let r = evaluate(&strict, &cur, None);
     assert_eq!(r.checked, 0);
     assert!(
+        r.skipped.iter().any(|s| s.contains(
+            "3 cell(s) where ttft P99 is not supported: fewer than 2000 samples on either side (sample-size policy, raised by min_samples)"
+        )),
+        "{:?}",
         r.skipped
-            .iter()
-            .any(|s| s.contains("cell(s) with fewer than 1000 samples (min_samples)")),
+    );
+    // The policy alone: P99 of 200 samples is not supported (368 needed), so the seed's
+    // P99 +30 % rule does not compare such cells at all (it fired on 5-7 cells of 12
+    // samples between two runs of one campaign).
+    let small = |id: &str, p99: f64| {
+        let mut s = summary(id, &[("alpha", [100.0, 200.0, p99], 0.0)]);
+        for c in &mut s.cells {
+            c.samples = 200;
+            c.attempts = 200;
+            c.outcomes = BTreeMap::from([("ok".to_string(), 200)]);
+        }
+        Snapshot::from_summary(id.into(), &s)
+    };
+    let r = evaluate(
+        &rules[..1],
+        &small("now", 900.0),
+        Some(&small("before", 300.0)),
+    );
+    assert!(r.fired.is_empty() && r.checked == 0, "{r:?}");
+    assert!(
+        r.skipped[0].contains("fewer than 368 samples on either side"),
         "{:?}",
         r.skipped
     );
@@ -231,6 +284,59 @@ fn rules_fire_on_known_numbers() {
     assert_eq!(r.fired[0].current, 100.0);
 }
 
+/// Rules on estimates with intervals (what ClickHouse gives): over the threshold on the
+/// points fires only when the intervals are separated; an absolute limit needs the lower
+/// bound above it.
+#[test]
+fn rules_need_significance_when_intervals_are_known() {
+    let key = (
+        "us-east".to_string(),
+        "alpha".to_string(),
+        "chat".to_string(),
+    );
+    let snap = |label: &str, ms: f64, ci: (f64, f64)| {
+        let mut c = CellStats::default();
+        (c.samples, c.attempts, c.failed) = (1000, 1000, (0, 1000));
+        c.set(
+            Metric::Ttft,
+            99.0,
+            Estimate {
+                ms,
+                n: 1000,
+                ci_ms: Some(ci),
+            },
+        );
+        Snapshot {
+            label: label.into(),
+            cells: BTreeMap::from([(key.clone(), c)]),
+            exact: true,
+            ..Default::default()
+        }
+    };
+    let rules = parse_rules(
+        "[[rules]]\nname = \"up\"\nkind = \"p99_increase_pct\"\nthreshold = 30\n\
+         [[rules]]\nname = \"abs\"\nkind = \"p99_absolute\"\nlimit_ms = 350\n",
+    )
+    .unwrap();
+    let base = snap("base", 300.0, (280.0, 330.0));
+    // +40 %, intervals apart: fires; 420 ms [380, 470] is also surely over 350 ms.
+    let r = evaluate(&rules, &snap("slow", 420.0, (380.0, 470.0)), Some(&base));
+    let fired: Vec<&str> = r.fired.iter().map(|f| f.rule.as_str()).collect();
+    assert_eq!(fired, ["up", "abs"], "{}", r.render());
+    assert_eq!(r.fired[0].baseline_ci, Some((280.0, 330.0)));
+    assert!(
+        r.fired[0].message.contains("[380, 470]"),
+        "{}",
+        r.fired[0].message
+    );
+    // +40 % on the points, but the current interval reaches into the baseline's: not
+    // significant, and 420 ms [320, 600] is not surely over 350 ms.
+    let r = evaluate(&rules, &snap("noisy", 420.0, (320.0, 600.0)), Some(&base));
+    assert!(r.fired.is_empty(), "{}", r.render());
+    assert_eq!(r.inconclusive.len(), 2);
+    assert_eq!(r.exit_code(), 0);
+}
+
 fn prev_rule(factor: f64, runs: u32) -> Rule {
     Rule {
         name: "p95-prev-day".into(),
@@ -243,7 +349,7 @@ fn prev_rule(factor: f64, runs: u32) -> Rule {
         region: None,
         provider: None,
         scenario: None,
-        min_samples: 1,
+        min_samples: 0,
     }
 }
 
@@ -266,16 +372,25 @@ fn prev_day_mean_rule_on_known_runs() {
         "alpha".to_string(),
         "chat".to_string(),
     );
+    // Each run's P95 of 100 samples with a ±10 % interval.
     let values = |v: [f64; 5]| -> RunValues {
         runs.iter()
             .zip(v)
-            .map(|((id, _), ms)| (id.clone(), BTreeMap::from([(key.clone(), (100u64, ms))])))
+            .map(|((id, _), ms)| {
+                let e = Estimate {
+                    ms,
+                    n: 100,
+                    ci_ms: Some((ms * 0.9, ms * 1.1)),
+                };
+                (id.clone(), BTreeMap::from([(key.clone(), e)]))
+            })
             .collect()
     };
     let report = || CheckReport {
         campaign: "r5".into(),
         baseline: None,
         fired: vec![],
+        inconclusive: vec![],
         checked: 0,
         skipped: vec![],
     };
@@ -309,6 +424,42 @@ fn prev_day_mean_rule_on_known_runs() {
     );
     assert_eq!(r.fired.len(), 1);
     assert_eq!(r.fired[0].baseline, Some(140.0));
+    // Over 2× on the points but not significantly above the day's upper bounds: r5 at
+    // 290 [261, 319] vs the mean upper bound of 110 × 1.1 … (here: r2..r4 mean 140, mean
+    // upper bound 154): significant. With ±60 % intervals it is not.
+    let wide = |v: [f64; 5]| -> RunValues {
+        values(v)
+            .into_iter()
+            .map(|(id, mut cells)| {
+                for e in cells.values_mut() {
+                    e.ci_ms = Some((e.ms * 0.4, e.ms * 1.6));
+                }
+                (id, cells)
+            })
+            .collect()
+    };
+    let mut r = report();
+    evaluate_prev_day(
+        &prev_rule(2.0, 1),
+        &runs,
+        &wide([0.0, 100.0, 120.0, 200.0, 290.0]),
+        &mut r,
+    );
+    assert!(r.fired.is_empty() && r.inconclusive.len() == 1, "{r:?}");
+    // Runs whose P95 is not supported (50 samples < 72) do not count.
+    let mut few = values([0.0, 100.0, 120.0, 200.0, 290.0]);
+    for cells in few.values_mut() {
+        for e in cells.values_mut() {
+            e.n = 50;
+        }
+    }
+    let mut r = report();
+    evaluate_prev_day(&prev_rule(2.0, 1), &runs, &few, &mut r);
+    assert!(r.fired.is_empty() && r.checked == 0, "{r:?}");
+    assert!(
+        r.skipped[0].contains("without a supported ttft P95 (≥ 72 samples)"),
+        "{r:?}"
+    );
     // Nothing in the previous day: skipped, with the reason.
     let mut r = report();
     evaluate_prev_day(&prev_rule(2.0, 1), &runs[..1], &values([1.0; 5]), &mut r);
@@ -436,7 +587,7 @@ async fn the_binary_exits_0_1_2_and_posts_to_the_webhook() {
         String::from_utf8_lossy(&out.stderr)
     );
     let report: CheckReport = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(report.fired.is_empty() && report.checked == 6);
+    assert!(report.fired.is_empty() && report.checked == 9);
     assert_eq!(got.lock().unwrap().len(), 1, "no POST when nothing fired");
     let mut always: Vec<&str> = same.to_vec();
     always.push("--webhook-always");

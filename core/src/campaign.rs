@@ -318,6 +318,8 @@ pub struct SweepSection {
     pub knee_elasticity: Option<f64>,
     /// Knee error-rate threshold, % in (0, 100] (default 5).
     pub knee_error_pct: Option<f64>,
+    /// Fewest ended requests a step needs to be judged for the knee, ≥ 1 (default 30).
+    pub knee_min_requests: Option<u32>,
 }
 
 /// `[scenarios.rate]`: open-loop arrivals (see [`crate::load`]).
@@ -1178,6 +1180,13 @@ fn validate_load(i: usize, s: &ScenarioSection) -> Result<LoadModel, CampaignErr
                     format!("{error_pct} is not in (0, 100]"),
                 ));
             }
+            let min_requests = sw.knee_min_requests.unwrap_or(d.min_requests);
+            if min_requests == 0 {
+                return Err(invalid(
+                    key("knee_min_requests"),
+                    "must be at least 1 (default 30)",
+                ));
+            }
             Ok(LoadModel::Sweep(SweepSpec {
                 concurrency,
                 step_ms,
@@ -1187,6 +1196,7 @@ fn validate_load(i: usize, s: &ScenarioSection) -> Result<LoadModel, CampaignErr
                     percentile,
                     elasticity,
                     error_pct,
+                    min_requests,
                 },
             }))
         }
@@ -1651,8 +1661,8 @@ api_key_env = "A_KEY"
             phases,
             vec![
                 (Rounds, 0, 30_000_000),
-                (Scenario(2), 32_000_000, 12_000_000),
-                (Scenario(3), 46_000_000, 6_000_000)
+                (Scenario(2), 32_000_000, 30_000_000),
+                (Scenario(3), 64_000_000, 6_000_000)
             ]
         );
         assert_eq!(demo.slots_per_round(), 18);
@@ -1684,6 +1694,11 @@ api_key_env = "A_KEY"
                 sweep("[scenarios.sweep]\nstep_s = 0"),
                 "scenarios[0].sweep.step_s",
                 "(0, 86400]",
+            ),
+            (
+                sweep("[scenarios.sweep]\nstep_s = 1\nknee_min_requests = 0"),
+                "scenarios[0].sweep.knee_min_requests",
+                "at least 1",
             ),
             (
                 sweep("[scenarios.sweep]\nstep_s = 1\nknee_metric = \"tpot\""),

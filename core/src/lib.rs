@@ -16,6 +16,7 @@ pub mod logging;
 pub mod metrics;
 pub mod plan;
 pub mod prompts;
+pub mod proportion;
 pub mod record;
 pub mod schedule;
 pub mod selection;

@@ -267,9 +267,9 @@ impl ProviderProfile {
 /// | slow-prefill | ap-southeast | 150 ms | 600 µs | 12 ms | 1 | unlimited | TTFT grows with prompt |
 ///
 /// Capacities (see [Serving capacity](ProviderProfile#serving-capacity)): a closed-loop
-/// sweep at 1, 2, 4, 8 clients per region from the three regions at once (3, 6, 12, 24
-/// clients per provider) shows a knee for `budget` at the third step (12 > 8: latency
-/// ≈ 1.5 × the unloaded one), for `steady` at the fourth (24 > 16: ≈ 1.5 ×), and none for
+/// sweep at 2, 4, 8 clients per region from the three regions at once (6, 12, 24 clients
+/// per provider, the demo's) shows a knee for `budget` at the second step (12 > 8: latency
+/// ≈ 1.5 × the unloaded one), for `steady` at the third (24 > 16: ≈ 1.5 ×), and none for
 /// the others.
 pub fn builtin_profiles() -> Vec<ProviderProfile> {
     let base = |name: &str, home: &str, description: &str| ProviderProfile {

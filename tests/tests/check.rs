@@ -136,8 +136,10 @@ async fn store_batches(
     }
 }
 
+/// `from` to `to` ms in steps of 0.25 ms: 397 values for a 99 ms span, enough samples for
+/// P99 to be supported (368; `analysis::stats::min_samples`).
 fn range(from: u32, to: u32) -> Vec<f64> {
-    (from..=to).map(f64::from).collect()
+    (from * 4..=to * 4).map(|v| f64::from(v) / 4.0).collect()
 }
 
 /// HdrHistogram's `value_at_quantile` of `values_ms`, in ms (what the matrix reports).
@@ -195,8 +197,8 @@ async fn rules_on_stored_campaigns_and_a_rolling_baseline() {
     };
     let base: Vec<Cell> = same("us-east").into_iter().chain(same("eu-west")).collect();
     store_run(&client, &db, &plan, "nightly-base", T - 2 * HOUR_US, &base).await;
-    // Current: alpha in us-east 50 ms slower (P99 199 → 249 ms: +25 %), beta in eu-west
-    // failing 10 of 110 attempts (9.1 %).
+    // Current: alpha in us-east 50 ms slower (P99 199 → 249 ms: +25 %, the intervals far
+    // apart), beta in eu-west failing 50 of 447 attempts (11.2 %, Wilson interval from 8.6 %).
     let cur = [
         Cell {
             region: "us-east",
@@ -220,7 +222,7 @@ async fn rules_on_stored_campaigns_and_a_rolling_baseline() {
             region: "eu-west",
             provider: "beta",
             ttft_ms: range(100, 199),
-            failures: 10,
+            failures: 50,
         },
     ];
     store_run(&client, &db, &plan, "nightly-cur", T, &cur).await;
@@ -509,5 +511,185 @@ async fn ranks_per_region_and_time_window() {
     // Two columns say alpha < beta, two say beta < alpha: no concordance at all.
     assert_eq!(t.kendall_w, Some(0.0));
     assert!(analysis.render_text().contains("region/window"));
+    latmesh_tests::drop_db(&client, &db).await;
+}
+
+// ---- the seed's rules on real campaigns against the simulator ----------------------------
+
+/// `svc`: TTFT 60 ms × lognormal jitter (σ 0.15), 4 tokens 2 ms apart; `scale` stretches its
+/// TTFT and ITL (1.4: a provider 40 % slower).
+fn svc(scale: f64) -> latmesh_sim::profile::ProviderProfile {
+    latmesh_sim::profile::ProviderProfile {
+        ttft_base_us: (60_000.0 * scale) as u64,
+        ttft_jitter_sigma: 0.15,
+        itl_median_us: (2_000.0 * scale) as u64,
+        output_tokens_min: 4,
+        output_tokens_max: 4,
+        ..latmesh_sim::profile::ProviderProfile::fixed("svc", 1, 1)
+    }
+}
+
+/// 150 arrivals/s for 3 s: ~450 TTFT samples per run, enough to support P99 (368).
+const SIM_CAMPAIGN: &str = r#"
+[campaign]
+name = "check-sim"
+regions = ["us-east"]
+
+[[scenarios]]
+name = "load"
+load = "rate"
+prompt_ids = ["short-qa-en-*"]
+stream = true
+max_tokens = 4
+[scenarios.rate]
+rps = 150
+duration_s = 3
+
+[[providers]]
+name = "svc"
+base_url = "http://{sim}/svc/v1"
+model_id = "m"
+"#;
+
+/// The seed's rules: P99 +30 %; P95 above 2× the previous day's mean three runs in a row.
+const SEED_RULES: &str = r#"
+[[rules]]
+name = "p99-up-30"
+kind = "p99_increase_pct"
+metric = "ttft"
+threshold = 30
+
+[[rules]]
+name = "p95-day"
+kind = "p95_above_prev_day_mean"
+metric = "ttft"
+factor = 2
+consecutive_runs = 3
+"#;
+
+/// Four identical runs of one campaign stay quiet under the seed's rules (both evaluated:
+/// P99 and P95 are supported); a fifth against the same provider 40 % slower fires the P99
+/// rule, with intervals that do not overlap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_rules_are_quiet_on_identical_runs_and_fire_on_a_40_percent_slowdown() {
+    use latmesh_tests::{bin, spawn, spawn_until_line, verify_until_clean};
+    use std::process::Command;
+    use std::time::Duration;
+
+    let (client, db) = latmesh_tests::fresh_db("check_sim");
+    store::migrate(&client, &db, None).await.unwrap();
+    let ch_url = latmesh_tests::clickhouse_url().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let log = |name: &str| dir.path().join(format!("{name}.log"));
+    let sim = |name: &str, scale: f64| {
+        let file = dir.path().join(format!("{name}.json"));
+        std::fs::write(&file, serde_json::to_string(&[svc(scale)]).unwrap()).unwrap();
+        let mut cmd = Command::new(bin("latmesh-sim"));
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--profiles"])
+            .arg(&file);
+        spawn_until_line(
+            name,
+            cmd,
+            "listening on ",
+            Duration::from_secs(20),
+            &log(name),
+        )
+    };
+    let (_sim, sim_url) = sim("sim", 1.0);
+    let (_slow, slow_url) = sim("sim-slow", 1.4);
+    let mut coord = Command::new(bin("latmesh"));
+    coord
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--clickhouse-url",
+            &ch_url,
+        ])
+        .args(["--clickhouse-db", &db, "--spool-dir"])
+        .arg(dir.path().join("spool"));
+    let (_coord, coord_url) = spawn_until_line(
+        "coordinator",
+        coord,
+        "listening on ",
+        Duration::from_secs(20),
+        &log("coordinator"),
+    );
+    let mut agent = Command::new(bin("latmesh-agent"));
+    agent
+        .args(["--coordinator", &coord_url, "--region", "us-east"])
+        .args(["--agent-id", "us-east-1", "--spool-dir"])
+        .arg(dir.path().join("agent-spool"));
+    let _agent = spawn("agent", agent, &log("agent"));
+
+    let mut ids = Vec::new();
+    for (i, sim_url) in [&sim_url, &sim_url, &sim_url, &sim_url, &slow_url]
+        .into_iter()
+        .enumerate()
+    {
+        let file = dir.path().join(format!("run{i}.toml"));
+        std::fs::write(
+            &file,
+            SIM_CAMPAIGN.replace("{sim}", sim_url.trim_start_matches("http://")),
+        )
+        .unwrap();
+        let json = dir.path().join(format!("run{i}.json"));
+        let out = Command::new(bin("latmesh"))
+            .args(["campaign", "launch"])
+            .arg(&file)
+            .args([
+                "--coordinator",
+                &coord_url,
+                "--start-delay-s",
+                "1",
+                "--json",
+            ])
+            .arg(&json)
+            .output()
+            .unwrap();
+        let summary: latmesh_coordinator::summary::Summary =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap_or_else(|e| {
+                panic!(
+                    "run {i}: no summary ({e}): {}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                )
+            }))
+            .unwrap();
+        let cell = summary.cell("us-east", "svc", "load").unwrap();
+        assert!(cell.samples >= 368, "run {i}: {cell:?}");
+        verify_until_clean(&ch_url, &db, &summary.campaign_id);
+        ids.push(summary.campaign_id);
+    }
+    let rules = dir.path().join("rules.toml");
+    std::fs::write(&rules, SEED_RULES).unwrap();
+    let check = |current: &str, baseline: &str| {
+        let mut a = args(&db, &rules);
+        a.current = Some(current.into());
+        a.baseline = Some(baseline.into());
+        a
+    };
+
+    // Identical runs: the 4th against the 1st, and the last three against the day before.
+    let r = check::run(&check(&ids[3], &ids[0])).await.unwrap();
+    assert!(r.fired.is_empty(), "{}", r.render());
+    assert!(r.inconclusive.is_empty(), "{}", r.render());
+    // Both rules checked the one cell (us-east svc load): nothing was skipped for size.
+    assert_eq!(r.checked, 2, "{}", r.render());
+    assert_eq!(r.exit_code(), 0);
+
+    // 40 % slower: the P99 rule fires; P95 is not above 2× the previous day.
+    let r = check::run(&check(&ids[4], &ids[3])).await.unwrap();
+    assert_eq!(
+        fired(&r),
+        set(&[("p99-up-30", "us-east", "svc")]),
+        "{}",
+        r.render()
+    );
+    let f = &r.fired[0];
+    let (cur, base) = (f.current_ci.unwrap(), f.baseline_ci.unwrap());
+    assert!(cur.0 > base.1, "{f:?}");
+    assert!(f.current > 1.3 * f.baseline.unwrap(), "{f:?}");
+    assert_eq!(r.exit_code(), 1);
     latmesh_tests::drop_db(&client, &db).await;
 }

@@ -1186,7 +1186,9 @@ fn simulate_sweep_agent(rng: &mut StdRng, region_ix: usize, plan: &Plan) -> Vec<
                 // Provider p saturates from step p on: latency grows with concurrency there.
                 let base = 30_000.0 * (1.0 + p as f64) * (1.0 + 0.4 * region_ix as f64);
                 let load = if k >= p { f64::from(c) / 2.0 } else { 1.0 };
-                for i in 0..(c * 3) {
+                // Enough requests per step for knees to be judged (30, and 72 ok ones for the
+                // P95 interval) in the rows that merge the regions.
+                for i in 0..(40 + c * 3) {
                     let roll: f64 = rng.random();
                     let fail = 0.02 + if p == 3 { 0.03 * k as f64 } else { 0.0 };
                     let outcome = match roll {
@@ -1270,6 +1272,7 @@ async fn sql_sweep_equals_the_in_memory_sweep() {
             percentile: 95.0,
             elasticity: 0.5,
             error_pct: 5.0,
+            min_requests: 30,
         },
         KneeRule::default(),
     ]) {

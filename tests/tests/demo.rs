@@ -26,11 +26,12 @@ async fn demo_matrix_reflects_the_simulated_world() {
     assert_eq!(s.providers.len(), 9);
     // 3 regions + ALL, 9 providers, 4 scenarios (2 in rounds, a sweep, an open-loop rate).
     assert_eq!(s.cells.len(), 4 * 9 * 4);
-    // The sweep: one row per region and ALL for every provider, four steps each; `steady`
-    // (16 requests at once over the three regions) bends at 8 workers per region (24).
+    // The sweep: one row per region and ALL for every provider, three steps each; `steady`
+    // (16 requests at once over the three regions) bends at 8 workers per region (24), found
+    // from at least 30 requests in every step up to it.
     assert_eq!(s.sweeps.len(), 4 * 9);
     assert!(
-        s.sweeps.iter().all(|r| r.steps.len() == 4),
+        s.sweeps.iter().all(|r| r.steps.len() == 3),
         "{:#?}",
         s.sweeps
     );
@@ -48,6 +49,11 @@ async fn demo_matrix_reflects_the_simulated_world() {
     );
     let budget_knee = sweep("budget").knee.as_ref().map(|k| k.concurrency);
     assert!(matches!(budget_knee, Some(4 | 8)), "{:#?}", sweep("budget"));
+    for p in ["steady", "budget"] {
+        let r = sweep(p);
+        let k = r.knee.as_ref().unwrap().step;
+        assert!(r.steps[..=k].iter().all(|st| st.requests >= 30), "{r:#?}");
+    }
     // The open loop: every provider's arrivals were sent, and the three agents started
     // together.
     assert_eq!(s.rates.len(), 4 * 9);

@@ -39,14 +39,15 @@ name = "patrol"
 prompt_ids = ["short-qa-en-*"]
 max_tokens = 16
 
-# 3 regions × [1, 2, 4, 8] workers on `queue` (capacity 6): 3, 6, 12, 24 in flight.
+# 3 regions × [1, 2, 4, 8] workers on `queue` (capacity 6): 3, 6, 12, 24 in flight; 2 s
+# steps give the first one ~48 requests over the regions (a knee needs 30 per step).
 [[scenarios]]
 name = "sweep"
 prompt_ids = ["short-qa-en-*"]
 max_tokens = 16
 [scenarios.sweep]
 concurrency = [1, 2, 4, 8]
-step_s = 1.5
+step_s = 2
 
 [[scenarios]]
 name = "open"

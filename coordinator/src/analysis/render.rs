@@ -211,7 +211,7 @@ impl Analysis {
                 .join(", ");
             let _ = writeln!(
                 out,
-                "\nselection {} · {} ({} P{}; weights {w}; scores 0–1, measured ones min–max within the region)",
+                "\nselection {} · {} ({} P{}; weights {w}; scores 0–1: latency and price 0.5 at the region's median, ±0.5 per halving/doubling; stability 1 − the failure rate's 95 % upper bound; user scores / scale)",
                 t.scenario, t.region, t.metric, t.percentile
             );
             let mut table = Table::new();
@@ -422,7 +422,7 @@ impl Analysis {
             h.push_str("</table>\n");
         }
         if !self.selection.is_empty() {
-            h.push_str("<h3>Selection</h3>\n<p>Scores 0–1 (1 best): latency, stability and price min–max across the region's providers (lower raw value is better); quality, compatibility and compliance are the user's scores divided by their scale. Total = weighted mean.</p>\n");
+            h.push_str("<h3>Selection</h3>\n<p>Scores 0–1 (1 best), each next to its raw value: latency and price relative to the median of the region's providers on a log scale (0.5 at the median, 1 at half of it or less, 0 at twice of it or more; a latency percentile the samples do not support is marked and scores 0); stability is 1 − the upper 95 % bound of the failure rate of attempts (throttling and timeouts included); quality, compatibility and compliance are the user's scores divided by their scale. Total = weighted mean.</p>\n");
         }
         for t in &self.selection {
             let active: Vec<&str> = t

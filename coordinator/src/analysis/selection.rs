@@ -2,25 +2,39 @@
 //! latency, stability, price and the user's quality, compatibility and compliance scores,
 //! from the plan's `[selection]` section ([`latmesh_core::selection`]).
 //!
-//! Each component gets a score in 0..=1 (1 best) per provider of the region:
+//! Each component gets a score in 0..=1 (1 best) per provider of the region, and the table
+//! shows every component's raw value next to its score:
 //!
-//! * **measured components, min–max across the region's providers, lower is better**:
-//!   `score = (max − x) / (max − min)` over the providers that have a value `x` (all equal:
-//!   1 for each). A provider without a value (no samples, no price) scores 0 there.
-//!   - *latency*: `latency_metric` at `latency_percentile` from the region's merged histogram;
-//!   - *stability*: the mean of two min–max scores: the error % of attempts (every non-`ok`
-//!     outcome; `cancelled` and `dropped` left out) and the tail spread P99/P50 of
-//!     `latency_metric` (when no provider has a spread, the error score alone);
+//! * **latency** and **price**, *relative to the median* of the region's providers, on a log
+//!   scale ([`relative_to_median`]): `score = clamp(0.5 − log₂(x / median) / 2, 0, 1)` — 0.5
+//!   at the median, 1 at half of it or less, 0 at twice of it or more (20 % above the median:
+//!   0.37). The median of three or more providers does not move with one outlier, and the
+//!   scale is fixed, so one very slow (or very expensive) provider scores 0 without pressing
+//!   the others' scores together (min–max did: one 5 s outlier put every other latency score
+//!   within 0.90–1.00, so price decided).
+//!   - *latency*: `latency_metric` at `latency_percentile` from the region's merged
+//!     histogram, **when the samples support that percentile** (`n ≥`
+//!     [`stats::min_samples`]: P50 6, P95 72, P99 368); an unsupported one is marked
+//!     (`unsupported`, the text says `n 40 < 368`), left out of the median and scored 0, as a
+//!     missing value is;
 //!   - *price*: USD per attempt = mean estimated prompt tokens of the scenario (its prompts
 //!     and turns, at 4 bytes per token as in the budget estimate) × the input price + the
 //!     cell's mean output tokens of `ok` attempts (`max_tokens` without any) × the output
 //!     price; shown per 1000 attempts.
+//! * **stability**: the share of attempts that worked, absolute and conservative:
+//!   `score = 1 − u` with `u` the upper bound of the 95 % Wilson interval of the failure rate
+//!   (every non-`ok` attempt — throttled, timed out, 5xx, truncated…; `cancelled` and
+//!   `dropped` left out; [`latmesh_core::proportion`]). A provider failing 92 % of attempts
+//!   scores under 0.1 whatever its successes look like; 0 failures in 12 attempts score
+//!   0.76, in 1000 attempts 0.996. The latency spread of the successes is not part of it
+//!   (choose `latency_percentile = 95` or `99` to rank by the tail).
 //! * **user components, absolute**: `score = value / score_scale` (quality, compatibility,
-//!   compliance): the user already put them on one scale, and min–max would turn 8 vs 9 into
-//!   0 vs 1.
+//!   compliance): the user already put them on one scale.
 //!
-//! `total = Σ wᵢ · scoreᵢ / Σ wᵢ` (0..=1; components with weight 0 do not count). Providers
-//! are ranked by total, highest first (ties: plan order).
+//! A provider without a value (no attempts, no samples, no price) scores 0 in that component.
+//! `total = Σ wᵢ · scoreᵢ / Σ wᵢ` (0..=1; components with weight 0 do not count), so each
+//! component moves the total by at most its weight. Providers are ranked by total, highest
+//! first (ties: plan order).
 
 use latmesh_core::budget;
 use latmesh_core::metrics::Metric;
@@ -28,6 +42,7 @@ use latmesh_core::plan::ScenarioSpec;
 use latmesh_core::selection::{Selection, SelectionWeights};
 use serde::Serialize;
 
+use super::stats;
 use crate::report_data::ReportData;
 
 /// One component of a provider's score.
@@ -37,8 +52,12 @@ pub struct Component {
     pub raw: Option<f64>,
     /// The normalized score, 0..=1 (1 best); `None` counts as 0 in the total.
     pub score: Option<f64>,
-    /// The raw value in words (`"412 ms"`, `"err 1.2% · P99/P50 2.10"`, `"$0.21/1k"`, `"8/10"`).
+    /// The raw value in words (`"412 ms"`, `"P99 unsupported (n 40 < 368)"`, `"err 1.2% of
+    /// 500"`, `"$0.21/1k"`, `"8/10"`).
     pub text: String,
+    /// The latency percentile is not supported by the samples (scored 0).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unsupported: bool,
 }
 
 /// One provider's line of a [`SelectionTable`].
@@ -95,23 +114,24 @@ pub struct SelectionTable {
     pub rows: Vec<SelectionRow>,
 }
 
-/// `(max − x) / (max − min)` over the `Some` values (1 when they are all equal).
-pub fn min_max_lower_better(values: &[Option<f64>]) -> Vec<Option<f64>> {
+/// Scores of `values` relative to their median, lower is better, on a log scale:
+/// `clamp(0.5 − log₂(x / median) / 2, 0, 1)` over the `Some` values (the median of those);
+/// `x ≤ 0` scores 1; with a median ≤ 0, values ≤ 0 score 1 and the others 0.
+pub fn relative_to_median(values: &[Option<f64>]) -> Vec<Option<f64>> {
     let have: Vec<f64> = values.iter().flatten().copied().collect();
-    let (Some(min), Some(max)) = (
-        have.iter().copied().reduce(f64::min),
-        have.iter().copied().reduce(f64::max),
-    ) else {
+    let Some(median) = stats::median(&have) else {
         return vec![None; values.len()];
     };
     values
         .iter()
         .map(|v| {
             v.map(|x| {
-                if max > min {
-                    (max - x) / (max - min)
-                } else {
+                if x <= 0.0 {
                     1.0
+                } else if median <= 0.0 {
+                    0.0
+                } else {
+                    (0.5 - (x / median).log2() / 2.0).clamp(0.0, 1.0)
                 }
             })
         })
@@ -172,6 +192,7 @@ pub fn table(
         return None;
     }
     let q = sel.latency_percentile / 100.0;
+    let need = stats::min_samples(q);
     let hists: Vec<_> = providers
         .iter()
         .map(|p| {
@@ -179,21 +200,20 @@ pub fn table(
                 .filter(|h| !h.is_empty())
         })
         .collect();
-    let latency: Vec<Option<f64>> = hists
+    // (point estimate ms, supported)
+    let measured: Vec<Option<(f64, bool)>> = hists
         .iter()
-        .map(|h| h.map(|h| h.value_at_quantile(q) as f64 / 1000.0))
+        .map(|h| h.map(|h| (h.value_at_quantile(q) as f64 / 1000.0, h.len() >= need)))
         .collect();
-    let errors: Vec<Option<f64>> = cells
+    let latency: Vec<Option<f64>> = measured
         .iter()
-        .map(|c| c.filter(|c| c.attempts > 0).map(|c| c.error_pct))
+        .map(|m| m.filter(|(_, ok)| *ok).map(|(v, _)| v))
         .collect();
-    let spread: Vec<Option<f64>> = hists
+    let failures: Vec<Option<(u64, u64)>> = cells
         .iter()
-        .map(|h| {
-            h.and_then(|h| {
-                let p50 = h.value_at_quantile(0.5);
-                (p50 > 0).then(|| h.value_at_quantile(0.99) as f64 / p50 as f64)
-            })
+        .map(|c| {
+            c.map(crate::aggregate::failed_attempts)
+                .filter(|(_, n)| *n > 0)
         })
         .collect();
     let prompt_tokens = mean_prompt_tokens(scenario);
@@ -212,11 +232,8 @@ pub fn table(
             )
         })
         .collect();
-    let latency_s = min_max_lower_better(&latency);
-    let error_s = min_max_lower_better(&errors);
-    let spread_s = min_max_lower_better(&spread);
-    let any_spread = spread.iter().any(Option::is_some);
-    let price_s = min_max_lower_better(&price);
+    let latency_s = relative_to_median(&latency);
+    let price_s = relative_to_median(&price);
     let sum = sel.weights.sum();
     let w = &sel.weights;
     let weights = SelectionWeights {
@@ -233,42 +250,46 @@ pub fn table(
             raw: v,
             score: v.map(|v| (v / sel.score_scale).clamp(0.0, 1.0)),
             text: v.map_or("-".into(), |v| format!("{v}/{}", sel.score_scale)),
+            unsupported: false,
         }
     };
+    let pct = format!("P{}", sel.latency_percentile);
     let mut rows: Vec<SelectionRow> = providers
         .iter()
         .enumerate()
         .map(|(i, p)| {
-            let stability_score = match (error_s[i], spread_s[i]) {
-                (Some(e), Some(s)) => Some((e + s) / 2.0),
-                (Some(e), None) if !any_spread => Some(e),
-                (Some(e), None) => Some(e / 2.0),
-                (None, _) => None,
+            let latency_text = match (measured[i], &hists[i]) {
+                (Some((v, true)), _) => format!("{} ms", stats::fmt_ms(v)),
+                (Some(_), Some(h)) => format!("{pct} unsupported (n {} < {need})", h.len()),
+                _ => "no samples".into(),
             };
+            let wilson = failures[i].and_then(|(k, n)| latmesh_core::proportion::wilson(k, n));
             let row = SelectionRow {
                 rank: 0,
                 provider: p.name.clone(),
                 total: 0.0,
                 latency: Component {
-                    raw: latency[i],
-                    score: latency_s[i],
-                    text: latency[i].map_or("no samples".into(), |v| {
-                        format!("{} ms", super::stats::fmt_ms(v))
-                    }),
+                    raw: measured[i].map(|(v, _)| v),
+                    score: match measured[i] {
+                        Some((_, false)) => Some(0.0),
+                        _ => latency_s[i],
+                    },
+                    text: latency_text,
+                    unsupported: measured[i].is_some_and(|(_, ok)| !ok),
                 },
                 stability: Component {
-                    raw: errors[i],
-                    score: stability_score,
-                    text: match (errors[i], spread[i]) {
-                        (Some(e), Some(s)) => format!("err {e:.1}% · P99/P50 {s:.2}"),
-                        (Some(e), None) => format!("err {e:.1}%"),
-                        _ => "no attempts".into(),
-                    },
+                    raw: wilson.map(|w| w.point() * 100.0),
+                    score: wilson.map(|w| 1.0 - w.upper),
+                    text: wilson.map_or("no attempts".into(), |w| {
+                        format!("err {:.1}% of {}", w.point() * 100.0, w.n)
+                    }),
+                    unsupported: false,
                 },
                 price: Component {
                     raw: price[i],
                     score: price_s[i],
                     text: price[i].map_or("no price".into(), |v| format!("${v:.3}/1k")),
+                    unsupported: false,
                 },
                 quality: user(&p.name, |s| s.quality),
                 compatibility: user(&p.name, |s| s.compatibility),

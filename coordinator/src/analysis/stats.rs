@@ -247,6 +247,17 @@ pub fn value_at_rank(h: &Histogram<u64>, rank: u64, end: BucketEnd) -> Option<u6
     None
 }
 
+/// The 95 % interval of quantile `q` (0 < q < 1) of `h`, µs: (lowest value of the bucket at
+/// rank `j`, highest value of the bucket at rank `k`) of [`rank_interval`]; `None` when `h`
+/// has fewer than [`min_samples`]`(q)` samples. The bounds [`PercentileCi::of`] reports.
+pub fn interval_us(h: &Histogram<u64>, q: f64) -> Option<(u64, u64)> {
+    let r = rank_interval(h.len(), q)?;
+    Some((
+        value_at_rank(h, r.lower, BucketEnd::Lowest)?,
+        value_at_rank(h, r.upper, BucketEnd::Highest)?,
+    ))
+}
+
 /// The bounds of a percentile's confidence interval.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CiBounds {

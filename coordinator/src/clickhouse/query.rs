@@ -928,6 +928,18 @@ struct StepQuantiles {
     q: Vec<u64>,
 }
 
+/// One bucket of a sweep step's merged histogram.
+#[derive(clickhouse::Row, Deserialize)]
+struct StepBucket {
+    region: String,
+    provider: String,
+    scenario: String,
+    metric: String,
+    step: u32,
+    value: u64,
+    n: u64,
+}
+
 /// A quantile as an SQL literal: the shortest decimal that reads back as the same `f64`, so
 /// ClickHouse's threshold `ceil(weights × level)` equals HdrHistogram's.
 fn quantile_sql(q: f64) -> String {
@@ -1092,6 +1104,38 @@ pub async fn sweep(
             {
                 m.knee_us = at(load_stats::knee_quantile(&spec.knee));
             }
+        }
+        // The knee percentile's interval needs each step's buckets: the step histograms
+        // rebuilt from their stored buckets (the coordinator's merged ones, bucket for bucket).
+        let sql = format!(
+            "SELECT {region} AS row_region, provider, scenario, metric, step, value, \
+             sum(weight) AS n \
+             FROM {db}.histograms \
+             ARRAY JOIN `values` AS value, `counts` AS weight{wh} \
+             GROUP BY {group}, value"
+        );
+        let rows: Vec<StepBucket> = bind_all(client.query(&sql), &args).fetch_all().await?;
+        let mut hists: BTreeMap<StepKey, hdrhistogram::Histogram<u64>> = BTreeMap::new();
+        for r in rows {
+            let Some((_, spec)) = specs.iter().find(|(s, _)| *s == r.scenario) else {
+                continue;
+            };
+            if Metric::parse(&r.metric) != Some(spec.knee.metric) {
+                continue;
+            }
+            let h = hists
+                .entry((r.region, r.provider, r.scenario, r.step))
+                .or_insert_with(latmesh_core::hist::new_histogram);
+            if h.record_n(r.value, r.n).is_err() {
+                h.saturating_record_n(r.value, r.n);
+            }
+        }
+        for (key, h) in hists {
+            let Some((_, spec)) = specs.iter().find(|(s, _)| *s == key.2) else {
+                continue;
+            };
+            let q = load_stats::knee_quantile(&spec.knee);
+            steps.entry(key).or_default().knee_ci_us = crate::analysis::stats::interval_us(&h, q);
         }
     }
     let only = RowFilter {

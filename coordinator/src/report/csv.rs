@@ -179,6 +179,19 @@ pub fn render(m: &ReportModel) -> String {
                 f64::from(k.concurrency),
             );
         }
+        if let Some(i) = &r.knee_insufficient {
+            // The step that had too few requests to be judged: no knee verdict.
+            o.row(
+                key[0],
+                key[1],
+                key[2],
+                key[3],
+                "knee",
+                "not_enough_requests",
+                "",
+                f64::from(i.concurrency),
+            );
+        }
     }
     for r in &m.rates {
         let key = [

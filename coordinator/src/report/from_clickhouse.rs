@@ -130,18 +130,52 @@ async fn histograms(
     db: &str,
     campaign_id: &str,
 ) -> anyhow::Result<BTreeMap<CellMetric, Histogram<u64>>> {
+    Ok(histograms_matching(
+        client,
+        db,
+        "campaign_id = ?",
+        &[SqlArg::Str(campaign_id.to_string())],
+    )
+    .await?)
+}
+
+/// A value bound to a `?` of a condition (see [`histograms_matching`]).
+#[derive(Clone, Debug)]
+pub enum SqlArg {
+    /// A string.
+    Str(String),
+    /// An unsigned integer.
+    U64(u64),
+}
+
+/// The merged histograms, per (region and `ALL`, provider, scenario, metric), of every
+/// `histograms` row matching the SQL condition `cond` (its `?` bound to `args` in order): every
+/// stored bucket summed per value in SQL and recorded into an HdrHistogram of the agents'
+/// bounds, so the result has the coordinator's buckets and counts.
+///
+/// # Errors
+/// A bad `db` name; ClickHouse errors.
+pub async fn histograms_matching(
+    client: &clickhouse::Client,
+    db: &str,
+    cond: &str,
+    args: &[SqlArg],
+) -> Result<BTreeMap<CellMetric, Histogram<u64>>, store::StoreError> {
+    check_identifier(db)?;
     let sql = format!(
         "SELECT region, provider, scenario, metric, value, sum(weight) AS n \
          FROM {db}.histograms ARRAY JOIN `values` AS value, `counts` AS weight \
-         WHERE campaign_id = ? \
+         WHERE {cond} \
          GROUP BY region, provider, scenario, metric, value"
     );
-    let rows: Vec<BucketRow> = client
-        .query(&sql)
-        .bind(campaign_id)
-        .fetch_all()
-        .await
-        .map_err(store::StoreError::from)?;
+    let mut q = client.query(&sql);
+    for a in args {
+        q = match a {
+            SqlArg::Str(s) => q.bind(s.as_str()),
+            SqlArg::U64(n) => q.bind(*n),
+        };
+    }
+    let rows: Vec<BucketRow> = q.fetch_all().await?;
     let mut out: BTreeMap<CellMetric, Histogram<u64>> = BTreeMap::new();
     for r in rows {
         let Some(metric) = Metric::parse(&r.metric) else {

@@ -567,12 +567,14 @@ fn sweeps(m: &ReportModel) -> String {
         let _ = write!(
             out,
             "<h3>{}</h3><p class=\"small\">All regions merged; {} s per step. Knee (ringed): the \
-             first step whose {knee_desc} elasticity reaches {} or whose errors reach {}%.</p>\
+             first step whose {knee_desc} elasticity reaches {} or whose errors reach {}%, each \
+             significant (95 % intervals), every step up to it with at least {} requests.</p>\
              <div class=\"grid wide\">",
             escape(scenario),
             first.step_ms as f64 / 1000.0,
             rule.elasticity,
-            rule.error_pct
+            rule.error_pct,
+            rule.min_requests
         );
         let mut latency = Vec::new();
         let mut throughput = Vec::new();
@@ -664,7 +666,7 @@ fn sweeps(m: &ReportModel) -> String {
             let _ = write!(
                 out,
                 "<td class=\"row\">{}</td></tr>",
-                escape(&load_stats::knee_text(r.knee.as_ref()))
+                escape(&load_stats::knee_text(r))
             );
         }
         out.push_str("</tbody></table>\n");
