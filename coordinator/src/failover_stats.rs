@@ -158,7 +158,9 @@ pub fn failover_rows(plan: &Plan, agg: &Aggregate) -> Vec<FailoverRow> {
                     })
                     .collect(),
                 chain: chain.clone(),
-                latency: latency.as_ref().map(Percentiles::of),
+                latency: latency
+                    .as_ref()
+                    .map(|h| Percentiles::of_list(h, &plan.percentiles)),
                 backups,
             });
         }

@@ -17,7 +17,6 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use comfy_table::{Cell as TCell, CellAlignment, Table, presets};
-use hdrhistogram::Histogram;
 use latmesh_core::hist::HistKey;
 use latmesh_core::load::{Knee, KneeRule, LoadModel, RateSpec, StepPoint, SweepSpec, find_knee};
 use latmesh_core::metrics::Metric;
@@ -28,8 +27,9 @@ use serde::{Deserialize, Serialize};
 use crate::aggregate::{Aggregate, StepCounts};
 use crate::summary::{ALL_REGIONS, AgentSummary, Percentiles};
 
-/// The quantiles every latency column reports: P50, P90, P99.
-pub const QUANTILES: [f64; 3] = [0.5, 0.9, 0.99];
+/// The quantiles of the fixed latency columns: P50, P90, P95, P99 (the rows' [`Percentiles`]
+/// also hold the plan's own list).
+pub const QUANTILES: [f64; 4] = [0.5, 0.9, 0.95, 0.99];
 
 /// An open-loop row is saturated when the P90 of `sched_lag` exceeds this, ms: one arrival in
 /// ten left more than 10 ms late, so the agent did not keep the schedule (a single late
@@ -60,9 +60,9 @@ pub struct SweepStep {
     pub ok: u64,
     /// Failed requests / requests, % (0 without requests).
     pub error_pct: f64,
-    /// TTFT P50/P90/P99 over the step's merged histograms, ms.
+    /// TTFT percentiles over the step's merged histograms, ms (with `n`, support, intervals).
     pub ttft: Option<Percentiles>,
-    /// E2E P50/P90/P99 over the step's merged histograms, ms.
+    /// E2E percentiles over the step's merged histograms, ms.
     pub e2e: Option<Percentiles>,
     /// The knee rule's metric at its percentile over the step's merged histograms, ms (what
     /// [`find_knee`] judged).
@@ -95,14 +95,14 @@ pub struct SweepRow {
 }
 
 /// What was measured in one sweep step: the inputs of a [`SweepStep`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct StepMeasure {
     /// Counters from the step's records.
     pub counts: StepCounts,
-    /// TTFT at [`QUANTILES`], µs (`None`: no value in the step's histograms).
-    pub ttft_us: Option<[u64; 3]>,
-    /// E2E at [`QUANTILES`], µs.
-    pub e2e_us: Option<[u64; 3]>,
+    /// TTFT percentiles of the step's merged histograms (`None`: no value in them).
+    pub ttft: Option<Percentiles>,
+    /// E2E percentiles of the step's merged histograms.
+    pub e2e: Option<Percentiles>,
     /// The knee metric at the knee rule's quantile ([`knee_quantile`]), µs.
     pub knee_us: Option<u64>,
 }
@@ -165,8 +165,8 @@ pub fn sweep_row(
                 requests: m.counts.requests,
                 ok: m.counts.ok,
                 error_pct: m.counts.error_pct(),
-                ttft: m.ttft_us.map(Percentiles::from_us),
-                e2e: m.e2e_us.map(Percentiles::from_us),
+                ttft: m.ttft,
+                e2e: m.e2e,
                 knee_value_ms: m.knee_us.map(ms),
                 throughput_rps: per_s(m.counts.ok),
                 output_tokens_per_s: per_s(m.counts.ok_output_tokens),
@@ -224,10 +224,6 @@ pub fn sweep_rows_by(
     out
 }
 
-fn at_quantiles(h: &Histogram<u64>) -> [u64; 3] {
-    QUANTILES.map(|q| h.value_at_quantile(q))
-}
-
 /// Every sweep row of `plan` that `only` keeps, from merged results in memory.
 pub fn sweep_rows(plan: &Plan, agg: &Aggregate, only: RowFilter<'_>) -> Vec<SweepRow> {
     sweep_rows_by(plan, only, |region, provider, scenario, spec, step| {
@@ -244,8 +240,8 @@ pub fn sweep_rows(plan: &Plan, agg: &Aggregate, only: RowFilter<'_>) -> Vec<Swee
         };
         StepMeasure {
             counts: agg.step_counts(region, provider, scenario, step),
-            ttft_us: hist(Metric::Ttft).as_ref().map(at_quantiles),
-            e2e_us: hist(Metric::E2e).as_ref().map(at_quantiles),
+            ttft: hist(Metric::Ttft).map(|h| Percentiles::of_list(&h, &plan.percentiles)),
+            e2e: hist(Metric::E2e).map(|h| Percentiles::of_list(&h, &plan.percentiles)),
             knee_us: hist(spec.knee.metric).map(|h| h.value_at_quantile(knee_quantile(&spec.knee))),
         }
     })
@@ -289,16 +285,16 @@ pub struct RateRow {
     pub requests: u64,
     /// Failed requests / requests, % (0 without requests).
     pub error_pct: f64,
-    /// `sched_lag` (actual − intended send time) P50/P90/P99 of `ok` attempts, ms.
+    /// `sched_lag` (actual − intended send time) percentiles of `ok` attempts, ms.
     pub sched_lag: Option<Percentiles>,
-    /// TTFT from the actual send, P50/P90/P99, ms.
+    /// TTFT from the actual send, percentiles, ms.
     pub ttft: Option<Percentiles>,
-    /// E2E from the actual send, P50/P90/P99, ms.
+    /// E2E from the actual send, percentiles, ms.
     pub e2e: Option<Percentiles>,
     /// TTFT from the intended send (`sched_lag` + TTFT, free of coordinated omission),
-    /// P50/P90/P99, ms.
+    /// percentiles, ms.
     pub ttft_intended: Option<Percentiles>,
-    /// E2E from the intended send, P50/P90/P99, ms.
+    /// E2E from the intended send, percentiles, ms.
     pub e2e_intended: Option<Percentiles>,
     /// The agents could not keep the schedule: arrivals were dropped, `sched_lag` P90 is over
     /// [`SATURATION_LAG_P90_MS`], or `achieved_rps` is below [`SATURATION_ACHIEVED_FRACTION`]
@@ -322,16 +318,16 @@ pub struct RateMeasure {
     pub requests: u64,
     /// Those not `ok`.
     pub requests_failed: u64,
-    /// `sched_lag`, TTFT, E2E, intended TTFT and intended E2E at [`QUANTILES`], µs.
-    pub sched_lag_us: Option<[u64; 3]>,
-    /// TTFT at [`QUANTILES`], µs.
-    pub ttft_us: Option<[u64; 3]>,
-    /// E2E at [`QUANTILES`], µs.
-    pub e2e_us: Option<[u64; 3]>,
-    /// Intended TTFT at [`QUANTILES`], µs.
-    pub ttft_intended_us: Option<[u64; 3]>,
-    /// Intended E2E at [`QUANTILES`], µs.
-    pub e2e_intended_us: Option<[u64; 3]>,
+    /// `sched_lag` percentiles of the row's merged histograms.
+    pub sched_lag: Option<Percentiles>,
+    /// TTFT percentiles.
+    pub ttft: Option<Percentiles>,
+    /// E2E percentiles.
+    pub e2e: Option<Percentiles>,
+    /// Intended TTFT percentiles.
+    pub ttft_intended: Option<Percentiles>,
+    /// Intended E2E percentiles.
+    pub e2e_intended: Option<Percentiles>,
 }
 
 /// One rate row from its measure; `scheduled` is the plan's arrival count per agent.
@@ -350,7 +346,7 @@ pub fn rate_row(
         0.0
     };
     let achieved_rps = (m.agents > 0 && secs > 0.0).then(|| m.sent as f64 / secs / m.agents as f64);
-    let sched_lag = m.sched_lag_us.map(Percentiles::from_us);
+    let sched_lag = m.sched_lag;
     let mut reasons = Vec::new();
     if m.dropped > 0 {
         reasons.push(format!("{} arrivals dropped", m.dropped));
@@ -386,10 +382,10 @@ pub fn rate_row(
             m.requests_failed as f64 * 100.0 / m.requests as f64
         },
         sched_lag,
-        ttft: m.ttft_us.map(Percentiles::from_us),
-        e2e: m.e2e_us.map(Percentiles::from_us),
-        ttft_intended: m.ttft_intended_us.map(Percentiles::from_us),
-        e2e_intended: m.e2e_intended_us.map(Percentiles::from_us),
+        ttft: m.ttft,
+        e2e: m.e2e,
+        ttft_intended: m.ttft_intended,
+        e2e_intended: m.e2e_intended,
         saturated: !reasons.is_empty(),
         saturated_reason: (!reasons.is_empty()).then(|| reasons.join("; ")),
     }
@@ -427,8 +423,7 @@ pub fn rate_rows(plan: &Plan, agg: &Aggregate, agents: &[AgentSummary]) -> Vec<R
                             step: 0,
                         },
                     )
-                    .as_ref()
-                    .map(at_quantiles)
+                    .map(|h| Percentiles::of_list(&h, &plan.percentiles))
                 };
                 let c = agg.counts(region, &provider.name, &s.name);
                 let m = RateMeasure {
@@ -437,11 +432,11 @@ pub fn rate_rows(plan: &Plan, agg: &Aggregate, agents: &[AgentSummary]) -> Vec<R
                     dropped: c.count(Outcome::Dropped),
                     requests: c.requests,
                     requests_failed: c.requests_failed,
-                    sched_lag_us: hist(Metric::SchedLag),
-                    ttft_us: hist(Metric::Ttft),
-                    e2e_us: hist(Metric::E2e),
-                    ttft_intended_us: hist(Metric::TtftIntended),
-                    e2e_intended_us: hist(Metric::E2eIntended),
+                    sched_lag: hist(Metric::SchedLag),
+                    ttft: hist(Metric::Ttft),
+                    e2e: hist(Metric::E2e),
+                    ttft_intended: hist(Metric::TtftIntended),
+                    e2e_intended: hist(Metric::E2eIntended),
                 };
                 out.push(rate_row(
                     region,
@@ -974,13 +969,25 @@ pub(crate) mod tests {
             (1.0, 20.0, 0.0)
         );
         assert_eq!(us.steps[2].throughput_rps, 3.0);
+        // 20 samples at c = 4: P50 is supported (n ≥ 6, with an interval), P90 and up not.
+        let ttft = us.steps[1].ttft.as_ref().unwrap();
         assert_eq!(
-            us.steps[1].ttft,
-            Some(Percentiles {
-                p50_ms: 0.52,
-                p90_ms: 0.52,
-                p99_ms: 0.52
-            })
+            (ttft.p50_ms, ttft.p90_ms, ttft.p95_ms, ttft.p99_ms, ttft.n),
+            (0.52, 0.52, Some(0.52), 0.52, 20)
+        );
+        let support: Vec<(f64, bool, Option<f64>)> = ttft
+            .points
+            .iter()
+            .map(|p| (p.percentile, p.supported, p.lo_ms))
+            .collect();
+        assert_eq!(
+            support,
+            [
+                (50.0, true, Some(0.52)),
+                (90.0, false, None),
+                (95.0, false, None),
+                (99.0, false, None)
+            ]
         );
         let knee_values: Vec<Option<f64>> = us.steps.iter().map(|s| s.knee_value_ms).collect();
         assert_eq!(knee_values, [Some(1.0), Some(1.04), Some(2.0)]);
@@ -1107,6 +1114,14 @@ pub(crate) mod tests {
         assert!(q.saturated);
 
         // Scheduler lag alone: P90 over 10 ms (a P99 over it alone is one late arrival).
+        let lag_ms = |p50_ms: f64, p90_ms: f64, p99_ms: f64| Percentiles {
+            p50_ms,
+            p90_ms,
+            p95_ms: None,
+            p99_ms,
+            n: 100,
+            points: Default::default(),
+        };
         let spec = match &plan().scenarios[1].load {
             LoadModel::Rate(r) => r.clone(),
             _ => unreachable!(),
@@ -1122,7 +1137,7 @@ pub(crate) mod tests {
                 sent: 100,
                 requests: 100,
                 requests_failed: 4,
-                sched_lag_us: Some([1_000, 12_000, 30_000]),
+                sched_lag: Some(lag_ms(1.0, 12.0, 30.0)),
                 ..Default::default()
             },
         );
@@ -1141,7 +1156,7 @@ pub(crate) mod tests {
                 agents: 1,
                 sent: 100,
                 requests: 100,
-                sched_lag_us: Some([200, 900, 15_000]),
+                sched_lag: Some(lag_ms(0.2, 0.9, 15.0)),
                 ..Default::default()
             },
         );

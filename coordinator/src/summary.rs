@@ -1,12 +1,12 @@
 //! The campaign summary: the region × provider matrix per scenario, as JSON (`--json PATH`)
 //! and as terminal tables, plus the load models' results (sweep steps and knees, open-loop
 //! rates, the agents' start skew; see [`crate::load_stats`]). Percentiles come from merged HDR
-//! histograms, never from averaging percentiles.
+//! histograms, never from averaging percentiles, and carry their sample count, support and
+//! 95 % intervals ([`Percentiles`]).
 
 use std::fmt::Write as _;
 
 use comfy_table::{Cell as TCell, CellAlignment, Table, presets};
-use hdrhistogram::Histogram;
 use latmesh_core::hist::HistKey;
 use latmesh_core::metrics::Metric;
 use latmesh_core::plan::Plan;
@@ -21,33 +21,7 @@ pub use crate::load_stats::{AgentStart, RateRow, StartSync, SweepRow};
 /// The region label of the row that merges every region.
 pub const ALL_REGIONS: &str = "ALL";
 
-/// P50/P90/P99 of one metric, milliseconds.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Percentiles {
-    /// Median, ms.
-    pub p50_ms: f64,
-    /// 90th percentile, ms.
-    pub p90_ms: f64,
-    /// 99th percentile, ms.
-    pub p99_ms: f64,
-}
-
-impl Percentiles {
-    /// P50, P90 and P99 of `h` (µs) in ms.
-    pub fn of(h: &Histogram<u64>) -> Percentiles {
-        Percentiles::from_us(load_stats::QUANTILES.map(|q| h.value_at_quantile(q)))
-    }
-
-    /// From P50, P90 and P99 in µs (each divided by 1000 as `f64`).
-    pub fn from_us([p50, p90, p99]: [u64; 3]) -> Percentiles {
-        let ms = |us: u64| us as f64 / 1000.0;
-        Percentiles {
-            p50_ms: ms(p50),
-            p90_ms: ms(p90),
-            p99_ms: ms(p99),
-        }
-    }
-}
+pub use crate::percentiles::{PercentilePoint, Percentiles};
 
 /// One cell of the matrix: a region (or [`ALL_REGIONS`]), a provider, a scenario.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -62,7 +36,7 @@ pub struct MatrixCell {
     pub attempts: u64,
     /// Latency samples (`ok` attempts).
     pub samples: u64,
-    /// TTFT percentiles (streaming scenarios).
+    /// TTFT percentiles (streaming scenarios), with `n`, support and intervals.
     pub ttft: Option<Percentiles>,
     /// TTFC percentiles (streaming scenarios).
     pub ttfc: Option<Percentiles>,
@@ -144,6 +118,10 @@ pub struct Summary {
     pub providers: Vec<String>,
     /// Scenarios, in plan order.
     pub scenarios: Vec<String>,
+    /// The percentiles the tables show and each [`Percentiles::points`] holds (the plan's
+    /// `percentiles`; P50/P90/P95/P99 in older summaries).
+    #[serde(default = "latmesh_core::plan::default_percentiles")]
+    pub percentiles: Vec<f64>,
     /// Every (region, provider, scenario) cell, plus `ALL` rows.
     pub cells: Vec<MatrixCell>,
     /// Agents.
@@ -196,7 +174,13 @@ pub fn build(
     for scenario in &plan.scenarios {
         for region in &rows {
             for provider in &plan.providers {
-                cells.push(cell(agg, *region, &provider.name, &scenario.name));
+                cells.push(cell(
+                    agg,
+                    *region,
+                    &provider.name,
+                    &scenario.name,
+                    &plan.percentiles,
+                ));
             }
         }
     }
@@ -210,6 +194,7 @@ pub fn build(
         regions: plan.regions.clone(),
         providers: plan.providers.iter().map(|p| p.name.clone()).collect(),
         scenarios: plan.scenarios.iter().map(|s| s.name.clone()).collect(),
+        percentiles: plan.percentiles.clone(),
         cells,
         complete: agents.iter().all(|a| a.complete),
         cancelled: false,
@@ -223,7 +208,13 @@ pub fn build(
     }
 }
 
-fn cell(agg: &Aggregate, region: Option<&str>, provider: &str, scenario: &str) -> MatrixCell {
+fn cell(
+    agg: &Aggregate,
+    region: Option<&str>,
+    provider: &str,
+    scenario: &str,
+    percentiles: &[f64],
+) -> MatrixCell {
     let hist = |metric| {
         agg.histogram(
             region,
@@ -256,9 +247,9 @@ fn cell(agg: &Aggregate, region: Option<&str>, provider: &str, scenario: &str) -
         scenario: scenario.to_string(),
         attempts,
         samples: ok,
-        ttft: hist(Metric::Ttft).map(|h| Percentiles::of(&h)),
-        ttfc: hist(Metric::Ttfc).map(|h| Percentiles::of(&h)),
-        e2e: hist(Metric::E2e).map(|h| Percentiles::of(&h)),
+        ttft: hist(Metric::Ttft).map(|h| Percentiles::of_list(&h, percentiles)),
+        ttfc: hist(Metric::Ttfc).map(|h| Percentiles::of_list(&h, percentiles)),
+        e2e: hist(Metric::E2e).map(|h| Percentiles::of_list(&h, percentiles)),
         tpot_p50_ms: p50(Metric::Tpot),
         itl_p50_ms: p50(Metric::Itl),
         error_pct: pct(measured - ok),
@@ -522,8 +513,33 @@ mod tests {
         for key in ["sweeps", "rates", "start"] {
             old.as_object_mut().unwrap().remove(key);
         }
+        // ... and a summary written before P95, sample counts and intervals.
+        old.as_object_mut().unwrap().remove("percentiles");
+        for cell in old["cells"].as_array_mut().unwrap() {
+            for metric in ["ttft", "ttfc", "e2e"] {
+                if let Some(p) = cell[metric].as_object_mut() {
+                    for key in ["p95_ms", "n", "points"] {
+                        p.remove(key);
+                    }
+                }
+            }
+        }
         let back: Summary = serde_json::from_value(old).unwrap();
         assert!(back.sweeps.is_empty() && back.start == StartSync::default());
+        assert_eq!(back.percentiles, [50.0, 90.0, 95.0, 99.0]);
+        let e2e = back.cell("us-east", "p", "sw").unwrap().e2e.unwrap();
+        assert_eq!((e2e.p95_ms, e2e.n, e2e.points.len()), (None, 0, 0));
+        // The new shape: per metric the sample count, and per percentile its support and
+        // interval.
+        let e2e = &json["cells"][0]["e2e"];
+        assert_eq!(json["cells"][0]["scenario"], "sw");
+        assert_eq!(e2e["n"], 60);
+        assert_eq!(e2e["p95_ms"], 2.0);
+        assert_eq!(e2e["points"][0]["percentile"], 50.0);
+        assert_eq!(e2e["points"][0]["supported"], true);
+        assert_eq!(e2e["points"][0]["lo_ms"], 1.04);
+        assert_eq!(e2e["points"][3]["supported"], false);
+        assert!(e2e["points"][3]["lo_ms"].is_null() && e2e["points"][3]["hi_ms"].is_null());
 
         let text = s.render();
         println!("{text}");

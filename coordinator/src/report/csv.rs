@@ -50,10 +50,16 @@ impl Out {
         );
     }
 
-    /// P50, P90 and P99 of `p`, when present.
+    /// P50, P90, P95 and P99 of `p`, when present.
     fn pcts(&mut self, key: [&str; 4], metric: &str, x: &str, p: Option<Percentiles>) {
         if let Some(p) = p {
-            for (stat, v) in [("p50", p.p50_ms), ("p90", p.p90_ms), ("p99", p.p99_ms)] {
+            for (stat, v) in [
+                ("p50", Some(p.p50_ms)),
+                ("p90", Some(p.p90_ms)),
+                ("p95", p.p95_ms),
+                ("p99", Some(p.p99_ms)),
+            ] {
+                let Some(v) = v else { continue };
                 self.row(key[0], key[1], key[2], key[3], metric, stat, x, v);
             }
         }
