@@ -25,6 +25,7 @@ use latmesh_core::record::Outcome;
 use serde::{Deserialize, Serialize};
 
 use crate::aggregate::{Aggregate, StepCounts};
+use crate::percentiles;
 use crate::summary::{ALL_REGIONS, AgentSummary, Percentiles};
 
 /// The quantiles of the fixed latency columns: P50, P90, P95, P99 (the rows' [`Percentiles`]
@@ -664,7 +665,9 @@ pub fn render_sweeps(rows: &[SweepRow]) -> String {
 
 /// Every step of every row as one detailed table per scenario (what `latmesh query sweep`
 /// prints after [`render_sweeps`]): provider, region, concurrency, requests, error %, TTFT and
-/// E2E P50/P90/P99, throughput; the knee step marked `*`.
+/// E2E at the campaign's percentiles (P50/P90/P95/P99 by default; `~` marks one the step's
+/// samples do not support, with the legend under the table), throughput; the knee step marked
+/// `*`.
 pub fn render_sweep_steps(rows: &[SweepRow]) -> String {
     let mut out = String::new();
     let mut scenarios: Vec<&str> = Vec::new();
@@ -673,13 +676,19 @@ pub fn render_sweep_steps(rows: &[SweepRow]) -> String {
             scenarios.push(&r.scenario);
         }
     }
+    let list = percentiles::list_of(
+        rows.iter()
+            .flat_map(|r| &r.steps)
+            .flat_map(|s| s.ttft.iter().chain(&s.e2e)),
+    );
+    let names = percentiles::header(&list);
+    let marked = std::cell::Cell::new(false);
     let p = |v: &Option<Percentiles>| match v {
-        Some(p) => format!(
-            "{}/{}/{}",
-            ms_short(Some(p.p50_ms)),
-            ms_short(Some(p.p90_ms)),
-            ms_short(Some(p.p99_ms))
-        ),
+        Some(p) => {
+            let (text, m) = p.text(&list, |v| ms_short(Some(v)));
+            marked.set(marked.get() | m);
+            text
+        }
         None => "-".into(),
     };
     for scenario in scenarios {
@@ -695,8 +704,8 @@ pub fn render_sweep_steps(rows: &[SweepRow]) -> String {
             "c",
             "requests",
             "err %",
-            "TTFT P50/P90/P99",
-            "E2E P50/P90/P99",
+            &format!("TTFT {names}"),
+            &format!("E2E {names}"),
             "req/s",
             "tok/s",
         ]);
@@ -717,14 +726,18 @@ pub fn render_sweep_steps(rows: &[SweepRow]) -> String {
             }
         }
         let _ = writeln!(out, "{t}");
+        if marked.take() {
+            let _ = writeln!(out, "{}", percentiles::legend());
+        }
     }
     out
 }
 
 /// The rates as text: per scenario, a load table (achieved vs scheduled rate per agent, drops,
-/// `sched_lag`, errors, saturation) and a latency table (P50/P99 from the actual and from the intended
-/// send), then why each saturated row is. With one region its `ALL` rows are left out (they
-/// repeat it).
+/// `sched_lag` P50/P99, errors, saturation) and a latency table (P50/P95/P99 from the actual
+/// and from the intended send; `~` marks a percentile its samples do not support, with the
+/// legend under the table), then why each saturated row is. With one region its `ALL` rows are
+/// left out (they repeat it).
 pub fn render_rates(rows: &[RateRow]) -> String {
     let mut out = String::new();
     let mut scenarios: Vec<&str> = Vec::new();
@@ -739,10 +752,17 @@ pub fn render_rates(rows: &[RateRow]) -> String {
         .map(|r| r.region.as_str())
         .collect::<std::collections::BTreeSet<_>>()
         .len();
-    let p50_99 = |v: &Option<Percentiles>| match v {
-        Some(p) => format!("{}/{}", ms_short(Some(p.p50_ms)), ms_short(Some(p.p99_ms))),
+    let marked = std::cell::Cell::new(false);
+    let at = |v: &Option<Percentiles>, list: &[f64]| match v {
+        Some(p) => {
+            let (text, m) = p.text(list, |v| ms_short(Some(v)));
+            marked.set(marked.get() | m);
+            text
+        }
         None => "-".into(),
     };
+    const LAG: [f64; 2] = [50.0, 99.0];
+    const LATENCY: [f64; 3] = [50.0, 95.0, 99.0];
     for scenario in scenarios {
         let mut of: Vec<&RateRow> = rows
             .iter()
@@ -779,7 +799,7 @@ pub fn render_rates(rows: &[RateRow]) -> String {
                     r.scheduled_rps
                 )),
                 right(r.dropped.to_string()),
-                right(p50_99(&r.sched_lag)),
+                right(at(&r.sched_lag, &LAG)),
                 right(format!("{:.1}", r.error_pct)),
                 TCell::new(if r.saturated { "YES" } else { "no" }),
             ]);
@@ -787,7 +807,8 @@ pub fn render_rates(rows: &[RateRow]) -> String {
         let _ = writeln!(out, "{t}");
         let _ = writeln!(
             out,
-            "rate {scenario}: latency ms P50/P99 from the actual send and from the intended send"
+            "rate {scenario}: latency ms {} from the actual send and from the intended send",
+            percentiles::header(&LATENCY)
         );
         let mut t = Table::new();
         t.load_preset(presets::ASCII_MARKDOWN);
@@ -803,13 +824,16 @@ pub fn render_rates(rows: &[RateRow]) -> String {
             t.add_row(vec![
                 TCell::new(&r.provider),
                 TCell::new(&r.region),
-                right(p50_99(&r.ttft)),
-                right(p50_99(&r.ttft_intended)),
-                right(p50_99(&r.e2e)),
-                right(p50_99(&r.e2e_intended)),
+                right(at(&r.ttft, &LATENCY)),
+                right(at(&r.ttft_intended, &LATENCY)),
+                right(at(&r.e2e, &LATENCY)),
+                right(at(&r.e2e_intended, &LATENCY)),
             ]);
         }
         let _ = writeln!(out, "{t}");
+        if marked.take() {
+            let _ = writeln!(out, "{}", percentiles::legend());
+        }
         for r in of.iter().filter(|r| r.saturated) {
             let _ = writeln!(
                 out,
@@ -879,6 +903,18 @@ pub(crate) mod tests {
         load: LoadKind,
         groups: &[(u32, usize, Outcome, u64, i64)],
     ) {
+        add_for(agg, region, "p", scenario, load, groups);
+    }
+
+    /// [`add`] for `provider`.
+    pub(crate) fn add_for(
+        agg: &mut Aggregate,
+        region: &str,
+        provider: &str,
+        scenario: &str,
+        load: LoadKind,
+        groups: &[(u32, usize, Outcome, u64, i64)],
+    ) {
         let mut set = HistogramSet::new();
         for &(step, n, outcome, e2e, lag) in groups {
             for _ in 0..n {
@@ -887,7 +923,7 @@ pub(crate) mod tests {
                     load,
                     step,
                     concurrency: [2, 4, 8][step as usize] * u32::from(load == LoadKind::Sweep),
-                    provider: "p".into(),
+                    provider: provider.into(),
                     scenario: scenario.into(),
                     attempt: 1,
                     final_attempt: true,

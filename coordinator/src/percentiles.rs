@@ -63,22 +63,22 @@ impl PercentilePoint {
         }
     }
 
-    /// The estimate as the terminal tables print it: `812`, or `~812` when not supported
-    /// ([`UNSUPPORTED_MARK`]); `digits` decimals.
-    pub fn text(&self, digits: usize) -> String {
+    /// The estimate as the terminal tables print it: `fmt(ms)`, after [`UNSUPPORTED_MARK`]
+    /// when not supported (`~812`).
+    pub fn text(&self, fmt: impl Fn(f64) -> String) -> String {
         let mark = if self.supported { "" } else { UNSUPPORTED_MARK };
-        format!("{mark}{:.*}", digits, self.ms)
+        format!("{mark}{}", fmt(self.ms))
     }
 }
 
 /// What terminal tables put before a percentile the samples do not support: `~812`.
 pub const UNSUPPORTED_MARK: &str = "~";
 
-/// The legend line printed under a table that shows a marked percentile.
+/// The legend line printed under a table that shows a marked percentile: the rule, once.
 pub fn legend() -> String {
     format!(
-        "{UNSUPPORTED_MARK}: fewer samples than the percentile needs for a 95% confidence interval \
-         (P50 {}, P90 {}, P95 {}, P99 {}); computed, not supported (docs/metrics.md)",
+        "{UNSUPPORTED_MARK} marks a percentile with fewer samples than a 95% interval needs \
+         (P50 {}, P90 {}, P95 {}, P99 {})",
         stats::min_samples(0.5),
         stats::min_samples(0.9),
         stats::min_samples(0.95),
@@ -214,22 +214,32 @@ impl Percentiles {
         self.point(percentile).map(|p| p.ms)
     }
 
-    /// The estimates of `list` as the terminal tables print them: `101/~130/~131`
-    /// ([`PercentilePoint::text`]; `-` for one not held), and whether any is marked.
-    pub fn text(&self, list: &[f64], digits: usize) -> (String, bool) {
+    /// The estimates of `list` as the terminal tables print them, each `fmt(ms)`:
+    /// `101/~130/~131` ([`PercentilePoint::text`]; `-` for one not held), and whether any is
+    /// marked.
+    pub fn text(&self, list: &[f64], fmt: impl Fn(f64) -> String) -> (String, bool) {
         let mut marked = false;
         let parts: Vec<String> = list
             .iter()
             .map(|&p| match self.point(p) {
                 Some(pt) => {
                     marked |= !pt.supported;
-                    pt.text(digits)
+                    pt.text(&fmt)
                 }
                 None => "-".into(),
             })
             .collect();
         (parts.join("/"), marked)
     }
+}
+
+/// The percentile list of the first of `rows` that holds points (what its campaign chose),
+/// else [`DEFAULT_PERCENTILES`]: what a table of rows without a list of their own shows.
+pub fn list_of<'a>(rows: impl IntoIterator<Item = &'a Percentiles>) -> Vec<f64> {
+    rows.into_iter().find(|p| !p.points.is_empty()).map_or_else(
+        || DEFAULT_PERCENTILES.to_vec(),
+        |p| p.points.iter().map(|q| q.percentile).collect(),
+    )
 }
 
 /// `P50/P90/P95/P99` for `list` (`99.9` → `P99.9`).
@@ -285,7 +295,7 @@ mod tests {
                 .all(|q| q.lo_ms.is_none() && q.hi_ms.is_none())
         );
         assert_eq!(
-            p.text(&DEFAULT_PERCENTILES, 1),
+            p.text(&DEFAULT_PERCENTILES, |v| format!("{v:.1}")),
             ("0.6/~1.1/~1.2/~1.2".to_string(), true)
         );
     }
@@ -295,7 +305,7 @@ mod tests {
         let p = Percentiles::of(&hist((1..=400).map(|v| v * 5)));
         assert!(p.points.iter().all(|q| q.supported), "{p:?}");
         assert_eq!(
-            p.text(&DEFAULT_PERCENTILES, 2),
+            p.text(&DEFAULT_PERCENTILES, |v| format!("{v:.2}")),
             ("1.00/1.80/1.90/1.98".into(), false)
         );
         // P99 of 400: order statistics 392 and 400 (exact binomial, ≥ 95 % coverage).
@@ -313,7 +323,7 @@ mod tests {
         // Sample count unknown: nothing is supported.
         assert!(!old.point(50.0).unwrap().supported);
         assert_eq!(
-            old.text(&DEFAULT_PERCENTILES, 0),
+            old.text(&DEFAULT_PERCENTILES, |v| format!("{v:.0}")),
             ("~1/~2/-/~3".to_string(), true)
         );
         // And the new shape round-trips.

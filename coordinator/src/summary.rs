@@ -296,27 +296,32 @@ impl Summary {
             self.campaign_id,
             &self.plan_hash[..12]
         );
+        // A view gives a cell's text and whether it holds a percentile the samples do not
+        // support (then the table gets the legend).
+        let list = &self.percentiles;
+        let names = crate::percentiles::header(list);
         let fmt_p = |p: &Option<Percentiles>| match p {
-            Some(p) => format!("{:.0}/{:.0}/{:.0}", p.p50_ms, p.p90_ms, p.p99_ms),
-            None => "-".into(),
+            Some(p) => p.text(list, |v| format!("{v:.0}")),
+            None => ("-".into(), false),
         };
-        type View<'a> = (&'a str, &'a dyn Fn(&MatrixCell) -> String);
+        type View<'a> = (String, &'a dyn Fn(&MatrixCell) -> (String, bool));
+        let plain = |text: String| (text, false);
         let views: [View; 5] = [
-            ("samples (ok / attempts)", &|c| {
-                format!("{}/{}", c.samples, c.attempts)
+            ("samples (ok / attempts)".into(), &|c| {
+                plain(format!("{}/{}", c.samples, c.attempts))
             }),
-            ("TTFT ms P50/P90/P99", &|c| fmt_p(&c.ttft)),
-            ("E2E ms P50/P90/P99", &|c| fmt_p(&c.e2e)),
-            ("TPOT ms P50", &|c| {
-                c.tpot_p50_ms.map_or("-".into(), |v| format!("{v:.1}"))
+            (format!("TTFT ms {names}"), &|c| fmt_p(&c.ttft)),
+            (format!("E2E ms {names}"), &|c| fmt_p(&c.e2e)),
+            ("TPOT ms P50".into(), &|c| {
+                plain(c.tpot_p50_ms.map_or("-".into(), |v| format!("{v:.1}")))
             }),
             (
-                "errors % / throttled % (attempts) / failed % (requests, after retries)",
+                "errors % / throttled % (attempts) / failed % (requests, after retries)".into(),
                 &|c| {
-                    format!(
+                    plain(format!(
                         "{:.1} / {:.1} / {:.1}",
                         c.error_pct, c.throttled_pct, c.request_error_pct
-                    )
+                    ))
                 },
             ),
         ];
@@ -328,17 +333,22 @@ impl Summary {
                 let mut header = vec![TCell::new("region")];
                 header.extend(self.providers.iter().map(TCell::new));
                 t.set_header(header);
+                let mut marked = false;
                 for region in self.regions.iter().map(String::as_str).chain([ALL_REGIONS]) {
                     let mut row = vec![TCell::new(region)];
                     for provider in &self.providers {
-                        let text = self
+                        let (text, m) = self
                             .cell(region, provider, scenario)
-                            .map_or("-".into(), view);
+                            .map_or(("-".into(), false), view);
+                        marked |= m;
                         row.push(TCell::new(text).set_alignment(CellAlignment::Right));
                     }
                     t.add_row(row);
                 }
                 let _ = writeln!(out, "{t}");
+                if marked {
+                    let _ = writeln!(out, "{}", crate::percentiles::legend());
+                }
             }
         }
         if !self.sweeps.is_empty() {
@@ -466,7 +476,74 @@ dropped (open-loop arrivals not sent in time; not in error rates):"
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::load_stats::tests::{add_rate, agent, plan, sweep_aggregate};
+    use crate::load_stats::tests::{add_for, add_rate, agent, plan, sweep_aggregate};
+    use latmesh_core::load::LoadKind;
+
+    /// The demo's sample sizes: 12 `ok` requests per region cell of provider `p` in three
+    /// regions (E2E 100..=1200 ms, TTFT half), and 400 for `q` in us-east alone (E2E
+    /// 1001..=1400 ms).
+    fn demo_sized() -> Summary {
+        let mut plan = plan();
+        plan.regions.push("ap-southeast".into());
+        let mut agg = Aggregate::default();
+        for region in &plan.regions {
+            let twelve: Vec<_> = (1..=12)
+                .map(|i| (0, 1, Outcome::Ok, i * 100_000, 0))
+                .collect();
+            add_for(&mut agg, region, "p", "open", LoadKind::Rate, &twelve);
+        }
+        let four_hundred: Vec<_> = (1..=400)
+            .map(|i| (0, 1, Outcome::Ok, 1_000_000 + i * 1000, 0))
+            .collect();
+        add_for(
+            &mut agg,
+            "us-east",
+            "q",
+            "open",
+            LoadKind::Rate,
+            &four_hundred,
+        );
+        build("c1", &plan, 0, &agg, vec![])
+    }
+
+    #[test]
+    fn percentiles_the_samples_do_not_support_are_marked_with_a_legend() {
+        let s = demo_sized();
+        let pts = |region: &str, provider: &str| -> Vec<(f64, bool)> {
+            let e2e = s.cell(region, provider, "open").unwrap().e2e.unwrap();
+            e2e.points
+                .iter()
+                .map(|p| (p.percentile, p.supported))
+                .collect()
+        };
+        // 12 samples: only P50; ALL (36): P50 and P90; 400: all four.
+        assert_eq!(
+            pts("eu-west", "p"),
+            [(50.0, true), (90.0, false), (95.0, false), (99.0, false)]
+        );
+        assert_eq!(
+            pts("ALL", "p"),
+            [(50.0, true), (90.0, true), (95.0, false), (99.0, false)]
+        );
+        assert_eq!(
+            pts("us-east", "q"),
+            [(50.0, true), (90.0, true), (95.0, true), (99.0, true)]
+        );
+        let text = s.render();
+        println!("{text}");
+        for want in [
+            "open: E2E ms P50/P90/P95/P99",
+            "| us-east      | 600/~1101/~1200/~1200 | 1200/1361/1380/1397 |",
+            "| ALL          |  600/1101/~1200/~1200 | 1200/1361/1380/1397 |",
+            &crate::percentiles::legend(),
+        ] {
+            assert!(text.contains(want), "{want:?} not in\n{text}");
+        }
+        // The legend only under tables with a marked value.
+        let samples_table = text.find("open: samples").unwrap();
+        let ttft_table = text.find("open: TTFT").unwrap();
+        assert!(!text[samples_table..ttft_table].contains("~"));
+    }
 
     #[test]
     fn summary_reports_sweeps_rates_dropped_and_start_skew() {
@@ -547,8 +624,9 @@ mod tests {
             "sweep sw: E2E P50 ms by concurrency, all regions (10 s steps); knee: elasticity ≥ 0.5 or errors ≥ 5%",
             "| provider | c=2  | c=4  | c=8   | knee                          |",
             "| p        | 1.00 | 1.04 | 2.00* | c=8: latency, elasticity 0.92 |",
-            "| p        | eu-west |     9.00/10.00 |      10 |   0.20/0.20 |   0.0 | YES       |",
-            "| p        | us-east | 0.50/0.50 |     0.70/0.70 | 1.00/1.00 |    1.20/1.20 |",
+            "| p        | eu-west |     9.00/10.00 |      10 |  0.20/~0.20 |   0.0 | YES       |",
+            "rate open: latency ms P50/P95/P99 from the actual send and from the intended send",
+            "| p        | us-east | 0.50/0.50/~0.50 | 0.70/0.70/~0.70 | 1.00/1.00/~1.00 | 1.20/1.20/~1.20 |",
             "  p                us-east c=8 (latency), eu-west c=4 (errors)",
             "rate open: target 10 rps per provider and agent for 10 s; rps sent per agent vs scheduled",
             "  saturated: p eu-west: 10 arrivals dropped; achieved 9.00 rps < 95% of scheduled 10.00",
