@@ -21,8 +21,10 @@
 //!   before the current campaign's start ([`query::matrix_filtered`] with a time filter, the
 //!   agents' clocks), merged per (region, provider, scenario) — a rolling baseline.
 //! * `--current-summary FILE` / `--baseline-summary FILE`: the JSON summaries `campaign launch
-//!   --json` (or the demo) writes; no ClickHouse needed. They carry P50/P90/P99 of TTFT, TTFC
-//!   and E2E and P50 of TPOT and ITL, so rules on other percentiles need ClickHouse.
+//!   --json` (or the demo) writes; no ClickHouse needed. They carry P50/P90/P95/P99 (and the
+//!   campaign's `percentiles`) of TTFT, TTFC and E2E with their sample count and 95 %
+//!   intervals, and P50 of TPOT and ITL (no interval), so rules on other percentiles need
+//!   ClickHouse. A summary written before intervals were stored gives point estimates only.
 //!
 //! # Rules file
 //!
@@ -31,7 +33,7 @@
 //! name = "ttft-p99-regression"   # optional (default: kind, metric, percentile)
 //! kind = "p99_increase_pct"      # = kind "increase_pct" with percentile = 99
 //! metric = "ttft"                # default ttft
-//! threshold = 30                 # fires when current > baseline × (1 + 30 %)
+//! threshold = 30                 # fires when current > baseline × (1 + 30 %), significantly
 //!
 //! [[rules]]
 //! kind = "p95_above_prev_day_mean"
@@ -43,36 +45,59 @@
 //! kind = "absolute"
 //! metric = "e2e"
 //! percentile = 99
-//! limit_ms = 2000                # fires when current P99 > 2000 ms
+//! limit_ms = 2000                # fires when current P99 is surely (95 %) > 2000 ms
 //!
 //! [[rules]]
 //! kind = "error_pct_above"
-//! limit_pct = 5                  # fires when the error % of attempts is above 5
+//! limit_pct = 5                  # fires when the error % of attempts is surely above 5
 //! ```
 //!
 //! Every rule also takes `region` (default: each region, not the `ALL` row; `"ALL"`: only
-//! the merged row), `provider` and `scenario` (default: all) and `min_samples` (default 1:
-//! cells with fewer `ok` attempts — in the current or the baseline — are not checked; for
-//! `error_pct_above`, fewer attempts of any outcome).
+//! the merged row), `provider` and `scenario` (default: all) and `min_samples` (a floor on top
+//! of the sample-size policy below).
+//!
+//! # Evidence: the sample-size policy and significance
+//!
+//! (docs/metrics.md, "Decisions", states the same rules for users.)
+//!
+//! * A latency rule checks a cell only when its percentile is **supported** on every side it
+//!   reads: at least [`min_samples`]`(p)` samples (P50 6, P90 36, P95 72, P99 368 — the
+//!   fewest for which a distribution-free 95 % interval exists), or the rule's `min_samples`
+//!   when higher. Other cells are not checked and the report says how many and why.
+//! * A rule **fires** only when the point estimate crosses its threshold **and** the change is
+//!   significant by 95 % intervals (`analysis::stats` for percentiles, Wilson for error
+//!   rates). Over the threshold without significance is listed as *not significant*
+//!   ([`CheckReport::inconclusive`]), not fired.
+//! * Intervals come from the merged histograms: computed from ClickHouse's buckets, or stored
+//!   per percentile in the summary file. A side without them (a summary written before
+//!   intervals were stored; TPOT and ITL medians) is compared on the point estimates (the
+//!   sample counts still apply) and the report says so.
+//!
 //! Kinds:
 //!
-//! * `increase_pct` (or `pNN_increase_pct`): `current > baseline × (1 + threshold / 100)`
-//!   at the percentile, for cells present in both (needs a baseline).
-//! * `absolute` (or `pNN_absolute`): `current > limit_ms` at the percentile.
+//! * `increase_pct` (or `pNN_increase_pct`): current > baseline × (1 + threshold / 100) on the
+//!   point estimates, **and** the current interval's lower bound above the baseline
+//!   interval's upper bound, for cells present in both (needs a baseline). The threshold is
+//!   not required of the lower bound: a P99 interval of 1000 samples spans about P98.4–P99.7
+//!   (10–20 % of typical latency tails), so "surely more than +30 %" would miss a real +40 %.
+//! * `absolute` (or `pNN_absolute`): the interval's lower bound above `limit_ms` (surely over
+//!   the limit; a point over it with the interval reaching below is *not significant*).
 //! * `above_prev_day_mean` (or `pNN_above_prev_day_mean`): needs `--current CAMPAIGN`
 //!   (ClickHouse). The *runs* are the stored campaigns with the current campaign's name (a
 //!   series' runs share their plan's name, as do repeated launches of one file), ordered by
 //!   start. The last `consecutive_runs` runs up to the current one (default 1) must each have
-//!   the percentile above `factor` × the mean of that percentile over the runs that started
-//!   in the 24 hours before the first of them. Cells without such earlier runs are not
-//!   checked. Ignores the baseline options.
+//!   the percentile's point estimate above `factor` × the mean of the point estimates of the
+//!   runs that started in the 24 hours before the first of them, and its lower bound above
+//!   the mean of those runs' upper bounds (the previous day's level is uncertain too). Runs
+//!   whose percentile is not supported do not count; cells without such runs are not checked.
+//!   Ignores the baseline options.
 //! * `error_pct_above`: error % of attempts (non-`ok`, `cancelled` and `dropped` left out)
-//!   above `limit_pct`.
+//!   whose 95 % Wilson interval lies above `limit_pct` (its lower bound above it).
 //!
 //! # Webhook
 //!
 //! With `--webhook URL` (http or https), the [`CheckReport`] is POSTed as JSON
-//! (`{"campaign", "baseline", "fired": [...], "checked", "skipped"}`) when a rule fired
+//! (`{"campaign", "baseline", "fired": [...], "inconclusive": [...], "checked", "skipped"}`) when a rule fired
 //! (`--webhook-always`: every time). A non-2xx answer or no answer within 10 s is an error
 //! (exit 2).
 
@@ -90,7 +115,6 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::analysis::stats::{PercentileCi, min_samples};
 use crate::clickhouse::{self as store, QueryFilter, StoreError, check_identifier, query};
-use crate::report::from_clickhouse::{SqlArg, histograms_matching};
 use crate::report_data::ALL;
 use crate::summary::{MatrixCell, Summary};
 
@@ -386,8 +410,10 @@ impl CellStats {
         self.values.insert((metric, pkey(p)), e);
     }
 
-    /// The counts and point percentiles of a summary cell (`n` = its `ok` attempts; no
-    /// intervals).
+    /// The counts and percentiles of a summary cell: P50/P90/P95/P99 and the campaign's
+    /// list with their sample count and 95 % intervals ([`crate::summary::Percentiles::point`]); a summary
+    /// written before intervals were stored gives point estimates only, with `n` = the cell's
+    /// `ok` attempts.
     pub fn from_cell(c: &MatrixCell) -> CellStats {
         let mut s = CellStats {
             samples: c.samples,
@@ -396,24 +422,34 @@ impl CellStats {
             failed: crate::aggregate::failed_attempts(c),
             values: BTreeMap::new(),
         };
-        let n = c.samples;
-        let mut put = |m: Metric, p: f64, ms: f64| s.set(m, p, Estimate { ms, n, ci_ms: None });
         for (m, v) in [
             (Metric::Ttft, &c.ttft),
             (Metric::Ttfc, &c.ttfc),
             (Metric::E2e, &c.e2e),
         ] {
-            if let Some(v) = v {
-                put(m, 50.0, v.p50_ms);
-                put(m, 90.0, v.p90_ms);
-                put(m, 99.0, v.p99_ms);
+            let Some(v) = v else { continue };
+            let n = if v.n > 0 { v.n } else { c.samples };
+            let listed = v.points.iter().map(|p| p.percentile);
+            for p in [50.0, 90.0, 95.0, 99.0].into_iter().chain(listed) {
+                if let Some(pt) = v.point(p) {
+                    let ci_ms = pt.lo_ms.zip(pt.hi_ms);
+                    s.set(
+                        m,
+                        p,
+                        Estimate {
+                            ms: pt.ms,
+                            n,
+                            ci_ms,
+                        },
+                    );
+                }
             }
         }
-        if let Some(v) = c.tpot_p50_ms {
-            put(Metric::Tpot, 50.0, v);
-        }
-        if let Some(v) = c.itl_p50_ms {
-            put(Metric::Itl, 50.0, v);
+        let n = c.samples;
+        for (m, v) in [(Metric::Tpot, c.tpot_p50_ms), (Metric::Itl, c.itl_p50_ms)] {
+            if let Some(ms) = v {
+                s.set(m, 50.0, Estimate { ms, n, ci_ms: None });
+            }
         }
         s
     }
@@ -613,55 +649,31 @@ impl Scope {
     }
 }
 
-fn scope_cond(scope: &Scope) -> (String, Vec<SqlArg>) {
-    match scope {
-        Scope::Campaign(id) => ("campaign_id = ?".into(), vec![SqlArg::Str(id.clone())]),
-        Scope::Range(from, to) => {
-            let (from, to) = (
-                u64::try_from(*from).unwrap_or(0),
-                u64::try_from(*to).unwrap_or(0),
-            );
-            (
-                "interval_start >= toDateTime(?) AND start_unix_us >= ? \
-                 AND interval_start <= toDateTime(?) AND start_unix_us < ?"
-                    .into(),
-                vec![
-                    SqlArg::U64(from / 1_000_000),
-                    SqlArg::U64(from),
-                    SqlArg::U64(to / 1_000_000),
-                    SqlArg::U64(to),
-                ],
-            )
-        }
-    }
-}
-
-/// Every (metric, percentile) of `needs` of every cell matching `cond` (`?` bound to
-/// `args`), per region and `ALL`, with its interval, from the merged histograms.
+/// Every (metric, percentile) of `needs` of every cell of the `histograms` rows `filter`
+/// selects, per region and `ALL`, with its interval, from the merged histograms
+/// ([`query::merged_histograms`], every sweep step merged).
 async fn estimates(
     client: &clickhouse::Client,
     db: &str,
-    cond: &str,
-    args: &[SqlArg],
+    filter: &QueryFilter,
     needs: &BTreeSet<(Metric, u32)>,
 ) -> anyhow::Result<BTreeMap<CellKey, Vec<(Metric, f64, Estimate)>>> {
     let mut out: BTreeMap<CellKey, Vec<(Metric, f64, Estimate)>> = BTreeMap::new();
-    let metrics: BTreeSet<Metric> = needs.iter().map(|(m, _)| *m).collect();
-    for metric in metrics {
-        let mut args = args.to_vec();
-        args.push(SqlArg::Str(metric.as_str().to_string()));
-        let hists =
-            histograms_matching(client, db, &format!("{cond} AND metric = ?"), &args).await?;
-        for (k, h) in hists {
-            if h.is_empty() {
-                continue;
-            }
-            for &(m, pk) in needs.iter().filter(|(m, _)| *m == metric) {
-                let p = f64::from(pk) / 1000.0;
-                out.entry((k.region.clone(), k.provider.clone(), k.scenario.clone()))
-                    .or_default()
-                    .push((m, p, Estimate::of(&h, p)));
-            }
+    let metrics: Vec<Metric> = needs
+        .iter()
+        .map(|(m, _)| *m)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    for (g, h) in query::merged_histograms(client, db, filter, &metrics, false).await? {
+        if h.is_empty() {
+            continue;
+        }
+        for &(m, pk) in needs.iter().filter(|(m, _)| *m == g.metric) {
+            let p = f64::from(pk) / 1000.0;
+            out.entry((g.region.clone(), g.provider.clone(), g.scenario.clone()))
+                .or_default()
+                .push((m, p, Estimate::of(&h, p)));
         }
     }
     Ok(out)
@@ -689,8 +701,7 @@ async fn clickhouse_snapshot(
             )
         })
         .collect();
-    let (cond, args) = scope_cond(scope);
-    for (key, list) in estimates(client, db, &cond, &args, needs).await? {
+    for (key, list) in estimates(client, db, &scope.filter(), needs).await? {
         let cell = cells.entry(key).or_default();
         for (m, p, e) in list {
             cell.set(m, p, e);
@@ -1174,14 +1185,7 @@ async fn prev_day_rules(
         let needs = BTreeSet::from([(rule.metric, pkey(rule.percentile))]);
         let mut values: RunValues = BTreeMap::new();
         for id in ids {
-            let cells = estimates(
-                client,
-                db,
-                "campaign_id = ?",
-                &[SqlArg::Str(id.clone())],
-                &needs,
-            )
-            .await?;
+            let cells = estimates(client, db, &QueryFilter::campaign(id), &needs).await?;
             let run = values.entry(id.clone()).or_default();
             for (key, list) in cells {
                 if let Some((_, _, e)) = list.into_iter().next() {
@@ -1287,7 +1291,13 @@ pub async fn run(args: &CheckArgs) -> anyhow::Result<CheckReport> {
         for side in summary_sides.into_iter().flatten().filter(|s| !s.exact) {
             let p = r.percentile;
             let carried = match r.metric {
-                Metric::Ttft | Metric::Ttfc | Metric::E2e => [50.0, 90.0, 99.0].contains(&p),
+                Metric::Ttft | Metric::Ttfc | Metric::E2e => {
+                    [50.0, 90.0, 95.0, 99.0].contains(&p)
+                        || side
+                            .cells
+                            .values()
+                            .any(|c| c.estimate(r.metric, p).is_some())
+                }
                 Metric::Tpot | Metric::Itl => p == 50.0,
                 _ => false,
             };
@@ -1297,7 +1307,7 @@ pub async fn run(args: &CheckArgs) -> anyhow::Result<CheckReport> {
             ) && !carried
             {
                 bail!(
-                    "rule {:?}: {} P{p} is not in a summary file (it has P50/P90/P99 of ttft, ttfc, e2e and P50 of tpot, itl): read {} from ClickHouse",
+                    "rule {:?}: {} P{p} is not in a summary file (it has P50/P90/P95/P99 and the campaign's percentiles of ttft, ttfc, e2e and P50 of tpot, itl): read {} from ClickHouse",
                     r.name,
                     r.metric,
                     side.label

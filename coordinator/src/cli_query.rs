@@ -68,7 +68,7 @@ pub struct StatArgs {
     /// Metric: ttft, ttfc, e2e or tpot.
     #[arg(long, default_value = "ttft", value_parser = parse_metric)]
     pub metric: Metric,
-    /// Percentile: 50, 90 or 99 (exact, from the merged stored histograms).
+    /// Percentile: 50, 90, 95 or 99 (exact, from the merged stored histograms).
     #[arg(long, default_value = "50", value_parser = parse_percentile)]
     pub percentile: Percentile,
 }
@@ -84,7 +84,7 @@ fn parse_percentile(s: &str) -> Result<Percentile, String> {
     s.parse()
         .ok()
         .and_then(Percentile::from_number)
-        .ok_or_else(|| format!("{s:?}: use 50, 90 or 99"))
+        .ok_or_else(|| format!("{s:?}: use 50, 90, 95 or 99"))
 }
 
 fn parse_bucket(s: &str) -> Result<TrendBucket, String> {
@@ -352,7 +352,12 @@ pub async fn stored_summary(ch: &ClickhouseArgs, filter: &FilterArgs) -> anyhow:
     let campaign = store::query::campaign(&client, db, &filter.campaign)
         .await?
         .with_context(|| format!("campaign {:?} is not in {}.campaigns", filter.campaign, db))?;
-    let rows = store::query::matrix_filtered(&client, db, &filter.filter()).await?;
+    // The percentile list of the campaign's plan.
+    let percentiles = store::query::stored_plan(&client, db, &filter.campaign)
+        .await?
+        .map_or_else(latmesh_core::plan::default_percentiles, |p| p.percentiles);
+    let rows =
+        store::query::matrix_percentiles(&client, db, &filter.filter(), &percentiles).await?;
     anyhow::ensure!(
         !rows.is_empty(),
         "campaign {:?} has no stored results matching these filters",
@@ -375,6 +380,7 @@ pub async fn stored_summary(ch: &ClickhouseArgs, filter: &FilterArgs) -> anyhow:
         regions: keep(&campaign.regions, &filter.region),
         providers: keep(&campaign.providers, &filter.provider),
         scenarios: keep(&campaign.scenarios, &filter.scenario),
+        percentiles,
         cells: rows.iter().map(|r| r.to_cell()).collect(),
         complete: agents.iter().all(|a| a.complete),
         // Not stored in ClickHouse (a cancelled campaign's agents report skipped slots, so it

@@ -17,7 +17,6 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use comfy_table::{Cell as TCell, CellAlignment, Table, presets};
-use hdrhistogram::Histogram;
 use latmesh_core::hist::HistKey;
 use latmesh_core::load::{
     InsufficientStep, Knee, KneeRule, LoadModel, RateSpec, StepPoint, SweepSpec, find_knee,
@@ -29,10 +28,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::aggregate::{Aggregate, StepCounts};
 use crate::analysis::stats::interval_us;
+use crate::percentiles;
 use crate::summary::{ALL_REGIONS, AgentSummary, Percentiles};
 
-/// The quantiles every latency column reports: P50, P90, P99.
-pub const QUANTILES: [f64; 3] = [0.5, 0.9, 0.99];
+/// The quantiles of the fixed latency columns: P50, P90, P95, P99 (the rows' [`Percentiles`]
+/// also hold the plan's own list).
+pub const QUANTILES: [f64; 4] = [0.5, 0.9, 0.95, 0.99];
 
 /// An open-loop row is saturated when the P90 of `sched_lag` exceeds this, ms: one arrival in
 /// ten left more than 10 ms late, so the agent did not keep the schedule (a single late
@@ -63,9 +64,9 @@ pub struct SweepStep {
     pub ok: u64,
     /// Failed requests / requests, % (0 without requests).
     pub error_pct: f64,
-    /// TTFT P50/P90/P99 over the step's merged histograms, ms.
+    /// TTFT percentiles over the step's merged histograms, ms (with `n`, support, intervals).
     pub ttft: Option<Percentiles>,
-    /// E2E P50/P90/P99 over the step's merged histograms, ms.
+    /// E2E percentiles over the step's merged histograms, ms.
     pub e2e: Option<Percentiles>,
     /// The knee rule's metric at its percentile over the step's merged histograms, ms (what
     /// [`find_knee`] judged).
@@ -101,20 +102,20 @@ pub struct SweepRow {
     /// sweep when `knee_insufficient` is `None` too, else the sweep could not be judged.
     pub knee: Option<Knee>,
     /// The step that had too few requests (or samples) to be judged, before any knee: the
-    /// verdict is then "not enough requests", neither a knee nor none.
+    /// verdict is then "too few requests", neither a knee nor none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub knee_insufficient: Option<InsufficientStep>,
 }
 
 /// What was measured in one sweep step: the inputs of a [`SweepStep`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct StepMeasure {
     /// Counters from the step's records.
     pub counts: StepCounts,
-    /// TTFT at [`QUANTILES`], µs (`None`: no value in the step's histograms).
-    pub ttft_us: Option<[u64; 3]>,
-    /// E2E at [`QUANTILES`], µs.
-    pub e2e_us: Option<[u64; 3]>,
+    /// TTFT percentiles of the step's merged histograms (`None`: no value in them).
+    pub ttft: Option<Percentiles>,
+    /// E2E percentiles of the step's merged histograms.
+    pub e2e: Option<Percentiles>,
     /// The knee metric at the knee rule's quantile ([`knee_quantile`]), µs.
     pub knee_us: Option<u64>,
     /// Its 95 % interval (lower, upper), µs ([`crate::analysis::stats::interval_us`] of the
@@ -180,8 +181,8 @@ pub fn sweep_row(
                 requests: m.counts.requests,
                 ok: m.counts.ok,
                 error_pct: m.counts.error_pct(),
-                ttft: m.ttft_us.map(Percentiles::from_us),
-                e2e: m.e2e_us.map(Percentiles::from_us),
+                ttft: m.ttft,
+                e2e: m.e2e,
                 knee_value_ms: m.knee_us.map(ms),
                 knee_ci_ms: m.knee_ci_us.map(|(lo, hi)| (ms(lo), ms(hi))),
                 throughput_rps: per_s(m.counts.ok),
@@ -247,10 +248,6 @@ pub fn sweep_rows_by(
     out
 }
 
-fn at_quantiles(h: &Histogram<u64>) -> [u64; 3] {
-    QUANTILES.map(|q| h.value_at_quantile(q))
-}
-
 /// Every sweep row of `plan` that `only` keeps, from merged results in memory.
 pub fn sweep_rows(plan: &Plan, agg: &Aggregate, only: RowFilter<'_>) -> Vec<SweepRow> {
     sweep_rows_by(plan, only, |region, provider, scenario, spec, step| {
@@ -268,8 +265,8 @@ pub fn sweep_rows(plan: &Plan, agg: &Aggregate, only: RowFilter<'_>) -> Vec<Swee
         let knee_hist = hist(spec.knee.metric);
         StepMeasure {
             counts: agg.step_counts(region, provider, scenario, step),
-            ttft_us: hist(Metric::Ttft).as_ref().map(at_quantiles),
-            e2e_us: hist(Metric::E2e).as_ref().map(at_quantiles),
+            ttft: hist(Metric::Ttft).map(|h| Percentiles::of_list(&h, &plan.percentiles)),
+            e2e: hist(Metric::E2e).map(|h| Percentiles::of_list(&h, &plan.percentiles)),
             knee_us: knee_hist
                 .as_ref()
                 .map(|h| h.value_at_quantile(knee_quantile(&spec.knee))),
@@ -318,16 +315,16 @@ pub struct RateRow {
     pub requests: u64,
     /// Failed requests / requests, % (0 without requests).
     pub error_pct: f64,
-    /// `sched_lag` (actual − intended send time) P50/P90/P99 of `ok` attempts, ms.
+    /// `sched_lag` (actual − intended send time) percentiles of `ok` attempts, ms.
     pub sched_lag: Option<Percentiles>,
-    /// TTFT from the actual send, P50/P90/P99, ms.
+    /// TTFT from the actual send, percentiles, ms.
     pub ttft: Option<Percentiles>,
-    /// E2E from the actual send, P50/P90/P99, ms.
+    /// E2E from the actual send, percentiles, ms.
     pub e2e: Option<Percentiles>,
     /// TTFT from the intended send (`sched_lag` + TTFT, free of coordinated omission),
-    /// P50/P90/P99, ms.
+    /// percentiles, ms.
     pub ttft_intended: Option<Percentiles>,
-    /// E2E from the intended send, P50/P90/P99, ms.
+    /// E2E from the intended send, percentiles, ms.
     pub e2e_intended: Option<Percentiles>,
     /// The agents could not keep the schedule: arrivals were dropped, `sched_lag` P90 is over
     /// [`SATURATION_LAG_P90_MS`], or `achieved_rps` is below [`SATURATION_ACHIEVED_FRACTION`]
@@ -351,16 +348,16 @@ pub struct RateMeasure {
     pub requests: u64,
     /// Those not `ok`.
     pub requests_failed: u64,
-    /// `sched_lag`, TTFT, E2E, intended TTFT and intended E2E at [`QUANTILES`], µs.
-    pub sched_lag_us: Option<[u64; 3]>,
-    /// TTFT at [`QUANTILES`], µs.
-    pub ttft_us: Option<[u64; 3]>,
-    /// E2E at [`QUANTILES`], µs.
-    pub e2e_us: Option<[u64; 3]>,
-    /// Intended TTFT at [`QUANTILES`], µs.
-    pub ttft_intended_us: Option<[u64; 3]>,
-    /// Intended E2E at [`QUANTILES`], µs.
-    pub e2e_intended_us: Option<[u64; 3]>,
+    /// `sched_lag` percentiles of the row's merged histograms.
+    pub sched_lag: Option<Percentiles>,
+    /// TTFT percentiles.
+    pub ttft: Option<Percentiles>,
+    /// E2E percentiles.
+    pub e2e: Option<Percentiles>,
+    /// Intended TTFT percentiles.
+    pub ttft_intended: Option<Percentiles>,
+    /// Intended E2E percentiles.
+    pub e2e_intended: Option<Percentiles>,
 }
 
 /// One rate row from its measure; `scheduled` is the plan's arrival count per agent.
@@ -379,7 +376,7 @@ pub fn rate_row(
         0.0
     };
     let achieved_rps = (m.agents > 0 && secs > 0.0).then(|| m.sent as f64 / secs / m.agents as f64);
-    let sched_lag = m.sched_lag_us.map(Percentiles::from_us);
+    let sched_lag = m.sched_lag;
     let mut reasons = Vec::new();
     if m.dropped > 0 {
         reasons.push(format!("{} arrivals dropped", m.dropped));
@@ -415,10 +412,10 @@ pub fn rate_row(
             m.requests_failed as f64 * 100.0 / m.requests as f64
         },
         sched_lag,
-        ttft: m.ttft_us.map(Percentiles::from_us),
-        e2e: m.e2e_us.map(Percentiles::from_us),
-        ttft_intended: m.ttft_intended_us.map(Percentiles::from_us),
-        e2e_intended: m.e2e_intended_us.map(Percentiles::from_us),
+        ttft: m.ttft,
+        e2e: m.e2e,
+        ttft_intended: m.ttft_intended,
+        e2e_intended: m.e2e_intended,
         saturated: !reasons.is_empty(),
         saturated_reason: (!reasons.is_empty()).then(|| reasons.join("; ")),
     }
@@ -456,8 +453,7 @@ pub fn rate_rows(plan: &Plan, agg: &Aggregate, agents: &[AgentSummary]) -> Vec<R
                             step: 0,
                         },
                     )
-                    .as_ref()
-                    .map(at_quantiles)
+                    .map(|h| Percentiles::of_list(&h, &plan.percentiles))
                 };
                 let c = agg.counts(region, &provider.name, &s.name);
                 let m = RateMeasure {
@@ -466,11 +462,11 @@ pub fn rate_rows(plan: &Plan, agg: &Aggregate, agents: &[AgentSummary]) -> Vec<R
                     dropped: c.count(Outcome::Dropped),
                     requests: c.requests,
                     requests_failed: c.requests_failed,
-                    sched_lag_us: hist(Metric::SchedLag),
-                    ttft_us: hist(Metric::Ttft),
-                    e2e_us: hist(Metric::E2e),
-                    ttft_intended_us: hist(Metric::TtftIntended),
-                    e2e_intended_us: hist(Metric::E2eIntended),
+                    sched_lag: hist(Metric::SchedLag),
+                    ttft: hist(Metric::Ttft),
+                    e2e: hist(Metric::E2e),
+                    ttft_intended: hist(Metric::TtftIntended),
+                    e2e_intended: hist(Metric::E2eIntended),
                 };
                 out.push(rate_row(
                     region,
@@ -597,10 +593,19 @@ fn percentile_label(p: f64) -> String {
 }
 
 /// A sweep row's knee verdict, compact: `c=16: latency, elasticity 0.54`, `c=8: errors
-/// 12.0%`, `not enough requests at c=2 (13 requests < 30 (knee_min_requests))`, or `none`.
+/// 12.0%`, `too few requests at c=2 (13 < 30)` (no verdict: `knee_min_requests` not met, or
+/// too few ok requests for the knee percentile's interval), or `none`.
 pub fn knee_text(row: &SweepRow) -> String {
     if let Some(i) = &row.knee_insufficient {
-        return format!("not enough requests at c={} ({})", i.concurrency, i.reason);
+        let min = u64::from(row.knee_rule.min_requests);
+        return if i.requests < min {
+            format!(
+                "too few requests at c={} ({} < {min})",
+                i.concurrency, i.requests
+            )
+        } else {
+            format!("too few ok requests at c={} for an interval", i.concurrency)
+        };
     }
     match row.knee.as_ref() {
         None => "none".into(),
@@ -636,8 +641,8 @@ pub fn render_sweeps(rows: &[SweepRow]) -> String {
         let _ = writeln!(
             out,
             "\nsweep {scenario}: {} {} ms by concurrency, all regions ({} s steps); knee: \
-             elasticity ≥ {} or errors ≥ {}%, each significant (95 % intervals), from ≥ {} \
-             requests per step",
+             elasticity ≥ {} or errors ≥ {}%\n  each significant (95 % intervals), with ≥ {} \
+             requests in every step up to it",
             rule.metric.as_str().to_uppercase(),
             percentile_label(rule.percentile),
             first.step_ms as f64 / 1000.0,
@@ -691,7 +696,7 @@ pub fn render_sweeps(rows: &[SweepRow]) -> String {
                         let k = match (&r.knee, &r.knee_insufficient) {
                             (Some(k), _) => format!("c={} ({})", k.concurrency, k.reason),
                             (None, Some(i)) => {
-                                format!("not enough requests at c={}", i.concurrency)
+                                format!("too few requests at c={}", i.concurrency)
                             }
                             (None, None) => "none".into(),
                         };
@@ -707,7 +712,9 @@ pub fn render_sweeps(rows: &[SweepRow]) -> String {
 
 /// Every step of every row as one detailed table per scenario (what `latmesh query sweep`
 /// prints after [`render_sweeps`]): provider, region, concurrency, requests, error %, TTFT and
-/// E2E P50/P90/P99, throughput; the knee step marked `*`.
+/// E2E at the campaign's percentiles (P50/P90/P95/P99 by default; `~` marks one the step's
+/// samples do not support, with the legend under the table), throughput; the knee step marked
+/// `*`.
 pub fn render_sweep_steps(rows: &[SweepRow]) -> String {
     let mut out = String::new();
     let mut scenarios: Vec<&str> = Vec::new();
@@ -716,13 +723,19 @@ pub fn render_sweep_steps(rows: &[SweepRow]) -> String {
             scenarios.push(&r.scenario);
         }
     }
+    let list = percentiles::list_of(
+        rows.iter()
+            .flat_map(|r| &r.steps)
+            .flat_map(|s| s.ttft.iter().chain(&s.e2e)),
+    );
+    let names = percentiles::header(&list);
+    let marked = std::cell::Cell::new(false);
     let p = |v: &Option<Percentiles>| match v {
-        Some(p) => format!(
-            "{}/{}/{}",
-            ms_short(Some(p.p50_ms)),
-            ms_short(Some(p.p90_ms)),
-            ms_short(Some(p.p99_ms))
-        ),
+        Some(p) => {
+            let (text, m) = p.text(&list, |v| ms_short(Some(v)));
+            marked.set(marked.get() | m);
+            text
+        }
         None => "-".into(),
     };
     for scenario in scenarios {
@@ -738,8 +751,8 @@ pub fn render_sweep_steps(rows: &[SweepRow]) -> String {
             "c",
             "requests",
             "err %",
-            "TTFT P50/P90/P99",
-            "E2E P50/P90/P99",
+            &format!("TTFT {names}"),
+            &format!("E2E {names}"),
             "req/s",
             "tok/s",
         ]);
@@ -760,14 +773,18 @@ pub fn render_sweep_steps(rows: &[SweepRow]) -> String {
             }
         }
         let _ = writeln!(out, "{t}");
+        if marked.take() {
+            let _ = writeln!(out, "{}", percentiles::legend());
+        }
     }
     out
 }
 
 /// The rates as text: per scenario, a load table (achieved vs scheduled rate per agent, drops,
-/// `sched_lag`, errors, saturation) and a latency table (P50/P99 from the actual and from the intended
-/// send), then why each saturated row is. With one region its `ALL` rows are left out (they
-/// repeat it).
+/// `sched_lag` P50/P99, errors, saturation) and a latency table (P50/P95/P99 from the actual
+/// and from the intended send; `~` marks a percentile its samples do not support, with the
+/// legend under the table), then why each saturated row is. With one region its `ALL` rows are
+/// left out (they repeat it).
 pub fn render_rates(rows: &[RateRow]) -> String {
     let mut out = String::new();
     let mut scenarios: Vec<&str> = Vec::new();
@@ -782,10 +799,17 @@ pub fn render_rates(rows: &[RateRow]) -> String {
         .map(|r| r.region.as_str())
         .collect::<std::collections::BTreeSet<_>>()
         .len();
-    let p50_99 = |v: &Option<Percentiles>| match v {
-        Some(p) => format!("{}/{}", ms_short(Some(p.p50_ms)), ms_short(Some(p.p99_ms))),
+    let marked = std::cell::Cell::new(false);
+    let at = |v: &Option<Percentiles>, list: &[f64]| match v {
+        Some(p) => {
+            let (text, m) = p.text(list, |v| ms_short(Some(v)));
+            marked.set(marked.get() | m);
+            text
+        }
         None => "-".into(),
     };
+    const LAG: [f64; 2] = [50.0, 99.0];
+    const LATENCY: [f64; 3] = [50.0, 95.0, 99.0];
     for scenario in scenarios {
         let mut of: Vec<&RateRow> = rows
             .iter()
@@ -822,7 +846,7 @@ pub fn render_rates(rows: &[RateRow]) -> String {
                     r.scheduled_rps
                 )),
                 right(r.dropped.to_string()),
-                right(p50_99(&r.sched_lag)),
+                right(at(&r.sched_lag, &LAG)),
                 right(format!("{:.1}", r.error_pct)),
                 TCell::new(if r.saturated { "YES" } else { "no" }),
             ]);
@@ -830,7 +854,8 @@ pub fn render_rates(rows: &[RateRow]) -> String {
         let _ = writeln!(out, "{t}");
         let _ = writeln!(
             out,
-            "rate {scenario}: latency ms P50/P99 from the actual send and from the intended send"
+            "rate {scenario}: latency ms {} from the actual send and from the intended send",
+            percentiles::header(&LATENCY)
         );
         let mut t = Table::new();
         t.load_preset(presets::ASCII_MARKDOWN);
@@ -846,13 +871,16 @@ pub fn render_rates(rows: &[RateRow]) -> String {
             t.add_row(vec![
                 TCell::new(&r.provider),
                 TCell::new(&r.region),
-                right(p50_99(&r.ttft)),
-                right(p50_99(&r.ttft_intended)),
-                right(p50_99(&r.e2e)),
-                right(p50_99(&r.e2e_intended)),
+                right(at(&r.ttft, &LATENCY)),
+                right(at(&r.ttft_intended, &LATENCY)),
+                right(at(&r.e2e, &LATENCY)),
+                right(at(&r.e2e_intended, &LATENCY)),
             ]);
         }
         let _ = writeln!(out, "{t}");
+        if marked.take() {
+            let _ = writeln!(out, "{}", percentiles::legend());
+        }
         for r in of.iter().filter(|r| r.saturated) {
             let _ = writeln!(
                 out,
@@ -922,6 +950,18 @@ pub(crate) mod tests {
         load: LoadKind,
         groups: &[(u32, usize, Outcome, u64, i64)],
     ) {
+        add_for(agg, region, "p", scenario, load, groups);
+    }
+
+    /// [`add`] for `provider`.
+    pub(crate) fn add_for(
+        agg: &mut Aggregate,
+        region: &str,
+        provider: &str,
+        scenario: &str,
+        load: LoadKind,
+        groups: &[(u32, usize, Outcome, u64, i64)],
+    ) {
         let mut set = HistogramSet::new();
         for &(step, n, outcome, e2e, lag) in groups {
             for _ in 0..n {
@@ -930,7 +970,7 @@ pub(crate) mod tests {
                     load,
                     step,
                     concurrency: [2, 4, 8][step as usize] * u32::from(load == LoadKind::Sweep),
-                    provider: "p".into(),
+                    provider: provider.into(),
                     scenario: scenario.into(),
                     attempt: 1,
                     final_attempt: true,
@@ -1012,13 +1052,25 @@ pub(crate) mod tests {
             (1.0, 20.0, 0.0)
         );
         assert_eq!(us.steps[2].throughput_rps, 3.0);
+        // 20 samples at c = 4: P50 is supported (n ≥ 6, with an interval), P90 and up not.
+        let ttft = us.steps[1].ttft.as_ref().unwrap();
         assert_eq!(
-            us.steps[1].ttft,
-            Some(Percentiles {
-                p50_ms: 0.52,
-                p90_ms: 0.52,
-                p99_ms: 0.52
-            })
+            (ttft.p50_ms, ttft.p90_ms, ttft.p95_ms, ttft.p99_ms, ttft.n),
+            (0.52, 0.52, Some(0.52), 0.52, 20)
+        );
+        let support: Vec<(f64, bool, Option<f64>)> = ttft
+            .points
+            .iter()
+            .map(|p| (p.percentile, p.supported, p.lo_ms))
+            .collect();
+        assert_eq!(
+            support,
+            [
+                (50.0, true, Some(0.52)),
+                (90.0, false, None),
+                (95.0, false, None),
+                (99.0, false, None)
+            ]
         );
         let knee_values: Vec<Option<f64>> = us.steps.iter().map(|s| s.knee_value_ms).collect();
         assert_eq!(knee_values, [Some(1.0), Some(1.04), Some(2.0)]);
@@ -1055,10 +1107,7 @@ pub(crate) mod tests {
         assert!(q.steps.iter().all(|s| s.requests == 0 && s.e2e.is_none()));
         assert_eq!(q.knee, None);
         assert_eq!(q.knee_insufficient.as_ref().map(|i| i.step), Some(0));
-        assert_eq!(
-            knee_text(q),
-            "not enough requests at c=2 (0 requests < 10 (knee_min_requests))"
-        );
+        assert_eq!(knee_text(q), "too few requests at c=2 (0 < 10)");
 
         // With the default 30 requests per step, us-east's 10 at c = 2 are not enough: no
         // verdict rather than a knee.
@@ -1075,7 +1124,7 @@ pub(crate) mod tests {
                 .map(|i| (i.step, i.requests)),
             Some((0, 10))
         );
-        assert!(render_sweeps(&rows30).contains("us-east not enough requests at c=2"));
+        assert!(render_sweeps(&rows30).contains("us-east too few requests at c=2"));
 
         // Filters keep the rows asked for; ALL then merges the kept region only.
         let only = sweep_rows(
@@ -1172,6 +1221,14 @@ pub(crate) mod tests {
         assert!(q.saturated);
 
         // Scheduler lag alone: P90 over 10 ms (a P99 over it alone is one late arrival).
+        let lag_ms = |p50_ms: f64, p90_ms: f64, p99_ms: f64| Percentiles {
+            p50_ms,
+            p90_ms,
+            p95_ms: None,
+            p99_ms,
+            n: 100,
+            points: Default::default(),
+        };
         let spec = match &plan().scenarios[1].load {
             LoadModel::Rate(r) => r.clone(),
             _ => unreachable!(),
@@ -1187,7 +1244,7 @@ pub(crate) mod tests {
                 sent: 100,
                 requests: 100,
                 requests_failed: 4,
-                sched_lag_us: Some([1_000, 12_000, 30_000]),
+                sched_lag: Some(lag_ms(1.0, 12.0, 30.0)),
                 ..Default::default()
             },
         );
@@ -1206,7 +1263,7 @@ pub(crate) mod tests {
                 agents: 1,
                 sent: 100,
                 requests: 100,
-                sched_lag_us: Some([200, 900, 15_000]),
+                sched_lag: Some(lag_ms(0.2, 0.9, 15.0)),
                 ..Default::default()
             },
         );

@@ -1499,6 +1499,7 @@ mod tests {
             windows: Vec::new(),
             schedule: None,
             selection: None,
+            percentiles: latmesh_core::plan::default_percentiles(),
         }
     }
 

@@ -611,7 +611,7 @@ async fn the_binary_exits_0_1_2_and_posts_to_the_webhook() {
     let p95 = write(
         dir.path(),
         "p95.toml",
-        "[[rules]]\nkind = \"p95_absolute\"\nlimit_ms = 1\n",
+        "[[rules]]\nkind = \"p97_absolute\"\nlimit_ms = 1\n",
     );
     let (url500, _) = receiver(500).await;
     let cases: Vec<(Vec<String>, &str)> = vec![
@@ -641,7 +641,7 @@ async fn the_binary_exits_0_1_2_and_posts_to_the_webhook() {
         ),
         (
             vec!["--rules".into(), p95.clone()],
-            "ttft P95 is not in a summary file",
+            "ttft P97 is not in a summary file",
         ),
         (
             vec![
@@ -700,4 +700,54 @@ async fn post_json_reports_status_and_refusals() {
         .await
         .is_err()
     );
+}
+
+/// Summary files carry each percentile's interval: `check --current-summary` then tests
+/// significance as ClickHouse does. Identical distributions (different draws) stay quiet; the
+/// same 40 % slower fires.
+#[test]
+fn summary_files_with_intervals_are_compared_by_significance() {
+    use latmesh_coordinator::summary::Percentiles;
+    // 600 TTFT samples, lognormal around 100 ms (σ 0.3), from seed `seed`, × `scale`.
+    let run = |id: &str, seed: u64, scale: f64| {
+        let mut h = latmesh_core::hist::new_histogram();
+        let mut x = seed;
+        for _ in 0..600 {
+            // Box–Muller from two SplitMix64 uniforms.
+            let mut u = || {
+                x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                let mut z = x;
+                z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                (((z ^ (z >> 31)) >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+            };
+            let (a, b) = (u(), u());
+            let n = (-2.0 * a.ln()).sqrt() * (2.0 * std::f64::consts::PI * b).cos();
+            h.record((100_000.0 * scale * (0.3 * n).exp()) as u64)
+                .unwrap();
+        }
+        let mut s = summary(id, &[("alpha", [0.0, 0.0, 0.0], 0.0)]);
+        for c in &mut s.cells {
+            (c.samples, c.attempts) = (600, 600);
+            c.outcomes = BTreeMap::from([("ok".to_string(), 600)]);
+            c.ttft = Some(Percentiles::of_list(&h, &[50.0, 90.0, 95.0, 99.0]));
+        }
+        Snapshot::from_summary(id.into(), &s)
+    };
+    let rules = parse_rules(
+        "[[rules]]\nname = \"p99-up-30\"\nkind = \"p99_increase_pct\"\nthreshold = 30\n",
+    )
+    .unwrap();
+    let base = run("base", 1, 1.0);
+    let r = evaluate(&rules, &run("same", 2, 1.0), Some(&base));
+    assert!(r.fired.is_empty() && r.checked == 1, "{}", r.render());
+    assert!(
+        !r.skipped.iter().any(|s| s.contains("point estimates only")),
+        "{:?}",
+        r.skipped
+    );
+    let r = evaluate(&rules, &run("slow", 3, 1.4), Some(&base));
+    assert_eq!(r.fired.len(), 1, "{}", r.render());
+    let f = &r.fired[0];
+    assert!(f.current_ci.unwrap().0 > f.baseline_ci.unwrap().1, "{f:?}");
 }
