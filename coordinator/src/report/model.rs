@@ -303,31 +303,32 @@ pub fn load_name(load: &LoadModel) -> &'static str {
 }
 
 /// The CDF of `h`: (highest equivalent value of each recorded bucket in ms, fraction of
-/// samples at or below it), thinned to at most [`CDF_MAX_POINTS`]. The first point whose
-/// fraction reaches `q` is HdrHistogram's `value_at_quantile(q)`.
+/// samples at or below it). With more than [`CDF_MAX_POINTS`] buckets it is thinned on the
+/// fraction axis: the first bucket reaching each multiple of `1 / CDF_MAX_POINTS` is kept (and
+/// the last), at most `CDF_MAX_POINTS + 1` points. The first point whose fraction reaches `q`
+/// is HdrHistogram's `value_at_quantile(q)` — for every `q` without thinning, and for every
+/// multiple of `1 / CDF_MAX_POINTS` (P50, P90, P95, P99, …) with it.
 pub fn cdf_points(h: &Histogram<u64>) -> Vec<(f64, f64)> {
     let total = h.len();
     if total == 0 {
         return Vec::new();
     }
+    let thin = h.iter_recorded().count() > CDF_MAX_POINTS;
+    let levels = CDF_MAX_POINTS as u128;
     let mut cum = 0u64;
-    let all: Vec<(f64, f64)> = h
-        .iter_recorded()
-        .map(|v| {
-            cum += v.count_since_last_iteration();
-            (
+    // Keep a bucket when `cum / total ≥ next / levels` (in integers).
+    let mut next = 0u128;
+    let mut out = Vec::new();
+    for v in h.iter_recorded() {
+        cum += v.count_since_last_iteration();
+        let reached = u128::from(cum) * levels;
+        if !thin || reached >= next * u128::from(total) {
+            next = reached / u128::from(total) + 1;
+            out.push((
                 h.highest_equivalent(v.value_iterated_to()) as f64 / 1000.0,
                 cum as f64 / total as f64,
-            )
-        })
-        .collect();
-    if all.len() <= CDF_MAX_POINTS {
-        return all;
-    }
-    let step = all.len().div_ceil(CDF_MAX_POINTS);
-    let mut out: Vec<(f64, f64)> = all.iter().step_by(step).copied().collect();
-    if out.last() != all.last() {
-        out.extend(all.last().copied());
+            ));
+        }
     }
     out
 }
@@ -356,5 +357,10 @@ mod tests {
         let thin = cdf_points(&many);
         assert!(thin.len() <= CDF_MAX_POINTS + 1, "{}", thin.len());
         assert_eq!(thin.last().unwrap().1, 1.0);
+        // Thinned, the percentiles on the grid are still exact.
+        for q in [0.5, 0.9, 0.95, 0.99] {
+            let first = thin.iter().find(|(_, f)| *f >= q).unwrap();
+            assert_eq!(first.0, many.value_at_quantile(q) as f64 / 1000.0, "q {q}");
+        }
     }
 }
