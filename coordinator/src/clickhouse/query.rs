@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use super::rows::{AgentRow, CampaignRow};
 use super::{StoreError, check_identifier};
 use crate::aggregate::counts_in_error_rates;
+use crate::analysis::stats;
 use crate::load_stats::{self, RowFilter, StepMeasure, SweepRow};
 use crate::summary::{ALL_REGIONS, MatrixCell, Percentiles};
 use hdrhistogram::Histogram;
@@ -1476,6 +1477,19 @@ fn ms_text(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{v:.1}"))
 }
 
+/// A group's percentile `percentile` as [`ms_text`], marked `~` when its samples do not
+/// support it ([`stats::supported`]); and whether it is marked.
+fn ms_marked(stat: &GroupStat, percentile: u32) -> (String, bool) {
+    let unsupported =
+        stat.value_ms.is_some() && !stats::supported(stat.samples, f64::from(percentile));
+    let mark = if unsupported {
+        crate::percentiles::UNSUPPORTED_MARK
+    } else {
+        ""
+    };
+    (format!("{mark}{}", ms_text(stat.value_ms)), unsupported)
+}
+
 fn window_name(w: &str) -> &str {
     if w.is_empty() { "(none)" } else { w }
 }
@@ -1512,10 +1526,13 @@ impl WindowsReport {
         header.push(TCell::new("change %"));
         t.set_header(header);
         let right = |s: String| TCell::new(s).set_alignment(CellAlignment::Right);
+        let mut marked = false;
         for r in &self.rows {
             let mut row = vec![TCell::new(&r.provider), TCell::new(&r.region)];
             for w in &r.windows {
-                row.push(right(ms_text(w.stat.value_ms)));
+                let (text, m) = ms_marked(&w.stat, p);
+                marked |= m;
+                row.push(right(text));
                 row.push(right(format!(
                     "{} / {:.1}",
                     w.stat.attempts, w.stat.error_pct
@@ -1530,6 +1547,9 @@ impl WindowsReport {
             t.add_row(row);
         }
         let _ = writeln!(out, "{t}");
+        if marked {
+            let _ = writeln!(out, "{}", crate::percentiles::legend());
+        }
         out
     }
 }
@@ -1711,17 +1731,23 @@ impl TrendReport {
             "err %",
         ]);
         let right = |s: String| TCell::new(s).set_alignment(CellAlignment::Right);
+        let mut marked = false;
         for r in &self.rows {
+            let (text, m) = ms_marked(&r.stat, self.percentile);
+            marked |= m;
             t.add_row(vec![
                 TCell::new(&r.region),
                 TCell::new(&r.label),
-                right(ms_text(r.stat.value_ms)),
+                right(text),
                 right(r.stat.samples.to_string()),
                 right(r.stat.attempts.to_string()),
                 right(format!("{:.1}", r.stat.error_pct)),
             ]);
         }
         let _ = writeln!(out, "{t}");
+        if marked {
+            let _ = writeln!(out, "{}", crate::percentiles::legend());
+        }
         out
     }
 }
