@@ -28,10 +28,6 @@ use crate::aggregate::{Aggregate, StepCounts};
 use crate::percentiles;
 use crate::summary::{ALL_REGIONS, AgentSummary, Percentiles};
 
-/// The quantiles of the fixed latency columns: P50, P90, P95, P99 (the rows' [`Percentiles`]
-/// also hold the plan's own list).
-pub const QUANTILES: [f64; 4] = [0.5, 0.9, 0.95, 0.99];
-
 /// An open-loop row is saturated when the P90 of `sched_lag` exceeds this, ms: one arrival in
 /// ten left more than 10 ms late, so the agent did not keep the schedule (a single late
 /// arrival, which is all a P99 of a few dozen arrivals says, does not make a row saturated).

@@ -154,15 +154,16 @@ pub struct MatrixRow {
     pub ok_usage_chunk_delta_sum: i64,
     /// `ok` attempts whose `usage_chunk_delta` was not 0.
     pub ok_usage_chunk_mismatches: u64,
-    /// TTFT P50/P90/P99, ms.
+    /// TTFT percentiles (P50/P90/P95/P99, `n`, the campaign's list with support and
+    /// intervals), ms.
     pub ttft: Option<Percentiles>,
-    /// TTFC P50/P90/P99, ms.
+    /// TTFC percentiles, ms.
     pub ttfc: Option<Percentiles>,
-    /// E2E P50/P90/P99, ms.
+    /// E2E percentiles, ms.
     pub e2e: Option<Percentiles>,
-    /// TPOT P50/P90/P99, ms.
+    /// TPOT percentiles, ms.
     pub tpot: Option<Percentiles>,
-    /// ITL P50/P90/P99, ms.
+    /// ITL percentiles, ms.
     pub itl: Option<Percentiles>,
     /// Values in the merged histograms, by metric name.
     pub hist_samples: BTreeMap<String, u64>,
@@ -983,10 +984,9 @@ fn quantile_sql(q: f64) -> String {
 /// coordinator's summary computes them ([`crate::load_stats::sweep_rows`]): per `sweep`
 /// scenario (of the stored plan), region (and `ALL`: the regions the filter keeps, merged) and
 /// provider, every step's requests, ok and error % (final attempts of `load = 'sweep'` rows of
-/// `requests`, grouped by `step`; `cancelled` and `dropped` left out), TTFT and E2E
-/// P50/P90/P99 and the knee metric's percentile (`quantilesExactWeighted` over `ARRAY JOIN` of
-/// the step's `histograms` rows, which equals HdrHistogram's `value_at_quantile` of the merged
-/// histograms), throughput over `step_ms`, and the knee ([`latmesh_core::load::find_knee`],
+/// `requests`, grouped by `step`; `cancelled` and `dropped` left out), TTFT and E2E at the
+/// plan's percentiles with their support and intervals, and the knee metric's percentile (from
+/// each step's merged histograms, [`merged_histograms`]), throughput over `step_ms`, and the knee ([`latmesh_core::load::find_knee`],
 /// computed here from those rows). Ordered by scenario, region (`ALL` last), provider, each
 /// in plan order; steps without data are present with zero counts.
 ///
