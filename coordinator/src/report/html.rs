@@ -616,6 +616,9 @@ fn sweeps(m: &ReportModel) -> String {
         .filter(|(_, l)| l == "sweep")
         .map(|(s, _)| s.as_str())
         .collect();
+    if !scenarios.is_empty() {
+        out.push_str(&unsupported_legend());
+    }
     for scenario in scenarios {
         let rows: Vec<&SweepRow> = m
             .sweeps
@@ -718,13 +721,25 @@ fn sweeps(m: &ReportModel) -> String {
         for r in &rows {
             let _ = write!(out, "<tr><td class=\"row\">{}</td>", escape(&r.provider));
             for s in &r.steps {
+                // A value its step's samples do not support is hatched and marked `~`.
+                let supported = s.knee_value_ms.is_none() || s.knee_supported(rule);
                 let _ = write!(
                     out,
-                    "<td title=\"{} ok of {} requests, {:.1}% errors, {:.2} rps\">{}</td>",
+                    "<td{} title=\"{} ok of {} requests, {:.1}% errors, {:.2} rps\">{}{}</td>",
+                    if supported {
+                        ""
+                    } else {
+                        " class=\"unsupported\""
+                    },
                     s.ok,
                     s.requests,
                     s.error_pct,
                     s.throughput_rps,
+                    if supported {
+                        ""
+                    } else {
+                        crate::percentiles::UNSUPPORTED_MARK
+                    },
                     ms(s.knee_value_ms)
                 );
             }
