@@ -173,8 +173,9 @@ pub enum QueryCmd {
         json: bool,
     },
     /// Concurrency sweeps of a stored campaign: per sweep scenario, provider and region (and
-    /// all regions merged), every step's requests, error %, TTFT and E2E P50/P90/P99 (exact,
-    /// from the step's merged histograms) and throughput, and the knee.
+    /// all regions merged), every step's requests, error %, TTFT and E2E P50/P90/P95/P99
+    /// (exact, from the step's merged histograms; `~` marks one its samples do not support)
+    /// and throughput, and the knee.
     Sweep {
         /// Where ClickHouse is.
         #[command(flatten)]

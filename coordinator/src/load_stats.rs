@@ -27,13 +27,10 @@ use latmesh_core::record::Outcome;
 use serde::{Deserialize, Serialize};
 
 use crate::aggregate::{Aggregate, StepCounts};
+use crate::analysis::stats;
 use crate::analysis::stats::interval_us;
 use crate::percentiles;
 use crate::summary::{ALL_REGIONS, AgentSummary, Percentiles};
-
-/// The quantiles of the fixed latency columns: P50, P90, P95, P99 (the rows' [`Percentiles`]
-/// also hold the plan's own list).
-pub const QUANTILES: [f64; 4] = [0.5, 0.9, 0.95, 0.99];
 
 /// An open-loop row is saturated when the P90 of `sched_lag` exceeds this, ms: one arrival in
 /// ten left more than 10 ms late, so the agent did not keep the schedule (a single late
@@ -81,6 +78,20 @@ pub struct SweepStep {
     /// Output tokens of `ok` requests per second over the step's duration, summed over the
     /// row's agents, tokens/s.
     pub output_tokens_per_s: f64,
+}
+
+impl SweepStep {
+    /// Whether the step's samples support the knee rule's percentile ([`stats::supported`]):
+    /// counted from the knee metric's histogram when the step carries it (TTFT, E2E), else
+    /// from the step's `ok` requests.
+    pub fn knee_supported(&self, rule: &KneeRule) -> bool {
+        let n = match rule.metric {
+            Metric::Ttft => self.ttft.map_or(0, |p| p.n),
+            Metric::E2e => self.e2e.map_or(0, |p| p.n),
+            _ => self.ok,
+        };
+        stats::supported(n, rule.percentile)
+    }
 }
 
 /// A sweep scenario's steps for one provider in one region (or `ALL`), and its knee.
@@ -624,8 +635,9 @@ fn right(s: String) -> TCell {
 }
 
 /// The sweeps as text: per scenario, a table of providers (all regions merged) × steps of the
-/// knee metric's percentile (the knee step marked `*`), with each provider's knee and why;
-/// then, when rows of several regions exist, each region's knee per provider.
+/// knee metric's percentile (the knee step marked `*`, a value its step's samples do not
+/// support `~`, with the legend), with each provider's knee and why; then, when rows of
+/// several regions exist, each region's knee per provider.
 pub fn render_sweeps(rows: &[SweepRow]) -> String {
     let mut out = String::new();
     let mut scenarios: Vec<&str> = Vec::new();
@@ -662,6 +674,7 @@ pub fn render_sweeps(rows: &[SweepRow]) -> String {
         header.push(TCell::new("knee"));
         t.set_header(header);
         let all: Vec<&&SweepRow> = of.iter().filter(|r| r.region == ALL_REGIONS).collect();
+        let mut marked = false;
         for r in &all {
             let mut row = vec![TCell::new(&r.provider)];
             for s in &r.steps {
@@ -670,12 +683,22 @@ pub fn render_sweeps(rows: &[SweepRow]) -> String {
                 } else {
                     ""
                 };
-                row.push(right(format!("{}{mark}", ms_short(s.knee_value_ms))));
+                let unsupported = s.knee_value_ms.is_some() && !s.knee_supported(rule);
+                marked |= unsupported;
+                let tilde = if unsupported {
+                    percentiles::UNSUPPORTED_MARK
+                } else {
+                    ""
+                };
+                row.push(right(format!("{tilde}{}{mark}", ms_short(s.knee_value_ms))));
             }
             row.push(TCell::new(knee_text(r)));
             t.add_row(row);
         }
         let _ = writeln!(out, "{t}");
+        if marked {
+            let _ = writeln!(out, "{}", percentiles::legend());
+        }
         let regional: Vec<&&SweepRow> = of.iter().filter(|r| r.region != ALL_REGIONS).collect();
         let regions: Vec<&str> = {
             let mut v: Vec<&str> = Vec::new();
@@ -1017,6 +1040,27 @@ pub(crate) mod tests {
         rows.iter()
             .find(|r| r.region == region && r.provider == provider)
             .unwrap()
+    }
+
+    #[test]
+    fn sweep_values_the_steps_cannot_support_are_marked() {
+        // Knee on E2E P90 (36 samples needed): ALL has 20, 29 and 40 samples at c = 2, 4, 8.
+        let mut plan = plan();
+        let LoadModel::Sweep(spec) = &mut plan.scenarios[0].load else {
+            unreachable!()
+        };
+        spec.knee.percentile = 90.0;
+        let rows = sweep_rows(&plan, &sweep_aggregate(), RowFilter::default());
+        let all = row(&rows, "ALL", "p");
+        let support: Vec<bool> = all
+            .steps
+            .iter()
+            .map(|s| s.knee_supported(&all.knee_rule))
+            .collect();
+        assert_eq!(support, [false, false, true]);
+        let text = render_sweeps(&rows);
+        assert!(text.contains("| p        | ~1.00 | ~1.04 | 2.00"), "{text}");
+        assert!(text.contains(&percentiles::legend()), "{text}");
     }
 
     #[test]

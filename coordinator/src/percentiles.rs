@@ -329,7 +329,7 @@ mod tests {
         // And the new shape round-trips.
         let new = Percentiles::of(&hist(1..=40));
         assert_eq!(new.n, 40);
-        let json = serde_json::to_value(&new).unwrap();
+        let json = serde_json::to_value(new).unwrap();
         assert_eq!(json["points"][1]["percentile"], 90.0);
         assert_eq!(json["points"][1]["supported"], true);
         assert!(json["points"][3]["lo_ms"].is_null());

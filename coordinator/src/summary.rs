@@ -483,7 +483,12 @@ mod tests {
     /// regions (E2E 100..=1200 ms, TTFT half), and 400 for `q` in us-east alone (E2E
     /// 1001..=1400 ms).
     fn demo_sized() -> Summary {
+        demo_sized_with(&latmesh_core::plan::DEFAULT_PERCENTILES)
+    }
+
+    fn demo_sized_with(percentiles: &[f64]) -> Summary {
         let mut plan = plan();
+        plan.percentiles = percentiles.to_vec();
         plan.regions.push("ap-southeast".into());
         let mut agg = Aggregate::default();
         for region in &plan.regions {
@@ -504,6 +509,25 @@ mod tests {
             &four_hundred,
         );
         build("c1", &plan, 0, &agg, vec![])
+    }
+
+    #[test]
+    fn the_campaign_chooses_the_percentiles() {
+        let s = demo_sized_with(&[50.0, 99.9]);
+        assert_eq!(s.percentiles, [50.0, 99.9]);
+        let e2e = s.cell("us-east", "q", "open").unwrap().e2e.unwrap();
+        let got: Vec<(f64, bool)> = e2e
+            .points
+            .iter()
+            .map(|p| (p.percentile, p.supported))
+            .collect();
+        // P99.9 needs 3688 samples.
+        assert_eq!(got, [(50.0, true), (99.9, false)]);
+        // The fixed P50/P90/P95/P99 stay in the JSON for readers that know only them.
+        assert!(e2e.p95_ms.is_some());
+        let text = s.render();
+        assert!(text.contains("open: E2E ms P50/P99.9"), "{text}");
+        assert!(text.contains("| 1200/~1401 |"), "{text}");
     }
 
     #[test]

@@ -187,6 +187,7 @@ fn check_self_contained(html: &str) {
 /// heatmaps whose samples do not support them (two rounds: a few samples per cell).
 fn check_marked(html: &str, data: &ReportData) {
     for want in [
+        "TTFT P90 (ms)",
         "TTFT P95 (ms)",
         "E2E P95 (ms)",
         "E2E P50 / P95 / P99",
@@ -194,6 +195,10 @@ fn check_marked(html: &str, data: &ReportData) {
     ] {
         assert!(html.contains(want), "{want:?} not in the page");
     }
+    // Per scenario a heatmap per percentile of the campaign's list (the default four) and
+    // metric (TTFT, TTFC, E2E), then errors and samples.
+    let heatmaps = html.matches("<figure class=\"heatmap\"").count();
+    assert_eq!(heatmaps, data.plan.scenarios.len() * (4 * 3 + 2));
     let unsupported = |q: f64| {
         data.summary
             .cells
@@ -545,10 +550,10 @@ fn check_rendered(browser: &Path, profile: &Path, html: &Path, m: &ReportModel, 
     );
     let palette: Vec<String> = (0..charts::PALETTE.len()).map(charts::colour_hex).collect();
 
-    // Heatmaps: per scenario, P50, P95 and P99 of TTFT, TTFC and E2E, errors and samples;
-    // every cell filled in: coloured, or hatched when its samples do not support it.
+    // Heatmaps: per scenario, P50, P90, P95 and P99 of TTFT, TTFC and E2E, errors and
+    // samples; every cell filled in: coloured, or hatched when its samples do not support it.
     let heatmaps: Vec<&str> = dom.split("<figure class=\"heatmap\"").skip(1).collect();
-    assert_eq!(heatmaps.len(), m.campaign.scenarios.len() * 11);
+    assert_eq!(heatmaps.len(), m.campaign.scenarios.len() * 14);
     let cells = (m.campaign.regions.len() + 1) * m.campaign.providers.len();
     for h in &heatmaps {
         let h = &h[..h.find("</figure>").unwrap()];

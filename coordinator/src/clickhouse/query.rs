@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use super::rows::{AgentRow, CampaignRow};
 use super::{StoreError, check_identifier};
 use crate::aggregate::counts_in_error_rates;
+use crate::analysis::stats;
 use crate::load_stats::{self, RowFilter, StepMeasure, SweepRow};
 use crate::summary::{ALL_REGIONS, MatrixCell, Percentiles};
 use hdrhistogram::Histogram;
@@ -153,15 +154,16 @@ pub struct MatrixRow {
     pub ok_usage_chunk_delta_sum: i64,
     /// `ok` attempts whose `usage_chunk_delta` was not 0.
     pub ok_usage_chunk_mismatches: u64,
-    /// TTFT P50/P90/P99, ms.
+    /// TTFT percentiles (P50/P90/P95/P99, `n`, the campaign's list with support and
+    /// intervals), ms.
     pub ttft: Option<Percentiles>,
-    /// TTFC P50/P90/P99, ms.
+    /// TTFC percentiles, ms.
     pub ttfc: Option<Percentiles>,
-    /// E2E P50/P90/P99, ms.
+    /// E2E percentiles, ms.
     pub e2e: Option<Percentiles>,
-    /// TPOT P50/P90/P99, ms.
+    /// TPOT percentiles, ms.
     pub tpot: Option<Percentiles>,
-    /// ITL P50/P90/P99, ms.
+    /// ITL percentiles, ms.
     pub itl: Option<Percentiles>,
     /// Values in the merged histograms, by metric name.
     pub hist_samples: BTreeMap<String, u64>,
@@ -982,10 +984,9 @@ fn quantile_sql(q: f64) -> String {
 /// coordinator's summary computes them ([`crate::load_stats::sweep_rows`]): per `sweep`
 /// scenario (of the stored plan), region (and `ALL`: the regions the filter keeps, merged) and
 /// provider, every step's requests, ok and error % (final attempts of `load = 'sweep'` rows of
-/// `requests`, grouped by `step`; `cancelled` and `dropped` left out), TTFT and E2E
-/// P50/P90/P99 and the knee metric's percentile (`quantilesExactWeighted` over `ARRAY JOIN` of
-/// the step's `histograms` rows, which equals HdrHistogram's `value_at_quantile` of the merged
-/// histograms), throughput over `step_ms`, and the knee ([`latmesh_core::load::find_knee`],
+/// `requests`, grouped by `step`; `cancelled` and `dropped` left out), TTFT and E2E at the
+/// plan's percentiles with their support and intervals, and the knee metric's percentile (from
+/// each step's merged histograms, [`merged_histograms`]), throughput over `step_ms`, and the knee ([`latmesh_core::load::find_knee`],
 /// computed here from those rows). Ordered by scenario, region (`ALL` last), provider, each
 /// in plan order; steps without data are present with zero counts.
 ///
@@ -1478,6 +1479,19 @@ fn ms_text(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{v:.1}"))
 }
 
+/// A group's percentile `percentile` as [`ms_text`], marked `~` when its samples do not
+/// support it ([`stats::supported`]); and whether it is marked.
+fn ms_marked(stat: &GroupStat, percentile: u32) -> (String, bool) {
+    let unsupported =
+        stat.value_ms.is_some() && !stats::supported(stat.samples, f64::from(percentile));
+    let mark = if unsupported {
+        crate::percentiles::UNSUPPORTED_MARK
+    } else {
+        ""
+    };
+    (format!("{mark}{}", ms_text(stat.value_ms)), unsupported)
+}
+
 fn window_name(w: &str) -> &str {
     if w.is_empty() { "(none)" } else { w }
 }
@@ -1514,10 +1528,13 @@ impl WindowsReport {
         header.push(TCell::new("change %"));
         t.set_header(header);
         let right = |s: String| TCell::new(s).set_alignment(CellAlignment::Right);
+        let mut marked = false;
         for r in &self.rows {
             let mut row = vec![TCell::new(&r.provider), TCell::new(&r.region)];
             for w in &r.windows {
-                row.push(right(ms_text(w.stat.value_ms)));
+                let (text, m) = ms_marked(&w.stat, p);
+                marked |= m;
+                row.push(right(text));
                 row.push(right(format!(
                     "{} / {:.1}",
                     w.stat.attempts, w.stat.error_pct
@@ -1532,6 +1549,9 @@ impl WindowsReport {
             t.add_row(row);
         }
         let _ = writeln!(out, "{t}");
+        if marked {
+            let _ = writeln!(out, "{}", crate::percentiles::legend());
+        }
         out
     }
 }
@@ -1713,17 +1733,23 @@ impl TrendReport {
             "err %",
         ]);
         let right = |s: String| TCell::new(s).set_alignment(CellAlignment::Right);
+        let mut marked = false;
         for r in &self.rows {
+            let (text, m) = ms_marked(&r.stat, self.percentile);
+            marked |= m;
             t.add_row(vec![
                 TCell::new(&r.region),
                 TCell::new(&r.label),
-                right(ms_text(r.stat.value_ms)),
+                right(text),
                 right(r.stat.samples.to_string()),
                 right(r.stat.attempts.to_string()),
                 right(format!("{:.1}", r.stat.error_pct)),
             ]);
         }
         let _ = writeln!(out, "{t}");
+        if marked {
+            let _ = writeln!(out, "{}", crate::percentiles::legend());
+        }
         out
     }
 }

@@ -271,8 +271,9 @@ fn provider_colour(m: &ReportModel, provider: &str) -> usize {
 /// does; a percentile when `n ≥ min_samples`).
 type CellValue<'a> = &'a dyn Fn(&MatrixCell) -> Option<(f64, bool)>;
 
-/// The heatmap percentiles: the seed's alert-rule percentiles.
-const HEAT_PERCENTILES: [f64; 3] = [50.0, 95.0, 99.0];
+/// The percentiles of the open-loop table's latency columns (the campaign's list is in the
+/// heatmaps).
+const RATE_PERCENTILES: [f64; 3] = [50.0, 95.0, 99.0];
 
 /// Percentile `q` of `p`, and whether it is supported.
 fn pick(p: Option<Percentiles>, q: f64) -> Option<(f64, bool)> {
@@ -440,6 +441,14 @@ fn matrix(m: &ReportModel) -> String {
          run from the fastest (green) to the slowest (red) value of each table.</p>\n",
     );
     out.push_str(&unsupported_legend());
+    // The campaign's percentiles (P50/P90/P95/P99 by default), one heatmap each.
+    let blocks: Vec<Percentiles> = m
+        .matrix
+        .iter()
+        .flat_map(|c| [c.ttft, c.ttfc, c.e2e])
+        .flatten()
+        .collect();
+    let list = crate::percentiles::list_of(&blocks);
     type Of = fn(&MatrixCell) -> Option<Percentiles>;
     let metrics: [(&str, Of); 3] = [
         ("TTFT", |c| c.ttft),
@@ -453,7 +462,7 @@ fn matrix(m: &ReportModel) -> String {
             escape(scenario)
         );
         for (name, of) in metrics {
-            for q in HEAT_PERCENTILES {
+            for &q in &list {
                 let title = format!("{name} P{q} (ms)");
                 let value = move |c: &MatrixCell| pick(of(c), q);
                 out.push_str(&heat_table(m, scenario, &title, &value, Kind::Latency));
@@ -607,6 +616,9 @@ fn sweeps(m: &ReportModel) -> String {
         .filter(|(_, l)| l == "sweep")
         .map(|(s, _)| s.as_str())
         .collect();
+    if !scenarios.is_empty() {
+        out.push_str(&unsupported_legend());
+    }
     for scenario in scenarios {
         let rows: Vec<&SweepRow> = m
             .sweeps
@@ -711,13 +723,25 @@ fn sweeps(m: &ReportModel) -> String {
         for r in &rows {
             let _ = write!(out, "<tr><td class=\"row\">{}</td>", escape(&r.provider));
             for s in &r.steps {
+                // A value its step's samples do not support is hatched and marked `~`.
+                let supported = s.knee_value_ms.is_none() || s.knee_supported(rule);
                 let _ = write!(
                     out,
-                    "<td title=\"{} ok of {} requests, {:.1}% errors, {:.2} rps\">{}</td>",
+                    "<td{} title=\"{} ok of {} requests, {:.1}% errors, {:.2} rps\">{}{}</td>",
+                    if supported {
+                        ""
+                    } else {
+                        " class=\"unsupported\""
+                    },
                     s.ok,
                     s.requests,
                     s.error_pct,
                     s.throughput_rps,
+                    if supported {
+                        ""
+                    } else {
+                        crate::percentiles::UNSUPPORTED_MARK
+                    },
                     ms(s.knee_value_ms)
                 );
             }
@@ -735,7 +759,7 @@ fn sweeps(m: &ReportModel) -> String {
 /// P50 / P95 / P99 of `p` for a table cell, each marked when not supported ([`ms_marked`]).
 fn p50_p95_p99(p: Option<Percentiles>) -> String {
     match p {
-        Some(_) => HEAT_PERCENTILES
+        Some(_) => RATE_PERCENTILES
             .iter()
             .map(|q| ms_marked(p, *q))
             .collect::<Vec<_>>()
