@@ -574,6 +574,7 @@ pub async fn run_slot_with(
                     top_p: scenario.top_p,
                     timeouts: &scenario.timeouts,
                     probe_id: None,
+                    user_agent: plan.providers[p].user_agent.as_deref(),
                 },
             })
             .collect();

@@ -55,6 +55,10 @@ pub struct AgentConfig {
     /// PEM file with CA certificate(s) trusted for `https://` providers besides the public
     /// webpki roots (a private CA in front of a self-hosted server); `None`: webpki roots.
     pub provider_ca_file: Option<PathBuf>,
+    /// Simulator only: requests to loopback providers carry `x-latmesh-region: {region}`
+    /// (`latmesh-agent --emulate-region`; never sent to another host, see
+    /// [`emulation_headers`](crate::probe::emulation_headers)). Default `false`.
+    pub emulate_region: bool,
 }
 
 impl AgentConfig {
@@ -72,6 +76,7 @@ impl AgentConfig {
             token: None,
             ca_file: None,
             provider_ca_file: None,
+            emulate_region: false,
         }
     }
 }
@@ -258,8 +263,11 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         crate::tls::read_ca_file(path)?;
     }
     let prober = Arc::new(
-        Prober::with_root_certificate_file(Some(&cfg.region), cfg.provider_ca_file.as_deref())
-            .context("--provider-ca-file")?,
+        Prober::with_root_certificate_file(
+            cfg.emulate_region.then_some(cfg.region.as_str()),
+            cfg.provider_ca_file.as_deref(),
+        )
+        .context("--provider-ca-file")?,
     );
     let outbox = Outbox::open(cfg.spool.as_ref(), &cfg.agent_id)?;
     let (clock_tx, clock_rx) = watch::channel::<Option<ClockEstimate>>(None);

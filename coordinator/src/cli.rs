@@ -343,6 +343,13 @@ struct ProbeArgs {
     /// Total timeout, seconds (above 0).
     #[arg(long, default_value_t = 120.0)]
     timeout_s: f64,
+    /// user-agent header to send (default: the OpenAI Python SDK's, as campaigns).
+    #[arg(long, value_parser = parse_user_agent)]
+    user_agent: Option<String>,
+}
+
+fn parse_user_agent(s: &str) -> Result<String, String> {
+    campaign::check_user_agent(s).map(|()| s.to_string())
 }
 
 impl Cli {
@@ -1045,6 +1052,7 @@ async fn probe(args: ProbeArgs) -> anyhow::Result<()> {
         top_p: None,
         timeouts: &timeouts,
         probe_id: None,
+        user_agent: args.user_agent.as_deref(),
     };
     let mut result = prober.probe(&req, args.show_text).await;
     // One logical request of one attempt, single turn.

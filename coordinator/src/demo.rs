@@ -125,6 +125,8 @@ pub async fn run_with(
     for (i, region) in plan.regions.iter().enumerate() {
         let mut cfg =
             latmesh_agent::AgentConfig::new(&coord_url, &format!("{region}-{}", i + 1), region);
+        // The simulator's region delays need each agent's region (loopback only).
+        cfg.emulate_region = true;
         cfg.exit_after_campaigns = Some(1);
         agents.push(on_own_runtime(&format!("agent {region}"), move || {
             latmesh_agent::run(cfg)

@@ -1002,6 +1002,7 @@ mod tests {
                     turn: 2,
                     cache_nonce: true,
                     conn_reused: false,
+                    conn_retried: true,
                     dns_us: Some(15),
                     connect_us: Some(16),
                     tls_us: Some(17),

@@ -1477,6 +1477,7 @@ mod tests {
                 pass_reasoning: false,
                 limits: Default::default(),
                 price: None,
+                user_agent: None,
             }],
             scenarios: vec![ScenarioSpec {
                 name: "s".into(),

@@ -7,6 +7,7 @@
 //! seed = 42                       # optional, default 0
 //! regions = ["us-east", "eu-west"]
 //! prompt_set = "my-prompts.jsonl" # optional, relative to this file; default: builtin set
+//! user_agent = "OpenAI/Python 3.57.0" # optional: user-agent of every provider that sets none
 //!
 //! [campaign.timezones]            # optional: region → IANA zone name or fixed UTC offset
 //! us-east = "America/New_York"
@@ -41,6 +42,7 @@
 //! model_id = "deepseek-v4-flash"
 //! api_key_env = "EXAMPLE_API_KEY" # optional: the variable's *name*
 //! pass_reasoning = false          # optional: send earlier turns' reasoning_content back
+//! user_agent = "my-app/1.0"       # optional: this provider's user-agent
 //! ```
 //!
 //! Client policy (see [`crate::plan::ClientPolicy`]): `turns` makes each slot a conversation
@@ -224,6 +226,8 @@ pub struct CampaignSection {
     /// `[campaign.timezones]`: region → IANA zone name or fixed offset (`+08:00`).
     #[serde(default)]
     pub timezones: BTreeMap<String, String>,
+    /// `user-agent` of the providers that set none (`None`: the agents' default).
+    pub user_agent: Option<String>,
 }
 
 /// `[rounds]`.
@@ -387,6 +391,9 @@ pub struct ProviderSection {
     pub price_input_usd_per_mtok: Option<f64>,
     /// Budget guard: USD per million completion tokens.
     pub price_output_usd_per_mtok: Option<f64>,
+    /// `user-agent` sent to this provider (`None`: `campaign.user_agent`, else the agents'
+    /// default).
+    pub user_agent: Option<String>,
 }
 
 /// Loads and validates a campaign file (`.toml`, `.yaml`/`.yml`) with `LATMESH_*` overrides.
@@ -545,6 +552,35 @@ pub fn check_base_url(url: &str) -> Result<String, String> {
         return Err("give the base URL (e.g. …/v1): latmesh appends /chat/completions".into());
     }
     Ok(trimmed.to_string())
+}
+
+/// Longest accepted `user_agent`, bytes.
+pub const MAX_USER_AGENT_LEN: usize = 256;
+
+/// Checks a `user-agent` value: 1 to [`MAX_USER_AGENT_LEN`] printable ASCII characters
+/// (what an HTTP header value can carry unchanged), without leading or trailing blanks.
+///
+/// # Errors
+/// A message saying what is wrong, quoting `value`.
+pub fn check_user_agent(value: &str) -> Result<(), String> {
+    if value.trim().is_empty() {
+        return Err("must not be empty (leave the key out for the default)".into());
+    }
+    if value.len() > MAX_USER_AGENT_LEN {
+        return Err(format!(
+            "is {} bytes long, at most {MAX_USER_AGENT_LEN}",
+            value.len()
+        ));
+    }
+    if let Some(c) = value.chars().find(|c| !(' '..='~').contains(c)) {
+        return Err(format!(
+            "{value:?} has {c:?}: only printable ASCII can be sent in a header"
+        ));
+    }
+    if value.trim() != value {
+        return Err(format!("{value:?} starts or ends with a blank"));
+    }
+    Ok(())
 }
 
 /// Checks a campaign, region, provider or scenario name: 1-64 of `A-Z a-z 0-9 - _ .`.
@@ -833,9 +869,15 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
         }
     };
 
+    if let Some(ua) = &c.user_agent {
+        check_user_agent(ua).map_err(|m| invalid("campaign.user_agent", m))?;
+    }
     let mut providers = Vec::new();
     for (i, p) in file.providers.iter().enumerate() {
         let key = |field: &str| format!("providers[{i}].{field}");
+        if let Some(ua) = &p.user_agent {
+            check_user_agent(ua).map_err(|m| invalid(key("user_agent"), m))?;
+        }
         check_name(&key("name"), &p.name)?;
         let url = check_base_url(&p.base_url).map_err(|m| invalid(key("base_url"), m))?;
         if p.model_id.trim().is_empty() {
@@ -860,6 +902,7 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
             pass_reasoning: p.pass_reasoning,
             limits: validate_limits(i, p)?,
             price: validate_price(i, p)?,
+            user_agent: p.user_agent.clone().or_else(|| c.user_agent.clone()),
         });
     }
     check_unique("providers", file.providers.iter().map(|p| p.name.as_str()))?;
@@ -1482,6 +1525,50 @@ api_key_env = "A_KEY"
                 .all(|p| p.id.starts_with("short-qa-en-"))
         );
         assert_eq!(plan.prompt_set, "latmesh-prompts-v1");
+    }
+
+    /// `user_agent`: the provider's, else the campaign's, else none (the agents' default);
+    /// a value that cannot be sent as a header is refused with its key.
+    #[test]
+    fn user_agents_per_provider_fall_back_to_the_campaign() {
+        let plan = load_toml_str(GOOD, Path::new(".")).unwrap();
+        assert_eq!(plan.providers[0].user_agent, None);
+        let two = format!(
+            "{GOOD}\n[[providers]]\nname = \"b\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel_id = \"m\"\nuser_agent = \"own/1\"\n"
+        )
+        .replace("regions =", "user_agent = \"OpenAI/Python 3.0.0\"\nregions =");
+        let plan = load_toml_str(&two, Path::new(".")).unwrap();
+        assert_eq!(
+            plan.providers[0].user_agent.as_deref(),
+            Some("OpenAI/Python 3.0.0")
+        );
+        assert_eq!(plan.providers[1].user_agent.as_deref(), Some("own/1"));
+        let with = |line: &str| GOOD.replace("api_key_env = \"A_KEY\"", line);
+        for (text, says) in [
+            (
+                with("user_agent = \"\""),
+                "providers[0].user_agent: must not be empty",
+            ),
+            (
+                with("user_agent = \"a\\nb\""),
+                "providers[0].user_agent: \"a\\nb\" has '\\n'",
+            ),
+            (
+                with("user_agent = \"café/1\""),
+                "providers[0].user_agent: \"café/1\" has 'é'",
+            ),
+            (with("user_agent = \" x\""), "starts or ends with a blank"),
+            (
+                GOOD.replace(
+                    "regions =",
+                    &format!("user_agent = \"{}\"\nregions =", "x".repeat(300)),
+                ),
+                "campaign.user_agent: is 300 bytes long, at most 256",
+            ),
+        ] {
+            let e = err_of(&text);
+            assert!(e.contains(says), "error {e:?} should contain {says:?}");
+        }
     }
 
     #[test]

@@ -48,6 +48,11 @@ pub struct ProviderSpec {
     /// Prices for the budget guard, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub price: Option<Price>,
+    /// `user-agent` sent to this provider (the provider's `user_agent`, else the campaign's);
+    /// `None`: the agents' default (`agent::probe::request::DEFAULT_USER_AGENT`). Absent from
+    /// the JSON when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_agent: Option<String>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -522,6 +527,7 @@ pub(crate) mod tests {
                     pass_reasoning: false,
                     limits: ProviderLimits::default(),
                     price: None,
+                    user_agent: None,
                 })
                 .collect(),
             scenarios: (0..scenarios)

@@ -188,6 +188,13 @@ pub struct ProbeRecord {
     /// Whether the request went over a pooled connection (then `dns_us`, `connect_us` and
     /// `tls_us` are `None`).
     pub conn_reused: bool,
+    /// The request was first sent on a pooled connection that failed before any byte of
+    /// its response arrived (closed or reset by the server), and was sent again at once on a
+    /// new connection (docs/metrics.md, "Outcomes"). The phases (`conn_reused` false,
+    /// `dns_us`, `connect_us`, `tls_us`) are then the new connection's, and `t_send` stays
+    /// the first send: every duration includes the failed try. `false` in older records.
+    #[serde(default)]
+    pub conn_retried: bool,
     /// Name resolution of a new connection, µs (`None` for an IP literal or a reused
     /// connection).
     pub dns_us: Option<u64>,

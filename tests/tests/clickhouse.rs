@@ -55,6 +55,7 @@ fn plan() -> Plan {
                 pass_reasoning: false,
                 limits: Default::default(),
                 price: None,
+                user_agent: None,
             })
             .collect(),
         scenarios: SCENARIOS
@@ -135,6 +136,7 @@ fn full_record() -> ProbeRecord {
         turn: 3,
         cache_nonce: true,
         conn_reused: false,
+        conn_retried: true,
         dns_us: Some(1_008),
         connect_us: Some(2_009),
         tls_us: Some(30_010),

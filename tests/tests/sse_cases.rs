@@ -102,6 +102,7 @@ async fn probe_case(case: &str, stream: bool) -> ProbeResult {
         top_p: None,
         timeouts: &timeouts,
         probe_id: None,
+        user_agent: None,
     };
     let prober = Prober::new(Some("test-region")).unwrap();
     let r = prober.probe(&req, true).await;

@@ -51,6 +51,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0003_load_models",
         sql: include_str!("../../../deploy/clickhouse/migrations/0003_load_models.sql"),
     },
+    Migration {
+        version: 4,
+        name: "0004_conn_retried",
+        sql: include_str!("../../../deploy/clickhouse/migrations/0004_conn_retried.sql"),
+    },
 ];
 
 /// The bookkeeping table (not in a file, so it exists before any migration runs).

@@ -260,6 +260,9 @@ pub struct RequestRow {
     pub concurrency: u32,
     /// Part of a client request through a failover chain.
     pub failover: bool,
+    /// First sent on a pooled connection that failed before any response byte, then sent
+    /// again on a new connection (migration 0004).
+    pub conn_retried: bool,
 }
 
 impl RequestRow {
@@ -332,6 +335,7 @@ impl RequestRow {
             step: rec.step,
             concurrency: rec.concurrency,
             failover: rec.failover,
+            conn_retried: rec.conn_retried,
         }
     }
 
@@ -385,6 +389,7 @@ impl RequestRow {
             turn: self.turn,
             cache_nonce: self.cache_nonce,
             conn_reused: self.conn_reused,
+            conn_retried: self.conn_retried,
             dns_us: self.dns_us,
             connect_us: self.connect_us,
             tls_us: self.tls_us,
