@@ -372,6 +372,9 @@ pub struct ProviderSection {
     pub api_key_env: Option<String>,
     /// Model id.
     pub model_id: String,
+    /// The model name the provider is expected to answer with, when it is not `model_id`
+    /// (matched by `answered_model::model_matches`); e.g. the file llama-server loaded.
+    pub expect_model: Option<String>,
     /// Send earlier turns' reasoning back as `reasoning_content` (multi-turn scenarios).
     #[serde(default)]
     pub pass_reasoning: bool,
@@ -841,6 +844,12 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
         if p.model_id.trim().is_empty() {
             return Err(invalid(key("model_id"), "must not be empty"));
         }
+        if p.expect_model.as_ref().is_some_and(|m| m.trim().is_empty()) {
+            return Err(invalid(
+                key("expect_model"),
+                "must not be empty (leave it out to expect model_id)",
+            ));
+        }
         if let Some(env) = &p.api_key_env {
             let ok = !env.is_empty()
                 && !env.starts_with(|c: char| c.is_ascii_digit())
@@ -857,6 +866,7 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
             base_url: url,
             api_key_env: p.api_key_env.clone(),
             model_id: p.model_id.clone(),
+            expect_model: p.expect_model.clone(),
             pass_reasoning: p.pass_reasoning,
             limits: validate_limits(i, p)?,
             price: validate_price(i, p)?,
