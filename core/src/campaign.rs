@@ -1518,6 +1518,32 @@ api_key_env = "A_KEY"
     }
 
     #[test]
+    fn expect_model_names_what_the_provider_answers_with() {
+        let plan = load_toml_str(GOOD, Path::new(".")).unwrap();
+        assert_eq!(
+            (
+                plan.providers[0].expect_model.as_deref(),
+                plan.providers[0].expected_model()
+            ),
+            (None, "m")
+        );
+        // Absent from the plan's JSON (so its hash) when not set.
+        assert!(
+            !serde_json::to_string(&plan)
+                .unwrap()
+                .contains("expect_model")
+        );
+        let text = GOOD.replace(
+            "model_id = \"m\"",
+            "model_id = \"m\"\nexpect_model = \"smollm2\"",
+        );
+        let plan = load_toml_str(&text, Path::new(".")).unwrap();
+        assert_eq!(plan.providers[0].expected_model(), "smollm2");
+        let e = err_of(&GOOD.replace("model_id = \"m\"", "model_id = \"m\"\nexpect_model = \" \""));
+        assert!(e.contains("providers[0].expect_model"), "{e}");
+    }
+
+    #[test]
     fn the_response_byte_cap_defaults_to_64_mib_and_is_checked() {
         let plan = load_toml_str(GOOD, Path::new(".")).unwrap();
         assert_eq!(
