@@ -15,7 +15,7 @@ use latmesh_core::hist_sparse::SparseHistogram;
 
 use crate::failover_stats::FailoverCounts;
 use latmesh_core::load::LoadKind;
-use latmesh_core::record::{Outcome, ProbeRecord};
+use latmesh_core::record::{Outcome, OutputTokensSource, ProbeRecord};
 
 /// Whether an attempt with `outcome` counts in error rates: not `cancelled` (a campaign
 /// cancel cut it) and not `dropped` (an open-loop arrival never sent).
@@ -32,6 +32,9 @@ pub struct CellCounts {
     pub ok_output_tokens: u64,
     /// `ok` attempts whose `output_tokens` came from `usage`.
     pub ok_tokens_from_usage: u64,
+    /// `ok` attempts whose token payloads outnumbered usage's count and were the count
+    /// (`output_tokens_source = payloads_over_usage`).
+    pub ok_tokens_over_usage: u64,
     /// Over `ok` attempts that reported usage: the sum of `usage_chunk_delta`
     /// (`usage.completion_tokens − token_payloads`).
     pub ok_usage_chunk_delta_sum: i64,
@@ -39,6 +42,11 @@ pub struct CellCounts {
     pub ok_usage_reports: u64,
     /// `ok` attempts whose `usage_chunk_delta` was not 0.
     pub ok_usage_chunk_mismatches: u64,
+    /// Attempts (any outcome) by the `model` the provider answered with (attempts without
+    /// one are not counted).
+    pub answered_models: BTreeMap<String, u64>,
+    /// Attempts (any outcome) by the `system_fingerprint` the provider answered with.
+    pub system_fingerprints: BTreeMap<String, u64>,
     /// Logical requests ended (records with `final_attempt`; `cancelled` and `dropped` ones
     /// left out).
     pub requests: u64,
@@ -82,6 +90,18 @@ impl StepCounts {
             0.0
         } else {
             (self.requests - self.ok) as f64 * 100.0 / self.requests as f64
+        }
+    }
+}
+
+/// Adds `n` to `name`'s count in `counts` (nothing for `None`); allocates only for a name
+/// not seen before.
+pub fn count_name(counts: &mut BTreeMap<String, u64>, name: Option<&str>, n: u64) {
+    let Some(name) = name else { return };
+    match counts.get_mut(name) {
+        Some(c) => *c += n,
+        None => {
+            counts.insert(name.to_string(), n);
         }
     }
 }
@@ -203,9 +223,17 @@ impl Aggregate {
                 step.ok_output_tokens += u64::from(rec.output_tokens);
             }
         }
+        count_name(&mut cell.answered_models, rec.answered_model.as_deref(), 1);
+        count_name(
+            &mut cell.system_fingerprints,
+            rec.system_fingerprint.as_deref(),
+            1,
+        );
         if outcome == Outcome::Ok {
             cell.ok_output_tokens += u64::from(rec.output_tokens);
             cell.ok_tokens_from_usage += u64::from(rec.tokens_from_usage);
+            cell.ok_tokens_over_usage +=
+                u64::from(rec.output_tokens_source == OutputTokensSource::PayloadsOverUsage);
             if let Some(d) = rec.usage_chunk_delta {
                 cell.ok_usage_chunk_delta_sum += d;
                 cell.ok_usage_reports += 1;
@@ -310,6 +338,13 @@ impl Aggregate {
             }
             out.ok_output_tokens += c.ok_output_tokens;
             out.ok_tokens_from_usage += c.ok_tokens_from_usage;
+            out.ok_tokens_over_usage += c.ok_tokens_over_usage;
+            for (m, n) in &c.answered_models {
+                count_name(&mut out.answered_models, Some(m), *n);
+            }
+            for (f, n) in &c.system_fingerprints {
+                count_name(&mut out.system_fingerprints, Some(f), *n);
+            }
             out.ok_usage_chunk_delta_sum += c.ok_usage_chunk_delta_sum;
             out.ok_usage_chunk_mismatches += c.ok_usage_chunk_mismatches;
             out.ok_usage_reports += c.ok_usage_reports;
@@ -559,5 +594,45 @@ mod tests {
         assert_eq!(agg.records(), 6);
         // Six attempts, five final, all first turns: five slots finished.
         assert_eq!(agg.slots_done(), 5);
+    }
+
+    #[test]
+    fn answered_models_and_token_sources_count_per_cell_and_over_regions() {
+        let mut agg = Aggregate::default();
+        let rec = |o, model: Option<&str>, fp: Option<&str>, source| ProbeRecord {
+            provider: "p".into(),
+            scenario: "s".into(),
+            outcome: Some(o),
+            answered_model: model.map(str::to_string),
+            system_fingerprint: fp.map(str::to_string),
+            output_tokens_source: source,
+            final_attempt: true,
+            ..Default::default()
+        };
+        let (over, usage) = (
+            OutputTokensSource::PayloadsOverUsage,
+            OutputTokensSource::Usage,
+        );
+        agg.add_record("us", &rec(Outcome::Ok, Some("m-2024"), Some("fp1"), over));
+        agg.add_record("us", &rec(Outcome::Ok, Some("m-2024"), Some("fp2"), usage));
+        // A failed attempt that still said which model answered counts too.
+        agg.add_record("eu", &rec(Outcome::StreamError, Some("m-2024"), None, over));
+        agg.add_record("eu", &rec(Outcome::Ok, Some("other"), None, over));
+        agg.add_record("eu", &rec(Outcome::Ok, None, None, usage));
+        let names = |m: &BTreeMap<String, u64>| m.clone().into_iter().collect::<Vec<_>>();
+        let us = agg.counts(Some("us"), "p", "s");
+        assert_eq!(names(&us.answered_models), vec![("m-2024".into(), 2)]);
+        assert_eq!(
+            names(&us.system_fingerprints),
+            vec![("fp1".into(), 1), ("fp2".into(), 1)]
+        );
+        assert_eq!(us.ok_tokens_over_usage, 1);
+        let all = agg.counts(None, "p", "s");
+        assert_eq!(
+            names(&all.answered_models),
+            vec![("m-2024".into(), 3), ("other".into(), 1)]
+        );
+        // Only ok attempts count where the token count came from.
+        assert_eq!(all.ok_tokens_over_usage, 2);
     }
 }

@@ -8,7 +8,7 @@ use latmesh_core::metrics::Metric;
 use crate::clickhouse::query::{Percentile, TrendBucket};
 use crate::clickhouse::{self as store, QueryFilter};
 use crate::load_stats;
-use crate::summary::{AgentSummary, StartSync, Summary};
+use crate::summary::{AgentSummary, MatrixCell, StartSync, Summary};
 
 /// Where ClickHouse is.
 #[derive(Args, Debug, Clone)]
@@ -360,6 +360,10 @@ pub async fn stored_summary(ch: &ClickhouseArgs, filter: &FilterArgs) -> anyhow:
     );
     let agents = store::query::agents(&client, db, &filter.campaign).await?;
     let sweeps = store::query::sweep(&client, db, &filter.filter()).await?;
+    let plan: latmesh_core::plan::Plan = serde_json::from_str(&campaign.plan_json)
+        .with_context(|| format!("stored plan of campaign {:?}", filter.campaign))?;
+    let cells: Vec<MatrixCell> = rows.iter().map(|r| r.to_cell()).collect();
+    let models = crate::model_stats::model_rows(&plan.providers, &cells);
     let keep = |list: &[String], only: &Option<String>| -> Vec<String> {
         list.iter()
             .filter(|x| only.as_ref().is_none_or(|o| o == *x))
@@ -375,7 +379,7 @@ pub async fn stored_summary(ch: &ClickhouseArgs, filter: &FilterArgs) -> anyhow:
         regions: keep(&campaign.regions, &filter.region),
         providers: keep(&campaign.providers, &filter.provider),
         scenarios: keep(&campaign.scenarios, &filter.scenario),
-        cells: rows.iter().map(|r| r.to_cell()).collect(),
+        cells,
         complete: agents.iter().all(|a| a.complete),
         // Not stored in ClickHouse (a cancelled campaign's agents report skipped slots, so it
         // reads as incomplete there).
@@ -389,6 +393,7 @@ pub async fn stored_summary(ch: &ClickhouseArgs, filter: &FilterArgs) -> anyhow:
         // what they need) and politeness notes.
         failover: Vec::new(),
         politeness: Vec::new(),
+        models,
         agents: agents
             .iter()
             .map(|a| AgentSummary {

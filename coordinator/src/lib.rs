@@ -16,6 +16,7 @@ pub mod events;
 pub mod failover_stats;
 pub mod load_stats;
 pub mod metrics;
+pub mod model_stats;
 pub mod persist;
 pub mod progress;
 pub mod report;

@@ -1012,6 +1012,9 @@ mod tests {
                     token_payloads: 21,
                     usage_chunk_delta: Some(-22),
                     error_code: Some("c".into()),
+                    output_tokens_source: "payloads_over_usage".into(),
+                    answered_model: Some("m-2024-08-06".into()),
+                    system_fingerprint: Some("fp_1".into()),
                 },
                 pb::ProbeRecord {
                     provider: "x".into(),

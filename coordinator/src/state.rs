@@ -1474,6 +1474,7 @@ mod tests {
                 base_url: "http://127.0.0.1:9/v1".into(),
                 api_key_env: None,
                 model_id: "m".into(),
+                expect_model: None,
                 pass_reasoning: false,
                 limits: Default::default(),
                 price: None,

@@ -3,6 +3,7 @@
 //! rates, the agents' start skew; see [`crate::load_stats`]). Percentiles come from merged HDR
 //! histograms, never from averaging percentiles.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use comfy_table::{Cell as TCell, CellAlignment, Table, presets};
@@ -17,6 +18,7 @@ use crate::aggregate::Aggregate;
 use crate::failover_stats::{self, FailoverRow, PolitenessNote};
 use crate::load_stats::{self, RowFilter};
 pub use crate::load_stats::{AgentStart, RateRow, StartSync, SweepRow};
+use crate::model_stats::{self, ModelRow};
 
 /// The region label of the row that merges every region.
 pub const ALL_REGIONS: &str = "ALL";
@@ -93,15 +95,26 @@ pub struct MatrixCell {
     /// `ok` attempts whose output tokens came from the provider's `usage` (the rest were
     /// counted from chunks).
     pub tokens_from_usage: u64,
-    /// Mean of `usage.completion_tokens − token_payloads` over `ok` attempts that reported
-    /// usage: how far counting chunks would be from the provider's token count.
+    /// `ok` attempts of event streams whose token payloads outnumbered usage's count and
+    /// were the output token count (`output_tokens_source = payloads_over_usage`).
+    #[serde(default)]
+    pub tokens_over_usage: u64,
+    /// Mean of `usage.completion_tokens − token_payloads` over `ok` event-stream attempts that
+    /// reported usage: how far counting chunks would be from the provider's token count.
     pub usage_chunk_delta_mean: Option<f64>,
-    /// `ok` attempts whose usage disagreed with the chunk count.
+    /// `ok` event-stream attempts whose usage disagreed with the chunk count (a body read
+    /// whole has no chunks to count: never one).
     pub usage_chunk_mismatches: u64,
+    /// Attempts (any outcome) by the `model` the provider answered with.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub answered_models: BTreeMap<String, u64>,
+    /// Attempts (any outcome) by the `system_fingerprint` the provider answered with.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub system_fingerprints: BTreeMap<String, u64>,
     /// The latest failed attempt of this cell, described (outcome, status, provider error).
     pub last_error: Option<String>,
     /// Attempts by outcome name.
-    pub outcomes: std::collections::BTreeMap<String, u64>,
+    pub outcomes: BTreeMap<String, u64>,
 }
 
 /// One agent's part in the campaign.
@@ -175,6 +188,11 @@ pub struct Summary {
     /// caps: the provider's own limit is lower than configured).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub politeness: Vec<PolitenessNote>,
+    /// Per provider whose answers named a model or a `system_fingerprint`: what answered
+    /// over the campaign, and whether it was another model or changed
+    /// ([`crate::model_stats`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<ModelRow>,
     // Budget guard (coordinator/src/budget.rs): `stopped_by`, `stop_reason`, `caps` and
     // `spent` at the top level of the JSON, each absent when unknown.
     /// Budget guard: caps, what the records used, whether the guard stopped the campaign.
@@ -201,6 +219,7 @@ pub fn build(
         }
     }
     let politeness = failover_stats::politeness_notes(plan, &cells);
+    let models = model_stats::model_rows(&plan.providers, &cells);
     Summary {
         campaign_id: campaign_id.to_string(),
         name: plan.name.clone(),
@@ -218,6 +237,7 @@ pub fn build(
         start: StartSync::default(),
         failover: failover_stats::failover_rows(plan, agg),
         politeness,
+        models,
         agents,
         guard: Default::default(),
     }
@@ -272,9 +292,12 @@ fn cell(agg: &Aggregate, region: Option<&str>, provider: &str, scenario: &str) -
         throttled_pct: pct(counts.count(Outcome::Throttled)),
         output_tokens_mean: (ok > 0).then(|| counts.ok_output_tokens as f64 / ok as f64),
         tokens_from_usage: counts.ok_tokens_from_usage,
+        tokens_over_usage: counts.ok_tokens_over_usage,
         usage_chunk_delta_mean: (counts.ok_usage_reports > 0)
             .then(|| counts.ok_usage_chunk_delta_sum as f64 / counts.ok_usage_reports as f64),
         usage_chunk_mismatches: counts.ok_usage_chunk_mismatches,
+        answered_models: counts.answered_models.clone(),
+        system_fingerprints: counts.system_fingerprints.clone(),
         last_error: counts.last_error.clone(),
         outcomes: counts
             .outcomes
@@ -411,12 +434,20 @@ dropped (open-loop arrivals not sent in time; not in error rates):"
         if !mismatched.is_empty() {
             let _ = writeln!(
                 out,
-                "\nusage vs chunk count (ok attempts, all regions; counting chunks would be off by):"
+                "\nusage vs chunk count (ok streamed attempts, all regions; counting chunks would be off by):"
             );
             for c in mismatched {
+                let over = if c.tokens_over_usage > 0 {
+                    format!(
+                        "; {} counted from payloads (usage counted fewer tokens than streamed)",
+                        c.tokens_over_usage
+                    )
+                } else {
+                    String::new()
+                };
                 let _ = writeln!(
                     out,
-                    "  {:<20} {:<14} mean {:+.1} tokens, {} of {} attempts differ",
+                    "  {:<20} {:<14} mean {:+.1} tokens, {} of {} attempts differ{over}",
                     c.provider,
                     c.scenario,
                     c.usage_chunk_delta_mean.unwrap_or_default(),
@@ -425,6 +456,7 @@ dropped (open-loop arrivals not sent in time; not in error rates):"
                 );
             }
         }
+        out.push_str(&model_stats::render(&self.models));
         out.push_str(&self.guard.render()); // budget guard: spent, STOPPED BY BUDGET
         if self.cancelled && !self.guard.stopped() {
             let _ = writeln!(

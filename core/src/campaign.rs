@@ -376,6 +376,9 @@ pub struct ProviderSection {
     pub api_key_env: Option<String>,
     /// Model id.
     pub model_id: String,
+    /// The model name the provider is expected to answer with, when it is not `model_id`
+    /// (matched by `answered_model::model_matches`); e.g. the file llama-server loaded.
+    pub expect_model: Option<String>,
     /// Send earlier turns' reasoning back as `reasoning_content` (multi-turn scenarios).
     #[serde(default)]
     pub pass_reasoning: bool,
@@ -883,6 +886,12 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
         if p.model_id.trim().is_empty() {
             return Err(invalid(key("model_id"), "must not be empty"));
         }
+        if p.expect_model.as_ref().is_some_and(|m| m.trim().is_empty()) {
+            return Err(invalid(
+                key("expect_model"),
+                "must not be empty (leave it out to expect model_id)",
+            ));
+        }
         if let Some(env) = &p.api_key_env {
             let ok = !env.is_empty()
                 && !env.starts_with(|c: char| c.is_ascii_digit())
@@ -899,6 +908,7 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
             base_url: url,
             api_key_env: p.api_key_env.clone(),
             model_id: p.model_id.clone(),
+            expect_model: p.expect_model.clone(),
             pass_reasoning: p.pass_reasoning,
             limits: validate_limits(i, p)?,
             price: validate_price(i, p)?,
@@ -1592,6 +1602,32 @@ api_key_env = "A_KEY"
             let e = err_of(&text);
             assert!(e.contains(key), "error {e:?} should name {key}");
         }
+    }
+
+    #[test]
+    fn expect_model_names_what_the_provider_answers_with() {
+        let plan = load_toml_str(GOOD, Path::new(".")).unwrap();
+        assert_eq!(
+            (
+                plan.providers[0].expect_model.as_deref(),
+                plan.providers[0].expected_model()
+            ),
+            (None, "m")
+        );
+        // Absent from the plan's JSON (so its hash) when not set.
+        assert!(
+            !serde_json::to_string(&plan)
+                .unwrap()
+                .contains("expect_model")
+        );
+        let text = GOOD.replace(
+            "model_id = \"m\"",
+            "model_id = \"m\"\nexpect_model = \"smollm2\"",
+        );
+        let plan = load_toml_str(&text, Path::new(".")).unwrap();
+        assert_eq!(plan.providers[0].expected_model(), "smollm2");
+        let e = err_of(&GOOD.replace("model_id = \"m\"", "model_id = \"m\"\nexpect_model = \" \""));
+        assert!(e.contains("providers[0].expect_model"), "{e}");
     }
 
     #[test]

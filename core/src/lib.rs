@@ -5,6 +5,7 @@
 //!
 //! Pure: no network, no async.
 
+pub mod answered_model;
 pub mod budget;
 pub mod campaign;
 pub mod clock;
@@ -14,6 +15,7 @@ pub mod hist_sparse;
 pub mod load;
 pub mod logging;
 pub mod metrics;
+pub mod output_tokens;
 pub mod plan;
 pub mod prompts;
 pub mod record;

@@ -37,6 +37,11 @@ pub struct ProviderSpec {
     pub api_key_env: Option<String>,
     /// Model id sent in the request.
     pub model_id: String,
+    /// The model name the provider should answer with when it differs from `model_id` (a
+    /// server that answers with its own name); `None`: `model_id`. Absent from the JSON when
+    /// `None`. See [`ProviderSpec::expected_model`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expect_model: Option<String>,
     /// Multi-turn: send each earlier turn's reasoning back as the assistant message's
     /// `reasoning_content` (some providers require it, others such as DeepSeek's reasoner
     /// reject it). Absent from the JSON when false.
@@ -53,6 +58,14 @@ pub struct ProviderSpec {
     /// the JSON when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_agent: Option<String>,
+}
+
+impl ProviderSpec {
+    /// The name answers are matched against
+    /// ([`crate::answered_model::model_matches`]): `expect_model`, else `model_id`.
+    pub fn expected_model(&self) -> &str {
+        self.expect_model.as_deref().unwrap_or(&self.model_id)
+    }
 }
 
 fn is_false(b: &bool) -> bool {
@@ -524,6 +537,7 @@ pub(crate) mod tests {
                     base_url: "http://127.0.0.1:1/v1".into(),
                     api_key_env: None,
                     model_id: "m".into(),
+                    expect_model: None,
                     pass_reasoning: false,
                     limits: ProviderLimits::default(),
                     price: None,

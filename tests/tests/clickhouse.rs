@@ -20,7 +20,7 @@ use latmesh_core::hist::{HistKey, HistogramSet, new_histogram};
 use latmesh_core::metrics::{self, Metric};
 use latmesh_core::plan::{Plan, PlanPrompt, ProviderSpec, RoundsSpec, ScenarioSpec, Timeouts};
 use latmesh_core::prompts::Message;
-use latmesh_core::record::{Outcome, ProbeRecord, Usage};
+use latmesh_core::record::{Outcome, OutputTokensSource, ProbeRecord, Usage};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -52,6 +52,7 @@ fn plan() -> Plan {
                 base_url: "http://127.0.0.1:1/v1".into(),
                 api_key_env: Some("LATMESH_TEST_KEY".into()),
                 model_id: "deepseek-v3".into(),
+                expect_model: None,
                 pass_reasoning: false,
                 limits: Default::default(),
                 price: None,
@@ -146,6 +147,9 @@ fn full_record() -> ProbeRecord {
         token_payloads: 61,
         usage_chunk_delta: Some(3),
         error_code: Some("429_代码".into()),
+        output_tokens_source: OutputTokensSource::UsagePlusReasoning,
+        answered_model: Some("gamma-推理-2024-08-06".into()),
+        system_fingerprint: Some("fp_ü'\\1".into()),
     }
 }
 
@@ -449,6 +453,85 @@ async fn every_row_type_round_trips() {
         .unwrap();
     assert_eq!(migrations.len(), store::MIGRATIONS.len());
     assert_eq!(migrations[0].name, "0001_init");
+    latmesh_tests::drop_db(&client, &db).await;
+}
+
+/// Rows written before migration 5 (here: without its columns) read their output token source
+/// from `tokens_from_usage` (usage always won then) and no answered model; rows written after
+/// keep theirs.
+#[tokio::test]
+async fn rows_from_before_the_token_source_read_it_from_tokens_from_usage() {
+    let (client, db) = migrated("token_source").await;
+    client
+        .query(&format!(
+            "INSERT INTO {db}.requests (campaign_id, agent_id, row_index, provider, outcome, \
+             tokens_from_usage) VALUES ('old', 'a', 0, 'p', 'ok', 1), ('old', 'a', 1, 'p', 'ok', 0)"
+        ))
+        .execute()
+        .await
+        .unwrap();
+    let back: Vec<RequestRow> = client
+        .query(&format!(
+            "SELECT ?fields FROM {db}.requests WHERE campaign_id = 'old' ORDER BY row_index"
+        ))
+        .fetch_all()
+        .await
+        .unwrap();
+    let read: Vec<_> = back
+        .iter()
+        .map(|r| {
+            let rec = r.to_record();
+            (
+                r.output_tokens_source.as_str(),
+                rec.output_tokens_source,
+                rec.answered_model,
+                rec.system_fingerprint,
+            )
+        })
+        .collect();
+    assert_eq!(
+        read,
+        [
+            ("usage", OutputTokensSource::Usage, None, None),
+            ("payloads", OutputTokensSource::Payloads, None, None),
+        ]
+    );
+    // The matrix query counts the payloads that won, and the models answered.
+    let key = BatchKey::new("new", "a", "r", 0, 1);
+    let rec = |source, model: &str| ProbeRecord {
+        provider: "p".into(),
+        scenario: "s".into(),
+        outcome: Some(Outcome::Ok),
+        send_agent_unix_us: 1_700_000_000_000_000,
+        output_tokens_source: source,
+        tokens_from_usage: source.from_usage(),
+        answered_model: Some(model.into()),
+        system_fingerprint: Some("fp".into()),
+        ..Default::default()
+    };
+    let rows: Vec<RequestRow> = [
+        rec(OutputTokensSource::PayloadsOverUsage, "m-2024"),
+        rec(OutputTokensSource::UsagePlusReasoning, "m-2024"),
+        rec(OutputTokensSource::PayloadsOverUsage, "n"),
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, r)| RequestRow::from_record(&key, i as u32, r))
+    .collect();
+    store::insert_rows(&client, &db, "requests", &rows)
+        .await
+        .unwrap();
+    let cells = store::matrix(&client, &db, "new", None).await.unwrap();
+    let all = cells.iter().find(|c| c.region == "ALL").unwrap().to_cell();
+    assert_eq!(
+        (all.samples, all.tokens_over_usage, all.tokens_from_usage),
+        (3, 2, 1)
+    );
+    assert_eq!(
+        all.answered_models.into_iter().collect::<Vec<_>>(),
+        [("m-2024".to_string(), 2), ("n".to_string(), 1)]
+    );
+    assert_eq!(all.system_fingerprints.get("fp"), Some(&3));
     latmesh_tests::drop_db(&client, &db).await;
 }
 
@@ -828,7 +911,23 @@ fn simulate_agent(rng: &mut StdRng, region_ix: usize, rounds: u32) -> Vec<SimBat
                         rec.tpot_us = metrics::tpot_us(ttft, e2e, tokens);
                         rec.decode_tps = metrics::decode_tps(ttft, e2e, tokens);
                         rec.output_tokens = tokens;
-                        rec.tokens_from_usage = rng.random_bool(0.7);
+                        rec.output_tokens_source = if rng.random_bool(0.2) {
+                            OutputTokensSource::PayloadsOverUsage
+                        } else if rng.random_bool(0.7) {
+                            OutputTokensSource::Usage
+                        } else {
+                            OutputTokensSource::Payloads
+                        };
+                        rec.tokens_from_usage = rec.output_tokens_source.from_usage();
+                        // What answered: usually a dated name; sometimes another model, a
+                        // second fingerprint, or nothing said.
+                        rec.answered_model = match rng.random_range(0..10) {
+                            0 => None,
+                            1 => Some("other-model".into()),
+                            _ => Some("deepseek-v3-0324".into()),
+                        };
+                        rec.system_fingerprint =
+                            Some(format!("fp_{}", rng.random_range(0..2))).filter(|_| p != 1);
                         rec.saw_done = true;
                         rec.finish_reason = Some("stop".into());
                         rec.itl_max_us = gaps.iter().copied().max();
@@ -1042,6 +1141,21 @@ async fn sql_matrix_equals_the_in_memory_matrix() {
     let all = summary.cell("ALL", "alpha", "chat-short").unwrap();
     let use1 = summary.cell("us-east", "alpha", "chat-short").unwrap();
     assert!(all.attempts > use1.attempts && all.ttft != use1.ttft);
+    // What answered, counted by ClickHouse as in memory (the cells above), and the flags:
+    // every provider answered once with a model that is not the one asked for.
+    let sql_cells: Vec<_> = sql.iter().map(|r| r.to_cell()).collect();
+    let models = latmesh_coordinator::model_stats::model_rows(&plan.providers, &sql_cells);
+    assert_eq!(models, summary.models);
+    assert_eq!(models.len(), PROVIDERS.len());
+    for m in &models {
+        assert_eq!(m.other_models, ["other-model"], "{m:?}");
+        assert!(
+            m.answered["deepseek-v3-0324"] > m.answered["other-model"],
+            "{m:?}"
+        );
+    }
+    assert!(all.tokens_over_usage > 0 && all.tokens_over_usage < all.samples);
+    assert!(all.answered_models.values().sum::<u64>() < all.attempts);
 
     // One scenario only: the same rows, filtered.
     let long = store::matrix(&client, &db, campaign_id, Some("long-input"))

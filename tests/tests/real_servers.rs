@@ -138,6 +138,19 @@ fn campaign_against_real_servers_in_two_regions() {
         let r = cell(region, "aimock-reasoner");
         assert_eq!(r.samples, rounds, "{:?}", r.outcomes);
         assert!(r.ttfc.unwrap().p50_ms > r.ttft.unwrap().p50_ms);
+        // Its usage counts only the answer (8 tokens) while ~23 reasoning payloads streamed:
+        // the payloads are the output token count (and TPOT's divisor).
+        assert_eq!(r.tokens_over_usage, rounds, "{r:?}");
+        assert!(r.output_tokens_mean.unwrap() > 20.0, "{r:?}");
+
+        // What answered: llama-server its alias, the mocks the id they were sent.
+        assert_eq!(
+            llama.answered_models.get("smollm2"),
+            Some(&rounds),
+            "{:?}",
+            llama.answered_models
+        );
+        assert_eq!(llama.system_fingerprints.len(), 1, "{llama:?}");
 
         // 429s are throttled attempts, never latency samples.
         let limited = cell(region, "aimock-ratelimited");
@@ -177,6 +190,23 @@ fn campaign_against_real_servers_in_two_regions() {
         faults.samples,
         faults.outcomes.get("ok").copied().unwrap_or(0)
     );
+
+    // Every provider answered with the model it was asked for: nothing flagged.
+    assert!(s.models.iter().any(|m| m.provider == "llama-cpp"));
+    for m in &s.models {
+        assert!(m.flags().is_empty(), "{m:?}");
+    }
+    // llama-server answers any model id with its own name: flagged by the documented rule.
+    let out = Command::new(bin("latmesh"))
+        .args(["probe", "--base-url", "http://127.0.0.1:18081/v1"])
+        .args(["--model", "gpt-4o", "--max-tokens", "4", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["answered_model"], "smollm2", "{v}");
+    assert!(!latmesh_core::answered_model::model_matches(
+        "gpt-4o", "smollm2"
+    ));
 
     for mut a in agents {
         let status = a.child.wait().unwrap();

@@ -49,8 +49,11 @@
 //! * ITL: every gap between consecutive token-bearing payloads (payloads of one read are
 //!   0 µs apart);
 //! * `output_tokens`: `usage.completion_tokens` when reported, else the token-bearing payload
-//!   count (`tokens_from_usage = false`); TPOT and decode rate from
-//!   [`latmesh_core::metrics`].
+//!   count; in an event stream the payloads when they outnumber usage (reasoning streamed
+//!   but not counted), with `output_tokens_source` saying which
+//!   ([`latmesh_core::output_tokens`]); TPOT and decode rate from [`latmesh_core::metrics`]
+//!   with that count;
+//! * `answered_model`, `system_fingerprint`: the first non-empty ones of the response.
 //!
 //! A non-streaming request (`stream: false`) has no token timing: `ttft`/`ttfc` are `None`,
 //! `e2e` is the end of the body, and the whole body counts as payload 0. (Setting

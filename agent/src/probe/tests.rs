@@ -702,7 +702,8 @@ async fn non_streaming_answer_after_blank_lines() {
         (rec.usage.reasoning_tokens, rec.usage.cached_tokens),
         (Some(6), Some(4))
     );
-    assert_eq!((rec.token_payloads, rec.usage_chunk_delta), (1, Some(8)));
+    // A body read whole is one payload: no usage-vs-chunks delta.
+    assert_eq!((rec.token_payloads, rec.usage_chunk_delta), (1, None));
     assert_eq!(
         (r.content_text.as_str(), r.reasoning_text.as_str()),
         ("Four.", "2+2=4")

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use super::rows::{AgentRow, CampaignRow};
 use super::{StoreError, check_identifier};
-use crate::aggregate::counts_in_error_rates;
+use crate::aggregate::{count_name, counts_in_error_rates};
 use crate::load_stats::{self, RowFilter, StepMeasure, SweepRow};
 use crate::summary::{ALL_REGIONS, MatrixCell, Percentiles};
 
@@ -135,6 +135,12 @@ pub struct MatrixRow {
     pub ok_output_tokens: u64,
     /// `ok` attempts whose output tokens came from `usage`.
     pub tokens_from_usage: u64,
+    /// `ok` attempts whose token payloads outnumbered usage and were the count.
+    pub tokens_over_usage: u64,
+    /// Attempts by the `model` the provider answered with.
+    pub answered_models: BTreeMap<String, u64>,
+    /// Attempts by the `system_fingerprint` the provider answered with.
+    pub system_fingerprints: BTreeMap<String, u64>,
     /// Logical requests (rows with `final_attempt`; `cancelled` and `dropped` left out).
     pub requests: u64,
     /// Logical requests whose final attempt was not `ok`.
@@ -175,6 +181,9 @@ impl MatrixRow {
             outcomes: BTreeMap::new(),
             ok_output_tokens: 0,
             tokens_from_usage: 0,
+            tokens_over_usage: 0,
+            answered_models: BTreeMap::new(),
+            system_fingerprints: BTreeMap::new(),
             requests: 0,
             requests_failed: 0,
             ok_usage_reports: 0,
@@ -245,6 +254,9 @@ impl MatrixRow {
             throttled_pct: self.throttled_pct(),
             output_tokens_mean: self.output_tokens_mean(),
             tokens_from_usage: self.tokens_from_usage,
+            tokens_over_usage: self.tokens_over_usage,
+            answered_models: self.answered_models.clone(),
+            system_fingerprints: self.system_fingerprints.clone(),
             requests: self.requests,
             request_error_pct: if self.requests == 0 {
                 0.0
@@ -285,6 +297,7 @@ struct OutcomeCount {
     n: u64,
     output_tokens: u64,
     from_usage: u64,
+    over_usage: u64,
     final_n: u64,
     usage_n: u64,
     delta_sum: i64,
@@ -303,6 +316,35 @@ struct QuantileRow {
     metric: String,
     samples: u64,
     q: Vec<u64>,
+}
+
+#[derive(clickhouse::Row, Deserialize)]
+struct AnsweredCount {
+    region: String,
+    provider: String,
+    scenario: String,
+    model: String,
+    fingerprint: String,
+    n: u64,
+}
+
+/// Attempts by the model and `system_fingerprint` they were answered with, per (region,
+/// provider, scenario); rows with neither are left out (`""` stands for a missing one).
+async fn answered(
+    client: &clickhouse::Client,
+    db: &str,
+    filter: &QueryFilter,
+) -> Result<Vec<AnsweredCount>, StoreError> {
+    let (mut wh, args) = where_clause(filter, "send_unix_us", "send_time");
+    wh.push_str(if wh.is_empty() { " WHERE " } else { " AND " });
+    wh.push_str("(answered_model IS NOT NULL OR system_fingerprint IS NOT NULL)");
+    let sql = format!(
+        "SELECT region, provider, scenario, ifNull(answered_model, '') AS model, \
+         ifNull(system_fingerprint, '') AS fingerprint, count() AS n \
+         FROM {db}.requests{wh} \
+         GROUP BY region, provider, scenario, model, fingerprint"
+    );
+    Ok(bind_all(client.query(&sql), &args).fetch_all().await?)
 }
 
 /// Latency metrics of the matrix.
@@ -366,6 +408,7 @@ pub async fn matrix_filtered(
     let sql = format!(
         "SELECT region, provider, scenario, outcome, count() AS n, \
          sum(output_tokens) AS tokens, sum(tokens_from_usage) AS from_usage_n, \
+         sum(output_tokens_source = 'payloads_over_usage') AS over_usage_n, \
          sum(final_attempt) AS final_n, count(usage_chunk_delta) AS usage_n, \
          sum(ifNull(usage_chunk_delta, 0)) AS delta_sum, \
          sum(ifNull(usage_chunk_delta, 0) != 0) AS mismatches, \
@@ -404,6 +447,7 @@ pub async fn matrix_filtered(
                 cell.samples += c.n;
                 cell.ok_output_tokens += c.output_tokens;
                 cell.tokens_from_usage += c.from_usage;
+                cell.tokens_over_usage += c.over_usage;
                 cell.ok_usage_reports += c.usage_n;
                 cell.ok_usage_chunk_delta_sum += c.delta_sum;
                 cell.ok_usage_chunk_mismatches += c.mismatches;
@@ -425,6 +469,25 @@ pub async fn matrix_filtered(
                 );
                 cell.last_error = Some((c.last_us, text));
             }
+        }
+    }
+
+    for a in answered(client, db, filter).await? {
+        for region in [a.region.as_str(), ALL_REGIONS] {
+            let cell = cells
+                .entry(key(region, &a.provider, &a.scenario))
+                .or_insert_with(|| MatrixRow::new(region, &a.provider, &a.scenario));
+            let (model, fingerprint) = (a.model.as_str(), a.fingerprint.as_str());
+            count_name(
+                &mut cell.answered_models,
+                (!model.is_empty()).then_some(model),
+                a.n,
+            );
+            count_name(
+                &mut cell.system_fingerprints,
+                (!fingerprint.is_empty()).then_some(fingerprint),
+                a.n,
+            );
         }
     }
 

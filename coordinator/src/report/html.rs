@@ -13,6 +13,7 @@ use super::charts::{
 };
 use super::model::ReportModel;
 use crate::load_stats::{self, RateRow, SweepRow};
+use crate::model_stats;
 use crate::report_data::ALL;
 use crate::summary::{MatrixCell, Percentiles};
 
@@ -172,6 +173,9 @@ pub fn page(m: &ReportModel) -> String {
     }
     if !m.windows.is_empty() || m.note("windows").is_some() {
         sections.push(("windows", "Peak vs off-peak", windows(m)));
+    }
+    if !m.models.is_empty() {
+        sections.push(("answered", "What answered", answered(m)));
     }
     sections.push(("time-series", "Over time", time_series(m)));
     // The analysis fragment brings its own heading.
@@ -965,6 +969,92 @@ fn time_series(m: &ReportModel) -> String {
         ));
     }
     out.push_str("</div>\n");
+    out
+}
+
+/// Per provider: the model id sent, the name expected, the models and `system_fingerprint`s
+/// answered (attempts) and the flags; then per cell, the models answered.
+fn answered(m: &ReportModel) -> String {
+    let th = |names: &[&str]| -> String {
+        names
+            .iter()
+            .map(|n| format!("<th class=\"row\">{n}</th>"))
+            .collect()
+    };
+    let td = |text: &str| format!("<td class=\"row\">{}</td>", escape(text));
+    let mut out = String::from(
+        "<p class=\"small\">The <code>model</code> and <code>system_fingerprint</code> the \
+         answers named, counted over attempts. An answered model is the one expected when, \
+         case aside and without an organisation path, it is the same name or the name followed \
+         by a version or date (<code>gpt-4o</code> → <code>gpt-4o-2024-08-06</code>); a \
+         provider's <code>expect_model</code> replaces <code>model_id</code> as the name \
+         expected (docs/metrics.md, \"What answered\").</p>\n",
+    );
+    let _ = write!(
+        out,
+        "<table><thead><tr>{}</tr></thead><tbody>",
+        th(&[
+            "provider",
+            "model_id sent",
+            "expected",
+            "models answered",
+            "system_fingerprints",
+            "flags"
+        ])
+    );
+    for r in &m.models {
+        let flags = r.flags();
+        let flags = if flags.is_empty() {
+            "<td class=\"row\">none</td>".to_string()
+        } else {
+            format!(
+                "<td class=\"row\"><strong>{}</strong></td>",
+                flags
+                    .iter()
+                    .map(|f| escape(f))
+                    .collect::<Vec<_>>()
+                    .join("<br>")
+            )
+        };
+        let _ = write!(
+            out,
+            "<tr>{}{}{}{}{}{flags}</tr>",
+            td(&r.provider),
+            td(&r.model_id),
+            td(&r.expected),
+            td(&model_stats::counted(&r.answered)),
+            td(&model_stats::counted(&r.system_fingerprints)),
+        );
+    }
+    out.push_str("</tbody></table>");
+    let cells: Vec<&MatrixCell> = m
+        .matrix
+        .iter()
+        .filter(|c| c.region != ALL && !c.answered_models.is_empty())
+        .collect();
+    if !cells.is_empty() {
+        let _ = write!(
+            out,
+            "<h3>Models answered per cell</h3><table><thead><tr>{}</tr></thead><tbody>",
+            th(&[
+                "region",
+                "provider",
+                "scenario",
+                "models answered (attempts)"
+            ])
+        );
+        for c in cells {
+            let _ = write!(
+                out,
+                "<tr>{}{}{}{}</tr>",
+                td(&c.region),
+                td(&c.provider),
+                td(&c.scenario),
+                td(&model_stats::counted(&c.answered_models))
+            );
+        }
+        out.push_str("</tbody></table>");
+    }
     out
 }
 
