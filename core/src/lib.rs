@@ -8,6 +8,8 @@
 pub mod budget;
 pub mod campaign;
 pub mod clock;
+pub mod duration;
+pub mod env_overrides;
 pub mod error_text;
 pub mod hist;
 pub mod hist_sparse;
@@ -21,3 +23,4 @@ pub mod schedule;
 pub mod selection;
 pub mod windows;
 pub mod wire;
+pub mod yaml_keys;
