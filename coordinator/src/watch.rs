@@ -154,10 +154,14 @@ pub fn agents_by_region(regions: &[String], agents: &[pb::AgentInfo]) -> (Vec<St
 /// How often [`wait_for_agents`] repeats an unchanged status while it waits.
 const WAIT_STATUS_EVERY: Duration = Duration::from_secs(10);
 
+/// How long [`wait_for_agents`] waits before it says anything (agents that are starting
+/// usually connect within it).
+const WAIT_QUIET: Duration = Duration::from_secs(1);
+
 /// Waits until at least one connected agent is known for every region of `regions`, saying
 /// on stderr which agents and regions are connected and which are missing
-/// ([`agents_by_region`]) when it starts waiting, whenever that changes, and every
-/// [`WAIT_STATUS_EVERY`].
+/// ([`agents_by_region`]) once it has waited [`WAIT_QUIET`], whenever that changes, and
+/// every [`WAIT_STATUS_EVERY`].
 ///
 /// # Errors
 /// When `timeout` passes first: the error names the missing regions and what is connected.
@@ -167,7 +171,8 @@ pub async fn wait_for_agents(
     regions: &[String],
     timeout: Duration,
 ) -> anyhow::Result<()> {
-    let deadline = Instant::now() + timeout;
+    let started = Instant::now();
+    let deadline = started + timeout;
     let mut said: Option<(String, Instant)> = None;
     loop {
         let agents = client
@@ -190,9 +195,10 @@ pub async fn wait_for_agents(
                 timeout.as_secs_f64()
             );
         }
-        let due = said
-            .as_ref()
-            .is_none_or(|(text, at)| *text != status || at.elapsed() >= WAIT_STATUS_EVERY);
+        let due = match &said {
+            None => started.elapsed() >= WAIT_QUIET,
+            Some((text, at)) => *text != status || at.elapsed() >= WAIT_STATUS_EVERY,
+        };
         if due {
             if said.is_none() {
                 eprintln!(

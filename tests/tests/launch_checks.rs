@@ -154,19 +154,19 @@ fn launch_says_which_agents_and_regions_are_connected_while_it_waits() {
     agent(&mut stack, "ap-1", "ap-southeast", true);
     wait_connected(&stack, &["us-east-1", "ap-1"]);
     let file = write(&stack, "wait.toml", &campaign(&["us-east", "eu-west"], 1));
-    let out = launch(&stack, &file, &["--wait-agents-s", "1"]);
+    let out = launch(&stack, &file, &["--wait-agents-s", "2"]);
     let said = text(&out);
     assert!(!out.status.success(), "{said}");
     let status = "connected: us-east (us-east-1); missing: eu-west (no agent); also connected, in no region of the campaign: ap-1 (ap-southeast)";
     assert!(
         said.contains(&format!(
-            "waiting up to 1 s for an agent in every region: {status}"
+            "waiting up to 2 s for an agent in every region: {status}"
         )),
         "{said}"
     );
     assert!(
         said.contains(&format!(
-            "no agent connected in region(s) eu-west after 1.0 s ({status}; wait longer with --wait-agents-s)"
+            "no agent connected in region(s) eu-west after 2.0 s ({status}; wait longer with --wait-agents-s)"
         )),
         "{said}"
     );
