@@ -742,6 +742,49 @@ model_id = "m"
     }
 
     #[tokio::test]
+    async fn a_run_to_an_agent_without_a_provider_s_key_waits_unless_the_series_allows_it() {
+        let state = State::default();
+        let mut p = plan("every = \"1h\"\nruns = 2");
+        p.providers[0].api_key_env = Some("P_KEY".into());
+        let (tx, mut rx) = mpsc::channel(64);
+        state.connect(
+            &pb::AgentHello {
+                agent_id: "a1".into(),
+                region: "us-east".into(),
+                protocol_version: 1,
+                key_env_names: vec!["OTHER".into()],
+                key_env_reported: true,
+                ..Default::default()
+            },
+            tx,
+        );
+        let id = state
+            .launch_request(&p.to_json(), SECOND, LaunchOptions::default())
+            .unwrap()
+            .campaign_id;
+        assert!(state.tick_series(now_unix_us()).is_empty());
+        let s = state.series_status(&id).unwrap();
+        assert!(
+            s.warning
+                .contains("run 1 not launched yet (retried every second): agent a1 (region us-east) lacks $P_KEY for provider p"),
+            "{}",
+            s.warning
+        );
+        assert!(pushed_plans(&mut rx).is_empty());
+        // A series launched with --allow-missing-keys runs anyway.
+        let opts = LaunchOptions {
+            allow_missing_keys: true,
+            ..Default::default()
+        };
+        let allowed = state
+            .launch_request(&p.to_json(), SECOND, opts)
+            .unwrap()
+            .campaign_id;
+        let launched = state.tick_series(now_unix_us());
+        assert_eq!(launched, [format!("{allowed}-r1")]);
+    }
+
+    #[tokio::test]
     async fn a_restarted_coordinator_continues_the_schedule() {
         let dir = tempfile::tempdir().unwrap();
         let p = plan("every = \"1h\"\nruns = 3");
