@@ -312,14 +312,15 @@ fn dead_and_silent_agents_are_shown_disconnected_with_what_they_had_in_flight() 
 #[test]
 fn cancelling_a_million_round_campaign_keeps_the_agents_connected_and_counts_exactly() {
     let s = Setup::start();
-    // Heartbeats every 0.5 s: an agent busy for 1.5 s is marked disconnected.
+    // Heartbeats every second: an agent busy for 3 s is marked disconnected (walking the
+    // slots one by one took about 25 s here). They stay after the campaign (no
+    // --exit-after), so "connected" is about the cancel only.
     let spawn_agent = |id: &str, region: &str| {
         let mut a = s.stack.agent_command(id, region, &s.stack.coord_url);
-        a.args(["--exit-after", "1"])
-            .env("LATMESH_AGENT_HEARTBEAT_S", "0.5");
+        a.env("LATMESH_AGENT_HEARTBEAT_S", HEARTBEAT_S);
         spawn(&format!("agent {id}"), a, &s.log(&format!("agent-{id}")))
     };
-    let mut agents = vec![
+    let _agents = [
         spawn_agent("us-east-1", "us-east"),
         spawn_agent("eu-west-1", "eu-west"),
     ];
@@ -369,10 +370,6 @@ fn cancelling_a_million_round_campaign_keeps_the_agents_connected_and_counts_exa
         "{coordinator_log}"
     );
     let _ = wait_exit(&mut launch, Duration::from_secs(30));
-    for a in &mut agents {
-        let status = wait_exit(a, Duration::from_secs(30));
-        assert!(status.success(), "{} exited with {status}", a.name);
-    }
     let summary: Summary = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert!(summary.cancelled);
     for a in &summary.agents {
