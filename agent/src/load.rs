@@ -34,27 +34,28 @@ async fn sleep_until(ctx: &PhaseCtx, at: Instant) -> bool {
     }
 }
 
-/// The rounds phase: every `rounds` scenario's slots.
+/// The rounds phase: every `rounds` scenario's slots. A cancel counts the slots left at
+/// once ([`rounds_left`]), however many rounds remain.
 pub async fn run_rounds(ctx: &PhaseCtx, phase_start: Instant) -> NotRun {
     let plan = &ctx.plan;
     let mut not_run = NotRun::default();
     for round in 0..plan.rounds.count {
         for (slot, s) in plan.round_order(round).into_iter().enumerate() {
             let intended = phase_start + Duration::from_micros(plan.probe_offset_us(round, slot));
+            if ctx.env.cancel.cancelled_at().is_some() {
+                not_run.cancelled += rounds_left(ctx, round, slot as u32);
+                return not_run;
+            }
             if ctx.outbox.ran_before(&ctx.campaign_id, round, slot as u32) {
                 continue; // measured by this agent before a restart: neither rerun nor skipped
-            }
-            if ctx.env.cancel.cancelled_at().is_some() {
-                not_run.cancelled += 1;
-                continue;
             }
             if Instant::now().saturating_duration_since(intended) > ctx.max_lateness {
                 not_run.late += 1;
                 continue;
             }
             if !sleep_until(ctx, intended).await {
-                not_run.cancelled += 1;
-                continue;
+                not_run.cancelled += rounds_left(ctx, round, slot as u32);
+                return not_run;
             }
             if Instant::now().saturating_duration_since(intended) > ctx.max_lateness {
                 not_run.late += 1; // the process was stopped while it waited
@@ -64,6 +65,16 @@ pub async fn run_rounds(ctx: &PhaseCtx, phase_start: Instant) -> NotRun {
         }
     }
     not_run
+}
+
+/// The rounds slots from slot `slot` of round `round` on (in plan order) that this agent
+/// has not measured before a restart: what a cancel there leaves unrun. Arithmetic plus the
+/// journal, never a walk over the remaining slots (a 1,000,000-round campaign cancelled early
+/// has millions: visiting each kept the agent's only thread from its heartbeats).
+fn rounds_left(ctx: &PhaseCtx, round: u32, slot: u32) -> u64 {
+    let per_round = ctx.plan.slots_per_round() as u64;
+    let planned = u64::from(ctx.plan.rounds.count - round) * per_round - u64::from(slot);
+    planned.saturating_sub(ctx.outbox.ran_before_from(&ctx.campaign_id, round, slot))
 }
 
 /// A closed-loop sweep of scenario `scenario`. Nothing in it is planned slot by slot, so its
@@ -171,18 +182,38 @@ pub async fn run_rate(
     let name = &ctx.plan.scenarios[scenario].name;
     let mut not_run = NotRun::default();
     let mut lagging = 0u64;
+    // Per provider: its planned arrivals, and the index of the next one to reach.
+    let mut planned = vec![0u32; providers];
+    for &(_, provider, _) in &arrivals {
+        planned[provider] += 1;
+    }
+    let mut next = vec![0u32; providers];
+    // What a cancel leaves unrun, counted at once (as in `rounds_left`).
+    let arrivals_left = |next: &[u32]| -> u64 {
+        (0..providers)
+            .map(|p| {
+                u64::from(planned[p] - next[p]).saturating_sub(ctx.outbox.arrivals_ran_before_from(
+                    &ctx.campaign_id,
+                    name,
+                    &ctx.plan.providers[p].name,
+                    next[p],
+                ))
+            })
+            .sum()
+    };
     for (offset_us, provider, i) in arrivals {
         let intended = phase_start + Duration::from_micros(offset_us);
         let provider_name = &ctx.plan.providers[provider].name;
+        if ctx.env.cancel.cancelled_at().is_some() {
+            not_run.cancelled += arrivals_left(&next);
+            break;
+        }
+        next[provider] = i + 1;
         if ctx
             .outbox
             .arrival_ran_before(&ctx.campaign_id, name, provider_name, i)
         {
             continue; // measured by this agent before a restart: neither resent nor skipped
-        }
-        if ctx.env.cancel.cancelled_at().is_some() {
-            not_run.cancelled += 1;
-            continue;
         }
         // The scheduler itself more than `max_lateness` late (a restarted agent, a stopped
         // process): not sent, counted. Only a provider's caps may hold an arrival longer, up
@@ -194,8 +225,9 @@ pub async fn run_rate(
         }
         lagging += u64::from(late > Duration::from_millis(10));
         if !sleep_until(ctx, intended).await {
-            not_run.cancelled += 1;
-            continue;
+            next[provider] = i; // this one is not run either
+            not_run.cancelled += arrivals_left(&next);
+            break;
         }
         if Instant::now().saturating_duration_since(intended) > ctx.max_lateness {
             not_run.late += 1; // the process was stopped while it waited
@@ -305,6 +337,16 @@ model_id = "m"
         outbox: Outbox,
         start: Instant,
     ) -> (Vec<ProbeRecord>, NotRun, Instant) {
+        run_phase_with(plan, outbox, start, SlotEnv::default()).await
+    }
+
+    /// [`run_phase_from`] with `env` (e.g. a cancelled switch).
+    async fn run_phase_with(
+        plan: Plan,
+        outbox: Outbox,
+        start: Instant,
+        env: SlotEnv,
+    ) -> (Vec<ProbeRecord>, NotRun, Instant) {
         let plan = Arc::new(plan);
         let (tx, mut rx) = mpsc::channel(4096);
         let ctx = PhaseCtx {
@@ -314,7 +356,7 @@ model_id = "m"
             tx,
             env: SlotEnv {
                 limits: Arc::new(Limiters::new(&plan, 1)),
-                ..SlotEnv::default()
+                ..env
             },
             outbox,
             max_lateness: Duration::from_secs(1),
@@ -583,6 +625,60 @@ model_id = "m"
         // Without a journal (it died before spooling anything): steps 0 and 1, 1 + 2 workers.
         let (_, not_run, _) = run_phase_from(plan, Outbox::default(), start()).await;
         assert_eq!(not_run.late, 3);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_cancel_counts_what_is_left_at_once_minus_what_ran_before() {
+        // Nothing listens on port 9: nothing is sent anyway, the cancel comes first.
+        let addr: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let cancelled = || {
+            let env = SlotEnv::default();
+            env.cancel.cancel();
+            env
+        };
+        // A million rounds of 2 slots, 3 of them measured before a restart.
+        let mut rounds = plan(
+            addr,
+            "a",
+            "[rounds]\ncount = 1000000\ninterval_s = 1\ngap_ms = 10",
+            "",
+        );
+        rounds.providers.push(rounds.providers[0].clone());
+        rounds.providers[1].name = "b".into();
+        let resume = crate::spool::Resume {
+            slots: [(0, 0), (0, 1), (999_999, 1)].into(),
+            ..Default::default()
+        };
+        let start = Instant::now() + Duration::from_secs(5);
+        let (records, not_run, _) =
+            run_phase_with(rounds, Outbox::resumed("c", resume), start, cancelled()).await;
+        assert!(records.is_empty());
+        assert_eq!(
+            not_run,
+            NotRun {
+                late: 0,
+                cancelled: 2_000_000 - 3
+            }
+        );
+        // Open loop: 200 arrivals, 2 measured before.
+        let rate = plan(addr, "a", "[scenarios.rate]\nrps = 20\nduration_s = 10", "");
+        let resume = crate::spool::Resume {
+            arrivals: [
+                ("load".to_string(), "a".to_string(), 0),
+                ("load".to_string(), "a".to_string(), 150),
+            ]
+            .into(),
+            ..Default::default()
+        };
+        let (_, not_run, _) =
+            run_phase_with(rate, Outbox::resumed("c", resume), start, cancelled()).await;
+        assert_eq!(
+            not_run,
+            NotRun {
+                late: 0,
+                cancelled: 198
+            }
+        );
     }
 
     /// Runs the plan's only phase while its only thread is blocked (as by SIGSTOP) from

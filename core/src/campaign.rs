@@ -55,7 +55,9 @@
 //!
 //! Environment overrides: `LATMESH_CAMPAIGN__SEED=7`, `LATMESH_ROUNDS__COUNT=3` (section and
 //! key separated by a double underscore). Only the `campaign` and `rounds` sections can be
-//! overridden this way.
+//! overridden this way; any other `LATMESH_*` variable that is not a latmesh setting is an
+//! error naming the nearest valid one ([`crate::env_overrides`]). A key written twice is an
+//! error too (TOML's parser refuses it; YAML is checked by [`crate::yaml_keys`]).
 //!
 //! Windows: every result row is labelled with the window its time falls in, in the local time
 //! of its region (rules in [`crate::windows`]: the first declared window wins where windows
@@ -426,7 +428,12 @@ pub fn load_file(path: &Path) -> Result<Plan, CampaignError> {
         Figment::from(Toml::file(path))
     };
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    let order = std::fs::read_to_string(path)
+    let text = std::fs::read_to_string(path).ok();
+    if is_yaml && let Some(text) = &text {
+        crate::yaml_keys::check_no_duplicate_keys(text)
+            .map_err(|e| CampaignError::Parse(format!("{}: {e}", path.display())))?;
+    }
+    let order = text
         .map(|text| declared_window_order(&text, is_yaml))
         .unwrap_or_default();
     // Parse errors name the file already (figment's source, or `path` for a problem of the
@@ -462,6 +469,9 @@ fn from_figment(
     window_order: &[String],
     file: Option<&Path>,
 ) -> Result<Plan, CampaignError> {
+    // A mistyped override would otherwise be dropped by the filter below, in silence.
+    crate::env_overrides::check_env(std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()))
+        .map_err(CampaignError::Parse)?;
     let env = Env::prefixed("LATMESH_")
         .filter(|k| {
             let k = k.as_str().to_ascii_lowercase();
@@ -2161,6 +2171,31 @@ providers:
         std::fs::write(&file, yaml.replace("max_tokens: 16", "max_tokens: lots")).unwrap();
         let e = load_file(&file).unwrap_err().to_string();
         assert!(e.contains("c.yaml") && e.contains("max_tokens"), "{e}");
+    }
+
+    #[test]
+    fn keys_written_twice_are_errors_naming_the_key_and_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let yaml = dir.path().join("c.yaml");
+        std::fs::write(
+            &yaml,
+            "campaign: {name: t, regions: [us-east]}\nrounds:\n  count: 2\n  interval_s: 1\n  gap_ms: 10\n  count: 1000000\nscenarios:\n  - {name: chat, prompt_ids: [\"code-*\"], max_tokens: 16}\nproviders:\n  - {name: a, base_url: \"http://127.0.0.1:9/v1\", model_id: m}\n",
+        )
+        .unwrap();
+        let e = load_file(&yaml).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("{}: duplicate key `rounds.count`", yaml.display())),
+            "{e}"
+        );
+        let toml = dir.path().join("c.toml");
+        std::fs::write(
+            &toml,
+            GOOD.replace("count = 3", "count = 3\ncount = 1000000"),
+        )
+        .unwrap();
+        let e = load_file(&toml).unwrap_err().to_string();
+        assert!(e.contains("c.toml") && e.contains("duplicate key"), "{e}");
+        assert!(e.contains("count"), "{e}");
     }
 
     #[test]

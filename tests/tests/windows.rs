@@ -265,6 +265,7 @@ fn launched(plan: &Plan) -> (State, String, Vec<tokio::sync::mpsc::Receiver<impl
                 region: region.into(),
                 version: "test".into(),
                 protocol_version: latmesh_proto::PROTOCOL_VERSION,
+                ..Default::default()
             },
             tx,
         );
