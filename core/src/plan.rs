@@ -625,11 +625,13 @@ pub(crate) mod tests {
             "follow_ups",
             "policy",
             "max_response_bytes",
+            "user_agent",
         ] {
             assert!(!json.contains(key), "{key} in {json}");
         }
         let mut m = p.clone();
         m.providers[0].pass_reasoning = true;
+        m.providers[1].user_agent = Some("my-app/1.0".into());
         m.scenarios[0].prompts[0].follow_ups = vec!["more?".into()];
         m.scenarios[0].policy = ClientPolicy {
             turns: 2,
@@ -643,6 +645,7 @@ pub(crate) mod tests {
             "{json}"
         );
         assert!(json.contains(r#""pass_reasoning":true"#), "{json}");
+        assert!(json.contains(r#""user_agent":"my-app/1.0""#), "{json}");
         assert!(json.contains(r#""max_response_bytes":1048576"#), "{json}");
         let back: Plan = serde_json::from_str(&json).unwrap();
         assert_eq!(back, m);

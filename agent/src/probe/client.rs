@@ -3,20 +3,20 @@
 //! [`Measurement`].
 
 use std::future::Future;
-use std::net::IpAddr;
 use std::pin::Pin;
 use std::task::Poll;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HOST, HeaderMap, HeaderName, HeaderValue, USER_AGENT};
+use http::header::{CONTENT_TYPE, HOST, HeaderValue, USER_AGENT};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt as _;
 use hyper::body::{Body as _, Incoming};
 use latmesh_core::record::Outcome;
 
 use super::chunk::ProviderError;
+use super::emulation::Emulation;
 use super::measure::{BodyStamps, Flow, Head, Measurement};
 use super::outcome::{
     BodyEnd, Failure, Scrubber, parse_retry_after, timeout_limit_s, timeout_message,
@@ -24,11 +24,6 @@ use super::outcome::{
 use super::transport::{Conn, Phases, ReqBody, Target, Transport};
 use super::{ProbeOptions, ProbeRequest, ProbeResult, request};
 use latmesh_core::error_text::chain as error_chain;
-
-/// Header carrying the agent's region (the simulator keys its network delay on it): sent
-/// only by a prober made with an emulated region, and only to a loopback peer
-/// ([`emulation_headers`]).
-pub const REGION_HEADER: &str = "x-latmesh-region";
 
 /// After `[DONE]`, how long the rest of the body is awaited (so the connection can go back to
 /// the pool) before it is dropped.
@@ -44,51 +39,6 @@ pub struct Prober {
     /// The region a simulator is told (`x-latmesh-region`), when emulating one.
     region: Option<HeaderValue>,
     pub(super) transport: Transport,
-}
-
-/// The headers only a simulator understands that a request to `peer` carries: the
-/// emulated `region` ([`REGION_HEADER`]) and the `probe_id`
-/// ([`PROBE_ID_HEADER`](super::request::PROBE_ID_HEADER)), each when given, and only when
-/// `peer` is a loopback address (127.0.0.0/8, `::1`, or either mapped in IPv6). A host that
-/// is not loopback never gets them, whatever the prober was asked to send: they would tell a
-/// provider that the request is a probe, and from where.
-pub fn emulation_headers(
-    peer: IpAddr,
-    region: Option<&HeaderValue>,
-    probe_id: Option<&HeaderValue>,
-) -> HeaderMap {
-    let mut h = HeaderMap::new();
-    if !peer.to_canonical().is_loopback() {
-        return h;
-    }
-    if let Some(v) = region {
-        h.insert(HeaderName::from_static(REGION_HEADER), v.clone());
-    }
-    if let Some(v) = probe_id {
-        h.insert(HeaderName::from_static(request::PROBE_ID_HEADER), v.clone());
-    }
-    h
-}
-
-/// The emulation headers of one request, put on it for the connection it goes on.
-#[derive(Clone, Debug, Default)]
-struct Emulation {
-    region: Option<HeaderValue>,
-    probe_id: Option<HeaderValue>,
-}
-
-impl Emulation {
-    /// Sets `headers`' emulation headers to those `peer` may receive (removing any set for
-    /// another connection).
-    fn apply(&self, headers: &mut HeaderMap, peer: IpAddr) {
-        headers.remove(REGION_HEADER);
-        headers.remove(request::PROBE_ID_HEADER);
-        headers.extend(emulation_headers(
-            peer,
-            self.region.as_ref(),
-            self.probe_id.as_ref(),
-        ));
-    }
 }
 
 /// How sending on one connection failed.
@@ -170,7 +120,8 @@ struct Deadlines {
 impl Prober {
     /// A prober. With `region` it emulates that region for a simulator: its requests to a
     /// loopback peer carry `x-latmesh-region: {region}` (never to another host, see
-    /// [`emulation_headers`]). Real providers get no latmesh header in any case.
+    /// [`emulation_headers`](super::emulation_headers)). Real providers get no latmesh header
+    /// in any case.
     ///
     /// # Errors
     /// `region` is not a valid header value, or TLS cannot be set up.

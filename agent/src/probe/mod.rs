@@ -91,6 +91,7 @@
 
 pub mod chunk;
 mod client;
+pub mod emulation;
 mod measure;
 pub mod outcome;
 pub mod request;
@@ -104,7 +105,8 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-pub use client::{Prober, REGION_HEADER, emulation_headers};
+pub use client::Prober;
+pub use emulation::{PROBE_ID_HEADER, REGION_HEADER, emulation_headers};
 
 /// One request to probe. Its `Debug` output leaves the API key and the prompt out.
 #[derive(Clone, Copy)]

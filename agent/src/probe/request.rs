@@ -75,10 +75,6 @@ pub fn api_key_from_env(name: &str) -> Result<Option<String>, String> {
     Ok(Some(key.to_string()))
 }
 
-/// Header naming the attempt for a test server's ground-truth log ([`ProbeRequest::probe_id`]);
-/// sent to loopback peers only ([`emulation_headers`](super::client::emulation_headers)).
-pub const PROBE_ID_HEADER: &str = "x-latmesh-probe-id";
-
 /// The `user-agent` of a request whose provider names none: the OpenAI Python SDK's
 /// (`OpenAI/Python {version}`, its synchronous client's, at the latest release when this
 /// was written). It is what most clients of OpenAI-compatible APIs send, so a provider

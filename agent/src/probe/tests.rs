@@ -276,7 +276,7 @@ fn emulation_headers_never_leave_for_a_host_that_is_not_loopback() {
         let h = emulation_headers(peer.parse().unwrap(), Some(&region), Some(&id));
         assert_eq!(h.len(), 2, "{peer}");
         assert_eq!(h[REGION_HEADER], "eu-west");
-        assert_eq!(h[request::PROBE_ID_HEADER], "probe-7");
+        assert_eq!(h[PROBE_ID_HEADER], "probe-7");
         assert!(emulation_headers(peer.parse().unwrap(), None, None).is_empty());
     }
     for peer in [

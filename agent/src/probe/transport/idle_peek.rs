@@ -6,31 +6,31 @@
 //! closes right after its response (llama-server) is then mostly caught here, before a
 //! request is lost on it; the rest is what the probe's one retry on a new connection is for.
 //!
-//! The check holds a duplicate of the socket's descriptor (`F_DUPFD_CLOEXEC`): peeking a
-//! descriptor number whose socket hyper already closed could look at another connection.
+//! The look is a `recv(MSG_PEEK | MSG_DONTWAIT)` of one byte on the socket's descriptor
+//! number, which the connection task owns: it is only taken while hyper still holds the
+//! connection open (the pool drops closed ones first). Holding a duplicate descriptor instead
+//! would double the descriptors of every connection (10,000 streams are 10,000 sockets).
+//! Should hyper close the socket in between on another thread, the number names a closed or
+//! another descriptor: a peek reads nothing (`MSG_PEEK`), so the worst outcome is a wrong
+//! answer, and a send on a closed connection fails at once and goes on a new connection.
 //! Unix only; elsewhere every idle connection passes.
 
 #[cfg(unix)]
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, RawFd};
 
-/// A duplicate of a connection's socket descriptor, to peek at while the connection is idle.
+/// A connection's socket descriptor number, to peek at while the connection is idle.
 #[derive(Debug)]
 pub struct IdlePeek {
     #[cfg(unix)]
-    fd: OwnedFd,
+    fd: RawFd,
 }
 
 impl IdlePeek {
-    /// A duplicate of `socket`'s descriptor; `None` when it cannot be made (then the
-    /// connection is reused without the look).
+    /// The look at `socket`, whose descriptor the connection keeps for its life.
     #[cfg(unix)]
     pub fn of(socket: &impl AsRawFd) -> Option<IdlePeek> {
-        // SAFETY: fcntl with F_DUPFD_CLOEXEC on a descriptor that `socket` owns returns a new
-        // descriptor (or -1), which nothing else owns.
-        let fd = unsafe { libc::fcntl(socket.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
-        (fd >= 0).then(|| IdlePeek {
-            // SAFETY: `fd` is a fresh descriptor owned by nothing else.
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        Some(IdlePeek {
+            fd: socket.as_raw_fd(),
         })
     }
 
@@ -41,15 +41,16 @@ impl IdlePeek {
     }
 
     /// Whether the idle socket has nothing to read and no end of stream (a peek of one byte,
-    /// without waiting, would block).
+    /// without waiting, would block). Only while the connection is open (module doc).
     #[cfg(unix)]
     pub fn quiet(&self) -> bool {
         let mut b = [0u8; 1];
         // SAFETY: a one-byte buffer we own; MSG_PEEK leaves the data where it is,
-        // MSG_DONTWAIT never blocks.
+        // MSG_DONTWAIT never blocks; any descriptor number is memory-safe to pass (a wrong
+        // one fails with EBADF or ENOTSOCK: not quiet).
         let n = unsafe {
             libc::recv(
-                self.fd.as_raw_fd(),
+                self.fd,
                 b.as_mut_ptr().cast(),
                 1,
                 libc::MSG_PEEK | libc::MSG_DONTWAIT,

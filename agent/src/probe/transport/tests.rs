@@ -292,6 +292,51 @@ async fn a_pooled_connection_closed_before_the_response_is_retried_on_a_new_one(
     }
 }
 
+/// A pooled connection the server closed while it was idle is not reused when the close
+/// reached the socket, even before hyper's connection task has run to see it (this
+/// runtime has one thread, blocked while the FIN arrives): no request is lost on it, so
+/// none needs the retry.
+#[tokio::test]
+async fn a_close_on_the_idle_socket_is_seen_before_reuse() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (closed_tx, closed_rx) = std::sync::mpsc::channel();
+    let (close_tx, close_rx) = std::sync::mpsc::channel::<()>();
+    let server = std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        for c in 0..2 {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 8192];
+            let mut req = Vec::new();
+            while !req.windows(4).any(|w| w == b"\r\n\r\n") || !req.ends_with(b"}") {
+                let n = s.read(&mut buf).unwrap();
+                assert!(n > 0, "request cut short");
+                req.extend_from_slice(&buf[..n]);
+            }
+            s.write_all(&sse_response()).unwrap();
+            if c == 0 {
+                close_rx.recv().unwrap();
+                s.shutdown(std::net::Shutdown::Write).unwrap();
+                closed_tx.send(()).unwrap();
+            }
+            kept.push(s);
+        }
+    });
+    let p = Prober::new(None).unwrap();
+    let base = format!("http://{addr}/v1");
+    let t = timeouts(2.0, 5.0);
+    assert_eq!(how(&run(&p, &base, &t).await.record), OK_NEW);
+    close_tx.send(()).unwrap();
+    // Blocks the runtime's only thread: hyper's task cannot run while the FIN arrives
+    // (on loopback it is delivered by the shutdown call itself; the wait is a margin).
+    closed_rx.recv().unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let r = run(&p, &base, &t).await.record;
+    assert_eq!(how(&r), OK_NEW, "{r:?}");
+    server.join().unwrap();
+}
+
 /// `(outcome, conn_reused, conn_retried)` of a record.
 fn how(r: &ProbeRecord) -> (Option<Outcome>, bool, bool) {
     (r.outcome, r.conn_reused, r.conn_retried)
