@@ -105,12 +105,20 @@ pub struct MatrixCell {
     /// `ok` event-stream attempts whose usage disagreed with the chunk count (a body read
     /// whole has no chunks to count: never one).
     pub usage_chunk_mismatches: u64,
-    /// Attempts (any outcome) by the `model` the provider answered with.
+    /// Attempts (any outcome) by the `model` the provider answered with: the
+    /// [`model_stats::MAX_NAMES_PER_CELL`] most frequent names.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub answered_models: BTreeMap<String, u64>,
-    /// Attempts (any outcome) by the `system_fingerprint` the provider answered with.
+    /// Attempts answered under model names `answered_models` leaves out.
+    #[serde(default, skip_serializing_if = "model_stats::is_zero")]
+    pub answered_models_more: u64,
+    /// Attempts (any outcome) by the `system_fingerprint` the provider answered with (the
+    /// most frequent, as `answered_models`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub system_fingerprints: BTreeMap<String, u64>,
+    /// Attempts answered under fingerprints `system_fingerprints` leaves out.
+    #[serde(default, skip_serializing_if = "model_stats::is_zero")]
+    pub system_fingerprints_more: u64,
     /// The latest failed attempt of this cell, described (outcome, status, provider error).
     pub last_error: Option<String>,
     /// Attempts by outcome name.
@@ -270,6 +278,10 @@ fn cell(agg: &Aggregate, region: Option<&str>, provider: &str, scenario: &str) -
         }
     };
     let p50 = |metric| hist(metric).map(|h| h.value_at_quantile(0.5) as f64 / 1000.0);
+    let (answered_models, answered_models_more) =
+        model_stats::most_frequent(&counts.answered_models);
+    let (system_fingerprints, system_fingerprints_more) =
+        model_stats::most_frequent(&counts.system_fingerprints);
     MatrixCell {
         region: region.unwrap_or(ALL_REGIONS).to_string(),
         provider: provider.to_string(),
@@ -296,8 +308,10 @@ fn cell(agg: &Aggregate, region: Option<&str>, provider: &str, scenario: &str) -
         usage_chunk_delta_mean: (counts.ok_usage_reports > 0)
             .then(|| counts.ok_usage_chunk_delta_sum as f64 / counts.ok_usage_reports as f64),
         usage_chunk_mismatches: counts.ok_usage_chunk_mismatches,
-        answered_models: counts.answered_models.clone(),
-        system_fingerprints: counts.system_fingerprints.clone(),
+        answered_models,
+        answered_models_more,
+        system_fingerprints,
+        system_fingerprints_more,
         last_error: counts.last_error.clone(),
         outcomes: counts
             .outcomes
