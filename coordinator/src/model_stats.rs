@@ -20,6 +20,27 @@ use crate::summary::{ALL_REGIONS, MatrixCell};
 /// Names listed per flag line before the rest are summed up as "and N more".
 const LISTED: usize = 4;
 
+/// Most names a matrix cell keeps per map (`answered_models`, `system_fingerprints`): a
+/// provider that names a new backend in every answer cannot grow the summary without bound.
+/// The attempts under the names left out are counted apart (`…_more`).
+pub const MAX_NAMES_PER_CELL: usize = 20;
+
+/// The [`MAX_NAMES_PER_CELL`] most frequent names of `counts` (ties: the smaller name), and
+/// the attempts under the names left out.
+pub fn most_frequent(counts: &BTreeMap<String, u64>) -> (BTreeMap<String, u64>, u64) {
+    if counts.len() <= MAX_NAMES_PER_CELL {
+        return (counts.clone(), 0);
+    }
+    let mut v: Vec<(&String, &u64)> = counts.iter().collect();
+    v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    let more = v[MAX_NAMES_PER_CELL..].iter().map(|(_, n)| **n).sum();
+    let kept = v[..MAX_NAMES_PER_CELL]
+        .iter()
+        .map(|(k, n)| ((*k).clone(), **n))
+        .collect();
+    (kept, more)
+}
+
 /// What one provider answered with over the campaign (every scenario, the `ALL` rows).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModelRow {
@@ -35,6 +56,17 @@ pub struct ModelRow {
     pub other_models: Vec<String>,
     /// Attempts by the `system_fingerprint` they were answered with.
     pub system_fingerprints: BTreeMap<String, u64>,
+    /// Attempts answered under model names the cells left out ([`MAX_NAMES_PER_CELL`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub answered_more: u64,
+    /// Attempts answered under fingerprints the cells left out.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub system_fingerprints_more: u64,
+}
+
+/// Whether a count is 0 (fields left out of the JSON then).
+pub(crate) fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl ModelRow {
@@ -45,7 +77,8 @@ impl ModelRow {
 
     /// Whether more than one model, or more than one `system_fingerprint`, answered.
     pub fn changed(&self) -> bool {
-        self.answered.len() > 1 || self.system_fingerprints.len() > 1
+        self.answered.len() + usize::from(self.answered_more > 0) > 1
+            || self.system_fingerprints.len() + usize::from(self.system_fingerprints_more > 0) > 1
     }
 
     /// The flags, in words (empty when nothing is flagged).
@@ -58,18 +91,26 @@ impl ModelRow {
                 self.other_models.join(", ")
             ));
         }
-        if self.answered.len() > 1 {
-            out.push(format!(
-                "{} models answered during the campaign: {}",
-                self.answered.len(),
-                counted(&self.answered)
-            ));
+        let changed = |what: &str, counts: &BTreeMap<String, u64>, more: u64| {
+            let mut s = format!(
+                "{}{} {what} answered during the campaign: {}",
+                counts.len(),
+                if more > 0 { " or more" } else { "" },
+                counted(counts)
+            );
+            if more > 0 {
+                let _ = write!(s, "; {more} attempts under names not kept");
+            }
+            s
+        };
+        if self.answered.len() + usize::from(self.answered_more > 0) > 1 {
+            out.push(changed("models", &self.answered, self.answered_more));
         }
-        if self.system_fingerprints.len() > 1 {
-            out.push(format!(
-                "{} system_fingerprints answered during the campaign: {}",
-                self.system_fingerprints.len(),
-                counted(&self.system_fingerprints)
+        if self.system_fingerprints.len() + usize::from(self.system_fingerprints_more > 0) > 1 {
+            out.push(changed(
+                "system_fingerprints",
+                &self.system_fingerprints,
+                self.system_fingerprints_more,
             ));
         }
         out
@@ -99,6 +140,7 @@ pub fn model_rows(providers: &[ProviderSpec], cells: &[MatrixCell]) -> Vec<Model
     for p in providers {
         let mut answered = BTreeMap::new();
         let mut system_fingerprints = BTreeMap::new();
+        let (mut answered_more, mut system_fingerprints_more) = (0, 0);
         for c in cells
             .iter()
             .filter(|c| c.region == ALL_REGIONS && c.provider == p.name)
@@ -109,6 +151,8 @@ pub fn model_rows(providers: &[ProviderSpec], cells: &[MatrixCell]) -> Vec<Model
             for (f, n) in &c.system_fingerprints {
                 count_name(&mut system_fingerprints, Some(f), *n);
             }
+            answered_more += c.answered_models_more;
+            system_fingerprints_more += c.system_fingerprints_more;
         }
         if answered.is_empty() && system_fingerprints.is_empty() {
             continue;
@@ -126,6 +170,8 @@ pub fn model_rows(providers: &[ProviderSpec], cells: &[MatrixCell]) -> Vec<Model
             answered,
             other_models,
             system_fingerprints,
+            answered_more,
+            system_fingerprints_more,
         });
     }
     out
@@ -277,6 +323,28 @@ mod tests {
             "{text}"
         );
         assert_eq!(render(&rows[..0]), "");
+    }
+
+    #[test]
+    fn a_cell_keeps_the_most_frequent_names() {
+        let counts: BTreeMap<String, u64> = (0..25u64)
+            .map(|i| (format!("fp{i:02}"), if i == 24 { 100 } else { 1 }))
+            .collect();
+        let (kept, more) = most_frequent(&counts);
+        assert_eq!(kept.len(), MAX_NAMES_PER_CELL);
+        // The most frequent first, then ties by name: fp24, fp00..fp18; fp19..fp23 left out.
+        assert_eq!(kept["fp24"], 100);
+        assert!(kept.contains_key("fp18") && !kept.contains_key("fp19"));
+        assert_eq!(more, 5);
+        let mut c = cell(ALL_REGIONS, "openai", &[("gpt-4o", 3)], &[]);
+        (c.system_fingerprints, c.system_fingerprints_more) = (kept, more);
+        let rows = model_rows(&[spec("openai", "gpt-4o", None)], &[c]);
+        assert_eq!(
+            rows[0].flags(),
+            [
+                "20 or more system_fingerprints answered during the campaign: fp24 ×100, fp00 ×1, fp01 ×1, fp02 ×1 and 16 more; 5 attempts under names not kept"
+            ]
+        );
     }
 
     #[test]

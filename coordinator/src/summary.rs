@@ -105,12 +105,20 @@ pub struct MatrixCell {
     /// `ok` event-stream attempts whose usage disagreed with the chunk count (a body read
     /// whole has no chunks to count: never one).
     pub usage_chunk_mismatches: u64,
-    /// Attempts (any outcome) by the `model` the provider answered with.
+    /// Attempts (any outcome) by the `model` the provider answered with: the
+    /// [`model_stats::MAX_NAMES_PER_CELL`] most frequent names.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub answered_models: BTreeMap<String, u64>,
-    /// Attempts (any outcome) by the `system_fingerprint` the provider answered with.
+    /// Attempts answered under model names `answered_models` leaves out.
+    #[serde(default, skip_serializing_if = "model_stats::is_zero")]
+    pub answered_models_more: u64,
+    /// Attempts (any outcome) by the `system_fingerprint` the provider answered with (the
+    /// most frequent, as `answered_models`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub system_fingerprints: BTreeMap<String, u64>,
+    /// Attempts answered under fingerprints `system_fingerprints` leaves out.
+    #[serde(default, skip_serializing_if = "model_stats::is_zero")]
+    pub system_fingerprints_more: u64,
     /// The latest failed attempt of this cell, described (outcome, status, provider error).
     pub last_error: Option<String>,
     /// Attempts by outcome name.
@@ -270,6 +278,10 @@ fn cell(agg: &Aggregate, region: Option<&str>, provider: &str, scenario: &str) -
         }
     };
     let p50 = |metric| hist(metric).map(|h| h.value_at_quantile(0.5) as f64 / 1000.0);
+    let (answered_models, answered_models_more) =
+        model_stats::most_frequent(&counts.answered_models);
+    let (system_fingerprints, system_fingerprints_more) =
+        model_stats::most_frequent(&counts.system_fingerprints);
     MatrixCell {
         region: region.unwrap_or(ALL_REGIONS).to_string(),
         provider: provider.to_string(),
@@ -296,8 +308,10 @@ fn cell(agg: &Aggregate, region: Option<&str>, provider: &str, scenario: &str) -
         usage_chunk_delta_mean: (counts.ok_usage_reports > 0)
             .then(|| counts.ok_usage_chunk_delta_sum as f64 / counts.ok_usage_reports as f64),
         usage_chunk_mismatches: counts.ok_usage_chunk_mismatches,
-        answered_models: counts.answered_models.clone(),
-        system_fingerprints: counts.system_fingerprints.clone(),
+        answered_models,
+        answered_models_more,
+        system_fingerprints,
+        system_fingerprints_more,
         last_error: counts.last_error.clone(),
         outcomes: counts
             .outcomes
@@ -508,6 +522,7 @@ dropped (open-loop arrivals not sent in time; not in error rates):"
 mod tests {
     use super::*;
     use crate::load_stats::tests::{add_rate, agent, plan, sweep_aggregate};
+    use latmesh_core::record::{OutputTokensSource, ProbeRecord};
 
     #[test]
     fn summary_reports_sweeps_rates_dropped_and_start_skew() {
@@ -582,5 +597,106 @@ mod tests {
                 line.chars().count()
             );
         }
+    }
+
+    /// A reasoning stream whose usage counts only the answer, a non-streaming scenario, and a
+    /// provider that answers with its own model name: the usage notice names the streamed
+    /// scenario only, with the attempts that took the payload count, and the model flag names
+    /// the provider.
+    #[test]
+    fn the_usage_notice_counts_streams_only_and_another_model_is_flagged() {
+        let plan = latmesh_core::campaign::load_toml_str(
+            r#"
+[campaign]
+name = "t"
+seed = 1
+regions = ["us-east"]
+[rounds]
+count = 2
+interval_s = 2.0
+gap_ms = 100
+[[scenarios]]
+name = "stream"
+prompt_ids = ["short-qa-en-*"]
+stream = true
+max_tokens = 32
+[[scenarios]]
+name = "whole"
+prompt_ids = ["short-qa-en-*"]
+stream = false
+max_tokens = 32
+[[providers]]
+name = "reasoner"
+base_url = "http://127.0.0.1:9/v1"
+model_id = "reasoner"
+[[providers]]
+name = "llama"
+base_url = "http://127.0.0.1:9/v1"
+model_id = "gpt-4o"
+"#,
+            std::path::Path::new("."),
+        )
+        .unwrap();
+        let mut agg = Aggregate::default();
+        for provider in ["reasoner", "llama"] {
+            for scenario in ["stream", "whole"] {
+                let stream = scenario == "stream";
+                let rec = ProbeRecord {
+                    provider: provider.into(),
+                    scenario: scenario.into(),
+                    stream,
+                    outcome: Some(Outcome::Ok),
+                    final_attempt: true,
+                    output_tokens: if stream { 31 } else { 8 },
+                    output_tokens_source: if stream {
+                        OutputTokensSource::PayloadsOverUsage
+                    } else {
+                        OutputTokensSource::Usage
+                    },
+                    token_payloads: if stream { 31 } else { 1 },
+                    usage_chunk_delta: stream.then_some(8 - 31),
+                    answered_model: Some(
+                        if provider == "llama" {
+                            "smollm2"
+                        } else {
+                            "reasoner"
+                        }
+                        .into(),
+                    ),
+                    ..ProbeRecord::default()
+                };
+                agg.add_record("us-east", &rec);
+            }
+        }
+        let s = build("c1", &plan, 0, &agg, Vec::new());
+        let whole = s.cell("ALL", "reasoner", "whole").unwrap();
+        assert_eq!(
+            (whole.usage_chunk_mismatches, whole.tokens_over_usage),
+            (0, 0)
+        );
+        let streamed = s.cell("ALL", "reasoner", "stream").unwrap();
+        assert_eq!(
+            (streamed.usage_chunk_mismatches, streamed.tokens_over_usage),
+            (1, 1)
+        );
+        let text = s.render();
+        assert!(
+            text.contains("reasoner             stream         mean -23.0 tokens, 1 of 1 attempts differ; 1 counted from payloads"),
+            "{text}"
+        );
+        assert!(!text.contains("whole          mean"), "{text}");
+        assert!(
+            text.contains(
+                "llama                answered with another model than \"gpt-4o\": smollm2"
+            ),
+            "{text}"
+        );
+        assert_eq!(
+            s.models
+                .iter()
+                .map(|m| m.answered_other_model())
+                .collect::<Vec<_>>(),
+            [false, true]
+        );
     }
 }

@@ -5,9 +5,9 @@
 //! Providers answer with a normalised or dated name (`gpt-4o` → `gpt-4o-2024-08-06`,
 //! `deepseek-chat` → `deepseek-chat-v3-0324`), sometimes with or without an organisation
 //! path (`meta-llama/Llama-3.1-8B-Instruct`). [`model_matches`] accepts those; a server that
-//! ignores the model id and answers with its own name (llama-server answers with the file or
-//! alias it loaded, whatever id was sent) does not match, and the provider's `expect_model`
-//! names what it should answer instead.
+//! ignores the model id and answers with its own name (llama-server answers with its
+//! `--alias`, whatever id was sent) does not match, and the provider's `expect_model` names
+//! what it should answer instead.
 
 /// Longest `answered_model` / `system_fingerprint` kept, bytes (cut on a character boundary,
 /// then marked with `…`).

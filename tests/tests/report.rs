@@ -111,6 +111,23 @@ async fn demo_report_from_memory_and_from_clickhouse() {
         "{}",
         ch_json["notes"]
     );
+    // What answered: the simulator answers with the model id it was sent, so every provider
+    // is listed, none is flagged, and ClickHouse counts the same.
+    assert_eq!(
+        mem.models.len(),
+        data.plan.providers.len(),
+        "{:?}",
+        mem.models
+    );
+    for m in &mem.models {
+        assert!(m.flags().is_empty(), "{m:?}");
+        assert_eq!(
+            m.system_fingerprints.keys().collect::<Vec<_>>(),
+            ["latmesh-sim"]
+        );
+    }
+    assert!(html.contains("<section id=\"answered\">"));
+    same(&ch_json["models"], &json["models"], "models");
     let ch = report::from_clickhouse(&url, &db, &id).await.unwrap();
     check_time_series(&ch, &data);
     check_windows(&ch, &data);

@@ -29,6 +29,7 @@ use super::rows::{AgentRow, CampaignRow};
 use super::{StoreError, check_identifier};
 use crate::aggregate::{count_name, counts_in_error_rates};
 use crate::load_stats::{self, RowFilter, StepMeasure, SweepRow};
+use crate::model_stats;
 use crate::summary::{ALL_REGIONS, MatrixCell, Percentiles};
 
 /// Which rows a query looks at. Every field left `None` means "all".
@@ -238,6 +239,10 @@ impl MatrixRow {
     /// arithmetic), except which failure is `last_error`: here the latest by send time (in
     /// memory the last to arrive, and for `ALL` the last region's).
     pub fn to_cell(&self) -> MatrixCell {
+        let (answered_models, answered_models_more) =
+            model_stats::most_frequent(&self.answered_models);
+        let (system_fingerprints, system_fingerprints_more) =
+            model_stats::most_frequent(&self.system_fingerprints);
         MatrixCell {
             region: self.region.clone(),
             provider: self.provider.clone(),
@@ -255,8 +260,10 @@ impl MatrixRow {
             output_tokens_mean: self.output_tokens_mean(),
             tokens_from_usage: self.tokens_from_usage,
             tokens_over_usage: self.tokens_over_usage,
-            answered_models: self.answered_models.clone(),
-            system_fingerprints: self.system_fingerprints.clone(),
+            answered_models,
+            answered_models_more,
+            system_fingerprints,
+            system_fingerprints_more,
             requests: self.requests,
             request_error_pct: if self.requests == 0 {
                 0.0
