@@ -1315,7 +1315,7 @@ async fn sql_sweep_equals_the_in_memory_sweep() {
 
     // Every row, every step, to the last digit: counts, error %, P50/P90/P99 of TTFT and E2E,
     // the knee metric's value, throughput, and the knee.
-    let memory = load_stats::sweep_rows(&plan, &agg, RowFilter::default());
+    let memory = load_stats::sweep_rows(&plan, &agg, RowFilter::default(), &[]);
     let sql = store::query::sweep(&client, &db, &QueryFilter::campaign(campaign_id))
         .await
         .unwrap();
@@ -1359,7 +1359,7 @@ async fn sql_sweep_equals_the_in_memory_sweep() {
         scenario: Some("long-input"),
     };
     let sql = store::query::sweep(&client, &db, &filter).await.unwrap();
-    assert_eq!(sql, load_stats::sweep_rows(&plan, &agg, only));
+    assert_eq!(sql, load_stats::sweep_rows(&plan, &agg, only, &[]));
     assert_eq!(sql.len(), 2);
     assert_eq!(
         sql[0].steps, sql[1].steps,
