@@ -288,6 +288,24 @@ fn latency(c: &pb::LiveCell) -> String {
     )
 }
 
+/// `105/120 probes`, or with an open-ended sweep (live region cells without an expectation:
+/// its requests count as they are made, against no total) `105 probes (60 planned in
+/// advance, plus open-ended sweeps)`.
+pub fn counts_text(p: &pb::Progress) -> String {
+    let open_ended = p
+        .live
+        .iter()
+        .any(|c| c.provider.is_empty() && c.expected == 0);
+    if open_ended {
+        format!(
+            "{} probes ({} planned in advance, plus open-ended sweeps)",
+            p.probes_done, p.probes_expected
+        )
+    } else {
+        format!("{}/{} probes", p.probes_done, p.probes_expected)
+    }
+}
+
 /// A plain progress line: today's `progress: done/expected probes [agents]`, then the
 /// providers' live numbers (`; openai 12/40, 1 err, TTFT P50 312 ms P99 845 ms`).
 pub fn progress_line(p: &pb::Progress, now_unix_us: i64) -> String {
@@ -296,22 +314,9 @@ pub fn progress_line(p: &pb::Progress, now_unix_us: i64) -> String {
         .iter()
         .map(|a| crate::watch::describe_agent(a, now_unix_us))
         .collect();
-    // Live region cells without an expectation: the plan has an open-ended sweep, whose
-    // requests count as they are made, against no total.
-    let open_ended = p
-        .live
-        .iter()
-        .any(|c| c.provider.is_empty() && c.expected == 0);
-    let counts = if open_ended {
-        format!(
-            "{} probes ({} planned in advance, plus open-ended sweeps)",
-            p.probes_done, p.probes_expected
-        )
-    } else {
-        format!("{}/{} probes", p.probes_done, p.probes_expected)
-    };
     let mut line = format!(
-        "progress: {counts}{} [{}]",
+        "progress: {}{} [{}]",
+        counts_text(p),
         if p.cancelled { ", cancelling" } else { "" },
         regions.join(", ")
     );
