@@ -228,12 +228,13 @@ impl Aggregate {
                     rec.scenario.clone(),
                 ))
                 .or_default()
-                .push(ArrivalLatency {
-                    arrival: rec.slot,
-                    latency_us: (outcome == Outcome::Ok)
-                        .then(|| if rec.stream { rec.ttft_us } else { rec.e2e_us })
-                        .flatten(),
-                });
+                .push(ArrivalLatency::of(
+                    rec.slot,
+                    outcome == Outcome::Ok,
+                    rec.stream,
+                    rec.ttft_us,
+                    rec.e2e_us,
+                ));
         }
         if rec.load == LoadKind::Sweep {
             let step = self

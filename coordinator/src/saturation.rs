@@ -38,6 +38,25 @@ pub struct ArrivalLatency {
     pub latency_us: Option<u64>,
 }
 
+impl ArrivalLatency {
+    /// The request of arrival `arrival` as the rule judges it: TTFT when `stream`, else E2E,
+    /// µs; `None` unless it ended `ok` with that value.
+    pub fn of(
+        arrival: u32,
+        ok: bool,
+        stream: bool,
+        ttft_us: Option<u64>,
+        e2e_us: Option<u64>,
+    ) -> ArrivalLatency {
+        ArrivalLatency {
+            arrival,
+            latency_us: ok
+                .then_some(if stream { ttft_us } else { e2e_us })
+                .flatten(),
+        }
+    }
+}
+
 /// The rule's verdict for one row, with what it measured.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ProviderSaturation {

@@ -1546,3 +1546,78 @@ async fn the_sink_keeps_batches_while_a_table_lacks_a_column() {
     assert!(c.agents[0].missing_seqs.is_empty());
     latmesh_tests::drop_db(&client, &db).await;
 }
+
+/// A failover primary that throttles both its tries before the client moves on: each such
+/// client request is one failed request of the primary, in ClickHouse as in memory (it read
+/// "failed % (requests) 0.0" as its attempts were never final).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_matrix_counts_failover_hand_overs_as_the_provider_s_failed_requests() {
+    let (client, db) = migrated("failover_matrix").await;
+    let mut plan = plan();
+    plan.scenarios[0].failover = Some(latmesh_core::plan::FailoverSpec {
+        chain: vec![0, 1],
+        attempts: 2,
+        on: latmesh_core::plan::FailoverSpec::default_on(),
+    });
+    let campaign_id = "failover-campaign";
+    let start_at = 1_700_000_000_000_000;
+    store::insert_campaign(
+        &client,
+        &db,
+        &CampaignRow::new(campaign_id, &plan, start_at - 5_000_000, start_at, "test"),
+    )
+    .await
+    .unwrap();
+    let attempt = |round: u32, provider: usize, attempt: u32, outcome, final_attempt| ProbeRecord {
+        failover: true,
+        round,
+        provider: PROVIDERS[provider].into(),
+        scenario: SCENARIOS[0].into(),
+        prompt_id: "zh-001".into(),
+        attempt,
+        final_attempt,
+        turn: 1,
+        stream: true,
+        send_agent_unix_us: start_at + i64::from(round) * 1_000_000 + i64::from(attempt),
+        outcome: Some(outcome),
+        ..Default::default()
+    };
+    // Five client requests handed over to the backup, one the primary answered.
+    let mut records = Vec::new();
+    for round in 0..5 {
+        records.push(attempt(round, 0, 1, Outcome::Throttled, false));
+        records.push(attempt(round, 0, 2, Outcome::Throttled, false));
+        records.push(attempt(round, 1, 3, Outcome::Ok, true));
+    }
+    records.push(attempt(5, 0, 1, Outcome::Ok, true));
+    let mut agg = Aggregate::for_plan(&plan);
+    for r in &records {
+        agg.add_record(REGIONS[0], r);
+    }
+    let key = BatchKey::new(campaign_id, "agent-1", REGIONS[0], 0, 1);
+    store::insert_batch(&client, &db, &key, &records, &[])
+        .await
+        .unwrap();
+    let sql = store::matrix(&client, &db, campaign_id, None)
+        .await
+        .unwrap();
+    let memory = summary::build(campaign_id, &plan, start_at, &agg, Vec::new());
+    for (provider, requests, failed_pct) in [(PROVIDERS[0], 6, 500.0 / 6.0), (PROVIDERS[1], 5, 0.0)]
+    {
+        for region in [REGIONS[0], "ALL"] {
+            let got = sql
+                .iter()
+                .find(|r| r.region == region && r.provider == provider)
+                .unwrap()
+                .to_cell();
+            let want = memory.cell(region, provider, SCENARIOS[0]).unwrap();
+            assert_eq!(
+                (got.requests, got.request_error_pct),
+                (want.requests, want.request_error_pct),
+                "{region} {provider}"
+            );
+            assert_eq!(got.requests, requests, "{region} {provider}");
+            assert!((got.request_error_pct - failed_pct).abs() < 1e-9, "{got:?}");
+        }
+    }
+}

@@ -1281,6 +1281,7 @@ async fn group_counts(
 
 /// Samples and the exact percentile of `metric` per (region — or `ALL` when `merged` —,
 /// provider, `group` expression) over the merged interval histograms.
+#[allow(clippy::too_many_arguments)]
 async fn group_quantiles(
     client: &clickhouse::Client,
     db: &str,

@@ -246,11 +246,9 @@ async fn rate_rows(
                             && region.is_none_or(|want| want == r.region)
                     })
                     .filter(|r| Outcome::parse(&r.outcome).is_none_or(counts_in_error_rates))
-                    .map(|r| ArrivalLatency {
-                        arrival: r.slot,
-                        latency_us: (r.outcome == Outcome::Ok.as_str())
-                            .then(|| if r.stream { r.ttft_us } else { r.e2e_us })
-                            .flatten(),
+                    .map(|r| {
+                        let ok = r.outcome == Outcome::Ok.as_str();
+                        ArrivalLatency::of(r.slot, ok, r.stream, r.ttft_us, r.e2e_us)
                     })
                     .collect();
                 for r in rows.iter().filter(|r| {
