@@ -87,6 +87,23 @@ fn plan() -> Plan {
     }
 }
 
+/// Stores campaign `campaign_id` of `plan`, launched 5 s before `start_at`.
+async fn insert_plan(
+    client: &clickhouse::Client,
+    db: &str,
+    campaign_id: &str,
+    plan: &Plan,
+    start_at: i64,
+) {
+    store::insert_campaign(
+        client,
+        db,
+        &CampaignRow::new(campaign_id, plan, start_at - 5_000_000, start_at, "test"),
+    )
+    .await
+    .unwrap();
+}
+
 fn full_record() -> ProbeRecord {
     ProbeRecord {
         load: latmesh_core::load::LoadKind::Sweep,
@@ -871,13 +888,7 @@ async fn sql_matrix_equals_the_in_memory_matrix() {
     let plan = plan();
     let campaign_id = "matrix-campaign";
     let start_at = 1_700_000_000_000_000;
-    store::insert_campaign(
-        &client,
-        &db,
-        &CampaignRow::new(campaign_id, &plan, start_at - 5_000_000, start_at, "test"),
-    )
-    .await
-    .unwrap();
+    insert_plan(&client, &db, campaign_id, &plan, start_at).await;
 
     // Four agents: two in us-east (their histograms merge within the region), one elsewhere.
     let agents = [
@@ -1282,13 +1293,7 @@ async fn sql_sweep_equals_the_in_memory_sweep() {
     }
     let campaign_id = "sweep-campaign";
     let start_at = 1_700_000_000_000_000;
-    store::insert_campaign(
-        &client,
-        &db,
-        &CampaignRow::new(campaign_id, &plan, start_at - 5_000_000, start_at, "test"),
-    )
-    .await
-    .unwrap();
+    insert_plan(&client, &db, campaign_id, &plan, start_at).await;
     let agents = [
         ("agent-use-1", 0usize, 31i64),
         ("agent-use-2", 0, -1_500),
@@ -1561,13 +1566,7 @@ async fn sql_matrix_counts_failover_hand_overs_as_the_provider_s_failed_requests
     });
     let campaign_id = "failover-campaign";
     let start_at = 1_700_000_000_000_000;
-    store::insert_campaign(
-        &client,
-        &db,
-        &CampaignRow::new(campaign_id, &plan, start_at - 5_000_000, start_at, "test"),
-    )
-    .await
-    .unwrap();
+    insert_plan(&client, &db, campaign_id, &plan, start_at).await;
     let attempt = |round: u32, provider: usize, attempt: u32, outcome, final_attempt| ProbeRecord {
         failover: true,
         round,
