@@ -58,9 +58,9 @@ async fn demo_matrix_reflects_the_simulated_world() {
         // requests/s when each had its own Poisson process).
         assert_eq!(r.scheduled, s.rates[0].scheduled, "{r:#?}");
     }
-    // `budget` serves 8 requests at once over the three regions, each over a second: 12 arrivals/s
-    // queue up, its TTFT climbs over the phase, and it is reported saturated (it said "no"
-    // with a TTFT P50 of 6.5 s when only the agents' schedule was judged).
+    // `budget` serves 8 requests at once over the three regions, each over a second: 12
+    // arrivals/s queue up, its TTFT climbs over the phase, and it is reported saturated (it
+    // said "no" with a TTFT P50 of 6.5 s when only the agents' schedule was judged).
     let budget = s
         .rates
         .iter()
