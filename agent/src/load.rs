@@ -7,9 +7,10 @@
 //!   its own task, in the order shared by every region.
 //! * [`run_sweep`]: per step and provider, `concurrency` workers sending back to back until
 //!   the step's end (or its `step_requests`), every provider stepping at the same instants.
-//! * [`run_rate`]: every provider's arrivals at their intended instants, each in its own task
-//!   whatever the earlier ones do (open loop); the provider's caps may hold an arrival back
-//!   until its drop time (`max_queue_ms`), and `sched_lag` says how long.
+//! * [`run_rate`]: the scenario's arrivals at their intended instants, each sent to every
+//!   provider (the same instants for all, and in every region), each in its own task whatever
+//!   the earlier ones do (open loop); the provider's caps may hold an arrival back until its
+//!   drop time (`max_queue_ms`), and `sched_lag` says how long.
 //!
 //! A slot whose time passed by more than `max_lateness` before the scheduler reached it (a
 //! restarted agent), or by the time its wait ended (a stopped process), is counted as late
@@ -159,7 +160,8 @@ pub async fn run_sweep(
     not_run
 }
 
-/// An open-loop phase of scenario `scenario`: every provider's arrivals, merged in time.
+/// An open-loop phase of scenario `scenario`: the scenario's arrival sequence, each arrival
+/// sent to every provider at the same intended instant, in [`RateSpec::send_order`].
 pub async fn run_rate(
     ctx: &PhaseCtx,
     scenario: usize,
@@ -167,17 +169,14 @@ pub async fn run_rate(
     phase_start: Instant,
 ) -> NotRun {
     let providers = ctx.plan.providers.len();
-    let mut arrivals: Vec<(u64, usize, u32)> = Vec::new();
-    for provider in 0..providers {
-        let offsets = spec.arrivals_us(ctx.plan.seed, scenario, provider, providers);
-        arrivals.extend(
-            offsets
-                .into_iter()
-                .enumerate()
-                .map(|(i, at)| (at, provider, i as u32)),
-        );
-    }
-    arrivals.sort_unstable();
+    let arrivals: Vec<(u64, usize, u32)> = spec
+        .arrivals_us(ctx.plan.seed, scenario)
+        .into_iter()
+        .enumerate()
+        .flat_map(|(i, at)| {
+            RateSpec::send_order(i, providers).map(move |provider| (at, provider, i as u32))
+        })
+        .collect();
     let max_queue = Duration::from_millis(spec.max_queue_ms);
     let name = &ctx.plan.scenarios[scenario].name;
     let mut not_run = NotRun::default();
@@ -468,7 +467,7 @@ model_id = "m"
         let LoadModel::Rate(spec) = &plan.scenarios[0].load else {
             unreachable!()
         };
-        let arrivals = spec.arrivals_us(plan.seed, 0, 0, 1);
+        let arrivals = spec.arrivals_us(plan.seed, 0);
         let (mut records, not_run, _) = run_phase(plan.clone()).await;
         assert_eq!(not_run, NotRun::default());
         records.sort_by_key(|r| r.slot);
@@ -485,6 +484,70 @@ model_id = "m"
                 r.slot,
                 r.sched_lag_us
             );
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_provider_and_every_agent_gets_the_same_arrivals() {
+        // The demo's open loop in small: Poisson at 4/s per provider, here for 3 s, two
+        // providers of different speed, run by two agents.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let cfg = latmesh_sim::SimConfig {
+            profiles: vec![profile("fast", 5, 1, 2, 0), profile("slow", 40, 1, 2, 0)],
+            ..latmesh_sim::SimConfig::default()
+        };
+        tokio::spawn(latmesh_sim::serve_providers(listener, cfg));
+        let text = format!(
+            r#"
+[campaign]
+name = "t"
+seed = 42
+regions = ["us-east", "eu-west"]
+[[scenarios]]
+name = "open-loop"
+prompt_ids = ["short-qa-en-001"]
+max_tokens = 8
+timeout_total_s = 30
+[scenarios.rate]
+rps = 4
+arrivals = "poisson"
+duration_s = 3
+[[providers]]
+name = "fast"
+base_url = "http://{addr}/fast/v1"
+model_id = "m"
+[[providers]]
+name = "slow"
+base_url = "http://{addr}/slow/v1"
+model_id = "m"
+"#
+        );
+        let plan = latmesh_core::campaign::load_toml_str(&text, std::path::Path::new(".")).unwrap();
+        let LoadModel::Rate(spec) = &plan.scenarios[0].load else {
+            unreachable!()
+        };
+        let arrivals = spec.arrivals_us(plan.seed, 0);
+        assert!(arrivals.len() >= 4, "{arrivals:?}");
+        let (a, b) = tokio::join!(run_phase(plan.clone()), run_phase(plan.clone()));
+        for (agent, (records, not_run, _)) in [("a", a), ("b", b)] {
+            assert_eq!(not_run, NotRun::default());
+            for provider in ["fast", "slow"] {
+                let mut slots: Vec<u32> = records
+                    .iter()
+                    .filter(|r| r.provider == provider)
+                    .inspect(|r| assert_eq!(r.outcome(), Outcome::Ok))
+                    .map(|r| r.slot)
+                    .collect();
+                slots.sort_unstable();
+                // Every arrival of the one sequence (arrival i at `arrivals[i]` from the phase
+                // start), to each provider, by each agent: the same offered load.
+                assert_eq!(
+                    slots,
+                    (0..arrivals.len() as u32).collect::<Vec<_>>(),
+                    "agent {agent}, provider {provider}"
+                );
+            }
         }
     }
 
@@ -565,7 +628,7 @@ model_id = "m"
         let LoadModel::Rate(spec) = &plan.scenarios[0].load else {
             unreachable!()
         };
-        let arrivals = spec.arrivals_us(plan.seed, 0, 0, 1);
+        let arrivals = spec.arrivals_us(plan.seed, 0);
         // The earlier process measured the first second's arrivals, then died; this one
         // reaches the phase 2.5 s after its start.
         let measured: Vec<u32> = (0..arrivals.len() as u32)

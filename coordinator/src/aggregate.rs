@@ -14,6 +14,7 @@ use latmesh_core::hist::{HistKey, HistogramSet};
 use latmesh_core::hist_sparse::SparseHistogram;
 
 use crate::failover_stats::FailoverCounts;
+use crate::saturation::ArrivalLatency;
 use latmesh_core::load::LoadKind;
 use latmesh_core::record::{Outcome, OutputTokensSource, ProbeRecord};
 
@@ -21,6 +22,19 @@ use latmesh_core::record::{Outcome, OutputTokensSource, ProbeRecord};
 /// cancel cut it) and not `dropped` (an open-loop arrival never sent).
 pub fn counts_in_error_rates(outcome: Outcome) -> bool {
     !matches!(outcome, Outcome::Cancelled | Outcome::Dropped)
+}
+
+/// Whether `rec` is the last attempt of its provider in a failover client request that then
+/// moved on to the next provider of the chain: not final, and the provider's
+/// `attempts_per_provider`-th try (a chain tries each provider that many times, then the
+/// next). Such a share of a client request is one request of that provider, and a failed one:
+/// the client gave up on it (a primary that answered none of its requests shows 100 % failed
+/// requests, not 0 of 0).
+pub fn failover_hand_over(rec: &ProbeRecord, attempts_per_provider: Option<u32>) -> bool {
+    rec.failover
+        && !rec.final_attempt
+        && attempts_per_provider
+            .is_some_and(|k| k > 0 && rec.attempt > 0 && (rec.attempt - 1) % k + 1 == k)
 }
 
 /// Per-(region, provider, scenario) counters from records.
@@ -48,7 +62,8 @@ pub struct CellCounts {
     /// Attempts (any outcome) by the `system_fingerprint` the provider answered with.
     pub system_fingerprints: BTreeMap<String, u64>,
     /// Logical requests ended (records with `final_attempt`; `cancelled` and `dropped` ones
-    /// left out).
+    /// left out), and in a failover scenario each provider's share of a client request that
+    /// the client moved on from ([`failover_hand_over`]).
     pub requests: u64,
     /// Logical requests whose final attempt was not `ok`.
     pub requests_failed: u64,
@@ -161,9 +176,29 @@ pub struct Aggregate {
     failover: BTreeMap<(String, String), FailoverCounts>,
     /// Attempts of failover client requests per cell: (attempts, `ok` attempts).
     chain_attempts: BTreeMap<CellKey, (u64, u64)>,
+    /// Failover scenarios of the plan: scenario → attempts per provider of its chain
+    /// ([`Aggregate::for_plan`]; empty: hand-overs are not counted as requests).
+    failover_attempts: BTreeMap<String, u32>,
+    /// `rate` requests per cell (final attempts of first turns; `cancelled` and `dropped`
+    /// left out): their arrival and latency, for the provider saturation rule
+    /// ([`crate::saturation`]).
+    rate_requests: BTreeMap<CellKey, Vec<ArrivalLatency>>,
 }
 
 impl Aggregate {
+    /// An empty aggregate for a campaign of `plan` (it knows the failover chains' attempts
+    /// per provider, see [`failover_hand_over`]).
+    pub fn for_plan(plan: &latmesh_core::plan::Plan) -> Aggregate {
+        Aggregate {
+            failover_attempts: plan
+                .scenarios
+                .iter()
+                .filter_map(|s| Some((s.name.clone(), s.failover.as_ref()?.attempts)))
+                .collect(),
+            ..Aggregate::default()
+        }
+    }
+
     /// Adds one record from an agent in `region`.
     pub fn add_record(&mut self, region: &str, rec: &ProbeRecord) {
         let cell = self
@@ -196,12 +231,30 @@ impl Aggregate {
         cell.sent += u64::from(rec.attempt <= 1 && rec.turn <= 1 && measured);
         if rec.final_attempt {
             cell.slots_done += u64::from(rec.ends_planned_slot());
-            // A request cut by a campaign cancel, or an arrival dropped unsent, is neither a
-            // success nor a failure.
-            if measured {
-                cell.requests += 1;
-                cell.requests_failed += u64::from(outcome != Outcome::Ok);
-            }
+        }
+        let handed_over =
+            failover_hand_over(rec, self.failover_attempts.get(&rec.scenario).copied());
+        // A request cut by a campaign cancel, or an arrival dropped unsent, is neither a
+        // success nor a failure.
+        if (rec.final_attempt || handed_over) && measured {
+            cell.requests += 1;
+            cell.requests_failed += u64::from(outcome != Outcome::Ok);
+        }
+        if rec.load == LoadKind::Rate && rec.final_attempt && rec.turn <= 1 && measured {
+            self.rate_requests
+                .entry((
+                    region.to_string(),
+                    rec.provider.clone(),
+                    rec.scenario.clone(),
+                ))
+                .or_default()
+                .push(ArrivalLatency::of(
+                    rec.slot,
+                    outcome == Outcome::Ok,
+                    rec.stream,
+                    rec.ttft_us,
+                    rec.e2e_us,
+                ));
         }
         if rec.load == LoadKind::Sweep {
             let step = self
@@ -242,6 +295,24 @@ impl Aggregate {
         } else if outcome != Outcome::Dropped {
             cell.last_error = Some(describe_error(rec));
         }
+    }
+
+    /// The `rate` requests of (`provider`, `scenario`) in `region` (every region when
+    /// `None`): arrival index and latency from the actual send (TTFT when streamed, E2E
+    /// otherwise; `None` without an answer), for [`crate::saturation::provider_saturation`].
+    pub fn rate_requests(
+        &self,
+        region: Option<&str>,
+        provider: &str,
+        scenario: &str,
+    ) -> Vec<ArrivalLatency> {
+        self.rate_requests
+            .iter()
+            .filter(|((r, p, s), _)| {
+                p == provider && s == scenario && region.is_none_or(|want| want == r)
+            })
+            .flat_map(|(_, v)| v.iter().copied())
+            .collect()
     }
 
     /// Failover client requests of `scenario` in `region` (every region when `None`).
@@ -481,6 +552,58 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_failover_primary_that_never_answered_has_every_request_failed() {
+        // Chain [p, q], 2 attempts per provider: p throttles twice, then q answers. 12 such
+        // client requests: p was sent 12 requests and failed all 12 (it showed 0 of 0).
+        let mut plan = crate::load_stats::tests::plan();
+        plan.scenarios[0].failover = Some(latmesh_core::plan::FailoverSpec {
+            chain: vec![0, 1],
+            attempts: 2,
+            on: latmesh_core::plan::FailoverSpec::default_on(),
+        });
+        let fo = |provider: &str, attempt, outcome, final_attempt| ProbeRecord {
+            failover: true,
+            provider: provider.into(),
+            scenario: "sw".into(),
+            outcome: Some(outcome),
+            attempt,
+            final_attempt,
+            turn: 1,
+            ..Default::default()
+        };
+        let mut agg = Aggregate::for_plan(&plan);
+        for _ in 0..12 {
+            agg.add_record("us-east", &fo("p", 1, Outcome::Throttled, false));
+            agg.add_record("us-east", &fo("p", 2, Outcome::Throttled, false));
+            agg.add_record("us-east", &fo("q", 3, Outcome::Ok, true));
+        }
+        let p = agg.counts(None, "p", "sw");
+        assert_eq!((p.attempts(), p.requests, p.requests_failed), (24, 12, 12));
+        let q = agg.counts(None, "q", "sw");
+        assert_eq!((q.requests, q.requests_failed), (12, 0));
+        // The client's own requests are unchanged: 12, all served by q.
+        let c = agg.failover_counts(None, "sw");
+        assert_eq!((c.requests, c.served_by.get("q").copied()), (12, Some(12)));
+        // The matrix cell says so.
+        let s = crate::summary::build("c", &plan, 0, &agg, Vec::new());
+        let cell = s.cell("us-east", "p", "sw").unwrap();
+        assert_eq!((cell.requests, cell.request_error_pct), (12, 100.0));
+        // A record of a provider's first try, or of a scenario without failover, ends none.
+        assert!(!failover_hand_over(
+            &fo("p", 1, Outcome::Throttled, false),
+            Some(2)
+        ));
+        assert!(failover_hand_over(
+            &fo("q", 4, Outcome::Throttled, false),
+            Some(2)
+        ));
+        assert!(!failover_hand_over(
+            &fo("p", 2, Outcome::Throttled, false),
+            None
+        ));
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub mod persist;
 pub mod progress;
 pub mod report;
 pub mod report_data;
+pub mod saturation;
 pub mod schedule;
 pub mod schedule_cli;
 pub mod service;

@@ -70,7 +70,8 @@ impl CampaignAgent {
 #[derive(Debug)]
 struct Campaign {
     plan: Plan,
-    /// `plan.probes_per_agent()`, counted once (it generates every open-loop arrival).
+    /// `progress::planned_requests_per_agent(plan)`, counted once (it generates every open-loop
+    /// arrival).
     probes_per_agent: u64,
     plan_json: String,
     plan_hash: String,
@@ -608,13 +609,13 @@ impl State {
                     )
                 })
                 .collect(),
-            probes_per_agent: plan.probes_per_agent(),
+            probes_per_agent: crate::progress::planned_requests_per_agent(&plan),
+            agg: Aggregate::for_plan(&plan),
             plan,
             plan_json,
             plan_hash: plan_hash.clone(),
             launched_at_unix_us,
             start_at_unix_us,
-            agg: Aggregate::default(),
             sends: Default::default(),
             progress,
             live: Default::default(),
@@ -837,7 +838,8 @@ impl State {
             let plan: Plan = serde_json::from_str(&rec.plan_json)
                 .with_context(|| format!("campaign {id}: the stored plan does not parse"))?;
             let mut c = Campaign {
-                probes_per_agent: plan.probes_per_agent(),
+                probes_per_agent: crate::progress::planned_requests_per_agent(&plan),
+                agg: Aggregate::for_plan(&plan),
                 plan,
                 plan_json: rec.plan_json,
                 plan_hash: rec.plan_hash,
@@ -863,7 +865,6 @@ impl State {
                         )
                     })
                     .collect(),
-                agg: Aggregate::default(),
                 sends: Default::default(),
                 progress: watch::channel(pb::Progress {
                     campaign_id: id.clone(),
@@ -991,8 +992,8 @@ impl State {
 
 /// The final progress of a campaign finished by an earlier process, from its record.
 fn finished_progress(rec: &CampaignRecord, summary: &Summary) -> pb::Progress {
-    let per_agent =
-        serde_json::from_str::<Plan>(&rec.plan_json).map_or(0, |p| p.probes_per_agent());
+    let per_agent = serde_json::from_str::<Plan>(&rec.plan_json)
+        .map_or(0, |p| crate::progress::planned_requests_per_agent(&p));
     let slots = |id: &str| rec.agents.get(id).map_or(0, |a| a.slots_done);
     pb::Progress {
         campaign_id: rec.campaign_id.clone(),

@@ -240,7 +240,7 @@ pub fn build(
         cells,
         complete: agents.iter().all(|a| a.complete),
         cancelled: false,
-        sweeps: load_stats::sweep_rows(plan, agg, RowFilter::default()),
+        sweeps: load_stats::sweep_rows(plan, agg, RowFilter::default(), &agents),
         rates: load_stats::rate_rows(plan, agg, &agents),
         start: StartSync::default(),
         failover: failover_stats::failover_rows(plan, agg),
@@ -545,7 +545,7 @@ mod tests {
         );
         assert_eq!(
             s.sweeps,
-            load_stats::sweep_rows(&plan(), &agg, RowFilter::default())
+            load_stats::sweep_rows(&plan(), &agg, RowFilter::default(), &agents)
         );
         assert_eq!(s.rates, load_stats::rate_rows(&plan(), &agg, &agents));
         assert_eq!((s.sweeps.len(), s.rates.len()), (6, 6));
@@ -562,7 +562,8 @@ mod tests {
         // JSON carries the new sections, and a summary without them still parses.
         let json = serde_json::to_value(&s).unwrap();
         assert_eq!(json["sweeps"][4]["knee"]["concurrency"], 8);
-        assert_eq!(json["rates"][2]["saturated"], true);
+        assert_eq!(json["rates"][2]["agent_saturated"], true);
+        assert_eq!(json["rates"][2]["provider_saturated"], false);
         assert_eq!(json["start"]["skew_us"], 420);
         assert_eq!(json["cells"][0]["dropped"], 0);
         let mut old = json.clone();
@@ -576,13 +577,14 @@ mod tests {
         println!("{text}");
         for want in [
             "sweep sw: E2E P50 ms by concurrency, all regions (10 s steps); knee: elasticity ≥ 0.5 or errors ≥ 5%",
-            "| provider | c=2  | c=4  | c=8   | knee                          |",
-            "| p        | 1.00 | 1.04 | 2.00* | c=8: latency, elasticity 0.92 |",
-            "| p        | eu-west |     9.00/10.00 |      10 |   0.20/0.20 |   0.0 | YES       |",
+            "c = workers per agent and provider; total = the provider's concurrency, c × 2 agents (all regions)",
+            "| provider | c=2 (total 4) | c=4 (total 8) | c=8 (total 16) | knee                          |",
+            "| p        |          1.00 |          1.04 |          2.00* | c=8: latency, elasticity 0.92 |",
+            "| p        | eu-west |     9.00/10.00 |      10 |   0.20/0.20 |   0.0 | YES        | - (too few)   |",
             "| p        | us-east | 0.50/0.50 |     0.70/0.70 | 1.00/1.00 |    1.20/1.20 |",
             "  p                us-east c=8 (latency), eu-west c=4 (errors)",
             "rate open: target 10 rps per provider and agent for 10 s; rps sent per agent vs scheduled",
-            "  saturated: p eu-west: 10 arrivals dropped; achieved 9.00 rps < 95% of scheduled 10.00",
+            "  agent saturated: p eu-west: 10 arrivals dropped; achieved 9.00 rps < 95% of scheduled 10.00",
             "start skew 0.42 ms over 3 agents (± 0.08 ms of clock uncertainty)",
             "dropped (open-loop arrivals not sent in time; not in error rates):",
         ] {

@@ -342,9 +342,8 @@ pub async fn follow_with(
         if p.finished {
             render.finish();
             eprintln!(
-                "progress: {}/{} probes, {}",
-                p.probes_done,
-                p.probes_expected,
+                "progress: {}, {}",
+                progress::counts_text(&p),
                 if p.cancelled { "cancelled" } else { "finished" }
             );
             return serde_json::from_str(&p.summary_json)

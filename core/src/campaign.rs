@@ -1761,11 +1761,9 @@ api_key_env = "A_KEY"
             (5.0, Arrivals::Poisson, 30_000, 10_000)
         );
         assert_eq!(open.providers[1].limits.max_in_flight, Some(2));
-        // Exact: the plan's arrival schedules, summed over providers.
-        let arrivals: u64 = (0..2)
-            .map(|p| r.arrivals_us(open.seed, 0, p, 2).len() as u64)
-            .sum();
-        assert_eq!(open.probes_per_agent(), arrivals);
+        // Exact: the scenario's arrival schedule, once per provider.
+        let arrivals = r.arrivals_us(open.seed, 0).len() as u64;
+        assert_eq!(open.probes_per_agent(), 2 * arrivals);
         let patrol = load_file(&dir.join("patrol.toml")).unwrap();
         assert_eq!(patrol.providers[0].limits.min_gap_ms, Some(2_000));
         assert_eq!(patrol.providers[2].limits.requests_per_min, Some(60.0));

@@ -431,11 +431,9 @@ impl Plan {
         };
         let arrivals: u64 = (0..self.scenarios.len())
             .filter_map(|s| match &self.scenarios[s].load {
-                LoadModel::Rate(r) => Some(
-                    (0..self.providers.len())
-                        .map(|p| r.arrivals_us(self.seed, s, p, self.providers.len()).len() as u64)
-                        .sum::<u64>(),
-                ),
+                LoadModel::Rate(r) => {
+                    Some(r.arrivals_us(self.seed, s).len() as u64 * self.providers.len() as u64)
+                }
                 _ => None,
             })
             .sum();

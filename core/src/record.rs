@@ -287,11 +287,11 @@ impl ProbeRecord {
         self.outcome.unwrap_or(Outcome::ProtocolError)
     }
 
-    /// Whether this record finishes a slot the plan counts in advance
-    /// (`Plan::probes_per_agent`): the final attempt of a first turn, of a `rounds` slot or a
-    /// `rate` arrival (a sweep sends as many requests as its provider answers).
+    /// Whether this record finishes a request that progress counts: the final attempt of a
+    /// first turn (a `rounds` slot, a `rate` arrival or a `sweep` request; retries and later
+    /// turns of a conversation do not count again).
     pub fn ends_planned_slot(&self) -> bool {
-        self.final_attempt && self.turn <= 1 && self.load != crate::load::LoadKind::Sweep
+        self.final_attempt && self.turn <= 1
     }
 }
 

@@ -89,6 +89,23 @@ fn plan() -> Plan {
     }
 }
 
+/// Stores campaign `campaign_id` of `plan`, launched 5 s before `start_at`.
+async fn insert_plan(
+    client: &clickhouse::Client,
+    db: &str,
+    campaign_id: &str,
+    plan: &Plan,
+    start_at: i64,
+) {
+    store::insert_campaign(
+        client,
+        db,
+        &CampaignRow::new(campaign_id, plan, start_at - 5_000_000, start_at, "test"),
+    )
+    .await
+    .unwrap();
+}
+
 fn full_record() -> ProbeRecord {
     ProbeRecord {
         load: latmesh_core::load::LoadKind::Sweep,
@@ -972,13 +989,7 @@ async fn sql_matrix_equals_the_in_memory_matrix() {
     let plan = plan();
     let campaign_id = "matrix-campaign";
     let start_at = 1_700_000_000_000_000;
-    store::insert_campaign(
-        &client,
-        &db,
-        &CampaignRow::new(campaign_id, &plan, start_at - 5_000_000, start_at, "test"),
-    )
-    .await
-    .unwrap();
+    insert_plan(&client, &db, campaign_id, &plan, start_at).await;
 
     // Four agents: two in us-east (their histograms merge within the region), one elsewhere.
     let agents = [
@@ -1398,13 +1409,7 @@ async fn sql_sweep_equals_the_in_memory_sweep() {
     }
     let campaign_id = "sweep-campaign";
     let start_at = 1_700_000_000_000_000;
-    store::insert_campaign(
-        &client,
-        &db,
-        &CampaignRow::new(campaign_id, &plan, start_at - 5_000_000, start_at, "test"),
-    )
-    .await
-    .unwrap();
+    insert_plan(&client, &db, campaign_id, &plan, start_at).await;
     let agents = [
         ("agent-use-1", 0usize, 31i64),
         ("agent-use-2", 0, -1_500),
@@ -1431,7 +1436,7 @@ async fn sql_sweep_equals_the_in_memory_sweep() {
 
     // Every row, every step, to the last digit: counts, error %, P50/P90/P99 of TTFT and E2E,
     // the knee metric's value, throughput, and the knee.
-    let memory = load_stats::sweep_rows(&plan, &agg, RowFilter::default());
+    let memory = load_stats::sweep_rows(&plan, &agg, RowFilter::default(), &[]);
     let sql = store::query::sweep(&client, &db, &QueryFilter::campaign(campaign_id))
         .await
         .unwrap();
@@ -1475,7 +1480,7 @@ async fn sql_sweep_equals_the_in_memory_sweep() {
         scenario: Some("long-input"),
     };
     let sql = store::query::sweep(&client, &db, &filter).await.unwrap();
-    assert_eq!(sql, load_stats::sweep_rows(&plan, &agg, only));
+    assert_eq!(sql, load_stats::sweep_rows(&plan, &agg, only, &[]));
     assert_eq!(sql.len(), 2);
     assert_eq!(
         sql[0].steps, sql[1].steps,
@@ -1661,4 +1666,73 @@ async fn the_sink_keeps_batches_while_a_table_lacks_a_column() {
     assert_eq!(c.duplicate_request_rows, 0);
     assert!(c.agents[0].missing_seqs.is_empty());
     latmesh_tests::drop_db(&client, &db).await;
+}
+
+/// A failover primary that throttles both its tries before the client moves on: each such
+/// client request is one failed request of the primary, in ClickHouse as in memory (it read
+/// "failed % (requests) 0.0" as its attempts were never final).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_matrix_counts_failover_hand_overs_as_the_provider_s_failed_requests() {
+    let (client, db) = migrated("failover_matrix").await;
+    let mut plan = plan();
+    plan.scenarios[0].failover = Some(latmesh_core::plan::FailoverSpec {
+        chain: vec![0, 1],
+        attempts: 2,
+        on: latmesh_core::plan::FailoverSpec::default_on(),
+    });
+    let campaign_id = "failover-campaign";
+    let start_at = 1_700_000_000_000_000;
+    insert_plan(&client, &db, campaign_id, &plan, start_at).await;
+    let attempt = |round: u32, provider: usize, attempt: u32, outcome, final_attempt| ProbeRecord {
+        failover: true,
+        round,
+        provider: PROVIDERS[provider].into(),
+        scenario: SCENARIOS[0].into(),
+        prompt_id: "zh-001".into(),
+        attempt,
+        final_attempt,
+        turn: 1,
+        stream: true,
+        send_agent_unix_us: start_at + i64::from(round) * 1_000_000 + i64::from(attempt),
+        outcome: Some(outcome),
+        ..Default::default()
+    };
+    // Five client requests handed over to the backup, one the primary answered.
+    let mut records = Vec::new();
+    for round in 0..5 {
+        records.push(attempt(round, 0, 1, Outcome::Throttled, false));
+        records.push(attempt(round, 0, 2, Outcome::Throttled, false));
+        records.push(attempt(round, 1, 3, Outcome::Ok, true));
+    }
+    records.push(attempt(5, 0, 1, Outcome::Ok, true));
+    let mut agg = Aggregate::for_plan(&plan);
+    for r in &records {
+        agg.add_record(REGIONS[0], r);
+    }
+    let key = BatchKey::new(campaign_id, "agent-1", REGIONS[0], 0, 1);
+    store::insert_batch(&client, &db, &key, &records, &[])
+        .await
+        .unwrap();
+    let sql = store::matrix(&client, &db, campaign_id, None)
+        .await
+        .unwrap();
+    let memory = summary::build(campaign_id, &plan, start_at, &agg, Vec::new());
+    for (provider, requests, failed_pct) in [(PROVIDERS[0], 6, 500.0 / 6.0), (PROVIDERS[1], 5, 0.0)]
+    {
+        for region in [REGIONS[0], "ALL"] {
+            let got = sql
+                .iter()
+                .find(|r| r.region == region && r.provider == provider)
+                .unwrap()
+                .to_cell();
+            let want = memory.cell(region, provider, SCENARIOS[0]).unwrap();
+            assert_eq!(
+                (got.requests, got.request_error_pct),
+                (want.requests, want.request_error_pct),
+                "{region} {provider}"
+            );
+            assert_eq!(got.requests, requests, "{region} {provider}");
+            assert!((got.request_error_pct - failed_pct).abs() < 1e-9, "{got:?}");
+        }
+    }
 }

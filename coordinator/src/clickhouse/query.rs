@@ -412,11 +412,36 @@ pub async fn matrix_filtered(
 ) -> Result<Vec<MatrixRow>, StoreError> {
     check_identifier(db)?;
     let (wh, args) = where_clause(filter, "send_unix_us", "send_time");
+    // Requests end at final attempts, and (failover scenarios of the stored plan) at a
+    // provider's last try before the client moved on (`aggregate::failover_hand_over`).
+    let plan = match &filter.campaign_id {
+        Some(id) => stored_plan(client, db, id).await?,
+        None => None,
+    };
+    let hand_overs: Vec<String> = plan
+        .iter()
+        .flat_map(|p| &p.scenarios)
+        .filter_map(|s| {
+            let k = s.failover.as_ref()?.attempts.max(1);
+            Some(format!(
+                "(scenario = {} AND attempt % {k} = 0)",
+                sql_string(&s.name)
+            ))
+        })
+        .collect();
+    let request_end = if hand_overs.is_empty() {
+        "final_attempt".to_string()
+    } else {
+        format!(
+            "(final_attempt OR (failover AND ({})))",
+            hand_overs.join(" OR ")
+        )
+    };
     let sql = format!(
         "SELECT region, provider, scenario, outcome, count() AS n, \
          sum(output_tokens) AS tokens, sum(tokens_from_usage) AS from_usage_n, \
          sum(output_tokens_source = 'payloads_over_usage') AS over_usage_n, \
-         sum(final_attempt) AS final_n, count(usage_chunk_delta) AS usage_n, \
+         sum({request_end}) AS final_n, count(usage_chunk_delta) AS usage_n, \
          sum(ifNull(usage_chunk_delta, 0)) AS delta_sum, \
          sum(ifNull(usage_chunk_delta, 0) != 0) AS mismatches, \
          max(send_unix_us) AS last_us, \
@@ -1169,9 +1194,12 @@ pub async fn sweep(
         provider: filter.provider.as_deref(),
         scenario: filter.scenario.as_deref(),
     };
+    let stored_agents = agents(client, db, id).await?;
+    let per_region = load_stats::agents_per_region(stored_agents.iter().map(|a| a.region.as_str()));
     Ok(load_stats::sweep_rows_by(
         &plan,
         only,
+        &per_region,
         |region, provider, scenario, _, step| {
             steps
                 .get(&(
@@ -1264,6 +1292,13 @@ pub struct WindowsReport {
     pub compared: Option<(String, String)>,
     /// By provider, then region (`ALL` last).
     pub rows: Vec<WindowsRow>,
+    /// The scenarios merged (empty: every scenario of the rows; no stored plan told them
+    /// apart).
+    #[serde(default)]
+    pub scenarios: Vec<String>,
+    /// The campaign's scenarios left out by default (`sweep` and `rate` ones).
+    #[serde(default)]
+    pub left_out_scenarios: Vec<String>,
 }
 
 #[derive(clickhouse::Row, Deserialize)]
@@ -1285,15 +1320,25 @@ struct GroupQuantile {
     value: u64,
 }
 
+/// ` AND scenario IN (…)` of `scenarios` (nothing when empty: every scenario).
+fn and_scenario_in(wh: &mut String, scenarios: &[String]) {
+    if !scenarios.is_empty() {
+        let list: Vec<String> = scenarios.iter().map(|s| sql_string(s)).collect();
+        and_where(wh, &format!("scenario IN ({})", list.join(", ")));
+    }
+}
+
 /// Attempts, failed attempts (not `ok`, `cancelled` or `dropped`) and `cancelled` or
 /// `dropped` ones of `requests` per (region, provider, `group` expression).
 async fn group_counts(
     client: &clickhouse::Client,
     db: &str,
     filter: &QueryFilter,
+    scenarios: &[String],
     group: &str,
 ) -> Result<Vec<GroupCount>, StoreError> {
-    let (wh, args) = where_clause(filter, "send_unix_us", "send_time");
+    let (mut wh, args) = where_clause(filter, "send_unix_us", "send_time");
+    and_scenario_in(&mut wh, scenarios);
     let sql = format!(
         "SELECT region, provider, toString({group}) AS grp, count() AS attempts, \
          countIf(outcome NOT IN ('ok', 'cancelled', 'dropped')) AS errs, \
@@ -1306,16 +1351,19 @@ async fn group_counts(
 
 /// Samples and the exact percentile of `metric` per (region — or `ALL` when `merged` —,
 /// provider, `group` expression) over the merged interval histograms.
+#[allow(clippy::too_many_arguments)]
 async fn group_quantiles(
     client: &clickhouse::Client,
     db: &str,
     filter: &QueryFilter,
+    scenarios: &[String],
     metric: Metric,
     percentile: Percentile,
     group: &str,
     merged: bool,
 ) -> Result<Vec<GroupQuantile>, StoreError> {
     let (mut wh, args) = where_clause(filter, "start_unix_us", "interval_start");
+    and_scenario_in(&mut wh, scenarios);
     and_where(
         &mut wh,
         &format!("metric = {}", sql_string(metric.as_str())),
@@ -1358,22 +1406,26 @@ struct GroupCell {
 type Grouped = BTreeMap<(String, bool, String), BTreeMap<String, GroupCell>>;
 
 /// Runs [`group_counts`] and [`group_quantiles`] (per region and, when the rows span more than
-/// one region, merged as `ALL`) and joins them.
+/// one region, merged as `ALL`) over `scenarios` (empty: every scenario the filter keeps) and
+/// joins them.
+#[allow(clippy::too_many_arguments)]
 async fn grouped(
     client: &clickhouse::Client,
     db: &str,
     filter: &QueryFilter,
+    scenarios: &[String],
     metric: Metric,
     percentile: Percentile,
     request_group: &str,
     histogram_group: &str,
 ) -> Result<Grouped, StoreError> {
     check_identifier(db)?;
-    let counts = group_counts(client, db, filter, request_group).await?;
+    let counts = group_counts(client, db, filter, scenarios, request_group).await?;
     let mut quantiles = group_quantiles(
         client,
         db,
         filter,
+        scenarios,
         metric,
         percentile,
         histogram_group,
@@ -1392,6 +1444,7 @@ async fn grouped(
                 client,
                 db,
                 filter,
+                scenarios,
                 metric,
                 percentile,
                 histogram_group,
@@ -1464,8 +1517,9 @@ pub async fn windows(
             .unwrap_or_default(),
         None => Vec::new(),
     };
+    let (scenarios, left_out) = windows_scenarios(client, db, filter).await?;
     let cells = grouped(
-        client, db, filter, metric, percentile, "`window`", "`window`",
+        client, db, filter, &scenarios, metric, percentile, "`window`", "`window`",
     )
     .await?;
     let mut order = declared;
@@ -1514,7 +1568,53 @@ pub async fn windows(
         compared: (order.len() >= 2).then(|| (order[0].clone(), order[1].clone())),
         windows: order,
         rows,
+        scenarios,
+        left_out_scenarios: left_out,
     })
+}
+
+/// Which scenarios `query windows` merges: the one `filter.scenario` names; else, for a
+/// stored campaign, its `rounds` scenarios (the patrol, interleaved over the whole campaign, so
+/// every window holds the same mix), leaving out its `sweep` and `rate` scenarios (load tests
+/// that run at one time of day only: merged, they would make that window look slower); else
+/// (no stored plan) every scenario, `(vec![], vec![])`. Returns (merged, left out).
+///
+/// # Errors
+/// [`StoreError::Rejected`] when the campaign has no `rounds` scenario and none was named.
+async fn windows_scenarios(
+    client: &clickhouse::Client,
+    db: &str,
+    filter: &QueryFilter,
+) -> Result<(Vec<String>, Vec<String>), StoreError> {
+    if let Some(s) = &filter.scenario {
+        return Ok((vec![s.clone()], Vec::new()));
+    }
+    let plan = match &filter.campaign_id {
+        Some(id) => stored_plan(client, db, id).await?,
+        None => None,
+    };
+    let Some(plan) = plan else {
+        return Ok((Vec::new(), Vec::new()));
+    };
+    let (rounds, other): (Vec<_>, Vec<_>) = plan
+        .scenarios
+        .iter()
+        .partition(|s| s.load.kind() == latmesh_core::load::LoadKind::Rounds);
+    let names = |v: Vec<&latmesh_core::plan::ScenarioSpec>| -> Vec<String> {
+        v.into_iter().map(|s| s.name.clone()).collect()
+    };
+    let (rounds, other) = (names(rounds), names(other));
+    if rounds.is_empty() {
+        return Err(StoreError::Rejected {
+            code: None,
+            message: format!(
+                "the campaign has no rounds scenario to compare time windows with; pick one \
+                 of its scenarios with --scenario ({})",
+                other.join(", ")
+            ),
+        });
+    }
+    Ok((rounds, other))
 }
 
 /// Clears the change of an `ALL` row whose two compared windows were observed in different
@@ -1570,6 +1670,23 @@ impl WindowsReport {
                 window_name(a),
                 window_name(b),
                 window_name(b)
+            );
+        }
+        let _ = writeln!(out);
+        let _ = write!(
+            out,
+            "scenarios: {}",
+            match self.scenarios.as_slice() {
+                [] => "every scenario merged".to_string(),
+                [one] => one.clone(),
+                many => format!("{} merged", many.join(", ")),
+            }
+        );
+        if !self.left_out_scenarios.is_empty() {
+            let _ = write!(
+                out,
+                " (left out: {}, load tests run at one time only; pick one with --scenario)",
+                self.left_out_scenarios.join(", ")
             );
         }
         let _ = writeln!(out);
@@ -1720,6 +1837,7 @@ pub async fn trend(
         client,
         db,
         filter,
+        &[],
         metric,
         percentile,
         &bucket.sql(REQUEST_COORD_SECS, &spec),

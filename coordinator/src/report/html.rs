@@ -649,7 +649,18 @@ fn sweeps(m: &ReportModel) -> String {
         ));
         out.push_str("</div><table><thead><tr><th class=\"row\">provider</th>");
         for s in &first.steps {
-            let _ = write!(out, "<th>c={}</th>", s.concurrency);
+            // Per agent, and the provider's total over every agent (all regions).
+            let total = if first.agents == 0 {
+                "?".to_string()
+            } else {
+                s.concurrency_total.to_string()
+            };
+            let _ = write!(
+                out,
+                "<th title=\"workers per agent and provider; total over {} agents\">c={} \
+                 (total {total})</th>",
+                first.agents, s.concurrency
+            );
         }
         out.push_str("<th class=\"row\">knee</th></tr></thead><tbody>");
         for r in &rows {
@@ -705,7 +716,9 @@ fn rates(m: &ReportModel) -> String {
             out,
             "<h3>{}</h3><p class=\"small\">Target {} requests/s per provider and agent for {} s. \
              Latency from the actual send vs from the intended send (the schedule's time: free \
-             of coordinated omission). A saturated row could not keep the schedule.</p>",
+             of coordinated omission). Agent saturated: the agents could not keep the schedule (the \
+             provider got less than the offered load). Provider saturated: its latency grew from \
+             the first to the second half of the arrivals (its queue grew).</p>",
             escape(scenario),
             first.target_rps,
             first.duration_ms as f64 / 1000.0
@@ -757,14 +770,15 @@ fn rate_table(rows: &[&RateRow]) -> String {
         "<table><thead><tr><th class=\"row\">provider</th><th class=\"row\">region</th>\
          <th>achieved rps / scheduled</th><th>sent</th><th>dropped</th><th>errors %</th>\
          <th>sched lag P50 / P99</th><th>TTFT P50 / P99</th><th>TTFT intended</th>\
-         <th>E2E P50 / P99</th><th>E2E intended</th><th class=\"row\">saturated</th></tr></thead><tbody>",
+         <th>E2E P50 / P99</th><th>E2E intended</th><th class=\"row\">agent saturated</th>\
+         <th class=\"row\">provider saturated</th></tr></thead><tbody>",
     );
     for r in rows {
         let _ = write!(
             out,
             "<tr><td class=\"row\">{}</td><td class=\"row\">{}</td><td>{} / {:.2}</td>\
              <td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
-             <td>{}</td><td class=\"row\">{}</td></tr>",
+             <td>{}</td><td class=\"row\">{}</td><td class=\"row\">{}</td></tr>",
             escape(&r.provider),
             escape(&r.region),
             r.achieved_rps.map_or("–".into(), |a| format!("{a:.2}")),
@@ -777,7 +791,14 @@ fn rate_table(rows: &[&RateRow]) -> String {
             p50_p99(r.ttft_intended),
             p50_p99(r.e2e),
             p50_p99(r.e2e_intended),
-            escape(r.saturated_reason.as_deref().unwrap_or("no"))
+            escape(r.agent_saturated_reason.as_deref().unwrap_or("no")),
+            escape(
+                &match (&r.provider_saturation, &r.provider_saturated_reason) {
+                    (None, _) => "– (too few requests per half)".to_string(),
+                    (Some(_), Some(why)) => why.clone(),
+                    (Some(_), None) => "no".to_string(),
+                }
+            )
         );
     }
     out.push_str("</tbody></table>\n");
