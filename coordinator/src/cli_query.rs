@@ -68,7 +68,7 @@ pub struct StatArgs {
     /// Metric: ttft, ttfc, e2e or tpot.
     #[arg(long, default_value = "ttft", value_parser = parse_metric)]
     pub metric: Metric,
-    /// Percentile: 50, 90 or 99 (exact, from the merged stored histograms).
+    /// Percentile: 50, 90, 95 or 99 (exact, from the merged stored histograms).
     #[arg(long, default_value = "50", value_parser = parse_percentile)]
     pub percentile: Percentile,
 }
@@ -84,7 +84,7 @@ fn parse_percentile(s: &str) -> Result<Percentile, String> {
     s.parse()
         .ok()
         .and_then(Percentile::from_number)
-        .ok_or_else(|| format!("{s:?}: use 50, 90 or 99"))
+        .ok_or_else(|| format!("{s:?}: use 50, 90, 95 or 99"))
 }
 
 fn parse_bucket(s: &str) -> Result<TrendBucket, String> {
@@ -173,8 +173,9 @@ pub enum QueryCmd {
         json: bool,
     },
     /// Concurrency sweeps of a stored campaign: per sweep scenario, provider and region (and
-    /// all regions merged), every step's requests, error %, TTFT and E2E P50/P90/P99 (exact,
-    /// from the step's merged histograms) and throughput, and the knee.
+    /// all regions merged), every step's requests, error %, TTFT and E2E P50/P90/P95/P99
+    /// (exact, from the step's merged histograms; `~` marks one its samples do not support)
+    /// and throughput, and the knee.
     Sweep {
         /// Where ClickHouse is.
         #[command(flatten)]
@@ -352,7 +353,12 @@ pub async fn stored_summary(ch: &ClickhouseArgs, filter: &FilterArgs) -> anyhow:
     let campaign = store::query::campaign(&client, db, &filter.campaign)
         .await?
         .with_context(|| format!("campaign {:?} is not in {}.campaigns", filter.campaign, db))?;
-    let rows = store::query::matrix_filtered(&client, db, &filter.filter()).await?;
+    let plan: latmesh_core::plan::Plan = serde_json::from_str(&campaign.plan_json)
+        .with_context(|| format!("stored plan of campaign {:?}", filter.campaign))?;
+    // The percentile list of the campaign's plan.
+    let percentiles = plan.percentiles.clone();
+    let rows =
+        store::query::matrix_percentiles(&client, db, &filter.filter(), &percentiles).await?;
     anyhow::ensure!(
         !rows.is_empty(),
         "campaign {:?} has no stored results matching these filters",
@@ -360,8 +366,6 @@ pub async fn stored_summary(ch: &ClickhouseArgs, filter: &FilterArgs) -> anyhow:
     );
     let agents = store::query::agents(&client, db, &filter.campaign).await?;
     let sweeps = store::query::sweep(&client, db, &filter.filter()).await?;
-    let plan: latmesh_core::plan::Plan = serde_json::from_str(&campaign.plan_json)
-        .with_context(|| format!("stored plan of campaign {:?}", filter.campaign))?;
     let cells: Vec<MatrixCell> = rows.iter().map(|r| r.to_cell()).collect();
     let models = crate::model_stats::model_rows(&plan.providers, &cells);
     let keep = |list: &[String], only: &Option<String>| -> Vec<String> {
@@ -379,6 +383,7 @@ pub async fn stored_summary(ch: &ClickhouseArgs, filter: &FilterArgs) -> anyhow:
         regions: keep(&campaign.regions, &filter.region),
         providers: keep(&campaign.providers, &filter.provider),
         scenarios: keep(&campaign.scenarios, &filter.scenario),
+        percentiles,
         cells,
         complete: agents.iter().all(|a| a.complete),
         // Not stored in ClickHouse (a cancelled campaign's agents report skipped slots, so it

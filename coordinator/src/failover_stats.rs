@@ -158,7 +158,9 @@ pub fn failover_rows(plan: &Plan, agg: &Aggregate) -> Vec<FailoverRow> {
                     })
                     .collect(),
                 chain: chain.clone(),
-                latency: latency.as_ref().map(Percentiles::of),
+                latency: latency
+                    .as_ref()
+                    .map(|h| Percentiles::of_list(h, &plan.percentiles)),
                 backups,
             });
         }
@@ -166,10 +168,12 @@ pub fn failover_rows(plan: &Plan, agg: &Aggregate) -> Vec<FailoverRow> {
     rows
 }
 
-/// Renders the failover rows as text.
+/// Renders the failover rows as text (latency P50/P95/P99; `~` marks a percentile its samples
+/// do not support, with the legend after the rows).
 pub fn render_failover(rows: &[FailoverRow]) -> String {
     let mut out = String::new();
     let mut last = "";
+    let mut marked = false;
     for r in rows {
         if r.scenario != last {
             let _ = writeln!(
@@ -186,7 +190,15 @@ pub fn render_failover(rows: &[FailoverRow]) -> String {
             .map(|(p, v)| format!("{p} {v:.0}%"))
             .collect();
         let latency = r.latency.as_ref().map_or("-".to_string(), |p| {
-            format!("P50 {:.0} ms, P99 {:.0} ms", p.p50_ms, p.p99_ms)
+            let parts: Vec<String> = [50.0, 95.0, 99.0]
+                .into_iter()
+                .filter_map(|q| p.point(q))
+                .map(|q| {
+                    marked |= !q.supported;
+                    format!("P{} {} ms", q.percentile, q.text(|v| format!("{v:.0}")))
+                })
+                .collect();
+            parts.join(", ")
         });
         let backups: Vec<String> = r
             .backups
@@ -204,6 +216,9 @@ pub fn render_failover(rows: &[FailoverRow]) -> String {
             latency,
             backups.join(", ")
         );
+    }
+    if marked {
+        let _ = writeln!(out, "{}", crate::percentiles::legend());
     }
     out
 }

@@ -18,6 +18,7 @@ pub mod keys;
 pub mod load_stats;
 pub mod metrics;
 pub mod model_stats;
+pub mod percentiles;
 pub mod persist;
 pub mod progress;
 pub mod report;

@@ -17,7 +17,6 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use comfy_table::{Cell as TCell, CellAlignment, Table, presets};
-use hdrhistogram::Histogram;
 use latmesh_core::hist::HistKey;
 use latmesh_core::load::{Knee, KneeRule, LoadModel, RateSpec, StepPoint, SweepSpec, find_knee};
 use latmesh_core::metrics::Metric;
@@ -26,11 +25,10 @@ use latmesh_core::record::Outcome;
 use serde::{Deserialize, Serialize};
 
 use crate::aggregate::{Aggregate, StepCounts};
+use crate::analysis::stats;
+use crate::percentiles;
 use crate::saturation::{ArrivalLatency, ProviderSaturation, provider_saturation};
 use crate::summary::{ALL_REGIONS, AgentSummary, Percentiles};
-
-/// The quantiles every latency column reports: P50, P90, P99.
-pub const QUANTILES: [f64; 3] = [0.5, 0.9, 0.99];
 
 /// An open-loop row is saturated when the P90 of `sched_lag` exceeds this, ms: one arrival in
 /// ten left more than 10 ms late, so the agent did not keep the schedule (a single late
@@ -64,9 +62,9 @@ pub struct SweepStep {
     pub ok: u64,
     /// Failed requests / requests, % (0 without requests).
     pub error_pct: f64,
-    /// TTFT P50/P90/P99 over the step's merged histograms, ms.
+    /// TTFT percentiles over the step's merged histograms, ms (with `n`, support, intervals).
     pub ttft: Option<Percentiles>,
-    /// E2E P50/P90/P99 over the step's merged histograms, ms.
+    /// E2E percentiles over the step's merged histograms, ms.
     pub e2e: Option<Percentiles>,
     /// The knee rule's metric at its percentile over the step's merged histograms, ms (what
     /// [`find_knee`] judged).
@@ -77,6 +75,20 @@ pub struct SweepStep {
     /// Output tokens of `ok` requests per second over the step's duration, summed over the
     /// row's agents, tokens/s.
     pub output_tokens_per_s: f64,
+}
+
+impl SweepStep {
+    /// Whether the step's samples support the knee rule's percentile ([`stats::supported`]):
+    /// counted from the knee metric's histogram when the step carries it (TTFT, E2E), else
+    /// from the step's `ok` requests.
+    pub fn knee_supported(&self, rule: &KneeRule) -> bool {
+        let n = match rule.metric {
+            Metric::Ttft => self.ttft.map_or(0, |p| p.n),
+            Metric::E2e => self.e2e.map_or(0, |p| p.n),
+            _ => self.ok,
+        };
+        stats::supported(n, rule.percentile)
+    }
 }
 
 /// A sweep scenario's steps for one provider in one region (or `ALL`), and its knee.
@@ -102,14 +114,14 @@ pub struct SweepRow {
 }
 
 /// What was measured in one sweep step: the inputs of a [`SweepStep`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct StepMeasure {
     /// Counters from the step's records.
     pub counts: StepCounts,
-    /// TTFT at [`QUANTILES`], µs (`None`: no value in the step's histograms).
-    pub ttft_us: Option<[u64; 3]>,
-    /// E2E at [`QUANTILES`], µs.
-    pub e2e_us: Option<[u64; 3]>,
+    /// TTFT percentiles of the step's merged histograms (`None`: no value in them).
+    pub ttft: Option<Percentiles>,
+    /// E2E percentiles of the step's merged histograms.
+    pub e2e: Option<Percentiles>,
     /// The knee metric at the knee rule's quantile ([`knee_quantile`]), µs.
     pub knee_us: Option<u64>,
 }
@@ -183,8 +195,8 @@ pub fn sweep_row(
                 requests: m.counts.requests,
                 ok: m.counts.ok,
                 error_pct: m.counts.error_pct(),
-                ttft: m.ttft_us.map(Percentiles::from_us),
-                e2e: m.e2e_us.map(Percentiles::from_us),
+                ttft: m.ttft,
+                e2e: m.e2e,
                 knee_value_ms: m.knee_us.map(ms),
                 throughput_rps: per_s(m.counts.ok),
                 output_tokens_per_s: per_s(m.counts.ok_output_tokens),
@@ -251,10 +263,6 @@ pub fn sweep_rows_by(
     out
 }
 
-fn at_quantiles(h: &Histogram<u64>) -> [u64; 3] {
-    QUANTILES.map(|q| h.value_at_quantile(q))
-}
-
 /// Every sweep row of `plan` that `only` keeps, from merged results in memory; `agents` are
 /// the campaign's agents.
 pub fn sweep_rows(
@@ -282,8 +290,8 @@ pub fn sweep_rows(
             };
             StepMeasure {
                 counts: agg.step_counts(region, provider, scenario, step),
-                ttft_us: hist(Metric::Ttft).as_ref().map(at_quantiles),
-                e2e_us: hist(Metric::E2e).as_ref().map(at_quantiles),
+                ttft: hist(Metric::Ttft).map(|h| Percentiles::of_list(&h, &plan.percentiles)),
+                e2e: hist(Metric::E2e).map(|h| Percentiles::of_list(&h, &plan.percentiles)),
                 knee_us: hist(spec.knee.metric)
                     .map(|h| h.value_at_quantile(knee_quantile(&spec.knee))),
             }
@@ -329,16 +337,16 @@ pub struct RateRow {
     pub requests: u64,
     /// Failed requests / requests, % (0 without requests).
     pub error_pct: f64,
-    /// `sched_lag` (actual − intended send time) P50/P90/P99 of `ok` attempts, ms.
+    /// `sched_lag` (actual − intended send time) percentiles of `ok` attempts, ms.
     pub sched_lag: Option<Percentiles>,
-    /// TTFT from the actual send, P50/P90/P99, ms.
+    /// TTFT from the actual send, percentiles, ms.
     pub ttft: Option<Percentiles>,
-    /// E2E from the actual send, P50/P90/P99, ms.
+    /// E2E from the actual send, percentiles, ms.
     pub e2e: Option<Percentiles>,
     /// TTFT from the intended send (`sched_lag` + TTFT, free of coordinated omission),
-    /// P50/P90/P99, ms.
+    /// percentiles, ms.
     pub ttft_intended: Option<Percentiles>,
-    /// E2E from the intended send, P50/P90/P99, ms.
+    /// E2E from the intended send, percentiles, ms.
     pub e2e_intended: Option<Percentiles>,
     /// The **agents** could not keep the schedule: arrivals were dropped, `sched_lag` P90 is
     /// over [`SATURATION_LAG_P90_MS`], or `achieved_rps` is below
@@ -372,16 +380,16 @@ pub struct RateMeasure {
     pub requests: u64,
     /// Those not `ok`.
     pub requests_failed: u64,
-    /// `sched_lag`, TTFT, E2E, intended TTFT and intended E2E at [`QUANTILES`], µs.
-    pub sched_lag_us: Option<[u64; 3]>,
-    /// TTFT at [`QUANTILES`], µs.
-    pub ttft_us: Option<[u64; 3]>,
-    /// E2E at [`QUANTILES`], µs.
-    pub e2e_us: Option<[u64; 3]>,
-    /// Intended TTFT at [`QUANTILES`], µs.
-    pub ttft_intended_us: Option<[u64; 3]>,
-    /// Intended E2E at [`QUANTILES`], µs.
-    pub e2e_intended_us: Option<[u64; 3]>,
+    /// `sched_lag` percentiles of the row's merged histograms.
+    pub sched_lag: Option<Percentiles>,
+    /// TTFT percentiles.
+    pub ttft: Option<Percentiles>,
+    /// E2E percentiles.
+    pub e2e: Option<Percentiles>,
+    /// Intended TTFT percentiles.
+    pub ttft_intended: Option<Percentiles>,
+    /// Intended E2E percentiles.
+    pub e2e_intended: Option<Percentiles>,
     /// The scenario streams (the provider rule then judges TTFT, else E2E).
     pub stream: bool,
     /// Every request that ended (final attempts of first turns; `cancelled` and `dropped`
@@ -405,7 +413,7 @@ pub fn rate_row(
         0.0
     };
     let achieved_rps = (m.agents > 0 && secs > 0.0).then(|| m.sent as f64 / secs / m.agents as f64);
-    let sched_lag = m.sched_lag_us.map(Percentiles::from_us);
+    let sched_lag = m.sched_lag;
     let mut reasons = Vec::new();
     if m.dropped > 0 {
         reasons.push(format!("{} arrivals dropped", m.dropped));
@@ -444,10 +452,10 @@ pub fn rate_row(
             m.requests_failed as f64 * 100.0 / m.requests as f64
         },
         sched_lag,
-        ttft: m.ttft_us.map(Percentiles::from_us),
-        e2e: m.e2e_us.map(Percentiles::from_us),
-        ttft_intended: m.ttft_intended_us.map(Percentiles::from_us),
-        e2e_intended: m.e2e_intended_us.map(Percentiles::from_us),
+        ttft: m.ttft,
+        e2e: m.e2e,
+        ttft_intended: m.ttft_intended,
+        e2e_intended: m.e2e_intended,
         agent_saturated: !reasons.is_empty(),
         agent_saturated_reason: (!reasons.is_empty()).then(|| reasons.join("; ")),
         provider_saturated_reason: provider_saturated
@@ -489,8 +497,7 @@ pub fn rate_rows(plan: &Plan, agg: &Aggregate, agents: &[AgentSummary]) -> Vec<R
                             step: 0,
                         },
                     )
-                    .as_ref()
-                    .map(at_quantiles)
+                    .map(|h| Percentiles::of_list(&h, &plan.percentiles))
                 };
                 let c = agg.counts(region, &provider.name, &s.name);
                 let m = RateMeasure {
@@ -499,11 +506,11 @@ pub fn rate_rows(plan: &Plan, agg: &Aggregate, agents: &[AgentSummary]) -> Vec<R
                     dropped: c.count(Outcome::Dropped),
                     requests: c.requests,
                     requests_failed: c.requests_failed,
-                    sched_lag_us: hist(Metric::SchedLag),
-                    ttft_us: hist(Metric::Ttft),
-                    e2e_us: hist(Metric::E2e),
-                    ttft_intended_us: hist(Metric::TtftIntended),
-                    e2e_intended_us: hist(Metric::E2eIntended),
+                    sched_lag: hist(Metric::SchedLag),
+                    ttft: hist(Metric::Ttft),
+                    e2e: hist(Metric::E2e),
+                    ttft_intended: hist(Metric::TtftIntended),
+                    e2e_intended: hist(Metric::E2eIntended),
                     stream: s.stream,
                     by_arrival: agg.rate_requests(region, &provider.name, &s.name),
                 };
@@ -651,8 +658,9 @@ fn right(s: String) -> TCell {
 }
 
 /// The sweeps as text: per scenario, a table of providers (all regions merged) × steps of the
-/// knee metric's percentile (the knee step marked `*`), with each provider's knee and why;
-/// then, when rows of several regions exist, each region's knee per provider.
+/// knee metric's percentile (the knee step marked `*`, a value its step's samples do not
+/// support `~`, with the legend), with each provider's knee and why; then, when rows of
+/// several regions exist, each region's knee per provider.
 pub fn render_sweeps(rows: &[SweepRow]) -> String {
     let mut out = String::new();
     let mut scenarios: Vec<&str> = Vec::new();
@@ -708,6 +716,7 @@ pub fn render_sweeps(rows: &[SweepRow]) -> String {
         }));
         header.push(TCell::new("knee"));
         t.set_header(header);
+        let mut marked = false;
         for r in &all {
             let mut row = vec![TCell::new(&r.provider)];
             for s in &r.steps {
@@ -716,12 +725,22 @@ pub fn render_sweeps(rows: &[SweepRow]) -> String {
                 } else {
                     ""
                 };
-                row.push(right(format!("{}{mark}", ms_short(s.knee_value_ms))));
+                let unsupported = s.knee_value_ms.is_some() && !s.knee_supported(rule);
+                marked |= unsupported;
+                let tilde = if unsupported {
+                    percentiles::UNSUPPORTED_MARK
+                } else {
+                    ""
+                };
+                row.push(right(format!("{tilde}{}{mark}", ms_short(s.knee_value_ms))));
             }
             row.push(TCell::new(knee_text(r.knee.as_ref())));
             t.add_row(row);
         }
         let _ = writeln!(out, "{t}");
+        if marked {
+            let _ = writeln!(out, "{}", percentiles::legend());
+        }
         let regional: Vec<&&SweepRow> = of.iter().filter(|r| r.region != ALL_REGIONS).collect();
         let regions: Vec<&str> = {
             let mut v: Vec<&str> = Vec::new();
@@ -754,8 +773,9 @@ pub fn render_sweeps(rows: &[SweepRow]) -> String {
 
 /// Every step of every row as one detailed table per scenario (what `latmesh query sweep`
 /// prints after [`render_sweeps`]): provider, region, concurrency per agent and in total,
-/// requests, error %, TTFT and
-/// E2E P50/P90/P99, throughput; the knee step marked `*`.
+/// requests, error %, TTFT and E2E at the campaign's percentiles (P50/P90/P95/P99 by default;
+/// `~` marks one the step's samples do not support, with the legend under the table),
+/// throughput; the knee step marked `*`.
 pub fn render_sweep_steps(rows: &[SweepRow]) -> String {
     let mut out = String::new();
     let mut scenarios: Vec<&str> = Vec::new();
@@ -764,13 +784,19 @@ pub fn render_sweep_steps(rows: &[SweepRow]) -> String {
             scenarios.push(&r.scenario);
         }
     }
+    let list = percentiles::list_of(
+        rows.iter()
+            .flat_map(|r| &r.steps)
+            .flat_map(|s| s.ttft.iter().chain(&s.e2e)),
+    );
+    let names = percentiles::header(&list);
+    let marked = std::cell::Cell::new(false);
     let p = |v: &Option<Percentiles>| match v {
-        Some(p) => format!(
-            "{}/{}/{}",
-            ms_short(Some(p.p50_ms)),
-            ms_short(Some(p.p90_ms)),
-            ms_short(Some(p.p99_ms))
-        ),
+        Some(p) => {
+            let (text, m) = p.text(&list, |v| ms_short(Some(v)));
+            marked.set(marked.get() | m);
+            text
+        }
         None => "-".into(),
     };
     for scenario in scenarios {
@@ -788,8 +814,8 @@ pub fn render_sweep_steps(rows: &[SweepRow]) -> String {
             "c total",
             "requests",
             "err %",
-            "TTFT P50/P90/P99",
-            "E2E P50/P90/P99",
+            &format!("TTFT {names}"),
+            &format!("E2E {names}"),
             "req/s",
             "tok/s",
         ]);
@@ -815,14 +841,18 @@ pub fn render_sweep_steps(rows: &[SweepRow]) -> String {
             }
         }
         let _ = writeln!(out, "{t}");
+        if marked.take() {
+            let _ = writeln!(out, "{}", percentiles::legend());
+        }
     }
     out
 }
 
 /// The rates as text: per scenario, a load table (achieved vs scheduled rate per agent, drops,
-/// `sched_lag`, errors, agent and provider saturation) and a latency table (P50/P99 from the actual and from the intended
-/// send), then why each saturated row is. With one region its `ALL` rows are left out (they
-/// repeat it).
+/// `sched_lag`, errors, agent and provider saturation) and a latency table (P50/P95/P99 from
+/// the actual and from the intended send; `~` marks a percentile its samples do not support,
+/// with the legend under the table), then why each saturated row is. With one region its `ALL`
+/// rows are left out (they repeat it).
 pub fn render_rates(rows: &[RateRow]) -> String {
     let mut out = String::new();
     let mut scenarios: Vec<&str> = Vec::new();
@@ -837,10 +867,17 @@ pub fn render_rates(rows: &[RateRow]) -> String {
         .map(|r| r.region.as_str())
         .collect::<std::collections::BTreeSet<_>>()
         .len();
-    let p50_99 = |v: &Option<Percentiles>| match v {
-        Some(p) => format!("{}/{}", ms_short(Some(p.p50_ms)), ms_short(Some(p.p99_ms))),
+    let marked = std::cell::Cell::new(false);
+    let at = |v: &Option<Percentiles>, list: &[f64]| match v {
+        Some(p) => {
+            let (text, m) = p.text(list, |v| ms_short(Some(v)));
+            marked.set(marked.get() | m);
+            text
+        }
         None => "-".into(),
     };
+    const LAG: [f64; 2] = [50.0, 99.0];
+    const LATENCY: [f64; 3] = [50.0, 95.0, 99.0];
     for scenario in scenarios {
         let mut of: Vec<&RateRow> = rows
             .iter()
@@ -883,7 +920,7 @@ pub fn render_rates(rows: &[RateRow]) -> String {
                     r.scheduled_rps
                 )),
                 right(r.dropped.to_string()),
-                right(p50_99(&r.sched_lag)),
+                right(at(&r.sched_lag, &LAG)),
                 right(format!("{:.1}", r.error_pct)),
                 TCell::new(if r.agent_saturated { "YES" } else { "no" }),
                 TCell::new(provider_verdict),
@@ -897,7 +934,8 @@ pub fn render_rates(rows: &[RateRow]) -> String {
         );
         let _ = writeln!(
             out,
-            "rate {scenario}: latency ms P50/P99 from the actual send and from the intended send"
+            "rate {scenario}: latency ms {} from the actual send and from the intended send",
+            percentiles::header(&LATENCY)
         );
         let mut t = Table::new();
         t.load_preset(presets::ASCII_MARKDOWN);
@@ -913,13 +951,16 @@ pub fn render_rates(rows: &[RateRow]) -> String {
             t.add_row(vec![
                 TCell::new(&r.provider),
                 TCell::new(&r.region),
-                right(p50_99(&r.ttft)),
-                right(p50_99(&r.ttft_intended)),
-                right(p50_99(&r.e2e)),
-                right(p50_99(&r.e2e_intended)),
+                right(at(&r.ttft, &LATENCY)),
+                right(at(&r.ttft_intended, &LATENCY)),
+                right(at(&r.e2e, &LATENCY)),
+                right(at(&r.e2e_intended, &LATENCY)),
             ]);
         }
         let _ = writeln!(out, "{t}");
+        if marked.take() {
+            let _ = writeln!(out, "{}", percentiles::legend());
+        }
         for r in &of {
             for (who, why) in [
                 ("agent", &r.agent_saturated_reason),
@@ -990,6 +1031,18 @@ pub(crate) mod tests {
         load: LoadKind,
         groups: &[(u32, usize, Outcome, u64, i64)],
     ) {
+        add_for(agg, region, "p", scenario, load, groups);
+    }
+
+    /// [`add`] for `provider`.
+    pub(crate) fn add_for(
+        agg: &mut Aggregate,
+        region: &str,
+        provider: &str,
+        scenario: &str,
+        load: LoadKind,
+        groups: &[(u32, usize, Outcome, u64, i64)],
+    ) {
         let mut set = HistogramSet::new();
         for &(step, n, outcome, e2e, lag) in groups {
             for _ in 0..n {
@@ -998,7 +1051,7 @@ pub(crate) mod tests {
                     load,
                     step,
                     concurrency: [2, 4, 8][step as usize] * u32::from(load == LoadKind::Sweep),
-                    provider: "p".into(),
+                    provider: provider.into(),
                     scenario: scenario.into(),
                     attempt: 1,
                     final_attempt: true,
@@ -1045,6 +1098,30 @@ pub(crate) mod tests {
         rows.iter()
             .find(|r| r.region == region && r.provider == provider)
             .unwrap()
+    }
+
+    #[test]
+    fn sweep_values_the_steps_cannot_support_are_marked() {
+        // Knee on E2E P90 (36 samples needed): ALL has 20, 29 and 40 samples at c = 2, 4, 8.
+        let mut plan = plan();
+        let LoadModel::Sweep(spec) = &mut plan.scenarios[0].load else {
+            unreachable!()
+        };
+        spec.knee.percentile = 90.0;
+        let rows = sweep_rows(&plan, &sweep_aggregate(), RowFilter::default(), &[]);
+        let all = row(&rows, "ALL", "p");
+        let support: Vec<bool> = all
+            .steps
+            .iter()
+            .map(|s| s.knee_supported(&all.knee_rule))
+            .collect();
+        assert_eq!(support, [false, false, true]);
+        let text = render_sweeps(&rows);
+        assert!(
+            text.contains("| p        |         ~1.00 |         ~1.04 |         2.00*"),
+            "{text}"
+        );
+        assert!(text.contains(&percentiles::legend()), "{text}");
     }
 
     #[test]
@@ -1105,13 +1182,25 @@ pub(crate) mod tests {
             (1.0, 20.0, 0.0)
         );
         assert_eq!(us.steps[2].throughput_rps, 3.0);
+        // 20 samples at c = 4: P50 is supported (n ≥ 6, with an interval), P90 and up not.
+        let ttft = us.steps[1].ttft.as_ref().unwrap();
         assert_eq!(
-            us.steps[1].ttft,
-            Some(Percentiles {
-                p50_ms: 0.52,
-                p90_ms: 0.52,
-                p99_ms: 0.52
-            })
+            (ttft.p50_ms, ttft.p90_ms, ttft.p95_ms, ttft.p99_ms, ttft.n),
+            (0.52, 0.52, Some(0.52), 0.52, 20)
+        );
+        let support: Vec<(f64, bool, Option<f64>)> = ttft
+            .points
+            .iter()
+            .map(|p| (p.percentile, p.supported, p.lo_ms))
+            .collect();
+        assert_eq!(
+            support,
+            [
+                (50.0, true, Some(0.52)),
+                (90.0, false, None),
+                (95.0, false, None),
+                (99.0, false, None)
+            ]
         );
         let knee_values: Vec<Option<f64>> = us.steps.iter().map(|s| s.knee_value_ms).collect();
         assert_eq!(knee_values, [Some(1.0), Some(1.04), Some(2.0)]);
@@ -1246,6 +1335,14 @@ pub(crate) mod tests {
         assert!(q.agent_saturated);
 
         // Scheduler lag alone: P90 over 10 ms (a P99 over it alone is one late arrival).
+        let lag_ms = |p50_ms: f64, p90_ms: f64, p99_ms: f64| Percentiles {
+            p50_ms,
+            p90_ms,
+            p95_ms: None,
+            p99_ms,
+            n: 100,
+            points: Default::default(),
+        };
         let spec = match &plan().scenarios[1].load {
             LoadModel::Rate(r) => r.clone(),
             _ => unreachable!(),
@@ -1261,7 +1358,7 @@ pub(crate) mod tests {
                 sent: 100,
                 requests: 100,
                 requests_failed: 4,
-                sched_lag_us: Some([1_000, 12_000, 30_000]),
+                sched_lag: Some(lag_ms(1.0, 12.0, 30.0)),
                 ..Default::default()
             },
         );
@@ -1280,7 +1377,7 @@ pub(crate) mod tests {
                 agents: 1,
                 sent: 100,
                 requests: 100,
-                sched_lag_us: Some([200, 900, 15_000]),
+                sched_lag: Some(lag_ms(0.2, 0.9, 15.0)),
                 ..Default::default()
             },
         );

@@ -5,7 +5,8 @@
 //!
 //! With a terminal on stderr the client draws indicatif bars: a total bar, one bar per region
 //! (slots done / expected, agent states, errors) and one per provider (slots done / expected,
-//! errors, live TTFT P50/P99, E2E for plans without streaming scenarios). Without one (pipes,
+//! errors, live TTFT P50/P95/P99 with `~` on a percentile its samples do not support yet, E2E
+//! for plans without streaming scenarios). Without one (pipes,
 //! CI, tests) it prints today's plain `progress:` lines every `every`, with the providers'
 //! live numbers appended, and never an escape code. The final line and the summary that
 //! follow a campaign are printed by [`crate::watch::follow`] the same way in both cases.
@@ -198,7 +199,9 @@ pub fn live_cells(
         }
         if let Some(h) = merged.filter(|h| !h.is_empty()) {
             cell.p50_ms = h.value_at_quantile(0.5) as f64 / 1000.0;
+            cell.p95_ms = h.value_at_quantile(0.95) as f64 / 1000.0;
             cell.p99_ms = h.value_at_quantile(0.99) as f64 / 1000.0;
+            cell.samples = h.len();
         }
         out.push(cell);
     }
@@ -275,17 +278,28 @@ pub fn stderr_is_terminal() -> bool {
     std::io::stderr().is_terminal() && std::env::var_os("TERM").is_none_or(|t| t != "dumb")
 }
 
-/// `  P50 312 ms P99 845 ms` style latency text of a provider cell (empty without samples).
+/// `TTFT P50 312 ms P95 790 ms P99 ~845 ms` style latency text of a provider cell (empty
+/// without samples): `~` marks a percentile its samples do not support
+/// ([`crate::analysis::stats::supported`]); a cell from an older coordinator, without a
+/// sample count or P95, shows P50 and P99 unmarked.
 fn latency(c: &pb::LiveCell) -> String {
     if c.p50_ms <= 0.0 && c.p99_ms <= 0.0 {
         return String::new();
     }
-    format!(
-        "{} P50 {:.0} ms P99 {:.0} ms",
-        c.metric.to_uppercase(),
-        c.p50_ms,
-        c.p99_ms
-    )
+    let mut parts = vec![c.metric.to_uppercase()];
+    for (q, v) in [(50.0, c.p50_ms), (95.0, c.p95_ms), (99.0, c.p99_ms)] {
+        if c.samples == 0 && q == 95.0 {
+            continue;
+        }
+        let unsupported = c.samples > 0 && !crate::analysis::stats::supported(c.samples, q);
+        let mark = if unsupported {
+            crate::percentiles::UNSUPPORTED_MARK
+        } else {
+            ""
+        };
+        parts.push(format!("P{q} {mark}{v:.0} ms"));
+    }
+    parts.join(" ")
 }
 
 /// `105/120 probes`, or with an open-ended sweep (live region cells without an expectation:
@@ -682,7 +696,9 @@ mod tests {
         assert_eq!((p1.done, p1.expected, p1.errors), (104, 60, 3));
         assert_eq!(p1.metric, "ttft");
         assert!(approx(p1.p50_ms, 50.0), "{}", p1.p50_ms);
+        assert!(approx(p1.p95_ms, 95.0), "{}", p1.p95_ms);
         assert!(approx(p1.p99_ms, 99.0), "{}", p1.p99_ms);
+        assert_eq!(p1.samples, 100);
         // p2: one slot, no histogram: no percentiles.
         assert_eq!((p2.done, p2.errors, p2.p50_ms, p2.p99_ms), (1, 0, 0.0, 0.0));
     }
@@ -921,7 +937,7 @@ mod tests {
             "{line}"
         );
         assert!(
-            line.contains("; p1 104/60, 3 err, TTFT P50 50 ms P99 99 ms"),
+            line.contains("; p1 104/60, 3 err, TTFT P50 50 ms P95 95 ms P99 ~99 ms"),
             "{line}"
         );
         assert!(line.contains("; p2 1/60, 0 err"), "{line}");
@@ -957,7 +973,8 @@ mod tests {
         // Past its expectation (53 of 40): a count without a bar.
         assert_eq!(bar("us-east", ""), (53, None, msg));
         assert_eq!(bar("eu-west", ""), (52, Some(80), "0 err".into()));
-        let p1 = "3 err  TTFT P50 50 ms P99 99 ms".to_string();
+        // 100 samples support P95 (72), not P99 (368).
+        let p1 = "3 err  TTFT P50 50 ms P95 95 ms P99 ~99 ms".to_string();
         assert_eq!(bar("", "p1"), (104, None, p1));
         assert_eq!(bar("", "p2"), (1, Some(60), "0 err".into()));
         r.finish();

@@ -1551,6 +1551,7 @@ mod tests {
             windows: Vec::new(),
             schedule: None,
             selection: None,
+            percentiles: latmesh_core::plan::default_percentiles(),
         }
     }
 

@@ -1,13 +1,13 @@
 //! The campaign summary: the region × provider matrix per scenario, as JSON (`--json PATH`)
 //! and as terminal tables, plus the load models' results (sweep steps and knees, open-loop
 //! rates, the agents' start skew; see [`crate::load_stats`]). Percentiles come from merged HDR
-//! histograms, never from averaging percentiles.
+//! histograms, never from averaging percentiles, and carry their sample count, support and
+//! 95 % intervals ([`Percentiles`]).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use comfy_table::{Cell as TCell, CellAlignment, Table, presets};
-use hdrhistogram::Histogram;
 use latmesh_core::hist::HistKey;
 use latmesh_core::metrics::Metric;
 use latmesh_core::plan::Plan;
@@ -23,33 +23,7 @@ use crate::model_stats::{self, ModelRow};
 /// The region label of the row that merges every region.
 pub const ALL_REGIONS: &str = "ALL";
 
-/// P50/P90/P99 of one metric, milliseconds.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Percentiles {
-    /// Median, ms.
-    pub p50_ms: f64,
-    /// 90th percentile, ms.
-    pub p90_ms: f64,
-    /// 99th percentile, ms.
-    pub p99_ms: f64,
-}
-
-impl Percentiles {
-    /// P50, P90 and P99 of `h` (µs) in ms.
-    pub fn of(h: &Histogram<u64>) -> Percentiles {
-        Percentiles::from_us(load_stats::QUANTILES.map(|q| h.value_at_quantile(q)))
-    }
-
-    /// From P50, P90 and P99 in µs (each divided by 1000 as `f64`).
-    pub fn from_us([p50, p90, p99]: [u64; 3]) -> Percentiles {
-        let ms = |us: u64| us as f64 / 1000.0;
-        Percentiles {
-            p50_ms: ms(p50),
-            p90_ms: ms(p90),
-            p99_ms: ms(p99),
-        }
-    }
-}
+pub use crate::percentiles::{PercentilePoint, Percentiles};
 
 /// One cell of the matrix: a region (or [`ALL_REGIONS`]), a provider, a scenario.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -64,7 +38,7 @@ pub struct MatrixCell {
     pub attempts: u64,
     /// Latency samples (`ok` attempts).
     pub samples: u64,
-    /// TTFT percentiles (streaming scenarios).
+    /// TTFT percentiles (streaming scenarios), with `n`, support and intervals.
     pub ttft: Option<Percentiles>,
     /// TTFC percentiles (streaming scenarios).
     pub ttfc: Option<Percentiles>,
@@ -165,6 +139,10 @@ pub struct Summary {
     pub providers: Vec<String>,
     /// Scenarios, in plan order.
     pub scenarios: Vec<String>,
+    /// The percentiles the tables show and each [`Percentiles::points`] holds (the plan's
+    /// `percentiles`; P50/P90/P95/P99 in older summaries).
+    #[serde(default = "latmesh_core::plan::default_percentiles")]
+    pub percentiles: Vec<f64>,
     /// Every (region, provider, scenario) cell, plus `ALL` rows.
     pub cells: Vec<MatrixCell>,
     /// Agents.
@@ -222,7 +200,13 @@ pub fn build(
     for scenario in &plan.scenarios {
         for region in &rows {
             for provider in &plan.providers {
-                cells.push(cell(agg, *region, &provider.name, &scenario.name));
+                cells.push(cell(
+                    agg,
+                    *region,
+                    &provider.name,
+                    &scenario.name,
+                    &plan.percentiles,
+                ));
             }
         }
     }
@@ -237,6 +221,7 @@ pub fn build(
         regions: plan.regions.clone(),
         providers: plan.providers.iter().map(|p| p.name.clone()).collect(),
         scenarios: plan.scenarios.iter().map(|s| s.name.clone()).collect(),
+        percentiles: plan.percentiles.clone(),
         cells,
         complete: agents.iter().all(|a| a.complete),
         cancelled: false,
@@ -251,7 +236,13 @@ pub fn build(
     }
 }
 
-fn cell(agg: &Aggregate, region: Option<&str>, provider: &str, scenario: &str) -> MatrixCell {
+fn cell(
+    agg: &Aggregate,
+    region: Option<&str>,
+    provider: &str,
+    scenario: &str,
+    percentiles: &[f64],
+) -> MatrixCell {
     let hist = |metric| {
         agg.histogram(
             region,
@@ -288,9 +279,9 @@ fn cell(agg: &Aggregate, region: Option<&str>, provider: &str, scenario: &str) -
         scenario: scenario.to_string(),
         attempts,
         samples: ok,
-        ttft: hist(Metric::Ttft).map(|h| Percentiles::of(&h)),
-        ttfc: hist(Metric::Ttfc).map(|h| Percentiles::of(&h)),
-        e2e: hist(Metric::E2e).map(|h| Percentiles::of(&h)),
+        ttft: hist(Metric::Ttft).map(|h| Percentiles::of_list(&h, percentiles)),
+        ttfc: hist(Metric::Ttfc).map(|h| Percentiles::of_list(&h, percentiles)),
+        e2e: hist(Metric::E2e).map(|h| Percentiles::of_list(&h, percentiles)),
         tpot_p50_ms: p50(Metric::Tpot),
         itl_p50_ms: p50(Metric::Itl),
         error_pct: pct(measured - ok),
@@ -342,27 +333,32 @@ impl Summary {
             self.campaign_id,
             &self.plan_hash[..12]
         );
+        // A view gives a cell's text and whether it holds a percentile the samples do not
+        // support (then the table gets the legend).
+        let list = &self.percentiles;
+        let names = crate::percentiles::header(list);
         let fmt_p = |p: &Option<Percentiles>| match p {
-            Some(p) => format!("{:.0}/{:.0}/{:.0}", p.p50_ms, p.p90_ms, p.p99_ms),
-            None => "-".into(),
+            Some(p) => p.text(list, |v| format!("{v:.0}")),
+            None => ("-".into(), false),
         };
-        type View<'a> = (&'a str, &'a dyn Fn(&MatrixCell) -> String);
+        type View<'a> = (String, &'a dyn Fn(&MatrixCell) -> (String, bool));
+        let plain = |text: String| (text, false);
         let views: [View; 5] = [
-            ("samples (ok / attempts)", &|c| {
-                format!("{}/{}", c.samples, c.attempts)
+            ("samples (ok / attempts)".into(), &|c| {
+                plain(format!("{}/{}", c.samples, c.attempts))
             }),
-            ("TTFT ms P50/P90/P99", &|c| fmt_p(&c.ttft)),
-            ("E2E ms P50/P90/P99", &|c| fmt_p(&c.e2e)),
-            ("TPOT ms P50", &|c| {
-                c.tpot_p50_ms.map_or("-".into(), |v| format!("{v:.1}"))
+            (format!("TTFT ms {names}"), &|c| fmt_p(&c.ttft)),
+            (format!("E2E ms {names}"), &|c| fmt_p(&c.e2e)),
+            ("TPOT ms P50".into(), &|c| {
+                plain(c.tpot_p50_ms.map_or("-".into(), |v| format!("{v:.1}")))
             }),
             (
-                "errors % / throttled % (attempts) / failed % (requests, after retries)",
+                "errors % / throttled % (attempts) / failed % (requests, after retries)".into(),
                 &|c| {
-                    format!(
+                    plain(format!(
                         "{:.1} / {:.1} / {:.1}",
                         c.error_pct, c.throttled_pct, c.request_error_pct
-                    )
+                    ))
                 },
             ),
         ];
@@ -374,17 +370,22 @@ impl Summary {
                 let mut header = vec![TCell::new("region")];
                 header.extend(self.providers.iter().map(TCell::new));
                 t.set_header(header);
+                let mut marked = false;
                 for region in self.regions.iter().map(String::as_str).chain([ALL_REGIONS]) {
                     let mut row = vec![TCell::new(region)];
                     for provider in &self.providers {
-                        let text = self
+                        let (text, m) = self
                             .cell(region, provider, scenario)
-                            .map_or("-".into(), view);
+                            .map_or(("-".into(), false), view);
+                        marked |= m;
                         row.push(TCell::new(text).set_alignment(CellAlignment::Right));
                     }
                     t.add_row(row);
                 }
                 let _ = writeln!(out, "{t}");
+                if marked {
+                    let _ = writeln!(out, "{}", crate::percentiles::legend());
+                }
             }
         }
         if !self.sweeps.is_empty() {
@@ -521,8 +522,99 @@ dropped (open-loop arrivals not sent in time; not in error rates):"
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::load_stats::tests::{add_rate, agent, plan, sweep_aggregate};
+    use crate::load_stats::tests::{add_for, add_rate, agent, plan, sweep_aggregate};
+    use latmesh_core::load::LoadKind;
     use latmesh_core::record::{OutputTokensSource, ProbeRecord};
+
+    /// The demo's sample sizes: 12 `ok` requests per region cell of provider `p` in three
+    /// regions (E2E 100..=1200 ms, TTFT half), and 400 for `q` in us-east alone (E2E
+    /// 1001..=1400 ms).
+    fn demo_sized() -> Summary {
+        demo_sized_with(&latmesh_core::plan::DEFAULT_PERCENTILES)
+    }
+
+    fn demo_sized_with(percentiles: &[f64]) -> Summary {
+        let mut plan = plan();
+        plan.percentiles = percentiles.to_vec();
+        plan.regions.push("ap-southeast".into());
+        let mut agg = Aggregate::default();
+        for region in &plan.regions {
+            let twelve: Vec<_> = (1..=12)
+                .map(|i| (0, 1, Outcome::Ok, i * 100_000, 0))
+                .collect();
+            add_for(&mut agg, region, "p", "open", LoadKind::Rate, &twelve);
+        }
+        let four_hundred: Vec<_> = (1..=400)
+            .map(|i| (0, 1, Outcome::Ok, 1_000_000 + i * 1000, 0))
+            .collect();
+        add_for(
+            &mut agg,
+            "us-east",
+            "q",
+            "open",
+            LoadKind::Rate,
+            &four_hundred,
+        );
+        build("c1", &plan, 0, &agg, vec![])
+    }
+
+    #[test]
+    fn the_campaign_chooses_the_percentiles() {
+        let s = demo_sized_with(&[50.0, 99.9]);
+        assert_eq!(s.percentiles, [50.0, 99.9]);
+        let e2e = s.cell("us-east", "q", "open").unwrap().e2e.unwrap();
+        let got: Vec<(f64, bool)> = e2e
+            .points
+            .iter()
+            .map(|p| (p.percentile, p.supported))
+            .collect();
+        // P99.9 needs 3688 samples.
+        assert_eq!(got, [(50.0, true), (99.9, false)]);
+        // The fixed P50/P90/P95/P99 stay in the JSON for readers that know only them.
+        assert!(e2e.p95_ms.is_some());
+        let text = s.render();
+        assert!(text.contains("open: E2E ms P50/P99.9"), "{text}");
+        assert!(text.contains("| 1200/~1401 |"), "{text}");
+    }
+
+    #[test]
+    fn percentiles_the_samples_do_not_support_are_marked_with_a_legend() {
+        let s = demo_sized();
+        let pts = |region: &str, provider: &str| -> Vec<(f64, bool)> {
+            let e2e = s.cell(region, provider, "open").unwrap().e2e.unwrap();
+            e2e.points
+                .iter()
+                .map(|p| (p.percentile, p.supported))
+                .collect()
+        };
+        // 12 samples: only P50; ALL (36): P50 and P90; 400: all four.
+        assert_eq!(
+            pts("eu-west", "p"),
+            [(50.0, true), (90.0, false), (95.0, false), (99.0, false)]
+        );
+        assert_eq!(
+            pts("ALL", "p"),
+            [(50.0, true), (90.0, true), (95.0, false), (99.0, false)]
+        );
+        assert_eq!(
+            pts("us-east", "q"),
+            [(50.0, true), (90.0, true), (95.0, true), (99.0, true)]
+        );
+        let text = s.render();
+        println!("{text}");
+        for want in [
+            "open: E2E ms P50/P90/P95/P99",
+            "| us-east      | 600/~1101/~1200/~1200 | 1200/1361/1380/1397 |",
+            "| ALL          |  600/1101/~1200/~1200 | 1200/1361/1380/1397 |",
+            &crate::percentiles::legend(),
+        ] {
+            assert!(text.contains(want), "{want:?} not in\n{text}");
+        }
+        // The legend only under tables with a marked value.
+        let samples_table = text.find("open: samples").unwrap();
+        let ttft_table = text.find("open: TTFT").unwrap();
+        assert!(!text[samples_table..ttft_table].contains("~"));
+    }
 
     #[test]
     fn summary_reports_sweeps_rates_dropped_and_start_skew() {
@@ -570,8 +662,33 @@ mod tests {
         for key in ["sweeps", "rates", "start"] {
             old.as_object_mut().unwrap().remove(key);
         }
+        // ... and a summary written before P95, sample counts and intervals.
+        old.as_object_mut().unwrap().remove("percentiles");
+        for cell in old["cells"].as_array_mut().unwrap() {
+            for metric in ["ttft", "ttfc", "e2e"] {
+                if let Some(p) = cell[metric].as_object_mut() {
+                    for key in ["p95_ms", "n", "points"] {
+                        p.remove(key);
+                    }
+                }
+            }
+        }
         let back: Summary = serde_json::from_value(old).unwrap();
         assert!(back.sweeps.is_empty() && back.start == StartSync::default());
+        assert_eq!(back.percentiles, [50.0, 90.0, 95.0, 99.0]);
+        let e2e = back.cell("us-east", "p", "sw").unwrap().e2e.unwrap();
+        assert_eq!((e2e.p95_ms, e2e.n, e2e.points.len()), (None, 0, 0));
+        // The new shape: per metric the sample count, and per percentile its support and
+        // interval.
+        let e2e = &json["cells"][0]["e2e"];
+        assert_eq!(json["cells"][0]["scenario"], "sw");
+        assert_eq!(e2e["n"], 60);
+        assert_eq!(e2e["p95_ms"], 2.0);
+        assert_eq!(e2e["points"][0]["percentile"], 50.0);
+        assert_eq!(e2e["points"][0]["supported"], true);
+        assert_eq!(e2e["points"][0]["lo_ms"], 1.04);
+        assert_eq!(e2e["points"][3]["supported"], false);
+        assert!(e2e["points"][3]["lo_ms"].is_null() && e2e["points"][3]["hi_ms"].is_null());
 
         let text = s.render();
         println!("{text}");
@@ -580,8 +697,9 @@ mod tests {
             "c = workers per agent and provider; total = the provider's concurrency, c × 2 agents (all regions)",
             "| provider | c=2 (total 4) | c=4 (total 8) | c=8 (total 16) | knee                          |",
             "| p        |          1.00 |          1.04 |          2.00* | c=8: latency, elasticity 0.92 |",
-            "| p        | eu-west |     9.00/10.00 |      10 |   0.20/0.20 |   0.0 | YES        | - (too few)   |",
-            "| p        | us-east | 0.50/0.50 |     0.70/0.70 | 1.00/1.00 |    1.20/1.20 |",
+            "| p        | eu-west |     9.00/10.00 |      10 |  0.20/~0.20 |   0.0 | YES        | - (too few)   |",
+            "rate open: latency ms P50/P95/P99 from the actual send and from the intended send",
+            "| p        | us-east | 0.50/0.50/~0.50 | 0.70/0.70/~0.70 | 1.00/1.00/~1.00 | 1.20/1.20/~1.20 |",
             "  p                us-east c=8 (latency), eu-west c=4 (errors)",
             "rate open: target 10 rps per provider and agent for 10 s; rps sent per agent vs scheduled",
             "  agent saturated: p eu-west: 10 arrivals dropped; achieved 9.00 rps < 95% of scheduled 10.00",

@@ -8,6 +8,7 @@
 //! regions = ["us-east", "eu-west"]
 //! prompt_set = "my-prompts.jsonl" # optional, relative to this file; default: builtin set
 //! user_agent = "OpenAI/Python 3.57.0" # optional: user-agent of every provider that sets none
+//! percentiles = [50, 90, 95, 99]  # optional (the default): what the matrices and reports show
 //!
 //! [campaign.timezones]            # optional: region → IANA zone name or fixed UTC offset
 //! us-east = "America/New_York"
@@ -80,8 +81,9 @@ use crate::load::{
 };
 use crate::metrics::{METRICS_VERSION, Metric};
 use crate::plan::{
-    ClientPolicy, DEFAULT_MAX_RESPONSE_BYTES, FailoverSpec, MAX_TURNS, MIN_MAX_RESPONSE_BYTES,
-    Plan, PlanPrompt, ProviderSpec, RetryPolicy, RoundsSpec, ScenarioSpec, Timeouts,
+    ClientPolicy, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_PERCENTILES, FailoverSpec, MAX_PERCENTILES,
+    MAX_TURNS, MIN_MAX_RESPONSE_BYTES, Plan, PlanPrompt, ProviderSpec, RetryPolicy, RoundsSpec,
+    ScenarioSpec, Timeouts,
 };
 use crate::prompts::{PromptSet, builtin_follow_ups, guess_lang};
 use crate::record::Outcome;
@@ -230,6 +232,9 @@ pub struct CampaignSection {
     pub timezones: BTreeMap<String, String>,
     /// `user-agent` of the providers that set none (`None`: the agents' default).
     pub user_agent: Option<String>,
+    /// The percentiles the summary, matrices and reports show (`[50, 90, 95, 99]` when
+    /// absent): each in (0, 100), ascending, no repeats.
+    pub percentiles: Option<Vec<f64>>,
 }
 
 /// `[rounds]`.
@@ -1049,6 +1054,7 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
     let schedule = validate_schedule(&file, &timezones, &windows)?;
     let selection = crate::selection::validate(file.selection.as_ref(), &providers)
         .map_err(|(key, message)| invalid(key, message))?;
+    let percentiles = validate_percentiles(c.percentiles.as_deref())?;
 
     Ok(Plan {
         name: c.name.clone(),
@@ -1063,7 +1069,52 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
         windows,
         schedule,
         selection,
+        percentiles,
     })
+}
+
+/// `campaign.percentiles`: each in (0, 100), strictly ascending (sorted, no repeats), 1 to
+/// [`MAX_PERCENTILES`] of them; [`DEFAULT_PERCENTILES`] when absent.
+fn validate_percentiles(list: Option<&[f64]>) -> Result<Vec<f64>, CampaignError> {
+    let Some(list) = list else {
+        return Ok(DEFAULT_PERCENTILES.to_vec());
+    };
+    if list.is_empty() {
+        return Err(invalid(
+            "campaign.percentiles",
+            "name at least one percentile (e.g. [50, 90, 95, 99]), or leave the key out",
+        ));
+    }
+    if list.len() > MAX_PERCENTILES {
+        return Err(invalid(
+            "campaign.percentiles",
+            format!(
+                "{} percentiles: at most {MAX_PERCENTILES} fit a matrix cell",
+                list.len()
+            ),
+        ));
+    }
+    for (i, &p) in list.iter().enumerate() {
+        let key = format!("campaign.percentiles[{i}]");
+        if !(p > 0.0 && p < 100.0) {
+            return Err(invalid(key, format!("{p} is not in (0, 100) (P50 is 50)")));
+        }
+        if i > 0 && p <= list[i - 1] {
+            return Err(invalid(
+                key,
+                format!(
+                    "{p} {} {}: list the percentiles in ascending order, each once",
+                    if p == list[i - 1] {
+                        "repeats"
+                    } else {
+                        "comes after"
+                    },
+                    list[i - 1]
+                ),
+            ));
+        }
+    }
+    Ok(list.to_vec())
 }
 
 /// `[schedule]`, checked against the campaign's regions, zones and windows.
@@ -1638,6 +1689,43 @@ api_key_env = "A_KEY"
         assert_eq!(plan.providers[0].expected_model(), "smollm2");
         let e = err_of(&GOOD.replace("model_id = \"m\"", "model_id = \"m\"\nexpect_model = \" \""));
         assert!(e.contains("providers[0].expect_model"), "{e}");
+    }
+
+    #[test]
+    fn percentiles_default_to_p50_p90_p95_p99_and_are_checked() {
+        let plan = load_toml_str(GOOD, Path::new(".")).unwrap();
+        assert_eq!(plan.percentiles, vec![50.0, 90.0, 95.0, 99.0]);
+        let with =
+            |list: &str| GOOD.replace("seed = 5", &format!("seed = 5\npercentiles = {list}"));
+        let plan = load_toml_str(&with("[50, 99.9]"), Path::new(".")).unwrap();
+        assert_eq!(plan.percentiles, vec![50.0, 99.9]);
+        // The default list is left out of the plan JSON (hashes of older plans hold).
+        assert!(
+            !load_toml_str(GOOD, Path::new("."))
+                .unwrap()
+                .to_json()
+                .contains("percentiles")
+        );
+        assert!(plan.to_json().contains("\"percentiles\":[50.0,99.9]"));
+        for (list, key, says) in [
+            ("[]", "campaign.percentiles", "at least one"),
+            ("[50, 100]", "campaign.percentiles[1]", "not in (0, 100)"),
+            ("[0, 50]", "campaign.percentiles[0]", "not in (0, 100)"),
+            (
+                "[50, 99, 95]",
+                "campaign.percentiles[2]",
+                "95 comes after 99",
+            ),
+            ("[50, 50]", "campaign.percentiles[1]", "50 repeats 50"),
+            (
+                "[1, 2, 3, 4, 5, 6, 7, 8, 9]",
+                "campaign.percentiles",
+                "at most 8",
+            ),
+        ] {
+            let e = err_of(&with(list));
+            assert!(e.contains(key) && e.contains(says), "{list}: {e}");
+        }
     }
 
     #[test]

@@ -358,6 +358,32 @@ pub struct Plan {
     /// plans without it keep their [`Plan::hash`]. Agents ignore it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selection: Option<crate::selection::Selection>,
+    /// The percentiles the summary, the matrices and the reports show (`[campaign]
+    /// percentiles`), each in (0, 100), ascending, unique, at most [`MAX_PERCENTILES`];
+    /// [`DEFAULT_PERCENTILES`] unless the
+    /// campaign sets them. Absent from the JSON when they are the default, so such plans keep
+    /// their [`Plan::hash`]; older plan JSON without the field parses as the default. Agents
+    /// ignore it.
+    #[serde(
+        default = "default_percentiles",
+        skip_serializing_if = "is_default_percentiles"
+    )]
+    pub percentiles: Vec<f64>,
+}
+
+/// The percentiles shown when a campaign does not choose: P50, P90, P95, P99.
+pub const DEFAULT_PERCENTILES: [f64; 4] = [50.0, 90.0, 95.0, 99.0];
+
+/// Most percentiles a campaign may list (a matrix cell shows them side by side).
+pub const MAX_PERCENTILES: usize = 8;
+
+/// [`DEFAULT_PERCENTILES`] as a list (the serde default of [`Plan::percentiles`]).
+pub fn default_percentiles() -> Vec<f64> {
+    DEFAULT_PERCENTILES.to_vec()
+}
+
+fn is_default_percentiles(list: &[f64]) -> bool {
+    list == DEFAULT_PERCENTILES
 }
 
 /// Pause between two phases, µs: requests still in flight at a phase's end finish before the
@@ -572,6 +598,7 @@ pub(crate) mod tests {
             windows: Vec::new(),
             schedule: None,
             selection: None,
+            percentiles: default_percentiles(),
         }
     }
 

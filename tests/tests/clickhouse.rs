@@ -86,6 +86,7 @@ fn plan() -> Plan {
         windows: Vec::new(),
         schedule: None,
         selection: None,
+        percentiles: latmesh_core::plan::default_percentiles(),
     }
 }
 

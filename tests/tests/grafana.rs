@@ -670,7 +670,7 @@ fn every_dashboard_query_runs_on_clickhouse_and_returns_rows() {
             .iter()
             .map(|(v, _)| v.as_str())
             .collect::<Vec<_>>(),
-        ["0.5", "0.9", "0.99"]
+        ["0.5", "0.9", "0.95", "0.99"]
     );
     // Each scenario alone, and all of them selected together (a multi-value).
     let mut scenario_choices = vec![Var {
@@ -736,7 +736,12 @@ fn every_dashboard_query_runs_on_clickhouse_and_returns_rows() {
     for scenario in SCENARIOS {
         let cli = cli_matrix(ch_url, &db, &campaign_id, scenario);
         for (metric, json_key) in [("ttft", "ttft"), ("ttfc", "ttfc"), ("e2e", "e2e")] {
-            for (percentile, key) in [("0.5", "p50_ms"), ("0.9", "p90_ms"), ("0.99", "p99_ms")] {
+            for (percentile, key) in [
+                ("0.5", "p50_ms"),
+                ("0.9", "p90_ms"),
+                ("0.95", "p95_ms"),
+                ("0.99", "p99_ms"),
+            ] {
                 let result = &results[&(
                     matrix_id,
                     metric.to_string(),

@@ -2,8 +2,9 @@
 //! campaign stored in a real ClickHouse, with a `peak` window that holds `us-east` and
 //! `ap-southeast` but not `eu-west` (zones picked from the current hour).
 //!
-//! - From memory: the JSON report's matrix equals the summary's (P50/P90/P99 to the last
-//!   digit), the CSV has the same digits, each CDF reaches 0.5 at the matrix's P50, the
+//! - From memory: the JSON report's matrix equals the summary's (P50/P90/P95/P99, their
+//!   sample counts, support and intervals to the last digit), the CSV has the same digits, the
+//!   page has P95 heatmaps and hatches the percentiles the samples do not support, each CDF reaches 0.5 at the matrix's P50, the
 //!   analysis is in both, and the page names no URL, loads nothing and has no script.
 //! - From ClickHouse (`latmesh report` in all three formats, the real binary): the same matrix,
 //!   sweeps and open-loop rows as in memory, time series that count every TTFT and E2E sample,
@@ -59,6 +60,7 @@ async fn demo_report_from_memory_and_from_clickhouse() {
     let json: Value = serde_json::from_str(&report::render(&mem, Format::Json).unwrap()).unwrap();
     let csv = report::render(&mem, Format::Csv).unwrap();
     check_self_contained(&html);
+    check_marked(&html, &data);
     check_matrix(&json["matrix"], &data, false);
     check_csv(&csv, &data);
     check_cdfs(&mem);
@@ -198,11 +200,49 @@ fn check_self_contained(html: &str) {
     }
 }
 
+/// The page shows P95 next to P50 and P99, and hatches exactly the percentiles of the
+/// heatmaps whose samples do not support them (two rounds: a few samples per cell).
+fn check_marked(html: &str, data: &ReportData) {
+    for want in [
+        "TTFT P90 (ms)",
+        "TTFT P95 (ms)",
+        "E2E P95 (ms)",
+        "E2E P50 / P95 / P99",
+        "~hatched",
+    ] {
+        assert!(html.contains(want), "{want:?} not in the page");
+    }
+    // Per scenario a heatmap per percentile of the campaign's list (the default four) and
+    // metric (TTFT, TTFC, E2E), then errors and samples.
+    let heatmaps = html.matches("<figure class=\"heatmap\"").count();
+    assert_eq!(heatmaps, data.plan.scenarios.len() * (4 * 3 + 2));
+    let unsupported = |q: f64| {
+        data.summary
+            .cells
+            .iter()
+            .flat_map(|c| [c.ttft, c.ttfc, c.e2e])
+            .flatten()
+            .filter(|p| !p.point(q).unwrap().supported)
+            .count()
+    };
+    // Every P99 of two rounds is unsupported, and hatched in its heatmap.
+    let p99 = unsupported(99.0);
+    assert!(p99 > 0 && p99 >= unsupported(50.0));
+    let section = |title: &str| {
+        let from = html.find(title).unwrap();
+        &html[from..from + html[from..].find("</figure>").unwrap()]
+    };
+    let e2e_p99 = section("E2E P99 (ms)");
+    assert!(e2e_p99.contains("<td class=\"unsupported\""), "{e2e_p99}");
+}
+
 /// Whether `path` names a percentile (compared to the last digit).
 fn is_percentile(path: &str) -> bool {
-    ["p50_ms", "p90_ms", "p99_ms"]
-        .iter()
-        .any(|p| path.ends_with(p))
+    [
+        "p50_ms", "p90_ms", "p95_ms", "p99_ms", ".ms", "lo_ms", "hi_ms",
+    ]
+    .iter()
+    .any(|p| path.ends_with(p))
 }
 
 /// `got` equals `want`: integers and percentiles exactly, other floats within 1e-12 relative
@@ -267,12 +307,16 @@ fn check_matrix(matrix: &Value, data: &ReportData, from_clickhouse: bool) {
         for (metric, p) in [("ttft", cell.ttft), ("ttfc", cell.ttfc), ("e2e", cell.e2e)] {
             if let Some(p) = p {
                 for (k, v) in [
-                    ("p50_ms", p.p50_ms),
-                    ("p90_ms", p.p90_ms),
-                    ("p99_ms", p.p99_ms),
+                    ("p50_ms", Some(p.p50_ms)),
+                    ("p90_ms", Some(p.p90_ms)),
+                    ("p95_ms", p.p95_ms),
+                    ("p99_ms", Some(p.p99_ms)),
                 ] {
-                    assert_eq!(got[metric][k].as_f64(), Some(v), "{path} {metric} {k}");
+                    assert!(v.is_some(), "{path} {metric} {k}");
+                    assert_eq!(got[metric][k].as_f64(), v, "{path} {metric} {k}");
                 }
+                assert_eq!(got[metric]["n"].as_u64(), Some(p.n), "{path} {metric} n");
+                assert_eq!(p.points.len(), 4, "{path} {metric}: the default list");
             }
         }
     }
@@ -304,7 +348,31 @@ fn check_csv(csv: &str, data: &ReportData) {
     for c in &data.summary.cells {
         for (metric, p) in [("ttft", c.ttft), ("ttfc", c.ttfc), ("e2e", c.e2e)] {
             let Some(p) = p else { continue };
-            for (stat, v) in [("p50", p.p50_ms), ("p90", p.p90_ms), ("p99", p.p99_ms)] {
+            for point in p.points.iter() {
+                let stat = format!("p{}", point.percentile);
+                let supported = format!("{stat}_supported");
+                let key = |stat: &str| {
+                    let m = metric.to_string();
+                    (
+                        c.scenario.clone(),
+                        c.region.clone(),
+                        c.provider.clone(),
+                        m,
+                        stat.to_string(),
+                    )
+                };
+                let flag = if point.supported { "1" } else { "0" };
+                assert_eq!(values.get(&key(&supported)).map(String::as_str), Some(flag));
+                let lo = values.get(&key(&format!("{stat}_lo")));
+                assert_eq!(lo, point.lo_ms.map(|v| v.to_string()).as_ref(), "{stat}");
+            }
+            let p95 = p.p95_ms.unwrap();
+            for (stat, v) in [
+                ("p50", p.p50_ms),
+                ("p90", p.p90_ms),
+                ("p95", p95),
+                ("p99", p.p99_ms),
+            ] {
                 let key = (
                     c.scenario.clone(),
                     c.region.clone(),
@@ -513,15 +581,20 @@ fn check_rendered(browser: &Path, profile: &Path, html: &Path, m: &ReportModel, 
     );
     let palette: Vec<String> = (0..charts::PALETTE.len()).map(charts::colour_hex).collect();
 
-    // Heatmaps: per scenario, 6 latency tables, errors and samples; every cell filled in.
+    // Heatmaps: per scenario, P50, P90, P95 and P99 of TTFT, TTFC and E2E, errors and
+    // samples; every cell filled in: coloured, or hatched when its samples do not support it.
     let heatmaps: Vec<&str> = dom.split("<figure class=\"heatmap\"").skip(1).collect();
-    assert_eq!(heatmaps.len(), m.campaign.scenarios.len() * 8);
+    assert_eq!(heatmaps.len(), m.campaign.scenarios.len() * 14);
     let cells = (m.campaign.regions.len() + 1) * m.campaign.providers.len();
     for h in &heatmaps {
         let h = &h[..h.find("</figure>").unwrap()];
         assert_eq!(h.matches("<td").count(), cells, "{h}");
         if !h.contains("samples (ok attempts)") {
-            assert!(h.matches("background:#").count() >= cells / 2, "{h}");
+            let hatched = h.matches("class=\"unsupported\"").count();
+            assert!(
+                h.matches("background:#").count() + hatched >= cells / 2,
+                "{h}"
+            );
         }
     }
 

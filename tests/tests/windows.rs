@@ -410,7 +410,7 @@ async fn sink_labels_windows_and_queries_are_exact() {
 
     // query windows: exact percentiles, attempts, error %, change.
     let filter = QueryFilter::campaign(&campaign_id);
-    for p in [Percentile::P50, Percentile::P99] {
+    for p in [Percentile::P50, Percentile::P95, Percentile::P99] {
         let report = windows(&client, &db, &filter, Metric::Ttft, p)
             .await
             .unwrap();
@@ -518,6 +518,41 @@ async fn sink_labels_windows_and_queries_are_exact() {
     ]);
     let report: WindowsReport = serde_json::from_str(&json).unwrap();
     check_windows(&report, &g, Percentile::P90);
+    // P95 from the CLI: exact, as HdrHistogram computes it.
+    let json = cli(&[
+        "query",
+        "windows",
+        "--campaign",
+        &campaign_id,
+        "--percentile",
+        "95",
+        "--json",
+    ]);
+    let report: WindowsReport = serde_json::from_str(&json).unwrap();
+    check_windows(&report, &g, Percentile::P95);
+    let table = cli(&[
+        "query",
+        "windows",
+        "--campaign",
+        &campaign_id,
+        "--percentile",
+        "95",
+    ]);
+    assert!(table.contains("TTFT P95 (ms) by time window"), "{table}");
+    // A window of fewer than 72 samples has a P95 the samples do not support: marked, with
+    // the rule under the table.
+    let unsupported = report
+        .rows
+        .iter()
+        .flat_map(|r| &r.windows)
+        .filter(|w| w.stat.value_ms.is_some() && w.stat.samples < 72)
+        .count();
+    assert!(unsupported > 0, "{report:#?}");
+    assert_eq!(table.matches('~').count(), unsupported + 1, "{table}");
+    assert!(
+        table.contains(&latmesh_coordinator::percentiles::legend()),
+        "{table}"
+    );
     let table = cli(&["query", "windows", "--campaign", &campaign_id]);
     println!("{table}");
     assert!(

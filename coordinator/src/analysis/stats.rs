@@ -24,8 +24,17 @@
 //!   ranks as the exact rule up to one rank at such `n`), coverage from the normal CDF.
 //!
 //! When no such ranks exist within `1..=n` (`(1 − q)ⁿ > α/2` or `qⁿ > α/2`) the sample is too
-//! small to bound that percentile on both sides: P50 needs `n ≥ 6`, P95 `n ≥ 72`, P99
-//! `n ≥ 368` ([`min_samples`]), and the interval is reported as "not enough samples".
+//! small to bound that percentile on both sides: P50 needs `n ≥ 6`, P90 `n ≥ 36`, P95
+//! `n ≥ 72`, P99 `n ≥ 368` ([`min_samples`]), and the interval is reported as "not enough
+//! samples".
+//!
+//! # The sample-size policy
+//!
+//! That same bound is the one rule for showing a percentile anywhere (matrices, heatmaps,
+//! reports, the JSON summary): a percentile of `n` samples is **supported** when
+//! `n ≥ min_samples(q)` ([`supported`]). Below it the value is still computed and shown, but
+//! marked: it is not yet a percentile one can decide with (with 12 samples, "P99" is the
+//! maximum).
 //!
 //! The values at ranks `j` and `k` come from the merged histogram ([`value_at_rank`]): the
 //! lower bound is the **lowest** value equivalent to the bucket holding `x(j)` and the upper
@@ -104,6 +113,15 @@ pub fn min_samples(q: f64) -> u64 {
         n += 1;
     }
     n
+}
+
+/// Whether `n` samples support the `percentile` (0 < p < 100, e.g. `95.0`): `n ≥`
+/// [`min_samples`]`(percentile / 100)`, the smallest sample with a distribution-free 95 %
+/// confidence interval of that percentile (P50 6, P90 36, P95 72, P99 368). The one
+/// sample-size policy of every table, heatmap, report and summary (see the
+/// [module docs](self)); `false` for a percentile outside (0, 100).
+pub fn supported(n: u64, percentile: f64) -> bool {
+    percentile > 0.0 && percentile < 100.0 && n >= min_samples(percentile / 100.0)
 }
 
 /// The ranks `j < k` of a distribution-free two-sided confidence interval at [`CONFIDENCE`]
@@ -455,4 +473,21 @@ pub fn kendall_w(rankings: &[Vec<f64>]) -> Option<f64> {
     let (mf, nf) = (m as f64, n as f64);
     let denom = mf * mf * (nf * nf * nf - nf) - mf * ties;
     (denom > 0.0).then(|| (12.0 * s / denom).clamp(0.0, 1.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn support_starts_where_an_interval_exists() {
+        for (p, n) in [(50.0, 6), (90.0, 36), (95.0, 72), (99.0, 368)] {
+            assert_eq!(min_samples(p / 100.0), n, "P{p}");
+            assert!(supported(n, p) && !supported(n - 1, p), "P{p}");
+            assert!(
+                rank_interval(n, p / 100.0).is_some() && rank_interval(n - 1, p / 100.0).is_none()
+            );
+        }
+        assert!(!supported(1_000, 0.0) && !supported(1_000, 100.0));
+    }
 }

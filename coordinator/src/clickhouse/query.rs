@@ -3,15 +3,19 @@
 //! step by step ([`sweep`]), stored campaigns and agents, and row counts for
 //! `latmesh campaign verify` ([`counts`]).
 //!
-//! Percentiles are exact over any grouping: `quantilesExactWeighted(0.5, 0.9, 0.99)(value,
-//! weight)` over `ARRAY JOIN values AS value, counts AS weight` of every interval histogram in
-//! the group, which equals HdrHistogram's `value_at_quantile` of the merged histograms (see
-//! [`super::rows::HistogramRow`]) — never an average of percentiles. Counts are summed in Rust
+//! Percentiles are exact over any grouping. The matrix and the sweeps rebuild each group's
+//! merged histogram ([`merged_histograms`]: every stored bucket summed per value in SQL,
+//! recorded into an HdrHistogram of the agents' bounds; a stored value is its bucket's highest
+//! equivalent, so the buckets and counts are the coordinator's) and take their percentiles,
+//! sample counts and intervals from it exactly as the coordinator's summary does
+//! ([`Percentiles::of_list`]) — never an average of percentiles. Counts are summed in Rust
 //! from one `GROUP BY region, provider, scenario, outcome`, so the `ALL` rows are exact sums.
 //! No query needs `FINAL` (see the de-duplication guarantee in [`super::insert`]).
 //!
-//! Time windows ([`windows`]) and trends ([`trend`]) use the same exact percentiles, grouped
-//! by the stored `window` label or by a time bucket on the coordinator's clock. Local hours
+//! Time windows ([`windows`]) and trends ([`trend`]) use `quantileExactWeighted(q)(value,
+//! weight)` over `ARRAY JOIN values AS value, counts AS weight` (which equals HdrHistogram's
+//! `value_at_quantile` of the merged histograms), grouped by the stored `window` label or by a
+//! time bucket on the coordinator's clock. Local hours
 //! are computed in SQL from each region's zone ([`local_hour_sql`]); there is no local-hour
 //! column.
 
@@ -28,9 +32,13 @@ use serde::{Deserialize, Serialize};
 use super::rows::{AgentRow, CampaignRow};
 use super::{StoreError, check_identifier};
 use crate::aggregate::{count_name, counts_in_error_rates};
+use crate::analysis::stats;
 use crate::load_stats::{self, RowFilter, StepMeasure, SweepRow};
 use crate::model_stats;
 use crate::summary::{ALL_REGIONS, MatrixCell, Percentiles};
+use hdrhistogram::Histogram;
+use latmesh_core::hist::new_histogram;
+use latmesh_core::plan::DEFAULT_PERCENTILES;
 
 /// Which rows a query looks at. Every field left `None` means "all".
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -153,15 +161,16 @@ pub struct MatrixRow {
     pub ok_usage_chunk_delta_sum: i64,
     /// `ok` attempts whose `usage_chunk_delta` was not 0.
     pub ok_usage_chunk_mismatches: u64,
-    /// TTFT P50/P90/P99, ms.
+    /// TTFT percentiles (P50/P90/P95/P99, `n`, the campaign's list with support and
+    /// intervals), ms.
     pub ttft: Option<Percentiles>,
-    /// TTFC P50/P90/P99, ms.
+    /// TTFC percentiles, ms.
     pub ttfc: Option<Percentiles>,
-    /// E2E P50/P90/P99, ms.
+    /// E2E percentiles, ms.
     pub e2e: Option<Percentiles>,
-    /// TPOT P50/P90/P99, ms.
+    /// TPOT percentiles, ms.
     pub tpot: Option<Percentiles>,
-    /// ITL P50/P90/P99, ms.
+    /// ITL percentiles, ms.
     pub itl: Option<Percentiles>,
     /// Values in the merged histograms, by metric name.
     pub hist_samples: BTreeMap<String, u64>,
@@ -316,16 +325,6 @@ struct OutcomeCount {
 }
 
 #[derive(clickhouse::Row, Deserialize)]
-struct QuantileRow {
-    region: String,
-    provider: String,
-    scenario: String,
-    metric: String,
-    samples: u64,
-    q: Vec<u64>,
-}
-
-#[derive(clickhouse::Row, Deserialize)]
 struct AnsweredCount {
     region: String,
     provider: String,
@@ -363,52 +362,117 @@ const MATRIX_METRICS: [Metric; 5] = [
     Metric::Itl,
 ];
 
-/// P50/P90/P99 of every (region, provider, scenario, metric) — and with `merged`, of every
-/// (provider, scenario, metric) over regions, labelled `ALL`.
-async fn quantiles(
+#[derive(clickhouse::Row, Deserialize)]
+struct BucketRow {
+    region: String,
+    provider: String,
+    scenario: String,
+    metric: String,
+    step: u32,
+    value: u64,
+    n: u64,
+}
+
+/// Which merged histogram: region (or `ALL`: every region the filter keeps), provider,
+/// scenario, metric, sweep step (0 when the steps are merged).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct HistGroup {
+    /// Region, or `ALL`.
+    pub region: String,
+    /// Provider.
+    pub provider: String,
+    /// Scenario.
+    pub scenario: String,
+    /// Metric.
+    pub metric: Metric,
+    /// Sweep step with `by_step`, else 0.
+    pub step: u32,
+}
+
+/// The merged histograms (µs) of the `histograms` rows `filter` selects, of `metrics`: per
+/// region and `ALL`, provider, scenario, metric, and with `by_step` sweep step (else every
+/// step merged). Every stored bucket (`values`, `counts`) is summed per value in SQL and
+/// recorded into an HdrHistogram of the agents' bounds; a stored value is its bucket's highest
+/// equivalent, so each rebuilt histogram has the coordinator's buckets and counts (the same
+/// percentiles to the microsecond, and the same order statistics for intervals).
+///
+/// # Errors
+/// [`StoreError::InvalidName`] for a bad `db`; the server's or connection's error otherwise.
+pub async fn merged_histograms(
     client: &clickhouse::Client,
     db: &str,
     filter: &QueryFilter,
-    merged: bool,
-) -> Result<Vec<QuantileRow>, StoreError> {
+    metrics: &[Metric],
+    by_step: bool,
+) -> Result<BTreeMap<HistGroup, Histogram<u64>>, StoreError> {
+    check_identifier(db)?;
+    let mut out = BTreeMap::new();
+    if metrics.is_empty() {
+        return Ok(out);
+    }
     let (mut wh, args) = where_clause(filter, "start_unix_us", "interval_start");
-    let metrics = MATRIX_METRICS
+    let list = metrics
         .iter()
-        .map(|m| format!("'{}'", m.as_str()))
+        .map(|m| sql_string(m.as_str()))
         .collect::<Vec<_>>()
         .join(", ");
-    wh.push_str(if wh.is_empty() { " WHERE " } else { " AND " });
-    wh.push_str(&format!("metric IN ({metrics})"));
-    // Aliases differ from column names: ClickHouse aliases are visible in WHERE.
-    let (region, group) = if merged {
-        (format!("'{ALL_REGIONS}'"), "provider, scenario, metric")
-    } else {
-        ("region".to_string(), "region, provider, scenario, metric")
-    };
+    and_where(&mut wh, &format!("metric IN ({list})"));
     let sql = format!(
-        "SELECT {region} AS row_region, provider, scenario, metric, \
-         sum(weight) AS samples, \
-         quantilesExactWeighted(0.5, 0.9, 0.99)(value, weight) AS q \
-         FROM {db}.histograms \
-         ARRAY JOIN `values` AS value, `counts` AS weight{wh} \
-         GROUP BY {group}"
+        "SELECT region, provider, scenario, metric, step, value, sum(weight) AS n \
+         FROM {db}.histograms ARRAY JOIN `values` AS value, `counts` AS weight{wh} \
+         GROUP BY region, provider, scenario, metric, step, value"
     );
-    Ok(bind_all(client.query(&sql), &args).fetch_all().await?)
+    let rows: Vec<BucketRow> = bind_all(client.query(&sql), &args).fetch_all().await?;
+    for r in rows {
+        let Some(metric) = Metric::parse(&r.metric) else {
+            continue;
+        };
+        for region in [r.region.as_str(), ALL_REGIONS] {
+            let h = out
+                .entry(HistGroup {
+                    region: region.to_string(),
+                    provider: r.provider.clone(),
+                    scenario: r.scenario.clone(),
+                    metric,
+                    step: if by_step { r.step } else { 0 },
+                })
+                .or_insert_with(new_histogram);
+            if h.record_n(r.value, r.n).is_err() {
+                h.saturating_record_n(r.value, r.n);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// [`matrix_percentiles`] at [`DEFAULT_PERCENTILES`].
+///
+/// # Errors
+/// As [`matrix_percentiles`].
+pub async fn matrix_filtered(
+    client: &clickhouse::Client,
+    db: &str,
+    filter: &QueryFilter,
+) -> Result<Vec<MatrixRow>, StoreError> {
+    matrix_percentiles(client, db, filter, &DEFAULT_PERCENTILES).await
 }
 
 /// The region × provider matrix of the rows `filter` selects: per (region, provider, scenario)
 /// and per (`ALL`, provider, scenario), attempt counts by outcome from `requests`, and exact
-/// P50/P90/P99 of TTFT, TTFC, E2E, TPOT and ITL from the merged interval histograms.
+/// percentiles (P50/P90/P95/P99, and `percentiles` with their sample count, support and
+/// intervals) of TTFT, TTFC, E2E, TPOT and ITL from the merged interval histograms
+/// ([`merged_histograms`], every sweep step merged).
 ///
 /// Rows are sorted by scenario, then region (`ALL` last), then provider; only cells with data
 /// appear.
 ///
 /// # Errors
 /// [`StoreError::InvalidName`] for a bad `db`; the server's or connection's error otherwise.
-pub async fn matrix_filtered(
+pub async fn matrix_percentiles(
     client: &clickhouse::Client,
     db: &str,
     filter: &QueryFilter,
+    percentiles: &[f64],
 ) -> Result<Vec<MatrixRow>, StoreError> {
     check_identifier(db)?;
     let (wh, args) = where_clause(filter, "send_unix_us", "send_time");
@@ -523,26 +587,20 @@ pub async fn matrix_filtered(
         }
     }
 
-    for merged in [false, true] {
-        for q in quantiles(client, db, filter, merged).await? {
-            let cell = cells
-                .entry(key(&q.region, &q.provider, &q.scenario))
-                .or_insert_with(|| MatrixRow::new(&q.region, &q.provider, &q.scenario));
-            let ms = |i: usize| q.q.get(i).copied().unwrap_or(0) as f64 / 1000.0;
-            let p = Percentiles {
-                p50_ms: ms(0),
-                p90_ms: ms(1),
-                p99_ms: ms(2),
-            };
-            cell.hist_samples.insert(q.metric.clone(), q.samples);
-            match Metric::parse(&q.metric) {
-                Some(Metric::Ttft) => cell.ttft = Some(p),
-                Some(Metric::Ttfc) => cell.ttfc = Some(p),
-                Some(Metric::E2e) => cell.e2e = Some(p),
-                Some(Metric::Tpot) => cell.tpot = Some(p),
-                Some(Metric::Itl) => cell.itl = Some(p),
-                _ => {}
-            }
+    for (g, h) in merged_histograms(client, db, filter, &MATRIX_METRICS, false).await? {
+        let cell = cells
+            .entry(key(&g.region, &g.provider, &g.scenario))
+            .or_insert_with(|| MatrixRow::new(&g.region, &g.provider, &g.scenario));
+        let p = Percentiles::of_list(&h, percentiles);
+        cell.hist_samples
+            .insert(g.metric.as_str().to_string(), h.len());
+        match g.metric {
+            Metric::Ttft => cell.ttft = Some(p),
+            Metric::Ttfc => cell.ttfc = Some(p),
+            Metric::E2e => cell.e2e = Some(p),
+            Metric::Tpot => cell.tpot = Some(p),
+            Metric::Itl => cell.itl = Some(p),
+            _ => {}
         }
     }
     Ok(cells.into_values().collect())
@@ -870,46 +928,44 @@ pub enum Percentile {
     P50,
     /// 90th percentile.
     P90,
+    /// 95th percentile.
+    P95,
     /// 99th percentile.
     P99,
 }
 
 impl Percentile {
-    /// `50` → [`Percentile::P50`], `90`, `99`; `None` otherwise.
+    /// Every percentile, ascending.
+    pub const ALL: [Percentile; 4] = [
+        Percentile::P50,
+        Percentile::P90,
+        Percentile::P95,
+        Percentile::P99,
+    ];
+
+    /// `50` → [`Percentile::P50`], `90`, `95`, `99`; `None` otherwise.
     pub fn from_number(n: u32) -> Option<Percentile> {
-        match n {
-            50 => Some(Percentile::P50),
-            90 => Some(Percentile::P90),
-            99 => Some(Percentile::P99),
-            _ => None,
-        }
+        Percentile::ALL.into_iter().find(|p| p.number() == n)
     }
 
-    /// 50, 90 or 99.
+    /// 50, 90, 95 or 99.
     pub fn number(self) -> u32 {
         match self {
             Percentile::P50 => 50,
             Percentile::P90 => 90,
+            Percentile::P95 => 95,
             Percentile::P99 => 99,
         }
     }
 
-    /// The quantile, as HdrHistogram's `value_at_quantile` takes it (0.5, 0.9, 0.99).
+    /// The quantile, as HdrHistogram's `value_at_quantile` takes it (0.5, 0.9, 0.95, 0.99).
     pub fn quantile(self) -> f64 {
-        match self {
-            Percentile::P50 => 0.5,
-            Percentile::P90 => 0.9,
-            Percentile::P99 => 0.99,
-        }
+        f64::from(self.number()) / 100.0
     }
 
-    /// The quantile as an SQL literal (the same digits the matrix query uses).
-    fn sql(self) -> &'static str {
-        match self {
-            Percentile::P50 => "0.5",
-            Percentile::P90 => "0.9",
-            Percentile::P99 => "0.99",
-        }
+    /// The quantile as an SQL literal ([`quantile_sql`]).
+    fn sql(self) -> String {
+        quantile_sql(self.quantile())
     }
 }
 
@@ -1013,16 +1069,6 @@ struct StepOutcomeCount {
     output_tokens: u64,
 }
 
-#[derive(clickhouse::Row, Deserialize)]
-struct StepQuantiles {
-    region: String,
-    provider: String,
-    scenario: String,
-    metric: String,
-    step: u32,
-    q: Vec<u64>,
-}
-
 /// A quantile as an SQL literal: the shortest decimal that reads back as the same `f64`, so
 /// ClickHouse's threshold `ceil(weights × level)` equals HdrHistogram's.
 fn quantile_sql(q: f64) -> String {
@@ -1033,10 +1079,9 @@ fn quantile_sql(q: f64) -> String {
 /// coordinator's summary computes them ([`crate::load_stats::sweep_rows`]): per `sweep`
 /// scenario (of the stored plan), region (and `ALL`: the regions the filter keeps, merged) and
 /// provider, every step's requests, ok and error % (final attempts of `load = 'sweep'` rows of
-/// `requests`, grouped by `step`; `cancelled` and `dropped` left out), TTFT and E2E
-/// P50/P90/P99 and the knee metric's percentile (`quantilesExactWeighted` over `ARRAY JOIN` of
-/// the step's `histograms` rows, which equals HdrHistogram's `value_at_quantile` of the merged
-/// histograms), throughput over `step_ms`, and the knee ([`latmesh_core::load::find_knee`],
+/// `requests`, grouped by `step`; `cancelled` and `dropped` left out), TTFT and E2E at the
+/// plan's percentiles with their support and intervals, and the knee metric's percentile (from
+/// each step's merged histograms, [`merged_histograms`]), throughput over `step_ms`, and the knee ([`latmesh_core::load::find_knee`],
 /// computed here from those rows). Ordered by scenario, region (`ALL` last), provider, each
 /// in plan order; steps without data are present with zero counts.
 ///
@@ -1113,79 +1158,33 @@ pub async fn sweep(
         }
     }
 
-    // Levels: P50, P90, P99, then each knee rule's quantile not among them.
-    let mut levels: Vec<f64> = load_stats::QUANTILES.to_vec();
-    let mut metrics: BTreeSet<Metric> = [Metric::Ttft, Metric::E2e].into();
-    for (_, spec) in &specs {
-        let q = load_stats::knee_quantile(&spec.knee);
-        if !levels.contains(&q) {
-            levels.push(q);
+    // Each step's merged histograms give its percentiles (the plan's list) and the knee
+    // metric's value, as in memory.
+    for (scenario, spec) in &specs {
+        let mut metrics = vec![Metric::Ttft, Metric::E2e];
+        if !metrics.contains(&spec.knee.metric) {
+            metrics.push(spec.knee.metric);
         }
-        metrics.insert(spec.knee.metric);
-    }
-    let level_list = levels
-        .iter()
-        .map(|q| quantile_sql(*q))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let metric_list = metrics
-        .iter()
-        .map(|m| sql_string(m.as_str()))
-        .collect::<Vec<_>>()
-        .join(", ");
-    for merged in [false, true] {
-        let (mut wh, args) = where_clause(filter, "start_unix_us", "interval_start");
-        and_where(
-            &mut wh,
-            &format!("metric IN ({metric_list}) AND scenario IN ({scenario_list})"),
-        );
-        // Aliases differ from column names: ClickHouse aliases are visible in WHERE.
-        let (region, group) = if merged {
-            (sql_string(ALL_REGIONS), "provider, scenario, metric, step")
-        } else {
-            (
-                "region".to_string(),
-                "region, provider, scenario, metric, step",
-            )
+        let of_scenario = QueryFilter {
+            scenario: Some(scenario.to_string()),
+            ..filter.clone()
         };
-        let sql = format!(
-            "SELECT {region} AS row_region, provider, scenario, metric, step, \
-             quantilesExactWeighted({level_list})(value, weight) AS qs \
-             FROM {db}.histograms \
-             ARRAY JOIN `values` AS value, `counts` AS weight{wh} \
-             GROUP BY {group}"
-        );
-        let rows: Vec<StepQuantiles> = bind_all(client.query(&sql), &args).fetch_all().await?;
-        for r in rows {
-            let Some(metric) = Metric::parse(&r.metric) else {
-                continue;
-            };
-            let at = |q: f64| {
-                levels
-                    .iter()
-                    .position(|l| *l == q)
-                    .and_then(|i| r.q.get(i).copied())
-            };
-            let three = |r: &StepQuantiles| -> Option<[u64; 3]> {
-                Some([*r.q.first()?, *r.q.get(1)?, *r.q.get(2)?])
-            };
+        for (g, h) in merged_histograms(client, db, &of_scenario, &metrics, true).await? {
             let m = steps
                 .entry((
-                    r.region.clone(),
-                    r.provider.clone(),
-                    r.scenario.clone(),
-                    r.step,
+                    g.region.clone(),
+                    g.provider.clone(),
+                    g.scenario.clone(),
+                    g.step,
                 ))
                 .or_default();
-            match metric {
-                Metric::Ttft => m.ttft_us = three(&r),
-                Metric::E2e => m.e2e_us = three(&r),
+            match g.metric {
+                Metric::Ttft => m.ttft = Some(Percentiles::of_list(&h, &plan.percentiles)),
+                Metric::E2e => m.e2e = Some(Percentiles::of_list(&h, &plan.percentiles)),
                 _ => {}
             }
-            if let Some((_, spec)) = specs.iter().find(|(s, _)| *s == r.scenario)
-                && spec.knee.metric == metric
-            {
-                m.knee_us = at(load_stats::knee_quantile(&spec.knee));
+            if spec.knee.metric == g.metric {
+                m.knee_us = Some(h.value_at_quantile(load_stats::knee_quantile(&spec.knee)));
             }
         }
     }
@@ -1648,6 +1647,19 @@ fn ms_text(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{v:.1}"))
 }
 
+/// A group's percentile `percentile` as [`ms_text`], marked `~` when its samples do not
+/// support it ([`stats::supported`]); and whether it is marked.
+fn ms_marked(stat: &GroupStat, percentile: u32) -> (String, bool) {
+    let unsupported =
+        stat.value_ms.is_some() && !stats::supported(stat.samples, f64::from(percentile));
+    let mark = if unsupported {
+        crate::percentiles::UNSUPPORTED_MARK
+    } else {
+        ""
+    };
+    (format!("{mark}{}", ms_text(stat.value_ms)), unsupported)
+}
+
 fn window_name(w: &str) -> &str {
     if w.is_empty() { "(none)" } else { w }
 }
@@ -1701,10 +1713,13 @@ impl WindowsReport {
         header.push(TCell::new("change %"));
         t.set_header(header);
         let right = |s: String| TCell::new(s).set_alignment(CellAlignment::Right);
+        let mut marked = false;
         for r in &self.rows {
             let mut row = vec![TCell::new(&r.provider), TCell::new(&r.region)];
             for w in &r.windows {
-                row.push(right(ms_text(w.stat.value_ms)));
+                let (text, m) = ms_marked(&w.stat, p);
+                marked |= m;
+                row.push(right(text));
                 row.push(right(format!(
                     "{} / {:.1}",
                     w.stat.attempts, w.stat.error_pct
@@ -1719,6 +1734,9 @@ impl WindowsReport {
             t.add_row(row);
         }
         let _ = writeln!(out, "{t}");
+        if marked {
+            let _ = writeln!(out, "{}", crate::percentiles::legend());
+        }
         out
     }
 }
@@ -1901,17 +1919,23 @@ impl TrendReport {
             "err %",
         ]);
         let right = |s: String| TCell::new(s).set_alignment(CellAlignment::Right);
+        let mut marked = false;
         for r in &self.rows {
+            let (text, m) = ms_marked(&r.stat, self.percentile);
+            marked |= m;
             t.add_row(vec![
                 TCell::new(&r.region),
                 TCell::new(&r.label),
-                right(ms_text(r.stat.value_ms)),
+                right(text),
                 right(r.stat.samples.to_string()),
                 right(r.stat.attempts.to_string()),
                 right(format!("{:.1}", r.stat.error_pct)),
             ]);
         }
         let _ = writeln!(out, "{t}");
+        if marked {
+            let _ = writeln!(out, "{}", crate::percentiles::legend());
+        }
         out
     }
 }
@@ -1981,11 +2005,12 @@ mod tests {
 
     #[test]
     fn percentiles_and_buckets_parse() {
-        for n in [50, 90, 99] {
+        for n in [50, 90, 95, 99] {
             assert_eq!(Percentile::from_number(n).unwrap().number(), n);
         }
-        assert_eq!(Percentile::from_number(95), None);
+        assert_eq!(Percentile::from_number(98), None);
         assert_eq!(Percentile::P99.quantile(), 0.99);
+        assert_eq!(Percentile::P95.sql(), "0.95");
         for b in ["hour", "day", "local-hour"] {
             assert_eq!(TrendBucket::parse(b).unwrap().as_str(), b);
         }

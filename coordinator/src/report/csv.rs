@@ -1,6 +1,8 @@
 //! The report as one long CSV table, one number per line:
-//! `section,scenario,region,provider,metric,stat,x,value`. Sections: `matrix` (the summary's
-//! cells), `cdf` (x = ms, value = fraction), `itl` (quantiles), `sweep` (x = concurrency),
+//! `section,scenario,region,provider,metric,stat,x,value`. A percentile block (a metric of a
+//! matrix cell, sweep step or rate row) gives `n`, then per percentile `p95`, `p95_supported`
+//! (1 or 0: the sample-size rule of docs/metrics.md) and, when supported, `p95_lo`/`p95_hi` (its
+//! 95 % interval). Sections: `matrix` (the summary's cells), `cdf` (x = ms, value = fraction), `itl` (quantiles), `sweep` (x = concurrency),
 //! `rate`, `windows` (x = window label), `time_series` (x = bucket start, UTC s). Values are
 //! written with Rust's shortest round-trip formatting, the digits the JSON has.
 
@@ -8,6 +10,7 @@ use std::fmt::Write as _;
 
 use super::model::ReportModel;
 use crate::summary::Percentiles;
+use latmesh_core::plan::DEFAULT_PERCENTILES;
 
 /// The header line's columns.
 pub const COLUMNS: [&str; 8] = [
@@ -50,11 +53,34 @@ impl Out {
         );
     }
 
-    /// P50, P90 and P99 of `p`, when present.
+    /// When `p` is present: its sample count (`n`), then per percentile (P50, P90, P95, P99
+    /// and the campaign's list, ascending) its estimate (`p95`), whether the samples support
+    /// it (`p95_supported`, 1 or 0) and its 95 % interval (`p95_lo`, `p95_hi`, when
+    /// supported).
     fn pcts(&mut self, key: [&str; 4], metric: &str, x: &str, p: Option<Percentiles>) {
-        if let Some(p) = p {
-            for (stat, v) in [("p50", p.p50_ms), ("p90", p.p90_ms), ("p99", p.p99_ms)] {
-                self.row(key[0], key[1], key[2], key[3], metric, stat, x, v);
+        let Some(p) = p else { return };
+        let mut row =
+            |stat: &str, v: f64| self.row(key[0], key[1], key[2], key[3], metric, stat, x, v);
+        if p.n > 0 {
+            row("n", p.n as f64);
+        }
+        let mut list: Vec<f64> = DEFAULT_PERCENTILES.to_vec();
+        list.extend(p.points.iter().map(|q| q.percentile));
+        list.sort_by(f64::total_cmp);
+        list.dedup();
+        for point in list.into_iter().filter_map(|q| p.point(q)) {
+            let stat = format!("p{}", point.percentile);
+            row(&stat, point.ms);
+            if p.n > 0 {
+                row(
+                    &format!("{stat}_supported"),
+                    f64::from(u8::from(point.supported)),
+                );
+            }
+            for (end, v) in [("lo", point.lo_ms), ("hi", point.hi_ms)] {
+                if let Some(v) = v {
+                    row(&format!("{stat}_{end}"), v);
+                }
             }
         }
     }

@@ -6,11 +6,9 @@
 //!   matrix cells and sweep rows from the query functions of [`crate::clickhouse::query`]),
 //!   plus the open-loop rate rows, computed here with the same arithmetic as in memory
 //!   ([`load_stats::rate_row`]).
-//! - Histograms: every stored bucket (`values`, `counts`) summed per (region, provider,
-//!   scenario, metric, value) in SQL and recorded into an HdrHistogram of the agents' bounds.
-//!   A stored value is its bucket's highest equivalent value, so the rebuilt histogram has the
-//!   same buckets and counts as the coordinator's merged one: same percentiles to the
-//!   microsecond. `ALL` merges the regions.
+//! - Histograms: [`query::merged_histograms`] (every stored bucket summed per value and
+//!   recorded into an HdrHistogram of the agents' bounds: the coordinator's buckets and
+//!   counts, same percentiles to the microsecond). `ALL` merges the regions.
 //! - Time series: exact P50/P99 of TTFT and E2E per provider and time bucket (interval start
 //!   on the coordinator's clock), every region and scenario merged.
 //! - Windows: [`crate::clickhouse::query::windows`] for TTFT P50 and E2E P50.
@@ -19,7 +17,6 @@ use std::collections::BTreeMap;
 
 use anyhow::Context as _;
 use hdrhistogram::Histogram;
-use latmesh_core::hist::new_histogram;
 use latmesh_core::load::LoadModel;
 use latmesh_core::metrics::Metric;
 use latmesh_core::record::Outcome;
@@ -33,16 +30,7 @@ use crate::clickhouse::{self as store, check_identifier};
 use crate::load_stats::{self, RateMeasure, RateRow};
 use crate::report_data::{ALL, CellMetric, ReportData};
 use crate::saturation::ArrivalLatency;
-
-#[derive(clickhouse::Row, Deserialize)]
-struct BucketRow {
-    region: String,
-    provider: String,
-    scenario: String,
-    metric: String,
-    value: u64,
-    n: u64,
-}
+use crate::summary::Percentiles;
 
 #[derive(clickhouse::Row, Deserialize)]
 struct OutcomeRow {
@@ -138,44 +126,26 @@ impl ReportData {
     }
 }
 
-/// Every cell's merged histograms, per region and `ALL`.
+/// Every cell's merged histograms, per region and `ALL` ([`query::merged_histograms`]).
 async fn histograms(
     client: &clickhouse::Client,
     db: &str,
     campaign_id: &str,
 ) -> anyhow::Result<BTreeMap<CellMetric, Histogram<u64>>> {
-    let sql = format!(
-        "SELECT region, provider, scenario, metric, value, sum(weight) AS n \
-         FROM {db}.histograms ARRAY JOIN `values` AS value, `counts` AS weight \
-         WHERE campaign_id = ? \
-         GROUP BY region, provider, scenario, metric, value"
-    );
-    let rows: Vec<BucketRow> = client
-        .query(&sql)
-        .bind(campaign_id)
-        .fetch_all()
-        .await
-        .map_err(store::StoreError::from)?;
-    let mut out: BTreeMap<CellMetric, Histogram<u64>> = BTreeMap::new();
-    for r in rows {
-        let Some(metric) = Metric::parse(&r.metric) else {
-            continue;
-        };
-        for region in [r.region.as_str(), ALL] {
-            let h = out
-                .entry(CellMetric {
-                    region: region.to_string(),
-                    provider: r.provider.clone(),
-                    scenario: r.scenario.clone(),
-                    metric,
-                })
-                .or_insert_with(new_histogram);
-            if h.record_n(r.value, r.n).is_err() {
-                h.saturating_record_n(r.value, r.n);
-            }
-        }
-    }
-    Ok(out)
+    let filter = QueryFilter::campaign(campaign_id);
+    let merged = query::merged_histograms(client, db, &filter, &Metric::ALL, false).await?;
+    Ok(merged
+        .into_iter()
+        .map(|(g, h)| {
+            let key = CellMetric {
+                region: g.region,
+                provider: g.provider,
+                scenario: g.scenario,
+                metric: g.metric,
+            };
+            (key, h)
+        })
+        .collect())
 }
 
 /// The open-loop rows of `data`'s plan, as [`load_stats::rate_rows`] builds them in memory:
@@ -271,13 +241,13 @@ async fn rate_rows(
                 }
                 let at = |metric| {
                     data.hist(region.unwrap_or(ALL), &provider.name, &s.name, metric)
-                        .map(|h| load_stats::QUANTILES.map(|q| h.value_at_quantile(q)))
+                        .map(|h| Percentiles::of_list(h, &plan.percentiles))
                 };
-                m.sched_lag_us = at(Metric::SchedLag);
-                m.ttft_us = at(Metric::Ttft);
-                m.e2e_us = at(Metric::E2e);
-                m.ttft_intended_us = at(Metric::TtftIntended);
-                m.e2e_intended_us = at(Metric::E2eIntended);
+                m.sched_lag = at(Metric::SchedLag);
+                m.ttft = at(Metric::Ttft);
+                m.e2e = at(Metric::E2e);
+                m.ttft_intended = at(Metric::TtftIntended);
+                m.e2e_intended = at(Metric::E2eIntended);
                 out.push(load_stats::rate_row(
                     region,
                     &provider.name,

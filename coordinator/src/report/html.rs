@@ -78,6 +78,8 @@ figure.heatmap figcaption { font-size: 13px; font-weight: 600; color: #1d2329; m
 .scale { display: flex; align-items: center; gap: 6px; font-size: 11px; color: #4a5561; margin-top: 4px; }
 .scale .bar { width: 140px; height: 10px; border-radius: 2px; }
 td.empty { color: #9aa5b1; background: #fafbfc; }
+td.unsupported, span.unsupported { color: #5b6570;
+  background-image: repeating-linear-gradient(45deg, rgba(255,255,255,.8) 0 3px, transparent 3px 7px); }
 .small { font-size: 12px; color: #4a5561; }
 .analysis { font-size: 14px; overflow-x: auto; }
 .analysis section { border: none; padding: 0; margin: 0; }
@@ -269,10 +271,45 @@ fn provider_colour(m: &ReportModel, provider: &str) -> usize {
         .unwrap_or(0)
 }
 
-type CellValue = fn(&MatrixCell) -> Option<f64>;
+/// A heatmap cell's value, and whether its samples support it (a count or a rate always
+/// does; a percentile when `n ≥ min_samples`).
+type CellValue<'a> = &'a dyn Fn(&MatrixCell) -> Option<(f64, bool)>;
 
-fn pick(p: Option<Percentiles>, f: fn(&Percentiles) -> f64) -> Option<f64> {
-    p.as_ref().map(f)
+/// The percentiles of the open-loop table's latency columns (the campaign's list is in the
+/// heatmaps).
+const RATE_PERCENTILES: [f64; 3] = [50.0, 95.0, 99.0];
+
+/// Percentile `q` of `p`, and whether it is supported.
+fn pick(p: Option<Percentiles>, q: f64) -> Option<(f64, bool)> {
+    p?.point(q).map(|pt| (pt.ms, pt.supported))
+}
+
+/// A percentile for a table cell: `ms(v)`, or `~ms(v)` hatched when its samples do not support
+/// it (the rule is in [`unsupported_legend`]).
+fn ms_marked(p: Option<Percentiles>, q: f64) -> String {
+    match p.and_then(|p| p.point(q)) {
+        None => "–".into(),
+        Some(pt) if pt.supported => ms(Some(pt.ms)),
+        Some(pt) => format!(
+            "<span class=\"unsupported\" title=\"n {} &lt; {}: not supported\">{}</span>",
+            p.map_or(0, |p| p.n),
+            pt.min_samples,
+            pt.text(|v| ms(Some(v)))
+        ),
+    }
+}
+
+/// The sample-size rule, once per section that marks values.
+fn unsupported_legend() -> String {
+    format!(
+        "<p class=\"small\"><span class=\"unsupported\">&nbsp;~hatched&nbsp;</span> {}: the \
+         value is computed, but too few samples stand behind it to decide with.</p>",
+        escape(
+            crate::percentiles::legend()
+                .trim_start_matches(crate::percentiles::UNSUPPORTED_MARK)
+                .trim_start()
+        )
+    )
 }
 
 /// What a heatmap table holds.
@@ -287,7 +324,9 @@ enum Kind {
 }
 
 /// One heatmap table: rows regions and `ALL`, columns providers; colours from the table's
-/// lowest (green) to highest (red) value.
+/// lowest (green) to highest (red) supported value; values the samples do not support are
+/// hatched, marked `~` and left out of the colour scale (an unsupported maximum does not set
+/// the red end). Empty when no cell has a value.
 fn heat_table(
     m: &ReportModel,
     scenario: &str,
@@ -303,15 +342,19 @@ fn heat_table(
         .map(String::as_str)
         .chain([ALL])
         .collect();
-    let values: Vec<f64> = regions
+    let shown: Vec<(f64, bool)> = regions
         .iter()
         .flat_map(|r| m.campaign.providers.iter().map(move |p| (*r, p)))
         .filter_map(|(r, p)| m.cell(r, p, scenario).and_then(value))
-        .filter(|v| v.is_finite() && (!log || *v > 0.0))
         .collect();
-    if values.is_empty() {
+    if shown.is_empty() {
         return String::new();
     }
+    let values: Vec<f64> = shown
+        .iter()
+        .filter(|(v, supported)| *supported && v.is_finite() && (!log || *v > 0.0))
+        .map(|(v, _)| *v)
+        .collect();
     let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let scale = |v: f64| {
@@ -351,7 +394,7 @@ fn heat_table(
         for p in &m.campaign.providers {
             let cell = m.cell(r, p, scenario);
             match cell.and_then(value) {
-                Some(v) => {
+                Some((v, true)) => {
                     let samples = cell.map_or(0, |c| c.samples);
                     let _ = write!(
                         out,
@@ -363,12 +406,25 @@ fn heat_table(
                         fmt(Some(v))
                     );
                 }
+                Some((v, false)) => {
+                    let samples = cell.map_or(0, |c| c.samples);
+                    let _ = write!(
+                        out,
+                        "<td class=\"unsupported\" title=\"{} {} {}: {v} ({samples} samples: \
+                         too few for this percentile)\">{}{}</td>",
+                        escape(r),
+                        escape(p),
+                        escape(title),
+                        crate::percentiles::UNSUPPORTED_MARK,
+                        fmt(Some(v))
+                    );
+                }
                 None => out.push_str("<td class=\"empty\">–</td>"),
             }
         }
         out.push_str("</tr>");
     }
-    if kind == Kind::Count {
+    if kind == Kind::Count || values.is_empty() {
         out.push_str("</tbody></table></figure>\n");
         return out;
     }
@@ -388,13 +444,20 @@ fn matrix(m: &ReportModel) -> String {
         "<p class=\"small\">Rows: regions, and ALL (every region's histograms merged). Colours \
          run from the fastest (green) to the slowest (red) value of each table.</p>\n",
     );
-    let tables: [(&str, CellValue); 6] = [
-        ("TTFT P50 (ms)", |c| pick(c.ttft, |p| p.p50_ms)),
-        ("TTFT P99 (ms)", |c| pick(c.ttft, |p| p.p99_ms)),
-        ("TTFC P50 (ms)", |c| pick(c.ttfc, |p| p.p50_ms)),
-        ("TTFC P99 (ms)", |c| pick(c.ttfc, |p| p.p99_ms)),
-        ("E2E P50 (ms)", |c| pick(c.e2e, |p| p.p50_ms)),
-        ("E2E P99 (ms)", |c| pick(c.e2e, |p| p.p99_ms)),
+    out.push_str(&unsupported_legend());
+    // The campaign's percentiles (P50/P90/P95/P99 by default), one heatmap each.
+    let blocks: Vec<Percentiles> = m
+        .matrix
+        .iter()
+        .flat_map(|c| [c.ttft, c.ttfc, c.e2e])
+        .flatten()
+        .collect();
+    let list = crate::percentiles::list_of(&blocks);
+    type Of = fn(&MatrixCell) -> Option<Percentiles>;
+    let metrics: [(&str, Of); 3] = [
+        ("TTFT", |c| c.ttft),
+        ("TTFC", |c| c.ttfc),
+        ("E2E", |c| c.e2e),
     ];
     for (scenario, load) in &m.campaign.scenarios {
         let _ = write!(
@@ -402,21 +465,25 @@ fn matrix(m: &ReportModel) -> String {
             "<h3>{} <span class=\"small\">({load})</span></h3><div class=\"grid heat\">",
             escape(scenario)
         );
-        for (title, value) in tables {
-            out.push_str(&heat_table(m, scenario, title, value, Kind::Latency));
+        for (name, of) in metrics {
+            for &q in &list {
+                let title = format!("{name} P{q} (ms)");
+                let value = move |c: &MatrixCell| pick(of(c), q);
+                out.push_str(&heat_table(m, scenario, &title, &value, Kind::Latency));
+            }
         }
         out.push_str(&heat_table(
             m,
             scenario,
             "errors % of attempts",
-            |c| Some(c.error_pct),
+            &|c| Some((c.error_pct, true)),
             Kind::Percent,
         ));
         out.push_str(&heat_table(
             m,
             scenario,
             "samples (ok attempts)",
-            |c| Some(c.samples as f64),
+            &|c| Some((c.samples as f64, true)),
             Kind::Count,
         ));
         out.push_str("</div>\n");
@@ -553,6 +620,9 @@ fn sweeps(m: &ReportModel) -> String {
         .filter(|(_, l)| l == "sweep")
         .map(|(s, _)| s.as_str())
         .collect();
+    if !scenarios.is_empty() {
+        out.push_str(&unsupported_legend());
+    }
     for scenario in scenarios {
         let rows: Vec<&SweepRow> = m
             .sweeps
@@ -666,13 +736,25 @@ fn sweeps(m: &ReportModel) -> String {
         for r in &rows {
             let _ = write!(out, "<tr><td class=\"row\">{}</td>", escape(&r.provider));
             for s in &r.steps {
+                // A value its step's samples do not support is hatched and marked `~`.
+                let supported = s.knee_value_ms.is_none() || s.knee_supported(rule);
                 let _ = write!(
                     out,
-                    "<td title=\"{} ok of {} requests, {:.1}% errors, {:.2} rps\">{}</td>",
+                    "<td{} title=\"{} ok of {} requests, {:.1}% errors, {:.2} rps\">{}{}</td>",
+                    if supported {
+                        ""
+                    } else {
+                        " class=\"unsupported\""
+                    },
                     s.ok,
                     s.requests,
                     s.error_pct,
                     s.throughput_rps,
+                    if supported {
+                        ""
+                    } else {
+                        crate::percentiles::UNSUPPORTED_MARK
+                    },
                     ms(s.knee_value_ms)
                 );
             }
@@ -687,9 +769,14 @@ fn sweeps(m: &ReportModel) -> String {
     out
 }
 
-fn p50_p99(p: Option<Percentiles>) -> String {
+/// P50 / P95 / P99 of `p` for a table cell, each marked when not supported ([`ms_marked`]).
+fn p50_p95_p99(p: Option<Percentiles>) -> String {
     match p {
-        Some(p) => format!("{} / {}", ms(Some(p.p50_ms)), ms(Some(p.p99_ms))),
+        Some(_) => RATE_PERCENTILES
+            .iter()
+            .map(|q| ms_marked(p, *q))
+            .collect::<Vec<_>>()
+            .join(" / "),
         None => "–".into(),
     }
 }
@@ -706,6 +793,9 @@ fn rates(m: &ReportModel) -> String {
         .filter(|(_, l)| l == "rate")
         .map(|(s, _)| s.as_str())
         .collect();
+    if !scenarios.is_empty() {
+        out.push_str(&unsupported_legend());
+    }
     for scenario in scenarios {
         let rows: Vec<&RateRow> = m.rates.iter().filter(|r| r.scenario == scenario).collect();
         let all: Vec<&RateRow> = rows.iter().copied().filter(|r| r.region == ALL).collect();
@@ -769,8 +859,8 @@ fn rate_table(rows: &[&RateRow]) -> String {
     let mut out = String::from(
         "<table><thead><tr><th class=\"row\">provider</th><th class=\"row\">region</th>\
          <th>achieved rps / scheduled</th><th>sent</th><th>dropped</th><th>errors %</th>\
-         <th>sched lag P50 / P99</th><th>TTFT P50 / P99</th><th>TTFT intended</th>\
-         <th>E2E P50 / P99</th><th>E2E intended</th><th class=\"row\">agent saturated</th>\
+         <th>sched lag P50 / P95 / P99</th><th>TTFT P50 / P95 / P99</th><th>TTFT intended</th>\
+         <th>E2E P50 / P95 / P99</th><th>E2E intended</th><th class=\"row\">agent saturated</th>\
          <th class=\"row\">provider saturated</th></tr></thead><tbody>",
     );
     for r in rows {
@@ -786,11 +876,11 @@ fn rate_table(rows: &[&RateRow]) -> String {
             r.sent,
             r.dropped,
             r.error_pct,
-            p50_p99(r.sched_lag),
-            p50_p99(r.ttft),
-            p50_p99(r.ttft_intended),
-            p50_p99(r.e2e),
-            p50_p99(r.e2e_intended),
+            p50_p95_p99(r.sched_lag),
+            p50_p95_p99(r.ttft),
+            p50_p95_p99(r.ttft_intended),
+            p50_p95_p99(r.e2e),
+            p50_p95_p99(r.e2e_intended),
             escape(r.agent_saturated_reason.as_deref().unwrap_or("no")),
             escape(
                 &match (&r.provider_saturation, &r.provider_saturated_reason) {
