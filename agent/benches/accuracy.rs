@@ -482,6 +482,7 @@ fn probe_request<'a>(
         top_p: None,
         timeouts: &TIMEOUTS,
         probe_id: Some(id),
+        user_agent: None,
     }
 }
 

@@ -239,6 +239,7 @@ fn main() {
         top_p: None,
         timeouts: &timeouts,
         probe_id: None,
+        user_agent: None,
     };
     let (addr, request) = raw::http_request(&req).unwrap_or_else(|e| {
         eprintln!("peers_floor: --url {e}");

@@ -7,9 +7,10 @@
 //!   its own task, in the order shared by every region.
 //! * [`run_sweep`]: per step and provider, `concurrency` workers sending back to back until
 //!   the step's end (or its `step_requests`), every provider stepping at the same instants.
-//! * [`run_rate`]: every provider's arrivals at their intended instants, each in its own task
-//!   whatever the earlier ones do (open loop); the provider's caps may hold an arrival back
-//!   until its drop time (`max_queue_ms`), and `sched_lag` says how long.
+//! * [`run_rate`]: the scenario's arrivals at their intended instants, each sent to every
+//!   provider (the same instants for all, and in every region), each in its own task whatever
+//!   the earlier ones do (open loop); the provider's caps may hold an arrival back until its
+//!   drop time (`max_queue_ms`), and `sched_lag` says how long.
 //!
 //! A slot whose time passed by more than `max_lateness` before the scheduler reached it (a
 //! restarted agent), or by the time its wait ended (a stopped process), is counted as late
@@ -34,27 +35,28 @@ async fn sleep_until(ctx: &PhaseCtx, at: Instant) -> bool {
     }
 }
 
-/// The rounds phase: every `rounds` scenario's slots.
+/// The rounds phase: every `rounds` scenario's slots. A cancel counts the slots left at
+/// once ([`rounds_left`]), however many rounds remain.
 pub async fn run_rounds(ctx: &PhaseCtx, phase_start: Instant) -> NotRun {
     let plan = &ctx.plan;
     let mut not_run = NotRun::default();
     for round in 0..plan.rounds.count {
         for (slot, s) in plan.round_order(round).into_iter().enumerate() {
             let intended = phase_start + Duration::from_micros(plan.probe_offset_us(round, slot));
+            if ctx.env.cancel.cancelled_at().is_some() {
+                not_run.cancelled += rounds_left(ctx, round, slot as u32);
+                return not_run;
+            }
             if ctx.outbox.ran_before(&ctx.campaign_id, round, slot as u32) {
                 continue; // measured by this agent before a restart: neither rerun nor skipped
-            }
-            if ctx.env.cancel.cancelled_at().is_some() {
-                not_run.cancelled += 1;
-                continue;
             }
             if Instant::now().saturating_duration_since(intended) > ctx.max_lateness {
                 not_run.late += 1;
                 continue;
             }
             if !sleep_until(ctx, intended).await {
-                not_run.cancelled += 1;
-                continue;
+                not_run.cancelled += rounds_left(ctx, round, slot as u32);
+                return not_run;
             }
             if Instant::now().saturating_duration_since(intended) > ctx.max_lateness {
                 not_run.late += 1; // the process was stopped while it waited
@@ -64,6 +66,16 @@ pub async fn run_rounds(ctx: &PhaseCtx, phase_start: Instant) -> NotRun {
         }
     }
     not_run
+}
+
+/// The rounds slots from slot `slot` of round `round` on (in plan order) that this agent
+/// has not measured before a restart: what a cancel there leaves unrun. Arithmetic plus the
+/// journal, never a walk over the remaining slots (a 1,000,000-round campaign cancelled early
+/// has millions: visiting each kept the agent's only thread from its heartbeats).
+fn rounds_left(ctx: &PhaseCtx, round: u32, slot: u32) -> u64 {
+    let per_round = ctx.plan.slots_per_round() as u64;
+    let planned = u64::from(ctx.plan.rounds.count - round) * per_round - u64::from(slot);
+    planned.saturating_sub(ctx.outbox.ran_before_from(&ctx.campaign_id, round, slot))
 }
 
 /// A closed-loop sweep of scenario `scenario`. Nothing in it is planned slot by slot, so its
@@ -148,7 +160,8 @@ pub async fn run_sweep(
     not_run
 }
 
-/// An open-loop phase of scenario `scenario`: every provider's arrivals, merged in time.
+/// An open-loop phase of scenario `scenario`: the scenario's arrival sequence, each arrival
+/// sent to every provider at the same intended instant, in [`RateSpec::send_order`].
 pub async fn run_rate(
     ctx: &PhaseCtx,
     scenario: usize,
@@ -156,33 +169,50 @@ pub async fn run_rate(
     phase_start: Instant,
 ) -> NotRun {
     let providers = ctx.plan.providers.len();
-    let mut arrivals: Vec<(u64, usize, u32)> = Vec::new();
-    for provider in 0..providers {
-        let offsets = spec.arrivals_us(ctx.plan.seed, scenario, provider, providers);
-        arrivals.extend(
-            offsets
-                .into_iter()
-                .enumerate()
-                .map(|(i, at)| (at, provider, i as u32)),
-        );
-    }
-    arrivals.sort_unstable();
+    let arrivals: Vec<(u64, usize, u32)> = spec
+        .arrivals_us(ctx.plan.seed, scenario)
+        .into_iter()
+        .enumerate()
+        .flat_map(|(i, at)| {
+            RateSpec::send_order(i, providers).map(move |provider| (at, provider, i as u32))
+        })
+        .collect();
     let max_queue = Duration::from_millis(spec.max_queue_ms);
     let name = &ctx.plan.scenarios[scenario].name;
     let mut not_run = NotRun::default();
     let mut lagging = 0u64;
+    // Per provider: its planned arrivals, and the index of the next one to reach.
+    let mut planned = vec![0u32; providers];
+    for &(_, provider, _) in &arrivals {
+        planned[provider] += 1;
+    }
+    let mut next = vec![0u32; providers];
+    // What a cancel leaves unrun, counted at once (as in `rounds_left`).
+    let arrivals_left = |next: &[u32]| -> u64 {
+        (0..providers)
+            .map(|p| {
+                u64::from(planned[p] - next[p]).saturating_sub(ctx.outbox.arrivals_ran_before_from(
+                    &ctx.campaign_id,
+                    name,
+                    &ctx.plan.providers[p].name,
+                    next[p],
+                ))
+            })
+            .sum()
+    };
     for (offset_us, provider, i) in arrivals {
         let intended = phase_start + Duration::from_micros(offset_us);
         let provider_name = &ctx.plan.providers[provider].name;
+        if ctx.env.cancel.cancelled_at().is_some() {
+            not_run.cancelled += arrivals_left(&next);
+            break;
+        }
+        next[provider] = i + 1;
         if ctx
             .outbox
             .arrival_ran_before(&ctx.campaign_id, name, provider_name, i)
         {
             continue; // measured by this agent before a restart: neither resent nor skipped
-        }
-        if ctx.env.cancel.cancelled_at().is_some() {
-            not_run.cancelled += 1;
-            continue;
         }
         // The scheduler itself more than `max_lateness` late (a restarted agent, a stopped
         // process): not sent, counted. Only a provider's caps may hold an arrival longer, up
@@ -194,8 +224,9 @@ pub async fn run_rate(
         }
         lagging += u64::from(late > Duration::from_millis(10));
         if !sleep_until(ctx, intended).await {
-            not_run.cancelled += 1;
-            continue;
+            next[provider] = i; // this one is not run either
+            not_run.cancelled += arrivals_left(&next);
+            break;
         }
         if Instant::now().saturating_duration_since(intended) > ctx.max_lateness {
             not_run.late += 1; // the process was stopped while it waited
@@ -305,6 +336,16 @@ model_id = "m"
         outbox: Outbox,
         start: Instant,
     ) -> (Vec<ProbeRecord>, NotRun, Instant) {
+        run_phase_with(plan, outbox, start, SlotEnv::default()).await
+    }
+
+    /// [`run_phase_from`] with `env` (e.g. a cancelled switch).
+    async fn run_phase_with(
+        plan: Plan,
+        outbox: Outbox,
+        start: Instant,
+        env: SlotEnv,
+    ) -> (Vec<ProbeRecord>, NotRun, Instant) {
         let plan = Arc::new(plan);
         let (tx, mut rx) = mpsc::channel(4096);
         let ctx = PhaseCtx {
@@ -314,7 +355,7 @@ model_id = "m"
             tx,
             env: SlotEnv {
                 limits: Arc::new(Limiters::new(&plan, 1)),
-                ..SlotEnv::default()
+                ..env
             },
             outbox,
             max_lateness: Duration::from_secs(1),
@@ -437,7 +478,7 @@ model_id = "m"
         let LoadModel::Rate(spec) = &plan.scenarios[0].load else {
             unreachable!()
         };
-        let arrivals = spec.arrivals_us(plan.seed, 0, 0, 1);
+        let arrivals = spec.arrivals_us(plan.seed, 0);
         let (mut records, not_run, _) = run_phase(plan.clone()).await;
         assert_eq!(not_run, NotRun::default());
         records.sort_by_key(|r| r.slot);
@@ -454,6 +495,70 @@ model_id = "m"
                 r.slot,
                 r.sched_lag_us
             );
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_provider_and_every_agent_gets_the_same_arrivals() {
+        // The demo's open loop in small: Poisson at 4/s per provider, here for 3 s, two
+        // providers of different speed, run by two agents.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let cfg = latmesh_sim::SimConfig {
+            profiles: vec![profile("fast", 5, 1, 2, 0), profile("slow", 40, 1, 2, 0)],
+            ..latmesh_sim::SimConfig::default()
+        };
+        tokio::spawn(latmesh_sim::serve_providers(listener, cfg));
+        let text = format!(
+            r#"
+[campaign]
+name = "t"
+seed = 42
+regions = ["us-east", "eu-west"]
+[[scenarios]]
+name = "open-loop"
+prompt_ids = ["short-qa-en-001"]
+max_tokens = 8
+timeout_total_s = 30
+[scenarios.rate]
+rps = 4
+arrivals = "poisson"
+duration_s = 3
+[[providers]]
+name = "fast"
+base_url = "http://{addr}/fast/v1"
+model_id = "m"
+[[providers]]
+name = "slow"
+base_url = "http://{addr}/slow/v1"
+model_id = "m"
+"#
+        );
+        let plan = latmesh_core::campaign::load_toml_str(&text, std::path::Path::new(".")).unwrap();
+        let LoadModel::Rate(spec) = &plan.scenarios[0].load else {
+            unreachable!()
+        };
+        let arrivals = spec.arrivals_us(plan.seed, 0);
+        assert!(arrivals.len() >= 4, "{arrivals:?}");
+        let (a, b) = tokio::join!(run_phase(plan.clone()), run_phase(plan.clone()));
+        for (agent, (records, not_run, _)) in [("a", a), ("b", b)] {
+            assert_eq!(not_run, NotRun::default());
+            for provider in ["fast", "slow"] {
+                let mut slots: Vec<u32> = records
+                    .iter()
+                    .filter(|r| r.provider == provider)
+                    .inspect(|r| assert_eq!(r.outcome(), Outcome::Ok))
+                    .map(|r| r.slot)
+                    .collect();
+                slots.sort_unstable();
+                // Every arrival of the one sequence (arrival i at `arrivals[i]` from the phase
+                // start), to each provider, by each agent: the same offered load.
+                assert_eq!(
+                    slots,
+                    (0..arrivals.len() as u32).collect::<Vec<_>>(),
+                    "agent {agent}, provider {provider}"
+                );
+            }
         }
     }
 
@@ -534,7 +639,7 @@ model_id = "m"
         let LoadModel::Rate(spec) = &plan.scenarios[0].load else {
             unreachable!()
         };
-        let arrivals = spec.arrivals_us(plan.seed, 0, 0, 1);
+        let arrivals = spec.arrivals_us(plan.seed, 0);
         // The earlier process measured the first second's arrivals, then died; this one
         // reaches the phase 2.5 s after its start.
         let measured: Vec<u32> = (0..arrivals.len() as u32)
@@ -594,6 +699,60 @@ model_id = "m"
         // Without a journal (it died before spooling anything): steps 0 and 1, 1 + 2 workers.
         let (_, not_run, _) = run_phase_from(plan, Outbox::default(), start()).await;
         assert_eq!(not_run.late, 3);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_cancel_counts_what_is_left_at_once_minus_what_ran_before() {
+        // Nothing listens on port 9: nothing is sent anyway, the cancel comes first.
+        let addr: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let cancelled = || {
+            let env = SlotEnv::default();
+            env.cancel.cancel();
+            env
+        };
+        // A million rounds of 2 slots, 3 of them measured before a restart.
+        let mut rounds = plan(
+            addr,
+            "a",
+            "[rounds]\ncount = 1000000\ninterval_s = 1\ngap_ms = 10",
+            "",
+        );
+        rounds.providers.push(rounds.providers[0].clone());
+        rounds.providers[1].name = "b".into();
+        let resume = crate::spool::Resume {
+            slots: [(0, 0), (0, 1), (999_999, 1)].into(),
+            ..Default::default()
+        };
+        let start = Instant::now() + Duration::from_secs(5);
+        let (records, not_run, _) =
+            run_phase_with(rounds, Outbox::resumed("c", resume), start, cancelled()).await;
+        assert!(records.is_empty());
+        assert_eq!(
+            not_run,
+            NotRun {
+                late: 0,
+                cancelled: 2_000_000 - 3
+            }
+        );
+        // Open loop: 200 arrivals, 2 measured before.
+        let rate = plan(addr, "a", "[scenarios.rate]\nrps = 20\nduration_s = 10", "");
+        let resume = crate::spool::Resume {
+            arrivals: [
+                ("load".to_string(), "a".to_string(), 0),
+                ("load".to_string(), "a".to_string(), 150),
+            ]
+            .into(),
+            ..Default::default()
+        };
+        let (_, not_run, _) =
+            run_phase_with(rate, Outbox::resumed("c", resume), start, cancelled()).await;
+        assert_eq!(
+            not_run,
+            NotRun {
+                late: 0,
+                cancelled: 198
+            }
+        );
     }
 
     /// Runs the plan's only phase while its only thread is blocked (as by SIGSTOP) from

@@ -67,6 +67,11 @@ struct Args {
     /// spool writes and interval-histogram encoding run on threads of their own either way.
     #[arg(long, env = "LATMESH_AGENT_WORKER_THREADS", default_value_t = 1)]
     worker_threads: usize,
+    /// Simulator only: tell loopback providers this agent's region in an
+    /// `x-latmesh-region` header (latmesh-sim adds its network delay by it). Never sent to a
+    /// host that is not loopback, whatever this says; real providers get no latmesh header.
+    #[arg(long, env = "LATMESH_AGENT_EMULATE_REGION")]
+    emulate_region: bool,
 }
 
 fn parse_region(s: &str) -> Result<String, String> {
@@ -124,6 +129,7 @@ async fn run(args: Args) -> std::process::ExitCode {
     });
     cfg.ca_file = args.ca_file;
     cfg.provider_ca_file = args.provider_ca_file;
+    cfg.emulate_region = args.emulate_region;
     let token = latmesh_agent::session::Secret::from_file_or_env(
         args.token_file.as_deref(),
         "LATMESH_AGENT_TOKEN",

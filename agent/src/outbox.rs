@@ -314,6 +314,33 @@ impl Outbox {
             .is_some_and(|r| r.slots.contains(&(round, slot)))
     }
 
+    /// How many `rounds` slots an earlier process of this agent measured at or after slot
+    /// `slot` of round `round` (in plan order) of `campaign_id`: O(what it measured), so a
+    /// cancel counts the slots it does not run without visiting each.
+    pub fn ran_before_from(&self, campaign_id: &str, round: u32, slot: u32) -> u64 {
+        self.lock()
+            .resume
+            .get(campaign_id)
+            .map_or(0, |r| r.slots.range((round, slot)..).count() as u64)
+    }
+
+    /// How many open-loop arrivals with index `from` or later of `provider` in `scenario` of
+    /// `campaign_id` an earlier process of this agent measured (see [`Self::ran_before_from`]).
+    pub fn arrivals_ran_before_from(
+        &self,
+        campaign_id: &str,
+        scenario: &str,
+        provider: &str,
+        from: u32,
+    ) -> u64 {
+        self.lock().resume.get(campaign_id).map_or(0, |r| {
+            r.arrivals
+                .iter()
+                .filter(|(s, p, i)| s == scenario && p == provider && *i >= from)
+                .count() as u64
+        })
+    }
+
     /// Whether an earlier process of this agent measured open-loop arrival `i` of `provider`
     /// in `scenario` of `campaign_id`: such an arrival is neither sent again nor counted as
     /// skipped.

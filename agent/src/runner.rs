@@ -574,6 +574,7 @@ pub async fn run_slot_with(
                     top_p: scenario.top_p,
                     timeouts: &scenario.timeouts,
                     probe_id: None,
+                    user_agent: plan.providers[p].user_agent.as_deref(),
                 },
             })
             .collect();
@@ -1085,6 +1086,8 @@ model_id = "m"
 
     /// A fake provider that keeps every request body: request `n` (0-based) is answered
     /// with `reply(n)` = (status, extra header lines, body).
+    /// A server answering request `n` with `reply(n)`; returns its address and the JSON
+    /// bodies it received, each with its request head (lowercase) under `"_head"`.
     async fn capture(reply: Reply) -> (SocketAddr, Arc<Mutex<Vec<Value>>>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -1099,7 +1102,7 @@ model_id = "m"
                 tokio::spawn(async move {
                     let mut buf = Vec::new();
                     let mut chunk = [0u8; 8192];
-                    let (head_end, len) = loop {
+                    let (head, head_end, len) = loop {
                         let n = sock.read(&mut chunk).await.unwrap_or(0);
                         if n == 0 {
                             return;
@@ -1112,7 +1115,7 @@ model_id = "m"
                                 .find_map(|l| l.strip_prefix("content-length:"))
                                 .and_then(|v| v.trim().parse::<usize>().ok())
                                 .unwrap_or(0);
-                            break (at + 4, len);
+                            break (head, at + 4, len);
                         }
                     };
                     while buf.len() < head_end + len {
@@ -1122,8 +1125,11 @@ model_id = "m"
                         }
                         buf.extend_from_slice(&chunk[..n]);
                     }
-                    let body: Value = serde_json::from_slice(&buf[head_end..head_end + len])
+                    let mut body: Value = serde_json::from_slice(&buf[head_end..head_end + len])
                         .unwrap_or(Value::Null);
+                    if let Some(o) = body.as_object_mut() {
+                        o.insert("_head".into(), Value::String(head));
+                    }
                     let n = {
                         let mut seen = seen.lock().unwrap();
                         seen.push(body);
@@ -1379,6 +1385,34 @@ model_id = "m"
 
     fn first_content(body: &Value) -> String {
         body["messages"][0]["content"].as_str().unwrap().to_string()
+    }
+
+    /// The provider's `user_agent` from the campaign reaches the wire; without one, the
+    /// default; never a latmesh header.
+    #[tokio::test]
+    async fn the_campaigns_user_agent_is_sent() {
+        let (addr, bodies) = capture(ok_replies()).await;
+        let url = format!("http://{addr}/v1");
+        run(&plan(&url, "", "user_agent = \"acme-eval/3.1\""), 0).await;
+        run(&plan(&url, "", ""), 0).await;
+        let heads: Vec<String> = bodies
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|b| b["_head"].as_str().unwrap().to_string())
+            .collect();
+        assert!(
+            heads[0].contains("\r\nuser-agent: acme-eval/3.1\r\n"),
+            "{}",
+            heads[0]
+        );
+        let default = crate::probe::request::DEFAULT_USER_AGENT.to_ascii_lowercase();
+        assert!(
+            heads[1].contains(&format!("\r\nuser-agent: {default}\r\n")),
+            "{}",
+            heads[1]
+        );
+        assert!(heads.iter().all(|h| !h.contains("latmesh")), "{heads:?}");
     }
 
     #[tokio::test]

@@ -55,6 +55,10 @@ pub struct AgentConfig {
     /// PEM file with CA certificate(s) trusted for `https://` providers besides the public
     /// webpki roots (a private CA in front of a self-hosted server); `None`: webpki roots.
     pub provider_ca_file: Option<PathBuf>,
+    /// Simulator only: requests to loopback providers carry `x-latmesh-region: {region}`
+    /// (`latmesh-agent --emulate-region`; never sent to another host, see
+    /// [`emulation_headers`](crate::probe::emulation_headers)). Default `false`.
+    pub emulate_region: bool,
 }
 
 impl AgentConfig {
@@ -72,6 +76,7 @@ impl AgentConfig {
             token: None,
             ca_file: None,
             provider_ca_file: None,
+            emulate_region: false,
         }
     }
 }
@@ -231,6 +236,29 @@ fn check_port(url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Most variable names a hello carries (a bound on its size).
+const MAX_KEY_ENV_NAMES: usize = 4096;
+
+/// Of the environment variable names `names`, those whose variable holds a value usable as an
+/// API key (what [`crate::probe::request::api_key_from_env`] would send: not blank, valid in a
+/// header), sorted, at most [`MAX_KEY_ENV_NAMES`]: the hello tells the coordinator these
+/// names, never a value, so it can refuse a campaign whose `api_key_env` this agent lacks.
+pub fn key_env_names(names: impl Iterator<Item = std::ffi::OsString>) -> Vec<String> {
+    let mut out: Vec<String> = names
+        .filter_map(|k| k.into_string().ok())
+        .filter(|k| {
+            !k.is_empty()
+                && !k.starts_with(|c: char| c.is_ascii_digit())
+                && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && matches!(crate::probe::request::api_key_from_env(k), Ok(Some(_)))
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out.truncate(MAX_KEY_ENV_NAMES);
+    out
+}
+
 /// How often unacked batches are checked.
 const RESEND_CHECK: Duration = Duration::from_secs(5);
 /// A batch unacked this long after it was sent is sent again.
@@ -258,8 +286,11 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
         crate::tls::read_ca_file(path)?;
     }
     let prober = Arc::new(
-        Prober::with_root_certificate_file(Some(&cfg.region), cfg.provider_ca_file.as_deref())
-            .context("--provider-ca-file")?,
+        Prober::with_root_certificate_file(
+            cfg.emulate_region.then_some(cfg.region.as_str()),
+            cfg.provider_ca_file.as_deref(),
+        )
+        .context("--provider-ca-file")?,
     );
     let outbox = Outbox::open(cfg.spool.as_ref(), &cfg.agent_id)?;
     let (clock_tx, clock_rx) = watch::channel::<Option<ClockEstimate>>(None);
@@ -346,6 +377,8 @@ async fn session(
         region: cfg.region.clone(),
         version: env!("CARGO_PKG_VERSION").to_string(),
         protocol_version: PROTOCOL_VERSION,
+        key_env_names: key_env_names(std::env::vars_os().map(|(k, _)| k)),
+        key_env_reported: true,
     };
     let _ = tx.send(msg(Out::Hello(hello))).await;
     let mut request = tonic::Request::new(ReceiverStream::new(rx));
@@ -538,7 +571,33 @@ fn start_campaign(
 
 #[cfg(test)]
 mod tests {
-    use super::check_port;
+    use super::{check_port, key_env_names};
+
+    #[test]
+    fn the_hello_names_the_variables_holding_a_usable_key_and_never_a_value() {
+        // SAFETY: variables only this test uses; tests in this process do not read them.
+        unsafe {
+            std::env::set_var("LATMESH_TEST_HELLO_KEY", "sk-hello-secret");
+            std::env::set_var("LATMESH_TEST_HELLO_BLANK", "  ");
+            std::env::set_var("LATMESH_TEST_HELLO_BAD", "sk-a\u{1}b");
+        }
+        let names = key_env_names(
+            [
+                "LATMESH_TEST_HELLO_UNSET",
+                "LATMESH_TEST_HELLO_KEY",
+                "LATMESH_TEST_HELLO_BLANK",
+                "LATMESH_TEST_HELLO_BAD",
+                "LATMESH_TEST_HELLO_KEY",
+            ]
+            .into_iter()
+            .map(Into::into),
+        );
+        assert_eq!(names, ["LATMESH_TEST_HELLO_KEY"]);
+        // From the real environment: the set one is among them, no value is.
+        let all = key_env_names(std::env::vars_os().map(|(k, _)| k));
+        assert!(all.contains(&"LATMESH_TEST_HELLO_KEY".to_string()));
+        assert!(!all.iter().any(|n| n.contains("sk-hello")));
+    }
 
     #[test]
     fn a_coordinator_url_s_port_must_be_a_number() {

@@ -247,6 +247,7 @@ fn setup() -> Setup {
                 region: region_of(i).into(),
                 version: "bench".into(),
                 protocol_version: 1,
+                ..Default::default()
             },
             tx,
         );

@@ -14,8 +14,9 @@ use latmesh_core::hist::{HistKey, HistogramSet};
 use latmesh_core::hist_sparse::SparseHistogram;
 
 use crate::failover_stats::FailoverCounts;
+use crate::saturation::ArrivalLatency;
 use latmesh_core::load::LoadKind;
-use latmesh_core::record::{Outcome, ProbeRecord};
+use latmesh_core::record::{Outcome, OutputTokensSource, ProbeRecord};
 
 /// Whether an attempt with `outcome` counts in error rates: not `cancelled` (a campaign
 /// cancel cut it) and not `dropped` (an open-loop arrival never sent).
@@ -47,6 +48,19 @@ pub fn failed_attempts(cell: &crate::summary::MatrixCell) -> (u64, u64) {
     (failed, counted)
 }
 
+/// Whether `rec` is the last attempt of its provider in a failover client request that then
+/// moved on to the next provider of the chain: not final, and the provider's
+/// `attempts_per_provider`-th try (a chain tries each provider that many times, then the
+/// next). Such a share of a client request is one request of that provider, and a failed one:
+/// the client gave up on it (a primary that answered none of its requests shows 100 % failed
+/// requests, not 0 of 0).
+pub fn failover_hand_over(rec: &ProbeRecord, attempts_per_provider: Option<u32>) -> bool {
+    rec.failover
+        && !rec.final_attempt
+        && attempts_per_provider
+            .is_some_and(|k| k > 0 && rec.attempt > 0 && (rec.attempt - 1) % k + 1 == k)
+}
+
 /// Per-(region, provider, scenario) counters from records.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CellCounts {
@@ -56,6 +70,9 @@ pub struct CellCounts {
     pub ok_output_tokens: u64,
     /// `ok` attempts whose `output_tokens` came from `usage`.
     pub ok_tokens_from_usage: u64,
+    /// `ok` attempts whose token payloads outnumbered usage's count and were the count
+    /// (`output_tokens_source = payloads_over_usage`).
+    pub ok_tokens_over_usage: u64,
     /// Over `ok` attempts that reported usage: the sum of `usage_chunk_delta`
     /// (`usage.completion_tokens − token_payloads`).
     pub ok_usage_chunk_delta_sum: i64,
@@ -63,8 +80,14 @@ pub struct CellCounts {
     pub ok_usage_reports: u64,
     /// `ok` attempts whose `usage_chunk_delta` was not 0.
     pub ok_usage_chunk_mismatches: u64,
+    /// Attempts (any outcome) by the `model` the provider answered with (attempts without
+    /// one are not counted).
+    pub answered_models: BTreeMap<String, u64>,
+    /// Attempts (any outcome) by the `system_fingerprint` the provider answered with.
+    pub system_fingerprints: BTreeMap<String, u64>,
     /// Logical requests ended (records with `final_attempt`; `cancelled` and `dropped` ones
-    /// left out).
+    /// left out), and in a failover scenario each provider's share of a client request that
+    /// the client moved on from ([`failover_hand_over`]).
     pub requests: u64,
     /// Logical requests whose final attempt was not `ok`.
     pub requests_failed: u64,
@@ -106,6 +129,18 @@ impl StepCounts {
             0.0
         } else {
             (self.requests - self.ok) as f64 * 100.0 / self.requests as f64
+        }
+    }
+}
+
+/// Adds `n` to `name`'s count in `counts` (nothing for `None`); allocates only for a name
+/// not seen before.
+pub fn count_name(counts: &mut BTreeMap<String, u64>, name: Option<&str>, n: u64) {
+    let Some(name) = name else { return };
+    match counts.get_mut(name) {
+        Some(c) => *c += n,
+        None => {
+            counts.insert(name.to_string(), n);
         }
     }
 }
@@ -165,9 +200,29 @@ pub struct Aggregate {
     failover: BTreeMap<(String, String), FailoverCounts>,
     /// Attempts of failover client requests per cell: (attempts, `ok` attempts).
     chain_attempts: BTreeMap<CellKey, (u64, u64)>,
+    /// Failover scenarios of the plan: scenario → attempts per provider of its chain
+    /// ([`Aggregate::for_plan`]; empty: hand-overs are not counted as requests).
+    failover_attempts: BTreeMap<String, u32>,
+    /// `rate` requests per cell (final attempts of first turns; `cancelled` and `dropped`
+    /// left out): their arrival and latency, for the provider saturation rule
+    /// ([`crate::saturation`]).
+    rate_requests: BTreeMap<CellKey, Vec<ArrivalLatency>>,
 }
 
 impl Aggregate {
+    /// An empty aggregate for a campaign of `plan` (it knows the failover chains' attempts
+    /// per provider, see [`failover_hand_over`]).
+    pub fn for_plan(plan: &latmesh_core::plan::Plan) -> Aggregate {
+        Aggregate {
+            failover_attempts: plan
+                .scenarios
+                .iter()
+                .filter_map(|s| Some((s.name.clone(), s.failover.as_ref()?.attempts)))
+                .collect(),
+            ..Aggregate::default()
+        }
+    }
+
     /// Adds one record from an agent in `region`.
     pub fn add_record(&mut self, region: &str, rec: &ProbeRecord) {
         let cell = self
@@ -200,12 +255,30 @@ impl Aggregate {
         cell.sent += u64::from(rec.attempt <= 1 && rec.turn <= 1 && measured);
         if rec.final_attempt {
             cell.slots_done += u64::from(rec.ends_planned_slot());
-            // A request cut by a campaign cancel, or an arrival dropped unsent, is neither a
-            // success nor a failure.
-            if measured {
-                cell.requests += 1;
-                cell.requests_failed += u64::from(outcome != Outcome::Ok);
-            }
+        }
+        let handed_over =
+            failover_hand_over(rec, self.failover_attempts.get(&rec.scenario).copied());
+        // A request cut by a campaign cancel, or an arrival dropped unsent, is neither a
+        // success nor a failure.
+        if (rec.final_attempt || handed_over) && measured {
+            cell.requests += 1;
+            cell.requests_failed += u64::from(outcome != Outcome::Ok);
+        }
+        if rec.load == LoadKind::Rate && rec.final_attempt && rec.turn <= 1 && measured {
+            self.rate_requests
+                .entry((
+                    region.to_string(),
+                    rec.provider.clone(),
+                    rec.scenario.clone(),
+                ))
+                .or_default()
+                .push(ArrivalLatency::of(
+                    rec.slot,
+                    outcome == Outcome::Ok,
+                    rec.stream,
+                    rec.ttft_us,
+                    rec.e2e_us,
+                ));
         }
         if rec.load == LoadKind::Sweep {
             let step = self
@@ -227,9 +300,17 @@ impl Aggregate {
                 step.ok_output_tokens += u64::from(rec.output_tokens);
             }
         }
+        count_name(&mut cell.answered_models, rec.answered_model.as_deref(), 1);
+        count_name(
+            &mut cell.system_fingerprints,
+            rec.system_fingerprint.as_deref(),
+            1,
+        );
         if outcome == Outcome::Ok {
             cell.ok_output_tokens += u64::from(rec.output_tokens);
             cell.ok_tokens_from_usage += u64::from(rec.tokens_from_usage);
+            cell.ok_tokens_over_usage +=
+                u64::from(rec.output_tokens_source == OutputTokensSource::PayloadsOverUsage);
             if let Some(d) = rec.usage_chunk_delta {
                 cell.ok_usage_chunk_delta_sum += d;
                 cell.ok_usage_reports += 1;
@@ -238,6 +319,24 @@ impl Aggregate {
         } else if outcome != Outcome::Dropped {
             cell.last_error = Some(describe_error(rec));
         }
+    }
+
+    /// The `rate` requests of (`provider`, `scenario`) in `region` (every region when
+    /// `None`): arrival index and latency from the actual send (TTFT when streamed, E2E
+    /// otherwise; `None` without an answer), for [`crate::saturation::provider_saturation`].
+    pub fn rate_requests(
+        &self,
+        region: Option<&str>,
+        provider: &str,
+        scenario: &str,
+    ) -> Vec<ArrivalLatency> {
+        self.rate_requests
+            .iter()
+            .filter(|((r, p, s), _)| {
+                p == provider && s == scenario && region.is_none_or(|want| want == r)
+            })
+            .flat_map(|(_, v)| v.iter().copied())
+            .collect()
     }
 
     /// Failover client requests of `scenario` in `region` (every region when `None`).
@@ -334,6 +433,13 @@ impl Aggregate {
             }
             out.ok_output_tokens += c.ok_output_tokens;
             out.ok_tokens_from_usage += c.ok_tokens_from_usage;
+            out.ok_tokens_over_usage += c.ok_tokens_over_usage;
+            for (m, n) in &c.answered_models {
+                count_name(&mut out.answered_models, Some(m), *n);
+            }
+            for (f, n) in &c.system_fingerprints {
+                count_name(&mut out.system_fingerprints, Some(f), *n);
+            }
             out.ok_usage_chunk_delta_sum += c.ok_usage_chunk_delta_sum;
             out.ok_usage_chunk_mismatches += c.ok_usage_chunk_mismatches;
             out.ok_usage_reports += c.ok_usage_reports;
@@ -473,6 +579,58 @@ mod tests {
     }
 
     #[test]
+    fn a_failover_primary_that_never_answered_has_every_request_failed() {
+        // Chain [p, q], 2 attempts per provider: p throttles twice, then q answers. 12 such
+        // client requests: p was sent 12 requests and failed all 12 (it showed 0 of 0).
+        let mut plan = crate::load_stats::tests::plan();
+        plan.scenarios[0].failover = Some(latmesh_core::plan::FailoverSpec {
+            chain: vec![0, 1],
+            attempts: 2,
+            on: latmesh_core::plan::FailoverSpec::default_on(),
+        });
+        let fo = |provider: &str, attempt, outcome, final_attempt| ProbeRecord {
+            failover: true,
+            provider: provider.into(),
+            scenario: "sw".into(),
+            outcome: Some(outcome),
+            attempt,
+            final_attempt,
+            turn: 1,
+            ..Default::default()
+        };
+        let mut agg = Aggregate::for_plan(&plan);
+        for _ in 0..12 {
+            agg.add_record("us-east", &fo("p", 1, Outcome::Throttled, false));
+            agg.add_record("us-east", &fo("p", 2, Outcome::Throttled, false));
+            agg.add_record("us-east", &fo("q", 3, Outcome::Ok, true));
+        }
+        let p = agg.counts(None, "p", "sw");
+        assert_eq!((p.attempts(), p.requests, p.requests_failed), (24, 12, 12));
+        let q = agg.counts(None, "q", "sw");
+        assert_eq!((q.requests, q.requests_failed), (12, 0));
+        // The client's own requests are unchanged: 12, all served by q.
+        let c = agg.failover_counts(None, "sw");
+        assert_eq!((c.requests, c.served_by.get("q").copied()), (12, Some(12)));
+        // The matrix cell says so.
+        let s = crate::summary::build("c", &plan, 0, &agg, Vec::new());
+        let cell = s.cell("us-east", "p", "sw").unwrap();
+        assert_eq!((cell.requests, cell.request_error_pct), (12, 100.0));
+        // A record of a provider's first try, or of a scenario without failover, ends none.
+        assert!(!failover_hand_over(
+            &fo("p", 1, Outcome::Throttled, false),
+            Some(2)
+        ));
+        assert!(failover_hand_over(
+            &fo("q", 4, Outcome::Throttled, false),
+            Some(2)
+        ));
+        assert!(!failover_hand_over(
+            &fo("p", 2, Outcome::Throttled, false),
+            None
+        ));
+    }
+
+    #[test]
     fn dropped_arrivals_and_sweep_steps_count_apart() {
         let mut agg = Aggregate::default();
         let rec = |load, step, o, attempt, final_attempt| ProbeRecord {
@@ -583,5 +741,45 @@ mod tests {
         assert_eq!(agg.records(), 6);
         // Six attempts, five final, all first turns: five slots finished.
         assert_eq!(agg.slots_done(), 5);
+    }
+
+    #[test]
+    fn answered_models_and_token_sources_count_per_cell_and_over_regions() {
+        let mut agg = Aggregate::default();
+        let rec = |o, model: Option<&str>, fp: Option<&str>, source| ProbeRecord {
+            provider: "p".into(),
+            scenario: "s".into(),
+            outcome: Some(o),
+            answered_model: model.map(str::to_string),
+            system_fingerprint: fp.map(str::to_string),
+            output_tokens_source: source,
+            final_attempt: true,
+            ..Default::default()
+        };
+        let (over, usage) = (
+            OutputTokensSource::PayloadsOverUsage,
+            OutputTokensSource::Usage,
+        );
+        agg.add_record("us", &rec(Outcome::Ok, Some("m-2024"), Some("fp1"), over));
+        agg.add_record("us", &rec(Outcome::Ok, Some("m-2024"), Some("fp2"), usage));
+        // A failed attempt that still said which model answered counts too.
+        agg.add_record("eu", &rec(Outcome::StreamError, Some("m-2024"), None, over));
+        agg.add_record("eu", &rec(Outcome::Ok, Some("other"), None, over));
+        agg.add_record("eu", &rec(Outcome::Ok, None, None, usage));
+        let names = |m: &BTreeMap<String, u64>| m.clone().into_iter().collect::<Vec<_>>();
+        let us = agg.counts(Some("us"), "p", "s");
+        assert_eq!(names(&us.answered_models), vec![("m-2024".into(), 2)]);
+        assert_eq!(
+            names(&us.system_fingerprints),
+            vec![("fp1".into(), 1), ("fp2".into(), 1)]
+        );
+        assert_eq!(us.ok_tokens_over_usage, 1);
+        let all = agg.counts(None, "p", "s");
+        assert_eq!(
+            names(&all.answered_models),
+            vec![("m-2024".into(), 3), ("other".into(), 1)]
+        );
+        // Only ok attempts count where the token count came from.
+        assert_eq!(all.ok_tokens_over_usage, 2);
     }
 }

@@ -451,6 +451,7 @@ model_id = "m"
                 region: "us-east".into(),
                 version: "t".into(),
                 protocol_version: 1,
+                ..Default::default()
             },
             tx,
         );
@@ -467,6 +468,7 @@ model_id = "m"
         let opts = LaunchOptions {
             caps: Caps::from_request(0.0, 1_000),
             campaign_id: None,
+            ..Default::default()
         };
         let id = state
             .launch_with(&p.to_json(), 0, &opts)
@@ -555,6 +557,7 @@ model_id = "m"
             let opts = LaunchOptions {
                 caps: Caps::from_request(0.5, 0),
                 campaign_id: None,
+                ..Default::default()
             };
             let id = state
                 .launch_with(&p.to_json(), 0, &opts)

@@ -232,10 +232,14 @@ enum DbCmd {
 
 #[derive(Subcommand, Debug)]
 enum CampaignCmd {
-    /// Check a campaign file and print the plan summary (no network).
+    /// Check a campaign file and print the plan summary and its planned duration (no
+    /// network). A duration over 24 h is refused without --allow-long.
     Validate {
         /// Campaign file (TOML or YAML).
         file: PathBuf,
+        /// Accept a planned duration over 24 h (see `campaign launch --allow-long`).
+        #[arg(long)]
+        allow_long: bool,
     },
     /// Launch a campaign on the coordinator, follow it, print the matrix.
     Launch {
@@ -259,6 +263,15 @@ enum CampaignCmd {
         /// launch always follows the campaign.)
         #[arg(long)]
         wait: bool,
+        /// Launch a campaign whose planned duration is over 24 h (rounds × interval, sweep
+        /// steps, rate durations): refused without it, naming the setting that makes it long.
+        #[arg(long)]
+        allow_long: bool,
+        /// Launch even when a targeted agent lacks the API key variable (api_key_env) of a
+        /// provider: its requests then go without a key, and launch warns. Without it such a
+        /// launch is refused, naming agent, region, provider and variable.
+        #[arg(long)]
+        allow_missing_keys: bool,
     },
     /// A series of scheduled runs (a campaign launched with a [schedule]): its schedule and
     /// its runs (id, due and start times, state, complete).
@@ -343,6 +356,13 @@ struct ProbeArgs {
     /// Total timeout, seconds (above 0).
     #[arg(long, default_value_t = 120.0)]
     timeout_s: f64,
+    /// user-agent header to send (default: the OpenAI Python SDK's, as campaigns).
+    #[arg(long, value_parser = parse_user_agent)]
+    user_agent: Option<String>,
+}
+
+fn parse_user_agent(s: &str) -> Result<String, String> {
+    campaign::check_user_agent(s).map(|()| s.to_string())
 }
 
 impl Cli {
@@ -438,8 +458,12 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Campaign(CampaignCmd::Validate { file }) => {
+        Command::Campaign(CampaignCmd::Validate { file, allow_long }) => {
             let plan = campaign::load_file(&file)?;
+            let duration = latmesh_core::duration::PlannedDuration::of(&plan);
+            duration
+                .check(allow_long)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
             let n = |count: usize, noun: &str| {
                 format!("{count} {noun}{}", if count == 1 { "" } else { "s" })
             };
@@ -462,6 +486,7 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
                     "assuming one agent per region; launch counts the connected ones"
                 )
             );
+            println!("{}", duration.describe());
             Ok(())
         }
         Command::Campaign(CampaignCmd::Launch {
@@ -472,9 +497,17 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
             wait_agents_s,
             budget,
             wait,
+            allow_long,
+            allow_missing_keys,
         }) => {
             let plan = campaign::load_file(&file)?;
             budget.check(&plan)?;
+            // Before anything is sent: a campaign of 35 days is refused unless meant.
+            let duration = latmesh_core::duration::PlannedDuration::of(&plan);
+            duration
+                .check(allow_long)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+            eprintln!("{}", duration.describe());
             // Before anything is sent: a summary that cannot be written is refused up front.
             if let Some(path) = &json {
                 watch::check_writable(path).context("--json")?;
@@ -492,8 +525,18 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
             let (agents, how) =
                 crate::schedule_cli::agents_in_regions(&mut client, &url, &plan).await?;
             eprint!("{}", crate::schedule_cli::plan_facts(&plan, agents, &how));
-            let reply =
-                watch::launch_with(&mut client, &url, &plan, start_delay_s, &budget).await?;
+            let reply = watch::launch_with(
+                &mut client,
+                &url,
+                &plan,
+                start_delay_s,
+                &budget,
+                allow_missing_keys,
+            )
+            .await?;
+            for w in &reply.warnings {
+                eprintln!("warning: {w}");
+            }
             if reply.series {
                 return crate::schedule_cli::launched_series(
                     &mut client,
@@ -1045,6 +1088,7 @@ async fn probe(args: ProbeArgs) -> anyhow::Result<()> {
         top_p: None,
         timeouts: &timeouts,
         probe_id: None,
+        user_agent: args.user_agent.as_deref(),
     };
     let mut result = prober.probe(&req, args.show_text).await;
     // One logical request of one attempt, single turn.

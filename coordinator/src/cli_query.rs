@@ -8,7 +8,7 @@ use latmesh_core::metrics::Metric;
 use crate::clickhouse::query::{Percentile, TrendBucket};
 use crate::clickhouse::{self as store, QueryFilter};
 use crate::load_stats;
-use crate::summary::{AgentSummary, StartSync, Summary};
+use crate::summary::{AgentSummary, MatrixCell, StartSync, Summary};
 
 /// Where ClickHouse is.
 #[derive(Args, Debug, Clone)]
@@ -353,10 +353,10 @@ pub async fn stored_summary(ch: &ClickhouseArgs, filter: &FilterArgs) -> anyhow:
     let campaign = store::query::campaign(&client, db, &filter.campaign)
         .await?
         .with_context(|| format!("campaign {:?} is not in {}.campaigns", filter.campaign, db))?;
+    let plan: latmesh_core::plan::Plan = serde_json::from_str(&campaign.plan_json)
+        .with_context(|| format!("stored plan of campaign {:?}", filter.campaign))?;
     // The percentile list of the campaign's plan.
-    let percentiles = store::query::stored_plan(&client, db, &filter.campaign)
-        .await?
-        .map_or_else(latmesh_core::plan::default_percentiles, |p| p.percentiles);
+    let percentiles = plan.percentiles.clone();
     let rows =
         store::query::matrix_percentiles(&client, db, &filter.filter(), &percentiles).await?;
     anyhow::ensure!(
@@ -366,6 +366,8 @@ pub async fn stored_summary(ch: &ClickhouseArgs, filter: &FilterArgs) -> anyhow:
     );
     let agents = store::query::agents(&client, db, &filter.campaign).await?;
     let sweeps = store::query::sweep(&client, db, &filter.filter()).await?;
+    let cells: Vec<MatrixCell> = rows.iter().map(|r| r.to_cell()).collect();
+    let models = crate::model_stats::model_rows(&plan.providers, &cells);
     let keep = |list: &[String], only: &Option<String>| -> Vec<String> {
         list.iter()
             .filter(|x| only.as_ref().is_none_or(|o| o == *x))
@@ -382,7 +384,7 @@ pub async fn stored_summary(ch: &ClickhouseArgs, filter: &FilterArgs) -> anyhow:
         providers: keep(&campaign.providers, &filter.provider),
         scenarios: keep(&campaign.scenarios, &filter.scenario),
         percentiles,
-        cells: rows.iter().map(|r| r.to_cell()).collect(),
+        cells,
         complete: agents.iter().all(|a| a.complete),
         // Not stored in ClickHouse (a cancelled campaign's agents report skipped slots, so it
         // reads as incomplete there).
@@ -396,6 +398,7 @@ pub async fn stored_summary(ch: &ClickhouseArgs, filter: &FilterArgs) -> anyhow:
         // what they need) and politeness notes.
         failover: Vec::new(),
         politeness: Vec::new(),
+        models,
         agents: agents
             .iter()
             .map(|a| AgentSummary {

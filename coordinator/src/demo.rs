@@ -119,12 +119,22 @@ pub async fn run_with(
         .context("embedded demo campaign")?;
     if let Some(n) = opts.rounds {
         plan.rounds.count = n.max(1);
+        // The rule of `campaign launch` (no --allow-long here: the demo is a demo).
+        let d = latmesh_core::duration::PlannedDuration::of(&plan);
+        anyhow::ensure!(
+            d.check(false).is_ok(),
+            "--rounds {n}: the demo would run for {}, more than {} h: give fewer rounds",
+            latmesh_core::duration::human(d.total_us),
+            latmesh_core::duration::MAX_PLANNED_DURATION_S / 3600
+        );
     }
     edit(&mut plan);
     let mut agents = Vec::new();
     for (i, region) in plan.regions.iter().enumerate() {
         let mut cfg =
             latmesh_agent::AgentConfig::new(&coord_url, &format!("{region}-{}", i + 1), region);
+        // The simulator's region delays need each agent's region (loopback only).
+        cfg.emulate_region = true;
         cfg.exit_after_campaigns = Some(1);
         agents.push(on_own_runtime(&format!("agent {region}"), move || {
             latmesh_agent::run(cfg)

@@ -30,6 +30,7 @@ use crate::aggregate::{Aggregate, StepCounts};
 use crate::analysis::stats;
 use crate::analysis::stats::interval_us;
 use crate::percentiles;
+use crate::saturation::{ArrivalLatency, ProviderSaturation, provider_saturation};
 use crate::summary::{ALL_REGIONS, AgentSummary, Percentiles};
 
 /// An open-loop row is saturated when the P90 of `sched_lag` exceeds this, ms: one arrival in
@@ -54,6 +55,9 @@ pub struct SweepStep {
     pub step: u32,
     /// Its target concurrency (workers per agent and provider), from the plan.
     pub concurrency: u32,
+    /// The provider's total concurrency over the row's agents: `concurrency × agents` (every
+    /// agent of every region runs the step's workers at the same time).
+    pub concurrency_total: u64,
     /// Logical requests sent in the step that ended (final attempts; `cancelled` and
     /// `dropped` left out).
     pub requests: u64,
@@ -105,6 +109,9 @@ pub struct SweepRow {
     pub scenario: String,
     /// Length of each step, ms (from the plan).
     pub step_ms: u64,
+    /// Agents of the row (the region's agents; every agent for `ALL`), each running the
+    /// step's `concurrency` workers: 0 when not known.
+    pub agents: u64,
     /// How the knee is found (from the plan).
     pub knee_rule: KneeRule,
     /// Every step of the plan, in order (steps without data have zero counts).
@@ -168,13 +175,23 @@ pub fn row_regions<'a>(plan: &'a Plan, only: Option<&'a str>) -> Vec<Option<&'a 
         .collect()
 }
 
+/// Agents per region, from their regions (one entry per agent).
+pub fn agents_per_region<'a>(regions: impl IntoIterator<Item = &'a str>) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for r in regions {
+        *out.entry(r.to_string()).or_default() += 1;
+    }
+    out
+}
+
 /// One sweep row from its steps' measures (`steps[k]` is step `k` of `spec`; missing ones
-/// count as empty).
+/// count as empty); `agents` ran it.
 pub fn sweep_row(
     region: Option<&str>,
     provider: &str,
     scenario: &str,
     spec: &SweepSpec,
+    agents: u64,
     steps: &[StepMeasure],
 ) -> SweepRow {
     let secs = spec.step_ms as f64 / 1000.0;
@@ -189,6 +206,7 @@ pub fn sweep_row(
             SweepStep {
                 step: k as u32,
                 concurrency,
+                concurrency_total: u64::from(concurrency) * agents,
                 requests: m.counts.requests,
                 ok: m.counts.ok,
                 error_pct: m.counts.error_pct(),
@@ -221,6 +239,7 @@ pub fn sweep_row(
         provider: provider.to_string(),
         scenario: scenario.to_string(),
         step_ms: spec.step_ms,
+        agents,
         knee,
         knee_insufficient,
         knee_rule: spec.knee.clone(),
@@ -230,11 +249,13 @@ pub fn sweep_row(
 
 /// Every sweep row of `plan` that `only` keeps, from `measure(region, provider, scenario,
 /// spec, step)`: `region` `None` means every region merged (the `ALL` row); when `only` keeps
-/// one region, the `ALL` row merges just it and is measured as that region. Ordered by
-/// scenario (plan order), then region (plan order, `ALL` last), then provider (plan order).
+/// one region, the `ALL` row merges just it and is measured as that region. `agents` are the
+/// campaign's agents per region ([`agents_per_region`]). Ordered by scenario (plan order),
+/// then region (plan order, `ALL` last), then provider (plan order).
 pub fn sweep_rows_by(
     plan: &Plan,
     only: RowFilter<'_>,
+    agents: &BTreeMap<String, u64>,
     mut measure: impl FnMut(Option<&str>, &str, &str, &SweepSpec, u32) -> StepMeasure,
 ) -> Vec<SweepRow> {
     let mut out = Vec::new();
@@ -249,43 +270,61 @@ pub fn sweep_rows_by(
                     continue;
                 }
                 let measured_as = region.or(only.region);
+                let n_agents = match measured_as {
+                    Some(r) => agents.get(r).copied().unwrap_or(0),
+                    None => agents.values().sum(),
+                };
                 let steps: Vec<StepMeasure> = (0..spec.concurrency.len() as u32)
                     .map(|k| measure(measured_as, provider, scenario, spec, k))
                     .collect();
-                out.push(sweep_row(region, provider, scenario, spec, &steps));
+                out.push(sweep_row(
+                    region, provider, scenario, spec, n_agents, &steps,
+                ));
             }
         }
     }
     out
 }
 
-/// Every sweep row of `plan` that `only` keeps, from merged results in memory.
-pub fn sweep_rows(plan: &Plan, agg: &Aggregate, only: RowFilter<'_>) -> Vec<SweepRow> {
-    sweep_rows_by(plan, only, |region, provider, scenario, spec, step| {
-        let hist = |metric| {
-            agg.step_histogram(
-                region,
-                &HistKey {
-                    provider: provider.to_string(),
-                    scenario: scenario.to_string(),
-                    metric,
-                    step,
-                },
-            )
-        };
-        let knee_hist = hist(spec.knee.metric);
-        StepMeasure {
-            counts: agg.step_counts(region, provider, scenario, step),
-            ttft: hist(Metric::Ttft).map(|h| Percentiles::of_list(&h, &plan.percentiles)),
-            e2e: hist(Metric::E2e).map(|h| Percentiles::of_list(&h, &plan.percentiles)),
-            knee_us: knee_hist
-                .as_ref()
-                .map(|h| h.value_at_quantile(knee_quantile(&spec.knee))),
-            knee_ci_us: knee_hist
-                .as_ref()
-                .and_then(|h| interval_us(h, knee_quantile(&spec.knee))),
-        }
-    })
+/// Every sweep row of `plan` that `only` keeps, from merged results in memory; `agents` are
+/// the campaign's agents.
+pub fn sweep_rows(
+    plan: &Plan,
+    agg: &Aggregate,
+    only: RowFilter<'_>,
+    agents: &[AgentSummary],
+) -> Vec<SweepRow> {
+    let per_region = agents_per_region(agents.iter().map(|a| a.region.as_str()));
+    sweep_rows_by(
+        plan,
+        only,
+        &per_region,
+        |region, provider, scenario, spec, step| {
+            let hist = |metric| {
+                agg.step_histogram(
+                    region,
+                    &HistKey {
+                        provider: provider.to_string(),
+                        scenario: scenario.to_string(),
+                        metric,
+                        step,
+                    },
+                )
+            };
+            let knee_hist = hist(spec.knee.metric);
+            StepMeasure {
+                counts: agg.step_counts(region, provider, scenario, step),
+                ttft: hist(Metric::Ttft).map(|h| Percentiles::of_list(&h, &plan.percentiles)),
+                e2e: hist(Metric::E2e).map(|h| Percentiles::of_list(&h, &plan.percentiles)),
+                knee_us: knee_hist
+                    .as_ref()
+                    .map(|h| h.value_at_quantile(knee_quantile(&spec.knee))),
+                knee_ci_us: knee_hist
+                    .as_ref()
+                    .and_then(|h| interval_us(h, knee_quantile(&spec.knee))),
+            }
+        },
+    )
 }
 
 /// An open-loop (`rate`) scenario for one provider in one region (or `ALL`).
@@ -337,17 +376,27 @@ pub struct RateRow {
     pub ttft_intended: Option<Percentiles>,
     /// E2E from the intended send, percentiles, ms.
     pub e2e_intended: Option<Percentiles>,
-    /// The agents could not keep the schedule: arrivals were dropped, `sched_lag` P90 is over
-    /// [`SATURATION_LAG_P90_MS`], or `achieved_rps` is below [`SATURATION_ACHIEVED_FRACTION`]
-    /// of `scheduled_rps`. Latencies from the actual send then understate what a client at
-    /// this rate would see: read the `_intended` ones.
-    pub saturated: bool,
-    /// Why it is saturated (every reason, `; `-separated); `None` when it is not.
-    pub saturated_reason: Option<String>,
+    /// The **agents** could not keep the schedule: arrivals were dropped, `sched_lag` P90 is
+    /// over [`SATURATION_LAG_P90_MS`], or `achieved_rps` is below
+    /// [`SATURATION_ACHIEVED_FRACTION`] of `scheduled_rps`. The provider then got less than
+    /// the offered load, and latencies from the actual send understate what a client at this
+    /// rate would see: read the `_intended` ones.
+    pub agent_saturated: bool,
+    /// Why the agents are saturated (every reason, `; `-separated); `None` when they are not.
+    pub agent_saturated_reason: Option<String>,
+    /// What the provider saturation rule measured ([`crate::saturation`]: the latency of the
+    /// first vs the second half of the arrivals); `None` when a half has too few requests
+    /// for a verdict.
+    pub provider_saturation: Option<ProviderSaturation>,
+    /// The **provider** did not keep up with the offered rate: its latency from the actual
+    /// send grew over the phase ([`crate::saturation`]).
+    pub provider_saturated: bool,
+    /// Why the provider is saturated; `None` when it is not.
+    pub provider_saturated_reason: Option<String>,
 }
 
 /// What one rate row is built from.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct RateMeasure {
     /// Agents of the row.
     pub agents: u64,
@@ -369,6 +418,11 @@ pub struct RateMeasure {
     pub ttft_intended: Option<Percentiles>,
     /// Intended E2E percentiles.
     pub e2e_intended: Option<Percentiles>,
+    /// The scenario streams (the provider rule then judges TTFT, else E2E).
+    pub stream: bool,
+    /// Every request that ended (final attempts of first turns; `cancelled` and `dropped`
+    /// left out), by arrival, for the provider saturation rule.
+    pub by_arrival: Vec<ArrivalLatency>,
 }
 
 /// One rate row from its measure; `scheduled` is the plan's arrival count per agent.
@@ -404,6 +458,9 @@ pub fn rate_row(
             SATURATION_ACHIEVED_FRACTION * 100.0
         ));
     }
+    let provider_saturation = provider_saturation(scheduled, &m.by_arrival);
+    let provider_saturated = provider_saturation.as_ref().is_some_and(|p| p.saturated);
+    let metric = if m.stream { Metric::Ttft } else { Metric::E2e };
     RateRow {
         region: region.unwrap_or(ALL_REGIONS).to_string(),
         provider: provider.to_string(),
@@ -427,8 +484,17 @@ pub fn rate_row(
         e2e: m.e2e,
         ttft_intended: m.ttft_intended,
         e2e_intended: m.e2e_intended,
-        saturated: !reasons.is_empty(),
-        saturated_reason: (!reasons.is_empty()).then(|| reasons.join("; ")),
+        agent_saturated: !reasons.is_empty(),
+        agent_saturated_reason: (!reasons.is_empty()).then(|| reasons.join("; ")),
+        provider_saturated_reason: provider_saturated
+            .then(|| {
+                provider_saturation
+                    .as_ref()
+                    .map(|p| p.describe(metric.as_str()))
+            })
+            .flatten(),
+        provider_saturated,
+        provider_saturation,
     }
 }
 
@@ -436,10 +502,7 @@ pub fn rate_row(
 /// (their regions give each row's agent count). Ordered by scenario, region (`ALL` last),
 /// provider, in plan order.
 pub fn rate_rows(plan: &Plan, agg: &Aggregate, agents: &[AgentSummary]) -> Vec<RateRow> {
-    let mut per_region: BTreeMap<&str, u64> = BTreeMap::new();
-    for a in agents {
-        *per_region.entry(a.region.as_str()).or_default() += 1;
-    }
+    let per_region = agents_per_region(agents.iter().map(|a| a.region.as_str()));
     let mut out = Vec::new();
     for (i, s) in plan.scenarios.iter().enumerate() {
         let LoadModel::Rate(spec) = &s.load else {
@@ -450,10 +513,8 @@ pub fn rate_rows(plan: &Plan, agg: &Aggregate, agents: &[AgentSummary]) -> Vec<R
                 Some(r) => per_region.get(r).copied().unwrap_or(0),
                 None => agents.len() as u64,
             };
-            for (p, provider) in plan.providers.iter().enumerate() {
-                let scheduled = spec
-                    .arrivals_us(plan.seed, i, p, plan.providers.len())
-                    .len() as u64;
+            let scheduled = spec.arrivals_us(plan.seed, i).len() as u64;
+            for provider in &plan.providers {
                 let hist = |metric| {
                     agg.histogram(
                         region,
@@ -478,6 +539,8 @@ pub fn rate_rows(plan: &Plan, agg: &Aggregate, agents: &[AgentSummary]) -> Vec<R
                     e2e: hist(Metric::E2e),
                     ttft_intended: hist(Metric::TtftIntended),
                     e2e_intended: hist(Metric::E2eIntended),
+                    stream: s.stream,
+                    by_arrival: agg.rate_requests(region, &provider.name, &s.name),
                 };
                 out.push(rate_row(
                     region,
@@ -650,6 +713,8 @@ pub fn render_sweeps(rows: &[SweepRow]) -> String {
         let of: Vec<&SweepRow> = rows.iter().filter(|r| r.scenario == scenario).collect();
         let Some(first) = of.first() else { continue };
         let rule = &first.knee_rule;
+        let all: Vec<&&SweepRow> = of.iter().filter(|r| r.region == ALL_REGIONS).collect();
+        let agents = all.first().map_or(first.agents, |r| r.agents);
         let _ = writeln!(
             out,
             "\nsweep {scenario}: {} {} ms by concurrency, all regions ({} s steps); knee: \
@@ -662,18 +727,37 @@ pub fn render_sweeps(rows: &[SweepRow]) -> String {
             rule.error_pct,
             rule.min_requests
         );
+        let _ = writeln!(
+            out,
+            "c = workers per agent and provider; total = the provider's concurrency, c × {}",
+            if agents == 0 {
+                "every agent (count not known)".to_string()
+            } else {
+                format!(
+                    "{agents} agent{} (all regions)",
+                    if agents == 1 { "" } else { "s" }
+                )
+            }
+        );
         let mut t = Table::new();
         t.load_preset(presets::ASCII_MARKDOWN);
         let mut header = vec![TCell::new("provider")];
-        header.extend(
-            first
-                .steps
-                .iter()
-                .map(|s| TCell::new(format!("c={}", s.concurrency))),
-        );
+        let total_text = |n: u64| {
+            if agents == 0 {
+                "?".to_string()
+            } else {
+                n.to_string()
+            }
+        };
+        header.extend(first.steps.iter().map(|s| {
+            TCell::new(format!(
+                "c={} (total {})",
+                s.concurrency,
+                total_text(u64::from(s.concurrency) * agents)
+            ))
+        }));
         header.push(TCell::new("knee"));
         t.set_header(header);
-        let all: Vec<&&SweepRow> = of.iter().filter(|r| r.region == ALL_REGIONS).collect();
         let mut marked = false;
         for r in &all {
             let mut row = vec![TCell::new(&r.provider)];
@@ -734,10 +818,10 @@ pub fn render_sweeps(rows: &[SweepRow]) -> String {
 }
 
 /// Every step of every row as one detailed table per scenario (what `latmesh query sweep`
-/// prints after [`render_sweeps`]): provider, region, concurrency, requests, error %, TTFT and
-/// E2E at the campaign's percentiles (P50/P90/P95/P99 by default; `~` marks one the step's
-/// samples do not support, with the legend under the table), throughput; the knee step marked
-/// `*`.
+/// prints after [`render_sweeps`]): provider, region, concurrency per agent and in total,
+/// requests, error %, TTFT and E2E at the campaign's percentiles (P50/P90/P95/P99 by default;
+/// `~` marks one the step's samples do not support, with the legend under the table),
+/// throughput; the knee step marked `*`.
 pub fn render_sweep_steps(rows: &[SweepRow]) -> String {
     let mut out = String::new();
     let mut scenarios: Vec<&str> = Vec::new();
@@ -764,14 +848,16 @@ pub fn render_sweep_steps(rows: &[SweepRow]) -> String {
     for scenario in scenarios {
         let _ = writeln!(
             out,
-            "\nsweep {scenario}: every step (ms; throughput of ok requests)"
+            "\nsweep {scenario}: every step (ms; throughput of ok requests; c/agent: workers per \
+             agent and provider, c total: over the row's agents)"
         );
         let mut t = Table::new();
         t.load_preset(presets::ASCII_MARKDOWN);
         t.set_header(vec![
             "provider",
             "region",
-            "c",
+            "c/agent",
+            "c total",
             "requests",
             "err %",
             &format!("TTFT {names}"),
@@ -786,6 +872,11 @@ pub fn render_sweep_steps(rows: &[SweepRow]) -> String {
                     TCell::new(&r.provider),
                     TCell::new(&r.region),
                     right(format!("{}{}", s.concurrency, if knee { "*" } else { "" })),
+                    right(if r.agents == 0 {
+                        "?".to_string()
+                    } else {
+                        s.concurrency_total.to_string()
+                    }),
                     right(s.requests.to_string()),
                     right(format!("{:.1}", s.error_pct)),
                     right(p(&s.ttft)),
@@ -804,10 +895,10 @@ pub fn render_sweep_steps(rows: &[SweepRow]) -> String {
 }
 
 /// The rates as text: per scenario, a load table (achieved vs scheduled rate per agent, drops,
-/// `sched_lag` P50/P99, errors, saturation) and a latency table (P50/P95/P99 from the actual
-/// and from the intended send; `~` marks a percentile its samples do not support, with the
-/// legend under the table), then why each saturated row is. With one region its `ALL` rows are
-/// left out (they repeat it).
+/// `sched_lag`, errors, agent and provider saturation) and a latency table (P50/P95/P99 from
+/// the actual and from the intended send; `~` marks a percentile its samples do not support,
+/// with the legend under the table), then why each saturated row is. With one region its `ALL`
+/// rows are left out (they repeat it).
 pub fn render_rates(rows: &[RateRow]) -> String {
     let mut out = String::new();
     let mut scenarios: Vec<&str> = Vec::new();
@@ -857,9 +948,15 @@ pub fn render_rates(rows: &[RateRow]) -> String {
             "dropped",
             "lag P50/P99",
             "err %",
-            "saturated",
+            "agent sat.",
+            "provider sat.",
         ]);
         for r in &of {
+            let provider_verdict = match &r.provider_saturation {
+                None => "- (too few)",
+                Some(p) if p.saturated => "YES",
+                Some(_) => "no",
+            };
             t.add_row(vec![
                 TCell::new(&r.provider),
                 TCell::new(&r.region),
@@ -871,10 +968,16 @@ pub fn render_rates(rows: &[RateRow]) -> String {
                 right(r.dropped.to_string()),
                 right(at(&r.sched_lag, &LAG)),
                 right(format!("{:.1}", r.error_pct)),
-                TCell::new(if r.saturated { "YES" } else { "no" }),
+                TCell::new(if r.agent_saturated { "YES" } else { "no" }),
+                TCell::new(provider_verdict),
             ]);
         }
         let _ = writeln!(out, "{t}");
+        let _ = writeln!(
+            out,
+            "agent sat.: the agents did not keep the schedule; provider sat.: its latency grew \
+             over the phase"
+        );
         let _ = writeln!(
             out,
             "rate {scenario}: latency ms {} from the actual send and from the intended send",
@@ -904,14 +1007,15 @@ pub fn render_rates(rows: &[RateRow]) -> String {
         if marked.take() {
             let _ = writeln!(out, "{}", percentiles::legend());
         }
-        for r in of.iter().filter(|r| r.saturated) {
-            let _ = writeln!(
-                out,
-                "  saturated: {} {}: {}",
-                r.provider,
-                r.region,
-                r.saturated_reason.as_deref().unwrap_or_default()
-            );
+        for r in &of {
+            for (who, why) in [
+                ("agent", &r.agent_saturated_reason),
+                ("provider", &r.provider_saturated_reason),
+            ] {
+                if let Some(why) = why {
+                    let _ = writeln!(out, "  {who} saturated: {} {}: {why}", r.provider, r.region);
+                }
+            }
         }
     }
     out
@@ -1050,7 +1154,7 @@ pub(crate) mod tests {
             unreachable!()
         };
         spec.knee.percentile = 90.0;
-        let rows = sweep_rows(&plan, &sweep_aggregate(), RowFilter::default());
+        let rows = sweep_rows(&plan, &sweep_aggregate(), RowFilter::default(), &[]);
         let all = row(&rows, "ALL", "p");
         let support: Vec<bool> = all
             .steps
@@ -1059,13 +1163,44 @@ pub(crate) mod tests {
             .collect();
         assert_eq!(support, [false, false, true]);
         let text = render_sweeps(&rows);
-        assert!(text.contains("| p        | ~1.00 | ~1.04 | 2.00"), "{text}");
+        assert!(
+            // No knee on values without an interval.
+            text.contains(
+                "| p        |         ~1.00 |         ~1.04 |          2.00 | too few ok requests at c=2 for an interval |"
+            ),
+            "{text}"
+        );
         assert!(text.contains(&percentiles::legend()), "{text}");
     }
 
     #[test]
     fn sweep_rows_count_each_step_and_find_the_knee() {
-        let rows = sweep_rows(&plan(), &sweep_aggregate(), RowFilter::default());
+        // Two agents in us-east, one in eu-west.
+        let agents = [
+            agent("a1", "us-east"),
+            agent("a2", "us-east"),
+            agent("b1", "eu-west"),
+        ];
+        let rows = sweep_rows(&plan(), &sweep_aggregate(), RowFilter::default(), &agents);
+        // Concurrency per agent, and the provider's total over the row's agents.
+        let totals = |region: &str| -> Vec<(u32, u64)> {
+            row(&rows, region, "p")
+                .steps
+                .iter()
+                .map(|s| (s.concurrency, s.concurrency_total))
+                .collect()
+        };
+        assert_eq!(totals("us-east"), [(2, 4), (4, 8), (8, 16)]);
+        assert_eq!(totals("eu-west"), [(2, 2), (4, 4), (8, 8)]);
+        assert_eq!(totals("ALL"), [(2, 6), (4, 12), (8, 24)]);
+        let text = render_sweeps(&rows);
+        assert!(
+            text.contains("c = workers per agent and provider; total = the provider's concurrency, c × 3 agents (all regions)")
+                && text.contains("| c=2 (total 6) | c=4 (total 12) | c=8 (total 24) |"),
+            "{text}"
+        );
+        let steps = render_sweep_steps(&rows);
+        assert!(steps.contains("| c/agent | c total |"), "{steps}");
         // (us-east, eu-west, ALL) × (p, q), in that order.
         let order: Vec<(&str, &str)> = rows
             .iter()
@@ -1159,7 +1294,7 @@ pub(crate) mod tests {
         if let LoadModel::Sweep(spec) = &mut strict.scenarios[0].load {
             spec.knee.min_requests = 30;
         }
-        let rows30 = sweep_rows(&strict, &sweep_aggregate(), RowFilter::default());
+        let rows30 = sweep_rows(&strict, &sweep_aggregate(), RowFilter::default(), &[]);
         let us30 = row(&rows30, "us-east", "p");
         assert_eq!(us30.knee, None);
         assert_eq!(
@@ -1179,8 +1314,10 @@ pub(crate) mod tests {
                 provider: Some("p"),
                 scenario: None,
             },
+            &agents,
         );
         assert_eq!(only.len(), 2);
+        assert_eq!(only[1].agents, 1, "ALL of one region has its agents");
         assert_eq!(only[1].steps, eu.steps);
     }
 
@@ -1236,8 +1373,11 @@ pub(crate) mod tests {
             (us.scheduled, us.scheduled_rps, us.sent, us.achieved_rps),
             (100, 10.0, 100, Some(10.0))
         );
-        assert_eq!((us.dropped, us.error_pct, us.saturated), (0, 0.0, false));
-        assert_eq!(us.saturated_reason, None);
+        assert_eq!(
+            (us.dropped, us.error_pct, us.agent_saturated),
+            (0, 0.0, false)
+        );
+        assert_eq!(us.agent_saturated_reason, None);
         assert_eq!(us.sched_lag.unwrap().p99_ms, 0.2);
         assert_eq!(us.ttft.unwrap().p50_ms, 0.5);
         assert_eq!(us.ttft_intended.unwrap().p50_ms, 0.7);
@@ -1250,19 +1390,22 @@ pub(crate) mod tests {
             (90, 10, 90, 0.0)
         );
         assert_eq!(eu.achieved_rps, Some(9.0));
-        assert!(eu.saturated);
+        assert!(eu.agent_saturated);
         assert_eq!(
-            eu.saturated_reason.as_deref(),
+            eu.agent_saturated_reason.as_deref(),
             Some("10 arrivals dropped; achieved 9.00 rps < 95% of scheduled 10.00")
         );
         // ALL: 190 sent by 2 agents in 10 s, 9.5 rps each: exactly 95%, only the drops count.
         let all = get("ALL", "p");
         assert_eq!((all.agents, all.achieved_rps), (2, Some(9.5)));
-        assert_eq!(all.saturated_reason.as_deref(), Some("10 arrivals dropped"));
+        assert_eq!(
+            all.agent_saturated_reason.as_deref(),
+            Some("10 arrivals dropped")
+        );
         // Nothing sent at all.
         let q = get("us-east", "q");
         assert_eq!(q.achieved_rps, Some(0.0));
-        assert!(q.saturated);
+        assert!(q.agent_saturated);
 
         // Scheduler lag alone: P90 over 10 ms (a P99 over it alone is one late arrival).
         let lag_ms = |p50_ms: f64, p90_ms: f64, p99_ms: f64| Percentiles {
@@ -1294,7 +1437,7 @@ pub(crate) mod tests {
         );
         assert_eq!(lagging.error_pct, 4.0);
         assert_eq!(
-            lagging.saturated_reason.as_deref(),
+            lagging.agent_saturated_reason.as_deref(),
             Some("sched_lag P90 12.0 ms > 10 ms")
         );
         let hiccup = rate_row(
@@ -1311,10 +1454,10 @@ pub(crate) mod tests {
                 ..Default::default()
             },
         );
-        assert!(!hiccup.saturated, "{hiccup:?}");
+        assert!(!hiccup.agent_saturated, "{hiccup:?}");
         // Without agents there is no achieved rate, and no verdict on it.
         let none = rate_row(None, "p", "open", &spec, 100, &RateMeasure::default());
-        assert_eq!((none.achieved_rps, none.saturated), (None, false));
+        assert_eq!((none.achieved_rps, none.agent_saturated), (None, false));
     }
 
     #[test]

@@ -101,6 +101,9 @@ pub struct CampaignRecord {
     /// When `latmesh campaign cancel` came (coordinator clock, UTC µs); `None`: not cancelled.
     #[serde(default)]
     pub cancelled_at_us: Option<i64>,
+    /// Launched with `--allow-missing-keys` (see [`crate::keys`]); absent when not.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_missing_keys: bool,
     /// The summary, once finished.
     pub summary: Option<Summary>,
     /// Budget guard: caps, what was spent (as of this write; a restarted coordinator
@@ -368,6 +371,7 @@ mod tests {
             .into(),
             expired: false,
             cancelled_at_us: None,
+            allow_missing_keys: false,
             summary: None,
             budget: Default::default(),
         }

@@ -49,21 +49,51 @@ fn errors(c: &CellCounts) -> u64 {
         .saturating_sub(c.count(Outcome::Dropped))
 }
 
-/// Whether the slots an agent runs are known in advance: not with a `sweep` scenario (it
-/// makes as many requests as its providers answer, which [`Plan::probes_per_agent`] leaves
-/// out but progress counts).
-pub fn expected_known(plan: &Plan) -> bool {
-    !plan
-        .scenarios
+/// The `sweep` scenarios without `step_requests`: they send as many requests as their
+/// providers answer in the steps' time, a count nobody knows in advance.
+pub fn open_ended_sweeps(plan: &Plan) -> Vec<&str> {
+    plan.scenarios
         .iter()
-        .any(|s| matches!(s.load, LoadModel::Sweep(_)))
+        .filter(|s| matches!(&s.load, LoadModel::Sweep(sw) if sw.step_requests.is_none()))
+        .map(|s| s.name.as_str())
+        .collect()
 }
 
-/// Slots one agent is planned to run per provider, in `plan.providers` order, when that is
-/// known in advance: rounds slots and `rate` arrivals, as [`Plan::probes_per_agent`] counts
-/// them. All zeros (unknown) with a `sweep` scenario ([`expected_known`]), when a failover
-/// scenario may end a slot on another provider than the slot's, or when the attribution does
-/// not add up to `probes_per_agent`.
+/// Whether the requests an agent makes are all known in advance: not with an open-ended
+/// sweep ([`open_ended_sweeps`]).
+pub fn expected_known(plan: &Plan) -> bool {
+    open_ended_sweeps(plan).is_empty()
+}
+
+/// Requests of `sweep` scenario `s` with `step_requests` per agent and provider: every step
+/// sends at most that many (fewer when a step's time ends first).
+fn bounded_sweep_requests(plan: &Plan, s: usize) -> u64 {
+    match &plan.scenarios[s].load {
+        LoadModel::Sweep(sw) => sw
+            .step_requests
+            .map_or(0, |n| sw.concurrency.len() as u64 * u64::from(n)),
+        _ => 0,
+    }
+}
+
+/// Requests one agent is planned to make, every load model counted as progress counts them
+/// (final attempts of first turns): rounds slots and `rate` arrivals
+/// ([`Plan::probes_per_agent`]), and each `sweep` with `step_requests` at its maximum
+/// (steps × `step_requests` × providers). An open-ended sweep ([`open_ended_sweeps`]) adds
+/// nothing here: its requests are counted as they are made, against no total.
+pub fn planned_requests_per_agent(plan: &Plan) -> u64 {
+    let providers = plan.providers.len() as u64;
+    plan.probes_per_agent()
+        + (0..plan.scenarios.len())
+            .map(|s| bounded_sweep_requests(plan, s) * providers)
+            .sum::<u64>()
+}
+
+/// Requests one agent is planned to make per provider, in `plan.providers` order, when that
+/// is known in advance ([`planned_requests_per_agent`]). All zeros (unknown) with an
+/// open-ended sweep ([`expected_known`]), when a failover scenario may end a slot on another
+/// provider than the slot's, or when the attribution does not add up to
+/// `planned_requests_per_agent`.
 pub fn provider_expected_per_agent(plan: &Plan) -> Vec<u64> {
     let n = plan.providers.len();
     let mut out = vec![0u64; n];
@@ -79,12 +109,17 @@ pub fn provider_expected_per_agent(plan: &Plan) -> Vec<u64> {
     }
     for (s, scenario) in plan.scenarios.iter().enumerate() {
         if let LoadModel::Rate(r) = &scenario.load {
-            for (p, e) in out.iter_mut().enumerate() {
-                *e += r.arrivals_us(plan.seed, s, p, n).len() as u64;
+            let arrivals = r.arrivals_us(plan.seed, s).len() as u64;
+            for e in out.iter_mut() {
+                *e += arrivals;
             }
         }
+        let sweep = bounded_sweep_requests(plan, s);
+        for e in out.iter_mut() {
+            *e += sweep;
+        }
     }
-    if out.iter().sum::<u64>() != plan.probes_per_agent() {
+    if out.iter().sum::<u64>() != planned_requests_per_agent(plan) {
         out.iter_mut().for_each(|e| *e = 0);
     }
     out
@@ -95,8 +130,8 @@ pub fn provider_expected_per_agent(plan: &Plan) -> Vec<u64> {
 /// histograms merged over regions and scenarios). `agents_per_region` is how many agents run
 /// the campaign in each region (regions of agents missing from the plan are added after the
 /// plan's); `provider_expected` is [`provider_expected_per_agent`] and `probes_per_agent`
-/// is [`Plan::probes_per_agent`] (counted once by the caller: it generates every open-loop
-/// arrival).
+/// is [`planned_requests_per_agent`] (counted once by the caller: it generates every
+/// open-loop arrival).
 pub fn live_cells(
     plan: &Plan,
     probes_per_agent: u64,
@@ -267,6 +302,24 @@ fn latency(c: &pb::LiveCell) -> String {
     parts.join(" ")
 }
 
+/// `105/120 probes`, or with an open-ended sweep (live region cells without an expectation:
+/// its requests count as they are made, against no total) `105 probes (60 planned in
+/// advance, plus open-ended sweeps)`.
+pub fn counts_text(p: &pb::Progress) -> String {
+    let open_ended = p
+        .live
+        .iter()
+        .any(|c| c.provider.is_empty() && c.expected == 0);
+    if open_ended {
+        format!(
+            "{} probes ({} planned in advance, plus open-ended sweeps)",
+            p.probes_done, p.probes_expected
+        )
+    } else {
+        format!("{}/{} probes", p.probes_done, p.probes_expected)
+    }
+}
+
 /// A plain progress line: today's `progress: done/expected probes [agents]`, then the
 /// providers' live numbers (`; openai 12/40, 1 err, TTFT P50 312 ms P99 845 ms`).
 pub fn progress_line(p: &pb::Progress, now_unix_us: i64) -> String {
@@ -276,9 +329,8 @@ pub fn progress_line(p: &pb::Progress, now_unix_us: i64) -> String {
         .map(|a| crate::watch::describe_agent(a, now_unix_us))
         .collect();
     let mut line = format!(
-        "progress: {}/{} probes{} [{}]",
-        p.probes_done,
-        p.probes_expected,
+        "progress: {}{} [{}]",
+        counts_text(p),
         if p.cancelled { ", cancelling" } else { "" },
         regions.join(", ")
     );
@@ -667,27 +719,86 @@ mod tests {
         assert!(approx(p1.p99_ms, 990.0), "{}", p1.p99_ms);
     }
 
-    #[test]
-    fn sweep_plans_leave_expectations_unknown() {
+    /// `plan(true)` with its second scenario a sweep (c = 2, 4) of `step_requests`.
+    fn sweep_plan(step_requests: Option<u32>) -> Plan {
         let mut plan = plan(true);
         plan.scenarios[1].load = serde_json::from_value(serde_json::json!({ "sweep": {
-            "concurrency": [2, 4], "step_ms": 10000,
+            "concurrency": [2, 4], "step_ms": 10000, "step_requests": step_requests,
             "knee": { "metric": "e2e", "percentile": 50.0, "elasticity": 0.5, "error_pct": 5.0 }
         } }))
         .unwrap();
-        assert!(
-            plan.probes_per_agent() > 0,
+        plan
+    }
+
+    #[test]
+    fn progress_counts_sweep_requests() {
+        // 10 rounds of the rounds scenario (one slot per provider), and a sweep of 2 steps of
+        // at most 5 requests per provider: 10 + 10 per provider and agent.
+        let plan = sweep_plan(Some(5));
+        assert_eq!(open_ended_sweeps(&plan), Vec::<&str>::new());
+        assert_eq!(planned_requests_per_agent(&plan), 40);
+        assert_eq!(provider_expected_per_agent(&plan), vec![20, 20]);
+        // A sweep request's final attempt counts as done, like a rounds slot; a retried
+        // attempt (not final) does not.
+        let mut agg = Aggregate::default();
+        for step in [0, 1] {
+            let mut r = rec("p1", "long", Outcome::Ok);
+            (r.load, r.step, r.concurrency) = (latmesh_core::load::LoadKind::Sweep, step, 2);
+            agg.add_record("us-east", &r);
+            agg.add_record(
+                "us-east",
+                &ProbeRecord {
+                    final_attempt: false,
+                    ..r
+                },
+            );
+        }
+        agg.add_record("us-east", &rec("p1", "chat", Outcome::Ok));
+        assert_eq!(agg.slots_done(), 3);
+        let cells = live_cells(
+            &plan,
+            planned_requests_per_agent(&plan),
+            &agg,
+            &agents(),
+            &provider_expected_per_agent(&plan),
+        );
+        let (us, p1) = (&cells[0], &cells[2]);
+        assert_eq!((us.done, us.expected), (3, 40));
+        assert_eq!((p1.done, p1.expected), (3, 60));
+    }
+
+    #[test]
+    fn open_ended_sweep_plans_leave_expectations_unknown() {
+        let plan = sweep_plan(None);
+        assert_eq!(open_ended_sweeps(&plan), ["long"]);
+        assert_eq!(
+            planned_requests_per_agent(&plan),
+            20,
             "the rounds scenario still counts"
         );
         assert_eq!(provider_expected_per_agent(&plan), vec![0, 0]);
         let cells = live_cells(
             &plan,
-            plan.probes_per_agent(),
+            planned_requests_per_agent(&plan),
             &aggregate(),
             &agents(),
             &[0, 0],
         );
         assert!(cells.iter().all(|c| c.expected == 0), "{cells:?}");
+        let line = progress_line(
+            &pb::Progress {
+                live: cells.clone(),
+                probes_expected: 60,
+                ..progress()
+            },
+            0,
+        );
+        assert!(
+            line.starts_with(
+                "progress: 105 probes (60 planned in advance, plus open-ended sweeps)"
+            ),
+            "{line}"
+        );
         // Bars show counts only, also a total past its expectation.
         let mut r = Renderer::bars_to(ProgressDrawTarget::hidden());
         r.update(

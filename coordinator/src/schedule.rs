@@ -63,6 +63,9 @@ pub struct Series {
     /// Budget caps of every run.
     #[serde(default)]
     pub caps: Caps,
+    /// Runs launch even when agents lack a provider's API key variable (see [`crate::keys`]).
+    #[serde(default)]
+    pub allow_missing_keys: bool,
     /// Delay between a run's launch and its round 0 when it is launched late (e.g. after a
     /// delay), µs.
     pub start_delay_us: i64,
@@ -144,26 +147,20 @@ impl State {
         &self,
         plan_json: &str,
         start_delay_us: i64,
-        caps: Caps,
+        opts: LaunchOptions,
     ) -> Result<Launched, StateError> {
         let plan: Plan =
             serde_json::from_str(plan_json).map_err(|e| StateError::BadPlan(e.to_string()))?;
         if plan.schedule.is_some() {
-            return self.start_series(plan, start_delay_us, caps);
+            return self.start_series(plan, start_delay_us, opts);
         }
-        self.launch_with(
-            plan_json,
-            start_delay_us,
-            &LaunchOptions {
-                caps,
-                campaign_id: None,
-            },
-        )
+        self.launch_with(plan_json, start_delay_us, &opts)
     }
 
     /// Creates a series for `plan` (which has a schedule): persisted, its first run due at
     /// the schedule's first time from now + `start_delay_us`. Runs are launched by
-    /// [`State::tick_series`].
+    /// [`State::tick_series`] with `opts`' caps and `allow_missing_keys` (its campaign id is
+    /// not used: runs are `SERIES-rN`).
     ///
     /// # Errors
     /// [`StateError::BadPlan`] when the plan has no schedule, the caps do not fit it, or no
@@ -173,8 +170,13 @@ impl State {
         &self,
         plan: Plan,
         start_delay_us: i64,
-        caps: Caps,
+        opts: LaunchOptions,
     ) -> Result<Launched, StateError> {
+        let LaunchOptions {
+            caps,
+            allow_missing_keys,
+            ..
+        } = opts;
         let schedule = plan
             .schedule
             .clone()
@@ -200,6 +202,7 @@ impl State {
             series_id: series_id.clone(),
             plan,
             caps,
+            allow_missing_keys,
             start_delay_us: start_delay_us.max(MIN_RUN_START_DELAY_US),
             created_at_unix_us: now,
             first_due_unix_us: first_due,
@@ -224,6 +227,7 @@ impl State {
             start_at_unix_us: first_due,
             agent_ids: Vec::new(),
             series: true,
+            warnings: Vec::new(),
         })
     }
 
@@ -240,6 +244,7 @@ impl State {
             delay_us: i64,
             plan_json: String,
             caps: Caps,
+            allow_missing_keys: bool,
         }
         let candidates: Vec<Due> = self.with_series(|book, _| {
             book.values()
@@ -255,6 +260,7 @@ impl State {
                         delay_us: s.start_delay_us,
                         plan_json: s.run_plan_json(),
                         caps: s.caps.clone(),
+                        allow_missing_keys: s.allow_missing_keys,
                     })
                 })
                 .collect()
@@ -287,6 +293,7 @@ impl State {
             let opts = LaunchOptions {
                 caps: d.caps.clone(),
                 campaign_id: Some(d.run_id.clone()),
+                allow_missing_keys: d.allow_missing_keys,
             };
             match self.launch_with(&d.plan_json, delay_us, &opts) {
                 Ok(l) => {
@@ -592,6 +599,7 @@ model_id = "m"
                 region: "us-east".into(),
                 version: "t".into(),
                 protocol_version: 1,
+                ..Default::default()
             },
             tx,
         );
@@ -641,7 +649,7 @@ model_id = "m"
         let mut rx = agent(&state);
         let p = plan("every = \"3s\"\nruns = 2");
         let l = state
-            .launch_request(&p.to_json(), SECOND, Caps::default())
+            .launch_request(&p.to_json(), SECOND, LaunchOptions::default())
             .unwrap();
         assert!(l.series && l.agent_ids.is_empty());
         let id = l.campaign_id.clone();
@@ -698,7 +706,7 @@ model_id = "m"
         let state = State::default();
         let p = plan("every = \"1h\"\nruns = 5");
         let id = state
-            .launch_request(&p.to_json(), SECOND, Caps::default())
+            .launch_request(&p.to_json(), SECOND, LaunchOptions::default())
             .unwrap()
             .campaign_id;
         // No agent yet: not launched, the reason is the warning; retried on the next tick.
@@ -734,6 +742,49 @@ model_id = "m"
     }
 
     #[tokio::test]
+    async fn a_run_to_an_agent_without_a_provider_s_key_waits_unless_the_series_allows_it() {
+        let state = State::default();
+        let mut p = plan("every = \"1h\"\nruns = 2");
+        p.providers[0].api_key_env = Some("P_KEY".into());
+        let (tx, mut rx) = mpsc::channel(64);
+        state.connect(
+            &pb::AgentHello {
+                agent_id: "a1".into(),
+                region: "us-east".into(),
+                protocol_version: 1,
+                key_env_names: vec!["OTHER".into()],
+                key_env_reported: true,
+                ..Default::default()
+            },
+            tx,
+        );
+        let id = state
+            .launch_request(&p.to_json(), SECOND, LaunchOptions::default())
+            .unwrap()
+            .campaign_id;
+        assert!(state.tick_series(now_unix_us()).is_empty());
+        let s = state.series_status(&id).unwrap();
+        assert!(
+            s.warning
+                .contains("run 1 not launched yet (retried every second): agent a1 (region us-east) lacks $P_KEY for provider p"),
+            "{}",
+            s.warning
+        );
+        assert!(pushed_plans(&mut rx).is_empty());
+        // A series launched with --allow-missing-keys runs anyway.
+        let opts = LaunchOptions {
+            allow_missing_keys: true,
+            ..Default::default()
+        };
+        let allowed = state
+            .launch_request(&p.to_json(), SECOND, opts)
+            .unwrap()
+            .campaign_id;
+        let launched = state.tick_series(now_unix_us());
+        assert_eq!(launched, [format!("{allowed}-r1")]);
+    }
+
+    #[tokio::test]
     async fn a_restarted_coordinator_continues_the_schedule() {
         let dir = tempfile::tempdir().unwrap();
         let p = plan("every = \"1h\"\nruns = 3");
@@ -744,7 +795,7 @@ model_id = "m"
                 .unwrap();
             let _rx = agent(&state);
             let l = state
-                .launch_request(&p.to_json(), SECOND, Caps::default())
+                .launch_request(&p.to_json(), SECOND, LaunchOptions::default())
                 .unwrap();
             assert_eq!(state.tick_series(now_unix_us()).len(), 1);
             finish(&state, &format!("{}-r1", l.campaign_id));
@@ -757,6 +808,7 @@ model_id = "m"
                     &LaunchOptions {
                         caps: Caps::default(),
                         campaign_id: Some(format!("{}-r2", l.campaign_id)),
+                        ..Default::default()
                     },
                 )
                 .unwrap();
@@ -786,13 +838,20 @@ model_id = "m"
         let state = State::default();
         let mut p = plan("every = \"1h\"\nruns = 1");
         let e = state
-            .launch_request(&p.to_json(), SECOND, Caps::from_request(1.0, 0))
+            .launch_request(
+                &p.to_json(),
+                SECOND,
+                LaunchOptions {
+                    caps: Caps::from_request(1.0, 0),
+                    ..Default::default()
+                },
+            )
             .unwrap_err();
         assert!(e.to_string().contains("--max-cost needs prices"), "{e}");
         p.schedule = None;
         // A plain plan goes to State::launch_with (and needs agents).
         let e = state
-            .launch_request(&p.to_json(), SECOND, Caps::default())
+            .launch_request(&p.to_json(), SECOND, LaunchOptions::default())
             .unwrap_err();
         assert!(matches!(e, StateError::NoAgent { .. }), "{e}");
     }

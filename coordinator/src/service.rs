@@ -26,9 +26,10 @@ impl From<StateError> for Status {
     fn from(e: StateError) -> Status {
         match e {
             StateError::UnknownCampaign(_) => Status::not_found(e.to_string()),
-            StateError::NoAgent { .. } | StateError::Busy { .. } | StateError::Finished { .. } => {
-                Status::failed_precondition(e.to_string())
-            }
+            StateError::NoAgent { .. }
+            | StateError::Busy { .. }
+            | StateError::Finished { .. }
+            | StateError::MissingKeys(_) => Status::failed_precondition(e.to_string()),
             StateError::BadPlan(_) | StateError::BadBatch { .. } => {
                 Status::invalid_argument(e.to_string())
             }
@@ -361,7 +362,12 @@ impl Control for Coordinator {
             DEFAULT_START_DELAY_US
         };
         let caps = crate::budget::Caps::from_request(req.max_cost_usd, req.max_tokens);
-        let l = self.state.launch_request(&req.plan_json, delay_us, caps)?;
+        let opts = crate::state::LaunchOptions {
+            caps,
+            campaign_id: None,
+            allow_missing_keys: req.allow_missing_keys,
+        };
+        let l = self.state.launch_request(&req.plan_json, delay_us, opts)?;
         if l.series {
             tracing::info!(series = %l.campaign_id, "series launched");
         } else {
@@ -373,6 +379,7 @@ impl Control for Coordinator {
             start_at_coord_unix_us: l.start_at_unix_us,
             agent_ids: l.agent_ids,
             series: l.series,
+            warnings: l.warnings,
         }))
     }
 

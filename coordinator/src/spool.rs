@@ -1002,6 +1002,7 @@ mod tests {
                     turn: 2,
                     cache_nonce: true,
                     conn_reused: false,
+                    conn_retried: true,
                     dns_us: Some(15),
                     connect_us: Some(16),
                     tls_us: Some(17),
@@ -1011,6 +1012,9 @@ mod tests {
                     token_payloads: 21,
                     usage_chunk_delta: Some(-22),
                     error_code: Some("c".into()),
+                    output_tokens_source: "payloads_over_usage".into(),
+                    answered_model: Some("m-2024-08-06".into()),
+                    system_fingerprint: Some("fp_1".into()),
                 },
                 pb::ProbeRecord {
                     provider: "x".into(),

@@ -40,6 +40,9 @@ pub struct AgentEntry {
     /// Session number, to tell a stale session's disconnect from the current one's.
     pub session: u64,
     tx: Option<AgentTx>,
+    /// Names of the API key variables the agent has (its hello's `key_env_names`); `None`:
+    /// it did not report them (see [`crate::keys`]).
+    key_env: Option<BTreeSet<String>>,
 }
 
 #[derive(Debug, Default)]
@@ -67,7 +70,8 @@ impl CampaignAgent {
 #[derive(Debug)]
 struct Campaign {
     plan: Plan,
-    /// `plan.probes_per_agent()`, counted once (it generates every open-loop arrival).
+    /// `progress::planned_requests_per_agent(plan)`, counted once (it generates every open-loop
+    /// arrival).
     probes_per_agent: u64,
     plan_json: String,
     plan_hash: String,
@@ -88,6 +92,9 @@ struct Campaign {
     cancelled_at_us: Option<i64>,
     /// Budget guard: caps, what the records used, and the reason once it stopped the campaign.
     guard: Guard,
+    /// Launched with `--allow-missing-keys`: an agent rejoining it without a provider's API
+    /// key variable still gets the plan.
+    allow_missing_keys: bool,
 }
 
 /// Errors of state operations, turned into `Status` in `service.rs`.
@@ -125,6 +132,10 @@ pub enum StateError {
         /// `complete`, `incomplete` or `cancelled`.
         how: String,
     },
+    /// Targeted agents lack API key variables of the plan's providers (see
+    /// [`crate::keys`]); the launch was not allowed to go on without them.
+    #[error("{0}")]
+    MissingKeys(String),
     /// The state directory cannot take the campaign's facts.
     #[error("state directory: {0}")]
     Storage(String),
@@ -217,6 +228,9 @@ pub struct Launched {
     /// The plan has a schedule: `campaign_id` is the series id, `start_at_unix_us` when its
     /// first run is due, `agent_ids` empty (see [`crate::schedule`]).
     pub series: bool,
+    /// What the launch accepted but the user should know: agents without a provider's API
+    /// key variable, allowed by [`LaunchOptions::allow_missing_keys`] (see [`crate::keys`]).
+    pub warnings: Vec<String>,
 }
 
 /// How [`State::launch_with`] launches a campaign besides its plan.
@@ -226,6 +240,9 @@ pub struct LaunchOptions {
     pub caps: Caps,
     /// The campaign id to use (a series' run `SERIES-rN`); `None`: `<name>-<8 hex digits>`.
     pub campaign_id: Option<String>,
+    /// Launch even when targeted agents lack a provider's API key variable (warning instead
+    /// of [`StateError::MissingKeys`]).
+    pub allow_missing_keys: bool,
 }
 
 /// A campaign's state in a few words (e.g. for a series' list of runs).
@@ -366,11 +383,24 @@ impl State {
             heartbeat_interval_ms: DEFAULT_HEARTBEAT_MS,
             ..Default::default()
         };
+        let key_env: Option<BTreeSet<String>> = hello
+            .key_env_reported
+            .then(|| hello.key_env_names.iter().cloned().collect());
         for (id, c) in &inner.campaigns {
             if let Some(a) = c.agents.get(&hello.agent_id)
                 && c.summary.is_none()
                 && a.last_seq.is_none()
             {
+                let missing = crate::keys::missing_keys(
+                    &c.plan,
+                    &hello.agent_id,
+                    &hello.region,
+                    key_env.as_ref(),
+                );
+                if !missing.is_empty() && !c.allow_missing_keys {
+                    tracing::warn!(campaign = %id, "plan not pushed again to a rejoining agent: {}", crate::keys::refusal(&missing));
+                    continue;
+                }
                 let next_seq = a.seqs.last().map_or(1, |s| s + 1);
                 let _ = tx.try_send(Ok(plan_message(id, c, next_seq)));
                 if c.cancelled_at_us.is_some() {
@@ -385,6 +415,7 @@ impl State {
                 info,
                 session,
                 tx: Some(tx),
+                key_env,
             },
         );
         session
@@ -534,6 +565,21 @@ impl State {
                 });
             }
         }
+        // Before anything is sent: every targeted agent has the providers' API keys.
+        let missing: Vec<crate::keys::MissingKey> = chosen
+            .iter()
+            .flat_map(|(agent, region)| {
+                let key_env = inner.agents.get(agent).and_then(|a| a.key_env.as_ref());
+                crate::keys::missing_keys(&plan, agent, region, key_env)
+            })
+            .collect();
+        if !missing.is_empty() && !opts.allow_missing_keys {
+            return Err(StateError::MissingKeys(crate::keys::refusal(&missing)));
+        }
+        let warnings: Vec<String> = missing.iter().map(crate::keys::warning).collect();
+        for w in &warnings {
+            tracing::warn!("launched with --allow-missing-keys: {w}");
+        }
         let campaign_id = opts.campaign_id.clone().unwrap_or_else(|| {
             format!(
                 "{}-{}",
@@ -563,13 +609,13 @@ impl State {
                     )
                 })
                 .collect(),
-            probes_per_agent: plan.probes_per_agent(),
+            probes_per_agent: crate::progress::planned_requests_per_agent(&plan),
+            agg: Aggregate::for_plan(&plan),
             plan,
             plan_json,
             plan_hash: plan_hash.clone(),
             launched_at_unix_us,
             start_at_unix_us,
-            agg: Aggregate::default(),
             sends: Default::default(),
             progress,
             live: Default::default(),
@@ -578,6 +624,7 @@ impl State {
             expired: false,
             cancelled_at_us: None,
             guard: Guard::new(opts.caps.clone()),
+            allow_missing_keys: opts.allow_missing_keys,
         };
         // Durable before any agent runs it: a restarted coordinator knows every campaign an
         // agent may send batches for.
@@ -608,6 +655,7 @@ impl State {
             start_at_unix_us,
             agent_ids: chosen.into_iter().map(|(id, _)| id).collect(),
             series: false,
+            warnings,
         })
     }
 
@@ -790,7 +838,8 @@ impl State {
             let plan: Plan = serde_json::from_str(&rec.plan_json)
                 .with_context(|| format!("campaign {id}: the stored plan does not parse"))?;
             let mut c = Campaign {
-                probes_per_agent: plan.probes_per_agent(),
+                probes_per_agent: crate::progress::planned_requests_per_agent(&plan),
+                agg: Aggregate::for_plan(&plan),
                 plan,
                 plan_json: rec.plan_json,
                 plan_hash: rec.plan_hash,
@@ -816,7 +865,6 @@ impl State {
                         )
                     })
                     .collect(),
-                agg: Aggregate::default(),
                 sends: Default::default(),
                 progress: watch::channel(pb::Progress {
                     campaign_id: id.clone(),
@@ -833,6 +881,7 @@ impl State {
                     spent: Default::default(),
                     ..rec.budget
                 },
+                allow_missing_keys: rec.allow_missing_keys,
             };
             let (mut batches, mut records) = (0u64, 0u64);
             dir.replay(&id, |e| {
@@ -943,8 +992,8 @@ impl State {
 
 /// The final progress of a campaign finished by an earlier process, from its record.
 fn finished_progress(rec: &CampaignRecord, summary: &Summary) -> pb::Progress {
-    let per_agent =
-        serde_json::from_str::<Plan>(&rec.plan_json).map_or(0, |p| p.probes_per_agent());
+    let per_agent = serde_json::from_str::<Plan>(&rec.plan_json)
+        .map_or(0, |p| crate::progress::planned_requests_per_agent(&p));
     let slots = |id: &str| rec.agents.get(id).map_or(0, |a| a.slots_done);
     pb::Progress {
         campaign_id: rec.campaign_id.clone(),
@@ -1056,6 +1105,7 @@ fn record_of(campaign_id: &str, c: &Campaign) -> CampaignRecord {
             .collect(),
         expired: c.expired,
         cancelled_at_us: c.cancelled_at_us,
+        allow_missing_keys: c.allow_missing_keys,
         budget: c.guard.clone(),
         summary: c.summary.clone(),
     }
@@ -1474,9 +1524,11 @@ mod tests {
                 base_url: "http://127.0.0.1:9/v1".into(),
                 api_key_env: None,
                 model_id: "m".into(),
+                expect_model: None,
                 pass_reasoning: false,
                 limits: Default::default(),
                 price: None,
+                user_agent: None,
             }],
             scenarios: vec![ScenarioSpec {
                 name: "s".into(),
@@ -1509,6 +1561,7 @@ mod tests {
             region: region.into(),
             version: "t".into(),
             protocol_version: 1,
+            ..Default::default()
         }
     }
 
@@ -1560,6 +1613,65 @@ mod tests {
             other => panic!("expected a plan, got {other:?}"),
         }
         assert!(matches!(state.launch("{", 0), Err(StateError::BadPlan(_))));
+    }
+
+    #[tokio::test]
+    async fn a_launch_to_an_agent_without_a_provider_s_key_variable_is_refused_unless_allowed() {
+        let state = State::default();
+        let mut p = plan();
+        p.providers[0].api_key_env = Some("P_KEY".into());
+        let keyed = |id: &str, names: &[&str]| pb::AgentHello {
+            key_env_names: names.iter().map(|n| n.to_string()).collect(),
+            key_env_reported: true,
+            ..hello(id, "us-east")
+        };
+        let (tx1, mut rx1) = mpsc::channel(8);
+        state.connect(&keyed("a1", &["OTHER", "P_KEY"]), tx1);
+        let (tx2, mut rx2) = mpsc::channel(8);
+        state.connect(&keyed("a2", &["OTHER"]), tx2);
+        let err = state.launch(&p.to_json(), 0).unwrap_err().to_string();
+        assert!(
+            err.starts_with("agent a2 (region us-east) lacks $P_KEY for provider p: "),
+            "{err}"
+        );
+        assert!(err.contains("--allow-missing-keys"), "{err}");
+        assert!(
+            rx1.try_recv().is_err() && rx2.try_recv().is_err(),
+            "nothing sent"
+        );
+        assert_eq!(state.running_campaigns(), 0);
+        // An agent that does not report its variables (older) is not checked.
+        let (tx3, _rx3) = mpsc::channel(8);
+        state.connect(&hello("a3", "eu-west"), tx3);
+        // Allowed: launched, with the same facts as a warning.
+        let opts = LaunchOptions {
+            allow_missing_keys: true,
+            ..Default::default()
+        };
+        let l = state.launch_with(&p.to_json(), 0, &opts).unwrap();
+        assert_eq!(
+            l.warnings,
+            [
+                "agent a2 (region us-east) lacks $P_KEY for provider p: its requests to p go without an API key"
+            ]
+        );
+        assert!(rx2.try_recv().is_ok(), "the plan went to a2");
+        // A campaign launched without the allowance is not pushed again to an agent that
+        // rejoins without the key.
+        let mut q = plan();
+        q.name = "q".into();
+        q.regions = vec!["eu-west".into()];
+        q.providers[0].api_key_env = Some("P_KEY".into());
+        let id = state.launch(&q.to_json(), 0).unwrap().campaign_id;
+        let (tx3, mut rx3) = mpsc::channel(8);
+        state.connect(&keyed("a3", &[]), tx3);
+        assert!(rx3.try_recv().is_err(), "no plan for a3 without its key");
+        let (tx3, mut rx3) = mpsc::channel(8);
+        state.connect(&keyed("a3", &["P_KEY"]), tx3);
+        match rx3.try_recv().unwrap().unwrap().kind {
+            Some(pb::coordinator_message::Kind::Plan(push)) => assert_eq!(push.campaign_id, id),
+            other => panic!("expected the plan, got {other:?}"),
+        }
     }
 
     #[tokio::test]

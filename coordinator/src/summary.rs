@@ -4,6 +4,7 @@
 //! histograms, never from averaging percentiles, and carry their sample count, support and
 //! 95 % intervals ([`Percentiles`]).
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use comfy_table::{Cell as TCell, CellAlignment, Table, presets};
@@ -17,6 +18,7 @@ use crate::aggregate::Aggregate;
 use crate::failover_stats::{self, FailoverRow, PolitenessNote};
 use crate::load_stats::{self, RowFilter};
 pub use crate::load_stats::{AgentStart, RateRow, StartSync, SweepRow};
+use crate::model_stats::{self, ModelRow};
 
 /// The region label of the row that merges every region.
 pub const ALL_REGIONS: &str = "ALL";
@@ -67,15 +69,34 @@ pub struct MatrixCell {
     /// `ok` attempts whose output tokens came from the provider's `usage` (the rest were
     /// counted from chunks).
     pub tokens_from_usage: u64,
-    /// Mean of `usage.completion_tokens − token_payloads` over `ok` attempts that reported
-    /// usage: how far counting chunks would be from the provider's token count.
+    /// `ok` attempts of event streams whose token payloads outnumbered usage's count and
+    /// were the output token count (`output_tokens_source = payloads_over_usage`).
+    #[serde(default)]
+    pub tokens_over_usage: u64,
+    /// Mean of `usage.completion_tokens − token_payloads` over `ok` event-stream attempts that
+    /// reported usage: how far counting chunks would be from the provider's token count.
     pub usage_chunk_delta_mean: Option<f64>,
-    /// `ok` attempts whose usage disagreed with the chunk count.
+    /// `ok` event-stream attempts whose usage disagreed with the chunk count (a body read
+    /// whole has no chunks to count: never one).
     pub usage_chunk_mismatches: u64,
+    /// Attempts (any outcome) by the `model` the provider answered with: the
+    /// [`model_stats::MAX_NAMES_PER_CELL`] most frequent names.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub answered_models: BTreeMap<String, u64>,
+    /// Attempts answered under model names `answered_models` leaves out.
+    #[serde(default, skip_serializing_if = "model_stats::is_zero")]
+    pub answered_models_more: u64,
+    /// Attempts (any outcome) by the `system_fingerprint` the provider answered with (the
+    /// most frequent, as `answered_models`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub system_fingerprints: BTreeMap<String, u64>,
+    /// Attempts answered under fingerprints `system_fingerprints` leaves out.
+    #[serde(default, skip_serializing_if = "model_stats::is_zero")]
+    pub system_fingerprints_more: u64,
     /// The latest failed attempt of this cell, described (outcome, status, provider error).
     pub last_error: Option<String>,
     /// Attempts by outcome name.
-    pub outcomes: std::collections::BTreeMap<String, u64>,
+    pub outcomes: BTreeMap<String, u64>,
 }
 
 /// One agent's part in the campaign.
@@ -153,6 +174,11 @@ pub struct Summary {
     /// caps: the provider's own limit is lower than configured).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub politeness: Vec<PolitenessNote>,
+    /// Per provider whose answers named a model or a `system_fingerprint`: what answered
+    /// over the campaign, and whether it was another model or changed
+    /// ([`crate::model_stats`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<ModelRow>,
     // Budget guard (coordinator/src/budget.rs): `stopped_by`, `stop_reason`, `caps` and
     // `spent` at the top level of the JSON, each absent when unknown.
     /// Budget guard: caps, what the records used, whether the guard stopped the campaign.
@@ -185,6 +211,7 @@ pub fn build(
         }
     }
     let politeness = failover_stats::politeness_notes(plan, &cells);
+    let models = model_stats::model_rows(&plan.providers, &cells);
     Summary {
         campaign_id: campaign_id.to_string(),
         name: plan.name.clone(),
@@ -198,11 +225,12 @@ pub fn build(
         cells,
         complete: agents.iter().all(|a| a.complete),
         cancelled: false,
-        sweeps: load_stats::sweep_rows(plan, agg, RowFilter::default()),
+        sweeps: load_stats::sweep_rows(plan, agg, RowFilter::default(), &agents),
         rates: load_stats::rate_rows(plan, agg, &agents),
         start: StartSync::default(),
         failover: failover_stats::failover_rows(plan, agg),
         politeness,
+        models,
         agents,
         guard: Default::default(),
     }
@@ -241,6 +269,10 @@ fn cell(
         }
     };
     let p50 = |metric| hist(metric).map(|h| h.value_at_quantile(0.5) as f64 / 1000.0);
+    let (answered_models, answered_models_more) =
+        model_stats::most_frequent(&counts.answered_models);
+    let (system_fingerprints, system_fingerprints_more) =
+        model_stats::most_frequent(&counts.system_fingerprints);
     MatrixCell {
         region: region.unwrap_or(ALL_REGIONS).to_string(),
         provider: provider.to_string(),
@@ -263,9 +295,14 @@ fn cell(
         throttled_pct: pct(counts.count(Outcome::Throttled)),
         output_tokens_mean: (ok > 0).then(|| counts.ok_output_tokens as f64 / ok as f64),
         tokens_from_usage: counts.ok_tokens_from_usage,
+        tokens_over_usage: counts.ok_tokens_over_usage,
         usage_chunk_delta_mean: (counts.ok_usage_reports > 0)
             .then(|| counts.ok_usage_chunk_delta_sum as f64 / counts.ok_usage_reports as f64),
         usage_chunk_mismatches: counts.ok_usage_chunk_mismatches,
+        answered_models,
+        answered_models_more,
+        system_fingerprints,
+        system_fingerprints_more,
         last_error: counts.last_error.clone(),
         outcomes: counts
             .outcomes
@@ -412,12 +449,20 @@ dropped (open-loop arrivals not sent in time; not in error rates):"
         if !mismatched.is_empty() {
             let _ = writeln!(
                 out,
-                "\nusage vs chunk count (ok attempts, all regions; counting chunks would be off by):"
+                "\nusage vs chunk count (ok streamed attempts, all regions; counting chunks would be off by):"
             );
             for c in mismatched {
+                let over = if c.tokens_over_usage > 0 {
+                    format!(
+                        "; {} counted from payloads (usage counted fewer tokens than streamed)",
+                        c.tokens_over_usage
+                    )
+                } else {
+                    String::new()
+                };
                 let _ = writeln!(
                     out,
-                    "  {:<20} {:<14} mean {:+.1} tokens, {} of {} attempts differ",
+                    "  {:<20} {:<14} mean {:+.1} tokens, {} of {} attempts differ{over}",
                     c.provider,
                     c.scenario,
                     c.usage_chunk_delta_mean.unwrap_or_default(),
@@ -426,6 +471,7 @@ dropped (open-loop arrivals not sent in time; not in error rates):"
                 );
             }
         }
+        out.push_str(&model_stats::render(&self.models));
         out.push_str(&self.guard.render()); // budget guard: spent, STOPPED BY BUDGET
         if self.cancelled && !self.guard.stopped() {
             let _ = writeln!(
@@ -478,6 +524,7 @@ mod tests {
     use super::*;
     use crate::load_stats::tests::{add_for, add_rate, agent, plan, sweep_aggregate};
     use latmesh_core::load::LoadKind;
+    use latmesh_core::record::{OutputTokensSource, ProbeRecord};
 
     /// The demo's sample sizes: 12 `ok` requests per region cell of provider `p` in three
     /// regions (E2E 100..=1200 ms, TTFT half), and 400 for `q` in us-east alone (E2E
@@ -590,7 +637,7 @@ mod tests {
         );
         assert_eq!(
             s.sweeps,
-            load_stats::sweep_rows(&plan(), &agg, RowFilter::default())
+            load_stats::sweep_rows(&plan(), &agg, RowFilter::default(), &agents)
         );
         assert_eq!(s.rates, load_stats::rate_rows(&plan(), &agg, &agents));
         assert_eq!((s.sweeps.len(), s.rates.len()), (6, 6));
@@ -607,7 +654,8 @@ mod tests {
         // JSON carries the new sections, and a summary without them still parses.
         let json = serde_json::to_value(&s).unwrap();
         assert_eq!(json["sweeps"][4]["knee"]["concurrency"], 8);
-        assert_eq!(json["rates"][2]["saturated"], true);
+        assert_eq!(json["rates"][2]["agent_saturated"], true);
+        assert_eq!(json["rates"][2]["provider_saturated"], false);
         assert_eq!(json["start"]["skew_us"], 420);
         assert_eq!(json["cells"][0]["dropped"], 0);
         let mut old = json.clone();
@@ -647,16 +695,14 @@ mod tests {
         for want in [
             "sweep sw: E2E P50 ms by concurrency, all regions (10 s steps); knee: elasticity ≥ 0.5 or errors ≥ 5%",
             "  each significant (95 % intervals), with ≥ 10 requests in every step up to it",
-            "| provider | c=2  | c=4  | c=8   | knee                             |",
-            "| p        | 1.00 | 1.04 | 2.00* | c=8: latency, elasticity 0.92    |",
-            "| q        |    - |    - |     - | too few requests at c=2 (0 < 10) |",
-            "| p        | eu-west |     9.00/10.00 |      10 |  0.20/~0.20 |   0.0 | YES       |",
+            "c = workers per agent and provider; total = the provider's concurrency, c × 2 agents (all regions)",
+            "| p        | eu-west |     9.00/10.00 |      10 |  0.20/~0.20 |   0.0 | YES        | - (too few)   |",
             "rate open: latency ms P50/P95/P99 from the actual send and from the intended send",
             "| p        | us-east | 0.50/0.50/~0.50 | 0.70/0.70/~0.70 | 1.00/1.00/~1.00 | 1.20/1.20/~1.20 |",
             // eu-west's 1 failure in 10 requests at c = 4 is not a significant rise.
             "  p                us-east c=8 (latency), eu-west none",
             "rate open: target 10 rps per provider and agent for 10 s; rps sent per agent vs scheduled",
-            "  saturated: p eu-west: 10 arrivals dropped; achieved 9.00 rps < 95% of scheduled 10.00",
+            "  agent saturated: p eu-west: 10 arrivals dropped; achieved 9.00 rps < 95% of scheduled 10.00",
             "start skew 0.42 ms over 3 agents (± 0.08 ms of clock uncertainty)",
             "dropped (open-loop arrivals not sent in time; not in error rates):",
         ] {
@@ -671,5 +717,106 @@ mod tests {
                 line.chars().count()
             );
         }
+    }
+
+    /// A reasoning stream whose usage counts only the answer, a non-streaming scenario, and a
+    /// provider that answers with its own model name: the usage notice names the streamed
+    /// scenario only, with the attempts that took the payload count, and the model flag names
+    /// the provider.
+    #[test]
+    fn the_usage_notice_counts_streams_only_and_another_model_is_flagged() {
+        let plan = latmesh_core::campaign::load_toml_str(
+            r#"
+[campaign]
+name = "t"
+seed = 1
+regions = ["us-east"]
+[rounds]
+count = 2
+interval_s = 2.0
+gap_ms = 100
+[[scenarios]]
+name = "stream"
+prompt_ids = ["short-qa-en-*"]
+stream = true
+max_tokens = 32
+[[scenarios]]
+name = "whole"
+prompt_ids = ["short-qa-en-*"]
+stream = false
+max_tokens = 32
+[[providers]]
+name = "reasoner"
+base_url = "http://127.0.0.1:9/v1"
+model_id = "reasoner"
+[[providers]]
+name = "llama"
+base_url = "http://127.0.0.1:9/v1"
+model_id = "gpt-4o"
+"#,
+            std::path::Path::new("."),
+        )
+        .unwrap();
+        let mut agg = Aggregate::default();
+        for provider in ["reasoner", "llama"] {
+            for scenario in ["stream", "whole"] {
+                let stream = scenario == "stream";
+                let rec = ProbeRecord {
+                    provider: provider.into(),
+                    scenario: scenario.into(),
+                    stream,
+                    outcome: Some(Outcome::Ok),
+                    final_attempt: true,
+                    output_tokens: if stream { 31 } else { 8 },
+                    output_tokens_source: if stream {
+                        OutputTokensSource::PayloadsOverUsage
+                    } else {
+                        OutputTokensSource::Usage
+                    },
+                    token_payloads: if stream { 31 } else { 1 },
+                    usage_chunk_delta: stream.then_some(8 - 31),
+                    answered_model: Some(
+                        if provider == "llama" {
+                            "smollm2"
+                        } else {
+                            "reasoner"
+                        }
+                        .into(),
+                    ),
+                    ..ProbeRecord::default()
+                };
+                agg.add_record("us-east", &rec);
+            }
+        }
+        let s = build("c1", &plan, 0, &agg, Vec::new());
+        let whole = s.cell("ALL", "reasoner", "whole").unwrap();
+        assert_eq!(
+            (whole.usage_chunk_mismatches, whole.tokens_over_usage),
+            (0, 0)
+        );
+        let streamed = s.cell("ALL", "reasoner", "stream").unwrap();
+        assert_eq!(
+            (streamed.usage_chunk_mismatches, streamed.tokens_over_usage),
+            (1, 1)
+        );
+        let text = s.render();
+        assert!(
+            text.contains("reasoner             stream         mean -23.0 tokens, 1 of 1 attempts differ; 1 counted from payloads"),
+            "{text}"
+        );
+        assert!(!text.contains("whole          mean"), "{text}");
+        assert!(
+            text.contains(
+                "llama                answered with another model than \"gpt-4o\": smollm2"
+            ),
+            "{text}"
+        );
+        assert_eq!(
+            s.models
+                .iter()
+                .map(|m| m.answered_other_model())
+                .collect::<Vec<_>>(),
+            [false, true]
+        );
     }
 }

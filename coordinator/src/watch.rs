@@ -97,17 +97,83 @@ pub fn check_writable(path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Waits until at least one connected agent is known for every region of `regions`.
+/// The regions of `regions` without a connected agent, and in words which agents are
+/// connected in each region, which regions miss one (with their known but disconnected
+/// agents), and agents connected in other regions (a region name mistyped on one side):
+/// `connected: us-east (us-east-1); missing: eu-west (no agent; disconnected: eu-west-1);
+/// also connected, in no region of the campaign: ap-1 (ap-southeast)`.
+pub fn agents_by_region(regions: &[String], agents: &[pb::AgentInfo]) -> (Vec<String>, String) {
+    let ids = |region: &str, connected: bool| -> Vec<&str> {
+        agents
+            .iter()
+            .filter(|a| a.region == region && a.connected == connected)
+            .map(|a| a.agent_id.as_str())
+            .collect()
+    };
+    let (mut present, mut missing, mut missing_text) = (Vec::new(), Vec::new(), Vec::new());
+    for r in regions {
+        let up = ids(r, true);
+        if up.is_empty() {
+            let down = ids(r, false);
+            missing.push(r.clone());
+            missing_text.push(if down.is_empty() {
+                format!("{r} (no agent)")
+            } else {
+                format!("{r} (no agent; disconnected: {})", down.join(", "))
+            });
+        } else {
+            present.push(format!("{r} ({})", up.join(", ")));
+        }
+    }
+    let elsewhere: Vec<String> = agents
+        .iter()
+        .filter(|a| a.connected && !regions.contains(&a.region))
+        .map(|a| format!("{} ({})", a.agent_id, a.region))
+        .collect();
+    let list = |v: &[String]| {
+        if v.is_empty() {
+            "none".to_string()
+        } else {
+            v.join(", ")
+        }
+    };
+    let mut text = format!(
+        "connected: {}; missing: {}",
+        list(&present),
+        list(&missing_text)
+    );
+    if !elsewhere.is_empty() {
+        text += &format!(
+            "; also connected, in no region of the campaign: {}",
+            elsewhere.join(", ")
+        );
+    }
+    (missing, text)
+}
+
+/// How often [`wait_for_agents`] repeats an unchanged status while it waits.
+const WAIT_STATUS_EVERY: Duration = Duration::from_secs(10);
+
+/// How long [`wait_for_agents`] waits before it says anything (agents that are starting
+/// usually connect within it).
+const WAIT_QUIET: Duration = Duration::from_secs(1);
+
+/// Waits until at least one connected agent is known for every region of `regions`, saying
+/// on stderr which agents and regions are connected and which are missing
+/// ([`agents_by_region`]) once it has waited [`WAIT_QUIET`], whenever that changes, and
+/// every [`WAIT_STATUS_EVERY`].
 ///
 /// # Errors
-/// When `timeout` passes first (the error lists the missing regions).
+/// When `timeout` passes first: the error names the missing regions and what is connected.
 pub async fn wait_for_agents(
     client: &mut AdminClient,
     url: &str,
     regions: &[String],
     timeout: Duration,
 ) -> anyhow::Result<()> {
-    let deadline = Instant::now() + timeout;
+    let started = Instant::now();
+    let deadline = started + timeout;
+    let mut said: Option<(String, Instant)> = None;
     loop {
         let agents = client
             .list_agents(pb::ListAgentsRequest {})
@@ -115,18 +181,35 @@ pub async fn wait_for_agents(
             .map_err(|s| control_error(url, s))?
             .into_inner()
             .agents;
-        let missing: Vec<&String> = regions
-            .iter()
-            .filter(|r| !agents.iter().any(|a| a.connected && &a.region == *r))
-            .collect();
+        let (missing, status) = agents_by_region(regions, &agents);
         if missing.is_empty() {
+            if said.is_some() {
+                eprintln!("agents: every region has one ({status})");
+            }
             return Ok(());
         }
         if Instant::now() > deadline {
             anyhow::bail!(
-                "no agent connected in region(s) {missing:?} after {:.1} s",
+                "no agent connected in region(s) {} after {:.1} s ({status}; wait longer with --wait-agents-s)",
+                missing.join(", "),
                 timeout.as_secs_f64()
             );
+        }
+        let due = match &said {
+            None => started.elapsed() >= WAIT_QUIET,
+            Some((text, at)) => *text != status || at.elapsed() >= WAIT_STATUS_EVERY,
+        };
+        if due {
+            if said.is_none() {
+                eprintln!(
+                    "waiting up to {:.0} s for an agent in every region: {status}",
+                    timeout.as_secs_f64()
+                );
+            } else {
+                let left = deadline.saturating_duration_since(Instant::now());
+                eprintln!("still waiting ({:.0} s left): {status}", left.as_secs_f64());
+            }
+            said = Some((status, Instant::now()));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -144,11 +227,13 @@ pub async fn launch(
     start_delay_s: f64,
 ) -> anyhow::Result<pb::LaunchReply> {
     let no_caps = crate::schedule_cli::BudgetArgs::default();
-    launch_with(client, url, plan, start_delay_s, &no_caps).await
+    launch_with(client, url, plan, start_delay_s, &no_caps, false).await
 }
 
-/// [`launch`] with budget caps (`--max-cost`, `--max-tokens`). A plan with a schedule starts a
-/// series (the reply's `series`).
+/// [`launch`] with budget caps (`--max-cost`, `--max-tokens`) and `--allow-missing-keys`
+/// (targeted agents may lack a provider's API key variable: the reply's `warnings` name
+/// them; without it such a launch is refused, see [`crate::keys`]). A plan with a schedule
+/// starts a series (the reply's `series`).
 ///
 /// # Errors
 /// As [`launch`].
@@ -158,6 +243,7 @@ pub async fn launch_with(
     plan: &Plan,
     start_delay_s: f64,
     budget: &crate::schedule_cli::BudgetArgs,
+    allow_missing_keys: bool,
 ) -> anyhow::Result<pb::LaunchReply> {
     let reply = client
         .launch(pb::LaunchRequest {
@@ -165,6 +251,7 @@ pub async fn launch_with(
             start_delay_s,
             max_cost_usd: budget.max_cost.unwrap_or(0.0),
             max_tokens: budget.max_tokens.unwrap_or(0),
+            allow_missing_keys,
         })
         .await
         .map_err(|s| match s.code() {
@@ -255,9 +342,8 @@ pub async fn follow_with(
         if p.finished {
             render.finish();
             eprintln!(
-                "progress: {}/{} probes, {}",
-                p.probes_done,
-                p.probes_expected,
+                "progress: {}, {}",
+                progress::counts_text(&p),
                 if p.cancelled { "cancelled" } else { "finished" }
             );
             return serde_json::from_str(&p.summary_json)
@@ -313,6 +399,32 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&old).unwrap(), "kept");
         let e = check_writable(&old.join("x.json")).unwrap_err();
         assert!(format!("{e:#}").contains("cannot create"), "{e:#}");
+    }
+
+    #[test]
+    fn waiting_for_agents_names_what_is_connected_and_what_is_missing() {
+        let info = |id: &str, region: &str, connected: bool| pb::AgentInfo {
+            agent_id: id.into(),
+            region: region.into(),
+            connected,
+            ..Default::default()
+        };
+        let regions = ["us-east".to_string(), "eu-west".into(), "ap-south".into()];
+        let agents = [
+            info("us-east-1", "us-east", true),
+            info("us-east-2", "us-east", true),
+            info("eu-west-1", "eu-west", false),
+            info("ap-1", "ap-southeast", true),
+        ];
+        let (missing, text) = agents_by_region(&regions, &agents);
+        assert_eq!(missing, ["eu-west", "ap-south"]);
+        assert_eq!(
+            text,
+            "connected: us-east (us-east-1, us-east-2); missing: eu-west (no agent; disconnected: eu-west-1), ap-south (no agent); also connected, in no region of the campaign: ap-1 (ap-southeast)"
+        );
+        let (missing, text) = agents_by_region(&regions[..1], &[]);
+        assert_eq!(missing, ["us-east"]);
+        assert_eq!(text, "connected: none; missing: us-east (no agent)");
     }
 
     #[test]

@@ -341,7 +341,7 @@ fn data() -> ReportData {
             "mid",
             1000 * k,
             json!({"ok": 1000 * k}),
-            json!({"usage_chunk_mismatches": 7 * k, "usage_chunk_delta_mean": 0.25}),
+            json!({"usage_chunk_mismatches": 7 * k, "usage_chunk_delta_mean": 0.25, "tokens_over_usage": 2 * k}),
         ));
         // slow: answers three times longer than the others.
         cells.push(cell(
@@ -412,6 +412,18 @@ fn a_campaign_s_intervals_verdicts_flags_ranks_and_selection() {
     assert_eq!(
         kinds(FlagKind::UsageMismatch),
         vec![(ALL.into(), "mid".into())]
+    );
+    let usage = a
+        .flags
+        .iter()
+        .find(|f| f.kind == FlagKind::UsageMismatch)
+        .unwrap();
+    assert!(
+        usage.detail.ends_with(
+            "tokens); 4 used the payload count (usage counted fewer tokens than streamed)"
+        ),
+        "{}",
+        usage.detail
     );
     assert_eq!(
         kinds(FlagKind::OutputLength),

@@ -156,16 +156,13 @@ pub fn assumed_request_ms(scenario: &ScenarioSpec) -> u64 {
     ASSUMED_TTFT_MS + u64::from(scenario.max_tokens) * 1000 / ASSUMED_DECODE_TPS
 }
 
-/// Slots (logical requests) of scenario `s` for provider `p` on one agent, and how the count
+/// Slots (logical requests) of scenario `s` for each provider on one agent, and how the count
 /// is known. Slot `i` sends `prompts[i % len]` (rounds rotate by round, other models by slot).
-fn slots(plan: &Plan, s: usize, p: usize) -> (u64, Bound) {
+fn slots(plan: &Plan, s: usize) -> (u64, Bound) {
     let scenario = &plan.scenarios[s];
     match &scenario.load {
         LoadModel::Rounds => (u64::from(plan.rounds.count), Bound::Exact),
-        LoadModel::Rate(r) => (
-            r.arrivals_us(plan.seed, s, p, plan.providers.len()).len() as u64,
-            Bound::Exact,
-        ),
+        LoadModel::Rate(r) => (r.arrivals_us(plan.seed, s).len() as u64, Bound::Exact),
         LoadModel::Sweep(sw) => match sw.step_requests {
             Some(n) => (sw.concurrency.len() as u64 * u64::from(n), Bound::AtMost),
             None => {
@@ -190,7 +187,7 @@ pub fn estimate(plan: &Plan, agents: u32) -> Estimate {
     let mut lines: Vec<Line> = plan.providers.iter().map(|p| Line::zero(&p.name)).collect();
     for (p, line) in lines.iter_mut().enumerate() {
         for (s, scenario) in plan.scenarios.iter().enumerate() {
-            let (n, bound) = slots(plan, s, p);
+            let (n, bound) = slots(plan, s);
             if n == 0 || scenario.prompts.is_empty() {
                 continue;
             }

@@ -7,6 +7,7 @@
 //! seed = 42                       # optional, default 0
 //! regions = ["us-east", "eu-west"]
 //! prompt_set = "my-prompts.jsonl" # optional, relative to this file; default: builtin set
+//! user_agent = "OpenAI/Python 3.57.0" # optional: user-agent of every provider that sets none
 //! percentiles = [50, 90, 95, 99]  # optional (the default): what the matrices and reports show
 //!
 //! [campaign.timezones]            # optional: region → IANA zone name or fixed UTC offset
@@ -42,6 +43,7 @@
 //! model_id = "deepseek-v4-flash"
 //! api_key_env = "EXAMPLE_API_KEY" # optional: the variable's *name*
 //! pass_reasoning = false          # optional: send earlier turns' reasoning_content back
+//! user_agent = "my-app/1.0"       # optional: this provider's user-agent
 //! ```
 //!
 //! Client policy (see [`crate::plan::ClientPolicy`]): `turns` makes each slot a conversation
@@ -54,7 +56,9 @@
 //!
 //! Environment overrides: `LATMESH_CAMPAIGN__SEED=7`, `LATMESH_ROUNDS__COUNT=3` (section and
 //! key separated by a double underscore). Only the `campaign` and `rounds` sections can be
-//! overridden this way.
+//! overridden this way; any other `LATMESH_*` variable that is not a latmesh setting is an
+//! error naming the nearest valid one ([`crate::env_overrides`]). A key written twice is an
+//! error too (TOML's parser refuses it; YAML is checked by [`crate::yaml_keys`]).
 //!
 //! Windows: every result row is labelled with the window its time falls in, in the local time
 //! of its region (rules in [`crate::windows`]: the first declared window wins where windows
@@ -226,6 +230,8 @@ pub struct CampaignSection {
     /// `[campaign.timezones]`: region → IANA zone name or fixed offset (`+08:00`).
     #[serde(default)]
     pub timezones: BTreeMap<String, String>,
+    /// `user-agent` of the providers that set none (`None`: the agents' default).
+    pub user_agent: Option<String>,
     /// The percentiles the summary, matrices and reports show (`[50, 90, 95, 99]` when
     /// absent): each in (0, 100), ascending, no repeats.
     pub percentiles: Option<Vec<f64>>,
@@ -379,6 +385,9 @@ pub struct ProviderSection {
     pub api_key_env: Option<String>,
     /// Model id.
     pub model_id: String,
+    /// The model name the provider is expected to answer with, when it is not `model_id`
+    /// (matched by `answered_model::model_matches`); e.g. the file llama-server loaded.
+    pub expect_model: Option<String>,
     /// Send earlier turns' reasoning back as `reasoning_content` (multi-turn scenarios).
     #[serde(default)]
     pub pass_reasoning: bool,
@@ -394,6 +403,9 @@ pub struct ProviderSection {
     pub price_input_usd_per_mtok: Option<f64>,
     /// Budget guard: USD per million completion tokens.
     pub price_output_usd_per_mtok: Option<f64>,
+    /// `user-agent` sent to this provider (`None`: `campaign.user_agent`, else the agents'
+    /// default).
+    pub user_agent: Option<String>,
 }
 
 /// Loads and validates a campaign file (`.toml`, `.yaml`/`.yml`) with `LATMESH_*` overrides.
@@ -423,7 +435,12 @@ pub fn load_file(path: &Path) -> Result<Plan, CampaignError> {
         Figment::from(Toml::file(path))
     };
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    let order = std::fs::read_to_string(path)
+    let text = std::fs::read_to_string(path).ok();
+    if is_yaml && let Some(text) = &text {
+        crate::yaml_keys::check_no_duplicate_keys(text)
+            .map_err(|e| CampaignError::Parse(format!("{}: {e}", path.display())))?;
+    }
+    let order = text
         .map(|text| declared_window_order(&text, is_yaml))
         .unwrap_or_default();
     // Parse errors name the file already (figment's source, or `path` for a problem of the
@@ -459,6 +476,9 @@ fn from_figment(
     window_order: &[String],
     file: Option<&Path>,
 ) -> Result<Plan, CampaignError> {
+    // A mistyped override would otherwise be dropped by the filter below, in silence.
+    crate::env_overrides::check_env(std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()))
+        .map_err(CampaignError::Parse)?;
     let env = Env::prefixed("LATMESH_")
         .filter(|k| {
             let k = k.as_str().to_ascii_lowercase();
@@ -552,6 +572,35 @@ pub fn check_base_url(url: &str) -> Result<String, String> {
         return Err("give the base URL (e.g. …/v1): latmesh appends /chat/completions".into());
     }
     Ok(trimmed.to_string())
+}
+
+/// Longest accepted `user_agent`, bytes.
+pub const MAX_USER_AGENT_LEN: usize = 256;
+
+/// Checks a `user-agent` value: 1 to [`MAX_USER_AGENT_LEN`] printable ASCII characters
+/// (what an HTTP header value can carry unchanged), without leading or trailing blanks.
+///
+/// # Errors
+/// A message saying what is wrong, quoting `value`.
+pub fn check_user_agent(value: &str) -> Result<(), String> {
+    if value.trim().is_empty() {
+        return Err("must not be empty (leave the key out for the default)".into());
+    }
+    if value.len() > MAX_USER_AGENT_LEN {
+        return Err(format!(
+            "is {} bytes long, at most {MAX_USER_AGENT_LEN}",
+            value.len()
+        ));
+    }
+    if let Some(c) = value.chars().find(|c| !(' '..='~').contains(c)) {
+        return Err(format!(
+            "{value:?} has {c:?}: only printable ASCII can be sent in a header"
+        ));
+    }
+    if value.trim() != value {
+        return Err(format!("{value:?} starts or ends with a blank"));
+    }
+    Ok(())
 }
 
 /// Checks a campaign, region, provider or scenario name: 1-64 of `A-Z a-z 0-9 - _ .`.
@@ -840,13 +889,25 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
         }
     };
 
+    if let Some(ua) = &c.user_agent {
+        check_user_agent(ua).map_err(|m| invalid("campaign.user_agent", m))?;
+    }
     let mut providers = Vec::new();
     for (i, p) in file.providers.iter().enumerate() {
         let key = |field: &str| format!("providers[{i}].{field}");
+        if let Some(ua) = &p.user_agent {
+            check_user_agent(ua).map_err(|m| invalid(key("user_agent"), m))?;
+        }
         check_name(&key("name"), &p.name)?;
         let url = check_base_url(&p.base_url).map_err(|m| invalid(key("base_url"), m))?;
         if p.model_id.trim().is_empty() {
             return Err(invalid(key("model_id"), "must not be empty"));
+        }
+        if p.expect_model.as_ref().is_some_and(|m| m.trim().is_empty()) {
+            return Err(invalid(
+                key("expect_model"),
+                "must not be empty (leave it out to expect model_id)",
+            ));
         }
         if let Some(env) = &p.api_key_env {
             let ok = !env.is_empty()
@@ -864,9 +925,11 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
             base_url: url,
             api_key_env: p.api_key_env.clone(),
             model_id: p.model_id.clone(),
+            expect_model: p.expect_model.clone(),
             pass_reasoning: p.pass_reasoning,
             limits: validate_limits(i, p)?,
             price: validate_price(i, p)?,
+            user_agent: p.user_agent.clone().or_else(|| c.user_agent.clone()),
         });
     }
     check_unique("providers", file.providers.iter().map(|p| p.name.as_str()))?;
@@ -1545,6 +1608,50 @@ api_key_env = "A_KEY"
         assert_eq!(plan.prompt_set, "latmesh-prompts-v1");
     }
 
+    /// `user_agent`: the provider's, else the campaign's, else none (the agents' default);
+    /// a value that cannot be sent as a header is refused with its key.
+    #[test]
+    fn user_agents_per_provider_fall_back_to_the_campaign() {
+        let plan = load_toml_str(GOOD, Path::new(".")).unwrap();
+        assert_eq!(plan.providers[0].user_agent, None);
+        let two = format!(
+            "{GOOD}\n[[providers]]\nname = \"b\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel_id = \"m\"\nuser_agent = \"own/1\"\n"
+        )
+        .replace("regions =", "user_agent = \"OpenAI/Python 3.0.0\"\nregions =");
+        let plan = load_toml_str(&two, Path::new(".")).unwrap();
+        assert_eq!(
+            plan.providers[0].user_agent.as_deref(),
+            Some("OpenAI/Python 3.0.0")
+        );
+        assert_eq!(plan.providers[1].user_agent.as_deref(), Some("own/1"));
+        let with = |line: &str| GOOD.replace("api_key_env = \"A_KEY\"", line);
+        for (text, says) in [
+            (
+                with("user_agent = \"\""),
+                "providers[0].user_agent: must not be empty",
+            ),
+            (
+                with("user_agent = \"a\\nb\""),
+                "providers[0].user_agent: \"a\\nb\" has '\\n'",
+            ),
+            (
+                with("user_agent = \"café/1\""),
+                "providers[0].user_agent: \"café/1\" has 'é'",
+            ),
+            (with("user_agent = \" x\""), "starts or ends with a blank"),
+            (
+                GOOD.replace(
+                    "regions =",
+                    &format!("user_agent = \"{}\"\nregions =", "x".repeat(300)),
+                ),
+                "campaign.user_agent: is 300 bytes long, at most 256",
+            ),
+        ] {
+            let e = err_of(&text);
+            assert!(e.contains(says), "error {e:?} should contain {says:?}");
+        }
+    }
+
     #[test]
     fn errors_name_the_offending_key() {
         let cases = [
@@ -1566,6 +1673,32 @@ api_key_env = "A_KEY"
             let e = err_of(&text);
             assert!(e.contains(key), "error {e:?} should name {key}");
         }
+    }
+
+    #[test]
+    fn expect_model_names_what_the_provider_answers_with() {
+        let plan = load_toml_str(GOOD, Path::new(".")).unwrap();
+        assert_eq!(
+            (
+                plan.providers[0].expect_model.as_deref(),
+                plan.providers[0].expected_model()
+            ),
+            (None, "m")
+        );
+        // Absent from the plan's JSON (so its hash) when not set.
+        assert!(
+            !serde_json::to_string(&plan)
+                .unwrap()
+                .contains("expect_model")
+        );
+        let text = GOOD.replace(
+            "model_id = \"m\"",
+            "model_id = \"m\"\nexpect_model = \"smollm2\"",
+        );
+        let plan = load_toml_str(&text, Path::new(".")).unwrap();
+        assert_eq!(plan.providers[0].expected_model(), "smollm2");
+        let e = err_of(&GOOD.replace("model_id = \"m\"", "model_id = \"m\"\nexpect_model = \" \""));
+        assert!(e.contains("providers[0].expect_model"), "{e}");
     }
 
     #[test]
@@ -1726,11 +1859,9 @@ api_key_env = "A_KEY"
             (5.0, Arrivals::Poisson, 30_000, 10_000)
         );
         assert_eq!(open.providers[1].limits.max_in_flight, Some(2));
-        // Exact: the plan's arrival schedules, summed over providers.
-        let arrivals: u64 = (0..2)
-            .map(|p| r.arrivals_us(open.seed, 0, p, 2).len() as u64)
-            .sum();
-        assert_eq!(open.probes_per_agent(), arrivals);
+        // Exact: the scenario's arrival schedule, once per provider.
+        let arrivals = r.arrivals_us(open.seed, 0).len() as u64;
+        assert_eq!(open.probes_per_agent(), 2 * arrivals);
         let patrol = load_file(&dir.join("patrol.toml")).unwrap();
         assert_eq!(patrol.providers[0].limits.min_gap_ms, Some(2_000));
         assert_eq!(patrol.providers[2].limits.requests_per_min, Some(60.0));
@@ -2141,6 +2272,31 @@ providers:
         std::fs::write(&file, yaml.replace("max_tokens: 16", "max_tokens: lots")).unwrap();
         let e = load_file(&file).unwrap_err().to_string();
         assert!(e.contains("c.yaml") && e.contains("max_tokens"), "{e}");
+    }
+
+    #[test]
+    fn keys_written_twice_are_errors_naming_the_key_and_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let yaml = dir.path().join("c.yaml");
+        std::fs::write(
+            &yaml,
+            "campaign: {name: t, regions: [us-east]}\nrounds:\n  count: 2\n  interval_s: 1\n  gap_ms: 10\n  count: 1000000\nscenarios:\n  - {name: chat, prompt_ids: [\"code-*\"], max_tokens: 16}\nproviders:\n  - {name: a, base_url: \"http://127.0.0.1:9/v1\", model_id: m}\n",
+        )
+        .unwrap();
+        let e = load_file(&yaml).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("{}: duplicate key `rounds.count`", yaml.display())),
+            "{e}"
+        );
+        let toml = dir.path().join("c.toml");
+        std::fs::write(
+            &toml,
+            GOOD.replace("count = 3", "count = 3\ncount = 1000000"),
+        )
+        .unwrap();
+        let e = load_file(&toml).unwrap_err().to_string();
+        assert!(e.contains("c.toml") && e.contains("duplicate key"), "{e}");
+        assert!(e.contains("count"), "{e}");
     }
 
     #[test]

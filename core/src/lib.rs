@@ -5,15 +5,19 @@
 //!
 //! Pure: no network, no async.
 
+pub mod answered_model;
 pub mod budget;
 pub mod campaign;
 pub mod clock;
+pub mod duration;
+pub mod env_overrides;
 pub mod error_text;
 pub mod hist;
 pub mod hist_sparse;
 pub mod load;
 pub mod logging;
 pub mod metrics;
+pub mod output_tokens;
 pub mod plan;
 pub mod prompts;
 pub mod proportion;
@@ -22,3 +26,4 @@ pub mod schedule;
 pub mod selection;
 pub mod windows;
 pub mod wire;
+pub mod yaml_keys;

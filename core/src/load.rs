@@ -12,9 +12,13 @@
 //!   provider's `step_requests` are sent). A request belongs to the step in which it was sent
 //!   (records carry `step` and `concurrency`); one still running at the step's end finishes
 //!   and counts there. The step where latency turns steep is the knee ([`find_knee`]).
-//! * **`rate`** (open loop): per provider, arrivals at `rps` (constant or Poisson, the same
-//!   schedule in every region), each sent at its intended time whatever the earlier ones do,
-//!   as wrk2 and k6's arrival-rate executors do. Latency is kept from the actual send
+//! * **`rate`** (open loop): per provider, arrivals at `rps` (constant or Poisson), each sent
+//!   at its intended time whatever the earlier ones do, as wrk2 and k6's arrival-rate
+//!   executors do. The scenario has **one** arrival sequence ([`RateSpec::arrivals_us`]): every
+//!   provider and every agent (region) gets the same instants, so a comparison between
+//!   providers or regions compares the same offered load; at each instant the agent sends to
+//!   every provider, the order rotating by one provider per arrival
+//!   ([`RateSpec::send_order`]) so that none is always first. Latency is kept from the actual send
 //!   (`ttft`, `e2e`) and from the intended send (`ttft_intended` = `sched_lag` + `ttft`, free
 //!   of coordinated omission). An arrival that cannot be sent within `max_queue_ms` of its
 //!   intended time (the provider's in-flight cap is full) is not sent: outcome `dropped`
@@ -345,41 +349,39 @@ pub const DEFAULT_MAX_QUEUE_MS: u64 = 10_000;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Arrivals {
-    /// Exactly `1 / rps` apart (providers staggered within the first gap).
+    /// Exactly `1 / rps` apart, from the phase start.
     #[default]
     Constant,
     /// Exponential gaps with mean `1 / rps` (a Poisson process), from a generator seeded by
-    /// the campaign seed, the scenario and the provider: the same in every region.
+    /// the campaign seed and the scenario: the same for every provider and in every region.
     Poisson,
 }
 
 impl RateSpec {
-    /// Intended send offsets of provider `provider` (of `providers`), µs from the phase
-    /// start, increasing, all below `duration_ms`. `seed` is mixed with the scenario and
-    /// provider indexes so every (scenario, provider) has its own process, identical in
-    /// every region.
-    pub fn arrivals_us(
-        &self,
-        seed: u64,
-        scenario: usize,
-        provider: usize,
-        providers: usize,
-    ) -> Vec<u64> {
+    /// Intended send offsets of the scenario's arrivals, µs from the phase start, increasing,
+    /// all below `duration_ms`: one sequence for the scenario (`seed` is mixed with the
+    /// scenario index only), which every provider and every agent sends at, so every provider
+    /// of the comparison gets the same offered load. Arrival `i` of a provider is its
+    /// `i`-th offset (the `slot` of its record and its spool journal key).
+    pub fn arrivals_us(&self, seed: u64, scenario: usize) -> Vec<u64> {
         let span_us = self.duration_ms as f64 * 1000.0;
         let gap_us = 1e6 / self.rps;
         let mut out = Vec::with_capacity((span_us / gap_us).ceil() as usize + 1);
         match self.arrivals {
             Arrivals::Constant => {
-                let mut t = gap_us * provider as f64 / providers.max(1) as f64;
-                while t < span_us {
+                let mut k = 0u64;
+                loop {
+                    let t = k as f64 * gap_us;
+                    if t >= span_us {
+                        break;
+                    }
                     out.push(t as u64);
-                    t += gap_us;
+                    k += 1;
                 }
             }
             Arrivals::Poisson => {
                 let mut rng = ChaCha8Rng::seed_from_u64(
-                    seed ^ (scenario as u64 + 1).wrapping_mul(0xA076_1D64_78BD_642F)
-                        ^ (provider as u64 + 1).wrapping_mul(0xE703_7ED1_A0B4_28DB),
+                    seed ^ (scenario as u64 + 1).wrapping_mul(0xA076_1D64_78BD_642F),
                 );
                 let mut t = 0.0;
                 loop {
@@ -393,6 +395,14 @@ impl RateSpec {
             }
         }
         out
+    }
+
+    /// The providers (indexes `0..providers`) in the order the agent sends arrival `i` to
+    /// them: every provider at the same instant, starting with provider `i mod providers` and
+    /// rotating, so over the phase each provider is first, second, … equally often.
+    pub fn send_order(i: usize, providers: usize) -> impl Iterator<Item = usize> {
+        let n = providers.max(1);
+        (0..providers).map(move |k| (i + k) % n)
     }
 }
 
@@ -606,17 +616,22 @@ mod tests {
         assert_eq!(find_knee(&few, &lax).unwrap().map(|k| k.step), Some(1));
     }
 
-    #[test]
-    fn arrivals_are_deterministic_and_at_the_rate() {
-        let r = RateSpec {
+    fn poisson_50_per_s_for_20_s() -> RateSpec {
+        RateSpec {
             rps: 50.0,
             arrivals: Arrivals::Poisson,
             duration_ms: 20_000,
             max_queue_ms: DEFAULT_MAX_QUEUE_MS,
-        };
-        let a = r.arrivals_us(7, 1, 2, 3);
-        assert_eq!(a, r.arrivals_us(7, 1, 2, 3));
-        assert_ne!(a, r.arrivals_us(7, 1, 1, 3));
+        }
+    }
+
+    #[test]
+    fn arrivals_are_deterministic_and_at_the_rate() {
+        let r = poisson_50_per_s_for_20_s();
+        let a = r.arrivals_us(7, 1);
+        assert_eq!(a, r.arrivals_us(7, 1));
+        assert_ne!(a, r.arrivals_us(7, 2));
+        assert_ne!(a, r.arrivals_us(8, 1));
         // 1,000 expected; a Poisson count has σ ≈ 32.
         assert!((850..1150).contains(&a.len()), "{}", a.len());
         assert!(a.windows(2).all(|w| w[0] <= w[1]) && *a.last().unwrap() < 20_000_000);
@@ -626,14 +641,36 @@ mod tests {
             duration_ms: 1_000,
             ..r
         };
+        assert_eq!(c.arrivals_us(7, 0), vec![0, 250_000, 500_000, 750_000]);
+        // 1.1 s at 4/s: 0, 0.25, …, 1.0 s.
+        let longer = RateSpec {
+            duration_ms: 1_100,
+            ..c
+        };
+        assert_eq!(longer.arrivals_us(7, 0).len(), 5);
+    }
+
+    #[test]
+    fn every_provider_gets_the_same_arrivals_in_rotating_order() {
+        // The demo's open loop: 4/s Poisson for 6 s, nine providers. One sequence for the
+        // scenario: the offered load per provider is the same (it was 2.3 vs 5.7 rps when
+        // each provider had its own process).
+        let r = RateSpec {
+            rps: 4.0,
+            duration_ms: 6_000,
+            ..poisson_50_per_s_for_20_s()
+        };
+        let a = r.arrivals_us(42, 3);
+        assert!(!a.is_empty() && a.iter().all(|&t| t < 6_000_000));
+        assert_eq!(a, r.arrivals_us(42, 3), "not the same for every agent");
+        let orders: Vec<Vec<usize>> = (0..4)
+            .map(|i| RateSpec::send_order(i, 3).collect())
+            .collect();
         assert_eq!(
-            c.arrivals_us(7, 0, 0, 2),
-            vec![0, 250_000, 500_000, 750_000]
+            orders,
+            [vec![0, 1, 2], vec![1, 2, 0], vec![2, 0, 1], vec![0, 1, 2]]
         );
-        assert_eq!(
-            c.arrivals_us(7, 0, 1, 2),
-            vec![125_000, 375_000, 625_000, 875_000]
-        );
+        assert_eq!(RateSpec::send_order(5, 0).count(), 0);
     }
 
     #[test]

@@ -37,6 +37,11 @@ pub struct ProviderSpec {
     pub api_key_env: Option<String>,
     /// Model id sent in the request.
     pub model_id: String,
+    /// The model name the provider should answer with when it differs from `model_id` (a
+    /// server that answers with its own name); `None`: `model_id`. Absent from the JSON when
+    /// `None`. See [`ProviderSpec::expected_model`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expect_model: Option<String>,
     /// Multi-turn: send each earlier turn's reasoning back as the assistant message's
     /// `reasoning_content` (some providers require it, others such as DeepSeek's reasoner
     /// reject it). Absent from the JSON when false.
@@ -48,6 +53,19 @@ pub struct ProviderSpec {
     /// Prices for the budget guard, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub price: Option<Price>,
+    /// `user-agent` sent to this provider (the provider's `user_agent`, else the campaign's);
+    /// `None`: the agents' default (`agent::probe::request::DEFAULT_USER_AGENT`). Absent from
+    /// the JSON when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_agent: Option<String>,
+}
+
+impl ProviderSpec {
+    /// The name answers are matched against
+    /// ([`crate::answered_model::model_matches`]): `expect_model`, else `model_id`.
+    pub fn expected_model(&self) -> &str {
+        self.expect_model.as_deref().unwrap_or(&self.model_id)
+    }
 }
 
 fn is_false(b: &bool) -> bool {
@@ -439,11 +457,9 @@ impl Plan {
         };
         let arrivals: u64 = (0..self.scenarios.len())
             .filter_map(|s| match &self.scenarios[s].load {
-                LoadModel::Rate(r) => Some(
-                    (0..self.providers.len())
-                        .map(|p| r.arrivals_us(self.seed, s, p, self.providers.len()).len() as u64)
-                        .sum::<u64>(),
-                ),
+                LoadModel::Rate(r) => {
+                    Some(r.arrivals_us(self.seed, s).len() as u64 * self.providers.len() as u64)
+                }
                 _ => None,
             })
             .sum();
@@ -545,9 +561,11 @@ pub(crate) mod tests {
                     base_url: "http://127.0.0.1:1/v1".into(),
                     api_key_env: None,
                     model_id: "m".into(),
+                    expect_model: None,
                     pass_reasoning: false,
                     limits: ProviderLimits::default(),
                     price: None,
+                    user_agent: None,
                 })
                 .collect(),
             scenarios: (0..scenarios)
@@ -632,11 +650,13 @@ pub(crate) mod tests {
             "follow_ups",
             "policy",
             "max_response_bytes",
+            "user_agent",
         ] {
             assert!(!json.contains(key), "{key} in {json}");
         }
         let mut m = p.clone();
         m.providers[0].pass_reasoning = true;
+        m.providers[1].user_agent = Some("my-app/1.0".into());
         m.scenarios[0].prompts[0].follow_ups = vec!["more?".into()];
         m.scenarios[0].policy = ClientPolicy {
             turns: 2,
@@ -650,6 +670,7 @@ pub(crate) mod tests {
             "{json}"
         );
         assert!(json.contains(r#""pass_reasoning":true"#), "{json}");
+        assert!(json.contains(r#""user_agent":"my-app/1.0""#), "{json}");
         assert!(json.contains(r#""max_response_bytes":1048576"#), "{json}");
         let back: Plan = serde_json::from_str(&json).unwrap();
         assert_eq!(back, m);

@@ -6,6 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::output_tokens::OutputTokensSource;
+
 /// How an attempt ended (DESIGN.md "Outcome of each attempt").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -188,6 +190,13 @@ pub struct ProbeRecord {
     /// Whether the request went over a pooled connection (then `dns_us`, `connect_us` and
     /// `tls_us` are `None`).
     pub conn_reused: bool,
+    /// The request was first sent on a pooled connection that failed before any byte of
+    /// its response arrived (closed or reset by the server), and was sent again at once on a
+    /// new connection (docs/metrics.md, "Outcomes"). The phases (`conn_reused` false,
+    /// `dns_us`, `connect_us`, `tls_us`) are then the new connection's, and `t_send` stays
+    /// the first send: every duration includes the failed try. `false` in older records.
+    #[serde(default)]
+    pub conn_retried: bool,
     /// Name resolution of a new connection, µs (`None` for an IP literal or a reused
     /// connection).
     pub dns_us: Option<u64>,
@@ -216,10 +225,17 @@ pub struct ProbeRecord {
     pub tpot_us: Option<u64>,
     /// (`output_tokens` − 1) / (`e2e` − `ttft`) in tokens per second.
     pub decode_tps: Option<f64>,
-    /// `usage.completion_tokens` when reported, else the count of token-bearing payloads.
+    /// Tokens generated: `usage.completion_tokens` when reported, else the count of
+    /// token-bearing payloads; in an event stream the larger of the two (reasoning reported
+    /// apart added to usage): [`crate::output_tokens::output_tokens`], docs/metrics.md.
     pub output_tokens: u32,
-    /// Whether `output_tokens` came from `usage`.
+    /// Whether `output_tokens` came from `usage` (`output_tokens_source` is `usage` or
+    /// `usage_plus_reasoning`).
     pub tokens_from_usage: bool,
+    /// Which count `output_tokens` is. Records from agents that predate it read as `usage`
+    /// or `payloads` by `tokens_from_usage`.
+    #[serde(default)]
+    pub output_tokens_source: OutputTokensSource,
     /// Payloads whose `content` was a non-empty string.
     pub content_chunks: u32,
     /// Payloads whose reasoning field was a non-empty string.
@@ -229,8 +245,10 @@ pub struct ProbeRecord {
     /// Payloads carrying any generated token (content, reasoning or tool-call fragment; one
     /// payload counts once): the fallback for `output_tokens`.
     pub token_payloads: u32,
-    /// `usage.completion_tokens − token_payloads` when usage was reported: how far chunk
-    /// counting is from the provider's own token count (multi-token chunks make it positive).
+    /// `usage.completion_tokens − token_payloads` when usage was reported in an event stream:
+    /// how far chunk counting is from the provider's own token count (multi-token chunks make
+    /// it positive, reasoning left out of usage negative). `None` for a body read whole (one
+    /// payload by definition).
     pub usage_chunk_delta: Option<i64>,
     /// Usage as reported.
     pub usage: Usage,
@@ -252,6 +270,15 @@ pub struct ProbeRecord {
     pub comment_lines: u32,
     /// Response body bytes received.
     pub response_bytes: u64,
+    /// The `model` the provider answered with: the first non-empty one of the stream or body,
+    /// scrubbed like error messages and cut to
+    /// [`crate::answered_model::MAX_ANSWERED_BYTES`]; `None` when none was sent.
+    #[serde(default)]
+    pub answered_model: Option<String>,
+    /// The first non-empty `system_fingerprint` of the stream or body, scrubbed and cut as
+    /// `answered_model`.
+    #[serde(default)]
+    pub system_fingerprint: Option<String>,
 }
 
 impl ProbeRecord {
@@ -260,11 +287,11 @@ impl ProbeRecord {
         self.outcome.unwrap_or(Outcome::ProtocolError)
     }
 
-    /// Whether this record finishes a slot the plan counts in advance
-    /// (`Plan::probes_per_agent`): the final attempt of a first turn, of a `rounds` slot or a
-    /// `rate` arrival (a sweep sends as many requests as its provider answers).
+    /// Whether this record finishes a request that progress counts: the final attempt of a
+    /// first turn (a `rounds` slot, a `rate` arrival or a `sweep` request; retries and later
+    /// turns of a conversation do not count again).
     pub fn ends_planned_slot(&self) -> bool {
-        self.final_attempt && self.turn <= 1 && self.load != crate::load::LoadKind::Sweep
+        self.final_attempt && self.turn <= 1
     }
 }
 

@@ -6,7 +6,7 @@ use crate::hist::{self, HistError, HistKey};
 use crate::hist_sparse::{self, SparseHistogram};
 use crate::load::LoadKind;
 use crate::metrics::Metric;
-use crate::record::{Outcome, ProbeRecord, Usage};
+use crate::record::{Outcome, OutputTokensSource, ProbeRecord, Usage};
 
 /// A wire message that does not convert.
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +70,7 @@ impl From<&ProbeRecord> for pb::ProbeRecord {
             turn: r.turn,
             cache_nonce: r.cache_nonce,
             conn_reused: r.conn_reused,
+            conn_retried: r.conn_retried,
             dns_us: r.dns_us,
             connect_us: r.connect_us,
             tls_us: r.tls_us,
@@ -83,6 +84,9 @@ impl From<&ProbeRecord> for pb::ProbeRecord {
             step: r.step,
             concurrency: r.concurrency,
             failover: r.failover,
+            output_tokens_source: r.output_tokens_source.as_str().to_string(),
+            answered_model: r.answered_model.clone(),
+            system_fingerprint: r.system_fingerprint.clone(),
         }
     }
 }
@@ -153,6 +157,7 @@ impl TryFrom<pb::ProbeRecord> for ProbeRecord {
             turn: r.turn,
             cache_nonce: r.cache_nonce,
             conn_reused: r.conn_reused,
+            conn_retried: r.conn_retried,
             dns_us: r.dns_us,
             connect_us: r.connect_us,
             tls_us: r.tls_us,
@@ -162,6 +167,12 @@ impl TryFrom<pb::ProbeRecord> for ProbeRecord {
             token_payloads: r.token_payloads,
             usage_chunk_delta: r.usage_chunk_delta,
             error_code: r.error_code,
+            output_tokens_source: OutputTokensSource::parse_or_flag(
+                &r.output_tokens_source,
+                r.tokens_from_usage,
+            ),
+            answered_model: r.answered_model,
+            system_fingerprint: r.system_fingerprint,
         })
     }
 }
@@ -261,6 +272,31 @@ mod tests {
         };
         let back = ProbeRecord::try_from(pb::ProbeRecord::from(&rec)).unwrap();
         assert_eq!(back, rec);
+        // What answered, and where the token count came from.
+        let rec = ProbeRecord {
+            output_tokens: 31,
+            output_tokens_source: OutputTokensSource::PayloadsOverUsage,
+            answered_model: Some("deepseek-chat-v3-0324".into()),
+            system_fingerprint: Some("fp_1".into()),
+            ..rec
+        };
+        let back = ProbeRecord::try_from(pb::ProbeRecord::from(&rec)).unwrap();
+        assert_eq!(back, rec);
+    }
+
+    #[test]
+    fn records_of_older_agents_read_their_token_source_from_the_flag() {
+        for (flag, source) in [
+            (true, OutputTokensSource::Usage),
+            (false, OutputTokensSource::Payloads),
+        ] {
+            let mut wire = pb::ProbeRecord::from(&ProbeRecord::default());
+            wire.output_tokens_source = String::new();
+            wire.tokens_from_usage = flag;
+            let rec = ProbeRecord::try_from(wire).unwrap();
+            assert_eq!(rec.output_tokens_source, source);
+            assert_eq!((rec.answered_model, rec.system_fingerprint), (None, None));
+        }
     }
 
     #[test]

@@ -223,7 +223,7 @@ for region in "${REGIONS[@]}"; do
 	mkdir -p "$DIR/agents/$region"
 	start_proc "agent-$region" "$(fresh_log "agent-$region")" "$BIN_DIR/latmesh-agent" \
 		--coordinator "$COORD_URL" --region "$region" --agent-id "local-$region" \
-		--spool-dir "$DIR/agents/$region/spool"
+		--spool-dir "$DIR/agents/$region/spool" --emulate-region
 done
 
 # Ready when `latmesh agents` lists every region's agent as connected.

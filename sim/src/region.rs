@@ -1,9 +1,11 @@
 //! Simulated network distance between a provider's home region and the caller's region.
 //!
-//! Agents name their region in the `x-latmesh-region` request header. The simulator holds the
-//! response headers back by the one-way delay between that region and the provider's home
-//! region, so an agent in `ap-southeast` sees a slower time to first byte from a `us-east`
-//! provider than an agent in `us-east` does.
+//! Agents started with `--emulate-region` name their region in the `x-latmesh-region`
+//! request header (sent to loopback peers only; without the flag, or from another client, a
+//! request has no region and no delay). The simulator holds the response headers back by the
+//! one-way delay between that region and the provider's home region, so an agent in
+//! `ap-southeast` sees a slower time to first byte from a `us-east` provider than an agent in
+//! `us-east` does.
 
 use serde::{Deserialize, Serialize};
 

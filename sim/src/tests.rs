@@ -775,7 +775,10 @@ async fn ground_truth_records_receipt_and_token_frames() {
     // The plan: the first token no earlier than the planned TTFT after the receipt.
     let planned = Duration::from_micros(r.header_u64(crate::PLANNED_TTFT_HEADER));
     assert!(t.ttft().unwrap() >= planned);
-    assert!(t.ttfc().unwrap() > t.ttft().unwrap());
+    // Frames written to the socket together (a busy machine coalesces them) share a written
+    // stamp: the first content token comes no earlier than the first token, and is a later
+    // frame (index 3 above).
+    assert!(t.ttfc().unwrap() >= t.ttft().unwrap());
     let end = t.end.expect("[DONE] went out");
     assert!(end.handed >= t.frames.last().unwrap().stamp.handed);
     assert!(r.chunks.last().unwrap().0.into_std() >= end.handed);
@@ -977,44 +980,76 @@ async fn capacity_serves_up_to_capacity_without_waiting() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// Within 1 ms (the timer wheel's resolution) of `want_ms`.
+fn near(d: Duration, want_ms: u64) -> bool {
+    d.abs_diff(Duration::from_millis(want_ms)) <= Duration::from_millis(1)
+}
+
+// On tokio's paused clock: time moves only when every task waits for a timer, so the waves
+// come out to the millisecond however busy the machine is (real time made this test fail
+// about 1 run in 5 on a loaded 2-core machine).
+#[tokio::test(start_paused = true)]
 async fn capacity_queues_the_rest_fifo_in_waves() {
+    let addr = start(queued_cfg(2)).await;
+    // Sent 2 ms apart: r0 and r1 take the two slots (100 ms each); r2 and r3 wait for them
+    // (until 100 and 102 ms), r4 and r5 for r2 and r3 (until 200 and 202 ms).
+    let (t_start, rs) = concurrent_streams(addr, 6, Duration::from_millis(2), "six").await;
+    assert!(rs.iter().all(|r| r.status == 200));
+    let waits: Vec<u64> = rs
+        .iter()
+        .map(|r| r.header_u64(crate::QUEUE_WAIT_HEADER))
+        .collect();
+    let ttfts: Vec<Duration> = rs.iter().map(|r| first_token_at(r) - r.t_sent).collect();
+    let since_start: Vec<Duration> = rs.iter().map(|r| first_token_at(r) - t_start).collect();
+    let text = format!("queue waits µs {waits:?}, TTFTs {ttfts:?}, first tokens {since_start:?}");
+    let want_waits_ms = [0, 0, 96, 96, 192, 192];
+    for (i, &w) in want_waits_ms.iter().enumerate() {
+        assert!(near(Duration::from_micros(waits[i]), w), "r{i}: {text}");
+        // TTFT from the request's own send: its queue wait, then the 100 ms of service.
+        assert!(near(ttfts[i], w + 100), "r{i}: {text}");
+        // First come, first served: waves at 100, 200 and 300 ms from the first send.
+        assert!(
+            near(since_start[i], [100, 102, 200, 202, 300, 302][i]),
+            "r{i}: {text}"
+        );
+    }
+
+    // A non-streamed answer holds its slot until it is handed over, too.
+    let addr = start(queued_cfg(1)).await;
+    let tasks: Vec<_> = (0..2)
+        .map(|_| tokio::spawn(async move { chat(addr, "cap", &chat_body(false, 4, false)).await }))
+        .collect();
+    let mut waits = Vec::new();
+    for t in tasks {
+        let r = t.await.unwrap();
+        assert_eq!(r.status, 200);
+        waits.push(Duration::from_micros(
+            r.header_u64(crate::QUEUE_WAIT_HEADER),
+        ));
+    }
+    waits.sort();
+    assert!(near(waits[0], 0) && near(waits[1], 100), "{waits:?}");
+}
+
+// The same queue in real time, checking only what causality guarantees however late the
+// machine runs each task: the ground truth records each wait, and the slots serve in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capacity_waits_are_recorded_in_the_ground_truth() {
     let cfg = queued_cfg(2);
     let truth = cfg.truth.clone();
     let addr = start(cfg).await;
-    // Sent 2 ms apart so that the server receives them in a known order.
     let (t_start, rs) = concurrent_streams(addr, 6, Duration::from_millis(2), "six").await;
-    let mut ttfts: Vec<Duration> = rs.iter().map(|r| first_token_at(r) - r.t_sent).collect();
-    let since_start: Vec<Duration> = rs.iter().map(|r| first_token_at(r) - t_start).collect();
+    assert!(rs.iter().all(|r| r.status == 200));
     let mut waits: Vec<u64> = rs
         .iter()
         .map(|r| r.header_u64(crate::QUEUE_WAIT_HEADER))
         .collect();
-    eprintln!(
-        "6 concurrent, capacity 2, sent 2 ms apart: TTFT ms (own send) {:?}; first token ms after the first send {:?}; queue wait µs {waits:?}",
-        ttfts.iter().map(|d| ms(*d)).collect::<Vec<_>>(),
-        since_start.iter().map(|d| ms(*d)).collect::<Vec<_>>(),
-    );
-    assert!(rs.iter().all(|r| r.status == 200));
-    ttfts.sort();
     waits.sort();
-    let lo = |d: &Duration, min: u64, max: u64| {
-        assert!(
-            *d >= Duration::from_millis(min) && *d <= Duration::from_millis(max),
-            "{d:?} not in {min}..={max} ms (sorted TTFTs {ttfts:?})"
-        );
-    };
-    // ≈ 100, 100, 200, 200, 300, 300 ms (upper bounds are loose).
-    lo(&ttfts[0], 100, 180);
-    lo(&ttfts[1], 100, 180);
-    lo(&ttfts[2], 180, 280);
-    lo(&ttfts[3], 180, 280);
-    lo(&ttfts[4], 280, 450);
-    lo(&ttfts[5], 280, 450);
-    // By causality, counted from the common start (before every receipt): each slot serves
-    // its ≥ 100 ms requests one after the other, so only two first tokens can come before
-    // 200 ms and only four before 300 ms.
-    let mut since_start = since_start;
+    // The first two requests received find a free slot.
+    assert_eq!(&waits[..2], &[0, 0], "{waits:?}");
+    // Each slot serves its ≥ 100 ms requests one after the other: counted from the common
+    // start, only two first tokens can come before 200 ms and only four before 300 ms.
+    let mut since_start: Vec<Duration> = rs.iter().map(|r| first_token_at(r) - t_start).collect();
     since_start.sort();
     assert!(
         since_start[2] >= Duration::from_millis(200),
@@ -1024,13 +1059,11 @@ async fn capacity_queues_the_rest_fifo_in_waves() {
         since_start[4] >= Duration::from_millis(300),
         "{since_start:?}"
     );
-    assert_eq!(&waits[..2], &[0, 0]);
-    assert!(waits[2] >= 85_000 && waits[3] <= 180_000, "{waits:?}");
-    assert!(waits[4] >= 185_000 && waits[5] <= 300_000, "{waits:?}");
 
     // Ground truth: the receipt is still the handler's first statement, the wait is
-    // recorded, and the server-side TTFT counts it.
-    let mut served: Vec<(std::time::Instant, std::time::Instant)> = Vec::new();
+    // recorded, and the server-side TTFT counts it. (Which of two requests received close
+    // together is served first depends on when each handler reaches the queue, which a busy
+    // machine decides: first come, first served is checked on the paused clock above.)
     for (i, r) in rs.iter().enumerate() {
         let t = truth.get(&format!("six-{i}")).expect("recorded");
         let wait = r.header_u64(crate::QUEUE_WAIT_HEADER);
@@ -1039,35 +1072,7 @@ async fn capacity_queues_the_rest_fifo_in_waves() {
         assert!(r.t_sent.into_std() <= t.received);
         assert!(t.ttft().unwrap() >= t.queue_wait + Duration::from_millis(100));
         assert!(t.end.is_some());
-        served.push((t.received, t.received + t.queue_wait));
     }
-    // First come, first served: of two requests received ≥ 1 ms apart, the earlier one
-    // starts service no later.
-    served.sort();
-    for (i, a) in served.iter().enumerate() {
-        for b in &served[i + 1..] {
-            if b.0 - a.0 >= Duration::from_millis(1) {
-                assert!(a.1 <= b.1, "served out of order: {served:?}");
-            }
-        }
-    }
-
-    // A non-streamed answer holds its slot until it is handed over, too.
-    let cfg = queued_cfg(1);
-    let addr = start(cfg).await;
-    let tasks: Vec<_> = (0..2)
-        .map(|_| tokio::spawn(async move { chat(addr, "cap", &chat_body(false, 4, false)).await }))
-        .collect();
-    let mut waits = Vec::new();
-    for t in tasks {
-        let r = t.await.unwrap();
-        assert_eq!(r.status, 200);
-        waits.push(r.header_u64(crate::QUEUE_WAIT_HEADER));
-    }
-    waits.sort();
-    eprintln!("2 non-streamed, capacity 1: queue wait µs {waits:?}");
-    assert_eq!(waits[0], 0);
-    assert!(waits[1] >= 95_000 && waits[1] <= 200_000, "{waits:?}");
 }
 
 /// Reads a streamed response off `s` until the first content token has arrived.

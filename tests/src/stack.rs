@@ -64,7 +64,7 @@ impl Stack {
     pub fn agent_command(&self, id: &str, region: &str, coordinator: &str) -> Command {
         let mut a = Command::new(bin("latmesh-agent"));
         a.args(["--coordinator", coordinator, "--region", region])
-            .args(["--agent-id", id])
+            .args(["--agent-id", id, "--emulate-region"])
             .arg("--spool-dir")
             .arg(self.dir.path().join(format!("spool-{id}")));
         a

@@ -58,6 +58,7 @@ async fn probe(prober: &Prober, base: &str, provider: &str, probe_id: &str) -> P
         top_p: None,
         timeouts: &timeouts,
         probe_id: Some(probe_id),
+        user_agent: None,
     };
     let opts = ProbeOptions {
         keep_timestamps: true,

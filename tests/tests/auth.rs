@@ -173,6 +173,7 @@ fn tls_coordinator_lets_in_only_the_right_tokens() {
             &url,
             "--region",
             "us-east",
+            "--emulate-region",
             "--agent-id",
             id,
         ])
@@ -207,6 +208,7 @@ fn tls_coordinator_lets_in_only_the_right_tokens() {
         &url,
         "--region",
         "us-east",
+        "--emulate-region",
         "--agent-id",
         "no-ca-1",
     ])
@@ -266,6 +268,7 @@ fn tls_coordinator_lets_in_only_the_right_tokens() {
             &url,
             "--region",
             "us-east",
+            "--emulate-region",
             "--agent-id",
             "us-east-1",
         ])

@@ -304,3 +304,76 @@ fn dead_and_silent_agents_are_shown_disconnected_with_what_they_had_in_flight() 
         a.iter().any(|a| a.agent_id == "silent-1" && a.connected)
     });
 }
+
+/// A campaign of 1,000,000 rounds (11.6 days, launched with --allow-long) cancelled a few
+/// seconds in: the agents count the 2,000,000 slots they do not run at once instead of
+/// visiting each (which kept their one thread from its heartbeats: marked disconnected), so
+/// the cancel completes with exact counts and the agents stay connected throughout.
+#[test]
+fn cancelling_a_million_round_campaign_keeps_the_agents_connected_and_counts_exactly() {
+    let s = Setup::start();
+    // Heartbeats every second: an agent busy for 3 s is marked disconnected (walking the
+    // slots one by one took about 25 s here). They stay after the campaign (no
+    // --exit-after), so "connected" is about the cancel only.
+    let spawn_agent = |id: &str, region: &str| {
+        let mut a = s.stack.agent_command(id, region, &s.stack.coord_url);
+        a.env("LATMESH_AGENT_HEARTBEAT_S", HEARTBEAT_S);
+        spawn(&format!("agent {id}"), a, &s.log(&format!("agent-{id}")))
+    };
+    let _agents = [
+        spawn_agent("us-east-1", "us-east"),
+        spawn_agent("eu-west-1", "eu-west"),
+    ];
+    let file = s.campaign(&["us-east", "eu-west"], 1_000_000);
+    let json = s.stack.dir.path().join("summary.json");
+
+    // Without --allow-long the launch is refused before anything is sent.
+    let mut l = Command::new(bin("latmesh"));
+    l.args(["campaign", "launch"])
+        .arg(&file)
+        .args(["--coordinator", &s.stack.coord_url]);
+    let mut refused = spawn("campaign launch (refused)", l, &s.log("refused"));
+    assert!(!wait_exit(&mut refused, Duration::from_secs(30)).success());
+    let said = std::fs::read_to_string(s.log("refused")).unwrap();
+    assert!(
+        said.contains("rounds.count = 1000000 × rounds.interval_s = 1 s makes it long"),
+        "{said}"
+    );
+
+    let mut l = Command::new(bin("latmesh"));
+    l.args(["campaign", "launch"])
+        .arg(&file)
+        .args(["--coordinator", &s.stack.coord_url, "--start-delay-s", "1"])
+        .arg("--allow-long")
+        .arg("--json")
+        .arg(&json);
+    let mut launch = spawn("campaign launch", l, &s.log("launch"));
+    s.wait_agents("agents probing", Duration::from_secs(30), |a| {
+        a.len() == 2
+            && a.iter()
+                .all(|a| !a.campaign_id.is_empty() && a.in_flight > 0)
+    });
+    let campaign_id = s.agents()[0].campaign_id.clone();
+    let launch_log = std::fs::read_to_string(s.log("launch")).unwrap();
+    assert!(
+        launch_log.contains("planned duration: 11.6 days"),
+        "{launch_log}"
+    );
+
+    let out = s.cli(&["campaign", "cancel", &campaign_id]);
+    assert!(out.status.success(), "cancel failed: {}", text(&out));
+    // Connected right after the cancel, and never marked silent on the way.
+    assert!(s.agents().iter().all(|a| a.connected), "{:#?}", s.agents());
+    let coordinator_log = std::fs::read_to_string(s.log("coordinator")).unwrap();
+    assert!(
+        !coordinator_log.contains("marked disconnected"),
+        "{coordinator_log}"
+    );
+    let _ = wait_exit(&mut launch, Duration::from_secs(30));
+    let summary: Summary = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(summary.cancelled);
+    for a in &summary.agents {
+        assert!(a.records >= 1, "{a:?}");
+        assert_eq!(a.records + a.skipped, 2_000_000, "{a:?}");
+    }
+}

@@ -106,6 +106,7 @@ impl Env {
     fn agent(&self, id: &str, region: &str, url: &str, log: &str) -> Proc {
         let mut a = Command::new(bin("latmesh-agent"));
         a.args(["--coordinator", url, "--region", region, "--agent-id", id])
+            .arg("--emulate-region")
             .args(["--exit-after", "1", "--spool-dir"])
             .arg(self.path(&format!("spool-{id}")))
             .env(KEY_ENV, &self.canary);

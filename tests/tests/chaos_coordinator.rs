@@ -110,6 +110,7 @@ impl Env {
     fn agent(&self, id: &str, region: &str) -> Proc {
         let mut a = Command::new(bin("latmesh-agent"));
         a.args(["--coordinator", &self.url(), "--region", region])
+            .arg("--emulate-region")
             .args(["--agent-id", id, "--exit-after", "1", "--spool-dir"])
             .arg(self.path(&format!("spool-{id}")))
             .env(KEY_ENV, &self.canary);

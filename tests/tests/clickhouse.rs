@@ -20,7 +20,7 @@ use latmesh_core::hist::{HistKey, HistogramSet, new_histogram};
 use latmesh_core::metrics::{self, Metric};
 use latmesh_core::plan::{Plan, PlanPrompt, ProviderSpec, RoundsSpec, ScenarioSpec, Timeouts};
 use latmesh_core::prompts::Message;
-use latmesh_core::record::{Outcome, ProbeRecord, Usage};
+use latmesh_core::record::{Outcome, OutputTokensSource, ProbeRecord, Usage};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -52,9 +52,11 @@ fn plan() -> Plan {
                 base_url: "http://127.0.0.1:1/v1".into(),
                 api_key_env: Some("LATMESH_TEST_KEY".into()),
                 model_id: "deepseek-v3".into(),
+                expect_model: None,
                 pass_reasoning: false,
                 limits: Default::default(),
                 price: None,
+                user_agent: None,
             })
             .collect(),
         scenarios: SCENARIOS
@@ -86,6 +88,23 @@ fn plan() -> Plan {
         selection: None,
         percentiles: latmesh_core::plan::default_percentiles(),
     }
+}
+
+/// Stores campaign `campaign_id` of `plan`, launched 5 s before `start_at`.
+async fn insert_plan(
+    client: &clickhouse::Client,
+    db: &str,
+    campaign_id: &str,
+    plan: &Plan,
+    start_at: i64,
+) {
+    store::insert_campaign(
+        client,
+        db,
+        &CampaignRow::new(campaign_id, plan, start_at - 5_000_000, start_at, "test"),
+    )
+    .await
+    .unwrap();
 }
 
 fn full_record() -> ProbeRecord {
@@ -136,6 +155,7 @@ fn full_record() -> ProbeRecord {
         turn: 3,
         cache_nonce: true,
         conn_reused: false,
+        conn_retried: true,
         dns_us: Some(1_008),
         connect_us: Some(2_009),
         tls_us: Some(30_010),
@@ -145,6 +165,9 @@ fn full_record() -> ProbeRecord {
         token_payloads: 61,
         usage_chunk_delta: Some(3),
         error_code: Some("429_代码".into()),
+        output_tokens_source: OutputTokensSource::UsagePlusReasoning,
+        answered_model: Some("gamma-推理-2024-08-06".into()),
+        system_fingerprint: Some("fp_ü'\\1".into()),
     }
 }
 
@@ -448,6 +471,85 @@ async fn every_row_type_round_trips() {
         .unwrap();
     assert_eq!(migrations.len(), store::MIGRATIONS.len());
     assert_eq!(migrations[0].name, "0001_init");
+    latmesh_tests::drop_db(&client, &db).await;
+}
+
+/// Rows written before migration 5 (here: without its columns) read their output token source
+/// from `tokens_from_usage` (usage always won then) and no answered model; rows written after
+/// keep theirs.
+#[tokio::test]
+async fn rows_from_before_the_token_source_read_it_from_tokens_from_usage() {
+    let (client, db) = migrated("token_source").await;
+    client
+        .query(&format!(
+            "INSERT INTO {db}.requests (campaign_id, agent_id, row_index, provider, outcome, \
+             tokens_from_usage) VALUES ('old', 'a', 0, 'p', 'ok', 1), ('old', 'a', 1, 'p', 'ok', 0)"
+        ))
+        .execute()
+        .await
+        .unwrap();
+    let back: Vec<RequestRow> = client
+        .query(&format!(
+            "SELECT ?fields FROM {db}.requests WHERE campaign_id = 'old' ORDER BY row_index"
+        ))
+        .fetch_all()
+        .await
+        .unwrap();
+    let read: Vec<_> = back
+        .iter()
+        .map(|r| {
+            let rec = r.to_record();
+            (
+                r.output_tokens_source.as_str(),
+                rec.output_tokens_source,
+                rec.answered_model,
+                rec.system_fingerprint,
+            )
+        })
+        .collect();
+    assert_eq!(
+        read,
+        [
+            ("usage", OutputTokensSource::Usage, None, None),
+            ("payloads", OutputTokensSource::Payloads, None, None),
+        ]
+    );
+    // The matrix query counts the payloads that won, and the models answered.
+    let key = BatchKey::new("new", "a", "r", 0, 1);
+    let rec = |source, model: &str| ProbeRecord {
+        provider: "p".into(),
+        scenario: "s".into(),
+        outcome: Some(Outcome::Ok),
+        send_agent_unix_us: 1_700_000_000_000_000,
+        output_tokens_source: source,
+        tokens_from_usage: source.from_usage(),
+        answered_model: Some(model.into()),
+        system_fingerprint: Some("fp".into()),
+        ..Default::default()
+    };
+    let rows: Vec<RequestRow> = [
+        rec(OutputTokensSource::PayloadsOverUsage, "m-2024"),
+        rec(OutputTokensSource::UsagePlusReasoning, "m-2024"),
+        rec(OutputTokensSource::PayloadsOverUsage, "n"),
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, r)| RequestRow::from_record(&key, i as u32, r))
+    .collect();
+    store::insert_rows(&client, &db, "requests", &rows)
+        .await
+        .unwrap();
+    let cells = store::matrix(&client, &db, "new", None).await.unwrap();
+    let all = cells.iter().find(|c| c.region == "ALL").unwrap().to_cell();
+    assert_eq!(
+        (all.samples, all.tokens_over_usage, all.tokens_from_usage),
+        (3, 2, 1)
+    );
+    assert_eq!(
+        all.answered_models.into_iter().collect::<Vec<_>>(),
+        [("m-2024".to_string(), 2), ("n".to_string(), 1)]
+    );
+    assert_eq!(all.system_fingerprints.get("fp"), Some(&3));
     latmesh_tests::drop_db(&client, &db).await;
 }
 
@@ -827,7 +929,23 @@ fn simulate_agent(rng: &mut StdRng, region_ix: usize, rounds: u32) -> Vec<SimBat
                         rec.tpot_us = metrics::tpot_us(ttft, e2e, tokens);
                         rec.decode_tps = metrics::decode_tps(ttft, e2e, tokens);
                         rec.output_tokens = tokens;
-                        rec.tokens_from_usage = rng.random_bool(0.7);
+                        rec.output_tokens_source = if rng.random_bool(0.2) {
+                            OutputTokensSource::PayloadsOverUsage
+                        } else if rng.random_bool(0.7) {
+                            OutputTokensSource::Usage
+                        } else {
+                            OutputTokensSource::Payloads
+                        };
+                        rec.tokens_from_usage = rec.output_tokens_source.from_usage();
+                        // What answered: usually a dated name; sometimes another model, a
+                        // second fingerprint, or nothing said.
+                        rec.answered_model = match rng.random_range(0..10) {
+                            0 => None,
+                            1 => Some("other-model".into()),
+                            _ => Some("deepseek-v3-0324".into()),
+                        };
+                        rec.system_fingerprint =
+                            Some(format!("fp_{}", rng.random_range(0..2))).filter(|_| p != 1);
                         rec.saw_done = true;
                         rec.finish_reason = Some("stop".into());
                         rec.itl_max_us = gaps.iter().copied().max();
@@ -872,13 +990,7 @@ async fn sql_matrix_equals_the_in_memory_matrix() {
     let plan = plan();
     let campaign_id = "matrix-campaign";
     let start_at = 1_700_000_000_000_000;
-    store::insert_campaign(
-        &client,
-        &db,
-        &CampaignRow::new(campaign_id, &plan, start_at - 5_000_000, start_at, "test"),
-    )
-    .await
-    .unwrap();
+    insert_plan(&client, &db, campaign_id, &plan, start_at).await;
 
     // Four agents: two in us-east (their histograms merge within the region), one elsewhere.
     let agents = [
@@ -1041,6 +1153,21 @@ async fn sql_matrix_equals_the_in_memory_matrix() {
     let all = summary.cell("ALL", "alpha", "chat-short").unwrap();
     let use1 = summary.cell("us-east", "alpha", "chat-short").unwrap();
     assert!(all.attempts > use1.attempts && all.ttft != use1.ttft);
+    // What answered, counted by ClickHouse as in memory (the cells above), and the flags:
+    // every provider answered once with a model that is not the one asked for.
+    let sql_cells: Vec<_> = sql.iter().map(|r| r.to_cell()).collect();
+    let models = latmesh_coordinator::model_stats::model_rows(&plan.providers, &sql_cells);
+    assert_eq!(models, summary.models);
+    assert_eq!(models.len(), PROVIDERS.len());
+    for m in &models {
+        assert_eq!(m.other_models, ["other-model"], "{m:?}");
+        assert!(
+            m.answered["deepseek-v3-0324"] > m.answered["other-model"],
+            "{m:?}"
+        );
+    }
+    assert!(all.tokens_over_usage > 0 && all.tokens_over_usage < all.samples);
+    assert!(all.answered_models.values().sum::<u64>() < all.attempts);
 
     // One scenario only: the same rows, filtered.
     let long = store::matrix(&client, &db, campaign_id, Some("long-input"))
@@ -1286,13 +1413,7 @@ async fn sql_sweep_equals_the_in_memory_sweep() {
     }
     let campaign_id = "sweep-campaign";
     let start_at = 1_700_000_000_000_000;
-    store::insert_campaign(
-        &client,
-        &db,
-        &CampaignRow::new(campaign_id, &plan, start_at - 5_000_000, start_at, "test"),
-    )
-    .await
-    .unwrap();
+    insert_plan(&client, &db, campaign_id, &plan, start_at).await;
     let agents = [
         ("agent-use-1", 0usize, 31i64),
         ("agent-use-2", 0, -1_500),
@@ -1319,7 +1440,7 @@ async fn sql_sweep_equals_the_in_memory_sweep() {
 
     // Every row, every step, to the last digit: counts, error %, P50/P90/P99 of TTFT and E2E,
     // the knee metric's value, throughput, and the knee.
-    let memory = load_stats::sweep_rows(&plan, &agg, RowFilter::default());
+    let memory = load_stats::sweep_rows(&plan, &agg, RowFilter::default(), &[]);
     let sql = store::query::sweep(&client, &db, &QueryFilter::campaign(campaign_id))
         .await
         .unwrap();
@@ -1363,7 +1484,7 @@ async fn sql_sweep_equals_the_in_memory_sweep() {
         scenario: Some("long-input"),
     };
     let sql = store::query::sweep(&client, &db, &filter).await.unwrap();
-    assert_eq!(sql, load_stats::sweep_rows(&plan, &agg, only));
+    assert_eq!(sql, load_stats::sweep_rows(&plan, &agg, only, &[]));
     assert_eq!(sql.len(), 2);
     assert_eq!(
         sql[0].steps, sql[1].steps,
@@ -1549,4 +1670,73 @@ async fn the_sink_keeps_batches_while_a_table_lacks_a_column() {
     assert_eq!(c.duplicate_request_rows, 0);
     assert!(c.agents[0].missing_seqs.is_empty());
     latmesh_tests::drop_db(&client, &db).await;
+}
+
+/// A failover primary that throttles both its tries before the client moves on: each such
+/// client request is one failed request of the primary, in ClickHouse as in memory (it read
+/// "failed % (requests) 0.0" as its attempts were never final).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_matrix_counts_failover_hand_overs_as_the_provider_s_failed_requests() {
+    let (client, db) = migrated("failover_matrix").await;
+    let mut plan = plan();
+    plan.scenarios[0].failover = Some(latmesh_core::plan::FailoverSpec {
+        chain: vec![0, 1],
+        attempts: 2,
+        on: latmesh_core::plan::FailoverSpec::default_on(),
+    });
+    let campaign_id = "failover-campaign";
+    let start_at = 1_700_000_000_000_000;
+    insert_plan(&client, &db, campaign_id, &plan, start_at).await;
+    let attempt = |round: u32, provider: usize, attempt: u32, outcome, final_attempt| ProbeRecord {
+        failover: true,
+        round,
+        provider: PROVIDERS[provider].into(),
+        scenario: SCENARIOS[0].into(),
+        prompt_id: "zh-001".into(),
+        attempt,
+        final_attempt,
+        turn: 1,
+        stream: true,
+        send_agent_unix_us: start_at + i64::from(round) * 1_000_000 + i64::from(attempt),
+        outcome: Some(outcome),
+        ..Default::default()
+    };
+    // Five client requests handed over to the backup, one the primary answered.
+    let mut records = Vec::new();
+    for round in 0..5 {
+        records.push(attempt(round, 0, 1, Outcome::Throttled, false));
+        records.push(attempt(round, 0, 2, Outcome::Throttled, false));
+        records.push(attempt(round, 1, 3, Outcome::Ok, true));
+    }
+    records.push(attempt(5, 0, 1, Outcome::Ok, true));
+    let mut agg = Aggregate::for_plan(&plan);
+    for r in &records {
+        agg.add_record(REGIONS[0], r);
+    }
+    let key = BatchKey::new(campaign_id, "agent-1", REGIONS[0], 0, 1);
+    store::insert_batch(&client, &db, &key, &records, &[])
+        .await
+        .unwrap();
+    let sql = store::matrix(&client, &db, campaign_id, None)
+        .await
+        .unwrap();
+    let memory = summary::build(campaign_id, &plan, start_at, &agg, Vec::new());
+    for (provider, requests, failed_pct) in [(PROVIDERS[0], 6, 500.0 / 6.0), (PROVIDERS[1], 5, 0.0)]
+    {
+        for region in [REGIONS[0], "ALL"] {
+            let got = sql
+                .iter()
+                .find(|r| r.region == region && r.provider == provider)
+                .unwrap()
+                .to_cell();
+            let want = memory.cell(region, provider, SCENARIOS[0]).unwrap();
+            assert_eq!(
+                (got.requests, got.request_error_pct),
+                (want.requests, want.request_error_pct),
+                "{region} {provider}"
+            );
+            assert_eq!(got.requests, requests, "{region} {provider}");
+            assert!((got.request_error_pct - failed_pct).abs() < 1e-9, "{got:?}");
+        }
+    }
 }

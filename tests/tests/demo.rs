@@ -60,7 +60,19 @@ async fn demo_matrix_reflects_the_simulated_world() {
     for r in s.rates.iter().filter(|r| r.region == "ALL") {
         assert_eq!(r.sent, r.scheduled * r.agents, "{r:#?}");
         assert_eq!(r.dropped, 0, "{r:#?}");
+        // One arrival sequence: every provider offered the same load (it was 2.3 vs 5.7
+        // requests/s when each had its own Poisson process).
+        assert_eq!(r.scheduled, s.rates[0].scheduled, "{r:#?}");
     }
+    // `budget` serves 8 requests at once over the three regions, each over a second: 12
+    // arrivals/s queue up, its TTFT climbs over the phase, and it is reported saturated (it
+    // said "no" with a TTFT P50 of 6.5 s when only the agents' schedule was judged).
+    let budget = s
+        .rates
+        .iter()
+        .find(|r| r.region == "ALL" && r.provider == "budget")
+        .unwrap();
+    assert!(budget.provider_saturated, "{budget:#?}");
     assert_eq!(s.start.agents.len(), 3);
     assert!(
         s.start.skew_us.is_some_and(|us| us < 5_000),

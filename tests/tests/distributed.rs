@@ -43,6 +43,7 @@ fn campaign_across_three_agent_processes() {
             &coord_url,
             "--region",
             region,
+            "--emulate-region",
             "--agent-id",
             &format!("{region}-1"),
             "--exit-after",
@@ -181,6 +182,7 @@ fn an_agent_started_before_its_coordinator_connects_once_it_is_up() {
         &url,
         "--region",
         "eu-west",
+        "--emulate-region",
         "--agent-id",
         "early-1",
     ]);

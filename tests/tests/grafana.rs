@@ -510,6 +510,7 @@ fn run_campaign(ch_url: &str, db: &str, dir: &std::path::Path) -> String {
         .map(|region| {
             let mut a = Command::new(bin("latmesh-agent"));
             a.args(["--coordinator", &coord_url, "--region", region])
+                .arg("--emulate-region")
                 .args([
                     "--agent-id",
                     &format!("grafana-{region}"),

@@ -151,6 +151,7 @@ fn agent_and_coordinator_metrics_match_what_the_campaign_measured() {
     let mut agent = Command::new(bin("latmesh-agent"));
     agent
         .args(["--coordinator", &coord_url, "--region", "us-east"])
+        .arg("--emulate-region")
         .args(["--agent-id", "us-east-m", "--metrics-listen", "127.0.0.1:0"])
         .arg("--spool-dir")
         .arg(dir.path().join("agent-spool"));

@@ -53,8 +53,11 @@ fn probe_prints_every_documented_field() {
         "content_chunks",
         "reasoning_chunks",
         "output_tokens",
+        "output_tokens_source",
         "tokens_from_usage",
         "usage",
+        "answered_model",
+        "system_fingerprint",
         "retry_after_s",
         "content_text",
         "reasoning_text",
@@ -97,6 +100,17 @@ fn probe_prints_every_documented_field() {
         "{v}"
     );
     assert!(v["output_tokens"].as_u64().unwrap() <= 200, "{v}");
+    // The simulator counts every token in usage (reasoning included) and answers with the
+    // model id it was sent.
+    assert_eq!(v["output_tokens_source"], "usage", "{v}");
+    assert_eq!(
+        (&v["answered_model"], &v["system_fingerprint"]),
+        (
+            &Value::from("deepseek-v4-flash"),
+            &Value::from("latmesh-sim")
+        ),
+        "{v}"
+    );
 
     // Without --show-text the text stays out of the record.
     let v = probe(&[
@@ -112,6 +126,14 @@ fn probe_prints_every_documented_field() {
     assert!(v["ttft_us"].is_null(), "non-streaming has no TTFT: {v}");
     assert!(v["e2e_us"].as_u64().unwrap() > 0);
     assert!(v["usage"]["completion_tokens"].as_u64().unwrap() > 0);
+    // A body read whole is one payload: usage stands, nothing to compare it with.
+    assert_eq!(
+        (&v["output_tokens"], &v["output_tokens_source"]),
+        (&v["usage"]["completion_tokens"], &Value::from("usage")),
+        "{v}"
+    );
+    assert!(v["usage_chunk_delta"].is_null(), "{v}");
+    assert_eq!(v["answered_model"], "m", "{v}");
 }
 
 #[test]

@@ -48,21 +48,43 @@ fn ensure_servers() -> Servers {
     Servers { started_here: true }
 }
 
+/// A coordinator on loopback, its log in `dir`: the process and its URL.
+fn coordinator(dir: &std::path::Path) -> (latmesh_tests::Proc, String) {
+    let mut coord = Command::new(bin("latmesh"));
+    coord.args(["serve", "--listen", "127.0.0.1:0"]);
+    spawn_until_line(
+        "latmesh serve",
+        coord,
+        "listening on ",
+        Duration::from_secs(20),
+        &dir.join("coord.log"),
+    )
+}
+
+/// Launches `campaign` on the coordinator at `url` and waits for its summary.
+fn launch(url: &str, campaign: &std::path::Path, dir: &std::path::Path) -> Summary {
+    let json = dir.join("summary.json");
+    let out = Command::new(bin("latmesh"))
+        .args(["campaign", "launch"])
+        .arg(campaign)
+        .args(["--coordinator", url, "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "launch failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap()
+}
+
 #[test]
 fn campaign_against_real_servers_in_two_regions() {
     let _servers = ensure_servers();
     let dir = tempfile::tempdir().unwrap();
     let log = |name: &str| dir.path().join(format!("{name}.log"));
-
-    let mut coord = Command::new(bin("latmesh"));
-    coord.args(["serve", "--listen", "127.0.0.1:0"]);
-    let (_coord, url) = spawn_until_line(
-        "latmesh serve",
-        coord,
-        "listening on ",
-        Duration::from_secs(20),
-        &log("coord"),
-    );
+    let (_coord, url) = coordinator(dir.path());
     // llmock's quota is per API key: a key of this run's own gets the full quota.
     let llmock_key = format!("test-{}-{}", std::process::id(), latmesh_tests::free_port());
     let mut agents = Vec::new();
@@ -81,20 +103,8 @@ fn campaign_against_real_servers_in_two_regions() {
         a.env("LATMESH_REAL_LLMOCK_KEY", &llmock_key);
         agents.push(spawn(region, a, &log(region)));
     }
-    let json = dir.path().join("summary.json");
-    let out = Command::new(bin("latmesh"))
-        .args(["campaign", "launch"])
-        .arg(latmesh_tests::repo().join("examples/real-local.toml"))
-        .args(["--coordinator", &url, "--json"])
-        .arg(&json)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "launch failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let s: Summary = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let campaign = latmesh_tests::repo().join("examples/real-local.toml");
+    let s = launch(&url, &campaign, dir.path());
     assert!(s.complete);
     let rounds = 6;
     let cell = |region: &str, provider: &str| -> &MatrixCell {
@@ -128,6 +138,19 @@ fn campaign_against_real_servers_in_two_regions() {
         let r = cell(region, "aimock-reasoner");
         assert_eq!(r.samples, rounds, "{:?}", r.outcomes);
         assert!(r.ttfc.unwrap().p50_ms > r.ttft.unwrap().p50_ms);
+        // Its usage counts only the answer (8 tokens) while ~23 reasoning payloads streamed:
+        // the payloads are the output token count (and TPOT's divisor).
+        assert_eq!(r.tokens_over_usage, rounds, "{r:?}");
+        assert!(r.output_tokens_mean.unwrap() > 20.0, "{r:?}");
+
+        // What answered: llama-server its alias, the mocks the id they were sent.
+        assert_eq!(
+            llama.answered_models.get("smollm2"),
+            Some(&rounds),
+            "{:?}",
+            llama.answered_models
+        );
+        assert_eq!(llama.system_fingerprints.len(), 1, "{llama:?}");
 
         // 429s are throttled attempts, never latency samples.
         let limited = cell(region, "aimock-ratelimited");
@@ -168,8 +191,90 @@ fn campaign_against_real_servers_in_two_regions() {
         faults.outcomes.get("ok").copied().unwrap_or(0)
     );
 
+    // Every provider answered with the model it was asked for: nothing flagged.
+    assert!(s.models.iter().any(|m| m.provider == "llama-cpp"));
+    for m in &s.models {
+        assert!(m.flags().is_empty(), "{m:?}");
+    }
+    // llama-server answers any model id with its own name: flagged by the documented rule.
+    let out = Command::new(bin("latmesh"))
+        .args(["probe", "--base-url", "http://127.0.0.1:18081/v1"])
+        .args(["--model", "gpt-4o", "--max-tokens", "4", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["answered_model"], "smollm2", "{v}");
+    assert!(!latmesh_core::answered_model::model_matches(
+        "gpt-4o", "smollm2"
+    ));
+
     for mut a in agents {
         let status = a.child.wait().unwrap();
         assert!(status.success(), "{} exited with {status}", a.name);
     }
+}
+
+/// A multi-turn campaign against llama-server, which closes the connection after every
+/// streamed response although it answers `connection: keep-alive`: turn k + 1 goes out at
+/// once after turn k, on the connection the pool kept. Every turn is `ok`: none is a
+/// `connection_error` (issue 16: 25 % of the attempts of a two-turn scenario were).
+#[test]
+fn multi_turn_campaign_against_llama_server_has_no_connection_error() {
+    let _servers = ensure_servers();
+    let dir = tempfile::tempdir().unwrap();
+    let (_coord, url) = coordinator(dir.path());
+    let mut a = Command::new(bin("latmesh-agent"));
+    a.args(["--coordinator", &url, "--region", "us-east"])
+        .args(["--agent-id", "us-east-turns", "--exit-after", "1"])
+        .arg("--spool-dir")
+        .arg(dir.path().join("spool"));
+    let mut agent = spawn("agent", a, &dir.path().join("agent.log"));
+    let (rounds, turns): (u64, u64) = (5, 3);
+    let campaign = dir.path().join("turns.toml");
+    std::fs::write(
+        &campaign,
+        format!(
+            r#"[campaign]
+name = "llama-turns"
+regions = ["us-east"]
+
+[rounds]
+count = {rounds}
+interval_s = 3.0
+gap_ms = 0
+
+[[scenarios]]
+name = "turns"
+prompt_ids = ["short-qa-en-*"]
+stream = true
+max_tokens = 12
+temperature = 0.0
+turns = {turns}
+timeout_ttft_s = 30
+timeout_total_s = 60
+
+[[providers]]
+name = "llama-cpp"
+base_url = "http://127.0.0.1:18081/v1"
+model_id = "smollm2"
+"#
+        ),
+    )
+    .unwrap();
+    let s = launch(&url, &campaign, dir.path());
+    let cell = s.cell("us-east", "llama-cpp", "turns").expect("the cell");
+    assert_eq!(
+        cell.attempts,
+        rounds * turns,
+        "every turn of every conversation was sent: {:?}",
+        cell.outcomes
+    );
+    assert_eq!(
+        cell.outcomes.get("connection_error"),
+        None,
+        "{:?}",
+        cell.outcomes
+    );
+    assert_eq!(cell.samples, rounds * turns, "{:?}", cell.outcomes);
+    assert!(agent.child.wait().unwrap().success());
 }

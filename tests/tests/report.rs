@@ -113,6 +113,23 @@ async fn demo_report_from_memory_and_from_clickhouse() {
         "{}",
         ch_json["notes"]
     );
+    // What answered: the simulator answers with the model id it was sent, so every provider
+    // is listed, none is flagged, and ClickHouse counts the same.
+    assert_eq!(
+        mem.models.len(),
+        data.plan.providers.len(),
+        "{:?}",
+        mem.models
+    );
+    for m in &mem.models {
+        assert!(m.flags().is_empty(), "{m:?}");
+        assert_eq!(
+            m.system_fingerprints.keys().collect::<Vec<_>>(),
+            ["latmesh-sim"]
+        );
+    }
+    assert!(html.contains("<section id=\"answered\">"));
+    same(&ch_json["models"], &json["models"], "models");
     let ch = report::from_clickhouse(&url, &db, &id).await.unwrap();
     check_time_series(&ch, &data);
     check_windows(&ch, &data);
@@ -428,18 +445,32 @@ fn check_time_series(m: &ReportModel, data: &ReportData) {
 }
 
 /// Peak vs off-peak: `us-east` and `ap-southeast` attempts all in `peak`, `eu-west`'s all in
-/// `off-peak`, each region's attempts those of its matrix cells.
+/// `off-peak`, each region's attempts those of its matrix cells of the rounds scenarios (the
+/// sweep and the open loop are left out of the windows by default).
 fn check_windows(m: &ReportModel, data: &ReportData) {
     assert_eq!(m.windows.len(), 2);
     let w = &m.windows[0];
     assert_eq!((w.metric.as_str(), w.percentile), ("ttft", 50));
     assert_eq!(w.windows, ["peak", "off-peak"]);
+    let rounds: Vec<&str> = data
+        .plan
+        .scenarios
+        .iter()
+        .filter(|s| s.load.is_rounds())
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(w.scenarios, rounds);
+    assert_eq!(
+        w.scenarios.len() + w.left_out_scenarios.len(),
+        data.plan.scenarios.len()
+    );
     for row in w.rows.iter().filter(|r| r.region != ALL) {
         let attempts: u64 = data
             .summary
             .cells
             .iter()
             .filter(|c| c.region == row.region && c.provider == row.provider)
+            .filter(|c| rounds.contains(&c.scenario.as_str()))
             .map(|c| c.attempts)
             .sum();
         let (inside, outside) = if row.region == "eu-west" {

@@ -10,9 +10,10 @@
 use std::path::{Path, PathBuf};
 
 use latmesh_agent::probe::{ProbeOutput, ProbeRequest, ProbeResult, Prober, ToolCall};
+use latmesh_core::output_tokens::output_tokens;
 use latmesh_core::plan::Timeouts;
 use latmesh_core::prompts::Message;
-use latmesh_core::record::Outcome;
+use latmesh_core::record::{Outcome, OutputTokensSource};
 use serde_json::Value;
 
 fn fixtures() -> PathBuf {
@@ -102,6 +103,7 @@ async fn probe_case(case: &str, stream: bool) -> ProbeResult {
         top_p: None,
         timeouts: &timeouts,
         probe_id: None,
+        user_agent: None,
     };
     let prober = Prober::new(Some("test-region")).unwrap();
     let r = prober.probe(&req, true).await;
@@ -187,25 +189,44 @@ async fn run_case(case: &str) {
             opt_u32(&usage["reasoning_tokens"]),
             "{ctx}"
         );
+        // The count by the documented rule (a stream: the larger of usage and payloads).
+        let (tokens, source) = output_tokens(
+            rec.usage.completion_tokens,
+            rec.usage.reasoning_tokens,
+            rec.token_payloads,
+            stream,
+        );
         assert_eq!(
-            rec.output_tokens,
-            rec.usage.completion_tokens.unwrap(),
+            (rec.output_tokens, rec.output_tokens_source),
+            (tokens, source),
             "{ctx}"
         );
-        assert!(rec.tokens_from_usage, "{ctx}");
+        assert!(
+            rec.output_tokens >= rec.usage.completion_tokens.unwrap(),
+            "{ctx}"
+        );
+        assert_eq!(rec.tokens_from_usage, source.from_usage(), "{ctx}");
         if let Some(cached) = usage.get("cached_tokens") {
             assert_eq!(rec.usage.cached_tokens, opt_u32(cached), "{ctx}");
         }
-        // How far counting token payloads is from the provider's count.
+        // How far counting token payloads is from the provider's count, in a stream only
+        // (a body read whole is one payload).
         assert_eq!(
             rec.usage_chunk_delta,
-            Some(i64::from(rec.output_tokens) - i64::from(rec.token_payloads)),
+            rec.usage
+                .completion_tokens
+                .filter(|_| stream)
+                .map(|c| i64::from(c) - i64::from(rec.token_payloads)),
             "{ctx}"
         );
     }
-    if !rec.tokens_from_usage {
+    if rec.usage.completion_tokens.is_none() {
         assert_eq!(rec.usage_chunk_delta, None, "{ctx}");
-        assert_eq!(rec.output_tokens, rec.token_payloads, "{ctx}");
+        assert_eq!(
+            (rec.output_tokens, rec.output_tokens_source),
+            (rec.token_payloads, OutputTokensSource::Payloads),
+            "{ctx}"
+        );
     }
 
     assert_eq!(

@@ -265,6 +265,7 @@ fn launched(plan: &Plan) -> (State, String, Vec<tokio::sync::mpsc::Receiver<impl
                 region: region.into(),
                 version: "test".into(),
                 protocol_version: latmesh_proto::PROTOCOL_VERSION,
+                ..Default::default()
             },
             tx,
         );
@@ -685,4 +686,121 @@ async fn a_sink_that_missed_the_launch_takes_windows_from_clickhouse() {
     assert_eq!(report.compared, None);
     assert!(report.rows.iter().all(|r| r.change_ms.is_none()));
     latmesh_tests::drop_db(&client, &db).await;
+}
+
+/// `query windows` without `--scenario` compares the patrol (`rounds` scenarios) only: a
+/// sweep that ran during peak hours, 10 s per request, must not make `peak` look slower, and
+/// the report says what it merged and what it left out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn windows_leave_load_tests_out_unless_asked() {
+    let (client, db) = latmesh_tests::fresh_db("windows_default");
+    let text = campaign_toml(&PROVIDERS.map(|p| p.0)).replacen(
+        "\n[[providers]]",
+        "\n[[scenarios]]\nname = \"sweep\"\nprompt_ids = [\"short-qa-en-*\"]\nmax_tokens = 16\n\
+         [scenarios.sweep]\nconcurrency = [1, 2]\nstep_s = 1\n\n[[providers]]",
+        1,
+    );
+    let plan = campaign::load_toml_str(&text, Path::new(".")).unwrap();
+    assert_eq!(plan.scenarios.len(), 2);
+    let (state, campaign_id, _agents) = launched(&plan);
+    let mut g = generate(&campaign_id, &PROVIDERS, 11);
+    // One sweep request per provider in each peak hour of each region, 10 s to first token.
+    let mut sweep_batches = Vec::new();
+    for (region, _, agent, offset_us, peak_hours) in REGIONS {
+        for (i, &h) in peak_hours.iter().enumerate() {
+            let hour_start_us = (DAY_S + h * 3600) * 1_000_000;
+            let mut records = Vec::new();
+            let mut histograms = Vec::new();
+            for (provider, _) in PROVIDERS {
+                records.push(ProbeRecord {
+                    load: latmesh_core::load::LoadKind::Sweep,
+                    concurrency: 1,
+                    provider: provider.to_string(),
+                    scenario: "sweep".into(),
+                    prompt_id: "p".into(),
+                    attempt: 1,
+                    final_attempt: true,
+                    turn: 1,
+                    stream: true,
+                    send_agent_unix_us: hour_start_us + 60_000_000 - offset_us,
+                    outcome: Some(Outcome::Ok),
+                    ttft_us: Some(10_000_000),
+                    ..Default::default()
+                });
+                let mut h = new_histogram();
+                h.record(10_000_000).unwrap();
+                let key = HistKey {
+                    provider: provider.to_string(),
+                    scenario: "sweep".into(),
+                    metric: Metric::Ttft,
+                    step: 0,
+                };
+                histograms.push(
+                    wire::histogram_to_pb(
+                        &key,
+                        &h,
+                        hour_start_us - offset_us,
+                        hour_start_us + HOUR_US - offset_us,
+                    )
+                    .unwrap(),
+                );
+            }
+            sweep_batches.push((
+                agent.to_string(),
+                region.to_string(),
+                pb::ResultBatch {
+                    campaign_id: campaign_id.clone(),
+                    seq: 1_000 + i as u64,
+                    histograms,
+                    records: records.iter().map(pb::ProbeRecord::from).collect(),
+                    clock_offset_us: offset_us,
+                },
+            ));
+        }
+    }
+    g.batches.extend(sweep_batches);
+    let dir = tempfile::tempdir().unwrap();
+    let target = SinkTarget {
+        client: client.clone(),
+        db: db.clone(),
+    };
+    sink_through(state, dir.path(), target, &g.batches).await;
+
+    // Default: the rounds scenario only, exactly as if the sweep had not run.
+    let filter = QueryFilter::campaign(&campaign_id);
+    let report = windows(&client, &db, &filter, Metric::Ttft, Percentile::P50)
+        .await
+        .unwrap();
+    check_windows(&report, &g, Percentile::P50);
+    assert_eq!(
+        (report.scenarios.clone(), report.left_out_scenarios.clone()),
+        (vec!["chat".to_string()], vec!["sweep".to_string()])
+    );
+    let table = report.render();
+    assert!(
+        table.contains("scenarios: chat (left out: sweep, load tests run at one time only; pick one with --scenario)"),
+        "{table}"
+    );
+    // Asked for: the sweep alone, all of it in peak.
+    let sweep = QueryFilter {
+        scenario: Some("sweep".into()),
+        ..filter.clone()
+    };
+    let report = windows(&client, &db, &sweep, Metric::Ttft, Percentile::P50)
+        .await
+        .unwrap();
+    assert_eq!(report.scenarios, ["sweep"]);
+    let all = report
+        .rows
+        .iter()
+        .find(|r| r.region == "ALL" && r.provider == PROVIDERS[0].0)
+        .unwrap();
+    assert_eq!(all.windows[0].window, "peak");
+    let mut one = new_histogram();
+    one.record(10_000_000).unwrap();
+    assert_eq!(
+        all.windows[0].stat.value_us,
+        Some(one.value_at_quantile(0.5))
+    );
+    assert_eq!(all.windows[1].stat.samples, 0);
 }

@@ -166,9 +166,7 @@ async fn phase(args: &Args) -> Out {
     let LoadModel::Rate(spec) = plan.scenarios[0].load.clone() else {
         panic!("the bench plan's scenario is not `rate`")
     };
-    let planned: usize = (0..names.len())
-        .map(|p| spec.arrivals_us(plan.seed, 0, p, names.len()).len())
-        .sum();
+    let planned: usize = spec.arrivals_us(plan.seed, 0).len() * names.len();
     let (tx, mut rx) = tokio::sync::mpsc::channel::<(ProbeRecord, Vec<u64>)>(8192);
     let env = SlotEnv {
         limits: Arc::new(Limiters::new(&plan, 1)),
@@ -222,9 +220,7 @@ async fn phase(args: &Args) -> Out {
     let max_in_flight = sampler.await.unwrap_or(0);
 
     let mut lag: Vec<i64> = records.iter().map(|r| r.sched_lag_us).collect();
-    let offsets: Vec<Vec<u64>> = (0..names.len())
-        .map(|p| spec.arrivals_us(plan.seed, 0, p, names.len()))
-        .collect();
+    let offsets: Vec<Vec<u64>> = vec![spec.arrivals_us(plan.seed, 0); names.len()];
     let index: HashMap<&str, usize> = names
         .iter()
         .enumerate()

@@ -29,7 +29,8 @@
 //!   (DeepSeek), `usage.cached_tokens` (Moonshot) and `cache_read_input_tokens` (Anthropic
 //!   style; `cache_creation_input_tokens` are written to the cache, not read, so not counted);
 //! * errors: an `error` member (object or string), or a vLLM-style top-level
-//!   `{"object":"error","message","type","code"}`.
+//!   `{"object":"error","message","type","code"}`;
+//! * what answered: the top-level `model` and `system_fingerprint` strings.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -738,6 +739,12 @@ pub struct ChunkWire<'a> {
     #[serde(borrow, rename = "type")]
     kind: Text<'a>,
     code: Scalar,
+    /// `model`: the model that answered.
+    #[serde(borrow)]
+    pub model: Text<'a>,
+    /// `system_fingerprint`: the backend configuration that answered.
+    #[serde(borrow)]
+    pub system_fingerprint: Text<'a>,
 }
 
 /// A provider error: type, code and message, any of which may be missing.
@@ -829,6 +836,16 @@ impl<'a> ChunkWire<'a> {
         out
     }
 
+    /// `model`, `""` when absent (or not a string).
+    pub fn model(&self) -> &str {
+        self.model.as_str()
+    }
+
+    /// `system_fingerprint`, `""` when absent (or not a string).
+    pub fn system_fingerprint(&self) -> &str {
+        self.system_fingerprint.as_str()
+    }
+
     /// The error this payload carries, if any.
     pub fn error(&self) -> Option<ProviderError> {
         match &self.error {
@@ -870,23 +887,29 @@ pub struct LiteChunk<'a> {
     pub reasoning: &'a str,
     /// Its non-empty `finish_reason`.
     pub finish_reason: Option<&'a str>,
+    /// Top-level `model` (`""` when absent or null), as [`ChunkWire::model`].
+    pub model: &'a str,
+    /// Top-level `system_fingerprint` (`""` when absent or null).
+    pub system_fingerprint: &'a str,
 }
 
 /// The fast path of [`decode`] for the chunks nearly every stream is made of:
 /// `{…,"choices":[{"index":0,"delta":{"content":"…"},"finish_reason":null,…}],"usage":null,…}`.
 ///
-/// One pass over the bytes, nothing built but the three fields of [`LiteChunk`]: strings
+/// One pass over the bytes, nothing built but the fields of [`LiteChunk`]: strings
 /// without escapes borrow from `bytes`, the others are unescaped into `scratch` (cleared
 /// first; no allocation once it has grown to the longest such text). It answers only when it
 /// can answer exactly what [`decode`] and the accessors of [`ChunkWire`] would (same
-/// `content`, `reasoning`, `finish_reason`; no tool call, no usage, no error), and `None`
+/// `content`, `reasoning`, `finish_reason`, `model`, `system_fingerprint`; no tool call, no
+/// usage, no error), and `None`
 /// otherwise, for the full decoder to handle: bytes that are not valid UTF-8 or not JSON
 /// exactly as serde_json reads it, any control character (even the whitespace `\t`, `\n`,
 /// `\r` between tokens), a key with an escape, a field present twice, more than one
 /// choice, a choice `index` other than a literal `0`, a `\u` escape of a UTF-16 surrogate
 /// in a string it returns, a non-null `usage`, `error`, `x_groq`, `message`, `tool_calls`,
 /// `function_call` or `reasoning_details`, an `object` of `"error"` (or with an escape), a
-/// top-level `message`, `type` or `code`, or a field of a type it does not expect. Values
+/// top-level `message`, `type` or `code`, a `model` or `system_fingerprint` that is neither
+/// null nor a string, or a field of a type it does not expect. Values
 /// of other fields are skipped with serde_json's own rules for ignored values (strings with
 /// valid escapes, numbers by its grammar, nested arrays and objects).
 pub fn decode_lite<'a>(bytes: &'a [u8], scratch: &'a mut String) -> Option<LiteChunk<'a>> {
@@ -921,6 +944,8 @@ pub fn decode_lite<'a>(bytes: &'a [u8], scratch: &'a mut String) -> Option<LiteC
         content: text(found.content),
         reasoning: reasoning.map_or("", text),
         finish_reason: found.finish_reason.map(text),
+        model: text(found.model),
+        system_fingerprint: text(found.system_fingerprint),
     })
 }
 
@@ -947,6 +972,8 @@ pub struct LiteCache {
     content: Option<(usize, usize)>,
     reasoning: Option<(usize, usize)>,
     finish_reason: Option<(usize, usize)>,
+    model: Option<(usize, usize)>,
+    system_fingerprint: Option<(usize, usize)>,
     /// Unescaped texts for [`decode_lite`].
     scratch: String,
 }
@@ -989,6 +1016,8 @@ pub fn decode_cached<'a>(bytes: &'a [u8], cache: &'a mut LiteCache) -> Option<Li
             content,
             reasoning,
             finish_reason: cache.finish_reason.map(|r| text(Some(r))),
+            model: text(cache.model),
+            system_fingerprint: text(cache.system_fingerprint),
         });
     }
     let LiteCache {
@@ -997,6 +1026,8 @@ pub fn decode_cached<'a>(bytes: &'a [u8], cache: &'a mut LiteCache) -> Option<Li
         content,
         reasoning,
         finish_reason,
+        model,
+        system_fingerprint,
         scratch,
     } = cache;
     let found = decode_lite(bytes, scratch)?;
@@ -1009,6 +1040,8 @@ pub fn decode_cached<'a>(bytes: &'a [u8], cache: &'a mut LiteCache) -> Option<Li
         Some(found.content),
         Some(found.reasoning),
         found.finish_reason,
+        Some(found.model),
+        Some(found.system_fingerprint),
     ];
     let raw = texts
         .iter()
@@ -1031,6 +1064,8 @@ pub fn decode_cached<'a>(bytes: &'a [u8], cache: &'a mut LiteCache) -> Option<Li
             *content = nonempty(found.content);
             *reasoning = nonempty(found.reasoning);
             *finish_reason = found.finish_reason.and_then(nonempty);
+            *model = nonempty(found.model);
+            *system_fingerprint = nonempty(found.system_fingerprint);
         }
         // Keep the template: the next token chunk will likely match it again.
         _ => {}
@@ -1073,6 +1108,8 @@ struct Found<'a> {
     /// `reasoning_content`, `reasoning`, `reasoning_text`, `thinking`.
     reasoning: [Span<'a>; 4],
     finish_reason: Option<Span<'a>>,
+    model: Span<'a>,
+    system_fingerprint: Span<'a>,
 }
 
 /// Appends the JSON string `raw` (escapes validated, as between its quotes) to `out`,
@@ -1398,6 +1435,14 @@ impl<'a> Cursor<'a, '_> {
                     16
                 }
                 "message" | "type" | "code" => return None,
+                "model" => {
+                    out.model = c.text()?;
+                    32
+                }
+                "system_fingerprint" => {
+                    out.system_fingerprint = c.text()?;
+                    64
+                }
                 _ => {
                     c.skip(0)?;
                     0
@@ -1701,6 +1746,7 @@ mod tests {
         Option<String>,
         Option<Usage>,
         Option<ProviderError>,
+        (String, String),
     );
 
     /// What a measurement reads from a payload, by the full decoder.
@@ -1716,6 +1762,7 @@ mod tests {
             c.finish_reason().map(str::to_string),
             c.usage(),
             c.error(),
+            (c.model().to_string(), c.system_fingerprint().to_string()),
         ))
     }
 
@@ -1732,6 +1779,7 @@ mod tests {
             l.finish_reason.map(str::to_string),
             None,
             None,
+            (l.model.to_string(), l.system_fingerprint.to_string()),
         );
         match full_facts(b) {
             Some(f) if f == lite => Ok(true),
@@ -1809,6 +1857,52 @@ mod tests {
             agrees(b"{\"choices\":[{\"delta\":{\"content\":\"\xff\"}}]}"),
             Ok(false)
         );
+    }
+
+    #[test]
+    fn what_answered_is_read_by_both_decoders_and_the_template() {
+        let p = |t: &str| {
+            format!(
+                r#"{{"id":"c1","object":"chat.completion.chunk","model":"gpt-4o-2024-08-06","system_fingerprint":"fp_50cad350e4","choices":[{{"index":0,"delta":{{"content":"{t}"}},"finish_reason":null}}]}}"#
+            )
+        };
+        let first = p("a");
+        let full = decode(first.as_bytes()).unwrap();
+        assert_eq!(
+            (full.model(), full.system_fingerprint()),
+            ("gpt-4o-2024-08-06", "fp_50cad350e4")
+        );
+        let mut cache = LiteCache::default();
+        for t in ["a", "bcd", "e"] {
+            let next = p(t);
+            let c = decode_cached(next.as_bytes(), &mut cache).unwrap();
+            assert_eq!(
+                (c.content, c.model, c.system_fingerprint),
+                (t, "gpt-4o-2024-08-06", "fp_50cad350e4")
+            );
+        }
+        // A null fingerprint (vLLM) and an escaped model name.
+        let j = r#"{"model":"org\/m\u00e9","system_fingerprint":null,"choices":[{"index":0,"delta":{"content":"x"}}]}"#;
+        assert_eq!(agrees(j.as_bytes()), Ok(true));
+        let mut scratch = String::new();
+        let c = decode_lite(j.as_bytes(), &mut scratch).unwrap();
+        assert_eq!((c.model, c.system_fingerprint), ("org/mé", ""));
+        // A whole completion.
+        let body = br#"{"id":"x","object":"chat.completion","model":"deepseek-chat-v3-0324","system_fingerprint":"fp_8802369eaa","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}"#;
+        let c = decode(body).unwrap();
+        assert_eq!(
+            (c.model(), c.system_fingerprint()),
+            ("deepseek-chat-v3-0324", "fp_8802369eaa")
+        );
+        // Not a string: absent for the full decoder, left to it by the fast path.
+        for j in [
+            r#"{"model":5,"choices":[{"index":0,"delta":{"content":"x"}}]}"#,
+            r#"{"system_fingerprint":{"a":1},"choices":[]}"#,
+            r#"{"model":"a","model":"b","choices":[]}"#,
+        ] {
+            assert_eq!(agrees(j.as_bytes()), Ok(false), "{j}");
+        }
+        assert_eq!(decode(br#"{"model":5,"choices":[]}"#).unwrap().model(), "");
     }
 
     #[test]

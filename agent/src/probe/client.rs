@@ -9,13 +9,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HOST, HeaderMap, HeaderName, HeaderValue, USER_AGENT};
+use http::header::{CONTENT_TYPE, HOST, HeaderValue, USER_AGENT};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt as _;
 use hyper::body::{Body as _, Incoming};
 use latmesh_core::record::Outcome;
 
 use super::chunk::ProviderError;
+use super::emulation::Emulation;
 use super::measure::{BodyStamps, Flow, Head, Measurement};
 use super::outcome::{
     BodyEnd, Failure, Scrubber, parse_retry_after, timeout_limit_s, timeout_message,
@@ -23,9 +24,6 @@ use super::outcome::{
 use super::transport::{Conn, Phases, ReqBody, Target, Transport};
 use super::{ProbeOptions, ProbeRequest, ProbeResult, request};
 use latmesh_core::error_text::chain as error_chain;
-
-/// Header carrying the agent's region (the simulator keys its network delay on it).
-pub const REGION_HEADER: &str = "x-latmesh-region";
 
 /// After `[DONE]`, how long the rest of the body is awaited (so the connection can go back to
 /// the pool) before it is dropped.
@@ -38,9 +36,31 @@ const MAX_ERROR_BODY: usize = 64 * 1024;
 /// origin (see the `transport` module).
 #[derive(Debug)]
 pub struct Prober {
-    /// `user-agent` and, for a prober with a region, `x-latmesh-region`.
-    default_headers: HeaderMap,
+    /// The region a simulator is told (`x-latmesh-region`), when emulating one.
+    region: Option<HeaderValue>,
     pub(super) transport: Transport,
+}
+
+/// How sending on one connection failed.
+enum SendFail {
+    /// A deadline passed first.
+    Timeout(Failure),
+    /// The connection failed (the error chain); `before_response`: before any byte of the
+    /// response arrived.
+    Broken {
+        error: String,
+        before_response: bool,
+    },
+}
+
+/// A copy of `r` to send again: method, target, headers (a sensitive value stays
+/// sensitive) and body (the same bytes, shared).
+fn copy_request(r: &Request<ReqBody>) -> Request<ReqBody> {
+    let mut c = Request::new(r.body().clone());
+    *c.method_mut() = r.method().clone();
+    *c.uri_mut() = r.uri().clone();
+    *c.headers_mut() = r.headers().clone();
+    c
 }
 
 /// `s` seconds as a duration; `None` (no limit) for zero, negative or non-finite values.
@@ -98,7 +118,10 @@ struct Deadlines {
 }
 
 impl Prober {
-    /// A prober whose requests carry `x-latmesh-region: {region}` when `region` is given.
+    /// A prober. With `region` it emulates that region for a simulator: its requests to a
+    /// loopback peer carry `x-latmesh-region: {region}` (never to another host, see
+    /// [`emulation_headers`](super::emulation_headers)). Real providers get no latmesh header
+    /// in any case.
     ///
     /// # Errors
     /// `region` is not a valid header value, or TLS cannot be set up.
@@ -115,21 +138,14 @@ impl Prober {
         region: Option<&str>,
         extra_roots_pem: &[u8],
     ) -> anyhow::Result<Prober> {
-        let mut default_headers = HeaderMap::new();
-        default_headers.insert(
-            USER_AGENT,
-            HeaderValue::from_static(concat!("latmesh/", env!("CARGO_PKG_VERSION"))),
-        );
-        if let Some(r) = region {
-            let v = HeaderValue::from_str(r)
-                .with_context(|| format!("region {r:?} is not a valid header value"))?;
-            default_headers.insert(HeaderName::from_static(REGION_HEADER), v);
-        }
+        let region = region
+            .map(|r| {
+                HeaderValue::from_str(r)
+                    .with_context(|| format!("region {r:?} is not a valid header value"))
+            })
+            .transpose()?;
         let transport = Transport::new(extra_roots_pem).context("setting up TLS")?;
-        Ok(Prober {
-            default_headers,
-            transport,
-        })
+        Ok(Prober { region, transport })
     }
 
     /// Like [`Prober::with_root_certificates`], with the extra roots read from the PEM file
@@ -150,17 +166,28 @@ impl Prober {
             .with_context(|| format!("the CA file {}", path.display()))
     }
 
-    /// The request for `req` and where it goes.
-    fn build(&self, req: &ProbeRequest<'_>) -> Result<(Target, Request<ReqBody>), String> {
+    /// The request for `req` (without the emulation headers, which depend on the
+    /// connection), where it goes and the emulation headers it may carry.
+    fn build(
+        &self,
+        req: &ProbeRequest<'_>,
+    ) -> Result<(Target, Request<ReqBody>, Emulation), String> {
         let target = Target::parse(&request::url(req.base_url))?;
         let mut r = Request::new(ReqBody::new(Bytes::from(request::body(req))));
         *r.method_mut() = Method::POST;
         *r.uri_mut() = target.path.clone();
+        let ua = req.user_agent.unwrap_or(request::DEFAULT_USER_AGENT);
+        let ua = HeaderValue::from_str(ua)
+            .map_err(|_| format!("the user agent {ua:?} is not a valid header value"))?;
         let h = r.headers_mut();
         h.insert(HOST, target.host_header.clone());
-        h.extend(self.default_headers.clone());
+        h.insert(USER_AGENT, ua);
         h.extend(request::headers(req));
-        Ok((target, r))
+        let emulation = Emulation {
+            region: self.region.clone(),
+            probe_id: req.probe_id.and_then(|id| HeaderValue::from_str(id).ok()),
+        };
+        Ok((target, r, emulation))
     }
 
     /// Sends `req` and measures it. Never fails: every path yields a record with an outcome
@@ -216,7 +243,7 @@ impl Prober {
             ttfb_at: None,
             retry_after_s: None,
         };
-        let (target, http_req) = match built {
+        let (target, http_req, emulation) = match built {
             Ok(x) => x,
             Err(e) => {
                 let msg = format!("cannot build the request: {e}");
@@ -238,7 +265,7 @@ impl Prober {
             idle: secs(t.idle_s),
         };
 
-        let (conn, resp) = match self.send(&target, http_req, phases, &dl).await {
+        let (conn, resp) = match self.send(&target, http_req, &emulation, phases, &dl).await {
             Ok(x) => x,
             Err(f) => return head.failed(f, &scrub, 0, None),
         };
@@ -378,54 +405,95 @@ impl Prober {
 
     /// Takes a pooled connection or opens one (within the connect deadline), sends the
     /// request on it and waits for the response head (within the TTFT and total deadlines).
-    /// A pooled connection that fails before the request was written (closed by the server
-    /// while idle) is dropped and the request goes on another connection. `phases` describes
-    /// the connection finally used.
+    ///
+    /// A pooled connection that fails before any byte of the response arrived (closed or
+    /// reset by the server, before or after the request was written: it closed the idle
+    /// connection, or closes every connection after one response although it said
+    /// keep-alive) is dropped and the request is sent again, once and at once, on a new
+    /// connection, as HTTP client libraries do; `phases.retried` says so. The deadlines stay
+    /// those of the first send. A failure on a new connection, or after a response byte,
+    /// is never retried: it is the provider's. `phases` describes the connection finally
+    /// used.
     async fn send(
         &self,
         target: &Target,
-        mut req: Request<ReqBody>,
+        req: Request<ReqBody>,
+        emulation: &Emulation,
         phases: &mut Phases,
         dl: &Deadlines,
     ) -> Result<(Conn, Response<Incoming>), Failure> {
         let connect_deadline = earliest(&[dl.connect, dl.ttft, dl.total]);
         let head_deadline = earliest(&[dl.ttft, dl.total]);
-        loop {
-            *phases = Phases::default();
-            let mut conn = match self.transport.checkout(&target.origin) {
-                Some(c) => {
-                    phases.reused = true;
-                    c
-                }
-                None => {
-                    // Boxed: the connect future (DNS, TCP, TLS) is large and only needed for
-                    // new connections; inline, it would make every request's future ~12 KB.
-                    let connecting = Box::pin(self.transport.connect(&target.origin, phases));
-                    match within(connect_deadline.map(|d| d.0), connecting).await {
-                        Some(Ok(c)) => c,
-                        Some(Err(msg)) => return Err(Failure::new(Outcome::ConnectionError, msg)),
-                        None => return Err(timed_out(connect_deadline)),
-                    }
-                }
-            };
-            match within(head_deadline.map(|d| d.0), conn.send(req)).await {
-                Some(Ok(resp)) => return Ok((conn, resp)),
-                Some(Err(mut e)) => match e.take_message() {
-                    Some(r) if conn.reused() => {
+        *phases = Phases::default();
+        let req = match self.transport.checkout(&target.origin) {
+            None => req,
+            Some(conn) => {
+                phases.reused = true;
+                let again = copy_request(&req);
+                match send_on(conn, req, emulation, head_deadline).await {
+                    Ok(sent) => return Ok(sent),
+                    Err(SendFail::Broken {
+                        error,
+                        before_response: true,
+                    }) => {
                         tracing::debug!(
-                            "pooled connection unusable ({}); sending on another",
-                            error_chain(e.error())
+                            "pooled connection failed before the response ({error}); \
+                             sending again on a new connection"
                         );
-                        req = r;
+                        *phases = Phases {
+                            retried: true,
+                            ..Phases::default()
+                        };
+                        again
                     }
-                    _ => {
-                        let msg = format!("error sending request: {}", error_chain(e.error()));
-                        return Err(Failure::new(Outcome::ConnectionError, msg));
-                    }
-                },
-                None => return Err(timed_out(head_deadline)),
+                    Err(f) => return Err(f.into_failure()),
+                }
             }
+        };
+        // Boxed: the connect future (DNS, TCP, TLS) is large and only needed for new
+        // connections; inline, it would make every request's future ~12 KB.
+        let connecting = Box::pin(self.transport.connect(&target.origin, phases));
+        let conn = match within(connect_deadline.map(|d| d.0), connecting).await {
+            Some(Ok(c)) => c,
+            Some(Err(msg)) => return Err(Failure::new(Outcome::ConnectionError, msg)),
+            None => return Err(timed_out(connect_deadline)),
+        };
+        send_on(conn, req, emulation, head_deadline)
+            .await
+            .map_err(SendFail::into_failure)
+    }
+}
+
+impl SendFail {
+    /// The attempt's failure: a timeout as such, a broken connection as `connection_error`.
+    fn into_failure(self) -> Failure {
+        match self {
+            SendFail::Timeout(f) => f,
+            SendFail::Broken { error, .. } => Failure::new(
+                Outcome::ConnectionError,
+                format!("error sending request: {error}"),
+            ),
         }
+    }
+}
+
+/// Sends `req` on `conn`, with the emulation headers its peer may receive, and waits for
+/// the response head until `head_deadline`.
+async fn send_on(
+    mut conn: Conn,
+    mut req: Request<ReqBody>,
+    emulation: &Emulation,
+    head_deadline: Option<(Instant, Outcome)>,
+) -> Result<(Conn, Response<Incoming>), SendFail> {
+    emulation.apply(req.headers_mut(), conn.peer());
+    let reads = conn.reads();
+    match within(head_deadline.map(|d| d.0), conn.send(req)).await {
+        Some(Ok(resp)) => Ok((conn, resp)),
+        Some(Err(e)) => Err(SendFail::Broken {
+            error: error_chain(e.error()),
+            before_response: conn.reads() == reads,
+        }),
+        None => Err(SendFail::Timeout(timed_out(head_deadline))),
     }
 }
 
@@ -568,6 +636,7 @@ mod tests {
                     top_p: None,
                     timeouts: &timeouts,
                     probe_id: None,
+                    user_agent: None,
                 };
                 let t0 = Instant::now();
                 let r = prober.probe(&req, false).await;

@@ -14,9 +14,16 @@
 //!   reasoning payload came before the first content payload (`None` without reasoning, or
 //!   when reasoning and content first arrived in one payload);
 //! * `token_payloads`: payloads carrying any generated token (content, reasoning or a
-//!   tool-call fragment; a payload counts once): `output_tokens` when no usage was reported;
-//! * `usage_chunk_delta` = `usage.completion_tokens − token_payloads` whenever usage reported
-//!   completion tokens (a body read whole is one payload: there it is `completion − 1`);
+//!   tool-call fragment; a payload counts once);
+//! * `output_tokens` and `output_tokens_source` by [`output_tokens`]: usage's count, or in
+//!   an event stream the payloads when they outnumber it (reasoning streamed but left out of
+//!   usage), or the payloads when no usage was reported;
+//! * `usage_chunk_delta` = `usage.completion_tokens − token_payloads` when usage reported
+//!   completion tokens in an event stream (a body read whole is one payload by definition:
+//!   no delta);
+//! * `answered_model` and `system_fingerprint`: the first non-empty `model` and
+//!   `system_fingerprint` of any payload (or of the body read whole), scrubbed and cut to
+//!   [`MAX_ANSWERED_BYTES`];
 //! * `error_code`: the provider's error code (also in [`ProbeResult::error_code`]).
 //!
 //! [`Head::failed`] fills the head's fields for attempts without a readable 2xx body;
@@ -25,7 +32,9 @@
 
 use std::time::Instant;
 
+use latmesh_core::answered_model::MAX_ANSWERED_BYTES;
 use latmesh_core::metrics;
+use latmesh_core::output_tokens::output_tokens;
 use latmesh_core::record::{Outcome, ProbeRecord, Usage};
 
 use super::chunk::{self, ChunkWire, DeltaWire, ProviderError, ToolCallWire};
@@ -186,6 +195,27 @@ struct State {
     failure: Option<Failure>,
     /// The body was read as one JSON document (no token timing).
     whole_body: bool,
+    /// The first non-empty `model` and `system_fingerprint`, unscrubbed, at most
+    /// [`KEPT_ANSWERED_BYTES`].
+    answered_model: Option<String>,
+    system_fingerprint: Option<String>,
+}
+
+/// Bytes of a `model` or `system_fingerprint` kept before scrubbing (cut to
+/// [`MAX_ANSWERED_BYTES`] after): enough for a key fragment at the cut to still be found.
+const KEPT_ANSWERED_BYTES: usize = 4 * MAX_ANSWERED_BYTES;
+
+/// Keeps `value` in `slot` when the slot is empty and `value` is not, cut to
+/// [`KEPT_ANSWERED_BYTES`] on a character boundary.
+fn keep_first(slot: &mut Option<String>, value: &str) {
+    if slot.is_some() || value.is_empty() {
+        return;
+    }
+    let mut end = value.len().min(KEPT_ANSWERED_BYTES);
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    *slot = Some(value[..end].to_string());
 }
 
 /// The state machine. See the module documentation.
@@ -434,14 +464,28 @@ impl Measurement {
         }
         let usage = st.usage.clone().unwrap_or_default();
         record.token_payloads = st.token_payloads;
-        match usage.completion_tokens {
-            Some(n) => {
-                record.output_tokens = n;
-                record.tokens_from_usage = true;
-                record.usage_chunk_delta = Some(i64::from(n) - i64::from(st.token_payloads));
-            }
-            None => record.output_tokens = st.token_payloads,
-        }
+        // A body read whole is one payload: its usage stands, and there is nothing to compare.
+        let event_stream = !st.whole_body;
+        let (tokens, source) = output_tokens(
+            usage.completion_tokens,
+            usage.reasoning_tokens,
+            st.token_payloads,
+            event_stream,
+        );
+        record.output_tokens = tokens;
+        record.output_tokens_source = source;
+        record.tokens_from_usage = source.from_usage();
+        record.usage_chunk_delta = usage
+            .completion_tokens
+            .filter(|_| event_stream)
+            .map(|n| i64::from(n) - i64::from(st.token_payloads));
+        let answered = |v: &Option<String>| {
+            v.as_deref()
+                .map(|v| scrub.clean_to(v, MAX_ANSWERED_BYTES))
+                .filter(|v| !v.is_empty())
+        };
+        record.answered_model = answered(&st.answered_model);
+        record.system_fingerprint = answered(&st.system_fingerprint);
         if let (Some(ttft), Some(e2e)) = (record.ttft_us, record.e2e_us) {
             record.tpot_us = metrics::tpot_us(ttft, e2e, record.output_tokens);
             record.decode_tps = metrics::decode_tps(ttft, e2e, record.output_tokens);
@@ -531,6 +575,7 @@ impl State {
         let lite = chunk::decode_cached(data, &mut cache);
         if let Some(l) = lite {
             self.payloads += 1;
+            self.on_answered(l.model, l.system_fingerprint);
             self.on_tokens(at, index, l.content, l.reasoning, false);
             if let Some(fr) = l.finish_reason {
                 self.on_finish_reason(fr);
@@ -558,8 +603,16 @@ impl State {
         }
     }
 
+    /// The `model` and `system_fingerprint` of a payload (`""` when absent): the first
+    /// non-empty ones are kept.
+    fn on_answered(&mut self, model: &str, system_fingerprint: &str) {
+        keep_first(&mut self.answered_model, model);
+        keep_first(&mut self.system_fingerprint, system_fingerprint);
+    }
+
     /// Accounts one decoded payload: a streamed chunk (`streamed`) or a whole completion.
     fn on_chunk(&mut self, at: Instant, index: u32, c: &ChunkWire<'_>, streamed: bool) {
+        self.on_answered(c.model(), c.system_fingerprint());
         let delta = if streamed { c.delta() } else { c.message() };
         if let Some(d) = delta {
             self.on_delta(at, index, d);
@@ -752,6 +805,7 @@ pub(crate) mod tests {
 
     use super::*;
     use crate::probe::sse::tests::{corpus, corpus_dir};
+    use latmesh_core::record::OutputTokensSource;
 
     pub(crate) const NO_SCRUB: Scrubber<'static> = Scrubber {
         api_key: None,
@@ -1451,7 +1505,8 @@ pub(crate) mod tests {
             (rec.content_chunks, rec.reasoning_chunks, rec.token_payloads),
             (1, 1, 1)
         );
-        assert_eq!(rec.usage_chunk_delta, Some(8));
+        // One payload by definition: nothing to compare usage with.
+        assert_eq!(rec.usage_chunk_delta, None);
         assert_eq!(
             (r.content_text.as_str(), r.reasoning_text.as_str()),
             ("Four.", "2+2")
@@ -1687,9 +1742,17 @@ pub(crate) mod tests {
             (Some(2), Some(11), 2)
         );
         assert_eq!((rec.token_payloads, rec.usage_chunk_delta), (2, Some(0)));
-        // Fewer tokens reported than token payloads: a negative delta.
+        // Fewer tokens reported than token payloads: a negative delta, and the payloads count.
         let rec = run(&[&stop(r#","usage":{"completion_tokens":2}"#), "[DONE]"]);
         assert_eq!(rec.usage_chunk_delta, Some(-1));
+        assert_eq!(
+            (
+                rec.output_tokens,
+                rec.output_tokens_source,
+                rec.tokens_from_usage
+            ),
+            (3, OutputTokensSource::PayloadsOverUsage, false)
+        );
         // No usage anywhere: counted from payloads.
         let rec = run(&[&stop(r#","usage":null"#), "[DONE]"]);
         assert_eq!(rec.usage, Usage::default());
@@ -1713,6 +1776,195 @@ pub(crate) mod tests {
             ),
             (Some(9), 3, false, None)
         );
+    }
+
+    /// A reasoning stream whose usage counts only the answer: 23 reasoning payloads and 8
+    /// content payloads streamed, `completion_tokens` 8. The payloads are the count, and TPOT
+    /// spreads the decode time over 31 tokens, not 8.
+    #[test]
+    fn a_reasoning_stream_whose_usage_counts_only_the_answer_gets_the_payload_count() {
+        let reason = |s: &str| delta(&format!(r#""content":null,"reasoning_content":"{s}""#));
+        let mut lines: Vec<String> = (0..23).map(|i| reason(&format!("r{i}"))).collect();
+        lines.extend((0..8).map(|i| content(&format!("c{i}"))));
+        lines.push(stop(
+            r#","usage":{"prompt_tokens":9,"completion_tokens":8}"#,
+        ));
+        lines.push("[DONE]".into());
+        let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+        // One payload per read, 1 ms apart (the first at 1 ms, [DONE] at 33 ms).
+        let reads: Vec<Vec<u8>> = lines.iter().map(|l| sse(&[l])).collect();
+        let pieces: Vec<&[u8]> = reads.iter().map(Vec::as_slice).collect();
+        let rec = measure(&pieces, false).record;
+        assert_eq!(rec.outcome, Some(Outcome::Ok));
+        assert_eq!(
+            (rec.reasoning_chunks, rec.content_chunks, rec.token_payloads),
+            (23, 8, 31)
+        );
+        assert_eq!(
+            (
+                rec.output_tokens,
+                rec.output_tokens_source,
+                rec.tokens_from_usage
+            ),
+            (31, OutputTokensSource::PayloadsOverUsage, false)
+        );
+        assert_eq!(rec.usage_chunk_delta, Some(8 - 31));
+        let (ttft, e2e) = (rec.ttft_us.unwrap(), rec.e2e_us.unwrap());
+        assert_eq!((ttft, e2e), (1_000, 33_000));
+        // 32 ms over 30 gaps, not over 7.
+        assert_eq!(rec.tpot_us, Some(32_000 / 30));
+        assert_eq!(rec.decode_tps, Some(30.0 * 1e6 / 32_000.0));
+        // The same stream with the reasoning reported apart, and larger than the answer.
+        let mut lines = lines.clone();
+        let with_reasoning = stop(
+            r#","usage":{"completion_tokens":8,"completion_tokens_details":{"reasoning_tokens":40}}"#,
+        );
+        let n = lines.len();
+        lines[n - 2] = &with_reasoning;
+        let rec = measure(&[&sse(&lines)], false).record;
+        assert_eq!(
+            (
+                rec.output_tokens,
+                rec.output_tokens_source,
+                rec.tokens_from_usage
+            ),
+            (48, OutputTokensSource::UsagePlusReasoning, true)
+        );
+    }
+
+    /// Several tokens per payload: usage counts more than the payloads and wins.
+    #[test]
+    fn multi_token_payloads_keep_the_usage_count() {
+        let body = sse(&[
+            &content("one two"),
+            &content("three four"),
+            &stop(
+                r#","usage":{"completion_tokens":4,"completion_tokens_details":{"reasoning_tokens":0}}"#,
+            ),
+            "[DONE]",
+        ]);
+        let rec = measure(&[&body], false).record;
+        assert_eq!(
+            (
+                rec.output_tokens,
+                rec.output_tokens_source,
+                rec.tokens_from_usage
+            ),
+            (4, OutputTokensSource::Usage, true)
+        );
+        assert_eq!((rec.token_payloads, rec.usage_chunk_delta), (2, Some(2)));
+    }
+
+    /// A body read whole is one payload: its usage stands and no usage-vs-chunks delta is
+    /// recorded (it would say nothing but `completion − 1`).
+    #[test]
+    fn a_whole_body_has_no_usage_chunk_delta() {
+        let body = br#"{"id":"x","object":"chat.completion","model":"deepseek-chat-v3-0324","system_fingerprint":"fp_8802369eaa","choices":[{"index":0,"message":{"role":"assistant","content":"Four."},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":12,"total_tokens":21}}"#;
+        let rec = measure(&[body], true).record;
+        assert_eq!(rec.outcome, Some(Outcome::Ok));
+        assert_eq!(
+            (
+                rec.output_tokens,
+                rec.output_tokens_source,
+                rec.tokens_from_usage
+            ),
+            (12, OutputTokensSource::Usage, true)
+        );
+        assert_eq!((rec.token_payloads, rec.usage_chunk_delta), (1, None));
+        assert_eq!(
+            (
+                rec.answered_model.as_deref(),
+                rec.system_fingerprint.as_deref()
+            ),
+            (Some("deepseek-chat-v3-0324"), Some("fp_8802369eaa"))
+        );
+        // Without usage: one payload, counted.
+        let body =
+            br#"{"choices":[{"index":0,"message":{"content":"Four."},"finish_reason":"stop"}]}"#;
+        let rec = measure(&[body], true).record;
+        assert_eq!(
+            (
+                rec.output_tokens,
+                rec.output_tokens_source,
+                rec.usage_chunk_delta
+            ),
+            (1, OutputTokensSource::Payloads, None)
+        );
+        assert_eq!((rec.answered_model, rec.system_fingerprint), (None, None));
+    }
+
+    /// The first non-empty `model` and `system_fingerprint` of a stream, whichever payload
+    /// and decoder brought them; scrubbed and cut like other provider text.
+    #[test]
+    fn the_answered_model_and_fingerprint_are_the_first_non_empty_ones() {
+        let chunk = |model: &str, fp: &str, text: &str| {
+            format!(
+                r#"{{"id":"c","object":"chat.completion.chunk","model":{model},"system_fingerprint":{fp},"choices":[{{"index":0,"delta":{{"content":"{text}"}},"finish_reason":null}}]}}"#
+            )
+        };
+        let body = sse(&[
+            // vLLM's role chunk: an empty model, no fingerprint.
+            &chunk(r#""""#, "null", ""),
+            &chunk(r#""gpt-4o-2024-08-06""#, "null", "a"),
+            &chunk(r#""gpt-4o-2024-08-06""#, r#""fp_1""#, "b"),
+            // A later swap inside the stream does not replace the first.
+            &chunk(r#""gpt-4o-mini""#, r#""fp_2""#, "c"),
+            &stop(r#","model":"other","usage":{"completion_tokens":3}"#),
+            "[DONE]",
+        ]);
+        let rec = measure(&[&body], false).record;
+        assert_eq!(
+            (
+                rec.answered_model.as_deref(),
+                rec.system_fingerprint.as_deref()
+            ),
+            (Some("gpt-4o-2024-08-06"), Some("fp_1"))
+        );
+        // The full decoder's path (an escape in the model name).
+        let body = sse(&[&chunk(r#""org\/m""#, r#""fp""#, "a"), &stop(""), "[DONE]"]);
+        let rec = measure(&[&body], false).record;
+        assert_eq!(rec.answered_model.as_deref(), Some("org/m"));
+        // Kept on a failed attempt too: what answered before the stream broke.
+        let body = sse(&[
+            &chunk(r#""m1""#, "null", "a"),
+            r#"{"error":{"message":"boom"}}"#,
+        ]);
+        let rec = measure(&[&body], false).record;
+        assert_eq!(rec.outcome, Some(Outcome::StreamError));
+        assert_eq!(rec.answered_model.as_deref(), Some("m1"));
+        // Scrubbed of the API key, and cut to 128 bytes on a character boundary.
+        let key = "sk-live-0123456789abcdef";
+        let long = format!("{}{key}", "é".repeat(100));
+        let body = sse(&[
+            &chunk(&format!(r#""{long}""#), r#""x""#, "a"),
+            &stop(""),
+            "[DONE]",
+        ]);
+        let t0 = Instant::now();
+        let mut m = Measurement::new(t0, false, false, true, 8);
+        m.on_bytes(t0, &body);
+        m.on_end(t0, BodyEnd::Eof);
+        let scrub = Scrubber {
+            api_key: Some(key),
+            prompt: &[],
+        };
+        let rec = m
+            .finish(&head(t0, true), BodyEnd::Eof, Some(t0), &scrub)
+            .record;
+        let model = rec.answered_model.unwrap();
+        assert_eq!(model, format!("{}…", "é".repeat(64)));
+        let short = sse(&[
+            &chunk(&format!(r#""m-{key}""#), "null", "a"),
+            &stop(""),
+            "[DONE]",
+        ]);
+        let mut m = Measurement::new(t0, false, false, true, 8);
+        m.on_bytes(t0, &short);
+        m.on_end(t0, BodyEnd::Eof);
+        let rec = m
+            .finish(&head(t0, true), BodyEnd::Eof, Some(t0), &scrub)
+            .record;
+        assert_eq!(rec.answered_model.as_deref(), Some("m-[redacted]"));
     }
 
     #[test]
@@ -1932,18 +2184,20 @@ pub(crate) mod tests {
             prop_assert!(rec.token_payloads >= c.max(re).max(t));
             prop_assert!(rec.token_payloads <= c + re + t);
             prop_assert_eq!(rec.ttft_us.is_some(), rec.token_payloads > 0);
-            match rec.usage.completion_tokens {
+            // The token rule, for an event stream or (a JSON document sent instead) a body.
+            let u = &rec.usage;
+            let got = (rec.output_tokens, rec.output_tokens_source);
+            let rule = |stream| output_tokens(u.completion_tokens, u.reasoning_tokens, rec.token_payloads, stream);
+            prop_assert!(got == rule(true) || got == rule(false), "{:?}", got);
+            prop_assert!(rec.output_tokens >= u.completion_tokens.unwrap_or(0));
+            prop_assert_eq!(rec.tokens_from_usage, rec.output_tokens_source.from_usage());
+            match u.completion_tokens {
                 Some(n) => {
-                    prop_assert_eq!((rec.output_tokens, rec.tokens_from_usage), (n, true));
-                    prop_assert_eq!(
-                        rec.usage_chunk_delta,
-                        Some(i64::from(n) - i64::from(rec.token_payloads))
-                    );
+                    if let Some(d) = rec.usage_chunk_delta {
+                        prop_assert_eq!(d, i64::from(n) - i64::from(rec.token_payloads));
+                    }
                 }
-                None => {
-                    prop_assert_eq!((rec.output_tokens, rec.tokens_from_usage), (rec.token_payloads, false));
-                    prop_assert_eq!(rec.usage_chunk_delta, None);
-                }
+                None => prop_assert_eq!(rec.usage_chunk_delta, None),
             }
         }
     }

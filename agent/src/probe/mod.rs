@@ -20,9 +20,12 @@
 //! and set on every record, whatever the outcome:
 //!
 //! * `conn_reused`: the request went over an idle pooled connection; then `dns_us`,
-//!   `connect_us` and `tls_us` are `None`. A pooled connection found closed before the
-//!   request could be written is dropped and the request goes on another one, which the
-//!   phases then describe;
+//!   `connect_us` and `tls_us` are `None`;
+//! * `conn_retried`: the pooled connection failed before any byte of the response arrived
+//!   (closed or reset by the server, before or after the request was written), and the
+//!   request was sent again, once, on a new connection, which the phases then describe
+//!   (`t_send` stays the first send: every duration includes the failed try). A failure on
+//!   a new connection, or after a response byte, is not retried;
 //! * `dns_us`: `tokio::net::lookup_host` of the host (`None` for an IP literal);
 //! * `connect_us`: TCP connect, after DNS, over the resolved addresses in order until one
 //!   accepts (refused addresses included);
@@ -46,8 +49,11 @@
 //! * ITL: every gap between consecutive token-bearing payloads (payloads of one read are
 //!   0 µs apart);
 //! * `output_tokens`: `usage.completion_tokens` when reported, else the token-bearing payload
-//!   count (`tokens_from_usage = false`); TPOT and decode rate from
-//!   [`latmesh_core::metrics`].
+//!   count; in an event stream the payloads when they outnumber usage (reasoning streamed
+//!   but not counted), with `output_tokens_source` saying which
+//!   ([`latmesh_core::output_tokens`]); TPOT and decode rate from [`latmesh_core::metrics`]
+//!   with that count;
+//! * `answered_model`, `system_fingerprint`: the first non-empty ones of the response.
 //!
 //! A non-streaming request (`stream: false`) has no token timing: `ttft`/`ttfc` are `None`,
 //! `e2e` is the end of the body, and the whole body counts as payload 0. (Setting
@@ -85,6 +91,7 @@
 
 pub mod chunk;
 mod client;
+pub mod emulation;
 mod measure;
 pub mod outcome;
 pub mod request;
@@ -98,7 +105,8 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-pub use client::{Prober, REGION_HEADER};
+pub use client::Prober;
+pub use emulation::{PROBE_ID_HEADER, REGION_HEADER, emulation_headers};
 
 /// One request to probe. Its `Debug` output leaves the API key and the prompt out.
 #[derive(Clone, Copy)]
@@ -121,9 +129,14 @@ pub struct ProbeRequest<'a> {
     pub top_p: Option<f64>,
     /// Timeouts of this attempt.
     pub timeouts: &'a latmesh_core::plan::Timeouts,
-    /// Sent as `x-latmesh-probe-id` when set: lets a test server (the simulator's ground-truth
-    /// log) match its own timings to this attempt. `None` for real providers.
+    /// Sent as `x-latmesh-probe-id` when set, to a loopback peer only: lets a test server
+    /// (the simulator's ground-truth log) match its own timings to this attempt. `None` for
+    /// real providers.
     pub probe_id: Option<&'a str>,
+    /// `user-agent` sent; `None`: [`request::DEFAULT_USER_AGENT`]. A value that is not a
+    /// valid header value makes the attempt a `connection_error` ("cannot build the
+    /// request"); campaigns validate it first.
+    pub user_agent: Option<&'a str>,
 }
 
 impl std::fmt::Debug for ProbeRequest<'_> {
@@ -139,6 +152,7 @@ impl std::fmt::Debug for ProbeRequest<'_> {
             .field("top_p", &self.top_p)
             .field("timeouts", &self.timeouts)
             .field("probe_id", &self.probe_id)
+            .field("user_agent", &self.user_agent)
             .finish()
     }
 }

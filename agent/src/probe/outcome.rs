@@ -187,6 +187,11 @@ impl Scrubber<'_> {
     /// [`KEY_FRAGMENT_BYTES`] bytes of it, and echoed prompt text are replaced by
     /// `[redacted]`; then truncated to 256 bytes.
     pub fn clean(&self, text: &str) -> String {
+        self.clean_to(text, MAX_ERROR_MESSAGE)
+    }
+
+    /// [`Scrubber::clean`], truncated to `max_bytes` (on a character boundary, then `…`).
+    pub fn clean_to(&self, text: &str, max_bytes: usize) -> String {
         const REDACTED: &str = "[redacted]";
         let mut out = match self.api_key.filter(|k| !k.is_empty()) {
             Some(key) => redact_fragments(text, key.as_bytes(), REDACTED),
@@ -207,7 +212,7 @@ impl Scrubber<'_> {
                 }
             }
         }
-        truncate_message(&out, MAX_ERROR_MESSAGE)
+        truncate_message(&out, max_bytes)
     }
 
     /// [`Scrubber::clean`] of an optional provider field (error type or code).

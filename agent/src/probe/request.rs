@@ -1,6 +1,6 @@
 //! The Chat Completions request: URL, JSON body and headers.
 
-use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde::Serialize;
 
 use latmesh_core::prompts::Message;
@@ -75,12 +75,17 @@ pub fn api_key_from_env(name: &str) -> Result<Option<String>, String> {
     Ok(Some(key.to_string()))
 }
 
-/// Header naming the attempt for a test server's ground-truth log ([`ProbeRequest::probe_id`]).
-pub const PROBE_ID_HEADER: &str = "x-latmesh-probe-id";
+/// The `user-agent` of a request whose provider names none: the OpenAI Python SDK's
+/// (`OpenAI/Python {version}`, its synchronous client's, at the latest release when this
+/// was written). It is what most clients of OpenAI-compatible APIs send, so a provider
+/// cannot tell a probe from its other traffic by it; latmesh's transport is HTTP/1.1 for
+/// the same reason (the SDK's default). A campaign or a provider can set another
+/// (`user_agent`, README "Campaign files").
+pub const DEFAULT_USER_AGENT: &str = "OpenAI/Python 3.57.0";
 
-/// Per-request headers: content type, accept, `x-latmesh-probe-id` when set, and the API key
-/// as a sensitive Bearer token (a key that is not a valid header value is left out; the
-/// provider will answer 401).
+/// Per-request headers: content type, accept and the API key as a sensitive Bearer token
+/// (a key that is not a valid header value is left out; the provider will answer 401).
+/// Nothing that names latmesh.
 pub fn headers(req: &ProbeRequest<'_>) -> HeaderMap {
     let mut h = HeaderMap::new();
     h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -92,9 +97,6 @@ pub fn headers(req: &ProbeRequest<'_>) -> HeaderMap {
             "application/json"
         }),
     );
-    if let Some(v) = req.probe_id.and_then(|id| HeaderValue::from_str(id).ok()) {
-        h.insert(HeaderName::from_static(PROBE_ID_HEADER), v);
-    }
     if let Some(mut v) = req
         .api_key
         .and_then(|key| HeaderValue::from_str(&format!("Bearer {key}")).ok())
@@ -146,6 +148,7 @@ mod tests {
             top_p: None,
             timeouts: &t,
             probe_id: None,
+            user_agent: None,
         };
         let v: serde_json::Value = serde_json::from_slice(&body(&req)).unwrap();
         assert_eq!(

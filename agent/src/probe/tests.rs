@@ -118,6 +118,7 @@ async fn probe_with(base: &str, stream: bool, t: &Timeouts, key: Option<&str>) -
         top_p: None,
         timeouts: t,
         probe_id: None,
+        user_agent: None,
     };
     Prober::new(Some("eu-west"))
         .unwrap()
@@ -205,6 +206,93 @@ async fn sends_region_key_and_body_and_measures_a_stream() {
     );
 }
 
+/// What a provider receives from a prober with the default settings: a common client's
+/// user agent and nothing that names latmesh or a region; a campaign's user agent replaces
+/// the default.
+#[tokio::test]
+async fn a_provider_receives_nothing_that_identifies_latmesh() {
+    let regions = ["us-east", "eu-west", "ap-southeast"];
+    for user_agent in [None, Some("my-app/2.1 (+ops@example.com)")] {
+        let (base, server) = serve(vec![
+            head200("text/event-stream"),
+            w(token("a")),
+            w(STOP),
+            w("data: [DONE]\n\n"),
+        ])
+        .await;
+        let msgs = vec![Message::new("user", "Say hi.")];
+        let t = Timeouts::default();
+        let req = ProbeRequest {
+            base_url: &base,
+            model_id: "m",
+            api_key: Some("sk-test-123"),
+            messages: &msgs,
+            stream: true,
+            max_tokens: 8,
+            temperature: None,
+            top_p: None,
+            timeouts: &t,
+            probe_id: None,
+            user_agent,
+        };
+        let r = Prober::new(None).unwrap().probe(&req, false).await;
+        assert_eq!(r.record.outcome, Some(Outcome::Ok), "{:?}", r.record);
+        let raw = String::from_utf8(server.await.unwrap()).unwrap();
+        let lower = raw.to_ascii_lowercase();
+        assert!(!lower.contains("latmesh"), "{raw}");
+        for region in regions {
+            assert!(!lower.contains(region), "{raw}");
+        }
+        let ua = user_agent.unwrap_or(request::DEFAULT_USER_AGENT);
+        assert!(raw.contains(&format!("user-agent: {ua}\r\n")), "{raw}");
+        let mut names: Vec<&str> = raw
+            .split("\r\n\r\n")
+            .next()
+            .unwrap()
+            .lines()
+            .skip(1)
+            .map(|l| l.split(':').next().unwrap())
+            .collect();
+        names.sort_unstable();
+        let only = [
+            "accept",
+            "authorization",
+            "content-length",
+            "content-type",
+            "host",
+            "user-agent",
+        ];
+        assert_eq!(names, only, "no other header: {raw}");
+    }
+}
+
+/// The region and probe-id headers go to a loopback peer only, whatever the prober was
+/// asked to send.
+#[test]
+fn emulation_headers_never_leave_for_a_host_that_is_not_loopback() {
+    let region = http::HeaderValue::from_static("eu-west");
+    let id = http::HeaderValue::from_static("probe-7");
+    for peer in ["127.0.0.1", "127.8.9.10", "::1", "::ffff:127.0.0.1"] {
+        let h = emulation_headers(peer.parse().unwrap(), Some(&region), Some(&id));
+        assert_eq!(h.len(), 2, "{peer}");
+        assert_eq!(h[REGION_HEADER], "eu-west");
+        assert_eq!(h[PROBE_ID_HEADER], "probe-7");
+        assert!(emulation_headers(peer.parse().unwrap(), None, None).is_empty());
+    }
+    for peer in [
+        "203.0.113.9",
+        "10.0.0.1",
+        "192.168.1.2",
+        "0.0.0.0",
+        "2001:db8::1",
+        "::ffff:203.0.113.9",
+        "fe80::1",
+    ] {
+        let h = emulation_headers(peer.parse().unwrap(), Some(&region), Some(&id));
+        assert!(h.is_empty(), "{peer}: {h:?}");
+    }
+}
+
 #[test]
 fn region_header_matches_the_simulator() {
     assert_eq!(REGION_HEADER, latmesh_sim::REGION_HEADER);
@@ -225,6 +313,7 @@ fn debug_output_has_no_secrets() {
         top_p: None,
         timeouts: &t,
         probe_id: None,
+        user_agent: None,
     };
     let dbg = format!("{req:?}");
     assert!(
@@ -613,7 +702,8 @@ async fn non_streaming_answer_after_blank_lines() {
         (rec.usage.reasoning_tokens, rec.usage.cached_tokens),
         (Some(6), Some(4))
     );
-    assert_eq!((rec.token_payloads, rec.usage_chunk_delta), (1, Some(8)));
+    // A body read whole is one payload: no usage-vs-chunks delta.
+    assert_eq!((rec.token_payloads, rec.usage_chunk_delta), (1, None));
     assert_eq!(
         (r.content_text.as_str(), r.reasoning_text.as_str()),
         ("Four.", "2+2=4")

@@ -12,8 +12,9 @@
 //!   Flags use point estimates (they describe, they do not test); `confident` says whether
 //!   every percentile involved has a confidence interval (enough samples).
 //! * [`FlagKind::UsageMismatch`] — on the `ALL` row of a (provider, scenario): `ok`
-//!   attempts whose `usage.completion_tokens` differed from the token-bearing payloads counted
-//!   (`usage_chunk_mismatches > 0`), with the mean delta.
+//!   event-stream attempts whose `usage.completion_tokens` differed from the token-bearing
+//!   payloads counted (`usage_chunk_mismatches > 0`; a body read whole has no delta), with the
+//!   mean delta and how many took the payload count as output tokens (`tokens_over_usage`).
 //! * [`FlagKind::OutputLength`] — on the `ALL` row, among the `≥ 3` providers of a scenario
 //!   with `ok` attempts: mean output tokens above [`OUTPUT_HIGH`] (1.5×) or below
 //!   [`OUTPUT_LOW`] (1/1.5 ≈ 0.67×) the median of the providers' means. (The summary keeps the
@@ -107,10 +108,18 @@ pub fn flags(data: &ReportData, analysis: &Analysis) -> Vec<Flag> {
                     metric: None,
                     confident: true,
                     detail: format!(
-                        "{} of {} ok attempts: usage.completion_tokens ≠ token payloads counted (mean delta {:+.1} tokens)",
+                        "{} of {} ok attempts: usage.completion_tokens ≠ token payloads counted (mean delta {:+.1} tokens){}",
                         c.usage_chunk_mismatches,
                         c.samples,
-                        c.usage_chunk_delta_mean.unwrap_or(0.0)
+                        c.usage_chunk_delta_mean.unwrap_or(0.0),
+                        if c.tokens_over_usage > 0 {
+                            format!(
+                                "; {} used the payload count (usage counted fewer tokens than streamed)",
+                                c.tokens_over_usage
+                            )
+                        } else {
+                            String::new()
+                        }
                     ),
                 });
             }

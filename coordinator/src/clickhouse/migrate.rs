@@ -51,6 +51,16 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0003_load_models",
         sql: include_str!("../../../deploy/clickhouse/migrations/0003_load_models.sql"),
     },
+    Migration {
+        version: 4,
+        name: "0004_conn_retried",
+        sql: include_str!("../../../deploy/clickhouse/migrations/0004_conn_retried.sql"),
+    },
+    Migration {
+        version: 5,
+        name: "0005_answered_model",
+        sql: include_str!("../../../deploy/clickhouse/migrations/0005_answered_model.sql"),
+    },
 ];
 
 /// The bookkeeping table (not in a file, so it exists before any migration runs).
@@ -461,8 +471,13 @@ mod tests {
 
     #[test]
     fn versions_increase_and_files_render() {
+        // Consecutive from 1, and each file named after its version.
         for (i, m) in MIGRATIONS.iter().enumerate() {
-            assert_eq!(m.version as usize, i + 1);
+            assert!(
+                m.version as usize == i + 1 && m.name.starts_with(&format!("{:04}_", i + 1)),
+                "{}",
+                m.name
+            );
             assert!(m.name.starts_with(&format!("{:04}_", m.version)));
             render_migration(m.sql, "latmesh", None).unwrap();
             render_migration(m.sql, "latmesh", Some("c1")).unwrap();

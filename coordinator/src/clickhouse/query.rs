@@ -31,9 +31,10 @@ use serde::{Deserialize, Serialize};
 
 use super::rows::{AgentRow, CampaignRow};
 use super::{StoreError, check_identifier};
-use crate::aggregate::counts_in_error_rates;
+use crate::aggregate::{count_name, counts_in_error_rates};
 use crate::analysis::stats;
 use crate::load_stats::{self, RowFilter, StepMeasure, SweepRow};
+use crate::model_stats;
 use crate::summary::{ALL_REGIONS, MatrixCell, Percentiles};
 use hdrhistogram::Histogram;
 use latmesh_core::hist::new_histogram;
@@ -143,6 +144,12 @@ pub struct MatrixRow {
     pub ok_output_tokens: u64,
     /// `ok` attempts whose output tokens came from `usage`.
     pub tokens_from_usage: u64,
+    /// `ok` attempts whose token payloads outnumbered usage and were the count.
+    pub tokens_over_usage: u64,
+    /// Attempts by the `model` the provider answered with.
+    pub answered_models: BTreeMap<String, u64>,
+    /// Attempts by the `system_fingerprint` the provider answered with.
+    pub system_fingerprints: BTreeMap<String, u64>,
     /// Logical requests (rows with `final_attempt`; `cancelled` and `dropped` left out).
     pub requests: u64,
     /// Logical requests whose final attempt was not `ok`.
@@ -184,6 +191,9 @@ impl MatrixRow {
             outcomes: BTreeMap::new(),
             ok_output_tokens: 0,
             tokens_from_usage: 0,
+            tokens_over_usage: 0,
+            answered_models: BTreeMap::new(),
+            system_fingerprints: BTreeMap::new(),
             requests: 0,
             requests_failed: 0,
             ok_usage_reports: 0,
@@ -238,6 +248,10 @@ impl MatrixRow {
     /// arithmetic), except which failure is `last_error`: here the latest by send time (in
     /// memory the last to arrive, and for `ALL` the last region's).
     pub fn to_cell(&self) -> MatrixCell {
+        let (answered_models, answered_models_more) =
+            model_stats::most_frequent(&self.answered_models);
+        let (system_fingerprints, system_fingerprints_more) =
+            model_stats::most_frequent(&self.system_fingerprints);
         MatrixCell {
             region: self.region.clone(),
             provider: self.provider.clone(),
@@ -254,6 +268,11 @@ impl MatrixRow {
             throttled_pct: self.throttled_pct(),
             output_tokens_mean: self.output_tokens_mean(),
             tokens_from_usage: self.tokens_from_usage,
+            tokens_over_usage: self.tokens_over_usage,
+            answered_models,
+            answered_models_more,
+            system_fingerprints,
+            system_fingerprints_more,
             requests: self.requests,
             request_error_pct: if self.requests == 0 {
                 0.0
@@ -294,6 +313,7 @@ struct OutcomeCount {
     n: u64,
     output_tokens: u64,
     from_usage: u64,
+    over_usage: u64,
     final_n: u64,
     usage_n: u64,
     delta_sum: i64,
@@ -302,6 +322,35 @@ struct OutcomeCount {
     last_status: u16,
     last_type: String,
     last_message: String,
+}
+
+#[derive(clickhouse::Row, Deserialize)]
+struct AnsweredCount {
+    region: String,
+    provider: String,
+    scenario: String,
+    model: String,
+    fingerprint: String,
+    n: u64,
+}
+
+/// Attempts by the model and `system_fingerprint` they were answered with, per (region,
+/// provider, scenario); rows with neither are left out (`""` stands for a missing one).
+async fn answered(
+    client: &clickhouse::Client,
+    db: &str,
+    filter: &QueryFilter,
+) -> Result<Vec<AnsweredCount>, StoreError> {
+    let (mut wh, args) = where_clause(filter, "send_unix_us", "send_time");
+    wh.push_str(if wh.is_empty() { " WHERE " } else { " AND " });
+    wh.push_str("(answered_model IS NOT NULL OR system_fingerprint IS NOT NULL)");
+    let sql = format!(
+        "SELECT region, provider, scenario, ifNull(answered_model, '') AS model, \
+         ifNull(system_fingerprint, '') AS fingerprint, count() AS n \
+         FROM {db}.requests{wh} \
+         GROUP BY region, provider, scenario, model, fingerprint"
+    );
+    Ok(bind_all(client.query(&sql), &args).fetch_all().await?)
 }
 
 /// Latency metrics of the matrix.
@@ -427,10 +476,36 @@ pub async fn matrix_percentiles(
 ) -> Result<Vec<MatrixRow>, StoreError> {
     check_identifier(db)?;
     let (wh, args) = where_clause(filter, "send_unix_us", "send_time");
+    // Requests end at final attempts, and (failover scenarios of the stored plan) at a
+    // provider's last try before the client moved on (`aggregate::failover_hand_over`).
+    let plan = match &filter.campaign_id {
+        Some(id) => stored_plan(client, db, id).await?,
+        None => None,
+    };
+    let hand_overs: Vec<String> = plan
+        .iter()
+        .flat_map(|p| &p.scenarios)
+        .filter_map(|s| {
+            let k = s.failover.as_ref()?.attempts.max(1);
+            Some(format!(
+                "(scenario = {} AND attempt % {k} = 0)",
+                sql_string(&s.name)
+            ))
+        })
+        .collect();
+    let request_end = if hand_overs.is_empty() {
+        "final_attempt".to_string()
+    } else {
+        format!(
+            "(final_attempt OR (failover AND ({})))",
+            hand_overs.join(" OR ")
+        )
+    };
     let sql = format!(
         "SELECT region, provider, scenario, outcome, count() AS n, \
          sum(output_tokens) AS tokens, sum(tokens_from_usage) AS from_usage_n, \
-         sum(final_attempt) AS final_n, count(usage_chunk_delta) AS usage_n, \
+         sum(output_tokens_source = 'payloads_over_usage') AS over_usage_n, \
+         sum({request_end}) AS final_n, count(usage_chunk_delta) AS usage_n, \
          sum(ifNull(usage_chunk_delta, 0)) AS delta_sum, \
          sum(ifNull(usage_chunk_delta, 0) != 0) AS mismatches, \
          max(send_unix_us) AS last_us, \
@@ -468,6 +543,7 @@ pub async fn matrix_percentiles(
                 cell.samples += c.n;
                 cell.ok_output_tokens += c.output_tokens;
                 cell.tokens_from_usage += c.from_usage;
+                cell.tokens_over_usage += c.over_usage;
                 cell.ok_usage_reports += c.usage_n;
                 cell.ok_usage_chunk_delta_sum += c.delta_sum;
                 cell.ok_usage_chunk_mismatches += c.mismatches;
@@ -489,6 +565,25 @@ pub async fn matrix_percentiles(
                 );
                 cell.last_error = Some((c.last_us, text));
             }
+        }
+    }
+
+    for a in answered(client, db, filter).await? {
+        for region in [a.region.as_str(), ALL_REGIONS] {
+            let cell = cells
+                .entry(key(region, &a.provider, &a.scenario))
+                .or_insert_with(|| MatrixRow::new(region, &a.provider, &a.scenario));
+            let (model, fingerprint) = (a.model.as_str(), a.fingerprint.as_str());
+            count_name(
+                &mut cell.answered_models,
+                (!model.is_empty()).then_some(model),
+                a.n,
+            );
+            count_name(
+                &mut cell.system_fingerprints,
+                (!fingerprint.is_empty()).then_some(fingerprint),
+                a.n,
+            );
         }
     }
 
@@ -1100,9 +1195,12 @@ pub async fn sweep(
         provider: filter.provider.as_deref(),
         scenario: filter.scenario.as_deref(),
     };
+    let stored_agents = agents(client, db, id).await?;
+    let per_region = load_stats::agents_per_region(stored_agents.iter().map(|a| a.region.as_str()));
     Ok(load_stats::sweep_rows_by(
         &plan,
         only,
+        &per_region,
         |region, provider, scenario, _, step| {
             steps
                 .get(&(
@@ -1195,6 +1293,13 @@ pub struct WindowsReport {
     pub compared: Option<(String, String)>,
     /// By provider, then region (`ALL` last).
     pub rows: Vec<WindowsRow>,
+    /// The scenarios merged (empty: every scenario of the rows; no stored plan told them
+    /// apart).
+    #[serde(default)]
+    pub scenarios: Vec<String>,
+    /// The campaign's scenarios left out by default (`sweep` and `rate` ones).
+    #[serde(default)]
+    pub left_out_scenarios: Vec<String>,
 }
 
 #[derive(clickhouse::Row, Deserialize)]
@@ -1216,15 +1321,25 @@ struct GroupQuantile {
     value: u64,
 }
 
+/// ` AND scenario IN (…)` of `scenarios` (nothing when empty: every scenario).
+fn and_scenario_in(wh: &mut String, scenarios: &[String]) {
+    if !scenarios.is_empty() {
+        let list: Vec<String> = scenarios.iter().map(|s| sql_string(s)).collect();
+        and_where(wh, &format!("scenario IN ({})", list.join(", ")));
+    }
+}
+
 /// Attempts, failed attempts (not `ok`, `cancelled` or `dropped`) and `cancelled` or
 /// `dropped` ones of `requests` per (region, provider, `group` expression).
 async fn group_counts(
     client: &clickhouse::Client,
     db: &str,
     filter: &QueryFilter,
+    scenarios: &[String],
     group: &str,
 ) -> Result<Vec<GroupCount>, StoreError> {
-    let (wh, args) = where_clause(filter, "send_unix_us", "send_time");
+    let (mut wh, args) = where_clause(filter, "send_unix_us", "send_time");
+    and_scenario_in(&mut wh, scenarios);
     let sql = format!(
         "SELECT region, provider, toString({group}) AS grp, count() AS attempts, \
          countIf(outcome NOT IN ('ok', 'cancelled', 'dropped')) AS errs, \
@@ -1237,16 +1352,19 @@ async fn group_counts(
 
 /// Samples and the exact percentile of `metric` per (region — or `ALL` when `merged` —,
 /// provider, `group` expression) over the merged interval histograms.
+#[allow(clippy::too_many_arguments)]
 async fn group_quantiles(
     client: &clickhouse::Client,
     db: &str,
     filter: &QueryFilter,
+    scenarios: &[String],
     metric: Metric,
     percentile: Percentile,
     group: &str,
     merged: bool,
 ) -> Result<Vec<GroupQuantile>, StoreError> {
     let (mut wh, args) = where_clause(filter, "start_unix_us", "interval_start");
+    and_scenario_in(&mut wh, scenarios);
     and_where(
         &mut wh,
         &format!("metric = {}", sql_string(metric.as_str())),
@@ -1289,22 +1407,26 @@ struct GroupCell {
 type Grouped = BTreeMap<(String, bool, String), BTreeMap<String, GroupCell>>;
 
 /// Runs [`group_counts`] and [`group_quantiles`] (per region and, when the rows span more than
-/// one region, merged as `ALL`) and joins them.
+/// one region, merged as `ALL`) over `scenarios` (empty: every scenario the filter keeps) and
+/// joins them.
+#[allow(clippy::too_many_arguments)]
 async fn grouped(
     client: &clickhouse::Client,
     db: &str,
     filter: &QueryFilter,
+    scenarios: &[String],
     metric: Metric,
     percentile: Percentile,
     request_group: &str,
     histogram_group: &str,
 ) -> Result<Grouped, StoreError> {
     check_identifier(db)?;
-    let counts = group_counts(client, db, filter, request_group).await?;
+    let counts = group_counts(client, db, filter, scenarios, request_group).await?;
     let mut quantiles = group_quantiles(
         client,
         db,
         filter,
+        scenarios,
         metric,
         percentile,
         histogram_group,
@@ -1323,6 +1445,7 @@ async fn grouped(
                 client,
                 db,
                 filter,
+                scenarios,
                 metric,
                 percentile,
                 histogram_group,
@@ -1395,8 +1518,9 @@ pub async fn windows(
             .unwrap_or_default(),
         None => Vec::new(),
     };
+    let (scenarios, left_out) = windows_scenarios(client, db, filter).await?;
     let cells = grouped(
-        client, db, filter, metric, percentile, "`window`", "`window`",
+        client, db, filter, &scenarios, metric, percentile, "`window`", "`window`",
     )
     .await?;
     let mut order = declared;
@@ -1445,7 +1569,53 @@ pub async fn windows(
         compared: (order.len() >= 2).then(|| (order[0].clone(), order[1].clone())),
         windows: order,
         rows,
+        scenarios,
+        left_out_scenarios: left_out,
     })
+}
+
+/// Which scenarios `query windows` merges: the one `filter.scenario` names; else, for a
+/// stored campaign, its `rounds` scenarios (the patrol, interleaved over the whole campaign, so
+/// every window holds the same mix), leaving out its `sweep` and `rate` scenarios (load tests
+/// that run at one time of day only: merged, they would make that window look slower); else
+/// (no stored plan) every scenario, `(vec![], vec![])`. Returns (merged, left out).
+///
+/// # Errors
+/// [`StoreError::Rejected`] when the campaign has no `rounds` scenario and none was named.
+async fn windows_scenarios(
+    client: &clickhouse::Client,
+    db: &str,
+    filter: &QueryFilter,
+) -> Result<(Vec<String>, Vec<String>), StoreError> {
+    if let Some(s) = &filter.scenario {
+        return Ok((vec![s.clone()], Vec::new()));
+    }
+    let plan = match &filter.campaign_id {
+        Some(id) => stored_plan(client, db, id).await?,
+        None => None,
+    };
+    let Some(plan) = plan else {
+        return Ok((Vec::new(), Vec::new()));
+    };
+    let (rounds, other): (Vec<_>, Vec<_>) = plan
+        .scenarios
+        .iter()
+        .partition(|s| s.load.kind() == latmesh_core::load::LoadKind::Rounds);
+    let names = |v: Vec<&latmesh_core::plan::ScenarioSpec>| -> Vec<String> {
+        v.into_iter().map(|s| s.name.clone()).collect()
+    };
+    let (rounds, other) = (names(rounds), names(other));
+    if rounds.is_empty() {
+        return Err(StoreError::Rejected {
+            code: None,
+            message: format!(
+                "the campaign has no rounds scenario to compare time windows with; pick one \
+                 of its scenarios with --scenario ({})",
+                other.join(", ")
+            ),
+        });
+    }
+    Ok((rounds, other))
 }
 
 /// Clears the change of an `ALL` row whose two compared windows were observed in different
@@ -1514,6 +1684,23 @@ impl WindowsReport {
                 window_name(a),
                 window_name(b),
                 window_name(b)
+            );
+        }
+        let _ = writeln!(out);
+        let _ = write!(
+            out,
+            "scenarios: {}",
+            match self.scenarios.as_slice() {
+                [] => "every scenario merged".to_string(),
+                [one] => one.clone(),
+                many => format!("{} merged", many.join(", ")),
+            }
+        );
+        if !self.left_out_scenarios.is_empty() {
+            let _ = write!(
+                out,
+                " (left out: {}, load tests run at one time only; pick one with --scenario)",
+                self.left_out_scenarios.join(", ")
             );
         }
         let _ = writeln!(out);
@@ -1670,6 +1857,7 @@ pub async fn trend(
         client,
         db,
         filter,
+        &[],
         metric,
         percentile,
         &bucket.sql(REQUEST_COORD_SECS, &spec),

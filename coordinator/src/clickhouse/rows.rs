@@ -9,7 +9,7 @@ use latmesh_core::hist::{self, HistKey};
 use latmesh_core::load::LoadKind;
 use latmesh_core::metrics::Metric;
 use latmesh_core::plan::Plan;
-use latmesh_core::record::{Outcome, ProbeRecord, Usage};
+use latmesh_core::record::{Outcome, OutputTokensSource, ProbeRecord, Usage};
 use serde::{Deserialize, Serialize};
 
 use super::insert::BatchKey;
@@ -260,6 +260,16 @@ pub struct RequestRow {
     pub concurrency: u32,
     /// Part of a client request through a failover chain.
     pub failover: bool,
+    /// First sent on a pooled connection that failed before any response byte, then sent
+    /// again on a new connection (migration 0004).
+    pub conn_retried: bool,
+    /// Which count `output_tokens` is ([`OutputTokensSource::as_str`]; migration 0005: rows
+    /// written before read `usage` or `payloads` by `tokens_from_usage`).
+    pub output_tokens_source: String,
+    /// The `model` the provider answered with.
+    pub answered_model: Option<String>,
+    /// The `system_fingerprint` it answered with.
+    pub system_fingerprint: Option<String>,
 }
 
 impl RequestRow {
@@ -332,6 +342,10 @@ impl RequestRow {
             step: rec.step,
             concurrency: rec.concurrency,
             failover: rec.failover,
+            conn_retried: rec.conn_retried,
+            output_tokens_source: rec.output_tokens_source.as_str().to_string(),
+            answered_model: rec.answered_model.clone(),
+            system_fingerprint: rec.system_fingerprint.clone(),
         }
     }
 
@@ -385,6 +399,7 @@ impl RequestRow {
             turn: self.turn,
             cache_nonce: self.cache_nonce,
             conn_reused: self.conn_reused,
+            conn_retried: self.conn_retried,
             dns_us: self.dns_us,
             connect_us: self.connect_us,
             tls_us: self.tls_us,
@@ -394,6 +409,12 @@ impl RequestRow {
             token_payloads: self.token_payloads,
             usage_chunk_delta: self.usage_chunk_delta,
             error_code: self.error_code.clone(),
+            output_tokens_source: OutputTokensSource::parse_or_flag(
+                &self.output_tokens_source,
+                self.tokens_from_usage,
+            ),
+            answered_model: self.answered_model.clone(),
+            system_fingerprint: self.system_fingerprint.clone(),
         }
     }
 }

@@ -233,7 +233,16 @@ pub fn render(m: &ReportModel) -> String {
             ("sent", Some(r.sent as f64)),
             ("dropped", Some(r.dropped as f64)),
             ("error_pct", Some(r.error_pct)),
-            ("saturated", Some(if r.saturated { 1.0 } else { 0.0 })),
+            (
+                "agent_saturated",
+                Some(if r.agent_saturated { 1.0 } else { 0.0 }),
+            ),
+            (
+                "provider_saturated",
+                r.provider_saturation
+                    .as_ref()
+                    .map(|p| if p.saturated { 1.0 } else { 0.0 }),
+            ),
         ] {
             if let Some(v) = v {
                 o.row(key[0], key[1], key[2], key[3], name, "", "", v);

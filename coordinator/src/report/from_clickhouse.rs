@@ -29,6 +29,7 @@ use crate::clickhouse::query::{self, Percentile, QueryFilter};
 use crate::clickhouse::{self as store, check_identifier};
 use crate::load_stats::{self, RateMeasure, RateRow};
 use crate::report_data::{ALL, CellMetric, ReportData};
+use crate::saturation::ArrivalLatency;
 use crate::summary::Percentiles;
 
 #[derive(clickhouse::Row, Deserialize)]
@@ -40,6 +41,19 @@ struct OutcomeRow {
     n: u64,
     firsts: u64,
     final_n: u64,
+}
+
+/// One `rate` request (final attempt of a first turn) for the provider saturation rule.
+#[derive(clickhouse::Row, Deserialize)]
+struct ArrivalRow {
+    region: String,
+    provider: String,
+    scenario: String,
+    slot: u32,
+    outcome: String,
+    stream: bool,
+    ttft_us: Option<u64>,
+    e2e_us: Option<u64>,
 }
 
 #[derive(clickhouse::Row, Deserialize)]
@@ -162,6 +176,16 @@ async fn rate_rows(
         .fetch_all()
         .await
         .map_err(store::StoreError::from)?;
+    let arrivals: Vec<ArrivalRow> = client
+        .query(&format!(
+            "SELECT region, provider, scenario, slot, outcome, stream, ttft_us, e2e_us \
+             FROM {db}.requests WHERE campaign_id = ? AND `load` = 'rate' \
+             AND final_attempt = 1 AND turn <= 1"
+        ))
+        .bind(&data.summary.campaign_id)
+        .fetch_all()
+        .await
+        .map_err(store::StoreError::from)?;
     let mut per_region: BTreeMap<&str, u64> = BTreeMap::new();
     for a in &data.summary.agents {
         *per_region.entry(a.region.as_str()).or_default() += 1;
@@ -177,14 +201,26 @@ async fn rate_rows(
                 Some(r) => per_region.get(r).copied().unwrap_or(0),
                 None => data.summary.agents.len() as u64,
             };
-            for (p, provider) in plan.providers.iter().enumerate() {
-                let scheduled = spec
-                    .arrivals_us(plan.seed, i, p, plan.providers.len())
-                    .len() as u64;
+            let scheduled = spec.arrivals_us(plan.seed, i).len() as u64;
+            for provider in &plan.providers {
                 let mut m = RateMeasure {
                     agents,
+                    stream: s.stream,
                     ..Default::default()
                 };
+                m.by_arrival = arrivals
+                    .iter()
+                    .filter(|r| {
+                        r.provider == provider.name
+                            && r.scenario == s.name
+                            && region.is_none_or(|want| want == r.region)
+                    })
+                    .filter(|r| Outcome::parse(&r.outcome).is_none_or(counts_in_error_rates))
+                    .map(|r| {
+                        let ok = r.outcome == Outcome::Ok.as_str();
+                        ArrivalLatency::of(r.slot, ok, r.stream, r.ttft_us, r.e2e_us)
+                    })
+                    .collect();
                 for r in rows.iter().filter(|r| {
                     r.provider == provider.name
                         && r.scenario == s.name

@@ -13,6 +13,7 @@ use super::charts::{
 };
 use super::model::ReportModel;
 use crate::load_stats::{self, RateRow, SweepRow};
+use crate::model_stats;
 use crate::report_data::ALL;
 use crate::summary::{MatrixCell, Percentiles};
 
@@ -174,6 +175,9 @@ pub fn page(m: &ReportModel) -> String {
     }
     if !m.windows.is_empty() || m.note("windows").is_some() {
         sections.push(("windows", "Peak vs off-peak", windows(m)));
+    }
+    if !m.models.is_empty() {
+        sections.push(("answered", "What answered", answered(m)));
     }
     sections.push(("time-series", "Over time", time_series(m)));
     // The analysis fragment brings its own heading.
@@ -717,7 +721,18 @@ fn sweeps(m: &ReportModel) -> String {
         ));
         out.push_str("</div><table><thead><tr><th class=\"row\">provider</th>");
         for s in &first.steps {
-            let _ = write!(out, "<th>c={}</th>", s.concurrency);
+            // Per agent, and the provider's total over every agent (all regions).
+            let total = if first.agents == 0 {
+                "?".to_string()
+            } else {
+                s.concurrency_total.to_string()
+            };
+            let _ = write!(
+                out,
+                "<th title=\"workers per agent and provider; total over {} agents\">c={} \
+                 (total {total})</th>",
+                first.agents, s.concurrency
+            );
         }
         out.push_str("<th class=\"row\">knee</th></tr></thead><tbody>");
         for r in &rows {
@@ -793,7 +808,9 @@ fn rates(m: &ReportModel) -> String {
             out,
             "<h3>{}</h3><p class=\"small\">Target {} requests/s per provider and agent for {} s. \
              Latency from the actual send vs from the intended send (the schedule's time: free \
-             of coordinated omission). A saturated row could not keep the schedule.</p>",
+             of coordinated omission). Agent saturated: the agents could not keep the schedule (the \
+             provider got less than the offered load). Provider saturated: its latency grew from \
+             the first to the second half of the arrivals (its queue grew).</p>",
             escape(scenario),
             first.target_rps,
             first.duration_ms as f64 / 1000.0
@@ -845,14 +862,15 @@ fn rate_table(rows: &[&RateRow]) -> String {
         "<table><thead><tr><th class=\"row\">provider</th><th class=\"row\">region</th>\
          <th>achieved rps / scheduled</th><th>sent</th><th>dropped</th><th>errors %</th>\
          <th>sched lag P50 / P95 / P99</th><th>TTFT P50 / P95 / P99</th><th>TTFT intended</th>\
-         <th>E2E P50 / P95 / P99</th><th>E2E intended</th><th class=\"row\">saturated</th></tr></thead><tbody>",
+         <th>E2E P50 / P95 / P99</th><th>E2E intended</th><th class=\"row\">agent saturated</th>\
+         <th class=\"row\">provider saturated</th></tr></thead><tbody>",
     );
     for r in rows {
         let _ = write!(
             out,
             "<tr><td class=\"row\">{}</td><td class=\"row\">{}</td><td>{} / {:.2}</td>\
              <td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
-             <td>{}</td><td class=\"row\">{}</td></tr>",
+             <td>{}</td><td class=\"row\">{}</td><td class=\"row\">{}</td></tr>",
             escape(&r.provider),
             escape(&r.region),
             r.achieved_rps.map_or("–".into(), |a| format!("{a:.2}")),
@@ -865,7 +883,14 @@ fn rate_table(rows: &[&RateRow]) -> String {
             p50_p95_p99(r.ttft_intended),
             p50_p95_p99(r.e2e),
             p50_p95_p99(r.e2e_intended),
-            escape(r.saturated_reason.as_deref().unwrap_or("no"))
+            escape(r.agent_saturated_reason.as_deref().unwrap_or("no")),
+            escape(
+                &match (&r.provider_saturation, &r.provider_saturated_reason) {
+                    (None, _) => "– (too few requests per half)".to_string(),
+                    (Some(_), Some(why)) => why.clone(),
+                    (Some(_), None) => "no".to_string(),
+                }
+            )
         );
     }
     out.push_str("</tbody></table>\n");
@@ -1057,6 +1082,92 @@ fn time_series(m: &ReportModel) -> String {
         ));
     }
     out.push_str("</div>\n");
+    out
+}
+
+/// Per provider: the model id sent, the name expected, the models and `system_fingerprint`s
+/// answered (attempts) and the flags; then per cell, the models answered.
+fn answered(m: &ReportModel) -> String {
+    let th = |names: &[&str]| -> String {
+        names
+            .iter()
+            .map(|n| format!("<th class=\"row\">{n}</th>"))
+            .collect()
+    };
+    let td = |text: &str| format!("<td class=\"row\">{}</td>", escape(text));
+    let mut out = String::from(
+        "<p class=\"small\">The <code>model</code> and <code>system_fingerprint</code> the \
+         answers named, counted over attempts. An answered model is the one expected when, \
+         case aside and without an organisation path, it is the same name or the name followed \
+         by a version or date (<code>gpt-4o</code> → <code>gpt-4o-2024-08-06</code>); a \
+         provider's <code>expect_model</code> replaces <code>model_id</code> as the name \
+         expected (docs/metrics.md, \"What answered\").</p>\n",
+    );
+    let _ = write!(
+        out,
+        "<table><thead><tr>{}</tr></thead><tbody>",
+        th(&[
+            "provider",
+            "model_id sent",
+            "expected",
+            "models answered",
+            "system_fingerprints",
+            "flags"
+        ])
+    );
+    for r in &m.models {
+        let flags = r.flags();
+        let flags = if flags.is_empty() {
+            "<td class=\"row\">none</td>".to_string()
+        } else {
+            format!(
+                "<td class=\"row\"><strong>{}</strong></td>",
+                flags
+                    .iter()
+                    .map(|f| escape(f))
+                    .collect::<Vec<_>>()
+                    .join("<br>")
+            )
+        };
+        let _ = write!(
+            out,
+            "<tr>{}{}{}{}{}{flags}</tr>",
+            td(&r.provider),
+            td(&r.model_id),
+            td(&r.expected),
+            td(&model_stats::counted(&r.answered)),
+            td(&model_stats::counted(&r.system_fingerprints)),
+        );
+    }
+    out.push_str("</tbody></table>");
+    let cells: Vec<&MatrixCell> = m
+        .matrix
+        .iter()
+        .filter(|c| c.region != ALL && !c.answered_models.is_empty())
+        .collect();
+    if !cells.is_empty() {
+        let _ = write!(
+            out,
+            "<h3>Models answered per cell</h3><table><thead><tr>{}</tr></thead><tbody>",
+            th(&[
+                "region",
+                "provider",
+                "scenario",
+                "models answered (attempts)"
+            ])
+        );
+        for c in cells {
+            let _ = write!(
+                out,
+                "<tr>{}{}{}{}</tr>",
+                td(&c.region),
+                td(&c.provider),
+                td(&c.scenario),
+                td(&model_stats::counted(&c.answered_models))
+            );
+        }
+        out.push_str("</tbody></table>");
+    }
     out
 }
 

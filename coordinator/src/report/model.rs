@@ -10,6 +10,7 @@ use serde::Serialize;
 use crate::budget::BudgetSummary;
 use crate::clickhouse::query::WindowsReport;
 use crate::load_stats::{RateRow, SweepRow};
+use crate::model_stats::ModelRow;
 use crate::report_data::{ALL, ReportData};
 use crate::summary::MatrixCell;
 
@@ -28,6 +29,9 @@ pub struct ReportModel {
     pub campaign: CampaignFacts,
     /// The summary's matrix cells, verbatim (every region and `ALL`, every scenario).
     pub matrix: Vec<MatrixCell>,
+    /// The summary's rows of what answered (per provider), verbatim.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<ModelRow>,
     /// TTFT and E2E CDFs of every provider and scenario, all regions merged.
     pub cdfs: Vec<Cdf>,
     /// The ITL spread of every provider and scenario with ITL samples, all regions merged.
@@ -268,6 +272,7 @@ impl ReportModel {
                 budget: s.guard.clone(),
             },
             matrix: s.cells.clone(),
+            models: s.models.clone(),
             cdfs,
             itl,
             sweeps: s.sweeps.clone(),

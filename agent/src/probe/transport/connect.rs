@@ -1,6 +1,6 @@
 //! A new connection, phase by phase: DNS, TCP connect, TLS handshake, HTTP/1 handshake.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
 use hyper::client::conn::http1;
@@ -11,6 +11,8 @@ use tokio::net::TcpStream;
 
 use latmesh_core::error_text::chain as error_chain;
 
+use super::idle_peek::IdlePeek;
+use super::read_count::{CountedIo, ReadCount};
 #[cfg(target_os = "linux")]
 use super::rx_stamp::RxStampedTcp;
 use super::stamp::ReadStamp;
@@ -80,12 +82,23 @@ fn tls_hint(e: &std::io::Error) -> String {
     }
 }
 
-/// HTTP/1 handshake over `io` (no I/O happens) and the task that drives the connection;
-/// `stamp` is the one `io`'s socket stamps.
-async fn handshake<T>(io: T, origin: &Origin, stamp: ReadStamp) -> Result<Conn, String>
+/// What a new connection knows of its socket, besides the stream itself.
+struct Socket {
+    /// `io`'s socket stamps it.
+    stamp: ReadStamp,
+    /// The address connected to.
+    peer: IpAddr,
+    /// A look at the socket while the connection is idle in the pool.
+    peek: Option<IdlePeek>,
+}
+
+/// HTTP/1 handshake over `io` (no I/O happens) and the task that drives the connection.
+async fn handshake<T>(io: T, origin: &Origin, socket: Socket) -> Result<Conn, String>
 where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let reads = ReadCount::default();
+    let io = CountedIo::new(io, reads.clone());
     // A fixed 8 KiB read buffer: hyper's default grows up to ~400 KiB when reads come faster
     // than the client consumes them, which at thousands of streams costs more memory than
     // it saves syscalls (SSE frames are small).
@@ -104,7 +117,10 @@ where
         task: task.abort_handle(),
         origin: origin.clone(),
         reused: false,
-        stamp,
+        stamp: socket.stamp,
+        reads,
+        peer: socket.peer,
+        peek: socket.peek,
     })
 }
 
@@ -119,10 +135,18 @@ pub async fn connect(
     let t = Instant::now();
     let stream = tcp(&addrs).await?;
     phases.connect = Some(t.elapsed());
-    let stamp = ReadStamp::default();
-    let stream = stamped(stream, stamp.clone())?;
+    let peer = stream
+        .peer_addr()
+        .map_err(|e| format!("tcp error: {}", error_chain(&e)))?
+        .ip();
+    let socket = Socket {
+        stamp: ReadStamp::default(),
+        peer,
+        peek: IdlePeek::of(&stream),
+    };
+    let stream = stamped(stream, socket.stamp.clone())?;
     match origin.scheme {
-        Scheme::Http => handshake(stream, origin, stamp).await,
+        Scheme::Http => handshake(stream, origin, socket).await,
         Scheme::Https => {
             let name = ServerName::try_from(origin.host.clone())
                 .map_err(|e| format!("tls error: invalid server name: {e}"))?;
@@ -140,7 +164,7 @@ pub async fn connect(
                     String::from_utf8_lossy(p)
                 ));
             }
-            handshake(stream, origin, stamp).await
+            handshake(stream, origin, socket).await
         }
     }
 }

@@ -8,7 +8,10 @@
 //!   rustls (ring provider, webpki roots plus any extra roots the [`Prober`](super::Prober)
 //!   was given, SNI from the host, ALPN `http/1.1` only), then hyper's HTTP/1 handshake
 //!   (no I/O) with the connection driven by a spawned task;
-//! * [`pool`]: idle connections per origin (scheme, host, port), reused most recent first.
+//! * [`pool`]: idle connections per origin (scheme, host, port), reused most recent first;
+//! * [`idle_peek`]: the look at an idle connection's socket before it is reused;
+//! * [`read_count`]: whether any byte of a response arrived on a connection ([`on_read`]:
+//!   the I/O wrapper it and the portable read stamps use).
 //!
 //! HTTP/1.1 only, deliberately: it is what the OpenAI Python SDK (httpx) speaks by default,
 //! so the numbers are those an SDK user sees, and one request per connection at a time makes
@@ -19,11 +22,15 @@
 //! hyper reports it ready for another request. One whose response was abandoned (a timeout,
 //! an error, a drain grace that expired, a body too large to keep) is dropped, which closes
 //! it: its connection task is aborted. Idle connections expire after [`pool::IDLE_TIMEOUT`]
-//! and are checked for a close by the server before reuse; at most
-//! [`pool::MAX_IDLE_PER_ORIGIN`] are kept per origin.
+//! and are checked for a close by the server before reuse (hyper's view of the connection,
+//! and the socket itself: [`idle_peek`]); at most [`pool::MAX_IDLE_PER_ORIGIN`] are kept per
+//! origin.
 
 pub mod connect;
+pub mod idle_peek;
+pub mod on_read;
 pub mod pool;
+pub mod read_count;
 #[cfg(target_os = "linux")]
 pub mod rx_stamp;
 pub mod stamp;
@@ -56,6 +63,9 @@ const READY_WAIT: Duration = Duration::from_secs(1);
 pub struct Phases {
     /// The connection came from the pool (then no phase has a duration).
     pub reused: bool,
+    /// The request went first on a pooled connection that failed before any byte of the
+    /// response arrived; the phases are those of the new connection it was sent on again.
+    pub retried: bool,
     /// Name resolution, when it ran and succeeded (never for an IP literal).
     pub dns: Option<Duration>,
     /// TCP connect (all addresses tried), when it succeeded.
@@ -69,9 +79,10 @@ fn us(d: Duration) -> u64 {
 }
 
 impl Phases {
-    /// Sets `conn_reused`, `dns_us`, `connect_us` and `tls_us` of `rec`.
+    /// Sets `conn_reused`, `conn_retried`, `dns_us`, `connect_us` and `tls_us` of `rec`.
     pub fn apply(&self, rec: &mut ProbeRecord) {
         rec.conn_reused = self.reused;
+        rec.conn_retried = self.retried;
         rec.dns_us = self.dns.map(us);
         rec.connect_us = self.connect.map(us);
         rec.tls_us = self.tls.map(us);
@@ -177,6 +188,12 @@ pub struct Conn {
     reused: bool,
     /// When the bytes of the socket's latest read arrived.
     stamp: stamp::ReadStamp,
+    /// Reads above TLS that returned bytes.
+    reads: read_count::ReadCount,
+    /// The address the socket is connected to.
+    peer: IpAddr,
+    /// A look at the socket while idle (`None`: not available here).
+    peek: Option<idle_peek::IdlePeek>,
 }
 
 impl std::fmt::Debug for Conn {
@@ -196,9 +213,21 @@ impl Drop for Conn {
 }
 
 impl Conn {
-    /// Whether the connection came from the pool.
-    pub fn reused(&self) -> bool {
-        self.reused
+    /// The address the connection's socket is connected to.
+    pub fn peer(&self) -> IpAddr {
+        self.peer
+    }
+
+    /// Reads that returned response bytes (above TLS) on this connection so far: unchanged
+    /// across a failed send means no byte of its response arrived.
+    pub fn reads(&self) -> u64 {
+        self.reads.get()
+    }
+
+    /// Whether an idle connection's socket has nothing to read and no end of stream
+    /// ([`idle_peek`]); `true` where the socket cannot be looked at.
+    pub fn idle_quiet(&self) -> bool {
+        self.peek.as_ref().is_none_or(idle_peek::IdlePeek::quiet)
     }
 
     /// When bytes that just reached the probe arrived at the socket (the kernel's receive

@@ -52,18 +52,27 @@ impl Pool {
         });
     }
 
-    /// The most recently returned usable connection to `origin`.
+    /// The most recently returned usable connection to `origin`. The one taken is also
+    /// looked at on its socket ([`Conn::idle_quiet`]: one system call, so only for it, not
+    /// in every prune); one the server closed is dropped and the next one is looked at.
     pub fn take(&self, origin: &Origin) -> Option<Conn> {
         let mut dropped = Vec::new();
         let conn = {
             let mut map = self.lock();
             Self::prune(&mut map, Instant::now(), &mut dropped);
             let list = map.get_mut(origin)?;
-            let c = list.pop().map(|i| i.conn);
+            let mut found = None;
+            while let Some(i) = list.pop() {
+                if i.conn.idle_quiet() {
+                    found = Some(i.conn);
+                    break;
+                }
+                dropped.push(i);
+            }
             if list.is_empty() {
                 map.remove(origin);
             }
-            c
+            found
         };
         // Closing happens outside the lock.
         drop(dropped);

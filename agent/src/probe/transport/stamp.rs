@@ -15,13 +15,11 @@
 //! next bytes only after the frame before was taken, so `L` is normally `R` itself; when it is
 //! later, it is still no later than the probe's own clock, the stamp taken before.
 
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use super::on_read::{ObservedIo, OnRead};
 
 /// The process's reference instant for stamps (stamps are ns after it, plus 1; 0 = none).
 fn epoch() -> Instant {
@@ -68,68 +66,18 @@ impl ReadStamp {
     }
 }
 
+impl OnRead for ReadStamp {
+    /// Stamps the read's instant.
+    fn on_read(&self) {
+        self.mark_at(Instant::now());
+    }
+}
+
 /// I/O that stamps its [`ReadStamp`] with the instant of every read that returned bytes;
 /// writes pass through. The probe's sockets use it where the kernel gives no receive times
 /// (not Linux; there [`RxStampedTcp`](super::rx_stamp::RxStampedTcp)).
-#[derive(Debug)]
 #[cfg_attr(target_os = "linux", allow(dead_code))]
-pub struct StampedIo<T> {
-    io: T,
-    stamp: ReadStamp,
-}
-
-#[cfg_attr(target_os = "linux", allow(dead_code))]
-impl<T> StampedIo<T> {
-    /// `io`, stamping `stamp`.
-    pub fn new(io: T, stamp: ReadStamp) -> Self {
-        StampedIo { io, stamp }
-    }
-}
-
-impl<T: AsyncRead + Unpin> AsyncRead for StampedIo<T> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.stamp.mark_at(Instant::now());
-        }
-        polled
-    }
-}
-
-impl<T: AsyncWrite + Unpin> AsyncWrite for StampedIo<T> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-}
+pub type StampedIo<T> = ObservedIo<T, ReadStamp>;
 
 #[cfg(test)]
 mod tests {

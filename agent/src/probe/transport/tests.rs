@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use latmesh_core::plan::Timeouts;
@@ -59,6 +60,7 @@ async fn run(p: &Prober, base: &str, t: &Timeouts) -> ProbeResult {
         top_p: None,
         timeouts: t,
         probe_id: None,
+        user_agent: None,
     };
     p.probe(&req, true).await
 }
@@ -204,6 +206,208 @@ async fn a_connection_the_server_closed_while_idle_is_not_reused() {
     assert_new(&r.record, false, false);
 }
 
+/// What a scripted server does with one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Act {
+    /// A complete keep-alive answer ([`sse_response`]).
+    Answer,
+    /// Closes the connection (FIN) without a byte of response.
+    Close,
+    /// Closes it with a TCP reset, without a byte of response.
+    Reset,
+    /// The first bytes of a status line, then a close.
+    PartialHead,
+    /// The head and the first event of the body, then a close.
+    PartialBody,
+}
+
+/// A server whose `c`-th connection (0-based, in accept order) does `act(c, r)` with its
+/// `r`-th request (0-based on that connection), keeping the connection after `Answer` only
+/// (whatever the response said: it advertises keep-alive). Returns a new prober, the
+/// server's base URL and the count of connections it accepted.
+async fn scripted(act: fn(usize, usize) -> Act) -> (Prober, String, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let c = count.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut r = 0;
+                while read_request(&mut s).await {
+                    let whole = sse_response();
+                    let head_end = whole.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+                    let bytes = match act(c, r) {
+                        Act::Answer => &whole[..],
+                        Act::Close => &[][..],
+                        Act::Reset => {
+                            // A zero linger makes the close a reset (and does not block).
+                            #[allow(deprecated)]
+                            let _ = s.set_linger(Some(Duration::ZERO));
+                            return;
+                        }
+                        Act::PartialHead => &whole[..11],
+                        Act::PartialBody => {
+                            let event = whole[head_end..].windows(2).position(|w| w == b"\n\n");
+                            &whole[..head_end + event.unwrap() + 2]
+                        }
+                    };
+                    if s.write_all(bytes).await.is_err() || act(c, r) != Act::Answer {
+                        break;
+                    }
+                    r += 1;
+                }
+                let _ = s.shutdown().await;
+            });
+        }
+    });
+    (
+        Prober::new(None).unwrap(),
+        format!("http://{addr}/v1"),
+        accepted,
+    )
+}
+
+/// A server that closes each connection after one response although it says keep-alive
+/// (llama-server): the request that finds the pooled connection closed before any response
+/// byte (FIN or reset) is sent again at once on a new connection, recorded, and is `ok`.
+#[tokio::test]
+async fn a_pooled_connection_closed_before_the_response_is_retried_on_a_new_one() {
+    let fin: fn(usize, usize) -> Act = |_, r| if r == 0 { Act::Answer } else { Act::Close };
+    let reset: fn(usize, usize) -> Act = |_, r| if r == 0 { Act::Answer } else { Act::Reset };
+    for (close, act) in [("fin", fin), ("reset", reset)] {
+        let (p, base, accepted) = scripted(act).await;
+        let t = timeouts(2.0, 5.0);
+        assert_eq!(how(&run(&p, &base, &t).await.record), OK_NEW, "{close}");
+        for i in 2..=4 {
+            let r = run(&p, &base, &t).await.record;
+            assert_eq!(how(&r), (Some(Outcome::Ok), false, true), "{close} {r:?}");
+            // The phases are the new connection's; TTFB includes the failed try and them.
+            assert_new(&r, false, false);
+            assert!(r.ttfb_us.unwrap() >= r.connect_us.unwrap(), "{r:?}");
+            let n = accepted.load(Ordering::SeqCst);
+            assert_eq!(n, i, "{close}: one new connection per request");
+        }
+    }
+}
+
+/// A pooled connection the server closed while it was idle is not reused when the close
+/// reached the socket, even before hyper's connection task has run to see it (this
+/// runtime has one thread, blocked while the FIN arrives): no request is lost on it, so
+/// none needs the retry.
+#[tokio::test]
+async fn a_close_on_the_idle_socket_is_seen_before_reuse() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (closed_tx, closed_rx) = std::sync::mpsc::channel();
+    let (close_tx, close_rx) = std::sync::mpsc::channel::<()>();
+    let server = std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        for c in 0..2 {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 8192];
+            let mut req = Vec::new();
+            while !req.windows(4).any(|w| w == b"\r\n\r\n") || !req.ends_with(b"}") {
+                let n = s.read(&mut buf).unwrap();
+                assert!(n > 0, "request cut short");
+                req.extend_from_slice(&buf[..n]);
+            }
+            s.write_all(&sse_response()).unwrap();
+            if c == 0 {
+                close_rx.recv().unwrap();
+                s.shutdown(std::net::Shutdown::Write).unwrap();
+                closed_tx.send(()).unwrap();
+            }
+            kept.push(s);
+        }
+    });
+    let p = Prober::new(None).unwrap();
+    let base = format!("http://{addr}/v1");
+    let t = timeouts(2.0, 5.0);
+    assert_eq!(how(&run(&p, &base, &t).await.record), OK_NEW);
+    close_tx.send(()).unwrap();
+    // Blocks the runtime's only thread: hyper's task cannot run while the FIN arrives
+    // (on loopback it is delivered by the shutdown call itself; the wait is a margin).
+    closed_rx.recv().unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let r = run(&p, &base, &t).await.record;
+    assert_eq!(how(&r), OK_NEW, "{r:?}");
+    server.join().unwrap();
+}
+
+/// `(outcome, conn_reused, conn_retried)` of a record.
+fn how(r: &ProbeRecord) -> (Option<Outcome>, bool, bool) {
+    (r.outcome, r.conn_reused, r.conn_retried)
+}
+
+const OK_NEW: (Option<Outcome>, bool, bool) = (Some(Outcome::Ok), false, false);
+
+/// Once a byte of the response arrived, a close is the provider's fault: not retried.
+#[tokio::test]
+async fn a_close_after_response_bytes_is_the_providers_error() {
+    let (p, base, accepted) = scripted(|c, r| match (c, r) {
+        (_, 0) => Act::Answer,
+        (0, _) => Act::PartialHead,
+        _ => Act::PartialBody,
+    })
+    .await;
+    let t = timeouts(2.0, 5.0);
+    assert_eq!(how(&run(&p, &base, &t).await.record), OK_NEW);
+    // Part of a status line on the pooled connection, then a close.
+    let r = run(&p, &base, &t).await.record;
+    let failed = (Some(Outcome::ConnectionError), true, false);
+    assert_eq!(how(&r), failed, "{r:?}");
+    assert_eq!(how(&run(&p, &base, &t).await.record), OK_NEW);
+    // The head and a token, then a close.
+    let r = run(&p, &base, &t).await.record;
+    assert!(r.ttft_us.is_some(), "{r:?}");
+    assert_eq!(how(&r), (Some(Outcome::Truncated), true, false), "{r:?}");
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        2,
+        "no connection for a retry"
+    );
+}
+
+/// A new connection that fails is never retried: neither the first one of a request nor
+/// the one a retry opened.
+#[tokio::test]
+async fn a_new_connection_is_never_retried() {
+    let (p, base, accepted) = scripted(|c, r| {
+        if (c, r) == (0, 0) {
+            Act::Answer
+        } else {
+            Act::Close
+        }
+    })
+    .await;
+    let t = timeouts(2.0, 5.0);
+    assert_eq!(how(&run(&p, &base, &t).await.record), OK_NEW);
+    // Pooled connection closed → retried once on a new one, which closes too.
+    let r = run(&p, &base, &t).await.record;
+    assert_eq!(
+        how(&r),
+        (Some(Outcome::ConnectionError), false, true),
+        "{r:?}"
+    );
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    // Nothing pooled: a new connection, closed, not retried.
+    let r = run(&p, &base, &t).await.record;
+    assert_eq!(
+        how(&r),
+        (Some(Outcome::ConnectionError), false, false),
+        "{r:?}"
+    );
+    let msg = r.error_message.unwrap();
+    assert!(
+        msg.contains("connection closed before message completed"),
+        "{msg}"
+    );
+    assert_eq!(accepted.load(Ordering::SeqCst), 3);
+}
+
 #[tokio::test]
 async fn a_refused_connection_still_has_its_dns_time() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -224,6 +428,7 @@ async fn a_refused_connection_still_has_its_dns_time() {
     );
     assert!(r.record.dns_us.is_some(), "{:?}", r.record);
     assert_eq!((r.record.connect_us, r.record.tls_us), (None, None));
+    assert!(!r.record.conn_retried, "a new connection is not retried");
     let msg = r.record.error_message.unwrap();
     assert!(msg.contains("tcp connect error"), "{msg}");
 }
