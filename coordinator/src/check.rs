@@ -53,8 +53,11 @@
 //! ```
 //!
 //! Every rule also takes `region` (default: each region, not the `ALL` row; `"ALL"`: only
-//! the merged row), `provider` and `scenario` (default: all) and `min_samples` (a floor on top
-//! of the sample-size policy below).
+//! the merged row), `provider` and `scenario` (default: every scenario but sweeps) and
+//! `min_samples` (a floor on top of the sample-size policy below). A sweep scenario's matrix
+//! cell merges every concurrency step, so two runs of it compare mixtures of load levels (and
+//! of how loaded the agents' machines were): a rule checks one only when it names it with
+//! `scenario`, and the report says which were left out.
 //!
 //! # Evidence: the sample-size policy and significance
 //!
@@ -472,6 +475,9 @@ pub struct Snapshot {
     /// Whether every percentile can be computed, with its interval, from the merged
     /// histograms (ClickHouse); `false` for a summary file.
     pub exact: bool,
+    /// The sweep (closed-loop concurrency steps) scenarios among the cells: rules that name
+    /// no scenario leave them out (their cells merge every step).
+    pub sweep_scenarios: BTreeSet<String>,
 }
 
 impl Snapshot {
@@ -492,8 +498,22 @@ impl Snapshot {
                 })
                 .collect(),
             exact: false,
+            sweep_scenarios: s.sweeps.iter().map(|r| r.scenario.clone()).collect(),
         }
     }
+}
+
+/// The sweep scenarios of a stored plan (JSON); none when it does not parse.
+fn sweep_scenarios_of(plan_json: &str) -> BTreeSet<String> {
+    serde_json::from_str::<latmesh_core::plan::Plan>(plan_json)
+        .map(|p| {
+            p.scenarios
+                .iter()
+                .filter(|s| matches!(s.load, latmesh_core::load::LoadModel::Sweep(_)))
+                .map(|s| s.name.clone())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// A rule that fired on one cell.
@@ -707,12 +727,15 @@ async fn clickhouse_snapshot(
             cell.set(m, p, e);
         }
     }
-    let start = match scope {
-        Scope::Campaign(id) => query::campaign(client, db, id)
-            .await?
-            .map(|c| c.start_at_us as i64),
+    let stored = match scope {
+        Scope::Campaign(id) => query::campaign(client, db, id).await?,
         Scope::Range(..) => None,
     };
+    let start = stored.as_ref().map(|c| c.start_at_us as i64);
+    let sweep_scenarios = stored
+        .as_ref()
+        .map(|c| sweep_scenarios_of(&c.plan_json))
+        .unwrap_or_default();
     Ok(Snapshot {
         label,
         campaign_id: match scope {
@@ -722,6 +745,7 @@ async fn clickhouse_snapshot(
         start_at_unix_us: start,
         cells,
         exact: true,
+        sweep_scenarios,
     })
 }
 
@@ -754,8 +778,13 @@ async fn runs_named(
     Ok(runs)
 }
 
-fn matches(rule: &Rule, key: &CellKey) -> bool {
+/// Whether `rule` checks the cell `key`; `sweeps` are the sweep scenarios, left out unless
+/// the rule names one.
+fn matches(rule: &Rule, key: &CellKey, sweeps: &BTreeSet<String>) -> bool {
     let (region, provider, scenario) = key;
+    if rule.scenario.is_none() && sweeps.contains(scenario) {
+        return false;
+    }
     let region_ok = match &rule.region {
         None => region != ALL,
         Some(r) => r == region,
@@ -847,6 +876,20 @@ pub fn evaluate(rules: &[Rule], current: &Snapshot, baseline: Option<&Snapshot>)
         checked: 0,
         skipped: Vec::new(),
     };
+    let left_out: Vec<&str> = current
+        .sweep_scenarios
+        .iter()
+        .filter(|sc| current.cells.keys().any(|k| &k.2 == *sc))
+        .map(String::as_str)
+        .collect();
+    if !left_out.is_empty() && rules.iter().any(|r| r.scenario.is_none()) {
+        report.skipped.push(format!(
+            "sweep scenario(s) {} left out: a sweep's matrix merges every concurrency step, so \
+             runs compare mixed load levels (a rule with scenario = \"{}\" checks it)",
+            left_out.join(", "),
+            left_out[0]
+        ));
+    }
     for rule in rules {
         if matches!(rule.kind, RuleKind::AbovePrevDayMean { .. }) {
             continue;
@@ -858,7 +901,11 @@ pub fn evaluate(rules: &[Rule], current: &Snapshot, baseline: Option<&Snapshot>)
         };
         let (mut matched, mut too_small, mut missing, mut no_baseline, mut points_only) =
             (0u64, 0u64, 0u64, 0u64, 0u64);
-        for (key, cur) in current.cells.iter().filter(|(k, _)| matches(rule, k)) {
+        for (key, cur) in current
+            .cells
+            .iter()
+            .filter(|(k, _)| matches(rule, k, &current.sweep_scenarios))
+        {
             matched += 1;
             let finding = match &rule.kind {
                 RuleKind::ErrorPctAbove { limit_pct } => {
@@ -1076,7 +1123,7 @@ pub fn evaluate_prev_day(
     let supported =
         |id: &String, key: &CellKey| values.get(id)?.get(key).filter(|e| e.n >= need).copied();
     let (mut unsupported, mut points_only) = (0u64, 0u64);
-    for key in cells.keys().filter(|k| matches(rule, k)) {
+    for key in cells.keys().filter(|k| matches(rule, k, &BTreeSet::new())) {
         let prev: Vec<Estimate> = earlier
             .iter()
             .filter_map(|(id, _)| supported(id, key))
@@ -1164,6 +1211,7 @@ async fn prev_day_rules(
         .ok_or_else(|| anyhow!("campaign {current:?} is not stored"))?;
     let all_runs = runs_named(client, db, &row.name).await?;
     let cur_start = row.start_at_us as i64;
+    let sweeps = sweep_scenarios_of(&row.plan_json);
     let runs: Vec<(String, i64)> = all_runs
         .into_iter()
         .filter(|(id, s)| *s < cur_start || id == current)
@@ -1188,6 +1236,9 @@ async fn prev_day_rules(
             let cells = estimates(client, db, &QueryFilter::campaign(id), &needs).await?;
             let run = values.entry(id.clone()).or_default();
             for (key, list) in cells {
+                if rule.scenario.is_none() && sweeps.contains(&key.2) {
+                    continue;
+                }
                 if let Some((_, _, e)) = list.into_iter().next() {
                     run.insert(key, e);
                 }

@@ -337,6 +337,61 @@ fn rules_need_significance_when_intervals_are_known() {
     assert_eq!(r.exit_code(), 0);
 }
 
+/// A sweep scenario's cell merges every concurrency step: rules that name no scenario leave
+/// it out (and say so); a rule naming it checks it.
+#[test]
+fn sweep_scenarios_are_checked_only_when_named() {
+    let cell = |ms: f64, ci: (f64, f64)| {
+        let mut c = CellStats::default();
+        (c.samples, c.attempts, c.failed) = (1000, 1000, (0, 1000));
+        c.set(
+            Metric::Ttft,
+            99.0,
+            Estimate {
+                ms,
+                n: 1000,
+                ci_ms: Some(ci),
+            },
+        );
+        c
+    };
+    let key = |scenario: &str| ("us-east".to_string(), "alpha".to_string(), scenario.into());
+    let snap = |label: &str, ms: f64, ci: (f64, f64)| Snapshot {
+        label: label.into(),
+        cells: BTreeMap::from([
+            (key("chat"), cell(300.0, (280.0, 330.0))),
+            (key("sw"), cell(ms, ci)),
+        ]),
+        exact: true,
+        sweep_scenarios: ["sw".to_string()].into(),
+        ..Default::default()
+    };
+    let base = snap("base", 300.0, (280.0, 330.0));
+    // The sweep cell is 60 % slower, significantly.
+    let slow = snap("slow", 480.0, (450.0, 510.0));
+    let rules =
+        parse_rules("[[rules]]\nname = \"up\"\nkind = \"p99_increase_pct\"\nthreshold = 30\n")
+            .unwrap();
+    let r = evaluate(&rules, &slow, Some(&base));
+    assert!(r.fired.is_empty(), "{}", r.render());
+    assert_eq!(r.checked, 1, "only the chat cell");
+    assert!(
+        r.skipped
+            .iter()
+            .any(|m| m.starts_with("sweep scenario(s) sw left out")),
+        "{:?}",
+        r.skipped
+    );
+    let named = parse_rules(
+        "[[rules]]\nname = \"up\"\nkind = \"p99_increase_pct\"\nthreshold = 30\nscenario = \"sw\"\n",
+    )
+    .unwrap();
+    let r = evaluate(&named, &slow, Some(&base));
+    assert_eq!(r.fired.len(), 1, "{}", r.render());
+    assert_eq!(r.fired[0].scenario, "sw");
+    assert!(r.skipped.is_empty(), "{:?}", r.skipped);
+}
+
 fn prev_rule(factor: f64, runs: u32) -> Rule {
     Rule {
         name: "p95-prev-day".into(),
