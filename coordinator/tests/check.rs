@@ -284,6 +284,22 @@ fn rules_fire_on_known_numbers() {
     assert_eq!(r.fired[0].current, 100.0);
 }
 
+/// A cell of 1000 `ok` attempts whose TTFT P99 is `ms` with the interval `ci`.
+fn ttft_p99_cell(ms: f64, ci: (f64, f64)) -> CellStats {
+    let mut c = CellStats::default();
+    (c.samples, c.attempts, c.failed) = (1000, 1000, (0, 1000));
+    c.set(
+        Metric::Ttft,
+        99.0,
+        Estimate {
+            ms,
+            n: 1000,
+            ci_ms: Some(ci),
+        },
+    );
+    c
+}
+
 /// Rules on estimates with intervals (what ClickHouse gives): over the threshold on the
 /// points fires only when the intervals are separated; an absolute limit needs the lower
 /// bound above it.
@@ -294,24 +310,11 @@ fn rules_need_significance_when_intervals_are_known() {
         "alpha".to_string(),
         "chat".to_string(),
     );
-    let snap = |label: &str, ms: f64, ci: (f64, f64)| {
-        let mut c = CellStats::default();
-        (c.samples, c.attempts, c.failed) = (1000, 1000, (0, 1000));
-        c.set(
-            Metric::Ttft,
-            99.0,
-            Estimate {
-                ms,
-                n: 1000,
-                ci_ms: Some(ci),
-            },
-        );
-        Snapshot {
-            label: label.into(),
-            cells: BTreeMap::from([(key.clone(), c)]),
-            exact: true,
-            ..Default::default()
-        }
+    let snap = |label: &str, ms: f64, ci: (f64, f64)| Snapshot {
+        label: label.into(),
+        cells: BTreeMap::from([(key.clone(), ttft_p99_cell(ms, ci))]),
+        exact: true,
+        ..Default::default()
     };
     let rules = parse_rules(
         "[[rules]]\nname = \"up\"\nkind = \"p99_increase_pct\"\nthreshold = 30\n\
@@ -341,20 +344,7 @@ fn rules_need_significance_when_intervals_are_known() {
 /// it out (and say so); a rule naming it checks it.
 #[test]
 fn sweep_scenarios_are_checked_only_when_named() {
-    let cell = |ms: f64, ci: (f64, f64)| {
-        let mut c = CellStats::default();
-        (c.samples, c.attempts, c.failed) = (1000, 1000, (0, 1000));
-        c.set(
-            Metric::Ttft,
-            99.0,
-            Estimate {
-                ms,
-                n: 1000,
-                ci_ms: Some(ci),
-            },
-        );
-        c
-    };
+    let cell = ttft_p99_cell;
     let key = |scenario: &str| ("us-east".to_string(), "alpha".to_string(), scenario.into());
     let snap = |label: &str, ms: f64, ci: (f64, f64)| Snapshot {
         label: label.into(),
