@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Version of the metric definitions of `docs/metrics.md`; stored with every campaign. Bump it when a
-/// definition changes.
+/// Version of the metric definitions of `docs/metrics.md`; stored with every campaign. Bump it
+/// when a definition changes.
 pub const METRICS_VERSION: u32 = 4;
 
 /// A latency metric kept as an HDR histogram, in microseconds.
