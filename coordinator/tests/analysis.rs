@@ -457,7 +457,9 @@ fn a_campaign_s_intervals_verdicts_flags_ranks_and_selection() {
     let lat = |p: &str| row(p).latency.raw.unwrap();
     let median = (lat("spiky") + lat("mid")) / 2.0;
     for p in ["fast", "spiky", "mid", "slow"] {
-        let want = (0.5 - (lat(p) / median).log2() / 2.0).clamp(0.0, 1.0);
+        // × the share of attempts that worked (a failed attempt scores 0).
+        let ok_share = 1.0 - row(p).stability.raw.unwrap() / 100.0;
+        let want = (0.5 - (lat(p) / median).log2() / 2.0).clamp(0.0, 1.0) * ok_share;
         assert!((row(p).latency.score.unwrap() - want).abs() < 1e-12, "{p}");
     }
     assert_eq!(
@@ -663,6 +665,46 @@ fn a_provider_failing_92_percent_ranks_below_a_clean_one() {
     // the total gap is at least the stability weight × the score gap minus latency's weight
     // × its latency gain.
     assert!(row("clean").total > row("throttled").total + 0.2);
+}
+
+/// A provider answering a quarter of its requests, fast (a requests-per-minute quota
+/// refusing the rest), must not rank first on the speed of its few successes: latency and
+/// price count a failed attempt as 0. With the README's example weights (latency 0.4,
+/// stability 0.2, price 0.2) and equal prices it ranks below both clean providers, and the
+/// text says which share of attempts its latency stands for.
+#[test]
+fn fast_successes_of_a_mostly_failing_provider_do_not_win_the_ranking() {
+    let providers = [
+        ("quota", 0.30, 1.20),
+        ("clean1", 0.30, 1.20),
+        ("clean2", 0.30, 1.20),
+    ];
+    let plan = selection_plan(
+        &providers,
+        "{ latency = 0.4, stability = 0.2, price = 0.2 }",
+        50.0,
+    );
+    let data = selection_data(
+        plan,
+        vec![
+            Measured {
+                name: "quota",
+                attempts: 24,
+                throttled: 18,
+                ttft: shaped(6, 100.0, 0, 100.0),
+            },
+            clean("clean1", 24, 300.0),
+            clean("clean2", 24, 400.0),
+        ],
+    );
+    let order = ranked(&data);
+    assert_eq!(order.last().map(String::as_str), Some("quota"), "{order:?}");
+    let t = us_east(&data);
+    let quota = &t.row("quota").latency;
+    // Its successes are the fastest (score 1 alone), a quarter of its attempts worked.
+    assert_eq!(quota.score, Some(0.25), "{quota:?}");
+    assert_eq!(quota.text, "102 ms × ok 25%");
+    assert_eq!(t.row("clean1").latency.text, "312 ms");
 }
 
 /// One slow outlier (5 s) must not squeeze the others' latency scores into a narrow band so

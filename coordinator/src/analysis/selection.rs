@@ -28,6 +28,12 @@
 //!   scores under 0.1 whatever its successes look like; 0 failures in 12 attempts score
 //!   0.76, in 1000 attempts 0.996. The latency spread of the successes is not part of it
 //!   (choose `latency_percentile = 95` or `99` to rank by the tail).
+//! * **latency and price count every attempt**: both scores are multiplied by the share of
+//!   attempts that worked (`ok` / attempts, the same attempts as stability's), so a failed
+//!   attempt scores 0 in them, as the slowest and most expensive answer would: a provider
+//!   answering a quarter of its requests fast keeps a quarter of its latency score (its
+//!   successes alone would make it the fastest). The raw value shown is still the successes'
+//!   latency and the price of an attempt; the text adds `× ok 25%` when the share is below 1.
 //! * **user components, absolute**: `score = value / score_scale` (quality, compatibility,
 //!   compliance): the user already put them on one scale.
 //!
@@ -264,6 +270,14 @@ pub fn table(
                 _ => "no samples".into(),
             };
             let wilson = failures[i].and_then(|(k, n)| latmesh_core::proportion::wilson(k, n));
+            // Share of attempts that worked: latency and price count a failed attempt as 0.
+            let ok_share = failures[i].map_or(0.0, |(k, n)| 1.0 - k as f64 / n as f64);
+            let per_attempt = |score: Option<f64>| score.map(|v| v * ok_share);
+            let share_text = if ok_share < 1.0 {
+                format!(" × ok {:.0}%", ok_share * 100.0)
+            } else {
+                String::new()
+            };
             let row = SelectionRow {
                 rank: 0,
                 provider: p.name.clone(),
@@ -272,9 +286,9 @@ pub fn table(
                     raw: measured[i].map(|(v, _)| v),
                     score: match measured[i] {
                         Some((_, false)) => Some(0.0),
-                        _ => latency_s[i],
+                        _ => per_attempt(latency_s[i]),
                     },
-                    text: latency_text,
+                    text: format!("{latency_text}{share_text}"),
                     unsupported: measured[i].is_some_and(|(_, ok)| !ok),
                 },
                 stability: Component {
@@ -287,8 +301,8 @@ pub fn table(
                 },
                 price: Component {
                     raw: price[i],
-                    score: price_s[i],
-                    text: price[i].map_or("no price".into(), |v| format!("${v:.3}/1k")),
+                    score: per_attempt(price_s[i]),
+                    text: price[i].map_or("no price".into(), |v| format!("${v:.3}/1k{share_text}")),
                     unsupported: false,
                 },
                 quality: user(&p.name, |s| s.quality),
