@@ -57,7 +57,8 @@
 //! `min_samples` (a floor on top of the sample-size policy below). A sweep scenario's matrix
 //! cell merges every concurrency step, so two runs of it compare mixtures of load levels (and
 //! of how loaded the agents' machines were): a rule checks one only when it names it with
-//! `scenario`, and the report says which were left out.
+//! `scenario`, and the report says which were left out. A `region`, `provider` or `scenario`
+//! that names nothing in the current campaign is an error ([`check_filters`]).
 //!
 //! # Evidence: the sample-size policy and significance
 //!
@@ -1249,6 +1250,45 @@ async fn prev_day_rules(
     Ok(())
 }
 
+/// Every `region`, `provider` and `scenario` a rule names must name one of `current`'s cells:
+/// a misspelled filter would otherwise check nothing while other rules pass the gate.
+///
+/// # Errors
+/// The first filter that names nothing, with the names `current` has.
+pub fn check_filters(rules: &[Rule], current: &Snapshot) -> anyhow::Result<()> {
+    let names = |i: usize| -> BTreeSet<&str> {
+        current
+            .cells
+            .keys()
+            .map(|k| match i {
+                0 => k.0.as_str(),
+                1 => k.1.as_str(),
+                _ => k.2.as_str(),
+            })
+            .collect()
+    };
+    for r in rules {
+        for (i, key, value) in [
+            (0, "region", &r.region),
+            (1, "provider", &r.provider),
+            (2, "scenario", &r.scenario),
+        ] {
+            let Some(v) = value else { continue };
+            let have = names(i);
+            if !have.contains(v.as_str()) {
+                let list: Vec<&str> = have.into_iter().collect();
+                bail!(
+                    "rule {:?}: {key} = {v:?} names no {key} of {} (it has: {})",
+                    r.name,
+                    current.label,
+                    list.join(", ")
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Loads everything and evaluates the rules (no printing, no webhook).
 ///
 /// # Errors
@@ -1366,6 +1406,7 @@ pub async fn run(args: &CheckArgs) -> anyhow::Result<CheckReport> {
             }
         }
     }
+    check_filters(&rules, &current)?;
     let mut report = evaluate(&rules, &current, baseline.as_ref());
     let prev_day: Vec<&Rule> = rules
         .iter()

@@ -8,7 +8,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 use latmesh_coordinator::check::{
-    CellStats, CheckReport, Estimate, Rule, RuleKind, RunValues, Snapshot, evaluate,
+    CellStats, CheckReport, Estimate, Rule, RuleKind, RunValues, Snapshot, check_filters, evaluate,
     evaluate_prev_day, parse_rules, post_json,
 };
 use latmesh_coordinator::summary::Summary;
@@ -282,6 +282,55 @@ fn rules_fire_on_known_numbers() {
     let r = evaluate(&rules[2..], &dead, None);
     assert_eq!(r.fired.len(), 1);
     assert_eq!(r.fired[0].current, 100.0);
+}
+
+/// A misspelled `region`, `provider` or `scenario` is an error naming the rule and what the
+/// campaign has, not a rule that silently checks nothing while the gate passes.
+#[test]
+fn a_filter_naming_nothing_is_an_error() {
+    let snap = Snapshot::from_summary(
+        "c".into(),
+        &summary(
+            "c",
+            &[
+                ("alpha", [1.0, 2.0, 3.0], 0.0),
+                ("beta", [1.0, 2.0, 3.0], 0.0),
+            ],
+        ),
+    );
+    let rules = |filter: &str| {
+        parse_rules(&format!(
+            "[[rules]]\nname = \"r\"\nkind = \"p99_increase_pct\"\nthreshold = 30\n{filter}\n"
+        ))
+        .unwrap()
+    };
+    for ok in [
+        "",
+        "provider = \"beta\"",
+        "region = \"ALL\"",
+        "scenario = \"chat\"",
+    ] {
+        check_filters(&rules(ok), &snap).unwrap();
+    }
+    for (filter, want) in [
+        (
+            "provider = \"alpah\"",
+            "rule \"r\": provider = \"alpah\" names no provider of c (it has: alpha, beta)",
+        ),
+        (
+            "region = \"us-est\"",
+            "rule \"r\": region = \"us-est\" names no region of c (it has: ALL, us-east)",
+        ),
+        (
+            "scenario = \"caht\"",
+            "rule \"r\": scenario = \"caht\" names no scenario of c (it has: chat)",
+        ),
+    ] {
+        let e = check_filters(&rules(filter), &snap)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, want);
+    }
 }
 
 /// A cell of 1000 `ok` attempts whose TTFT P99 is `ms` with the interval `ci`.
