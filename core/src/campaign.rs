@@ -7,7 +7,7 @@
 //! seed = 42                       # optional, default 0
 //! regions = ["us-east", "eu-west"]
 //! prompt_set = "my-prompts.jsonl" # optional, relative to this file; default: builtin set
-//! user_agent = "OpenAI/Python 3.57.0" # optional: user-agent of every provider that sets none
+//! user_agent = "OpenAI/Python 3.51.0" # optional: user-agent of every provider that sets none
 //! percentiles = [50, 90, 95, 99]  # optional (the default): what the matrices and reports show
 //!
 //! [campaign.timezones]            # optional: region → IANA zone name or fixed UTC offset

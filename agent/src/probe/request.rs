@@ -76,12 +76,12 @@ pub fn api_key_from_env(name: &str) -> Result<Option<String>, String> {
 }
 
 /// The `user-agent` of a request whose provider names none: the OpenAI Python SDK's
-/// (`OpenAI/Python {version}`, its synchronous client's, at the latest release when this
-/// was written). It is what most clients of OpenAI-compatible APIs send, so a provider
+/// (`OpenAI/Python {version}`, its synchronous client's, at the latest release on PyPI when
+/// this was written: 3.51.0, November 2026). It is what most clients of OpenAI-compatible APIs send, so a provider
 /// cannot tell a probe from its other traffic by it; latmesh's transport is HTTP/1.1 for
 /// the same reason (the SDK's default). A campaign or a provider can set another
 /// (`user_agent`, README "Campaign files").
-pub const DEFAULT_USER_AGENT: &str = "OpenAI/Python 3.57.0";
+pub const DEFAULT_USER_AGENT: &str = "OpenAI/Python 3.51.0";
 
 /// Per-request headers: content type, accept and the API key as a sensitive Bearer token
 /// (a key that is not a valid header value is left out; the provider will answer 401).
