@@ -449,7 +449,8 @@ dropped (open-loop arrivals not sent in time; not in error rates):"
         if !mismatched.is_empty() {
             let _ = writeln!(
                 out,
-                "\nusage vs chunk count (ok streamed attempts, all regions; counting chunks would be off by):"
+                "\nusage vs chunk count (ok streamed attempts, all regions; usage − token payloads, mean: \
+                 + when chunks carry several tokens, − when usage leaves tokens out):"
             );
             for c in mismatched {
                 let over = if c.tokens_over_usage > 0 {
