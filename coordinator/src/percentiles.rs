@@ -74,15 +74,23 @@ impl PercentilePoint {
 /// What terminal tables put before a percentile the samples do not support: `~812`.
 pub const UNSUPPORTED_MARK: &str = "~";
 
-/// The legend line printed under a table that shows a marked percentile: the rule, once.
+/// The legend line printed under a table that shows a marked percentile: the rule, once,
+/// with the samples each of the default percentiles (P50, P90, P95, P99) needs.
 pub fn legend() -> String {
+    legend_for(&latmesh_core::plan::DEFAULT_PERCENTILES)
+}
+
+/// [`legend`] naming the samples each percentile of `list` (e.g. a campaign's
+/// `percentiles`) needs: `~ marks … (P50 6, P99.9 3688)`.
+pub fn legend_for(list: &[f64]) -> String {
+    let needs: Vec<String> = list
+        .iter()
+        .map(|&p| format!("P{p} {}", stats::min_samples(p / 100.0)))
+        .collect();
     format!(
         "{UNSUPPORTED_MARK} marks a percentile with fewer samples than a 95% interval needs \
-         (P50 {}, P90 {}, P95 {}, P99 {})",
-        stats::min_samples(0.5),
-        stats::min_samples(0.9),
-        stats::min_samples(0.95),
-        stats::min_samples(0.99)
+         ({})",
+        needs.join(", ")
     )
 }
 

@@ -384,7 +384,7 @@ impl Summary {
                 }
                 let _ = writeln!(out, "{t}");
                 if marked {
-                    let _ = writeln!(out, "{}", crate::percentiles::legend());
+                    let _ = writeln!(out, "{}", crate::percentiles::legend_for(&self.percentiles));
                 }
             }
         }
@@ -576,6 +576,11 @@ mod tests {
         let text = s.render();
         assert!(text.contains("open: E2E ms P50/P99.9"), "{text}");
         assert!(text.contains("| 1200/~1401 |"), "{text}");
+        // The legend names the campaign's percentiles.
+        assert!(
+            text.contains("~ marks a percentile with fewer samples than a 95% interval needs (P50 6, P99.9 3688)"),
+            "{text}"
+        );
     }
 
     #[test]
