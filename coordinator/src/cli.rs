@@ -460,6 +460,9 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Campaign(CampaignCmd::Validate { file, allow_long }) => {
             let plan = campaign::load_file(&file)?;
+            if let Some(note) = latmesh_core::env_overrides::applied_overrides_note() {
+                println!("{note}");
+            }
             let duration = latmesh_core::duration::PlannedDuration::of(&plan);
             duration
                 .check(allow_long)
@@ -501,6 +504,9 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
             allow_missing_keys,
         }) => {
             let plan = campaign::load_file(&file)?;
+            if let Some(note) = latmesh_core::env_overrides::applied_overrides_note() {
+                eprintln!("{note}");
+            }
             budget.check(&plan)?;
             // Before anything is sent: a campaign of 35 days is refused unless meant.
             let duration = latmesh_core::duration::PlannedDuration::of(&plan);

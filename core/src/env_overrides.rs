@@ -99,6 +99,44 @@ fn is_override(key: &str, keys: &[String]) -> bool {
             .is_some_and(|region| !region.is_empty() && !region.contains("__"))
 }
 
+/// The campaign overrides among `vars` (variable names), each with the key it sets:
+/// `("LATMESH_ROUNDS__COUNT", "rounds.count")`, in the order given. What `validate` and
+/// `launch` print, so a stale `export` does not change a campaign unseen.
+pub fn applied_overrides<I, K>(vars: I) -> Vec<(String, String)>
+where
+    I: IntoIterator<Item = K>,
+    K: AsRef<str>,
+{
+    let keys = override_keys();
+    vars.into_iter()
+        .filter_map(|name| {
+            let name = name.as_ref();
+            let rest = name.strip_prefix(ENV_PREFIX)?.to_ascii_lowercase();
+            (!is_setting(name) && is_override(&rest, &keys))
+                .then(|| (name.to_string(), rest.replace("__", ".")))
+        })
+        .collect()
+}
+
+/// [`applied_overrides`] of this process's environment, as one line for the user
+/// (`None` without any): `environment overrides the campaign file: LATMESH_ROUNDS__COUNT
+/// sets rounds.count`.
+pub fn applied_overrides_note() -> Option<String> {
+    let mut applied =
+        applied_overrides(std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()));
+    applied.sort();
+    (!applied.is_empty()).then(|| {
+        let list: Vec<String> = applied
+            .iter()
+            .map(|(var, key)| format!("{var} sets {key}"))
+            .collect();
+        format!(
+            "environment overrides the campaign file: {}",
+            list.join(", ")
+        )
+    })
+}
+
 /// Checks the `LATMESH_*` variables among `vars` (name, value; the value is never read): each
 /// must be a campaign override or a setting.
 ///
@@ -200,6 +238,30 @@ fn fields_of<T: serde::de::DeserializeOwned>() -> &'static [&'static str] {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn applied_overrides_name_the_key_they_set() {
+        let got = applied_overrides([
+            "LATMESH_ROUNDS__COUNT",
+            "LATMESH_LOG",
+            "PATH",
+            "LATMESH_CAMPAIGN__TIMEZONES__US-EAST",
+            "LATMESH_REAL_STATE_DIR",
+        ]);
+        assert_eq!(
+            got,
+            [
+                (
+                    "LATMESH_ROUNDS__COUNT".to_string(),
+                    "rounds.count".to_string()
+                ),
+                (
+                    "LATMESH_CAMPAIGN__TIMEZONES__US-EAST".to_string(),
+                    "campaign.timezones.us-east".to_string()
+                ),
+            ]
+        );
+    }
+
     use super::*;
 
     #[test]
