@@ -900,6 +900,7 @@ pub fn evaluate(rules: &[Rule], current: &Snapshot, baseline: Option<&Snapshot>)
             RuleKind::ErrorPctAbove { .. } => rule.min_samples.max(1),
             _ => latency_samples_needed(rule),
         };
+        let mut largest_n = 0u64;
         let (mut matched, mut too_small, mut missing, mut no_baseline, mut points_only) =
             (0u64, 0u64, 0u64, 0u64, 0u64);
         for (key, cur) in current
@@ -942,6 +943,7 @@ pub fn evaluate(rules: &[Rule], current: &Snapshot, baseline: Option<&Snapshot>)
                     };
                     if e.n < need {
                         too_small += 1;
+                        largest_n = largest_n.max(e.n);
                         continue;
                     }
                     if e.ci_ms.is_none() {
@@ -977,6 +979,7 @@ pub fn evaluate(rules: &[Rule], current: &Snapshot, baseline: Option<&Snapshot>)
                     };
                     if c.n < need || b.n < need {
                         too_small += 1;
+                        largest_n = largest_n.max(c.n.min(b.n));
                         continue;
                     }
                     let significant = match (c.ci_ms, b.ci_ms) {
@@ -1038,7 +1041,7 @@ pub fn evaluate(rules: &[Rule], current: &Snapshot, baseline: Option<&Snapshot>)
                     rule.name
                 ),
                 _ => format!(
-                    "{}: {too_small} cell(s) where {what} is not supported: fewer than {need} samples on either side (sample-size policy{})",
+                    "{}: {too_small} cell(s) where {what} is not supported: fewer than {need} samples on either side (sample-size policy{}; the largest had {largest_n}: more rounds, region = \"ALL\" or a lower percentile would have more evidence)",
                     rule.name,
                     if rule.min_samples > min_samples(rule.percentile / 100.0) {
                         ", raised by min_samples"

@@ -231,7 +231,7 @@ fn rules_fire_on_known_numbers() {
     assert_eq!(r.checked, 0);
     assert!(
         r.skipped.iter().any(|s| s.contains(
-            "3 cell(s) where ttft P99 is not supported: fewer than 2000 samples on either side (sample-size policy, raised by min_samples)"
+            "3 cell(s) where ttft P99 is not supported: fewer than 2000 samples on either side (sample-size policy, raised by min_samples; the largest had 1000: more rounds, region = \"ALL\" or a lower percentile would have more evidence)"
         )),
         "{:?}",
         r.skipped
