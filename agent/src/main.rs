@@ -89,6 +89,14 @@ fn parse_heartbeat_s(s: &str) -> Result<f64, String> {
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
+    // A mistyped LATMESH_ variable (LATMESH_AGENT_EMULATE_REGIONS) would be ignored in
+    // silence: refuse it, naming the nearest real one, as the campaign commands do.
+    if let Err(e) = latmesh_core::env_overrides::check_env(
+        std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()),
+    ) {
+        eprintln!("error: {e}");
+        return std::process::ExitCode::from(2);
+    }
     let runtime = if args.worker_threads == 1 {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()

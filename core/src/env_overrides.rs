@@ -368,6 +368,7 @@ mod tests {
             "LATMESH_ROUNDS_COUNT",
             "LATMESH_CAMPAIGN__SEEED",
             "LATMESH_LOGG",
+            "LATMESH_AGENT_EMULATE_REGIONS",
         ] {
             unknown.remove(typo);
         }
