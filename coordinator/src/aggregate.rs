@@ -73,6 +73,9 @@ pub struct CellCounts {
     /// `ok` attempts whose token payloads outnumbered usage's count and were the count
     /// (`output_tokens_source = payloads_over_usage`).
     pub ok_tokens_over_usage: u64,
+    /// Attempts (any outcome) sent again on a new connection after their pooled one closed
+    /// before any response byte (`conn_retried`).
+    pub conn_retried: u64,
     /// Over `ok` attempts that reported usage: the sum of `usage_chunk_delta`
     /// (`usage.completion_tokens − token_payloads`).
     pub ok_usage_chunk_delta_sum: i64,
@@ -300,6 +303,7 @@ impl Aggregate {
                 step.ok_output_tokens += u64::from(rec.output_tokens);
             }
         }
+        cell.conn_retried += u64::from(rec.conn_retried);
         count_name(&mut cell.answered_models, rec.answered_model.as_deref(), 1);
         count_name(
             &mut cell.system_fingerprints,
@@ -434,6 +438,7 @@ impl Aggregate {
             out.ok_output_tokens += c.ok_output_tokens;
             out.ok_tokens_from_usage += c.ok_tokens_from_usage;
             out.ok_tokens_over_usage += c.ok_tokens_over_usage;
+            out.conn_retried += c.conn_retried;
             for (m, n) in &c.answered_models {
                 count_name(&mut out.answered_models, Some(m), *n);
             }

@@ -73,6 +73,11 @@ pub struct MatrixCell {
     /// were the output token count (`output_tokens_source = payloads_over_usage`).
     #[serde(default)]
     pub tokens_over_usage: u64,
+    /// Attempts (any outcome) sent again on a new connection because the pooled one they
+    /// were sent on closed before any response byte (`conn_retried`): not errors; their
+    /// TTFT and E2E include the failed try and the new connection's setup.
+    #[serde(default)]
+    pub conn_retried: u64,
     /// Mean of `usage.completion_tokens − token_payloads` over `ok` event-stream attempts that
     /// reported usage: how far counting chunks would be from the provider's token count.
     pub usage_chunk_delta_mean: Option<f64>,
@@ -296,6 +301,7 @@ fn cell(
         output_tokens_mean: (ok > 0).then(|| counts.ok_output_tokens as f64 / ok as f64),
         tokens_from_usage: counts.ok_tokens_from_usage,
         tokens_over_usage: counts.ok_tokens_over_usage,
+        conn_retried: counts.conn_retried,
         usage_chunk_delta_mean: (counts.ok_usage_reports > 0)
             .then(|| counts.ok_usage_chunk_delta_sum as f64 / counts.ok_usage_reports as f64),
         usage_chunk_mismatches: counts.ok_usage_chunk_mismatches,
@@ -469,6 +475,25 @@ dropped (open-loop arrivals not sent in time; not in error rates):"
                     c.usage_chunk_delta_mean.unwrap_or_default(),
                     c.usage_chunk_mismatches,
                     c.samples
+                );
+            }
+        }
+        let retried: Vec<&MatrixCell> = self
+            .cells
+            .iter()
+            .filter(|c| c.region == ALL_REGIONS && c.conn_retried > 0)
+            .collect();
+        if !retried.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nconnections retried (the provider closed a pooled connection before any response \
+                 byte; sent again on a new one, not an error; TTFT/E2E include the new connect):"
+            );
+            for c in retried {
+                let _ = writeln!(
+                    out,
+                    "  {:<20} {:<14} {} of {} attempts",
+                    c.provider, c.scenario, c.conn_retried, c.attempts
                 );
             }
         }
@@ -781,6 +806,8 @@ model_id = "gpt-4o"
                     },
                     token_payloads: if stream { 31 } else { 1 },
                     usage_chunk_delta: stream.then_some(8 - 31),
+                    // llama-server closes its connection after a streamed answer.
+                    conn_retried: provider == "llama" && stream,
                     answered_model: Some(
                         if provider == "llama" {
                             "smollm2"
@@ -811,6 +838,16 @@ model_id = "gpt-4o"
             "{text}"
         );
         assert!(!text.contains("whole          mean"), "{text}");
+        assert_eq!(
+            ["reasoner", "llama"].map(|p| s.cell("ALL", p, "stream").unwrap().conn_retried),
+            [0, 1]
+        );
+        assert!(
+            text.contains("\nconnections retried (the provider closed a pooled connection")
+                && text.contains("  llama                stream         1 of 1 attempts\n")
+                && !text.contains("  reasoner             stream         0 of"),
+            "{text}"
+        );
         assert!(
             text.contains(
                 "llama                answered with another model than \"gpt-4o\": smollm2"

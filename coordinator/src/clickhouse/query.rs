@@ -146,6 +146,8 @@ pub struct MatrixRow {
     pub tokens_from_usage: u64,
     /// `ok` attempts whose token payloads outnumbered usage and were the count.
     pub tokens_over_usage: u64,
+    /// Attempts sent again on a new connection (`conn_retried`).
+    pub conn_retried: u64,
     /// Attempts by the `model` the provider answered with.
     pub answered_models: BTreeMap<String, u64>,
     /// Attempts by the `system_fingerprint` the provider answered with.
@@ -192,6 +194,7 @@ impl MatrixRow {
             ok_output_tokens: 0,
             tokens_from_usage: 0,
             tokens_over_usage: 0,
+            conn_retried: 0,
             answered_models: BTreeMap::new(),
             system_fingerprints: BTreeMap::new(),
             requests: 0,
@@ -269,6 +272,7 @@ impl MatrixRow {
             output_tokens_mean: self.output_tokens_mean(),
             tokens_from_usage: self.tokens_from_usage,
             tokens_over_usage: self.tokens_over_usage,
+            conn_retried: self.conn_retried,
             answered_models,
             answered_models_more,
             system_fingerprints,
@@ -314,6 +318,7 @@ struct OutcomeCount {
     output_tokens: u64,
     from_usage: u64,
     over_usage: u64,
+    conn_retried: u64,
     final_n: u64,
     usage_n: u64,
     delta_sum: i64,
@@ -505,6 +510,7 @@ pub async fn matrix_percentiles(
         "SELECT region, provider, scenario, outcome, count() AS n, \
          sum(output_tokens) AS tokens, sum(tokens_from_usage) AS from_usage_n, \
          sum(output_tokens_source = 'payloads_over_usage') AS over_usage_n, \
+         sum(conn_retried) AS conn_retried_n, \
          sum({request_end}) AS final_n, count(usage_chunk_delta) AS usage_n, \
          sum(ifNull(usage_chunk_delta, 0)) AS delta_sum, \
          sum(ifNull(usage_chunk_delta, 0) != 0) AS mismatches, \
@@ -534,6 +540,7 @@ pub async fn matrix_percentiles(
                 .entry(key(region, &c.provider, &c.scenario))
                 .or_insert_with(|| MatrixRow::new(region, &c.provider, &c.scenario));
             cell.attempts += c.n;
+            cell.conn_retried += c.conn_retried;
             *cell.outcomes.entry(c.outcome.clone()).or_insert(0) += c.n;
             let measured = Outcome::parse(&c.outcome).is_none_or(counts_in_error_rates);
             if measured {
