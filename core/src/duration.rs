@@ -115,7 +115,7 @@ fn settings_of(plan: &Plan, kind: PhaseKind) -> String {
     }
 }
 
-/// A duration for people: `45 s`, `12 min 30 s`, `5 h 20 min`, `34.7 days`.
+/// A duration for people: `45 s`, `12 min 30 s`, `5 h 20 min` (`24 h 0 min 3 s`), `34.7 days`.
 pub fn human(us: u64) -> String {
     let s = us / 1_000_000;
     if s < 60 {
@@ -123,7 +123,13 @@ pub fn human(us: u64) -> String {
     } else if s < 3600 {
         format!("{} min {} s", s / 60, s % 60)
     } else if s < 2 * 86_400 {
-        format!("{} h {} min", s / 3600, (s % 3600) / 60)
+        // Seconds too when there are any: "24 h 0 min" must not hide that it is over 24 h.
+        let secs = if s % 60 == 0 {
+            String::new()
+        } else {
+            format!(" {} s", s % 60)
+        };
+        format!("{} h {} min{secs}", s / 3600, (s % 3600) / 60)
     } else {
         format!("{:.1} days", s as f64 / 86_400.0)
     }
@@ -206,6 +212,7 @@ model_id = "m"
         assert_eq!(human(45_000_000), "45 s");
         assert_eq!(human(750_000_000), "12 min 30 s");
         assert_eq!(human(19_200_000_000), "5 h 20 min");
+        assert_eq!(human(86_403_000_000), "24 h 0 min 3 s");
         assert_eq!(human(3_000_000_000_000), "34.7 days");
     }
 }
