@@ -250,6 +250,11 @@ fn dead_and_silent_agents_are_shown_disconnected_with_what_they_had_in_flight() 
     let proxy = TcpProxy::start(coord_addr);
     let mut killed = s.agent("killed-1", "us-east", &s.stack.coord_url);
     let _silent = s.agent("silent-1", "us-east", &proxy.url());
+    // Both in the campaign: launch targets the agents connected when it starts, and it
+    // starts as soon as us-east has one (the other, behind the proxy, may be a moment late).
+    s.wait_agents("both agents connected", Duration::from_secs(30), |a| {
+        a.len() == 2 && a.iter().all(|a| a.connected)
+    });
     let file = s.campaign(&["us-east"], 100);
     let json = s.stack.dir.path().join("summary.json");
     let _launch = s.launch(&file, &json);
