@@ -124,7 +124,7 @@ pub fn human(us: u64) -> String {
         format!("{} min {} s", s / 60, s % 60)
     } else if s < 2 * 86_400 {
         // Seconds too when there are any: "24 h 0 min" must not hide that it is over 24 h.
-        let secs = if s % 60 == 0 {
+        let secs = if s.is_multiple_of(60) {
             String::new()
         } else {
             format!(" {} s", s % 60)
