@@ -2,6 +2,7 @@
 //! the plan's rounds at the synchronized start, measures every probe, and sends numbered
 //! result batches until each is acked.
 
+pub mod batches;
 pub mod limits;
 pub mod load;
 pub mod metrics;

@@ -15,6 +15,7 @@
 //! | `latmesh_agent_batches_spooled_total` | counter | result batches sealed (on disk first with a spool directory) |
 //! | `latmesh_agent_batches_acked_total` | counter | batches the coordinator acked |
 //! | `latmesh_agent_batches_memory_only_total` | counter | batches the spool could not take (memory only) |
+//! | `latmesh_agent_batches_quarantined_total` | counter | batches refused by the coordinator or too large, quarantined (never sent again) |
 //! | `latmesh_agent_spool_pending_batches` | gauge | batches waiting for an ack |
 //! | `latmesh_agent_spool_bytes` | gauge | bytes of batch files in the spool directory |
 //! | `latmesh_agent_clock_offset_us` | gauge | coordinator clock − agent clock (absent before the first estimate) |
@@ -197,6 +198,12 @@ impl Collector for Live {
             "latmesh_agent_batches_memory_only",
             "Result batches the spool could not take (full or failing), kept in memory only.",
             stats.memory_only_total,
+        )?;
+        const_counter(
+            &mut enc,
+            "latmesh_agent_batches_quarantined",
+            "Result batches refused by the coordinator as malformed or too large to send, moved to the spool's quarantine (never sent again).",
+            stats.quarantined_batches_total,
         )?;
         const_gauge(
             &mut enc,
@@ -429,6 +436,7 @@ mod tests {
             });
         }
         outbox.ack("c", 1);
+        outbox.reject("c", 3, "malformed");
         let connected = m.connected();
         let text = lines(&m, Format::Prometheus);
         for want in [
@@ -437,7 +445,8 @@ mod tests {
             "latmesh_agent_clock_uncertainty_us 56",
             "latmesh_agent_batches_spooled_total 3",
             "latmesh_agent_batches_acked_total 1",
-            "latmesh_agent_spool_pending_batches 2",
+            "latmesh_agent_batches_quarantined_total 1",
+            "latmesh_agent_spool_pending_batches 1",
             "latmesh_agent_spool_bytes 0",
             "latmesh_agent_connected 1",
         ] {

@@ -13,12 +13,25 @@
 //! every spooled one and [`Outbox::ran_before`] names the slots already measured. A batch the
 //! spool cannot take (full, or a write error) is kept in memory only and sent anyway, with a
 //! warning: it is lost only if the process dies before the ack.
+//!
+//! # Quarantine
+//!
+//! What can never be delivered is set aside instead of blocking what follows (README "Failure
+//! semantics"): a batch the coordinator refuses as malformed ([`Outbox::reject`]), a batch
+//! over [`wire::MAX_BATCH_BYTES`] (e.g. left in the spool by an older agent), and records or
+//! histograms too large for any batch ([`Outbox::quarantine_oversized`]). Each is moved to
+//! the spool's `quarantine/` directory (kept, never deleted; only logged without a spool),
+//! counted, logged as a warning, and reported in the campaign's done notice
+//! (`records_quarantined`, `quarantined_seqs`, `histograms_quarantined`) so the coordinator
+//! and `campaign verify` know the agent's delivery is not whole.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use latmesh_core::wire;
 use latmesh_proto::pb;
+use prost::Message;
 use tokio::sync::Notify;
 
 use crate::spool::{Resume, Spool, SpoolConfig, SpoolError};
@@ -37,8 +50,31 @@ pub struct Outbox {
 #[derive(Debug)]
 struct Disk {
     spool: Arc<Spool>,
-    writer: Mutex<std::sync::mpsc::Sender<pb::ResultBatch>>,
+    writer: Mutex<std::sync::mpsc::Sender<Job>>,
 }
+
+/// Work for the spool's writer thread.
+#[derive(Debug)]
+enum Job {
+    /// Write a new batch, then offer it for sending.
+    Persist(pb::ResultBatch),
+    /// Move a batch (or oversized items) to the quarantine, saying why.
+    Quarantine(pb::ResultBatch, String),
+}
+
+/// What an agent set aside of one campaign instead of delivering it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Quarantined {
+    /// Seqs of batches quarantined (refused by the coordinator, or over the batch budget).
+    pub seqs: BTreeSet<u64>,
+    /// Records too large for any batch.
+    pub records: u64,
+    /// Histograms too large for any batch.
+    pub histograms: u64,
+}
+
+/// Most seqs a done notice lists in `quarantined_seqs`.
+pub const MAX_REPORTED_QUARANTINED_SEQS: usize = 1024;
 
 #[derive(Debug, Default)]
 struct Inner {
@@ -58,6 +94,10 @@ struct Inner {
     /// Batches pushed and batches acked by this process (the agent's `/metrics`).
     pushed_total: u64,
     acked_total: u64,
+    /// What was quarantined, per campaign (this process).
+    quarantined: BTreeMap<String, Quarantined>,
+    /// Batches quarantined by this process, over every campaign.
+    quarantined_batches_total: u64,
 }
 
 /// Counts of an [`Outbox`], read by the agent's `/metrics` at scrape time.
@@ -73,6 +113,8 @@ pub struct OutboxStats {
     pub unacked: u64,
     /// Bytes of batch files in the spool directory (0 without one).
     pub spool_bytes: u64,
+    /// Batches moved to the quarantine (refused by the coordinator, or too large).
+    pub quarantined_batches_total: u64,
 }
 
 /// What the session should send next.
@@ -104,6 +146,15 @@ impl Outbox {
         {
             let mut inner = outbox.lock();
             for b in loaded.batches {
+                if let Some(reason) = over_budget(&b) {
+                    inner.count_quarantined(&b);
+                    log_quarantined(
+                        &b,
+                        &reason,
+                        spool.quarantine(&b, &reason).map_err(|e| e.to_string()),
+                    );
+                    continue;
+                }
                 inner.unacked.insert((b.campaign_id.clone(), b.seq), b);
             }
             inner.unsent = inner.unacked.keys().cloned().collect();
@@ -119,7 +170,7 @@ impl Outbox {
                 if inner.unacked.is_empty() { "" } else { ": its unacked batches are sent first" }
             );
         }
-        let (tx, rx) = std::sync::mpsc::channel::<pb::ResultBatch>();
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
         let (inner, notify, writer_spool) =
             (outbox.inner.clone(), outbox.notify.clone(), spool.clone());
         std::thread::Builder::new()
@@ -144,15 +195,21 @@ impl Outbox {
     }
 
     /// Adds a sealed batch: offered for sending at once without a spool, once it is on disk
-    /// with one.
+    /// with one. A batch over [`wire::MAX_BATCH_BYTES`] encoded (the runner never builds one)
+    /// is quarantined instead: the coordinator could not take it.
     pub fn push(&self, batch: pb::ResultBatch) {
+        if let Some(reason) = over_budget(&batch) {
+            self.lock().pushed_total += 1;
+            self.quarantine(batch, reason);
+            return;
+        }
         let key = (batch.campaign_id.clone(), batch.seq);
         let queued = {
             let mut inner = self.lock();
             let queued = self
                 .disk
                 .as_ref()
-                .is_some_and(|disk| lock(&disk.writer).send(batch.clone()).is_ok());
+                .is_some_and(|disk| lock(&disk.writer).send(Job::Persist(batch.clone())).is_ok());
             if queued {
                 inner.persisting.insert(key.clone());
             } else {
@@ -175,6 +232,84 @@ impl Outbox {
             inner.dones.insert(done.campaign_id.clone(), done);
         }
         self.notify.notify_one();
+    }
+
+    /// The coordinator refused batch `seq` of `campaign_id` as malformed (`reason`): it is
+    /// not sent again but moved to the quarantine (see the [module documentation](self)), so
+    /// the batches after it go on. Unknown (already acked or quarantined): nothing happens.
+    pub fn reject(&self, campaign_id: &str, seq: u64, reason: &str) {
+        let key = (campaign_id.to_string(), seq);
+        let batch = {
+            let mut inner = self.lock();
+            inner.sent_at.remove(&key);
+            inner.unsent.retain(|k| *k != key);
+            inner.unacked.remove(&key)
+        };
+        match batch {
+            Some(batch) => self.quarantine(
+                batch,
+                format!(
+                    "refused by the coordinator: {}",
+                    wire::reject_reason(reason)
+                ),
+            ),
+            None => {
+                tracing::debug!(campaign = %campaign_id, seq, "refusal of a batch no longer held")
+            }
+        }
+    }
+
+    /// Quarantines the items of `oversized` (seq 0), too large for any batch: they are never
+    /// sent, but kept and counted (see the [module documentation](self)).
+    pub fn quarantine_oversized(&self, oversized: pb::ResultBatch) {
+        let (records, histograms) = (oversized.records.len(), oversized.histograms.len());
+        let largest = oversized
+            .records
+            .iter()
+            .map(Message::encoded_len)
+            .chain(oversized.histograms.iter().map(Message::encoded_len))
+            .max()
+            .unwrap_or(0);
+        let reason = format!(
+            "{records} record(s) and {histograms} histogram(s) too large for any batch: the largest encodes to {largest} bytes, over the batch budget of {} bytes",
+            wire::MAX_BATCH_BYTES
+        );
+        self.quarantine(oversized, reason);
+    }
+
+    /// Counts, logs and (with a spool) hands `batch` to the writer thread for the quarantine.
+    fn quarantine(&self, batch: pb::ResultBatch, reason: String) {
+        self.lock().count_quarantined(&batch);
+        match &self.disk {
+            // Written by the writer thread, after the batches queued before it.
+            Some(disk) => {
+                if let Err(e) = lock(&disk.writer).send(Job::Quarantine(batch, reason)) {
+                    let Job::Quarantine(batch, reason) = e.0 else {
+                        unreachable!("sent a quarantine job")
+                    };
+                    log_quarantined(
+                        &batch,
+                        &reason,
+                        Err("the spool's writer thread is gone".into()),
+                    );
+                }
+            }
+            None => log_quarantined(
+                &batch,
+                &reason,
+                Err("this agent runs without a spool".into()),
+            ),
+        }
+        self.notify.notify_one();
+    }
+
+    /// What was quarantined of `campaign_id` by this process.
+    pub fn quarantined(&self, campaign_id: &str) -> Quarantined {
+        self.lock()
+            .quarantined
+            .get(campaign_id)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Drops an acked batch (and deletes its file).
@@ -245,7 +380,20 @@ impl Outbox {
         inner.unsent_dones = later;
         let dones = done_ids
             .iter()
-            .filter_map(|id| inner.dones.get(id).cloned())
+            .filter_map(|id| {
+                let mut done = inner.dones.get(id).cloned()?;
+                if let Some(q) = inner.quarantined.get(id) {
+                    done.records_quarantined = q.records;
+                    done.histograms_quarantined = q.histograms;
+                    done.quarantined_seqs = q
+                        .seqs
+                        .iter()
+                        .take(MAX_REPORTED_QUARANTINED_SEQS)
+                        .copied()
+                        .collect();
+                }
+                Some(done)
+            })
             .collect();
         Pending { batches, dones }
     }
@@ -260,6 +408,7 @@ impl Outbox {
             memory_only_total: inner.memory_only,
             unacked: inner.unacked.len() as u64,
             spool_bytes,
+            quarantined_batches_total: inner.quarantined_batches_total,
         }
     }
 
@@ -421,6 +570,54 @@ impl Outbox {
     }
 }
 
+impl Inner {
+    /// Counts `batch` as quarantined: its seq, or (seq 0) its oversized items.
+    fn count_quarantined(&mut self, batch: &pb::ResultBatch) {
+        let q = self
+            .quarantined
+            .entry(batch.campaign_id.clone())
+            .or_default();
+        if batch.seq == 0 {
+            q.records += batch.records.len() as u64;
+            q.histograms += batch.histograms.len() as u64;
+        } else if q.seqs.insert(batch.seq) {
+            self.quarantined_batches_total += 1;
+        }
+    }
+}
+
+/// Logs that `batch` (seq 0: oversized items) was quarantined for `reason`; `kept`: its file,
+/// or why it could not be kept on disk.
+fn log_quarantined(
+    batch: &pb::ResultBatch,
+    reason: &str,
+    kept: Result<std::path::PathBuf, String>,
+) {
+    let (campaign, seq) = (&batch.campaign_id, batch.seq);
+    let (records, histograms) = (batch.records.len(), batch.histograms.len());
+    match kept {
+        Ok(file) => tracing::warn!(
+            %campaign, seq, records, histograms, %reason, file = %file.display(),
+            "quarantined: kept in the file named, never sent (again); the next batches go on"
+        ),
+        Err(e) => tracing::warn!(
+            %campaign, seq, records, histograms, %reason, not_kept = %e,
+            "quarantined but not kept on disk: never sent (again); the next batches go on"
+        ),
+    }
+}
+
+/// Why `batch` cannot be sent for its size (`None`: it can).
+fn over_budget(batch: &pb::ResultBatch) -> Option<String> {
+    let len = batch.encoded_len();
+    (len > wire::MAX_BATCH_BYTES).then(|| {
+        format!(
+            "encodes to {len} bytes, over the batch budget of {} bytes",
+            wire::MAX_BATCH_BYTES
+        )
+    })
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -428,12 +625,20 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// The spool's writer thread: persists each batch in order, then offers it for sending; a
 /// batch it cannot persist is offered anyway (kept in memory only) with a warning.
 fn write_loop(
-    rx: &std::sync::mpsc::Receiver<pb::ResultBatch>,
+    rx: &std::sync::mpsc::Receiver<Job>,
     spool: &Spool,
     inner: &Mutex<Inner>,
     notify: &Notify,
 ) {
-    while let Ok(batch) = rx.recv() {
+    while let Ok(job) = rx.recv() {
+        let batch = match job {
+            Job::Persist(batch) => batch,
+            Job::Quarantine(batch, reason) => {
+                let moved = spool.quarantine(&batch, &reason).map_err(|e| e.to_string());
+                log_quarantined(&batch, &reason, moved);
+                continue;
+            }
+        };
         let key = (batch.campaign_id.clone(), batch.seq);
         let result = spool.persist(&batch);
         {
@@ -512,6 +717,11 @@ mod tests {
         assert_eq!(stats.spool_bytes, 0, "no spool directory");
     }
 
+    /// Seqs of the batches to send now.
+    fn pending_seqs(o: &Outbox) -> Vec<u64> {
+        o.take_pending().batches.iter().map(|b| b.seq).collect()
+    }
+
     #[test]
     fn unacked_batches_are_resent_when_stale() {
         let o = Outbox::default();
@@ -525,14 +735,7 @@ mod tests {
             "sent just now"
         );
         assert_eq!(o.resend_stale(Duration::ZERO), 1);
-        assert_eq!(
-            o.take_pending()
-                .batches
-                .iter()
-                .map(|b| b.seq)
-                .collect::<Vec<_>>(),
-            vec![2]
-        );
+        assert_eq!(pending_seqs(&o), vec![2]);
         o.ack("c", 2);
         assert_eq!(o.resend_stale(Duration::ZERO), 0);
     }
@@ -654,5 +857,107 @@ mod tests {
         assert_eq!(o.stats().memory_only_total, 1);
         o.ack("c", 1);
         assert_eq!(o.unacked(), 0);
+    }
+
+    #[test]
+    fn a_refused_batch_is_quarantined_on_disk_and_the_next_ones_go_on() {
+        let dir = TempDir::new("outbox-refused");
+        let spool_dir = dir.0.join("s");
+        let o = open(&spool_dir, u64::MAX);
+        for seq in 1..=3 {
+            o.push(spool_batch("c", seq, &[(0, seq as u32)]));
+        }
+        assert_eq!(take_batches(&o, 3), vec![1, 2, 3]);
+        o.push_done(pb::CampaignDone {
+            campaign_id: "c".into(),
+            last_seq: 3,
+            ..Default::default()
+        });
+        o.reject("c", 1, "record 0: http_status 799 is not an HTTP status");
+        o.ack("c", 2);
+        // Not resent: neither when stale nor on a new session.
+        assert_eq!(o.resend_stale(Duration::ZERO), 1);
+        o.resend_all();
+        let p = o.take_pending();
+        assert_eq!(p.batches.iter().map(|b| b.seq).collect::<Vec<_>>(), vec![3]);
+        assert_eq!(o.unacked(), 1);
+        // The done notice names it.
+        assert_eq!(p.dones.len(), 1);
+        assert_eq!(p.dones[0].quarantined_seqs, vec![1]);
+        assert_eq!(o.stats().quarantined_batches_total, 1);
+        // Kept on disk (the writer thread moves it), with its reason; out of batches/.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let kept = loop {
+            let q = crate::spool::read_quarantine(&spool_dir).unwrap();
+            if !q.is_empty() || Instant::now() > deadline {
+                break q;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let (agent, batch) = kept[0].as_ref().unwrap();
+        assert_eq!(
+            (agent.as_str(), batch.seq, batch.records[0].slot),
+            ("a1", 1, 1)
+        );
+        let reason = std::fs::read_dir(spool_dir.join("quarantine"))
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .find(|e| e.file_name().to_string_lossy().ends_with(".reason"))
+            .map(|e| std::fs::read_to_string(e.path()).unwrap())
+            .expect("a reason file");
+        assert!(
+            reason.contains("refused by the coordinator: record 0: http_status 799"),
+            "{reason}"
+        );
+        let left: Vec<u64> = crate::spool::read_batches(&spool_dir)
+            .unwrap()
+            .into_iter()
+            .map(|b| b.unwrap().1.seq)
+            .collect();
+        assert_eq!(left, vec![3]);
+        // A clean exit keeps the quarantine (and so the directory).
+        o.ack("c", 3);
+        o.close();
+        assert_eq!(crate::spool::read_quarantine(&spool_dir).unwrap().len(), 1);
+        // A restart does not send it again.
+        drop(o);
+        let again = open(&spool_dir, u64::MAX);
+        assert_eq!(again.unacked(), 0);
+    }
+
+    #[test]
+    fn a_batch_over_the_budget_is_quarantined_instead_of_sent() {
+        let o = Outbox::default();
+        let mut big = batch(1);
+        big.records.push(pb::ProbeRecord {
+            finish_reason: Some("x".repeat(wire::MAX_BATCH_BYTES)),
+            ..Default::default()
+        });
+        o.push(big);
+        o.push(batch(2));
+        assert_eq!(pending_seqs(&o), vec![2]);
+        assert_eq!(o.quarantined("c").seqs, BTreeSet::from([1]));
+        // Oversized items are counted as records and histograms, not as a seq.
+        o.quarantine_oversized(pb::ResultBatch {
+            campaign_id: "c".into(),
+            seq: 0,
+            records: vec![Default::default(), Default::default()],
+            histograms: vec![Default::default()],
+            ..Default::default()
+        });
+        o.push_done(pb::CampaignDone {
+            campaign_id: "c".into(),
+            last_seq: 2,
+            ..Default::default()
+        });
+        let done = o.take_pending().dones.pop().unwrap();
+        assert_eq!(
+            (
+                done.records_quarantined,
+                done.histograms_quarantined,
+                done.quarantined_seqs
+            ),
+            (2, 1, vec![1])
+        );
     }
 }

@@ -343,6 +343,8 @@ pub async fn run_campaign(
         started_coord_unix_us,
         clock_offset_us: estimate.offset_us,
         clock_uncertainty_us: estimate.uncertainty_us,
+        // Filled from the outbox's quarantine each time the notice is sent.
+        ..Default::default()
     });
     let cancelled = cancel.cancelled_at().is_some();
     tracing::info!(campaign = %run.campaign_id, probes, skipped, last_seq, cancelled, "campaign finished");
@@ -904,10 +906,13 @@ async fn collect(
     (seq, probes)
 }
 
-/// Seals what was collected since `interval_start` as batch `seq + 1` into the outbox (nothing
-/// when nothing was collected). Encoding the interval histograms (V2 + DEFLATE, tens of ms for
-/// a busy interval) runs on a blocking thread, so the schedulers on this runtime keep sending
-/// on time; batches still enter the outbox in `seq` order (the collector awaits each one).
+/// Seals what was collected since `interval_start` as batches `seq + 1`, `seq + 2`, … into the
+/// outbox (nothing when nothing was collected): as many as keep each under
+/// [`wire::MAX_BATCH_BYTES`] encoded ([`crate::batches`]); a record or histogram larger than
+/// that alone is quarantined, not sent. Encoding the interval histograms (V2 + DEFLATE, tens
+/// of ms for a busy interval) runs on a blocking thread, so the schedulers on this runtime
+/// keep sending on time; batches still enter the outbox in `seq` order (the collector awaits
+/// each seal).
 async fn seal(
     campaign_id: &str,
     outbox: &Outbox,
@@ -921,32 +926,77 @@ async fn seal(
     }
     let end = now_unix_us();
     let (start, drained, recs) = (*interval_start, hists.drain(), std::mem::take(records));
-    *seq += 1;
-    let (campaign_id, batch_seq) = (campaign_id.to_string(), *seq);
-    let build = move || pb::ResultBatch {
-        campaign_id,
-        seq: batch_seq,
-        histograms: drained
-            .iter()
-            .filter_map(|(k, h)| wire::histogram_to_pb(k, h, start, end).ok())
-            .collect(),
-        records: recs.iter().map(pb::ProbeRecord::from).collect(),
-        clock_offset_us: 0,
+    let (campaign, first_seq) = (campaign_id.to_string(), *seq + 1);
+    let build = move || {
+        crate::batches::split(
+            &campaign,
+            first_seq,
+            drained
+                .iter()
+                .filter_map(|(k, h)| wire::histogram_to_pb(k, h, start, end).ok())
+                .collect(),
+            recs.iter().map(pb::ProbeRecord::from).collect(),
+            wire::MAX_BATCH_BYTES,
+        )
     };
-    let batch = match tokio::task::spawn_blocking(build).await {
-        Ok(batch) => batch,
+    let split = match tokio::task::spawn_blocking(build).await {
+        Ok(split) => split,
         Err(e) => {
-            tracing::error!(error = %e, seq = batch_seq, "sealing a batch failed");
+            tracing::error!(error = %e, seq = first_seq, "sealing a batch failed");
             return;
         }
     };
-    outbox.push(batch);
+    if let Some(oversized) = split.oversized {
+        outbox.quarantine_oversized(oversized);
+    }
+    for batch in split.batches {
+        *seq = batch.seq;
+        outbox.push(batch);
+    }
     *interval_start = end;
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The attack: one record with a 3 MB finish_reason among ordinary ones. Sealed,
+    /// no batch passes the budget; the huge record is quarantined and reported, the others
+    /// are sent.
+    #[tokio::test]
+    async fn a_huge_record_is_quarantined_and_the_interval_still_sent_within_the_budget() {
+        let record = |slot: u32, finish: usize| ProbeRecord {
+            provider: "p".into(),
+            scenario: "s".into(),
+            outcome: Some(Outcome::Ok),
+            slot,
+            finish_reason: Some("x".repeat(finish)),
+            ..Default::default()
+        };
+        let mut records: Vec<ProbeRecord> = (0..2000).map(|i| record(i, 1000)).collect();
+        records.insert(7, record(9999, 3 << 20));
+        let outbox = Outbox::default();
+        let (mut hists, mut start, mut seq) = (HistogramSet::new(), 0i64, 4u64);
+        seal("c", &outbox, &mut hists, &mut records, &mut start, &mut seq).await;
+        let sent = outbox.take_pending().batches;
+        assert!(sent.len() >= 2, "{} batches", sent.len());
+        assert_eq!(
+            sent.iter().map(|b| b.seq).collect::<Vec<_>>(),
+            (5..=seq).collect::<Vec<_>>(),
+            "consecutive seqs from the next one"
+        );
+        for b in &sent {
+            use prost::Message;
+            assert!(b.encoded_len() <= wire::MAX_BATCH_BYTES, "seq {}", b.seq);
+        }
+        let slots: Vec<u32> = sent
+            .iter()
+            .flat_map(|b| b.records.iter().map(|r| r.slot))
+            .collect();
+        assert_eq!(slots, (0..2000).collect::<Vec<_>>());
+        let q = outbox.quarantined("c");
+        assert_eq!((q.records, q.histograms, q.seqs.len()), (1, 0, 0));
+    }
 
     /// Sealing a busy interval (hundreds of histograms to encode) must not hold up the other
     /// tasks of the runtime: on a single-threaded runtime, a timer task keeps firing on time

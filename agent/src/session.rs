@@ -370,7 +370,9 @@ async fn session(
     let channel = connect_channel(&cfg.coordinator_url, cfg.ca_file.as_deref())
         .await
         .map_err(SessionError::Retry)?;
-    let mut client = AgentSessionClient::new(channel);
+    let mut client = AgentSessionClient::new(channel)
+        .max_decoding_message_size(latmesh_core::wire::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(latmesh_core::wire::MAX_MESSAGE_BYTES);
     let (tx, rx) = mpsc::channel::<pb::AgentMessage>(256);
     let hello = pb::AgentHello {
         agent_id: cfg.agent_id.clone(),
@@ -463,6 +465,7 @@ async fn session(
                         clock_tx.send_replace(clock::estimate(&samples));
                     }
                     In::Ack(a) => outbox.ack(&a.campaign_id, a.seq),
+                    In::Rejected(r) => outbox.reject(&r.campaign_id, r.seq, &r.reason),
                     In::Plan(p) => {
                         // A fresh burst of clock samples before the synchronized start: the
                         // runner re-reads the estimate shortly before `start_at`.

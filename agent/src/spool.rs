@@ -19,6 +19,11 @@
 //!   last line is ignored.
 //! - `corrupt/`: files that failed their checks on open (torn, flipped bits, not a batch),
 //!   moved aside with a warning, never deleted, never a crash.
+//! - `quarantine/`: what will never be sent, kept for inspection, never deleted by the agent
+//!   (README "Failure semantics"): `<campaign>.<seq>.batch`, a batch the coordinator refused
+//!   as malformed (moved here from `batches/`), and `<campaign>.oversized.<unix µs>.batch`,
+//!   records or histograms too large for any batch (in a batch with seq 0); each in the batch
+//!   file format below, with a `.reason` text file beside it saying why.
 //!
 //! # Batch file format (version 1), integers little-endian
 //!
@@ -57,6 +62,8 @@ const LOCK_FILE: &str = "agent.lock";
 const BATCHES: &str = "batches";
 const JOURNAL: &str = "journal";
 const CORRUPT: &str = "corrupt";
+const QUARANTINE: &str = "quarantine";
+const REASON_SUFFIX: &str = ".reason";
 const BATCH_SUFFIX: &str = ".batch";
 const TMP_SUFFIX: &str = ".tmp";
 const JOURNAL_SUFFIX: &str = ".journal";
@@ -502,6 +509,53 @@ impl Spool {
         }
     }
 
+    /// Moves `batch` to `quarantine/` (see the [module documentation](self)) with a
+    /// `.reason` file saying `reason`: its file in `batches/` is renamed there when it has one
+    /// (a batch the coordinator refused), else it is written there (a batch kept in memory
+    /// only, or the oversized items of [`crate::batches::Split`], seq 0). It no longer counts
+    /// against [`SpoolConfig::max_bytes`]. Returns the quarantine file.
+    ///
+    /// # Errors
+    /// [`SpoolError::Io`] when the directory, the file or its reason cannot be written.
+    pub fn quarantine(&self, batch: &pb::ResultBatch, reason: &str) -> Result<PathBuf, SpoolError> {
+        let dir = self.dir.join(QUARANTINE);
+        create_dir(&dir)?;
+        let name = if batch.seq == 0 {
+            let now = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros());
+            format!(
+                "{}.oversized.{now}{BATCH_SUFFIX}",
+                escape(&batch.campaign_id)
+            )
+        } else {
+            file_name(&batch_path(&self.dir, &batch.campaign_id, batch.seq))
+        };
+        let to = dir.join(&name);
+        let spooled = self
+            .sizes()
+            .remove(&(batch.campaign_id.clone(), batch.seq))
+            .is_some()
+            && batch.seq != 0;
+        let from = batch_path(&self.dir, &batch.campaign_id, batch.seq);
+        if !(spooled && fs::rename(&from, &to).is_ok()) {
+            File::create(&to)
+                .and_then(|mut f| {
+                    f.write_all(&encode(&self.agent_id, batch))?;
+                    f.sync_all()
+                })
+                .map_err(io_err("write", &to))?;
+            if spooled {
+                let _ = fs::remove_file(&from);
+            }
+        }
+        let reason_path = dir.join(format!("{name}{REASON_SUFFIX}"));
+        fs::write(&reason_path, format!("{reason}\n")).map_err(io_err("write", &reason_path))?;
+        sync_dir(&dir)?;
+        sync_dir(&self.dir.join(BATCHES))?;
+        Ok(to)
+    }
+
     /// Deletes the journal of a campaign that is over (finished and every batch acked).
     pub fn forget_campaign(&self, campaign_id: &str) {
         let _ = fs::remove_file(journal_path(&self.dir, campaign_id));
@@ -517,7 +571,7 @@ impl Spool {
             self.dir.join(JOURNAL),
             self.dir.join(CORRUPT),
         );
-        if !(empty(&b) && empty(&j) && empty(&c)) {
+        if !(empty(&b) && empty(&j) && empty(&c) && empty(&self.dir.join(QUARANTINE))) {
             return;
         }
         let only_known = fs::read_dir(&self.dir).is_ok_and(|it| {
@@ -550,8 +604,25 @@ impl Spool {
 /// When the directory cannot be listed or a file cannot be read; a file that fails its
 /// checks gives `Err` with the reason in its place.
 pub fn read_batches(dir: &Path) -> io::Result<Vec<Result<(String, pb::ResultBatch), String>>> {
+    read_batch_files(&dir.join(BATCHES))
+}
+
+/// Reads every batch file in the quarantine of the spool directory `dir` (as
+/// [`read_batches`]; an agent that never quarantined anything has none: empty).
+///
+/// # Errors
+/// As [`read_batches`].
+pub fn read_quarantine(dir: &Path) -> io::Result<Vec<Result<(String, pb::ResultBatch), String>>> {
+    let q = dir.join(QUARANTINE);
+    if !q.is_dir() {
+        return Ok(Vec::new());
+    }
+    read_batch_files(&q)
+}
+
+fn read_batch_files(dir: &Path) -> io::Result<Vec<Result<(String, pb::ResultBatch), String>>> {
     let mut out = Vec::new();
-    for path in list(&dir.join(BATCHES)).map_err(|e| match e {
+    for path in list(dir).map_err(|e| match e {
         SpoolError::Io { source, .. } => source,
         other => io::Error::other(other.to_string()),
     })? {

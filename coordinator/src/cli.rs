@@ -179,7 +179,9 @@ impl CoordinatorArg {
         let channel =
             latmesh_agent::session::connect_channel(&self.coordinator, self.ca_file.as_deref())
                 .await?;
-        Ok(ControlClient::with_interceptor(channel, AdminToken(token)))
+        Ok(crate::service::message_limits_client(
+            ControlClient::with_interceptor(channel, AdminToken(token)),
+        ))
     }
 
     fn url(&self) -> String {
@@ -569,13 +571,39 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
         }) => {
             let (lines, lost, duplicated) = crate::cli_query::verify(&ch, &campaign_id).await?;
             let twice: u64 = lines.iter().map(|l| l.measured_twice).sum();
-            let verdict = format!(
-                "campaign {campaign_id}: {lost} lost, {duplicated} duplicated, {twice} measured twice"
-            );
+            let (verified, unverified): (Vec<_>, Vec<_>) = lines.iter().partition(|l| l.verified);
+            // "0 lost" is only said of agents whose delivery is whole.
+            let verdict = if unverified.is_empty() {
+                format!(
+                    "campaign {campaign_id}: {lost} lost, {duplicated} duplicated, {twice} measured twice"
+                )
+            } else {
+                let others = if verified.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; the {} verified agent(s): {} lost, {} duplicated, {} measured twice",
+                        verified.len(),
+                        verified.iter().map(|l| l.lost).sum::<u64>(),
+                        verified.iter().map(|l| l.duplicated).sum::<u64>(),
+                        verified.iter().map(|l| l.measured_twice).sum::<u64>()
+                    )
+                };
+                format!(
+                    "campaign {campaign_id}: NOT VERIFIED: {} agent(s) did not deliver everything ({}){others}",
+                    unverified.len(),
+                    unverified
+                        .iter()
+                        .map(|l| format!("{}: {}", l.agent_id, l.not_verified.join("; ")))
+                        .collect::<Vec<_>>()
+                        .join(" | ")
+                )
+            };
             if json {
                 println!(
                     "{}",
                     serde_json::to_string_pretty(&serde_json::json!({
+                        "verified": unverified.is_empty(),
                         "lost": lost,
                         "duplicated": duplicated,
                         "measured_twice": twice,
@@ -588,20 +616,33 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
                     "AGENT", "REPORTED", "STORED", "LOST", "DUP", "TWICE"
                 );
                 for l in &lines {
+                    let lost = if l.verified {
+                        l.lost.to_string()
+                    } else {
+                        "?".to_string()
+                    };
                     println!(
-                        "{:<20} {:>9} {:>9} {:>6} {:>6} {:>6}  {:?}",
+                        "{:<20} {:>9} {:>9} {:>6} {:>6} {:>6}  {:?}{}",
                         l.agent_id,
                         l.reported_records,
                         l.stored_records,
-                        l.lost,
+                        lost,
                         l.duplicated,
                         l.measured_twice,
-                        l.missing_seqs
+                        l.missing_seqs,
+                        if l.verified {
+                            String::new()
+                        } else {
+                            format!("  NOT VERIFIED: {}", l.not_verified.join("; "))
+                        }
                     );
                 }
                 println!("{verdict}");
             }
-            anyhow::ensure!(lost == 0 && duplicated == 0 && twice == 0, "{verdict}");
+            anyhow::ensure!(
+                unverified.is_empty() && lost == 0 && duplicated == 0 && twice == 0,
+                "{verdict}"
+            );
             Ok(())
         }
         Command::Campaign(CampaignCmd::Cancel {

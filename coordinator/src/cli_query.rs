@@ -410,6 +410,7 @@ pub async fn stored_summary(ch: &ClickhouseArgs, filter: &FilterArgs) -> anyhow:
                 batches: a.batches,
                 complete: a.complete,
                 skipped: a.skipped,
+                delivery: crate::delivery::Delivery::of_row(a),
             })
             .collect(),
     })
@@ -433,6 +434,11 @@ pub struct VerifyLine {
     pub measured_twice: u64,
     /// Batch seqs missing in ClickHouse.
     pub missing_seqs: Vec<u64>,
+    /// Whether its delivery is whole, so that `lost` means what it says: no batch refused or
+    /// quarantined, its done notice arrived, every batch it announced stored.
+    pub verified: bool,
+    /// Why not ([`crate::delivery::not_verified`]); empty when verified.
+    pub not_verified: Vec<String>,
 }
 
 /// Reconciles what agents reported with what ClickHouse holds; returns (lines, lost, duplicated).
@@ -475,7 +481,10 @@ async fn verify_at(
             .map(|d| d.rows - d.distinct)
             .sum();
         let stored = c.request_rows - dup_requests;
+        let not_verified = crate::delivery::not_verified(&a, c.batches);
         lines.push(VerifyLine {
+            verified: not_verified.is_empty(),
+            not_verified,
             agent_id: a.agent_id.clone(),
             reported_records: a.records,
             stored_records: stored,

@@ -11,6 +11,7 @@ pub mod check;
 pub mod cli;
 pub mod cli_query;
 pub mod clickhouse;
+pub mod delivery;
 pub mod demo;
 pub mod events;
 pub mod failover_stats;

@@ -1331,6 +1331,7 @@ pub(crate) mod tests {
             batches: 0,
             complete: true,
             skipped: 0,
+            delivery: Default::default(),
         }
     }
 

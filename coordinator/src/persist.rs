@@ -75,6 +75,10 @@ pub struct AgentRecord {
     /// From its done notice: that offset's uncertainty, ± µs.
     #[serde(default)]
     pub clock_uncertainty_us: u64,
+    /// Its batches refused as malformed, and what it quarantined (not resent: a restarted
+    /// coordinator must not wait for them).
+    #[serde(default)]
+    pub rejections: crate::delivery::Rejections,
 }
 
 /// A campaign's durable facts (`campaign.json`).

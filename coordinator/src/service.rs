@@ -127,17 +127,21 @@ impl Coordinator {
                 state.tick_series(now_unix_us());
             }
         });
+        use tonic::service::interceptor::InterceptedService;
+        const LIMIT: usize = latmesh_core::wire::MAX_MESSAGE_BYTES;
+        let session = pb::agent_session_server::AgentSessionServer::new(self.clone())
+            .max_decoding_message_size(LIMIT)
+            .max_encoding_message_size(LIMIT);
+        let control = pb::control_server::ControlServer::new(self)
+            .max_decoding_message_size(LIMIT)
+            .max_encoding_message_size(LIMIT);
         let served = builder
-            .add_service(
-                pb::agent_session_server::AgentSessionServer::with_interceptor(
-                    self.clone(),
-                    move |req| agent_auth.check_agent(req),
-                ),
-            )
-            .add_service(pb::control_server::ControlServer::with_interceptor(
-                self,
-                move |req| admin_auth.check_admin(req),
-            ))
+            .add_service(InterceptedService::new(session, move |req| {
+                agent_auth.check_agent(req)
+            }))
+            .add_service(InterceptedService::new(control, move |req| {
+                admin_auth.check_admin(req)
+            }))
             .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
             .await;
         expiry.abort();
@@ -145,33 +149,72 @@ impl Coordinator {
     }
 }
 
+/// `client` with the transport limits of [`latmesh_core::wire::MAX_MESSAGE_BYTES`] for the
+/// messages it decodes and encodes (the coordinator's servers use the same).
+pub fn message_limits_client<T>(
+    client: pb::control_client::ControlClient<T>,
+) -> pb::control_client::ControlClient<T>
+where
+    T: tonic::client::GrpcService<tonic::body::Body>,
+    T::Error: Into<tonic::codegen::StdError>,
+    T::ResponseBody: tonic::codegen::Body<Data = tonic::codegen::Bytes> + Send + 'static,
+    <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
+{
+    client
+        .max_decoding_message_size(latmesh_core::wire::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(latmesh_core::wire::MAX_MESSAGE_BYTES)
+}
+
 fn send(tx: &mpsc::Sender<Result<pb::CoordinatorMessage, Status>>, kind: Out) -> bool {
     tx.try_send(Ok(pb::CoordinatorMessage { kind: Some(kind) }))
         .is_ok()
 }
 
+/// What to answer a batch.
+#[derive(Debug, PartialEq, Eq)]
+enum Reply {
+    /// Stored now or before: ack it.
+    Ack,
+    /// Malformed ([`StateError::BadBatch`]: it does not decode or fails a protocol check): it
+    /// never will be stored, so refuse it (`BatchRejected` with this reason) and the agent
+    /// quarantines it instead of sending it again.
+    Reject(String),
+    /// Not storable for now (a spool full or failing, an unknown campaign): no answer, the
+    /// agent sends it again later.
+    Hold,
+}
+
 /// Stores one batch: checks it, appends it durably to the ClickHouse spool and to its
-/// campaign's batch log in the state directory (each when there is one), merges it. Returns
-/// whether to ack it: yes when it is stored or was stored before; no when it is malformed or
-/// a spool cannot take it (the agent keeps it and sends it again).
+/// campaign's batch log in the state directory (each when there is one), merges it; says
+/// how to answer it ([`Reply`]).
 async fn store(
     state: &State,
     spool: Option<&Arc<Spool>>,
     metrics: &CoordinatorMetrics,
     agent: &str,
     b: pb::ResultBatch,
-) -> bool {
+) -> Reply {
     let checked = match state.check(agent, &b) {
         Ok(Some(checked)) => checked,
-        Ok(None) => return true,
+        Ok(None) => return Reply::Ack,
         Err(StateError::UnknownCampaign(id))
             if let Some(region) = state.finished_earlier(&id, agent) =>
         {
-            return store_late(spool, agent, &region, b).await;
+            return if store_late(spool, agent, &region, b).await {
+                Reply::Ack
+            } else {
+                Reply::Hold
+            };
+        }
+        Err(StateError::BadBatch { message, .. }) => {
+            let reason = latmesh_core::wire::reject_reason(&message).to_string();
+            let refused = state.reject(agent, &b.campaign_id, b.seq, &reason);
+            tracing::warn!(%agent, campaign = %b.campaign_id, seq = b.seq, %reason, refused_from_this_agent = refused, "batch refused as malformed: not stored; the agent quarantines it, and `campaign verify` reports this agent as not verified");
+            return Reply::Reject(reason);
         }
         Err(e) => {
             tracing::error!(%agent, error = %e, "batch not stored, not acked");
-            return false;
+            return Reply::Hold;
         }
     };
     let (spool, log) = (spool.cloned(), state.batch_log(&checked.campaign_id));
@@ -197,15 +240,15 @@ async fn store(
             Ok(Ok(())) => {}
             Ok(Err((_, e @ SpoolError::Full { .. }))) => {
                 tracing::warn!(%agent, error = %e, "spool full: batch not acked; the agent will resend it");
-                return false;
+                return Reply::Hold;
             }
             Ok(Err((into, e))) => {
                 tracing::error!(%agent, error = %e, "batch not written to the {into}, not acked");
-                return false;
+                return Reply::Hold;
             }
             Err(e) => {
                 tracing::error!(%agent, error = %e, "spool task failed; batch not acked");
-                return false;
+                return Reply::Hold;
             }
         }
     }
@@ -213,7 +256,7 @@ async fn store(
     if state.merge(checked) {
         metrics.records_received(tally);
     }
-    true
+    Reply::Ack
 }
 
 /// A resent batch of a campaign an earlier coordinator process finished: appended to the
@@ -319,10 +362,23 @@ impl AgentSession for Coordinator {
                     Some(In::Batch(b)) => {
                         metrics.batch_received();
                         let (campaign_id, seq) = (b.campaign_id.clone(), b.seq);
-                        if store(&state, spool.as_ref(), &metrics, &agent, b).await
-                            && send(&tx, Out::Ack(pb::BatchAck { campaign_id, seq }))
-                        {
-                            metrics.batch_acked();
+                        match store(&state, spool.as_ref(), &metrics, &agent, b).await {
+                            Reply::Ack => {
+                                if send(&tx, Out::Ack(pb::BatchAck { campaign_id, seq })) {
+                                    metrics.batch_acked();
+                                }
+                            }
+                            Reply::Reject(reason) => {
+                                send(
+                                    &tx,
+                                    Out::Rejected(pb::BatchRejected {
+                                        campaign_id,
+                                        seq,
+                                        reason,
+                                    }),
+                                );
+                            }
+                            Reply::Hold => {}
                         }
                     }
                     Some(In::Done(d)) => {
@@ -439,5 +495,70 @@ impl Control for Coordinator {
         Ok(Response::new(pb::ListAgentsReply {
             agents: self.state.agents(),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::tests::{batch, hello, plan};
+
+    /// The poisoned spool: a batch the coordinator refuses is answered with a refusal
+    /// (not silence, which made the agent resend it forever), counted once, and the campaign
+    /// finishes with the agent's next batches instead of waiting for it until its deadline.
+    #[tokio::test]
+    async fn a_malformed_batch_is_refused_counted_and_does_not_hold_up_the_campaign() {
+        let state = State::default();
+        let (tx, _rx) = mpsc::channel(8);
+        state.connect(&hello("a1", "us-east"), tx);
+        let id = state.launch(&plan().to_json(), 0).unwrap().campaign_id;
+        let metrics = CoordinatorMetrics::default();
+        let mut bad = batch(&id, 1, 1_000);
+        bad.records[0].http_status = Some(799);
+        for _ in 0..2 {
+            match store(&state, None, &metrics, "a1", bad.clone()).await {
+                Reply::Reject(reason) => {
+                    assert!(reason.contains("http_status 799"), "{reason}")
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(state.reject("a1", &id, 1, "again"), 1, "counted once");
+        let mut long = batch(&id, 3, 1_000);
+        long.records[0].outcome = "x".repeat(100_000);
+        match store(&state, None, &metrics, "a1", long).await {
+            Reply::Reject(reason) => assert!(reason.len() <= 256, "{}", reason.len()),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            store(&state, None, &metrics, "a1", batch(&id, 2, 2_000)).await,
+            Reply::Ack
+        );
+        // A batch of a campaign this coordinator does not know: held (resent), as before.
+        assert_eq!(
+            store(&state, None, &metrics, "a1", batch("nope", 1, 1)).await,
+            Reply::Hold
+        );
+        state
+            .done(
+                "a1",
+                &pb::CampaignDone {
+                    campaign_id: id.clone(),
+                    last_seq: 3,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        let s = state
+            .summary(&id)
+            .expect("finished without waiting for seqs 1 and 3");
+        let a = &s.agents[0];
+        assert!(!a.complete, "its delivery is not whole");
+        assert_eq!((a.batches, a.records), (1, 1));
+        assert_eq!(a.delivery.last_seq, Some(3));
+        assert_eq!(a.delivery.batches_rejected, 2);
+        let seqs: Vec<u64> = a.delivery.rejected.iter().map(|r| r.seq).collect();
+        assert_eq!(seqs, [1, 3]);
+        assert!(a.delivery.rejected[0].reason.contains("http_status 799"));
     }
 }

@@ -58,12 +58,16 @@ struct CampaignAgent {
     /// From the done notice: (started on the coordinator's clock UTC µs, 0 if never; clock
     /// offset µs; its uncertainty µs).
     start: (i64, i64, u64),
+    /// Batches refused as malformed, and what the agent quarantined ([`crate::delivery`]).
+    rejections: crate::delivery::Rejections,
 }
 
 impl CampaignAgent {
+    /// Every batch the agent announced is accounted for: stored, or refused (never coming).
     fn complete(&self) -> bool {
-        self.last_seq
-            .is_some_and(|last| (1..=last).all(|s| self.seqs.contains(&s)))
+        self.last_seq.is_some_and(|last| {
+            (1..=last).all(|s| self.seqs.contains(&s) || self.rejections.accounts_for(s))
+        })
     }
 }
 
@@ -762,7 +766,8 @@ impl State {
             done.clock_uncertainty_us,
         );
         if let Some(a) = c.agents.get_mut(agent_id)
-            && (a.last_seq, a.skipped, a.start) != (Some(done.last_seq), done.skipped, start)
+            && (a.rejections.from_done(done, |seq| a.seqs.contains(&seq))
+                | ((a.last_seq, a.skipped, a.start) != (Some(done.last_seq), done.skipped, start)))
         {
             a.last_seq = Some(done.last_seq);
             a.skipped = done.skipped;
@@ -773,6 +778,40 @@ impl State {
         }
         publish(&mut inner, &done.campaign_id);
         Ok(())
+    }
+
+    /// Notes that batch `seq` of `agent_id` in `campaign_id` was refused as malformed for
+    /// `reason` ([`crate::delivery`]): it is never stored, the agent quarantines it, and the
+    /// campaign does not wait for it (the agent's summary says it is not complete). Returns
+    /// how many of its batches this campaign refused so far (0 when the campaign or the agent
+    /// is not known, or the seq was stored).
+    pub fn reject(&self, agent_id: &str, campaign_id: &str, seq: u64, reason: &str) -> u64 {
+        let mut inner = self.lock();
+        let Inner {
+            campaigns, persist, ..
+        } = &mut *inner;
+        let Some(c) = campaigns.get_mut(campaign_id) else {
+            return 0;
+        };
+        let Some(a) = c.agents.get_mut(agent_id) else {
+            return 0;
+        };
+        if a.seqs.contains(&seq) {
+            return 0;
+        }
+        let refused = if a.rejections.reject(seq, reason) {
+            if c.summary.is_none() {
+                persist_campaign(persist, campaign_id, c);
+            }
+            true
+        } else {
+            false
+        };
+        let n = c.agents.get(agent_id).map_or(0, |a| a.rejections.batches());
+        if refused {
+            publish(&mut inner, campaign_id);
+        }
+        n
     }
 
     /// Finishes every unfinished campaign whose deadline is before `now_unix_us` with the
@@ -860,6 +899,7 @@ impl State {
                                     a.clock_offset_us,
                                     a.clock_uncertainty_us,
                                 ),
+                                rejections: a.rejections,
                                 ..Default::default()
                             },
                         )
@@ -1099,6 +1139,7 @@ fn record_of(campaign_id: &str, c: &Campaign) -> CampaignRecord {
                         started_coord_unix_us: a.start.0,
                         clock_offset_us: a.start.1,
                         clock_uncertainty_us: a.start.2,
+                        rejections: a.rejections.clone(),
                     },
                 )
             })
@@ -1207,8 +1248,9 @@ fn publish(inner: &mut Inner, campaign_id: &str) {
                     clock_uncertainty_us: info.map_or(0, |i| i.clock_uncertainty_us),
                     records: a.records,
                     batches: a.seqs.len() as u64,
-                    complete: a.complete() && a.skipped == 0,
+                    complete: a.complete() && a.skipped == 0 && a.rejections.is_clean(),
                     skipped: a.skipped,
+                    delivery: a.rejections.summary(a.last_seq),
                 }
             })
             .collect();
@@ -1501,14 +1543,14 @@ fn cancel_message(campaign_id: &str, reason: &str) -> pb::CoordinatorMessage {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use latmesh_core::hist::{HistKey, new_histogram};
     use latmesh_core::metrics::Metric;
     use latmesh_core::plan::{PlanPrompt, ProviderSpec, RoundsSpec, ScenarioSpec, Timeouts};
     use latmesh_core::record::Outcome;
 
-    fn plan() -> Plan {
+    pub(crate) fn plan() -> Plan {
         Plan {
             name: "t".into(),
             seed: 1,
@@ -1555,7 +1597,7 @@ mod tests {
         }
     }
 
-    fn hello(id: &str, region: &str) -> pb::AgentHello {
+    pub(crate) fn hello(id: &str, region: &str) -> pb::AgentHello {
         pb::AgentHello {
             agent_id: id.into(),
             region: region.into(),
@@ -1565,7 +1607,7 @@ mod tests {
         }
     }
 
-    fn batch(campaign: &str, seq: u64, ttft_us: u64) -> pb::ResultBatch {
+    pub(crate) fn batch(campaign: &str, seq: u64, ttft_us: u64) -> pb::ResultBatch {
         let rec = ProbeRecord {
             provider: "p".into(),
             scenario: "s".into(),
@@ -1951,6 +1993,7 @@ mod tests {
                 started_coord_unix_us: 1_700_000_000_000_420,
                 clock_offset_us: -31,
                 clock_uncertainty_us: 50,
+                ..Default::default()
             };
             state.done("a2", &done(1)).unwrap();
             let before = state.watch(&l.campaign_id).unwrap().borrow().clone();
@@ -1990,6 +2033,7 @@ mod tests {
                     started_coord_unix_us: 1_700_000_000_000_000,
                     clock_offset_us: 12,
                     clock_uncertainty_us: 20,
+                    ..Default::default()
                 },
             )
             .unwrap();

@@ -123,6 +123,10 @@ pub struct AgentSummary {
     pub complete: bool,
     /// Probes the agent skipped because their time had passed (e.g. it restarted).
     pub skipped: u64,
+    /// What did not arrive and why: batches refused or quarantined, records too large to
+    /// send, its done notice (README "Failure semantics"); default in older summaries.
+    #[serde(default)]
+    pub delivery: crate::delivery::Delivery,
 }
 
 /// The summary of one campaign.
@@ -511,8 +515,25 @@ dropped (open-loop arrivals not sent in time; not in error rates):"
                 .iter()
                 .filter(|a| !a.complete)
                 .map(|a| {
+                    let d = &a.delivery;
+                    let mut quarantine = String::new();
+                    if d.batches_rejected > 0 {
+                        let seqs: Vec<String> =
+                            d.rejected.iter().map(|r| r.seq.to_string()).collect();
+                        quarantine = format!(
+                            ", {} batch(es) refused and quarantined (seq {})",
+                            d.batches_rejected,
+                            seqs.join(", ")
+                        );
+                    }
+                    if d.records_quarantined + d.histograms_quarantined > 0 {
+                        quarantine.push_str(&format!(
+                            ", {} record(s) and {} histogram(s) too large to send, quarantined",
+                            d.records_quarantined, d.histograms_quarantined
+                        ));
+                    }
                     format!(
-                        "{} ({}, {} records, {} skipped)",
+                        "{} ({}, {} records, {} skipped{quarantine})",
                         a.agent_id, a.region, a.records, a.skipped
                     )
                 })

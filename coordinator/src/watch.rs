@@ -42,7 +42,9 @@ pub async fn connect(url: &str) -> anyhow::Result<AdminClient> {
         .connect()
         .await
         .with_context(|| format!("cannot reach the coordinator at {url}"))?;
-    Ok(ControlClient::with_interceptor(channel, AdminToken(None)))
+    Ok(crate::service::message_limits_client(
+        ControlClient::with_interceptor(channel, AdminToken(None)),
+    ))
 }
 
 /// A control call's failure as a clear error: a refused admin token says how to send one.

@@ -8,6 +8,31 @@ use crate::load::LoadKind;
 use crate::metrics::Metric;
 use crate::record::{Outcome, OutputTokensSource, ProbeRecord, Usage};
 
+/// Largest gRPC message, bytes, that either side of the agent session and the control API
+/// decodes or encodes (tonic's `max_decoding_message_size` and `max_encoding_message_size`,
+/// set explicitly from this on the coordinator's servers, the agent's client and the CLI's
+/// client). A larger message fails the whole stream, so nothing may be built that can reach it.
+pub const MAX_MESSAGE_BYTES: usize = 4 << 20;
+
+/// Largest encoded `ResultBatch` an agent builds, bytes (`prost::Message::encoded_len`): a
+/// quarter of [`MAX_MESSAGE_BYTES`], room for the message envelope and fields added later.
+/// A busy interval is split into several batches (consecutive seqs) to stay under it; a
+/// single record or histogram larger than this alone is quarantined by the agent, never sent.
+pub const MAX_BATCH_BYTES: usize = MAX_MESSAGE_BYTES / 4;
+
+/// Longest `BatchRejected.reason`, bytes.
+pub const MAX_REJECT_REASON_BYTES: usize = 256;
+
+/// `reason` cut to at most [`MAX_REJECT_REASON_BYTES`] on a character boundary (a refusal's
+/// reason may quote what the agent sent).
+pub fn reject_reason(reason: &str) -> &str {
+    let mut cut = reason.len().min(MAX_REJECT_REASON_BYTES);
+    while !reason.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    &reason[..cut]
+}
+
 /// A wire message that does not convert.
 #[derive(Debug, thiserror::Error)]
 pub enum WireError {

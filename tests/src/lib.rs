@@ -372,23 +372,8 @@ fn pump(
 pub fn verify_until_clean(ch_url: &str, db: &str, campaign_id: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
-        let out = Command::new(bin("latmesh"))
-            .args([
-                "campaign",
-                "verify",
-                campaign_id,
-                "--clickhouse-url",
-                ch_url,
-            ])
-            .args(["--clickhouse-db", db])
-            .output()
-            .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        if out.status.success() {
+        let (ok, text) = verify(ch_url, db, campaign_id);
+        if ok {
             assert!(
                 text.contains(": 0 lost, 0 duplicated, 0 measured twice"),
                 "{text}"
@@ -401,6 +386,28 @@ pub fn verify_until_clean(ch_url: &str, db: &str, campaign_id: &str) -> String {
         );
         std::thread::sleep(Duration::from_millis(500));
     }
+}
+
+/// `latmesh campaign verify` of `campaign_id` in database `db` at `ch_url`, once: whether it
+/// succeeded, and its output (stdout then stderr).
+pub fn verify(ch_url: &str, db: &str, campaign_id: &str) -> (bool, String) {
+    let out = Command::new(bin("latmesh"))
+        .args([
+            "campaign",
+            "verify",
+            campaign_id,
+            "--clickhouse-url",
+            ch_url,
+        ])
+        .args(["--clickhouse-db", db])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
 }
 
 /// The result of `sql` as rows of TSV fields, run on `rt` (for tests that are not async).

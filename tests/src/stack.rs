@@ -28,6 +28,28 @@ impl Stack {
     /// # Panics
     /// When either does not say it listens within 20 s.
     pub fn start(profiles: &[ProviderProfile]) -> Stack {
+        Stack::start_with(profiles, |_| {})
+    }
+
+    /// Starts the simulator serving `profiles` and a coordinator storing into ClickHouse at
+    /// `ch_url`, database `db`, through a spool in the stack's folder.
+    ///
+    /// # Panics
+    /// As [`Stack::start`].
+    pub fn start_with_clickhouse(profiles: &[ProviderProfile], ch_url: &str, db: &str) -> Stack {
+        Stack::start_with(profiles, |coord| {
+            coord
+                .args(["--clickhouse-url", ch_url, "--clickhouse-db", db])
+                .args(["--spool-dir", "coord-spool"]);
+        })
+    }
+
+    /// Starts the simulator serving `profiles` and a coordinator whose command `configure`
+    /// adds to (its current directory is the stack's folder).
+    ///
+    /// # Panics
+    /// As [`Stack::start`].
+    pub fn start_with(profiles: &[ProviderProfile], configure: impl FnOnce(&mut Command)) -> Stack {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("profiles.json");
         std::fs::write(&file, serde_json::to_string(profiles).unwrap()).unwrap();
@@ -42,7 +64,10 @@ impl Stack {
             &dir.path().join("sim.log"),
         );
         let mut coord = Command::new(bin("latmesh"));
-        coord.args(["serve", "--listen", "127.0.0.1:0"]);
+        coord
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .current_dir(dir.path());
+        configure(&mut coord);
         let (coord, coord_url) = spawn_until_line(
             "latmesh serve",
             coord,

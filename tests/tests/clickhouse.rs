@@ -342,6 +342,27 @@ async fn every_row_type_round_trips() {
                 batches: 3,
                 complete: records > 5,
                 skipped: 1,
+                // Schema 8: every delivery column round-trips (agent-2 had batches refused).
+                delivery: latmesh_coordinator::delivery::Delivery {
+                    last_seq: (id == "agent-2").then_some(4),
+                    batches_rejected: u64::from(id == "agent-2") * 3,
+                    rejected: if id == "agent-2" {
+                        vec![
+                            latmesh_coordinator::delivery::RejectedBatch {
+                                seq: 2,
+                                reason: "http_status 799 is not an HTTP status".into(),
+                            },
+                            latmesh_coordinator::delivery::RejectedBatch {
+                                seq: 4,
+                                reason: "ü".into(),
+                            },
+                        ]
+                    } else {
+                        Vec::new()
+                    },
+                    records_quarantined: u64::from(id == "agent-2"),
+                    histograms_quarantined: u64::from(id == "agent-2") * 2,
+                },
             },
             "0.1.0",
             seen,
@@ -803,6 +824,7 @@ async fn errors_say_whether_a_retry_can_help() {
             batches: 0,
             complete: true,
             skipped: 0,
+            delivery: Default::default(),
         },
         "v",
         0,
@@ -1051,6 +1073,10 @@ async fn sql_matrix_equals_the_in_memory_matrix() {
             batches: batches.len() as u64,
             complete: true,
             skipped: 0,
+            delivery: latmesh_coordinator::delivery::Delivery {
+                last_seq: Some(batches.len() as u64),
+                ..Default::default()
+            },
         });
     }
     let rows: Vec<AgentRow> = summaries

@@ -61,6 +61,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0005_answered_model",
         sql: include_str!("../../../deploy/clickhouse/migrations/0005_answered_model.sql"),
     },
+    Migration {
+        version: 8,
+        name: "0008_batch_delivery",
+        sql: include_str!("../../../deploy/clickhouse/migrations/0008_batch_delivery.sql"),
+    },
 ];
 
 /// The bookkeeping table (not in a file, so it exists before any migration runs).

@@ -104,6 +104,20 @@ pub struct AgentRow {
     pub skipped: u64,
     /// Whether the agent delivered everything.
     pub complete: bool,
+    /// Whether its done notice arrived (schema 8; 1 in rows written before).
+    pub campaign_done: u8,
+    /// Seq of its last batch, from its done notice (schema 8; 0 in rows written before).
+    pub last_seq: u64,
+    /// Batches refused as malformed or quarantined by the agent unsent (schema 8).
+    pub batches_rejected: u64,
+    /// The first of them ([`crate::delivery::MAX_LISTED_REJECTIONS`]): seqs…
+    pub rejected_seqs: Vec<u64>,
+    /// …and why, in the same order.
+    pub rejected_reasons: Vec<String>,
+    /// Records the agent quarantined as too large to send (schema 8).
+    pub records_quarantined: u64,
+    /// Histograms the agent quarantined as too large to send (schema 8).
+    pub histograms_quarantined: u64,
 }
 
 impl AgentRow {
@@ -128,6 +142,18 @@ impl AgentRow {
             batches: agent.batches,
             skipped: agent.skipped,
             complete: agent.complete,
+            campaign_done: u8::from(agent.delivery.last_seq.is_some()),
+            last_seq: agent.delivery.last_seq.unwrap_or(0),
+            batches_rejected: agent.delivery.batches_rejected,
+            rejected_seqs: agent.delivery.rejected.iter().map(|r| r.seq).collect(),
+            rejected_reasons: agent
+                .delivery
+                .rejected
+                .iter()
+                .map(|r| r.reason.clone())
+                .collect(),
+            records_quarantined: agent.delivery.records_quarantined,
+            histograms_quarantined: agent.delivery.histograms_quarantined,
         }
     }
 }
