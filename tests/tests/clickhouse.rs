@@ -574,6 +574,37 @@ async fn rows_from_before_the_token_source_read_it_from_tokens_from_usage() {
     latmesh_tests::drop_db(&client, &db).await;
 }
 
+/// `agents` rows written before schema 8 (without its delivery columns) read back as a done
+/// agent with nothing refused, so `campaign verify` checks them as it did then.
+#[tokio::test]
+async fn agent_rows_from_before_schema_8_verify_as_before() {
+    let (client, db) = migrated("agents_pre8").await;
+    client
+        .query(&format!(
+            "INSERT INTO {db}.agents (campaign_id, agent_id, region, records, batches, complete) \
+             VALUES ('old', 'a', 'r', 5, 2, 1)"
+        ))
+        .execute()
+        .await
+        .unwrap();
+    let back = store::query::agents(&client, &db, "old").await.unwrap();
+    let a = &back[0];
+    assert_eq!(
+        (
+            a.campaign_done,
+            a.last_seq,
+            a.batches_rejected,
+            a.rejected_seqs.len(),
+            a.records_quarantined
+        ),
+        (1, 0, 0, 0, 0)
+    );
+    assert!(latmesh_coordinator::delivery::not_verified(a, 2).is_empty());
+    let d = latmesh_coordinator::delivery::Delivery::of_row(a);
+    assert_eq!((d.last_seq, d.batches_rejected), (Some(0), 0));
+    latmesh_tests::drop_db(&client, &db).await;
+}
+
 #[tokio::test]
 async fn a_batch_sent_twice_is_stored_once() {
     let (client, db) = migrated("dedup").await;
