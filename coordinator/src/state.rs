@@ -1969,6 +1969,43 @@ pub(crate) mod tests {
         state.batch(agent, b).unwrap()
     }
 
+    /// A refused batch is never resent (the agent quarantined it): a coordinator restarted
+    /// from its state directory must still count it as accounted for, or the campaign would
+    /// wait for it until its deadline.
+    #[tokio::test]
+    async fn refused_batches_survive_a_restart_and_do_not_hold_up_the_campaign() {
+        let tmp = tempfile::tempdir().unwrap();
+        let open = || StateDir::open(tmp.path()).unwrap();
+        let id = {
+            let state = State::default();
+            state.with_state_dir(open()).unwrap();
+            state.connect(&hello("a1", "us-east"), mpsc::channel(8).0);
+            let id = state.launch(&plan().to_json(), 0).unwrap().campaign_id;
+            assert_eq!(state.reject("a1", &id, 1, "http_status 799"), 1);
+            id
+            // Killed here.
+        };
+        let state = State::default();
+        assert_eq!(state.with_state_dir(open()).unwrap(), vec![id.clone()]);
+        state.connect(&hello("a1", "us-east"), mpsc::channel(8).0);
+        assert!(logged_batch(&state, "a1", batch(&id, 2, 2_000)));
+        state
+            .done(
+                "a1",
+                &pb::CampaignDone {
+                    campaign_id: id.clone(),
+                    last_seq: 2,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        let s = state.summary(&id).expect("finished: seq 1 was refused");
+        let d = &s.agents[0].delivery;
+        assert!(!s.agents[0].complete);
+        assert_eq!((d.batches_rejected, d.rejected[0].seq), (1, 1));
+        assert_eq!(d.rejected[0].reason, "http_status 799");
+    }
+
     #[tokio::test]
     async fn a_restarted_coordinator_replays_its_campaigns_and_counts_resends_once() {
         let tmp = tempfile::tempdir().unwrap();
