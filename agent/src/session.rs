@@ -503,6 +503,7 @@ async fn session(
                     clock_uncertainty_us: est.uncertainty_us,
                     in_flight: cfg.runner.in_flight.load(std::sync::atomic::Ordering::SeqCst),
                     interval_ms: cfg.heartbeat.as_millis().min(u128::from(u32::MAX)) as u32,
+                    batches_quarantined: outbox.stats().quarantined_batches_total,
                 }))).await;
                 pings_due = pings_due.max(2);
             }

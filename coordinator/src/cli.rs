@@ -1063,6 +1063,13 @@ pub fn render_agents(agents: &[pb::AgentInfo], now_unix_us: i64) -> String {
                 a.in_flight
             );
         }
+        if a.batches_quarantined > 0 {
+            let _ = writeln!(
+                out,
+                "  {} quarantined {} batch(es) (refused by the coordinator or too large to send): kept in quarantine/ of its spool directory, never sent again",
+                a.agent_id, a.batches_quarantined
+            );
+        }
     }
     out
 }

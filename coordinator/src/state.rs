@@ -457,6 +457,7 @@ impl State {
             a.info.clock_offset_us = hb.clock_offset_us;
             a.info.clock_uncertainty_us = hb.clock_uncertainty_us;
             a.info.in_flight = hb.in_flight;
+            a.info.batches_quarantined = hb.batches_quarantined;
             if hb.interval_ms > 0 {
                 a.info.heartbeat_interval_ms = hb.interval_ms;
             }

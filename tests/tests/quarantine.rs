@@ -117,7 +117,9 @@ fn a_refused_batch_is_quarantined_and_the_agent_goes_on_but_is_not_verified() {
         &db,
     );
     let mut agent = stack.agent_command("a1", "us-east", &stack.coord_url);
-    agent.args(["--exit-after", "2"]);
+    agent
+        .args(["--exit-after", "2"])
+        .env("LATMESH_AGENT_HEARTBEAT_S", "1");
     stack.spawn("agent-a1", agent);
 
     let started = Instant::now();
@@ -173,6 +175,13 @@ fn a_refused_batch_is_quarantined_and_the_agent_goes_on_but_is_not_verified() {
     assert!(second.agents[0].complete, "{out}");
     let text = latmesh_tests::verify_until_clean(&ch_url, &db, &second.campaign_id);
     assert!(text.contains("a1"), "{text}");
+    // Its heartbeats (every second, through the second campaign) reported the quarantine.
+    let listing = std::process::Command::new(latmesh_tests::bin("latmesh"))
+        .args(["agents", "--coordinator", &stack.coord_url])
+        .output()
+        .unwrap();
+    let listing = String::from_utf8_lossy(&listing.stdout);
+    assert!(listing.contains("a1 quarantined 1 batch(es)"), "{listing}");
 
     // The first: every batch that arrived is stored, but the agent is not verified, and the
     // refused batch is named; never "0 lost" for it.
