@@ -577,7 +577,7 @@ impl Spool {
         let only_known = fs::read_dir(&self.dir).is_ok_and(|it| {
             it.filter_map(Result::ok).all(|e| {
                 let n = e.file_name();
-                n == BATCHES || n == JOURNAL || n == CORRUPT || n == LOCK_FILE
+                n == BATCHES || n == JOURNAL || n == CORRUPT || n == QUARANTINE || n == LOCK_FILE
             })
         });
         if !only_known {
@@ -586,6 +586,7 @@ impl Spool {
         let _ = fs::remove_dir(&b);
         let _ = fs::remove_dir(&j);
         let _ = fs::remove_dir(&c);
+        let _ = fs::remove_dir(self.dir.join(QUARANTINE));
         let _ = fs::remove_file(self.dir.join(LOCK_FILE));
         let _ = fs::remove_dir(&self.dir);
         if self.prune_parent
