@@ -35,6 +35,7 @@ use std::time::Instant;
 use latmesh_core::answered_model::MAX_ANSWERED_BYTES;
 use latmesh_core::metrics;
 use latmesh_core::output_tokens::output_tokens;
+use latmesh_core::provider_bounds;
 use latmesh_core::record::{Outcome, ProbeRecord, Usage};
 
 use super::chunk::{self, ChunkWire, DeltaWire, ProviderError, ToolCallWire};
@@ -69,7 +70,7 @@ impl Head {
     }
 
     /// A record with the head's fields set and `failure` (or `ok` when `None`) as its outcome.
-    fn base_record(&self, failure: Option<&Failure>, scrub: &Scrubber<'_>) -> ProbeRecord {
+    fn base_record(&self, failure: Option<&Failure>) -> ProbeRecord {
         ProbeRecord {
             stream: self.stream,
             send_agent_unix_us: self.send_unix_us,
@@ -77,17 +78,20 @@ impl Head {
             http_status: self.http_status,
             ttfb_us: self.ttfb_at.map(|t| self.us(t)),
             retry_after_s: self.retry_after_s,
-            error_type: failure.and_then(|f| scrub.clean_opt(f.error_type.as_deref())),
-            error_code: failure.and_then(|f| scrub.clean_opt(f.error_code.as_deref())),
-            error_message: failure.map(|f| scrub.clean(&f.message)),
+            // As sent: scrubbed and cut with every other provider value by `Scrubber::bound`.
+            error_type: failure.and_then(|f| f.error_type.clone()),
+            error_code: failure.and_then(|f| f.error_code.clone()),
+            error_message: failure.map(|f| f.message.clone()),
             ..ProbeRecord::default()
         }
     }
 
     /// A record with the head's fields set and `failure` as its outcome (with its provider
-    /// error type, code and scrubbed message).
+    /// error type, code and message), bounded and scrubbed ([`Scrubber::bound`]).
     pub fn record(&self, failure: &Failure, scrub: &Scrubber<'_>) -> ProbeRecord {
-        self.base_record(Some(failure), scrub)
+        let mut record = self.base_record(Some(failure));
+        scrub.bound(&mut record);
+        record
     }
 
     /// The result of an attempt that ended without a readable 2xx body: `body_bytes` of an
@@ -121,6 +125,7 @@ impl Head {
         record.first_byte_us = body.first_byte.map(|t| self.us(t));
         record.first_nonblank_us = body.first_nonblank.map(|t| self.us(t));
         record.e2e_us = end_at.map(|t| self.us(t));
+        debug_assert!(record.finish_reason.is_none() && record.answered_model.is_none());
         ProbeResult {
             record,
             t_send: Some(self.t_send),
@@ -435,7 +440,7 @@ impl Measurement {
             }
             f
         });
-        let mut record = head.base_record(failure.as_ref(), scrub);
+        let mut record = head.base_record(failure.as_ref());
         record.first_byte_us = self.body.first_byte.map(|t| head.us(t));
         record.first_nonblank_us = self.body.first_nonblank.map(|t| head.us(t));
         let e2e_at = if st.whole_body {
@@ -462,7 +467,12 @@ impl Measurement {
                 record.reasoning_us = Some(ttfc.saturating_sub(ttft));
             }
         }
-        let usage = st.usage.clone().unwrap_or_default();
+        // Absurd counts are dropped before anything is computed from them.
+        let mut usage = st.usage.clone().unwrap_or_default();
+        record.cut_fields = provider_bounds::bound_usage(&mut usage)
+            .into_iter()
+            .map(String::from)
+            .collect();
         record.token_payloads = st.token_payloads;
         // A body read whole is one payload: its usage stands, and there is nothing to compare.
         let event_stream = !st.whole_body;
@@ -479,13 +489,8 @@ impl Measurement {
             .completion_tokens
             .filter(|_| event_stream)
             .map(|n| i64::from(n) - i64::from(st.token_payloads));
-        let answered = |v: &Option<String>| {
-            v.as_deref()
-                .map(|v| scrub.clean_to(v, MAX_ANSWERED_BYTES))
-                .filter(|v| !v.is_empty())
-        };
-        record.answered_model = answered(&st.answered_model);
-        record.system_fingerprint = answered(&st.system_fingerprint);
+        record.answered_model = st.answered_model.clone();
+        record.system_fingerprint = st.system_fingerprint.clone();
         if let (Some(ttft), Some(e2e)) = (record.ttft_us, record.e2e_us) {
             record.tpot_us = metrics::tpot_us(ttft, e2e, record.output_tokens);
             record.decode_tps = metrics::decode_tps(ttft, e2e, record.output_tokens);
@@ -499,6 +504,8 @@ impl Measurement {
         record.itl_max_us = st.itl_gaps_us.iter().copied().max();
         record.comment_lines = self.parser.comment_lines();
         record.response_bytes = self.body.bytes;
+        // Every provider value scrubbed and cut, what changed named in `cut_fields`.
+        scrub.bound(&mut record);
         ProbeResult {
             record,
             t_send: Some(head.t_send),
@@ -630,8 +637,13 @@ impl State {
 
     /// A non-empty `finish_reason`.
     fn on_finish_reason(&mut self, fr: &str) {
-        if self.finish_reason.as_deref() != Some(fr) {
-            self.finish_reason = Some(fr.to_string());
+        // Kept as far as the record's bound needs (a 3 MB one is not held whole).
+        let kept = provider_bounds::prefix(
+            fr,
+            provider_bounds::FINISH_REASON.max_bytes * provider_bounds::REDACT_WINDOW_FACTOR,
+        );
+        if self.finish_reason.as_deref() != Some(kept) {
+            self.finish_reason = Some(kept.to_string());
         }
         if is_abort_finish(fr) {
             self.fail(Failure::new(
@@ -1952,7 +1964,9 @@ pub(crate) mod tests {
             .finish(&head(t0, true), BodyEnd::Eof, Some(t0), &scrub)
             .record;
         let model = rec.answered_model.unwrap();
-        assert_eq!(model, format!("{}…", "é".repeat(64)));
+        assert_eq!(model, format!("{}…", "é".repeat(62)));
+        assert!(model.len() <= MAX_ANSWERED_BYTES);
+        assert_eq!(rec.cut_fields, vec!["answered_model"]);
         let short = sse(&[
             &chunk(&format!(r#""m-{key}""#), "null", "a"),
             &stop(""),

@@ -61,6 +61,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0005_answered_model",
         sql: include_str!("../../../deploy/clickhouse/migrations/0005_answered_model.sql"),
     },
+    Migration {
+        version: 6,
+        name: "0006_cut_fields",
+        sql: include_str!("../../../deploy/clickhouse/migrations/0006_cut_fields.sql"),
+    },
 ];
 
 /// The bookkeeping table (not in a file, so it exists before any migration runs).
