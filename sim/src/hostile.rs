@@ -105,7 +105,11 @@ impl Echo {
 
     /// [`Echo::field`] padded with `x` to [`Echo::pad`] bytes.
     pub fn padded(&self, base: &str) -> String {
-        let mut s = self.field(base);
+        self.pad(self.field(base))
+    }
+
+    /// `s` (a field already echoed) padded with `x` to [`Echo::pad`] bytes.
+    pub fn pad(&self, mut s: String) -> String {
         if s.len() < self.pad {
             s.push(' ');
             let n = self.pad.saturating_sub(s.len());

@@ -534,7 +534,7 @@ fn stream_events(r: &Render, profile: &ProviderProfile, a: &AnswerPlan) -> Vec<(
         ""
     };
     let role = r.line(
-        &r.echo.padded(&r.model),
+        &r.echo.pad(r.model.clone()),
         &r.fingerprint,
         role_choice,
         usage_null,
@@ -585,7 +585,7 @@ fn stream_events(r: &Render, profile: &ProviderProfile, a: &AnswerPlan) -> Vec<(
     if r.include_usage {
         let usage = format!(",\"usage\":{}", r.usage(a));
         // A hostile provider's long `system_fingerprint` goes in this event alone.
-        let fp = r.echo.padded(&r.fingerprint);
+        let fp = r.echo.pad(r.fingerprint.clone());
         ev.push((end, r.line(&r.model, &fp, "", &usage), Mark::Other));
     }
     ev.push((
@@ -609,8 +609,8 @@ fn completion_body(r: &Render, a: &AnswerPlan) -> String {
         "id": r.id,
         "object": "chat.completion",
         "created": r.created,
-        "model": r.echo.padded(&r.model),
-        "system_fingerprint": r.echo.padded(&r.fingerprint),
+        "model": r.echo.pad(r.model.clone()),
+        "system_fingerprint": r.echo.pad(r.fingerprint.clone()),
         "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": r.echo.padded(a.finish_reason.as_str())}],
         "usage": r.usage(a),
     });

@@ -1207,7 +1207,8 @@ async fn hostile_profiles_echo_the_key_everywhere_and_send_absurd_values() {
     assert!(payloads.len() >= 4, "{}", payloads.len());
     for p in &payloads {
         for f in ["id", "model", "system_fingerprint", "service_tier"] {
-            assert!(p[f].as_str().unwrap().contains(KEY), "{f}: {p}");
+            let v = p[f].as_str().unwrap();
+            assert_eq!(v.matches(KEY).count(), 1, "{f}: {}", &v[..v.len().min(200)]);
         }
     }
     // The long fields, each in its own event.

@@ -28,6 +28,20 @@ impl Stack {
     /// # Panics
     /// When either does not say it listens within 20 s.
     pub fn start(profiles: &[ProviderProfile]) -> Stack {
+        Stack::start_with(profiles, &[])
+    }
+
+    /// [`Stack::start`] with a coordinator that stores into database `db` of the ClickHouse
+    /// at `ch_url`, through its spool (`coord-spool` in the stack's folder, its state
+    /// directory inside).
+    pub fn start_stored(profiles: &[ProviderProfile], ch_url: &str, db: &str) -> Stack {
+        Stack::start_with(
+            profiles,
+            &["--clickhouse-url", ch_url, "--clickhouse-db", db],
+        )
+    }
+
+    fn start_with(profiles: &[ProviderProfile], coord_args: &[&str]) -> Stack {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("profiles.json");
         std::fs::write(&file, serde_json::to_string(profiles).unwrap()).unwrap();
@@ -43,6 +57,12 @@ impl Stack {
         );
         let mut coord = Command::new(bin("latmesh"));
         coord.args(["serve", "--listen", "127.0.0.1:0"]);
+        if !coord_args.is_empty() {
+            coord
+                .args(coord_args)
+                .arg("--spool-dir")
+                .arg(dir.path().join("coord-spool"));
+        }
         let (coord, coord_url) = spawn_until_line(
             "latmesh serve",
             coord,
