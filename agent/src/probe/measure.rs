@@ -44,7 +44,8 @@ use super::sse::{SseEvent, SseParser};
 use super::{ProbeResult, ToolCall};
 
 /// Bytes of a non-SSE body kept to be read as JSON (a whole completion, or a JSON body sent
-/// to a streaming request).
+/// to a streaming request): past them the attempt is a `protocol_error`, whatever
+/// `max_response_bytes` allows (docs/metrics.md, "Provider input bounds").
 pub const MAX_WHOLE_BODY: usize = 32 << 20;
 
 /// What is known about the attempt before its body: the request and the response head.
@@ -302,7 +303,10 @@ impl Measurement {
         if self.body.bytes > self.max_body_bytes {
             self.st.fail(Failure::new(
                 Outcome::ProtocolError,
-                format!("response larger than {} bytes", self.max_body_bytes),
+                format!(
+                    "response larger than {} bytes (max_response_bytes)",
+                    self.max_body_bytes
+                ),
             ));
             return Flow::Stop;
         }
@@ -310,7 +314,9 @@ impl Measurement {
             if w.len() + bytes.len() > MAX_WHOLE_BODY {
                 self.st.fail(Failure::new(
                     Outcome::ProtocolError,
-                    format!("body larger than {MAX_WHOLE_BODY} bytes"),
+                    format!(
+                        "JSON body larger than {MAX_WHOLE_BODY} bytes (the cap of a body read whole)"
+                    ),
                 ));
                 return Flow::Stop;
             }
@@ -920,7 +926,7 @@ pub(crate) mod tests {
         assert_eq!(r.record.outcome, Some(Outcome::ProtocolError));
         assert_eq!(
             r.record.error_message.as_deref(),
-            Some(format!("response larger than {cap} bytes").as_str())
+            Some(format!("response larger than {cap} bytes (max_response_bytes)").as_str())
         );
         assert_eq!(r.record.ttft_us, Some(4_000));
     }
