@@ -154,7 +154,7 @@ impl BodyStamps {
         if bytes.is_empty() {
             return;
         }
-        self.bytes += bytes.len() as u64;
+        self.bytes = self.bytes.saturating_add(bytes.len() as u64);
         self.first_byte.get_or_insert(at);
         if self.first_nonblank.is_none() && !bytes.iter().all(u8::is_ascii_whitespace) {
             self.first_nonblank = Some(at);
@@ -188,6 +188,8 @@ struct State {
     token_read_at: Vec<Instant>,
     /// The fast decoder's template and scratch buffer (`chunk::decode_cached`).
     lite: chunk::LiteCache,
+    /// The counters below saturate: a body is as long as `max_response_bytes` allows, which
+    /// has no upper bound.
     payloads: u32,
     token_payloads: u32,
     content_chunks: u32,
@@ -587,7 +589,7 @@ impl State {
         let mut cache = std::mem::take(&mut self.lite);
         let lite = chunk::decode_cached(data, &mut cache);
         if let Some(l) = lite {
-            self.payloads += 1;
+            self.payloads = self.payloads.saturating_add(1);
             self.on_answered(l.model, l.system_fingerprint);
             self.on_tokens(at, index, l.content, l.reasoning, false);
             if let Some(fr) = l.finish_reason {
@@ -601,13 +603,13 @@ impl State {
         }
         match chunk::decode(data) {
             Ok(c) => {
-                self.payloads += 1;
+                self.payloads = self.payloads.saturating_add(1);
                 self.on_chunk(at, index, &c, true);
             }
             // Half a payload at the end of the body is a truncation, judged by what came before.
             Err(_) if !complete => {}
             Err(e) => {
-                self.payloads += 1;
+                self.payloads = self.payloads.saturating_add(1);
                 self.fail(Failure::new(
                     Outcome::ProtocolError,
                     format!("payload {index} is not a JSON object: {e}"),
@@ -682,24 +684,24 @@ impl State {
     /// The generated text of one payload (`tool`: it carries a tool-call fragment).
     fn on_tokens(&mut self, at: Instant, index: u32, content: &str, reasoning: &str, tool: bool) {
         if !content.is_empty() {
-            self.content_chunks += 1;
+            self.content_chunks = self.content_chunks.saturating_add(1);
             self.first_content.get_or_insert((at, index));
             if self.keep_text {
                 self.content_text.push_str(content);
             }
         }
         if !reasoning.is_empty() {
-            self.reasoning_chunks += 1;
+            self.reasoning_chunks = self.reasoning_chunks.saturating_add(1);
             self.first_reasoning.get_or_insert(index);
             if self.keep_text {
                 self.reasoning_text.push_str(reasoning);
             }
         }
         if tool {
-            self.tool_call_chunks += 1;
+            self.tool_call_chunks = self.tool_call_chunks.saturating_add(1);
         }
         if !content.is_empty() || !reasoning.is_empty() || tool {
-            self.token_payloads += 1;
+            self.token_payloads = self.token_payloads.saturating_add(1);
             if let Some(last) = self.last_token_at {
                 let gap = at.saturating_duration_since(last).as_micros();
                 self.itl_gaps_us
