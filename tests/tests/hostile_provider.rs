@@ -96,7 +96,11 @@ fn hostile_providers_are_bounded_stored_verified_and_leak_no_key() {
     let canary = format!("sk-hostile-canary-{:016x}", rand::random::<u64>());
     let mut stack = Stack::start_stored(&profiles(), &ch_url, &db);
     let mut agent = stack.agent_command("us-east-1", "us-east", &stack.coord_url);
-    agent.args(["--exit-after", "1"]).env(KEY_ENV, &canary);
+    // Debug logs too: the agent is where the providers' raw answers are.
+    agent
+        .args(["--exit-after", "1"])
+        .env(KEY_ENV, &canary)
+        .env("LATMESH_LOG", "debug");
     stack.spawn("agent-us-east-1", agent);
 
     let (summary, out) = stack.launch(&campaign());

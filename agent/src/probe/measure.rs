@@ -126,7 +126,6 @@ impl Head {
         record.first_byte_us = body.first_byte.map(|t| self.us(t));
         record.first_nonblank_us = body.first_nonblank.map(|t| self.us(t));
         record.e2e_us = end_at.map(|t| self.us(t));
-        debug_assert!(record.finish_reason.is_none() && record.answered_model.is_none());
         ProbeResult {
             record,
             t_send: Some(self.t_send),
