@@ -305,6 +305,32 @@ mod tests {
     use latmesh_core::load::Price;
     use latmesh_core::record::Usage;
 
+    #[test]
+    fn token_sums_saturate_instead_of_wrapping() {
+        let spent = Spent {
+            prompt_tokens: u64::MAX - 1,
+            completion_tokens: 7,
+            ..Spent::default()
+        };
+        assert_eq!(spent.tokens(), u64::MAX);
+        let mut guard = Guard {
+            spent,
+            ..Guard::default()
+        };
+        let rec = ProbeRecord {
+            outcome: Some(Outcome::Ok),
+            usage: Usage {
+                prompt_tokens: Some(u32::MAX),
+                completion_tokens: Some(u32::MAX),
+                ..Usage::default()
+            },
+            ..ProbeRecord::default()
+        };
+        guard.add(&plan(), &[rec]);
+        assert_eq!(guard.spent.prompt_tokens, u64::MAX);
+        assert_eq!(guard.spent.completion_tokens, 7 + u64::from(u32::MAX));
+    }
+
     fn plan() -> Plan {
         let text = r#"
 [campaign]
