@@ -200,4 +200,20 @@ mod tests {
                 .contains("p.hostile.field_bytes")
         );
     }
+
+    #[test]
+    fn profiles_files_turn_it_on_and_typos_are_refused() {
+        let p: crate::ProviderProfile = serde_json::from_str(
+            r#"{"name":"h","hostile":{"echo_key":true,"usage_value":"lots","retry_after":"NaN"}}"#,
+        )
+        .unwrap();
+        p.validate().unwrap();
+        assert!(p.hostile.echo_key);
+        assert_eq!(p.hostile.usage_value, Some(serde_json::json!("lots")));
+        assert_eq!(p.hostile.retry_after.as_deref(), Some("NaN"));
+        let typo = r#"{"name":"h","hostile":{"echo_keys":true}}"#;
+        assert!(serde_json::from_str::<crate::ProviderProfile>(typo).is_err());
+        let off: crate::ProviderProfile = serde_json::from_str(r#"{"name":"h"}"#).unwrap();
+        assert_eq!(off.hostile, Hostile::default());
+    }
 }
