@@ -123,7 +123,9 @@ impl StepCounts {
     pub fn add(&mut self, other: &StepCounts) {
         self.requests += other.requests;
         self.ok += other.ok;
-        self.ok_output_tokens += other.ok_output_tokens;
+        // Provider token counts: saturating, never wrapped (docs/metrics.md, "Provider input
+        // bounds").
+        self.ok_output_tokens = self.ok_output_tokens.saturating_add(other.ok_output_tokens);
     }
 
     /// Failed requests / requests, % (0 without requests).
@@ -300,7 +302,9 @@ impl Aggregate {
                 step.ok += u64::from(outcome == Outcome::Ok);
             }
             if outcome == Outcome::Ok {
-                step.ok_output_tokens += u64::from(rec.output_tokens);
+                step.ok_output_tokens = step
+                    .ok_output_tokens
+                    .saturating_add(u64::from(rec.output_tokens));
             }
         }
         cell.conn_retried += u64::from(rec.conn_retried);
@@ -311,12 +315,14 @@ impl Aggregate {
             1,
         );
         if outcome == Outcome::Ok {
-            cell.ok_output_tokens += u64::from(rec.output_tokens);
+            cell.ok_output_tokens = cell
+                .ok_output_tokens
+                .saturating_add(u64::from(rec.output_tokens));
             cell.ok_tokens_from_usage += u64::from(rec.tokens_from_usage);
             cell.ok_tokens_over_usage +=
                 u64::from(rec.output_tokens_source == OutputTokensSource::PayloadsOverUsage);
             if let Some(d) = rec.usage_chunk_delta {
-                cell.ok_usage_chunk_delta_sum += d;
+                cell.ok_usage_chunk_delta_sum = cell.ok_usage_chunk_delta_sum.saturating_add(d);
                 cell.ok_usage_reports += 1;
                 cell.ok_usage_chunk_mismatches += u64::from(d != 0);
             }
@@ -435,7 +441,7 @@ impl Aggregate {
             for (o, n) in &c.outcomes {
                 *out.outcomes.entry(*o).or_insert(0) += n;
             }
-            out.ok_output_tokens += c.ok_output_tokens;
+            out.ok_output_tokens = out.ok_output_tokens.saturating_add(c.ok_output_tokens);
             out.ok_tokens_from_usage += c.ok_tokens_from_usage;
             out.ok_tokens_over_usage += c.ok_tokens_over_usage;
             out.conn_retried += c.conn_retried;
@@ -445,7 +451,9 @@ impl Aggregate {
             for (f, n) in &c.system_fingerprints {
                 count_name(&mut out.system_fingerprints, Some(f), *n);
             }
-            out.ok_usage_chunk_delta_sum += c.ok_usage_chunk_delta_sum;
+            out.ok_usage_chunk_delta_sum = out
+                .ok_usage_chunk_delta_sum
+                .saturating_add(c.ok_usage_chunk_delta_sum);
             out.ok_usage_chunk_mismatches += c.ok_usage_chunk_mismatches;
             out.ok_usage_reports += c.ok_usage_reports;
             out.requests += c.requests;

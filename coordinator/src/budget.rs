@@ -105,7 +105,7 @@ pub struct Spent {
 impl Spent {
     /// Prompt plus completion tokens.
     pub fn tokens(&self) -> u64 {
-        self.prompt_tokens + self.completion_tokens
+        self.prompt_tokens.saturating_add(self.completion_tokens)
     }
 }
 
@@ -171,12 +171,13 @@ impl Guard {
     pub fn add(&mut self, plan: &Plan, records: &[ProbeRecord]) {
         for rec in records {
             let (prompt, completion, estimated) = tokens_of(plan, rec);
-            if prompt + completion == 0 {
+            if prompt == 0 && completion == 0 {
                 continue;
             }
             let s = &mut self.spent;
-            s.prompt_tokens += prompt;
-            s.completion_tokens += completion;
+            // Saturating: token counts come from providers (and agents).
+            s.prompt_tokens = s.prompt_tokens.saturating_add(prompt);
+            s.completion_tokens = s.completion_tokens.saturating_add(completion);
             s.estimated_attempts += u64::from(estimated);
             match plan
                 .providers
@@ -303,6 +304,32 @@ mod tests {
     use super::*;
     use latmesh_core::load::Price;
     use latmesh_core::record::Usage;
+
+    #[test]
+    fn token_sums_saturate_instead_of_wrapping() {
+        let spent = Spent {
+            prompt_tokens: u64::MAX - 1,
+            completion_tokens: 7,
+            ..Spent::default()
+        };
+        assert_eq!(spent.tokens(), u64::MAX);
+        let mut guard = Guard {
+            spent,
+            ..Guard::default()
+        };
+        let rec = ProbeRecord {
+            outcome: Some(Outcome::Ok),
+            usage: Usage {
+                prompt_tokens: Some(u32::MAX),
+                completion_tokens: Some(u32::MAX),
+                ..Usage::default()
+            },
+            ..ProbeRecord::default()
+        };
+        guard.add(&plan(), &[rec]);
+        assert_eq!(guard.spent.prompt_tokens, u64::MAX);
+        assert_eq!(guard.spent.completion_tokens, 7 + u64::from(u32::MAX));
+    }
 
     fn plan() -> Plan {
         let text = r#"

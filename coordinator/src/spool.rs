@@ -1015,6 +1015,7 @@ mod tests {
                     output_tokens_source: "payloads_over_usage".into(),
                     answered_model: Some("m-2024-08-06".into()),
                     system_fingerprint: Some("fp_1".into()),
+                    cut_fields: vec!["finish_reason".into()],
                 },
                 pb::ProbeRecord {
                     provider: "x".into(),

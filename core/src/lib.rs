@@ -21,6 +21,7 @@ pub mod output_tokens;
 pub mod plan;
 pub mod prompts;
 pub mod proportion;
+pub mod provider_bounds;
 pub mod record;
 pub mod schedule;
 pub mod selection;

@@ -252,7 +252,8 @@ pub struct ProbeRecord {
     pub usage_chunk_delta: Option<i64>,
     /// Usage as reported.
     pub usage: Usage,
-    /// The last `finish_reason` seen.
+    /// The last `finish_reason` seen, scrubbed and cut to 64 bytes
+    /// ([`crate::provider_bounds::FINISH_REASON`]).
     pub finish_reason: Option<String>,
     /// Whether `data: [DONE]` arrived.
     pub saw_done: bool,
@@ -262,7 +263,8 @@ pub struct ProbeRecord {
     pub error_type: Option<String>,
     /// Provider error code (`error.code`), when sent.
     pub error_code: Option<String>,
-    /// Provider or transport error message, truncated to 256 bytes; never the prompt.
+    /// Provider or transport error message, scrubbed and cut to 256 bytes
+    /// ([`crate::provider_bounds::ERROR_MESSAGE`]); never the prompt.
     pub error_message: Option<String>,
     /// Largest inter-token gap, µs.
     pub itl_max_us: Option<u64>,
@@ -279,6 +281,12 @@ pub struct ProbeRecord {
     /// `answered_model`.
     #[serde(default)]
     pub system_fingerprint: Option<String>,
+    /// Provider values that were cut, scrubbed, clamped or dropped on their way into this
+    /// record, by field name (`finish_reason`, `error_message`, `usage.prompt_tokens`,
+    /// `retry_after_s`, …), each once: [`crate::provider_bounds`], docs/metrics.md
+    /// "Provider input bounds". Empty when the provider's values were kept as sent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cut_fields: Vec<String>,
 }
 
 impl ProbeRecord {

@@ -112,6 +112,7 @@ impl From<&ProbeRecord> for pb::ProbeRecord {
             output_tokens_source: r.output_tokens_source.as_str().to_string(),
             answered_model: r.answered_model.clone(),
             system_fingerprint: r.system_fingerprint.clone(),
+            cut_fields: r.cut_fields.clone(),
         }
     }
 }
@@ -162,8 +163,10 @@ impl TryFrom<pb::ProbeRecord> for ProbeRecord {
             usage: Usage {
                 prompt_tokens: r.prompt_tokens,
                 completion_tokens: r.completion_tokens,
+                // Checked: counts from an agent are not trusted to be small; a total that
+                // does not fit is left out rather than wrapped.
                 total_tokens: match (r.prompt_tokens, r.completion_tokens) {
-                    (Some(p), Some(c)) => Some(p + c),
+                    (Some(p), Some(c)) => p.checked_add(c),
                     _ => None,
                 },
                 reasoning_tokens: r.reasoning_tokens,
@@ -198,6 +201,7 @@ impl TryFrom<pb::ProbeRecord> for ProbeRecord {
             ),
             answered_model: r.answered_model,
             system_fingerprint: r.system_fingerprint,
+            cut_fields: r.cut_fields,
         })
     }
 }
@@ -303,10 +307,21 @@ mod tests {
             output_tokens_source: OutputTokensSource::PayloadsOverUsage,
             answered_model: Some("deepseek-chat-v3-0324".into()),
             system_fingerprint: Some("fp_1".into()),
+            cut_fields: vec!["finish_reason".into(), "usage.total_tokens".into()],
             ..rec
         };
         let back = ProbeRecord::try_from(pb::ProbeRecord::from(&rec)).unwrap();
         assert_eq!(back, rec);
+    }
+
+    #[test]
+    fn a_total_that_does_not_fit_is_left_out_not_wrapped() {
+        let mut wire = pb::ProbeRecord::from(&ProbeRecord::default());
+        wire.prompt_tokens = Some(u32::MAX);
+        wire.completion_tokens = Some(7);
+        let rec = ProbeRecord::try_from(wire).unwrap();
+        assert_eq!(rec.usage.total_tokens, None);
+        assert_eq!(rec.usage.prompt_tokens, Some(u32::MAX));
     }
 
     #[test]

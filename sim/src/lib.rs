@@ -42,6 +42,7 @@
 
 #![warn(missing_docs)]
 
+pub mod hostile;
 pub mod plan;
 pub mod profile;
 pub mod provider;

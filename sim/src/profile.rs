@@ -101,6 +101,9 @@ pub struct ProviderProfile {
     /// Requests served at once (a count; 0 = unlimited); more wait first come first served,
     /// see [Serving capacity](ProviderProfile#serving-capacity).
     pub capacity: u32,
+    /// Hostile behaviour: key echoes, huge fields, absurd usage ([`crate::hostile`]); all
+    /// off by default.
+    pub hostile: crate::hostile::Hostile,
 }
 
 /// How a provider treats the reasoning of earlier turns sent back in assistant messages.
@@ -149,6 +152,7 @@ impl Default for ProviderProfile {
             early_role_chunk: false,
             reasoning_passback: ReasoningPassback::Ignored,
             capacity: 0,
+            hostile: crate::hostile::Hostile::default(),
         }
     }
 }
@@ -239,6 +243,7 @@ impl ProviderProfile {
         if self.output_tokens_min == 0 {
             return Err(format!("{n}.output_tokens_min must be at least 1"));
         }
+        self.hostile.validate(n)?;
         let max = tokio::sync::Semaphore::MAX_PERMITS;
         if !usize::try_from(self.capacity).is_ok_and(|c| c <= max) {
             return Err(format!(

@@ -30,6 +30,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, sleep_until};
 
 use crate::SimConfig;
+use crate::hostile::Echo;
 use crate::plan::{self, AnswerPlan, Decision, PlanInput};
 use crate::profile::ProviderProfile;
 use crate::region::REGION_HEADER;
@@ -143,6 +144,29 @@ pub fn openai_error(status: StatusCode, message: &str, kind: &str, code: &str) -
         .into_response()
 }
 
+/// [`openai_error`] from a provider that may be hostile: the key echoed in every field, the
+/// reason phrase and headers; the message padded ([`crate::hostile`]).
+fn hostile_error(
+    echo: &Echo,
+    status: StatusCode,
+    message: &str,
+    kind: &str,
+    code: &str,
+) -> Response {
+    let Some(k) = &echo.key else {
+        return openai_error(status, &echo.padded(message), kind, code);
+    };
+    let body = json!({"error": {"message": echo.padded(message), "type": echo.field(kind), "param": k, "code": echo.field(code)}});
+    let mut resp = (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response();
+    echo.apply(&mut resp);
+    resp
+}
+
 fn unknown_provider(name: &str) -> Response {
     openai_error(
         StatusCode::NOT_FOUND,
@@ -248,21 +272,24 @@ async fn answer(
     let Some(provider) = st.providers.get(name) else {
         return unknown_provider(name);
     };
+    let profile = &provider.profile;
+    let echo = profile.hostile.for_request(req_headers);
     let req = match ChatRequest::parse(body) {
         Ok(r) => r,
         Err(msg) => {
-            return openai_error(
+            let kind = "invalid_request_error";
+            return hostile_error(
+                &echo,
                 StatusCode::BAD_REQUEST,
                 &msg,
-                "invalid_request_error",
+                kind,
                 "invalid_request",
             );
         }
     };
-    let profile = &provider.profile;
     if let Some(msg) = req.reasoning_passback_error(profile.reasoning_passback) {
-        let code = "invalid_request";
-        return openai_error(StatusCode::BAD_REQUEST, &msg, "invalid_request_error", code);
+        let (kind, code) = ("invalid_request_error", "invalid_request");
+        return hostile_error(&echo, StatusCode::BAD_REQUEST, &msg, kind, code);
     }
     let index = provider.requests.fetch_add(1, Ordering::Relaxed);
     let mut rng = plan::request_rng(st.seed, name, index);
@@ -283,8 +310,12 @@ async fn answer(
         Decision::Throttle { retry_after_s } => {
             sleep_until(region_end).await;
             set_header(&mut headers, FAULT_HEADER, "throttle");
-            set_header(&mut headers, "retry-after", retry_after_s);
-            let mut resp = openai_error(
+            match &profile.hostile.retry_after {
+                Some(raw) => set_header(&mut headers, "retry-after", raw),
+                None => set_header(&mut headers, "retry-after", retry_after_s),
+            }
+            let mut resp = hostile_error(
+                &echo,
                 StatusCode::TOO_MANY_REQUESTS,
                 &format!("Rate limit reached for {name}. Please try again in {retry_after_s}s."),
                 "rate_limit_error",
@@ -310,21 +341,24 @@ async fn answer(
     };
     set_header(&mut headers, FAULT_HEADER, fault);
 
+    let model = req.model.clone().unwrap_or_else(|| {
+        profile
+            .models
+            .first()
+            .cloned()
+            .unwrap_or_else(|| "unknown".to_string())
+    });
     let ctx = Render {
-        id: format!("chatcmpl-sim{:016x}", rng.random::<u64>()),
+        id: echo.field(&format!("chatcmpl-sim{:016x}", rng.random::<u64>())),
         created: unix_now_s(),
-        model: req.model.clone().unwrap_or_else(|| {
-            profile
-                .models
-                .first()
-                .cloned()
-                .unwrap_or_else(|| "unknown".to_string())
-        }),
+        model: echo.field(&model),
+        fingerprint: echo.field("latmesh-sim"),
         include_usage: req.include_usage(),
         reasoning_fields: profile.reasoning_tokens_max > 0,
         prompt_tokens: input.prompt_tokens,
         answer_key: input.answer_key,
         cjk: text::is_mostly_cjk(&req.prompt_text()),
+        echo,
     };
 
     if req.is_stream() {
@@ -340,6 +374,7 @@ async fn answer(
         if let Some(r) = &rec {
             r.streaming();
         }
+        let echo = ctx.echo.clone();
         // The slot lives in the body stream: freed with the last frame, or when hyper drops
         // the body because the client went away.
         let stream = futures::stream::unfold(
@@ -364,7 +399,9 @@ async fn answer(
                 Some((Ok::<Bytes, Infallible>(bytes), (events, rec, slot)))
             },
         );
-        (StatusCode::OK, headers, Body::from_stream(stream)).into_response()
+        let mut resp = (StatusCode::OK, headers, Body::from_stream(stream)).into_response();
+        echo.apply(&mut resp);
+        resp
     } else {
         let body = completion_body(&ctx, &answer);
         let (slot, base) =
@@ -376,7 +413,9 @@ async fn answer(
         );
         // The whole body goes out with the response, in one write: the slot is free now.
         drop(slot);
-        (StatusCode::OK, headers, body).into_response()
+        let mut resp = (StatusCode::OK, headers, body).into_response();
+        ctx.echo.apply(&mut resp);
+        resp
     }
 }
 
@@ -403,12 +442,15 @@ struct Render {
     id: String,
     created: u64,
     model: String,
+    fingerprint: String,
     include_usage: bool,
     /// DeepSeek-style deltas: `content` and `reasoning_content` both present, one null.
     reasoning_fields: bool,
     prompt_tokens: u32,
     answer_key: u64,
     cjk: bool,
+    /// What a hostile profile adds ([`crate::hostile`]; inactive otherwise).
+    echo: Echo,
 }
 
 impl Render {
@@ -419,20 +461,35 @@ impl Render {
     }
 
     fn data_line(&self, choices: &str) -> Bytes {
-        let model = serde_json::to_string(&self.model).unwrap_or_default();
         let usage = if self.include_usage {
             ",\"usage\":null"
         } else {
             ""
         };
+        self.line(&self.model, &self.fingerprint, choices, usage)
+    }
+
+    /// One chunk's `data:` line with `model`, `system_fingerprint`, `choices` and a `tail`
+    /// (`,"usage":…` or nothing) after them.
+    fn line(&self, model: &str, fingerprint: &str, choices: &str, tail: &str) -> Bytes {
+        let s = |v: &str| serde_json::to_string(v).unwrap_or_default();
+        let tier = match &self.echo.key {
+            Some(k) => format!(",\"service_tier\":{}", s(k)),
+            None => String::new(),
+        };
         Bytes::from(format!(
-            "data: {{\"id\":\"{}\",\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{model},\"system_fingerprint\":\"latmesh-sim\",\"choices\":[{choices}]{usage}}}\n\n",
-            self.id, self.created
+            "data: {{\"id\":{},\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{},\"system_fingerprint\":{}{tier},\"choices\":[{choices}]{tail}}}\n\n",
+            s(&self.id),
+            self.created,
+            s(model),
+            s(fingerprint),
         ))
     }
 
     fn delta_chunk(&self, delta: &str, finish: Option<&str>) -> Bytes {
-        let finish = finish.map_or("null".to_string(), |f| format!("\"{f}\""));
+        let finish = finish.map_or("null".to_string(), |f| {
+            serde_json::to_string(&self.echo.padded(f)).unwrap_or_default()
+        });
         self.data_line(&format!(
             "{{\"index\":0,\"delta\":{delta},\"logprobs\":null,\"finish_reason\":{finish}}}"
         ))
@@ -440,13 +497,13 @@ impl Render {
 
     fn usage(&self, a: &AnswerPlan) -> serde_json::Value {
         let completion = a.completion_tokens();
-        json!({
+        self.echo.usage(json!({
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": completion,
-            "total_tokens": self.prompt_tokens + completion,
+            "total_tokens": self.prompt_tokens.saturating_add(completion),
             "prompt_tokens_details": {"cached_tokens": 0},
             "completion_tokens_details": {"reasoning_tokens": a.reasoning_tokens},
-        })
+        }))
     }
 }
 
@@ -466,7 +523,22 @@ enum Mark {
 /// The body of a streamed answer: `(µs after the headers, bytes, what it is)` in order.
 fn stream_events(r: &Render, profile: &ProviderProfile, a: &AnswerPlan) -> Vec<(u64, Bytes, Mark)> {
     let mut ev: Vec<(u64, Bytes, Mark)> = Vec::with_capacity(a.chunks.len() + 8);
-    let role = r.delta_chunk(r#"{"role":"assistant","content":""}"#, None);
+    if let Some(prelude) = r.echo.sse_prelude() {
+        ev.push((0, Bytes::from(prelude), Mark::Other));
+    }
+    let role_choice = r#"{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}"#;
+    // A hostile provider's long `model` goes in this event alone (crate::hostile).
+    let usage_null = if r.include_usage {
+        ",\"usage\":null"
+    } else {
+        ""
+    };
+    let role = r.line(
+        &r.echo.pad(r.model.clone()),
+        &r.fingerprint,
+        role_choice,
+        usage_null,
+    );
     if profile.early_role_chunk {
         ev.push((0, role.clone(), Mark::Other));
     }
@@ -511,16 +583,10 @@ fn stream_events(r: &Render, profile: &ProviderProfile, a: &AnswerPlan) -> Vec<(
         Mark::Other,
     ));
     if r.include_usage {
-        let usage = r.usage(a);
-        let model = serde_json::to_string(&r.model).unwrap_or_default();
-        ev.push((
-            end,
-            Bytes::from(format!(
-                "data: {{\"id\":\"{}\",\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{model},\"system_fingerprint\":\"latmesh-sim\",\"choices\":[],\"usage\":{usage}}}\n\n",
-                r.id, r.created
-            )),
-            Mark::Other,
-        ));
+        let usage = format!(",\"usage\":{}", r.usage(a));
+        // A hostile provider's long `system_fingerprint` goes in this event alone.
+        let fp = r.echo.pad(r.fingerprint.clone());
+        ev.push((end, r.line(&r.model, &fp, "", &usage), Mark::Other));
     }
     ev.push((
         end,
@@ -534,19 +600,22 @@ fn stream_events(r: &Render, profile: &ProviderProfile, a: &AnswerPlan) -> Vec<(
 fn completion_body(r: &Render, a: &AnswerPlan) -> String {
     let mut message = json!({
         "role": "assistant",
-        "content": r.text(TokenKind::Content, 0, a.content_tokens),
+        "content": r.echo.field(&r.text(TokenKind::Content, 0, a.content_tokens)),
     });
     if r.reasoning_fields {
         message["reasoning_content"] = json!(r.text(TokenKind::Reasoning, 0, a.reasoning_tokens));
     }
-    json!({
+    let mut body = json!({
         "id": r.id,
         "object": "chat.completion",
         "created": r.created,
-        "model": r.model,
-        "system_fingerprint": "latmesh-sim",
-        "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": a.finish_reason.as_str()}],
+        "model": r.echo.pad(r.model.clone()),
+        "system_fingerprint": r.echo.pad(r.fingerprint.clone()),
+        "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": r.echo.padded(a.finish_reason.as_str())}],
         "usage": r.usage(a),
-    })
-    .to_string()
+    });
+    if let Some(k) = &r.echo.key {
+        body["service_tier"] = json!(k);
+    }
+    body.to_string()
 }

@@ -15,6 +15,8 @@ use crate::{ProviderProfile, SimConfig};
 /// A response read off the wire.
 struct Raw {
     status: u16,
+    /// The status line's reason phrase.
+    reason: String,
     headers: Vec<(String, String)>,
     /// When the request was written.
     t_sent: Instant,
@@ -107,14 +109,9 @@ async fn raw_request(
     let t_headers = Instant::now();
     let head = String::from_utf8(buf[..head_end].to_vec()).unwrap();
     let mut lines = head.split("\r\n");
-    let status = lines
-        .next()
-        .unwrap()
-        .split(' ')
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
+    let mut status_line = lines.next().unwrap().splitn(3, ' ').skip(1);
+    let status = status_line.next().unwrap().parse().unwrap();
+    let reason = status_line.next().unwrap_or("").to_string();
     let headers: Vec<(String, String)> = lines
         .map(|l| {
             let (n, v) = l.split_once(':').unwrap();
@@ -136,6 +133,7 @@ async fn raw_request(
                 if size == 0 {
                     return Raw {
                         status,
+                        reason,
                         headers,
                         t_sent,
                         t_headers,
@@ -163,6 +161,7 @@ async fn raw_request(
         chunks.push((Instant::now(), rest));
         Raw {
             status,
+            reason,
             headers,
             t_sent,
             t_headers,
@@ -1153,4 +1152,98 @@ async fn client_gone_mid_stream_frees_its_slot() {
     // A's body was abandoned, not finished.
     let t = truth.get("gone").unwrap();
     assert!(t.end.is_none() && !t.frames.is_empty());
+}
+
+/// A hostile profile echoes the `Authorization` value into the reason phrase, headers, the
+/// SSE `id:`/`event:`/comment lines and every string field; pads long fields each in its own
+/// event; sends absurd usage and a raw Retry-After.
+#[tokio::test]
+async fn hostile_profiles_echo_the_key_everywhere_and_send_absurd_values() {
+    const KEY: &str = "Bearer sk-sim-canary-42";
+    let hostile = crate::hostile::Hostile {
+        echo_key: true,
+        field_bytes: 100_000,
+        usage_value: Some(serde_json::json!(4294967295u64)),
+        retry_after: Some("1e30".into()),
+    };
+    let calm = ProviderProfile {
+        hostile: hostile.clone(),
+        ..ProviderProfile::fixed("evil", 1_000, 100)
+    };
+    let throttling = ProviderProfile {
+        name: "evil-429".into(),
+        throttle_prob: 1.0,
+        ..calm.clone()
+    };
+    let addr = start(SimConfig {
+        profiles: vec![calm, throttling],
+        ..SimConfig::default()
+    })
+    .await;
+    let post = |provider: &'static str, stream: bool| async move {
+        raw_request(
+            addr,
+            "POST",
+            &format!("/{provider}/v1/chat/completions"),
+            &[("authorization", KEY)],
+            &chat_body(stream, 4, true),
+        )
+        .await
+    };
+    let r = post("evil", true).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.reason, format!("OK {KEY}"));
+    assert_eq!(r.header("x-echo"), Some(KEY));
+    let text = r.body_text();
+    assert!(text.starts_with(&format!(
+        "id: {KEY}\n: {KEY}\n\nevent: {KEY}\ndata: {KEY}\n\n"
+    )));
+    // The named event's data is the key itself, not JSON.
+    let payloads: Vec<Value> = r
+        .data_payloads()
+        .into_iter()
+        .filter_map(|(_, d)| serde_json::from_str::<Value>(&d).ok())
+        .collect();
+    assert!(payloads.len() >= 4, "{}", payloads.len());
+    for p in &payloads {
+        for f in ["id", "model", "system_fingerprint", "service_tier"] {
+            let v = p[f].as_str().unwrap();
+            assert_eq!(v.matches(KEY).count(), 1, "{f}: {}", &v[..v.len().min(200)]);
+        }
+    }
+    // The long fields, each in its own event.
+    assert_eq!(payloads[0]["model"].as_str().unwrap().len(), 100_000);
+    let finish = payloads
+        .iter()
+        .find_map(|p| p["choices"][0]["finish_reason"].as_str())
+        .unwrap();
+    assert_eq!(finish.len(), 100_000);
+    let usage = payloads.last().unwrap();
+    assert_eq!(usage["system_fingerprint"].as_str().unwrap().len(), 100_000);
+    assert_eq!(usage["usage"]["prompt_tokens"], 4294967295u64);
+    assert_eq!(
+        usage["usage"]["completion_tokens_details"]["reasoning_tokens"],
+        4294967295u64
+    );
+    // A whole completion: every field, the content too.
+    let r = post("evil", false).await;
+    let body: Value = serde_json::from_str(&r.body_text()).unwrap();
+    assert!(
+        body["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .ends_with(KEY)
+    );
+    assert_eq!(body["model"].as_str().unwrap().len(), 100_000);
+    assert_eq!(body["usage"]["total_tokens"], 4294967295u64);
+    // An error answer: every field of the body, the reason phrase, Retry-After as given.
+    let r = post("evil-429", true).await;
+    assert_eq!(r.status, 429);
+    assert_eq!(r.reason, format!("Too Many Requests {KEY}"));
+    assert_eq!(r.header("retry-after"), Some("1e30"));
+    let body: Value = serde_json::from_str(&r.body_text()).unwrap();
+    for f in ["message", "type", "code", "param"] {
+        assert!(body["error"][f].as_str().unwrap().contains(KEY), "{f}");
+    }
+    assert_eq!(body["error"]["message"].as_str().unwrap().len(), 100_000);
 }

@@ -168,6 +168,7 @@ fn full_record() -> ProbeRecord {
         output_tokens_source: OutputTokensSource::UsagePlusReasoning,
         answered_model: Some("gamma-推理-2024-08-06".into()),
         system_fingerprint: Some("fp_ü'\\1".into()),
+        cut_fields: vec!["finish_reason".into(), "usage.prompt_tokens".into()],
     }
 }
 

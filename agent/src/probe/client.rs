@@ -285,11 +285,12 @@ impl Prober {
 
         if !(200..300).contains(&status) {
             if status >= 400 {
-                head.retry_after_s = parse_retry_after(
-                    header("retry-after").as_deref(),
-                    header("retry-after-ms").as_deref(),
-                    SystemTime::now(),
-                );
+                let (after, after_ms) = (header("retry-after"), header("retry-after-ms"));
+                head.retry_after_s =
+                    parse_retry_after(after.as_deref(), after_ms.as_deref(), SystemTime::now())
+                        // A Retry-After sent but unusable (`soon`, `-1`, `NaN`): NaN, which
+                        // the record's bounds drop and name in `cut_fields`.
+                        .or_else(|| (after.is_some() || after_ms.is_some()).then_some(f64::NAN));
             }
             let (result, complete) =
                 error_response(&mut body, &conn, head, &scrub, ttfb_at, dl.total, dl.idle).await;

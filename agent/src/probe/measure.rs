@@ -35,6 +35,7 @@ use std::time::Instant;
 use latmesh_core::answered_model::MAX_ANSWERED_BYTES;
 use latmesh_core::metrics;
 use latmesh_core::output_tokens::output_tokens;
+use latmesh_core::provider_bounds;
 use latmesh_core::record::{Outcome, ProbeRecord, Usage};
 
 use super::chunk::{self, ChunkWire, DeltaWire, ProviderError, ToolCallWire};
@@ -43,7 +44,8 @@ use super::sse::{SseEvent, SseParser};
 use super::{ProbeResult, ToolCall};
 
 /// Bytes of a non-SSE body kept to be read as JSON (a whole completion, or a JSON body sent
-/// to a streaming request).
+/// to a streaming request): past them the attempt is a `protocol_error`, whatever
+/// `max_response_bytes` allows (docs/metrics.md, "Provider input bounds").
 pub const MAX_WHOLE_BODY: usize = 32 << 20;
 
 /// What is known about the attempt before its body: the request and the response head.
@@ -69,7 +71,7 @@ impl Head {
     }
 
     /// A record with the head's fields set and `failure` (or `ok` when `None`) as its outcome.
-    fn base_record(&self, failure: Option<&Failure>, scrub: &Scrubber<'_>) -> ProbeRecord {
+    fn base_record(&self, failure: Option<&Failure>) -> ProbeRecord {
         ProbeRecord {
             stream: self.stream,
             send_agent_unix_us: self.send_unix_us,
@@ -77,17 +79,20 @@ impl Head {
             http_status: self.http_status,
             ttfb_us: self.ttfb_at.map(|t| self.us(t)),
             retry_after_s: self.retry_after_s,
-            error_type: failure.and_then(|f| scrub.clean_opt(f.error_type.as_deref())),
-            error_code: failure.and_then(|f| scrub.clean_opt(f.error_code.as_deref())),
-            error_message: failure.map(|f| scrub.clean(&f.message)),
+            // As sent: scrubbed and cut with every other provider value by `Scrubber::bound`.
+            error_type: failure.and_then(|f| f.error_type.clone()),
+            error_code: failure.and_then(|f| f.error_code.clone()),
+            error_message: failure.map(|f| f.message.clone()),
             ..ProbeRecord::default()
         }
     }
 
     /// A record with the head's fields set and `failure` as its outcome (with its provider
-    /// error type, code and scrubbed message).
+    /// error type, code and message), bounded and scrubbed ([`Scrubber::bound`]).
     pub fn record(&self, failure: &Failure, scrub: &Scrubber<'_>) -> ProbeRecord {
-        self.base_record(Some(failure), scrub)
+        let mut record = self.base_record(Some(failure));
+        scrub.bound(&mut record);
+        record
     }
 
     /// The result of an attempt that ended without a readable 2xx body: `body_bytes` of an
@@ -148,7 +153,7 @@ impl BodyStamps {
         if bytes.is_empty() {
             return;
         }
-        self.bytes += bytes.len() as u64;
+        self.bytes = self.bytes.saturating_add(bytes.len() as u64);
         self.first_byte.get_or_insert(at);
         if self.first_nonblank.is_none() && !bytes.iter().all(u8::is_ascii_whitespace) {
             self.first_nonblank = Some(at);
@@ -182,6 +187,8 @@ struct State {
     token_read_at: Vec<Instant>,
     /// The fast decoder's template and scratch buffer (`chunk::decode_cached`).
     lite: chunk::LiteCache,
+    /// The counters below saturate: a body is as long as `max_response_bytes` allows, which
+    /// has no upper bound.
     payloads: u32,
     token_payloads: u32,
     content_chunks: u32,
@@ -297,7 +304,10 @@ impl Measurement {
         if self.body.bytes > self.max_body_bytes {
             self.st.fail(Failure::new(
                 Outcome::ProtocolError,
-                format!("response larger than {} bytes", self.max_body_bytes),
+                format!(
+                    "response larger than {} bytes (max_response_bytes)",
+                    self.max_body_bytes
+                ),
             ));
             return Flow::Stop;
         }
@@ -305,7 +315,9 @@ impl Measurement {
             if w.len() + bytes.len() > MAX_WHOLE_BODY {
                 self.st.fail(Failure::new(
                     Outcome::ProtocolError,
-                    format!("body larger than {MAX_WHOLE_BODY} bytes"),
+                    format!(
+                        "JSON body larger than {MAX_WHOLE_BODY} bytes (the cap of a body read whole)"
+                    ),
                 ));
                 return Flow::Stop;
             }
@@ -435,7 +447,7 @@ impl Measurement {
             }
             f
         });
-        let mut record = head.base_record(failure.as_ref(), scrub);
+        let mut record = head.base_record(failure.as_ref());
         record.first_byte_us = self.body.first_byte.map(|t| head.us(t));
         record.first_nonblank_us = self.body.first_nonblank.map(|t| head.us(t));
         let e2e_at = if st.whole_body {
@@ -462,7 +474,12 @@ impl Measurement {
                 record.reasoning_us = Some(ttfc.saturating_sub(ttft));
             }
         }
-        let usage = st.usage.clone().unwrap_or_default();
+        // Absurd counts are dropped before anything is computed from them.
+        let mut usage = st.usage.clone().unwrap_or_default();
+        record.cut_fields = provider_bounds::bound_usage(&mut usage)
+            .into_iter()
+            .map(String::from)
+            .collect();
         record.token_payloads = st.token_payloads;
         // A body read whole is one payload: its usage stands, and there is nothing to compare.
         let event_stream = !st.whole_body;
@@ -479,13 +496,8 @@ impl Measurement {
             .completion_tokens
             .filter(|_| event_stream)
             .map(|n| i64::from(n) - i64::from(st.token_payloads));
-        let answered = |v: &Option<String>| {
-            v.as_deref()
-                .map(|v| scrub.clean_to(v, MAX_ANSWERED_BYTES))
-                .filter(|v| !v.is_empty())
-        };
-        record.answered_model = answered(&st.answered_model);
-        record.system_fingerprint = answered(&st.system_fingerprint);
+        record.answered_model = st.answered_model.clone();
+        record.system_fingerprint = st.system_fingerprint.clone();
         if let (Some(ttft), Some(e2e)) = (record.ttft_us, record.e2e_us) {
             record.tpot_us = metrics::tpot_us(ttft, e2e, record.output_tokens);
             record.decode_tps = metrics::decode_tps(ttft, e2e, record.output_tokens);
@@ -499,6 +511,8 @@ impl Measurement {
         record.itl_max_us = st.itl_gaps_us.iter().copied().max();
         record.comment_lines = self.parser.comment_lines();
         record.response_bytes = self.body.bytes;
+        // Every provider value scrubbed and cut, what changed named in `cut_fields`.
+        scrub.bound(&mut record);
         ProbeResult {
             record,
             t_send: Some(head.t_send),
@@ -574,7 +588,7 @@ impl State {
         let mut cache = std::mem::take(&mut self.lite);
         let lite = chunk::decode_cached(data, &mut cache);
         if let Some(l) = lite {
-            self.payloads += 1;
+            self.payloads = self.payloads.saturating_add(1);
             self.on_answered(l.model, l.system_fingerprint);
             self.on_tokens(at, index, l.content, l.reasoning, false);
             if let Some(fr) = l.finish_reason {
@@ -588,13 +602,13 @@ impl State {
         }
         match chunk::decode(data) {
             Ok(c) => {
-                self.payloads += 1;
+                self.payloads = self.payloads.saturating_add(1);
                 self.on_chunk(at, index, &c, true);
             }
             // Half a payload at the end of the body is a truncation, judged by what came before.
             Err(_) if !complete => {}
             Err(e) => {
-                self.payloads += 1;
+                self.payloads = self.payloads.saturating_add(1);
                 self.fail(Failure::new(
                     Outcome::ProtocolError,
                     format!("payload {index} is not a JSON object: {e}"),
@@ -630,8 +644,13 @@ impl State {
 
     /// A non-empty `finish_reason`.
     fn on_finish_reason(&mut self, fr: &str) {
-        if self.finish_reason.as_deref() != Some(fr) {
-            self.finish_reason = Some(fr.to_string());
+        // Kept as far as the record's bound needs (a 3 MB one is not held whole).
+        let kept = provider_bounds::prefix(
+            fr,
+            provider_bounds::FINISH_REASON.max_bytes * provider_bounds::REDACT_WINDOW_FACTOR,
+        );
+        if self.finish_reason.as_deref() != Some(kept) {
+            self.finish_reason = Some(kept.to_string());
         }
         if is_abort_finish(fr) {
             self.fail(Failure::new(
@@ -664,24 +683,24 @@ impl State {
     /// The generated text of one payload (`tool`: it carries a tool-call fragment).
     fn on_tokens(&mut self, at: Instant, index: u32, content: &str, reasoning: &str, tool: bool) {
         if !content.is_empty() {
-            self.content_chunks += 1;
+            self.content_chunks = self.content_chunks.saturating_add(1);
             self.first_content.get_or_insert((at, index));
             if self.keep_text {
                 self.content_text.push_str(content);
             }
         }
         if !reasoning.is_empty() {
-            self.reasoning_chunks += 1;
+            self.reasoning_chunks = self.reasoning_chunks.saturating_add(1);
             self.first_reasoning.get_or_insert(index);
             if self.keep_text {
                 self.reasoning_text.push_str(reasoning);
             }
         }
         if tool {
-            self.tool_call_chunks += 1;
+            self.tool_call_chunks = self.tool_call_chunks.saturating_add(1);
         }
         if !content.is_empty() || !reasoning.is_empty() || tool {
-            self.token_payloads += 1;
+            self.token_payloads = self.token_payloads.saturating_add(1);
             if let Some(last) = self.last_token_at {
                 let gap = at.saturating_duration_since(last).as_micros();
                 self.itl_gaps_us
@@ -908,7 +927,7 @@ pub(crate) mod tests {
         assert_eq!(r.record.outcome, Some(Outcome::ProtocolError));
         assert_eq!(
             r.record.error_message.as_deref(),
-            Some(format!("response larger than {cap} bytes").as_str())
+            Some(format!("response larger than {cap} bytes (max_response_bytes)").as_str())
         );
         assert_eq!(r.record.ttft_us, Some(4_000));
     }
@@ -1952,7 +1971,9 @@ pub(crate) mod tests {
             .finish(&head(t0, true), BodyEnd::Eof, Some(t0), &scrub)
             .record;
         let model = rec.answered_model.unwrap();
-        assert_eq!(model, format!("{}…", "é".repeat(64)));
+        assert_eq!(model, format!("{}…", "é".repeat(62)));
+        assert!(model.len() <= MAX_ANSWERED_BYTES);
+        assert_eq!(rec.cut_fields, vec!["answered_model"]);
         let short = sse(&[
             &chunk(&format!(r#""m-{key}""#), "null", "a"),
             &stop(""),

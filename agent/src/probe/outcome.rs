@@ -3,10 +3,11 @@
 
 use std::time::{Duration, SystemTime};
 
-use latmesh_core::record::{Outcome, truncate_message};
+use latmesh_core::provider_bounds;
+use latmesh_core::record::{Outcome, ProbeRecord};
 
-/// Longest error message kept in a record, bytes (before the ellipsis).
-pub const MAX_ERROR_MESSAGE: usize = 256;
+/// Longest error message kept in a record, bytes (the `…` of a cut included).
+pub const MAX_ERROR_MESSAGE: usize = provider_bounds::ERROR_MESSAGE.max_bytes;
 
 /// The first thing that went wrong during an attempt. Later failures never replace it: the
 /// record names the cause, not its consequences (a stream that sent an error and then hung is
@@ -166,9 +167,10 @@ pub fn parse_retry_after(
     )
 }
 
-/// Removes secrets from text bound for a record: the API key and any prompt message echoed
-/// back by a provider (whole, or its first 64 bytes), then truncates to
-/// [`MAX_ERROR_MESSAGE`] bytes.
+/// Removes secrets from provider text bound for a record: the API key (the only secret a
+/// request carries: it is the `Authorization` header's whole secret part) and any prompt
+/// message echoed back by a provider (whole, or its first 64 bytes). [`Scrubber::bound`]
+/// applies it, with every bound of [`latmesh_core::provider_bounds`], to a whole record.
 #[derive(Clone, Copy, Debug)]
 pub struct Scrubber<'a> {
     /// The API key, if any.
@@ -183,15 +185,9 @@ pub struct Scrubber<'a> {
 pub const KEY_FRAGMENT_BYTES: usize = 8;
 
 impl Scrubber<'_> {
-    /// The scrubbed, truncated message: the API key, and every run of at least
-    /// [`KEY_FRAGMENT_BYTES`] bytes of it, and echoed prompt text are replaced by
-    /// `[redacted]`; then truncated to 256 bytes.
-    pub fn clean(&self, text: &str) -> String {
-        self.clean_to(text, MAX_ERROR_MESSAGE)
-    }
-
-    /// [`Scrubber::clean`], truncated to `max_bytes` (on a character boundary, then `…`).
-    pub fn clean_to(&self, text: &str, max_bytes: usize) -> String {
+    /// `text` with the API key, every run of at least [`KEY_FRAGMENT_BYTES`] bytes of it, and
+    /// echoed prompt text replaced by `[redacted]`; not cut.
+    pub fn redact(&self, text: &str) -> String {
         const REDACTED: &str = "[redacted]";
         let mut out = match self.api_key.filter(|k| !k.is_empty()) {
             Some(key) => redact_fragments(text, key.as_bytes(), REDACTED),
@@ -212,12 +208,25 @@ impl Scrubber<'_> {
                 }
             }
         }
-        truncate_message(&out, max_bytes)
+        out
     }
 
-    /// [`Scrubber::clean`] of an optional provider field (error type or code).
-    pub fn clean_opt(&self, text: Option<&str>) -> Option<String> {
-        text.map(|t| self.clean(t))
+    /// [`Scrubber::redact`], then cut to [`MAX_ERROR_MESSAGE`] bytes (`…` included).
+    pub fn clean(&self, text: &str) -> String {
+        self.clean_to(text, MAX_ERROR_MESSAGE)
+    }
+
+    /// [`Scrubber::redact`], then cut to `max_bytes` (on a character boundary, `…` included):
+    /// [`latmesh_core::provider_bounds::bound_text`].
+    pub fn clean_to(&self, text: &str, max_bytes: usize) -> String {
+        provider_bounds::bound_text(text, max_bytes, &|t| self.redact(t)).0
+    }
+
+    /// Bounds every provider value of `rec` with this scrubber
+    /// ([`provider_bounds::bound_record`]): the step every record of the probe engine takes
+    /// before it is returned.
+    pub fn bound(&self, rec: &mut ProbeRecord) {
+        provider_bounds::bound_record(rec, &|t| self.redact(t));
     }
 }
 
@@ -294,10 +303,7 @@ mod tests {
             assert_eq!(scrub.clean(text), want, "{text}");
             assert!(!scrub.clean(text).contains("CANARY-7f"), "{text}");
         }
-        assert_eq!(
-            scrub.clean_opt(Some("sk-CANARY-7f3e9d2a1b")).as_deref(),
-            Some("[redacted]")
-        );
+        assert_eq!(scrub.clean("sk-CANARY-7f3e9d2a1b"), "[redacted]");
         // A short key is redacted whole only.
         let short = Scrubber {
             api_key: Some("abc"),
@@ -427,7 +433,7 @@ mod tests {
         let m = s.clean("bad key sk-live-123 for 'What is the secret plan for tomorrow?'");
         assert_eq!(m, "bad key [redacted] for '[redacted]'");
         let long = "x".repeat(1000);
-        assert!(s.clean(&long).len() <= MAX_ERROR_MESSAGE + "…".len());
+        assert!(s.clean(&long).len() <= MAX_ERROR_MESSAGE);
         let long_prompt = vec![Message::new("user", "é".repeat(100))];
         let s = Scrubber {
             api_key: None,

@@ -365,7 +365,7 @@ impl SseParser {
         }
         let line = &self.buf[start..end];
         if line[0] == b':' {
-            self.comment_lines += 1;
+            self.comment_lines = self.comment_lines.saturating_add(1);
             return Ok(None);
         }
         let (field_end, value_start) = match memchr::memchr(b':', line) {
@@ -421,7 +421,7 @@ impl SseParser {
                 }
             }
             b"error" => return Ok(Some(Ready::ErrorField(value_start, end))),
-            _ => self.unknown_lines += 1,
+            _ => self.unknown_lines = self.unknown_lines.saturating_add(1),
         }
         Ok(None)
     }

@@ -770,3 +770,85 @@ async fn an_oversized_event_is_a_protocol_error() {
     assert_eq!((rec.content_chunks, rec.token_payloads), (1, 1));
     assert!(rec.response_bytes < 5 << 20, "{rec:?}");
 }
+
+/// A hostile stream: the key echoed into the id/event/comment lines and into every JSON
+/// field, a 3 MB `finish_reason`, absurd usage. The record keeps none of the key, every
+/// string within its bound, no absurd count, and names what was cut.
+#[tokio::test]
+async fn a_hostile_stream_is_bounded_scrubbed_and_says_what_was_cut() {
+    let key = "sk-hostile-canary-0123456789abcdef";
+    let huge = format!("{key}{}", "x".repeat(3 << 20));
+    let fp = format!("{key}{}", "f".repeat(1 << 20));
+    let chunk = |fp: &str, finish: &str, usage: &str| {
+        format!(
+            "event: {key}\ndata: {key}\n\nid: {key}\n: {key}\ndata: {{\"id\":\"{key}\",\"model\":\"m-{key}\",\"system_fingerprint\":\"{fp}\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{key}\"}},\"finish_reason\":{finish}}}]{usage}}}\n\n"
+        )
+    };
+    let (base, _s) = serve(vec![
+        head200("text/event-stream"),
+        w(chunk(&fp, "null", "")),
+        w(chunk(
+            "",
+            &format!("\"{huge}\""),
+            r#","usage":{"prompt_tokens":4294967295,"completion_tokens":1e30,"total_tokens":-5,"completion_tokens_details":{"reasoning_tokens":"lots"}}"#,
+        )),
+        w("data: [DONE]\n\n"),
+    ])
+    .await;
+    let r = probe_with(&base, true, &timeouts(10.0, 10.0, 30.0), Some(key)).await;
+    let rec = &r.record;
+    assert_eq!(rec.outcome, Some(Outcome::Ok), "{rec:?}");
+    let json = serde_json::to_string(rec).unwrap();
+    assert!(!json.contains("hostile-canary"), "{json}");
+    assert!(json.len() < 4096, "{} bytes", json.len());
+    let fr = rec.finish_reason.as_deref().unwrap();
+    assert_eq!(fr, format!("[redacted]{}…", "x".repeat(51)));
+    assert_eq!(rec.answered_model.as_deref(), Some("m-[redacted]"));
+    assert!(rec.system_fingerprint.as_deref().unwrap().len() <= 128);
+    // 4294967295 and 1e30 are no counts; -5 and "lots" never were.
+    assert_eq!(rec.usage, latmesh_core::record::Usage::default());
+    // Output tokens then come from the payloads.
+    assert_eq!(rec.output_tokens, 2);
+    assert_eq!(
+        rec.cut_fields,
+        vec![
+            "usage.prompt_tokens",
+            "usage.completion_tokens",
+            "finish_reason",
+            "answered_model",
+            "system_fingerprint",
+        ]
+    );
+}
+
+/// An error answer echoing the key in its status line, headers and every field of its body,
+/// with an absurd Retry-After: nothing of the key is kept, Retry-After is bounded.
+#[tokio::test]
+async fn a_hostile_error_answer_is_scrubbed_and_its_retry_after_bounded() {
+    let key = "sk-hostile-canary-fedcba9876543210";
+    for (retry_after, want) in [("1e30", Some(86_400.0)), ("NaN", None), ("-3", None)] {
+        let body = format!(
+            "{{\"error\":{{\"message\":\"bad {key} {}\",\"type\":\"{key}\",\"code\":\"{key}\",\"param\":\"{key}\"}}}}",
+            "m".repeat(30_000)
+        );
+        let (base, _s) = serve(vec![w(format!(
+            "HTTP/1.1 429 Slow down {key}\r\ncontent-type: application/json\r\nx-echo: {key}\r\nretry-after: {retry_after}\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        ))])
+        .await;
+        let r = probe_with(&base, false, &Timeouts::default(), Some(key)).await;
+        let rec = &r.record;
+        assert_eq!(rec.outcome, Some(Outcome::Throttled));
+        assert_eq!(rec.retry_after_s, want, "{retry_after}");
+        let json = serde_json::to_string(rec).unwrap();
+        assert!(!json.contains("hostile-canary"), "{json}");
+        assert_eq!(rec.error_type.as_deref(), Some("[redacted]"));
+        assert_eq!(rec.error_code.as_deref(), Some("[redacted]"));
+        assert!(rec.error_message.as_deref().unwrap().len() <= 256);
+        assert_eq!(
+            rec.cut_fields,
+            vec!["error_type", "error_code", "error_message", "retry_after_s"],
+            "{retry_after}"
+        );
+    }
+}

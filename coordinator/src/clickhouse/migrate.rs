@@ -62,6 +62,9 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../../deploy/clickhouse/migrations/0005_answered_model.sql"),
     },
     Migration {
+        version: 6,
+        name: "0006_cut_fields",
+        sql: include_str!("../../../deploy/clickhouse/migrations/0006_cut_fields.sql"),
         version: 8,
         name: "0008_batch_delivery",
         sql: include_str!("../../../deploy/clickhouse/migrations/0008_batch_delivery.sql"),

@@ -548,11 +548,12 @@ pub async fn matrix_percentiles(
             }
             if c.outcome == Outcome::Ok.as_str() {
                 cell.samples += c.n;
-                cell.ok_output_tokens += c.output_tokens;
+                cell.ok_output_tokens = cell.ok_output_tokens.saturating_add(c.output_tokens);
                 cell.tokens_from_usage += c.from_usage;
                 cell.tokens_over_usage += c.over_usage;
                 cell.ok_usage_reports += c.usage_n;
-                cell.ok_usage_chunk_delta_sum += c.delta_sum;
+                cell.ok_usage_chunk_delta_sum =
+                    cell.ok_usage_chunk_delta_sum.saturating_add(c.delta_sum);
                 cell.ok_usage_chunk_mismatches += c.mismatches;
             } else if measured {
                 cell.requests_failed += c.final_n;
@@ -1160,7 +1161,8 @@ pub async fn sweep(
                 }
             }
             if ok {
-                m.counts.ok_output_tokens += c.output_tokens;
+                m.counts.ok_output_tokens =
+                    m.counts.ok_output_tokens.saturating_add(c.output_tokens);
             }
         }
     }

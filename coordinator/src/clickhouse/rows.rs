@@ -296,6 +296,8 @@ pub struct RequestRow {
     pub answered_model: Option<String>,
     /// The `system_fingerprint` it answered with.
     pub system_fingerprint: Option<String>,
+    /// Provider values cut, scrubbed, clamped or dropped (migration 0006; `[]` before).
+    pub cut_fields: Vec<String>,
 }
 
 impl RequestRow {
@@ -372,6 +374,7 @@ impl RequestRow {
             output_tokens_source: rec.output_tokens_source.as_str().to_string(),
             answered_model: rec.answered_model.clone(),
             system_fingerprint: rec.system_fingerprint.clone(),
+            cut_fields: rec.cut_fields.clone(),
         }
     }
 
@@ -441,6 +444,7 @@ impl RequestRow {
             ),
             answered_model: self.answered_model.clone(),
             system_fingerprint: self.system_fingerprint.clone(),
+            cut_fields: self.cut_fields.clone(),
         }
     }
 }
