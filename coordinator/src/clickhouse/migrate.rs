@@ -65,6 +65,8 @@ pub const MIGRATIONS: &[Migration] = &[
         version: 6,
         name: "0006_cut_fields",
         sql: include_str!("../../../deploy/clickhouse/migrations/0006_cut_fields.sql"),
+    },
+    Migration {
         version: 8,
         name: "0008_batch_delivery",
         sql: include_str!("../../../deploy/clickhouse/migrations/0008_batch_delivery.sql"),
