@@ -134,14 +134,18 @@ pub fn coordinator_with_sink(
         &spool_dir.join(EVENTS_FILE),
     )?);
     let metrics = CoordinatorMetrics::default();
-    let sink = tokio::spawn(run_with_metrics(
+    let health = StoreHealth::new();
+    let sink = tokio::spawn(run_with_health(
         spool.clone(),
         state.clone(),
         target,
         metrics.clone(),
+        health.clone(),
     ));
     Ok((
-        crate::service::Coordinator::with_spool(state, spool.clone()).with_metrics(metrics),
+        crate::service::Coordinator::with_spool(state, spool.clone())
+            .with_metrics(metrics)
+            .with_store_health(health),
         spool,
         sink,
     ))
@@ -161,7 +165,18 @@ pub async fn run_with_metrics(
     target: SinkTarget,
     metrics: CoordinatorMetrics,
 ) {
-    let health = StoreHealth::new();
+    run_with_health(spool, state, target, metrics, StoreHealth::new()).await;
+}
+
+/// [`run_with_metrics`], reporting whether ClickHouse answers into `health` (and logging it,
+/// see [`health`]).
+async fn run_with_health(
+    spool: Arc<Spool>,
+    state: State,
+    target: SinkTarget,
+    metrics: CoordinatorMetrics,
+    health: Arc<StoreHealth>,
+) {
     let watcher = tokio::spawn(health::watch(
         health.clone(),
         spool.clone(),
@@ -335,7 +350,7 @@ async fn write_round(
     let mut pending_events = round.events;
     loop {
         health.attempt(format!(
-            "storing {} batches and {} campaign events",
+            "storing {} result batches and {} campaign/agent events",
             round.entries.len(),
             pending_events.len()
         ));

@@ -13,7 +13,7 @@ use latmesh_coordinator::clickhouse::{
     self as store, BatchKey, InsertOutcome, StoreError, Timeouts,
 };
 use latmesh_core::record::{Outcome, ProbeRecord};
-use latmesh_tests::{bin, free_port, repo};
+use latmesh_tests::{bin, free_port, repo, spawn_until_line};
 
 /// A private ClickHouse server, stopped (SIGCONT then `scripts/clickhouse.sh stop`) on drop.
 struct PrivateClickhouse {
@@ -250,14 +250,14 @@ fn wait_for_line(log: &std::path::Path, needle: &str, within: Duration) -> Strin
     }
 }
 
-/// The coordinator says within seconds that ClickHouse does not answer (here before its
-/// migrations), and says when it is back.
-#[test]
-fn the_coordinator_warns_of_a_stall_and_says_when_it_is_over() {
-    let ch = PrivateClickhouse::start();
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("coord.log");
-    ch.stall(true);
+/// `latmesh serve` storing into database `db` of `ch` (spool in `dir`, queries bounded by
+/// 1 s, log in `log`); returns it and its URL.
+fn coordinator(
+    ch: &PrivateClickhouse,
+    db: &str,
+    dir: &std::path::Path,
+    log: &std::path::Path,
+) -> (latmesh_tests::Proc, String) {
     let mut coord = Command::new(bin("latmesh"));
     coord
         .args([
@@ -267,11 +267,27 @@ fn the_coordinator_warns_of_a_stall_and_says_when_it_is_over() {
             "--clickhouse-url",
             &ch.url,
         ])
-        .args(["--clickhouse-db", "voice", "--clickhouse-timeout-s", "2"])
+        .args(["--clickhouse-db", db, "--clickhouse-timeout-s", "1"])
         .arg("--spool-dir")
-        .arg(dir.path().join("spool"))
-        .env("LATMESH_LOG", "info");
-    let _coord = latmesh_tests::spawn("coordinator", coord, &log);
+        .arg(dir.join("spool"));
+    spawn_until_line(
+        "coordinator",
+        coord,
+        "listening on ",
+        Duration::from_secs(20),
+        log,
+    )
+}
+
+/// The coordinator says within seconds that ClickHouse does not answer (here before its
+/// migrations), and says when it is back.
+#[test]
+fn the_coordinator_warns_of_a_stall_and_says_when_it_is_over() {
+    let ch = PrivateClickhouse::start();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("coord.log");
+    ch.stall(true);
+    let (_coord, _) = coordinator(&ch, "voice", dir.path(), &log);
     let text = wait_for_line(
         &log,
         "ClickHouse not answering for 5 s, 0 batches waiting in the spool",
@@ -293,4 +309,82 @@ fn the_coordinator_warns_of_a_stall_and_says_when_it_is_over() {
         Duration::from_secs(30),
     );
     assert!(text.contains("ClickHouse migrations applied"), "{text}");
+}
+
+/// A whole campaign while ClickHouse is stopped (SIGSTOP) past the insert timeout: `campaign
+/// launch` says its results are only in the spool, the coordinator warns and, once ClickHouse
+/// resumes, says the spool is drained; `campaign verify` finds nothing lost, nothing twice.
+#[test]
+fn a_campaign_during_a_stall_is_stored_once_when_clickhouse_resumes() {
+    let ch = PrivateClickhouse::start();
+    let dir = tempfile::tempdir().unwrap();
+    let log = |name: &str| dir.path().join(format!("{name}.log"));
+    let db = "stall_campaign";
+    let mut sim = Command::new(bin("latmesh-sim"));
+    sim.args(["serve", "--listen", "127.0.0.1:0"]);
+    let (_sim, sim_url) = spawn_until_line(
+        "sim",
+        sim,
+        "listening on ",
+        Duration::from_secs(20),
+        &log("sim"),
+    );
+    let (_coord, url) = coordinator(&ch, db, dir.path(), &log("coord"));
+    wait_for_line(&log("coord"), "migrations applied", Duration::from_secs(30));
+    let mut agent = Command::new(bin("latmesh-agent"));
+    agent.args([
+        "--coordinator",
+        &url,
+        "--region",
+        "us-east",
+        "--agent-id",
+        "stall-agent",
+        "--exit-after",
+        "1",
+    ]);
+    let _agent = latmesh_tests::spawn("agent", agent, &log("agent"));
+    let campaign = latmesh_coordinator::demo::demo_rounds_only()
+        .replace("{sim}", sim_url.trim_start_matches("http://"))
+        .replace("count = 12 ", "count = 4 ")
+        .replace(
+            "regions = [\"us-east\", \"eu-west\", \"ap-southeast\"]",
+            "regions = [\"us-east\"]",
+        );
+    let file = dir.path().join("campaign.toml");
+    std::fs::write(&file, campaign).unwrap();
+    let json = dir.path().join("summary.json");
+
+    ch.stall(true);
+    let out = Command::new(bin("latmesh"))
+        .args(["campaign", "launch"])
+        .arg(&file)
+        .args(["--coordinator", &url, "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "launch failed:\n{stderr}");
+    assert!(
+        stderr.contains("result batches are only in the coordinator's spool, not yet in ClickHouse; ClickHouse has not answered the coordinator for"),
+        "launch did not say where the results are:\n{stderr}"
+    );
+    wait_for_line(
+        &log("coord"),
+        "ClickHouse not answering for 5 s",
+        Duration::from_secs(30),
+    );
+    ch.stall(false);
+
+    let summary: latmesh_coordinator::summary::Summary =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    latmesh_tests::verify_until_clean(&ch.url, db, &summary.campaign_id);
+    let text = wait_for_line(
+        &log("coord"),
+        "ClickHouse back, spool drained (",
+        Duration::from_secs(30),
+    );
+    assert!(
+        !text.contains("ClickHouse back, spool drained (0 batches)"),
+        "the batches stored after the stall are counted:\n{text}"
+    );
 }

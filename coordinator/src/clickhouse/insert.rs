@@ -206,8 +206,9 @@ where
     let timed_out = |e: clickhouse::error::Error| match e {
         clickhouse::error::Error::TimedOut => StoreError::TimedOut {
             what: format!(
-                "inserting {} rows into {db}.{table}{}",
+                "inserting {} row{} into {db}.{table}{}",
                 rows.len(),
+                if rows.len() == 1 { "" } else { "s" },
                 query_id
                     .map(|q| format!(" (query_id {q})"))
                     .unwrap_or_default()

@@ -148,6 +148,29 @@ impl StoreHealth {
     }
 }
 
+/// Longest wait of a campaign's `finished` progress message for the spool to drain.
+pub const FINISH_DRAIN_WAIT: Duration = Duration::from_secs(3);
+
+/// Sets `p`'s `spool_pending_batches` and `clickhouse_silent_s` from `spool` and `health`; on
+/// the `finished` message, first waits up to [`FINISH_DRAIN_WAIT`] for the spool to drain (the
+/// last batches were acked a moment ago), so a healthy sink reports 0.
+pub async fn fill_progress(
+    p: &mut latmesh_proto::pb::Progress,
+    spool: &Spool,
+    health: Option<&StoreHealth>,
+) {
+    if p.finished {
+        let deadline = Instant::now() + FINISH_DRAIN_WAIT;
+        while spool.pending_entries() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    p.spool_pending_batches = spool.pending_entries();
+    p.clickhouse_silent_s = health
+        .and_then(StoreHealth::waiting_for)
+        .map_or(0, |d| d.as_secs());
+}
+
 /// Logs the stalls of `health` until the task is aborted (see the module docs).
 pub async fn watch(health: Arc<StoreHealth>, spool: Arc<Spool>, url: String) {
     let mut tick = tokio::time::interval(TICK);
