@@ -105,6 +105,9 @@ pub async fn running_inserts(
 /// check for [`Doubt::Unknown`], two [`SETTLE_GAP`] apart for [`Doubt::Failed`], none for
 /// [`Doubt::Settled`].
 ///
+/// A server that refuses the check itself (no access to `system.processes`) is logged as a
+/// warning and taken as settled.
+///
 /// # Errors
 /// Retryable: the server does not answer (each check is bounded by `timeouts.query`), or
 /// inserts are still running after `timeouts.query` ([`StoreError::TimedOut`]). The caller
@@ -123,7 +126,17 @@ pub async fn settle(
     let deadline = Instant::now() + timeouts.query;
     let mut clean = 0;
     loop {
-        let running = running_inserts(client, db, timeouts.query).await?;
+        let running = match running_inserts(client, db, timeouts.query).await {
+            Ok(n) => n,
+            // Refused, not unavailable (a user without access to system tables): going on
+            // unfenced risks a duplicate after an insert timeout; stopping would keep every
+            // result out of ClickHouse. Say so and go on.
+            Err(e) if !e.is_retryable() => {
+                tracing::warn!(db, error = %e, "cannot list running inserts in system.processes: a retry after an insert timeout may store rows twice (grant this user SELECT on system.processes)");
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
         if running == 0 {
             clean += 1;
             if clean == needed {
