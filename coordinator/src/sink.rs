@@ -363,8 +363,11 @@ async fn write_round(
             Ok(()) => write_entries(target, &round.entries, &round.decoded, marks, metrics).await,
             Err(e) => Err(e),
         };
-        if let Err(e) = &result {
-            health.failed(e);
+        match &result {
+            // It answers, refusing: told by the error below, not as a stall.
+            Err(e) if e.is_schema_mismatch() => health.answered(0),
+            Err(e) => health.failed(e),
+            Ok(()) => {}
         }
         match result {
             Ok(()) => {
