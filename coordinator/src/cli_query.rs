@@ -578,3 +578,32 @@ async fn verify_at(
     let duplicated = lines.iter().map(|l| l.duplicated).sum();
     Ok((lines, lost, duplicated))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_are_positive_seconds() {
+        assert_eq!(parse_timeout_s("0.5"), Ok(0.5));
+        assert_eq!(parse_timeout_s("60"), Ok(60.0));
+        for bad in ["0", "-1", "nan", "inf", "1e9", "x", ""] {
+            let err = parse_timeout_s(bad).unwrap_err();
+            assert!(err.contains("a number of seconds above 0"), "{bad}: {err}");
+        }
+        let t = TimeoutArgs {
+            clickhouse_connect_timeout_s: 0.5,
+            clickhouse_timeout_s: 2.0,
+        }
+        .timeouts();
+        assert_eq!(t.connect, std::time::Duration::from_millis(500));
+        assert_eq!(t.query, std::time::Duration::from_secs(2));
+        // Inserts: 1 s more per 10,000 rows.
+        assert_eq!(t.insert(9_999), std::time::Duration::from_secs(2));
+        assert_eq!(t.insert(512_000), std::time::Duration::from_secs(53));
+        assert_eq!(
+            TimeoutArgs::default().timeouts(),
+            store::Timeouts::default()
+        );
+    }
+}
