@@ -834,10 +834,12 @@ impl Bench<'_> {
             a.batches
         );
         let last_id = spool.committed_id() + pending;
-        let target = SinkTarget {
-            client: self.client.clone(),
-            db: db.clone(),
-        };
+        let target = SinkTarget::with_client(
+            self.client.clone(),
+            "",
+            &db,
+            latmesh_coordinator::clickhouse::Timeouts::default(),
+        );
         let t = Instant::now();
         let task = self
             .rt

@@ -162,6 +162,9 @@ pub struct CheckArgs {
     /// Print the report as JSON instead of text.
     #[arg(long)]
     pub json: bool,
+    /// How long to wait for ClickHouse (the whole check's queries).
+    #[command(flatten)]
+    pub timeouts: crate::cli_query::TimeoutArgs,
 }
 
 /// What a rule compares.
@@ -1296,8 +1299,16 @@ pub fn check_filters(rules: &[Rule], current: &Snapshot) -> anyhow::Result<()> {
 ///
 /// # Errors
 /// Bad rules, unreadable summaries, a missing ClickHouse URL, unknown campaigns, ClickHouse
-/// errors, a rule asking for a percentile a summary does not carry.
+/// errors, a rule asking for a percentile a summary does not carry; ClickHouse not answering
+/// within `--clickhouse-timeout-s`.
 pub async fn run(args: &CheckArgs) -> anyhow::Result<CheckReport> {
+    match &args.clickhouse_url {
+        Some(url) => args.timeouts.bound(url, "check", run_unbounded(args)).await,
+        None => run_unbounded(args).await,
+    }
+}
+
+async fn run_unbounded(args: &CheckArgs) -> anyhow::Result<CheckReport> {
     let text = std::fs::read_to_string(&args.rules)
         .with_context(|| format!("cannot read rules {}", args.rules.display()))?;
     let rules =
@@ -1313,7 +1324,7 @@ pub async fn run(args: &CheckArgs) -> anyhow::Result<CheckReport> {
                 || args.baseline.is_some()
                 || args.baseline_days.is_some() =>
         {
-            Some(store::client(url))
+            Some(store::client_with(url, &args.timeouts.timeouts()))
         }
         _ => None,
     };

@@ -211,6 +211,9 @@ struct StoreArgs {
     /// without this flag, campaigns live in memory only.
     #[arg(long, env = "LATMESH_STATE_DIR")]
     state_dir: Option<PathBuf>,
+    /// How long the sink waits for ClickHouse.
+    #[command(flatten)]
+    timeouts: crate::cli_query::TimeoutArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -229,6 +232,9 @@ enum DbCmd {
         /// Print the DDL instead of running it.
         #[arg(long)]
         print: bool,
+        /// How long to wait for ClickHouse (per statement).
+        #[command(flatten)]
+        timeouts: crate::cli_query::TimeoutArgs,
     },
 }
 
@@ -436,6 +442,7 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
             clickhouse_db,
             cluster,
             print,
+            timeouts,
         }) => {
             if print {
                 for m in crate::clickhouse::MIGRATIONS {
@@ -449,10 +456,16 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
                 }
                 return Ok(());
             }
-            let client = crate::clickhouse::client(&clickhouse_url);
-            let applied = crate::clickhouse::migrate(&client, &clickhouse_db, cluster.as_deref())
-                .await
-                .with_context(|| format!("ClickHouse at {clickhouse_url}"))?;
+            let timeouts = timeouts.timeouts();
+            let client = crate::clickhouse::client_with(&clickhouse_url, &timeouts);
+            let applied = crate::clickhouse::migrate_within(
+                &client,
+                &clickhouse_db,
+                cluster.as_deref(),
+                &timeouts,
+            )
+            .await
+            .with_context(|| format!("ClickHouse at {clickhouse_url}"))?;
             if applied.is_empty() {
                 println!("{clickhouse_db}: up to date");
             } else {
@@ -809,10 +822,15 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
             out,
             format,
         } => {
-            let model =
-                crate::report::from_clickhouse(&ch.clickhouse_url, &ch.clickhouse_db, &campaign_id)
-                    .await
-                    .with_context(|| format!("ClickHouse at {}", ch.clickhouse_url))?;
+            let url = &ch.clickhouse_url;
+            let model = ch
+                .timeouts
+                .bound(
+                    url,
+                    "report",
+                    crate::report::from_clickhouse(url, &ch.clickhouse_db, &campaign_id),
+                )
+                .await?;
             let out = out.unwrap_or_else(|| {
                 PathBuf::from(format!(
                     "latmesh-report-{campaign_id}.{}",
@@ -864,10 +882,7 @@ fn coordinator_with_clickhouse(
     let Some(url) = &store.clickhouse_url else {
         return Ok((Coordinator::new(State::default()), None));
     };
-    let target = crate::sink::SinkTarget {
-        client: crate::clickhouse::client(url),
-        db: store.clickhouse_db.clone(),
-    };
+    let target = crate::sink::SinkTarget::new(url, &store.clickhouse_db, store.timeouts.timeouts());
     let (coordinator, _spool, sink) = crate::sink::coordinator_with_sink(
         &store.spool_dir,
         store.spool_max_mib.saturating_mul(1 << 20),

@@ -23,6 +23,91 @@ pub struct ClickhouseArgs {
     /// Database.
     #[arg(long, env = "LATMESH_CLICKHOUSE_DB", default_value = "latmesh")]
     pub clickhouse_db: String,
+    /// How long to wait for it.
+    #[command(flatten)]
+    pub timeouts: TimeoutArgs,
+}
+
+impl ClickhouseArgs {
+    /// A client of `--clickhouse-url` (connects bounded by `--clickhouse-connect-timeout-s`).
+    pub fn client(&self) -> clickhouse::Client {
+        store::client_with(&self.clickhouse_url, &self.timeouts.timeouts())
+    }
+}
+
+/// How long latmesh waits for ClickHouse (README, "Failure semantics").
+#[derive(Args, Debug, Clone, Copy)]
+pub struct TimeoutArgs {
+    /// Seconds to wait for a TCP connection to ClickHouse.
+    #[arg(
+        long,
+        env = "LATMESH_CLICKHOUSE_CONNECT_TIMEOUT_S",
+        default_value_t = 5.0,
+        value_parser = parse_timeout_s,
+        value_name = "SECONDS"
+    )]
+    pub clickhouse_connect_timeout_s: f64,
+    /// Seconds to wait for ClickHouse's answer to one query or statement; for a command
+    /// (`query …`, `campaign verify`, `report`, `check`), its whole talk with ClickHouse.
+    /// Inserts get 1 s more per 10,000 rows.
+    #[arg(
+        long,
+        env = "LATMESH_CLICKHOUSE_TIMEOUT_S",
+        default_value_t = 60.0,
+        value_parser = parse_timeout_s,
+        value_name = "SECONDS"
+    )]
+    pub clickhouse_timeout_s: f64,
+}
+
+impl Default for TimeoutArgs {
+    /// The flags' defaults: 5 s to connect, 60 s per query.
+    fn default() -> Self {
+        TimeoutArgs {
+            clickhouse_connect_timeout_s: 5.0,
+            clickhouse_timeout_s: 60.0,
+        }
+    }
+}
+
+impl TimeoutArgs {
+    /// The bounds these flags set.
+    pub fn timeouts(&self) -> store::Timeouts {
+        store::Timeouts {
+            connect: std::time::Duration::from_secs_f64(self.clickhouse_connect_timeout_s),
+            query: std::time::Duration::from_secs_f64(self.clickhouse_timeout_s),
+        }
+    }
+
+    /// Runs `op`, a command's talk with the ClickHouse at `url` (`what`: `"query matrix"`),
+    /// for at most `--clickhouse-timeout-s`.
+    ///
+    /// # Errors
+    /// `op`'s error, and either in the context `ClickHouse at URL`; after the bound, one
+    /// naming `what` and the flag.
+    pub async fn bound<T>(
+        &self,
+        url: &str,
+        what: &str,
+        op: impl std::future::Future<Output = anyhow::Result<T>>,
+    ) -> anyhow::Result<T> {
+        let result = match tokio::time::timeout(self.timeouts().query, op).await {
+            Ok(r) => r,
+            Err(_) => Err(anyhow::anyhow!(
+                "did not answer within {} s ({what}); is it stalled or overloaded? \
+                 (--clickhouse-timeout-s / LATMESH_CLICKHOUSE_TIMEOUT_S sets the bound)",
+                self.clickhouse_timeout_s
+            )),
+        };
+        result.with_context(|| format!("ClickHouse at {url}"))
+    }
+}
+
+fn parse_timeout_s(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 86_400.0 => Ok(v),
+        _ => Err(format!("{s:?}: a number of seconds above 0, at most 86400")),
+    }
 }
 
 /// Which rows to look at.
@@ -212,16 +297,16 @@ pub enum QueryCmd {
 /// # Errors
 /// ClickHouse errors; an unknown campaign.
 pub async fn run_query(cmd: QueryCmd) -> anyhow::Result<()> {
-    let url = match &cmd {
-        QueryCmd::Matrix { ch, .. }
-        | QueryCmd::Errors { ch, .. }
-        | QueryCmd::Windows { ch, .. }
-        | QueryCmd::Sweep { ch, .. }
-        | QueryCmd::Trend { ch, .. } => ch.clickhouse_url.clone(),
+    let (ch, what) = match &cmd {
+        QueryCmd::Matrix { ch, .. } => (ch.clone(), "query matrix"),
+        QueryCmd::Errors { ch, .. } => (ch.clone(), "query errors"),
+        QueryCmd::Windows { ch, .. } => (ch.clone(), "query windows"),
+        QueryCmd::Sweep { ch, .. } => (ch.clone(), "query sweep"),
+        QueryCmd::Trend { ch, .. } => (ch.clone(), "query trend"),
     };
-    run_query_at(cmd)
+    ch.timeouts
+        .bound(&ch.clickhouse_url, what, run_query_at(cmd))
         .await
-        .with_context(|| format!("ClickHouse at {url}"))
 }
 
 async fn run_query_at(cmd: QueryCmd) -> anyhow::Result<()> {
@@ -236,7 +321,7 @@ async fn run_query_at(cmd: QueryCmd) -> anyhow::Result<()> {
             Ok(())
         }
         QueryCmd::Errors { ch, filter, json } => {
-            let client = store::client(&ch.clickhouse_url);
+            let client = ch.client();
             let rows = store::errors(&client, &ch.clickhouse_db, &filter.filter()).await?;
             anyhow::ensure!(
                 !rows.is_empty(),
@@ -282,7 +367,7 @@ async fn run_query_at(cmd: QueryCmd) -> anyhow::Result<()> {
             stat,
             json,
         } => {
-            let client = store::client(&ch.clickhouse_url);
+            let client = ch.client();
             let db = &ch.clickhouse_db;
             store::query::campaign(&client, db, &filter.campaign)
                 .await?
@@ -300,7 +385,7 @@ async fn run_query_at(cmd: QueryCmd) -> anyhow::Result<()> {
             Ok(())
         }
         QueryCmd::Sweep { ch, filter, json } => {
-            let client = store::client(&ch.clickhouse_url);
+            let client = ch.client();
             let rows = store::query::sweep(&client, &ch.clickhouse_db, &filter.filter()).await?;
             anyhow::ensure!(
                 !rows.is_empty(),
@@ -322,7 +407,7 @@ async fn run_query_at(cmd: QueryCmd) -> anyhow::Result<()> {
             bucket,
             json,
         } => {
-            let client = store::client(&ch.clickhouse_url);
+            let client = ch.client();
             let report = store::query::trend(
                 &client,
                 &ch.clickhouse_db,
@@ -348,7 +433,7 @@ async fn run_query_at(cmd: QueryCmd) -> anyhow::Result<()> {
 /// # Errors
 /// ClickHouse errors; a campaign that is not stored.
 pub async fn stored_summary(ch: &ClickhouseArgs, filter: &FilterArgs) -> anyhow::Result<Summary> {
-    let client = store::client(&ch.clickhouse_url);
+    let client = ch.client();
     let db = &ch.clickhouse_db;
     let campaign = store::query::campaign(&client, db, &filter.campaign)
         .await?
@@ -449,16 +534,20 @@ pub async fn verify(
     ch: &ClickhouseArgs,
     campaign_id: &str,
 ) -> anyhow::Result<(Vec<VerifyLine>, u64, u64)> {
-    verify_at(ch, campaign_id)
+    ch.timeouts
+        .bound(
+            &ch.clickhouse_url,
+            "campaign verify",
+            verify_at(ch, campaign_id),
+        )
         .await
-        .with_context(|| format!("ClickHouse at {}", ch.clickhouse_url))
 }
 
 async fn verify_at(
     ch: &ClickhouseArgs,
     campaign_id: &str,
 ) -> anyhow::Result<(Vec<VerifyLine>, u64, u64)> {
-    let client = store::client(&ch.clickhouse_url);
+    let client = ch.client();
     let db = &ch.clickhouse_db;
     let agents = store::query::agents(&client, db, campaign_id).await?;
     anyhow::ensure!(
@@ -497,4 +586,33 @@ async fn verify_at(
     let lost = lines.iter().map(|l| l.lost).sum();
     let duplicated = lines.iter().map(|l| l.duplicated).sum();
     Ok((lines, lost, duplicated))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_are_positive_seconds() {
+        assert_eq!(parse_timeout_s("0.5"), Ok(0.5));
+        assert_eq!(parse_timeout_s("60"), Ok(60.0));
+        for bad in ["0", "-1", "nan", "inf", "1e9", "x", ""] {
+            let err = parse_timeout_s(bad).unwrap_err();
+            assert!(err.contains("a number of seconds above 0"), "{bad}: {err}");
+        }
+        let t = TimeoutArgs {
+            clickhouse_connect_timeout_s: 0.5,
+            clickhouse_timeout_s: 2.0,
+        }
+        .timeouts();
+        assert_eq!(t.connect, std::time::Duration::from_millis(500));
+        assert_eq!(t.query, std::time::Duration::from_secs(2));
+        // Inserts: 1 s more per 10,000 rows.
+        assert_eq!(t.insert(9_999), std::time::Duration::from_secs(2));
+        assert_eq!(t.insert(512_000), std::time::Duration::from_secs(53));
+        assert_eq!(
+            TimeoutArgs::default().timeouts(),
+            store::Timeouts::default()
+        );
+    }
 }

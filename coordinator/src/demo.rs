@@ -100,10 +100,11 @@ pub async fn run_with(
     let (server, store) = match &opts.clickhouse {
         None => (Coordinator::new(State::default()), None),
         Some(store) => {
-            let target = crate::sink::SinkTarget {
-                client: crate::clickhouse::client(&store.url),
-                db: store.db.clone(),
-            };
+            let target = crate::sink::SinkTarget::new(
+                &store.url,
+                &store.db,
+                crate::clickhouse::Timeouts::default(),
+            );
             let (c, spool, sink) =
                 crate::sink::coordinator_with_sink(&store.spool_dir, 1 << 30, target)?;
             (c, Some((spool, sink)))

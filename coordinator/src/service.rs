@@ -49,6 +49,8 @@ pub struct Coordinator {
     tls: Option<tonic::transport::ServerTlsConfig>,
     /// Prometheus metrics (served by `latmesh serve --metrics-listen`).
     metrics: CoordinatorMetrics,
+    /// Whether ClickHouse answers its sink (progress messages say so).
+    store_health: Option<Arc<crate::sink::health::StoreHealth>>,
 }
 
 impl Coordinator {
@@ -82,6 +84,14 @@ impl Coordinator {
     /// Its metrics; [`Coordinator::serve`] attaches its state and spool to them.
     pub fn metrics(&self) -> &CoordinatorMetrics {
         &self.metrics
+    }
+
+    /// The same coordinator, telling in progress messages what its sink's `health` says.
+    pub fn with_store_health(self, health: Arc<crate::sink::health::StoreHealth>) -> Self {
+        Coordinator {
+            store_health: Some(health),
+            ..self
+        }
     }
 
     /// The same coordinator, requiring the tokens of `auth` (agent session: agent token;
@@ -459,6 +469,20 @@ impl Control for Coordinator {
                     p.as_ref().is_ok_and(|p| p.finished)
                 });
             futures::future::ready(next)
+        });
+        // With ClickHouse: what is still only in the spool.
+        let store = self.spool.clone().map(|s| (s, self.store_health.clone()));
+        let stream = stream.then(move |p| {
+            let store = store.clone();
+            async move {
+                match (p, store) {
+                    (Ok(mut p), Some((spool, health))) => {
+                        crate::sink::health::fill_progress(&mut p, &spool, health.as_deref()).await;
+                        Ok(p)
+                    }
+                    (p, _) => p,
+                }
+            }
         });
         Ok(Response::new(Box::pin(stream)))
     }

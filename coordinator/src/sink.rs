@@ -12,6 +12,11 @@
 //! "already present?" query is skipped for its batches with a seq above the bound; any failed
 //! insert or query forgets the bounds (see `clickhouse::insert`, "Skipping the presence
 //! query").
+//! Every ClickHouse call is bounded ([`store::Timeouts`]: a server that accepts connections
+//! but never answers fails the call, which is retried), and an insert abandoned at its bound
+//! cannot be stored twice (`clickhouse::fence`). While ClickHouse does not answer, [`health`]
+//! says so in the log within seconds, and again with backoff, and says when the spool is
+//! drained after it came back.
 //! While ClickHouse is unreachable the task retries with backoff (up to 10 s) and the spool
 //! grows, bounded by its size cap (the coordinator then withholds acks and agents keep their
 //! batches). A batch the server rejects as bad data is logged and skipped: retrying cannot
@@ -40,11 +45,16 @@ use latmesh_core::plan::Plan;
 use latmesh_core::record::ProbeRecord;
 use latmesh_core::windows::WindowSpec;
 
+pub mod health;
+
 use crate::clickhouse::insert::{PreparedBatch, SeqMarks};
-use crate::clickhouse::{self as store, BatchKey, HistogramRow, StoreError, WindowLabel};
+use crate::clickhouse::{
+    self as store, BatchKey, HistogramRow, StoreError, Timeouts, WindowLabel, bounded,
+};
 use crate::metrics::{CoordinatorMetrics, Table};
 use crate::spool::{Entry, Spool};
 use crate::state::{State, StoreEvent, now_unix_us};
+use health::StoreHealth;
 
 /// File in the spool directory holding campaign events not yet stored.
 pub const EVENTS_FILE: &str = "pending-events.jsonl";
@@ -68,8 +78,34 @@ const MAX_BACKOFF: Duration = Duration::from_secs(10);
 pub struct SinkTarget {
     /// ClickHouse client.
     pub client: clickhouse::Client,
+    /// Its HTTP URL (for logs).
+    pub url: String,
     /// Database name.
     pub db: String,
+    /// Bounds of every call (the client's connect bound is set when it is built).
+    pub timeouts: Timeouts,
+}
+
+impl SinkTarget {
+    /// Database `db` of the ClickHouse at `url`, every call bounded by `timeouts`.
+    pub fn new(url: &str, db: &str, timeouts: Timeouts) -> Self {
+        Self::with_client(store::client_with(url, &timeouts), url, db, timeouts)
+    }
+
+    /// Database `db` through `client` (a client of `url`, which only names it in logs).
+    pub fn with_client(
+        client: clickhouse::Client,
+        url: &str,
+        db: &str,
+        timeouts: Timeouts,
+    ) -> Self {
+        SinkTarget {
+            client,
+            url: url.to_string(),
+            db: db.to_string(),
+            timeouts,
+        }
+    }
 }
 
 /// A coordinator whose acked batches go through a spool in `spool_dir` (at most
@@ -98,14 +134,18 @@ pub fn coordinator_with_sink(
         &spool_dir.join(EVENTS_FILE),
     )?);
     let metrics = CoordinatorMetrics::default();
-    let sink = tokio::spawn(run_with_metrics(
+    let health = StoreHealth::new();
+    let sink = tokio::spawn(run_with_health(
         spool.clone(),
         state.clone(),
         target,
         metrics.clone(),
+        health.clone(),
     ));
     Ok((
-        crate::service::Coordinator::with_spool(state, spool.clone()).with_metrics(metrics),
+        crate::service::Coordinator::with_spool(state, spool.clone())
+            .with_metrics(metrics)
+            .with_store_health(health),
         spool,
         sink,
     ))
@@ -125,33 +165,63 @@ pub async fn run_with_metrics(
     target: SinkTarget,
     metrics: CoordinatorMetrics,
 ) {
+    run_with_health(spool, state, target, metrics, StoreHealth::new()).await;
+}
+
+/// [`run_with_metrics`], reporting whether ClickHouse answers into `health` (and logging it,
+/// see [`health`]).
+async fn run_with_health(
+    spool: Arc<Spool>,
+    state: State,
+    target: SinkTarget,
+    metrics: CoordinatorMetrics,
+    health: Arc<StoreHealth>,
+) {
+    let watcher = tokio::spawn(health::watch(
+        health.clone(),
+        spool.clone(),
+        target.url.clone(),
+    ));
+    let _abort_watcher = AbortOnDrop(watcher);
     let mut backoff = Duration::from_millis(250);
     loop {
-        match store::migrate(&target.client, &target.db, None).await {
+        health.attempt("applying the schema migrations");
+        match store::migrate_within(&target.client, &target.db, None, &target.timeouts).await {
             Ok(applied) => {
+                health.answered(0);
                 if !applied.is_empty() {
                     tracing::info!(db = %target.db, ?applied, "ClickHouse migrations applied");
                 }
                 break;
             }
             Err(e) if e.is_retryable() => {
-                tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "ClickHouse unavailable for migrations");
+                health.failed(&e);
+                tracing::warn!(clickhouse_url = %target.url, error = %e, retry_in_ms = backoff.as_millis() as u64, "ClickHouse unavailable for migrations");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
             Err(e) => {
-                tracing::error!(error = %e, "ClickHouse migrations failed; results stay in the spool");
+                tracing::error!(clickhouse_url = %target.url, error = %e, "ClickHouse migrations failed; results stay in the spool");
                 return;
             }
         }
     }
     // The reader reads and decodes the next round while the writer inserts this one.
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Round>(1);
-    let reader = tokio::spawn(read_ahead(spool.clone(), state.clone(), target.clone(), tx));
+    let reader = tokio::spawn(read_ahead(
+        spool.clone(),
+        state.clone(),
+        target.clone(),
+        tx,
+        health.clone(),
+    ));
     let _abort_reader = AbortOnDrop(reader);
     let mut marks = SeqMarks::new();
     while let Some(round) = rx.recv().await {
-        write_round(&spool, &state, &target, round, &mut marks, &metrics).await;
+        write_round(
+            &spool, &state, &target, round, &mut marks, &metrics, &health,
+        )
+        .await;
     }
     tracing::error!("the spool reader stopped; nothing more is stored");
 }
@@ -183,6 +253,7 @@ async fn read_ahead(
     state: State,
     target: SinkTarget,
     tx: tokio::sync::mpsc::Sender<Round>,
+    health: Arc<StoreHealth>,
 ) {
     let mut windows = Windows::default();
     let mut last_read: Option<u64> = None;
@@ -214,8 +285,17 @@ async fn read_ahead(
             continue;
         }
         let mut backoff = Duration::from_millis(250);
-        while let Err(e) = windows.ensure(&target, &entries).await {
-            tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "ClickHouse unavailable: cannot read campaign windows; results stay in the spool");
+        loop {
+            if windows.knows_all(&entries) {
+                break;
+            }
+            health.attempt("reading the windows of campaigns launched by an earlier process");
+            let Err(e) = windows.ensure(&target, &entries).await else {
+                health.answered(0);
+                break;
+            };
+            health.failed(&e);
+            tracing::warn!(clickhouse_url = %target.url, error = %e, retry_in_ms = backoff.as_millis() as u64, "ClickHouse unavailable: cannot read campaign windows; results stay in the spool");
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(MAX_BACKOFF);
         }
@@ -264,10 +344,16 @@ async fn write_round(
     round: Round,
     marks: &mut SeqMarks,
     metrics: &CoordinatorMetrics,
+    health: &StoreHealth,
 ) {
     let mut backoff = Duration::from_millis(250);
     let mut pending_events = round.events;
     loop {
+        health.attempt(format!(
+            "storing {} result batches and {} campaign/agent events",
+            round.entries.len(),
+            pending_events.len()
+        ));
         // Campaign rows go first so a batch never lands without its campaign.
         let before = pending_events.len();
         let result = write_events(target, &mut pending_events, metrics).await;
@@ -277,10 +363,20 @@ async fn write_round(
             Ok(()) => write_entries(target, &round.entries, &round.decoded, marks, metrics).await,
             Err(e) => Err(e),
         };
+        match &result {
+            // It answers, refusing: told by the error below, not as a stall.
+            Err(e) if e.is_schema_mismatch() => health.answered(0),
+            Err(e) => health.failed(e),
+            Ok(()) => {}
+        }
         match result {
-            Ok(()) => break,
+            Ok(()) => {
+                health.answered(round.entries.len() as u64);
+                break;
+            }
             Err(e) if e.is_schema_mismatch() => {
                 tracing::error!(
+                    clickhouse_url = %target.url,
                     error = %e,
                     db = %target.db,
                     pending_entries = spool.pending_entries(),
@@ -291,6 +387,7 @@ async fn write_round(
             }
             Err(e) => {
                 tracing::warn!(
+                    clickhouse_url = %target.url,
                     error = %e,
                     pending_entries = spool.pending_entries(),
                     pending_bytes = spool.pending_bytes(),
@@ -366,7 +463,14 @@ async fn write_events(
                     *start_at_unix_us,
                     "latmesh",
                 );
-                store::insert_campaign(&target.client, &target.db, &row).await
+                store::insert::insert_rows_within(
+                    &target.client,
+                    &target.db,
+                    "campaigns",
+                    std::slice::from_ref(&row),
+                    &target.timeouts,
+                )
+                .await
             }
             StoreEvent::Finished {
                 campaign_id,
@@ -379,7 +483,14 @@ async fn write_events(
                         store::rows::AgentRow::from_summary(campaign_id, a, version, now)
                     })
                     .collect();
-                store::insert_agents(&target.client, &target.db, &rows).await
+                store::insert::insert_rows_within(
+                    &target.client,
+                    &target.db,
+                    "agents",
+                    &rows,
+                    &target.timeouts,
+                )
+                .await
             }
         };
         match result {
@@ -412,6 +523,13 @@ impl Windows {
         }
     }
 
+    /// Whether every campaign of `entries` has a spec.
+    fn knows_all(&self, entries: &[Entry]) -> bool {
+        entries
+            .iter()
+            .all(|e| self.specs.contains_key(&e.batch.campaign_id))
+    }
+
     /// Makes sure every campaign of `entries` has a spec: unknown ones are looked up in the
     /// `campaigns` table (a campaign not stored there gets the empty spec, `""` labels).
     ///
@@ -423,7 +541,13 @@ impl Windows {
             if self.specs.contains_key(id) {
                 continue;
             }
-            let spec = match store::query::campaign(&target.client, &target.db, id).await {
+            let stored = bounded(
+                target.timeouts.query,
+                || format!("reading campaign {id} from {}.campaigns", target.db),
+                store::query::campaign(&target.client, &target.db, id),
+            )
+            .await;
+            let spec = match stored {
                 Ok(Some(row)) => match serde_json::from_str::<Plan>(&row.plan_json) {
                     Ok(plan) => spec_of(id, &plan),
                     Err(err) => {
@@ -562,8 +686,14 @@ async fn write_entries(
     metrics: &CoordinatorMetrics,
 ) -> Result<(), StoreError> {
     let prepared: Vec<PreparedBatch<'_>> = decoded.iter().map(|d| d.prepared(entries)).collect();
-    let result =
-        store::insert::insert_prepared(&target.client, &target.db, &prepared, Some(marks)).await;
+    let result = store::insert::insert_prepared(
+        &target.client,
+        &target.db,
+        &prepared,
+        Some(marks),
+        &target.timeouts,
+    )
+    .await;
     // (A failed call cleared `marks`: the next rounds query again.)
     match result {
         Ok(outcomes) => {
@@ -579,6 +709,7 @@ async fn write_entries(
                     &target.db,
                     std::slice::from_ref(one),
                     None,
+                    &target.timeouts,
                 )
                 .await
                 {

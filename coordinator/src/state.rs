@@ -1062,6 +1062,8 @@ fn finished_progress(rec: &CampaignRecord, summary: &Summary) -> pb::Progress {
         summary_json: serde_json::to_string(summary).expect("summaries serialize"),
         cancelled: summary.cancelled,
         live: Vec::new(),
+        // Filled in by the watch stream (`service`), which knows the spool.
+        ..Default::default()
     }
 }
 
@@ -1330,6 +1332,8 @@ fn publish(inner: &mut Inner, campaign_id: &str) {
             .unwrap_or_default(),
         cancelled: is_cancelled,
         live,
+        // Filled in by the watch stream (`service`), which knows the spool.
+        ..Default::default()
     };
     c.progress.send_replace(progress);
 }

@@ -348,6 +348,9 @@ pub async fn follow_with(
                 progress::counts_text(&p),
                 if p.cancelled { "cancelled" } else { "finished" }
             );
+            if let Some(note) = spool_note(&p) {
+                eprintln!("{note}");
+            }
             return serde_json::from_str(&p.summary_json)
                 .context("summary from the coordinator does not parse");
         }
@@ -357,6 +360,28 @@ pub async fn follow_with(
     anyhow::bail!(
         "the coordinator closed the progress stream before campaign {campaign_id} finished"
     )
+}
+
+/// What a `finished` progress message says about results not yet in ClickHouse: `None` when
+/// every acked batch is stored (or the coordinator has no ClickHouse).
+pub fn spool_note(p: &pb::Progress) -> Option<String> {
+    if p.spool_pending_batches == 0 {
+        return None;
+    }
+    let silent = if p.clickhouse_silent_s > 0 {
+        format!(
+            "; ClickHouse has not answered the coordinator for {} s",
+            p.clickhouse_silent_s
+        )
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "storage: {} result batches are only in the coordinator's spool, not yet in ClickHouse{silent}. \
+         They are kept on disk and stored when ClickHouse answers; \
+         `latmesh campaign verify {}` says when every record is there.",
+        p.spool_pending_batches, p.campaign_id
+    ))
 }
 
 /// Writes `summary` as pretty JSON to `path`.
@@ -387,6 +412,31 @@ mod tests {
             disconnected_since_coord_unix_us: 4_000_000,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn the_end_of_a_campaign_says_what_is_only_in_the_spool() {
+        let mut p = pb::Progress {
+            campaign_id: "c1".into(),
+            finished: true,
+            ..Default::default()
+        };
+        assert_eq!(spool_note(&p), None);
+        p.spool_pending_batches = 4;
+        let note = spool_note(&p).unwrap();
+        assert!(
+            note.starts_with("storage: 4 result batches are only in the coordinator's spool, not yet in ClickHouse. "),
+            "{note}"
+        );
+        assert!(note.contains("`latmesh campaign verify c1`"), "{note}");
+        p.clickhouse_silent_s = 40;
+        let note = spool_note(&p).unwrap();
+        assert!(
+            note.contains(
+                "not yet in ClickHouse; ClickHouse has not answered the coordinator for 40 s."
+            ),
+            "{note}"
+        );
     }
 
     #[test]

@@ -1621,10 +1621,12 @@ fn start_sink(
     db: &str,
 ) -> tokio::task::JoinHandle<()> {
     use latmesh_coordinator::sink::{self, SinkTarget};
-    let target = SinkTarget {
-        client: client.clone(),
-        db: db.to_string(),
-    };
+    let target = SinkTarget::with_client(
+        client.clone(),
+        latmesh_tests::clickhouse_url(),
+        db,
+        store::Timeouts::default(),
+    );
     tokio::spawn(sink::run(
         spool.clone(),
         latmesh_coordinator::state::State::with_store_events(),

@@ -380,10 +380,12 @@ async fn sink_labels_windows_and_queries_are_exact() {
     let (state, campaign_id, _agents) = launched(&plan);
     let g = generate(&campaign_id, &PROVIDERS, 11);
     let dir = tempfile::tempdir().unwrap();
-    let target = SinkTarget {
-        client: client.clone(),
-        db: db.clone(),
-    };
+    let target = SinkTarget::with_client(
+        client.clone(),
+        latmesh_tests::clickhouse_url(),
+        &db,
+        latmesh_coordinator::clickhouse::Timeouts::default(),
+    );
     sink_through(state, dir.path(), target, &g.batches).await;
 
     // Every row carries its window: 7 peak hours of 24 per region, for each provider.
@@ -630,10 +632,12 @@ async fn a_sink_that_missed_the_launch_takes_windows_from_clickhouse() {
     let stored = generate(stored_id, &providers, 5);
     let unknown = generate("windows-unknown", &providers, 6);
     let dir = tempfile::tempdir().unwrap();
-    let target = SinkTarget {
-        client: client.clone(),
-        db: db.clone(),
-    };
+    let target = SinkTarget::with_client(
+        client.clone(),
+        latmesh_tests::clickhouse_url(),
+        &db,
+        latmesh_coordinator::clickhouse::Timeouts::default(),
+    );
     let batches: Vec<_> = stored
         .batches
         .iter()
@@ -760,10 +764,12 @@ async fn windows_leave_load_tests_out_unless_asked() {
     }
     g.batches.extend(sweep_batches);
     let dir = tempfile::tempdir().unwrap();
-    let target = SinkTarget {
-        client: client.clone(),
-        db: db.clone(),
-    };
+    let target = SinkTarget::with_client(
+        client.clone(),
+        latmesh_tests::clickhouse_url(),
+        &db,
+        latmesh_coordinator::clickhouse::Timeouts::default(),
+    );
     sink_through(state, dir.path(), target, &g.batches).await;
 
     // Default: the rounds scenario only, exactly as if the sweep had not run.

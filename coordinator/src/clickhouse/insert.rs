@@ -25,6 +25,13 @@
 //! after an error — and in a new process, which starts with none — the next call queries
 //! again. This relies on the condition above (no concurrent inserts of the same pair, by this
 //! or another process, while the marks are held).
+//!
+//! # Inserts that outlive their timeout
+//! Every call is bounded ([`Timeouts`]); an insert that timed out may still be executed by
+//! the server when it resumes. So every result insert carries a query id naming its batches,
+//! and a writer that is in doubt (new, or after any error) waits for the server to have no
+//! result insert running before it reads which rows are present: see [`super::fence`]. A new
+//! [`SeqMarks`] is in doubt; every error puts it back in doubt.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -33,13 +40,9 @@ use hdrhistogram::Histogram;
 use latmesh_core::hist::HistKey;
 use latmesh_core::record::ProbeRecord;
 
+use super::fence::{self, Doubt};
 use super::rows::{AgentRow, CampaignRow, HistogramRow, RequestRow};
-use super::{StoreError, check_identifier};
-
-/// Time allowed to send each chunk of an insert's body.
-const SEND_TIMEOUT: Duration = Duration::from_secs(30);
-/// Time allowed for the server to acknowledge an insert after its last byte.
-const END_TIMEOUT: Duration = Duration::from_secs(120);
+use super::{StoreError, Timeouts, bounded, check_identifier};
 
 /// Labels a coordinator-clock time (UTC µs) with its named window (e.g. `peak`), `""` for none.
 pub type WindowLabel = dyn Fn(i64) -> String + Send + Sync;
@@ -144,7 +147,9 @@ impl InsertOutcome {
 }
 
 /// Inserts `rows` into `db.table` in one `INSERT` (RowBinary; LZ4 unless the client says
-/// otherwise, see [`super::client`]). Nothing is sent for no rows.
+/// otherwise, see [`super::client`]), bounded by the default [`Timeouts`] (each chunk of the
+/// body: [`Timeouts::query`]; the acknowledgement: [`Timeouts::insert`]). Nothing is sent
+/// for no rows.
 ///
 /// # Errors
 /// [`StoreError::InvalidName`] for a bad `db` or `table`; the server's or connection's error
@@ -159,16 +164,35 @@ pub async fn insert_rows<R>(
 where
     R: clickhouse::RowOwned + clickhouse::RowWrite,
 {
-    let refs: Vec<&R> = rows.iter().collect();
-    insert_row_refs(client, db, table, &refs).await
+    insert_rows_within(client, db, table, rows, &Timeouts::default()).await
 }
 
-/// [`insert_rows`] of borrowed rows.
+/// [`insert_rows`] bounded by `timeouts`.
+///
+/// # Errors
+/// As [`insert_rows`]; [`StoreError::TimedOut`] when a bound elapsed.
+pub async fn insert_rows_within<R>(
+    client: &clickhouse::Client,
+    db: &str,
+    table: &str,
+    rows: &[R],
+    timeouts: &Timeouts,
+) -> Result<(), StoreError>
+where
+    R: clickhouse::RowOwned + clickhouse::RowWrite,
+{
+    let refs: Vec<&R> = rows.iter().collect();
+    insert_row_refs(client, db, table, &refs, None, timeouts).await
+}
+
+/// [`insert_rows`] of borrowed rows, with `query_id` when given (see [`fence`]).
 async fn insert_row_refs<R>(
     client: &clickhouse::Client,
     db: &str,
     table: &str,
     rows: &[&R],
+    query_id: Option<&str>,
+    timeouts: &Timeouts,
 ) -> Result<(), StoreError>
 where
     R: clickhouse::RowOwned + clickhouse::RowWrite,
@@ -178,14 +202,32 @@ where
     if rows.is_empty() {
         return Ok(());
     }
+    let end_timeout = timeouts.insert(rows.len());
+    let timed_out = |e: clickhouse::error::Error| match e {
+        clickhouse::error::Error::TimedOut => StoreError::TimedOut {
+            what: format!(
+                "inserting {} row{} into {db}.{table}{}",
+                rows.len(),
+                if rows.len() == 1 { "" } else { "s" },
+                query_id
+                    .map(|q| format!(" (query_id {q})"))
+                    .unwrap_or_default()
+            ),
+            after: end_timeout,
+        },
+        e => e.into(),
+    };
     let mut insert = client
         .insert_unescaped::<R>(&format!("{db}.{table}"))
         .await?
-        .with_timeouts(Some(SEND_TIMEOUT), Some(END_TIMEOUT));
-    for row in rows {
-        insert.write(row).await?;
+        .with_timeouts(Some(timeouts.query), Some(end_timeout));
+    if let Some(id) = query_id {
+        insert = insert.with_setting("query_id", id);
     }
-    insert.end().await?;
+    for row in rows {
+        insert.write(row).await.map_err(timed_out)?;
+    }
+    insert.end().await.map_err(timed_out)?;
     Ok(())
 }
 
@@ -203,12 +245,14 @@ fn batch_id(key: &BatchKey<'_>) -> BatchId {
     )
 }
 
-/// Row indexes already present in `db.table`, per batch of `keys`.
+/// Row indexes already present in `db.table`, per batch of `keys`; each query bounded by
+/// `timeout`.
 async fn present_rows(
     client: &clickhouse::Client,
     db: &str,
     table: &str,
     keys: &[&BatchKey<'_>],
+    timeout: Duration,
 ) -> Result<HashMap<BatchId, HashSet<u32>>, StoreError> {
     let mut out: HashMap<BatchId, HashSet<u32>> = HashMap::new();
     for chunk in keys.chunks(PRESENCE_CHUNK) {
@@ -219,29 +263,60 @@ async fn present_rows(
         for k in chunk {
             q = q.bind(k.campaign_id).bind(k.agent_id).bind(k.seq);
         }
-        for (campaign, agent, seq, row) in q.fetch_all::<(String, String, u64, u32)>().await? {
+        let found = bounded(
+            timeout,
+            || {
+                format!(
+                    "checking which rows of {} batches {db}.{table} holds",
+                    chunk.len()
+                )
+            },
+            q.fetch_all::<(String, String, u64, u32)>(),
+        )
+        .await?;
+        for (campaign, agent, seq, row) in found {
             out.entry((campaign, agent, seq)).or_default().insert(row);
         }
     }
     Ok(out)
 }
 
-/// Per (campaign, agent), an upper bound of the seqs stored in `requests` and `histograms`
-/// (see the module docs, "Skipping the presence query").
-#[derive(Debug, Default)]
+/// What a long-running writer remembers between calls: per (campaign, agent), an upper bound
+/// of the seqs stored in `requests` and `histograms` (see the module docs, "Skipping the
+/// presence query"), and whether an insert of its own may still run on the server (see
+/// [`fence`]).
+#[derive(Debug)]
 pub struct SeqMarks {
     marks: HashMap<(String, String), u64>,
+    doubt: Doubt,
+}
+
+impl Default for SeqMarks {
+    fn default() -> Self {
+        SeqMarks {
+            marks: HashMap::new(),
+            doubt: Doubt::Unknown,
+        }
+    }
 }
 
 impl SeqMarks {
-    /// No bounds: the next call queries every batch.
+    /// No bounds, in doubt ([`Doubt::Unknown`]): the next call waits for running inserts,
+    /// then queries every batch.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Forgets every bound.
+    /// Forgets every bound and puts the writer in doubt ([`Doubt::Failed`]): called on every
+    /// error.
     pub fn clear(&mut self) {
         self.marks.clear();
+        self.doubt = Doubt::Failed;
+    }
+
+    /// Whether inserts of this writer may still run on the server.
+    pub fn doubt(&self) -> Doubt {
+        self.doubt
     }
 
     /// The bound of (campaign, agent), if known.
@@ -258,12 +333,14 @@ impl SeqMarks {
     }
 }
 
-/// `max(seq)` per (campaign, agent) of `pairs` in `db.table` (pairs without rows are absent).
+/// `max(seq)` per (campaign, agent) of `pairs` in `db.table` (pairs without rows are absent);
+/// each query bounded by `timeout`.
 async fn max_seqs(
     client: &clickhouse::Client,
     db: &str,
     table: &str,
     pairs: &[(String, String)],
+    timeout: Duration,
 ) -> Result<HashMap<(String, String), u64>, StoreError> {
     let mut out = HashMap::new();
     for chunk in pairs.chunks(PRESENCE_CHUNK) {
@@ -275,7 +352,18 @@ async fn max_seqs(
         for (c, a) in chunk {
             q = q.bind(c.as_str()).bind(a.as_str());
         }
-        for (campaign, agent, seq) in q.fetch_all::<(String, String, u64)>().await? {
+        let found = bounded(
+            timeout,
+            || {
+                format!(
+                    "reading the highest stored seq of {} agents in {db}.{table}",
+                    chunk.len()
+                )
+            },
+            q.fetch_all::<(String, String, u64)>(),
+        )
+        .await?;
+        for (campaign, agent, seq) in found {
             out.insert((campaign, agent), seq);
         }
     }
@@ -373,12 +461,15 @@ pub async fn insert_batches(
             histograms: hist_rows,
         })
         .collect();
-    insert_prepared(client, db, &prepared, None).await
+    insert_prepared(client, db, &prepared, None, &Timeouts::default()).await
 }
 
-/// [`insert_batches`] of batches whose histogram rows are built; with `marks`, skips the
-/// presence query for batches above their (campaign, agent) bound and keeps the bounds up to
-/// date (see the module docs, "Skipping the presence query"). Every error clears `marks`.
+/// [`insert_batches`] of batches whose histogram rows are built, every call bounded by
+/// `timeouts`; with `marks`, skips the presence query for batches above their (campaign,
+/// agent) bound and keeps the bounds up to date (see the module docs, "Skipping the presence
+/// query"). Every error clears `marks` and puts it in doubt. Before its presence queries a
+/// call in doubt (without `marks`: always, one check) waits until no insert into `db` runs on
+/// the server ([`fence::settle`]); its inserts carry [`fence::insert_query_id`]s.
 /// The `requests` and `histograms` INSERTs run at the same time (two HTTP requests: the
 /// server parses and writes both in parallel); the call succeeds only when both do.
 ///
@@ -391,12 +482,14 @@ pub async fn insert_prepared(
     db: &str,
     batches: &[PreparedBatch<'_>],
     mut marks: Option<&mut SeqMarks>,
+    timeouts: &Timeouts,
 ) -> Result<Vec<InsertOutcome>, StoreError> {
-    let result = insert_prepared_inner(client, db, batches, marks.as_deref_mut()).await;
-    if result.is_err()
-        && let Some(m) = marks
-    {
-        m.clear();
+    let result = insert_prepared_inner(client, db, batches, marks.as_deref_mut(), timeouts).await;
+    if let Some(m) = marks {
+        match &result {
+            Ok(_) => m.doubt = Doubt::Settled,
+            Err(_) => m.clear(),
+        }
     }
     result
 }
@@ -406,8 +499,12 @@ async fn insert_prepared_inner(
     db: &str,
     batches: &[PreparedBatch<'_>],
     marks: Option<&mut SeqMarks>,
+    timeouts: &Timeouts,
 ) -> Result<Vec<InsertOutcome>, StoreError> {
     check_identifier(db)?;
+    // Nothing is read before an insert this writer may have abandoned has ended (see `fence`).
+    let doubt = marks.as_deref().map_or(Doubt::Unknown, SeqMarks::doubt);
+    fence::settle(client, db, doubt, timeouts).await?;
     // A batch given twice in one call is written once.
     let mut seen = HashSet::new();
     let first: Vec<bool> = batches
@@ -435,7 +532,7 @@ async fn insert_prepared_inner(
                 new_bounds.insert(pair.clone(), 0);
             }
             for table in ["requests", "histograms"] {
-                for (pair, seq) in max_seqs(client, db, table, &unknown).await? {
+                for (pair, seq) in max_seqs(client, db, table, &unknown, timeouts.query).await? {
                     let e = new_bounds.entry(pair).or_insert(0);
                     *e = (*e).max(seq);
                 }
@@ -457,12 +554,12 @@ async fn insert_prepared_inner(
     let present_req = if with_records.is_empty() {
         HashMap::new()
     } else {
-        present_rows(client, db, "requests", &with_records).await?
+        present_rows(client, db, "requests", &with_records, timeouts.query).await?
     };
     let present_hist = if with_hists.is_empty() {
         HashMap::new()
     } else {
-        present_rows(client, db, "histograms", &with_hists).await?
+        present_rows(client, db, "histograms", &with_hists, timeouts.query).await?
     };
 
     // Seqs of the call per pair, for the new bounds.
@@ -521,11 +618,23 @@ async fn insert_prepared_inner(
             }
         });
     }
-    // Both run to their end even when one fails: an INSERT dropped half-way could still be
-    // committed by the server after the retry's presence query, and be written twice.
+    // Both run to their end even when one fails (an insert dropped half-way could still be
+    // committed by the server), and each carries the query id of its batches, the same on a
+    // retry (see `fence`).
+    let keys = || batches.iter().map(|b| &b.key);
+    let req_id = fence::insert_query_id(db, "requests", keys());
+    let hist_id = fence::insert_query_id(db, "histograms", keys());
+    let req_refs: Vec<&RequestRow> = req_out.iter().collect();
     let (requests, histograms) = tokio::join!(
-        insert_rows(client, db, "requests", &req_out),
-        insert_row_refs(client, db, "histograms", &hist_out),
+        insert_row_refs(client, db, "requests", &req_refs, Some(&req_id), timeouts),
+        insert_row_refs(
+            client,
+            db,
+            "histograms",
+            &hist_out,
+            Some(&hist_id),
+            timeouts
+        ),
     );
     requests.and(histograms)?;
     if let Some(m) = marks {

@@ -17,11 +17,11 @@
 //! half-way is completed by the next run.
 
 use std::collections::BTreeMap;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::{StoreError, check_identifier, datetime_secs, unsigned_us};
+use super::{StoreError, Timeouts, bounded, check_identifier, datetime_secs, unsigned_us};
 
 /// One migration file.
 #[derive(Clone, Copy, Debug)]
@@ -363,28 +363,48 @@ async fn column_exists(
     client: &clickhouse::Client,
     table: &str,
     column: &str,
+    timeout: Duration,
 ) -> Result<bool, StoreError> {
     let (db, table) = table.split_once('.').unwrap_or(("default", table));
-    let n: u64 = client
-        .query("SELECT count() FROM system.columns WHERE database = ? AND table = ? AND name = ?")
-        .bind(db.trim_matches('`'))
-        .bind(table.trim_matches('`'))
-        .bind(column)
-        .fetch_one()
-        .await?;
+    let n: u64 = bounded(
+        timeout,
+        || format!("looking up column {column} of {db}.{table}"),
+        client
+            .query(
+                "SELECT count() FROM system.columns WHERE database = ? AND table = ? AND name = ?",
+            )
+            .bind(db.trim_matches('`'))
+            .bind(table.trim_matches('`'))
+            .bind(column)
+            .fetch_one(),
+    )
+    .await?;
     Ok(n > 0)
 }
 
-async fn run_statement(client: &clickhouse::Client, stmt: &str) -> Result<(), StoreError> {
+async fn run_statement(
+    client: &clickhouse::Client,
+    stmt: &str,
+    timeout: Duration,
+) -> Result<(), StoreError> {
     if let Some((table, column, is_add)) = column_change(stmt) {
-        let exists = column_exists(client, &table, &column).await?;
+        let exists = column_exists(client, &table, &column, timeout).await?;
         if exists == is_add {
             tracing::debug!(%table, %column, "column change already applied; skipped");
             return Ok(());
         }
     }
-    client.query_raw(stmt).execute().await?;
-    Ok(())
+    let head: String = stmt
+        .split_whitespace()
+        .take(6)
+        .collect::<Vec<_>>()
+        .join(" ");
+    bounded(
+        timeout,
+        || format!("running schema statement `{head} …`"),
+        client.query_raw(stmt).execute(),
+    )
+    .await
 }
 
 /// Brings database `db` up to the newest migration; returns the names of the migrations
@@ -403,6 +423,22 @@ pub async fn migrate(
     db: &str,
     cluster: Option<&str>,
 ) -> Result<Vec<String>, StoreError> {
+    migrate_within(client, db, cluster, &Timeouts::default()).await
+}
+
+/// [`migrate`] with every statement and query bounded by `timeouts.query` (the migration row's
+/// insert by [`Timeouts::insert`]).
+///
+/// # Errors
+/// As [`migrate`]; [`StoreError::TimedOut`] (retryable, possibly inside
+/// [`StoreError::Migration`]) when ClickHouse does not answer a statement in time.
+pub async fn migrate_within(
+    client: &clickhouse::Client,
+    db: &str,
+    cluster: Option<&str>,
+    timeouts: &Timeouts,
+) -> Result<Vec<String>, StoreError> {
+    let timeout = timeouts.query;
     check_identifier(db)?;
     if let Some(c) = cluster {
         check_identifier(c)?;
@@ -413,19 +449,24 @@ pub async fn migrate(
     run_statement(
         client,
         &format!("CREATE DATABASE IF NOT EXISTS {db}{on_cluster}"),
+        timeout,
     )
     .await?;
     for stmt in render_migration(SCHEMA_MIGRATIONS_DDL, db, cluster)? {
-        run_statement(client, &stmt).await?;
+        run_statement(client, &stmt, timeout).await?;
     }
-    let applied: BTreeMap<u32, String> = client
-        .query(&format!(
-            "SELECT version, checksum FROM {db}.schema_migrations"
-        ))
-        .fetch_all::<(u32, String)>()
-        .await?
-        .into_iter()
-        .collect();
+    let applied: BTreeMap<u32, String> = bounded(
+        timeout,
+        || format!("reading {db}.schema_migrations"),
+        client
+            .query(&format!(
+                "SELECT version, checksum FROM {db}.schema_migrations"
+            ))
+            .fetch_all::<(u32, String)>(),
+    )
+    .await?
+    .into_iter()
+    .collect();
 
     let mut done = Vec::new();
     for m in MIGRATIONS {
@@ -446,7 +487,7 @@ pub async fn migrate(
             source: Box::new(e),
         };
         for stmt in render_migration(m.sql, db, cluster).map_err(wrap)? {
-            run_statement(client, &stmt).await.map_err(wrap)?;
+            run_statement(client, &stmt, timeout).await.map_err(wrap)?;
         }
         let now_us = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -467,8 +508,17 @@ pub async fn migrate(
             // sees it.
             insert = insert.with_setting("insert_distributed_sync", "1");
         }
-        insert.write(&row).await.map_err(|e| wrap(e.into()))?;
-        insert.end().await.map_err(|e| wrap(e.into()))?;
+        let record = async move {
+            insert.write(&row).await?;
+            insert.end().await
+        };
+        bounded(
+            timeouts.insert(1),
+            || format!("recording migration {} in {db}.schema_migrations", m.name),
+            record,
+        )
+        .await
+        .map_err(wrap)?;
         tracing::info!(migration = m.name, db, "applied migration");
         done.push(m.name.to_string());
     }

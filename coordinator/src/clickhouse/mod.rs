@@ -19,6 +19,7 @@
 //! Errors are [`StoreError`]; [`StoreError::is_retryable`] tells a sink whether to try again
 //! (server down, timeouts, overload) or to set the batch aside (data or schema rejected).
 
+pub mod fence;
 pub mod insert;
 pub mod migrate;
 pub mod query;
@@ -28,7 +29,7 @@ pub use insert::{
     BatchInput, BatchKey, InsertOutcome, IntervalHistogram, WindowLabel, insert_agents,
     insert_batch, insert_batches, insert_campaign, insert_rows,
 };
-pub use migrate::{MIGRATIONS, Migration, migrate, render_migration};
+pub use migrate::{MIGRATIONS, Migration, migrate, migrate_within, render_migration};
 pub use query::{
     AgentCounts, BatchDuplicates, CampaignCounts, ErrorRow, MatrixRow, QueryFilter, agents,
     campaign, counts, errors, matrix, matrix_filtered,
@@ -50,6 +51,19 @@ pub enum StoreError {
     /// timeout, HTTP error without a ClickHouse exception). Retryable.
     #[error("ClickHouse unavailable: {0}")]
     Unavailable(String),
+    /// ClickHouse accepted the request but did not answer within its bound ([`Timeouts`]):
+    /// a stalled or overloaded server. Retryable. An insert that timed out may still be
+    /// executed by the server later (see [`fence`]).
+    #[error(
+        "ClickHouse did not answer within {} s while {what}",
+        after.as_secs_f64()
+    )]
+    TimedOut {
+        /// What latmesh was doing (`"checking which rows of 3 batches are stored"`, …).
+        what: String,
+        /// The bound that elapsed.
+        after: Duration,
+    },
     /// ClickHouse refused the data or the statement: a type mismatch (`Code: 53`), incorrect
     /// or unparseable data (`Code: 117`, `27`, `32`, …), an unknown table or column (schema not
     /// migrated), a syntax error, or a row type that does not match its table. Retrying the
@@ -150,7 +164,9 @@ impl StoreError {
     /// failures: retrying those cannot help.
     pub fn is_retryable(&self) -> bool {
         match self {
-            StoreError::Unavailable(_) | StoreError::Server { .. } => true,
+            StoreError::Unavailable(_)
+            | StoreError::TimedOut { .. }
+            | StoreError::Server { .. } => true,
             StoreError::InvalidName(_) | StoreError::Rejected { .. } | StoreError::Histogram(_) => {
                 false
             }
@@ -215,7 +231,14 @@ impl From<clickhouse::error::Error> for StoreError {
 /// algorithm, a request whose body goes out in several writes can wait ~40 ms for the server's
 /// delayed ACK (measured here: a 100-row insert took 31 ms, 4.5 ms with `TCP_NODELAY`).
 pub fn client(url: &str) -> clickhouse::Client {
+    client_with(url, &Timeouts::default())
+}
+
+/// [`client`] whose TCP connects give up after `timeouts.connect` (the other bounds of
+/// [`Timeouts`] apply per operation: [`bounded`], the inserts, [`migrate::migrate_within`]).
+pub fn client_with(url: &str, timeouts: &Timeouts) -> clickhouse::Client {
     let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    connector.set_connect_timeout(Some(timeouts.connect));
     connector.set_nodelay(true);
     connector.set_keepalive(Some(Duration::from_secs(60)));
     let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
@@ -256,6 +279,63 @@ fn is_loopback_url(url: &str) -> bool {
         || host
             .parse::<std::net::IpAddr>()
             .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// How long latmesh waits for ClickHouse. Every operation has a bound, so a server that
+/// accepts TCP connections but never answers (stopped, overloaded, a hung proxy) makes the
+/// operation fail with [`StoreError::TimedOut`] instead of waiting forever.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Establishing a TCP connection (default 5 s).
+    pub connect: Duration,
+    /// One query, migration statement or presence check, from sending it to the last byte of
+    /// its answer; the base of an insert's bound (default 60 s).
+    pub query: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: Duration::from_secs(5),
+            query: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Rows an insert may add to its bound per extra second (see [`Timeouts::insert`]).
+pub const INSERT_ROWS_PER_S: u64 = 10_000;
+
+impl Timeouts {
+    /// The bound of an `INSERT` of `rows` rows, from its last byte sent to the server's
+    /// acknowledgement: [`Timeouts::query`] plus 1 s per [`INSERT_ROWS_PER_S`] rows (a
+    /// 256-batch round of 2,000-record batches, 512,000 rows, gets 60 + 51 s by default).
+    pub fn insert(&self, rows: usize) -> Duration {
+        let extra = u64::try_from(rows).unwrap_or(u64::MAX) / INSERT_ROWS_PER_S;
+        self.query.saturating_add(Duration::from_secs(extra))
+    }
+}
+
+/// Runs `op` (a ClickHouse call) for at most `timeout`; `what` says what it does, for the
+/// error (`"reading the campaign's windows"`).
+///
+/// # Errors
+/// [`StoreError::TimedOut`] when `timeout` elapses first (the call is dropped); `op`'s own
+/// error otherwise.
+pub async fn bounded<T, E>(
+    timeout: Duration,
+    what: impl FnOnce() -> String,
+    op: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, StoreError>
+where
+    StoreError: From<E>,
+{
+    match tokio::time::timeout(timeout, op).await {
+        Ok(r) => r.map_err(StoreError::from),
+        Err(_) => Err(StoreError::TimedOut {
+            what: what(),
+            after: timeout,
+        }),
+    }
 }
 
 /// Health check: `SELECT 1`, bounded by `timeout`.

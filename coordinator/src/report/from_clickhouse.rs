@@ -99,6 +99,7 @@ impl ReportData {
         let ch = ClickhouseArgs {
             clickhouse_url: url.to_string(),
             clickhouse_db: db.to_string(),
+            timeouts: Default::default(),
         };
         let filter = FilterArgs {
             campaign: campaign_id.to_string(),
