@@ -120,7 +120,7 @@ pub struct Delivery {
 }
 
 impl Delivery {
-    /// What an `agents` row says (schema 8).
+    /// What an `agents` row says (schema 7).
     pub fn of_row(row: &AgentRow) -> Delivery {
         Delivery {
             last_seq: (row.campaign_done != 0).then_some(row.last_seq),

@@ -575,10 +575,10 @@ async fn rows_from_before_the_token_source_read_it_from_tokens_from_usage() {
     latmesh_tests::drop_db(&client, &db).await;
 }
 
-/// `agents` rows written before schema 8 (without its delivery columns) read back as a done
+/// `agents` rows written before schema 7 (without its delivery columns) read back as a done
 /// agent with nothing refused, so `campaign verify` checks them as it did then.
 #[tokio::test]
-async fn agent_rows_from_before_schema_8_verify_as_before() {
+async fn agent_rows_from_before_schema_7_verify_as_before() {
     let (client, db) = migrated("agents_pre8").await;
     client
         .query(&format!(

@@ -67,9 +67,9 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../../deploy/clickhouse/migrations/0006_cut_fields.sql"),
     },
     Migration {
-        version: 8,
-        name: "0008_batch_delivery",
-        sql: include_str!("../../../deploy/clickhouse/migrations/0008_batch_delivery.sql"),
+        version: 7,
+        name: "0007_batch_delivery",
+        sql: include_str!("../../../deploy/clickhouse/migrations/0007_batch_delivery.sql"),
     },
 ];
 

@@ -104,19 +104,19 @@ pub struct AgentRow {
     pub skipped: u64,
     /// Whether the agent delivered everything.
     pub complete: bool,
-    /// Whether its done notice arrived (schema 8; 1 in rows written before).
+    /// Whether its done notice arrived (schema 7; 1 in rows written before).
     pub campaign_done: u8,
-    /// Seq of its last batch, from its done notice (schema 8; 0 in rows written before).
+    /// Seq of its last batch, from its done notice (schema 7; 0 in rows written before).
     pub last_seq: u64,
-    /// Batches refused as malformed or quarantined by the agent unsent (schema 8).
+    /// Batches refused as malformed or quarantined by the agent unsent (schema 7).
     pub batches_rejected: u64,
     /// The first of them ([`crate::delivery::MAX_LISTED_REJECTIONS`]): seqs…
     pub rejected_seqs: Vec<u64>,
     /// …and why, in the same order.
     pub rejected_reasons: Vec<String>,
-    /// Records the agent quarantined as too large to send (schema 8).
+    /// Records the agent quarantined as too large to send (schema 7).
     pub records_quarantined: u64,
-    /// Histograms the agent quarantined as too large to send (schema 8).
+    /// Histograms the agent quarantined as too large to send (schema 7).
     pub histograms_quarantined: u64,
 }
 
