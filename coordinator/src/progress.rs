@@ -109,7 +109,7 @@ pub fn provider_expected_per_agent(plan: &Plan) -> Vec<u64> {
     }
     for (s, scenario) in plan.scenarios.iter().enumerate() {
         if let LoadModel::Rate(r) = &scenario.load {
-            let arrivals = r.arrivals_us(plan.seed, s).len() as u64;
+            let arrivals = r.arrival_count(plan.seed, s);
             for e in out.iter_mut() {
                 *e += arrivals;
             }

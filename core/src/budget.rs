@@ -162,7 +162,7 @@ fn slots(plan: &Plan, s: usize) -> (u64, Bound) {
     let scenario = &plan.scenarios[s];
     match &scenario.load {
         LoadModel::Rounds => (u64::from(plan.rounds.count), Bound::Exact),
-        LoadModel::Rate(r) => (r.arrivals_us(plan.seed, s).len() as u64, Bound::Exact),
+        LoadModel::Rate(r) => (r.arrival_count(plan.seed, s), Bound::Exact),
         LoadModel::Sweep(sw) => match sw.step_requests {
             Some(n) => (sw.concurrency.len() as u64 * u64::from(n), Bound::AtMost),
             None => {
