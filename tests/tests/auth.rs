@@ -1,6 +1,6 @@
 //! Nobody let in: a coordinator serving gRPC over TLS with an agent token and an admin token
 //! refuses agents and control calls without them or with wrong ones (and logs who it
-//! refused), lets the right ones run a campaign against `latmesh-sim` to the end, refuses to
+//! refused, and every failed TLS handshake; a plaintext client is told to use https://), lets the right ones run a campaign against `latmesh-sim` to the end, refuses to
 //! listen on a non-loopback address without TLS and tokens unless told so, and writes no
 //! token into any log. Separate processes, loopback only.
 
@@ -258,6 +258,39 @@ fn tls_coordinator_lets_in_only_the_right_tokens() {
         .env("LATMESH_ADMIN_TOKEN", &admin_token);
     let out = run_cli(c, &log("cli-plaintext"));
     assert!(!out.status.success(), "plaintext to a TLS coordinator");
+    // ... and told why: the coordinator answered the HTTP/2 preface in TLS.
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("the coordinator speaks TLS: use https://"),
+        "{err}"
+    );
+
+    // An agent given http:// for the TLS coordinator says the same while it retries.
+    let mut a = agent_cmd(&logs.path().join("spool-plain"));
+    a.args([
+        "--coordinator",
+        &plain_url,
+        "--region",
+        "us-east",
+        "--agent-id",
+        "plain-1",
+    ])
+    .env("LATMESH_AGENT_TOKEN", &agent_token);
+    let plain_agent = spawn("plaintext agent", a, &log("agent-plain"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = std::fs::read_to_string(log("agent-plain")).unwrap();
+        if text.contains("cannot reach coordinator") {
+            assert!(
+                text.contains("the coordinator speaks TLS: use https://"),
+                "{text}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "no failure logged: {text}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(plain_agent);
 
     // The right agent and the right admin token run a campaign to the end.
     // (debug logs: no token in them either)
@@ -333,6 +366,21 @@ fn tls_coordinator_lets_in_only_the_right_tokens() {
     line("refused control call: no token", "peer=127.0.0.1:");
     line("refused control call: wrong token", "peer=127.0.0.1:");
     assert!(!text.contains("no agent token configured"), "{text}");
+    // Failed TLS handshakes are warnings with the peer and the reason: the plaintext CLI and
+    // agent, and the agent without the CA (which refused the coordinator's certificate).
+    line("TLS handshake failed", "peer=127.0.0.1:");
+    let warned = |reason: &str| {
+        text.lines()
+            .filter(|l| {
+                l.contains("WARN") && l.contains("TLS handshake failed") && l.contains(reason)
+            })
+            .count()
+    };
+    assert!(
+        warned("the peer did not speak TLS: a client given http:// instead of https://?") >= 2,
+        "{text}"
+    );
+    assert!(warned("received fatal alert") >= 1, "{text}");
 
     // No token reached any file the run wrote.
     for t in [&agent_token, &admin_token, &wrong_token] {
