@@ -202,33 +202,42 @@ fn tls_coordinator_lets_in_only_the_right_tokens() {
     );
 
     // An agent with the right token but without the CA does not get past the TLS handshake.
-    let mut a = agent_cmd(&logs.path().join("spool-no-ca"));
-    a.args([
-        "--coordinator",
-        &url,
-        "--region",
-        "us-east",
-        "--emulate-region",
-        "--agent-id",
-        "no-ca-1",
-    ])
-    .env("LATMESH_AGENT_TOKEN", &agent_token);
-    let no_ca = spawn("no-ca agent", a, &log("agent-no-ca"));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let text = std::fs::read_to_string(log("agent-no-ca")).unwrap();
-        if text.contains("cannot reach coordinator") {
-            assert!(text.contains("certificate"), "{text}");
-            assert!(
-                text.contains("give its PEM with --ca-file"),
-                "a hint: {text}"
-            );
-            break;
+    // An agent given http:// for the TLS coordinator is told to use https://.
+    let failing_agent = |id: &str, url: &str| {
+        let mut a = agent_cmd(&logs.path().join(format!("spool-{id}")));
+        a.args([
+            "--coordinator",
+            url,
+            "--region",
+            "us-east",
+            "--agent-id",
+            id,
+        ])
+        .env("LATMESH_AGENT_TOKEN", &agent_token);
+        let agent = spawn(id, a, &log(id));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let text = std::fs::read_to_string(log(id)).unwrap();
+            if text.contains("cannot reach coordinator") {
+                return (agent, text);
+            }
+            assert!(Instant::now() < deadline, "no failure logged: {text}");
+            std::thread::sleep(Duration::from_millis(100));
         }
-        assert!(Instant::now() < deadline, "no TLS failure logged: {text}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    };
+    let (no_ca, text) = failing_agent("no-ca-1", &url);
+    assert!(text.contains("certificate"), "{text}");
+    assert!(
+        text.contains("give its PEM with --ca-file"),
+        "a hint: {text}"
+    );
     drop(no_ca);
+    let (plain_agent, text) = failing_agent("plain-1", &plain_url);
+    assert!(
+        text.contains("the coordinator speaks TLS: use https://"),
+        "{text}"
+    );
+    drop(plain_agent);
 
     // The CLI without the admin token, with a wrong one, or in plaintext, is refused.
     let agents = |url: &str| {
@@ -264,33 +273,6 @@ fn tls_coordinator_lets_in_only_the_right_tokens() {
         err.contains("the coordinator speaks TLS: use https://"),
         "{err}"
     );
-
-    // An agent given http:// for the TLS coordinator says the same while it retries.
-    let mut a = agent_cmd(&logs.path().join("spool-plain"));
-    a.args([
-        "--coordinator",
-        &plain_url,
-        "--region",
-        "us-east",
-        "--agent-id",
-        "plain-1",
-    ])
-    .env("LATMESH_AGENT_TOKEN", &agent_token);
-    let plain_agent = spawn("plaintext agent", a, &log("agent-plain"));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let text = std::fs::read_to_string(log("agent-plain")).unwrap();
-        if text.contains("cannot reach coordinator") {
-            assert!(
-                text.contains("the coordinator speaks TLS: use https://"),
-                "{text}"
-            );
-            break;
-        }
-        assert!(Instant::now() < deadline, "no failure logged: {text}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    drop(plain_agent);
 
     // The right agent and the right admin token run a campaign to the end.
     // (debug logs: no token in them either)
