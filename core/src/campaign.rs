@@ -553,8 +553,9 @@ fn figment_error(e: figment::Error, file: Option<&Path>) -> CampaignError {
 /// Checks an OpenAI-compatible base URL and returns it without trailing slashes.
 ///
 /// The URL must parse as the agents' HTTP client parses it (WHATWG rules, the `url` crate)
-/// with an `http` or `https` scheme, a host and, when a port is written, a port in 1..=65535
-/// (`:65536` or `:-1` would otherwise reach the client as something else, or port 80).
+/// with an `http` or `https` scheme, a host and, when a colon says a port follows, a port in
+/// 1..=65535 (`:65536`, `:-1` or a bare `:` would otherwise reach the client as something
+/// else, or as port 80).
 ///
 /// # Errors
 /// A message saying what is wrong: not `http://` or `https://`, no host, a bad port,
@@ -579,7 +580,6 @@ pub fn check_base_url(url: &str) -> Result<String, String> {
         .unwrap_or_default();
     let host_end = authority.rfind(']').map_or(0, |i| i + 1); // [::1]:port
     if let Some((_, port)) = authority[host_end..].rsplit_once(':')
-        && !port.is_empty()
         && !port.parse::<u16>().is_ok_and(|p| p > 0)
     {
         return Err(format!(
@@ -2367,10 +2367,15 @@ windows:
         for url in [
             "http://[::1]:65535/v1",
             "https://h.example:1/v1",
-            "http://h:/v1",
+            "http://[::1]/v1",
         ] {
             assert!(check_base_url(url).is_ok(), "{url}");
         }
+        // A colon without a port is a typo, not port 80.
+        assert_eq!(
+            check_base_url("http://h:/v1").unwrap_err(),
+            "\"http://h:/v1\": the port \"\" is not a number in 1..=65535"
+        );
         // The phases add up with checked arithmetic: the longest rounds (2,739 years) and
         // 42,000 sweeps of 64 day-long steps pass 10,000 years after about 41,400.
         let rounds = RoundsSpec {

@@ -2,8 +2,8 @@
 //! from its plausible range or an edge value (0, 1, −1, the integer limits, huge and tiny
 //! floats, NaN, ±∞), are either refused with an error naming a key or become a plan whose
 //! estimates (`campaign validate` prints them: phases, duration, probes, budget) are computed
-//! without a panic. Debug builds check every integer operation, so a wrapping product is a
-//! failure here.
+//! without a panic, and only with ports in 1..=65535. Debug builds check every integer
+//! operation, so a wrapping product is a failure here.
 
 use std::path::Path;
 
@@ -101,6 +101,12 @@ fn campaign_file() -> impl Strategy<Value = String> {
         opt("min_gap_ms", int(0..=10_000)),
         float(0.0..100.0),
         float(0.0..100.0),
+        // The base URL's port: plausible, or one the client would not dial as written.
+        prop_oneof![
+            19 => (1..=65535u32).prop_map(|p| p.to_string()),
+            1 => prop::sample::select(vec!["0", "65536", "-1", "", "99999999999999999999", "x"])
+                .prop_map(str::to_string),
+        ],
     );
     let campaign = (
         int(0..=i64::MAX),
@@ -137,9 +143,9 @@ fn campaign_file() -> impl Strategy<Value = String> {
             let (concurrency, step_s, step_requests, kp, ke, kerr, kmin) = sweep;
             let (rps, duration_s, max_queue_s, poisson) = rate;
             let (seed, percentiles, runs) = campaign;
-            let provider = |name: &str, (mif, rpm, tpm, gap, pin, pout): (String, String, String, String, String, String)| {
+            let provider = |name: &str, (mif, rpm, tpm, gap, pin, pout, port): (String, String, String, String, String, String, String)| {
                 format!(
-                    "[[providers]]\nname = \"{name}\"\nbase_url = \"http://127.0.0.1:9/{name}/v1\"\nmodel_id = \"m\"\n{mif}{rpm}{tpm}{gap}price_input_usd_per_mtok = {pin}\nprice_output_usd_per_mtok = {pout}\n"
+                    "[[providers]]\nname = \"{name}\"\nbase_url = \"http://127.0.0.1:{port}/{name}/v1\"\nmodel_id = \"m\"\n{mif}{rpm}{tpm}{gap}price_input_usd_per_mtok = {pin}\nprice_output_usd_per_mtok = {pout}\n"
                 )
             };
             let (retry, failover) = if failover {
@@ -229,6 +235,15 @@ proptest! {
                     let _ = s.worst_case_slot_us();
                 }
                 let _ = latmesh_core::budget::estimate(&plan, 3);
+                // Only ports the client dials as written are accepted.
+                for p in &plan.providers {
+                    let port = p.base_url.trim_start_matches("http://127.0.0.1:").split('/').next();
+                    prop_assert!(
+                        port.is_some_and(|p| p.parse::<u16>().is_ok_and(|p| p > 0)),
+                        "{}",
+                        p.base_url
+                    );
+                }
                 let _ = plan.hash();
             }
             // Refusals name what is wrong: a key, or figment's parse message.
