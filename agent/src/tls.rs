@@ -115,6 +115,10 @@ pub fn looks_like_tls(first: &[u8]) -> bool {
     matches!(first, [0x15 | 0x16, 0x03, ..] | [0x15 | 0x16])
 }
 
+/// Longest wait for a plaintext server's first bytes before the connection is handed over
+/// unchecked.
+const PREFLIGHT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The HTTP/2 client connection preface (RFC 9113 §3.4).
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -181,8 +185,8 @@ impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Preflighted<T> 
 /// host and port (80 when absent), then the HTTP/2 preface, and the server's first bytes
 /// read before the connection is handed over: a TLS record there (a TLS coordinator's alert)
 /// fails the connection with [`SpeaksTls`], which HTTP/2 would only report as a broken frame
-/// or a cancelled call. One round trip per connection; the endpoint's connect timeout bounds
-/// the wait.
+/// or a cancelled call. One round trip per connection (a server silent for 2 s is handed
+/// over unchecked).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PlaintextConnector;
 
@@ -216,7 +220,11 @@ impl tonic::codegen::Service<http::Uri> for PlaintextConnector {
             tcp.set_nodelay(true)?;
             tcp.write_all(H2_PREFACE).await?;
             let mut first = vec![0u8; 256];
-            let n = tcp.read(&mut first).await?;
+            // A server that says nothing until it has the client's SETTINGS is not waited for
+            // (the read is cancel-safe: nothing is lost).
+            let n = tokio::time::timeout(PREFLIGHT_WAIT, tcp.read(&mut first))
+                .await
+                .unwrap_or(Ok(0))?;
             first.truncate(n);
             if looks_like_tls(&first) {
                 return Err(std::io::Error::new(
@@ -237,6 +245,51 @@ impl tonic::codegen::Service<http::Uri> for PlaintextConnector {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A one-connection server on loopback: reads the 24-byte preface, answers `answer`,
+    /// then returns everything else the client wrote until it closed.
+    async fn server(answer: &'static [u8]) -> (http::Uri, tokio::task::JoinHandle<Vec<u8>>) {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let uri = format!("http://{}", listener.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        let task = tokio::spawn(async move {
+            let (mut tcp, _) = listener.accept().await.unwrap();
+            let mut preface = [0u8; 24];
+            tcp.read_exact(&mut preface).await.unwrap();
+            assert_eq!(&preface, H2_PREFACE);
+            tcp.write_all(answer).await.unwrap();
+            let mut rest = Vec::new();
+            let _ = tcp.read_to_end(&mut rest).await;
+            rest
+        });
+        (uri, task)
+    }
+
+    #[tokio::test]
+    async fn a_tls_answer_to_the_preface_fails_the_connection_and_http2_passes_through() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        use tonic::codegen::Service as _;
+        // A TLS server's alert (what rustls answers to "PRI * HTTP/2.0").
+        let (uri, _) = server(&[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x32]).await;
+        let e = PlaintextConnector.call(uri).await.err().unwrap();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+        assert_eq!(TlsProblem::of(&e), Some(TlsProblem::SpeaksTls));
+        // An HTTP/2 server's SETTINGS: replayed to the client, whose own preface is not sent
+        // twice.
+        let settings: &[u8] = &[0, 0, 0, 4, 0, 0, 0, 0, 0];
+        let (uri, written) = server(settings).await;
+        let mut io = PlaintextConnector.call(uri).await.unwrap().into_inner();
+        let mut first = [0u8; 9];
+        io.read_exact(&mut first).await.unwrap();
+        assert_eq!(first, settings);
+        io.write_all(H2_PREFACE).await.unwrap();
+        io.write_all(b"frames").await.unwrap();
+        io.shutdown().await.unwrap();
+        drop(io);
+        assert_eq!(written.await.unwrap(), b"frames");
+    }
 
     #[test]
     fn tls_records_are_told_from_http2_frames() {
