@@ -41,7 +41,8 @@ pub fn live_metric(plan: &Plan) -> Metric {
 }
 
 /// Attempts that count as errors: neither `ok`, nor `cancelled` (cut by a campaign cancel), nor
-/// `dropped` (an open-loop arrival never sent).
+/// `dropped` (an open-loop arrival or a rounds probe its provider's caps held past its queue
+/// bound, never sent).
 fn errors(c: &CellCounts) -> u64 {
     c.attempts()
         .saturating_sub(c.count(Outcome::Ok))
