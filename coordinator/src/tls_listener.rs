@@ -92,6 +92,56 @@ pub fn handshake_reason(e: &std::io::Error) -> String {
 mod tests {
     use super::*;
 
+    /// Handshakes run side by side: a peer that connects and says nothing (its handshake
+    /// waits for the 10-minute timeout here) does not hold up the next client.
+    #[tokio::test]
+    async fn a_silent_peer_holds_up_no_other_handshake() {
+        use tokio_stream::StreamExt as _;
+        let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+        std::fs::write(&cert, ck.cert.pem()).unwrap();
+        std::fs::write(&key, ck.signing_key.serialize_pem()).unwrap();
+        let tls = ServerTls {
+            handshake_timeout: Duration::from_secs(600),
+            ..crate::auth::server_tls(&cert, &key).unwrap()
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut incoming = incoming(listener, tls);
+        let silent = TcpStream::connect(addr).await.unwrap();
+
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ck.cert.der().clone()).unwrap();
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let client = tokio::spawn(async move {
+            let tcp = TcpStream::connect(addr).await.unwrap();
+            let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+            tokio_rustls::TlsConnector::from(Arc::new(config))
+                .connect(name, tcp)
+                .await
+        });
+        // (A guard, not a measurement: without it a serial acceptor would hang the test.)
+        let accepted = tokio::time::timeout(Duration::from_secs(60), incoming.next())
+            .await
+            .expect("the client's handshake waited for the silent peer's")
+            .unwrap()
+            .unwrap();
+        let client = client.await.unwrap().unwrap();
+        let (tcp, _) = accepted.get_ref();
+        assert_eq!(
+            tcp.peer_addr().unwrap(),
+            client.get_ref().0.local_addr().unwrap()
+        );
+        drop(silent);
+    }
+
     #[test]
     fn a_plaintext_peer_is_named_as_such() {
         let plain = std::io::Error::new(
