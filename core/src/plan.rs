@@ -181,14 +181,19 @@ impl ScenarioSpec {
     /// allow for it after the last slot.)
     pub fn worst_case_slot_us(&self) -> u64 {
         let p = &self.policy;
+        // Saturating: validation bounds every term, a plan read back from elsewhere may not.
         let attempts = 1 + p.retry.as_ref().map_or(0, |r| u64::from(r.max_retries));
         let waits_ms: u64 = p.retry.as_ref().map_or(0, |r| {
             (1..=r.max_retries)
                 .map(|k| r.wait_ms(k, r.honour_retry_after.then_some(f64::INFINITY)))
-                .sum()
+                .fold(0, u64::saturating_add)
         });
         let total_us = (self.timeouts.total_s * 1e6) as u64;
-        u64::from(p.turns.max(1)) * (attempts * total_us + waits_ms * 1000)
+        u64::from(p.turns.max(1)).saturating_mul(
+            attempts
+                .saturating_mul(total_us)
+                .saturating_add(waits_ms.saturating_mul(1000)),
+        )
     }
 }
 
