@@ -336,13 +336,12 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
                 let retry_in_ms = backoff.as_millis() as u64;
                 // An answer that refuses the session (e.g. its agent id is in use) is not a
                 // network problem: say which it is.
-                let tls = crate::tls::TlsProblem::of(e.as_ref());
-                if let Some(p) = tls.filter(|p| *p == crate::tls::TlsProblem::SpeaksTls) {
-                    let error = format!(
-                        "{}{}",
-                        latmesh_core::error_text::chain(e.as_ref()),
-                        p.hint("--ca-file")
-                    );
+                // A TLS answer to plaintext is a network problem, whatever carries it (its
+                // text, "the coordinator speaks TLS: use https://", is in the chain).
+                let speaks_tls = crate::tls::TlsProblem::of(e.as_ref())
+                    == Some(crate::tls::TlsProblem::SpeaksTls);
+                if speaks_tls {
+                    let error = latmesh_core::error_text::chain(e.as_ref());
                     tracing::warn!(coordinator = %cfg.coordinator_url, error, retry_in_ms, "cannot reach coordinator");
                 } else if let Some(status) =
                     e.chain().find_map(|c| c.downcast_ref::<tonic::Status>())
