@@ -4,7 +4,9 @@
 //! (requests still in flight finish during the next phase).
 //!
 //! * [`run_rounds`]: slot `i` of round `r` at phase start + `r × interval + i × gap`, each in
-//!   its own task, in the order shared by every region.
+//!   its own task, in the order shared by every region; the provider's caps may hold a probe
+//!   back until its drop time (`RoundsSpec::max_queue_ms`: 10 s or the interval, whichever is
+//!   shorter), after which it is recorded as `dropped`, so rounds stay in step.
 //! * [`run_sweep`]: per step and provider, `concurrency` workers sending back to back until
 //!   the step's end (or its `step_requests`), every provider stepping at the same instants.
 //! * [`run_rate`]: the scenario's arrivals at their intended instants, each sent to every
@@ -39,6 +41,7 @@ async fn sleep_until(ctx: &PhaseCtx, at: Instant) -> bool {
 /// once ([`rounds_left`]), however many rounds remain.
 pub async fn run_rounds(ctx: &PhaseCtx, phase_start: Instant) -> NotRun {
     let plan = &ctx.plan;
+    let max_queue = Duration::from_millis(plan.rounds.max_queue_ms());
     let mut not_run = NotRun::default();
     for round in 0..plan.rounds.count {
         for (slot, s) in plan.round_order(round).into_iter().enumerate() {
@@ -62,7 +65,12 @@ pub async fn run_rounds(ctx: &PhaseCtx, phase_start: Instant) -> NotRun {
                 not_run.late += 1; // the process was stopped while it waited
                 continue;
             }
-            ctx.spawn_slot(SlotRef::rounds(round, slot as u32, s, intended));
+            // Behind its provider's caps a probe waits at most `max_queue_ms`, as an
+            // open-loop arrival does: then it is recorded as dropped, not sent late.
+            ctx.spawn_slot(SlotRef {
+                drop_at: Some(intended + max_queue),
+                ..SlotRef::rounds(round, slot as u32, s, intended)
+            });
         }
     }
     not_run
@@ -624,6 +632,57 @@ model_id = "m"
                     .unwrap()
                     .contains("caps (in flight")
             );
+        }
+    }
+
+    /// Rounds behind a full `max_in_flight` follow the open-loop drop rule: a probe still
+    /// waiting `RoundsSpec::max_queue_ms` (here the 0.4 s interval) after its intended time
+    /// is recorded as dropped instead of being sent late, out of step with other regions
+    /// (they queued without limit: sent up to 104 s late).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn rounds_held_past_their_queue_bound_behind_a_stalled_provider_are_dropped() {
+        // Every answer stalls 1.5 s mid-stream: the one slot stays taken for ~1.5 s.
+        let addr = sim(ProviderProfile {
+            stall_prob: 1.0,
+            stall_us: 1_500_000,
+            ..profile("stalled", 20, 1, 4, 0)
+        })
+        .await;
+        let plan = plan(
+            addr,
+            "stalled",
+            "[rounds]\ncount = 5\ninterval_s = 0.4\ngap_ms = 10",
+            "max_in_flight = 1",
+        );
+        assert_eq!(plan.rounds.max_queue_ms(), 400);
+        let (mut records, not_run, _) = run_phase(plan).await;
+        assert_eq!(not_run, NotRun::default());
+        records.sort_by_key(|r| r.round);
+        let rounds: Vec<(u32, Outcome, i64)> = records
+            .iter()
+            .map(|r| (r.round, r.outcome(), r.sched_lag_us / 1000))
+            .collect();
+        assert_eq!(records.len(), 5, "{rounds:?}");
+        assert!(records.iter().all(|r| r.final_attempt), "{rounds:?}");
+        // Round 0 holds the slot past rounds 1 and 2's drop times (0.8 s and 1.2 s).
+        assert_eq!(records[0].outcome(), Outcome::Ok, "{rounds:?}");
+        for r in &records[1..3] {
+            assert_eq!(r.outcome(), Outcome::Dropped, "{rounds:?}");
+            assert!(
+                r.sched_lag_us >= 400_000 && r.ttft_us.is_none(),
+                "{rounds:?}"
+            );
+            assert!(
+                r.error_message
+                    .as_deref()
+                    .is_some_and(|m| m.contains("caps (in flight")),
+                "{:?}",
+                r.error_message
+            );
+        }
+        // No probe is sent more than the bound late (a scheduling margin aside).
+        for r in records.iter().filter(|r| r.outcome() != Outcome::Dropped) {
+            assert!(r.sched_lag_us < 500_000, "{rounds:?}");
         }
     }
 

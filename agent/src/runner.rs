@@ -419,8 +419,8 @@ pub struct SlotRef {
     pub step: u32,
     /// `sweep`: the step's concurrency.
     pub concurrency: u32,
-    /// `rate`: a first attempt still waiting for the provider's in-flight cap at this instant
-    /// is not sent (outcome `dropped`).
+    /// `rate` and `rounds`: a first attempt still waiting for the provider's caps at this
+    /// instant is not sent (outcome `dropped`).
     pub drop_at: Option<Instant>,
 }
 

@@ -196,6 +196,13 @@ pub async fn connect_channel(url: &str, ca_file: Option<&Path>) -> anyhow::Resul
             "--ca-file {} is given but the coordinator URL {url} is plaintext: use https://",
             path.display()
         );
+    } else {
+        // Plaintext: a TLS coordinator's answer fails the call with "speaks TLS: use https://"
+        // (whichever call meets it first), not with a broken HTTP/2 frame.
+        return endpoint
+            .connect_with_connector(crate::tls::PlaintextConnector)
+            .await
+            .with_context(|| format!("cannot reach the coordinator at {url}"));
     }
     endpoint.connect().await.map_err(|e| {
         let context = format!("cannot reach the coordinator at {url}");
@@ -329,7 +336,16 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
                 let retry_in_ms = backoff.as_millis() as u64;
                 // An answer that refuses the session (e.g. its agent id is in use) is not a
                 // network problem: say which it is.
-                if let Some(status) = e.chain().find_map(|c| c.downcast_ref::<tonic::Status>()) {
+                // A TLS answer to plaintext is a network problem, whatever carries it (its
+                // text, "the coordinator speaks TLS: use https://", is in the chain).
+                let speaks_tls = crate::tls::TlsProblem::of(e.as_ref())
+                    == Some(crate::tls::TlsProblem::SpeaksTls);
+                if speaks_tls {
+                    let error = latmesh_core::error_text::chain(e.as_ref());
+                    tracing::warn!(coordinator = %cfg.coordinator_url, error, retry_in_ms, "cannot reach coordinator");
+                } else if let Some(status) =
+                    e.chain().find_map(|c| c.downcast_ref::<tonic::Status>())
+                {
                     let reason = status.message();
                     tracing::warn!(coordinator = %cfg.coordinator_url, reason, retry_in_ms, "the coordinator refused the session");
                 } else {

@@ -7,7 +7,8 @@
 //!   the agent id it claims), never the token. A role without a configured token is open
 //!   (dev mode, loopback only unless explicitly allowed: see `latmesh serve --help`).
 //! - **TLS.** [`server_tls`] loads and checks a PEM certificate chain and key for
-//!   `latmesh serve --tls-cert/--tls-key` (rustls with ring).
+//!   `latmesh serve --tls-cert/--tls-key` (rustls with ring); [`crate::tls_listener`] does
+//!   the handshakes and logs the failed ones.
 //!
 //! Tokens are [`Secret`]s: their `Debug` and `Display` are redacted.
 
@@ -20,7 +21,6 @@ use latmesh_agent::session::AGENT_ID_METADATA;
 pub use latmesh_agent::session::Secret;
 use subtle::ConstantTimeEq;
 use tonic::metadata::MetadataMap;
-use tonic::transport::{Identity, ServerTlsConfig};
 use tonic::{Request, Status};
 
 /// Environment variable holding the agent token (coordinator and agents).
@@ -178,7 +178,7 @@ fn peer<T>(req: &Request<T>) -> String {
 ///
 /// # Errors
 /// A file cannot be read, holds no certificate or key, or the key does not fit.
-pub fn server_tls(cert: &Path, key: &Path) -> anyhow::Result<ServerTlsConfig> {
+pub fn server_tls(cert: &Path, key: &Path) -> anyhow::Result<crate::tls_listener::ServerTls> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
@@ -197,19 +197,23 @@ pub fn server_tls(cert: &Path, key: &Path) -> anyhow::Result<ServerTlsConfig> {
     let private = PrivateKeyDer::from_pem_slice(&key_pem)
         .map_err(|e| anyhow::anyhow!("{}: no usable PEM private key: {e}", key.display()))?;
     let _ = rustls::crypto::ring::default_provider().install_default();
-    rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .and_then(|b| b.with_no_client_auth().with_single_cert(chain, private))
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "TLS certificate {} with key {}: {e}",
-                cert.display(),
-                key.display()
-            )
-        })?;
-    Ok(ServerTlsConfig::new()
-        .identity(Identity::from_pem(cert_pem, key_pem))
-        .timeout(std::time::Duration::from_secs(10)))
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .and_then(|b| b.with_no_client_auth().with_single_cert(chain, private))
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "TLS certificate {} with key {}: {e}",
+            cert.display(),
+            key.display()
+        )
+    })?;
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(crate::tls_listener::ServerTls {
+        config: Arc::new(config),
+        handshake_timeout: std::time::Duration::from_secs(10),
+    })
 }
 
 /// Whether every address `listen` resolves to is a loopback address (127.0.0.0/8, ::1, or

@@ -900,7 +900,7 @@ fn coordinator_with_clickhouse(
 async fn serve_security(
     listen: &str,
     sec: &ServeSecurity,
-) -> anyhow::Result<(Auth, Option<tonic::transport::ServerTlsConfig>)> {
+) -> anyhow::Result<(Auth, Option<crate::tls_listener::ServerTls>)> {
     let agent = Secret::from_file_or_env(
         sec.agent_token_file.as_deref(),
         AGENT_TOKEN_ENV,

@@ -33,4 +33,5 @@ pub mod spool;
 pub mod state;
 pub mod summary;
 pub mod sync;
+pub mod tls_listener;
 pub mod watch;

@@ -513,7 +513,7 @@ pub fn rate_rows(plan: &Plan, agg: &Aggregate, agents: &[AgentSummary]) -> Vec<R
                 Some(r) => per_region.get(r).copied().unwrap_or(0),
                 None => agents.len() as u64,
             };
-            let scheduled = spec.arrivals_us(plan.seed, i).len() as u64;
+            let scheduled = spec.arrival_count(plan.seed, i);
             for provider in &plan.providers {
                 let hist = |metric| {
                     agg.histogram(

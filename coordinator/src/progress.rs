@@ -41,7 +41,8 @@ pub fn live_metric(plan: &Plan) -> Metric {
 }
 
 /// Attempts that count as errors: neither `ok`, nor `cancelled` (cut by a campaign cancel), nor
-/// `dropped` (an open-loop arrival never sent).
+/// `dropped` (an open-loop arrival or a rounds probe its provider's caps held past its queue
+/// bound, never sent).
 fn errors(c: &CellCounts) -> u64 {
     c.attempts()
         .saturating_sub(c.count(Outcome::Ok))
@@ -109,7 +110,7 @@ pub fn provider_expected_per_agent(plan: &Plan) -> Vec<u64> {
     }
     for (s, scenario) in plan.scenarios.iter().enumerate() {
         if let LoadModel::Rate(r) = &scenario.load {
-            let arrivals = r.arrivals_us(plan.seed, s).len() as u64;
+            let arrivals = r.arrival_count(plan.seed, s);
             for e in out.iter_mut() {
                 *e += arrivals;
             }

@@ -46,7 +46,7 @@ pub struct Coordinator {
     /// Tokens checked before any handler runs (default: none, every role open).
     auth: Auth,
     /// Serve over TLS (default: plaintext).
-    tls: Option<tonic::transport::ServerTlsConfig>,
+    tls: Option<crate::tls_listener::ServerTls>,
     /// Prometheus metrics (served by `latmesh serve --metrics-listen`).
     metrics: CoordinatorMetrics,
     /// Whether ClickHouse answers its sink (progress messages say so).
@@ -100,8 +100,9 @@ impl Coordinator {
         Coordinator { auth, ..self }
     }
 
-    /// The same coordinator, serving gRPC over TLS ([`crate::auth::server_tls`]).
-    pub fn with_tls(self, tls: tonic::transport::ServerTlsConfig) -> Self {
+    /// The same coordinator, serving gRPC over TLS ([`crate::auth::server_tls`]; handshakes
+    /// by [`crate::tls_listener`], which logs the failed ones).
+    pub fn with_tls(self, tls: crate::tls_listener::ServerTls) -> Self {
         Coordinator {
             tls: Some(tls),
             ..self
@@ -122,9 +123,7 @@ impl Coordinator {
     ) -> Result<(), tonic::transport::Error> {
         let mut builder = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(std::time::Duration::from_secs(10)));
-        if let Some(tls) = self.tls.take() {
-            builder = builder.tls_config(tls)?;
-        }
+        let tls = self.tls.take();
         let (agent_auth, admin_auth) = (self.auth.clone(), self.auth.clone());
         self.metrics.attach(&self.state, self.spool.as_ref());
         let state = self.state.clone();
@@ -145,15 +144,28 @@ impl Coordinator {
         let control = pb::control_server::ControlServer::new(self)
             .max_decoding_message_size(LIMIT)
             .max_encoding_message_size(LIMIT);
-        let served = builder
+        let router = builder
             .add_service(InterceptedService::new(session, move |req| {
                 agent_auth.check_agent(req)
             }))
             .add_service(InterceptedService::new(control, move |req| {
                 admin_auth.check_admin(req)
-            }))
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
-            .await;
+            }));
+        let served = match tls {
+            Some(tls) => {
+                router
+                    .serve_with_incoming_shutdown(
+                        crate::tls_listener::incoming(listener, tls),
+                        shutdown,
+                    )
+                    .await
+            }
+            None => {
+                router
+                    .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+                    .await
+            }
+        };
         expiry.abort();
         served
     }

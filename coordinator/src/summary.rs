@@ -266,8 +266,8 @@ fn cell(
     let counts = agg.counts(region, provider, scenario);
     let attempts = counts.attempts();
     let ok = counts.count(Outcome::Ok);
-    // Attempts aborted by a campaign cancel, and arrivals dropped unsent, are left out of the
-    // rates.
+    // Attempts aborted by a campaign cancel, and arrivals or rounds probes dropped unsent, are
+    // left out of the rates.
     let dropped = counts.count(Outcome::Dropped);
     let measured = attempts - counts.count(Outcome::Cancelled) - dropped;
     let pct = |n: u64| {

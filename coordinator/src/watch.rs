@@ -54,6 +54,15 @@ pub fn control_error(url: &str, s: tonic::Status) -> anyhow::Error {
             "the coordinator at {url} refused this control call: {} (set {ADMIN_TOKEN_ENV} or pass --admin-token-file)",
             s.message()
         ),
+        _ if latmesh_agent::tls::TlsProblem::of(&s)
+            == Some(latmesh_agent::tls::TlsProblem::SpeaksTls) =>
+        {
+            anyhow::anyhow!(
+                "{url}: {}{}",
+                s.message(),
+                latmesh_agent::tls::TlsProblem::SpeaksTls.hint("--ca-file")
+            )
+        }
         code => {
             // A plaintext client talking to a TLS server (or the reverse, or not a
             // coordinator at all) only sees a broken transport: say what to check.

@@ -162,17 +162,20 @@ fn slots(plan: &Plan, s: usize) -> (u64, Bound) {
     let scenario = &plan.scenarios[s];
     match &scenario.load {
         LoadModel::Rounds => (u64::from(plan.rounds.count), Bound::Exact),
-        LoadModel::Rate(r) => (r.arrivals_us(plan.seed, s).len() as u64, Bound::Exact),
+        LoadModel::Rate(r) => (r.arrival_count(plan.seed, s), Bound::Exact),
         LoadModel::Sweep(sw) => match sw.step_requests {
-            Some(n) => (sw.concurrency.len() as u64 * u64::from(n), Bound::AtMost),
+            Some(n) => (
+                (sw.concurrency.len() as u64).saturating_mul(u64::from(n)),
+                Bound::AtMost,
+            ),
             None => {
                 let slot_ms =
                     assumed_request_ms(scenario) * u64::from(scenario.policy.turns.max(1));
                 let n: u64 = sw
                     .concurrency
                     .iter()
-                    .map(|c| u64::from(*c) * sw.step_ms.div_ceil(slot_ms.max(1)))
-                    .sum();
+                    .map(|c| u64::from(*c).saturating_mul(sw.step_ms.div_ceil(slot_ms.max(1))))
+                    .fold(0, u64::saturating_add);
                 (n, Bound::Unbounded)
             }
         },
@@ -201,14 +204,19 @@ pub fn estimate(plan: &Plan, agents: u32) -> Estimate {
                 .enumerate()
                 .map(|(i, prompt)| {
                     let times = n / len + u64::from((i as u64) < n % len);
-                    times * slot_prompt_tokens(scenario, prompt)
+                    times.saturating_mul(slot_prompt_tokens(scenario, prompt))
                 })
-                .sum();
-            line.requests += n * turns * u64::from(agents);
+                .fold(0, u64::saturating_add);
+            // Saturating: an estimate past u64 is "more than anyone can pay", not a wrap.
+            let requests = n.saturating_mul(turns).saturating_mul(u64::from(agents));
+            line.requests = line.requests.saturating_add(requests);
             line.bound = line.bound.max(bound);
-            line.prompt_tokens += prompt_tokens * u64::from(agents);
-            line.completion_tokens +=
-                n * turns * u64::from(scenario.max_tokens) * u64::from(agents);
+            line.prompt_tokens = line
+                .prompt_tokens
+                .saturating_add(prompt_tokens.saturating_mul(u64::from(agents)));
+            line.completion_tokens = line
+                .completion_tokens
+                .saturating_add(requests.saturating_mul(u64::from(scenario.max_tokens)));
         }
         line.cost_usd = plan.providers[p]
             .price
@@ -217,10 +225,10 @@ pub fn estimate(plan: &Plan, agents: u32) -> Estimate {
     }
     let mut total = Line::zero("TOTAL");
     for l in &lines {
-        total.requests += l.requests;
+        total.requests = total.requests.saturating_add(l.requests);
         total.bound = total.bound.max(l.bound);
-        total.prompt_tokens += l.prompt_tokens;
-        total.completion_tokens += l.completion_tokens;
+        total.prompt_tokens = total.prompt_tokens.saturating_add(l.prompt_tokens);
+        total.completion_tokens = total.completion_tokens.saturating_add(l.completion_tokens);
         if let Some(c) = l.cost_usd {
             *total.cost_usd.get_or_insert(0.0) += c;
         }

@@ -552,9 +552,14 @@ fn figment_error(e: figment::Error, file: Option<&Path>) -> CampaignError {
 
 /// Checks an OpenAI-compatible base URL and returns it without trailing slashes.
 ///
+/// The URL must parse as the agents' HTTP client parses it (WHATWG rules, the `url` crate)
+/// with an `http` or `https` scheme, a host and, when a colon says a port follows, a port in
+/// 1..=65535 (`:65536`, `:-1` or a bare `:` would otherwise reach the client as something
+/// else, or as port 80).
+///
 /// # Errors
-/// A message saying what is wrong: not `http://` or `https://`, no host, whitespace, or a URL
-/// that already ends in `/chat/completions`.
+/// A message saying what is wrong: not `http://` or `https://`, no host, a bad port,
+/// whitespace, credentials, or a URL that already ends in `/chat/completions`.
 pub fn check_base_url(url: &str) -> Result<String, String> {
     let trimmed = url.trim_end_matches('/');
     let host = trimmed
@@ -567,6 +572,24 @@ pub fn check_base_url(url: &str) -> Result<String, String> {
         return Err(
             "credentials in the URL (user:key@host) would be stored with the plan: put the key in the variable named by api_key_env".into(),
         );
+    }
+    let authority = host
+        .unwrap_or_default()
+        .split(['/', '?', '#'])
+        .next()
+        .unwrap_or_default();
+    let host_end = authority.rfind(']').map_or(0, |i| i + 1); // [::1]:port
+    if let Some((_, port)) = authority[host_end..].rsplit_once(':')
+        && !port.parse::<u16>().is_ok_and(|p| p > 0)
+    {
+        return Err(format!(
+            "{url:?}: the port {port:?} is not a number in 1..=65535"
+        ));
+    }
+    match url::Url::parse(trimmed) {
+        Ok(u) if u.host_str().is_some_and(|h| !h.is_empty()) => {}
+        Ok(_) => return Err(format!("{url:?} has no host")),
+        Err(e) => return Err(format!("{url:?} is not a valid URL: {e}")),
     }
     if trimmed.ends_with("/chat/completions") {
         return Err("give the base URL (e.g. …/v1): latmesh appends /chat/completions".into());
@@ -889,6 +912,7 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
         }
     };
 
+    check_span(&rounds, &loads)?;
     if let Some(ua) = &c.user_agent {
         check_user_agent(ua).map_err(|m| invalid("campaign.user_agent", m))?;
     }
@@ -899,7 +923,8 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
             check_user_agent(ua).map_err(|m| invalid(key("user_agent"), m))?;
         }
         check_name(&key("name"), &p.name)?;
-        let url = check_base_url(&p.base_url).map_err(|m| invalid(key("base_url"), m))?;
+        let url = check_base_url(&p.base_url)
+            .map_err(|m| invalid(key("base_url"), format!("provider {:?}: {m}", p.name)))?;
         if p.model_id.trim().is_empty() {
             return Err(invalid(key("model_id"), "must not be empty"));
         }
@@ -1132,6 +1157,9 @@ fn validate_schedule(
         .map_err(|(key, message)| invalid(key, message))
 }
 
+/// Longest `rounds.gap_ms`: the longest `interval_s` (a day), in ms.
+pub const MAX_GAP_MS: u64 = 86_400_000;
+
 /// `[rounds]` for `slots` probes per round.
 fn validate_rounds(r: &RoundsSection, slots: usize) -> Result<RoundsSpec, CampaignError> {
     if r.count == 0 || r.count > 1_000_000 {
@@ -1146,9 +1174,20 @@ fn validate_rounds(r: &RoundsSection, slots: usize) -> Result<RoundsSpec, Campai
             format!("{} is not in (0, 86400] seconds", r.interval_s),
         ));
     }
+    if r.gap_ms > MAX_GAP_MS {
+        return Err(invalid(
+            "rounds.gap_ms",
+            format!(
+                "{} ms is above the maximum, {MAX_GAP_MS} ms (a day, the longest interval_s)",
+                r.gap_ms
+            ),
+        ));
+    }
     let interval_ms = (r.interval_s * 1000.0).round() as u64;
     let slots = slots as u64;
-    if slots.saturating_sub(1) * r.gap_ms >= interval_ms {
+    // Checked: a gap of a day times a huge number of slots must not wrap to a short round.
+    let round_ms = slots.saturating_sub(1).checked_mul(r.gap_ms);
+    if round_ms.is_none_or(|ms| ms >= interval_ms) {
         return Err(invalid(
             "rounds.interval_s",
             format!(
@@ -1156,7 +1195,7 @@ fn validate_rounds(r: &RoundsSection, slots: usize) -> Result<RoundsSpec, Campai
                 r.interval_s,
                 slots,
                 r.gap_ms,
-                slots.saturating_sub(1) * r.gap_ms
+                round_ms.map_or_else(|| "u64::MAX".to_string(), |ms| ms.to_string())
             ),
         ));
     }
@@ -1165,6 +1204,47 @@ fn validate_rounds(r: &RoundsSection, slots: usize) -> Result<RoundsSpec, Campai
         interval_ms,
         gap_ms: r.gap_ms,
     })
+}
+
+/// Longest campaign, µs from its start to the end of its last phase: 10,000 years (every
+/// single load model at its largest fits; a sum of many that does not is refused, so that no
+/// planned instant can overflow).
+pub const MAX_PLAN_SPAN_US: u64 = 10_000 * 365 * 86_400 * 1_000_000;
+
+/// The phases of `rounds` and `loads` (as [`Plan::phases`] lays them out), added with checked
+/// arithmetic: at most [`MAX_PLAN_SPAN_US`].
+fn check_span(rounds: &RoundsSpec, loads: &[LoadModel]) -> Result<(), CampaignError> {
+    let too_long = |key: String| {
+        invalid(
+            key,
+            "the campaign's phases up to this one last more than the maximum, 10000 years",
+        )
+    };
+    let settle = crate::plan::PHASE_SETTLE_US;
+    let mut at: u64 = 0;
+    if loads.iter().any(LoadModel::is_rounds) {
+        at = u64::from(rounds.count)
+            .checked_mul(rounds.interval_ms)
+            .and_then(|ms| ms.checked_mul(1000))
+            .and_then(|us| us.checked_add(settle))
+            .filter(|&us| us <= MAX_PLAN_SPAN_US)
+            .ok_or_else(|| too_long("rounds".into()))?;
+    }
+    for (i, load) in loads.iter().enumerate() {
+        let span_us = match load {
+            LoadModel::Rounds => continue,
+            LoadModel::Sweep(sw) => (sw.concurrency.len() as u64)
+                .checked_mul(sw.step_ms)
+                .and_then(|ms| ms.checked_mul(1000)),
+            LoadModel::Rate(r) => r.duration_ms.checked_mul(1000),
+        };
+        at = span_us
+            .and_then(|us| at.checked_add(us))
+            .and_then(|us| us.checked_add(settle))
+            .filter(|&us| us <= MAX_PLAN_SPAN_US)
+            .ok_or_else(|| too_long(format!("scenarios[{i}]")))?;
+    }
+    Ok(())
 }
 
 /// A number of seconds in `(0, max_s]` as ms.
@@ -1464,6 +1544,14 @@ fn validate_limits(i: usize, p: &ProviderSection) -> Result<ProviderLimits, Camp
     let key = |field: &str| format!("providers[{i}].{field}");
     if p.max_in_flight == Some(0) {
         return Err(invalid(key("max_in_flight"), "must be at least 1"));
+    }
+    if let Some(ms) = p.min_gap_ms
+        && ms > MAX_GAP_MS
+    {
+        return Err(invalid(
+            key("min_gap_ms"),
+            format!("{ms} ms is above the maximum, {MAX_GAP_MS} ms (a day)"),
+        ));
     }
     for (field, v) in [
         ("requests_per_min", p.requests_per_min),
@@ -2220,6 +2308,96 @@ windows:
             let e = err_of(&text);
             assert!(e.contains(says), "error {e:?} should contain {says:?}");
         }
+    }
+
+    /// Numbers past their maximum are refused with the key and the maximum, never wrapped
+    /// (`gap_ms = i64::MAX` made `2 × gap` overflow: a panic in debug builds, 16 ms in
+    /// release), and ports that are not in 1..=65535 are refused naming the provider.
+    #[test]
+    fn numbers_past_their_maximum_are_refused_naming_the_key() {
+        let three = GOOD.replace(
+            "api_key_env = \"A_KEY\"",
+            "[[providers]]\nname = \"b\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel_id = \"m\"\n[[providers]]\nname = \"c\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel_id = \"m\"",
+        );
+        let cases = [
+            (
+                three.replace("gap_ms = 100", "gap_ms = 9223372036854775807"),
+                "rounds.gap_ms: 9223372036854775807 ms is above the maximum, 86400000 ms",
+            ),
+            (
+                three.replace("gap_ms = 100", "gap_ms = 86400000"),
+                "rounds.interval_s: 2 s is too short: 3 probes per round 86400000 ms apart",
+            ),
+            (
+                GOOD.replace(
+                    "api_key_env = \"A_KEY\"",
+                    "min_gap_ms = 9223372036854775807",
+                ),
+                "providers[0].min_gap_ms: 9223372036854775807 ms is above the maximum, 86400000 ms",
+            ),
+            (
+                GOOD.replace("127.0.0.1:9/", "127.0.0.1:65536/"),
+                "providers[0].base_url: provider \"a\": \"http://127.0.0.1:65536/v1/\": the port \"65536\" is not a number in 1..=65535",
+            ),
+            (
+                GOOD.replace("127.0.0.1:9/", "127.0.0.1:-1/"),
+                "the port \"-1\" is not a number in 1..=65535",
+            ),
+            (
+                GOOD.replace("127.0.0.1:9/", "127.0.0.1:0/"),
+                "the port \"0\" is not a number in 1..=65535",
+            ),
+            (
+                GOOD.replace("127.0.0.1:9/", "[::1:9/"),
+                "providers[0].base_url: provider \"a\": \"http://[::1:9/v1/\" is not a valid URL",
+            ),
+        ];
+        for (text, says) in cases {
+            let e = err_of(&text);
+            assert!(e.contains(says), "error {e:?} should contain {says:?}");
+        }
+        // The largest of each still passes.
+        let ok = three
+            .replace("interval_s = 2.0", "interval_s = 86400")
+            .replace("gap_ms = 100", "gap_ms = 43199999");
+        assert_eq!(
+            load_toml_str(&ok, Path::new(".")).unwrap().rounds.gap_ms,
+            43_199_999
+        );
+        for url in [
+            "http://[::1]:65535/v1",
+            "https://h.example:1/v1",
+            "http://[::1]/v1",
+        ] {
+            assert!(check_base_url(url).is_ok(), "{url}");
+        }
+        // A colon without a port is a typo, not port 80.
+        assert_eq!(
+            check_base_url("http://h:/v1").unwrap_err(),
+            "\"http://h:/v1\": the port \"\" is not a number in 1..=65535"
+        );
+        // The phases add up with checked arithmetic: the longest rounds (2,739 years) and
+        // 42,000 sweeps of 64 day-long steps pass 10,000 years after about 41,400.
+        let rounds = RoundsSpec {
+            count: 1_000_000,
+            interval_ms: 86_400_000,
+            gap_ms: 0,
+        };
+        let sweep = LoadModel::Sweep(SweepSpec {
+            concurrency: (1..=64).collect(),
+            step_ms: 86_400_000,
+            step_requests: None,
+            knee: KneeRule::default(),
+        });
+        let mut loads = vec![LoadModel::Rounds];
+        loads.extend(std::iter::repeat_n(sweep, 42_000));
+        let e = check_span(&rounds, &loads).unwrap_err().to_string();
+        assert!(e.starts_with("scenarios[414"), "{e}");
+        assert!(
+            e.ends_with("last more than the maximum, 10000 years"),
+            "{e}"
+        );
+        assert!(check_span(&rounds, &loads[..41_000]).is_ok());
     }
 
     #[test]

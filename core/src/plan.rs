@@ -181,14 +181,19 @@ impl ScenarioSpec {
     /// allow for it after the last slot.)
     pub fn worst_case_slot_us(&self) -> u64 {
         let p = &self.policy;
+        // Saturating: validation bounds every term, a plan read back from elsewhere may not.
         let attempts = 1 + p.retry.as_ref().map_or(0, |r| u64::from(r.max_retries));
         let waits_ms: u64 = p.retry.as_ref().map_or(0, |r| {
             (1..=r.max_retries)
                 .map(|k| r.wait_ms(k, r.honour_retry_after.then_some(f64::INFINITY)))
-                .sum()
+                .fold(0, u64::saturating_add)
         });
         let total_us = (self.timeouts.total_s * 1e6) as u64;
-        u64::from(p.turns.max(1)) * (attempts * total_us + waits_ms * 1000)
+        u64::from(p.turns.max(1)).saturating_mul(
+            attempts
+                .saturating_mul(total_us)
+                .saturating_add(waits_ms.saturating_mul(1000)),
+        )
     }
 }
 
@@ -317,6 +322,17 @@ pub struct RoundsSpec {
     pub interval_ms: u64,
     /// Probe `i` of a round is sent at round start + `i × gap_ms`, ms.
     pub gap_ms: u64,
+}
+
+impl RoundsSpec {
+    /// How long a rounds probe may wait for its provider's caps (`max_in_flight`, rates,
+    /// gap, a Retry-After pause) past its intended time before it is not sent (outcome
+    /// `dropped`), ms: the open-loop default [`crate::load::DEFAULT_MAX_QUEUE_MS`] (10 s) or
+    /// the interval, whichever is shorter, so that no probe is sent in a later round's time
+    /// and every region's rounds stay in step behind a stalled provider.
+    pub fn max_queue_ms(&self) -> u64 {
+        crate::load::DEFAULT_MAX_QUEUE_MS.min(self.interval_ms)
+    }
 }
 
 /// The validated plan.
@@ -458,7 +474,7 @@ impl Plan {
         let arrivals: u64 = (0..self.scenarios.len())
             .filter_map(|s| match &self.scenarios[s].load {
                 LoadModel::Rate(r) => {
-                    Some(r.arrivals_us(self.seed, s).len() as u64 * self.providers.len() as u64)
+                    Some(r.arrival_count(self.seed, s) * self.providers.len() as u64)
                 }
                 _ => None,
             })
@@ -472,13 +488,15 @@ impl Plan {
         let mut out = Vec::new();
         let mut at = 0u64;
         if !self.rounds_scenarios().is_empty() {
-            let span_us = u64::from(self.rounds.count) * self.rounds.interval_ms * 1000;
+            let span_us = u64::from(self.rounds.count)
+                .saturating_mul(self.rounds.interval_ms)
+                .saturating_mul(1000);
             out.push(Phase {
                 kind: PhaseKind::Rounds,
                 start_us: 0,
                 span_us,
             });
-            at = span_us + PHASE_SETTLE_US;
+            at = span_us.saturating_add(PHASE_SETTLE_US);
         }
         for (i, s) in self.scenarios.iter().enumerate() {
             if !s.load.is_rounds() {
@@ -488,7 +506,7 @@ impl Plan {
                     start_us: at,
                     span_us,
                 });
-                at += span_us + PHASE_SETTLE_US;
+                at = at.saturating_add(span_us).saturating_add(PHASE_SETTLE_US);
             }
         }
         out
@@ -497,7 +515,9 @@ impl Plan {
     /// From `start_at` to the end of the last phase, µs (the settle time after the last
     /// phase is not counted).
     pub fn span_us(&self) -> u64 {
-        self.phases().last().map_or(0, |p| p.start_us + p.span_us)
+        self.phases()
+            .last()
+            .map_or(0, |p| p.start_us.saturating_add(p.span_us))
     }
 
     /// The probe order of round `round`: every (provider, `rounds` scenario) once, shuffled
@@ -520,7 +540,9 @@ impl Plan {
 
     /// Offset of probe `slot` of round `round` from `start_at`, µs.
     pub fn probe_offset_us(&self, round: u32, slot: usize) -> u64 {
-        u64::from(round) * self.rounds.interval_ms * 1000 + slot as u64 * self.rounds.gap_ms * 1000
+        (u64::from(round).saturating_mul(self.rounds.interval_ms))
+            .saturating_add((slot as u64).saturating_mul(self.rounds.gap_ms))
+            .saturating_mul(1000)
     }
 
     /// The prompt round `round` of `scenario` sends.

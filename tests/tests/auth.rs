@@ -1,6 +1,6 @@
 //! Nobody let in: a coordinator serving gRPC over TLS with an agent token and an admin token
 //! refuses agents and control calls without them or with wrong ones (and logs who it
-//! refused), lets the right ones run a campaign against `latmesh-sim` to the end, refuses to
+//! refused, and every failed TLS handshake; a plaintext client is told to use https://), lets the right ones run a campaign against `latmesh-sim` to the end, refuses to
 //! listen on a non-loopback address without TLS and tokens unless told so, and writes no
 //! token into any log. Separate processes, loopback only.
 
@@ -202,33 +202,42 @@ fn tls_coordinator_lets_in_only_the_right_tokens() {
     );
 
     // An agent with the right token but without the CA does not get past the TLS handshake.
-    let mut a = agent_cmd(&logs.path().join("spool-no-ca"));
-    a.args([
-        "--coordinator",
-        &url,
-        "--region",
-        "us-east",
-        "--emulate-region",
-        "--agent-id",
-        "no-ca-1",
-    ])
-    .env("LATMESH_AGENT_TOKEN", &agent_token);
-    let no_ca = spawn("no-ca agent", a, &log("agent-no-ca"));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let text = std::fs::read_to_string(log("agent-no-ca")).unwrap();
-        if text.contains("cannot reach coordinator") {
-            assert!(text.contains("certificate"), "{text}");
-            assert!(
-                text.contains("give its PEM with --ca-file"),
-                "a hint: {text}"
-            );
-            break;
+    // An agent given http:// for the TLS coordinator is told to use https://.
+    let failing_agent = |id: &str, url: &str| {
+        let mut a = agent_cmd(&logs.path().join(format!("spool-{id}")));
+        a.args([
+            "--coordinator",
+            url,
+            "--region",
+            "us-east",
+            "--agent-id",
+            id,
+        ])
+        .env("LATMESH_AGENT_TOKEN", &agent_token);
+        let agent = spawn(id, a, &log(id));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let text = std::fs::read_to_string(log(id)).unwrap();
+            if text.contains("cannot reach coordinator") {
+                return (agent, text);
+            }
+            assert!(Instant::now() < deadline, "no failure logged: {text}");
+            std::thread::sleep(Duration::from_millis(100));
         }
-        assert!(Instant::now() < deadline, "no TLS failure logged: {text}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    };
+    let (no_ca, text) = failing_agent("no-ca-1", &url);
+    assert!(text.contains("certificate"), "{text}");
+    assert!(
+        text.contains("give its PEM with --ca-file"),
+        "a hint: {text}"
+    );
     drop(no_ca);
+    let (plain_agent, text) = failing_agent("plain-1", &plain_url);
+    assert!(
+        text.contains("the coordinator speaks TLS: use https://"),
+        "{text}"
+    );
+    drop(plain_agent);
 
     // The CLI without the admin token, with a wrong one, or in plaintext, is refused.
     let agents = |url: &str| {
@@ -258,6 +267,12 @@ fn tls_coordinator_lets_in_only_the_right_tokens() {
         .env("LATMESH_ADMIN_TOKEN", &admin_token);
     let out = run_cli(c, &log("cli-plaintext"));
     assert!(!out.status.success(), "plaintext to a TLS coordinator");
+    // ... and told why: the coordinator answered the HTTP/2 preface in TLS.
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("the coordinator speaks TLS: use https://"),
+        "{err}"
+    );
 
     // The right agent and the right admin token run a campaign to the end.
     // (debug logs: no token in them either)
@@ -333,6 +348,21 @@ fn tls_coordinator_lets_in_only_the_right_tokens() {
     line("refused control call: no token", "peer=127.0.0.1:");
     line("refused control call: wrong token", "peer=127.0.0.1:");
     assert!(!text.contains("no agent token configured"), "{text}");
+    // Failed TLS handshakes are warnings with the peer and the reason: the plaintext CLI and
+    // agent, and the agent without the CA (which refused the coordinator's certificate).
+    line("TLS handshake failed", "peer=127.0.0.1:");
+    let warned = |reason: &str| {
+        text.lines()
+            .filter(|l| {
+                l.contains("WARN") && l.contains("TLS handshake failed") && l.contains(reason)
+            })
+            .count()
+    };
+    assert!(
+        warned("the peer did not speak TLS: a client given http:// instead of https://?") >= 2,
+        "{text}"
+    );
+    assert!(warned("received fatal alert") >= 1, "{text}");
 
     // No token reached any file the run wrote.
     for t in [&agent_token, &admin_token, &wrong_token] {

@@ -202,7 +202,7 @@ async fn rate_rows(
                 Some(r) => per_region.get(r).copied().unwrap_or(0),
                 None => data.summary.agents.len() as u64,
             };
-            let scheduled = spec.arrivals_us(plan.seed, i).len() as u64;
+            let scheduled = spec.arrival_count(plan.seed, i);
             for provider in &plan.providers {
                 let mut m = RateMeasure {
                     agents,
