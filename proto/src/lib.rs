@@ -11,4 +11,8 @@ pub mod pb {
 
 /// Version of the agent↔coordinator protocol; the coordinator refuses an agent whose
 /// `AgentHello.protocol_version` differs.
-pub const PROTOCOL_VERSION: u32 = 1;
+///
+/// 2: Poisson arrivals of rate scenarios are drawn as a Poisson count then uniform instants
+/// (`latmesh_core::load::RateSpec`), so agents of version 1 would send a different schedule
+/// than their peers; batches may be answered with `BatchRejected`.
+pub const PROTOCOL_VERSION: u32 = 2;
