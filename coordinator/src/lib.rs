@@ -14,6 +14,7 @@ pub mod clickhouse;
 pub mod demo;
 pub mod events;
 pub mod failover_stats;
+pub mod intake;
 pub mod keys;
 pub mod load_stats;
 pub mod metrics;

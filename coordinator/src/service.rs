@@ -161,7 +161,11 @@ async fn store(
     agent: &str,
     b: pb::ResultBatch,
 ) -> bool {
-    let checked = match state.check(agent, &b) {
+    let (checked, b) = match checked_off_runtime(state, agent, b).await {
+        Some(checked) => checked,
+        None => return false,
+    };
+    let checked = match checked {
         Ok(Some(checked)) => checked,
         Ok(None) => return true,
         Err(StateError::UnknownCampaign(id))
@@ -216,6 +220,37 @@ async fn store(
     true
 }
 
+/// Batches decoded at once over every session: half the cores (at least one), so that a
+/// flood of batches leaves the other half to control calls and the runtime.
+static DECODE_SLOTS: std::sync::LazyLock<tokio::sync::Semaphore> = std::sync::LazyLock::new(|| {
+    let cores = std::thread::available_parallelism().map_or(2, usize::from);
+    tokio::sync::Semaphore::new((cores / 2).max(1))
+});
+
+/// [`State::check`] on a blocking thread, once one of the [`DECODE_SLOTS`] is free (a session
+/// awaits its batch, so each session has one batch in check at a time): the limits and the
+/// campaign are checked first, then histograms and records decode, off the async runtime.
+/// Returns the result with the batch (as sanitized by the check); `None` when the task failed
+/// (logged).
+async fn checked_off_runtime(
+    state: &State,
+    agent: &str,
+    mut b: pb::ResultBatch,
+) -> Option<(
+    Result<Option<crate::state::CheckedBatch>, StateError>,
+    pb::ResultBatch,
+)> {
+    let _slot = DECODE_SLOTS.acquire().await.ok()?;
+    let (state, agent_id) = (state.clone(), agent.to_string());
+    match tokio::task::spawn_blocking(move || (state.check(&agent_id, &mut b), b)).await {
+        Ok(checked) => Some(checked),
+        Err(e) => {
+            tracing::error!(%agent, error = %e, "batch check failed; batch not acked");
+            None
+        }
+    }
+}
+
 /// A resent batch of a campaign an earlier coordinator process finished: appended to the
 /// ClickHouse spool when there is one (the sink stores a batch once), then acked so it leaves
 /// the agent's spool. The campaign's summary is final and does not change.
@@ -239,6 +274,15 @@ async fn store_late(
     true
 }
 
+/// Whether a stream error is the peer's message itself: longer than the transport's limit
+/// (`OutOfRange`, `ResourceExhausted`) or not decodable (`Internal` from the codec).
+fn is_bad_message(e: &Status) -> bool {
+    matches!(
+        e.code(),
+        tonic::Code::OutOfRange | tonic::Code::ResourceExhausted | tonic::Code::Internal
+    ) || e.message().contains("decode")
+}
+
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 #[tonic::async_trait]
@@ -249,6 +293,9 @@ impl AgentSession for Coordinator {
         &self,
         request: Request<Streaming<pb::AgentMessage>>,
     ) -> Result<Response<Self::SessionStream>, Status> {
+        let peer = request
+            .remote_addr()
+            .map_or_else(|| "unknown".to_string(), |a| a.to_string());
         let mut inbound = request.into_inner();
         let hello = match inbound.message().await? {
             Some(pb::AgentMessage {
@@ -296,6 +343,10 @@ impl AgentSession for Coordinator {
                 let msg = match inbound.message().await {
                     Ok(Some(m)) => m,
                     Ok(None) => break,
+                    Err(e) if is_bad_message(&e) => {
+                        tracing::warn!(%agent, %peer, code = ?e.code(), error = %e.message(), "agent sent an oversized or undecodable message: session ended");
+                        break;
+                    }
                     Err(e) => {
                         tracing::info!(%agent, error = %e, "agent session ended");
                         break;
@@ -331,7 +382,7 @@ impl AgentSession for Coordinator {
                                 // A campaign an earlier coordinator process finished.
                                 tracing::debug!(%agent, campaign = %d.campaign_id, "done for a campaign finished before this coordinator started");
                             } else {
-                                tracing::warn!(%agent, error = %e, "done for an unknown campaign");
+                                tracing::warn!(%agent, error = %e, "done notice ignored");
                             }
                         }
                     }

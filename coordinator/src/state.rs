@@ -62,8 +62,9 @@ struct CampaignAgent {
 
 impl CampaignAgent {
     fn complete(&self) -> bool {
+        // Bounded by the seqs stored, not by the seq the agent claims.
         self.last_seq
-            .is_some_and(|last| (1..=last).all(|s| self.seqs.contains(&s)))
+            .is_some_and(|last| self.seqs.range(1..=last).count() as u64 == last)
     }
 }
 
@@ -401,7 +402,7 @@ impl State {
                     tracing::warn!(campaign = %id, "plan not pushed again to a rejoining agent: {}", crate::keys::refusal(&missing));
                     continue;
                 }
-                let next_seq = a.seqs.last().map_or(1, |s| s + 1);
+                let next_seq = a.seqs.last().map_or(1, |s| s.saturating_add(1));
                 let _ = tx.try_send(Ok(plan_message(id, c, next_seq)));
                 if c.cancelled_at_us.is_some() {
                     // Cancelled while it was away: it reports what it has and stops at once.
@@ -659,38 +660,59 @@ impl State {
         })
     }
 
-    /// Decodes a batch from `agent_id` and checks it against its campaign without merging it;
-    /// `None` when its seq was merged before (a resend: ack it again, count it once).
+    /// Checks a batch from `agent_id` against the protocol's limits and its campaign's plan
+    /// ([`crate::intake`]: cutting the provider values beyond their limits in `batch`, which
+    /// is what gets stored), then decodes it, without merging it; `None` when its seq was
+    /// merged before (a resend: ack it again, count it once). The campaign and the agent are
+    /// looked up and every limit checked before anything is decoded; decoding (the costly
+    /// part) runs without the state's lock, and refuses histograms whose header does not carry
+    /// latmesh's bounds.
     ///
     /// # Errors
-    /// [`StateError::UnknownCampaign`], or [`StateError::BadBatch`] when a record or histogram
-    /// does not decode or the agent is not part of the campaign.
+    /// [`StateError::UnknownCampaign`], or [`StateError::BadBatch`] naming the field when a
+    /// value is beyond its limits, a record or histogram does not decode, or the agent is not
+    /// part of the campaign.
     pub fn check(
         &self,
         agent_id: &str,
-        batch: &pb::ResultBatch,
+        batch: &mut pb::ResultBatch,
     ) -> Result<Option<CheckedBatch>, StateError> {
+        let seq = batch.seq;
         let bad = |message: String| StateError::BadBatch {
             agent: agent_id.to_string(),
-            seq: batch.seq,
+            seq,
             message,
         };
-        let (records, histograms) = decode_batch(agent_id, batch)?;
-        let inner = self.lock();
-        let c = inner
-            .campaigns
-            .get(&batch.campaign_id)
-            .ok_or_else(|| StateError::UnknownCampaign(batch.campaign_id.clone()))?;
-        let Some(ca) = c.agents.get(agent_id) else {
-            return Err(bad("agent is not part of this campaign".into()));
+        let (region, cut) = {
+            let inner = self.lock();
+            let c = inner
+                .campaigns
+                .get(&batch.campaign_id)
+                .ok_or_else(|| StateError::UnknownCampaign(batch.campaign_id.clone()))?;
+            let Some(ca) = c.agents.get(agent_id) else {
+                return Err(bad("agent is not part of this campaign".into()));
+            };
+            if ca.seqs.contains(&batch.seq) {
+                return Ok(None);
+            }
+            let expected = crate::intake::Expected {
+                plan: &c.plan,
+                highest_seq: ca.seqs.last().copied().unwrap_or(0),
+                max_duration_us: campaign_span_us(&c.plan),
+            };
+            let cut = crate::intake::check_batch(&expected, batch).map_err(bad)?;
+            (ca.region.clone(), cut)
         };
-        if ca.seqs.contains(&batch.seq) {
-            return Ok(None);
+        if !cut.is_clean() {
+            tracing::warn!(agent = %agent_id, campaign = %batch.campaign_id, seq = batch.seq,
+                texts_cut = cut.texts_cut, numbers_dropped = cut.numbers_dropped,
+                "batch stored with provider values beyond their limits cut or dropped");
         }
+        let (records, histograms) = decode_batch(agent_id, batch)?;
         Ok(Some(CheckedBatch {
             campaign_id: batch.campaign_id.clone(),
             agent_id: agent_id.to_string(),
-            region: ca.region.clone(),
+            region,
             seq: batch.seq,
             records,
             histograms,
@@ -737,8 +759,8 @@ impl State {
     ///
     /// # Errors
     /// As [`State::check`].
-    pub fn batch(&self, agent_id: &str, batch: pb::ResultBatch) -> Result<bool, StateError> {
-        Ok(match self.check(agent_id, &batch)? {
+    pub fn batch(&self, agent_id: &str, mut batch: pb::ResultBatch) -> Result<bool, StateError> {
+        Ok(match self.check(agent_id, &mut batch)? {
             Some(checked) => self.merge(checked),
             None => false,
         })
@@ -747,7 +769,9 @@ impl State {
     /// Notes that `agent_id` finished `campaign_id` with `last_seq` as its final batch.
     ///
     /// # Errors
-    /// [`StateError::UnknownCampaign`].
+    /// [`StateError::UnknownCampaign`]; [`StateError::BadBatch`] when `last_seq` is more than
+    /// [`crate::intake::SEQ_WINDOW`] past the highest seq received from the agent (the notice
+    /// is ignored: no agent numbers that far ahead).
     pub fn done(&self, agent_id: &str, done: &pb::CampaignDone) -> Result<(), StateError> {
         let mut inner = self.lock();
         let Inner {
@@ -761,6 +785,22 @@ impl State {
             done.clock_offset_us,
             done.clock_uncertainty_us,
         );
+        let highest = c
+            .agents
+            .get(agent_id)
+            .and_then(|a| a.seqs.last().copied())
+            .unwrap_or(0);
+        if done.last_seq > highest.saturating_add(crate::intake::SEQ_WINDOW) {
+            return Err(StateError::BadBatch {
+                agent: agent_id.to_string(),
+                seq: done.last_seq,
+                message: format!(
+                    "CampaignDone.last_seq {} is more than {} past the highest seq received ({highest})",
+                    done.last_seq,
+                    crate::intake::SEQ_WINDOW
+                ),
+            });
+        }
         if let Some(a) = c.agents.get_mut(agent_id)
             && (a.last_seq, a.skipped, a.start) != (Some(done.last_seq), done.skipped, start)
         {
@@ -1040,7 +1080,7 @@ fn decode_batch(agent_id: &str, batch: &pb::ResultBatch) -> Result<DecodedBatch,
     let histograms = batch
         .histograms
         .iter()
-        .map(wire::sparse_histogram_from_pb)
+        .map(wire::sparse_histogram_from_pb_strict)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| bad(e.to_string()))?;
     Ok((records, histograms))
@@ -1155,6 +1195,12 @@ fn plan_span_us(plan: &Plan) -> i64 {
         .max()
         .unwrap_or(0);
     (plan.span_us() as i64).saturating_add(i64::try_from(longest_us).unwrap_or(i64::MAX))
+}
+
+/// Longest duration a record of `plan` can report, µs: from round 0 to the campaign's
+/// deadline ([`plan_span_us`] + [`DEADLINE_GRACE_US`]), whatever cancel did to the deadline.
+fn campaign_span_us(plan: &Plan) -> u64 {
+    u64::try_from(plan_span_us(plan).saturating_add(DEADLINE_GRACE_US)).unwrap_or(0)
 }
 
 /// Recomputes the campaign's progress (and its summary once every agent is complete) and
@@ -1760,6 +1806,52 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn hostile_seqs_and_histograms_are_refused_before_decoding_and_the_campaign_completes() {
+        let state = State::default();
+        let (tx, _rx) = mpsc::channel(8);
+        state.connect(&hello("a1", "us-east"), tx);
+        let id = state.launch(&plan().to_json(), 0).unwrap().campaign_id;
+        let bad_message = |r| match r {
+            Err(StateError::BadBatch { message, .. }) => message,
+            other => panic!("expected BadBatch, got {other:?}"),
+        };
+        // seq u64::MAX: refused (before, it was stored and the reconnect's next_seq overflowed).
+        let e = bad_message(state.batch("a1", batch(&id, u64::MAX, 1_000)));
+        assert!(
+            e.starts_with("seq 18446744073709551615 is more than"),
+            "{e}"
+        );
+        // A histogram with foreign bounds (a ~60 ms dense decode): refused by its header.
+        let mut foreign = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 1 << 40, 5).unwrap();
+        foreign.record(1_000).unwrap();
+        let mut b = batch(&id, 1, 1_000);
+        b.histograms[0].hist_v2 = latmesh_core::hist::encode_v2(&foreign).unwrap();
+        let e = bad_message(state.batch("a1", b));
+        assert!(e.contains("are not latmesh's"), "{e}");
+        // A done notice claiming u64::MAX batches is ignored (verifying it would have walked
+        // 1..=u64::MAX).
+        let done = |last_seq| pb::CampaignDone {
+            campaign_id: id.clone(),
+            last_seq,
+            ..Default::default()
+        };
+        let e = bad_message(state.done("a1", &done(u64::MAX)).map(|()| true));
+        assert!(
+            e.starts_with("CampaignDone.last_seq 18446744073709551615"),
+            "{e}"
+        );
+        assert!(state.summary(&id).is_none());
+        // The agent's own batches still go through and complete the campaign.
+        assert!(state.batch("a1", batch(&id, 1, 1_000)).unwrap());
+        let (tx2, mut rx2) = mpsc::channel(8);
+        state.connect(&hello("a1", "us-east"), tx2);
+        assert_eq!(plan_of(rx2.recv().await).next_seq, 2);
+        state.done("a1", &done(1)).unwrap();
+        let s = state.summary(&id).expect("complete");
+        assert_eq!((s.agents[0].records, s.agents[0].complete), (1, true));
+    }
+
+    #[tokio::test]
     async fn a_stale_session_does_not_disconnect_the_new_one() {
         let state = State::default();
         let (tx1, _rx1) = mpsc::channel(8);
@@ -1919,8 +2011,8 @@ mod tests {
 
     /// What the batch path of `service.rs` does: append to the campaign's batch log, then
     /// count.
-    fn logged_batch(state: &State, agent: &str, b: pb::ResultBatch) -> bool {
-        if state.check(agent, &b).unwrap().is_some() {
+    fn logged_batch(state: &State, agent: &str, mut b: pb::ResultBatch) -> bool {
+        if state.check(agent, &mut b).unwrap().is_some() {
             let log = state.batch_log(&b.campaign_id).expect("a batch log");
             log.append(agent, "us-east", &b).unwrap();
         }

@@ -138,7 +138,8 @@ impl TryFrom<pb::ProbeRecord> for ProbeRecord {
                 prompt_tokens: r.prompt_tokens,
                 completion_tokens: r.completion_tokens,
                 total_tokens: match (r.prompt_tokens, r.completion_tokens) {
-                    (Some(p), Some(c)) => Some(p + c),
+                    // Provider-reported counts: a sum beyond u32 is not a count.
+                    (Some(p), Some(c)) => p.checked_add(c),
                     _ => None,
                 },
                 reasoning_tokens: r.reasoning_tokens,
@@ -237,6 +238,20 @@ pub fn sparse_histogram_from_pb(
     Ok((key, hist_sparse::decode_v2_sparse(&h.hist_v2)?))
 }
 
+/// [`sparse_histogram_from_pb`] for a histogram from an untrusted peer (the coordinator's
+/// intake): [`hist_sparse::decode_v2_sparse_strict`], which refuses a blob whose header does
+/// not carry latmesh's bounds before reading its payload.
+///
+/// # Errors
+/// As [`sparse_histogram_from_pb`], and [`WireError::Hist`] for foreign bounds or an
+/// over-long payload.
+pub fn sparse_histogram_from_pb_strict(
+    h: &pb::IntervalHistogram,
+) -> Result<(HistKey, SparseHistogram), WireError> {
+    let key = histogram_key_from_pb(h)?;
+    Ok((key, hist_sparse::decode_v2_sparse_strict(&h.hist_v2)?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -282,6 +297,15 @@ mod tests {
         };
         let back = ProbeRecord::try_from(pb::ProbeRecord::from(&rec)).unwrap();
         assert_eq!(back, rec);
+    }
+
+    #[test]
+    fn a_token_sum_beyond_u32_is_no_total() {
+        let mut wire = pb::ProbeRecord::from(&ProbeRecord::default());
+        (wire.prompt_tokens, wire.completion_tokens) = (Some(u32::MAX), Some(7));
+        let rec = ProbeRecord::try_from(wire).unwrap();
+        assert_eq!(rec.usage.prompt_tokens, Some(u32::MAX));
+        assert_eq!(rec.usage.total_tokens, None);
     }
 
     #[test]

@@ -1,0 +1,504 @@
+//! The coordinator's boundary for agents' result batches: every value of a
+//! [`pb::ResultBatch`] is checked against the protocol's limits and the campaign's plan before
+//! any costly work (histogram decoding, merging, spooling), so a hostile or broken agent
+//! cannot make the coordinator allocate, compute or store more than its limits allow.
+//!
+//! # The rule (README "Security")
+//!
+//! - **The batch is rejected** ([`crate::state::StateError::BadBatch`], the message naming the
+//!   field) when a value only the agent produces is out of its limits: that agent is broken
+//!   or hostile, and a batch is stored whole or not at all (it is de-duplicated by its seq):
+//!   - `seq` is 0 or more than [`SEQ_WINDOW`] past the highest seq received from the agent in
+//!     this campaign (so `u64::MAX` never is; no seq arithmetic can overflow);
+//!   - more than [`MAX_RECORDS_PER_BATCH`] records, or more histograms than the plan has keys
+//!     ([`max_histograms`]);
+//!   - a provider or scenario that is not in the campaign's plan, a `step` beyond the
+//!     scenario's sweep steps (0 for other loads), a `prompt_id` longer than
+//!     [`MAX_TEXT_BYTES`];
+//!   - a duration (`*_us`) beyond the campaign's span (round 0 to its deadline: no attempt of
+//!     the plan can last longer), a negative or out-of-span `sched_lag_us`;
+//!   - a histogram blob longer than [`MAX_HISTOGRAM_BYTES`], one whose interval ends before it
+//!     starts, or (when decoded) whose header does not carry latmesh's bounds
+//!     ([`latmesh_core::hist_sparse::decode_v2_sparse_strict`]).
+//! - **The value is cut or refused and the batch is stored** when the value is what a
+//!   provider answered (the agent only relays it, and one provider must not silence an
+//!   agent's other providers): the text fields `finish_reason`, `error_type`, `error_code`,
+//!   `error_message`, `answered_model`, `system_fingerprint` are cut to [`MAX_TEXT_BYTES`]
+//!   (on a character boundary, `…` appended); `decode_tps` and `retry_after_s` that are NaN,
+//!   infinite or negative, and a `usage_chunk_delta` beyond ±`u32::MAX`, are dropped (absent);
+//!   a token total beyond `u32` is absent ([`latmesh_core::wire`]). What was cut is counted
+//!   in [`Sanitized`] and logged as a warning naming the agent.
+
+use latmesh_core::load::LoadModel;
+use latmesh_core::metrics::Metric;
+use latmesh_core::plan::Plan;
+use latmesh_core::record::truncate_message;
+use latmesh_proto::pb;
+
+/// How far past the highest seq received from an agent (in a campaign) its next batch's seq
+/// may be: batches an agent numbered while disconnected arrive later, a million of them is
+/// more than a week of one-second batches.
+pub const SEQ_WINDOW: u64 = 1_000_000;
+
+/// Most records in one batch.
+pub const MAX_RECORDS_PER_BATCH: usize = 100_000;
+
+/// Longest text field of a record, bytes: longer provider texts are cut, a longer
+/// `prompt_id` rejects the batch. At least the agents' own bounds, so an agent's records pass
+/// whole.
+pub const MAX_TEXT_BYTES: usize = 8 * 1024;
+
+/// Longest encoded histogram, bytes: a blob in latmesh's bounds holds at most
+/// [`latmesh_core::hist_sparse::MAX_PAYLOAD_BYTES`] of payload, plus its header and the
+/// DEFLATE framing.
+pub const MAX_HISTOGRAM_BYTES: usize = 256 * 1024;
+
+/// What [`check_batch`] checks a batch against: the campaign's plan and the agent's seqs.
+#[derive(Clone, Copy, Debug)]
+pub struct Expected<'a> {
+    /// The campaign's plan.
+    pub plan: &'a Plan,
+    /// The highest seq received from this agent in this campaign (0: none yet).
+    pub highest_seq: u64,
+    /// Longest duration a record may report, µs: the campaign's span from round 0 to its
+    /// deadline.
+    pub max_duration_us: u64,
+}
+
+/// What [`check_batch`] cut or dropped from a batch it accepted (provider values).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sanitized {
+    /// Text fields cut to [`MAX_TEXT_BYTES`].
+    pub texts_cut: u64,
+    /// Numbers dropped as out of range (NaN, infinite, negative rates and waits).
+    pub numbers_dropped: u64,
+}
+
+impl Sanitized {
+    /// Whether nothing was cut or dropped.
+    pub fn is_clean(&self) -> bool {
+        *self == Sanitized::default()
+    }
+}
+
+/// Most histograms a batch of `plan` can carry: one per (provider, scenario, metric, step).
+pub fn max_histograms(plan: &Plan) -> usize {
+    let steps: usize = plan.scenarios.iter().map(|s| steps_of(&s.load)).sum();
+    plan.providers
+        .len()
+        .saturating_mul(steps)
+        .saturating_mul(Metric::ALL.len())
+}
+
+/// Concurrency steps of a load: a sweep's steps, 1 for other loads.
+fn steps_of(load: &LoadModel) -> usize {
+    match load {
+        LoadModel::Sweep(sw) => sw.concurrency.len().max(1),
+        _ => 1,
+    }
+}
+
+/// Checks `batch` against `expected` before anything decodes it; cuts and drops the provider
+/// values beyond their limits in place (see the [module docs](self) for which field does
+/// what).
+///
+/// # Errors
+/// A message naming the field and its limit when the batch must be rejected whole.
+pub fn check_batch(expected: &Expected, batch: &mut pb::ResultBatch) -> Result<Sanitized, String> {
+    check_seq(batch.seq, expected.highest_seq)?;
+    if batch.records.len() > MAX_RECORDS_PER_BATCH {
+        return Err(format!(
+            "{} records, more than {MAX_RECORDS_PER_BATCH} in one batch",
+            batch.records.len()
+        ));
+    }
+    let max_histograms = max_histograms(expected.plan);
+    if batch.histograms.len() > max_histograms {
+        return Err(format!(
+            "{} histograms, more than the {max_histograms} keys of the plan (provider × scenario × metric × step)",
+            batch.histograms.len()
+        ));
+    }
+    for (i, h) in batch.histograms.iter().enumerate() {
+        check_histogram(expected.plan, h).map_err(|e| format!("histograms[{i}].{e}"))?;
+    }
+    let mut cut = Sanitized::default();
+    for (i, r) in batch.records.iter_mut().enumerate() {
+        check_record(expected, r, &mut cut).map_err(|e| format!("records[{i}].{e}"))?;
+    }
+    Ok(cut)
+}
+
+/// `seq` within the continuity window past `highest`.
+fn check_seq(seq: u64, highest: u64) -> Result<(), String> {
+    if seq == 0 {
+        return Err("seq 0: batches are numbered from 1".into());
+    }
+    let limit = highest.saturating_add(SEQ_WINDOW);
+    if seq > limit {
+        return Err(format!(
+            "seq {seq} is more than {SEQ_WINDOW} past the highest seq received ({highest})"
+        ));
+    }
+    Ok(())
+}
+
+/// A provider and scenario of the plan, and a step of that scenario; the scenario's load.
+/// Errors start with the field's name.
+fn check_names<'p>(
+    plan: &'p Plan,
+    provider: &str,
+    scenario: &str,
+    step: u32,
+) -> Result<&'p LoadModel, String> {
+    if !plan.providers.iter().any(|p| p.name == provider) {
+        return Err(format!(
+            "provider {:?} is not a provider of the plan",
+            truncate_message(provider, 64)
+        ));
+    }
+    let Some(s) = plan.scenarios.iter().find(|s| s.name == scenario) else {
+        return Err(format!(
+            "scenario {:?} is not a scenario of the plan",
+            truncate_message(scenario, 64)
+        ));
+    };
+    let steps = steps_of(&s.load);
+    if step as usize >= steps {
+        return Err(format!(
+            "step {step} is out of range: scenario {scenario:?} has {steps} step(s)"
+        ));
+    }
+    Ok(&s.load)
+}
+
+fn check_histogram(plan: &Plan, h: &pb::IntervalHistogram) -> Result<(), String> {
+    check_names(plan, &h.provider, &h.scenario, h.step)?;
+    if Metric::parse(&h.metric).is_none() {
+        return Err(format!(
+            "metric {:?} is not a metric",
+            truncate_message(&h.metric, 64)
+        ));
+    }
+    if h.hist_v2.len() > MAX_HISTOGRAM_BYTES {
+        return Err(format!(
+            "hist_v2 of {} bytes is longer than {MAX_HISTOGRAM_BYTES}",
+            h.hist_v2.len()
+        ));
+    }
+    if h.end_agent_unix_us < h.start_agent_unix_us {
+        return Err(format!(
+            "end_agent_unix_us {} is before start_agent_unix_us {}",
+            h.end_agent_unix_us, h.start_agent_unix_us
+        ));
+    }
+    Ok(())
+}
+
+fn check_record(
+    expected: &Expected,
+    r: &mut pb::ProbeRecord,
+    cut: &mut Sanitized,
+) -> Result<(), String> {
+    check_names(expected.plan, &r.provider, &r.scenario, r.step)?;
+    if r.prompt_id.len() > MAX_TEXT_BYTES {
+        return Err(format!(
+            "prompt_id of {} bytes is longer than {MAX_TEXT_BYTES}",
+            r.prompt_id.len()
+        ));
+    }
+    let max = expected.max_duration_us;
+    let durations = [
+        ("ttfb_us", r.ttfb_us),
+        ("ttft_us", r.ttft_us),
+        ("ttfc_us", r.ttfc_us),
+        ("e2e_us", r.e2e_us),
+        ("tpot_us", r.tpot_us),
+        ("itl_max_us", r.itl_max_us),
+        ("request_latency_us", r.request_latency_us),
+        ("dns_us", r.dns_us),
+        ("connect_us", r.connect_us),
+        ("tls_us", r.tls_us),
+        ("first_byte_us", r.first_byte_us),
+        ("first_nonblank_us", r.first_nonblank_us),
+        ("reasoning_us", r.reasoning_us),
+    ];
+    for (field, value) in durations {
+        if let Some(v) = value
+            && v > max
+        {
+            return Err(format!(
+                "{field} {v} µs is longer than the campaign's span ({max} µs)"
+            ));
+        }
+    }
+    if r.sched_lag_us < 0 || r.sched_lag_us as u64 > max {
+        return Err(format!(
+            "sched_lag_us {} µs is outside 0..={max} µs (the campaign's span)",
+            r.sched_lag_us
+        ));
+    }
+    for text in [
+        &mut r.finish_reason,
+        &mut r.error_type,
+        &mut r.error_code,
+        &mut r.error_message,
+        &mut r.answered_model,
+        &mut r.system_fingerprint,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        if text.len() > MAX_TEXT_BYTES {
+            *text = truncate_message(text, MAX_TEXT_BYTES);
+            cut.texts_cut += 1;
+        }
+    }
+    for rate in [&mut r.decode_tps, &mut r.retry_after_s] {
+        if rate.is_some_and(|v| !v.is_finite() || v < 0.0) {
+            *rate = None;
+            cut.numbers_dropped += 1;
+        }
+    }
+    if r.usage_chunk_delta
+        .is_some_and(|d| d.unsigned_abs() > u64::from(u32::MAX))
+    {
+        r.usage_chunk_delta = None;
+        cut.numbers_dropped += 1;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use latmesh_core::hist::{HistKey, new_histogram};
+    use latmesh_core::record::{Outcome, ProbeRecord};
+    use latmesh_core::wire;
+
+    use super::*;
+
+    const CAMPAIGN: &str = r#"
+[campaign]
+name = "t"
+regions = ["us-east"]
+
+[rounds]
+count = 2
+interval_s = 1.0
+gap_ms = 10
+
+[[scenarios]]
+name = "chat"
+prompt_ids = ["short-qa-en-*"]
+max_tokens = 8
+
+[[scenarios]]
+name = "knee"
+prompt_ids = ["short-qa-en-*"]
+max_tokens = 8
+[scenarios.sweep]
+concurrency = [1, 2]
+step_s = 1
+
+[[providers]]
+name = "a"
+base_url = "http://127.0.0.1:9/v1"
+model_id = "m"
+"#;
+
+    fn plan() -> Plan {
+        latmesh_core::campaign::load_toml_str(CAMPAIGN, std::path::Path::new(".")).unwrap()
+    }
+
+    fn batch(seq: u64) -> pb::ResultBatch {
+        let rec = ProbeRecord {
+            provider: "a".into(),
+            scenario: "chat".into(),
+            outcome: Some(Outcome::Ok),
+            ttft_us: Some(1_000),
+            sched_lag_us: 5,
+            decode_tps: Some(40.0),
+            finish_reason: Some("stop".into()),
+            ..Default::default()
+        };
+        let key = HistKey {
+            provider: "a".into(),
+            scenario: "knee".into(),
+            metric: Metric::Ttft,
+            step: 1,
+        };
+        let mut h = new_histogram();
+        h.record(1_000).unwrap();
+        pb::ResultBatch {
+            campaign_id: "c".into(),
+            seq,
+            histograms: vec![wire::histogram_to_pb(&key, &h, 0, 1).unwrap()],
+            records: vec![pb::ProbeRecord::from(&rec)],
+            clock_offset_us: 0,
+        }
+    }
+
+    /// The error of checking `batch(seq)` changed by `change`, after 10 batches arrived.
+    fn refused(seq: u64, change: impl FnOnce(&mut pb::ResultBatch)) -> String {
+        let plan = plan();
+        let expected = Expected {
+            plan: &plan,
+            highest_seq: 10,
+            max_duration_us: 60_000_000,
+        };
+        let mut b = batch(seq);
+        change(&mut b);
+        check_batch(&expected, &mut b).unwrap_err()
+    }
+
+    #[test]
+    fn an_agent_s_own_values_beyond_their_limits_reject_the_batch_naming_the_field() {
+        let plan = plan();
+        let expected = Expected {
+            plan: &plan,
+            highest_seq: 10,
+            max_duration_us: 60_000_000,
+        };
+        let mut b = batch(11 + SEQ_WINDOW - 1);
+        assert_eq!(check_batch(&expected, &mut b), Ok(Sanitized::default()));
+        assert_eq!(b, batch(11 + SEQ_WINDOW - 1), "a clean batch is unchanged");
+
+        let cases: Vec<(u64, Box<dyn FnOnce(&mut pb::ResultBatch)>, &str)> = vec![
+            (
+                u64::MAX,
+                Box::new(|_| {}),
+                "seq 18446744073709551615 is more than 1000000 past the highest seq received (10)",
+            ),
+            (0, Box::new(|_| {}), "seq 0"),
+            (
+                11 + SEQ_WINDOW,
+                Box::new(|_| {}),
+                "past the highest seq received (10)",
+            ),
+            (
+                1,
+                Box::new(|b| b.records[0].provider = "evil".into()),
+                "records[0].provider \"evil\" is not a provider of the plan",
+            ),
+            (
+                1,
+                Box::new(|b| b.records[0].scenario = "x".repeat(1 << 20)),
+                "records[0].scenario \"xxxx",
+            ),
+            (
+                1,
+                Box::new(|b| b.records[0].step = 1),
+                "records[0].step 1 is out of range: scenario \"chat\" has 1 step(s)",
+            ),
+            (
+                1,
+                Box::new(|b| b.histograms[0].step = 2),
+                "histograms[0].step 2 is out of range: scenario \"knee\" has 2 step(s)",
+            ),
+            (
+                1,
+                Box::new(|b| b.histograms[0].provider = "b".into()),
+                "histograms[0].provider \"b\"",
+            ),
+            (
+                1,
+                Box::new(|b| b.histograms[0].metric = "nope".into()),
+                "histograms[0].metric \"nope\" is not a metric",
+            ),
+            (
+                1,
+                Box::new(|b| b.histograms[0].hist_v2 = vec![0; MAX_HISTOGRAM_BYTES + 1]),
+                "histograms[0].hist_v2 of 262145 bytes",
+            ),
+            (
+                1,
+                Box::new(|b| b.histograms[0].end_agent_unix_us = -1),
+                "histograms[0].end_agent_unix_us -1 is before",
+            ),
+            (
+                1,
+                Box::new(|b| {
+                    b.histograms = vec![b.histograms[0].clone(); 3 * Metric::ALL.len() + 1]
+                }),
+                "31 histograms, more than the 30 keys of the plan",
+            ),
+            (
+                1,
+                Box::new(|b| b.records = vec![b.records[0].clone(); MAX_RECORDS_PER_BATCH + 1]),
+                "100001 records, more than 100000",
+            ),
+            (
+                1,
+                Box::new(|b| b.records[0].sched_lag_us = -5_000_000),
+                "records[0].sched_lag_us -5000000 µs is outside 0..=60000000",
+            ),
+            (
+                1,
+                Box::new(|b| b.records[0].e2e_us = Some(u64::MAX)),
+                "records[0].e2e_us 18446744073709551615 µs is longer than the campaign's span",
+            ),
+            (
+                1,
+                Box::new(|b| b.records[0].prompt_id = "p".repeat(MAX_TEXT_BYTES + 1)),
+                "records[0].prompt_id of 8193 bytes",
+            ),
+        ];
+        for (seq, change, want) in cases {
+            let e = refused(seq, change);
+            assert!(e.contains(want), "{e:?} lacks {want:?}");
+            assert!(e.len() < 300, "the message stays short: {e}");
+        }
+    }
+
+    #[test]
+    fn provider_values_beyond_their_limits_are_cut_or_dropped_and_the_batch_is_kept() {
+        let plan = plan();
+        let expected = Expected {
+            plan: &plan,
+            highest_seq: 0,
+            max_duration_us: 60_000_000,
+        };
+        let mut b = batch(1);
+        let r = &mut b.records[0];
+        r.error_message = Some("é".repeat(2 << 20));
+        r.finish_reason = Some("x".repeat(MAX_TEXT_BYTES + 1));
+        r.answered_model = Some("m".repeat(MAX_TEXT_BYTES));
+        r.decode_tps = Some(f64::NAN);
+        r.retry_after_s = Some(-1.0);
+        r.usage_chunk_delta = Some(i64::MIN);
+        let cut = check_batch(&expected, &mut b).unwrap();
+        assert_eq!(
+            cut,
+            Sanitized {
+                texts_cut: 2,
+                numbers_dropped: 3
+            }
+        );
+        let r = &b.records[0];
+        let message = r.error_message.as_deref().unwrap();
+        assert!(
+            message.len() <= MAX_TEXT_BYTES + "…".len(),
+            "{}",
+            message.len()
+        );
+        assert!(message.ends_with("é…"), "cut on a character boundary");
+        assert_eq!(
+            r.finish_reason.as_deref().unwrap().len(),
+            MAX_TEXT_BYTES + "…".len()
+        );
+        assert_eq!(
+            r.answered_model.as_deref().unwrap().len(),
+            MAX_TEXT_BYTES,
+            "at the limit: whole"
+        );
+        assert_eq!(
+            (r.decode_tps, r.retry_after_s, r.usage_chunk_delta),
+            (None, None, None)
+        );
+        assert_eq!(
+            b.records[0].ttft_us,
+            Some(1_000),
+            "the measurement itself is kept"
+        );
+    }
+}
