@@ -22,6 +22,7 @@ pub mod model_stats;
 pub mod percentiles;
 pub mod persist;
 pub mod progress;
+pub mod progress_pages;
 pub mod report;
 pub mod report_data;
 pub mod saturation;

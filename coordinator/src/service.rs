@@ -455,6 +455,16 @@ impl Control for Coordinator {
                 });
             futures::future::ready(next)
         });
+        // Each progress in messages that fit the transport (agents and summary paged).
+        let stream = stream.flat_map(|p: Result<pb::Progress, Status>| {
+            futures::stream::iter(match p {
+                Ok(p) => crate::progress_pages::pages(p)
+                    .into_iter()
+                    .map(Ok)
+                    .collect::<Vec<_>>(),
+                Err(e) => vec![Err(e)],
+            })
+        });
         Ok(Response::new(Box::pin(stream)))
     }
 

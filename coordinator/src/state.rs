@@ -1061,6 +1061,7 @@ fn finished_progress(rec: &CampaignRecord, summary: &Summary) -> pb::Progress {
         summary_json: serde_json::to_string(summary).expect("summaries serialize"),
         cancelled: summary.cancelled,
         live: Vec::new(),
+        ..Default::default()
     }
 }
 
@@ -1333,6 +1334,7 @@ fn publish(inner: &mut Inner, campaign_id: &str) {
             .unwrap_or_default(),
         cancelled: is_cancelled,
         live,
+        ..Default::default()
     };
     c.progress.send_replace(progress);
 }
