@@ -431,8 +431,20 @@ pub struct VerifyLine {
     /// Attempts measured twice (stored from two batches of the agent): a resume that ran
     /// again what an earlier process had measured.
     pub measured_twice: u64,
-    /// Batch seqs missing in ClickHouse.
+    /// Batch seqs missing in ClickHouse (the first [`crate::seq_gaps::MAX_LISTED`]).
     pub missing_seqs: Vec<u64>,
+    /// Missing seqs beyond those listed.
+    pub missing_seqs_more: u64,
+}
+
+impl VerifyLine {
+    /// The missing seqs as `campaign verify` prints them: `[3, 7]`, `[1, 2, …] and 5 more`.
+    pub fn missing_text(&self) -> String {
+        match self.missing_seqs_more {
+            0 => format!("{:?}", self.missing_seqs),
+            more => format!("{:?} and {more} more", self.missing_seqs),
+        }
+    }
 }
 
 /// Reconciles what agents reported with what ClickHouse holds; returns (lines, lost, duplicated).
@@ -483,6 +495,7 @@ async fn verify_at(
             duplicated: c.duplicate_rows,
             measured_twice: c.measured_twice,
             missing_seqs: c.missing_seqs.clone(),
+            missing_seqs_more: c.missing_seqs_more,
         });
     }
     let lost = lines.iter().map(|l| l.lost).sum();

@@ -28,6 +28,7 @@ pub mod report_data;
 pub mod saturation;
 pub mod schedule;
 pub mod schedule_cli;
+pub mod seq_gaps;
 pub mod service;
 pub mod sink;
 pub mod spool;
