@@ -3,6 +3,9 @@
 //! any costly work (histogram decoding, merging, spooling), so a hostile or broken agent
 //! cannot make the coordinator allocate, compute or store more than its limits allow.
 //!
+//! An agent's hello is bounded too ([`check_hello`]): its id, region and version are listed
+//! by `latmesh agents` and in progress messages.
+//!
 //! # The rule (README "Security")
 //!
 //! - **The batch is rejected** ([`crate::state::StateError::BadBatch`], the message naming the
@@ -52,6 +55,49 @@ pub const MAX_TEXT_BYTES: usize = 8 * 1024;
 /// [`latmesh_core::hist_sparse::MAX_PAYLOAD_BYTES`] of payload, plus its header and the
 /// DEFLATE framing.
 pub const MAX_HISTOGRAM_BYTES: usize = 256 * 1024;
+
+/// Longest agent id, region, version or API key variable name in an agent's hello, bytes:
+/// they are listed by `latmesh agents` and in every progress message.
+pub const MAX_HELLO_FIELD_BYTES: usize = 256;
+
+/// Most API key variable names an agent's hello may list.
+pub const MAX_KEY_ENV_NAMES: usize = 4096;
+
+/// Checks an agent's hello against the limits above.
+///
+/// # Errors
+/// A message naming the field and its limit.
+pub fn check_hello(hello: &pb::AgentHello) -> Result<(), String> {
+    for (field, value) in [
+        ("agent_id", &hello.agent_id),
+        ("region", &hello.region),
+        ("version", &hello.version),
+    ] {
+        if value.len() > MAX_HELLO_FIELD_BYTES {
+            return Err(format!(
+                "AgentHello.{field} of {} bytes is longer than {MAX_HELLO_FIELD_BYTES}",
+                value.len()
+            ));
+        }
+    }
+    if hello.key_env_names.len() > MAX_KEY_ENV_NAMES {
+        return Err(format!(
+            "AgentHello.key_env_names lists {} names, more than {MAX_KEY_ENV_NAMES}",
+            hello.key_env_names.len()
+        ));
+    }
+    if let Some(long) = hello
+        .key_env_names
+        .iter()
+        .find(|n| n.len() > MAX_HELLO_FIELD_BYTES)
+    {
+        return Err(format!(
+            "AgentHello.key_env_names has a name of {} bytes, longer than {MAX_HELLO_FIELD_BYTES}",
+            long.len()
+        ));
+    }
+    Ok(())
+}
 
 /// What [`check_batch`] checks a batch against: the campaign's plan and the agent's seqs.
 #[derive(Clone, Copy, Debug)]
@@ -447,6 +493,51 @@ model_id = "m"
             let e = refused(seq, change);
             assert!(e.contains(want), "{e:?} lacks {want:?}");
             assert!(e.len() < 300, "the message stays short: {e}");
+        }
+    }
+
+    #[test]
+    fn hello_fields_beyond_their_limits_are_refused_by_name() {
+        let ok = pb::AgentHello {
+            agent_id: "a".repeat(MAX_HELLO_FIELD_BYTES),
+            region: "us-east".into(),
+            key_env_names: vec!["K".into(); MAX_KEY_ENV_NAMES],
+            ..Default::default()
+        };
+        assert_eq!(check_hello(&ok), Ok(()));
+        let long = "x".repeat(3 << 20);
+        for (hello, want) in [
+            (
+                pb::AgentHello {
+                    agent_id: long.clone(),
+                    ..ok.clone()
+                },
+                "AgentHello.agent_id of 3145728 bytes",
+            ),
+            (
+                pb::AgentHello {
+                    region: long.clone(),
+                    ..ok.clone()
+                },
+                "AgentHello.region of 3145728 bytes",
+            ),
+            (
+                pb::AgentHello {
+                    key_env_names: vec![long.clone()],
+                    ..ok.clone()
+                },
+                "AgentHello.key_env_names has a name of 3145728 bytes",
+            ),
+            (
+                pb::AgentHello {
+                    key_env_names: vec!["K".into(); MAX_KEY_ENV_NAMES + 1],
+                    ..ok.clone()
+                },
+                "lists 4097 names",
+            ),
+        ] {
+            let e = check_hello(&hello).unwrap_err();
+            assert!(e.contains(want), "{e}");
         }
     }
 

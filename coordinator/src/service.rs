@@ -297,7 +297,12 @@ impl AgentSession for Coordinator {
             .remote_addr()
             .map_or_else(|| "unknown".to_string(), |a| a.to_string());
         let mut inbound = request.into_inner();
-        let hello = match inbound.message().await? {
+        let first = inbound.message().await.inspect_err(|e| {
+            if is_bad_message(e) {
+                tracing::warn!(%peer, code = ?e.code(), error = %e.message(), "a peer sent an oversized or undecodable first message");
+            }
+        })?;
+        let hello = match first {
             Some(pb::AgentMessage {
                 kind: Some(In::Hello(h)),
             }) => h,
@@ -307,6 +312,10 @@ impl AgentSession for Coordinator {
                 ));
             }
         };
+        if let Err(reason) = crate::intake::check_hello(&hello) {
+            tracing::warn!(%peer, "refused agent: {reason}");
+            return Err(Status::invalid_argument(reason));
+        }
         if hello.protocol_version != PROTOCOL_VERSION {
             tracing::warn!(agent = %hello.agent_id, theirs = hello.protocol_version, "refused agent: protocol version mismatch");
             return Err(Status::failed_precondition(format!(
