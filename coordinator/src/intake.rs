@@ -409,7 +409,8 @@ model_id = "m"
         assert_eq!(check_batch(&expected, &mut b), Ok(Sanitized::default()));
         assert_eq!(b, batch(11 + SEQ_WINDOW - 1), "a clean batch is unchanged");
 
-        let cases: Vec<(u64, Box<dyn FnOnce(&mut pb::ResultBatch)>, &str)> = vec![
+        type Change = Box<dyn FnOnce(&mut pb::ResultBatch)>;
+        let cases: Vec<(u64, Change, &str)> = vec![
             (
                 u64::MAX,
                 Box::new(|_| {}),
