@@ -60,6 +60,10 @@ pub const MAX_HISTOGRAM_BYTES: usize = 256 * 1024;
 /// they are listed by `latmesh agents` and in every progress message.
 pub const MAX_HELLO_FIELD_BYTES: usize = 256;
 
+/// Most agents the coordinator keeps (connected or not): `latmesh agents` lists them all in
+/// one message, each at most ~1 KiB with the hello's limits.
+pub const MAX_KNOWN_AGENTS: usize = 2_000;
+
 /// Most API key variable names an agent's hello may list.
 pub const MAX_KEY_ENV_NAMES: usize = 4096;
 

@@ -322,10 +322,14 @@ impl State {
     /// duplicate, and the live agent keeps working). A restarted agent's old session is
     /// closed, or silent and soon marked disconnected, so the restarted agent gets in (it
     /// retries until then).
+    ///
+    /// A new agent id when the coordinator already knows [`crate::intake::MAX_KNOWN_AGENTS`]
+    /// agents makes it forget the one disconnected longest that no unfinished campaign
+    /// includes; when there is none, the newcomer is refused (so agents lists stay bounded).
     pub fn admit(&self, hello: &pb::AgentHello) -> Result<(), String> {
-        let inner = self.lock();
+        let mut inner = self.lock();
         let Some(old) = inner.agents.get(&hello.agent_id) else {
-            return Ok(());
+            return make_room_for_an_agent(&mut inner);
         };
         if old.tx.is_none() || !old.info.connected {
             return Ok(());
@@ -1027,6 +1031,37 @@ impl State {
             .campaigns
             .get(campaign_id)
             .and_then(|c| c.summary.clone())
+    }
+}
+
+/// Forgets one agent when [`crate::intake::MAX_KNOWN_AGENTS`] are known: the one disconnected
+/// longest among those no unfinished campaign includes.
+fn make_room_for_an_agent(inner: &mut Inner) -> Result<(), String> {
+    let max = crate::intake::MAX_KNOWN_AGENTS;
+    if inner.agents.len() < max {
+        return Ok(());
+    }
+    let busy = |id: &str| {
+        inner
+            .campaigns
+            .values()
+            .any(|c| c.summary.is_none() && c.agents.contains_key(id))
+    };
+    let oldest = inner
+        .agents
+        .iter()
+        .filter(|(id, a)| !a.info.connected && a.tx.is_none() && !busy(id))
+        .min_by_key(|(_, a)| a.info.disconnected_since_coord_unix_us)
+        .map(|(id, _)| id.clone());
+    match oldest {
+        Some(id) => {
+            inner.agents.remove(&id);
+            tracing::info!(agent = %id, "forgot a disconnected agent: the coordinator keeps at most {max}");
+            Ok(())
+        }
+        None => Err(format!(
+            "the coordinator knows {max} agents, the most it keeps, all connected or in a running campaign"
+        )),
     }
 }
 
@@ -1851,6 +1886,36 @@ mod tests {
         state.done("a1", &done(1)).unwrap();
         let s = state.summary(&id).expect("complete");
         assert_eq!((s.agents[0].records, s.agents[0].complete), (1, true));
+    }
+
+    #[tokio::test]
+    async fn the_agents_kept_are_bounded_and_the_longest_disconnected_is_forgotten_first() {
+        let state = State::default();
+        let max = crate::intake::MAX_KNOWN_AGENTS;
+        let mut sessions = Vec::new();
+        for i in 0..max {
+            let h = hello(&format!("a{i:05}"), "us-east");
+            state.admit(&h).unwrap();
+            let (tx, rx) = mpsc::channel(8);
+            sessions.push((state.connect(&h, tx), rx));
+        }
+        let newcomer = hello("new", "us-east");
+        let e = state.admit(&newcomer).unwrap_err();
+        assert!(e.contains(&format!("knows {max} agents")), "{e}");
+        // Two leave; the first to leave is forgotten for the newcomer.
+        state.disconnect("a00007", sessions[7].0);
+        let left = now_unix_us();
+        while now_unix_us() == left {
+            std::hint::spin_loop(); // a later µs for the second one
+        }
+        state.disconnect("a00003", sessions[3].0);
+        state.admit(&newcomer).unwrap();
+        let (tx, _rx) = mpsc::channel(8);
+        state.connect(&newcomer, tx);
+        let ids: Vec<String> = state.agents().into_iter().map(|a| a.agent_id).collect();
+        assert_eq!(ids.len(), max);
+        assert!(!ids.contains(&"a00007".to_string()));
+        assert!(ids.contains(&"a00003".to_string()) && ids.contains(&"new".to_string()));
     }
 
     #[tokio::test]
