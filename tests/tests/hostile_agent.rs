@@ -6,8 +6,8 @@
 //! provider error, a `done` claiming `u64::MAX` batches, an oversized hello and an oversized
 //! message. Each is refused (or cut) with its named reason in the coordinator's log, the
 //! coordinator stays up, the real agent's campaign completes with every record, and control
-//! calls answer during the flood (their latency is printed, not asserted: see README
-//! "Security"). Loopback only.
+//! calls (`ListAgents`, `Watch`) answer during the flood (their latency is printed, not
+//! asserted: see README "Security"). Loopback only.
 
 use std::time::{Duration, Instant};
 
@@ -174,6 +174,27 @@ async fn list_agents_latency(url: &str, n: usize) -> Vec<Duration> {
     out
 }
 
+/// Latencies of `n` `Watch` calls of `campaign_id` (what `campaign watch` and `launch`
+/// make) to their first message, sorted.
+async fn watch_latency(url: &str, campaign_id: &str, n: usize) -> Vec<Duration> {
+    let mut client = latmesh_coordinator::watch::connect(url).await.unwrap();
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let t = Instant::now();
+        let mut stream = client
+            .watch(pb::WatchRequest {
+                campaign_id: campaign_id.to_string(),
+            })
+            .await
+            .expect("the control API answers")
+            .into_inner();
+        stream.message().await.unwrap().expect("a progress message");
+        out.push(t.elapsed());
+    }
+    out.sort();
+    out
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
@@ -224,6 +245,7 @@ async fn a_hostile_agent_is_refused_by_name_and_hurts_no_other_campaign() {
         })
         .await;
     assert_eq!(next_seq, 1);
+    let watch_baseline = watch_latency(&url, &campaign_id, 20).await;
 
     // Every hostile batch, with the reason the coordinator must name in its log.
     let id = campaign_id.as_str();
@@ -297,14 +319,16 @@ async fn a_hostile_agent_is_refused_by_name_and_hurts_no_other_campaign() {
     };
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let measure = {
-        let (url, stop) = (url.clone(), stop.clone());
+        let (url, stop, id) = (url.clone(), stop.clone(), campaign_id.clone());
         tokio::spawn(async move {
-            let mut all = Vec::new();
+            let (mut agents, mut watches) = (Vec::new(), Vec::new());
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                all.extend(list_agents_latency(&url, 5).await);
+                agents.extend(list_agents_latency(&url, 5).await);
+                watches.extend(watch_latency(&url, &id, 1).await);
             }
-            all.sort();
-            all
+            agents.sort();
+            watches.sort();
+            (agents, watches)
         })
     };
     let flood_started = Instant::now();
@@ -321,7 +345,7 @@ async fn a_hostile_agent_is_refused_by_name_and_hurts_no_other_campaign() {
         .await;
     let flood_handled = flood_started.elapsed();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let during = measure.await.unwrap();
+    let (during, watch_during) = measure.await.unwrap();
     assert_eq!(acked, 1);
     let acks: Vec<u64> = seen
         .iter()
@@ -403,6 +427,11 @@ async fn a_hostile_agent_is_refused_by_name_and_hurts_no_other_campaign() {
             tail(&log)
         );
     }
+    eprintln!(
+        "Watch latency to the first message: without the hostile agent {}; during its flood {}",
+        describe(&watch_baseline),
+        describe(&watch_during)
+    );
     eprintln!(
         "ListAgents latency: without the hostile agent {}; during its flood of 100 batches × 10 foreign histograms of {} bytes {}; after {}; the flood and the refusals handled in {:.0} ms (the dense decode each foreign histogram cost before: {:.1} ms in this build)",
         describe(&baseline),
