@@ -18,6 +18,9 @@
 //!   - a provider or scenario that is not in the campaign's plan, a `step` beyond the
 //!     scenario's sweep steps (0 for other loads), a `prompt_id` longer than
 //!     [`MAX_TEXT_BYTES`];
+//!   - a timestamp (`send_agent_unix_us`, a histogram's interval) outside 0 to the end of
+//!     year 9999 ([`MAX_UNIX_US`]), a `clock_offset_us` of more than a year either way
+//!     ([`MAX_CLOCK_OFFSET_US`]; the same bounds apply to a `done` notice, [`check_done`]);
 //!   - a duration (`*_us`) beyond the campaign's span (round 0 to its deadline: no attempt of
 //!     the plan can last longer), a negative or out-of-span `sched_lag_us`;
 //!   - a histogram blob longer than [`MAX_HISTOGRAM_BYTES`], one whose interval ends before it
@@ -60,6 +63,14 @@ pub const MAX_HISTOGRAM_BYTES: usize = 256 * 1024;
 /// they are listed by `latmesh agents` and in every progress message.
 pub const MAX_HELLO_FIELD_BYTES: usize = 256;
 
+/// Latest wall-clock time an agent may report, UTC µs (the end of year 9999): timestamps
+/// and offsets within their limits add without overflow.
+pub const MAX_UNIX_US: i64 = 253_402_300_799_999_999;
+
+/// Largest clock offset or uncertainty an agent may report, µs (a year: an agent clock off
+/// by more is broken).
+pub const MAX_CLOCK_OFFSET_US: i64 = 366 * 86_400 * 1_000_000;
+
 /// Most agents the coordinator keeps (connected or not): `latmesh agents` lists them all in
 /// one message, each at most ~1 KiB with the hello's limits.
 pub const MAX_KNOWN_AGENTS: usize = 2_000;
@@ -101,6 +112,42 @@ pub fn check_hello(hello: &pb::AgentHello) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Checks the clock facts of an agent's `done` notice (its start on the coordinator's clock,
+/// its clock offset and uncertainty) against [`MAX_UNIX_US`] and [`MAX_CLOCK_OFFSET_US`]:
+/// the summary's start skew subtracts and adds them.
+///
+/// # Errors
+/// A message naming the field and its limit.
+pub fn check_done(done: &pb::CampaignDone) -> Result<(), String> {
+    check_unix_us(
+        "CampaignDone.started_coord_unix_us",
+        done.started_coord_unix_us,
+    )?;
+    check_offset_us("CampaignDone.clock_offset_us", done.clock_offset_us)?;
+    check_offset_us(
+        "CampaignDone.clock_uncertainty_us",
+        i64::try_from(done.clock_uncertainty_us).unwrap_or(i64::MAX),
+    )
+}
+
+fn check_unix_us(field: &str, us: i64) -> Result<(), String> {
+    if (0..=MAX_UNIX_US).contains(&us) {
+        Ok(())
+    } else {
+        Err(format!("{field} {us} is outside 0..={MAX_UNIX_US} µs"))
+    }
+}
+
+fn check_offset_us(field: &str, us: i64) -> Result<(), String> {
+    if (-MAX_CLOCK_OFFSET_US..=MAX_CLOCK_OFFSET_US).contains(&us) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{field} {us} µs is more than a year ({MAX_CLOCK_OFFSET_US} µs) either way"
+        ))
+    }
 }
 
 /// What [`check_batch`] checks a batch against: the campaign's plan and the agent's seqs.
@@ -156,6 +203,7 @@ fn steps_of(load: &LoadModel) -> usize {
 /// A message naming the field and its limit when the batch must be rejected whole.
 pub fn check_batch(expected: &Expected, batch: &mut pb::ResultBatch) -> Result<Sanitized, String> {
     check_seq(batch.seq, expected.highest_seq)?;
+    check_offset_us("clock_offset_us", batch.clock_offset_us)?;
     if batch.records.len() > MAX_RECORDS_PER_BATCH {
         return Err(format!(
             "{} records, more than {MAX_RECORDS_PER_BATCH} in one batch",
@@ -236,6 +284,8 @@ fn check_histogram(plan: &Plan, h: &pb::IntervalHistogram) -> Result<(), String>
             h.hist_v2.len()
         ));
     }
+    check_unix_us("start_agent_unix_us", h.start_agent_unix_us)?;
+    check_unix_us("end_agent_unix_us", h.end_agent_unix_us)?;
     if h.end_agent_unix_us < h.start_agent_unix_us {
         return Err(format!(
             "end_agent_unix_us {} is before start_agent_unix_us {}",
@@ -257,6 +307,7 @@ fn check_record(
             r.prompt_id.len()
         ));
     }
+    check_unix_us("send_agent_unix_us", r.send_agent_unix_us)?;
     let max = expected.max_duration_us;
     let durations = [
         ("ttfb_us", r.ttfb_us),
@@ -463,8 +514,8 @@ model_id = "m"
             ),
             (
                 1,
-                Box::new(|b| b.histograms[0].end_agent_unix_us = -1),
-                "histograms[0].end_agent_unix_us -1 is before",
+                Box::new(|b| b.histograms[0].start_agent_unix_us = 5),
+                "histograms[0].end_agent_unix_us 1 is before start_agent_unix_us 5",
             ),
             (
                 1,
@@ -490,6 +541,21 @@ model_id = "m"
             ),
             (
                 1,
+                Box::new(|b| b.records[0].send_agent_unix_us = i64::MIN),
+                "records[0].send_agent_unix_us -9223372036854775808 is outside",
+            ),
+            (
+                1,
+                Box::new(|b| b.clock_offset_us = i64::MAX),
+                "clock_offset_us 9223372036854775807 µs is more than a year",
+            ),
+            (
+                1,
+                Box::new(|b| b.histograms[0].start_agent_unix_us = i64::MIN),
+                "histograms[0].start_agent_unix_us",
+            ),
+            (
+                1,
                 Box::new(|b| b.records[0].prompt_id = "p".repeat(MAX_TEXT_BYTES + 1)),
                 "records[0].prompt_id of 8193 bytes",
             ),
@@ -498,6 +564,43 @@ model_id = "m"
             let e = refused(seq, change);
             assert!(e.contains(want), "{e:?} lacks {want:?}");
             assert!(e.len() < 300, "the message stays short: {e}");
+        }
+    }
+
+    #[test]
+    fn done_notices_with_absurd_clocks_are_refused_by_name() {
+        let ok = pb::CampaignDone {
+            started_coord_unix_us: 1_700_000_000_000_000,
+            clock_offset_us: -40_000,
+            clock_uncertainty_us: 300,
+            ..Default::default()
+        };
+        assert_eq!(check_done(&ok), Ok(()));
+        for (done, want) in [
+            (
+                pb::CampaignDone {
+                    started_coord_unix_us: i64::MIN,
+                    ..ok.clone()
+                },
+                "CampaignDone.started_coord_unix_us -9223372036854775808 is outside",
+            ),
+            (
+                pb::CampaignDone {
+                    clock_offset_us: i64::MAX,
+                    ..ok.clone()
+                },
+                "CampaignDone.clock_offset_us 9223372036854775807 µs is more than a year",
+            ),
+            (
+                pb::CampaignDone {
+                    clock_uncertainty_us: u64::MAX,
+                    ..ok.clone()
+                },
+                "CampaignDone.clock_uncertainty_us",
+            ),
+        ] {
+            let e = check_done(&done).unwrap_err();
+            assert!(e.contains(want), "{e}");
         }
     }
 

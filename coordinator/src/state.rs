@@ -774,8 +774,9 @@ impl State {
     ///
     /// # Errors
     /// [`StateError::UnknownCampaign`]; [`StateError::BadBatch`] when `last_seq` is more than
-    /// [`crate::intake::SEQ_WINDOW`] past the highest seq received from the agent (the notice
-    /// is ignored: no agent numbers that far ahead).
+    /// [`crate::intake::SEQ_WINDOW`] past the highest seq received from the agent (no agent
+    /// numbers that far ahead) or its clock facts are absurd ([`crate::intake::check_done`]):
+    /// the notice is ignored.
     pub fn done(&self, agent_id: &str, done: &pb::CampaignDone) -> Result<(), StateError> {
         let mut inner = self.lock();
         let Inner {
@@ -794,6 +795,11 @@ impl State {
             .get(agent_id)
             .and_then(|a| a.seqs.last().copied())
             .unwrap_or(0);
+        crate::intake::check_done(done).map_err(|message| StateError::BadBatch {
+            agent: agent_id.to_string(),
+            seq: done.last_seq,
+            message,
+        })?;
         if done.last_seq > highest.saturating_add(crate::intake::SEQ_WINDOW) {
             return Err(StateError::BadBatch {
                 agent: agent_id.to_string(),
