@@ -359,6 +359,17 @@ async fn a_hostile_agent_is_refused_by_name_and_hurts_no_other_campaign() {
         vec![2],
         "only the sanitized batch was acked before seq 1"
     );
+    // A done notice whose clock facts would overflow the summary's start skew, then the
+    // right one.
+    hostile
+        .send(In::Done(pb::CampaignDone {
+            campaign_id: campaign_id.clone(),
+            last_seq: 2,
+            started_coord_unix_us: i64::MIN,
+            clock_offset_us: i64::MAX,
+            ..Default::default()
+        }))
+        .await;
     hostile
         .send(In::Done(pb::CampaignDone {
             campaign_id: campaign_id.clone(),
@@ -417,6 +428,7 @@ async fn a_hostile_agent_is_refused_by_name_and_hurts_no_other_campaign() {
     }
     for reason in [
         "CampaignDone.last_seq 18446744073709551615",
+        "CampaignDone.started_coord_unix_us -9223372036854775808 is outside",
         "provider values beyond their limits cut or dropped",
         "AgentHello.agent_id of 1048576 bytes",
         "oversized or undecodable",
