@@ -171,7 +171,7 @@ async fn store(
         Err(StateError::UnknownCampaign(id))
             if let Some(region) = state.finished_earlier(&id, agent) =>
         {
-            return store_late(spool, agent, &region, b).await;
+            return store_late(state, spool, agent, &region, b).await;
         }
         Err(e) => {
             tracing::error!(%agent, error = %e, "batch not stored, not acked");
@@ -255,18 +255,33 @@ async fn checked_off_runtime(
 /// ClickHouse spool when there is one (the sink stores a batch once), then acked so it leaves
 /// the agent's spool. The campaign's summary is final and does not change.
 async fn store_late(
+    state: &State,
     spool: Option<&Arc<Spool>>,
     agent: &str,
     region: &str,
-    b: pb::ResultBatch,
+    mut b: pb::ResultBatch,
 ) -> bool {
     let (campaign_id, seq) = (b.campaign_id.clone(), b.seq);
     if let Some(spool) = spool.cloned() {
-        let (agent_id, region) = (agent.to_string(), region.to_string());
-        let appended =
-            tokio::task::spawn_blocking(move || spool.append(&agent_id, &region, &b)).await;
-        if !matches!(appended, Ok(Ok(_))) {
-            tracing::warn!(%agent, campaign = %campaign_id, seq, "late batch of a finished campaign not spooled, not acked");
+        let (agent_id, region, state) = (agent.to_string(), region.to_string(), state.clone());
+        // Checked like a running campaign's batch first (off the runtime, one decode slot).
+        let _slot = DECODE_SLOTS.acquire().await;
+        let appended = tokio::task::spawn_blocking(move || {
+            state
+                .check_late(&agent_id, &mut b)
+                .map_err(|e| e.to_string())?;
+            spool
+                .append(&agent_id, &region, &b)
+                .map_err(|e| e.to_string())
+        })
+        .await;
+        let error = match appended {
+            Ok(Ok(_)) => None,
+            Ok(Err(e)) => Some(e),
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(error) = error {
+            tracing::warn!(%agent, campaign = %campaign_id, seq, %error, "late batch of a finished campaign refused or not spooled, not acked");
             return false;
         }
     }

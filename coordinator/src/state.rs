@@ -753,6 +753,47 @@ impl State {
         rec.agents.get(agent_id).map(|a| a.region.clone())
     }
 
+    /// Checks a late resend of a campaign an earlier coordinator process finished (see
+    /// [`State::finished_earlier`]) as [`State::check`] checks a running campaign's batches:
+    /// against the protocol's limits and the campaign's stored plan (seqs within
+    /// [`crate::intake::SEQ_WINDOW`] of the agent's announced last seq), cutting provider
+    /// values in `batch`, then decoding it (nothing is merged: the summary is final).
+    ///
+    /// # Errors
+    /// [`StateError::UnknownCampaign`] when the campaign is not such a campaign;
+    /// [`StateError::BadBatch`] naming the field otherwise.
+    pub fn check_late(
+        &self,
+        agent_id: &str,
+        batch: &mut pb::ResultBatch,
+    ) -> Result<(), StateError> {
+        let seq = batch.seq;
+        let bad = |message: String| StateError::BadBatch {
+            agent: agent_id.to_string(),
+            seq,
+            message,
+        };
+        let rec = self
+            .lock()
+            .persist
+            .as_ref()
+            .and_then(|p| p.record(&batch.campaign_id))
+            .ok_or_else(|| StateError::UnknownCampaign(batch.campaign_id.clone()))?;
+        let agent = rec
+            .agents
+            .get(agent_id)
+            .ok_or_else(|| bad("agent is not part of this campaign".into()))?;
+        let plan: Plan = serde_json::from_str(&rec.plan_json)
+            .map_err(|e| bad(format!("the campaign's stored plan does not parse: {e}")))?;
+        let expected = crate::intake::Expected {
+            plan: &plan,
+            highest_seq: agent.last_seq.unwrap_or(0),
+            max_duration_us: campaign_span_us(&plan),
+        };
+        crate::intake::check_batch(&expected, batch).map_err(bad)?;
+        decode_batch(agent_id, batch).map(|_| ())
+    }
+
     /// The batch log of an unfinished campaign when campaigns persist: a batch is appended
     /// there (durably) before it is acked.
     pub fn batch_log(&self, campaign_id: &str) -> Option<Arc<Spool>> {
@@ -1922,6 +1963,52 @@ mod tests {
         assert_eq!(ids.len(), max);
         assert!(!ids.contains(&"a00007".to_string()));
         assert!(ids.contains(&"a00003".to_string()) && ids.contains(&"new".to_string()));
+    }
+
+    #[tokio::test]
+    async fn late_resends_of_a_campaign_finished_earlier_are_checked_like_live_ones() {
+        let tmp = tempfile::tempdir().unwrap();
+        let id = {
+            let state = State::default();
+            state
+                .with_state_dir(StateDir::open(tmp.path()).unwrap())
+                .unwrap();
+            state.connect(&hello("a1", "us-east"), mpsc::channel(8).0);
+            let id = state.launch(&plan().to_json(), 0).unwrap().campaign_id;
+            assert!(state.batch("a1", batch(&id, 1, 1_000)).unwrap());
+            let done = pb::CampaignDone {
+                campaign_id: id.clone(),
+                last_seq: 1,
+                ..Default::default()
+            };
+            state.done("a1", &done).unwrap();
+            assert!(state.summary(&id).is_some());
+            id
+        };
+        let state = State::default();
+        state
+            .with_state_dir(StateDir::open(tmp.path()).unwrap())
+            .unwrap();
+        assert!(state.finished_earlier(&id, "a1").is_some());
+        state.check_late("a1", &mut batch(&id, 1, 1_000)).unwrap();
+        let bad_message = |r: Result<(), StateError>| match r {
+            Err(StateError::BadBatch { message, .. }) => message,
+            other => panic!("expected BadBatch, got {other:?}"),
+        };
+        let e = bad_message(state.check_late("a1", &mut batch(&id, u64::MAX, 1)));
+        assert!(
+            e.starts_with("seq 18446744073709551615 is more than"),
+            "{e}"
+        );
+        let mut b = batch(&id, 1, 1_000);
+        b.records[0].provider = "evil".into();
+        let e = bad_message(state.check_late("a1", &mut b));
+        assert!(
+            e.contains("provider \"evil\" is not a provider of the plan"),
+            "{e}"
+        );
+        let e = bad_message(state.check_late("a2", &mut batch(&id, 1, 1)));
+        assert!(e.contains("not part of this campaign"), "{e}");
     }
 
     #[tokio::test]
