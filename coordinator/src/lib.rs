@@ -19,6 +19,7 @@ pub mod keys;
 pub mod load_stats;
 pub mod metrics;
 pub mod model_stats;
+pub mod peer_warn;
 pub mod percentiles;
 pub mod persist;
 pub mod progress;

@@ -16,6 +16,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::auth::Auth;
 use crate::metrics::{CoordinatorMetrics, RecordTally};
+use crate::peer_warn::is_bad_message;
 use crate::spool::{Spool, SpoolError};
 use crate::state::{State, StateError, now_unix_us};
 
@@ -128,6 +129,7 @@ impl Coordinator {
             }
         });
         let served = builder
+            .layer(crate::peer_warn::WarnBadMessages)
             .add_service(
                 pb::agent_session_server::AgentSessionServer::with_interceptor(
                     self.clone(),
@@ -287,15 +289,6 @@ async fn store_late(
     }
     tracing::info!(%agent, campaign = %campaign_id, seq, stored = spool.is_some(), "late batch of a campaign finished before this coordinator started: acked (its summary stays final)");
     true
-}
-
-/// Whether a stream error is the peer's message itself: longer than the transport's limit
-/// (`OutOfRange`, `ResourceExhausted`) or not decodable (`Internal` from the codec).
-fn is_bad_message(e: &Status) -> bool {
-    matches!(
-        e.code(),
-        tonic::Code::OutOfRange | tonic::Code::ResourceExhausted | tonic::Code::Internal
-    ) || e.message().contains("decode")
 }
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;

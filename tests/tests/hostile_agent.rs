@@ -395,6 +395,17 @@ async fn a_hostile_agent_is_refused_by_name_and_hurts_no_other_campaign() {
     big.send(In::Batch(batch(id, 1, vec![tiny_record(); 200_000])))
         .await;
 
+    // A control call beyond the transport's limit: refused, and logged naming the peer.
+    let mut admin = latmesh_coordinator::watch::connect(&url).await.unwrap();
+    let huge = admin
+        .launch(pb::LaunchRequest {
+            plan_json: "x".repeat(5 << 20),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(huge.code(), tonic::Code::OutOfRange, "{huge:?}");
+
     // The honest agent's campaign completes with every record.
     let (summary, text) = launch.await.unwrap();
     assert!(summary.complete, "{text}");
@@ -431,7 +442,9 @@ async fn a_hostile_agent_is_refused_by_name_and_hurts_no_other_campaign() {
         "CampaignDone.started_coord_unix_us -9223372036854775808 is outside",
         "provider values beyond their limits cut or dropped",
         "AgentHello.agent_id of 1048576 bytes",
-        "oversized or undecodable",
+        "agent sent an oversized or undecodable message: session ended",
+        "a peer sent an oversized or undecodable message",
+        "Control/Launch",
     ] {
         assert!(
             log.contains(reason),
