@@ -163,7 +163,7 @@ async fn store(
     agent: &str,
     b: pb::ResultBatch,
 ) -> bool {
-    let (checked, b) = match checked_off_runtime(state, agent, b).await {
+    let (checked, b) = match crate::intake::check_off_runtime(state, agent, b).await {
         Some(checked) => checked,
         None => return false,
     };
@@ -222,37 +222,6 @@ async fn store(
     true
 }
 
-/// Batches decoded at once over every session: half the cores (at least one), so that a
-/// flood of batches leaves the other half to control calls and the runtime.
-static DECODE_SLOTS: std::sync::LazyLock<tokio::sync::Semaphore> = std::sync::LazyLock::new(|| {
-    let cores = std::thread::available_parallelism().map_or(2, usize::from);
-    tokio::sync::Semaphore::new((cores / 2).max(1))
-});
-
-/// [`State::check`] on a blocking thread, once one of the [`DECODE_SLOTS`] is free (a session
-/// awaits its batch, so each session has one batch in check at a time): the limits and the
-/// campaign are checked first, then histograms and records decode, off the async runtime.
-/// Returns the result with the batch (as sanitized by the check); `None` when the task failed
-/// (logged).
-async fn checked_off_runtime(
-    state: &State,
-    agent: &str,
-    mut b: pb::ResultBatch,
-) -> Option<(
-    Result<Option<crate::state::CheckedBatch>, StateError>,
-    pb::ResultBatch,
-)> {
-    let _slot = DECODE_SLOTS.acquire().await.ok()?;
-    let (state, agent_id) = (state.clone(), agent.to_string());
-    match tokio::task::spawn_blocking(move || (state.check(&agent_id, &mut b), b)).await {
-        Ok(checked) => Some(checked),
-        Err(e) => {
-            tracing::error!(%agent, error = %e, "batch check failed; batch not acked");
-            None
-        }
-    }
-}
-
 /// A resent batch of a campaign an earlier coordinator process finished: appended to the
 /// ClickHouse spool when there is one (the sink stores a batch once), then acked so it leaves
 /// the agent's spool. The campaign's summary is final and does not change.
@@ -267,7 +236,7 @@ async fn store_late(
     if let Some(spool) = spool.cloned() {
         let (agent_id, region, state) = (agent.to_string(), region.to_string(), state.clone());
         // Checked like a running campaign's batch first (off the runtime, one decode slot).
-        let _slot = DECODE_SLOTS.acquire().await;
+        let _slot = crate::intake::decode_slot().await;
         let appended = tokio::task::spawn_blocking(move || {
             state
                 .check_late(&agent_id, &mut b)
