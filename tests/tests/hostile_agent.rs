@@ -7,7 +7,8 @@
 //! message. Each is refused (or cut) with its named reason in the coordinator's log, the
 //! coordinator stays up, the real agent's campaign completes with every record, and control
 //! calls (`ListAgents`, `Watch`) answer during the flood (their latency is printed, not
-//! asserted: see README "Security"). Loopback only.
+//! asserted: see README "Security"). Also: `campaign verify`'s counts stay bounded by the
+//! seqs stored when a row claims seq `u64::MAX` (ClickHouse). Loopback only.
 
 use std::time::{Duration, Instant};
 
@@ -472,4 +473,39 @@ async fn a_hostile_agent_is_refused_by_name_and_hurts_no_other_campaign() {
 fn tail(log: &str) -> String {
     let lines: Vec<&str> = log.lines().collect();
     lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+/// `campaign verify`'s counts over a `requests` table holding a claimed seq of `u64::MAX`
+/// (rows that reached ClickHouse before the coordinator bounded seqs): the missing seqs come
+/// from the gaps between the stored seqs, the first 100 listed and the rest counted (it built
+/// `1..=u64::MAX` before: 1 GB in 18 s for a far smaller claim, never ending for this one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_is_bounded_by_the_stored_seqs_not_by_a_claimed_one() {
+    use latmesh_coordinator::clickhouse as store;
+    let (client, db) = latmesh_tests::fresh_db("verify_bounded");
+    store::migrate(&client, &db, None).await.unwrap();
+    client
+        .query(&format!(
+            "INSERT INTO {db}.requests (campaign_id, agent_id, region, seq, row_index) VALUES \
+             ('c', 'a', 'r', 1, 0), ('c', 'a', 'r', 3, 0), ('c', 'a', 'r', {}, 0)",
+            u64::MAX
+        ))
+        .execute()
+        .await
+        .unwrap();
+    // In a task, so that a walk over 1..=u64::MAX fails the test instead of hanging it.
+    let counted = tokio::spawn({
+        let (client, db) = (client.clone(), db.clone());
+        async move { store::counts(&client, &db, "c").await.unwrap() }
+    });
+    let c = tokio::time::timeout(Duration::from_secs(120), counted)
+        .await
+        .expect("counts end without walking every claimed seq")
+        .unwrap();
+    let a = &c.agents[0];
+    assert_eq!((a.batches, a.max_seq), (3, u64::MAX));
+    assert_eq!(a.missing_seqs.len(), 100);
+    assert_eq!(a.missing_seqs[..3], [2, 4, 5]);
+    assert_eq!(a.missing_seqs_more, u64::MAX - 3 - 100);
+    latmesh_tests::drop_db(&client, &db).await;
 }
