@@ -439,10 +439,9 @@ impl State {
             a.info.connected = false;
             a.tx = None;
         }
-        let ids: Vec<String> = inner.campaigns.keys().cloned().collect();
-        for id in ids {
-            publish(&mut inner, &id);
-        }
+        // Only the agent's unfinished campaigns: a peer reconnecting in a loop must not make
+        // the coordinator recompute every campaign it holds each time.
+        publish_agents_campaigns(&mut inner, &[agent_id.to_string()]);
     }
 
     /// Records a heartbeat of the agent's session `session` (a stale session's is ignored):
@@ -2009,6 +2008,29 @@ mod tests {
         );
         let e = bad_message(state.check_late("a2", &mut batch(&id, 1, 1)));
         assert!(e.contains("not part of this campaign"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_disconnect_republishes_only_the_agent_s_unfinished_campaigns() {
+        let state = State::default();
+        let s1 = state.connect(&hello("a1", "us-east"), mpsc::channel(8).0);
+        let id = state.launch(&plan().to_json(), 0).unwrap().campaign_id;
+        assert!(state.batch("a1", batch(&id, 1, 1_000)).unwrap());
+        let done = pb::CampaignDone {
+            campaign_id: id.clone(),
+            last_seq: 1,
+            ..Default::default()
+        };
+        state.done("a1", &done).unwrap();
+        let mut finished = state.watch(&id).unwrap();
+        finished.borrow_and_update();
+        let s2 = state.connect(&hello("a2", "eu-west"), mpsc::channel(8).0);
+        state.disconnect("a2", s2);
+        state.disconnect("a1", s1);
+        assert!(
+            !finished.has_changed().unwrap(),
+            "a finished campaign stays as it was"
+        );
     }
 
     #[tokio::test]
