@@ -1964,6 +1964,21 @@ mod tests {
         assert!(ids.contains(&"a00003".to_string()) && ids.contains(&"new".to_string()));
     }
 
+    /// Launches [`plan`] to the connected agent `a1`, which delivers one batch and is done:
+    /// the campaign's id, finished.
+    fn finish_one_batch_campaign(state: &State) -> String {
+        let id = state.launch(&plan().to_json(), 0).unwrap().campaign_id;
+        assert!(state.batch("a1", batch(&id, 1, 1_000)).unwrap());
+        let done = pb::CampaignDone {
+            campaign_id: id.clone(),
+            last_seq: 1,
+            ..Default::default()
+        };
+        state.done("a1", &done).unwrap();
+        assert!(state.summary(&id).is_some());
+        id
+    }
+
     #[tokio::test]
     async fn late_resends_of_a_campaign_finished_earlier_are_checked_like_live_ones() {
         let tmp = tempfile::tempdir().unwrap();
@@ -1973,16 +1988,7 @@ mod tests {
                 .with_state_dir(StateDir::open(tmp.path()).unwrap())
                 .unwrap();
             state.connect(&hello("a1", "us-east"), mpsc::channel(8).0);
-            let id = state.launch(&plan().to_json(), 0).unwrap().campaign_id;
-            assert!(state.batch("a1", batch(&id, 1, 1_000)).unwrap());
-            let done = pb::CampaignDone {
-                campaign_id: id.clone(),
-                last_seq: 1,
-                ..Default::default()
-            };
-            state.done("a1", &done).unwrap();
-            assert!(state.summary(&id).is_some());
-            id
+            finish_one_batch_campaign(&state)
         };
         let state = State::default();
         state
@@ -2014,14 +2020,7 @@ mod tests {
     async fn a_disconnect_republishes_only_the_agent_s_unfinished_campaigns() {
         let state = State::default();
         let s1 = state.connect(&hello("a1", "us-east"), mpsc::channel(8).0);
-        let id = state.launch(&plan().to_json(), 0).unwrap().campaign_id;
-        assert!(state.batch("a1", batch(&id, 1, 1_000)).unwrap());
-        let done = pb::CampaignDone {
-            campaign_id: id.clone(),
-            last_seq: 1,
-            ..Default::default()
-        };
-        state.done("a1", &done).unwrap();
+        let id = finish_one_batch_campaign(&state);
         let mut finished = state.watch(&id).unwrap();
         finished.borrow_and_update();
         let s2 = state.connect(&hello("a2", "eu-west"), mpsc::channel(8).0);
