@@ -138,10 +138,26 @@ impl StepCounts {
     }
 }
 
+/// Longest name (answered model, system fingerprint) a summary keeps, bytes: longer names
+/// are cut (on a character boundary, `…` appended) where they enter the aggregate, so names
+/// sharing their first 256 bytes count together.
+pub const MAX_SUMMARY_NAME_BYTES: usize = 256;
+
+/// Longest error description ([`describe_error`], a cell's `last_error`) a summary keeps,
+/// bytes: cut like names.
+pub const MAX_SUMMARY_ERROR_BYTES: usize = 512;
+
 /// Adds `n` to `name`'s count in `counts` (nothing for `None`); allocates only for a name
-/// not seen before.
+/// not seen before. A name longer than [`MAX_SUMMARY_NAME_BYTES`] counts under its cut form.
 pub fn count_name(counts: &mut BTreeMap<String, u64>, name: Option<&str>, n: u64) {
     let Some(name) = name else { return };
+    let cut;
+    let name = if name.len() > MAX_SUMMARY_NAME_BYTES {
+        cut = latmesh_core::record::truncate_message(name, MAX_SUMMARY_NAME_BYTES);
+        cut.as_str()
+    } else {
+        name
+    };
     match counts.get_mut(name) {
         Some(c) => *c += n,
         None => {
@@ -162,7 +178,8 @@ pub fn describe_error(rec: &ProbeRecord) -> String {
     )
 }
 
-/// [`describe_error`] from a record's parts: `outcome (status): part: part`.
+/// [`describe_error`] from a record's parts: `outcome (status): part: part`, cut to
+/// [`MAX_SUMMARY_ERROR_BYTES`].
 pub fn describe_error_parts<'a>(
     outcome: &str,
     http_status: Option<u16>,
@@ -175,6 +192,9 @@ pub fn describe_error_parts<'a>(
     for part in parts {
         s.push_str(": ");
         s.push_str(part);
+    }
+    if s.len() > MAX_SUMMARY_ERROR_BYTES {
+        s = latmesh_core::record::truncate_message(&s, MAX_SUMMARY_ERROR_BYTES);
     }
     s
 }

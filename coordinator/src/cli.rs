@@ -635,14 +635,14 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
                         "?".to_string()
                     };
                     println!(
-                        "{:<20} {:>9} {:>9} {:>6} {:>6} {:>6}  {:?}{}",
+                        "{:<20} {:>9} {:>9} {:>6} {:>6} {:>6}  {}{}",
                         l.agent_id,
                         l.reported_records,
                         l.stored_records,
                         lost,
                         l.duplicated,
                         l.measured_twice,
-                        l.missing_seqs,
+                        l.missing_text(),
                         if l.verified {
                             String::new()
                         } else {

@@ -517,13 +517,25 @@ pub struct VerifyLine {
     /// Attempts measured twice (stored from two batches of the agent): a resume that ran
     /// again what an earlier process had measured.
     pub measured_twice: u64,
-    /// Batch seqs missing in ClickHouse.
+    /// Batch seqs missing in ClickHouse (the first [`crate::seq_gaps::MAX_LISTED`]).
     pub missing_seqs: Vec<u64>,
     /// Whether its delivery is whole, so that `lost` means what it says: no batch refused or
     /// quarantined, its done notice arrived, every batch it announced stored.
     pub verified: bool,
     /// Why not ([`crate::delivery::not_verified`]); empty when verified.
     pub not_verified: Vec<String>,
+    /// Missing seqs beyond those listed.
+    pub missing_seqs_more: u64,
+}
+
+impl VerifyLine {
+    /// The missing seqs as `campaign verify` prints them: `[3, 7]`, `[1, 2, …] and 5 more`.
+    pub fn missing_text(&self) -> String {
+        match self.missing_seqs_more {
+            0 => format!("{:?}", self.missing_seqs),
+            more => format!("{:?} and {more} more", self.missing_seqs),
+        }
+    }
 }
 
 /// Reconciles what agents reported with what ClickHouse holds; returns (lines, lost, duplicated).
@@ -581,6 +593,7 @@ async fn verify_at(
             duplicated: c.duplicate_rows,
             measured_twice: c.measured_twice,
             missing_seqs: c.missing_seqs.clone(),
+            missing_seqs_more: c.missing_seqs_more,
         });
     }
     let lost = lines.iter().map(|l| l.lost).sum();

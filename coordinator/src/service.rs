@@ -16,6 +16,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::auth::Auth;
 use crate::metrics::{CoordinatorMetrics, RecordTally};
+use crate::peer_warn::is_bad_message;
 use crate::spool::{Spool, SpoolError};
 use crate::state::{State, StateError, now_unix_us};
 
@@ -121,7 +122,7 @@ impl Coordinator {
         listener: TcpListener,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<(), tonic::transport::Error> {
-        let mut builder = tonic::transport::Server::builder()
+        let builder = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(std::time::Duration::from_secs(10)));
         let tls = self.tls.take();
         let (agent_auth, admin_auth) = (self.auth.clone(), self.auth.clone());
@@ -145,6 +146,7 @@ impl Coordinator {
             .max_decoding_message_size(LIMIT)
             .max_encoding_message_size(LIMIT);
         let router = builder
+            .layer(crate::peer_warn::WarnBadMessages)
             .add_service(InterceptedService::new(session, move |req| {
                 agent_auth.check_agent(req)
             }))
@@ -216,17 +218,17 @@ async fn store(
     agent: &str,
     b: pb::ResultBatch,
 ) -> Reply {
-    let checked = match state.check(agent, &b) {
+    let (checked, b) = match crate::intake::check_off_runtime(state, agent, b).await {
+        Some(checked) => checked,
+        None => return Reply::Hold,
+    };
+    let checked = match checked {
         Ok(Some(checked)) => checked,
         Ok(None) => return Reply::Ack,
         Err(StateError::UnknownCampaign(id))
             if let Some(region) = state.finished_earlier(&id, agent) =>
         {
-            return if store_late(spool, agent, &region, b).await {
-                Reply::Ack
-            } else {
-                Reply::Hold
-            };
+            return store_late(state, spool, agent, &region, b).await;
         }
         Err(StateError::BadBatch { message, .. }) => {
             let reason = latmesh_core::wire::reject_reason(&message).to_string();
@@ -285,23 +287,51 @@ async fn store(
 /// ClickHouse spool when there is one (the sink stores a batch once), then acked so it leaves
 /// the agent's spool. The campaign's summary is final and does not change.
 async fn store_late(
+    state: &State,
     spool: Option<&Arc<Spool>>,
     agent: &str,
     region: &str,
-    b: pb::ResultBatch,
-) -> bool {
+    mut b: pb::ResultBatch,
+) -> Reply {
     let (campaign_id, seq) = (b.campaign_id.clone(), b.seq);
     if let Some(spool) = spool.cloned() {
-        let (agent_id, region) = (agent.to_string(), region.to_string());
-        let appended =
-            tokio::task::spawn_blocking(move || spool.append(&agent_id, &region, &b)).await;
-        if !matches!(appended, Ok(Ok(_))) {
-            tracing::warn!(%agent, campaign = %campaign_id, seq, "late batch of a finished campaign not spooled, not acked");
-            return false;
+        let (agent_id, region, state) = (agent.to_string(), region.to_string(), state.clone());
+        // Checked like a running campaign's batch first (off the runtime, one decode slot):
+        // a malformed one is refused (the agent quarantines it), not resent forever.
+        let _slot = crate::intake::decode_slot().await;
+        let appended = tokio::task::spawn_blocking(move || {
+            if let Err(e) = state.check_late(&agent_id, &mut b) {
+                return Err(match e {
+                    StateError::BadBatch { message, .. } => {
+                        Reply::Reject(latmesh_core::wire::reject_reason(&message).to_string())
+                    }
+                    e => {
+                        tracing::warn!(agent = %agent_id, error = %e, "late batch of a finished campaign not checked, not acked");
+                        Reply::Hold
+                    }
+                });
+            }
+            spool.append(&agent_id, &region, &b).map_err(|e| {
+                tracing::warn!(agent = %agent_id, error = %e, "late batch of a finished campaign not spooled, not acked");
+                Reply::Hold
+            })
+        })
+        .await;
+        match appended {
+            Ok(Ok(_)) => {}
+            Ok(Err(Reply::Reject(reason))) => {
+                tracing::warn!(%agent, campaign = %campaign_id, seq, %reason, "late batch of a finished campaign refused as malformed: not stored; the agent quarantines it");
+                return Reply::Reject(reason);
+            }
+            Ok(Err(reply)) => return reply,
+            Err(e) => {
+                tracing::warn!(%agent, campaign = %campaign_id, seq, error = %e, "late batch task failed, not acked");
+                return Reply::Hold;
+            }
         }
     }
     tracing::info!(%agent, campaign = %campaign_id, seq, stored = spool.is_some(), "late batch of a campaign finished before this coordinator started: acked (its summary stays final)");
-    true
+    Reply::Ack
 }
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -314,8 +344,16 @@ impl AgentSession for Coordinator {
         &self,
         request: Request<Streaming<pb::AgentMessage>>,
     ) -> Result<Response<Self::SessionStream>, Status> {
+        let peer = request
+            .remote_addr()
+            .map_or_else(|| "unknown".to_string(), |a| a.to_string());
         let mut inbound = request.into_inner();
-        let hello = match inbound.message().await? {
+        let first = inbound.message().await.inspect_err(|e| {
+            if is_bad_message(e) {
+                tracing::warn!(%peer, code = ?e.code(), error = %e.message(), "a peer sent an oversized or undecodable first message");
+            }
+        })?;
+        let hello = match first {
             Some(pb::AgentMessage {
                 kind: Some(In::Hello(h)),
             }) => h,
@@ -325,6 +363,10 @@ impl AgentSession for Coordinator {
                 ));
             }
         };
+        if let Err(reason) = crate::intake::check_hello(&hello) {
+            tracing::warn!(%peer, "refused agent: {reason}");
+            return Err(Status::invalid_argument(reason));
+        }
         if hello.protocol_version != PROTOCOL_VERSION {
             tracing::warn!(agent = %hello.agent_id, theirs = hello.protocol_version, "refused agent: protocol version mismatch");
             return Err(Status::failed_precondition(format!(
@@ -361,6 +403,10 @@ impl AgentSession for Coordinator {
                 let msg = match inbound.message().await {
                     Ok(Some(m)) => m,
                     Ok(None) => break,
+                    Err(e) if is_bad_message(&e) => {
+                        tracing::warn!(%agent, %peer, code = ?e.code(), error = %e.message(), "agent sent an oversized or undecodable message: session ended");
+                        break;
+                    }
                     Err(e) => {
                         tracing::info!(%agent, error = %e, "agent session ended");
                         break;
@@ -409,7 +455,7 @@ impl AgentSession for Coordinator {
                                 // A campaign an earlier coordinator process finished.
                                 tracing::debug!(%agent, campaign = %d.campaign_id, "done for a campaign finished before this coordinator started");
                             } else {
-                                tracing::warn!(%agent, error = %e, "done for an unknown campaign");
+                                tracing::warn!(%agent, error = %e, "done notice ignored");
                             }
                         }
                     }
@@ -495,6 +541,16 @@ impl Control for Coordinator {
                     (p, _) => p,
                 }
             }
+        });
+        // Each progress in messages that fit the transport (agents and summary paged).
+        let stream = stream.flat_map(|p: Result<pb::Progress, Status>| {
+            futures::stream::iter(match p {
+                Ok(p) => crate::progress_pages::pages(p)
+                    .into_iter()
+                    .map(Ok)
+                    .collect::<Vec<_>>(),
+                Err(e) => vec![Err(e)],
+            })
         });
         Ok(Response::new(Box::pin(stream)))
     }

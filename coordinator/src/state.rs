@@ -65,8 +65,16 @@ struct CampaignAgent {
 impl CampaignAgent {
     /// Every batch the agent announced is accounted for: stored, or refused (never coming).
     fn complete(&self) -> bool {
+        // Bounded by the seqs stored and refused, not by the seq the agent claims.
         self.last_seq.is_some_and(|last| {
-            (1..=last).all(|s| self.seqs.contains(&s) || self.rejections.accounts_for(s))
+            let stored = self.seqs.range(1..=last).count() as u64;
+            let refused = self
+                .rejections
+                .seqs
+                .range(1..=last)
+                .filter(|(s, _)| !self.seqs.contains(s))
+                .count() as u64;
+            stored + refused == last
         })
     }
 }
@@ -325,10 +333,14 @@ impl State {
     /// duplicate, and the live agent keeps working). A restarted agent's old session is
     /// closed, or silent and soon marked disconnected, so the restarted agent gets in (it
     /// retries until then).
+    ///
+    /// A new agent id when the coordinator already knows [`crate::intake::MAX_KNOWN_AGENTS`]
+    /// agents makes it forget the one disconnected longest that no unfinished campaign
+    /// includes; when there is none, the newcomer is refused (so agents lists stay bounded).
     pub fn admit(&self, hello: &pb::AgentHello) -> Result<(), String> {
-        let inner = self.lock();
+        let mut inner = self.lock();
         let Some(old) = inner.agents.get(&hello.agent_id) else {
-            return Ok(());
+            return make_room_for_an_agent(&mut inner);
         };
         if old.tx.is_none() || !old.info.connected {
             return Ok(());
@@ -405,7 +417,7 @@ impl State {
                     tracing::warn!(campaign = %id, "plan not pushed again to a rejoining agent: {}", crate::keys::refusal(&missing));
                     continue;
                 }
-                let next_seq = a.seqs.last().map_or(1, |s| s + 1);
+                let next_seq = a.seqs.last().map_or(1, |s| s.saturating_add(1));
                 let _ = tx.try_send(Ok(plan_message(id, c, next_seq)));
                 if c.cancelled_at_us.is_some() {
                     // Cancelled while it was away: it reports what it has and stops at once.
@@ -438,10 +450,9 @@ impl State {
             a.info.connected = false;
             a.tx = None;
         }
-        let ids: Vec<String> = inner.campaigns.keys().cloned().collect();
-        for id in ids {
-            publish(&mut inner, &id);
-        }
+        // Only the agent's unfinished campaigns: a peer reconnecting in a loop must not make
+        // the coordinator recompute every campaign it holds each time.
+        publish_agents_campaigns(&mut inner, &[agent_id.to_string()]);
     }
 
     /// Records a heartbeat of the agent's session `session` (a stale session's is ignored):
@@ -664,38 +675,59 @@ impl State {
         })
     }
 
-    /// Decodes a batch from `agent_id` and checks it against its campaign without merging it;
-    /// `None` when its seq was merged before (a resend: ack it again, count it once).
+    /// Checks a batch from `agent_id` against the protocol's limits and its campaign's plan
+    /// ([`crate::intake`]: cutting the provider values beyond their limits in `batch`, which
+    /// is what gets stored), then decodes it, without merging it; `None` when its seq was
+    /// merged before (a resend: ack it again, count it once). The campaign and the agent are
+    /// looked up and every limit checked before anything is decoded; decoding (the costly
+    /// part) runs without the state's lock, and refuses histograms whose header does not carry
+    /// latmesh's bounds.
     ///
     /// # Errors
-    /// [`StateError::UnknownCampaign`], or [`StateError::BadBatch`] when a record or histogram
-    /// does not decode or the agent is not part of the campaign.
+    /// [`StateError::UnknownCampaign`], or [`StateError::BadBatch`] naming the field when a
+    /// value is beyond its limits, a record or histogram does not decode, or the agent is not
+    /// part of the campaign.
     pub fn check(
         &self,
         agent_id: &str,
-        batch: &pb::ResultBatch,
+        batch: &mut pb::ResultBatch,
     ) -> Result<Option<CheckedBatch>, StateError> {
+        let seq = batch.seq;
         let bad = |message: String| StateError::BadBatch {
             agent: agent_id.to_string(),
-            seq: batch.seq,
+            seq,
             message,
         };
-        let (records, histograms) = decode_batch(agent_id, batch)?;
-        let inner = self.lock();
-        let c = inner
-            .campaigns
-            .get(&batch.campaign_id)
-            .ok_or_else(|| StateError::UnknownCampaign(batch.campaign_id.clone()))?;
-        let Some(ca) = c.agents.get(agent_id) else {
-            return Err(bad("agent is not part of this campaign".into()));
+        let (region, cut) = {
+            let inner = self.lock();
+            let c = inner
+                .campaigns
+                .get(&batch.campaign_id)
+                .ok_or_else(|| StateError::UnknownCampaign(batch.campaign_id.clone()))?;
+            let Some(ca) = c.agents.get(agent_id) else {
+                return Err(bad("agent is not part of this campaign".into()));
+            };
+            if ca.seqs.contains(&batch.seq) {
+                return Ok(None);
+            }
+            let expected = crate::intake::Expected {
+                plan: &c.plan,
+                highest_seq: ca.seqs.last().copied().unwrap_or(0),
+                max_duration_us: campaign_span_us(&c.plan),
+            };
+            let cut = crate::intake::check_batch(&expected, batch).map_err(bad)?;
+            (ca.region.clone(), cut)
         };
-        if ca.seqs.contains(&batch.seq) {
-            return Ok(None);
+        if !cut.is_clean() {
+            tracing::warn!(agent = %agent_id, campaign = %batch.campaign_id, seq = batch.seq,
+                texts_cut = cut.texts_cut, numbers_dropped = cut.numbers_dropped,
+                "batch stored with provider values beyond their limits cut or dropped");
         }
+        let (records, histograms) = decode_batch(agent_id, batch)?;
         Ok(Some(CheckedBatch {
             campaign_id: batch.campaign_id.clone(),
             agent_id: agent_id.to_string(),
-            region: ca.region.clone(),
+            region,
             seq: batch.seq,
             records,
             histograms,
@@ -732,6 +764,47 @@ impl State {
         rec.agents.get(agent_id).map(|a| a.region.clone())
     }
 
+    /// Checks a late resend of a campaign an earlier coordinator process finished (see
+    /// [`State::finished_earlier`]) as [`State::check`] checks a running campaign's batches:
+    /// against the protocol's limits and the campaign's stored plan (seqs within
+    /// [`crate::intake::SEQ_WINDOW`] of the agent's announced last seq), cutting provider
+    /// values in `batch`, then decoding it (nothing is merged: the summary is final).
+    ///
+    /// # Errors
+    /// [`StateError::UnknownCampaign`] when the campaign is not such a campaign;
+    /// [`StateError::BadBatch`] naming the field otherwise.
+    pub fn check_late(
+        &self,
+        agent_id: &str,
+        batch: &mut pb::ResultBatch,
+    ) -> Result<(), StateError> {
+        let seq = batch.seq;
+        let bad = |message: String| StateError::BadBatch {
+            agent: agent_id.to_string(),
+            seq,
+            message,
+        };
+        let rec = self
+            .lock()
+            .persist
+            .as_ref()
+            .and_then(|p| p.record(&batch.campaign_id))
+            .ok_or_else(|| StateError::UnknownCampaign(batch.campaign_id.clone()))?;
+        let agent = rec
+            .agents
+            .get(agent_id)
+            .ok_or_else(|| bad("agent is not part of this campaign".into()))?;
+        let plan: Plan = serde_json::from_str(&rec.plan_json)
+            .map_err(|e| bad(format!("the campaign's stored plan does not parse: {e}")))?;
+        let expected = crate::intake::Expected {
+            plan: &plan,
+            highest_seq: agent.last_seq.unwrap_or(0),
+            max_duration_us: campaign_span_us(&plan),
+        };
+        crate::intake::check_batch(&expected, batch).map_err(bad)?;
+        decode_batch(agent_id, batch).map(|_| ())
+    }
+
     /// The batch log of an unfinished campaign when campaigns persist: a batch is appended
     /// there (durably) before it is acked.
     pub fn batch_log(&self, campaign_id: &str) -> Option<Arc<Spool>> {
@@ -742,8 +815,8 @@ impl State {
     ///
     /// # Errors
     /// As [`State::check`].
-    pub fn batch(&self, agent_id: &str, batch: pb::ResultBatch) -> Result<bool, StateError> {
-        Ok(match self.check(agent_id, &batch)? {
+    pub fn batch(&self, agent_id: &str, mut batch: pb::ResultBatch) -> Result<bool, StateError> {
+        Ok(match self.check(agent_id, &mut batch)? {
             Some(checked) => self.merge(checked),
             None => false,
         })
@@ -752,7 +825,10 @@ impl State {
     /// Notes that `agent_id` finished `campaign_id` with `last_seq` as its final batch.
     ///
     /// # Errors
-    /// [`StateError::UnknownCampaign`].
+    /// [`StateError::UnknownCampaign`]; [`StateError::BadBatch`] when `last_seq` is more than
+    /// [`crate::intake::SEQ_WINDOW`] past the highest seq received from the agent (no agent
+    /// numbers that far ahead) or its clock facts are absurd ([`crate::intake::check_done`]):
+    /// the notice is ignored.
     pub fn done(&self, agent_id: &str, done: &pb::CampaignDone) -> Result<(), StateError> {
         let mut inner = self.lock();
         let Inner {
@@ -766,6 +842,27 @@ impl State {
             done.clock_offset_us,
             done.clock_uncertainty_us,
         );
+        let highest = c
+            .agents
+            .get(agent_id)
+            .and_then(|a| a.seqs.last().copied())
+            .unwrap_or(0);
+        crate::intake::check_done(done).map_err(|message| StateError::BadBatch {
+            agent: agent_id.to_string(),
+            seq: done.last_seq,
+            message,
+        })?;
+        if done.last_seq > highest.saturating_add(crate::intake::SEQ_WINDOW) {
+            return Err(StateError::BadBatch {
+                agent: agent_id.to_string(),
+                seq: done.last_seq,
+                message: format!(
+                    "CampaignDone.last_seq {} is more than {} past the highest seq received ({highest})",
+                    done.last_seq,
+                    crate::intake::SEQ_WINDOW
+                ),
+            });
+        }
         if let Some(a) = c.agents.get_mut(agent_id)
             && (a.rejections.from_done(done, |seq| a.seqs.contains(&seq))
                 | ((a.last_seq, a.skipped, a.start) != (Some(done.last_seq), done.skipped, start)))
@@ -1031,6 +1128,37 @@ impl State {
     }
 }
 
+/// Forgets one agent when [`crate::intake::MAX_KNOWN_AGENTS`] are known: the one disconnected
+/// longest among those no unfinished campaign includes.
+fn make_room_for_an_agent(inner: &mut Inner) -> Result<(), String> {
+    let max = crate::intake::MAX_KNOWN_AGENTS;
+    if inner.agents.len() < max {
+        return Ok(());
+    }
+    let busy = |id: &str| {
+        inner
+            .campaigns
+            .values()
+            .any(|c| c.summary.is_none() && c.agents.contains_key(id))
+    };
+    let oldest = inner
+        .agents
+        .iter()
+        .filter(|(id, a)| !a.info.connected && a.tx.is_none() && !busy(id))
+        .min_by_key(|(_, a)| a.info.disconnected_since_coord_unix_us)
+        .map(|(id, _)| id.clone());
+    match oldest {
+        Some(id) => {
+            inner.agents.remove(&id);
+            tracing::info!(agent = %id, "forgot a disconnected agent: the coordinator keeps at most {max}");
+            Ok(())
+        }
+        None => Err(format!(
+            "the coordinator knows {max} agents, the most it keeps, all connected or in a running campaign"
+        )),
+    }
+}
+
 /// The final progress of a campaign finished by an earlier process, from its record.
 fn finished_progress(rec: &CampaignRecord, summary: &Summary) -> pb::Progress {
     let per_agent = serde_json::from_str::<Plan>(&rec.plan_json)
@@ -1083,7 +1211,7 @@ fn decode_batch(agent_id: &str, batch: &pb::ResultBatch) -> Result<DecodedBatch,
     let histograms = batch
         .histograms
         .iter()
-        .map(wire::sparse_histogram_from_pb)
+        .map(wire::sparse_histogram_from_pb_strict)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| bad(e.to_string()))?;
     Ok((records, histograms))
@@ -1199,6 +1327,12 @@ fn plan_span_us(plan: &Plan) -> i64 {
         .max()
         .unwrap_or(0);
     (plan.span_us() as i64).saturating_add(i64::try_from(longest_us).unwrap_or(i64::MAX))
+}
+
+/// Longest duration a record of `plan` can report, µs: from round 0 to the campaign's
+/// deadline ([`plan_span_us`] + [`DEADLINE_GRACE_US`]), whatever cancel did to the deadline.
+fn campaign_span_us(plan: &Plan) -> u64 {
+    u64::try_from(plan_span_us(plan).saturating_add(DEADLINE_GRACE_US)).unwrap_or(0)
 }
 
 /// Recomputes the campaign's progress (and its summary once every agent is complete) and
@@ -1807,6 +1941,150 @@ pub(crate) mod tests {
     }
 
     #[tokio::test]
+    async fn hostile_seqs_and_histograms_are_refused_before_decoding_and_the_campaign_completes() {
+        let state = State::default();
+        let (tx, _rx) = mpsc::channel(8);
+        state.connect(&hello("a1", "us-east"), tx);
+        let id = state.launch(&plan().to_json(), 0).unwrap().campaign_id;
+        let bad_message = |r| match r {
+            Err(StateError::BadBatch { message, .. }) => message,
+            other => panic!("expected BadBatch, got {other:?}"),
+        };
+        // seq u64::MAX: refused (before, it was stored and the reconnect's next_seq overflowed).
+        let e = bad_message(state.batch("a1", batch(&id, u64::MAX, 1_000)));
+        assert!(
+            e.starts_with("seq 18446744073709551615 is more than"),
+            "{e}"
+        );
+        // A histogram with foreign bounds (a ~60 ms dense decode): refused by its header.
+        let mut foreign = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 1 << 40, 5).unwrap();
+        foreign.record(1_000).unwrap();
+        let mut b = batch(&id, 1, 1_000);
+        b.histograms[0].hist_v2 = latmesh_core::hist::encode_v2(&foreign).unwrap();
+        let e = bad_message(state.batch("a1", b));
+        assert!(e.contains("are not latmesh's"), "{e}");
+        // A done notice claiming u64::MAX batches is ignored (verifying it would have walked
+        // 1..=u64::MAX).
+        let done = |last_seq| pb::CampaignDone {
+            campaign_id: id.clone(),
+            last_seq,
+            ..Default::default()
+        };
+        let e = bad_message(state.done("a1", &done(u64::MAX)).map(|()| true));
+        assert!(
+            e.starts_with("CampaignDone.last_seq 18446744073709551615"),
+            "{e}"
+        );
+        assert!(state.summary(&id).is_none());
+        // The agent's own batches still go through and complete the campaign.
+        assert!(state.batch("a1", batch(&id, 1, 1_000)).unwrap());
+        let (tx2, mut rx2) = mpsc::channel(8);
+        state.connect(&hello("a1", "us-east"), tx2);
+        assert_eq!(plan_of(rx2.recv().await).next_seq, 2);
+        state.done("a1", &done(1)).unwrap();
+        let s = state.summary(&id).expect("complete");
+        assert_eq!((s.agents[0].records, s.agents[0].complete), (1, true));
+    }
+
+    #[tokio::test]
+    async fn the_agents_kept_are_bounded_and_the_longest_disconnected_is_forgotten_first() {
+        let state = State::default();
+        let max = crate::intake::MAX_KNOWN_AGENTS;
+        let mut sessions = Vec::new();
+        for i in 0..max {
+            let h = hello(&format!("a{i:05}"), "us-east");
+            state.admit(&h).unwrap();
+            let (tx, rx) = mpsc::channel(8);
+            sessions.push((state.connect(&h, tx), rx));
+        }
+        let newcomer = hello("new", "us-east");
+        let e = state.admit(&newcomer).unwrap_err();
+        assert!(e.contains(&format!("knows {max} agents")), "{e}");
+        // Two leave; the first to leave is forgotten for the newcomer.
+        state.disconnect("a00007", sessions[7].0);
+        let left = now_unix_us();
+        while now_unix_us() == left {
+            std::hint::spin_loop(); // a later µs for the second one
+        }
+        state.disconnect("a00003", sessions[3].0);
+        state.admit(&newcomer).unwrap();
+        let (tx, _rx) = mpsc::channel(8);
+        state.connect(&newcomer, tx);
+        let ids: Vec<String> = state.agents().into_iter().map(|a| a.agent_id).collect();
+        assert_eq!(ids.len(), max);
+        assert!(!ids.contains(&"a00007".to_string()));
+        assert!(ids.contains(&"a00003".to_string()) && ids.contains(&"new".to_string()));
+    }
+
+    /// Launches [`plan`] to the connected agent `a1`, which delivers one batch and is done:
+    /// the campaign's id, finished.
+    fn finish_one_batch_campaign(state: &State) -> String {
+        let id = state.launch(&plan().to_json(), 0).unwrap().campaign_id;
+        assert!(state.batch("a1", batch(&id, 1, 1_000)).unwrap());
+        let done = pb::CampaignDone {
+            campaign_id: id.clone(),
+            last_seq: 1,
+            ..Default::default()
+        };
+        state.done("a1", &done).unwrap();
+        assert!(state.summary(&id).is_some());
+        id
+    }
+
+    #[tokio::test]
+    async fn late_resends_of_a_campaign_finished_earlier_are_checked_like_live_ones() {
+        let tmp = tempfile::tempdir().unwrap();
+        let id = {
+            let state = State::default();
+            state
+                .with_state_dir(StateDir::open(tmp.path()).unwrap())
+                .unwrap();
+            state.connect(&hello("a1", "us-east"), mpsc::channel(8).0);
+            finish_one_batch_campaign(&state)
+        };
+        let state = State::default();
+        state
+            .with_state_dir(StateDir::open(tmp.path()).unwrap())
+            .unwrap();
+        assert!(state.finished_earlier(&id, "a1").is_some());
+        state.check_late("a1", &mut batch(&id, 1, 1_000)).unwrap();
+        let bad_message = |r: Result<(), StateError>| match r {
+            Err(StateError::BadBatch { message, .. }) => message,
+            other => panic!("expected BadBatch, got {other:?}"),
+        };
+        let e = bad_message(state.check_late("a1", &mut batch(&id, u64::MAX, 1)));
+        assert!(
+            e.starts_with("seq 18446744073709551615 is more than"),
+            "{e}"
+        );
+        let mut b = batch(&id, 1, 1_000);
+        b.records[0].provider = "evil".into();
+        let e = bad_message(state.check_late("a1", &mut b));
+        assert!(
+            e.contains("provider \"evil\" is not a provider of the plan"),
+            "{e}"
+        );
+        let e = bad_message(state.check_late("a2", &mut batch(&id, 1, 1)));
+        assert!(e.contains("not part of this campaign"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_disconnect_republishes_only_the_agent_s_unfinished_campaigns() {
+        let state = State::default();
+        let s1 = state.connect(&hello("a1", "us-east"), mpsc::channel(8).0);
+        let id = finish_one_batch_campaign(&state);
+        let mut finished = state.watch(&id).unwrap();
+        finished.borrow_and_update();
+        let s2 = state.connect(&hello("a2", "eu-west"), mpsc::channel(8).0);
+        state.disconnect("a2", s2);
+        state.disconnect("a1", s1);
+        assert!(
+            !finished.has_changed().unwrap(),
+            "a finished campaign stays as it was"
+        );
+    }
+
+    #[tokio::test]
     async fn a_stale_session_does_not_disconnect_the_new_one() {
         let state = State::default();
         let (tx1, _rx1) = mpsc::channel(8);
@@ -1966,8 +2244,8 @@ pub(crate) mod tests {
 
     /// What the batch path of `service.rs` does: append to the campaign's batch log, then
     /// count.
-    fn logged_batch(state: &State, agent: &str, b: pb::ResultBatch) -> bool {
-        if state.check(agent, &b).unwrap().is_some() {
+    fn logged_batch(state: &State, agent: &str, mut b: pb::ResultBatch) -> bool {
+        if state.check(agent, &mut b).unwrap().is_some() {
             let log = state.batch_log(&b.campaign_id).expect("a batch log");
             log.append(agent, "us-east", &b).unwrap();
         }

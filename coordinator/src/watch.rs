@@ -349,7 +349,9 @@ pub async fn follow_with(
         .map_err(|s| control_error(url, s))?
         .into_inner();
     let mut render = progress::Renderer::new(mode);
+    let mut pages = crate::progress_pages::SummaryPages::default();
     while let Some(p) = stream.message().await? {
+        let Some(p) = pages.take(p) else { continue };
         if p.finished {
             render.finish();
             eprintln!(

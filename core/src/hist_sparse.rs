@@ -269,9 +269,40 @@ fn decode_error(what: &str) -> HistError {
 /// bounds), or whose values do not fit latmesh's bounds: the blobs [`hist::decode_v2`]
 /// rejects.
 pub fn decode_v2_sparse(bytes: &[u8]) -> Result<SparseHistogram, HistError> {
+    decode_v2_sparse_with(bytes, Foreign::Dense)
+}
+
+/// Most payload bytes a V2 blob in latmesh's bounds can hold: every varint (at most 9 bytes)
+/// moves past at least one of the [`COUNTS_LEN`] counters.
+pub const MAX_PAYLOAD_BYTES: u32 = 9 * COUNTS_LEN as u32;
+
+/// [`decode_v2_sparse`] for blobs from an untrusted peer: the V2 header is checked before any
+/// payload is read, and a blob is refused unless it has latmesh's bounds
+/// ([`hist::LOWEST_US`], [`hist::HIGHEST_US`], [`hist::SIGFIG`], what every agent encodes)
+/// and a payload length of at most [`MAX_PAYLOAD_BYTES`]. The work is then O(payload) with a
+/// bounded payload: no dense histogram is ever built (a blob with foreign bounds costs
+/// [`decode_v2_sparse`] a dense decode, ~60 ms of CPU).
+///
+/// # Errors
+/// As [`decode_v2_sparse`], and [`HistError::Decode`] naming the bounds or the payload length
+/// when they are not latmesh's.
+pub fn decode_v2_sparse_strict(bytes: &[u8]) -> Result<SparseHistogram, HistError> {
+    decode_v2_sparse_with(bytes, Foreign::Refuse)
+}
+
+/// What to do with a blob whose bounds are not latmesh's.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Foreign {
+    /// Decode it densely, then keep its buckets (exact, slow).
+    Dense,
+    /// Refuse it before reading its payload.
+    Refuse,
+}
+
+fn decode_v2_sparse_with(bytes: &[u8], foreign: Foreign) -> Result<SparseHistogram, HistError> {
     let (cookie, rest) = read_u32(bytes).ok_or_else(|| decode_error("no cookie"))?;
     match cookie {
-        V2_COOKIE => decode_v2_body(&mut Plain(rest), bytes),
+        V2_COOKIE => decode_v2_body(&mut Plain(rest), bytes, foreign),
         V2_DEFLATE_COOKIE => {
             let (len, rest) = read_u32(rest).ok_or_else(|| decode_error("no compressed length"))?;
             // At most `len` bytes of compressed input, as `Read::take` in the deserializer.
@@ -304,7 +335,7 @@ pub fn decode_v2_sparse(bytes: &[u8]) -> Result<SparseHistogram, HistError> {
                     return Err(decode_error("DEFLATE stream does not hold a V2 histogram"));
                 }
                 src.consume(4);
-                decode_v2_body(&mut src, bytes)
+                decode_v2_body(&mut src, bytes, foreign)
             })
         }
         _ => Err(decode_error("unknown cookie")),
@@ -317,7 +348,11 @@ fn read_u32(b: &[u8]) -> Option<(u32, &[u8])> {
 }
 
 /// The V2 header after the cookie, then the payload.
-fn decode_v2_body<S: Source>(src: &mut S, blob: &[u8]) -> Result<SparseHistogram, HistError> {
+fn decode_v2_body<S: Source>(
+    src: &mut S,
+    blob: &[u8],
+    foreign: Foreign,
+) -> Result<SparseHistogram, HistError> {
     let h = src.fill(V2_HEADER_AFTER_COOKIE)?;
     let Some(h) = h.first_chunk::<V2_HEADER_AFTER_COOKIE>() else {
         return Err(decode_error("truncated V2 header"));
@@ -351,6 +386,18 @@ fn decode_v2_body<S: Source>(src: &mut S, blob: &[u8]) -> Result<SparseHistogram
         return Err(decode_error(
             "integer-to-double ratio other than 1 is not supported",
         ));
+    }
+    if foreign == Foreign::Refuse {
+        if !is_latmesh_bounds(low, high, sigfig) {
+            return Err(HistError::Decode(format!(
+                "histogram bounds {low}..={high} µs with {sigfig} significant digits are not latmesh's {LOWEST_US}..={HIGHEST_US} µs with {SIGFIG}"
+            )));
+        }
+        if payload_len > MAX_PAYLOAD_BYTES {
+            return Err(HistError::Decode(format!(
+                "histogram payload of {payload_len} bytes is longer than {MAX_PAYLOAD_BYTES}, the most {COUNTS_LEN} counters take"
+            )));
+        }
     }
     if is_latmesh_bounds(low, high, sigfig) {
         let mut walk = Walk {
@@ -883,6 +930,47 @@ mod tests {
             }
         }
         assert_eq!(fits, 14);
+    }
+
+    #[test]
+    fn strict_decoding_refuses_foreign_bounds_and_long_payloads_from_the_header() {
+        // A foreign histogram (what cost the coordinator ~60 ms of CPU per blob): refused by
+        // its header, plain and DEFLATE, with its bounds named.
+        let mut other = Histogram::<u64>::new_with_bounds(1, 1 << 40, 5).unwrap();
+        other.record_n(1_000, 3).unwrap();
+        for blob in [encode_v2(&other).unwrap(), plain_v2(&other).unwrap()] {
+            assert!(
+                decode_v2_sparse(&blob).is_ok(),
+                "the lax decoder converts it densely"
+            );
+            let e = decode_v2_sparse_strict(&blob).unwrap_err().to_string();
+            assert!(
+                e.contains("1..=1099511627776 µs with 5 significant digits"),
+                "{e}"
+            );
+        }
+        let mut fits = Histogram::<u64>::new_with_bounds(1, 10_000_000, 2).unwrap();
+        fits.record(5_000).unwrap();
+        let blob = encode_v2(&fits).unwrap();
+        assert!(
+            decode_v2_sparse(&blob).is_ok(),
+            "the lax decoder converts it"
+        );
+        assert!(decode_v2_sparse_strict(&blob).is_err());
+        // latmesh's own blobs decode exactly as with the lax decoder.
+        let mut ours = hist::new_histogram();
+        for v in [1, 999, 123_457, HIGHEST_US] {
+            ours.record_n(v, 2).unwrap();
+        }
+        let blob = encode_v2(&ours).unwrap();
+        assert_eq!(
+            decode_v2_sparse_strict(&blob).unwrap(),
+            decode_v2_sparse(&blob).unwrap()
+        );
+        // A declared payload longer than 23,552 counters can take: refused before reading.
+        let long = v2_blob(MAX_PAYLOAD_BYTES + 1, 3, LOWEST_US, HIGHEST_US, &[]);
+        let e = decode_v2_sparse_strict(&long).unwrap_err().to_string();
+        assert!(e.contains("longer than 211968"), "{e}");
     }
 
     #[test]

@@ -266,6 +266,20 @@ pub fn sparse_histogram_from_pb(
     Ok((key, hist_sparse::decode_v2_sparse(&h.hist_v2)?))
 }
 
+/// [`sparse_histogram_from_pb`] for a histogram from an untrusted peer (the coordinator's
+/// intake): [`hist_sparse::decode_v2_sparse_strict`], which refuses a blob whose header does
+/// not carry latmesh's bounds before reading its payload.
+///
+/// # Errors
+/// As [`sparse_histogram_from_pb`], and [`WireError::Hist`] for foreign bounds or an
+/// over-long payload.
+pub fn sparse_histogram_from_pb_strict(
+    h: &pb::IntervalHistogram,
+) -> Result<(HistKey, SparseHistogram), WireError> {
+    let key = histogram_key_from_pb(h)?;
+    Ok((key, hist_sparse::decode_v2_sparse_strict(&h.hist_v2)?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

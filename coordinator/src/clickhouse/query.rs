@@ -774,8 +774,12 @@ pub struct AgentCounts {
     pub batches: u64,
     /// Highest seq seen.
     pub max_seq: u64,
-    /// Seqs in `1..=max_seq` without any row: lost batches — or batches that carried nothing.
+    /// Seqs in `1..=max_seq` without any row: lost batches — or batches that carried nothing
+    /// (the first [`crate::seq_gaps::MAX_LISTED`]).
     pub missing_seqs: Vec<u64>,
+    /// Missing seqs beyond those `missing_seqs` lists.
+    #[serde(default)]
+    pub missing_seqs_more: u64,
     /// `requests` rows.
     pub request_rows: u64,
     /// `requests` rows with outcome `ok`.
@@ -921,7 +925,8 @@ pub async fn counts(
             .map_or(0, |t| t.1);
         a.batches = seqs.len() as u64;
         a.max_seq = seqs.last().copied().unwrap_or(0);
-        a.missing_seqs = (1..=a.max_seq).filter(|s| !seqs.contains(s)).collect();
+        let missing = crate::seq_gaps::missing(&seqs);
+        (a.missing_seqs, a.missing_seqs_more) = (missing.listed, missing.more);
         out.agents.push(a);
     }
     out.duplicates
