@@ -396,8 +396,14 @@ async fn a_hostile_agent_is_refused_by_name_and_hurts_no_other_campaign() {
     big.send(In::Batch(batch(id, 1, vec![tiny_record(); 200_000])))
         .await;
 
-    // A control call beyond the transport's limit: refused, and logged naming the peer.
-    let mut admin = latmesh_coordinator::watch::connect(&url).await.unwrap();
+    // A control call beyond the transport's limit, from a raw client that encodes it (the
+    // CLI's own client refuses to send it): refused by the coordinator, logged naming the peer.
+    let channel = tonic::transport::Channel::from_shared(url.clone())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut admin = pb::control_client::ControlClient::new(channel);
     let huge = admin
         .launch(pb::LaunchRequest {
             plan_json: "x".repeat(5 << 20),
@@ -407,9 +413,10 @@ async fn a_hostile_agent_is_refused_by_name_and_hurts_no_other_campaign() {
         .unwrap_err();
     assert_eq!(huge.code(), tonic::Code::OutOfRange, "{huge:?}");
 
-    // The honest agent's campaign completes with every record.
+    // The honest agent delivers every record; the campaign is incomplete only because the
+    // hostile agent's batches were refused (its delivery is not whole, and it says so).
     let (summary, text) = launch.await.unwrap();
-    assert!(summary.complete, "{text}");
+    assert!(!summary.complete, "{text}");
     let agents: Vec<(&str, u64, bool)> = summary
         .agents
         .iter()
@@ -417,8 +424,16 @@ async fn a_hostile_agent_is_refused_by_name_and_hurts_no_other_campaign() {
         .collect();
     assert_eq!(
         agents,
-        vec![("good", ROUNDS, true), ("hostile", 2, true)],
+        vec![("good", ROUNDS, true), ("hostile", 2, false)],
         "{text}"
+    );
+    let incomplete = text
+        .lines()
+        .find(|l| l.starts_with("INCOMPLETE"))
+        .unwrap_or_else(|| panic!("no INCOMPLETE line:\n{text}"));
+    assert!(
+        incomplete.contains("hostile (eu-west") && !incomplete.contains("good"),
+        "{incomplete}"
     );
     let eu = summary
         .cells
