@@ -1164,7 +1164,8 @@ async fn probe(args: ProbeArgs) -> anyhow::Result<()> {
     let rec = &mut result.record;
     (rec.attempt, rec.turn, rec.final_attempt) = (1, 1, true);
     rec.request_latency_us = rec.e2e_us;
-    let out = latmesh_agent::probe::ProbeOutput::new(&result, args.show_text);
+    let out = latmesh_agent::probe::ProbeOutput::new(&result, args.show_text)
+        .without_key(api_key.as_deref());
     println!("{}", out.to_json_pretty());
     let outcome = out.record.outcome();
     anyhow::ensure!(

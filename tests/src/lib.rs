@@ -1,6 +1,7 @@
 //! Helpers for latmesh's end-to-end tests: locating the built binaries and running them as
 //! child processes that are killed when dropped; [`stack`] runs a whole latmesh on loopback.
 
+pub mod raw_agent;
 pub mod stack;
 
 use std::io::{BufRead, BufReader};

@@ -16,8 +16,8 @@ use latmesh_proto::pb;
 use latmesh_proto::pb::agent_message::Kind as In;
 use latmesh_proto::pb::coordinator_message::Kind as Out;
 use latmesh_sim::profile::ProviderProfile;
+use latmesh_tests::raw_agent::{self, RawAgent, batch};
 use latmesh_tests::stack::Stack;
-use tokio::sync::mpsc;
 
 const ROUNDS: u64 = 4;
 
@@ -44,60 +44,10 @@ model_id = "{model}"
     )
 }
 
-/// A raw agent session: what it sends, and what the coordinator answers.
-struct RawAgent {
-    tx: mpsc::Sender<pb::AgentMessage>,
-    rx: tonic::Streaming<pb::CoordinatorMessage>,
-}
-
-impl RawAgent {
-    /// Opens a session and sends `hello`; `Err` when the coordinator refuses it.
-    async fn connect(url: &str, hello: pb::AgentHello) -> Result<RawAgent, tonic::Status> {
-        let mut client = pb::agent_session_client::AgentSessionClient::connect(url.to_string())
-            .await
-            .unwrap();
-        let (tx, out) = mpsc::channel(4096);
-        tx.send(msg(In::Hello(hello))).await.unwrap();
-        let rx = client
-            .session(tokio_stream::wrappers::ReceiverStream::new(out))
-            .await?
-            .into_inner();
-        Ok(RawAgent { tx, rx })
-    }
-
-    async fn send(&self, kind: In) {
-        self.tx.send(msg(kind)).await.unwrap();
-    }
-
-    /// The next message of kind `want` (others are kept in `seen`), within 60 s.
-    async fn until<T>(&mut self, seen: &mut Vec<Out>, want: impl Fn(&Out) -> Option<T>) -> T {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let m = tokio::time::timeout_at(deadline.into(), self.rx.message())
-                .await
-                .expect("the coordinator answers within 60 s")
-                .expect("the session stays up")
-                .expect("the session stays open");
-            let kind = m.kind.unwrap();
-            if let Some(t) = want(&kind) {
-                return t;
-            }
-            seen.push(kind);
-        }
-    }
-}
-
-fn msg(kind: In) -> pb::AgentMessage {
-    pb::AgentMessage { kind: Some(kind) }
-}
-
 fn hello(agent_id: &str) -> pb::AgentHello {
     pb::AgentHello {
-        agent_id: agent_id.into(),
-        region: "eu-west".into(),
         version: "hostile".into(),
-        protocol_version: latmesh_proto::PROTOCOL_VERSION,
-        ..Default::default()
+        ..raw_agent::hello(agent_id, "eu-west")
     }
 }
 
@@ -124,15 +74,6 @@ fn tiny_record() -> pb::ProbeRecord {
         scenario: "chat".into(),
         outcome: "ok".into(),
         load: "rounds".into(),
-        ..Default::default()
-    }
-}
-
-fn batch(campaign_id: &str, seq: u64, records: Vec<pb::ProbeRecord>) -> pb::ResultBatch {
-    pb::ResultBatch {
-        campaign_id: campaign_id.into(),
-        seq,
-        records,
         ..Default::default()
     }
 }

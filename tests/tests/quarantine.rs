@@ -1,206 +1,191 @@
-//! A batch the coordinator refuses as malformed (issue 17) does not block the agent's spool:
-//! with real processes on loopback (`latmesh-sim`, a coordinator storing into the test
-//! ClickHouse, one agent with an on-disk spool, the CLI) and a provider whose first answer
-//! carries an HTTP status the coordinator refuses (799: not an HTTP status), that answer's
-//! batch is refused and quarantined on the agent (kept on disk, with its reason), the
-//! agent's later batches and its next campaign are stored, and `latmesh campaign verify`
-//! says the agent is *not verified*, naming the refused batch, instead of "0 lost".
+//! A batch the coordinator refuses as malformed (issue 17) neither blocks the campaign nor
+//! passes verification as "0 lost": with real processes on loopback (`latmesh-sim`, a
+//! coordinator storing into the test ClickHouse, a real agent in `us-east`) and a raw agent
+//! session in `eu-west` (`latmesh_tests::raw_agent`, because a real agent sends nothing the
+//! coordinator refuses) that sends one batch naming a provider the plan does not have: the
+//! coordinator answers `BatchRejected` with the reason, stores the raw agent's other batch,
+//! finishes the campaign without waiting for the refused one, and `latmesh campaign verify`
+//! reports the raw agent *not verified*, naming the refused batch, while the real agent's
+//! records verify. What the agent does with a `BatchRejected` (the batch quarantined on
+//! disk with its reason, the spool going on with the next batch, the count in its
+//! heartbeats) is tested in `latmesh-agent` (`outbox`, `runner`).
 
-use std::io::{Read, Write};
-use std::net::TcpListener;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use latmesh_coordinator::summary::Summary;
+use latmesh_proto::pb;
+use latmesh_proto::pb::agent_message::Kind as In;
+use latmesh_proto::pb::coordinator_message::Kind as Out;
 use latmesh_sim::profile::{DEFAULT_MODEL_ID, ProviderProfile};
+use latmesh_tests::raw_agent::{self, RawAgent, batch};
 use latmesh_tests::stack::Stack;
 use latmesh_tests::verify;
 
-/// A provider on loopback answering its first request with status 799 and every later one
-/// with 503 (a valid failed attempt); returns its `host:port` and its request count.
-fn odd_provider() -> (String, Arc<AtomicU32>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let served = Arc::new(AtomicU32::new(0));
-    let count = served.clone();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { continue };
-            let count = count.clone();
-            std::thread::spawn(move || {
-                // The request head and body (small JSON): read until the client waits.
-                conn.set_read_timeout(Some(Duration::from_millis(200))).ok();
-                let mut buf = [0u8; 65536];
-                let mut got = Vec::new();
-                while let Ok(n) = conn.read(&mut buf) {
-                    if n == 0 {
-                        break;
-                    }
-                    got.extend_from_slice(&buf[..n]);
-                    if request_complete(&got) {
-                        break;
-                    }
-                }
-                let head = if count.fetch_add(1, Ordering::SeqCst) == 0 {
-                    "HTTP/1.1 799 Odd"
-                } else {
-                    "HTTP/1.1 503 Service Unavailable"
-                };
-                let body = r#"{"error":{"message":"busy","type":"server_error"}}"#;
-                let _ = write!(
-                    conn,
-                    "{head}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-            });
-        }
-    });
-    (addr, served)
-}
-
-/// Whether `got` holds a whole HTTP request (head and `content-length` bytes of body).
-fn request_complete(got: &[u8]) -> bool {
-    let text = String::from_utf8_lossy(got);
-    let Some(end) = text.find("\r\n\r\n") else {
-        return false;
-    };
-    let length = text[..end]
-        .lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("content-length")
-                .then(|| v.trim().parse::<usize>().ok())?
-        })
-        .unwrap_or(0);
-    got.len() >= end + 4 + length
-}
-
-fn campaign(name: &str, odd: Option<&str>) -> String {
-    let odd = odd
-        .map(|addr| {
-            format!(
-                "[[providers]]\nname = \"odd\"\nbase_url = \"http://{addr}/v1\"\nmodel_id = \"{DEFAULT_MODEL_ID}\"\n"
-            )
-        })
-        .unwrap_or_default();
+fn campaign() -> String {
     format!(
         r#"
 [campaign]
-name = "{name}"
-regions = ["us-east"]
+name = "refused"
+regions = ["us-east", "eu-west"]
 [rounds]
-count = 4
-interval_s = 1.5
+count = 3
+interval_s = 1.0
 gap_ms = 100
 [[scenarios]]
 name = "chat"
 prompt_ids = ["short-qa-en-*"]
 max_tokens = 16
-timeout_total_s = 10
 [[providers]]
 name = "good"
 base_url = "http://{{sim}}/good/v1"
 model_id = "{DEFAULT_MODEL_ID}"
-{odd}"#
+"#
     )
 }
 
-#[test]
-fn a_refused_batch_is_quarantined_and_the_agent_goes_on_but_is_not_verified() {
+/// A record of round `round` for provider `provider` (in the plan or not).
+fn record(provider: &str, round: u32) -> pb::ProbeRecord {
+    pb::ProbeRecord::from(&latmesh_core::record::ProbeRecord {
+        round,
+        provider: provider.into(),
+        scenario: "chat".into(),
+        prompt_id: "short-qa-en-001".into(),
+        outcome: Some(latmesh_core::record::Outcome::Ok),
+        ttft_us: Some(40_000),
+        e2e_us: Some(90_000),
+        attempt: 1,
+        final_attempt: true,
+        turn: 1,
+        ..Default::default()
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_batch_leaves_its_agent_not_verified_and_holds_up_nothing() {
     let (client, db) = latmesh_tests::fresh_db("quarantine");
     let ch_url = latmesh_tests::clickhouse_url().to_string();
-    let (odd, odd_requests) = odd_provider();
     let mut stack = Stack::start_with_clickhouse(
         &[ProviderProfile::fixed("good", 20_000, 1_000)],
         &ch_url,
         &db,
     );
-    let mut agent = stack.agent_command("a1", "us-east", &stack.coord_url);
-    agent
-        .args(["--exit-after", "2"])
-        .env("LATMESH_AGENT_HEARTBEAT_S", "1");
-    stack.spawn("agent-a1", agent);
-
+    stack.agent("a1", "us-east");
+    let url = stack.coord_url.clone();
+    let mut raw = RawAgent::connect(&url, raw_agent::hello("raw", "eu-west"))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut c = latmesh_coordinator::watch::connect(&url).await.unwrap();
+        let agents = c
+            .list_agents(pb::ListAgentsRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .agents;
+        if agents.iter().filter(|a| a.connected).count() == 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "agents: {agents:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let stack = Arc::new(stack);
     let started = Instant::now();
-    let (first, out): (Summary, String) = stack.launch(&campaign("refused", Some(&odd)));
+    let launch = {
+        let stack = stack.clone();
+        tokio::task::spawn_blocking(move || stack.launch(&campaign()))
+    };
+    let mut seen = Vec::new();
+    let id = raw
+        .until(&mut seen, |m| match m {
+            Out::Plan(p) => Some(p.campaign_id.clone()),
+            _ => None,
+        })
+        .await;
+    raw.send(In::Batch(batch(&id, 1, vec![record("good", 0)])))
+        .await;
+    raw.send(In::Batch(batch(&id, 2, vec![record("ghost", 1)])))
+        .await;
+    let (seq, reason) = raw
+        .until(&mut seen, |m| match m {
+            Out::Rejected(r) => Some((r.seq, r.reason.clone())),
+            _ => None,
+        })
+        .await;
+    assert_eq!(seq, 2);
+    assert!(reason.contains("ghost"), "{reason}");
+    // The agent quarantined it, and says so in its done notice.
+    raw.send(In::Done(pb::CampaignDone {
+        campaign_id: id.clone(),
+        last_seq: 2,
+        probes: 2,
+        skipped: 1,
+        quarantined_seqs: vec![2],
+        ..Default::default()
+    }))
+    .await;
+
+    let (summary, text) = launch.await.unwrap();
     // Finished with what arrived, without waiting for the refused batch until the deadline.
     assert!(
         started.elapsed() < Duration::from_secs(40),
-        "took {:?}:\n{out}",
+        "took {:?}:\n{text}",
         started.elapsed()
     );
-    assert_eq!(
-        odd_requests.load(Ordering::SeqCst),
-        4,
-        "one request a round"
-    );
-    let a = &first.agents[0];
-    assert!(!a.complete, "{a:?}");
-    assert_eq!(a.delivery.batches_rejected, 1, "{a:?}");
-    let refused = &a.delivery.rejected[0];
-    assert!(
-        refused
-            .reason
-            .contains("http_status 799 is not an HTTP status"),
-        "{refused:?}"
-    );
-    assert!(a.batches >= 1, "later batches were stored: {a:?}");
-
-    // The agent kept the refused batch, with the 799 record, in its quarantine.
-    let spool = stack.dir.path().join("spool-a1");
-    let quarantined: Vec<_> = latmesh_agent::spool::read_quarantine(&spool)
-        .unwrap()
-        .into_iter()
-        .map(|r| r.expect("a whole batch file").1)
+    let agents: Vec<(&str, u64, bool, u64)> = summary
+        .agents
+        .iter()
+        .map(|a| {
+            (
+                a.agent_id.as_str(),
+                a.records,
+                a.complete,
+                a.delivery.batches_rejected,
+            )
+        })
         .collect();
-    assert_eq!(quarantined.len(), 1, "{quarantined:?}");
-    assert_eq!(quarantined[0].seq, refused.seq);
-    assert!(
-        quarantined[0]
-            .records
-            .iter()
-            .any(|r| r.provider == "odd" && r.http_status == Some(799))
+    assert_eq!(
+        agents,
+        vec![("a1", 3, true, 0), ("raw", 1, false, 1)],
+        "{text}"
     );
-    let log = std::fs::read_to_string(stack.log("agent-a1")).unwrap();
-    assert!(log.contains("quarantined"), "{log}");
+    let refused = &summary.agents[1].delivery.rejected[0];
+    assert_eq!(refused.seq, 2);
+    assert!(refused.reason.contains("ghost"), "{refused:?}");
     let coord_log = std::fs::read_to_string(stack.log("coordinator")).unwrap();
     assert!(
         coord_log.contains("batch refused as malformed"),
         "{coord_log}"
     );
 
-    // The next campaign on the same agent is whole: its spool is not blocked.
-    let (second, out) = stack.launch(&campaign("after", None));
-    assert!(second.agents[0].complete, "{out}");
-    let text = latmesh_tests::verify_until_clean(&ch_url, &db, &second.campaign_id);
-    assert!(text.contains("a1"), "{text}");
-    // Its heartbeats (every second, through the second campaign) reported the quarantine.
-    let listing = std::process::Command::new(latmesh_tests::bin("latmesh"))
-        .args(["agents", "--coordinator", &stack.coord_url])
-        .output()
-        .unwrap();
-    let listing = String::from_utf8_lossy(&listing.stdout);
-    assert!(listing.contains("a1 quarantined 1 batch(es)"), "{listing}");
-
-    // The first: every batch that arrived is stored, but the agent is not verified, and the
-    // refused batch is named; never "0 lost" for it.
+    // verify: every batch that arrived is stored, but the raw agent is not verified and its
+    // refused batch is named; never "0 lost" for it. The real agent's line is whole.
     let deadline = Instant::now() + Duration::from_secs(60);
     let text = loop {
-        let (ok, text) = verify(&ch_url, &db, &first.campaign_id);
+        let (ok, text) = verify(&ch_url, &db, &summary.campaign_id);
         assert!(!ok, "verify passed:\n{text}");
         if !text.contains("not stored: still pending") || Instant::now() > deadline {
             break text;
         }
-        std::thread::sleep(Duration::from_millis(500));
+        tokio::time::sleep(Duration::from_millis(500)).await;
     };
     assert!(text.contains("NOT VERIFIED"), "{text}");
-    let refused_seq = format!("seq {} (", refused.seq);
-    assert!(text.contains(&refused_seq), "{text}");
-    assert!(text.contains("http_status 799"), "{text}");
-    assert!(!text.contains(": 0 lost"), "{text}");
-    assert!(!text.contains("not stored: still pending"), "{text}");
-
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(latmesh_tests::drop_db(&client, &db));
+    assert!(text.contains("seq 2 ("), "{text}");
+    assert!(text.contains("ghost"), "{text}");
+    let raw_line = text
+        .lines()
+        .find(|l| l.starts_with("raw "))
+        .unwrap_or_else(|| panic!("no raw line:\n{text}"));
+    let lost = raw_line.split_whitespace().nth(3);
+    assert_eq!(lost, Some("?"), "LOST of an unverified agent: {raw_line}");
+    assert!(
+        text.contains("NOT VERIFIED: 1 agent(s) did not deliver everything (raw:"),
+        "{text}"
+    );
+    let a1 = text
+        .lines()
+        .find(|l| l.starts_with("a1 "))
+        .unwrap_or_else(|| panic!("no a1 line:\n{text}"));
+    assert!(!a1.contains("NOT VERIFIED"), "{a1}");
+    latmesh_tests::drop_db(&client, &db).await;
 }

@@ -265,6 +265,22 @@ impl ProbeOutput {
         serde_json::to_string_pretty(&OrderedObject(fields)).unwrap_or(text)
     }
 
+    /// The same view with the API key (whole, or any run of
+    /// [`outcome::KEY_FRAGMENT_BYTES`] of its bytes) redacted from the visible and reasoning
+    /// texts, which are otherwise printed as the provider sent them (a provider may echo the
+    /// key into its answer; the record's own strings are scrubbed already).
+    pub fn without_key(mut self, api_key: Option<&str>) -> Self {
+        if let Some(key) = api_key.filter(|k| !k.is_empty()) {
+            for text in [&mut self.content_text, &mut self.reasoning_text]
+                .into_iter()
+                .flatten()
+            {
+                *text = outcome::redact_fragments(text, key.as_bytes(), "[redacted]");
+            }
+        }
+        self
+    }
+
     /// The printable view of `r`; texts only with `show_text`.
     pub fn new(r: &ProbeResult, show_text: bool) -> Self {
         let itl_p50_us = if r.itl_gaps_us.is_empty() {

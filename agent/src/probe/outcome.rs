@@ -233,7 +233,7 @@ impl Scrubber<'_> {
 /// `text` with every byte range covered by a run of at least [`KEY_FRAGMENT_BYTES`] bytes of
 /// `key` (or the whole key, when shorter) replaced by `with`. Ranges are widened to character
 /// boundaries.
-fn redact_fragments(text: &str, key: &[u8], with: &str) -> String {
+pub(crate) fn redact_fragments(text: &str, key: &[u8], with: &str) -> String {
     let window = KEY_FRAGMENT_BYTES.min(key.len());
     let hay = text.as_bytes();
     let mut covered = vec![false; hay.len()];

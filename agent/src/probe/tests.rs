@@ -191,6 +191,16 @@ async fn sends_region_key_and_body_and_measures_a_stream() {
     let json = serde_json::to_value(&out).unwrap();
     assert!(json.get("content_text").is_none());
     assert!(serde_json::to_value(ProbeOutput::new(&r, true)).unwrap()["content_text"] == "ab");
+    // The texts printed with `--show-text` lose an echoed key.
+    let mut echoed = r.clone();
+    echoed.content_text = "your key is sk-abcdefghijklmnop, really".into();
+    echoed.reasoning_text = "abcdefghijklmnop".into();
+    let shown = serde_json::to_value(
+        ProbeOutput::new(&echoed, true).without_key(Some("sk-abcdefghijklmnop")),
+    )
+    .unwrap();
+    assert_eq!(shown["content_text"], "your key is [redacted], really");
+    assert_eq!(shown["reasoning_text"], "[redacted]");
     // What `latmesh probe` prints: the record's order, no plan fields, the same values.
     let text = out.to_json_pretty();
     let printed: serde_json::Value = serde_json::from_str(&text).unwrap();
