@@ -74,9 +74,15 @@ where
             if let Some(status) = Status::from_header_map(res.headers())
                 && is_bad_message(&status)
             {
-                tracing::warn!(%peer, %method, code = ?status.code(), error = %status.message(), "a peer sent an oversized or undecodable message");
+                if let Some(suppressed) = BAD_MESSAGE_WARNINGS.allow() {
+                    tracing::warn!(%peer, %method, code = ?status.code(), error = %status.message(), suppressed, "a peer sent an oversized or undecodable message");
+                }
             }
             Ok(res)
         })
     }
 }
+
+/// Refused messages logged: at most 20 a minute, the rest counted in the next line.
+static BAD_MESSAGE_WARNINGS: latmesh_core::log_limit::LogLimit =
+    latmesh_core::log_limit::LogLimit::new(20, std::time::Duration::from_secs(60));

@@ -70,8 +70,15 @@ pub fn incoming(
     ReceiverStream::new(rx)
 }
 
+/// Failed handshakes logged: at most 20 a minute, the rest counted in the next line (any
+/// peer can open connections that fail).
+static HANDSHAKE_WARNINGS: latmesh_core::log_limit::LogLimit =
+    latmesh_core::log_limit::LogLimit::new(20, std::time::Duration::from_secs(60));
+
 fn warn_failed(peer: SocketAddr, reason: &str) {
-    tracing::warn!(%peer, reason, "TLS handshake failed");
+    if let Some(suppressed) = HANDSHAKE_WARNINGS.allow() {
+        tracing::warn!(%peer, reason, suppressed, "TLS handshake failed");
+    }
 }
 
 /// Why a handshake failed, in a user's terms: rustls' error, and when the peer did not speak

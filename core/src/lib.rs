@@ -15,6 +15,7 @@ pub mod error_text;
 pub mod hist;
 pub mod hist_sparse;
 pub mod load;
+pub mod log_limit;
 pub mod logging;
 pub mod metrics;
 pub mod output_tokens;
