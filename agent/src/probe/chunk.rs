@@ -145,7 +145,10 @@ impl<'de> Deserialize<'de> for Num {
                 Ok(Num(u64::try_from(v).ok()))
             }
             fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Num, E> {
-                Ok(Num((v.is_finite() && v >= 0.0).then_some(v as u64)))
+                // A whole number (`12.0` from a float formatter); `1.5` tokens is no count.
+                Ok(Num(
+                    (v.is_finite() && v >= 0.0 && v.fract() == 0.0).then_some(v as u64)
+                ))
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Num, E> {
                 Ok(Num(v.trim().parse().ok()))
@@ -1642,6 +1645,18 @@ mod tests {
         assert_eq!(
             (top.prompt_tokens, top.completion_tokens, top.total_tokens),
             (Some(9), Some(3), Some(12))
+        );
+        // A float that is a whole number is that count; a fraction is no count.
+        let floats =
+            u(r#"{"usage":{"prompt_tokens":9.0,"completion_tokens":1.5,"total_tokens":1e-30}}"#)
+                .unwrap();
+        assert_eq!(
+            (
+                floats.prompt_tokens,
+                floats.completion_tokens,
+                floats.total_tokens
+            ),
+            (Some(9), None, None)
         );
         let groq = u(
             r#"{"choices":[{"delta":{},"finish_reason":"stop"}],"x_groq":{"id":"r","usage":{"completion_tokens":4}}}"#,
