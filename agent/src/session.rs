@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use latmesh_core::clock::{self, ClockEstimate, ClockSample};
 use latmesh_core::plan::Plan;
+use latmesh_core::wire::{MAX_KEY_ENV_NAME_BYTES, MAX_KEY_ENV_NAMES};
 use latmesh_proto::PROTOCOL_VERSION;
 use latmesh_proto::pb::agent_message::Kind as Out;
 use latmesh_proto::pb::coordinator_message::Kind as In;
@@ -243,18 +244,17 @@ fn check_port(url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Most variable names a hello carries (a bound on its size).
-const MAX_KEY_ENV_NAMES: usize = 4096;
-
 /// Of the environment variable names `names`, those whose variable holds a value usable as an
 /// API key (what [`crate::probe::request::api_key_from_env`] would send: not blank, valid in a
-/// header), sorted, at most [`MAX_KEY_ENV_NAMES`]: the hello tells the coordinator these
+/// header), sorted, at most [`MAX_KEY_ENV_NAMES`] of at most [`MAX_KEY_ENV_NAME_BYTES`]
+/// (the coordinator refuses a hello with more or longer ones): the hello tells the coordinator these
 /// names, never a value, so it can refuse a campaign whose `api_key_env` this agent lacks.
 pub fn key_env_names(names: impl Iterator<Item = std::ffi::OsString>) -> Vec<String> {
     let mut out: Vec<String> = names
         .filter_map(|k| k.into_string().ok())
         .filter(|k| {
             !k.is_empty()
+                && k.len() <= MAX_KEY_ENV_NAME_BYTES
                 && !k.starts_with(|c: char| c.is_ascii_digit())
                 && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
                 && matches!(crate::probe::request::api_key_from_env(k), Ok(Some(_)))
@@ -262,7 +262,13 @@ pub fn key_env_names(names: impl Iterator<Item = std::ffi::OsString>) -> Vec<Str
         .collect();
     out.sort();
     out.dedup();
-    out.truncate(MAX_KEY_ENV_NAMES);
+    if out.len() > MAX_KEY_ENV_NAMES {
+        tracing::warn!(
+            names = out.len(),
+            "more API key variables than a hello lists ({MAX_KEY_ENV_NAMES}): the coordinator will not see those after the first {MAX_KEY_ENV_NAMES} in sorted order"
+        );
+        out.truncate(MAX_KEY_ENV_NAMES);
+    }
     out
 }
 
@@ -613,6 +619,11 @@ mod tests {
             .map(Into::into),
         );
         assert_eq!(names, ["LATMESH_TEST_HELLO_KEY"]);
+        // Within the coordinator's bounds: a longer name is left out.
+        let long = "K".repeat(super::MAX_KEY_ENV_NAME_BYTES + 1);
+        // SAFETY: a variable only this test uses.
+        unsafe { std::env::set_var(&long, "sk-long") };
+        assert!(key_env_names(std::iter::once(long.into())).is_empty());
         // From the real environment: the set one is among them, no value is.
         let all = key_env_names(std::env::vars_os().map(|(k, _)| k));
         assert!(all.contains(&"LATMESH_TEST_HELLO_KEY".to_string()));

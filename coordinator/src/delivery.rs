@@ -46,14 +46,14 @@ impl Rejections {
         if self.seqs.len() < MAX_TRACKED_REJECTIONS {
             self.seqs.insert(seq, reason.to_string());
         } else {
-            self.more += 1;
+            self.more = self.more.saturating_add(1);
         }
         true
     }
 
     /// Batches refused or quarantined.
     pub fn batches(&self) -> u64 {
-        self.seqs.len() as u64 + self.more
+        (self.seqs.len() as u64).saturating_add(self.more)
     }
 
     /// Whether batch `seq` was refused or quarantined (it will not arrive).
@@ -273,6 +273,10 @@ mod tests {
         assert_eq!(r.batches(), MAX_TRACKED_REJECTIONS as u64 + 10);
         assert_eq!(r.seqs.len(), MAX_TRACKED_REJECTIONS);
         assert_eq!(r.summary(Some(1)).rejected.len(), MAX_LISTED_REJECTIONS);
+        // A count read back from a persisted summary saturates, it never overflows.
+        r.more = u64::MAX;
+        assert!(r.reject(u64::MAX, "bad"));
+        assert_eq!(r.batches(), u64::MAX);
 
         let mut r = Rejections::default();
         let done = pb::CampaignDone {

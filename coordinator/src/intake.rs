@@ -4,7 +4,9 @@
 //! cannot make the coordinator allocate, compute or store more than its limits allow.
 //!
 //! An agent's hello is bounded too ([`check_hello`]): its id, region and version are listed
-//! by `latmesh agents` and in progress messages.
+//! by `latmesh agents` and in progress messages; at most [`MAX_KEY_ENV_NAMES`] key variable
+//! names of at most [`MAX_KEY_ENV_NAME_BYTES`] (kept while its session lasts, dropped when it
+//! disconnects).
 //!
 //! Checking and decoding run on blocking threads ([`check_off_runtime`]), one batch at a time
 //! per session and on at most half the cores at once, so control calls keep the async runtime.
@@ -21,6 +23,12 @@
 //!   - a provider or scenario that is not in the campaign's plan, a `step` beyond the
 //!     scenario's sweep steps (0 for other loads), a `prompt_id` longer than
 //!     [`MAX_TEXT_BYTES`];
+//!   - a record's plan numbers: a `load` other than its scenario's, a `round` not below the
+//!     plan's rounds (0 outside `rounds`), a `slot` not below its scenario's slots (a round's
+//!     slots, a rate's arrivals, a sweep's `step_requests`), an `attempt` outside 1 to the
+//!     scenario's attempts ([`max_attempts`]: retries, failover chain), a `turn` outside 1 to
+//!     its turns, a `concurrency` other than its sweep step's (0 for other loads); more than
+//!     [`MAX_CUT_FIELDS`] `cut_fields` or one longer than [`MAX_CUT_FIELD_BYTES`];
 //!   - a timestamp (`send_agent_unix_us`, a histogram's interval) outside 0 to the end of
 //!     year 9999 ([`MAX_UNIX_US`]), a `clock_offset_us` of more than a year either way
 //!     ([`MAX_CLOCK_OFFSET_US`]; the same bounds apply to a `done` notice, [`check_done`]);
@@ -34,13 +42,29 @@
 //!   agent's other providers): the text fields `finish_reason`, `error_type`, `error_code`,
 //!   `error_message`, `answered_model`, `system_fingerprint` are cut to [`MAX_TEXT_BYTES`]
 //!   (on a character boundary, `…` appended); `decode_tps` and `retry_after_s` that are NaN,
-//!   infinite or negative, and a `usage_chunk_delta` beyond ±`u32::MAX`, are dropped (absent);
-//!   a token total beyond `u32` is absent ([`latmesh_core::wire`]). What was cut is counted
-//!   in [`Sanitized`] and logged as a warning naming the agent.
+//!   infinite or negative, a `decode_tps` above [`MAX_DECODE_TPS`], a `usage_chunk_delta`
+//!   beyond ±`u32::MAX`, an `http_status` outside 100..=999 (three digits: any status an
+//!   HTTP client can report is stored as the provider sent it, 799 included) and a token
+//!   count (`output_tokens`, `prompt_tokens`, …) above
+//!   [`latmesh_core::provider_bounds::MAX_USAGE_TOKENS`] (the agent's own bound) are dropped
+//!   (absent; `output_tokens` 0); a token total beyond `u32` is absent
+//!   ([`latmesh_core::wire`]). What was cut is counted in [`Sanitized`] and logged as a
+//!   warning naming the agent.
+//!
+//! A `done` notice is checked too ([`check_done`]: its clock facts, its quarantine counts
+//! against what the plan can produce, at most [`MAX_QUARANTINED_SEQS`] quarantined seqs
+//! within the seq window; else it is refused naming the field), and so is a heartbeat
+//! ([`heartbeat_facts`]: a clock offset or uncertainty over a year, an `in_flight` over
+//! [`MAX_IN_FLIGHT`], a `batches_quarantined` over [`SEQ_WINDOW`] is ignored with a warning,
+//! the last sane value staying shown).
+//!
+//! These are the coordinator's checks; the agent bounds what providers send before it
+//! relays it ([`latmesh_core::provider_bounds`]), and the coordinator does not rely on it.
 
-use latmesh_core::load::LoadModel;
+use latmesh_core::load::{LoadKind, LoadModel};
 use latmesh_core::metrics::Metric;
-use latmesh_core::plan::Plan;
+use latmesh_core::plan::{Plan, ScenarioSpec};
+use latmesh_core::provider_bounds::MAX_USAGE_TOKENS;
 use latmesh_core::record::truncate_message;
 use latmesh_proto::pb;
 
@@ -62,7 +86,7 @@ pub const MAX_TEXT_BYTES: usize = 8 * 1024;
 /// DEFLATE framing.
 pub const MAX_HISTOGRAM_BYTES: usize = 256 * 1024;
 
-/// Longest agent id, region, version or API key variable name in an agent's hello, bytes:
+/// Longest agent id, region or version in an agent's hello, bytes:
 /// they are listed by `latmesh agents` and in every progress message.
 pub const MAX_HELLO_FIELD_BYTES: usize = 256;
 
@@ -78,8 +102,28 @@ pub const MAX_CLOCK_OFFSET_US: i64 = 366 * 86_400 * 1_000_000;
 /// one message, each at most ~1 KiB with the hello's limits.
 pub const MAX_KNOWN_AGENTS: usize = 2_000;
 
-/// Most API key variable names an agent's hello may list.
-pub const MAX_KEY_ENV_NAMES: usize = 4096;
+/// Most API key variable names an agent's hello may list; each at most
+/// [`MAX_KEY_ENV_NAME_BYTES`] long (the agent keeps to both).
+pub use latmesh_core::wire::{MAX_KEY_ENV_NAME_BYTES, MAX_KEY_ENV_NAMES};
+
+/// Most seqs a `done` notice may list as quarantined (the proto's bound).
+pub const MAX_QUARANTINED_SEQS: usize = 1024;
+
+/// Most entries of a record's `cut_fields`: an agent names each provider field it cut once,
+/// and a record has far fewer provider fields.
+pub const MAX_CUT_FIELDS: usize = 32;
+
+/// Longest entry of a record's `cut_fields`, bytes (field names such as
+/// `usage.prompt_tokens`).
+pub const MAX_CUT_FIELD_BYTES: usize = 64;
+
+/// Largest `decode_tps` kept, tokens per second: no provider decodes ten million tokens a
+/// second, a larger rate is a broken clock or count and would poison means.
+pub const MAX_DECODE_TPS: f64 = 1e7;
+
+/// Largest `in_flight` a heartbeat may report (an agent's attempts in flight): more is
+/// ignored (the last sane value stays shown).
+pub const MAX_IN_FLIGHT: u32 = 1_000_000;
 
 /// Checks an agent's hello against the limits above.
 ///
@@ -107,23 +151,26 @@ pub fn check_hello(hello: &pb::AgentHello) -> Result<(), String> {
     if let Some(long) = hello
         .key_env_names
         .iter()
-        .find(|n| n.len() > MAX_HELLO_FIELD_BYTES)
+        .find(|n| n.len() > MAX_KEY_ENV_NAME_BYTES)
     {
         return Err(format!(
-            "AgentHello.key_env_names has a name of {} bytes, longer than {MAX_HELLO_FIELD_BYTES}",
+            "AgentHello.key_env_names has a name of {} bytes, longer than {MAX_KEY_ENV_NAME_BYTES}",
             long.len()
         ));
     }
     Ok(())
 }
 
-/// Checks the clock facts of an agent's `done` notice (its start on the coordinator's clock,
-/// its clock offset and uncertainty) against [`MAX_UNIX_US`] and [`MAX_CLOCK_OFFSET_US`]:
-/// the summary's start skew subtracts and adds them.
+/// Checks an agent's `done` notice before it is noted: its clock facts (its start on the
+/// coordinator's clock, its clock offset and uncertainty) against [`MAX_UNIX_US`] and
+/// [`MAX_CLOCK_OFFSET_US`] (the summary's start skew subtracts and adds them); its quarantine
+/// counts against what `plan` can produce ([`max_attempt_records`], and as many histograms per
+/// metric), its `quarantined_seqs` against [`MAX_QUARANTINED_SEQS`] and the seq window
+/// (1 to [`SEQ_WINDOW`] past `highest_seq`, the highest seq received from the agent).
 ///
 /// # Errors
 /// A message naming the field and its limit.
-pub fn check_done(done: &pb::CampaignDone) -> Result<(), String> {
+pub fn check_done(done: &pb::CampaignDone, plan: &Plan, highest_seq: u64) -> Result<(), String> {
     check_unix_us(
         "CampaignDone.started_coord_unix_us",
         done.started_coord_unix_us,
@@ -132,7 +179,91 @@ pub fn check_done(done: &pb::CampaignDone) -> Result<(), String> {
     check_offset_us(
         "CampaignDone.clock_uncertainty_us",
         i64::try_from(done.clock_uncertainty_us).unwrap_or(i64::MAX),
-    )
+    )?;
+    let records = max_attempt_records(plan);
+    let histograms = records.saturating_mul(Metric::ALL.len() as u64);
+    for (field, value, max) in [
+        ("records_quarantined", done.records_quarantined, records),
+        (
+            "histograms_quarantined",
+            done.histograms_quarantined,
+            histograms,
+        ),
+    ] {
+        if value > max {
+            return Err(format!(
+                "CampaignDone.{field} {value} is more than the plan can produce ({max})"
+            ));
+        }
+    }
+    if done.quarantined_seqs.len() > MAX_QUARANTINED_SEQS {
+        return Err(format!(
+            "CampaignDone.quarantined_seqs lists {} seqs, more than {MAX_QUARANTINED_SEQS}",
+            done.quarantined_seqs.len()
+        ));
+    }
+    let last = highest_seq.saturating_add(SEQ_WINDOW);
+    if let Some(seq) = done
+        .quarantined_seqs
+        .iter()
+        .find(|&&s| !(1..=last).contains(&s))
+    {
+        return Err(format!(
+            "CampaignDone.quarantined_seqs has seq {seq}, outside 1..={last} (the seq window)"
+        ));
+    }
+    Ok(())
+}
+
+/// What an agent's heartbeat may change of its row in `latmesh agents`, each value within
+/// its bounds: `None` for a value ignored (logged as a warning by [`heartbeat_facts`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HeartbeatFacts {
+    /// Clock offset and uncertainty (µs), both within [`MAX_CLOCK_OFFSET_US`].
+    pub clock: Option<(i64, u64)>,
+    /// Attempts in flight, at most [`MAX_IN_FLIGHT`].
+    pub in_flight: Option<u32>,
+    /// Batches quarantined by the agent process, at most [`SEQ_WINDOW`] (each a seq it
+    /// numbered; more is not a count).
+    pub batches_quarantined: Option<u64>,
+}
+
+/// The facts of `hb` within their bounds (the same clock bounds as a `done` notice); a value
+/// beyond them is ignored with a warning naming the agent and the field.
+pub fn heartbeat_facts(agent: &str, hb: &pb::Heartbeat) -> HeartbeatFacts {
+    let clock = check_offset_us("Heartbeat.clock_offset_us", hb.clock_offset_us)
+        .and_then(|()| {
+            check_offset_us(
+                "Heartbeat.clock_uncertainty_us",
+                i64::try_from(hb.clock_uncertainty_us).unwrap_or(i64::MAX),
+            )
+        })
+        .map(|()| (hb.clock_offset_us, hb.clock_uncertainty_us));
+    let in_flight = if hb.in_flight <= MAX_IN_FLIGHT {
+        Ok(hb.in_flight)
+    } else {
+        Err(format!(
+            "Heartbeat.in_flight {} is more than {MAX_IN_FLIGHT}",
+            hb.in_flight
+        ))
+    };
+    let quarantined = if hb.batches_quarantined <= SEQ_WINDOW {
+        Ok(hb.batches_quarantined)
+    } else {
+        Err(format!(
+            "Heartbeat.batches_quarantined {} is more than {SEQ_WINDOW}",
+            hb.batches_quarantined
+        ))
+    };
+    fn ignored<T>(agent: &str, r: Result<T, String>) -> Option<T> {
+        r.map_err(|e| tracing::warn!(%agent, "heartbeat value ignored: {e}"))
+            .ok()
+    }
+    HeartbeatFacts {
+        clock: ignored(agent, clock),
+        in_flight: ignored(agent, in_flight),
+        batches_quarantined: ignored(agent, quarantined),
+    }
 }
 
 fn check_unix_us(field: &str, us: i64) -> Result<(), String> {
@@ -198,6 +329,160 @@ fn steps_of(load: &LoadModel) -> usize {
     }
 }
 
+/// Most attempts one logical request of scenario `s` makes: 1 + its retries; with failover,
+/// every provider of its chain `attempts` times (its backups' own slots retry as the policy
+/// says).
+pub fn max_attempts(s: &ScenarioSpec) -> u32 {
+    let retried = s
+        .policy
+        .retry
+        .as_ref()
+        .map_or(0, |r| r.max_retries)
+        .saturating_add(1);
+    let failover = s.failover.as_ref().map_or(0, |f| {
+        u32::try_from(f.chain.len())
+            .unwrap_or(u32::MAX)
+            .saturating_mul(f.attempts)
+    });
+    retried.max(failover)
+}
+
+/// Logical requests scenario `i` of `plan` makes on one agent, at most: every round's slots,
+/// every arrival of a rate, every request a sweep's workers can send (its `step_requests`,
+/// else one per microsecond of the step per worker: a bound, not an estimate).
+fn max_requests(plan: &Plan, i: usize) -> u64 {
+    let s = &plan.scenarios[i];
+    let slots = plan.scenario_slots(i).len() as u64;
+    match &s.load {
+        LoadModel::Rounds => u64::from(plan.rounds.count).saturating_mul(slots),
+        LoadModel::Rate(r) => r.arrival_count(plan.seed, i).saturating_mul(slots),
+        LoadModel::Sweep(sw) => sw
+            .concurrency
+            .iter()
+            .map(|&c| match sw.step_requests {
+                Some(n) => u64::from(n),
+                None => u64::from(c).saturating_mul(sw.step_ms.saturating_mul(1000)),
+            })
+            .fold(0u64, u64::saturating_add)
+            .saturating_mul(slots),
+    }
+}
+
+/// Most records (attempts of every turn) one agent can make in `plan`: what a `done` notice
+/// may count as quarantined.
+pub fn max_attempt_records(plan: &Plan) -> u64 {
+    (0..plan.scenarios.len())
+        .map(|i| {
+            let s = &plan.scenarios[i];
+            max_requests(plan, i)
+                .saturating_mul(u64::from(max_attempts(s)))
+                .saturating_mul(u64::from(s.policy.turns.max(1)))
+        })
+        .fold(0u64, u64::saturating_add)
+}
+
+/// What a record of one scenario may carry ([`check_batch`] builds them once per batch).
+#[derive(Clone, Debug)]
+struct ScenarioBounds {
+    load: LoadKind,
+    /// A sweep's step concurrencies (empty for other loads: their step and concurrency are 0).
+    concurrency: Vec<u32>,
+    /// Rounds of the plan (rounds scenarios; 1 for others, whose round is 0).
+    rounds: u64,
+    /// Slots a record's `slot` indexes (`None`: unbounded, a sweep without `step_requests`).
+    slots: Option<u64>,
+    max_attempts: u32,
+    turns: u32,
+}
+
+fn scenario_bounds(plan: &Plan) -> Vec<ScenarioBounds> {
+    let per_round = plan.slots_per_round() as u64;
+    plan.scenarios
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let (concurrency, rounds, slots) = match &s.load {
+                LoadModel::Rounds => (Vec::new(), u64::from(plan.rounds.count), Some(per_round)),
+                LoadModel::Rate(r) => (Vec::new(), 1, Some(r.arrival_count(plan.seed, i))),
+                LoadModel::Sweep(sw) => {
+                    (sw.concurrency.clone(), 1, sw.step_requests.map(u64::from))
+                }
+            };
+            ScenarioBounds {
+                load: s.load.kind(),
+                concurrency,
+                rounds,
+                slots,
+                max_attempts: max_attempts(s),
+                turns: s.policy.turns.max(1),
+            }
+        })
+        .collect()
+}
+
+/// The plan numbers of a record of scenario bounds `b`. Errors start with the field's name.
+fn check_plan_numbers(b: &ScenarioBounds, r: &pb::ProbeRecord) -> Result<(), String> {
+    let load = LoadKind::parse(&r.load).ok_or_else(|| {
+        format!(
+            "load {:?} is not a load model",
+            truncate_message(&r.load, 64)
+        )
+    })?;
+    if load != b.load {
+        return Err(format!(
+            "load {:?} is not its scenario's ({:?})",
+            load.as_str(),
+            b.load.as_str()
+        ));
+    }
+    if u64::from(r.round) >= b.rounds {
+        return Err(format!(
+            "round {} is out of range: the plan has {} round(s) for it",
+            r.round, b.rounds
+        ));
+    }
+    if let Some(slots) = b.slots
+        && u64::from(r.slot) >= slots
+    {
+        return Err(format!(
+            "slot {} is out of range: its scenario has {slots} slot(s)",
+            r.slot
+        ));
+    }
+    if !(1..=b.max_attempts).contains(&r.attempt) {
+        return Err(format!(
+            "attempt {} is outside 1..={} (its scenario's attempts)",
+            r.attempt, b.max_attempts
+        ));
+    }
+    if !(1..=b.turns).contains(&r.turn) {
+        return Err(format!(
+            "turn {} is outside 1..={} (its scenario's turns)",
+            r.turn, b.turns
+        ));
+    }
+    let want = b.concurrency.get(r.step as usize).copied().unwrap_or(0);
+    if r.concurrency != want {
+        return Err(format!(
+            "concurrency {} is not its step's ({want})",
+            r.concurrency
+        ));
+    }
+    if r.cut_fields.len() > MAX_CUT_FIELDS {
+        return Err(format!(
+            "cut_fields lists {} fields, more than {MAX_CUT_FIELDS}",
+            r.cut_fields.len()
+        ));
+    }
+    if let Some(long) = r.cut_fields.iter().find(|f| f.len() > MAX_CUT_FIELD_BYTES) {
+        return Err(format!(
+            "cut_fields has a name of {} bytes, longer than {MAX_CUT_FIELD_BYTES}",
+            long.len()
+        ));
+    }
+    Ok(())
+}
+
 /// Checks `batch` against `expected` before anything decodes it; cuts and drops the provider
 /// values beyond their limits in place (see the [module docs](self) for which field does
 /// what).
@@ -224,8 +509,13 @@ pub fn check_batch(expected: &Expected, batch: &mut pb::ResultBatch) -> Result<S
         check_histogram(expected.plan, h).map_err(|e| format!("histograms[{i}].{e}"))?;
     }
     let mut cut = Sanitized::default();
+    let bounds = if batch.records.is_empty() {
+        Vec::new()
+    } else {
+        scenario_bounds(expected.plan)
+    };
     for (i, r) in batch.records.iter_mut().enumerate() {
-        check_record(expected, r, &mut cut).map_err(|e| format!("records[{i}].{e}"))?;
+        check_record(expected, &bounds, r, &mut cut).map_err(|e| format!("records[{i}].{e}"))?;
     }
     Ok(cut)
 }
@@ -244,21 +534,21 @@ fn check_seq(seq: u64, highest: u64) -> Result<(), String> {
     Ok(())
 }
 
-/// A provider and scenario of the plan, and a step of that scenario; the scenario's load.
+/// A provider and scenario of the plan, and a step of that scenario; the scenario's index.
 /// Errors start with the field's name.
-fn check_names<'p>(
-    plan: &'p Plan,
-    provider: &str,
-    scenario: &str,
-    step: u32,
-) -> Result<&'p LoadModel, String> {
+fn check_names(plan: &Plan, provider: &str, scenario: &str, step: u32) -> Result<usize, String> {
     if !plan.providers.iter().any(|p| p.name == provider) {
         return Err(format!(
             "provider {:?} is not a provider of the plan",
             truncate_message(provider, 64)
         ));
     }
-    let Some(s) = plan.scenarios.iter().find(|s| s.name == scenario) else {
+    let Some((i, s)) = plan
+        .scenarios
+        .iter()
+        .enumerate()
+        .find(|(_, s)| s.name == scenario)
+    else {
         return Err(format!(
             "scenario {:?} is not a scenario of the plan",
             truncate_message(scenario, 64)
@@ -270,7 +560,7 @@ fn check_names<'p>(
             "step {step} is out of range: scenario {scenario:?} has {steps} step(s)"
         ));
     }
-    Ok(&s.load)
+    Ok(i)
 }
 
 fn check_histogram(plan: &Plan, h: &pb::IntervalHistogram) -> Result<(), String> {
@@ -300,10 +590,12 @@ fn check_histogram(plan: &Plan, h: &pb::IntervalHistogram) -> Result<(), String>
 
 fn check_record(
     expected: &Expected,
+    bounds: &[ScenarioBounds],
     r: &mut pb::ProbeRecord,
     cut: &mut Sanitized,
 ) -> Result<(), String> {
-    check_names(expected.plan, &r.provider, &r.scenario, r.step)?;
+    let scenario = check_names(expected.plan, &r.provider, &r.scenario, r.step)?;
+    check_plan_numbers(&bounds[scenario], r)?;
     if r.prompt_id.len() > MAX_TEXT_BYTES {
         return Err(format!(
             "prompt_id of {} bytes is longer than {MAX_TEXT_BYTES}",
@@ -361,6 +653,30 @@ fn check_record(
     for rate in [&mut r.decode_tps, &mut r.retry_after_s] {
         if rate.is_some_and(|v| !v.is_finite() || v < 0.0) {
             *rate = None;
+            cut.numbers_dropped += 1;
+        }
+    }
+    if r.decode_tps.is_some_and(|v| v > MAX_DECODE_TPS) {
+        r.decode_tps = None;
+        cut.numbers_dropped += 1;
+    }
+    if r.http_status.is_some_and(|s| !(100..=999).contains(&s)) {
+        r.http_status = None;
+        cut.numbers_dropped += 1;
+    }
+    if r.output_tokens > MAX_USAGE_TOKENS {
+        // Not optional on the wire: 0, as for an answer with no token counted.
+        r.output_tokens = 0;
+        cut.numbers_dropped += 1;
+    }
+    for count in [
+        &mut r.prompt_tokens,
+        &mut r.completion_tokens,
+        &mut r.reasoning_tokens,
+        &mut r.cached_tokens,
+    ] {
+        if count.is_some_and(|c| c > MAX_USAGE_TOKENS) {
+            *count = None;
             cut.numbers_dropped += 1;
         }
     }
@@ -454,6 +770,8 @@ model_id = "m"
         let rec = ProbeRecord {
             provider: "a".into(),
             scenario: "chat".into(),
+            attempt: 1,
+            turn: 1,
             outcome: Some(Outcome::Ok),
             ttft_us: Some(1_000),
             sched_lag_us: 5,
@@ -476,6 +794,17 @@ model_id = "m"
             records: vec![pb::ProbeRecord::from(&rec)],
             clock_offset_us: 0,
         }
+    }
+
+    /// Checks `b` as the first batch of an agent (no seq received yet).
+    fn check_fresh(b: &mut pb::ResultBatch) -> Result<Sanitized, String> {
+        let plan = plan();
+        let expected = Expected {
+            plan: &plan,
+            highest_seq: 0,
+            max_duration_us: 60_000_000,
+        };
+        check_batch(&expected, b)
     }
 
     /// The error of checking `batch(seq)` changed by `change`, after 10 batches arrived.
@@ -607,14 +936,21 @@ model_id = "m"
     }
 
     #[test]
-    fn done_notices_with_absurd_clocks_are_refused_by_name() {
+    fn done_notices_with_absurd_clocks_or_quarantine_counts_are_refused_by_name() {
+        let plan = plan();
+        // 2 rounds × 1 slot + 2 sweep steps × (c × 1 s per µs) requests, 1 attempt, 1 turn.
+        let max = max_attempt_records(&plan);
+        assert_eq!(max, 2 + 3_000_000);
         let ok = pb::CampaignDone {
             started_coord_unix_us: 1_700_000_000_000_000,
             clock_offset_us: -40_000,
             clock_uncertainty_us: 300,
+            records_quarantined: max,
+            histograms_quarantined: 3,
+            quarantined_seqs: vec![1; MAX_QUARANTINED_SEQS],
             ..Default::default()
         };
-        assert_eq!(check_done(&ok), Ok(()));
+        assert_eq!(check_done(&ok, &plan, 10), Ok(()));
         for (done, want) in [
             (
                 pb::CampaignDone {
@@ -637,8 +973,43 @@ model_id = "m"
                 },
                 "CampaignDone.clock_uncertainty_us",
             ),
+            (
+                pb::CampaignDone {
+                    records_quarantined: u64::MAX,
+                    ..ok.clone()
+                },
+                "CampaignDone.records_quarantined 18446744073709551615 is more than the plan can produce (3000002)",
+            ),
+            (
+                pb::CampaignDone {
+                    histograms_quarantined: u64::MAX,
+                    ..ok.clone()
+                },
+                "CampaignDone.histograms_quarantined 18446744073709551615 is more than",
+            ),
+            (
+                pb::CampaignDone {
+                    quarantined_seqs: vec![1; 4999],
+                    ..ok.clone()
+                },
+                "CampaignDone.quarantined_seqs lists 4999 seqs, more than 1024",
+            ),
+            (
+                pb::CampaignDone {
+                    quarantined_seqs: vec![0],
+                    ..ok.clone()
+                },
+                "CampaignDone.quarantined_seqs has seq 0, outside 1..=1000010",
+            ),
+            (
+                pb::CampaignDone {
+                    quarantined_seqs: vec![u64::MAX],
+                    ..ok.clone()
+                },
+                "has seq 18446744073709551615",
+            ),
         ] {
-            let e = check_done(&done).unwrap_err();
+            let e = check_done(&done, &plan, 10).unwrap_err();
             assert!(e.contains(want), "{e}");
         }
     }
@@ -648,7 +1019,7 @@ model_id = "m"
         let ok = pb::AgentHello {
             agent_id: "a".repeat(MAX_HELLO_FIELD_BYTES),
             region: "us-east".into(),
-            key_env_names: vec!["K".into(); MAX_KEY_ENV_NAMES],
+            key_env_names: vec!["K".repeat(MAX_KEY_ENV_NAME_BYTES); MAX_KEY_ENV_NAMES],
             ..Default::default()
         };
         assert_eq!(check_hello(&ok), Ok(()));
@@ -680,7 +1051,14 @@ model_id = "m"
                     key_env_names: vec!["K".into(); MAX_KEY_ENV_NAMES + 1],
                     ..ok.clone()
                 },
-                "lists 4097 names",
+                "lists 1025 names",
+            ),
+            (
+                pb::AgentHello {
+                    key_env_names: vec!["K".repeat(MAX_KEY_ENV_NAME_BYTES + 1)],
+                    ..ok.clone()
+                },
+                "AgentHello.key_env_names has a name of 129 bytes, longer than 128",
             ),
         ] {
             let e = check_hello(&hello).unwrap_err();
@@ -690,12 +1068,6 @@ model_id = "m"
 
     #[test]
     fn provider_values_beyond_their_limits_are_cut_or_dropped_and_the_batch_is_kept() {
-        let plan = plan();
-        let expected = Expected {
-            plan: &plan,
-            highest_seq: 0,
-            max_duration_us: 60_000_000,
-        };
         let mut b = batch(1);
         let r = &mut b.records[0];
         r.error_message = Some("é".repeat(2 << 20));
@@ -704,7 +1076,7 @@ model_id = "m"
         r.decode_tps = Some(f64::NAN);
         r.retry_after_s = Some(-1.0);
         r.usage_chunk_delta = Some(i64::MIN);
-        let cut = check_batch(&expected, &mut b).unwrap();
+        let cut = check_fresh(&mut b).unwrap();
         assert_eq!(
             cut,
             Sanitized {
@@ -738,5 +1110,170 @@ model_id = "m"
             Some(1_000),
             "the measurement itself is kept"
         );
+    }
+
+    #[test]
+    fn record_numbers_beyond_the_plan_reject_the_batch_naming_the_field() {
+        type Change = Box<dyn FnOnce(&mut pb::ProbeRecord)>;
+        let cases: Vec<(Change, &str)> = vec![
+            (
+                Box::new(|r| r.round = u32::MAX),
+                "records[0].round 4294967295 is out of range: the plan has 2 round(s)",
+            ),
+            (Box::new(|r| r.round = 2), "records[0].round 2"),
+            (
+                Box::new(|r| r.slot = u32::MAX),
+                "records[0].slot 4294967295 is out of range: its scenario has 1 slot(s)",
+            ),
+            (
+                Box::new(|r| r.attempt = 0),
+                "records[0].attempt 0 is outside 1..=1",
+            ),
+            (Box::new(|r| r.attempt = 2), "records[0].attempt 2"),
+            (
+                Box::new(|r| r.turn = 0),
+                "records[0].turn 0 is outside 1..=1",
+            ),
+            (Box::new(|r| r.turn = 2), "records[0].turn 2"),
+            (
+                Box::new(|r| r.concurrency = u32::MAX),
+                "records[0].concurrency 4294967295 is not its step's (0)",
+            ),
+            (
+                Box::new(|r| r.load = "sweep".into()),
+                "records[0].load \"sweep\" is not its scenario's (\"rounds\")",
+            ),
+            (
+                Box::new(|r| r.load = "x".repeat(1 << 20)),
+                "records[0].load \"xxx",
+            ),
+            (
+                Box::new(|r| r.cut_fields = vec!["finish_reason".into(); MAX_CUT_FIELDS + 1]),
+                "records[0].cut_fields lists 33 fields, more than 32",
+            ),
+            (
+                Box::new(|r| r.cut_fields = vec!["f".repeat(MAX_CUT_FIELD_BYTES + 1)]),
+                "records[0].cut_fields has a name of 65 bytes, longer than 64",
+            ),
+            (
+                Box::new(|r| {
+                    r.scenario = "knee".into();
+                    r.load = "sweep".into();
+                    r.step = 1;
+                    r.concurrency = 1;
+                }),
+                "records[0].concurrency 1 is not its step's (2)",
+            ),
+        ];
+        for (change, want) in cases {
+            let e = refused(1, |b| change(&mut b.records[0]));
+            assert!(e.contains(want), "{e:?} lacks {want:?}");
+            assert!(e.len() < 300, "the message stays short: {e}");
+        }
+        // A sweep record of the plan's step, at any slot (closed loop: unbounded), passes.
+        let mut b = batch(1);
+        let r = &mut b.records[0];
+        (r.scenario, r.load, r.step, r.concurrency, r.slot) =
+            ("knee".into(), "sweep".into(), 1, 2, u32::MAX);
+        r.cut_fields = vec!["f".repeat(MAX_CUT_FIELD_BYTES); MAX_CUT_FIELDS];
+        assert_eq!(check_fresh(&mut b), Ok(Sanitized::default()));
+    }
+
+    #[test]
+    fn attempts_allowed_follow_retries_and_failover() {
+        let mut plan = plan();
+        assert_eq!(max_attempts(&plan.scenarios[0]), 1);
+        plan.scenarios[0].policy.retry = Some(latmesh_core::plan::RetryPolicy {
+            max_retries: 3,
+            ..Default::default()
+        });
+        assert_eq!(max_attempts(&plan.scenarios[0]), 4);
+        plan.scenarios[0].failover = Some(latmesh_core::plan::FailoverSpec {
+            chain: vec![0, 0, 0],
+            attempts: 2,
+            on: Vec::new(),
+        });
+        assert_eq!(max_attempts(&plan.scenarios[0]), 6);
+    }
+
+    #[test]
+    fn odd_statuses_and_absurd_counts_from_a_provider_are_dropped_and_the_batch_is_kept() {
+        for (status, kept) in [
+            (799, Some(799)),
+            (100, Some(100)),
+            (999, Some(999)),
+            (99, None),
+            (1000, None),
+            (u32::MAX, None),
+        ] {
+            let mut b = batch(1);
+            b.records[0].http_status = Some(status);
+            let cut = check_fresh(&mut b).unwrap();
+            assert_eq!(b.records[0].http_status, kept, "{status}");
+            assert_eq!(cut.numbers_dropped, u64::from(kept.is_none()), "{status}");
+            assert!(
+                latmesh_core::record::ProbeRecord::try_from(b.records[0].clone()).is_ok(),
+                "{status}: what intake stores converts"
+            );
+        }
+        let mut b = batch(1);
+        let r = &mut b.records[0];
+        r.output_tokens = u32::MAX;
+        r.prompt_tokens = Some(u32::MAX);
+        r.completion_tokens = Some(MAX_USAGE_TOKENS + 1);
+        r.cached_tokens = Some(MAX_USAGE_TOKENS);
+        r.decode_tps = Some(1e308);
+        let cut = check_fresh(&mut b).unwrap();
+        assert_eq!(cut.numbers_dropped, 4);
+        let r = &b.records[0];
+        assert_eq!(
+            (
+                r.output_tokens,
+                r.prompt_tokens,
+                r.completion_tokens,
+                r.decode_tps
+            ),
+            (0, None, None, None)
+        );
+        assert_eq!(
+            r.cached_tokens,
+            Some(MAX_USAGE_TOKENS),
+            "at the bound: kept"
+        );
+        let mut b = batch(1);
+        b.records[0].decode_tps = Some(MAX_DECODE_TPS);
+        assert_eq!(check_fresh(&mut b), Ok(Sanitized::default()));
+    }
+
+    #[test]
+    fn heartbeat_values_beyond_their_bounds_are_ignored() {
+        let ok = pb::Heartbeat {
+            clock_offset_us: -40_000,
+            clock_uncertainty_us: 300,
+            in_flight: 7,
+            batches_quarantined: 2,
+            ..Default::default()
+        };
+        assert_eq!(
+            heartbeat_facts("a", &ok),
+            HeartbeatFacts {
+                clock: Some((-40_000, 300)),
+                in_flight: Some(7),
+                batches_quarantined: Some(2),
+            }
+        );
+        let absurd = pb::Heartbeat {
+            clock_offset_us: 1 << 62,
+            in_flight: u32::MAX,
+            batches_quarantined: u64::MAX,
+            ..ok
+        };
+        assert_eq!(heartbeat_facts("a", &absurd), HeartbeatFacts::default());
+        let uncertain = pb::Heartbeat {
+            clock_uncertainty_us: u64::MAX,
+            ..ok
+        };
+        assert_eq!(heartbeat_facts("a", &uncertain).clock, None);
+        assert_eq!(heartbeat_facts("a", &uncertain).in_flight, Some(7));
     }
 }

@@ -606,11 +606,11 @@ mod tests {
         let id = state.launch(&plan().to_json(), 0).unwrap().campaign_id;
         let metrics = CoordinatorMetrics::default();
         let mut bad = batch(&id, 1, 1_000);
-        bad.records[0].http_status = Some(799);
+        bad.records[0].attempt = 0;
         for _ in 0..2 {
             match store(&state, None, &metrics, "a1", bad.clone()).await {
                 Reply::Reject(reason) => {
-                    assert!(reason.contains("http_status 799"), "{reason}")
+                    assert!(reason.contains("records[0].attempt 0"), "{reason}")
                 }
                 other => panic!("{other:?}"),
             }
@@ -651,6 +651,6 @@ mod tests {
         assert_eq!(a.delivery.batches_rejected, 2);
         let seqs: Vec<u64> = a.delivery.rejected.iter().map(|r| r.seq).collect();
         assert_eq!(seqs, [1, 3]);
-        assert!(a.delivery.rejected[0].reason.contains("http_status 799"));
+        assert!(a.delivery.rejected[0].reason.contains("attempt 0"));
     }
 }

@@ -449,6 +449,9 @@ impl State {
             }
             a.info.connected = false;
             a.tx = None;
+            // Its key names are its hello's, checked again at its next hello: a disconnected
+            // agent (up to MAX_KNOWN_AGENTS are kept) holds no per-session data.
+            a.key_env = None;
         }
         // Only the agent's unfinished campaigns: a peer reconnecting in a loop must not make
         // the coordinator recompute every campaign it holds each time.
@@ -456,7 +459,8 @@ impl State {
     }
 
     /// Records a heartbeat of the agent's session `session` (a stale session's is ignored):
-    /// its clock estimate, attempts in flight and heartbeat period.
+    /// its clock estimate, attempts in flight and heartbeat period; a value beyond its bounds
+    /// is ignored with a warning ([`crate::intake::heartbeat_facts`]).
     pub fn heartbeat(&self, agent_id: &str, session: u64, hb: &pb::Heartbeat) {
         let mut inner = self.lock();
         let now = now_unix_us();
@@ -465,10 +469,17 @@ impl State {
         {
             a.info.last_seen_coord_unix_us = now;
             a.info.last_heartbeat_coord_unix_us = now;
-            a.info.clock_offset_us = hb.clock_offset_us;
-            a.info.clock_uncertainty_us = hb.clock_uncertainty_us;
-            a.info.in_flight = hb.in_flight;
-            a.info.batches_quarantined = hb.batches_quarantined;
+            let facts = crate::intake::heartbeat_facts(agent_id, hb);
+            if let Some((offset, uncertainty)) = facts.clock {
+                a.info.clock_offset_us = offset;
+                a.info.clock_uncertainty_us = uncertainty;
+            }
+            if let Some(n) = facts.in_flight {
+                a.info.in_flight = n;
+            }
+            if let Some(n) = facts.batches_quarantined {
+                a.info.batches_quarantined = n;
+            }
             if hb.interval_ms > 0 {
                 a.info.heartbeat_interval_ms = hb.interval_ms;
             }
@@ -847,10 +858,12 @@ impl State {
             .get(agent_id)
             .and_then(|a| a.seqs.last().copied())
             .unwrap_or(0);
-        crate::intake::check_done(done).map_err(|message| StateError::BadBatch {
-            agent: agent_id.to_string(),
-            seq: done.last_seq,
-            message,
+        crate::intake::check_done(done, &c.plan, highest).map_err(|message| {
+            StateError::BadBatch {
+                agent: agent_id.to_string(),
+                seq: done.last_seq,
+                message,
+            }
         })?;
         if done.last_seq > highest.saturating_add(crate::intake::SEQ_WINDOW) {
             return Err(StateError::BadBatch {
@@ -2581,5 +2594,100 @@ pub(crate) mod tests {
             )
             .unwrap();
         assert!(state.launch(&plan().to_json(), 0).is_ok());
+    }
+
+    #[tokio::test]
+    async fn absurd_heartbeat_values_are_ignored_and_a_disconnected_agent_keeps_no_key_names() {
+        let state = State::default();
+        let (tx, _rx) = mpsc::channel(8);
+        let names: Vec<String> = (0..crate::intake::MAX_KEY_ENV_NAMES)
+            .map(|i| format!("{i:0>128}"))
+            .collect();
+        let s = state.connect(
+            &pb::AgentHello {
+                key_env_names: names,
+                key_env_reported: true,
+                ..hello("a1", "us-east")
+            },
+            tx,
+        );
+        let sane = pb::Heartbeat {
+            clock_offset_us: -40_000,
+            clock_uncertainty_us: 300,
+            in_flight: 3,
+            batches_quarantined: 1,
+            ..Default::default()
+        };
+        state.heartbeat("a1", s, &sane);
+        state.heartbeat(
+            "a1",
+            s,
+            &pb::Heartbeat {
+                clock_offset_us: 1 << 62,
+                clock_uncertainty_us: u64::MAX,
+                in_flight: u32::MAX,
+                batches_quarantined: u64::MAX,
+                ..Default::default()
+            },
+        );
+        let a = &state.agents()[0];
+        assert_eq!(
+            (
+                a.clock_offset_us,
+                a.clock_uncertainty_us,
+                a.in_flight,
+                a.batches_quarantined
+            ),
+            (-40_000, 300, 3, 1),
+            "the last sane values stay shown"
+        );
+        assert!(state.lock().agents["a1"].key_env.is_some());
+        state.disconnect("a1", s);
+        assert!(
+            state.lock().agents["a1"].key_env.is_none(),
+            "its hello's key names go with its session"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_done_notice_with_absurd_quarantine_counts_is_refused() {
+        let state = State::default();
+        let (tx, _rx) = mpsc::channel(8);
+        state.connect(&hello("a1", "us-east"), tx);
+        let id = state.launch(&plan().to_json(), 0).unwrap().campaign_id;
+        assert!(state.batch("a1", batch(&id, 1, 1_000)).unwrap());
+        for done in [
+            pb::CampaignDone {
+                records_quarantined: u64::MAX,
+                ..Default::default()
+            },
+            pb::CampaignDone {
+                histograms_quarantined: u64::MAX,
+                ..Default::default()
+            },
+            pb::CampaignDone {
+                quarantined_seqs: (1..5_000).collect(),
+                ..Default::default()
+            },
+        ] {
+            let done = pb::CampaignDone {
+                campaign_id: id.clone(),
+                last_seq: 1,
+                ..done
+            };
+            let err = state.done("a1", &done).unwrap_err();
+            assert!(matches!(err, StateError::BadBatch { .. }), "{err}");
+            assert!(state.summary(&id).is_none(), "the notice is ignored");
+        }
+        let summary_of = |done: pb::CampaignDone| {
+            state.done("a1", &done).unwrap();
+            state.summary(&id).unwrap()
+        };
+        let s = summary_of(pb::CampaignDone {
+            campaign_id: id.clone(),
+            last_seq: 1,
+            ..Default::default()
+        });
+        assert!(s.complete, "{}", s.render());
     }
 }

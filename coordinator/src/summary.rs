@@ -526,7 +526,7 @@ dropped (open-loop arrivals not sent in time; not in error rates):"
                             seqs.join(", ")
                         );
                     }
-                    if d.records_quarantined + d.histograms_quarantined > 0 {
+                    if d.records_quarantined > 0 || d.histograms_quarantined > 0 {
                         quarantine.push_str(&format!(
                             ", {} record(s) and {} histogram(s) too large to send, quarantined",
                             d.records_quarantined, d.histograms_quarantined
@@ -881,6 +881,26 @@ model_id = "gpt-4o"
                 .map(|m| m.answered_other_model())
                 .collect::<Vec<_>>(),
             [false, true]
+        );
+    }
+
+    /// A summary persisted before the coordinator bounded done notices may hold any count:
+    /// rendering it never overflows.
+    #[test]
+    fn quarantine_counts_at_their_maximum_render_without_overflow() {
+        let mut a = agent("a1", "us-east");
+        a.complete = false;
+        a.delivery.records_quarantined = u64::MAX;
+        a.delivery.histograms_quarantined = u64::MAX;
+        let mut r = crate::delivery::Rejections::default();
+        r.reject(1, "x");
+        a.delivery.batches_rejected = r.batches();
+        let s = build("c1", &plan(), 0, &Aggregate::default(), vec![a]);
+        assert!(
+            s.render()
+                .contains("18446744073709551615 record(s) and 18446744073709551615 histogram(s)"),
+            "{}",
+            s.render()
         );
     }
 }

@@ -17,6 +17,13 @@
 //!
 //! The bounds are far below what one transport message can carry, so no record can outgrow
 //! a batch whatever a provider sends.
+//!
+//! These are the agent's bounds. The coordinator does not trust agents either and checks
+//! every record again where it enters (`coordinator/src/intake.rs`, README "Security"): it
+//! drops a `usage` count or `output_tokens` above [`MAX_USAGE_TOKENS`] the same way, and
+//! keeps its own, looser bounds for the rest (texts over 8 KiB cut, `http_status` outside
+//! 100..=999 dropped, `decode_tps` above 10^7 dropped); values only the agent produces
+//! (seq, round, slot, attempt, turn, step, durations, `cut_fields`) reject the batch there.
 
 use crate::record::{ProbeRecord, Usage};
 

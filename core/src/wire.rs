@@ -20,6 +20,16 @@ pub const MAX_MESSAGE_BYTES: usize = 4 << 20;
 /// single record or histogram larger than this alone is quarantined by the agent, never sent.
 pub const MAX_BATCH_BYTES: usize = MAX_MESSAGE_BYTES / 4;
 
+/// Most API key variable names an agent's hello lists (`AgentHello.key_env_names`): the
+/// coordinator refuses a hello with more, the agent sends at most this many (a host's
+/// environment rarely has more variables; a Kubernetes pod's service variables can reach a
+/// few hundred).
+pub const MAX_KEY_ENV_NAMES: usize = 1024;
+
+/// Longest API key variable name in an agent's hello, bytes: the coordinator refuses a
+/// longer one, the agent leaves longer ones out (no provider's `api_key_env` is that long).
+pub const MAX_KEY_ENV_NAME_BYTES: usize = 128;
+
 /// Longest `BatchRejected.reason`, bytes.
 pub const MAX_REJECT_REASON_BYTES: usize = 256;
 
@@ -128,7 +138,7 @@ impl TryFrom<pb::ProbeRecord> for ProbeRecord {
             .map(|s| {
                 u16::try_from(s)
                     .ok()
-                    .filter(|s| (100..600).contains(s))
+                    .filter(|s| (100..=999).contains(s))
                     .ok_or(WireError::Status(s))
             })
             .transpose()?;
@@ -362,6 +372,18 @@ mod tests {
             Err(WireError::Outcome(_))
         ));
         wire.outcome = "ok".into();
+        // Any three-digit status is one an HTTP client can report (the coordinator stores
+        // it as the provider sent it); nothing else is.
+        for status in [100, 799, 999] {
+            wire.http_status = Some(status);
+            let rec = ProbeRecord::try_from(wire.clone()).unwrap();
+            assert_eq!(rec.http_status, Some(status as u16));
+        }
+        wire.http_status = Some(1000);
+        assert!(matches!(
+            ProbeRecord::try_from(wire.clone()),
+            Err(WireError::Status(1000))
+        ));
         wire.http_status = Some(70_000);
         assert!(matches!(
             ProbeRecord::try_from(wire),
