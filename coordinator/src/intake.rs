@@ -228,8 +228,14 @@ pub struct HeartbeatFacts {
     pub batches_quarantined: Option<u64>,
 }
 
+/// Heartbeat values ignored, logged: at most 20 a minute (an agent sends a heartbeat every
+/// few seconds), the rest counted in the next line.
+static HEARTBEAT_WARNINGS: latmesh_core::log_limit::LogLimit =
+    latmesh_core::log_limit::LogLimit::new(20, std::time::Duration::from_secs(60));
+
 /// The facts of `hb` within their bounds (the same clock bounds as a `done` notice); a value
-/// beyond them is ignored with a warning naming the agent and the field.
+/// beyond them is ignored with a warning naming the agent and the field (at most 20 such
+/// lines a minute).
 pub fn heartbeat_facts(agent: &str, hb: &pb::Heartbeat) -> HeartbeatFacts {
     let clock = check_offset_us("Heartbeat.clock_offset_us", hb.clock_offset_us)
         .and_then(|()| {
@@ -256,8 +262,12 @@ pub fn heartbeat_facts(agent: &str, hb: &pb::Heartbeat) -> HeartbeatFacts {
         ))
     };
     fn ignored<T>(agent: &str, r: Result<T, String>) -> Option<T> {
-        r.map_err(|e| tracing::warn!(%agent, "heartbeat value ignored: {e}"))
-            .ok()
+        r.map_err(|e| {
+            if let Some(suppressed) = HEARTBEAT_WARNINGS.allow() {
+                tracing::warn!(%agent, suppressed, "heartbeat value ignored: {e}");
+            }
+        })
+        .ok()
     }
     HeartbeatFacts {
         clock: ignored(agent, clock),
