@@ -73,10 +73,9 @@ where
             // A refused message ends the call at once: its status is in the headers.
             if let Some(status) = Status::from_header_map(res.headers())
                 && is_bad_message(&status)
+                && let Some(suppressed) = BAD_MESSAGE_WARNINGS.allow()
             {
-                if let Some(suppressed) = BAD_MESSAGE_WARNINGS.allow() {
-                    tracing::warn!(%peer, %method, code = ?status.code(), error = %status.message(), suppressed, "a peer sent an oversized or undecodable message");
-                }
+                tracing::warn!(%peer, %method, code = ?status.code(), error = %status.message(), suppressed, "a peer sent an oversized or undecodable message");
             }
             Ok(res)
         })

@@ -423,7 +423,7 @@ impl Summary {
             let _ = writeln!(
                 out,
                 "
-dropped (open-loop arrivals not sent in time; not in error rates):"
+dropped (not sent in time: open-loop arrivals, or rounds probes held by their caps; not in error rates):"
             );
             for c in dropped {
                 let _ = writeln!(
@@ -756,7 +756,7 @@ mod tests {
             "rate open: target 10 rps per provider and agent for 10 s; rps sent per agent vs scheduled",
             "  agent saturated: p eu-west: 10 arrivals dropped; achieved 9.00 rps < 95% of scheduled 10.00",
             "start skew 0.42 ms over 3 agents (± 0.08 ms of clock uncertainty)",
-            "dropped (open-loop arrivals not sent in time; not in error rates):",
+            "dropped (not sent in time: open-loop arrivals, or rounds probes held by their caps; not in error rates):",
         ] {
             assert!(text.contains(want), "{want:?} not in\n{text}");
         }
