@@ -115,7 +115,8 @@ fn template(seed: u64) -> pb::ResultBatch {
         let p = i % PROVIDERS.len();
         let (provider, ttft_ms, gap_ms) = PROVIDERS[p];
         let mut rec = ProbeRecord {
-            round: (seed as u32) * 25 + (i / PROVIDERS.len()) as u32,
+            // Within the plan's 100,000 rounds (the coordinator refuses a round beyond it).
+            round: ((seed % 3_000) as u32) * 25 + (i / PROVIDERS.len()) as u32,
             slot: p as u32,
             provider: provider.to_string(),
             scenario: SCENARIO.to_string(),
