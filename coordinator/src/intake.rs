@@ -26,14 +26,16 @@
 //!   - a record's plan numbers: a `load` other than its scenario's, a `round` not below the
 //!     plan's rounds (0 outside `rounds`), a `slot` not below its scenario's slots (a round's
 //!     slots, a rate's arrivals, a sweep's `step_requests`), an `attempt` outside 1 to the
-//!     scenario's attempts ([`max_attempts`]: retries, failover chain), a `turn` outside 1 to
+//!     scenario's attempts ([`latmesh_core::plan::ScenarioSpec::max_attempts`]: retries, failover chain), a `turn` outside 1 to
 //!     its turns, a `concurrency` other than its sweep step's (0 for other loads); more than
 //!     [`MAX_CUT_FIELDS`] `cut_fields` or one longer than [`MAX_CUT_FIELD_BYTES`];
 //!   - a timestamp (`send_agent_unix_us`, a histogram's interval) outside 0 to the end of
 //!     year 9999 ([`MAX_UNIX_US`]), a `clock_offset_us` of more than a year either way
 //!     ([`MAX_CLOCK_OFFSET_US`]; the same bounds apply to a `done` notice, [`check_done`]);
-//!   - a duration (`*_us`) beyond the campaign's span (round 0 to its deadline: no attempt of
-//!     the plan can last longer), a negative or out-of-span `sched_lag_us`;
+//!   - a duration (`*_us`) or `sched_lag_us` longer than twice the campaign's span (round 0 to
+//!     its deadline) plus a day, or a negative `sched_lag_us`: a loose bound on purpose, since
+//!     honest attempts can outlast the deadline (a provider's Retry-After pause of up to an
+//!     hour, caps on later turns): only values no agent of the plan can measure are refused;
 //!   - a histogram blob longer than [`MAX_HISTOGRAM_BYTES`], one whose interval ends before it
 //!     starts, or (when decoded) whose header does not carry latmesh's bounds
 //!     ([`latmesh_core::hist_sparse::decode_v2_sparse_strict`]).
@@ -63,7 +65,7 @@
 
 use latmesh_core::load::{LoadKind, LoadModel};
 use latmesh_core::metrics::Metric;
-use latmesh_core::plan::{Plan, ScenarioSpec};
+use latmesh_core::plan::Plan;
 use latmesh_core::provider_bounds::MAX_USAGE_TOKENS;
 use latmesh_core::record::truncate_message;
 use latmesh_proto::pb;
@@ -301,8 +303,8 @@ pub struct Expected<'a> {
     pub plan: &'a Plan,
     /// The highest seq received from this agent in this campaign (0: none yet).
     pub highest_seq: u64,
-    /// Longest duration a record may report, µs: the campaign's span from round 0 to its
-    /// deadline.
+    /// Longest duration a record may report, µs: twice the campaign's span (round 0 to its
+    /// deadline) plus a day.
     pub max_duration_us: u64,
 }
 
@@ -339,24 +341,6 @@ fn steps_of(load: &LoadModel) -> usize {
     }
 }
 
-/// Most attempts one logical request of scenario `s` makes: 1 + its retries; with failover,
-/// every provider of its chain `attempts` times (its backups' own slots retry as the policy
-/// says).
-pub fn max_attempts(s: &ScenarioSpec) -> u32 {
-    let retried = s
-        .policy
-        .retry
-        .as_ref()
-        .map_or(0, |r| r.max_retries)
-        .saturating_add(1);
-    let failover = s.failover.as_ref().map_or(0, |f| {
-        u32::try_from(f.chain.len())
-            .unwrap_or(u32::MAX)
-            .saturating_mul(f.attempts)
-    });
-    retried.max(failover)
-}
-
 /// Logical requests scenario `i` of `plan` makes on one agent, at most: every round's slots,
 /// every arrival of a rate, every request a sweep's workers can send (its `step_requests`,
 /// else one per microsecond of the step per worker: a bound, not an estimate).
@@ -385,7 +369,7 @@ pub fn max_attempt_records(plan: &Plan) -> u64 {
         .map(|i| {
             let s = &plan.scenarios[i];
             max_requests(plan, i)
-                .saturating_mul(u64::from(max_attempts(s)))
+                .saturating_mul(u64::from(s.max_attempts()))
                 .saturating_mul(u64::from(s.policy.turns.max(1)))
         })
         .fold(0u64, u64::saturating_add)
@@ -423,7 +407,7 @@ fn scenario_bounds(plan: &Plan) -> Vec<ScenarioBounds> {
                 concurrency,
                 rounds,
                 slots,
-                max_attempts: max_attempts(s),
+                max_attempts: s.max_attempts(),
                 turns: s.policy.turns.max(1),
             }
         })
@@ -634,13 +618,13 @@ fn check_record(
             && v > max
         {
             return Err(format!(
-                "{field} {v} µs is longer than the campaign's span ({max} µs)"
+                "{field} {v} µs is longer than any attempt of the campaign can last ({max} µs)"
             ));
         }
     }
     if r.sched_lag_us < 0 || r.sched_lag_us as u64 > max {
         return Err(format!(
-            "sched_lag_us {} µs is outside 0..={max} µs (the campaign's span)",
+            "sched_lag_us {} µs is outside 0..={max} µs (longer than the campaign can last)",
             r.sched_lag_us
         ));
     }
@@ -915,7 +899,7 @@ model_id = "m"
             (
                 1,
                 Box::new(|b| b.records[0].e2e_us = Some(u64::MAX)),
-                "records[0].e2e_us 18446744073709551615 µs is longer than the campaign's span",
+                "records[0].e2e_us 18446744073709551615 µs is longer than any attempt of the campaign can last",
             ),
             (
                 1,
@@ -1192,18 +1176,18 @@ model_id = "m"
     #[test]
     fn attempts_allowed_follow_retries_and_failover() {
         let mut plan = plan();
-        assert_eq!(max_attempts(&plan.scenarios[0]), 1);
+        assert_eq!(plan.scenarios[0].max_attempts(), 1);
         plan.scenarios[0].policy.retry = Some(latmesh_core::plan::RetryPolicy {
             max_retries: 3,
             ..Default::default()
         });
-        assert_eq!(max_attempts(&plan.scenarios[0]), 4);
+        assert_eq!(plan.scenarios[0].max_attempts(), 4);
         plan.scenarios[0].failover = Some(latmesh_core::plan::FailoverSpec {
             chain: vec![0, 0, 0],
             attempts: 2,
             on: Vec::new(),
         });
-        assert_eq!(max_attempts(&plan.scenarios[0]), 6);
+        assert_eq!(plan.scenarios[0].max_attempts(), 6);
     }
 
     #[test]

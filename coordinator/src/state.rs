@@ -1342,10 +1342,17 @@ fn plan_span_us(plan: &Plan) -> i64 {
     (plan.span_us() as i64).saturating_add(i64::try_from(longest_us).unwrap_or(i64::MAX))
 }
 
-/// Longest duration a record of `plan` can report, µs: from round 0 to the campaign's
-/// deadline ([`plan_span_us`] + [`DEADLINE_GRACE_US`]), whatever cancel did to the deadline.
+/// Longest duration a record of `plan` may report before intake calls it absurd, µs: twice
+/// the span from round 0 to the campaign's deadline ([`plan_span_us`] +
+/// [`DEADLINE_GRACE_US`], whatever cancel did to the deadline) plus a day. Loose on purpose:
+/// honest attempts outlast the deadline (a provider's Retry-After pause of up to an hour, caps
+/// on later turns are not in it) and their late records are stored.
 fn campaign_span_us(plan: &Plan) -> u64 {
-    u64::try_from(plan_span_us(plan).saturating_add(DEADLINE_GRACE_US)).unwrap_or(0)
+    const DAY_US: u64 = 86_400_000_000;
+    u64::try_from(plan_span_us(plan).saturating_add(DEADLINE_GRACE_US))
+        .unwrap_or(0)
+        .saturating_mul(2)
+        .saturating_add(DAY_US)
 }
 
 /// Recomputes the campaign's progress (and its summary once every agent is complete) and

@@ -176,13 +176,31 @@ impl FailoverSpec {
 }
 
 impl ScenarioSpec {
-    /// The longest one slot of this scenario can take, µs: every turn with every attempt at
-    /// its total timeout, plus every retry's longest wait. (A coordinator's deadline must
-    /// allow for it after the last slot.)
+    /// Attempts one logical request (one turn) of this scenario makes at most: 1 + its
+    /// retries, or for a failover request every provider of the chain times its `attempts`.
+    pub fn max_attempts(&self) -> u32 {
+        let retried = self
+            .policy
+            .retry
+            .as_ref()
+            .map_or(0, |r| r.max_retries)
+            .saturating_add(1);
+        let failover = self.failover.as_ref().map_or(0, |f| {
+            u32::try_from(f.chain.len())
+                .unwrap_or(u32::MAX)
+                .saturating_mul(f.attempts)
+        });
+        retried.max(failover)
+    }
+
+    /// The longest one slot of this scenario can take, µs: every turn with every attempt
+    /// ([`ScenarioSpec::max_attempts`]: a failover request through a chain that is all down
+    /// makes every provider's attempts) at its total timeout, plus every retry's longest wait.
+    /// (A coordinator's deadline must allow for it after the last slot.)
     pub fn worst_case_slot_us(&self) -> u64 {
         let p = &self.policy;
         // Saturating: validation bounds every term, a plan read back from elsewhere may not.
-        let attempts = 1 + p.retry.as_ref().map_or(0, |r| u64::from(r.max_retries));
+        let attempts = u64::from(self.max_attempts());
         let waits_ms: u64 = p.retry.as_ref().map_or(0, |r| {
             (1..=r.max_retries)
                 .map(|k| r.wait_ms(k, r.honour_retry_after.then_some(f64::INFINITY)))
