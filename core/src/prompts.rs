@@ -110,6 +110,10 @@ fn one() -> u32 {
     1
 }
 
+/// Longest prompt id, bytes: every record carries its prompt's id (the coordinator refuses
+/// a record whose texts are longer than its own, larger, limit).
+pub const MAX_PROMPT_ID_BYTES: usize = 256;
+
 /// A loaded prompt set.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PromptSet {
@@ -165,7 +169,8 @@ impl PromptSet {
         PromptSet::parse(&name, &text)
     }
 
-    /// Parses JSONL text; blank lines are skipped; ids must be unique and messages non-empty.
+    /// Parses JSONL text; blank lines are skipped; ids must be unique, at most
+    /// [`MAX_PROMPT_ID_BYTES`], and messages non-empty.
     ///
     /// # Errors
     /// [`PromptError::Line`] naming the first bad line.
@@ -183,6 +188,12 @@ impl PromptSet {
             let p: Prompt = serde_json::from_str(line).map_err(|e| err(e.to_string()))?;
             if p.id.trim().is_empty() {
                 return Err(err("empty id".into()));
+            }
+            if p.id.len() > MAX_PROMPT_ID_BYTES {
+                return Err(err(format!(
+                    "id of {} bytes is longer than {MAX_PROMPT_ID_BYTES} (every record carries it)",
+                    p.id.len()
+                )));
             }
             if p.messages.is_empty() {
                 return Err(err(format!("prompt {:?} has no messages", p.id)));
@@ -297,5 +308,15 @@ mod tests {
         let dup = "{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}\n";
         let err = PromptSet::parse("x", &dup.repeat(2)).unwrap_err();
         assert!(err.to_string().contains("duplicate id"), "{err}");
+        let long = format!(
+            "{{\"id\":\"{}\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}\n",
+            "p".repeat(MAX_PROMPT_ID_BYTES + 1)
+        );
+        let err = PromptSet::parse("x", &long).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("x:1: id of 257 bytes is longer than 256"),
+            "{err}"
+        );
     }
 }
