@@ -924,7 +924,9 @@ async fn seal(
     if records.is_empty() && hists.is_empty() {
         return;
     }
-    let end = now_unix_us();
+    // Never before the interval's start: a wall clock stepped back (an NTP step) during the
+    // interval must not make it end before it starts (the coordinator refuses such a batch).
+    let end = now_unix_us().max(*interval_start);
     let (start, drained, recs) = (*interval_start, hists.drain(), std::mem::take(records));
     let (campaign, first_seq) = (campaign_id.to_string(), *seq + 1);
     let build = move || {
@@ -996,6 +998,41 @@ mod tests {
         assert_eq!(slots, (0..2000).collect::<Vec<_>>());
         let q = outbox.quarantined("c");
         assert_eq!((q.records, q.histograms, q.seqs.len()), (1, 0, 0));
+    }
+
+    /// A wall clock stepped back during an interval (its start is later than now) seals an
+    /// interval that ends where it starts, never before (the coordinator refuses those).
+    #[tokio::test]
+    async fn an_interval_never_ends_before_it_starts_when_the_clock_steps_back() {
+        use latmesh_core::hist::HistKey;
+        use latmesh_core::metrics::Metric;
+        let mut hists = HistogramSet::new();
+        let key = HistKey {
+            provider: "p".into(),
+            scenario: "s".into(),
+            metric: Metric::Ttft,
+            step: 0,
+        };
+        hists.record(key, 40_000);
+        let outbox = Outbox::default();
+        let ahead = now_unix_us() + 3_600_000_000;
+        let (mut start, mut seq) = (ahead, 0u64);
+        seal(
+            "c",
+            &outbox,
+            &mut hists,
+            &mut Vec::new(),
+            &mut start,
+            &mut seq,
+        )
+        .await;
+        let sent = outbox.take_pending().batches;
+        let h = &sent[0].histograms[0];
+        assert_eq!((h.start_agent_unix_us, h.end_agent_unix_us), (ahead, ahead));
+        assert_eq!(
+            start, ahead,
+            "the next interval starts where this one ended"
+        );
     }
 
     /// Sealing a busy interval (hundreds of histograms to encode) must not hold up the other
