@@ -265,11 +265,27 @@ pub fn key_env_names(names: impl Iterator<Item = std::ffi::OsString>) -> Vec<Str
     if out.len() > MAX_KEY_ENV_NAMES {
         tracing::warn!(
             names = out.len(),
-            "more API key variables than a hello lists ({MAX_KEY_ENV_NAMES}): the coordinator will not see those after the first {MAX_KEY_ENV_NAMES} in sorted order"
+            "more API key variables than a hello lists ({MAX_KEY_ENV_NAMES}): names that look like keys (KEY, TOKEN, SECRET, API) are listed first; the coordinator will not see the rest"
         );
-        out.truncate(MAX_KEY_ENV_NAMES);
+        out = keyish_first(out, MAX_KEY_ENV_NAMES);
     }
     out
+}
+
+/// The `keep` names of `names` (sorted) an `api_key_env` most likely is: those containing
+/// `KEY`, `TOKEN`, `SECRET` or `API` (any case) before the others, each group in order;
+/// returned sorted.
+fn keyish_first(mut names: Vec<String>, keep: usize) -> Vec<String> {
+    let keyish = |n: &str| {
+        let n = n.to_ascii_uppercase();
+        ["KEY", "TOKEN", "SECRET", "API"]
+            .iter()
+            .any(|w| n.contains(w))
+    };
+    names.sort_by_key(|n| !keyish(n));
+    names.truncate(keep);
+    names.sort();
+    names
 }
 
 /// How often unacked batches are checked.
@@ -628,6 +644,19 @@ mod tests {
         let all = key_env_names(std::env::vars_os().map(|(k, _)| k));
         assert!(all.contains(&"LATMESH_TEST_HELLO_KEY".to_string()));
         assert!(!all.iter().any(|n| n.contains("sk-hello")));
+    }
+
+    #[test]
+    fn past_the_hello_s_limit_names_that_look_like_keys_are_kept() {
+        let mut names: Vec<String> = (0..1100).map(|i| format!("POD_VAR_{i:04}")).collect();
+        names.push("ZZZ_API_KEY".into());
+        names.push("openrouter_token".into());
+        names.sort();
+        let kept = super::keyish_first(names, 1024);
+        assert_eq!(kept.len(), 1024);
+        assert!(kept.contains(&"ZZZ_API_KEY".to_string()));
+        assert!(kept.contains(&"openrouter_token".to_string()));
+        assert!(kept.is_sorted());
     }
 
     #[test]
