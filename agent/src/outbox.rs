@@ -873,7 +873,7 @@ mod tests {
             last_seq: 3,
             ..Default::default()
         });
-        o.reject("c", 1, "record 0: http_status 799 is not an HTTP status");
+        o.reject("c", 1, "records[0].attempt 0 is outside 1..=1");
         o.ack("c", 2);
         // Not resent: neither when stale nor on a new session.
         assert_eq!(o.resend_stale(Duration::ZERO), 1);
@@ -906,7 +906,7 @@ mod tests {
             .map(|e| std::fs::read_to_string(e.path()).unwrap())
             .expect("a reason file");
         assert!(
-            reason.contains("refused by the coordinator: record 0: http_status 799"),
+            reason.contains("refused by the coordinator: records[0].attempt 0"),
             "{reason}"
         );
         let left: Vec<u64> = crate::spool::read_batches(&spool_dir)

@@ -98,11 +98,15 @@ impl Outcome {
         Outcome::ALL.into_iter().find(|o| o.as_str() == s)
     }
 
-    /// The outcome of an HTTP error status (`status` ≥ 400): 429 → throttled, 5xx, other 4xx.
+    /// The outcome of an HTTP error status (`status` ≥ 400): 429 → throttled, 500-599 →
+    /// 5xx, other 4xx → 4xx; a status past 599 (no HTTP status class, e.g. 799) is a
+    /// `protocol_error`, not a server error (it is neither retried as one nor counted in 5xx
+    /// rates).
     pub fn from_http_status(status: u16) -> Outcome {
         match status {
             429 => Outcome::Throttled,
-            500.. => Outcome::Http5xx,
+            500..=599 => Outcome::Http5xx,
+            600.. => Outcome::ProtocolError,
             _ => Outcome::Http4xx,
         }
     }
@@ -334,6 +338,8 @@ mod tests {
         assert_eq!(Outcome::from_http_status(429), Outcome::Throttled);
         assert_eq!(Outcome::from_http_status(404), Outcome::Http4xx);
         assert_eq!(Outcome::from_http_status(502), Outcome::Http5xx);
+        assert_eq!(Outcome::from_http_status(599), Outcome::Http5xx);
+        assert_eq!(Outcome::from_http_status(799), Outcome::ProtocolError);
     }
 
     #[test]

@@ -351,7 +351,7 @@ async fn every_row_type_round_trips() {
                         vec![
                             latmesh_coordinator::delivery::RejectedBatch {
                                 seq: 2,
-                                reason: "http_status 799 is not an HTTP status".into(),
+                                reason: "records[0].attempt 0 is outside 1..=1".into(),
                             },
                             latmesh_coordinator::delivery::RejectedBatch {
                                 seq: 4,
