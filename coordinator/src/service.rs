@@ -450,13 +450,9 @@ impl AgentSession for Coordinator {
                         }
                     }
                     Some(In::Done(d)) => {
+                        // Also recorded after its campaign finished (the agent's row).
                         if let Err(e) = state.done(&agent, &d) {
-                            if state.finished_earlier(&d.campaign_id, &agent).is_some() {
-                                // A campaign an earlier coordinator process finished.
-                                tracing::debug!(%agent, campaign = %d.campaign_id, "done for a campaign finished before this coordinator started");
-                            } else {
-                                tracing::warn!(%agent, error = %e, "done notice ignored");
-                            }
+                            tracing::warn!(%agent, error = %e, "done notice ignored");
                         }
                     }
                     Some(In::Hello(_)) | None => {

@@ -749,11 +749,27 @@ impl State {
     /// meanwhile (nothing is counted twice).
     pub fn merge(&self, b: CheckedBatch) -> bool {
         let mut inner = self.lock();
-        let Some(c) = inner.campaigns.get_mut(&b.campaign_id) else {
+        let Inner {
+            agents,
+            campaigns,
+            events,
+            ..
+        } = &mut *inner;
+        let Some(c) = campaigns.get_mut(&b.campaign_id) else {
             return false;
         };
         if !merge_into(c, &b) {
             return false;
+        }
+        // A late batch of a finished campaign from an agent whose done notice arrived: its
+        // row counts the records stored since (the summary stays final).
+        if c.agents
+            .get(&b.agent_id)
+            .is_some_and(|a| a.last_seq.is_some())
+            && let Some(row) = late_agent_row(agents, c, &b.agent_id)
+            && let Some(events) = events.as_mut()
+        {
+            events.push(row);
         }
         enforce_budget(&mut inner, &b.campaign_id);
         publish(&mut inner, &b.campaign_id);
@@ -833,7 +849,11 @@ impl State {
         })
     }
 
-    /// Notes that `agent_id` finished `campaign_id` with `last_seq` as its final batch.
+    /// Notes that `agent_id` finished `campaign_id` with `last_seq` as its final batch. A
+    /// notice arriving after the campaign finished (in memory, or by an earlier process: see
+    /// [`State::finished_earlier`]) is checked alike and still recorded: the agent's delivery
+    /// facts in the campaign's record and a new version of its `agents` row (what `campaign
+    /// verify` judges); the summary stays final.
     ///
     /// # Errors
     /// [`StateError::UnknownCampaign`]; [`StateError::BadBatch`] when `last_seq` is more than
@@ -842,8 +862,15 @@ impl State {
     /// the notice is ignored.
     pub fn done(&self, agent_id: &str, done: &pb::CampaignDone) -> Result<(), StateError> {
         let mut inner = self.lock();
+        if !inner.campaigns.contains_key(&done.campaign_id) {
+            return done_after_restart(&mut inner, agent_id, done);
+        }
         let Inner {
-            campaigns, persist, ..
+            agents,
+            campaigns,
+            persist,
+            events,
+            ..
         } = &mut *inner;
         let c = campaigns
             .get_mut(&done.campaign_id)
@@ -858,24 +885,7 @@ impl State {
             .get(agent_id)
             .and_then(|a| a.seqs.last().copied())
             .unwrap_or(0);
-        crate::intake::check_done(done, &c.plan, highest).map_err(|message| {
-            StateError::BadBatch {
-                agent: agent_id.to_string(),
-                seq: done.last_seq,
-                message,
-            }
-        })?;
-        if done.last_seq > highest.saturating_add(crate::intake::SEQ_WINDOW) {
-            return Err(StateError::BadBatch {
-                agent: agent_id.to_string(),
-                seq: done.last_seq,
-                message: format!(
-                    "CampaignDone.last_seq {} is more than {} past the highest seq received ({highest})",
-                    done.last_seq,
-                    crate::intake::SEQ_WINDOW
-                ),
-            });
-        }
+        check_done_notice(agent_id, done, &c.plan, highest)?;
         if let Some(a) = c.agents.get_mut(agent_id)
             && (a.rejections.from_done(done, |seq| a.seqs.contains(&seq))
                 | ((a.last_seq, a.skipped, a.start) != (Some(done.last_seq), done.skipped, start)))
@@ -883,8 +893,16 @@ impl State {
             a.last_seq = Some(done.last_seq);
             a.skipped = done.skipped;
             a.start = start;
-            if c.summary.is_none() {
-                persist_campaign(persist, &done.campaign_id, c);
+            // Also after the campaign finished (its summary stays final): the record's agent
+            // facts and a new version of the agent's row, which `campaign verify` judges.
+            persist_campaign(persist, &done.campaign_id, c);
+            if let Some(row) = late_agent_row(agents, c, agent_id) {
+                tracing::info!(campaign = %done.campaign_id, agent = %agent_id,
+                    "late done notice of finished campaign {} from agent {agent_id}: delivery facts updated",
+                    done.campaign_id);
+                if let Some(events) = events.as_mut() {
+                    events.push(row);
+                }
             }
         }
         publish(&mut inner, &done.campaign_id);
@@ -1139,6 +1157,144 @@ impl State {
             .get(campaign_id)
             .and_then(|c| c.summary.clone())
     }
+}
+
+/// [`crate::intake::check_done`], and `last_seq` within [`crate::intake::SEQ_WINDOW`] of the
+/// highest seq received from the agent.
+fn check_done_notice(
+    agent_id: &str,
+    done: &pb::CampaignDone,
+    plan: &Plan,
+    highest: u64,
+) -> Result<(), StateError> {
+    let bad = |message| StateError::BadBatch {
+        agent: agent_id.to_string(),
+        seq: done.last_seq,
+        message,
+    };
+    crate::intake::check_done(done, plan, highest).map_err(bad)?;
+    if done.last_seq > highest.saturating_add(crate::intake::SEQ_WINDOW) {
+        return Err(bad(format!(
+            "CampaignDone.last_seq {} is more than {} past the highest seq received ({highest})",
+            done.last_seq,
+            crate::intake::SEQ_WINDOW
+        )));
+    }
+    Ok(())
+}
+
+/// The new version of `agent_id`'s `agents` row in finished campaign `c` (`None` while it
+/// runs): its entry of the final summary with the facts that arrived since (late batches'
+/// records, its done notice's delivery facts); `complete` stays as the summary says.
+fn late_agent_row(
+    agents: &BTreeMap<String, AgentEntry>,
+    c: &Campaign,
+    agent_id: &str,
+) -> Option<StoreEvent> {
+    let summary = c.summary.as_ref()?;
+    let a = c.agents.get(agent_id)?;
+    let mut row = summary
+        .agents
+        .iter()
+        .find(|s| s.agent_id == agent_id)?
+        .clone();
+    row.records = row.records.max(a.records);
+    row.batches = row.batches.max(a.seqs.len() as u64);
+    row.skipped = a.skipped;
+    row.delivery = a.rejections.summary(a.last_seq);
+    Some(agent_row_event(agents, &summary.campaign_id, row))
+}
+
+/// A [`StoreEvent::Finished`] writing one agent's row (with its version when known).
+fn agent_row_event(
+    agents: &BTreeMap<String, AgentEntry>,
+    campaign_id: &str,
+    row: AgentSummary,
+) -> StoreEvent {
+    let version = agents
+        .get(&row.agent_id)
+        .map(|e| e.info.version.clone())
+        .unwrap_or_default();
+    StoreEvent::Finished {
+        campaign_id: campaign_id.to_string(),
+        agents: vec![(row, version)],
+    }
+}
+
+/// [`State::done`] for a campaign not in memory: one an earlier coordinator process finished
+/// (see [`State::finished_earlier`]) is checked against its stored plan and its agent's
+/// delivery facts are updated in its record and in a new version of its `agents` row (the
+/// summary stays final; records of late batches are not counted: they are not merged).
+fn done_after_restart(
+    inner: &mut Inner,
+    agent_id: &str,
+    done: &pb::CampaignDone,
+) -> Result<(), StateError> {
+    let unknown = || StateError::UnknownCampaign(done.campaign_id.clone());
+    let Inner {
+        agents,
+        events,
+        persist,
+        ..
+    } = inner;
+    let persist = persist.as_mut().ok_or_else(unknown)?;
+    let mut rec = persist.record(&done.campaign_id).ok_or_else(unknown)?;
+    let Some(summary) = rec.summary.clone() else {
+        return Err(unknown());
+    };
+    let bad = |message: String| StateError::BadBatch {
+        agent: agent_id.to_string(),
+        seq: done.last_seq,
+        message,
+    };
+    let summary_row = summary.agents.iter().find(|s| s.agent_id == agent_id);
+    let (Some(a), Some(summary_row)) = (rec.agents.get_mut(agent_id), summary_row) else {
+        return Err(bad("agent is not part of this campaign".into()));
+    };
+    let plan: Plan = serde_json::from_str(&rec.plan_json)
+        .map_err(|e| bad(format!("the campaign's stored plan does not parse: {e}")))?;
+    // The seqs stored are not known here: the highest is at least the batches counted.
+    let highest = a.last_seq.unwrap_or(0).max(summary_row.batches);
+    check_done_notice(agent_id, done, &plan, highest)?;
+    let start = (
+        done.started_coord_unix_us,
+        done.clock_offset_us,
+        done.clock_uncertainty_us,
+    );
+    let before = (
+        a.last_seq,
+        a.skipped,
+        (
+            a.started_coord_unix_us,
+            a.clock_offset_us,
+            a.clock_uncertainty_us,
+        ),
+    );
+    if !(a.rejections.from_done(done, |_| false)
+        | (before != (Some(done.last_seq), done.skipped, start)))
+    {
+        return Ok(());
+    }
+    a.last_seq = Some(done.last_seq);
+    a.skipped = done.skipped;
+    (
+        a.started_coord_unix_us,
+        a.clock_offset_us,
+        a.clock_uncertainty_us,
+    ) = start;
+    let mut row = summary_row.clone();
+    row.skipped = a.skipped;
+    row.delivery = a.rejections.summary(a.last_seq);
+    if let Err(e) = persist.save(&rec) {
+        tracing::error!(campaign = %done.campaign_id, error = format!("{e:#}"), "cannot persist the campaign's state");
+    }
+    tracing::info!(campaign = %done.campaign_id, agent = %agent_id,
+        "late done notice of finished campaign {} from agent {agent_id}: delivery facts updated",
+        done.campaign_id);
+    if let Some(events) = events.as_mut() {
+        events.push(agent_row_event(agents, &done.campaign_id, row));
+    }
+    Ok(())
 }
 
 /// Forgets one agent when [`crate::intake::MAX_KNOWN_AGENTS`] are known: the one disconnected
@@ -2086,6 +2242,115 @@ pub(crate) mod tests {
         );
         let e = bad_message(state.check_late("a2", &mut batch(&id, 1, 1)));
         assert!(e.contains("not part of this campaign"), "{e}");
+    }
+
+    /// The `agents` rows queued (campaign, agent row as the sink writes it).
+    fn agent_rows(state: &State) -> Vec<crate::clickhouse::AgentRow> {
+        state
+            .drain_store_events()
+            .into_iter()
+            .filter_map(|ev| match ev {
+                StoreEvent::Finished {
+                    campaign_id,
+                    agents,
+                } => Some(
+                    agents
+                        .into_iter()
+                        .map(move |(a, v)| {
+                            crate::clickhouse::AgentRow::from_summary(&campaign_id, &a, &v, 1)
+                        })
+                        .collect::<Vec<_>>(),
+                ),
+                StoreEvent::Launched { .. } => None,
+            })
+            .flatten()
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_done_notice_after_the_campaign_finished_updates_the_agent_s_delivery_facts() {
+        let tmp = tempfile::tempdir().unwrap();
+        let open = || StateDir::open(tmp.path()).unwrap();
+        let done = |id: &str, last_seq, skipped| pb::CampaignDone {
+            campaign_id: id.into(),
+            last_seq,
+            skipped,
+            ..Default::default()
+        };
+        let id = {
+            let state = State::with_store_events();
+            state.with_state_dir(open()).unwrap();
+            state.connect(&hello("a1", "us-east"), mpsc::channel(8).0);
+            let id = state.launch(&plan().to_json(), 0).unwrap().campaign_id;
+            assert!(state.batch("a1", batch(&id, 1, 1_000)).unwrap());
+            // The deadline passes before the agent is done: finished incomplete, no notice.
+            assert_eq!(state.expire(i64::MAX), vec![id.clone()]);
+            let rows = agent_rows(&state);
+            assert_eq!(rows.len(), 1);
+            assert_eq!((rows[0].campaign_done, rows[0].records), (0, 1));
+            assert!(!crate::delivery::not_verified(&rows[0], 1).is_empty());
+            // Its last batch (stored, counted in its row only once its done notice came), then
+            // the notice: a new version of its row, which verify finds whole.
+            assert!(state.batch("a1", batch(&id, 2, 2_000)).unwrap());
+            assert!(agent_rows(&state).is_empty());
+            assert!(matches!(
+                state.done("a1", &done(&id, u64::MAX, 0)),
+                Err(StateError::BadBatch { .. })
+            ));
+            state.done("a1", &done(&id, 2, 0)).unwrap();
+            let rows = agent_rows(&state);
+            assert_eq!(rows.len(), 1, "{rows:?}");
+            let r = &rows[0];
+            assert_eq!(
+                (r.campaign_done, r.last_seq, r.records, r.batches),
+                (1, 2, 2, 2)
+            );
+            assert_eq!((r.version.as_str(), r.complete), ("t", false));
+            assert!(crate::delivery::not_verified(r, 2).is_empty());
+            // The same notice again changes nothing; the summary stays final.
+            state.done("a1", &done(&id, 2, 0)).unwrap();
+            assert!(agent_rows(&state).is_empty());
+            let s = state.summary(&id).unwrap();
+            assert!(!s.complete && !s.agents[0].complete);
+            assert_eq!(
+                (s.agents[0].records, s.agents[0].delivery.last_seq),
+                (1, None)
+            );
+            id
+        };
+        let rec = open().record(&id).unwrap();
+        assert_eq!(rec.agents["a1"].last_seq, Some(2));
+        assert!(!rec.summary.as_ref().unwrap().complete);
+
+        // A campaign an earlier process finished: the notice updates its record and row too.
+        let state = State::with_store_events();
+        state.with_state_dir(open()).unwrap();
+        state.connect(&hello("a1", "us-east"), mpsc::channel(8).0);
+        assert!(matches!(
+            state.done("a1", &done(&id, u64::MAX, 0)),
+            Err(StateError::BadBatch { .. })
+        ));
+        assert!(matches!(
+            state.done("a9", &done(&id, 2, 0)),
+            Err(StateError::BadBatch { .. })
+        ));
+        assert!(matches!(
+            state.done("a1", &done("nope", 2, 0)),
+            Err(StateError::UnknownCampaign(_))
+        ));
+        state.done("a1", &done(&id, 2, 0)).unwrap();
+        assert!(agent_rows(&state).is_empty(), "nothing new");
+        state.done("a1", &done(&id, 2, 3)).unwrap();
+        let rows = agent_rows(&state);
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        assert_eq!(
+            (rows[0].campaign_done, rows[0].last_seq, rows[0].skipped),
+            (1, 2, 3)
+        );
+        drop(state);
+        let rec = open().record(&id).unwrap();
+        assert_eq!(rec.agents["a1"].skipped, 3);
+        assert!(!rec.summary.unwrap().complete);
     }
 
     #[tokio::test]
