@@ -8,7 +8,9 @@
 //! reports the raw agent *not verified*, naming the refused batch, while the real agent's
 //! records verify. What the agent does with a `BatchRejected` (the batch quarantined on
 //! disk with its reason, the spool going on with the next batch, the count in its
-//! heartbeats) is tested in `latmesh-agent` (`outbox`, `runner`).
+//! heartbeats) is tested in `latmesh-agent` (`outbox`, `runner`). Also: a done notice arriving
+//! after its campaign finished by its deadline is still recorded, so verify vouches for the
+//! agent's late-but-stored batches.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -60,6 +62,33 @@ fn record(provider: &str, round: u32) -> pb::ProbeRecord {
     })
 }
 
+/// Launches `toml` on `stack` in the background (`campaign launch` returning the summary and
+/// its output); `raw` sends batch 1 (one record of round 0) once its plan came. The launch and
+/// the campaign id.
+async fn launch_with_a_first_batch(
+    stack: &Arc<Stack>,
+    toml: String,
+    raw: &mut RawAgent,
+    seen: &mut Vec<Out>,
+) -> (
+    tokio::task::JoinHandle<(latmesh_coordinator::summary::Summary, String)>,
+    String,
+) {
+    let launch = {
+        let stack = stack.clone();
+        tokio::task::spawn_blocking(move || stack.launch(&toml))
+    };
+    let id = raw
+        .until(seen, |m| match m {
+            Out::Plan(p) => Some(p.campaign_id.clone()),
+            _ => None,
+        })
+        .await;
+    raw.send(In::Batch(batch(&id, 1, vec![record("good", 0)])))
+        .await;
+    (launch, id)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_batch_leaves_its_agent_not_verified_and_holds_up_nothing() {
     let (client, db) = latmesh_tests::fresh_db("quarantine");
@@ -91,19 +120,8 @@ async fn a_refused_batch_leaves_its_agent_not_verified_and_holds_up_nothing() {
     }
     let stack = Arc::new(stack);
     let started = Instant::now();
-    let launch = {
-        let stack = stack.clone();
-        tokio::task::spawn_blocking(move || stack.launch(&campaign()))
-    };
     let mut seen = Vec::new();
-    let id = raw
-        .until(&mut seen, |m| match m {
-            Out::Plan(p) => Some(p.campaign_id.clone()),
-            _ => None,
-        })
-        .await;
-    raw.send(In::Batch(batch(&id, 1, vec![record("good", 0)])))
-        .await;
+    let (launch, id) = launch_with_a_first_batch(&stack, campaign(), &mut raw, &mut seen).await;
     raw.send(In::Batch(batch(&id, 2, vec![record("ghost", 1)])))
         .await;
     let (seq, reason) = raw
@@ -187,5 +205,80 @@ async fn a_refused_batch_leaves_its_agent_not_verified_and_holds_up_nothing() {
         .find(|l| l.starts_with("a1 "))
         .unwrap_or_else(|| panic!("no a1 line:\n{text}"));
     assert!(!a1.contains("NOT VERIFIED"), "{a1}");
+    latmesh_tests::drop_db(&client, &db).await;
+}
+
+/// A campaign whose deadline passes before its agent is done finishes incomplete; the agent's
+/// late batch is still stored and its done notice, arriving after the finish, still recorded
+/// (a new version of its `agents` row): `campaign verify` then counts the late batch's
+/// records as reported and finds everything stored, while the summary stays final.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_done_notice_after_the_deadline_lets_verify_vouch_for_what_was_delivered() {
+    let (client, db) = latmesh_tests::fresh_db("late_done");
+    let ch_url = latmesh_tests::clickhouse_url().to_string();
+    let stack = Stack::start_with_clickhouse(
+        &[ProviderProfile::fixed("good", 20_000, 1_000)],
+        &ch_url,
+        &db,
+    );
+    let url = stack.coord_url.clone();
+    let mut raw = RawAgent::connect(&url, raw_agent::hello("raw", "eu-west"))
+        .await
+        .unwrap();
+    // Short timeouts and no retries: the deadline comes about 35 s after the start.
+    let toml = campaign()
+        .replace(r#"regions = ["us-east", "eu-west"]"#, r#"regions = ["eu-west"]"#)
+        .replace("count = 3", "count = 2")
+        .replace(
+            "max_tokens = 16",
+            "max_tokens = 16\ntimeout_connect_s = 1\ntimeout_ttft_s = 1\ntimeout_idle_s = 1\ntimeout_total_s = 1\nretry = { max_retries = 0 }",
+        );
+    let stack = Arc::new(stack);
+    let mut seen = Vec::new();
+    let (launch, id) = launch_with_a_first_batch(&stack, toml, &mut raw, &mut seen).await;
+    let (summary, text) = launch.await.unwrap();
+    assert!(!summary.complete, "{text}");
+    assert_eq!(summary.agents[0].delivery.last_seq, None, "{text}");
+    // Its row (written by the sink a moment later) says no done notice arrived.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (ok, text) = latmesh_tests::verify(&ch_url, &db, &id);
+        assert!(!ok, "{text}");
+        if text.contains("no done notice") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{text}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    // Late: the agent's last batch, then its done notice.
+    raw.send(In::Batch(batch(&id, 2, vec![record("good", 1)])))
+        .await;
+    raw.until(&mut seen, |m| match m {
+        Out::Ack(a) if a.seq == 2 => Some(()),
+        _ => None,
+    })
+    .await;
+    raw.send(In::Done(pb::CampaignDone {
+        campaign_id: id.clone(),
+        last_seq: 2,
+        probes: 2,
+        ..Default::default()
+    }))
+    .await;
+    let text = latmesh_tests::verify_until_clean(&ch_url, &db, &id);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("raw "))
+        .unwrap_or_else(|| panic!("no raw line:\n{text}"));
+    let cols: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(&cols[1..4], ["2", "2", "0"], "REPORTED STORED LOST: {line}");
+    let log = std::fs::read_to_string(stack.log("coordinator")).unwrap();
+    assert!(
+        log.contains(&format!(
+            "late done notice of finished campaign {id} from agent raw: delivery facts updated"
+        )),
+        "{log}"
+    );
     latmesh_tests::drop_db(&client, &db).await;
 }
