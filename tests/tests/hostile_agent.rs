@@ -216,7 +216,7 @@ async fn a_hostile_agent_is_refused_by_name_and_hurts_no_other_campaign() {
         ),
         (
             with(&|r| r.ttft_us = Some(u64::MAX)),
-            "records[0].ttft_us 18446744073709551615 µs is longer than the campaign's span",
+            "records[0].ttft_us 18446744073709551615 µs is longer than any attempt of the campaign can last",
         ),
         (
             batch(id, 3, vec![tiny_record(); 100_001]),
