@@ -628,50 +628,61 @@ fn check_record(
             r.sched_lag_us
         ));
     }
-    for text in [
-        &mut r.finish_reason,
-        &mut r.error_type,
-        &mut r.error_code,
-        &mut r.error_message,
-        &mut r.answered_model,
-        &mut r.system_fingerprint,
-    ]
-    .into_iter()
-    .flatten()
-    {
-        if text.len() > MAX_TEXT_BYTES {
+    // What is cut or dropped here is named in the record's `cut_fields`, as the agent names
+    // what it changed (an older or buggy agent's record says so too).
+    let mut named: Vec<&'static str> = Vec::new();
+    for (field, text) in [
+        ("finish_reason", &mut r.finish_reason),
+        ("error_type", &mut r.error_type),
+        ("error_code", &mut r.error_code),
+        ("error_message", &mut r.error_message),
+        ("answered_model", &mut r.answered_model),
+        ("system_fingerprint", &mut r.system_fingerprint),
+    ] {
+        if let Some(text) = text
+            && text.len() > MAX_TEXT_BYTES
+        {
             *text = truncate_message(text, MAX_TEXT_BYTES);
             cut.texts_cut += 1;
+            named.push(field);
         }
     }
-    for rate in [&mut r.decode_tps, &mut r.retry_after_s] {
+    for (field, rate) in [
+        ("decode_tps", &mut r.decode_tps),
+        ("retry_after_s", &mut r.retry_after_s),
+    ] {
         if rate.is_some_and(|v| !v.is_finite() || v < 0.0) {
             *rate = None;
             cut.numbers_dropped += 1;
+            named.push(field);
         }
     }
     if r.decode_tps.is_some_and(|v| v > MAX_DECODE_TPS) {
         r.decode_tps = None;
         cut.numbers_dropped += 1;
+        named.push("decode_tps");
     }
     if r.http_status.is_some_and(|s| !(100..=999).contains(&s)) {
         r.http_status = None;
         cut.numbers_dropped += 1;
+        named.push("http_status");
     }
     if r.output_tokens > MAX_USAGE_TOKENS {
         // Not optional on the wire: 0, as for an answer with no token counted.
         r.output_tokens = 0;
         cut.numbers_dropped += 1;
+        named.push("output_tokens");
     }
-    for count in [
-        &mut r.prompt_tokens,
-        &mut r.completion_tokens,
-        &mut r.reasoning_tokens,
-        &mut r.cached_tokens,
+    for (field, count) in [
+        ("usage.prompt_tokens", &mut r.prompt_tokens),
+        ("usage.completion_tokens", &mut r.completion_tokens),
+        ("usage.reasoning_tokens", &mut r.reasoning_tokens),
+        ("usage.cached_tokens", &mut r.cached_tokens),
     ] {
         if count.is_some_and(|c| c > MAX_USAGE_TOKENS) {
             *count = None;
             cut.numbers_dropped += 1;
+            named.push(field);
         }
     }
     if r.usage_chunk_delta
@@ -679,6 +690,12 @@ fn check_record(
     {
         r.usage_chunk_delta = None;
         cut.numbers_dropped += 1;
+        named.push("usage_chunk_delta");
+    }
+    for field in named {
+        if !r.cut_fields.iter().any(|f| f == field) {
+            r.cut_fields.push(field.to_string());
+        }
     }
     Ok(())
 }
@@ -1103,6 +1120,17 @@ model_id = "m"
             b.records[0].ttft_us,
             Some(1_000),
             "the measurement itself is kept"
+        );
+        assert_eq!(
+            b.records[0].cut_fields,
+            [
+                "finish_reason",
+                "error_message",
+                "decode_tps",
+                "retry_after_s",
+                "usage_chunk_delta"
+            ],
+            "the record names what the coordinator changed"
         );
     }
 
