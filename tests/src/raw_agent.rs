@@ -66,6 +66,28 @@ impl RawAgent {
     }
 }
 
+/// Waits until the coordinator at `url` lists `n` connected agents.
+///
+/// # Panics
+/// When it does not within 30 s (naming the agents it lists).
+pub async fn wait_connected(url: &str, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut c = latmesh_coordinator::watch::connect(url).await.unwrap();
+        let agents = c
+            .list_agents(pb::ListAgentsRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .agents;
+        if agents.iter().filter(|a| a.connected).count() == n {
+            return;
+        }
+        assert!(Instant::now() < deadline, "agents: {agents:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// An agent message of kind `kind`.
 pub fn msg(kind: In) -> pb::AgentMessage {
     pb::AgentMessage { kind: Some(kind) }

@@ -158,21 +158,7 @@ async fn a_hostile_agent_is_refused_by_name_and_hurts_no_other_campaign() {
     let mut hostile = RawAgent::connect(&url, hello("hostile")).await.unwrap();
     let mut seen = Vec::new();
     // Both agents connected: launch.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let mut c = latmesh_coordinator::watch::connect(&url).await.unwrap();
-        let agents = c
-            .list_agents(pb::ListAgentsRequest {})
-            .await
-            .unwrap()
-            .into_inner()
-            .agents;
-        if agents.iter().filter(|a| a.connected).count() == 2 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "agents: {agents:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    raw_agent::wait_connected(&url, 2).await;
     let baseline = list_agents_latency(&url, 50).await;
     hostile.send(In::Heartbeat(pb::Heartbeat::default())).await;
     let stack = std::sync::Arc::new(stack);

@@ -103,21 +103,7 @@ async fn a_refused_batch_leaves_its_agent_not_verified_and_holds_up_nothing() {
     let mut raw = RawAgent::connect(&url, raw_agent::hello("raw", "eu-west"))
         .await
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let mut c = latmesh_coordinator::watch::connect(&url).await.unwrap();
-        let agents = c
-            .list_agents(pb::ListAgentsRequest {})
-            .await
-            .unwrap()
-            .into_inner()
-            .agents;
-        if agents.iter().filter(|a| a.connected).count() == 2 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "agents: {agents:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    raw_agent::wait_connected(&url, 2).await;
     let stack = Arc::new(stack);
     let started = Instant::now();
     let mut seen = Vec::new();
