@@ -240,6 +240,7 @@ fn main() {
         timeouts: &timeouts,
         probe_id: None,
         user_agent: None,
+        shape: latmesh_core::api::RequestShape::chat_default(),
     };
     let (addr, request) = raw::http_request(&req).unwrap_or_else(|e| {
         eprintln!("peers_floor: --url {e}");

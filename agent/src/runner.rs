@@ -577,6 +577,7 @@ pub async fn run_slot_with(
                     timeouts: &scenario.timeouts,
                     probe_id: None,
                     user_agent: plan.providers[p].user_agent.as_deref(),
+                    shape: &plan.providers[p].request,
                 },
             })
             .collect();

@@ -1158,6 +1158,7 @@ async fn probe(args: ProbeArgs) -> anyhow::Result<()> {
         timeouts: &timeouts,
         probe_id: None,
         user_agent: args.user_agent.as_deref(),
+        shape: latmesh_core::api::RequestShape::chat_default(),
     };
     let mut result = prober.probe(&req, args.show_text).await;
     // One logical request of one attempt, single turn.

@@ -1886,6 +1886,7 @@ pub(crate) mod tests {
                 limits: Default::default(),
                 price: None,
                 user_agent: None,
+                request: Default::default(),
             }],
             scenarios: vec![ScenarioSpec {
                 name: "s".into(),
@@ -1902,6 +1903,7 @@ pub(crate) mod tests {
                 policy: Default::default(),
                 load: Default::default(),
                 failover: None,
+                extra_body: Default::default(),
             }],
             prompt_set: "x".into(),
             timezones: Default::default(),

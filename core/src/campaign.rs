@@ -75,6 +75,7 @@ use figment::Figment;
 use figment::providers::{Env, Format, Toml, Yaml};
 use serde::Deserialize;
 
+use crate::api::{Api, RequestShape};
 use crate::load::{
     Arrivals, DEFAULT_MAX_QUEUE_MS, DEFAULT_SWEEP_STEPS, KneeRule, LoadKind, LoadModel, Price,
     ProviderLimits, RateSpec, SweepSpec,
@@ -406,6 +407,9 @@ pub struct ProviderSection {
     /// `user-agent` sent to this provider (`None`: `campaign.user_agent`, else the agents'
     /// default).
     pub user_agent: Option<String>,
+    /// The HTTP API spoken: `chat` (default), `anthropic` or `responses`.
+    #[serde(default)]
+    pub api: Api,
 }
 
 /// Loads and validates a campaign file (`.toml`, `.yaml`/`.yml`) with `LATMESH_*` overrides.
@@ -955,6 +959,10 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
             limits: validate_limits(i, p)?,
             price: validate_price(i, p)?,
             user_agent: p.user_agent.clone().or_else(|| c.user_agent.clone()),
+            request: RequestShape {
+                api: p.api,
+                ..RequestShape::default()
+            },
         });
     }
     check_unique("providers", file.providers.iter().map(|p| p.name.as_str()))?;
@@ -1074,6 +1082,7 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
             policy,
             load: loads[i].clone(),
             failover: validate_failover(i, s, &file.providers, &loads[i])?,
+            extra_body: serde_json::Map::new(),
         });
     }
     check_unique("scenarios", file.scenarios.iter().map(|s| s.name.as_str()))?;

@@ -6,6 +6,7 @@
 //! Pure: no network, no async.
 
 pub mod answered_model;
+pub mod api;
 pub mod budget;
 pub mod campaign;
 pub mod clock;

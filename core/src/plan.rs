@@ -19,6 +19,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::api::RequestShape;
 use crate::load::{LoadModel, Phase, PhaseKind, Price, ProviderLimits};
 use crate::prompts::Message;
 use crate::record::Outcome;
@@ -58,6 +59,10 @@ pub struct ProviderSpec {
     /// the JSON when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_agent: Option<String>,
+    /// The API spoken and how requests are shaped (headers, query, extra body, auth, output
+    /// cap field, usage in streams, reasoning tags). Absent from the JSON at its default.
+    #[serde(default, skip_serializing_if = "RequestShape::is_default")]
+    pub request: RequestShape,
 }
 
 impl ProviderSpec {
@@ -137,6 +142,10 @@ pub struct ScenarioSpec {
     /// Failover through a chain of providers (absent when none; `rounds` scenarios only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failover: Option<FailoverSpec>,
+    /// Merged into every request body of the scenario, before the provider's own
+    /// `extra_body` (which wins on a shared key). Absent from the JSON when empty.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub extra_body: serde_json::Map<String, serde_json::Value>,
 }
 
 /// A primary provider and its backups, as a client with a failover policy uses them: each
@@ -606,6 +615,7 @@ pub(crate) mod tests {
                     limits: ProviderLimits::default(),
                     price: None,
                     user_agent: None,
+                    request: RequestShape::default(),
                 })
                 .collect(),
             scenarios: (0..scenarios)
@@ -631,6 +641,7 @@ pub(crate) mod tests {
                     policy: ClientPolicy::default(),
                     load: LoadModel::Rounds,
                     failover: None,
+                    extra_body: serde_json::Map::new(),
                 })
                 .collect(),
             prompt_set: "x".into(),

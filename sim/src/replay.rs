@@ -162,15 +162,19 @@ impl ReplayCase {
     }
 }
 
-/// A router serving `case` to every POST whose path ends in `/chat/completions`, plus
-/// `GET /healthz`.
+/// A router serving `case` to every POST whose path ends in an API's path
+/// (`/chat/completions`, `/messages`, `/responses`: the corpus holds bodies of every API),
+/// plus `GET /healthz`.
 pub fn replay_router(case: ReplayCase) -> Router {
     let case = Arc::new(case);
     Router::new().fallback(move |req: Request| {
         let case = Arc::clone(&case);
         async move {
             let path = req.uri().path();
-            if req.method() == Method::POST && path.ends_with("/chat/completions") {
+            let api_path = ["/chat/completions", "/messages", "/responses"]
+                .iter()
+                .any(|p| path.ends_with(p));
+            if req.method() == Method::POST && api_path {
                 case.respond()
             } else if req.method() == Method::GET && path == "/healthz" {
                 "ok\n".into_response()

@@ -59,6 +59,7 @@ async fn probe(prober: &Prober, base: &str, provider: &str, probe_id: &str) -> P
         timeouts: &timeouts,
         probe_id: Some(probe_id),
         user_agent: None,
+        shape: latmesh_core::api::RequestShape::chat_default(),
     };
     let opts = ProbeOptions {
         keep_timestamps: true,

@@ -57,6 +57,7 @@ fn plan() -> Plan {
                 limits: Default::default(),
                 price: None,
                 user_agent: None,
+                request: Default::default(),
             })
             .collect(),
         scenarios: SCENARIOS
@@ -79,6 +80,7 @@ fn plan() -> Plan {
                 policy: Default::default(),
                 load: Default::default(),
                 failover: None,
+                extra_body: Default::default(),
             })
             .collect(),
         prompt_set: "mixed".into(),

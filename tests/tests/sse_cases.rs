@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use latmesh_agent::probe::{ProbeOutput, ProbeRequest, ProbeResult, Prober, ToolCall};
+use latmesh_core::api::{Api, RequestShape};
 use latmesh_core::output_tokens::output_tokens;
 use latmesh_core::plan::Timeouts;
 use latmesh_core::prompts::Message;
@@ -79,7 +80,7 @@ fn opt_str(v: &Value) -> Option<&str> {
 }
 
 /// Serves `case` with the simulator's replay server and probes it.
-async fn probe_case(case: &str, stream: bool) -> ProbeResult {
+async fn probe_case(case: &str, stream: bool, api: Api) -> ProbeResult {
     let sse = fixtures().join(format!("{case}.sse"));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -104,6 +105,7 @@ async fn probe_case(case: &str, stream: bool) -> ProbeResult {
         timeouts: &timeouts,
         probe_id: None,
         user_agent: None,
+        shape: &RequestShape::for_api(api),
     };
     let prober = Prober::new(Some("test-region")).unwrap();
     let r = prober.probe(&req, true).await;
@@ -124,7 +126,13 @@ async fn run_case(case: &str) {
         .as_str()
         .unwrap_or("");
     let stream = !((200..300).contains(&status) && content_type.contains("json"));
-    let r = probe_case(case, stream).await;
+    // The API whose body this is (`"api"`: chat when absent).
+    let api = expect
+        .get("api")
+        .and_then(Value::as_str)
+        .map_or(Ok(Api::Chat), Api::parse)
+        .unwrap();
+    let r = probe_case(case, stream, api).await;
     let rec = &r.record;
     let ctx = format!("{case}: {rec:#?}");
 

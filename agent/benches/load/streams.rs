@@ -149,6 +149,7 @@ fn probe_request<'a>(
         timeouts: &TIMEOUTS,
         probe_id: Some(id),
         user_agent: None,
+        shape: latmesh_core::api::RequestShape::chat_default(),
     }
 }
 

@@ -172,7 +172,7 @@ impl Prober {
         &self,
         req: &ProbeRequest<'_>,
     ) -> Result<(Target, Request<ReqBody>, Emulation), String> {
-        let target = Target::parse(&request::url(req.base_url))?;
+        let target = Target::parse(&request::url(req.base_url, req.shape.api))?;
         let mut r = Request::new(ReqBody::new(Bytes::from(request::body(req))));
         *r.method_mut() = Method::POST;
         *r.uri_mut() = target.path.clone();
@@ -306,7 +306,8 @@ impl Prober {
             .to_ascii_lowercase();
         let whole = !content_type.contains("event-stream")
             && (content_type.contains("json") || !req.stream);
-        let mut m = Measurement::new(t_send, opts.keep_text, whole, req.stream, req.max_tokens);
+        let mut m = Measurement::new(t_send, opts.keep_text, whole, req.stream, req.max_tokens)
+            .with_api(req.shape.api);
         if opts.keep_timestamps {
             m = m.with_timestamps(req.max_tokens);
         }
@@ -638,6 +639,7 @@ mod tests {
                     timeouts: &timeouts,
                     probe_id: None,
                     user_agent: None,
+                    shape: latmesh_core::api::RequestShape::chat_default(),
                 };
                 let t0 = Instant::now();
                 let r = prober.probe(&req, false).await;

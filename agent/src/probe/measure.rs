@@ -33,6 +33,7 @@
 use std::time::Instant;
 
 use latmesh_core::answered_model::MAX_ANSWERED_BYTES;
+use latmesh_core::api::Api;
 use latmesh_core::metrics;
 use latmesh_core::output_tokens::output_tokens;
 use latmesh_core::provider_bounds;
@@ -173,7 +174,10 @@ pub enum Flow {
 /// Everything measured so far (the parser lives beside it so events can borrow the parser
 /// while this is updated).
 #[derive(Debug, Default)]
-struct State {
+pub(super) struct State {
+    /// The API whose events are read (each API's module turns its events into the calls
+    /// below: [`super::anthropic`], [`super::responses`]; Chat Completions here).
+    pub(super) api: Api,
     keep_text: bool,
     first_token: Option<(Instant, u32)>,
     first_content: Option<(Instant, u32)>,
@@ -285,6 +289,12 @@ impl Measurement {
     /// passes `n` bytes: a provider that ignores `max_tokens` and streams gigabytes is cut off.
     pub fn with_max_body_bytes(mut self, n: u64) -> Self {
         self.max_body_bytes = n;
+        self
+    }
+
+    /// Reads the body as `api`'s events and documents (default: Chat Completions).
+    pub fn with_api(mut self, api: Api) -> Self {
+        self.st.api = api;
         self
     }
 
@@ -533,18 +543,39 @@ impl Measurement {
 }
 
 impl State {
-    fn saw_done(&self) -> bool {
+    pub(super) fn saw_done(&self) -> bool {
         self.done_at.is_some()
     }
 
+    /// The stream's terminal event arrived at `at` (`[DONE]`; `message_stop` of the
+    /// Anthropic API; `response.completed` of the Responses API): `e2e` is stamped there and
+    /// later events change nothing.
+    pub(super) fn mark_done(&mut self, at: Instant) {
+        self.done_at.get_or_insert(at);
+    }
+
+    /// Counts one decoded payload (an event's JSON, or a whole body); returns its 0-based
+    /// index among the response's payloads.
+    pub(super) fn count_payload(&mut self) -> u32 {
+        let index = self.payloads;
+        self.payloads = self.payloads.saturating_add(1);
+        index
+    }
+
+    /// Merges the usage a payload reported (field by field, the later value wins:
+    /// [`chunk::merge_usage`]).
+    pub(super) fn add_usage(&mut self, usage: Usage) {
+        chunk::merge_usage(&mut self.usage, usage);
+    }
+
     /// Records `f` unless an earlier failure is recorded.
-    fn fail(&mut self, f: Failure) {
+    pub(super) fn fail(&mut self, f: Failure) {
         if self.failure.is_none() {
             self.failure = Some(f);
         }
     }
 
-    fn provider_failure(&mut self, e: ProviderError, what: &str) {
+    pub(super) fn provider_failure(&mut self, e: ProviderError, what: &str) {
         let message = e.message.clone().unwrap_or_else(|| what.to_string());
         self.fail(Failure {
             outcome: Outcome::StreamError,
@@ -559,6 +590,11 @@ impl State {
         // reused) counts as bytes only; it changes neither timings, tokens nor the outcome.
         if self.saw_done() {
             return;
+        }
+        match self.api {
+            Api::Chat => {}
+            Api::Anthropic => return super::anthropic::on_event(self, at, ev),
+            Api::Responses => return super::responses::on_event(self, at, ev),
         }
         match ev {
             SseEvent::Data { data, complete } => self.on_data(at, data.trim_ascii(), complete),
@@ -619,7 +655,7 @@ impl State {
 
     /// The `model` and `system_fingerprint` of a payload (`""` when absent): the first
     /// non-empty ones are kept.
-    fn on_answered(&mut self, model: &str, system_fingerprint: &str) {
+    pub(super) fn on_answered(&mut self, model: &str, system_fingerprint: &str) {
         keep_first(&mut self.answered_model, model);
         keep_first(&mut self.system_fingerprint, system_fingerprint);
     }
@@ -643,7 +679,7 @@ impl State {
     }
 
     /// A non-empty `finish_reason`.
-    fn on_finish_reason(&mut self, fr: &str) {
+    pub(super) fn on_finish_reason(&mut self, fr: &str) {
         // Kept as far as the record's bound needs (a 3 MB one is not held whole).
         let kept = provider_bounds::prefix(
             fr,
@@ -681,7 +717,14 @@ impl State {
     }
 
     /// The generated text of one payload (`tool`: it carries a tool-call fragment).
-    fn on_tokens(&mut self, at: Instant, index: u32, content: &str, reasoning: &str, tool: bool) {
+    pub(super) fn on_tokens(
+        &mut self,
+        at: Instant,
+        index: u32,
+        content: &str,
+        reasoning: &str,
+        tool: bool,
+    ) {
         if !content.is_empty() {
             self.content_chunks = self.content_chunks.saturating_add(1);
             self.first_content.get_or_insert((at, index));
@@ -714,7 +757,7 @@ impl State {
         }
     }
 
-    fn add_tool_fragment(&mut self, t: &ToolCallWire<'_>) {
+    pub(super) fn add_tool_fragment(&mut self, t: &ToolCallWire<'_>) {
         let id = t.id.0.as_deref().filter(|s| !s.is_empty());
         let f = t.function.0.as_ref();
         let name = f.map(|f| f.name.as_str()).unwrap_or("");
@@ -759,7 +802,7 @@ impl State {
         call.arguments.push_str(args);
     }
 
-    fn push_call(&mut self) -> usize {
+    pub(super) fn push_call(&mut self) -> usize {
         let index = self
             .tool_calls
             .iter()
@@ -785,6 +828,15 @@ impl State {
         if body.is_empty() {
             self.fail(Failure::new(Outcome::ProtocolError, "empty 200 body"));
             return;
+        }
+        match self.api {
+            Api::Chat => {}
+            Api::Anthropic => {
+                return super::anthropic::on_json_body(self, at, body, streamed_request);
+            }
+            Api::Responses => {
+                return super::responses::on_json_body(self, at, body, streamed_request);
+            }
         }
         let c = match chunk::decode(body) {
             Ok(c) => c,

@@ -89,12 +89,14 @@
 //! Error messages are scrubbed of the API key and of echoed prompt text, then truncated to
 //! 256 bytes.
 
+pub mod anthropic;
 pub mod chunk;
 mod client;
 pub mod emulation;
 mod measure;
 pub mod outcome;
 pub mod request;
+pub mod responses;
 pub mod sse;
 mod transport;
 
@@ -137,6 +139,11 @@ pub struct ProbeRequest<'a> {
     /// valid header value makes the attempt a `connection_error` ("cannot build the
     /// request"); campaigns validate it first.
     pub user_agent: Option<&'a str>,
+    /// The API spoken and how the request is shaped (the provider's
+    /// [`RequestShape`](latmesh_core::api::RequestShape);
+    /// [`RequestShape::chat_default`](latmesh_core::api::RequestShape::chat_default) for
+    /// plain Chat Completions).
+    pub shape: &'a latmesh_core::api::RequestShape,
 }
 
 impl std::fmt::Debug for ProbeRequest<'_> {
@@ -153,6 +160,7 @@ impl std::fmt::Debug for ProbeRequest<'_> {
             .field("timeouts", &self.timeouts)
             .field("probe_id", &self.probe_id)
             .field("user_agent", &self.user_agent)
+            .field("api", &self.shape.api)
             .finish()
     }
 }

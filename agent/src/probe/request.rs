@@ -3,6 +3,7 @@
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde::Serialize;
 
+use latmesh_core::api::Api;
 use latmesh_core::prompts::Message;
 
 use super::ProbeRequest;
@@ -26,14 +27,24 @@ struct Body<'a> {
     stream_options: Option<StreamOptions>,
 }
 
-/// `{base_url}/chat/completions` (one slash between them).
-pub fn url(base_url: &str) -> String {
-    format!("{}/chat/completions", base_url.trim_end_matches('/'))
+/// `{base_url}{path}` for `api` (one slash between them): `/chat/completions`, `/messages`
+/// or `/responses` ([`Api::path`]).
+pub fn url(base_url: &str, api: Api) -> String {
+    format!("{}{}", base_url.trim_end_matches('/'), api.path())
 }
 
-/// The JSON body: `model`, `messages`, `stream`, `max_tokens`, `temperature`/`top_p` when
-/// set, and for streams `stream_options: {"include_usage": true}` so usage arrives.
+/// The JSON body of `req` in its API's shape.
 pub fn body(req: &ProbeRequest<'_>) -> Vec<u8> {
+    match req.shape.api {
+        Api::Chat => chat_body(req),
+        Api::Anthropic => super::anthropic::body(req),
+        Api::Responses => super::responses::body(req),
+    }
+}
+
+/// The Chat Completions JSON body: `model`, `messages`, `stream`, `max_tokens`, `temperature`/`top_p` when
+/// set, and for streams `stream_options: {"include_usage": true}` so usage arrives.
+fn chat_body(req: &ProbeRequest<'_>) -> Vec<u8> {
     let b = Body {
         model: req.model_id,
         messages: req.messages,
@@ -84,10 +95,13 @@ pub fn api_key_from_env(name: &str) -> Result<Option<String>, String> {
 pub const DEFAULT_USER_AGENT: &str = "OpenAI/Python 3.51.0";
 
 /// Per-request headers: content type, accept and the API key as a sensitive Bearer token
-/// (a key that is not a valid header value is left out; the provider will answer 401).
-/// Nothing that names latmesh.
+/// (a key that is not a valid header value is left out; the provider will answer 401),
+/// then the API's own ([`super::anthropic::headers`]). Nothing that names latmesh.
 pub fn headers(req: &ProbeRequest<'_>) -> HeaderMap {
     let mut h = HeaderMap::new();
+    if req.shape.api == Api::Anthropic {
+        super::anthropic::headers(req, &mut h);
+    }
     h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     h.insert(
         ACCEPT,
@@ -149,6 +163,7 @@ mod tests {
             timeouts: &t,
             probe_id: None,
             user_agent: None,
+            shape: latmesh_core::api::RequestShape::chat_default(),
         };
         let v: serde_json::Value = serde_json::from_slice(&body(&req)).unwrap();
         assert_eq!(
@@ -161,7 +176,7 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&body(&req)).unwrap();
         assert_eq!(v.get("stream_options"), None);
         assert_eq!(v["top_p"], 0.9);
-        assert_eq!(url(req.base_url), "http://h/v1/chat/completions");
+        assert_eq!(url(req.base_url, Api::Chat), "http://h/v1/chat/completions");
         let h = headers(&req);
         assert!(h[AUTHORIZATION].is_sensitive());
         assert_eq!(h[ACCEPT], "application/json");

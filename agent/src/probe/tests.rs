@@ -119,6 +119,7 @@ async fn probe_with(base: &str, stream: bool, t: &Timeouts, key: Option<&str>) -
         timeouts: t,
         probe_id: None,
         user_agent: None,
+        shape: latmesh_core::api::RequestShape::chat_default(),
     };
     Prober::new(Some("eu-west"))
         .unwrap()
@@ -244,6 +245,7 @@ async fn a_provider_receives_nothing_that_identifies_latmesh() {
             timeouts: &t,
             probe_id: None,
             user_agent,
+            shape: latmesh_core::api::RequestShape::chat_default(),
         };
         let r = Prober::new(None).unwrap().probe(&req, false).await;
         assert_eq!(r.record.outcome, Some(Outcome::Ok), "{:?}", r.record);
@@ -324,6 +326,7 @@ fn debug_output_has_no_secrets() {
         timeouts: &t,
         probe_id: None,
         user_agent: None,
+        shape: latmesh_core::api::RequestShape::chat_default(),
     };
     let dbg = format!("{req:?}");
     assert!(

@@ -61,6 +61,7 @@ async fn run(p: &Prober, base: &str, t: &Timeouts) -> ProbeResult {
         timeouts: t,
         probe_id: None,
         user_agent: None,
+        shape: latmesh_core::api::RequestShape::chat_default(),
     };
     p.probe(&req, true).await
 }
