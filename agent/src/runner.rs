@@ -21,7 +21,8 @@
 //!   wait, of a later turn from the end of the previous turn.
 //! * **Turns.** A scenario with `turns = N` makes each slot a conversation: turn `k > 1` sends
 //!   the prompt, then for each earlier turn its assistant answer (with `reasoning_content`
-//!   when the provider has `pass_reasoning`) and the next follow-up user message, in order.
+//!   when the provider has `pass_reasoning`, and for `api = "anthropic"` its thinking blocks
+//!   whole with their signatures) and the next follow-up user message, in order.
 //!   Records carry `turn`. Turns are sent back to back; answers are read with `keep_text`
 //!   (all but the last turn). A turn whose logical outcome is not `ok` ends the conversation:
 //!   later turns are not sent and leave no record (the agent logs how many); they are not
@@ -59,7 +60,7 @@ use latmesh_core::clock::ClockEstimate;
 use latmesh_core::hist::HistogramSet;
 use latmesh_core::load::{LoadKind, LoadModel, PhaseKind};
 use latmesh_core::plan::{FailoverSpec, Plan, RetryPolicy, Slot};
-use latmesh_core::prompts::{Message, builtin_follow_ups, guess_lang};
+use latmesh_core::prompts::{Message, ThinkingBlock, builtin_follow_ups, guess_lang};
 use latmesh_core::record::{Outcome, ProbeRecord};
 use latmesh_core::wire;
 use latmesh_proto::pb;
@@ -495,6 +496,8 @@ struct Answer {
     outcome: Outcome,
     content: String,
     reasoning: String,
+    /// An Anthropic answer's thinking blocks (empty for the other APIs).
+    thinking_blocks: Vec<ThinkingBlock>,
 }
 
 /// Runs one slot: its logical request (a conversation of `turns` turns, each with its
@@ -604,8 +607,12 @@ pub async fn run_slot_with(
             let (mut content, mut reasoning) = (answer.content, answer.reasoning);
             cut_at_char_boundary(&mut content, MAX_KEPT_ANSWER_BYTES);
             cut_at_char_boundary(&mut reasoning, MAX_KEPT_ANSWER_BYTES);
+            // Anthropic's thinking blocks go back whole (their signatures are checked), never cut.
+            let thinking = answer.thinking_blocks;
             messages.push(Message {
                 reasoning_content: provider.pass_reasoning.then_some(reasoning),
+                thinking_blocks: (provider.pass_reasoning && !thinking.is_empty())
+                    .then_some(thinking),
                 ..Message::new("assistant", content)
             });
         }
@@ -759,6 +766,7 @@ async fn logical_request(
                 outcome,
                 content: String::new(),
                 reasoning: String::new(),
+                thinking_blocks: Vec::new(),
             };
             return (answer, attempt);
         }
@@ -824,6 +832,7 @@ async fn logical_request(
                 outcome,
                 content: result.content_text,
                 reasoning: result.reasoning_text,
+                thinking_blocks: result.thinking_blocks,
             };
             return (answer, attempt);
         }
@@ -1577,6 +1586,88 @@ model_id = "m"
             assert_eq!(turn1.len(), prompt.len());
             // All turns share the nonce: turn 1's messages are the prefix of every turn.
             let mut want = turn1.clone();
+            want.extend([assistant(1), user("Second?")]);
+            assert_eq!(bodies[1]["messages"], Value::Array(want.clone()));
+            want.extend([assistant(2), user("Third?")]);
+            assert_eq!(bodies[2]["messages"], Value::Array(want));
+        }
+    }
+
+    /// A streamed Anthropic answer of request `n`: a thinking block "thought n" with its
+    /// signature (in two deltas), a redacted thinking block, then text "answer n".
+    fn anthropic_answer(n: usize) -> String {
+        let ev = |v: Value| format!("event: {}\ndata: {v}\n\n", v["type"].as_str().unwrap());
+        [
+            ev(
+                json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+                "content": [], "model": "m", "stop_reason": null, "usage": {"input_tokens": 10, "output_tokens": 1}}}),
+            ),
+            ev(
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}}),
+            ),
+            ev(
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": format!("thought {n}")}}),
+            ),
+            ev(
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": format!("sig{n}a")}}),
+            ),
+            ev(
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "b"}}),
+            ),
+            ev(json!({"type": "content_block_stop", "index": 0})),
+            ev(
+                json!({"type": "content_block_start", "index": 1, "content_block": {"type": "redacted_thinking", "data": format!("enc{n}")}}),
+            ),
+            ev(json!({"type": "content_block_stop", "index": 1})),
+            ev(
+                json!({"type": "content_block_start", "index": 2, "content_block": {"type": "text", "text": ""}}),
+            ),
+            ev(
+                json!({"type": "content_block_delta", "index": 2, "delta": {"type": "text_delta", "text": format!("answer {n}")}}),
+            ),
+            ev(json!({"type": "content_block_stop", "index": 2})),
+            ev(
+                json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"output_tokens": 6}}),
+            ),
+            ev(json!({"type": "message_stop"})),
+        ]
+        .concat()
+    }
+
+    #[tokio::test]
+    async fn anthropic_turns_send_the_thinking_blocks_back_with_their_signatures() {
+        for pass in [true, false] {
+            let (addr, bodies) = capture(Box::new(|n| (200, "", anthropic_answer(n + 1)))).await;
+            let p = plan(
+                &format!("http://{addr}/v1"),
+                "turns = 3\nfollow_ups = [\"Second?\", \"Third?\"]",
+                &format!("api = \"anthropic\"\npass_reasoning = {pass}"),
+            );
+            let (recs, done) = run(&p, 0).await;
+            assert_eq!(done.turns_not_sent, 0);
+            assert!(recs.iter().all(|r| r.outcome() == Outcome::Ok
+                && r.finish_reason.as_deref() == Some("stop")
+                && r.reasoning_chunks == 2));
+            let bodies = bodies.lock().unwrap();
+            assert!(
+                bodies[0]["_head"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("post /v1/messages ")
+            );
+            let assistant = |n: usize| {
+                if pass {
+                    json!({"role": "assistant", "content": [
+                        {"type": "thinking", "thinking": format!("thought {n}"), "signature": format!("sig{n}ab")},
+                        {"type": "redacted_thinking", "data": format!("enc{n}")},
+                        {"type": "text", "text": format!("answer {n}")},
+                    ]})
+                } else {
+                    json!({"role": "assistant", "content": format!("answer {n}")})
+                }
+            };
+            let user = |t: &str| json!({"role": "user", "content": t});
+            let mut want = bodies[0]["messages"].as_array().unwrap().clone();
             want.extend([assistant(1), user("Second?")]);
             assert_eq!(bodies[1]["messages"], Value::Array(want.clone()));
             want.extend([assistant(2), user("Third?")]);

@@ -25,6 +25,11 @@ pub struct Message {
     /// require it (`pass_reasoning = true`). Absent from the JSON when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
+    /// An Anthropic assistant message's thinking blocks, in order, sent back before its text
+    /// as the Messages API wants them (`api = "anthropic"` with `pass_reasoning = true`).
+    /// Absent from the JSON when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking_blocks: Option<Vec<ThinkingBlock>>,
 }
 
 impl Message {
@@ -34,8 +39,31 @@ impl Message {
             role: role.to_string(),
             content: content.into(),
             reasoning_content: None,
+            thinking_blocks: None,
         }
     }
+}
+
+/// One thinking block of an Anthropic Messages answer, kept whole so it can be sent back in a
+/// later turn: the API checks `signature` (and decrypts `data`), so neither may be changed.
+/// Its JSON is the API's own content block (`{"type":"thinking","thinking","signature"}`,
+/// `{"type":"redacted_thinking","data"}`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ThinkingBlock {
+    /// Readable thinking and the signature that authenticates it (`""` when the provider
+    /// sent none).
+    Thinking {
+        /// The thinking text (`thinking_delta`s concatenated).
+        thinking: String,
+        /// The signature (`signature_delta`s concatenated).
+        signature: String,
+    },
+    /// Thinking the provider encrypted.
+    RedactedThinking {
+        /// The encrypted thinking, opaque.
+        data: String,
+    },
 }
 
 /// Follow-up user messages of turns 2, 3, … of a multi-turn conversation, in English: generic
@@ -284,6 +312,22 @@ mod tests {
             serde_json::to_string(&a).unwrap(),
             r#"{"role":"assistant","content":"answer","reasoning_content":"think"}"#
         );
+        let t = Message {
+            thinking_blocks: Some(vec![
+                ThinkingBlock::Thinking {
+                    thinking: "t".into(),
+                    signature: "s".into(),
+                },
+                ThinkingBlock::RedactedThinking { data: "d".into() },
+            ]),
+            ..Message::new("assistant", "answer")
+        };
+        let json = serde_json::to_string(&t).unwrap();
+        assert_eq!(
+            json,
+            r#"{"role":"assistant","content":"answer","thinking_blocks":[{"type":"thinking","thinking":"t","signature":"s"},{"type":"redacted_thinking","data":"d"}]}"#
+        );
+        assert_eq!(serde_json::from_str::<Message>(&json).unwrap(), t);
     }
 
     #[test]

@@ -874,6 +874,14 @@ impl<'a> ChunkWire<'a> {
 /// # Errors
 /// The bytes are not a JSON object (serde would otherwise read an array positionally).
 pub fn decode(bytes: &[u8]) -> Result<ChunkWire<'_>, serde_json::Error> {
+    decode_object(bytes)
+}
+
+/// Decodes one JSON object as `T` (any API's payload).
+///
+/// # Errors
+/// The bytes are not a JSON object (serde would otherwise read an array positionally).
+pub fn decode_object<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, serde_json::Error> {
     if bytes.trim_ascii_start().first() != Some(&b'{') {
         return Err(serde::de::Error::custom("expected a JSON object"));
     }

@@ -210,6 +210,8 @@ pub(super) struct State {
     /// [`KEPT_ANSWERED_BYTES`].
     answered_model: Option<String>,
     system_fingerprint: Option<String>,
+    /// What an Anthropic Messages stream needs across events ([`super::anthropic`]).
+    pub(super) anthropic: super::anthropic::StreamState,
 }
 
 /// Bytes of a `model` or `system_fingerprint` kept before scrubbing (cut to
@@ -538,6 +540,7 @@ impl Measurement {
             content_text: st.content_text,
             reasoning_text: st.reasoning_text,
             tool_calls: st.tool_calls,
+            thinking_blocks: st.anthropic.into_thinking_blocks(),
         }
     }
 }
@@ -598,7 +601,7 @@ impl State {
         }
         match ev {
             SseEvent::Data { data, complete } => self.on_data(at, data.trim_ascii(), complete),
-            SseEvent::Named { event, data } => {
+            SseEvent::Named { event, data, .. } => {
                 if event == b"error" {
                     self.provider_failure(ProviderError::from_payload(data), "event: error");
                 }
@@ -743,17 +746,23 @@ impl State {
             self.tool_call_chunks = self.tool_call_chunks.saturating_add(1);
         }
         if !content.is_empty() || !reasoning.is_empty() || tool {
-            self.token_payloads = self.token_payloads.saturating_add(1);
-            if let Some(last) = self.last_token_at {
-                let gap = at.saturating_duration_since(last).as_micros();
-                self.itl_gaps_us
-                    .push(u64::try_from(gap).unwrap_or(u64::MAX));
-            }
-            self.last_token_at = Some(at);
-            self.first_token.get_or_insert((at, index));
-            if self.keep_timestamps {
-                self.token_read_at.push(at);
-            }
+            self.on_token_payload(at, index);
+        }
+    }
+
+    /// Accounts payload `index`, read at `at`, as token-bearing: `token_payloads`, the ITL
+    /// gap, TTFT.
+    fn on_token_payload(&mut self, at: Instant, index: u32) {
+        self.token_payloads = self.token_payloads.saturating_add(1);
+        if let Some(last) = self.last_token_at {
+            let gap = at.saturating_duration_since(last).as_micros();
+            self.itl_gaps_us
+                .push(u64::try_from(gap).unwrap_or(u64::MAX));
+        }
+        self.last_token_at = Some(at);
+        self.first_token.get_or_insert((at, index));
+        if self.keep_timestamps {
+            self.token_read_at.push(at);
         }
     }
 
@@ -867,6 +876,20 @@ impl State {
                 "streaming request answered with a whole JSON completion (not an event stream)",
             ));
         }
+    }
+
+    /// Whether generated text is kept (`keep_text`): an API's module keeps what a later
+    /// turn sends back only then.
+    pub(super) fn keeps_text(&self) -> bool {
+        self.keep_text
+    }
+
+    /// Payload `index`, read at `at`, carries reasoning the provider sent encrypted (an
+    /// Anthropic `redacted_thinking` block): a reasoning token with no readable text.
+    pub(super) fn on_hidden_reasoning(&mut self, at: Instant, index: u32) {
+        self.reasoning_chunks = self.reasoning_chunks.saturating_add(1);
+        self.first_reasoning.get_or_insert(index);
+        self.on_token_payload(at, index);
     }
 }
 

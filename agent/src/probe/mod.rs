@@ -204,6 +204,10 @@ pub struct ProbeResult {
     /// Filled only when asked ([`ProbeOptions::keep_timestamps`]); empty for a body read
     /// whole.
     pub token_read_at: Vec<Instant>,
+    /// The thinking blocks of an Anthropic Messages answer, in order, each whole with its
+    /// signature (or encrypted `data`), to send back in a later turn; filled only when
+    /// `keep_text`, empty for the other APIs.
+    pub thinking_blocks: Vec<latmesh_core::prompts::ThinkingBlock>,
 }
 
 /// What [`Prober::probe_with`] keeps besides the record.

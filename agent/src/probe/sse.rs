@@ -55,6 +55,9 @@ pub enum SseEvent<'a> {
         event: &'a [u8],
         /// Its data.
         data: &'a [u8],
+        /// `false` when the body ended before the event's closing blank line (as for
+        /// [`SseEvent::Data`]).
+        complete: bool,
     },
     /// A non-standard `error:` field line; its value.
     ErrorField(&'a [u8]),
@@ -91,7 +94,7 @@ enum DataLoc {
 /// What a processed line produced (ranges into `buf`; turned into slices by `next_event`).
 enum Ready {
     Data(DataLoc, bool),
-    Named((usize, usize), DataLoc),
+    Named((usize, usize), DataLoc, bool),
     ErrorField(usize, usize),
 }
 
@@ -213,9 +216,10 @@ impl SseParser {
                         data: self.data_slice(loc),
                         complete,
                     },
-                    Ready::Named((s, e), loc) => SseEvent::Named {
+                    Ready::Named((s, e), loc, complete) => SseEvent::Named {
                         event: &self.buf[s..e],
                         data: self.data_slice(loc),
+                        complete,
                     },
                     Ready::ErrorField(s, e) => SseEvent::ErrorField(&self.buf[s..e]),
                 }))
@@ -435,7 +439,7 @@ impl SseParser {
         }
         match self.event_name {
             Some((s, e)) if &self.buf[s..e] != b"message" && s != e => {
-                Some(Ready::Named((s, e), self.data))
+                Some(Ready::Named((s, e), self.data, complete))
             }
             _ => Some(Ready::Data(self.data, complete)),
         }
@@ -461,7 +465,7 @@ pub(crate) mod tests {
                 Ok(Some(SseEvent::Data { data, complete })) => {
                     out.push(Ev::Data(data.to_vec(), complete))
                 }
-                Ok(Some(SseEvent::Named { event, data })) => {
+                Ok(Some(SseEvent::Named { event, data, .. })) => {
                     out.push(Ev::Named(event.to_vec(), data.to_vec()))
                 }
                 Ok(Some(SseEvent::ErrorField(v))) => out.push(Ev::Error(v.to_vec())),
@@ -570,6 +574,17 @@ pub(crate) mod tests {
         );
         let (ev, _) = parse(b"data: a\r");
         assert_eq!(ev, vec![Ev::Data(b"a".to_vec(), false)]);
+        // A named event says whether it was complete too.
+        let mut p = SseParser::default();
+        p.feed(b"event: e\ndata: {}\n\nevent: e\ndata: {\"ty");
+        p.finish();
+        let mut complete = Vec::new();
+        while let Ok(Some(e)) = p.next_event() {
+            if let SseEvent::Named { complete: c, .. } = e {
+                complete.push(c);
+            }
+        }
+        assert_eq!(complete, vec![true, false]);
     }
 
     #[test]
