@@ -1294,16 +1294,32 @@ pub(crate) mod tests {
         );
     }
 
-    /// Feeds every corpus stream split at every offset: the measurement is the same.
+    /// The API of corpus body `name` (`NN-case.sse`) and whether it is an event stream, from
+    /// its `.expect.json`.
+    pub(crate) fn corpus_case(name: &str) -> (Api, bool) {
+        let stem = name.strip_suffix(".sse").unwrap_or(name);
+        let path = corpus_dir().join(format!("{stem}.expect.json"));
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        let api = v
+            .get("api")
+            .and_then(serde_json::Value::as_str)
+            .map_or(Api::Chat, |a| Api::parse(a).unwrap());
+        let content_type = v["http"]["headers"]["content-type"].as_str().unwrap_or("");
+        (api, content_type.contains("event-stream"))
+    }
+
+    /// Feeds every corpus stream split at every offset, read as its API's events: the
+    /// measurement is the same.
     #[test]
     fn corpus_measurements_do_not_depend_on_read_boundaries() {
         for (name, body) in corpus() {
-            if name.starts_with("02-") || name.starts_with("20-") || name.starts_with("21-") {
+            let (api, event_stream) = corpus_case(&name);
+            if !event_stream {
                 continue;
             }
             let t0 = Instant::now();
             let run = |pieces: &[&[u8]]| {
-                let mut m = Measurement::new(t0, true, false, true, 8);
+                let mut m = Measurement::new(t0, true, false, true, 8).with_api(api);
                 for p in pieces {
                     m.on_bytes(t0, p);
                 }
@@ -2185,9 +2201,69 @@ pub(crate) mod tests {
 
     use proptest::prelude::*;
 
-    /// Bodies built from real payload shapes (every reasoning spelling, tool calls, usage
-    /// placements, errors, comments, odd line ends) and some arbitrary bytes.
-    fn stream_body() -> impl Strategy<Value = Vec<u8>> {
+    /// Bodies built from real payload shapes of `api` (for chat: every reasoning spelling,
+    /// tool calls, usage placements, errors; for anthropic: every event and block type,
+    /// named or not), comments, odd line ends and some arbitrary bytes.
+    fn stream_body(api: Api) -> impl Strategy<Value = Vec<u8>> {
+        let payloads = match api {
+            Api::Anthropic => anthropic_payloads(),
+            _ => chat_payloads(),
+        };
+        let item = prop_oneof![
+            6 => prop::sample::select(payloads).prop_map(|p| format!("{p}\n\n").into_bytes()),
+            1 => prop::sample::select(vec![
+                &b": keep-alive\n\n"[..], b"\n", b"\r\n", b"event: ping\ndata: x\n\n",
+                b"error: {\"code\":1}\n\n", b"data:", b"\r",
+            ]).prop_map(<[u8]>::to_vec),
+            1 => prop::collection::vec(any::<u8>(), 0..8),
+        ];
+        prop::collection::vec(item, 0..16).prop_map(|v| v.concat())
+    }
+
+    /// An API and a body of its events.
+    fn api_and_body() -> impl Strategy<Value = (Api, Vec<u8>)> {
+        prop::sample::select(vec![Api::Chat, Api::Anthropic])
+            .prop_flat_map(|api| stream_body(api).prop_map(move |b| (api, b)))
+    }
+
+    /// Anthropic Messages events, each with its `event:` line or as bare data.
+    fn anthropic_payloads() -> Vec<String> {
+        let events = [
+            r#"{"type":"message_start","message":{"model":"m","usage":{"input_tokens":3,"output_tokens":1,"cache_read_input_tokens":2}}}"#,
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":"a"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"é"}}"#,
+            r#"{"type":"content_block_start","index":1,"content_block":{"type":"thinking","thinking":""}}"#,
+            r#"{"type":"content_block_delta","index":1,"delta":{"type":"thinking_delta","thinking":"t"}}"#,
+            r#"{"type":"content_block_delta","index":1,"delta":{"type":"signature_delta","signature":"s"}}"#,
+            r#"{"type":"content_block_start","index":2,"content_block":{"type":"redacted_thinking","data":"d"}}"#,
+            r#"{"type":"content_block_start","index":3,"content_block":{"type":"tool_use","id":"toolu_1","name":"f","input":{}}}"#,
+            r#"{"type":"content_block_delta","index":3,"delta":{"type":"input_json_delta","partial_json":"{\"a\":"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"citations_delta","citation":{"cited_text":"c"}}}"#,
+            r#"{"type":"content_block_stop","index":0}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":5}}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"max_tokens"},"usage":{"input_tokens":3,"output_tokens":2}}"#,
+            r#"{"type":"message_stop"}"#,
+            r#"{"type":"ping"}"#,
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+            r#"{"type":"future_event"}"#,
+            "{oops",
+        ];
+        let mut out = Vec::new();
+        for e in events {
+            let name = e
+                .split('"')
+                .nth(3)
+                .filter(|_| e.starts_with(r#"{"type""#))
+                .unwrap_or("message_delta");
+            out.push(format!("event: {name}\ndata: {e}"));
+            out.push(format!("data: {e}"));
+        }
+        out
+    }
+
+    /// Chat Completions payloads, as `data:` lines.
+    fn chat_payloads() -> Vec<String> {
         let payloads: Vec<String> = vec![
             C0.into(),
             content("a"),
@@ -2206,15 +2282,7 @@ pub(crate) mod tests {
             "{oops".into(),
             "[DONE]".into(),
         ];
-        let item = prop_oneof![
-            6 => prop::sample::select(payloads).prop_map(|p| format!("data: {p}\n\n").into_bytes()),
-            1 => prop::sample::select(vec![
-                &b": keep-alive\n\n"[..], b"\n", b"\r\n", b"event: ping\ndata: x\n\n",
-                b"error: {\"code\":1}\n\n", b"data:", b"\r",
-            ]).prop_map(<[u8]>::to_vec),
-            1 => prop::collection::vec(any::<u8>(), 0..8),
-        ];
-        prop::collection::vec(item, 0..16).prop_map(|v| v.concat())
+        payloads.into_iter().map(|p| format!("data: {p}")).collect()
     }
 
     proptest! {
@@ -2228,12 +2296,12 @@ pub(crate) mod tests {
         /// timestamps are ordered as the definitions say.
         #[test]
         fn measurements_do_not_depend_on_cuts_and_timestamps_are_ordered(
-            body in stream_body(),
+            (api, body) in api_and_body(),
             points in prop::collection::vec(any::<prop::sample::Index>(), 0..5),
         ) {
             let t0 = Instant::now();
             let run = |pieces: &[&[u8]], step_us: u64| {
-                let mut m = Measurement::new(t0, true, false, true, 8);
+                let mut m = Measurement::new(t0, true, false, true, 8).with_api(api);
                 let mut at = t0;
                 let mut end = BodyEnd::Eof;
                 for p in pieces {
