@@ -2388,6 +2388,272 @@ pub(crate) mod tests {
         }
     }
 
+    /// A gzip'd stream flushed per event is measured as the plain one: every decoded
+    /// event carries the instant of the compressed read that brought it.
+    #[test]
+    fn a_compressed_stream_keeps_the_timing_of_each_read() {
+        let body = sse(&[C0, &content("a"), &content("b"), &stop(""), "[DONE]"]);
+        let lines: Vec<&[u8]> = body.split_inclusive(|&b| b == b'\n').collect();
+        let mut cuts = Vec::new();
+        let mut at = 0;
+        for l in &lines[..lines.len() - 1] {
+            at += l.len();
+            cuts.push(at);
+        }
+        let plain = Setup::default().run(&lines, 1_000);
+        for encoding in ["gzip", "deflate", "raw-deflate"] {
+            let setup = Setup {
+                encoding: Some(encoding),
+                ..Setup::default()
+            };
+            let wire = setup.wire(&body, &cuts);
+            // The wire cut where each flush ended: one read per line, as `plain` was read.
+            let mut pieces: Vec<&[u8]> = Vec::new();
+            let mut rest = &wire[..];
+            let mut d = crate::probe::content_encoding::BodyDecoder::for_header(Some(
+                if encoding == "raw-deflate" {
+                    b"deflate"
+                } else {
+                    encoding.as_bytes()
+                },
+            ))
+            .unwrap()
+            .unwrap();
+            let mut decoded = 0;
+            while !rest.is_empty() && pieces.len() < lines.len() - 1 {
+                // The shortest prefix that decodes to the next line.
+                let want = decoded + lines[pieces.len()].len();
+                let mut n = 0;
+                while decoded < want {
+                    n += 1;
+                    d.feed(&rest[n - 1..n], |p| {
+                        decoded += p.len();
+                        Flow::Continue
+                    })
+                    .unwrap();
+                }
+                pieces.push(&rest[..n]);
+                rest = &rest[n..];
+            }
+            pieces.push(rest);
+            assert_eq!(pieces.len(), lines.len(), "{encoding}");
+            let r = setup.run(&pieces, 1_000);
+            let (a, b) = (&r.record, &plain.record);
+            assert_eq!(a.outcome, Some(Outcome::Ok), "{encoding}: {a:?}");
+            assert_eq!(
+                (a.ttft_us, a.ttfc_us, a.e2e_us, a.first_nonblank_us),
+                (b.ttft_us, b.ttfc_us, b.e2e_us, b.first_nonblank_us),
+                "{encoding}"
+            );
+            assert_eq!((a.ttft_us, a.e2e_us), (Some(4_000), Some(10_000)));
+            assert_eq!(r.itl_gaps_us, plain.itl_gaps_us);
+            assert_eq!(r.content_text, "ab");
+            // The record's bytes are the wire's.
+            assert_eq!(a.response_bytes, wire.len() as u64);
+        }
+    }
+
+    /// A coding latmesh does not decode, a corrupt stream, a bad checksum: a protocol error
+    /// naming it, never a parse error on binary bytes.
+    #[test]
+    fn undecodable_bodies_are_protocol_errors_naming_the_coding() {
+        let body = sse(&[&content("a"), &stop(""), "[DONE]"]);
+        let fail = |header: &str, wire: &[u8]| {
+            let t0 = Instant::now();
+            let mut m = Measurement::new(t0, true, false, true, 8)
+                .with_content_encoding(Some(header.as_bytes()));
+            let flow = m.on_bytes(t0, wire);
+            let end = if flow == Flow::Stop {
+                BodyEnd::Stopped
+            } else {
+                BodyEnd::Eof
+            };
+            m.on_end(t0, end);
+            let r = m.finish(&head(t0, true), end, Some(t0), &NO_SCRUB);
+            assert_eq!(r.record.outcome, Some(Outcome::ProtocolError), "{header}");
+            assert_eq!(r.record.response_bytes, wire.len() as u64);
+            assert!(r.record.first_byte_us.is_some());
+            r.record.error_message.unwrap()
+        };
+        assert_eq!(
+            fail("br", &body),
+            "response body in content-encoding \"br\" that latmesh does not decode \
+             (it asks for gzip, deflate)"
+        );
+        assert_eq!(
+            fail("gzip", &body),
+            "gzip stream corrupt at byte 0: invalid gzip header"
+        );
+        let mut wire = Setup {
+            encoding: Some("gzip"),
+            ..Setup::default()
+        }
+        .wire(&body, &[]);
+        let n = wire.len();
+        wire[n - 7] ^= 1;
+        let e = fail("gzip", &wire);
+        assert!(
+            e.starts_with(&format!("gzip stream corrupt at its end (byte {n}): ")),
+            "{e}"
+        );
+    }
+
+    /// `max_response_bytes`, the event cap and the whole-body cap count decoded bytes: a
+    /// small compressed body that expands without bound is cut.
+    #[test]
+    fn decoded_bytes_are_capped() {
+        let gz = Setup {
+            encoding: Some("gzip"),
+            ..Setup::default()
+        };
+        let t0 = Instant::now();
+        let run = |m: Measurement, wire: &[u8]| {
+            let mut m = m.with_content_encoding(Some(b"gzip"));
+            let flow = m.on_bytes(t0, wire);
+            assert_eq!(flow, Flow::Stop);
+            m.on_end(t0, BodyEnd::Stopped);
+            m.finish(&head(t0, true), BodyEnd::Stopped, Some(t0), &NO_SCRUB)
+        };
+        // 8 MiB of blank lines: under 16 KiB on the wire.
+        let blanks = gz.wire(&vec![b'\n'; 8 << 20], &[]);
+        assert!(blanks.len() < 16 << 10, "{}", blanks.len());
+        let r = run(
+            Measurement::new(t0, true, false, true, 8).with_max_body_bytes(1 << 20),
+            &blanks,
+        );
+        assert_eq!(
+            r.record.error_message.as_deref(),
+            Some("response larger than 1048576 bytes once decoded from gzip (max_response_bytes)")
+        );
+        assert_eq!(r.record.response_bytes, blanks.len() as u64);
+        // One 5 MiB event: the 4 MiB event cap.
+        let mut big = b"data: ".to_vec();
+        big.resize(5 << 20, b'x');
+        let r = run(
+            Measurement::new(t0, true, false, true, 8),
+            &gz.wire(&big, &[]),
+        );
+        let msg = r.record.error_message.unwrap();
+        assert!(msg.contains("longer than 4194304 bytes"), "{msg}");
+        // A JSON body read whole: the 32 MiB cap.
+        let mut doc = b"{\"choices\":[],\"x\":\"".to_vec();
+        doc.resize(MAX_WHOLE_BODY + 10, b'x');
+        let r = run(
+            Measurement::new(t0, true, true, false, 8),
+            &gz.wire(&doc, &[]),
+        );
+        let msg = r.record.error_message.unwrap();
+        assert!(
+            msg.contains("JSON body larger than 33554432 bytes"),
+            "{msg}"
+        );
+    }
+
+    /// Every field of a delta (or message) that carries generated output counts for TTFT,
+    /// and the answer's fields (content, refusal, audio) for TTFC, also past the fast path.
+    #[test]
+    fn refusal_and_audio_are_the_answer() {
+        let refusal = delta(r#""content":null,"refusal":"I can't help with that.""#);
+        let body = sse(&[
+            C0,
+            &refusal,
+            &delta(r#""refusal":" Sorry.""#),
+            &stop(""),
+            "[DONE]",
+        ]);
+        let r = measure(&[&body], false);
+        assert_eq!(r.record.outcome, Some(Outcome::Ok));
+        assert_eq!(r.content_text, "I can't help with that. Sorry.");
+        assert_eq!((r.record.content_chunks, r.record.token_payloads), (2, 2));
+        assert_eq!(
+            (r.first_output_payload_index, r.first_content_payload_index),
+            (Some(1), Some(1))
+        );
+        let audio = |f: &str| delta(&format!(r#""content":null,"audio":{{{f}}}"#));
+        let body = sse(&[
+            C0,
+            &audio(r#""id":"au_1","data":"UklGRg==""#),
+            &audio(r#""transcript":"Hel""#),
+            &audio(r#""transcript":"lo.""#),
+            &audio(r#""data":"AAAA","expires_at":1"#),
+            &delta(r#""annotations":[{"type":"url_citation"}]"#),
+            &stop(""),
+            "[DONE]",
+        ]);
+        let r = measure(&[&body], false);
+        assert_eq!(r.record.outcome, Some(Outcome::Ok), "{:?}", r.record);
+        assert_eq!(r.content_text, "Hello.");
+        assert_eq!((r.record.content_chunks, r.record.token_payloads), (4, 4));
+        assert_eq!(r.first_content_payload_index, Some(1));
+        // A whole message with a refusal.
+        let whole = br#"{"choices":[{"index":0,"message":{"role":"assistant","content":null,"refusal":"No."},"finish_reason":"stop"}]}"#;
+        let r = measure(&[whole], true);
+        assert_eq!(
+            (r.content_text.as_str(), r.record.content_chunks),
+            ("No.", 1)
+        );
+    }
+
+    /// With `<think>` … `</think>` declared, the tagged content is reasoning: TTFT at the
+    /// first of it, TTFC at the first answer text after the closing tag and its whitespace,
+    /// whatever the cuts; undeclared, it is all content (TTFC = TTFT).
+    #[test]
+    fn reasoning_tags_move_ttfc_to_the_answer() {
+        let body = sse(&[
+            C0,
+            &content("<think>"),
+            &content("\\nCompare"),
+            &content(" digits.</th"),
+            &content("ink>"),
+            &content("\\n\\n"),
+            &content("9.8"),
+            &content(" <think>"),
+            &stop(""),
+            "[DONE]",
+        ]);
+        let lines: Vec<&[u8]> = body.split_inclusive(|&b| b == b'\n').collect();
+        let tagged = Setup {
+            tags: Setup::think(),
+            ..Setup::default()
+        };
+        let r = tagged.run(&lines, 1_000);
+        let rec = &r.record;
+        assert_eq!(rec.outcome, Some(Outcome::Ok));
+        assert_eq!(r.reasoning_text, "\nCompare digits.");
+        assert_eq!(r.content_text, "9.8 <think>");
+        assert_eq!((rec.reasoning_chunks, rec.content_chunks), (5, 2));
+        assert_eq!(rec.token_payloads, 7);
+        assert_eq!(
+            (r.first_output_payload_index, r.first_content_payload_index),
+            (Some(1), Some(6))
+        );
+        // Read 2 ms apart, two lines a payload: payload k completes at read 2k + 2.
+        assert_eq!((rec.ttft_us, rec.ttfc_us), (Some(4_000), Some(14_000)));
+        assert_eq!(rec.reasoning_us, Some(10_000));
+        check_every_split(&tagged, &body, "tagged");
+        // Not declared: content from the first tag on.
+        let r = Setup::default().run(&lines, 1_000);
+        assert_eq!(
+            (r.record.ttft_us, r.record.ttfc_us),
+            (Some(4_000), Some(4_000))
+        );
+        assert_eq!(r.record.reasoning_us, None);
+        assert!(r.content_text.starts_with("<think>\nCompare"));
+        // DeepSeek-R1 style: no opening tag; a whole message too.
+        let whole = br#"{"choices":[{"index":0,"message":{"content":"Compare.</think>\n\n9.8"},"finish_reason":"stop"}]}"#;
+        let t0 = Instant::now();
+        let mut m =
+            Measurement::new(t0, true, true, false, 8).with_reasoning_tags(Setup::think().as_ref());
+        m.on_bytes(t0, whole);
+        m.on_end(t0, BodyEnd::Eof);
+        let r = m.finish(&head(t0, false), BodyEnd::Eof, Some(t0), &NO_SCRUB);
+        assert_eq!(
+            (r.reasoning_text.as_str(), r.content_text.as_str()),
+            ("Compare.", "9.8")
+        );
+        assert_eq!((r.record.reasoning_chunks, r.record.content_chunks), (1, 1));
+    }
+
     use proptest::prelude::*;
 
     /// Bodies built from real payload shapes (every reasoning spelling, tool calls, usage
