@@ -1,6 +1,11 @@
 //! Replay of one recorded response (see `shared/sse-cases/README.md`): the raw body of a
 //! `NN-name.sse` file, served byte for byte with the status and headers of its sibling
 //! `NN-name.expect.json`, cut into separate writes where `delivery.split_after_bytes` says.
+//!
+//! `delivery.compress` (`gzip` or `deflate`, latmesh's addition) serves the body compressed,
+//! as one stream flushed at each cut (each piece decodable when it arrives, as a provider
+//! that flushes its compressor per event sends it); the sidecar's `http.headers` says what
+//! `content-encoding` is claimed, so a case can also claim one the body is not in.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -31,6 +36,18 @@ pub struct ReplayCase {
     pub headers: Vec<(HeaderName, HeaderValue)>,
     /// Byte offsets at which the body is cut into separate writes (sorted, inside the body).
     pub split_after_bytes: Vec<usize>,
+    /// Compression applied to the body on the wire (`delivery.compress`).
+    pub compress: Option<Compression>,
+}
+
+/// A compression the replay server applies to a body (`delivery.compress`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    /// gzip (RFC 1952).
+    Gzip,
+    /// zlib-wrapped deflate (RFC 1950), what HTTP's `deflate` names.
+    Deflate,
 }
 
 #[derive(Deserialize, Default)]
@@ -53,6 +70,8 @@ struct SidecarHttp {
 struct SidecarDelivery {
     #[serde(default)]
     split_after_bytes: Vec<usize>,
+    #[serde(default)]
+    compress: Option<Compression>,
 }
 
 /// `dir/NN-name.sse` → `dir/NN-name.expect.json`.
@@ -111,7 +130,9 @@ impl ReplayCase {
                 HeaderValue::from_static("text/event-stream"),
             ));
         }
-        let mut split_after_bytes = sidecar.delivery.unwrap_or_default().split_after_bytes;
+        let delivery = sidecar.delivery.unwrap_or_default();
+        let compress = delivery.compress;
+        let mut split_after_bytes = delivery.split_after_bytes;
         split_after_bytes.sort_unstable();
         split_after_bytes.dedup();
         if let Some(bad) = split_after_bytes.iter().find(|&&o| o > body.len()) {
@@ -127,10 +148,13 @@ impl ReplayCase {
             status,
             headers,
             split_after_bytes,
+            compress,
         })
     }
 
-    /// The body cut at `split_after_bytes` (one piece when there is no split).
+    /// The body as written: cut at `split_after_bytes` (one piece when there is no split),
+    /// each piece compressed and flushed when `compress` says (the stream's end goes with
+    /// the last piece).
     pub fn pieces(&self) -> Vec<Bytes> {
         let mut out = Vec::new();
         let mut start = 0;
@@ -141,7 +165,10 @@ impl ReplayCase {
         if start < self.body.len() {
             out.push(self.body.slice(start..));
         }
-        out
+        match self.compress {
+            None => out,
+            Some(c) => compressed(c, &out),
+        }
     }
 
     fn respond(&self) -> Response {
@@ -159,6 +186,56 @@ impl ReplayCase {
             resp.headers_mut().append(n.clone(), v.clone());
         }
         resp
+    }
+}
+
+/// `pieces` as one compressed stream, flushed after each piece.
+fn compressed(c: Compression, pieces: &[Bytes]) -> Vec<Bytes> {
+    use std::io::Write as _;
+    let level = flate2::Compression::default();
+    let mut enc: Box<dyn FlushTake> = match c {
+        Compression::Gzip => Box::new(flate2::write::GzEncoder::new(Vec::new(), level)),
+        Compression::Deflate => Box::new(flate2::write::ZlibEncoder::new(Vec::new(), level)),
+    };
+    let mut out = Vec::new();
+    for (i, p) in pieces.iter().enumerate() {
+        // Writes and flushes into a Vec cannot fail.
+        let _ = enc.write_all(p).and_then(|()| enc.flush());
+        if i + 1 == pieces.len() {
+            enc.end();
+        }
+        out.push(Bytes::from(enc.take()));
+    }
+    if pieces.is_empty() {
+        enc.end();
+        out.push(Bytes::from(enc.take()));
+    }
+    out
+}
+
+/// A compressor writing into a buffer that can be emptied and ended.
+trait FlushTake: std::io::Write {
+    /// Ends the stream (its trailer goes into the buffer).
+    fn end(&mut self);
+    /// The compressed bytes so far, leaving the buffer empty.
+    fn take(&mut self) -> Vec<u8>;
+}
+
+impl FlushTake for flate2::write::GzEncoder<Vec<u8>> {
+    fn end(&mut self) {
+        let _ = self.try_finish();
+    }
+    fn take(&mut self) -> Vec<u8> {
+        std::mem::take(self.get_mut())
+    }
+}
+
+impl FlushTake for flate2::write::ZlibEncoder<Vec<u8>> {
+    fn end(&mut self) {
+        let _ = self.try_finish();
+    }
+    fn take(&mut self) -> Vec<u8> {
+        std::mem::take(self.get_mut())
     }
 }
 

@@ -473,13 +473,39 @@ struct ReasoningDetail<'a> {
     summary: Text<'a>,
 }
 
+/// `audio` of a delta or message (a model asked for audio output): its transcript is the
+/// answer's text, its `data` (base64 audio) the answer itself.
+#[derive(serde::Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(default)]
+pub struct AudioWire<'a> {
+    /// Text of the audio (or a fragment of it).
+    #[serde(borrow)]
+    pub transcript: Text<'a>,
+    /// Base64 audio bytes (or a fragment).
+    #[serde(borrow)]
+    pub data: Text<'a>,
+}
+
 /// `choices[].delta` of a chunk, or `choices[].message` of a whole completion.
+///
+/// Every field of the Chat Completions specification that carries generated output is
+/// read (<https://platform.openai.com/docs/api-reference/chat-streaming>, and `message` of
+/// <https://platform.openai.com/docs/api-reference/chat/object>): `content`, `refusal`,
+/// `audio` (`transcript`, `data`), `tool_calls`, the legacy `function_call`, and the
+/// reasoning fields servers add. `annotations` (citations of the content) and `role` carry
+/// no generated text.
 #[derive(serde::Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(default)]
 pub struct DeltaWire<'a> {
     /// Visible text.
     #[serde(borrow)]
     pub content: ContentField<'a>,
+    /// The model's refusal, shown instead of content.
+    #[serde(borrow)]
+    pub refusal: Text<'a>,
+    /// Audio output.
+    #[serde(borrow)]
+    pub audio: Obj<AudioWire<'a>>,
     #[serde(borrow)]
     reasoning_content: ContentField<'a>,
     #[serde(borrow)]
@@ -499,9 +525,24 @@ pub struct DeltaWire<'a> {
 }
 
 impl DeltaWire<'_> {
-    /// Visible text of this delta.
-    pub fn content(&self) -> &str {
-        self.content.visible()
+    /// The answer's text in this delta: `content`, then `refusal`, then the audio
+    /// transcript (each usually alone in a delta; joined when several are there).
+    pub fn content(&self) -> Cow<'_, str> {
+        let transcript = self.audio.0.as_ref().map_or("", |a| a.transcript.as_str());
+        let parts = [self.content.visible(), self.refusal.as_str(), transcript];
+        match parts.iter().filter(|p| !p.is_empty()).count() {
+            0 => Cow::Borrowed(""),
+            1 => Cow::Borrowed(parts.into_iter().find(|p| !p.is_empty()).unwrap_or("")),
+            _ => Cow::Owned(parts.concat()),
+        }
+    }
+
+    /// Whether the delta carries audio bytes (the answer, without text).
+    pub fn has_audio_data(&self) -> bool {
+        self.audio
+            .0
+            .as_ref()
+            .is_some_and(|a| !a.data.as_str().is_empty())
     }
 
     /// Reasoning text of this delta, from the first field (in the module's order) that is
@@ -918,7 +959,8 @@ pub struct LiteChunk<'a> {
 /// `\r` between tokens), a key with an escape, a field present twice, more than one
 /// choice, a choice `index` other than a literal `0`, a `\u` escape of a UTF-16 surrogate
 /// in a string it returns, a non-null `usage`, `error`, `x_groq`, `message`, `tool_calls`,
-/// `function_call` or `reasoning_details`, an `object` of `"error"` (or with an escape), a
+/// `function_call`, `reasoning_details`, `refusal` or `audio` in the delta, an `object` of
+/// `"error"` (or with an escape), a
 /// top-level `message`, `type` or `code`, a `model` or `system_fingerprint` that is neither
 /// null nor a string, or a field of a type it does not expect. Values
 /// of other fields are skipped with serde_json's own rules for ignored values (strings with
@@ -1521,12 +1563,14 @@ impl<'a> Cursor<'a, '_> {
                 "reasoning" => Some(1),
                 "reasoning_text" => Some(2),
                 "thinking" => Some(3),
-                "reasoning_details" | "tool_calls" | "function_call" => {
+                "reasoning_details" | "tool_calls" | "function_call" | "refusal" | "audio" => {
                     c.null()?;
                     return Some(match k {
                         "reasoning_details" => 1 << 5,
                         "tool_calls" => 1 << 6,
-                        _ => 1 << 7,
+                        "function_call" => 1 << 7,
+                        "refusal" => 1 << 8,
+                        _ => 1 << 9,
                     });
                 }
                 _ => {
@@ -1749,7 +1793,10 @@ mod tests {
         let body = "\n\n\n\n{\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"Four.\",\"reasoning_content\":\"r\",\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},\"finish_reason\":\"stop\"}],\"usage\":{\"completion_tokens\":2}}\n";
         let c = decode(body.as_bytes()).unwrap();
         let m = c.message().unwrap();
-        assert_eq!((m.content(), m.reasoning().as_ref()), ("Four.", "r"));
+        assert_eq!(
+            (m.content().as_ref(), m.reasoning().as_ref()),
+            ("Four.", "r")
+        );
         assert_eq!(m.tool_calls.0[0].id.as_str(), "c1");
         assert_eq!(c.finish_reason(), Some("stop"));
     }

@@ -9,13 +9,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HOST, HeaderValue, USER_AGENT};
+use http::header::{CONTENT_ENCODING, CONTENT_TYPE, HOST, HeaderValue, USER_AGENT};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt as _;
 use hyper::body::{Body as _, Incoming};
 use latmesh_core::record::Outcome;
 
 use super::chunk::ProviderError;
+use super::content_encoding::BodyDecoder;
 use super::emulation::Emulation;
 use super::measure::{BodyStamps, Flow, Head, Measurement};
 use super::outcome::{
@@ -292,8 +293,22 @@ impl Prober {
                         // the record's bounds drop and name in `cut_fields`.
                         .or_else(|| (after.is_some() || after_ms.is_some()).then_some(f64::NAN));
             }
-            let (result, complete) =
-                error_response(&mut body, &conn, head, &scrub, ttfb_at, dl.total, dl.idle).await;
+            let decoder = BodyDecoder::for_header(
+                parts
+                    .headers
+                    .get(CONTENT_ENCODING)
+                    .map(HeaderValue::as_bytes),
+            );
+            let (result, complete) = error_response(
+                &mut body,
+                decoder,
+                &conn,
+                head,
+                &scrub,
+                ttfb_at,
+                (dl.total, dl.idle),
+            )
+            .await;
             if complete {
                 drop(body);
                 self.transport.release(conn).await;
@@ -306,8 +321,14 @@ impl Prober {
             .to_ascii_lowercase();
         let whole = !content_type.contains("event-stream")
             && (content_type.contains("json") || !req.stream);
+        let encoding = parts
+            .headers
+            .get(CONTENT_ENCODING)
+            .map(HeaderValue::as_bytes);
         let mut m = Measurement::new(t_send, opts.keep_text, whole, req.stream, req.max_tokens)
-            .with_api(req.shape.api);
+            .with_api(req.shape.api)
+            .with_reasoning_tags(req.shape.reasoning_tags.as_ref())
+            .with_content_encoding(encoding);
         if opts.keep_timestamps {
             m = m.with_timestamps(req.max_tokens);
         }
@@ -499,17 +520,25 @@ async fn send_on(
     }
 }
 
-/// Reads (up to 64 KiB of) a non-2xx body for its error object and builds the result; also
-/// says whether the body was read to its end (then the connection can be reused).
+/// Reads (up to 64 KiB of, decoded by `decoder` when it is compressed) a non-2xx body for
+/// its error object and builds the result; also says whether the body was read to its end
+/// (then the connection can be reused). `decoder`: the body's content coding
+/// ([`BodyDecoder::for_header`]); one latmesh does not decode, or a corrupt stream, is named
+/// in the message after the status. `deadlines`: the total and idle timeouts.
 async fn error_response(
     body: &mut Incoming,
+    decoder: Result<Option<BodyDecoder>, String>,
     conn: &Conn,
     head: Head,
     scrub: &Scrubber<'_>,
     ttfb_at: Instant,
-    total: Option<(Instant, Outcome)>,
-    idle: Option<Duration>,
+    deadlines: (Option<(Instant, Outcome)>, Option<Duration>),
 ) -> (ProbeResult, bool) {
+    let (total, idle) = deadlines;
+    let (mut decoder, mut unreadable) = match decoder {
+        Ok(d) => (d, None),
+        Err(e) => (None, Some(e)),
+    };
     let status = head.http_status.unwrap_or_default();
     let mut buf = Vec::new();
     let mut stamps = BodyStamps::default();
@@ -528,11 +557,29 @@ async fn error_response(
                     continue;
                 }
                 last_read = at;
-                stamps.on_bytes(at, &b);
-                let room = MAX_ERROR_BODY - buf.len();
-                buf.extend_from_slice(&b[..b.len().min(room)]);
-                if buf.len() >= MAX_ERROR_BODY {
-                    break;
+                stamps.on_wire(at, &b);
+                if unreadable.is_some() {
+                    // Drained to the end (the connection can be reused), not read.
+                    continue;
+                }
+                let mut keep = |piece: &[u8]| {
+                    stamps.on_decoded(at, piece);
+                    let room = MAX_ERROR_BODY - buf.len();
+                    buf.extend_from_slice(&piece[..piece.len().min(room)]);
+                    if buf.len() >= MAX_ERROR_BODY {
+                        Flow::Stop
+                    } else {
+                        Flow::Continue
+                    }
+                };
+                let flow = match decoder.as_mut() {
+                    None => Ok(keep(&b)),
+                    Some(d) => d.feed(&b, keep),
+                };
+                match flow {
+                    Ok(Flow::Continue) => {}
+                    Ok(Flow::Stop) => break,
+                    Err(e) => unreadable = Some(e),
                 }
             }
             Some(None) => {
@@ -549,13 +596,16 @@ async fn error_response(
         .and_then(|s| s.canonical_reason())
         .unwrap_or("");
     let failure = if status >= 400 {
+        let plain = format!("HTTP {status} {reason}").trim_end().to_string();
         Failure {
             outcome: Outcome::from_http_status(status),
             error_type: pe.kind.or(pe.code.clone()),
             error_code: pe.code,
-            message: pe
-                .message
-                .unwrap_or_else(|| format!("HTTP {status} {reason}").trim_end().to_string()),
+            message: match (pe.message, unreadable) {
+                (Some(m), _) => m,
+                (None, Some(e)) => format!("{plain} ({e})"),
+                (None, None) => plain,
+            },
         }
     } else {
         Failure::new(

@@ -33,15 +33,17 @@
 use std::time::Instant;
 
 use latmesh_core::answered_model::MAX_ANSWERED_BYTES;
-use latmesh_core::api::Api;
+use latmesh_core::api::{Api, ReasoningTags};
 use latmesh_core::metrics;
 use latmesh_core::output_tokens::output_tokens;
 use latmesh_core::provider_bounds;
 use latmesh_core::record::{Outcome, ProbeRecord, Usage};
 
 use super::chunk::{self, ChunkWire, DeltaWire, ProviderError, ToolCallWire};
+use super::content_encoding::BodyDecoder;
 use super::outcome::{BodyEnd, Failure, Scrubber, StreamFacts, classify_stream, is_abort_finish};
 use super::sse::{SseEvent, SseParser};
+use super::think_tags::{Split, ThinkTags};
 use super::{ProbeResult, ToolCall};
 
 /// Bytes of a non-SSE body kept to be read as JSON (a whole completion, or a JSON body sent
@@ -149,13 +151,28 @@ pub struct BodyStamps {
 }
 
 impl BodyStamps {
-    /// Accounts one read of `bytes` that arrived at `at` (an empty read changes nothing).
+    /// Accounts one read of `bytes` that arrived at `at`, of a body that is not compressed
+    /// (an empty read changes nothing): [`BodyStamps::on_wire`] and
+    /// [`BodyStamps::on_decoded`].
+    #[cfg(test)]
     pub fn on_bytes(&mut self, at: Instant, bytes: &[u8]) {
+        self.on_wire(at, bytes);
+        self.on_decoded(at, bytes);
+    }
+
+    /// Accounts one read of `bytes` as they came over the wire (compressed or not): their
+    /// size and the first byte.
+    pub fn on_wire(&mut self, at: Instant, bytes: &[u8]) {
         if bytes.is_empty() {
             return;
         }
         self.bytes = self.bytes.saturating_add(bytes.len() as u64);
         self.first_byte.get_or_insert(at);
+    }
+
+    /// Accounts decoded body bytes of the read that arrived at `at`: the first byte that is
+    /// not ASCII whitespace.
+    pub fn on_decoded(&mut self, at: Instant, bytes: &[u8]) {
         if self.first_nonblank.is_none() && !bytes.iter().all(u8::is_ascii_whitespace) {
             self.first_nonblank = Some(at);
         }
@@ -212,6 +229,21 @@ pub(super) struct State {
     system_fingerprint: Option<String>,
     /// What an Anthropic Messages stream needs across events ([`super::anthropic`]).
     pub(super) anthropic: super::anthropic::StreamState,
+    /// Reasoning inside `content` between declared tags ([`Measurement::with_reasoning_tags`]).
+    think: Option<ThinkTags>,
+}
+
+/// One payload's generated output ([`State::on_output`]).
+#[derive(Clone, Copy, Debug)]
+struct Output<'a> {
+    /// The answer's text.
+    content: &'a str,
+    /// Reasoning text.
+    reasoning: &'a str,
+    /// A tool-call fragment.
+    tool: bool,
+    /// Audio bytes: part of the answer, without text.
+    audio: bool,
 }
 
 /// Bytes of a `model` or `system_fingerprint` kept before scrubbing (cut to
@@ -248,8 +280,17 @@ pub struct Measurement {
     whole: Option<Vec<u8>>,
     /// The request asked for a stream.
     stream_requested: bool,
-    /// Largest body accepted ([`Measurement::with_max_body_bytes`]).
+    /// Largest body accepted ([`Measurement::with_max_body_bytes`]), on the wire and
+    /// decoded.
     max_body_bytes: u64,
+    /// The decoder of a compressed body ([`Measurement::with_content_encoding`]).
+    decoder: Option<BodyDecoder>,
+    /// Decoded bytes so far (the wire's when the body is not compressed).
+    decoded_bytes: u64,
+    /// The body's content coding (`identity`, `gzip`, `deflate`), for messages.
+    encoding: &'static str,
+    /// The body is in a content coding latmesh does not decode.
+    unreadable: bool,
 }
 
 const SNIFF_BYTES: usize = 64 * 1024;
@@ -284,6 +325,10 @@ impl Measurement {
             whole: whole.then(Vec::new),
             stream_requested,
             max_body_bytes: u64::MAX,
+            decoder: None,
+            decoded_bytes: 0,
+            encoding: "identity",
+            unreadable: false,
         }
     }
 
@@ -300,6 +345,30 @@ impl Measurement {
         self
     }
 
+    /// Reads the text between `tags` in every payload's content as reasoning (`None`, or an
+    /// empty closing tag: content is all answer); see [`ThinkTags`].
+    pub fn with_reasoning_tags(mut self, tags: Option<&ReasoningTags>) -> Self {
+        self.st.think = tags.and_then(ThinkTags::new);
+        self
+    }
+
+    /// Decodes the body as its `content-encoding` header says (`None`: absent). An encoding
+    /// latmesh does not decode makes the attempt a `protocol_error` naming it, at the first
+    /// body read ([`BodyDecoder::for_header`]).
+    pub fn with_content_encoding(mut self, header: Option<&[u8]>) -> Self {
+        match BodyDecoder::for_header(header) {
+            Ok(d) => {
+                self.encoding = d.as_ref().map_or("identity", BodyDecoder::name);
+                self.decoder = d;
+            }
+            Err(message) => {
+                self.unreadable = true;
+                self.st.fail(Failure::new(Outcome::ProtocolError, message));
+            }
+        }
+        self
+    }
+
     /// Also keeps the read instant of every token-bearing payload
     /// ([`ProbeResult::token_read_at`]); sized for `max_tokens` payloads.
     pub fn with_timestamps(mut self, max_tokens: u32) -> Self {
@@ -310,14 +379,49 @@ impl Measurement {
         self
     }
 
-    /// One body read that arrived at `at`.
+    /// One body read that arrived at `at`, as it came over the wire (compressed when the
+    /// body is): decoded at once, every decoded byte measured with the read's instant.
     pub fn on_bytes(&mut self, at: Instant, bytes: &[u8]) -> Flow {
-        self.body.on_bytes(at, bytes);
+        self.body.on_wire(at, bytes);
         if self.body.bytes > self.max_body_bytes {
             self.st.fail(Failure::new(
                 Outcome::ProtocolError,
                 format!(
                     "response larger than {} bytes (max_response_bytes)",
+                    self.max_body_bytes
+                ),
+            ));
+            return Flow::Stop;
+        }
+        // An encoding that cannot be read: nothing to measure (the failure is recorded).
+        if self.unreadable {
+            return Flow::Stop;
+        }
+        let Some(mut decoder) = self.decoder.take() else {
+            return self.on_decoded(at, bytes);
+        };
+        let fed = decoder.feed(bytes, |piece| self.on_decoded(at, piece));
+        self.decoder = Some(decoder);
+        match fed {
+            Ok(flow) => flow,
+            Err(message) => {
+                self.st.fail(Failure::new(Outcome::ProtocolError, message));
+                Flow::Stop
+            }
+        }
+    }
+
+    /// Decoded body bytes of the read that arrived at `at`.
+    fn on_decoded(&mut self, at: Instant, bytes: &[u8]) -> Flow {
+        self.body.on_decoded(at, bytes);
+        self.decoded_bytes = self.decoded_bytes.saturating_add(bytes.len() as u64);
+        if self.decoded_bytes > self.max_body_bytes {
+            let encoding = self.encoding;
+            self.st.fail(Failure::new(
+                Outcome::ProtocolError,
+                format!(
+                    "response larger than {} bytes once decoded from {encoding} \
+                     (max_response_bytes)",
                     self.max_body_bytes
                 ),
             ));
@@ -350,6 +454,14 @@ impl Measurement {
 
     /// The body ended (normally or not) at `at`.
     pub fn on_end(&mut self, at: Instant, end: BodyEnd) {
+        // A compressed body that ended cleanly: its stream must end as it says.
+        if end == BodyEnd::Eof
+            && self.st.failure.is_none()
+            && self.body.bytes > 0
+            && let Some(Err(message)) = self.decoder.as_mut().map(BodyDecoder::finish)
+        {
+            self.st.fail(Failure::new(Outcome::ProtocolError, message));
+        }
         if let Some(w) = self.whole.take() {
             if end == BodyEnd::Eof && self.st.failure.is_none() {
                 self.st.on_json_body(at, &w, self.stream_requested);
@@ -444,7 +556,8 @@ impl Measurement {
                 saw_done: st.saw_done(),
                 finish_reason: st.finish_reason.as_deref(),
                 payloads: st.payloads,
-                body_bytes: self.body.bytes,
+                // Decoded: a compressed stream of nothing is an empty body.
+                body_bytes: self.decoded_bytes,
                 end,
             };
             classify_stream(&facts).err()
@@ -710,16 +823,17 @@ impl State {
             };
             self.add_tool_fragment(&t);
         }
-        self.on_tokens(
-            at,
-            index,
-            d.content(),
-            &d.reasoning(),
-            d.has_tool_fragment(),
-        );
+        let output = Output {
+            content: &d.content(),
+            reasoning: &d.reasoning(),
+            tool: d.has_tool_fragment(),
+            audio: d.has_audio_data(),
+        };
+        self.on_output(at, index, output);
     }
 
-    /// The generated text of one payload (`tool`: it carries a tool-call fragment).
+    /// The generated text of one payload (`tool`: it carries a tool-call fragment). With
+    /// reasoning tags declared, the content's text between them is reasoning.
     pub(super) fn on_tokens(
         &mut self,
         at: Instant,
@@ -728,24 +842,50 @@ impl State {
         reasoning: &str,
         tool: bool,
     ) {
-        if !content.is_empty() {
+        let output = Output {
+            content,
+            reasoning,
+            tool,
+            audio: false,
+        };
+        self.on_output(at, index, output);
+    }
+
+    /// Counts and stamps one payload's output ([`State::on_tokens`]).
+    fn on_output(&mut self, at: Instant, index: u32, out: Output<'_>) {
+        // Taken out while its split borrows it.
+        let mut think = self.think.take();
+        let split = match think.as_mut() {
+            Some(t) if !out.content.is_empty() => t.split(out.content),
+            _ => Split {
+                content: out.content,
+                ..Split::default()
+            },
+        };
+        let (content, reasoning) = (split.content, out.reasoning);
+        let is_content = !content.is_empty() || out.audio;
+        let is_reasoning =
+            !reasoning.is_empty() || !split.reasoning.is_empty() || split.reasoning_payload;
+        if is_content {
             self.content_chunks = self.content_chunks.saturating_add(1);
             self.first_content.get_or_insert((at, index));
             if self.keep_text {
                 self.content_text.push_str(content);
             }
         }
-        if !reasoning.is_empty() {
+        if is_reasoning {
             self.reasoning_chunks = self.reasoning_chunks.saturating_add(1);
             self.first_reasoning.get_or_insert(index);
             if self.keep_text {
                 self.reasoning_text.push_str(reasoning);
+                self.reasoning_text.push_str(split.reasoning);
             }
         }
-        if tool {
+        self.think = think;
+        if out.tool {
             self.tool_call_chunks = self.tool_call_chunks.saturating_add(1);
         }
-        if !content.is_empty() || !reasoning.is_empty() || tool {
+        if is_content || is_reasoning || out.tool {
             self.on_token_payload(at, index);
         }
     }
@@ -1294,42 +1434,114 @@ pub(crate) mod tests {
         );
     }
 
-    /// The API of corpus body `name` (`NN-case.sse`) and whether it is an event stream, from
-    /// its `.expect.json`.
-    pub(crate) fn corpus_case(name: &str) -> (Api, bool) {
-        let stem = name.strip_suffix(".sse").unwrap_or(name);
-        let path = corpus_dir().join(format!("{stem}.expect.json"));
-        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
-        let api = v
-            .get("api")
-            .and_then(serde_json::Value::as_str)
-            .map_or(Api::Chat, |a| Api::parse(a).unwrap());
-        let content_type = v["http"]["headers"]["content-type"].as_str().unwrap_or("");
-        (api, content_type.contains("event-stream"))
+    /// How a body is measured in the split and fuzz tests: the API whose events it holds,
+    /// the content coding it is sent in, the reasoning tags declared. Each API's parser
+    /// plugs its bodies into [`check_every_split`] and [`check_cuts`] with one of these.
+    #[derive(Clone, Debug, Default)]
+    pub(crate) struct Setup {
+        pub(crate) api: Api,
+        /// `gzip`, `deflate` (zlib), `raw-deflate` (sent as `deflate`); `None`: plain.
+        pub(crate) encoding: Option<&'static str>,
+        pub(crate) tags: Option<ReasoningTags>,
     }
 
-    /// Feeds every corpus stream split at every offset, read as its API's events: the
-    /// measurement is the same.
+    impl Setup {
+        /// `<think>` … `</think>` declared.
+        pub(crate) fn think() -> Option<ReasoningTags> {
+            Some(ReasoningTags {
+                open: "<think>".into(),
+                close: "</think>".into(),
+            })
+        }
+
+        /// `plain` as it comes over the wire: compressed when the setup says, flushed after
+        /// each `flush_at` offset (as a provider flushes per event).
+        pub(crate) fn wire(&self, plain: &[u8], flush_at: &[usize]) -> Vec<u8> {
+            match self.encoding {
+                None => plain.to_vec(),
+                Some(e) => crate::probe::content_encoding::tests::compress(e, plain, flush_at),
+            }
+        }
+
+        /// Measures `pieces` of a streamed response's wire body, read `step_us` apart.
+        pub(crate) fn run(&self, pieces: &[&[u8]], step_us: u64) -> ProbeResult {
+            let t0 = Instant::now();
+            let header = self
+                .encoding
+                .map(|e| if e == "raw-deflate" { "deflate" } else { e });
+            let mut m = Measurement::new(t0, true, false, true, 8)
+                .with_api(self.api)
+                .with_reasoning_tags(self.tags.as_ref())
+                .with_content_encoding(header.map(str::as_bytes));
+            let mut at = t0;
+            let mut end = BodyEnd::Eof;
+            for p in pieces {
+                at += Duration::from_micros(step_us);
+                if m.on_bytes(at, p) == Flow::Stop {
+                    end = BodyEnd::Stopped;
+                    break;
+                }
+            }
+            at += Duration::from_micros(step_us);
+            m.on_end(at, end);
+            m.finish(&head(t0, true), end, Some(at), &NO_SCRUB)
+        }
+    }
+
+    /// `wire` split in two at every offset measures as it does whole.
+    pub(crate) fn check_every_split(setup: &Setup, wire: &[u8], name: &str) {
+        let whole = summary(setup.run(&[wire], 0));
+        for i in 0..=wire.len() {
+            let two = summary(setup.run(&[&wire[..i], &wire[i..]], 0));
+            assert_eq!(two, whole, "{name} ({setup:?}) split at {i}");
+        }
+    }
+
+    /// A corpus case's sidecar: its API, whether it is a 2xx event stream, the compression
+    /// the replay server applies (`delivery.compress`, flushed at `delivery.split_after_bytes`)
+    /// and the reasoning tags its provider declares (`reasoning_tags`).
+    pub(crate) fn corpus_setup(name: &str) -> (Setup, bool, Vec<usize>) {
+        let stem = name.trim_end_matches(".sse");
+        let side = std::fs::read(corpus_dir().join(format!("{stem}.expect.json"))).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&side).unwrap();
+        let api = v["api"]
+            .as_str()
+            .map_or(Api::Chat, |a| Api::parse(a).unwrap());
+        let status = v["http"]["status"].as_u64().unwrap_or(200);
+        let ctype = v["http"]["headers"]["content-type"].as_str().unwrap_or("");
+        let stream = (200..300).contains(&status) && !ctype.contains("json");
+        let encoding = match v["delivery"]["compress"].as_str() {
+            None => None,
+            Some("gzip") => Some("gzip"),
+            Some("deflate") => Some("deflate"),
+            Some(other) => panic!("{name}: no compressor for {other}"),
+        };
+        let tags = v.get("reasoning_tags").map(|t| ReasoningTags {
+            open: t["open"].as_str().unwrap().into(),
+            close: t["close"].as_str().unwrap().into(),
+        });
+        let cuts = v["delivery"]["split_after_bytes"]
+            .as_array()
+            .map(|a| a.iter().map(|n| n.as_u64().unwrap() as usize).collect())
+            .unwrap_or_default();
+        let setup = Setup {
+            api,
+            encoding,
+            tags,
+        };
+        (setup, stream, cuts)
+    }
+
+    /// Feeds every corpus stream, in its API and as the replay server sends it (compressed
+    /// where its sidecar says), split at every offset: the measurement is the same.
     #[test]
     fn corpus_measurements_do_not_depend_on_read_boundaries() {
         for (name, body) in corpus() {
-            let (api, event_stream) = corpus_case(&name);
-            if !event_stream {
+            let (setup, stream, cuts) = corpus_setup(&name);
+            if !stream {
                 continue;
             }
-            let t0 = Instant::now();
-            let run = |pieces: &[&[u8]]| {
-                let mut m = Measurement::new(t0, true, false, true, 8).with_api(api);
-                for p in pieces {
-                    m.on_bytes(t0, p);
-                }
-                m.on_end(t0, BodyEnd::Eof);
-                summary(m.finish(&head(t0, true), BodyEnd::Eof, Some(t0), &NO_SCRUB))
-            };
-            let whole = run(&[&body]);
-            for i in 0..=body.len() {
-                assert_eq!(run(&[&body[..i], &body[i..]]), whole, "{name} split at {i}");
-            }
+            check_every_split(&setup, &setup.wire(&body, &cuts), &name);
         }
         assert!(corpus_dir().exists());
     }
@@ -2199,6 +2411,272 @@ pub(crate) mod tests {
         }
     }
 
+    /// A gzip'd stream flushed per event is measured as the plain one: every decoded
+    /// event carries the instant of the compressed read that brought it.
+    #[test]
+    fn a_compressed_stream_keeps_the_timing_of_each_read() {
+        let body = sse(&[C0, &content("a"), &content("b"), &stop(""), "[DONE]"]);
+        let lines: Vec<&[u8]> = body.split_inclusive(|&b| b == b'\n').collect();
+        let mut cuts = Vec::new();
+        let mut at = 0;
+        for l in &lines[..lines.len() - 1] {
+            at += l.len();
+            cuts.push(at);
+        }
+        let plain = Setup::default().run(&lines, 1_000);
+        for encoding in ["gzip", "deflate", "raw-deflate"] {
+            let setup = Setup {
+                encoding: Some(encoding),
+                ..Setup::default()
+            };
+            let wire = setup.wire(&body, &cuts);
+            // The wire cut where each flush ended: one read per line, as `plain` was read.
+            let mut pieces: Vec<&[u8]> = Vec::new();
+            let mut rest = &wire[..];
+            let mut d = crate::probe::content_encoding::BodyDecoder::for_header(Some(
+                if encoding == "raw-deflate" {
+                    b"deflate"
+                } else {
+                    encoding.as_bytes()
+                },
+            ))
+            .unwrap()
+            .unwrap();
+            let mut decoded = 0;
+            while !rest.is_empty() && pieces.len() < lines.len() - 1 {
+                // The shortest prefix that decodes to the next line.
+                let want = decoded + lines[pieces.len()].len();
+                let mut n = 0;
+                while decoded < want {
+                    n += 1;
+                    d.feed(&rest[n - 1..n], |p| {
+                        decoded += p.len();
+                        Flow::Continue
+                    })
+                    .unwrap();
+                }
+                pieces.push(&rest[..n]);
+                rest = &rest[n..];
+            }
+            pieces.push(rest);
+            assert_eq!(pieces.len(), lines.len(), "{encoding}");
+            let r = setup.run(&pieces, 1_000);
+            let (a, b) = (&r.record, &plain.record);
+            assert_eq!(a.outcome, Some(Outcome::Ok), "{encoding}: {a:?}");
+            assert_eq!(
+                (a.ttft_us, a.ttfc_us, a.e2e_us, a.first_nonblank_us),
+                (b.ttft_us, b.ttfc_us, b.e2e_us, b.first_nonblank_us),
+                "{encoding}"
+            );
+            assert_eq!((a.ttft_us, a.e2e_us), (Some(4_000), Some(10_000)));
+            assert_eq!(r.itl_gaps_us, plain.itl_gaps_us);
+            assert_eq!(r.content_text, "ab");
+            // The record's bytes are the wire's.
+            assert_eq!(a.response_bytes, wire.len() as u64);
+        }
+    }
+
+    /// A coding latmesh does not decode, a corrupt stream, a bad checksum: a protocol error
+    /// naming it, never a parse error on binary bytes.
+    #[test]
+    fn undecodable_bodies_are_protocol_errors_naming_the_coding() {
+        let body = sse(&[&content("a"), &stop(""), "[DONE]"]);
+        let fail = |header: &str, wire: &[u8]| {
+            let t0 = Instant::now();
+            let mut m = Measurement::new(t0, true, false, true, 8)
+                .with_content_encoding(Some(header.as_bytes()));
+            let flow = m.on_bytes(t0, wire);
+            let end = if flow == Flow::Stop {
+                BodyEnd::Stopped
+            } else {
+                BodyEnd::Eof
+            };
+            m.on_end(t0, end);
+            let r = m.finish(&head(t0, true), end, Some(t0), &NO_SCRUB);
+            assert_eq!(r.record.outcome, Some(Outcome::ProtocolError), "{header}");
+            assert_eq!(r.record.response_bytes, wire.len() as u64);
+            assert!(r.record.first_byte_us.is_some());
+            r.record.error_message.unwrap()
+        };
+        assert_eq!(
+            fail("br", &body),
+            "response body in content-encoding \"br\" that latmesh does not decode \
+             (it asks for gzip, deflate)"
+        );
+        assert_eq!(
+            fail("gzip", &body),
+            "gzip stream corrupt at byte 0: invalid gzip header"
+        );
+        let mut wire = Setup {
+            encoding: Some("gzip"),
+            ..Setup::default()
+        }
+        .wire(&body, &[]);
+        let n = wire.len();
+        wire[n - 7] ^= 1;
+        let e = fail("gzip", &wire);
+        assert!(
+            e.starts_with(&format!("gzip stream corrupt at its end (byte {n}): ")),
+            "{e}"
+        );
+    }
+
+    /// `max_response_bytes`, the event cap and the whole-body cap count decoded bytes: a
+    /// small compressed body that expands without bound is cut.
+    #[test]
+    fn decoded_bytes_are_capped() {
+        let gz = Setup {
+            encoding: Some("gzip"),
+            ..Setup::default()
+        };
+        let t0 = Instant::now();
+        let run = |m: Measurement, wire: &[u8]| {
+            let mut m = m.with_content_encoding(Some(b"gzip"));
+            let flow = m.on_bytes(t0, wire);
+            assert_eq!(flow, Flow::Stop);
+            m.on_end(t0, BodyEnd::Stopped);
+            m.finish(&head(t0, true), BodyEnd::Stopped, Some(t0), &NO_SCRUB)
+        };
+        // 8 MiB of blank lines: under 16 KiB on the wire.
+        let blanks = gz.wire(&vec![b'\n'; 8 << 20], &[]);
+        assert!(blanks.len() < 16 << 10, "{}", blanks.len());
+        let r = run(
+            Measurement::new(t0, true, false, true, 8).with_max_body_bytes(1 << 20),
+            &blanks,
+        );
+        assert_eq!(
+            r.record.error_message.as_deref(),
+            Some("response larger than 1048576 bytes once decoded from gzip (max_response_bytes)")
+        );
+        assert_eq!(r.record.response_bytes, blanks.len() as u64);
+        // One 5 MiB event: the 4 MiB event cap.
+        let mut big = b"data: ".to_vec();
+        big.resize(5 << 20, b'x');
+        let r = run(
+            Measurement::new(t0, true, false, true, 8),
+            &gz.wire(&big, &[]),
+        );
+        let msg = r.record.error_message.unwrap();
+        assert!(msg.contains("longer than 4194304 bytes"), "{msg}");
+        // A JSON body read whole: the 32 MiB cap.
+        let mut doc = b"{\"choices\":[],\"x\":\"".to_vec();
+        doc.resize(MAX_WHOLE_BODY + 10, b'x');
+        let r = run(
+            Measurement::new(t0, true, true, false, 8),
+            &gz.wire(&doc, &[]),
+        );
+        let msg = r.record.error_message.unwrap();
+        assert!(
+            msg.contains("JSON body larger than 33554432 bytes"),
+            "{msg}"
+        );
+    }
+
+    /// Every field of a delta (or message) that carries generated output counts for TTFT,
+    /// and the answer's fields (content, refusal, audio) for TTFC, also past the fast path.
+    #[test]
+    fn refusal_and_audio_are_the_answer() {
+        let refusal = delta(r#""content":null,"refusal":"I can't help with that.""#);
+        let body = sse(&[
+            C0,
+            &refusal,
+            &delta(r#""refusal":" Sorry.""#),
+            &stop(""),
+            "[DONE]",
+        ]);
+        let r = measure(&[&body], false);
+        assert_eq!(r.record.outcome, Some(Outcome::Ok));
+        assert_eq!(r.content_text, "I can't help with that. Sorry.");
+        assert_eq!((r.record.content_chunks, r.record.token_payloads), (2, 2));
+        assert_eq!(
+            (r.first_output_payload_index, r.first_content_payload_index),
+            (Some(1), Some(1))
+        );
+        let audio = |f: &str| delta(&format!(r#""content":null,"audio":{{{f}}}"#));
+        let body = sse(&[
+            C0,
+            &audio(r#""id":"au_1","data":"UklGRg==""#),
+            &audio(r#""transcript":"Hel""#),
+            &audio(r#""transcript":"lo.""#),
+            &audio(r#""data":"AAAA","expires_at":1"#),
+            &delta(r#""annotations":[{"type":"url_citation"}]"#),
+            &stop(""),
+            "[DONE]",
+        ]);
+        let r = measure(&[&body], false);
+        assert_eq!(r.record.outcome, Some(Outcome::Ok), "{:?}", r.record);
+        assert_eq!(r.content_text, "Hello.");
+        assert_eq!((r.record.content_chunks, r.record.token_payloads), (4, 4));
+        assert_eq!(r.first_content_payload_index, Some(1));
+        // A whole message with a refusal.
+        let whole = br#"{"choices":[{"index":0,"message":{"role":"assistant","content":null,"refusal":"No."},"finish_reason":"stop"}]}"#;
+        let r = measure(&[whole], true);
+        assert_eq!(
+            (r.content_text.as_str(), r.record.content_chunks),
+            ("No.", 1)
+        );
+    }
+
+    /// With `<think>` … `</think>` declared, the tagged content is reasoning: TTFT at the
+    /// first of it, TTFC at the first answer text after the closing tag and its whitespace,
+    /// whatever the cuts; undeclared, it is all content (TTFC = TTFT).
+    #[test]
+    fn reasoning_tags_move_ttfc_to_the_answer() {
+        let body = sse(&[
+            C0,
+            &content("<think>"),
+            &content("\\nCompare"),
+            &content(" digits.</th"),
+            &content("ink>"),
+            &content("\\n\\n"),
+            &content("9.8"),
+            &content(" <think>"),
+            &stop(""),
+            "[DONE]",
+        ]);
+        let lines: Vec<&[u8]> = body.split_inclusive(|&b| b == b'\n').collect();
+        let tagged = Setup {
+            tags: Setup::think(),
+            ..Setup::default()
+        };
+        let r = tagged.run(&lines, 1_000);
+        let rec = &r.record;
+        assert_eq!(rec.outcome, Some(Outcome::Ok));
+        assert_eq!(r.reasoning_text, "\nCompare digits.");
+        assert_eq!(r.content_text, "9.8 <think>");
+        assert_eq!((rec.reasoning_chunks, rec.content_chunks), (5, 2));
+        assert_eq!(rec.token_payloads, 7);
+        assert_eq!(
+            (r.first_output_payload_index, r.first_content_payload_index),
+            (Some(1), Some(6))
+        );
+        // Read 2 ms apart, two lines a payload: payload k completes at read 2k + 2.
+        assert_eq!((rec.ttft_us, rec.ttfc_us), (Some(4_000), Some(14_000)));
+        assert_eq!(rec.reasoning_us, Some(10_000));
+        check_every_split(&tagged, &body, "tagged");
+        // Not declared: content from the first tag on.
+        let r = Setup::default().run(&lines, 1_000);
+        assert_eq!(
+            (r.record.ttft_us, r.record.ttfc_us),
+            (Some(4_000), Some(4_000))
+        );
+        assert_eq!(r.record.reasoning_us, None);
+        assert!(r.content_text.starts_with("<think>\nCompare"));
+        // DeepSeek-R1 style: no opening tag; a whole message too.
+        let whole = br#"{"choices":[{"index":0,"message":{"content":"Compare.</think>\n\n9.8"},"finish_reason":"stop"}]}"#;
+        let t0 = Instant::now();
+        let mut m =
+            Measurement::new(t0, true, true, false, 8).with_reasoning_tags(Setup::think().as_ref());
+        m.on_bytes(t0, whole);
+        m.on_end(t0, BodyEnd::Eof);
+        let r = m.finish(&head(t0, false), BodyEnd::Eof, Some(t0), &NO_SCRUB);
+        assert_eq!(
+            (r.reasoning_text.as_str(), r.content_text.as_str()),
+            ("Compare.", "9.8")
+        );
+        assert_eq!((r.record.reasoning_chunks, r.record.content_chunks), (1, 1));
+    }
+
     use proptest::prelude::*;
 
     /// Bodies built from real payload shapes of `api` (for chat: every reasoning spelling,
@@ -2299,22 +2777,77 @@ pub(crate) mod tests {
             (api, body) in api_and_body(),
             points in prop::collection::vec(any::<prop::sample::Index>(), 0..5),
         ) {
-            let t0 = Instant::now();
-            let run = |pieces: &[&[u8]], step_us: u64| {
-                let mut m = Measurement::new(t0, true, false, true, 8).with_api(api);
-                let mut at = t0;
-                let mut end = BodyEnd::Eof;
-                for p in pieces {
-                    at += Duration::from_micros(step_us);
-                    if m.on_bytes(at, p) == Flow::Stop {
-                        end = BodyEnd::Stopped;
-                        break;
-                    }
-                }
-                at += Duration::from_micros(step_us);
-                m.on_end(at, end);
-                m.finish(&head(t0, true), end, Some(at), &NO_SCRUB)
-            };
+            check_cuts(&Setup { api, ..Setup::default() }, &body, &points)?;
+        }
+
+        /// The same, for bodies sent compressed (flushed at some of the cut points, as a
+        /// provider flushes per event) and read in other cuts.
+        #[test]
+        fn compressed_measurements_do_not_depend_on_cuts(
+            body in stream_body(Api::Chat),
+            flush in prop::collection::vec(any::<prop::sample::Index>(), 0..4),
+            points in prop::collection::vec(any::<prop::sample::Index>(), 0..5),
+            encoding in prop::sample::select(vec!["gzip", "deflate", "raw-deflate"]),
+        ) {
+            let setup = Setup { encoding: Some(encoding), ..Setup::default() };
+            let mut flush: Vec<usize> = flush.iter().map(|i| i.index(body.len() + 1)).collect();
+            flush.sort_unstable();
+            let wire = setup.wire(&body, &flush);
+            check_cuts(&setup, &wire, &points)?;
+            // What was decoded is what plain bytes give.
+            prop_assert_eq!(summary(setup.run(&[&wire], 0)), summary(Setup::default().run(&[&body], 0)));
+        }
+
+        /// The same, with reasoning tags declared and `<think>` … `</think>` content.
+        #[test]
+        fn tagged_reasoning_measurements_do_not_depend_on_cuts(
+            body in think_body(),
+            points in prop::collection::vec(any::<prop::sample::Index>(), 0..5),
+        ) {
+            let setup = Setup { tags: Setup::think(), ..Setup::default() };
+            check_cuts(&setup, &body, &points)?;
+        }
+    }
+
+    /// Stream bodies whose content carries think tags, whole or cut between payloads.
+    fn think_body() -> impl Strategy<Value = Vec<u8>> {
+        let texts = prop::sample::select(vec![
+            "<think>",
+            "</think>",
+            "<thi",
+            "nk>",
+            "</th",
+            "ink>",
+            "\\n\\n",
+            " ",
+            "plan",
+            "4",
+            "<think>\\nplan",
+            "x</think>\\n\\nA",
+            "é",
+        ]);
+        let item = prop_oneof![
+            6 => texts.prop_map(|t| format!("data: {}\n\n", content(t)).into_bytes()),
+            1 => prop::sample::select(vec![
+                format!("data: {}\n\n", delta(r#""reasoning_content":"r""#)),
+                format!("data: {}\n\n", stop("")),
+                "data: [DONE]\n\n".to_string(),
+                ": keep-alive\n\n".to_string(),
+            ]).prop_map(String::into_bytes),
+        ];
+        prop::collection::vec(item, 0..14).prop_map(|v| v.concat())
+    }
+
+    /// The property every parser must have: `wire` (a body of `setup`'s API, as sent)
+    /// measures the same read whole and read in pieces cut at `points`, and with reads
+    /// stamped in order its timestamps and counts are ordered as the definitions say.
+    pub(crate) fn check_cuts(
+        setup: &Setup,
+        wire: &[u8],
+        points: &[prop::sample::Index],
+    ) -> Result<(), TestCaseError> {
+        {
+            let body = wire;
             let mut at: Vec<usize> = points.iter().map(|i| i.index(body.len() + 1)).collect();
             at.sort_unstable();
             let mut pieces: Vec<&[u8]> = Vec::new();
@@ -2324,10 +2857,10 @@ pub(crate) mod tests {
                 from = a;
             }
             pieces.push(&body[from..]);
-            let whole = summary(run(&[&body], 0));
-            prop_assert_eq!(&summary(run(&pieces, 0)), &whole);
+            let whole = summary(setup.run(&[body], 0));
+            prop_assert_eq!(&summary(setup.run(&pieces, 0)), &whole);
 
-            let r = run(&pieces, 1_000);
+            let r = setup.run(&pieces, 1_000);
             let rec = &r.record;
             let le = |a: Option<u64>, b: Option<u64>| match (a, b) {
                 (Some(a), Some(b)) => a <= b,
@@ -2341,17 +2874,31 @@ pub(crate) mod tests {
             prop_assert!(le(rec.ttft_us, rec.e2e_us));
             prop_assert_eq!(rec.first_byte_us.is_some(), rec.response_bytes > 0);
             if let Some(reasoning) = rec.reasoning_us {
-                prop_assert_eq!(Some(reasoning), rec.ttfc_us.zip(rec.ttft_us).map(|(c, t)| c - t));
+                prop_assert_eq!(
+                    Some(reasoning),
+                    rec.ttfc_us.zip(rec.ttft_us).map(|(c, t)| c - t)
+                );
                 prop_assert!(rec.reasoning_chunks > 0);
             }
-            let (c, re, t) = (rec.content_chunks, rec.reasoning_chunks, rec.tool_call_chunks);
+            let (c, re, t) = (
+                rec.content_chunks,
+                rec.reasoning_chunks,
+                rec.tool_call_chunks,
+            );
             prop_assert!(rec.token_payloads >= c.max(re).max(t));
             prop_assert!(rec.token_payloads <= c + re + t);
             prop_assert_eq!(rec.ttft_us.is_some(), rec.token_payloads > 0);
             // The token rule, for an event stream or (a JSON document sent instead) a body.
             let u = &rec.usage;
             let got = (rec.output_tokens, rec.output_tokens_source);
-            let rule = |stream| output_tokens(u.completion_tokens, u.reasoning_tokens, rec.token_payloads, stream);
+            let rule = |stream| {
+                output_tokens(
+                    u.completion_tokens,
+                    u.reasoning_tokens,
+                    rec.token_payloads,
+                    stream,
+                )
+            };
             prop_assert!(got == rule(true) || got == rule(false), "{:?}", got);
             prop_assert!(rec.output_tokens >= u.completion_tokens.unwrap_or(0));
             prop_assert_eq!(rec.tokens_from_usage, rec.output_tokens_source.from_usage());
@@ -2364,5 +2911,6 @@ pub(crate) mod tests {
                 None => prop_assert_eq!(rec.usage_chunk_delta, None),
             }
         }
+        Ok(())
     }
 }

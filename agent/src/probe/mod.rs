@@ -92,12 +92,14 @@
 pub mod anthropic;
 pub mod chunk;
 mod client;
+pub mod content_encoding;
 pub mod emulation;
 mod measure;
 pub mod outcome;
 pub mod request;
 pub mod responses;
 pub mod sse;
+pub mod think_tags;
 mod transport;
 
 #[cfg(test)]

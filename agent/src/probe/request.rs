@@ -1,6 +1,6 @@
 //! The Chat Completions request: URL, JSON body and headers.
 
-use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
+use http::header::{ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde::Serialize;
 
 use latmesh_core::api::Api;
@@ -94,7 +94,8 @@ pub fn api_key_from_env(name: &str) -> Result<Option<String>, String> {
 /// (`user_agent`, README "Campaign files").
 pub const DEFAULT_USER_AGENT: &str = "OpenAI/Python 3.51.0";
 
-/// Per-request headers: content type, accept and the API key as a sensitive Bearer token
+/// Per-request headers: content type, accept, accept-encoding (`gzip, deflate`, as the OpenAI
+/// Python SDK sends: [`super::content_encoding`]) and the API key as a sensitive Bearer token
 /// (a key that is not a valid header value is left out; the provider will answer 401),
 /// then the API's own ([`super::anthropic::headers`]). Nothing that names latmesh.
 pub fn headers(req: &ProbeRequest<'_>) -> HeaderMap {
@@ -110,6 +111,10 @@ pub fn headers(req: &ProbeRequest<'_>) -> HeaderMap {
         } else {
             "application/json"
         }),
+    );
+    h.insert(
+        ACCEPT_ENCODING,
+        HeaderValue::from_static(super::content_encoding::ACCEPT_ENCODING),
     );
     if let Some(mut v) = req
         .api_key
@@ -180,5 +185,6 @@ mod tests {
         let h = headers(&req);
         assert!(h[AUTHORIZATION].is_sensitive());
         assert_eq!(h[ACCEPT], "application/json");
+        assert_eq!(h[ACCEPT_ENCODING], "gzip, deflate");
     }
 }

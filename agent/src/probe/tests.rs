@@ -268,6 +268,7 @@ async fn a_provider_receives_nothing_that_identifies_latmesh() {
         names.sort_unstable();
         let only = [
             "accept",
+            "accept-encoding",
             "authorization",
             "content-length",
             "content-type",
