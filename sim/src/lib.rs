@@ -47,6 +47,7 @@ pub mod plan;
 pub mod profile;
 pub mod provider;
 pub mod region;
+pub mod render;
 pub mod replay;
 pub mod request;
 pub mod text;

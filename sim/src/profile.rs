@@ -86,6 +86,13 @@ pub struct ProviderProfile {
     /// Probability that a stream stops mid-way (after a partial `data:` line, no
     /// `finish_reason`, no `[DONE]`).
     pub truncate_prob: f64,
+    /// Probability that a stream fails mid-way with the API's in-band error event (Chat: a
+    /// `data: {"error":…}` payload; Anthropic: `event: error` with `overloaded_error`;
+    /// Responses: `response.failed`) in place of one token event, and nothing after it.
+    pub stream_error_prob: f64,
+    /// Probability of answering "overloaded" before any token: HTTP 529 `overloaded_error`
+    /// on the Anthropic API, HTTP 503 on the OpenAI ones.
+    pub overload_prob: f64,
     /// Probability that one gap during decoding is stretched by `stall_us`.
     pub stall_prob: f64,
     /// Length of a stall.
@@ -98,6 +105,12 @@ pub struct ProviderProfile {
     /// What the provider does with `reasoning_content` in the assistant messages of a
     /// multi-turn history (checked before anything else; see [`ReasoningPassback`]).
     pub reasoning_passback: ReasoningPassback,
+    /// Answer HTTP 400 naming `stream_options` to a Chat Completions request that carries
+    /// that field (as some gateways do with fields they do not know).
+    pub rejects_stream_options: bool,
+    /// Answer HTTP 400 to a Chat Completions request that carries `max_tokens` (as newer
+    /// OpenAI models do: they want `max_completion_tokens`).
+    pub requires_max_completion_tokens: bool,
     /// Requests served at once (a count; 0 = unlimited); more wait first come first served,
     /// see [Serving capacity](ProviderProfile#serving-capacity).
     pub capacity: u32,
@@ -146,11 +159,15 @@ impl Default for ProviderProfile {
             retry_after_s_min: 1,
             retry_after_s_max: 1,
             truncate_prob: 0.0,
+            stream_error_prob: 0.0,
+            overload_prob: 0.0,
             stall_prob: 0.0,
             stall_us: 0,
             keepalive_interval_us: 0,
             early_role_chunk: false,
             reasoning_passback: ReasoningPassback::Ignored,
+            rejects_stream_options: false,
+            requires_max_completion_tokens: false,
             capacity: 0,
             hostile: crate::hostile::Hostile::default(),
         }
@@ -188,6 +205,8 @@ impl ProviderProfile {
             ("ttft_tail_prob", self.ttft_tail_prob),
             ("throttle_prob", self.throttle_prob),
             ("truncate_prob", self.truncate_prob),
+            ("stream_error_prob", self.stream_error_prob),
+            ("overload_prob", self.overload_prob),
             ("stall_prob", self.stall_prob),
         ];
         for (field, p) in probs {

@@ -66,6 +66,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use latmesh_core::api::Api;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -123,6 +124,8 @@ pub struct ProbeTruth {
     pub probe_id: String,
     /// The `{provider}` path segment.
     pub provider: String,
+    /// The API the request came in on (its route).
+    pub api: Api,
     /// When the handler started (see the [module documentation](self)).
     pub received: Instant,
     /// Time spent waiting for a serving slot, after the region delay (zero without a wait).
@@ -189,6 +192,7 @@ impl ProbeTruth {
         TruthReport {
             probe_id: self.probe_id.clone(),
             provider: self.provider.clone(),
+            api: self.api,
             status: self.status,
             stream: self.stream,
             write_tracked: self.write_tracked,
@@ -227,6 +231,7 @@ impl ProbeTruth {
         TruthSummary {
             probe_id: self.probe_id.clone(),
             provider: self.provider.clone(),
+            api: self.api,
             received_unix_us: now.unix_us_of(self.received),
             status: self.status,
             stream: self.stream,
@@ -300,6 +305,9 @@ pub struct TruthReport {
     pub probe_id: String,
     /// The provider path segment.
     pub provider: String,
+    /// The API that served the request: `chat`, `anthropic` or `responses`.
+    #[serde(default)]
+    pub api: Api,
     /// Response status (`null` while the handler is still waiting).
     pub status: Option<u16>,
     /// Event-stream body.
@@ -340,6 +348,9 @@ pub struct TruthSummary {
     pub probe_id: String,
     /// The provider path segment.
     pub provider: String,
+    /// The API that served the request: `chat`, `anthropic` or `responses`.
+    #[serde(default)]
+    pub api: Api,
     /// When the request was received, UTC µs since the Unix epoch (the monotonic `received`
     /// converted with one reading of both clocks when the summary was made).
     pub received_unix_us: u64,
@@ -384,6 +395,7 @@ struct Rec {
 struct Entry {
     probe_id: Arc<str>,
     provider: String,
+    api: Api,
     received: Instant,
     write_tracked: bool,
     rec: Mutex<Rec>,
@@ -395,6 +407,7 @@ impl Entry {
         ProbeTruth {
             probe_id: self.probe_id.to_string(),
             provider: self.provider.clone(),
+            api: self.api,
             received: self.received,
             queue_wait: r.queue_wait,
             status: r.status,
@@ -545,6 +558,7 @@ impl TruthLog {
     pub(crate) fn start_unlabeled(
         &self,
         provider: &str,
+        api: Api,
         received: Instant,
         conn: Option<Arc<ConnWrites>>,
     ) -> Option<Recorder> {
@@ -552,15 +566,17 @@ impl TruthLog {
             return None;
         }
         let n = self.inner.unlabeled.fetch_add(1, Ordering::Relaxed) + 1;
-        self.start(&format!("{UNLABELED_PREFIX}{n}"), provider, received, conn)
+        let id = format!("{UNLABELED_PREFIX}{n}");
+        self.start(&id, provider, api, received, conn)
     }
 
-    /// Start recording `probe_id`, received at `received`. `conn` is the connection's write
-    /// tracker when written stamps can be taken.
+    /// Start recording `probe_id`, received at `received` on `api`. `conn` is the
+    /// connection's write tracker when written stamps can be taken.
     pub(crate) fn start(
         &self,
         probe_id: &str,
         provider: &str,
+        api: Api,
         received: Instant,
         conn: Option<Arc<ConnWrites>>,
     ) -> Option<Recorder> {
@@ -571,6 +587,7 @@ impl TruthLog {
         let entry = Arc::new(Entry {
             probe_id: id.clone(),
             provider: provider.to_string(),
+            api,
             received,
             write_tracked: conn.is_some(),
             rec: Mutex::new(Rec::default()),
@@ -812,27 +829,35 @@ mod tests {
         let log = TruthLog::new(3);
         let t = Instant::now();
         for id in ["a", "b", "c", "d"] {
-            log.start(id, "p", t, None).unwrap();
+            log.start(id, "p", Api::Chat, t, None).unwrap();
         }
         assert_eq!(log.len(), 3);
         assert!(log.get("a").is_none());
         // Replacing "b" makes it the newest: the next eviction takes "c".
-        let r = log.start("b", "q", t, None).unwrap();
+        let r = log.start("b", "q", Api::Chat, t, None).unwrap();
         r.tokens(TokenKind::Content, 1);
-        log.start("e", "p", t, None).unwrap();
+        log.start("e", "p", Api::Chat, t, None).unwrap();
         assert!(log.get("c").is_none());
         let b = log.get("b").unwrap();
         assert_eq!(b.provider, "q");
         assert_eq!(b.frames.len(), 1);
         assert_eq!(log.len(), 3);
         for i in 0..100 {
-            log.start("b", "q", t, None).unwrap();
-            log.start(&format!("x{i}"), "q", t, None).unwrap();
+            log.start("b", "q", Api::Chat, t, None).unwrap();
+            log.start(&format!("x{i}"), "q", Api::Chat, t, None)
+                .unwrap();
         }
         assert_eq!(log.len(), 3);
         assert!(lock(&log.inner.state).order.len() <= 7);
-        assert!(TruthLog::new(0).start("a", "p", t, None).is_none());
-        assert!(log.start(&"x".repeat(300), "p", t, None).is_none());
+        assert!(
+            TruthLog::new(0)
+                .start("a", "p", Api::Chat, t, None)
+                .is_none()
+        );
+        assert!(
+            log.start(&"x".repeat(300), "p", Api::Chat, t, None)
+                .is_none()
+        );
     }
 
     #[test]
@@ -840,7 +865,9 @@ mod tests {
         let log = TruthLog::new(10);
         let conn = Arc::new(ConnWrites::default());
         let t0 = Instant::now();
-        let r = log.start("p1", "prov", t0, Some(conn.clone())).unwrap();
+        let r = log
+            .start("p1", "prov", Api::Chat, t0, Some(conn.clone()))
+            .unwrap();
         r.streaming();
         r.responded(200);
         r.tokens(TokenKind::Reasoning, 1);
@@ -878,7 +905,9 @@ mod tests {
     #[test]
     fn non_stream_response_ends_when_handed() {
         let log = TruthLog::new(10);
-        let r = log.start("p", "prov", Instant::now(), None).unwrap();
+        let r = log
+            .start("p", "prov", Api::Chat, Instant::now(), None)
+            .unwrap();
         r.responded(429);
         let t = log.get("p").unwrap();
         assert_eq!(t.status, Some(429));
@@ -889,16 +918,22 @@ mod tests {
     fn recording_all_names_unlabeled_requests_and_summarises_them() {
         // A plain log ignores unlabeled requests.
         let t = Instant::now();
-        assert!(TruthLog::new(10).start_unlabeled("p", t, None).is_none());
+        assert!(
+            TruthLog::new(10)
+                .start_unlabeled("p", Api::Chat, t, None)
+                .is_none()
+        );
         assert!(!TruthLog::new(10).records_unlabeled());
 
         let log = TruthLog::recording_all(10);
         assert!(log.records_unlabeled());
         // Received 5 ms ago: the first frame, handed now, is at least 5,000 µs after it.
         let received = t.checked_sub(Duration::from_millis(5)).unwrap();
-        let a = log.start_unlabeled("prov", received, None).unwrap();
-        let labeled = log.start("probe-7", "prov", t, None).unwrap();
-        let b = log.start_unlabeled("other", t, None).unwrap();
+        let a = log
+            .start_unlabeled("prov", Api::Chat, received, None)
+            .unwrap();
+        let labeled = log.start("probe-7", "prov", Api::Chat, t, None).unwrap();
+        let b = log.start_unlabeled("other", Api::Chat, t, None).unwrap();
         a.streaming();
         a.responded(200);
         a.tokens(TokenKind::Reasoning, 2);
@@ -947,7 +982,7 @@ mod tests {
         assert_eq!(&back, s);
         // Capacity still bounds what is kept; the numbering goes on.
         for _ in 0..20 {
-            log.start_unlabeled("prov", t, None).unwrap();
+            log.start_unlabeled("prov", Api::Chat, t, None).unwrap();
         }
         let all = log.summaries();
         assert_eq!(all.len(), 10);
