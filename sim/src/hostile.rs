@@ -19,6 +19,12 @@
 //! * `usage_value`: every usage count (`prompt_tokens`, `completion_tokens`, `total_tokens`,
 //!   the details) sent as this JSON value (`4294967295`, `-5`, `1e30`, `"lots"`);
 //! * `retry_after`: the raw `Retry-After` header of throttled answers (`1e30`, `NaN`, `-1`).
+//!
+//! Coverage per API: everything above on Chat Completions. On the Anthropic and Responses
+//! APIs: the reason phrase, the headers, the stream prelude, `Retry-After`, the ids, the
+//! `model` (echoed and padded, in `message_start` / `response.created`), the stop reason /
+//! status (padded), the non-streamed answer's text, every usage count, and every field of
+//! error bodies and in-band error events; their token deltas carry the plain answer.
 
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::Response;

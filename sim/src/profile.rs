@@ -72,19 +72,21 @@ pub struct ProviderProfile {
     pub output_tokens_min: u32,
     /// Longest natural answer.
     pub output_tokens_max: u32,
-    /// Fewest reasoning tokens streamed as `reasoning_content` before the content (0 with
-    /// `reasoning_tokens_max` 0: no reasoning).
+    /// Fewest reasoning tokens streamed before the content (Chat `reasoning_content`, an
+    /// Anthropic `thinking` block, a Responses `reasoning` item; 0 with
+    /// `reasoning_tokens_max` 0: no reasoning). A request can switch thinking off or cap it
+    /// ([`crate::plan::Thinking`]).
     pub reasoning_tokens_min: u32,
     /// Most reasoning tokens.
     pub reasoning_tokens_max: u32,
-    /// Probability of answering HTTP 429 with `Retry-After`.
+    /// Probability of answering HTTP 429 with `Retry-After` (`rate_limit_error`).
     pub throttle_prob: f64,
     /// Smallest `Retry-After`, in seconds.
     pub retry_after_s_min: u32,
     /// Largest `Retry-After`, in seconds.
     pub retry_after_s_max: u32,
-    /// Probability that a stream stops mid-way (after a partial `data:` line, no
-    /// `finish_reason`, no `[DONE]`).
+    /// Probability that a stream stops mid-way (in the middle of a token event, without the
+    /// API's finish and terminal events).
     pub truncate_prob: f64,
     /// Probability that a stream fails mid-way with the API's in-band error event (Chat: a
     /// `data: {"error":…}` payload; Anthropic: `event: error` with `overloaded_error`;
@@ -97,7 +99,8 @@ pub struct ProviderProfile {
     pub stall_prob: f64,
     /// Length of a stall.
     pub stall_us: u64,
-    /// When non-zero, send `: keep-alive` SSE comments this often while prefilling.
+    /// When non-zero, send keep-alives this often while prefilling (`: keep-alive` SSE
+    /// comments; `ping` events on the Anthropic API).
     pub keepalive_interval_us: u64,
     /// Send the `role` chunk (empty content) right after the headers instead of together
     /// with the first token (as some servers do: it is not a token and must not stamp TTFT).
@@ -119,17 +122,19 @@ pub struct ProviderProfile {
     pub hostile: crate::hostile::Hostile,
 }
 
-/// How a provider treats the reasoning of earlier turns sent back in assistant messages.
+/// How a provider treats the reasoning of earlier turns sent back with assistant messages:
+/// Chat `reasoning_content`, an Anthropic `thinking` block (with its signature), a Responses
+/// `reasoning` item before the assistant message.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ReasoningPassback {
     /// Accepted when present, not needed when absent (most providers).
     #[default]
     Ignored,
-    /// Every assistant message must carry `reasoning_content` (models that keep thinking
-    /// across turns): HTTP 400 saying which assistant message lacks it.
+    /// Every assistant message must carry its reasoning (models that keep thinking across
+    /// turns): HTTP 400 saying which assistant message lacks it.
     Required,
-    /// No assistant message may carry `reasoning_content` (DeepSeek's reasoner): HTTP 400.
+    /// No assistant message may carry reasoning (DeepSeek's reasoner): HTTP 400.
     Rejected,
 }
 

@@ -5,13 +5,15 @@
 //! `latmesh_agent::probe::Prober` when `ProbeRequest::probe_id` is set) are recorded, in the
 //! [`TruthLog`] of the [`SimConfig`](crate::SimConfig) (`SimConfig::truth`), unless the log
 //! was made with [`TruthLog::recording_all`] (`latmesh-sim serve --truth-all`): then every
-//! chat completion is recorded, those without the header under a generated id
+//! request is recorded, those without the header under a generated id
 //! `unlabeled-N` (N = 1, 2, … in order of receipt), so clients that know nothing of latmesh
 //! (other benchmark tools) can be checked against the same ground truth. All instants are
 //! `std::time::Instant` (`CLOCK_MONOTONIC` on Linux), the clock the prober stamps with.
 //!
 //! # What is stamped
-//! * `received`: the first statement of the chat-completions handler, i.e. after hyper parsed
+//! * `api`: the API whose route served the request (`chat`, `anthropic`, `responses`); the
+//!   stamps below mean the same on each (see [`crate::render`]).
+//! * `received`: the first statement of the request handler, i.e. after hyper parsed
 //!   the request head and axum read the whole request body, before the simulated region
 //!   delay, the wait for a serving slot and prefill. Everything before it (the client
 //!   building and writing the request, loopback, hyper's parsing) is *not* server time.
@@ -19,8 +21,12 @@
 //!   (see [`ProviderProfile`](crate::ProviderProfile)'s *Serving capacity*), counted from the
 //!   end of the region delay; zero when a slot was free, the capacity is unlimited, or the
 //!   answer was decided before service (429, 400).
-//! * each **token frame** (one SSE event carrying generated tokens, content or reasoning;
-//!   not the role chunk, keep-alive comments, the finish / usage chunks or `[DONE]`):
+//! * each **token frame** (one SSE event carrying generated tokens, content or reasoning:
+//!   a Chat chunk with `content` / `reasoning_content`, an Anthropic `text_delta` /
+//!   `thinking_delta`, a Responses `response.output_text.delta` /
+//!   `response.reasoning_summary_text.delta`; not the role chunk, block and item openings and
+//!   closings, the `signature_delta`, keep-alive comments, `ping`s, the finish / usage
+//!   events or the terminal event):
 //!   * `handed`: right before the body stream hands the frame to hyper (after its planned
 //!     time has come). hyper writes it to the socket in the same task poll, once the body has
 //!     no further frame due: a few µs before the `write(2)` (longer when several frames are
@@ -32,8 +38,10 @@
 //!     (`write_tracked`); `None` otherwise (for example when [`providers_router`] is served
 //!     by other code). A client on another core may stamp its read slightly *before*
 //!     `written` (the kernel hands the bytes over inside the `write(2)` call).
-//! * `end`: the same two stamps for the last frame of the body (`[DONE]`, or the cut line of
-//!   a truncated stream; for a non-streamed or error response, the whole response).
+//! * `end`: the same two stamps for the last frame of the body (the API's terminal event:
+//!   `[DONE]`, `message_stop`, `response.completed` / `response.incomplete`; an in-band error
+//!   event; or the cut line of a truncated stream; for a non-streamed or error response, the
+//!   whole response).
 //!
 //! Server-side durations are measured from `received`: `server_ttft` = first token frame −
 //! `received`, `server_ttfc` = first content frame − `received`, using `written` when known,
