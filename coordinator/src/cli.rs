@@ -70,8 +70,9 @@ enum Command {
         #[command(flatten)]
         coord: CoordinatorArg,
     },
-    /// Run a local demo: simulator with nine providers, coordinator, three agents; prints the
-    /// region × provider matrix and writes an HTML report (.latmesh/demo-report.html).
+    /// Run a local demo: simulator with nine providers (two also over the Anthropic and
+    /// Responses APIs), coordinator, three agents; prints the region × provider matrix and
+    /// writes an HTML report (.latmesh/demo-report.html).
     Demo {
         /// Write the JSON summary here (default: .latmesh/demo-summary.json).
         #[arg(long)]

@@ -1,5 +1,5 @@
 //! `latmesh demo`: the whole distributed path on one machine. Starts the simulator (nine
-//! providers), a coordinator and three agents (`us-east`, `eu-west`, `ap-southeast`) talking
+//! providers, two of them also probed over the Anthropic and Responses APIs), a coordinator and three agents (`us-east`, `eu-west`, `ap-southeast`) talking
 //! gRPC and HTTP over loopback, runs the embedded campaign `examples/demo.toml`, and returns
 //! the summary ([`run`]) or everything a report needs ([`run_with`]). The simulator and each
 //! agent run on a runtime and thread of their own, as separate processes would: a busy
@@ -20,11 +20,13 @@ use crate::watch;
 /// The embedded demo campaign; `{sim}` stands for the simulator's address.
 pub const DEMO_CAMPAIGN: &str = include_str!("../../examples/demo.toml");
 
-/// The line of [`DEMO_CAMPAIGN`] after which its `sweep` and `rate` scenarios follow.
+/// The line of [`DEMO_CAMPAIGN`] after which its `sweep` and `rate` scenarios and its
+/// providers on the Anthropic and Responses APIs follow.
 pub const LOAD_MODELS_MARKER: &str = "# --- load models beyond rounds";
 
 /// [`DEMO_CAMPAIGN`] with its rounds scenarios only (everything before
-/// [`LOAD_MODELS_MARKER`]): the nine providers probed in interleaved rounds.
+/// [`LOAD_MODELS_MARKER`]): the nine Chat Completions providers probed in interleaved rounds
+/// (the two providers on the Anthropic and Responses APIs follow the marker).
 pub fn demo_rounds_only() -> &'static str {
     DEMO_CAMPAIGN
         .split(LOAD_MODELS_MARKER)

@@ -1981,7 +1981,8 @@ api_key_env = "A_KEY"
                 (Scenario(3), 64_000_000, 6_000_000)
             ]
         );
-        assert_eq!(demo.slots_per_round(), 18);
+        // 11 providers (9 on Chat Completions, one each on Anthropic and Responses) × 2.
+        assert_eq!(demo.slots_per_round(), 22);
         assert!(demo.round_order(0).iter().all(|s| s.scenario < 2));
     }
 

@@ -5,8 +5,9 @@
 //! A profile's [`Hostile`] (`"hostile": {…}` in a `--profiles` file, all off by default)
 //! turns on, for every answer of that provider:
 //!
-//! * `echo_key`: the value of the request's `Authorization` header (`Bearer <key>`, the only
-//!   secret a probe sends) echoed everywhere a server can put text: the status line's reason
+//! * `echo_key`: the value of the request's first key header ([`KEY_HEADERS`]:
+//!   `Authorization` (`Bearer <key>`), else `x-api-key` (Anthropic), else `api-key` (Azure))
+//!   echoed everywhere a server can put text: the status line's reason
 //!   phrase, two response headers (`x-echo`, `openai-organization`), every string field of
 //!   every JSON chunk and of the non-streamed body (`id`, `model`, `system_fingerprint`,
 //!   `finish_reason`, `service_tier`, the answer's content), every field of error bodies
@@ -19,10 +20,19 @@
 //! * `usage_value`: every usage count (`prompt_tokens`, `completion_tokens`, `total_tokens`,
 //!   the details) sent as this JSON value (`4294967295`, `-5`, `1e30`, `"lots"`);
 //! * `retry_after`: the raw `Retry-After` header of throttled answers (`1e30`, `NaN`, `-1`).
+//!
+//! Coverage per API: everything above on Chat Completions. On the Anthropic and Responses
+//! APIs: the reason phrase, the headers, the stream prelude, `Retry-After`, the ids, the
+//! `model` (echoed and padded, in `message_start` / `response.created`), the stop reason /
+//! status (padded), the non-streamed answer's text, every usage count, and every field of
+//! error bodies and in-band error events; their token deltas carry the plain answer.
 
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::{HeaderMap, HeaderValue};
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
+
+/// The headers a key travels in, by API and auth style: the first one present is echoed.
+pub const KEY_HEADERS: [&str; 3] = ["authorization", "x-api-key", "api-key"];
 
 /// Largest [`Hostile::field_bytes`]: below the agent's 4 MiB SSE-line cap with room for the
 /// rest of the event.
@@ -32,7 +42,7 @@ pub const MAX_FIELD_BYTES: u32 = 4_000_000;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Hostile {
-    /// Echo the request's `Authorization` value into every field of every answer.
+    /// Echo the request's key header ([`KEY_HEADERS`]) into every field of every answer.
     pub echo_key: bool,
     /// Pad `finish_reason`, `model`, `system_fingerprint` and error messages to this many
     /// bytes (0: off; at most [`MAX_FIELD_BYTES`]).
@@ -71,7 +81,7 @@ impl Hostile {
     pub fn for_request(&self, req_headers: &HeaderMap) -> Echo {
         let key = self
             .echo_key
-            .then(|| req_headers.get(header::AUTHORIZATION))
+            .then(|| KEY_HEADERS.iter().find_map(|h| req_headers.get(*h)))
             .flatten()
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
@@ -86,7 +96,7 @@ impl Hostile {
 /// The hostile part of one answer (inactive by default: every method returns its input).
 #[derive(Debug, Clone, Default)]
 pub struct Echo {
-    /// The echoed `Authorization` value, when echoing.
+    /// The echoed key header's value, when echoing.
     pub key: Option<String>,
     /// Bytes to pad long fields to (0: none).
     pub pad: usize,
@@ -165,6 +175,7 @@ impl Echo {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::header;
 
     #[test]
     fn echoes_pads_and_replaces_usage() {
@@ -190,6 +201,16 @@ mod tests {
             serde_json::json!({"prompt_tokens": 4294967295u64, "details": {"cached_tokens": 4294967295u64}})
         );
         assert!(on.sse_prelude().unwrap().contains("event: Bearer k1\n"));
+        // An Anthropic or Azure key header is echoed too.
+        let hostile = Hostile {
+            echo_key: true,
+            ..Hostile::default()
+        };
+        for name in ["x-api-key", "api-key"] {
+            let mut h = HeaderMap::new();
+            h.insert(name, HeaderValue::from_static("sk-k2"));
+            assert_eq!(hostile.for_request(&h).field("m"), "m sk-k2", "{name}");
+        }
         let bad = Hostile {
             field_bytes: MAX_FIELD_BYTES + 1,
             ..Hostile::default()

@@ -1,8 +1,10 @@
-//! `latmesh-sim`: OpenAI-compatible simulated LLM inference providers for latmesh's demo,
-//! tests and benchmarks.
+//! `latmesh-sim`: simulated LLM inference providers for latmesh's demo, tests and benchmarks,
+//! speaking OpenAI Chat Completions, Anthropic Messages and OpenAI Responses.
 //!
 //! * [`serve_providers`] serves the nine built-in providers (see [`builtin_profiles`]) or
-//!   your own [`ProviderProfile`]s at `http://ADDR/{provider}/v1`, each with its own
+//!   your own [`ProviderProfile`]s at `http://ADDR/{provider}/v1` on the three APIs
+//!   (`/chat/completions`, `/messages`, `/responses`: one planner ([`plan`]) and one
+//!   renderer per API ([`render`]), so a provider behaves the same on each), each with its own
 //!   latency profile, faults, home region and serving capacity (requests beyond it queue
 //!   first come first served: see [`ProviderProfile`]'s *Serving capacity*). Every answered
 //!   response carries its plan in `x-sim-planned-ttft-us` and `x-sim-region-delay-us`, and
@@ -34,7 +36,8 @@
 //! * [`serve_replay`] serves one recorded response (`shared/sse-cases/NN-name.sse`) byte for
 //!   byte.
 //!
-//! Prompt tokens are estimated as `ceil(chars / 4)` over all message contents.
+//! Prompt tokens are estimated as `ceil(chars / 4)` over all message contents (the system
+//! prompt / `instructions` included), whichever API carried them ([`request`]).
 //!
 //! Timing uses tokio timers (1 ms resolution) against absolute deadlines: an ITL below
 //! 1 ms comes out as small bursts whose average rate is right; an ITL of 0 streams as fast
@@ -47,6 +50,7 @@ pub mod plan;
 pub mod profile;
 pub mod provider;
 pub mod region;
+pub mod render;
 pub mod replay;
 pub mod request;
 pub mod text;
@@ -136,7 +140,8 @@ fn nodelay(listener: TcpListener) -> impl axum::serve::Listener<Addr = std::net:
 
 /// Serve the simulated providers on `listener` until the future is dropped.
 ///
-/// Routes: `POST /{provider}/v1/chat/completions`, `GET /{provider}/v1/models`,
+/// Routes: `POST /{provider}/v1/chat/completions`, `POST /{provider}/v1/messages`,
+/// `POST /{provider}/v1/responses` (see [`provider`]), `GET /{provider}/v1/models`,
 /// `GET /_truth/{probe_id}`, `GET /_truth` (every kept request, JSON lines), `GET /healthz`. Connections already open when the future is
 /// dropped finish their current responses. Every connection gets `TCP_NODELAY` and, for the
 /// ground truth, a socket wrapper that takes the `written` stamps (see [`truth`]).
@@ -153,7 +158,8 @@ pub async fn serve_providers(listener: TcpListener, cfg: SimConfig) -> std::io::
 }
 
 /// Serve one recorded response (a `.sse` body file + its sibling `.expect.json`) to every
-/// `POST` whose path ends in `/chat/completions`, until the future is dropped.
+/// `POST` whose path ends in `/chat/completions`, `/messages` or `/responses`, until the
+/// future is dropped.
 ///
 /// # Errors
 /// The files cannot be read or parsed, or the server fails.

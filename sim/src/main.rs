@@ -8,7 +8,8 @@ use clap::{Parser, Subcommand};
 use latmesh_sim::{ProviderProfile, SimConfig, builtin_profiles};
 use tokio::net::TcpListener;
 
-/// OpenAI-compatible simulated LLM inference providers for latmesh.
+/// Simulated LLM inference providers for latmesh (OpenAI Chat Completions, Anthropic Messages,
+/// OpenAI Responses).
 #[derive(Parser, Debug)]
 #[command(name = "latmesh-sim", version, about)]
 struct Cli {
@@ -18,7 +19,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Serve the simulated providers at http://ADDR/{provider}/v1.
+    /// Serve the simulated providers at http://ADDR/{provider}/v1 (/chat/completions,
+    /// /messages, /responses).
     Serve {
         /// Address to listen on (port 0 picks a free port).
         #[arg(long, default_value = "127.0.0.1:8080")]
@@ -42,7 +44,7 @@ enum Command {
         truth_all: bool,
     },
     /// Serve one recorded body (FILE.sse, with FILE.expect.json beside it) to every
-    /// POST .../chat/completions.
+    /// POST .../chat/completions, .../messages or .../responses.
     Replay {
         /// The `.sse` body file.
         file: PathBuf,

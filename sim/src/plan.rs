@@ -28,8 +28,30 @@ pub struct PlanInput {
     pub prompt_tokens: u32,
     /// Output cap from the request.
     pub max_tokens: Option<u32>,
-    /// Fixes the natural answer length and the token text (see `ChatRequest::answer_key`).
+    /// Fixes the natural answer length and the token text (see
+    /// [`SimRequest::answer_key`](crate::request::SimRequest::answer_key)).
     pub answer_key: u64,
+    /// What the request asked of a reasoning model.
+    pub thinking: Thinking,
+}
+
+/// What a request asks of a model that reasons (a profile with `reasoning_tokens_max` > 0;
+/// the others never reason, whatever is asked).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Thinking {
+    /// Nothing said: the profile reasons (as a reasoning model served with thinking on).
+    #[default]
+    Default,
+    /// Thinking switched off (Anthropic `thinking.type = "disabled"`, Chat
+    /// `thinking.type = "disabled"` or `chat_template_kwargs.enable_thinking = false` or
+    /// `reasoning_effort = "none"`, Responses `reasoning.effort = "none"`): no reasoning tokens.
+    Off,
+    /// Thinking switched on; at most `budget_tokens` reasoning tokens when given (Anthropic
+    /// `thinking.budget_tokens`).
+    On {
+        /// Most reasoning tokens.
+        budget_tokens: Option<u32>,
+    },
 }
 
 /// Why generation ended.
@@ -81,6 +103,9 @@ pub struct AnswerPlan {
     /// For a truncated stream: index into `chunks` of the chunk that is cut mid-line
     /// (nothing after it is sent).
     pub truncate_at_chunk: Option<usize>,
+    /// For a stream that fails mid-way: index into `chunks` of the chunk replaced by the
+    /// API's in-band error event, sent at that chunk's time (nothing after it is sent).
+    pub error_at_chunk: Option<usize>,
     /// Whether one decode gap was stretched by the profile's stall.
     pub stalled: bool,
     /// `: keep-alive` comment period while prefilling, in µs (0 = none; scaled like TTFT).
@@ -107,6 +132,9 @@ pub enum Decision {
         /// Seconds the client is told to wait.
         retry_after_s: u32,
     },
+    /// The provider is overloaded: HTTP 529 `overloaded_error` on the Anthropic API, 503 on
+    /// the OpenAI ones, after the region delay.
+    Overload,
     /// An answer.
     Answer(AnswerPlan),
 }
@@ -138,6 +166,10 @@ pub fn plan(
         let retry_after_s = rng.random_range(profile.retry_after_s_min..=profile.retry_after_s_max);
         return Decision::Throttle { retry_after_s };
     }
+    // Drawn only when the fault is on, so profiles without it keep their sequences.
+    if profile.overload_prob > 0.0 && rng.random::<f64>() < profile.overload_prob {
+        return Decision::Overload;
+    }
 
     let ttft_median = profile.ttft_base_us as f64
         + profile.prefill_us_per_input_token as f64 * f64::from(input.prompt_tokens);
@@ -151,8 +183,14 @@ pub fn plan(
     // Natural length and reasoning budget.
     let span = u64::from(profile.output_tokens_max - profile.output_tokens_min) + 1;
     let natural = profile.output_tokens_min + (input.answer_key % span) as u32;
-    let want_reasoning = if profile.reasoning_tokens_max > 0 {
-        rng.random_range(profile.reasoning_tokens_min..=profile.reasoning_tokens_max)
+    let want_reasoning = if profile.reasoning_tokens_max > 0 && input.thinking != Thinking::Off {
+        let drawn = rng.random_range(profile.reasoning_tokens_min..=profile.reasoning_tokens_max);
+        match input.thinking {
+            Thinking::On {
+                budget_tokens: Some(b),
+            } => drawn.min(b),
+            _ => drawn,
+        }
     } else {
         0
     };
@@ -213,6 +251,19 @@ pub fn plan(
         None
     };
 
+    // A truncated stream cannot also fail with an error event; drawn only when the fault is on.
+    let error_at_chunk = (is_stream
+        && truncate_at_chunk.is_none()
+        && profile.stream_error_prob > 0.0
+        && rng.random::<f64>() < profile.stream_error_prob)
+        .then(|| {
+            if chunks.len() > 1 {
+                rng.random_range(1..chunks.len())
+            } else {
+                0
+            }
+        });
+
     Decision::Answer(AnswerPlan {
         ttft_us,
         reasoning_tokens,
@@ -220,6 +271,7 @@ pub fn plan(
         finish_reason,
         chunks,
         truncate_at_chunk,
+        error_at_chunk,
         stalled,
         keepalive_interval_us: if profile.keepalive_interval_us > 0 {
             scaled_us(profile.keepalive_interval_us as f64, time_scale).max(1)
@@ -246,6 +298,7 @@ mod tests {
             prompt_tokens,
             max_tokens,
             answer_key: key,
+            thinking: Thinking::Default,
         }
     }
 
@@ -255,7 +308,7 @@ mod tests {
             .filter_map(
                 |i| match plan(&p, &inp, true, 1.0, &mut request_rng(7, name, i)) {
                     Decision::Answer(a) => Some(a),
-                    Decision::Throttle { .. } => None,
+                    Decision::Throttle { .. } | Decision::Overload => None,
                 },
             )
             .collect()
@@ -275,7 +328,7 @@ mod tests {
                 .map(
                     |i| match plan(&p, &inp, true, 1.0, &mut request_rng(seed, "budget", i)) {
                         Decision::Answer(a) => a.ttft_us,
-                        Decision::Throttle { .. } => 0,
+                        Decision::Throttle { .. } | Decision::Overload => 0,
                     },
                 )
                 .collect::<Vec<_>>()
@@ -432,5 +485,97 @@ mod tests {
         };
         assert!(b.ttft_us * 9 < a.ttft_us && b.ttft_us * 11 > a.ttft_us);
         assert!(b.end_us() * 9 < a.end_us());
+    }
+
+    #[test]
+    fn thinking_switch_and_budget_shape_the_reasoning() {
+        let p = profile("reasoner");
+        let with = |thinking| {
+            let inp = PlanInput {
+                thinking,
+                ..input(20, Some(200), 1)
+            };
+            match plan(&p, &inp, true, 1.0, &mut request_rng(7, "reasoner", 0)) {
+                Decision::Answer(a) => a,
+                _ => panic!("the reasoner answers"),
+            }
+        };
+        assert!((20..=40).contains(&with(Thinking::Default).reasoning_tokens));
+        let on = Thinking::On {
+            budget_tokens: None,
+        };
+        assert_eq!(
+            with(on).reasoning_tokens,
+            with(Thinking::Default).reasoning_tokens
+        );
+        let off = with(Thinking::Off);
+        assert_eq!(off.reasoning_tokens, 0);
+        assert!(off.chunks.iter().all(|c| c.kind == TokenKind::Content));
+        let budget = Thinking::On {
+            budget_tokens: Some(5),
+        };
+        assert_eq!(with(budget).reasoning_tokens, 5);
+        // A model that does not reason never does, whatever is asked.
+        let fast = profile("fast-lane");
+        let inp = PlanInput {
+            thinking: on,
+            ..input(20, Some(200), 1)
+        };
+        let Decision::Answer(a) = plan(&fast, &inp, true, 1.0, &mut request_rng(7, "f", 0)) else {
+            panic!("fast-lane answers")
+        };
+        assert_eq!(a.reasoning_tokens, 0);
+    }
+
+    #[test]
+    fn overload_and_stream_error_faults() {
+        let mut p = ProviderProfile::fixed("x", 1_000, 1_000);
+        p.overload_prob = 0.5;
+        p.stream_error_prob = 0.5;
+        let n = 1000;
+        let mut overloaded = 0;
+        let mut errored = 0;
+        for i in 0..n {
+            match plan(
+                &p,
+                &input(10, Some(32), 1),
+                true,
+                1.0,
+                &mut request_rng(7, "x", i),
+            ) {
+                Decision::Overload => overloaded += 1,
+                Decision::Answer(a) => {
+                    if let Some(at) = a.error_at_chunk {
+                        errored += 1;
+                        assert!(at < a.chunks.len());
+                        assert_eq!(a.truncate_at_chunk, None);
+                    }
+                }
+                Decision::Throttle { .. } => panic!("no throttling"),
+            }
+        }
+        assert!((400..=600).contains(&overloaded), "{overloaded} of {n}");
+        assert!((150..=350).contains(&errored), "{errored} of {n}");
+        // Stream errors need a stream.
+        let Decision::Answer(a) = (0..50)
+            .map(|i| {
+                plan(
+                    &p,
+                    &input(10, Some(32), 1),
+                    false,
+                    1.0,
+                    &mut request_rng(7, "x", i),
+                )
+            })
+            .find(|d| matches!(d, Decision::Answer(_)))
+            .unwrap()
+        else {
+            unreachable!()
+        };
+        assert_eq!(a.error_at_chunk, None);
+        // Off: never.
+        let a = answers("steady", 200, input(10, Some(32), 1));
+        assert_eq!(a.len(), 200);
+        assert!(a.iter().all(|a| a.error_at_chunk.is_none()));
     }
 }

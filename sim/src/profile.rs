@@ -72,25 +72,35 @@ pub struct ProviderProfile {
     pub output_tokens_min: u32,
     /// Longest natural answer.
     pub output_tokens_max: u32,
-    /// Fewest reasoning tokens streamed as `reasoning_content` before the content (0 with
-    /// `reasoning_tokens_max` 0: no reasoning).
+    /// Fewest reasoning tokens streamed before the content (Chat `reasoning_content`, an
+    /// Anthropic `thinking` block, a Responses `reasoning` item; 0 with
+    /// `reasoning_tokens_max` 0: no reasoning). A request can switch thinking off or cap it
+    /// ([`crate::plan::Thinking`]).
     pub reasoning_tokens_min: u32,
     /// Most reasoning tokens.
     pub reasoning_tokens_max: u32,
-    /// Probability of answering HTTP 429 with `Retry-After`.
+    /// Probability of answering HTTP 429 with `Retry-After` (`rate_limit_error`).
     pub throttle_prob: f64,
     /// Smallest `Retry-After`, in seconds.
     pub retry_after_s_min: u32,
     /// Largest `Retry-After`, in seconds.
     pub retry_after_s_max: u32,
-    /// Probability that a stream stops mid-way (after a partial `data:` line, no
-    /// `finish_reason`, no `[DONE]`).
+    /// Probability that a stream stops mid-way (in the middle of a token event, without the
+    /// API's finish and terminal events).
     pub truncate_prob: f64,
+    /// Probability that a stream fails mid-way with the API's in-band error event (Chat: a
+    /// `data: {"error":…}` payload; Anthropic: `event: error` with `overloaded_error`;
+    /// Responses: `response.failed`) in place of one token event, and nothing after it.
+    pub stream_error_prob: f64,
+    /// Probability of answering "overloaded" before any token: HTTP 529 `overloaded_error`
+    /// on the Anthropic API, HTTP 503 on the OpenAI ones.
+    pub overload_prob: f64,
     /// Probability that one gap during decoding is stretched by `stall_us`.
     pub stall_prob: f64,
     /// Length of a stall.
     pub stall_us: u64,
-    /// When non-zero, send `: keep-alive` SSE comments this often while prefilling.
+    /// When non-zero, send keep-alives this often while prefilling (`: keep-alive` SSE
+    /// comments; `ping` events on the Anthropic API).
     pub keepalive_interval_us: u64,
     /// Send the `role` chunk (empty content) right after the headers instead of together
     /// with the first token (as some servers do: it is not a token and must not stamp TTFT).
@@ -98,6 +108,12 @@ pub struct ProviderProfile {
     /// What the provider does with `reasoning_content` in the assistant messages of a
     /// multi-turn history (checked before anything else; see [`ReasoningPassback`]).
     pub reasoning_passback: ReasoningPassback,
+    /// Answer HTTP 400 naming `stream_options` to a Chat Completions request that carries
+    /// that field (as some gateways do with fields they do not know).
+    pub rejects_stream_options: bool,
+    /// Answer HTTP 400 to a Chat Completions request that carries `max_tokens` (as newer
+    /// OpenAI models do: they want `max_completion_tokens`).
+    pub requires_max_completion_tokens: bool,
     /// Requests served at once (a count; 0 = unlimited); more wait first come first served,
     /// see [Serving capacity](ProviderProfile#serving-capacity).
     pub capacity: u32,
@@ -106,17 +122,19 @@ pub struct ProviderProfile {
     pub hostile: crate::hostile::Hostile,
 }
 
-/// How a provider treats the reasoning of earlier turns sent back in assistant messages.
+/// How a provider treats the reasoning of earlier turns sent back with assistant messages:
+/// Chat `reasoning_content`, an Anthropic `thinking` block (with its signature), a Responses
+/// `reasoning` item before the assistant message.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ReasoningPassback {
     /// Accepted when present, not needed when absent (most providers).
     #[default]
     Ignored,
-    /// Every assistant message must carry `reasoning_content` (models that keep thinking
-    /// across turns): HTTP 400 saying which assistant message lacks it.
+    /// Every assistant message must carry its reasoning (models that keep thinking across
+    /// turns): HTTP 400 saying which assistant message lacks it.
     Required,
-    /// No assistant message may carry `reasoning_content` (DeepSeek's reasoner): HTTP 400.
+    /// No assistant message may carry reasoning (DeepSeek's reasoner): HTTP 400.
     Rejected,
 }
 
@@ -146,11 +164,15 @@ impl Default for ProviderProfile {
             retry_after_s_min: 1,
             retry_after_s_max: 1,
             truncate_prob: 0.0,
+            stream_error_prob: 0.0,
+            overload_prob: 0.0,
             stall_prob: 0.0,
             stall_us: 0,
             keepalive_interval_us: 0,
             early_role_chunk: false,
             reasoning_passback: ReasoningPassback::Ignored,
+            rejects_stream_options: false,
+            requires_max_completion_tokens: false,
             capacity: 0,
             hostile: crate::hostile::Hostile::default(),
         }
@@ -188,6 +210,8 @@ impl ProviderProfile {
             ("ttft_tail_prob", self.ttft_tail_prob),
             ("throttle_prob", self.throttle_prob),
             ("truncate_prob", self.truncate_prob),
+            ("stream_error_prob", self.stream_error_prob),
+            ("overload_prob", self.overload_prob),
             ("stall_prob", self.stall_prob),
         ];
         for (field, p) in probs {

@@ -12,6 +12,8 @@ use tokio::time::Instant;
 
 use crate::{ProviderProfile, SimConfig};
 
+mod apis;
+
 /// A response read off the wire.
 struct Raw {
     status: u16,
@@ -62,6 +64,32 @@ impl Raw {
         }
         out
     }
+    /// Every SSE event with a `data:` line, in order: its arrival, its `event:` name (if
+    /// any) and its data parsed as JSON (`[DONE]` and other non-JSON data as a JSON string).
+    fn events(&self) -> Vec<Ev> {
+        let mut out = Vec::new();
+        let mut pending = String::new();
+        for (t, c) in &self.chunks {
+            pending.push_str(&String::from_utf8_lossy(c));
+            while let Some(end) = pending.find("\n\n") {
+                let block: String = pending.drain(..end + 2).collect();
+                let mut name = None;
+                let mut data = None;
+                for line in block.lines() {
+                    if let Some(n) = line.strip_prefix("event:") {
+                        name = Some(n.trim().to_string());
+                    } else if let Some(d) = line.strip_prefix("data:") {
+                        data = Some(d.trim_start().to_string());
+                    }
+                }
+                if let Some(d) = data {
+                    let data = serde_json::from_str(&d).unwrap_or(Value::String(d));
+                    out.push(Ev { at: *t, name, data });
+                }
+            }
+        }
+        out
+    }
     fn json_payloads(&self) -> Vec<Value> {
         self.data_payloads()
             .into_iter()
@@ -69,6 +97,14 @@ impl Raw {
             .map(|(_, d)| serde_json::from_str(&d).unwrap())
             .collect()
     }
+}
+
+/// One SSE event read off the wire.
+#[derive(Debug, Clone)]
+struct Ev {
+    at: Instant,
+    name: Option<String>,
+    data: Value,
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
@@ -1245,5 +1281,19 @@ async fn hostile_profiles_echo_the_key_everywhere_and_send_absurd_values() {
     for f in ["message", "type", "code", "param"] {
         assert!(body["error"][f].as_str().unwrap().contains(KEY), "{f}");
     }
+    assert_eq!(body["error"]["message"].as_str().unwrap().len(), 100_000);
+    // The same on the Anthropic API, in its error shape.
+    let r = raw_request(
+        addr,
+        "POST",
+        "/evil-429/v1/messages",
+        &[("authorization", KEY)],
+        r#"{"max_tokens":4,"messages":[{"role":"user","content":"hi"}]}"#,
+    )
+    .await;
+    assert_eq!(r.status, 429);
+    assert_eq!(r.reason, format!("Too Many Requests {KEY}"));
+    let body: Value = serde_json::from_str(&r.body_text()).unwrap();
+    assert!(body["error"]["type"].as_str().unwrap().contains(KEY));
     assert_eq!(body["error"]["message"].as_str().unwrap().len(), 100_000);
 }

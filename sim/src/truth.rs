@@ -5,13 +5,15 @@
 //! `latmesh_agent::probe::Prober` when `ProbeRequest::probe_id` is set) are recorded, in the
 //! [`TruthLog`] of the [`SimConfig`](crate::SimConfig) (`SimConfig::truth`), unless the log
 //! was made with [`TruthLog::recording_all`] (`latmesh-sim serve --truth-all`): then every
-//! chat completion is recorded, those without the header under a generated id
+//! request is recorded, those without the header under a generated id
 //! `unlabeled-N` (N = 1, 2, … in order of receipt), so clients that know nothing of latmesh
 //! (other benchmark tools) can be checked against the same ground truth. All instants are
 //! `std::time::Instant` (`CLOCK_MONOTONIC` on Linux), the clock the prober stamps with.
 //!
 //! # What is stamped
-//! * `received`: the first statement of the chat-completions handler, i.e. after hyper parsed
+//! * `api`: the API whose route served the request (`chat`, `anthropic`, `responses`); the
+//!   stamps below mean the same on each (see [`crate::render`]).
+//! * `received`: the first statement of the request handler, i.e. after hyper parsed
 //!   the request head and axum read the whole request body, before the simulated region
 //!   delay, the wait for a serving slot and prefill. Everything before it (the client
 //!   building and writing the request, loopback, hyper's parsing) is *not* server time.
@@ -19,8 +21,12 @@
 //!   (see [`ProviderProfile`](crate::ProviderProfile)'s *Serving capacity*), counted from the
 //!   end of the region delay; zero when a slot was free, the capacity is unlimited, or the
 //!   answer was decided before service (429, 400).
-//! * each **token frame** (one SSE event carrying generated tokens, content or reasoning;
-//!   not the role chunk, keep-alive comments, the finish / usage chunks or `[DONE]`):
+//! * each **token frame** (one SSE event carrying generated tokens, content or reasoning:
+//!   a Chat chunk with `content` / `reasoning_content`, an Anthropic `text_delta` /
+//!   `thinking_delta`, a Responses `response.output_text.delta` /
+//!   `response.reasoning_summary_text.delta`; not the role chunk, block and item openings and
+//!   closings, the `signature_delta`, keep-alive comments, `ping`s, the finish / usage
+//!   events or the terminal event):
 //!   * `handed`: right before the body stream hands the frame to hyper (after its planned
 //!     time has come). hyper writes it to the socket in the same task poll, once the body has
 //!     no further frame due: a few µs before the `write(2)` (longer when several frames are
@@ -32,8 +38,10 @@
 //!     (`write_tracked`); `None` otherwise (for example when [`providers_router`] is served
 //!     by other code). A client on another core may stamp its read slightly *before*
 //!     `written` (the kernel hands the bytes over inside the `write(2)` call).
-//! * `end`: the same two stamps for the last frame of the body (`[DONE]`, or the cut line of
-//!   a truncated stream; for a non-streamed or error response, the whole response).
+//! * `end`: the same two stamps for the last frame of the body (the API's terminal event:
+//!   `[DONE]`, `message_stop`, `response.completed` / `response.incomplete`; an in-band error
+//!   event; or the cut line of a truncated stream; for a non-streamed or error response, the
+//!   whole response).
 //!
 //! Server-side durations are measured from `received`: `server_ttft` = first token frame −
 //! `received`, `server_ttfc` = first content frame − `received`, using `written` when known,
@@ -66,6 +74,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use latmesh_core::api::Api;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -123,6 +132,8 @@ pub struct ProbeTruth {
     pub probe_id: String,
     /// The `{provider}` path segment.
     pub provider: String,
+    /// The API the request came in on (its route).
+    pub api: Api,
     /// When the handler started (see the [module documentation](self)).
     pub received: Instant,
     /// Time spent waiting for a serving slot, after the region delay (zero without a wait).
@@ -189,6 +200,7 @@ impl ProbeTruth {
         TruthReport {
             probe_id: self.probe_id.clone(),
             provider: self.provider.clone(),
+            api: self.api,
             status: self.status,
             stream: self.stream,
             write_tracked: self.write_tracked,
@@ -227,6 +239,7 @@ impl ProbeTruth {
         TruthSummary {
             probe_id: self.probe_id.clone(),
             provider: self.provider.clone(),
+            api: self.api,
             received_unix_us: now.unix_us_of(self.received),
             status: self.status,
             stream: self.stream,
@@ -300,6 +313,9 @@ pub struct TruthReport {
     pub probe_id: String,
     /// The provider path segment.
     pub provider: String,
+    /// The API that served the request: `chat`, `anthropic` or `responses`.
+    #[serde(default)]
+    pub api: Api,
     /// Response status (`null` while the handler is still waiting).
     pub status: Option<u16>,
     /// Event-stream body.
@@ -340,6 +356,9 @@ pub struct TruthSummary {
     pub probe_id: String,
     /// The provider path segment.
     pub provider: String,
+    /// The API that served the request: `chat`, `anthropic` or `responses`.
+    #[serde(default)]
+    pub api: Api,
     /// When the request was received, UTC µs since the Unix epoch (the monotonic `received`
     /// converted with one reading of both clocks when the summary was made).
     pub received_unix_us: u64,
@@ -384,6 +403,7 @@ struct Rec {
 struct Entry {
     probe_id: Arc<str>,
     provider: String,
+    api: Api,
     received: Instant,
     write_tracked: bool,
     rec: Mutex<Rec>,
@@ -395,6 +415,7 @@ impl Entry {
         ProbeTruth {
             probe_id: self.probe_id.to_string(),
             provider: self.provider.clone(),
+            api: self.api,
             received: self.received,
             queue_wait: r.queue_wait,
             status: r.status,
@@ -545,6 +566,7 @@ impl TruthLog {
     pub(crate) fn start_unlabeled(
         &self,
         provider: &str,
+        api: Api,
         received: Instant,
         conn: Option<Arc<ConnWrites>>,
     ) -> Option<Recorder> {
@@ -552,15 +574,17 @@ impl TruthLog {
             return None;
         }
         let n = self.inner.unlabeled.fetch_add(1, Ordering::Relaxed) + 1;
-        self.start(&format!("{UNLABELED_PREFIX}{n}"), provider, received, conn)
+        let id = format!("{UNLABELED_PREFIX}{n}");
+        self.start(&id, provider, api, received, conn)
     }
 
-    /// Start recording `probe_id`, received at `received`. `conn` is the connection's write
-    /// tracker when written stamps can be taken.
+    /// Start recording `probe_id`, received at `received` on `api`. `conn` is the
+    /// connection's write tracker when written stamps can be taken.
     pub(crate) fn start(
         &self,
         probe_id: &str,
         provider: &str,
+        api: Api,
         received: Instant,
         conn: Option<Arc<ConnWrites>>,
     ) -> Option<Recorder> {
@@ -571,6 +595,7 @@ impl TruthLog {
         let entry = Arc::new(Entry {
             probe_id: id.clone(),
             provider: provider.to_string(),
+            api,
             received,
             write_tracked: conn.is_some(),
             rec: Mutex::new(Rec::default()),
@@ -812,27 +837,35 @@ mod tests {
         let log = TruthLog::new(3);
         let t = Instant::now();
         for id in ["a", "b", "c", "d"] {
-            log.start(id, "p", t, None).unwrap();
+            log.start(id, "p", Api::Chat, t, None).unwrap();
         }
         assert_eq!(log.len(), 3);
         assert!(log.get("a").is_none());
         // Replacing "b" makes it the newest: the next eviction takes "c".
-        let r = log.start("b", "q", t, None).unwrap();
+        let r = log.start("b", "q", Api::Chat, t, None).unwrap();
         r.tokens(TokenKind::Content, 1);
-        log.start("e", "p", t, None).unwrap();
+        log.start("e", "p", Api::Chat, t, None).unwrap();
         assert!(log.get("c").is_none());
         let b = log.get("b").unwrap();
         assert_eq!(b.provider, "q");
         assert_eq!(b.frames.len(), 1);
         assert_eq!(log.len(), 3);
         for i in 0..100 {
-            log.start("b", "q", t, None).unwrap();
-            log.start(&format!("x{i}"), "q", t, None).unwrap();
+            log.start("b", "q", Api::Chat, t, None).unwrap();
+            log.start(&format!("x{i}"), "q", Api::Chat, t, None)
+                .unwrap();
         }
         assert_eq!(log.len(), 3);
         assert!(lock(&log.inner.state).order.len() <= 7);
-        assert!(TruthLog::new(0).start("a", "p", t, None).is_none());
-        assert!(log.start(&"x".repeat(300), "p", t, None).is_none());
+        assert!(
+            TruthLog::new(0)
+                .start("a", "p", Api::Chat, t, None)
+                .is_none()
+        );
+        assert!(
+            log.start(&"x".repeat(300), "p", Api::Chat, t, None)
+                .is_none()
+        );
     }
 
     #[test]
@@ -840,7 +873,9 @@ mod tests {
         let log = TruthLog::new(10);
         let conn = Arc::new(ConnWrites::default());
         let t0 = Instant::now();
-        let r = log.start("p1", "prov", t0, Some(conn.clone())).unwrap();
+        let r = log
+            .start("p1", "prov", Api::Chat, t0, Some(conn.clone()))
+            .unwrap();
         r.streaming();
         r.responded(200);
         r.tokens(TokenKind::Reasoning, 1);
@@ -878,7 +913,9 @@ mod tests {
     #[test]
     fn non_stream_response_ends_when_handed() {
         let log = TruthLog::new(10);
-        let r = log.start("p", "prov", Instant::now(), None).unwrap();
+        let r = log
+            .start("p", "prov", Api::Chat, Instant::now(), None)
+            .unwrap();
         r.responded(429);
         let t = log.get("p").unwrap();
         assert_eq!(t.status, Some(429));
@@ -889,16 +926,22 @@ mod tests {
     fn recording_all_names_unlabeled_requests_and_summarises_them() {
         // A plain log ignores unlabeled requests.
         let t = Instant::now();
-        assert!(TruthLog::new(10).start_unlabeled("p", t, None).is_none());
+        assert!(
+            TruthLog::new(10)
+                .start_unlabeled("p", Api::Chat, t, None)
+                .is_none()
+        );
         assert!(!TruthLog::new(10).records_unlabeled());
 
         let log = TruthLog::recording_all(10);
         assert!(log.records_unlabeled());
         // Received 5 ms ago: the first frame, handed now, is at least 5,000 µs after it.
         let received = t.checked_sub(Duration::from_millis(5)).unwrap();
-        let a = log.start_unlabeled("prov", received, None).unwrap();
-        let labeled = log.start("probe-7", "prov", t, None).unwrap();
-        let b = log.start_unlabeled("other", t, None).unwrap();
+        let a = log
+            .start_unlabeled("prov", Api::Chat, received, None)
+            .unwrap();
+        let labeled = log.start("probe-7", "prov", Api::Chat, t, None).unwrap();
+        let b = log.start_unlabeled("other", Api::Chat, t, None).unwrap();
         a.streaming();
         a.responded(200);
         a.tokens(TokenKind::Reasoning, 2);
@@ -947,7 +990,7 @@ mod tests {
         assert_eq!(&back, s);
         // Capacity still bounds what is kept; the numbering goes on.
         for _ in 0..20 {
-            log.start_unlabeled("prov", t, None).unwrap();
+            log.start_unlabeled("prov", Api::Chat, t, None).unwrap();
         }
         let all = log.summaries();
         assert_eq!(all.len(), 10);

@@ -1,5 +1,5 @@
-//! The demo campaign in-process (`latmesh demo` minus printing): nine simulated providers,
-//! three regions, real gRPC and HTTP over loopback; the matrix shows what the simulator built in.
+//! The demo campaign in-process (`latmesh demo` minus printing): nine simulated providers, two
+//! of them also on the Anthropic and Responses APIs (eleven columns), three regions, real gRPC and HTTP over loopback; the matrix shows what the simulator built in.
 
 use latmesh_coordinator::demo::{DemoOptions, DemoStore, run};
 
@@ -23,13 +23,13 @@ async fn demo_matrix_reflects_the_simulated_world() {
     .await
     .unwrap();
     assert_eq!(s.regions.len(), 3);
-    assert_eq!(s.providers.len(), 9);
-    // 3 regions + ALL, 9 providers, 4 scenarios (2 in rounds, a sweep, an open-loop rate).
-    assert_eq!(s.cells.len(), 4 * 9 * 4);
+    assert_eq!(s.providers.len(), 11);
+    // 3 regions + ALL, 11 providers, 4 scenarios (2 in rounds, a sweep, an open-loop rate).
+    assert_eq!(s.cells.len(), 4 * 11 * 4);
     // The sweep: one row per region and ALL for every provider, three steps each; `steady`
     // (16 requests at once over the three regions) bends at 8 workers per region (24), found
     // from at least 30 requests in every step up to it.
-    assert_eq!(s.sweeps.len(), 4 * 9);
+    assert_eq!(s.sweeps.len(), 4 * 11);
     assert!(
         s.sweeps.iter().all(|r| r.steps.len() == 3),
         "{:#?}",
@@ -56,7 +56,7 @@ async fn demo_matrix_reflects_the_simulated_world() {
     }
     // The open loop: every provider's arrivals were sent, and the three agents started
     // together.
-    assert_eq!(s.rates.len(), 4 * 9);
+    assert_eq!(s.rates.len(), 4 * 11);
     for r in s.rates.iter().filter(|r| r.region == "ALL") {
         assert_eq!(r.sent, r.scheduled * r.agents, "{r:#?}");
         assert_eq!(r.dropped, 0, "{r:#?}");
@@ -83,7 +83,15 @@ async fn demo_matrix_reflects_the_simulated_world() {
         |r: &str, p: &str, sc: &str| s.cell(r, p, sc).unwrap_or_else(|| panic!("{r} {p} {sc}"));
 
     for region in &s.regions {
-        for p in ["fast-lane", "steady", "reasoner", "keepalive", "bulk-chunk"] {
+        for p in [
+            "fast-lane",
+            "steady",
+            "reasoner",
+            "keepalive",
+            "bulk-chunk",
+            "fast-lane-anthropic",
+            "reasoner-responses",
+        ] {
             let c = cell(region, p, "chat-short");
             assert_eq!(c.attempts, 6, "{region} {p}");
             assert_eq!(c.samples, 6, "{region} {p}: {:?}", c.outcomes);
@@ -102,12 +110,18 @@ async fn demo_matrix_reflects_the_simulated_world() {
         far - near > 60.0,
         "us-east {near} ms vs ap-southeast {far} ms"
     );
-    // The reasoner's visible content comes after its reasoning.
-    let r = cell("ALL", "reasoner", "chat-short");
-    assert!(
-        r.ttfc.unwrap().p50_ms > r.ttft.unwrap().p50_ms + 50.0,
-        "{r:?}"
-    );
+    // The reasoner's visible content comes after its reasoning, on Chat Completions and on
+    // the Responses API (reasoning summary deltas, then output text deltas).
+    for p in ["reasoner", "reasoner-responses"] {
+        let r = cell("ALL", p, "chat-short");
+        assert!(
+            r.ttfc.unwrap().p50_ms > r.ttft.unwrap().p50_ms + 50.0,
+            "{p}: {r:?}"
+        );
+    }
+    // Over the Anthropic API, fast-lane's answer has no thinking: its first token is content.
+    let a = cell("ALL", "fast-lane-anthropic", "chat-short");
+    assert_eq!(a.ttfc.unwrap().p50_ms, a.ttft.unwrap().p50_ms, "{a:?}");
     // Throttling shows up as throttled attempts, not as latency samples.
     let t = cell("ALL", "throttler", "chat-short");
     assert!(t.throttled_pct > 0.0, "{t:?}");

@@ -281,7 +281,11 @@ fn same(got: &Value, want: &Value, path: &str) {
 fn check_matrix(matrix: &Value, data: &ReportData, from_clickhouse: bool) {
     let cells = matrix.as_array().expect("a matrix array");
     assert_eq!(cells.len(), data.summary.cells.len());
-    assert_eq!(cells.len(), 4 * 9 * 4, "4 scenarios × 4 rows × 9 providers");
+    assert_eq!(
+        cells.len(),
+        4 * 11 * 4,
+        "4 scenarios × 4 rows × 11 providers"
+    );
     for cell in &data.summary.cells {
         let got = cells
             .iter()

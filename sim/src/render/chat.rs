@@ -1,0 +1,160 @@
+//! OpenAI Chat Completions (<https://platform.openai.com/docs/api-reference/chat-streaming>):
+//! `data: {"object":"chat.completion.chunk",…}` lines, the finish chunk, the usage chunk when
+//! `stream_options.include_usage` asked for it, `data: [DONE]`; a whole `chat.completion`
+//! when not streamed. The stream-error fault sends `data: {"error":{…}}` (as vLLM and the
+//! gateways do) and ends the body without `[DONE]`.
+
+use axum::body::Bytes;
+use serde_json::json;
+
+use super::{Dialect, ErrorKind, Render};
+use crate::plan::AnswerPlan;
+use crate::text::TokenKind;
+
+/// The Chat Completions stream of one answer.
+#[derive(Default)]
+pub struct Chat {
+    role_sent: bool,
+}
+
+/// One chunk's `data:` line with `model`, `system_fingerprint`, `choices` and a `tail`
+/// (`,"usage":…` or nothing) after them.
+fn line(r: &Render, model: &str, fingerprint: &str, choices: &str, tail: &str) -> Bytes {
+    let s = |v: &str| serde_json::to_string(v).unwrap_or_default();
+    let tier = match &r.echo.key {
+        Some(k) => format!(",\"service_tier\":{}", s(k)),
+        None => String::new(),
+    };
+    Bytes::from(format!(
+        "data: {{\"id\":{},\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{},\"system_fingerprint\":{}{tier},\"choices\":[{choices}]{tail}}}\n\n",
+        s(&r.id),
+        r.created,
+        s(model),
+        s(fingerprint),
+    ))
+}
+
+fn usage_null(r: &Render) -> &'static str {
+    if r.include_usage {
+        ",\"usage\":null"
+    } else {
+        ""
+    }
+}
+
+fn delta_chunk(r: &Render, delta: &str, finish: Option<&str>) -> Bytes {
+    let finish = finish.map_or("null".to_string(), |f| {
+        serde_json::to_string(&r.echo.padded(f)).unwrap_or_default()
+    });
+    let choices =
+        format!("{{\"index\":0,\"delta\":{delta},\"logprobs\":null,\"finish_reason\":{finish}}}");
+    line(r, &r.model, &r.fingerprint, &choices, usage_null(r))
+}
+
+/// `usage` of the answer (reasoning included in `completion_tokens`, as OpenAI counts).
+fn usage(r: &Render, a: &AnswerPlan) -> serde_json::Value {
+    let completion = a.completion_tokens();
+    r.echo.usage(json!({
+        "prompt_tokens": r.prompt_tokens,
+        "completion_tokens": completion,
+        "total_tokens": r.prompt_tokens.saturating_add(completion),
+        "prompt_tokens_details": {"cached_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": a.reasoning_tokens},
+    }))
+}
+
+impl Chat {
+    /// The role chunk (empty content); a hostile provider's long `model` goes in it alone.
+    fn role(&mut self, r: &Render) -> Bytes {
+        self.role_sent = true;
+        let choice = r#"{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}"#;
+        line(
+            r,
+            &r.echo.pad(r.model.clone()),
+            &r.fingerprint,
+            choice,
+            usage_null(r),
+        )
+    }
+
+    /// The role chunk if it has not gone out yet.
+    fn role_once(&mut self, r: &Render) -> Vec<Bytes> {
+        if self.role_sent {
+            Vec::new()
+        } else {
+            vec![self.role(r)]
+        }
+    }
+}
+
+impl Dialect for Chat {
+    fn open(&mut self, r: &Render, early_role_chunk: bool) -> Vec<Bytes> {
+        if early_role_chunk {
+            self.role_once(r)
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn tokens(&mut self, r: &Render, kind: TokenKind, text: &str) -> (Vec<Bytes>, Bytes) {
+        let text = serde_json::to_string(text).unwrap_or_default();
+        let delta = match (kind, r.reasoning_fields) {
+            (TokenKind::Content, false) => format!("{{\"content\":{text}}}"),
+            (TokenKind::Content, true) => {
+                format!("{{\"content\":{text},\"reasoning_content\":null}}")
+            }
+            (TokenKind::Reasoning, _) => {
+                format!("{{\"content\":null,\"reasoning_content\":{text}}}")
+            }
+        };
+        (self.role_once(r), delta_chunk(r, &delta, None))
+    }
+
+    fn finish(&mut self, r: &Render, a: &AnswerPlan) -> Vec<Bytes> {
+        let mut out = self.role_once(r);
+        out.push(delta_chunk(r, "{}", Some(a.finish_reason.as_str())));
+        if r.include_usage {
+            let tail = format!(",\"usage\":{}", usage(r, a));
+            // A hostile provider's long `system_fingerprint` goes in this event alone.
+            let fp = r.echo.pad(r.fingerprint.clone());
+            out.push(line(r, &r.model, &fp, "", &tail));
+        }
+        out.push(Bytes::from_static(b"data: [DONE]\n\n"));
+        out
+    }
+
+    fn fail(&mut self, r: &Render, message: &str) -> Bytes {
+        let err = super::error_json(
+            latmesh_core::api::Api::Chat,
+            &r.echo,
+            ErrorKind::Overloaded,
+            message,
+            None,
+        );
+        Bytes::from(format!("data: {err}\n\n"))
+    }
+}
+
+/// The body of a non-streamed answer (`chat.completion`).
+pub fn body(r: &Render, a: &AnswerPlan) -> String {
+    let mut message = json!({
+        "role": "assistant",
+        "content": r.echo.field(&r.text(TokenKind::Content, 0, a.content_tokens)),
+    });
+    if r.reasoning_fields {
+        message["reasoning_content"] = json!(r.text(TokenKind::Reasoning, 0, a.reasoning_tokens));
+    }
+    let mut body = json!({
+        "id": r.id,
+        "object": "chat.completion",
+        "created": r.created,
+        "model": r.echo.pad(r.model.clone()),
+        "system_fingerprint": r.echo.pad(r.fingerprint.clone()),
+        "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": r.echo.padded(a.finish_reason.as_str())}],
+        "usage": usage(r, a),
+    });
+    if let Some(k) = &r.echo.key {
+        body["service_tier"] = json!(k);
+    }
+    body.to_string()
+}
