@@ -431,15 +431,15 @@ fn on_block_start(st: &mut State, at: Instant, index: u32, block: u64, b: &Block
 /// later that carries `text` or `thinking` still counts).
 fn on_delta(st: &mut State, at: Instant, index: u32, block: u64, d: &DeltaWire<'_>) {
     let (thinking, signature) = (d.thinking.as_str(), d.signature.as_str());
-    if st.keeps_text() && !(thinking.is_empty() && signature.is_empty()) {
-        if let ThinkingBlock::Thinking {
+    if st.keeps_text()
+        && !(thinking.is_empty() && signature.is_empty())
+        && let ThinkingBlock::Thinking {
             thinking: t,
             signature: s,
         } = st.anthropic.thinking(block)
-        {
-            t.push_str(thinking);
-            s.push_str(signature);
-        }
+    {
+        t.push_str(thinking);
+        s.push_str(signature);
     }
     let args = d.partial_json.as_str();
     if !args.is_empty() {
