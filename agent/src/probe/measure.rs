@@ -1427,6 +1427,29 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn the_per_event_path_of_an_anthropic_stream_does_not_allocate() {
+        let t0 = Instant::now();
+        let mut m = Measurement::new(t0, false, false, true, 4096).with_api(Api::Anthropic);
+        let event = concat!(
+            "event: content_block_delta\n",
+            r#"data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"tok"}}"#,
+            "\n\nevent: ping\ndata: {\"type\": \"ping\"}\n\n"
+        );
+        for _ in 0..10 {
+            m.on_bytes(t0, event.as_bytes());
+        }
+        let before = ALLOCS.with(|c| c.get());
+        for i in 0..1000u64 {
+            m.on_bytes(t0 + Duration::from_micros(i), event.as_bytes());
+        }
+        let allocs = ALLOCS.with(|c| c.get()) - before;
+        assert_eq!(allocs, 0, "allocations for 1000 events");
+        m.on_end(t0, BodyEnd::Eof);
+        let r = m.finish(&head(t0, true), BodyEnd::Eof, Some(t0), &NO_SCRUB);
+        assert_eq!(r.record.content_chunks, 1010);
+    }
+
+    #[test]
     fn the_per_chunk_path_does_not_allocate_with_timestamps_either() {
         let t0 = Instant::now();
         let mut m = Measurement::new(t0, false, false, true, 2048).with_timestamps(2048);
