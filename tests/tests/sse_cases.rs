@@ -61,6 +61,7 @@ cases! {
     case_48_anthropic_cache_usage => "48-anthropic-cache-usage",
     case_49_anthropic_redacted_thinking => "49-anthropic-redacted-thinking",
     case_50_anthropic_no_event_lines => "50-anthropic-no-event-lines",
+    case_51_llamacpp_anthropic_cache_read => "51-llamacpp-anthropic-cache-read",
 }
 
 /// The corpus README's outcome names mapped to DESIGN.md's.
