@@ -1655,6 +1655,11 @@ model_id = "m"
                 head.contains("\r\nanthropic-version: 2023-06-01\r\n"),
                 "{head}"
             );
+            // The Anthropic SDK's user agent, not the OpenAI one.
+            assert!(
+                head.contains("\r\nuser-agent: anthropic/python 2.15.0\r\n"),
+                "{head}"
+            );
             let assistant = |n: usize| {
                 if pass {
                     json!({"role": "assistant", "content": [

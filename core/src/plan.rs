@@ -55,7 +55,7 @@ pub struct ProviderSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub price: Option<Price>,
     /// `user-agent` sent to this provider (the provider's `user_agent`, else the campaign's);
-    /// `None`: the agents' default (`agent::probe::request::DEFAULT_USER_AGENT`). Absent from
+    /// `None`: the agents' default for its API (`agent::probe::request::default_user_agent`). Absent from
     /// the JSON when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_agent: Option<String>,

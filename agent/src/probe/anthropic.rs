@@ -38,6 +38,10 @@ use super::sse::SseEvent;
 /// Claude Code send).
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 
+/// The `user-agent` of a request to a provider that names none (see
+/// [`super::request::default_user_agent`]).
+pub const DEFAULT_USER_AGENT: &str = "Anthropic/Python 2.15.0";
+
 /// The JSON body of `req`: `model`, the output cap (`max_tokens`, or the shape's
 /// `max_tokens_field`), `system` when the prompt has system messages, `messages`, `stream`,
 /// `temperature`/`top_p` when set.
