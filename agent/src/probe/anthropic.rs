@@ -5,7 +5,8 @@
 //! "Anthropic Messages API", is the contract; in short:
 //!
 //! * request: `POST {base_url}/messages` with `anthropic-version: 2023-06-01`; `system`
-//!   messages go to the top-level `system` string (several joined by a blank line); an
+//!   (and `developer`) messages go to the top-level `system` string (several joined by a
+//!   blank line); an
 //!   assistant message that kept its thinking blocks sends them back before its text;
 //! * each event is read by its JSON `type` (the `event:` line only when `type` is missing):
 //!   `message_start` (model, usage), `content_block_start` (a `text`, `thinking`,
@@ -15,7 +16,7 @@
 //!   `citations_delta` carries no generated text), `message_delta` (`stop_reason`, cumulative
 //!   usage), `message_stop` (the terminal event: `e2e`), `ping` (ignored, not a payload),
 //!   `error` (a `stream_error` with the error's type); any other type is a payload with no
-//!   token;
+//!   token; a `data: [DONE]` (gateways translating from Chat Completions) ends it too;
 //! * a body read whole is a `{"type":"message","content":[blocks],…}` or an error object.
 
 use std::borrow::Cow;
