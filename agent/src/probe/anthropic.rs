@@ -823,6 +823,14 @@ mod tests {
             ),
             (Some(Outcome::Ok), Some("length"), true)
         );
+        // A gateway's `[DONE]` instead of message_stop is terminal too.
+        let mut done = events[..3].to_vec();
+        done.push("data: [DONE]\n\n".into());
+        let r = measure_events(&done, BodyEnd::Eof);
+        assert_eq!(
+            (r.record.outcome, r.record.saw_done, r.record.e2e_us),
+            (Some(Outcome::Ok), true, Some(4_000))
+        );
         // An `event:` line that disagrees loses; one whose data has no type names it.
         let events = [
             "event: message_stop\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"text\":\"a\"}}\n\n".to_string(),
