@@ -1649,11 +1649,16 @@ model_id = "m"
                 && r.finish_reason.as_deref() == Some("stop")
                 && r.reasoning_chunks == 2));
             let bodies = bodies.lock().unwrap();
+            let head = bodies[0]["_head"].as_str().unwrap();
+            assert!(head.starts_with("post /v1/messages "), "{head}");
             assert!(
-                bodies[0]["_head"]
-                    .as_str()
-                    .unwrap()
-                    .starts_with("post /v1/messages ")
+                head.contains("\r\nanthropic-version: 2023-06-01\r\n"),
+                "{head}"
+            );
+            // The Anthropic SDK's user agent, not the OpenAI one.
+            assert!(
+                head.contains("\r\nuser-agent: anthropic/python 2.15.0\r\n"),
+                "{head}"
             );
             let assistant = |n: usize| {
                 if pass {

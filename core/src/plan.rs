@@ -55,8 +55,8 @@ pub struct ProviderSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub price: Option<Price>,
     /// `user-agent` sent to this provider (the provider's `user_agent`, else the campaign's);
-    /// `None`: the agents' default (`agent::probe::request::DEFAULT_USER_AGENT`). Absent from
-    /// the JSON when `None`.
+    /// `None`: the agents' default for its API (`agent::probe::request::default_user_agent`).
+    /// Absent from the JSON when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_agent: Option<String>,
     /// The API spoken and how requests are shaped (headers, query, extra body, auth, output

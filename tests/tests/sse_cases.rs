@@ -61,6 +61,7 @@ cases! {
     case_48_anthropic_cache_usage => "48-anthropic-cache-usage",
     case_49_anthropic_redacted_thinking => "49-anthropic-redacted-thinking",
     case_50_anthropic_no_event_lines => "50-anthropic-no-event-lines",
+    case_51_llamacpp_anthropic_cache_read => "51-llamacpp-anthropic-cache-read",
     case_80_openai_refusal_only => "80-openai-refusal-only",
     case_81_openai_audio_transcript => "81-openai-audio-transcript",
     case_82_gzip_event_stream => "82-gzip-event-stream",

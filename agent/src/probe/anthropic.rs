@@ -5,7 +5,8 @@
 //! "Anthropic Messages API", is the contract; in short:
 //!
 //! * request: `POST {base_url}/messages` with `anthropic-version: 2023-06-01`; `system`
-//!   messages go to the top-level `system` string (several joined by a blank line); an
+//!   (and `developer`) messages go to the top-level `system` string (several joined by a
+//!   blank line); an
 //!   assistant message that kept its thinking blocks sends them back before its text;
 //! * each event is read by its JSON `type` (the `event:` line only when `type` is missing):
 //!   `message_start` (model, usage), `content_block_start` (a `text`, `thinking`,
@@ -15,7 +16,7 @@
 //!   `citations_delta` carries no generated text), `message_delta` (`stop_reason`, cumulative
 //!   usage), `message_stop` (the terminal event: `e2e`), `ping` (ignored, not a payload),
 //!   `error` (a `stream_error` with the error's type); any other type is a payload with no
-//!   token;
+//!   token; a `data: [DONE]` (gateways translating from Chat Completions) ends it too;
 //! * a body read whole is a `{"type":"message","content":[blocks],…}` or an error object.
 
 use std::borrow::Cow;
@@ -37,6 +38,10 @@ use super::sse::SseEvent;
 /// The `anthropic-version` header sent (the only version the API has: what the SDKs and
 /// Claude Code send).
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// The `user-agent` of a request to a provider that names none (see
+/// [`super::request::default_user_agent`]).
+pub const DEFAULT_USER_AGENT: &str = "Anthropic/Python 2.15.0";
 
 /// The JSON body of `req`: `model`, the output cap (`max_tokens`, or the shape's
 /// `max_tokens_field`), `system` when the prompt has system messages, `messages`, `stream`,
@@ -431,15 +436,15 @@ fn on_block_start(st: &mut State, at: Instant, index: u32, block: u64, b: &Block
 /// later that carries `text` or `thinking` still counts).
 fn on_delta(st: &mut State, at: Instant, index: u32, block: u64, d: &DeltaWire<'_>) {
     let (thinking, signature) = (d.thinking.as_str(), d.signature.as_str());
-    if st.keeps_text() && !(thinking.is_empty() && signature.is_empty()) {
-        if let ThinkingBlock::Thinking {
+    if st.keeps_text()
+        && !(thinking.is_empty() && signature.is_empty())
+        && let ThinkingBlock::Thinking {
             thinking: t,
             signature: s,
         } = st.anthropic.thinking(block)
-        {
-            t.push_str(thinking);
-            s.push_str(signature);
-        }
+    {
+        t.push_str(thinking);
+        s.push_str(signature);
     }
     let args = d.partial_json.as_str();
     if !args.is_empty() {
@@ -817,6 +822,14 @@ mod tests {
                 r.record.saw_done
             ),
             (Some(Outcome::Ok), Some("length"), true)
+        );
+        // A gateway's `[DONE]` instead of message_stop is terminal too.
+        let mut done = events[..3].to_vec();
+        done.push("data: [DONE]\n\n".into());
+        let r = measure_events(&done, BodyEnd::Eof);
+        assert_eq!(
+            (r.record.outcome, r.record.saw_done, r.record.e2e_us),
+            (Some(Outcome::Ok), true, Some(4_000))
         );
         // An `event:` line that disagrees loses; one whose data has no type names it.
         let events = [

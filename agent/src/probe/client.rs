@@ -177,7 +177,9 @@ impl Prober {
         let mut r = Request::new(ReqBody::new(Bytes::from(request::body(req))));
         *r.method_mut() = Method::POST;
         *r.uri_mut() = target.path.clone();
-        let ua = req.user_agent.unwrap_or(request::DEFAULT_USER_AGENT);
+        let ua = req
+            .user_agent
+            .unwrap_or(request::default_user_agent(req.shape.api));
         let ua = HeaderValue::from_str(ua)
             .map_err(|_| format!("the user agent {ua:?} is not a valid header value"))?;
         let h = r.headers_mut();

@@ -1612,6 +1612,19 @@ pub(crate) mod tests {
     #[global_allocator]
     static GLOBAL: Counting = Counting;
 
+    /// Heap allocations of 1000 reads of `read`, after 10 that warm up (the parser buffer
+    /// and the sniff buffer reach their steady state).
+    fn allocs_per_1000_reads(m: &mut Measurement, t0: Instant, read: &str) -> u64 {
+        for _ in 0..10 {
+            m.on_bytes(t0, read.as_bytes());
+        }
+        let before = ALLOCS.with(|c| c.get());
+        for i in 0..1000u64 {
+            m.on_bytes(t0 + Duration::from_micros(i), read.as_bytes());
+        }
+        ALLOCS.with(|c| c.get()) - before
+    }
+
     #[test]
     fn the_per_chunk_path_does_not_allocate() {
         let t0 = Instant::now();
@@ -1622,20 +1635,26 @@ pub(crate) mod tests {
             r#""usage":null}"#,
             "\n\n: keep-alive\n\n"
         );
-        // Warm up: the parser buffer and the sniff buffer reach their steady state.
-        for _ in 0..10 {
-            m.on_bytes(t0, chunk.as_bytes());
-        }
-        let before = ALLOCS.with(|c| c.get());
-        for i in 0..1000u64 {
-            m.on_bytes(t0 + Duration::from_micros(i), chunk.as_bytes());
-        }
-        let allocs = ALLOCS.with(|c| c.get()) - before;
-        assert_eq!(allocs, 0, "allocations for 1000 chunks");
+        assert_eq!(allocs_per_1000_reads(&mut m, t0, chunk), 0);
         m.on_end(t0, BodyEnd::Eof);
         let r = m.finish(&head(t0, true), BodyEnd::Eof, Some(t0), &NO_SCRUB);
         assert_eq!(r.record.content_chunks, 1010);
         assert_eq!(r.record.comment_lines, 1010);
+    }
+
+    #[test]
+    fn the_per_event_path_of_an_anthropic_stream_does_not_allocate() {
+        let t0 = Instant::now();
+        let mut m = Measurement::new(t0, false, false, true, 4096).with_api(Api::Anthropic);
+        let event = concat!(
+            "event: content_block_delta\n",
+            r#"data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"tok"}}"#,
+            "\n\nevent: ping\ndata: {\"type\": \"ping\"}\n\n"
+        );
+        assert_eq!(allocs_per_1000_reads(&mut m, t0, event), 0);
+        m.on_end(t0, BodyEnd::Eof);
+        let r = m.finish(&head(t0, true), BodyEnd::Eof, Some(t0), &NO_SCRUB);
+        assert_eq!(r.record.content_chunks, 1010);
     }
 
     #[test]
@@ -1651,15 +1670,7 @@ pub(crate) mod tests {
             r#"data: {"choices":[{"index":0,"delta":{"content":"a\nb"}}]}"#,
             "\n\n"
         );
-        for _ in 0..10 {
-            m.on_bytes(t0, chunk.as_bytes());
-        }
-        let before = ALLOCS.with(|c| c.get());
-        for i in 0..1000u64 {
-            m.on_bytes(t0 + Duration::from_micros(i), chunk.as_bytes());
-        }
-        let allocs = ALLOCS.with(|c| c.get()) - before;
-        assert_eq!(allocs, 0, "allocations for 1000 reads of two chunks");
+        assert_eq!(allocs_per_1000_reads(&mut m, t0, chunk), 0);
         m.on_end(t0, BodyEnd::Eof);
         let r = m.finish(&head(t0, true), BodyEnd::Eof, Some(t0), &NO_SCRUB);
         assert_eq!(r.record.content_chunks, 2020);

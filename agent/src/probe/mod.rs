@@ -137,7 +137,7 @@ pub struct ProbeRequest<'a> {
     /// (the simulator's ground-truth log) match its own timings to this attempt. `None` for
     /// real providers.
     pub probe_id: Option<&'a str>,
-    /// `user-agent` sent; `None`: [`request::DEFAULT_USER_AGENT`]. A value that is not a
+    /// `user-agent` sent; `None`: the API's default ([`request::default_user_agent`]). A value that is not a
     /// valid header value makes the attempt a `connection_error` ("cannot build the
     /// request"); campaigns validate it first.
     pub user_agent: Option<&'a str>,

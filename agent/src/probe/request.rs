@@ -94,6 +94,17 @@ pub fn api_key_from_env(name: &str) -> Result<Option<String>, String> {
 /// (`user_agent`, README "Campaign files").
 pub const DEFAULT_USER_AGENT: &str = "OpenAI/Python 3.51.0";
 
+/// The `user-agent` of a request whose provider names none, for `api`: the Anthropic Python
+/// SDK's (`Anthropic/Python {version}`, the latest release on PyPI when this was written:
+/// 2.15.0, December 2026) for the Anthropic Messages API, whose clients use that SDK's
+/// family; [`DEFAULT_USER_AGENT`] for the OpenAI APIs.
+pub fn default_user_agent(api: Api) -> &'static str {
+    match api {
+        Api::Anthropic => super::anthropic::DEFAULT_USER_AGENT,
+        Api::Chat | Api::Responses => DEFAULT_USER_AGENT,
+    }
+}
+
 /// Per-request headers: content type, accept, accept-encoding (`gzip, deflate`, as the OpenAI
 /// Python SDK sends: [`super::content_encoding`]) and the API key as a sensitive Bearer token
 /// (a key that is not a valid header value is left out; the provider will answer 401),
