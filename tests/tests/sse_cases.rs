@@ -106,6 +106,7 @@ async fn probe_case(case: &str, stream: bool, api: Api) -> ProbeResult {
         probe_id: None,
         user_agent: None,
         shape: &RequestShape::for_api(api),
+        secret_headers: &[],
     };
     let prober = Prober::new(Some("test-region")).unwrap();
     let r = prober.probe(&req, true).await;
