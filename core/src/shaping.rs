@@ -700,8 +700,10 @@ mod tests {
 
     #[test]
     fn the_scenario_body_goes_under_the_providers() {
-        let mut shape = RequestShape::default();
-        shape.extra_body = json!({"a": {"p": 1}, "b": 2}).as_object().unwrap().clone();
+        let shape = RequestShape {
+            extra_body: json!({"a": {"p": 1}, "b": 2}).as_object().unwrap().clone(),
+            ..RequestShape::default()
+        };
         let scenario = json!({"a": {"s": 1}, "c": 3}).as_object().unwrap().clone();
         let merged = with_scenario_body(&shape, &scenario);
         assert_eq!(
