@@ -86,8 +86,14 @@
 //! `connection_error` for refused/reset connections (and a break before any payload); the
 //! four timeouts.
 //!
-//! Error messages are scrubbed of the API key and of echoed prompt text, then truncated to
-//! 256 bytes.
+//! Error messages are scrubbed of the API key, of the provider's secret header values and
+//! of echoed prompt text, then truncated to 256 bytes.
+//!
+//! # Request shape
+//! The provider's [`RequestShape`](latmesh_core::api::RequestShape) (README "Request
+//! shaping") decides the URL's query, the auth header, extra headers and the body's cap
+//! field and extra keys ([`request::apply_shape`]); the record's `usage_requested` says
+//! whether a chat stream asked for usage ([`request::usage_requested`]).
 
 pub mod anthropic;
 pub mod chunk;
