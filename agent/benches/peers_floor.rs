@@ -241,6 +241,7 @@ fn main() {
         probe_id: None,
         user_agent: None,
         shape: latmesh_core::api::RequestShape::chat_default(),
+        secret_headers: &[],
     };
     let (addr, request) = raw::http_request(&req).unwrap_or_else(|e| {
         eprintln!("peers_floor: --url {e}");

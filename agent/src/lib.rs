@@ -10,6 +10,7 @@ pub mod outbox;
 pub mod probe;
 pub mod runner;
 pub mod session;
+pub mod shaping;
 pub mod spool;
 pub mod timer;
 pub mod tls;

@@ -192,6 +192,9 @@ pub struct SlotEnv {
     pub in_flight: Arc<AtomicU32>,
     /// Politeness caps per provider (none by default).
     pub limits: Arc<Limiters>,
+    /// Secret headers and `stream_options` refusals per provider (none by default:
+    /// secrets are then read per slot).
+    pub shaping: Arc<crate::shaping::Shaping>,
 }
 
 /// Decrements the in-flight counter when the attempt ends (or is dropped).
@@ -303,6 +306,7 @@ pub async fn run_campaign(
             cancel_grace: cfg.cancel_grace,
             in_flight: cfg.in_flight.clone(),
             limits: Arc::new(Limiters::new(&run.plan, run.agents)),
+            shaping: Arc::new(crate::shaping::Shaping::new(&run.plan)),
         },
         outbox: outbox.clone(),
         max_lateness: cfg.max_lateness,
@@ -531,6 +535,14 @@ pub async fn run_slot_with(
                 .and_then(|name| crate::probe::request::api_key_from_env(name).ok().flatten())
         })
         .collect();
+    let shapes: Vec<_> = chain
+        .iter()
+        .map(|&p| env.shaping.shape(plan, p, scenario))
+        .collect();
+    let secrets: Vec<_> = chain
+        .iter()
+        .map(|&p| env.shaping.secrets(plan, p))
+        .collect();
     let nonce = policy.cache_nonce.then(new_nonce);
     let label = Label {
         at,
@@ -565,7 +577,8 @@ pub async fn run_slot_with(
         let targets: Vec<Target<'_>> = chain
             .iter()
             .zip(&api_keys)
-            .map(|(&p, key)| Target {
+            .zip(shapes.iter().zip(&secrets))
+            .map(|((&p, key), (shape, secrets))| Target {
                 provider: p,
                 name: &plan.providers[p].name,
                 req: ProbeRequest {
@@ -580,7 +593,8 @@ pub async fn run_slot_with(
                     timeouts: &scenario.timeouts,
                     probe_id: None,
                     user_agent: plan.providers[p].user_agent.as_deref(),
-                    shape: &plan.providers[p].request,
+                    shape,
+                    secret_headers: secrets,
                 },
             })
             .collect();
@@ -783,6 +797,7 @@ async fn logical_request(
         };
         let returned = Instant::now();
         let mut rec = result.record;
+        env.shaping.after_attempt(provider, name, req.shape, &rec);
         label.fill(&mut rec, turn, attempt, sched_lag_us);
         rec.provider = name.to_string();
         rec.failover = matches!(again, Again::Failover(_));
@@ -1921,6 +1936,89 @@ failover = {{ chain = [{chain}]{extra} }}
                 ("down".to_string(), Outcome::Throttled, false),
                 ("up".to_string(), Outcome::Ok, true)
             ]
+        );
+    }
+
+    /// `stream_usage = "auto"`: a 400 naming `stream_options` stays a record as it is, then
+    /// this agent stops asking that provider (later requests go without the field and say
+    /// so in `usage_requested`); the provider's shaping (query, scenario + provider
+    /// `extra_body`, secret header, auth header) reaches the wire.
+    #[tokio::test]
+    async fn a_refused_stream_options_is_dropped_for_the_provider_after_one_attempt() {
+        let (addr, bodies) = capture(Box::new(|n| {
+            if n == 0 {
+                (
+                    400,
+                    "",
+                    r#"{"error":{"message":"Unrecognized request argument supplied: stream_options","type":"invalid_request_error","param":"stream_options"}}"#.to_string(),
+                )
+            } else {
+                (200, "", sse_answer(n))
+            }
+        }))
+        .await;
+        // SAFETY: a variable only this test uses.
+        unsafe { std::env::set_var("LATMESH_TEST_RUNNER_HDR", "hdr-secret-9z8y7x") };
+        let p = plan(
+            &format!("http://{addr}/v1"),
+            "extra_body = { chat_template_kwargs = { enable_thinking = false }, top_k = 5 }",
+            "auth = { header = \"api-key\" }\nquery = { \"api-version\" = \"2024-10-21\" }\n\
+             headers = { \"x-sec\" = { env = \"LATMESH_TEST_RUNNER_HDR\" } }\nextra_body = { top_k = 7 }",
+        );
+        let prober = Prober::new(None).unwrap();
+        let env = SlotEnv {
+            shaping: Arc::new(crate::shaping::Shaping::new(&p)),
+            ..SlotEnv::default()
+        };
+        let (tx, mut rx) = mpsc::channel(64);
+        for round in 0..3 {
+            let at = SlotRef::rounds(round, 0, Slot::new(0, 0), Instant::now());
+            run_slot_with(&p, at, &prober, &tx, &env).await;
+        }
+        drop(tx);
+        let mut recs = Vec::new();
+        while let Some((r, _)) = rx.recv().await {
+            recs.push(r);
+        }
+        assert_eq!(
+            recs.iter()
+                .map(|r| (r.outcome(), r.usage_requested))
+                .collect::<Vec<_>>(),
+            [
+                (Outcome::Http4xx, true),
+                (Outcome::Ok, false),
+                (Outcome::Ok, false)
+            ]
+        );
+        let bodies = bodies.lock().unwrap();
+        assert_eq!(bodies[0]["stream_options"]["include_usage"], true);
+        for b in &bodies[1..] {
+            assert_eq!(b.get("stream_options"), None, "{b}");
+        }
+        for b in bodies.iter() {
+            assert_eq!(b["top_k"], 7, "the provider's extra_body wins");
+            assert_eq!(b["chat_template_kwargs"]["enable_thinking"], false);
+            let head = b["_head"].as_str().unwrap();
+            assert!(
+                head.starts_with("post /v1/chat/completions?api-version=2024-10-21 "),
+                "{head}"
+            );
+            assert!(head.contains("\r\nx-sec: hdr-secret-9z8y7x"), "{head}");
+            assert!(!head.contains("authorization"), "{head}");
+        }
+        // Another run (a new Shaping) asks again; `always` never stops asking.
+        let fresh = crate::shaping::Shaping::new(&p);
+        assert!(
+            fresh.shape(&p, 0, &p.scenarios[0]).stream_usage
+                == latmesh_core::api::StreamUsage::Auto
+        );
+        let mut always = p.clone();
+        always.providers[0].request.stream_usage = latmesh_core::api::StreamUsage::Always;
+        let sh = crate::shaping::Shaping::new(&always);
+        sh.after_attempt(0, "p", &always.providers[0].request, &recs[0]);
+        assert_eq!(
+            sh.shape(&always, 0, &always.scenarios[0]).stream_usage,
+            latmesh_core::api::StreamUsage::Always
         );
     }
 }

@@ -42,6 +42,7 @@ async fn a_tls_alert_to_a_server_that_hung_up_is_an_error_not_a_signal() {
             probe_id: None,
             user_agent: None,
             shape: latmesh_core::api::RequestShape::chat_default(),
+            secret_headers: &[],
         };
         let r = prober.probe(&req, false).await;
         assert_eq!(

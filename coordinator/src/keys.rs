@@ -11,10 +11,12 @@
 //! why) and when an agent rejoins a running campaign (restarted: the plan is not pushed again
 //! to an agent that lost a key the campaign was not allowed to miss; it is logged and the
 //! agent's part ends at the campaign's deadline). Agents older than the report are not
-//! checked.
+//! checked. The variables of secret headers (`headers = { name = { env = "VAR" } }`) are
+//! checked the same way: the agent reports every variable with a value usable in a header.
 
 use std::collections::BTreeSet;
 
+use latmesh_core::api::HeaderValueSource;
 use latmesh_core::plan::Plan;
 
 /// A provider's API key variable that an agent lacks.
@@ -26,8 +28,10 @@ pub struct MissingKey {
     pub region: String,
     /// Provider name.
     pub provider: String,
-    /// The provider's `api_key_env`.
+    /// The provider's `api_key_env`, or the variable of one of its secret headers.
     pub env: String,
+    /// The secret header the variable fills; `None`: the API key.
+    pub header: Option<String>,
 }
 
 impl std::fmt::Display for MissingKey {
@@ -36,12 +40,17 @@ impl std::fmt::Display for MissingKey {
             f,
             "agent {} (region {}) lacks ${} for provider {}",
             self.agent_id, self.region, self.env, self.provider
-        )
+        )?;
+        match &self.header {
+            Some(h) => write!(f, " (header {h})"),
+            None => Ok(()),
+        }
     }
 }
 
-/// The API key variables of `plan`'s providers missing on agent `agent_id` in `region`, whose
-/// hello reported `key_env` (`None`: an agent that does not report, not checked).
+/// The API key and secret header variables of `plan`'s providers missing on agent
+/// `agent_id` in `region`, whose hello reported `key_env` (`None`: an agent that does not
+/// report, not checked).
 pub fn missing_keys(
     plan: &Plan,
     agent_id: &str,
@@ -53,14 +62,21 @@ pub fn missing_keys(
     };
     plan.providers
         .iter()
-        .filter_map(|p| {
-            let env = p.api_key_env.as_ref()?;
-            (!have.contains(env)).then(|| MissingKey {
-                agent_id: agent_id.to_string(),
-                region: region.to_string(),
-                provider: p.name.clone(),
-                env: env.clone(),
-            })
+        .flat_map(|p| {
+            let key = p.api_key_env.iter().map(|env| (env, None));
+            let headers = p.request.headers.iter().filter_map(|(name, v)| match v {
+                HeaderValueSource::Env { env } => Some((env, Some(name.clone()))),
+                HeaderValueSource::Literal(_) => None,
+            });
+            key.chain(headers)
+                .filter(|(env, _)| !have.contains(*env))
+                .map(|(env, header)| MissingKey {
+                    agent_id: agent_id.to_string(),
+                    region: region.to_string(),
+                    provider: p.name.clone(),
+                    env: env.clone(),
+                    header,
+                })
         })
         .collect()
 }
@@ -68,7 +84,7 @@ pub fn missing_keys(
 /// The refusal of a launch for `missing` (not empty): every line, then what to do.
 pub fn refusal(missing: &[MissingKey]) -> String {
     format!(
-        "{}: set the variable(s) on those agents and restart them, or launch with --allow-missing-keys (their requests then go without an API key)",
+        "{}: set the variable(s) on those agents and restart them, or launch with --allow-missing-keys (their requests then go without that API key or header)",
         missing
             .iter()
             .map(ToString::to_string)
@@ -79,7 +95,10 @@ pub fn refusal(missing: &[MissingKey]) -> String {
 
 /// The warning of a launch allowed with `missing` (not empty).
 pub fn warning(m: &MissingKey) -> String {
-    format!("{m}: its requests to {} go without an API key", m.provider)
+    match &m.header {
+        Some(h) => format!("{m}: its requests to {} go without header {h}", m.provider),
+        None => format!("{m}: its requests to {} go without an API key", m.provider),
+    }
 }
 
 #[cfg(test)]
@@ -110,6 +129,7 @@ api_key_env = "A_KEY"
 name = "b"
 base_url = "http://127.0.0.1:9/v1"
 model_id = "m"
+headers = { "x-secret" = { env = "B_HDR" }, "x-plain" = "v" }
 "#,
             std::path::Path::new("."),
         )
@@ -117,6 +137,7 @@ model_id = "m"
         p.providers.push(ProviderSpec {
             name: "c".into(),
             api_key_env: Some("C_KEY".into()),
+            request: latmesh_core::api::RequestShape::default(),
             ..p.providers[1].clone()
         });
         p
@@ -129,11 +150,15 @@ model_id = "m"
         let missing = missing_keys(&p, "us-east-1", "us-east", Some(&have));
         assert_eq!(
             missing.iter().map(ToString::to_string).collect::<Vec<_>>(),
-            ["agent us-east-1 (region us-east) lacks $A_KEY for provider a"]
+            [
+                "agent us-east-1 (region us-east) lacks $A_KEY for provider a",
+                "agent us-east-1 (region us-east) lacks $B_HDR for provider b (header x-secret)"
+            ]
         );
         assert!(refusal(&missing).contains("--allow-missing-keys"));
+        assert!(warning(&missing[1]).ends_with("its requests to b go without header x-secret"));
         assert!(missing_keys(&p, "x", "us-east", None).is_empty());
-        let all: BTreeSet<String> = ["A_KEY".to_string(), "C_KEY".to_string()].into();
+        let all: BTreeSet<String> = ["A_KEY", "B_HDR", "C_KEY"].map(String::from).into();
         assert!(missing_keys(&p, "x", "us-east", Some(&all)).is_empty());
     }
 }

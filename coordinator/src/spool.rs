@@ -1016,6 +1016,7 @@ mod tests {
                     answered_model: Some("m-2024-08-06".into()),
                     system_fingerprint: Some("fp_1".into()),
                     cut_fields: vec!["finish_reason".into()],
+                    usage_requested: Some(false),
                 },
                 pb::ProbeRecord {
                     provider: "x".into(),

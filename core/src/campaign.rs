@@ -36,6 +36,7 @@
 //! cache_nonce = true              # optional (default false): "[nonce 1a2b3c4d] " before the prompt
 //! retry = { max_retries = 3, backoff_s = [1, 2, 4], on = ["throttled", "http_5xx"], honour_retry_after = true, max_retry_after_s = 30 }
 //! max_response_bytes = 67108864   # optional (default 64 MiB): larger bodies end as protocol_error
+//! extra_body = { reasoning_effort = "low" } # optional: merged into every request body
 //!
 //! [[providers]]
 //! name = "fast-lane"
@@ -44,7 +45,19 @@
 //! api_key_env = "EXAMPLE_API_KEY" # optional: the variable's *name*
 //! pass_reasoning = false          # optional: send earlier turns' reasoning_content back
 //! user_agent = "my-app/1.0"       # optional: this provider's user-agent
+//! api = "chat"                    # optional: chat (default), anthropic, responses
+//! headers = { "x-title" = "bench", "x-secret" = { env = "SECRET_VAR" } } # optional
+//! query = { "api-version" = "2024-10-21" }                               # optional
+//! extra_body = { provider = { order = ["x"], allow_fallbacks = false } } # optional
+//! auth = { header = "api-key" }   # optional: "bearer" (default), "none", { header = … }
+//! max_tokens_field = "max_completion_tokens" # optional: default the API's own
+//! stream_usage = "auto"           # optional: auto (default), always, never
+//! reasoning_tags = { open = "<think>", close = "</think>" } # optional
 //! ```
+//!
+//! Request shaping (the provider keys from `api` on, and a scenario's `extra_body`, merged
+//! under the provider's): validated by [`crate::shaping`], whose documentation states the
+//! rules; errors name the key (`providers[1].headers."x-foo"`).
 //!
 //! Client policy (see [`crate::plan::ClientPolicy`]): `turns` makes each slot a conversation
 //! whose turn `k` sends the earlier turns' answers as assistant messages and a follow-up user
@@ -75,7 +88,7 @@ use figment::Figment;
 use figment::providers::{Env, Format, Toml, Yaml};
 use serde::Deserialize;
 
-use crate::api::{Api, RequestShape};
+use crate::api::Api;
 use crate::load::{
     Arrivals, DEFAULT_MAX_QUEUE_MS, DEFAULT_SWEEP_STEPS, KneeRule, LoadKind, LoadModel, Price,
     ProviderLimits, RateSpec, SweepSpec,
@@ -88,6 +101,7 @@ use crate::plan::{
 };
 use crate::prompts::{PromptSet, builtin_follow_ups, guess_lang};
 use crate::record::Outcome;
+use crate::shaping::{AuthSection, HeaderSection, ReasoningTagsSection, ShapeInput};
 use crate::windows::{self, OFF_PEAK, Window, Zone};
 
 /// A campaign file problem, naming the key (`providers[2].base_url`) or the figment path.
@@ -297,6 +311,10 @@ pub struct ScenarioSection {
     /// `failover = { chain = [...], attempts = 2, on = [...] }`: client requests through a
     /// primary and its backups.
     pub failover: Option<FailoverSection>,
+    /// Merged into every request body of the scenario, under each provider's own
+    /// `extra_body` ([`crate::shaping`]).
+    #[serde(default)]
+    pub extra_body: serde_json::Map<String, serde_json::Value>,
 }
 
 /// `failover` of a scenario (see [`crate::plan::FailoverSpec`]).
@@ -410,6 +428,39 @@ pub struct ProviderSection {
     /// The HTTP API spoken: `chat` (default), `anthropic` or `responses`.
     #[serde(default)]
     pub api: Api,
+    /// Extra headers: name → literal value or `{ env = "NAME" }` ([`crate::shaping`]).
+    #[serde(default)]
+    pub headers: BTreeMap<String, HeaderSection>,
+    /// Query parameters appended to the URL.
+    #[serde(default)]
+    pub query: BTreeMap<String, String>,
+    /// Merged into the request body (top-level keys replace latmesh's own).
+    #[serde(default)]
+    pub extra_body: serde_json::Map<String, serde_json::Value>,
+    /// `"bearer"` (default), `"none"` or `{ header = "name" }`.
+    pub auth: Option<AuthSection>,
+    /// The body field carrying the output cap (default: the API's own).
+    pub max_tokens_field: Option<String>,
+    /// `auto` (default), `always` or `never`: whether chat streams ask for usage.
+    pub stream_usage: Option<String>,
+    /// `{ open = "<think>", close = "</think>" }`: reasoning inside `content`.
+    pub reasoning_tags: Option<ReasoningTagsSection>,
+}
+
+impl ProviderSection {
+    /// The shaping keys of this provider, for [`ShapeInput::validate`].
+    pub fn shape_input(&self) -> ShapeInput {
+        ShapeInput {
+            api: self.api,
+            headers: self.headers.clone(),
+            query: self.query.clone(),
+            extra_body: self.extra_body.clone(),
+            auth: self.auth.clone(),
+            max_tokens_field: self.max_tokens_field.clone(),
+            stream_usage: self.stream_usage.clone(),
+            reasoning_tags: self.reasoning_tags.clone(),
+        }
+    }
 }
 
 /// Loads and validates a campaign file (`.toml`, `.yaml`/`.yml`) with `LATMESH_*` overrides.
@@ -610,24 +661,7 @@ pub const MAX_USER_AGENT_LEN: usize = 256;
 /// # Errors
 /// A message saying what is wrong, quoting `value`.
 pub fn check_user_agent(value: &str) -> Result<(), String> {
-    if value.trim().is_empty() {
-        return Err("must not be empty (leave the key out for the default)".into());
-    }
-    if value.len() > MAX_USER_AGENT_LEN {
-        return Err(format!(
-            "is {} bytes long, at most {MAX_USER_AGENT_LEN}",
-            value.len()
-        ));
-    }
-    if let Some(c) = value.chars().find(|c| !(' '..='~').contains(c)) {
-        return Err(format!(
-            "{value:?} has {c:?}: only printable ASCII can be sent in a header"
-        ));
-    }
-    if value.trim() != value {
-        return Err(format!("{value:?} starts or ends with a blank"));
-    }
-    Ok(())
+    crate::shaping::check_header_text(value, MAX_USER_AGENT_LEN, true)
 }
 
 /// Checks a campaign, region, provider or scenario name: 1-64 of `A-Z a-z 0-9 - _ .`.
@@ -939,16 +973,12 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
             ));
         }
         if let Some(env) = &p.api_key_env {
-            let ok = !env.is_empty()
-                && !env.starts_with(|c: char| c.is_ascii_digit())
-                && env.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-            if !ok {
-                return Err(invalid(
-                    key("api_key_env"),
-                    "must be the NAME of an environment variable (letters, digits, _), never the key itself",
-                ));
-            }
+            crate::shaping::check_env_name(env).map_err(|m| invalid(key("api_key_env"), m))?;
         }
+        let request = p
+            .shape_input()
+            .validate()
+            .map_err(|e| invalid(key(&e.key), e.message))?;
         providers.push(ProviderSpec {
             name: p.name.clone(),
             base_url: url,
@@ -959,10 +989,7 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
             limits: validate_limits(i, p)?,
             price: validate_price(i, p)?,
             user_agent: p.user_agent.clone().or_else(|| c.user_agent.clone()),
-            request: RequestShape {
-                api: p.api,
-                ..RequestShape::default()
-            },
+            request,
         });
     }
     check_unique("providers", file.providers.iter().map(|p| p.name.as_str()))?;
@@ -998,6 +1025,8 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
             ));
         }
         let (policy, follow_ups) = validate_policy(i, s)?;
+        crate::shaping::check_extra_body(&key("extra_body"), &s.extra_body)
+            .map_err(|e| invalid(e.key, e.message))?;
         let follow_ups_for = |p: &crate::prompts::Prompt| -> Vec<String> {
             let need = (policy.turns - 1) as usize;
             if need == 0 {
@@ -1082,7 +1111,7 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
             policy,
             load: loads[i].clone(),
             failover: validate_failover(i, s, &file.providers, &loads[i])?,
-            extra_body: serde_json::Map::new(),
+            extra_body: s.extra_body.clone(),
         });
     }
     check_unique("scenarios", file.scenarios.iter().map(|s| s.name.as_str()))?;
@@ -2170,6 +2199,184 @@ api_key_env = "A_KEY"
             let e = err_of(&text);
             assert!(e.contains(says), "error {e:?} should contain {says:?}");
         }
+    }
+
+    /// Request shaping per provider and per scenario: every key reaches the plan; each bad
+    /// table is refused with its key's name; a typo'd key is an error.
+    #[test]
+    fn request_shaping_keys_become_the_providers_shape() {
+        use crate::api::{AuthStyle, HeaderValueSource, StreamUsage};
+        let shaped = GOOD.replace(
+            "api_key_env = \"A_KEY\"",
+            r#"api_key_env = "A_KEY"
+headers = { "X-Title" = "bench", "x-secret" = { env = "SECRET_HDR" } }
+query = { "api-version" = "2024-10-21" }
+extra_body = { provider = { order = ["x"], allow_fallbacks = false } }
+auth = { header = "api-key" }
+max_tokens_field = "max_completion_tokens"
+stream_usage = "never"
+reasoning_tags = { open = "<think>", close = "</think>" }"#,
+        );
+        let shaped = shaped.replace(
+            "max_tokens = 32",
+            "max_tokens = 32\nextra_body = { chat_template_kwargs = { enable_thinking = false } }",
+        );
+        let plan = load_toml_str(&shaped, Path::new(".")).unwrap();
+        let r = &plan.providers[0].request;
+        assert_eq!(
+            r.headers["x-title"],
+            HeaderValueSource::Literal("bench".into())
+        );
+        assert_eq!(
+            r.headers["x-secret"],
+            HeaderValueSource::Env {
+                env: "SECRET_HDR".into()
+            }
+        );
+        assert_eq!(r.query["api-version"], "2024-10-21");
+        assert_eq!(
+            serde_json::Value::Object(r.extra_body.clone()),
+            serde_json::json!({"provider": {"order": ["x"], "allow_fallbacks": false}})
+        );
+        assert_eq!(r.auth, AuthStyle::Header("api-key".into()));
+        assert_eq!(r.max_tokens_field.as_deref(), Some("max_completion_tokens"));
+        assert_eq!(r.stream_usage, StreamUsage::Never);
+        assert_eq!(r.reasoning_tags.as_ref().unwrap().open, "<think>");
+        assert_eq!(
+            plan.scenarios[0].extra_body["chat_template_kwargs"],
+            serde_json::json!({"enable_thinking": false})
+        );
+        // The secret header's value never travels: the plan names the variable only.
+        let json = serde_json::to_string(&plan).unwrap();
+        assert!(
+            json.contains(r#""x-secret":{"env":"SECRET_HDR"}"#),
+            "{json}"
+        );
+
+        let with = |line: &str| GOOD.replace("api_key_env = \"A_KEY\"", line);
+        let cases = [
+            (
+                with("headers = { \"x foo\" = \"v\" }"),
+                "providers[0].headers.\"x foo\": \"x foo\" is not a valid header name",
+            ),
+            (
+                with("headers = { \"Content-Length\" = \"5\" }"),
+                "providers[0].headers.\"Content-Length\": \"content-length\" is set by latmesh",
+            ),
+            (
+                with("headers = { \"authorization\" = \"Bearer x\" }"),
+                "providers[0].headers.\"authorization\": \"authorization\" carries the API key",
+            ),
+            (
+                with("headers = { \"x-foo\" = \"a\\u0001b\" }"),
+                "providers[0].headers.\"x-foo\": has U+0001",
+            ),
+            (
+                with("headers = { \"x-foo\" = { env = \"1BAD\" } }"),
+                "providers[0].headers.\"x-foo\".env: must be the NAME",
+            ),
+            (
+                with("headers = { \"x-foo\" = { env = \"OK\", default = \"v\" } }"),
+                "providers[0].headers",
+            ),
+            (
+                with("query = { \"api-version\" = \"\" }"),
+                "providers[0].query.\"api-version\": must not be empty",
+            ),
+            (
+                with("extra_body = { messages = [] }"),
+                "providers[0].extra_body.messages: latmesh sets",
+            ),
+            (
+                with("extra_body = { stream = false }"),
+                "providers[0].extra_body.stream: latmesh sets",
+            ),
+            (
+                with("auth = \"basic\""),
+                "providers[0].auth: \"basic\" is not",
+            ),
+            (
+                with("auth = { header = \"x key\" }"),
+                "providers[0].auth.header: \"x key\" is not a valid header name",
+            ),
+            (
+                with("auth = { headers = \"x-api-key\" }"),
+                "providers[0].auth",
+            ),
+            (
+                with("max_tokens_field = \"max tokens\""),
+                "providers[0].max_tokens_field: \"max tokens\" is not a JSON field name",
+            ),
+            (
+                with("stream_usage = \"maybe\""),
+                "providers[0].stream_usage: \"maybe\" is not one of auto, always, never",
+            ),
+            (
+                with("reasoning_tags = { open = \"<t>\", close = \"<t>\" }"),
+                "providers[0].reasoning_tags: open and close are the same tag",
+            ),
+            (
+                with("reasoning_tags = { open = \"<t>\" }"),
+                "providers[0].reasoning_tags",
+            ),
+            (with("header = { \"x-foo\" = \"v\" }"), "header"),
+            (
+                GOOD.replace(
+                    "max_tokens = 32",
+                    "max_tokens = 32\nextra_body = { input = \"x\" }",
+                ),
+                "scenarios[0].extra_body.input: latmesh sets",
+            ),
+        ];
+        for (text, says) in cases {
+            let e = err_of(&text);
+            assert!(e.contains(says), "error {e:?} should contain {says:?}");
+        }
+        // Never echoes a literal header value (a secret pasted in by mistake).
+        let e = err_of(&with("headers = { \"x-key\" = \"sk-live-abcdef \" }"));
+        assert!(!e.contains("sk-live-abcdef"), "{e}");
+
+        // YAML: the same keys.
+        let yaml = r#"
+campaign: {name: t, regions: [us-east]}
+rounds: {count: 1, interval_s: 1, gap_ms: 10}
+scenarios:
+  - name: chat
+    prompt_ids: ["code-*"]
+    max_tokens: 16
+    extra_body: {reasoning_effort: low}
+providers:
+  - name: az
+    base_url: http://127.0.0.1:9/v1
+    model_id: m
+    headers: {x-trace: "1"}
+    query: {api-version: "2024-10-21"}
+    auth: {header: api-key}
+    extra_body:
+      provider: {order: [a, b], allow_fallbacks: false}
+"#;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.yaml");
+        std::fs::write(&file, yaml).unwrap();
+        let plan = load_file(&file).unwrap();
+        let r = &plan.providers[0].request;
+        assert_eq!(r.auth, AuthStyle::Header("api-key".into()));
+        assert_eq!(r.query["api-version"], "2024-10-21");
+        assert_eq!(
+            r.extra_body["provider"]["order"],
+            serde_json::json!(["a", "b"])
+        );
+        assert_eq!(plan.scenarios[0].extra_body["reasoning_effort"], "low");
+        std::fs::write(
+            &file,
+            yaml.replace("auth: {header: api-key}", "auth: {header: Host}"),
+        )
+        .unwrap();
+        let e = load_file(&file).unwrap_err().to_string();
+        assert!(
+            e.contains("providers[0].auth.header: \"host\" is set by latmesh"),
+            "{e}"
+        );
     }
 
     #[test]

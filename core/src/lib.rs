@@ -27,6 +27,7 @@ pub mod provider_bounds;
 pub mod record;
 pub mod schedule;
 pub mod selection;
+pub mod shaping;
 pub mod windows;
 pub mod wire;
 pub mod yaml_keys;

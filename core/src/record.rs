@@ -291,6 +291,18 @@ pub struct ProbeRecord {
     /// "Provider input bounds". Empty when the provider's values were kept as sent.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cut_fields: Vec<String>,
+    /// Whether usage was asked for or comes unasked: `false` only for a Chat Completions
+    /// stream sent without `stream_options.include_usage` (the provider's `stream_usage` is
+    /// `never`, or `auto` after the provider refused the field: README "Request shaping"),
+    /// whose `output_tokens` then usually count payloads. `true` in records of older agents
+    /// (which always asked); `false` for attempts never sent (`dropped`, `cancelled`).
+    #[serde(default = "asked")]
+    pub usage_requested: bool,
+}
+
+/// Records that predate `usage_requested` asked for usage.
+fn asked() -> bool {
+    true
 }
 
 impl ProbeRecord {

@@ -106,6 +106,7 @@ impl From<&ProbeRecord> for pb::ProbeRecord {
             cache_nonce: r.cache_nonce,
             conn_reused: r.conn_reused,
             conn_retried: r.conn_retried,
+            usage_requested: Some(r.usage_requested),
             dns_us: r.dns_us,
             connect_us: r.connect_us,
             tls_us: r.tls_us,
@@ -212,6 +213,7 @@ impl TryFrom<pb::ProbeRecord> for ProbeRecord {
             answered_model: r.answered_model,
             system_fingerprint: r.system_fingerprint,
             cut_fields: r.cut_fields,
+            usage_requested: r.usage_requested.unwrap_or(true),
         })
     }
 }
@@ -332,6 +334,7 @@ mod tests {
             answered_model: Some("deepseek-chat-v3-0324".into()),
             system_fingerprint: Some("fp_1".into()),
             cut_fields: vec!["finish_reason".into(), "usage.total_tokens".into()],
+            usage_requested: true,
             ..rec
         };
         let back = ProbeRecord::try_from(pb::ProbeRecord::from(&rec)).unwrap();
@@ -361,6 +364,19 @@ mod tests {
             assert_eq!(rec.output_tokens_source, source);
             assert_eq!((rec.answered_model, rec.system_fingerprint), (None, None));
         }
+        // Older agents always asked for usage: no field reads as asked; a `false` travels.
+        let mut wire = pb::ProbeRecord::from(&ProbeRecord::default());
+        assert_eq!(wire.usage_requested, Some(false));
+        assert!(!ProbeRecord::try_from(wire.clone()).unwrap().usage_requested);
+        wire.usage_requested = None;
+        assert!(ProbeRecord::try_from(wire).unwrap().usage_requested);
+        let mut v = serde_json::to_value(ProbeRecord::default()).unwrap();
+        assert_eq!(
+            v.as_object_mut().unwrap().remove("usage_requested"),
+            Some(false.into())
+        );
+        let json: ProbeRecord = serde_json::from_value(v).unwrap();
+        assert!(json.usage_requested);
     }
 
     #[test]

@@ -60,6 +60,7 @@ async fn probe(prober: &Prober, base: &str, provider: &str, probe_id: &str) -> P
         probe_id: Some(probe_id),
         user_agent: None,
         shape: latmesh_core::api::RequestShape::chat_default(),
+        secret_headers: &[],
     };
     let opts = ProbeOptions {
         keep_timestamps: true,

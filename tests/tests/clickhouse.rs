@@ -171,6 +171,7 @@ fn full_record() -> ProbeRecord {
         answered_model: Some("gamma-推理-2024-08-06".into()),
         system_fingerprint: Some("fp_ü'\\1".into()),
         cut_fields: vec!["finish_reason".into(), "usage.prompt_tokens".into()],
+        usage_requested: true,
     }
 }
 

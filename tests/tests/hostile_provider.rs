@@ -7,11 +7,14 @@
 //!   headers, every JSON field of its chunks, whole answers and error bodies (half of its
 //!   answers are HTTP 429), and into SSE `id:`, `event:` and comment lines;
 //! - `huge` sends a 3 MB `finish_reason`, `model` and `system_fingerprint` (each within the
-//!   agent's 4 MiB SSE-line cap) and `4294967295` for every usage count, and echoes the key.
+//!   agent's 4 MiB SSE-line cap) and `4294967295` for every usage count, and echoes the key;
+//! - `echo-hdr` echoes its `Authorization` value too, which is not the API key there but a
+//!   secret header (`auth = "none"`, `headers = { authorization = { env = … } }`) holding a
+//!   second canary, and asks no usage in streams (`stream_usage = "never"`).
 //!
 //! Over streaming and non-streaming scenarios: every record of every provider is stored
 //! (the good providers' unharmed), `latmesh campaign verify` is clean, the hostile values are
-//! cut and named in `cut_fields`, and the canary is in no ClickHouse table, no file the run
+//! cut and named in `cut_fields`, and neither canary is in any ClickHouse table, file the run
 //! wrote (logs of every process, the agent's spool, the coordinator's spool and state
 //! directory, the summary) and no report (HTML, JSON, CSV).
 
@@ -24,7 +27,8 @@ use latmesh_tests::{bin, files_containing};
 
 const KEY_ENV: &str = "HOSTILE_PROVIDER_TEST_API_KEY";
 const ROUNDS: u32 = 3;
-const PROVIDERS: [&str; 4] = ["good-a", "good-b", "echo", "huge"];
+const HEADER_ENV: &str = "HOSTILE_PROVIDER_TEST_SECRET_HEADER";
+const PROVIDERS: [&str; 5] = ["good-a", "good-b", "echo", "huge", "echo-hdr"];
 
 fn profiles() -> Vec<ProviderProfile> {
     let quick = |name: &str| ProviderProfile {
@@ -52,6 +56,13 @@ fn profiles() -> Vec<ProviderProfile> {
                 retry_after: None,
             },
             ..quick("huge")
+        },
+        ProviderProfile {
+            hostile: Hostile {
+                echo_key: true,
+                ..Hostile::default()
+            },
+            ..quick("echo-hdr")
         },
     ]
 }
@@ -82,6 +93,11 @@ max_tokens = 8
             "[[providers]]\nname = \"{p}\"\nbase_url = \"http://{{sim}}/{p}/v1\"\nmodel_id = \"{}\"\napi_key_env = \"{KEY_ENV}\"\n",
             latmesh_sim::profile::DEFAULT_MODEL_ID
         ));
+        if p == "echo-hdr" {
+            toml.push_str(&format!(
+                "auth = \"none\"\nstream_usage = \"never\"\nheaders = {{ authorization = {{ env = \"{HEADER_ENV}\" }} }}\n"
+            ));
+        }
     }
     toml
 }
@@ -94,12 +110,15 @@ fn hostile_providers_are_bounded_stored_verified_and_leak_no_key() {
     // (No 8-byte run in common with what the simulator sends on its own, `latmesh-sim`:
     // that run would be redacted as a piece of the key.)
     let canary = format!("sk-hostile-canary-{:016x}", rand::random::<u64>());
+    // (No 8-byte run in common with the key canary either: the key's scrub would take it.)
+    let header_canary = format!("zqhdr{:016x}", rand::random::<u64>());
     let mut stack = Stack::start_with_clickhouse(&profiles(), &ch_url, &db);
     let mut agent = stack.agent_command("us-east-1", "us-east", &stack.coord_url);
     // Debug logs too: the agent is where the providers' raw answers are.
     agent
         .args(["--exit-after", "1"])
         .env(KEY_ENV, &canary)
+        .env(HEADER_ENV, format!("Token {header_canary}"))
         .env("LATMESH_LOG", "debug");
     stack.spawn("agent-us-east-1", agent);
 
@@ -123,7 +142,7 @@ fn hostile_providers_are_bounded_stored_verified_and_leak_no_key() {
             .find(|r| r[0] == p)
             .unwrap_or_else(|| panic!("no row of {p}: {rows:?}"));
         assert_eq!(row[1], per_provider.to_string(), "{p}: {rows:?}");
-        if p.starts_with("good") || p == "huge" {
+        if p.starts_with("good") || p == "huge" || p == "echo-hdr" {
             assert_eq!(row[2], per_provider.to_string(), "{p} not all ok: {rows:?}");
         }
     }
@@ -164,6 +183,20 @@ fn hostile_providers_are_bounded_stored_verified_and_leak_no_key() {
         (ok, throttled),
         "{echo:?} {seen:?}"
     );
+    // The secret header's echo was redacted as the key's is; the stream asked no usage and
+    // the stored rows say so (the non-streaming ones get usage unasked).
+    let hdr = tsv(&format!(
+        "SELECT stream, count(), countIf(finish_reason LIKE '% [redacted]' \
+           AND answered_model = 'deepseek-v4-flash [redacted]'), sum(usage_requested) \
+         FROM {db}.requests WHERE campaign_id = '{id}' AND provider = 'echo-hdr' \
+         GROUP BY stream ORDER BY stream"
+    ));
+    let n = u64::from(ROUNDS).to_string();
+    let hdr_rows = tsv(&format!(
+        "SELECT stream, finish_reason, answered_model, usage_requested FROM {db}.requests \
+         WHERE campaign_id = '{id}' AND provider = 'echo-hdr'"
+    ));
+    assert_eq!(hdr, [["0", &n, &n, &n], ["1", &n, &n, "0"]], "{hdr_rows:?}");
     // The good providers' records say nothing was cut.
     let good_cut = tsv(&format!(
         "SELECT provider, cut_fields, finish_reason, answered_model FROM {db}.requests \
@@ -196,8 +229,10 @@ fn hostile_providers_are_bounded_stored_verified_and_leak_no_key() {
         "{agent_log}"
     );
     // Nothing the run wrote holds the canary: logs, spools, state, summary, reports.
-    let leaked = files_containing(stack.dir.path(), &canary);
-    assert!(leaked.is_empty(), "the canary leaked into {leaked:?}");
+    for c in [&canary, &header_canary] {
+        let leaked = files_containing(stack.dir.path(), c);
+        assert!(leaked.is_empty(), "the canary {c} leaked into {leaked:?}");
+    }
     // No table of the database holds it, whatever the column.
     let tables = tsv(&format!(
         "SELECT name FROM system.tables WHERE database = '{db}'"
@@ -205,7 +240,10 @@ fn hostile_providers_are_bounded_stored_verified_and_leak_no_key() {
     assert!(tables.iter().any(|t| t[0] == "requests"), "{tables:?}");
     for t in &tables {
         let all = tsv(&format!("SELECT * FROM {db}.`{}`", t[0]));
-        let in_rows = all.iter().flatten().any(|v| v.contains(&canary));
+        let in_rows = all
+            .iter()
+            .flatten()
+            .any(|v| v.contains(&canary) || v.contains(&header_canary));
         assert!(!in_rows, "the canary is in table {}", t[0]);
     }
     rt.block_on(latmesh_tests::drop_db(&client, &db));

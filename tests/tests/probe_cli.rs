@@ -243,3 +243,97 @@ fn probe_into_a_closed_pipe_ends_quietly() {
     assert_eq!(out.status.code(), Some(141), "{}: {stderr}", out.status);
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// The request-shaping options: a shaped probe of the simulator is `ok`, asks no usage with
+/// `--stream-usage never` (and says so), and bad options are refused naming the option and
+/// the key, before anything is sent and without quoting a header value.
+#[test]
+fn probe_takes_the_request_shaping_options_and_checks_them_like_a_campaign() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_sim, url) = sim(dir.path());
+    let base = format!("{url}/fast-lane/v1");
+    let out = Command::new(bin("latmesh"))
+        .args(["probe", "--base-url", &base, "--model", "m"])
+        .args([
+            "--header",
+            "x-title: bench",
+            "--header-env",
+            "x-secret=LATMESH_TEST_PROBE_HDR",
+        ])
+        .args([
+            "--query",
+            "api-version=2024-10-21",
+            "--extra-body",
+            r#"{"top_k":5}"#,
+        ])
+        .args(["--auth", "header:api-key", "--stream-usage", "never"])
+        .args(["--reasoning-tags", "<think>,</think>"])
+        .env("LATMESH_TEST_PROBE_HDR", "probe-secret-value-123")
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(v["outcome"], "ok", "{v}");
+    assert_eq!(v["usage_requested"], false, "{v}");
+    let all = format!("{v}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!all.contains("probe-secret-value-123"), "{all}");
+    let v = probe(&["--base-url", &base, "--model", "m"]);
+    assert_eq!(v["usage_requested"], true, "{v}");
+
+    for (args, says) in [
+        (
+            vec!["--header", "content-type:text/plain"],
+            "--header/--header-env: headers.\"content-type\": \"content-type\" is set by latmesh",
+        ),
+        (
+            vec!["--header", "x-key sk-pasted-secret"],
+            "--header: expected NAME:VALUE",
+        ),
+        (
+            vec!["--header-env", "x-s=LATMESH_TEST_SURELY_UNSET"],
+            "--header-env: $LATMESH_TEST_SURELY_UNSET (the value of header x-s) is not set",
+        ),
+        (
+            vec!["--extra-body", "[1]"],
+            "--extra-body: must be a JSON object",
+        ),
+        (
+            vec!["--extra-body", r#"{"messages":[]}"#],
+            "--extra-body: extra_body.messages: latmesh sets",
+        ),
+        (vec!["--auth", "basic"], "--auth: auth: \"basic\" is not"),
+        (
+            vec!["--stream-usage", "maybe"],
+            "--stream-usage: stream_usage: \"maybe\" is not one of",
+        ),
+        (
+            vec!["--max-tokens-field", "Max"],
+            "--max-tokens-field: max_tokens_field: \"Max\" is not a JSON field name",
+        ),
+        (
+            vec!["--reasoning-tags", "<t>"],
+            "--reasoning-tags: expected OPEN,CLOSE",
+        ),
+        (vec!["--api", "messages"], "unknown api \"messages\""),
+    ] {
+        let out = Command::new(bin("latmesh"))
+            .args([
+                "probe",
+                "--base-url",
+                "http://127.0.0.1:9/v1",
+                "--model",
+                "m",
+            ])
+            .args(&args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(!stderr.contains("sk-pasted-secret"), "{stderr}");
+        assert!(
+            out.stdout.is_empty(),
+            "nothing was sent, so no record: {args:?}"
+        );
+    }
+}

@@ -126,6 +126,7 @@ async fn probe_case(case: &str, stream: bool, shape: &RequestShape) -> ProbeResu
         probe_id: None,
         user_agent: None,
         shape,
+        secret_headers: &[],
     };
     let prober = Prober::new(Some("test-region")).unwrap();
     let r = prober.probe(&req, true).await;

@@ -150,6 +150,7 @@ fn probe_request<'a>(
         probe_id: Some(id),
         user_agent: None,
         shape: latmesh_core::api::RequestShape::chat_default(),
+        secret_headers: &[],
     }
 }
 

@@ -1061,6 +1061,7 @@ mod tests {
             probe_id: None,
             user_agent: None,
             shape: &shape,
+            secret_headers: &[],
         };
         let v: Value = serde_json::from_slice(&body(&req)).unwrap();
         assert_eq!(

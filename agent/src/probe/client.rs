@@ -173,7 +173,7 @@ impl Prober {
         &self,
         req: &ProbeRequest<'_>,
     ) -> Result<(Target, Request<ReqBody>, Emulation), String> {
-        let target = Target::parse(&request::url(req.base_url, req.shape.api))?;
+        let target = Target::parse(&request::target_url(req))?;
         let mut r = Request::new(ReqBody::new(Bytes::from(request::body(req))));
         *r.method_mut() = Method::POST;
         *r.uri_mut() = target.path.clone();
@@ -217,6 +217,7 @@ impl Prober {
         let mut phases = Phases::default();
         let mut r = self.attempt(req, opts, &mut phases).await;
         phases.apply(&mut r.record);
+        r.record.usage_requested = request::usage_requested(req);
         // A timeout's message names the limit that passed: "… TTFT timeout (60 s)".
         if let (Some(o), Some(m)) = (r.record.outcome, r.record.error_message.as_mut())
             && let Some(limit_s) = timeout_limit_s(o, req.timeouts)
@@ -235,6 +236,7 @@ impl Prober {
         let scrub = Scrubber {
             api_key: req.api_key,
             prompt: req.messages,
+            secrets: req.secret_headers,
         };
         let t = req.timeouts;
         let built = self.build(req);
@@ -692,6 +694,7 @@ mod tests {
                     probe_id: None,
                     user_agent: None,
                     shape: latmesh_core::api::RequestShape::chat_default(),
+                    secret_headers: &[],
                 };
                 let t0 = Instant::now();
                 let r = prober.probe(&req, false).await;

@@ -1044,6 +1044,7 @@ pub(crate) mod tests {
     pub(crate) const NO_SCRUB: Scrubber<'static> = Scrubber {
         api_key: None,
         prompt: &[],
+        secrets: &[],
     };
 
     pub(crate) fn head(t_send: Instant, stream: bool) -> Head {
@@ -2280,6 +2281,7 @@ pub(crate) mod tests {
         let scrub = Scrubber {
             api_key: Some(key),
             prompt: &[],
+            secrets: &[],
         };
         let rec = m
             .finish(&head(t0, true), BodyEnd::Eof, Some(t0), &scrub)

@@ -86,8 +86,14 @@
 //! `connection_error` for refused/reset connections (and a break before any payload); the
 //! four timeouts.
 //!
-//! Error messages are scrubbed of the API key and of echoed prompt text, then truncated to
-//! 256 bytes.
+//! Error messages are scrubbed of the API key, of the provider's secret header values and
+//! of echoed prompt text, then truncated to 256 bytes.
+//!
+//! # Request shape
+//! The provider's [`RequestShape`](latmesh_core::api::RequestShape) (README "Request
+//! shaping") decides the URL's query, the auth header, extra headers and the body's cap
+//! field and extra keys ([`request::apply_shape`]); the record's `usage_requested` says
+//! whether a chat stream asked for usage ([`request::usage_requested`]).
 
 pub mod anthropic;
 pub mod chunk;
@@ -115,11 +121,13 @@ pub use emulation::{PROBE_ID_HEADER, REGION_HEADER, emulation_headers};
 /// One request to probe. Its `Debug` output leaves the API key and the prompt out.
 #[derive(Clone, Copy)]
 pub struct ProbeRequest<'a> {
-    /// OpenAI-compatible base URL; the request is `POST {base_url}/chat/completions`.
+    /// Base URL; the request is `POST {base_url}{api path}?{query}`
+    /// ([`request::target_url`]).
     pub base_url: &'a str,
     /// Model id sent.
     pub model_id: &'a str,
-    /// Sent as `Authorization: Bearer …`; never logged, stored or put in a message.
+    /// Sent as the provider's `auth` says (`Authorization: Bearer …` by default); never
+    /// logged, stored or put in a message.
     pub api_key: Option<&'a str>,
     /// Messages sent.
     pub messages: &'a [latmesh_core::prompts::Message],
@@ -146,6 +154,10 @@ pub struct ProbeRequest<'a> {
     /// [`RequestShape::chat_default`](latmesh_core::api::RequestShape::chat_default) for
     /// plain Chat Completions).
     pub shape: &'a latmesh_core::api::RequestShape,
+    /// The provider's secret headers (`{ env = … }`) with their values read on this agent
+    /// ([`request::secret_headers`]); `&[]` when it has none. Sent as sensitive headers,
+    /// redacted from provider values like the API key, never logged.
+    pub secret_headers: &'a [request::SecretHeader],
 }
 
 impl std::fmt::Debug for ProbeRequest<'_> {
@@ -163,6 +175,7 @@ impl std::fmt::Debug for ProbeRequest<'_> {
             .field("probe_id", &self.probe_id)
             .field("user_agent", &self.user_agent)
             .field("api", &self.shape.api)
+            .field("secret_headers", &self.secret_headers)
             .finish()
     }
 }
@@ -284,13 +297,31 @@ impl ProbeOutput {
     /// texts, which are otherwise printed as the provider sent them (a provider may echo the
     /// key into its answer; the record's own strings are scrubbed already).
     pub fn without_key(mut self, api_key: Option<&str>) -> Self {
-        if let Some(key) = api_key.filter(|k| !k.is_empty()) {
-            for text in [&mut self.content_text, &mut self.reasoning_text]
-                .into_iter()
-                .flatten()
-            {
-                *text = outcome::redact_fragments(text, key.as_bytes(), "[redacted]");
-            }
+        if let Some(key) = api_key {
+            self.redact_texts(key);
+        }
+        self
+    }
+
+    /// `secret` (whole, or any run of [`outcome::KEY_FRAGMENT_BYTES`] of its bytes)
+    /// redacted from the visible and reasoning texts.
+    fn redact_texts(&mut self, secret: &str) {
+        if secret.is_empty() {
+            return;
+        }
+        for text in [&mut self.content_text, &mut self.reasoning_text]
+            .into_iter()
+            .flatten()
+        {
+            *text = outcome::redact_fragments(text, secret.as_bytes(), "[redacted]");
+        }
+    }
+
+    /// The same view with the values of `secrets` (secret headers) redacted from the
+    /// visible and reasoning texts, as [`ProbeOutput::without_key`] does the key.
+    pub fn without_secrets(mut self, secrets: &[request::SecretHeader]) -> Self {
+        for secret in secrets {
+            self.redact_texts(secret.value());
         }
         self
     }

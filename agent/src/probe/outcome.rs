@@ -175,6 +175,8 @@ pub fn parse_retry_after(
 pub struct Scrubber<'a> {
     /// The API key, if any.
     pub api_key: Option<&'a str>,
+    /// The values of the provider's secret headers (`{ env = … }`), redacted like the key.
+    pub secrets: &'a [super::request::SecretHeader],
     /// The prompt messages' contents.
     pub prompt: &'a [latmesh_core::prompts::Message],
 }
@@ -193,6 +195,9 @@ impl Scrubber<'_> {
             Some(key) => redact_fragments(text, key.as_bytes(), REDACTED),
             None => text.to_string(),
         };
+        for secret in self.secrets.iter().filter(|s| !s.value().is_empty()) {
+            out = redact_fragments(&out, secret.value().as_bytes(), REDACTED);
+        }
         for m in self.prompt {
             let c = m.content.as_str();
             if c.len() >= 16 && out.contains(c) {
@@ -289,6 +294,7 @@ mod tests {
         let scrub = Scrubber {
             api_key: Some("sk-CANARY-7f3e9d2a1b"),
             prompt: &[],
+            secrets: &[],
         };
         for (text, want) in [
             ("bad key sk-CANARY-7f3e9d2a1b.", "bad key [redacted]."),
@@ -308,8 +314,24 @@ mod tests {
         let short = Scrubber {
             api_key: Some("abc"),
             prompt: &[],
+            secrets: &[],
         };
         assert_eq!(short.clean("x abc y ab"), "x [redacted] y ab");
+    }
+
+    #[test]
+    fn secret_header_values_are_redacted_like_the_key() {
+        let secrets =
+            [crate::probe::request::SecretHeader::new("x-secret", "hdr-CANARY-55aa77").unwrap()];
+        let scrub = Scrubber {
+            api_key: Some("sk-other-key-000"),
+            prompt: &[],
+            secrets: &secrets,
+        };
+        assert_eq!(
+            scrub.clean("bad header hdr-CANARY-55aa77 and CANARY-55a"),
+            "bad header [redacted] and [redacted]"
+        );
     }
 
     use latmesh_core::prompts::Message;
@@ -429,6 +451,7 @@ mod tests {
         let s = Scrubber {
             api_key: Some("sk-live-123"),
             prompt: &prompt,
+            secrets: &[],
         };
         let m = s.clean("bad key sk-live-123 for 'What is the secret plan for tomorrow?'");
         assert_eq!(m, "bad key [redacted] for '[redacted]'");
@@ -438,6 +461,7 @@ mod tests {
         let s = Scrubber {
             api_key: None,
             prompt: &long_prompt,
+            secrets: &[],
         };
         let echoed = format!("context too long: {}", &long_prompt[0].content[..64]);
         assert_eq!(s.clean(&echoed), "context too long: [redacted]");

@@ -1,10 +1,15 @@
-//! The Chat Completions request: URL, JSON body and headers.
+//! The request: URL (with the provider's query), JSON body (Chat Completions here, the other
+//! APIs' in their modules, every one shaped by [`apply_shape`]) and headers (auth style,
+//! the provider's extra headers, its secret ones read on this agent).
 
-use http::header::{ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
+use http::header::{
+    ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue,
+};
 use serde::Serialize;
 
-use latmesh_core::api::Api;
+use latmesh_core::api::{Api, AuthStyle, HeaderValueSource, RequestShape, StreamUsage};
 use latmesh_core::prompts::Message;
+use latmesh_core::record::ProbeRecord;
 
 use super::ProbeRequest;
 
@@ -33,6 +38,71 @@ pub fn url(base_url: &str, api: Api) -> String {
     format!("{}{}", base_url.trim_end_matches('/'), api.path())
 }
 
+/// The URL `req` is sent to: [`url`], then the provider's `query` parameters,
+/// URL-encoded (`application/x-www-form-urlencoded`), in name order.
+pub fn target_url(req: &ProbeRequest<'_>) -> String {
+    let mut u = url(req.base_url, req.shape.api);
+    if !req.shape.query.is_empty() {
+        u.push('?');
+        u.push_str(&latmesh_core::shaping::query_string(&req.shape.query));
+    }
+    u
+}
+
+/// The output cap's field of `api` when the provider names none: `max_tokens` (chat,
+/// anthropic), `max_output_tokens` (responses).
+pub fn default_max_tokens_field(api: Api) -> &'static str {
+    match api {
+        Api::Responses => "max_output_tokens",
+        Api::Chat | Api::Anthropic => "max_tokens",
+    }
+}
+
+/// Shapes a JSON body built in the API's own terms: the output cap moves from the API's
+/// field ([`default_max_tokens_field`]) to the provider's `max_tokens_field`, then every
+/// top-level key of `extra_body` (the scenario's merged under the provider's by the runner,
+/// [`latmesh_core::shaping::with_scenario_body`]) replaces the body's own. Every API's body
+/// goes through it.
+pub fn apply_shape(body: &mut serde_json::Map<String, serde_json::Value>, shape: &RequestShape) {
+    if let Some(field) = &shape.max_tokens_field
+        && let Some(cap) = body.remove(default_max_tokens_field(shape.api))
+    {
+        body.insert(field.clone(), cap);
+    }
+    for (k, v) in &shape.extra_body {
+        body.insert(k.clone(), v.clone());
+    }
+}
+
+/// [`apply_shape`] on a serialized body, serialized again.
+fn shaped(body: impl Serialize, shape: &RequestShape) -> Vec<u8> {
+    let mut v = serde_json::to_value(body).expect("the request body serializes");
+    if let Some(map) = v.as_object_mut()
+        && !(shape.extra_body.is_empty() && shape.max_tokens_field.is_none())
+    {
+        apply_shape(map, shape);
+    }
+    serde_json::to_vec(&v).expect("the request body serializes")
+}
+
+/// Whether `req` asks for usage or gets it unasked: `false` only for a Chat Completions
+/// stream whose provider's `stream_usage` is `never` (the runner makes `auto` `never` once
+/// the provider refused the field). The record's `usage_requested`.
+pub fn usage_requested(req: &ProbeRequest<'_>) -> bool {
+    !(req.shape.api == Api::Chat && req.stream && req.shape.stream_usage == StreamUsage::Never)
+}
+
+/// Whether `rec` is a refusal of `stream_options` (or `include_usage`): a 400 or 422 whose
+/// error message, type or code names either field (as OpenAI-compatible gateways that do not
+/// know it answer). Only meaningful for a record that asked for usage.
+pub fn refuses_stream_usage(rec: &ProbeRecord) -> bool {
+    matches!(rec.http_status, Some(400 | 422))
+        && [&rec.error_message, &rec.error_type, &rec.error_code]
+            .into_iter()
+            .flatten()
+            .any(|t| t.contains("stream_options") || t.contains("include_usage"))
+}
+
 /// The JSON body of `req` in its API's shape.
 pub fn body(req: &ProbeRequest<'_>) -> Vec<u8> {
     match req.shape.api {
@@ -42,8 +112,10 @@ pub fn body(req: &ProbeRequest<'_>) -> Vec<u8> {
     }
 }
 
-/// The Chat Completions JSON body: `model`, `messages`, `stream`, `max_tokens`, `temperature`/`top_p` when
-/// set, and for streams `stream_options: {"include_usage": true}` so usage arrives.
+/// The Chat Completions JSON body: `model`, `messages`, `stream`, `max_tokens` (or the
+/// provider's `max_tokens_field`), `temperature`/`top_p` when set, for streams
+/// `stream_options: {"include_usage": true}` so usage arrives (unless [`usage_requested`]
+/// says not), then the provider's `extra_body` ([`apply_shape`]).
 fn chat_body(req: &ProbeRequest<'_>) -> Vec<u8> {
     let b = Body {
         model: req.model_id,
@@ -52,11 +124,11 @@ fn chat_body(req: &ProbeRequest<'_>) -> Vec<u8> {
         max_tokens: req.max_tokens,
         temperature: req.temperature,
         top_p: req.top_p,
-        stream_options: req.stream.then_some(StreamOptions {
+        stream_options: (req.stream && usage_requested(req)).then_some(StreamOptions {
             include_usage: true,
         }),
     };
-    serde_json::to_vec(&b).expect("the request body serializes")
+    shaped(&b, req.shape)
 }
 
 /// The API key in environment variable `name`, surrounding whitespace (a trailing newline
@@ -67,11 +139,20 @@ fn chat_body(req: &ProbeRequest<'_>) -> Vec<u8> {
 /// The value is not valid Unicode or cannot be sent in an `Authorization` header (a control
 /// character inside it); the message names the variable, never the value.
 pub fn api_key_from_env(name: &str) -> Result<Option<String>, String> {
+    secret_from_env(name, "the API key")
+}
+
+/// A secret (`what`: "the API key", "the value of header x") in environment variable
+/// `name`, as [`api_key_from_env`] reads it.
+///
+/// # Errors
+/// As [`api_key_from_env`]; the message names the variable and `what`, never the value.
+fn secret_from_env(name: &str, what: &str) -> Result<Option<String>, String> {
     let raw = match std::env::var(name) {
         Ok(v) => v,
         Err(std::env::VarError::NotPresent) => return Ok(None),
         Err(std::env::VarError::NotUnicode(_)) => {
-            return Err(format!("the API key in ${name} is not valid UTF-8"));
+            return Err(format!("{what} in ${name} is not valid UTF-8"));
         }
     };
     let key = raw.trim();
@@ -80,10 +161,74 @@ pub fn api_key_from_env(name: &str) -> Result<Option<String>, String> {
     }
     if HeaderValue::from_str(&format!("Bearer {key}")).is_err() {
         return Err(format!(
-            "the API key in ${name} has a character that cannot be sent in an HTTP header"
+            "{what} in ${name} has a character that cannot be sent in an HTTP header"
         ));
     }
     Ok(Some(key.to_string()))
+}
+
+/// A header whose value is a secret read on this agent (`headers = { name = { env = … } }`):
+/// sent as a sensitive header, redacted from every provider value like the API key
+/// ([`super::outcome::Scrubber`]), never logged (its `Debug` shows the name only).
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretHeader {
+    name: HeaderName,
+    value: String,
+}
+
+impl SecretHeader {
+    /// `name: value`, or `None` when either cannot be sent in a header.
+    pub fn new(name: &str, value: &str) -> Option<SecretHeader> {
+        let name = HeaderName::from_bytes(name.as_bytes()).ok()?;
+        HeaderValue::from_str(value).ok()?;
+        Some(SecretHeader {
+            name,
+            value: value.to_string(),
+        })
+    }
+
+    /// The header's (lower-case) name.
+    pub fn name(&self) -> &str {
+        self.name.as_str()
+    }
+
+    /// The secret value.
+    pub fn value(&self) -> &str {
+        &self.value
+    }
+}
+
+impl std::fmt::Debug for SecretHeader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SecretHeader({}: [redacted])", self.name)
+    }
+}
+
+/// The secret headers of `shape` (its `{ env = … }` headers) with their values read on this
+/// agent, trimmed as API keys are, and for each one that cannot be sent (unset, blank,
+/// unusable) a problem naming the header and the variable, never a value. Those headers are
+/// left out of the requests (the coordinator refuses a launch to an agent that lacks one
+/// unless allowed: `keys`).
+pub fn secret_headers(shape: &RequestShape) -> (Vec<SecretHeader>, Vec<String>) {
+    let mut out = Vec::new();
+    let mut problems = Vec::new();
+    for (name, source) in &shape.headers {
+        let HeaderValueSource::Env { env } = source else {
+            continue;
+        };
+        let what = format!("the value of header {name}");
+        match secret_from_env(env, &what) {
+            Ok(Some(v)) => match SecretHeader::new(name, &v) {
+                Some(h) => out.push(h),
+                None => problems.push(format!("header {name} cannot be sent")),
+            },
+            Ok(None) => problems.push(format!(
+                "${env} (the value of header {name}) is not set on this agent"
+            )),
+            Err(e) => problems.push(e),
+        }
+    }
+    (out, problems)
 }
 
 /// The `user-agent` of a request whose provider names none: the OpenAI Python SDK's
@@ -105,10 +250,13 @@ pub fn default_user_agent(api: Api) -> &'static str {
     }
 }
 
-/// Per-request headers: content type, accept, accept-encoding (`gzip, deflate`, as the OpenAI
-/// Python SDK sends: [`super::content_encoding`]) and the API key as a sensitive Bearer token
-/// (a key that is not a valid header value is left out; the provider will answer 401),
-/// then the API's own ([`super::anthropic::headers`]). Nothing that names latmesh.
+/// Per-request headers: the API's own ([`super::anthropic::headers`]), content type,
+/// accept, accept-encoding (`gzip, deflate`, as the OpenAI Python SDK
+/// sends: [`super::content_encoding`]), the API key as the provider's `auth` says (a sensitive `Authorization: Bearer`
+/// by default, a sensitive named header, or none; a key that is not a valid header value is
+/// left out, the provider will answer 401), then the provider's literal `headers` and its
+/// secret ones (sensitive), each replacing a header of the same name. Nothing that names
+/// latmesh.
 pub fn headers(req: &ProbeRequest<'_>) -> HeaderMap {
     let mut h = HeaderMap::new();
     if req.shape.api == Api::Anthropic {
@@ -127,12 +275,34 @@ pub fn headers(req: &ProbeRequest<'_>) -> HeaderMap {
         ACCEPT_ENCODING,
         HeaderValue::from_static(super::content_encoding::ACCEPT_ENCODING),
     );
-    if let Some(mut v) = req
-        .api_key
-        .and_then(|key| HeaderValue::from_str(&format!("Bearer {key}")).ok())
+    let auth = match &req.shape.auth {
+        AuthStyle::Bearer => Some((AUTHORIZATION, "Bearer ")),
+        AuthStyle::Header(name) => HeaderName::from_bytes(name.as_bytes())
+            .ok()
+            .map(|n| (n, "")),
+        AuthStyle::None => None,
+    };
+    if let (Some((name, prefix)), Some(key)) = (auth, req.api_key)
+        && let Ok(mut v) = HeaderValue::from_str(&format!("{prefix}{key}"))
     {
         v.set_sensitive(true);
-        h.insert(AUTHORIZATION, v);
+        h.insert(name, v);
+    }
+    for (name, source) in &req.shape.headers {
+        if let HeaderValueSource::Literal(value) = source
+            && let (Ok(n), Ok(v)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_str(value),
+            )
+        {
+            h.insert(n, v);
+        }
+    }
+    for secret in req.secret_headers {
+        if let Ok(mut v) = HeaderValue::from_str(&secret.value) {
+            v.set_sensitive(true);
+            h.insert(secret.name.clone(), v);
+        }
     }
     h
 }
@@ -180,6 +350,7 @@ mod tests {
             probe_id: None,
             user_agent: None,
             shape: latmesh_core::api::RequestShape::chat_default(),
+            secret_headers: &[],
         };
         let v: serde_json::Value = serde_json::from_slice(&body(&req)).unwrap();
         assert_eq!(
@@ -197,5 +368,160 @@ mod tests {
         assert!(h[AUTHORIZATION].is_sensitive());
         assert_eq!(h[ACCEPT], "application/json");
         assert_eq!(h[ACCEPT_ENCODING], "gzip, deflate");
+    }
+
+    fn shape_of(toml_keys: &str) -> RequestShape {
+        let text = format!(
+            "[campaign]\nname = \"t\"\nregions = [\"r\"]\n[rounds]\ncount = 1\ninterval_s = 1\ngap_ms = 1\n\
+             [[scenarios]]\nname = \"s\"\nprompt_ids = [\"short-qa-en-*\"]\nmax_tokens = 4\n\
+             [[providers]]\nname = \"p\"\nbase_url = \"http://h/v1\"\nmodel_id = \"m\"\n{toml_keys}\n"
+        );
+        latmesh_core::campaign::load_toml_str(&text, std::path::Path::new("."))
+            .unwrap()
+            .providers[0]
+            .request
+            .clone()
+    }
+
+    fn request<'a>(
+        shape: &'a RequestShape,
+        msgs: &'a [Message],
+        t: &'a latmesh_core::plan::Timeouts,
+        secrets: &'a [SecretHeader],
+    ) -> ProbeRequest<'a> {
+        ProbeRequest {
+            base_url: "http://h/v1",
+            model_id: "m",
+            api_key: Some("sk-key"),
+            messages: msgs,
+            stream: true,
+            max_tokens: 16,
+            temperature: None,
+            top_p: None,
+            timeouts: t,
+            probe_id: None,
+            user_agent: None,
+            shape,
+            secret_headers: secrets,
+        }
+    }
+
+    /// `extra_body` replaces top-level keys, `max_tokens_field` renames the cap,
+    /// `stream_usage = "never"` drops `stream_options`, the query is URL-encoded.
+    #[test]
+    fn the_body_and_url_follow_the_shape() {
+        let shape = shape_of(
+            "extra_body = { provider = { order = [\"a\"], allow_fallbacks = false }, reasoning_effort = \"low\" }\n\
+             max_tokens_field = \"max_completion_tokens\"\nstream_usage = \"never\"\n\
+             query = { \"api-version\" = \"2024-10-21\", \"x y\" = \"a&b=c\" }",
+        );
+        let (msgs, t) = (vec![Message::new("user", "hi")], Timeouts::default());
+        let req = request(&shape, &msgs, &t, &[]);
+        let v: serde_json::Value = serde_json::from_slice(&body(&req)).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true,
+                "max_completion_tokens":16,"reasoning_effort":"low",
+                "provider":{"order":["a"],"allow_fallbacks":false}})
+        );
+        assert!(!usage_requested(&req));
+        assert_eq!(
+            target_url(&req),
+            "http://h/v1/chat/completions?api-version=2024-10-21&x+y=a%26b%3Dc"
+        );
+        // `always` and `auto` ask; a non-streaming request asks nothing but gets usage.
+        for su in ["always", "auto"] {
+            let shape = shape_of(&format!("stream_usage = \"{su}\""));
+            let req = request(&shape, &msgs, &t, &[]);
+            let v: serde_json::Value = serde_json::from_slice(&body(&req)).unwrap();
+            assert_eq!(v["stream_options"]["include_usage"], true, "{su}");
+            assert!(usage_requested(&req));
+        }
+        let mut plain = request(&shape, &msgs, &t, &[]);
+        plain.stream = false;
+        assert!(usage_requested(&plain));
+        // The API's own cap field by default; apply_shape for the other APIs' bodies.
+        let mut map = serde_json::json!({"max_output_tokens": 5, "input": []})
+            .as_object()
+            .unwrap()
+            .clone();
+        let mut rs = shape_of(
+            "max_tokens_field = \"max_tokens\"\nextra_body = { reasoning = { effort = \"high\" } }",
+        );
+        rs.api = Api::Responses;
+        apply_shape(&mut map, &rs);
+        assert_eq!(
+            serde_json::Value::Object(map),
+            serde_json::json!({"max_tokens": 5, "input": [], "reasoning": {"effort": "high"}})
+        );
+        assert_eq!(
+            target_url(&request(RequestShape::chat_default(), &msgs, &t, &[])),
+            "http://h/v1/chat/completions"
+        );
+    }
+
+    /// Auth styles, literal headers, secret headers (sensitive) and what is never sent.
+    #[test]
+    fn headers_follow_the_auth_style_and_the_extra_headers() {
+        let (msgs, t) = (vec![Message::new("user", "hi")], Timeouts::default());
+        let secrets = [SecretHeader::new("x-secret", "s3cr3t-value").unwrap()];
+        let shape = shape_of(
+            "auth = { header = \"api-key\" }\nheaders = { \"X-Title\" = \"bench\", \"x-secret\" = { env = \"S\" } }",
+        );
+        let h = headers(&request(&shape, &msgs, &t, &secrets));
+        assert_eq!(h["api-key"], "sk-key");
+        assert!(h["api-key"].is_sensitive());
+        assert!(h.get(AUTHORIZATION).is_none());
+        assert_eq!(h["x-title"], "bench");
+        assert!(!h["x-title"].is_sensitive());
+        assert_eq!(h["x-secret"], "s3cr3t-value");
+        assert!(h["x-secret"].is_sensitive());
+        assert!(!format!("{:?}", request(&shape, &msgs, &t, &secrets)).contains("s3cr3t"));
+        assert!(
+            !format!("{:?}", h).contains("s3cr3t"),
+            "sensitive values are not printed"
+        );
+        let none = shape_of("auth = \"none\"\nheaders = { authorization = \"Token t\" }");
+        let h = headers(&request(&none, &msgs, &t, &[]));
+        assert_eq!(h[AUTHORIZATION], "Token t");
+        let bearer = headers(&request(RequestShape::chat_default(), &msgs, &t, &[]));
+        assert_eq!(bearer[AUTHORIZATION], "Bearer sk-key");
+        assert_eq!(bearer.len(), 3, "{bearer:?}");
+    }
+
+    #[test]
+    fn secret_headers_are_read_from_the_environment_and_problems_name_no_value() {
+        // SAFETY: variables only this test uses.
+        unsafe {
+            std::env::set_var("LATMESH_TEST_HDR_OK", " v-1\n");
+            std::env::set_var("LATMESH_TEST_HDR_BAD", "v\u{1}-secret");
+        }
+        let shape = shape_of(
+            "headers = { a = { env = \"LATMESH_TEST_HDR_OK\" }, b = { env = \"LATMESH_TEST_HDR_BAD\" }, c = { env = \"LATMESH_TEST_HDR_UNSET\" }, d = \"lit\" }",
+        );
+        let (got, problems) = secret_headers(&shape);
+        assert_eq!(got, [SecretHeader::new("a", "v-1").unwrap()]);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].contains("$LATMESH_TEST_HDR_BAD") && !problems[0].contains("secret"));
+        assert!(problems[1].contains("$LATMESH_TEST_HDR_UNSET (the value of header c) is not set"));
+    }
+
+    #[test]
+    fn a_refusal_of_stream_options_is_recognized() {
+        let rec = |status, msg: &str| ProbeRecord {
+            http_status: Some(status),
+            error_message: Some(msg.into()),
+            ..ProbeRecord::default()
+        };
+        assert!(refuses_stream_usage(&rec(
+            400,
+            "Unrecognized request argument supplied: stream_options"
+        )));
+        assert!(refuses_stream_usage(&rec(
+            422,
+            "extra fields not permitted: include_usage"
+        )));
+        assert!(!refuses_stream_usage(&rec(400, "max_tokens is too large")));
+        assert!(!refuses_stream_usage(&rec(500, "stream_options")));
     }
 }

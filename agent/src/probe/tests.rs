@@ -120,6 +120,7 @@ async fn probe_with(base: &str, stream: bool, t: &Timeouts, key: Option<&str>) -
         probe_id: None,
         user_agent: None,
         shape: latmesh_core::api::RequestShape::chat_default(),
+        secret_headers: &[],
     };
     Prober::new(Some("eu-west"))
         .unwrap()
@@ -246,6 +247,7 @@ async fn a_provider_receives_nothing_that_identifies_latmesh() {
             probe_id: None,
             user_agent,
             shape: latmesh_core::api::RequestShape::chat_default(),
+            secret_headers: &[],
         };
         let r = Prober::new(None).unwrap().probe(&req, false).await;
         assert_eq!(r.record.outcome, Some(Outcome::Ok), "{:?}", r.record);
@@ -328,6 +330,7 @@ fn debug_output_has_no_secrets() {
         probe_id: None,
         user_agent: None,
         shape: latmesh_core::api::RequestShape::chat_default(),
+        secret_headers: &[],
     };
     let dbg = format!("{req:?}");
     assert!(

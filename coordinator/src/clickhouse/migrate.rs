@@ -71,6 +71,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0007_batch_delivery",
         sql: include_str!("../../../deploy/clickhouse/migrations/0007_batch_delivery.sql"),
     },
+    Migration {
+        version: 8,
+        name: "0008_request_shape",
+        sql: include_str!("../../../deploy/clickhouse/migrations/0008_request_shape.sql"),
+    },
 ];
 
 /// The bookkeeping table (not in a file, so it exists before any migration runs).

@@ -298,6 +298,8 @@ pub struct RequestRow {
     pub system_fingerprint: Option<String>,
     /// Provider values cut, scrubbed, clamped or dropped (migration 0006; `[]` before).
     pub cut_fields: Vec<String>,
+    /// Usage asked for or reported unasked (migration 0008; `1` before).
+    pub usage_requested: bool,
 }
 
 impl RequestRow {
@@ -375,6 +377,7 @@ impl RequestRow {
             answered_model: rec.answered_model.clone(),
             system_fingerprint: rec.system_fingerprint.clone(),
             cut_fields: rec.cut_fields.clone(),
+            usage_requested: rec.usage_requested,
         }
     }
 
@@ -445,6 +448,7 @@ impl RequestRow {
             answered_model: self.answered_model.clone(),
             system_fingerprint: self.system_fingerprint.clone(),
             cut_fields: self.cut_fields.clone(),
+            usage_requested: self.usage_requested,
         }
     }
 }

@@ -62,6 +62,7 @@ async fn run(p: &Prober, base: &str, t: &Timeouts) -> ProbeResult {
         probe_id: None,
         user_agent: None,
         shape: latmesh_core::api::RequestShape::chat_default(),
+        secret_headers: &[],
     };
     p.probe(&req, true).await
 }
