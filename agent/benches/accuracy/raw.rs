@@ -371,7 +371,7 @@ pub fn request_bytes(addr: &str, path: &str, req: &ProbeRequest<'_>) -> Vec<u8> 
 /// URL: the `host:port` to connect to and the request's bytes. (The peers bench's.)
 #[allow(dead_code)]
 pub fn http_request(req: &ProbeRequest<'_>) -> Result<(String, Vec<u8>), String> {
-    let url = request::url(req.base_url);
+    let url = request::url(req.base_url, req.shape.api);
     let rest = url
         .strip_prefix("http://")
         .ok_or_else(|| format!("{url}: only http:// URLs"))?;
