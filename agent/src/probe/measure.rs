@@ -1615,6 +1615,55 @@ pub(crate) mod tests {
         assert_eq!(r.record.comment_lines, 1010);
     }
 
+    /// Nor with reasoning tags declared (inside the thinking and after it), nor when each
+    /// chunk arrives gzip'd.
+    #[test]
+    fn the_per_chunk_path_does_not_allocate_with_tags_or_compression() {
+        use std::io::Write as _;
+        let chunk = |tok: &str| {
+            format!(
+                "data: {{\"id\":\"c\",\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{tok}\"}},\"finish_reason\":null}}]}}\n\n"
+            )
+        };
+        let t0 = Instant::now();
+        for tok in ["tok", "</think>x"] {
+            let mut m = Measurement::new(t0, false, false, true, 4096)
+                .with_reasoning_tags(Setup::think().as_ref());
+            for _ in 0..10 {
+                m.on_bytes(t0, chunk(tok).as_bytes());
+            }
+            let next = chunk("tok");
+            let before = ALLOCS.with(|c| c.get());
+            for i in 0..1000u64 {
+                m.on_bytes(t0 + Duration::from_micros(i), next.as_bytes());
+            }
+            let allocs = ALLOCS.with(|c| c.get()) - before;
+            assert_eq!(allocs, 0, "{tok}: allocations for 1000 chunks");
+        }
+        // gzip: one stream, flushed after every chunk.
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        let mut pieces = Vec::new();
+        for _ in 0..1010 {
+            enc.write_all(chunk("tok").as_bytes()).unwrap();
+            enc.flush().unwrap();
+            pieces.push(std::mem::take(enc.get_mut()));
+        }
+        let mut m =
+            Measurement::new(t0, false, false, true, 4096).with_content_encoding(Some(b"gzip"));
+        for p in &pieces[..10] {
+            m.on_bytes(t0, p);
+        }
+        let before = ALLOCS.with(|c| c.get());
+        for (i, p) in pieces[10..].iter().enumerate() {
+            m.on_bytes(t0 + Duration::from_micros(i as u64), p);
+        }
+        let allocs = ALLOCS.with(|c| c.get()) - before;
+        assert_eq!(allocs, 0, "allocations for 1000 gzip'd chunks");
+        m.on_end(t0, BodyEnd::Stopped);
+        let r = m.finish(&head(t0, true), BodyEnd::Stopped, Some(t0), &NO_SCRUB);
+        assert_eq!(r.record.content_chunks, 1010);
+    }
+
     #[test]
     fn the_per_chunk_path_does_not_allocate_with_timestamps_either() {
         let t0 = Instant::now();
