@@ -228,7 +228,8 @@ pub(super) struct State {
     answered_model: Option<String>,
     system_fingerprint: Option<String>,
     /// Reasoning inside `content` between declared tags ([`Measurement::with_reasoning_tags`]).
-    think: Option<ThinkTags>,
+    /// (Boxed: taken out and put back for every payload.)
+    think: Option<Box<ThinkTags>>,
 }
 
 /// One payload's generated output ([`State::on_output`]).
@@ -282,7 +283,8 @@ pub struct Measurement {
     /// decoded.
     max_body_bytes: u64,
     /// The decoder of a compressed body ([`Measurement::with_content_encoding`]).
-    decoder: Option<BodyDecoder>,
+    /// (Boxed: taken out and put back for every read.)
+    decoder: Option<Box<BodyDecoder>>,
     /// Decoded bytes so far (the wire's when the body is not compressed).
     decoded_bytes: u64,
     /// The body's content coding (`identity`, `gzip`, `deflate`), for messages.
@@ -346,7 +348,7 @@ impl Measurement {
     /// Reads the text between `tags` in every payload's content as reasoning (`None`, or an
     /// empty closing tag: content is all answer); see [`ThinkTags`].
     pub fn with_reasoning_tags(mut self, tags: Option<&ReasoningTags>) -> Self {
-        self.st.think = tags.and_then(ThinkTags::new);
+        self.st.think = tags.and_then(ThinkTags::new).map(Box::new);
         self
     }
 
@@ -357,7 +359,7 @@ impl Measurement {
         match BodyDecoder::for_header(header) {
             Ok(d) => {
                 self.encoding = d.as_ref().map_or("identity", BodyDecoder::name);
-                self.decoder = d;
+                self.decoder = d.map(Box::new);
             }
             Err(message) => {
                 self.unreadable = true;
@@ -456,7 +458,7 @@ impl Measurement {
         if end == BodyEnd::Eof
             && self.st.failure.is_none()
             && self.body.bytes > 0
-            && let Some(Err(message)) = self.decoder.as_mut().map(BodyDecoder::finish)
+            && let Some(Err(message)) = self.decoder.as_mut().map(|d| d.finish())
         {
             self.st.fail(Failure::new(Outcome::ProtocolError, message));
         }
