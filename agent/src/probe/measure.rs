@@ -2785,6 +2785,98 @@ pub(crate) mod tests {
         }
     }
 
+    /// Event streams of every API's shapes (Chat chunks, Anthropic Messages events,
+    /// Responses events), named or not, with comments and arbitrary bytes.
+    fn any_api_body() -> impl Strategy<Value = Vec<u8>> {
+        let named: Vec<(&str, &str)> = vec![
+            (
+                "message_start",
+                r#"{"type":"message_start","message":{"id":"m","model":"m","usage":{"input_tokens":3,"output_tokens":1}}}"#,
+            ),
+            (
+                "content_block_start",
+                r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"t"}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"a"}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{"}}"#,
+            ),
+            (
+                "message_delta",
+                r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":5}}"#,
+            ),
+            ("message_stop", r#"{"type":"message_stop"}"#),
+            ("ping", r#"{"type":"ping"}"#),
+            (
+                "error",
+                r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+            ),
+            (
+                "response.created",
+                r#"{"type":"response.created","response":{"id":"r","model":"m","status":"in_progress"}}"#,
+            ),
+            (
+                "response.reasoning_summary_text.delta",
+                r#"{"type":"response.reasoning_summary_text.delta","delta":"r"}"#,
+            ),
+            (
+                "response.output_text.delta",
+                r#"{"type":"response.output_text.delta","delta":"a"}"#,
+            ),
+            (
+                "response.function_call_arguments.delta",
+                r#"{"type":"response.function_call_arguments.delta","delta":"{"}"#,
+            ),
+            (
+                "response.completed",
+                r#"{"type":"response.completed","response":{"status":"completed","usage":{"input_tokens":3,"output_tokens":4}}}"#,
+            ),
+            (
+                "response.failed",
+                r#"{"type":"response.failed","response":{"status":"failed","error":{"code":"server_error","message":"x"}}}"#,
+            ),
+            (
+                "response.incomplete",
+                r#"{"type":"response.incomplete","response":{"status":"incomplete","incomplete_details":{"reason":"max_output_tokens"}}}"#,
+            ),
+        ];
+        let item = prop_oneof![
+            4 => prop::sample::select(named).prop_map(|(e, d)| format!("event: {e}\ndata: {d}\n\n").into_bytes()),
+            2 => stream_body(),
+            1 => prop::collection::vec(any::<u8>(), 0..8),
+        ];
+        prop::collection::vec(item, 0..12).prop_map(|v| v.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: 128,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        /// Every API's parser, on any event stream of any API's shapes, plain or gzip'd:
+        /// the same measurement whatever the cuts, timestamps ordered.
+        #[test]
+        fn every_api_measures_the_same_whatever_the_cuts(
+            body in any_api_body(),
+            api in prop::sample::select(Api::ALL.to_vec()),
+            gzip in any::<bool>(),
+            points in prop::collection::vec(any::<prop::sample::Index>(), 0..5),
+        ) {
+            let setup = Setup { api, encoding: gzip.then_some("gzip"), ..Setup::default() };
+            check_cuts(&setup, &setup.wire(&body, &[]), &points)?;
+        }
+    }
+
     /// Stream bodies whose content carries think tags, whole or cut between payloads.
     fn think_body() -> impl Strategy<Value = Vec<u8>> {
         let texts = prop::sample::select(vec![
