@@ -70,6 +70,7 @@ cases! {
     case_85_think_tags_in_content => "85-think-tags-in-content",
     case_86_think_close_tag_only => "86-think-close-tag-only",
     case_87_deflate_nonstream_json => "87-deflate-nonstream-json",
+    case_88_brotli_http503_error => "88-brotli-http503-error",
 }
 
 /// The corpus README's outcome names mapped to DESIGN.md's.

@@ -97,7 +97,7 @@ impl BodyDecoder {
     }
 
     /// Decodes `input` (the next compressed bytes), handing each decoded piece (at most
-    /// [`MAX_PIECE`] bytes, never empty) to `sink` until it answers [`Flow::Stop`].
+    /// [`MAX_PIECE`] bytes, never empty) to `sink` until it answers `Flow::Stop`.
     ///
     /// # Errors
     /// The compressed stream is corrupt: "gzip stream corrupt at byte N: …", N the offset

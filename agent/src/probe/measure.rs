@@ -230,7 +230,8 @@ pub(super) struct State {
     /// What an Anthropic Messages stream needs across events ([`super::anthropic`]).
     pub(super) anthropic: super::anthropic::StreamState,
     /// Reasoning inside `content` between declared tags ([`Measurement::with_reasoning_tags`]).
-    think: Option<ThinkTags>,
+    /// (Boxed: taken out and put back for every payload.)
+    think: Option<Box<ThinkTags>>,
 }
 
 /// One payload's generated output ([`State::on_output`]).
@@ -284,7 +285,8 @@ pub struct Measurement {
     /// decoded.
     max_body_bytes: u64,
     /// The decoder of a compressed body ([`Measurement::with_content_encoding`]).
-    decoder: Option<BodyDecoder>,
+    /// (Boxed: taken out and put back for every read.)
+    decoder: Option<Box<BodyDecoder>>,
     /// Decoded bytes so far (the wire's when the body is not compressed).
     decoded_bytes: u64,
     /// The body's content coding (`identity`, `gzip`, `deflate`), for messages.
@@ -348,7 +350,7 @@ impl Measurement {
     /// Reads the text between `tags` in every payload's content as reasoning (`None`, or an
     /// empty closing tag: content is all answer); see [`ThinkTags`].
     pub fn with_reasoning_tags(mut self, tags: Option<&ReasoningTags>) -> Self {
-        self.st.think = tags.and_then(ThinkTags::new);
+        self.st.think = tags.and_then(ThinkTags::new).map(Box::new);
         self
     }
 
@@ -359,7 +361,7 @@ impl Measurement {
         match BodyDecoder::for_header(header) {
             Ok(d) => {
                 self.encoding = d.as_ref().map_or("identity", BodyDecoder::name);
-                self.decoder = d;
+                self.decoder = d.map(Box::new);
             }
             Err(message) => {
                 self.unreadable = true;
@@ -458,7 +460,7 @@ impl Measurement {
         if end == BodyEnd::Eof
             && self.st.failure.is_none()
             && self.body.bytes > 0
-            && let Some(Err(message)) = self.decoder.as_mut().map(BodyDecoder::finish)
+            && let Some(Err(message)) = self.decoder.as_mut().map(|d| d.finish())
         {
             self.st.fail(Failure::new(Outcome::ProtocolError, message));
         }
@@ -1643,6 +1645,55 @@ pub(crate) mod tests {
         assert_eq!(r.record.comment_lines, 1010);
     }
 
+    /// Nor with reasoning tags declared (inside the thinking and after it), nor when each
+    /// chunk arrives gzip'd.
+    #[test]
+    fn the_per_chunk_path_does_not_allocate_with_tags_or_compression() {
+        use std::io::Write as _;
+        let chunk = |tok: &str| {
+            format!(
+                "data: {{\"id\":\"c\",\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{tok}\"}},\"finish_reason\":null}}]}}\n\n"
+            )
+        };
+        let t0 = Instant::now();
+        for tok in ["tok", "</think>x"] {
+            let mut m = Measurement::new(t0, false, false, true, 4096)
+                .with_reasoning_tags(Setup::think().as_ref());
+            for _ in 0..10 {
+                m.on_bytes(t0, chunk(tok).as_bytes());
+            }
+            let next = chunk("tok");
+            let before = ALLOCS.with(|c| c.get());
+            for i in 0..1000u64 {
+                m.on_bytes(t0 + Duration::from_micros(i), next.as_bytes());
+            }
+            let allocs = ALLOCS.with(|c| c.get()) - before;
+            assert_eq!(allocs, 0, "{tok}: allocations for 1000 chunks");
+        }
+        // gzip: one stream, flushed after every chunk.
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        let mut pieces = Vec::new();
+        for _ in 0..1010 {
+            enc.write_all(chunk("tok").as_bytes()).unwrap();
+            enc.flush().unwrap();
+            pieces.push(std::mem::take(enc.get_mut()));
+        }
+        let mut m =
+            Measurement::new(t0, false, false, true, 4096).with_content_encoding(Some(b"gzip"));
+        for p in &pieces[..10] {
+            m.on_bytes(t0, p);
+        }
+        let before = ALLOCS.with(|c| c.get());
+        for (i, p) in pieces[10..].iter().enumerate() {
+            m.on_bytes(t0 + Duration::from_micros(i as u64), p);
+        }
+        let allocs = ALLOCS.with(|c| c.get()) - before;
+        assert_eq!(allocs, 0, "allocations for 1000 gzip'd chunks");
+        m.on_end(t0, BodyEnd::Stopped);
+        let r = m.finish(&head(t0, true), BodyEnd::Stopped, Some(t0), &NO_SCRUB);
+        assert_eq!(r.record.content_chunks, 1010);
+    }
+
     #[test]
     fn the_per_event_path_of_an_anthropic_stream_does_not_allocate() {
         let t0 = Instant::now();
@@ -2819,6 +2870,98 @@ pub(crate) mod tests {
         ) {
             let setup = Setup { tags: Setup::think(), ..Setup::default() };
             check_cuts(&setup, &body, &points)?;
+        }
+    }
+
+    /// Event streams of every API's shapes (Chat chunks, Anthropic Messages events,
+    /// Responses events), named or not, with comments and arbitrary bytes.
+    fn any_api_body() -> impl Strategy<Value = Vec<u8>> {
+        let named: Vec<(&str, &str)> = vec![
+            (
+                "message_start",
+                r#"{"type":"message_start","message":{"id":"m","model":"m","usage":{"input_tokens":3,"output_tokens":1}}}"#,
+            ),
+            (
+                "content_block_start",
+                r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"t"}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"a"}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{"}}"#,
+            ),
+            (
+                "message_delta",
+                r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":5}}"#,
+            ),
+            ("message_stop", r#"{"type":"message_stop"}"#),
+            ("ping", r#"{"type":"ping"}"#),
+            (
+                "error",
+                r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+            ),
+            (
+                "response.created",
+                r#"{"type":"response.created","response":{"id":"r","model":"m","status":"in_progress"}}"#,
+            ),
+            (
+                "response.reasoning_summary_text.delta",
+                r#"{"type":"response.reasoning_summary_text.delta","delta":"r"}"#,
+            ),
+            (
+                "response.output_text.delta",
+                r#"{"type":"response.output_text.delta","delta":"a"}"#,
+            ),
+            (
+                "response.function_call_arguments.delta",
+                r#"{"type":"response.function_call_arguments.delta","delta":"{"}"#,
+            ),
+            (
+                "response.completed",
+                r#"{"type":"response.completed","response":{"status":"completed","usage":{"input_tokens":3,"output_tokens":4}}}"#,
+            ),
+            (
+                "response.failed",
+                r#"{"type":"response.failed","response":{"status":"failed","error":{"code":"server_error","message":"x"}}}"#,
+            ),
+            (
+                "response.incomplete",
+                r#"{"type":"response.incomplete","response":{"status":"incomplete","incomplete_details":{"reason":"max_output_tokens"}}}"#,
+            ),
+        ];
+        let item = prop_oneof![
+            4 => prop::sample::select(named).prop_map(|(e, d)| format!("event: {e}\ndata: {d}\n\n").into_bytes()),
+            2 => stream_body(),
+            1 => prop::collection::vec(any::<u8>(), 0..8),
+        ];
+        prop::collection::vec(item, 0..12).prop_map(|v| v.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: 128,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        /// Every API's parser, on any event stream of any API's shapes, plain or gzip'd:
+        /// the same measurement whatever the cuts, timestamps ordered.
+        #[test]
+        fn every_api_measures_the_same_whatever_the_cuts(
+            body in any_api_body(),
+            api in prop::sample::select(Api::ALL.to_vec()),
+            gzip in any::<bool>(),
+            points in prop::collection::vec(any::<prop::sample::Index>(), 0..5),
+        ) {
+            let setup = Setup { api, encoding: gzip.then_some("gzip"), ..Setup::default() };
+            check_cuts(&setup, &setup.wire(&body, &[]), &points)?;
         }
     }
 

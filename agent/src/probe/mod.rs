@@ -40,11 +40,14 @@
 //!
 //! TTFB is stamped when the response head has been parsed. Each body read (a data frame of
 //! hyper's body) is stamped as soon as it arrives, before any parsing; all events parsed out
-//! of that read carry its stamp. (One timer per body watches the deadlines: it is not
+//! of that read carry its stamp (a compressed body is decoded read by read, each decoded
+//! byte with its read's stamp: [`content_encoding`]). (One timer per body watches the deadlines: it is not
 //! registered again for every read.) Then, from those stamps:
 //!
 //! * `ttft`: the first payload with a non-empty generated token of any kind (content,
-//!   reasoning, tool-call fragment); `ttfc`: the first with non-empty `content`;
+//!   refusal, audio, reasoning, tool-call fragment); `ttfc`: the first with the answer
+//!   (non-empty `content`, `refusal` or `audio`; with `reasoning_tags` declared, the first
+//!   content after the closing tag: [`think_tags`]);
 //! * `e2e`: `[DONE]`, or the end of the body after a `finish_reason`;
 //! * ITL: every gap between consecutive token-bearing payloads (payloads of one read are
 //!   0 µs apart);
@@ -80,7 +83,8 @@
 //! from the body; `stream_error` for an error inside a 2xx response (`data: {"error":…}`, a
 //! vLLM error object, an `error:` line, an `event: error`, or an aborting finish_reason such
 //! as `insufficient_system_resource`, which is kept); `protocol_error` for an empty 2xx body,
-//! a payload that is not JSON, a 2xx with no chat payload, an event longer than 4 MiB, or a
+//! a payload that is not JSON, a 2xx with no chat payload, an event longer than 4 MiB, a
+//! body in a content coding latmesh does not decode or a corrupt compressed stream, or a
 //! streaming request answered with a whole JSON completion (its fields are still read);
 //! `truncated` when the body ends, cleanly or not, with neither `[DONE]` nor a finish_reason;
 //! `connection_error` for refused/reset connections (and a break before any payload); the
