@@ -11,43 +11,6 @@ use std::time::Duration;
 use latmesh_coordinator::summary::{MatrixCell, Summary};
 use latmesh_tests::{bin, spawn, spawn_until_line};
 
-fn servers(cmd: &str) -> std::process::Output {
-    Command::new("bash")
-        .arg(latmesh_tests::repo().join("scripts/real-servers.sh"))
-        .arg(cmd)
-        .output()
-        .expect("bash")
-}
-
-/// Stops the servers on drop if this test started them.
-struct Servers {
-    started_here: bool,
-}
-
-impl Drop for Servers {
-    fn drop(&mut self) {
-        if self.started_here {
-            let _ = servers("stop");
-        }
-    }
-}
-
-fn ensure_servers() -> Servers {
-    if servers("status").status.success() {
-        return Servers {
-            started_here: false,
-        };
-    }
-    let out = servers("start");
-    assert!(
-        out.status.success(),
-        "scripts/real-servers.sh start failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Servers { started_here: true }
-}
-
 /// A coordinator on loopback, its log in `dir`: the process and its URL.
 fn coordinator(dir: &std::path::Path) -> (latmesh_tests::Proc, String) {
     let mut coord = Command::new(bin("latmesh"));
@@ -81,7 +44,7 @@ fn launch(url: &str, campaign: &std::path::Path, dir: &std::path::Path) -> Summa
 
 #[test]
 fn campaign_against_real_servers_in_two_regions() {
-    let _servers = ensure_servers();
+    let _servers = latmesh_tests::real_servers::ensure();
     let dir = tempfile::tempdir().unwrap();
     let log = |name: &str| dir.path().join(format!("{name}.log"));
     let (_coord, url) = coordinator(dir.path());
@@ -220,7 +183,7 @@ fn campaign_against_real_servers_in_two_regions() {
 /// `connection_error` (issue 16: 25 % of the attempts of a two-turn scenario were).
 #[test]
 fn multi_turn_campaign_against_llama_server_has_no_connection_error() {
-    let _servers = ensure_servers();
+    let _servers = latmesh_tests::real_servers::ensure();
     let dir = tempfile::tempdir().unwrap();
     let (_coord, url) = coordinator(dir.path());
     let mut a = Command::new(bin("latmesh-agent"));
