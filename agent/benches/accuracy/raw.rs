@@ -27,7 +27,7 @@
 use std::sync::{LazyLock, Mutex};
 use std::time::Instant;
 
-use latmesh_agent::probe::{ProbeRequest, request};
+use latmesh_agent::probe::{PROBE_ID_HEADER, ProbeRequest, request};
 use latmesh_core::api::{Api, RequestShape};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
@@ -406,20 +406,22 @@ impl RawClient {
     }
 }
 
-/// `req` as the prober sends it, written out by hand: `POST {path}`, the prober's body and
-/// headers, `host: {addr}` and `user-agent` as the prober sets them, `content-length` as hyper
-/// adds it.
+/// `req` as the prober sends it to a loopback peer, written out by hand: `POST {path}`, the
+/// prober's body and headers, `host: {addr}` and `user-agent` as the prober sets them, the
+/// probe id in `x-latmesh-probe-id` (the prober's emulation header on loopback: the
+/// simulator's ground truth is keyed on it), `content-length` as hyper adds it.
 pub fn request_bytes(addr: &str, path: &str, req: &ProbeRequest<'_>) -> Vec<u8> {
     let body = request::body(req);
-    let mut head = format!(
-        "POST {path} HTTP/1.1\r\nhost: {addr}\r\nuser-agent: latmesh/{}\r\n",
-        env!("CARGO_PKG_VERSION")
-    );
+    let user_agent = req.user_agent.unwrap_or(request::DEFAULT_USER_AGENT);
+    let mut head = format!("POST {path} HTTP/1.1\r\nhost: {addr}\r\nuser-agent: {user_agent}\r\n");
     for (name, value) in &request::headers(req) {
         head.push_str(name.as_str());
         head.push_str(": ");
         head.push_str(value.to_str().unwrap_or_default());
         head.push_str("\r\n");
+    }
+    if let Some(id) = req.probe_id {
+        head.push_str(&format!("{PROBE_ID_HEADER}: {id}\r\n"));
     }
     head.push_str(&format!("content-length: {}\r\n\r\n", body.len()));
     let mut out = head.into_bytes();
