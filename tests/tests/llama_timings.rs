@@ -115,8 +115,7 @@ fn llama_timings(body: &[u8]) -> Timings {
     let last = text
         .lines()
         .filter_map(|l| l.strip_prefix("data: "))
-        .filter(|d| d.contains("\"timings\""))
-        .next_back()
+        .rfind(|d| d.contains("\"timings\""))
         .unwrap_or_else(|| panic!("no chunk with timings in:\n{text}"));
     let v: serde_json::Value = serde_json::from_str(last).expect("JSON chunk");
     serde_json::from_value(v["timings"].clone()).expect("timings")
