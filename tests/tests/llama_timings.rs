@@ -8,10 +8,10 @@
 //! computed in the prompt batch, so the first token's decode is inside it). latmesh's TTFT
 //! runs from `t_send` to the read that brought the first generated text, so it is
 //! `prompt_ms` plus: the TCP connect and request write on loopback (tens of µs), the server's
-//! HTTP parse, template, tokenization and queueing (≈ 2.5 ms measured on this 2-core VM,
-//! idle), the first token's detokenization, the SSE write and latmesh's read and parse (well
-//! under a ms); with another request in the other slot, up to one decode step of waiting for
-//! the batch in flight. Nothing in that list is another token: per request, latmesh's TTFT
+//! HTTP parse, template, tokenization and queueing, the first token's detokenization, the SSE
+//! write and the client's read (all of it 2.5–3 ms for a raw client on this 2-core VM, idle:
+//! its TTFT minus the `prompt_ms` of the same request); with another request in the other
+//! slot, up to one decode step of waiting for the batch in flight. Nothing in that list is another token: per request, latmesh's TTFT
 //! lies above `prompt_ms` and below `prompt_ms` + one decode step
 //! (`timings.predicted_per_token_ms`, the server's time between two tokens; ≈ 18 ms on this
 //! VM idle, 40–55 ms while it compiles).
