@@ -31,7 +31,9 @@
 //! * **Client-added** = latmesh − floor, P50 minus P50 and P99 minus P99: what the probe
 //!   engine itself adds on top of the machine.
 //!
-//! Knobs (environment): `LATMESH_ACC_LEVELS` (`c:n,…`, default `1:300,100:2000,1000:3000`),
+//! Knobs (environment): `LATMESH_ACC_API` (`chat`, the default, `anthropic` or `responses`:
+//! the API both clients speak, the probe's request shape `RequestShape::for_api` and the
+//! floor's token marker `raw::mark`), `LATMESH_ACC_LEVELS` (`c:n,…`, default `1:300,100:2000,1000:3000`),
 //! `LATMESH_ACC_TOKENS` (tokens per stream, default 16), `LATMESH_ACC_TTFT_US` (50000),
 //! `LATMESH_ACC_ITL_US` (20000), `LATMESH_ACC_INPROCESS=1`, `LATMESH_ACC_CLIENTS`
 //! (`both`, the default; `latmesh`; `raw`), `LATMESH_ACC_PROFILE=1` (no ground truth and no
@@ -46,6 +48,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use latmesh_agent::probe::{ProbeRequest, ProbeResult, Prober};
+use latmesh_core::api::Api;
 use latmesh_core::plan::Timeouts;
 use latmesh_core::prompts::Message;
 use latmesh_core::record::Outcome;
@@ -73,6 +76,8 @@ enum Clients {
 
 #[derive(Clone, Debug)]
 struct Knobs {
+    /// The API both clients speak (`LATMESH_ACC_API`).
+    api: Api,
     levels: Vec<(usize, usize)>,
     tokens: u32,
     ttft_us: u64,
@@ -106,6 +111,7 @@ impl Knobs {
             })
             .collect();
         Knobs {
+            api: raw::api_from_env("LATMESH_ACC_API"),
             levels,
             tokens: env_u64("LATMESH_ACC_TOKENS", 16).max(2) as u32,
             ttft_us: env_u64("LATMESH_ACC_TTFT_US", 50_000),
@@ -466,6 +472,7 @@ const TIMEOUTS: Timeouts = Timeouts {
 /// The request both clients send (the raw client serializes it with the prober's own body
 /// and header functions).
 fn probe_request<'a>(
+    api: Api,
     base: &'a str,
     id: &'a str,
     tokens: u32,
@@ -483,19 +490,20 @@ fn probe_request<'a>(
         timeouts: &TIMEOUTS,
         probe_id: Some(id),
         user_agent: None,
-        shape: latmesh_core::api::RequestShape::chat_default(),
+        shape: raw::shape(api),
         secret_headers: &[],
     }
 }
 
-async fn one(client: &Client, base: &str, addr: &str, id: &str, tokens: u32) -> Summary {
+async fn one(client: &Client, k: &Knobs, base: &str, addr: &str, id: &str) -> Summary {
     let messages = [Message::new("user", "Say something short.")];
-    let req = probe_request(base, id, tokens, &messages);
+    let req = probe_request(k.api, base, id, k.tokens, &messages);
     match client {
         Client::Latmesh(prober) => Summary::of_probe(&prober.probe(&req, false).await),
         Client::Raw(raw) => {
             // Built before t_send, as the prober builds its request before its t_send.
-            let bytes = raw::request_bytes(addr, &format!("/{PROVIDER}/v1/chat/completions"), &req);
+            let path = format!("/{PROVIDER}/v1{}", k.api.path());
+            let bytes = raw::request_bytes(addr, &path, &req);
             Summary::of_raw(raw.probe(&bytes).await)
         }
     }
@@ -522,9 +530,9 @@ async fn level(
         }
         let (client, base, addr) = (client.clone(), base.clone(), addr.clone());
         let id = format!("{}-c{c}-{i}", client.tag());
-        let tokens = k.tokens;
+        let k = k.clone();
         tasks.spawn(async move {
-            let s = one(&client, &base, &addr, &id, tokens).await;
+            let s = one(&client, &k, &base, &addr, &id).await;
             drop(permit);
             (i, Stream { id, s })
         });
@@ -790,7 +798,8 @@ fn main() {
         }
         println!("\nCommand: `{}`\n", command_line());
         println!(
-            "Workload: provider `{PROVIDER}` with TTFT {} ms (lognormal σ 0.1), ITL {} ms (σ 0.15), {} tokens per stream, one token per SSE frame, HTTP/1.1 over loopback; each level keeps c streams in flight, the first c (ramp-up) are not counted; at each level the floor (raw client) runs first, then latmesh, each with a fresh simulator process (child mode) and empty connection pools, reusing keep-alive connections the same way.\n",
+            "Workload: provider `{PROVIDER}` spoken to over the {} API (`LATMESH_ACC_API`) with TTFT {} ms (lognormal σ 0.1), ITL {} ms (σ 0.15), {} tokens per stream, one token per SSE frame, HTTP/1.1 over loopback; each level keeps c streams in flight, the first c (ramp-up) are not counted; at each level the floor (raw client) runs first, then latmesh, each with a fresh simulator process (child mode) and empty connection pools, reusing keep-alive connections the same way.\n",
+            k.api,
             k.ttft_us as f64 / 1000.0,
             k.itl_us as f64 / 1000.0,
             k.tokens
@@ -834,7 +843,7 @@ fn main() {
                 };
                 // Fresh clients too: empty connection pools for both.
                 let client = match which {
-                    Which::Floor => Client::Raw(Arc::new(RawClient::new(sim.addr()))),
+                    Which::Floor => Client::Raw(Arc::new(RawClient::new(sim.addr(), k.api))),
                     Which::Latmesh => {
                         Client::Latmesh(Arc::new(Prober::new(None).expect("prober")))
                     }

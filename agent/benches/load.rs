@@ -35,7 +35,9 @@
 //!   at 5 requests/s each; TTFT 50 ms, 16 tokens at 20 ms): `sched_lag` and the TTFT error
 //!   against ground truth.
 //!
-//! Knobs (environment): `LATMESH_LOAD_STREAMS` (`100,1000,10000`), `LATMESH_LOAD_TTFT_US`
+//! Knobs (environment): `LATMESH_LOAD_API` (`chat`, the default, `anthropic` or
+//! `responses`: the API the clients speak; `--write` puts a run of another API than chat in
+//! a block of its own, `load-{api}`), `LATMESH_LOAD_STREAMS` (`100,1000,10000`), `LATMESH_LOAD_TTFT_US`
 //! (1000000), `LATMESH_LOAD_TOKENS` (200), `LATMESH_LOAD_ITL_US` (20000),
 //! `LATMESH_LOAD_RATES` (`500,1000,2000`), `LATMESH_LOAD_DURATION_S` (10),
 //! `LATMESH_LOAD_CLIENTS` (`both` or `latmesh`: the floor's runs left out),
@@ -92,6 +94,8 @@ const TARGET_ADDED_STREAMS: usize = 1_000;
 
 #[derive(Clone, Debug)]
 struct Knobs {
+    /// The API spoken (`LATMESH_LOAD_API`).
+    api: latmesh_core::api::Api,
     smoke: bool,
     write: bool,
     streams: bool,
@@ -153,6 +157,7 @@ impl Knobs {
             ("100,1000,10000", 1_000_000, 200, "500,1000,2000", 10.0)
         };
         Knobs {
+            api: raw::api_from_env("LATMESH_LOAD_API"),
             smoke,
             write,
             streams: only.as_deref().is_none_or(|o| o == "streams"),
@@ -253,6 +258,7 @@ fn run_streams(k: &Knobs, pin: Pinning) -> Vec<StreamRow> {
             };
             let args = streams::Args {
                 addr: sim.addr.clone(),
+                api: k.api,
                 n,
                 ramp_ms: Knobs::ramp_ms(n),
                 tokens: k.tokens,
@@ -312,6 +318,7 @@ fn run_open(k: &Knobs, pin: Pinning) -> Vec<open_loop::Out> {
         };
         let args = open_loop::Args {
             addr: sim.addr.clone(),
+            api: k.api,
             rate,
             duration_ms: k.duration_ms,
             tokens: OPEN_TOKENS,
@@ -427,7 +434,7 @@ fn report(k: &Knobs, ctx: &Context, srows: &[StreamRow], orows: &[open_loop::Out
     };
     let _ = writeln!(
         s,
-        "Command: `{}cargo bench -p latmesh-agent --bench load{}`{}. Setup: {pinning}; open files: {}.\n",
+        "Command: `{}cargo bench -p latmesh-agent --bench load{}`{}. API: {} (`LATMESH_LOAD_API`). Setup: {pinning}; open files: {}.\n",
         command_env(),
         if k.smoke { " -- --smoke" } else { "" },
         if k.smoke {
@@ -435,6 +442,7 @@ fn report(k: &Knobs, ctx: &Context, srows: &[StreamRow], orows: &[open_loop::Out
         } else {
             ""
         },
+        k.api,
         ctx.nofile
             .map_or("limit unknown".into(), |(soft, hard)| format!(
                 "soft limit {soft} (hard {hard})"
@@ -765,9 +773,23 @@ fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Replaces this bench's block of BENCHMARKS.md (creating the section when needed),
-/// keeping everything else.
-fn write_markdown(body: &str) -> std::io::Result<PathBuf> {
+/// The markers of the block of a run over `api`: chat's are [`BEGIN`] and [`END`] (the
+/// block before the APIs); another API's block is `load-{api}`, after chat's.
+fn markers(api: latmesh_core::api::Api) -> (String, String) {
+    match api {
+        latmesh_core::api::Api::Chat => (BEGIN.to_string(), END.to_string()),
+        _ => (
+            format!(
+                "<!-- load-{api}:begin: written by `LATMESH_LOAD_API={api} cargo bench -p latmesh-agent --bench load -- --write`; edit outside these markers -->"
+            ),
+            format!("<!-- load-{api}:end -->"),
+        ),
+    }
+}
+
+/// Replaces the block of this bench's run over `api` in BENCHMARKS.md (creating it after
+/// chat's block, or the section, when needed), keeping everything else.
+fn write_markdown(body: &str, api: latmesh_core::api::Api) -> std::io::Result<PathBuf> {
     let path = repo_root().join("BENCHMARKS.md");
     let old = match std::fs::read_to_string(&path) {
         Ok(s) => s,
@@ -777,9 +799,14 @@ fn write_markdown(body: &str) -> std::io::Result<PathBuf> {
         }
         Err(e) => return Err(e),
     };
-    let block = format!("{BEGIN}\n\n{}\n{END}", body.trim_end());
-    let new = match (old.find(BEGIN), old.find(END)) {
-        (Some(b), Some(e)) if e > b => format!("{}{block}{}", &old[..b], &old[e + END.len()..]),
+    let (begin, end) = markers(api);
+    let block = format!("{begin}\n\n{}\n{end}", body.trim_end());
+    let new = match (old.find(&begin), old.find(&end)) {
+        (Some(b), Some(e)) if e > b => format!("{}{block}{}", &old[..b], &old[e + end.len()..]),
+        _ if api != latmesh_core::api::Api::Chat && old.contains(END) => {
+            let at = old.find(END).expect("contains") + END.len();
+            format!("{}\n\n{block}{}", &old[..at], &old[at..])
+        }
         _ if old.contains(SECTION) => {
             let at = old.find(SECTION).expect("contains") + SECTION.len();
             format!("{}\n\n{block}\n{}", &old[..at], &old[at..])
@@ -847,7 +874,7 @@ fn main() {
     let body = report(&k, &ctx, &srows, &orows);
     println!("{SECTION}\n\n{body}");
     if k.write {
-        match write_markdown(&body) {
+        match write_markdown(&body, k.api) {
             Ok(p) => eprintln!("load: wrote {}", p.display()),
             Err(e) => {
                 eprintln!("load: cannot write BENCHMARKS.md: {e}");

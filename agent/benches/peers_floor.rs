@@ -171,7 +171,8 @@ fn messages(path: &str) -> Result<Vec<Message>, String> {
 }
 
 async fn run(args: &Args, addr: String, request: Vec<u8>) -> Vec<RawResult> {
-    let client = Arc::new(RawClient::new(&addr));
+    // The peers speak Chat Completions only.
+    let client = Arc::new(RawClient::new(&addr, latmesh_core::api::Api::Chat));
     let request: Arc<[u8]> = request.into();
     let n = args.requests;
     let mut tasks = Vec::new();

@@ -2,6 +2,7 @@
 //! child processes that are killed when dropped; [`stack`] runs a whole latmesh on loopback.
 
 pub mod raw_agent;
+pub mod real_servers;
 pub mod stack;
 
 use std::io::{BufRead, BufReader};

@@ -17,17 +17,18 @@
 //!   read buffer size); every read is stamped with `Instant::now()` before anything else;
 //! * the response head is only checked for status 200 and chunked transfer encoding; the
 //!   body's chunk framing is followed (hex sizes only) so the connection can be reused;
-//! * a token frame is found by its marker bytes, `"content":"` followed by anything but `"`
-//!   (the simulator's role chunk carries `"content":""`); no SSE or JSON parsing. A read
-//!   that contains the first marker gives TTFT; every marker is a token payload stamped with
-//!   its read (several in one read are 0 µs apart, as in latmesh's ITL).
+//! * a token frame is found by its API's marker bytes followed by anything but `"` (see
+//!   [`mark`]); no SSE or JSON parsing. A read that contains the first marker gives TTFT;
+//!   every marker is a token payload stamped with its read (several in one read are 0 µs
+//!   apart, as in latmesh's ITL).
 //!
 //! No timers, no deadlines, no per-frame allocation.
 
 use std::sync::{LazyLock, Mutex};
 use std::time::Instant;
 
-use latmesh_agent::probe::{ProbeRequest, request};
+use latmesh_agent::probe::{PROBE_ID_HEADER, ProbeRequest, request};
+use latmesh_core::api::{Api, RequestShape};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
@@ -37,12 +38,59 @@ pub const MAX_IDLE: usize = 32;
 /// Read buffer per connection (hyper starts its read buffer at 8 KiB).
 const READ_BUF: usize = 8 * 1024;
 
-/// A token payload starts with this, followed by any byte but `"`.
-const MARK: &[u8] = b"\"content\":\"";
+/// What starts a token payload of `api`'s stream, followed by any byte but `"` (the token's
+/// first character), in the JSON of any key order:
+/// * `chat`: `"content":"` (a role chunk carries `"content":""`);
+/// * `anthropic`: `"text":"` of a `text_delta` (`content_block_start` carries `"text":""`);
+/// * `responses`: `"delta":"` of a `response.output_text.delta` (the `.done` events and
+///   `response.completed` carry the whole text under `"text"`).
+///
+/// Tokens only (no reasoning): the benches' simulator profiles stream none.
+pub fn mark(api: Api) -> &'static [u8] {
+    match api {
+        Api::Chat => b"\"content\":\"",
+        Api::Anthropic => b"\"text\":\"",
+        Api::Responses => b"\"delta\":\"",
+    }
+}
 
-/// The marker's searcher, built once.
-static FINDER: LazyLock<memchr::memmem::Finder<'static>> =
-    LazyLock::new(|| memchr::memmem::Finder::new(MARK));
+/// The longest [`mark`].
+const MAX_MARK: usize = 11;
+
+/// The index of `api` in [`Api::ALL`].
+fn api_index(api: Api) -> usize {
+    Api::ALL
+        .iter()
+        .position(|a| *a == api)
+        .expect("every API is in Api::ALL")
+}
+
+/// The markers' searchers, built once, in [`Api::ALL`]'s order.
+static FINDERS: LazyLock<[memchr::memmem::Finder<'static>; 3]> =
+    LazyLock::new(|| Api::ALL.map(|a| memchr::memmem::Finder::new(mark(a))));
+
+/// The API a bench speaks: environment variable `var`, `chat` (also when unset or empty),
+/// `anthropic` or `responses`.
+///
+/// # Panics
+/// On any other value, with the variable's name and the accepted ones.
+#[allow(dead_code)]
+pub fn api_from_env(var: &str) -> Api {
+    match std::env::var(var) {
+        Ok(v) if !v.trim().is_empty() => {
+            Api::parse(v.trim()).unwrap_or_else(|e| panic!("{var}: {e}"))
+        }
+        _ => Api::Chat,
+    }
+}
+
+/// The default request shape of `api` ([`RequestShape::for_api`]), for the whole run.
+#[allow(dead_code)]
+pub fn shape(api: Api) -> &'static RequestShape {
+    static SHAPES: LazyLock<[RequestShape; 3]> =
+        LazyLock::new(|| Api::ALL.map(RequestShape::for_api));
+    &SHAPES[api_index(api)]
+}
 
 struct Conn {
     stream: TcpStream,
@@ -68,9 +116,11 @@ pub struct RawResult {
     pub error: Option<String>,
 }
 
-/// The client: where to connect and the idle connections.
+/// The client: where to connect, the API whose token frames it counts, and the idle
+/// connections.
 pub struct RawClient {
     addr: String,
+    api: Api,
     idle: Mutex<Vec<Conn>>,
 }
 
@@ -150,48 +200,57 @@ impl Chunked {
 }
 
 /// Counts token markers in a read, including one cut across the previous read (`carry`
-/// holds that read's last `MARK.len()` bytes).
+/// holds that read's last `mark.len()` bytes).
 struct Markers {
-    carry: [u8; MARK.len()],
+    mark: &'static [u8],
+    finder: &'static memchr::memmem::Finder<'static>,
+    carry: [u8; MAX_MARK],
     carry_len: usize,
 }
 
 impl Markers {
-    fn new() -> Self {
+    fn new(api: Api) -> Self {
+        assert!(
+            mark(api).len() <= MAX_MARK,
+            "MAX_MARK is the longest marker"
+        );
         Markers {
-            carry: [0; MARK.len()],
+            mark: mark(api),
+            finder: &FINDERS[api_index(api)],
+            carry: [0; MAX_MARK],
             carry_len: 0,
         }
     }
 
     fn count(&mut self, b: &[u8]) -> u32 {
-        let need = MARK.len() + 1;
+        let mark_len = self.mark.len();
+        let need = mark_len + 1;
         let mut n = 0;
         if self.carry_len > 0 {
             // Markers that start in the carry and end in this read.
-            let mut j = [0u8; 2 * MARK.len() + 1];
+            let mut j = [0u8; 2 * MAX_MARK + 1];
             let head = b.len().min(need);
             j[..self.carry_len].copy_from_slice(&self.carry[..self.carry_len]);
             j[self.carry_len..self.carry_len + head].copy_from_slice(&b[..head]);
             let j = &j[..self.carry_len + head];
-            for m in FINDER.find_iter(j) {
-                if m < self.carry_len && m + need <= j.len() && j[m + MARK.len()] != b'"' {
+            for m in self.finder.find_iter(j) {
+                if m < self.carry_len && m + need <= j.len() && j[m + mark_len] != b'"' {
                     n += 1;
                 }
             }
         }
-        for m in FINDER.find_iter(b) {
-            if m + need <= b.len() && b[m + MARK.len()] != b'"' {
+        for m in self.finder.find_iter(b) {
+            if m + need <= b.len() && b[m + mark_len] != b'"' {
                 n += 1;
             }
         }
-        // Keep the last MARK.len() bytes (of the carry and this read).
-        let keep = MARK.len();
+        // Keep the last mark_len bytes (of the carry and this read).
+        let keep = mark_len;
         if b.len() >= keep {
-            self.carry.copy_from_slice(&b[b.len() - keep..]);
+            self.carry[..keep].copy_from_slice(&b[b.len() - keep..]);
             self.carry_len = keep;
         } else {
-            let mut all = [0u8; 2 * MARK.len()];
+            let mut all = [0u8; 2 * MAX_MARK];
             all[..self.carry_len].copy_from_slice(&self.carry[..self.carry_len]);
             all[self.carry_len..self.carry_len + b.len()].copy_from_slice(b);
             let total = self.carry_len + b.len();
@@ -204,10 +263,11 @@ impl Markers {
 }
 
 impl RawClient {
-    /// A client of the server at `addr` (`host:port`).
-    pub fn new(addr: &str) -> Self {
+    /// A client of the server at `addr` (`host:port`) that counts `api`'s token frames.
+    pub fn new(addr: &str, api: Api) -> Self {
         RawClient {
             addr: addr.to_string(),
+            api,
             idle: Mutex::new(Vec::new()),
         }
     }
@@ -281,7 +341,7 @@ impl RawClient {
         let mut head: Vec<u8> = Vec::new();
         let mut in_body = false;
         let mut chunked = Chunked::Size { v: 0, ext: false };
-        let mut markers = Markers::new();
+        let mut markers = Markers::new(self.api);
         let mut last: Option<Instant> = None;
         let mut any = false;
         loop {
@@ -346,20 +406,22 @@ impl RawClient {
     }
 }
 
-/// `req` as the prober sends it, written out by hand: `POST {path}`, the prober's body and
-/// headers, `host: {addr}` and `user-agent` as the prober sets them, `content-length` as hyper
-/// adds it.
+/// `req` as the prober sends it to a loopback peer, written out by hand: `POST {path}`, the
+/// prober's body and headers, `host: {addr}` and `user-agent` as the prober sets them, the
+/// probe id in `x-latmesh-probe-id` (the prober's emulation header on loopback: the
+/// simulator's ground truth is keyed on it), `content-length` as hyper adds it.
 pub fn request_bytes(addr: &str, path: &str, req: &ProbeRequest<'_>) -> Vec<u8> {
     let body = request::body(req);
-    let mut head = format!(
-        "POST {path} HTTP/1.1\r\nhost: {addr}\r\nuser-agent: latmesh/{}\r\n",
-        env!("CARGO_PKG_VERSION")
-    );
+    let user_agent = req.user_agent.unwrap_or(request::DEFAULT_USER_AGENT);
+    let mut head = format!("POST {path} HTTP/1.1\r\nhost: {addr}\r\nuser-agent: {user_agent}\r\n");
     for (name, value) in &request::headers(req) {
         head.push_str(name.as_str());
         head.push_str(": ");
         head.push_str(value.to_str().unwrap_or_default());
         head.push_str("\r\n");
+    }
+    if let Some(id) = req.probe_id {
+        head.push_str(&format!("{PROBE_ID_HEADER}: {id}\r\n"));
     }
     head.push_str(&format!("content-length: {}\r\n\r\n", body.len()));
     let mut out = head.into_bytes();
@@ -367,8 +429,8 @@ pub fn request_bytes(addr: &str, path: &str, req: &ProbeRequest<'_>) -> Vec<u8> 
     out
 }
 
-/// [`request_bytes`] for `{base_url}/chat/completions` of an `http://host:port[/path]` base
-/// URL: the `host:port` to connect to and the request's bytes. (The peers bench's.)
+/// [`request_bytes`] for `{base_url}{API path}` of an `http://host:port[/path]` base URL:
+/// the `host:port` to connect to and the request's bytes. (The peers bench's.)
 #[allow(dead_code)]
 pub fn http_request(req: &ProbeRequest<'_>) -> Result<(String, Vec<u8>), String> {
     let url = request::target_url(req);

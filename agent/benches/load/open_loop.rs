@@ -46,6 +46,8 @@ pub fn providers(rate: f64) -> Vec<String> {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Args {
     pub addr: String,
+    /// The API the plan's providers are spoken to with.
+    pub api: latmesh_core::api::Api,
     pub rate: f64,
     pub duration_ms: u64,
     pub tokens: u32,
@@ -139,7 +141,8 @@ duration_s = {dur}
     );
     for p in providers {
         s.push_str(&format!(
-            "\n[[providers]]\nname = \"{p}\"\nbase_url = \"http://{addr}/{p}/v1\"\nmodel_id = \"deepseek-v4-flash\"\n"
+            "\n[[providers]]\nname = \"{p}\"\nbase_url = \"http://{addr}/{p}/v1\"\nmodel_id = \"deepseek-v4-flash\"\napi = \"{}\"\n",
+            args.api
         ));
     }
     s

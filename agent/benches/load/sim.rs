@@ -92,8 +92,9 @@ type Shared = Arc<Mutex<Arrivals>>;
 
 async fn note(State(log): State<Shared>, mut req: Request) -> Request {
     let path = req.uri().path();
-    let Some(provider) = path
-        .strip_suffix("/v1/chat/completions")
+    let Some(provider) = latmesh_core::api::Api::ALL
+        .iter()
+        .find_map(|api| path.strip_suffix(api.path())?.strip_suffix("/v1"))
         .map(|p| p.trim_start_matches('/').to_string())
     else {
         return req;

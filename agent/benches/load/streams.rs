@@ -44,6 +44,8 @@ impl Which {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Args {
     pub addr: String,
+    /// The API both clients speak.
+    pub api: latmesh_core::api::Api,
     pub n: usize,
     pub ramp_ms: u64,
     pub tokens: u32,
@@ -132,6 +134,7 @@ const TIMEOUTS: Timeouts = Timeouts {
 };
 
 fn probe_request<'a>(
+    api: latmesh_core::api::Api,
     base: &'a str,
     id: &'a str,
     tokens: u32,
@@ -149,7 +152,7 @@ fn probe_request<'a>(
         timeouts: &TIMEOUTS,
         probe_id: Some(id),
         user_agent: None,
-        shape: latmesh_core::api::RequestShape::chat_default(),
+        shape: crate::raw::shape(api),
         secret_headers: &[],
     }
 }
@@ -159,10 +162,17 @@ enum Client {
     Floor(RawClient),
 }
 
-async fn one(client: &Client, base: &str, addr: &str, i: usize, tokens: u32) -> Stream {
+async fn one(
+    client: &Client,
+    api: latmesh_core::api::Api,
+    base: &str,
+    addr: &str,
+    i: usize,
+    tokens: u32,
+) -> Stream {
     let id = format!("s{i}");
     let messages = [Message::new("user", "Say something short.")];
-    let req = probe_request(base, &id, tokens, &messages);
+    let req = probe_request(api, base, &id, tokens, &messages);
     match client {
         Client::Latmesh(p) => {
             let start = Instant::now();
@@ -183,8 +193,8 @@ async fn one(client: &Client, base: &str, addr: &str, i: usize, tokens: u32) -> 
             }
         }
         Client::Floor(raw) => {
-            let bytes =
-                crate::raw::request_bytes(addr, &format!("/{PROVIDER}/v1/chat/completions"), &req);
+            let path = format!("/{PROVIDER}/v1{}", api.path());
+            let bytes = crate::raw::request_bytes(addr, &path, &req);
             let start = Instant::now();
             let r = raw.probe(&bytes).await;
             let end = Instant::now();
@@ -215,7 +225,7 @@ pub fn run(args: &Args) -> Out {
 async fn level(args: &Args) -> Out {
     let client = Arc::new(match args.which {
         Which::Latmesh => Client::Latmesh(Prober::new(None).expect("prober")),
-        Which::Floor => Client::Floor(RawClient::new(&args.addr)),
+        Which::Floor => Client::Floor(RawClient::new(&args.addr, args.api)),
     });
     let base = Arc::new(format!("http://{}/{PROVIDER}/v1", args.addr));
     let addr = Arc::new(args.addr.clone());
@@ -262,10 +272,10 @@ async fn level(args: &Args) -> Out {
             addr.clone(),
             in_flight.clone(),
         );
-        let tokens = args.tokens;
+        let (api, tokens) = (args.api, args.tokens);
         handles.push(tokio::spawn(async move {
             in_flight.fetch_add(1, Ordering::Relaxed);
-            let s = one(&client, &base, &addr, i, tokens).await;
+            let s = one(&client, api, &base, &addr, i, tokens).await;
             in_flight.fetch_sub(1, Ordering::Relaxed);
             s
         }));

@@ -2938,7 +2938,7 @@ pub(crate) mod tests {
         ];
         let item = prop_oneof![
             4 => prop::sample::select(named).prop_map(|(e, d)| format!("event: {e}\ndata: {d}\n\n").into_bytes()),
-            2 => stream_body(),
+            2 => stream_body(Api::Chat),
             1 => prop::collection::vec(any::<u8>(), 0..8),
         ];
         prop::collection::vec(item, 0..12).prop_map(|v| v.concat())
