@@ -486,7 +486,8 @@ mod tests {
         assert_eq!(h[AUTHORIZATION], "Token t");
         let bearer = headers(&request(RequestShape::chat_default(), &msgs, &t, &[]));
         assert_eq!(bearer[AUTHORIZATION], "Bearer sk-key");
-        assert_eq!(bearer.len(), 3, "{bearer:?}");
+        // content-type, accept, accept-encoding, authorization: nothing else.
+        assert_eq!(bearer.len(), 4, "{bearer:?}");
     }
 
     #[test]
