@@ -16,8 +16,9 @@
 //!   set by `model_id`, the scenario and `max_tokens_field`, and a body that overrode them
 //!   would measure something other than what the record says. At most
 //!   [`MAX_EXTRA_BODY_BYTES`] as JSON.
-//! * `auth`: `"bearer"` (default), `"none"` or `{ header = "name" }` (a valid header name,
-//!   not one latmesh owns).
+//! * `auth`: `"bearer"` (default; for `api = "anthropic"` the default is
+//!   `{ header = "x-api-key" }`, as the Anthropic SDK sends the key), `"none"` or
+//!   `{ header = "name" }` (a valid header name, not one latmesh owns).
 //! * `max_tokens_field`: a JSON key of 1-64 of `a-z 0-9 _` starting with a letter, not one of
 //!   the reserved keys other than the cap names.
 //! * `stream_usage`: `auto`, `always` or `never`.
@@ -317,6 +318,8 @@ impl ShapeInput {
     /// (`headers."x-foo"`, `query."api-version"`, `extra_body.messages`, `auth`, …).
     pub fn validate(&self) -> Result<RequestShape, ShapeError> {
         let auth = match &self.auth {
+            // The key as the API's own SDK sends it.
+            None if self.api == Api::Anthropic => AuthStyle::Header("x-api-key".into()),
             None => AuthStyle::Bearer,
             Some(AuthSection::Name(n)) => match n.as_str() {
                 "bearer" => AuthStyle::Bearer,
@@ -495,6 +498,19 @@ mod tests {
 
     fn e(i: ShapeInput) -> String {
         i.validate().unwrap_err().to_string()
+    }
+
+    #[test]
+    fn the_default_auth_is_the_apis_own() {
+        let mut i = input();
+        assert_eq!(i.validate().unwrap().auth, AuthStyle::Bearer);
+        i.api = Api::Anthropic;
+        assert_eq!(
+            i.validate().unwrap().auth,
+            AuthStyle::Header("x-api-key".into())
+        );
+        i.auth = Some(AuthSection::Name("bearer".into()));
+        assert_eq!(i.validate().unwrap().auth, AuthStyle::Bearer);
     }
 
     #[test]
