@@ -45,7 +45,9 @@ pub const DEFAULT_USER_AGENT: &str = "Anthropic/Python 2.15.0";
 
 /// The JSON body of `req`: `model`, the output cap (`max_tokens`, or the shape's
 /// `max_tokens_field`), `system` when the prompt has system messages, `messages`, `stream`,
-/// `temperature`/`top_p` when set.
+/// `temperature`/`top_p` when set, then the shape's `extra_body`
+/// ([`super::request::apply_shape`]: `thinking = { type = "enabled", budget_tokens = N }`
+/// goes there).
 pub fn body(req: &ProbeRequest<'_>) -> Vec<u8> {
     let mut system: Vec<&str> = Vec::new();
     let mut messages = Vec::with_capacity(req.messages.len());
@@ -57,12 +59,7 @@ pub fn body(req: &ProbeRequest<'_>) -> Vec<u8> {
     }
     let mut b = serde_json::Map::new();
     b.insert("model".into(), req.model_id.into());
-    let cap = req
-        .shape
-        .max_tokens_field
-        .as_deref()
-        .unwrap_or("max_tokens");
-    b.insert(cap.into(), req.max_tokens.into());
+    b.insert("max_tokens".into(), req.max_tokens.into());
     if !system.is_empty() {
         b.insert("system".into(), system.join("\n\n").into());
     }
@@ -74,6 +71,8 @@ pub fn body(req: &ProbeRequest<'_>) -> Vec<u8> {
     if let Some(p) = req.top_p {
         b.insert("top_p".into(), p.into());
     }
+    // `max_tokens_field`, then the scenario's and provider's `extra_body` (e.g. `thinking`).
+    super::request::apply_shape(&mut b, req.shape);
     serde_json::to_vec(&b).expect("the request body serializes")
 }
 
@@ -1098,5 +1097,15 @@ mod tests {
             json!({"model": "deepseek-chat", "max_output_tokens": 16, "stream": false,
                 "temperature": 0.5, "messages": [{"role": "user", "content": "hi"}]})
         );
+        // The thinking toggle goes through extra_body, as every API's.
+        let mut thinking = RequestShape::for_api(Api::Anthropic);
+        thinking.extra_body.insert(
+            "thinking".into(),
+            json!({"type": "enabled", "budget_tokens": 1024}),
+        );
+        req.shape = &thinking;
+        let v: Value = serde_json::from_slice(&body(&req)).unwrap();
+        assert_eq!(v["thinking"], json!({"type": "enabled", "budget_tokens": 1024}));
+        assert_eq!(v["max_tokens"], 16);
     }
 }
