@@ -55,6 +55,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use latmesh_core::api::RequestShape;
 use latmesh_core::clock::ClockEstimate;
 use latmesh_core::hist::HistogramSet;
 use latmesh_core::load::{LoadKind, LoadModel, PhaseKind};
@@ -495,6 +496,8 @@ struct Answer {
     outcome: Outcome,
     content: String,
     reasoning: String,
+    /// Encrypted reasoning pieces (Responses API), passed back with `pass_reasoning`.
+    reasoning_encrypted: Vec<String>,
 }
 
 /// Runs one slot: its logical request (a conversation of `turns` turns, each with its
@@ -541,6 +544,16 @@ pub async fn run_slot_with(
         first.content.insert_str(0, nonce);
     }
     let turns = policy.turns.max(1);
+    // A Responses provider whose reasoning is passed back asks for it (`include`).
+    let passback: Vec<Option<RequestShape>> = chain
+        .iter()
+        .map(|&p| {
+            let pr = &plan.providers[p];
+            pr.pass_reasoning
+                .then(|| crate::probe::responses::with_reasoning_passback(&pr.request))
+                .flatten()
+        })
+        .collect();
     let mut done = SlotDone::default();
     let mut intended = at.intended;
     for turn in 1..=turns {
@@ -562,7 +575,8 @@ pub async fn run_slot_with(
         let targets: Vec<Target<'_>> = chain
             .iter()
             .zip(&api_keys)
-            .map(|(&p, key)| Target {
+            .zip(&passback)
+            .map(|((&p, key), passback)| Target {
                 provider: p,
                 name: &plan.providers[p].name,
                 req: ProbeRequest {
@@ -577,7 +591,7 @@ pub async fn run_slot_with(
                     timeouts: &scenario.timeouts,
                     probe_id: None,
                     user_agent: plan.providers[p].user_agent.as_deref(),
-                    shape: &plan.providers[p].request,
+                    shape: passback.as_ref().unwrap_or(&plan.providers[p].request),
                 },
             })
             .collect();
@@ -604,8 +618,18 @@ pub async fn run_slot_with(
             let (mut content, mut reasoning) = (answer.content, answer.reasoning);
             cut_at_char_boundary(&mut content, MAX_KEPT_ANSWER_BYTES);
             cut_at_char_boundary(&mut reasoning, MAX_KEPT_ANSWER_BYTES);
+            // Opaque pieces cannot be cut: past the bound none is passed back.
+            let mut encrypted = answer.reasoning_encrypted;
+            if encrypted.iter().map(String::len).sum::<usize>() > MAX_KEPT_ANSWER_BYTES {
+                encrypted.clear();
+            }
             messages.push(Message {
                 reasoning_content: provider.pass_reasoning.then_some(reasoning),
+                reasoning_encrypted: if provider.pass_reasoning {
+                    encrypted
+                } else {
+                    Vec::new()
+                },
                 ..Message::new("assistant", content)
             });
         }
@@ -759,6 +783,7 @@ async fn logical_request(
                 outcome,
                 content: String::new(),
                 reasoning: String::new(),
+                reasoning_encrypted: Vec::new(),
             };
             return (answer, attempt);
         }
@@ -824,6 +849,7 @@ async fn logical_request(
                 outcome,
                 content: result.content_text,
                 reasoning: result.reasoning_text,
+                reasoning_encrypted: result.reasoning_encrypted,
             };
             return (answer, attempt);
         }
@@ -1581,6 +1607,65 @@ model_id = "m"
             assert_eq!(bodies[1]["messages"], Value::Array(want.clone()));
             want.extend([assistant(2), user("Third?")]);
             assert_eq!(bodies[2]["messages"], Value::Array(want));
+        }
+    }
+
+    /// A Responses API stream of request `n`: a reasoning summary "thought n" whose item
+    /// carries encrypted reasoning "enc n", then the text "answer n".
+    fn responses_answer(n: usize) -> String {
+        let event = |v: Value| format!("event: {}\ndata: {v}\n\n", v["type"].as_str().unwrap());
+        let reasoning = json!({"type": "reasoning", "summary": [{"type": "summary_text",
+            "text": format!("thought {n}")}], "encrypted_content": format!("enc {n}")});
+        [
+            event(json!({"type": "response.created", "response": {"status": "in_progress", "model": "m"}})),
+            event(json!({"type": "response.reasoning_summary_text.delta", "output_index": 0,
+                "delta": format!("thought {n}")})),
+            event(json!({"type": "response.output_item.done", "output_index": 0, "item": reasoning})),
+            event(json!({"type": "response.output_text.delta", "output_index": 1,
+                "delta": format!("answer {n}")})),
+            event(json!({"type": "response.completed", "response": {"status": "completed",
+                "usage": {"input_tokens": 10, "output_tokens": 4}}})),
+        ]
+        .concat()
+    }
+
+    #[tokio::test]
+    async fn responses_turns_pass_encrypted_reasoning_back_when_asked() {
+        for pass in [true, false] {
+            let (addr, bodies) = capture(Box::new(|n| (200, "", responses_answer(n + 1)))).await;
+            let p = plan(
+                &format!("http://{addr}/v1"),
+                "turns = 2\nfollow_ups = [\"Second?\"]",
+                &format!("api = \"responses\"\npass_reasoning = {pass}"),
+            );
+            let (recs, _) = run(&p, 0).await;
+            assert_eq!(
+                summary(&recs),
+                [(1, 1, Outcome::Ok, true), (2, 1, Outcome::Ok, true)]
+            );
+            let bodies = bodies.lock().unwrap();
+            assert!(
+                bodies[0]["_head"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("post /v1/responses ")
+            );
+            let turn1 = bodies[0]["input"].as_array().unwrap().clone();
+            let mut want = turn1.clone();
+            if pass {
+                want.push(
+                    json!({"type": "reasoning", "summary": [], "encrypted_content": "enc 1"}),
+                );
+            }
+            want.extend([
+                json!({"role": "assistant", "content": "answer 1"}),
+                json!({"role": "user", "content": "Second?"}),
+            ]);
+            assert_eq!(
+                bodies[1]["input"],
+                Value::Array(want),
+                "pass_reasoning = {pass}"
+            );
         }
     }
 

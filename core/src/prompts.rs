@@ -25,6 +25,11 @@ pub struct Message {
     /// require it (`pass_reasoning = true`). Absent from the JSON when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
+    /// An assistant message's encrypted reasoning (Responses API `encrypted_content`, one
+    /// piece per reasoning item), sent back before it as `reasoning` input items when the
+    /// provider has `pass_reasoning = true`. Absent from the JSON when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasoning_encrypted: Vec<String>,
 }
 
 impl Message {
@@ -34,6 +39,7 @@ impl Message {
             role: role.to_string(),
             content: content.into(),
             reasoning_content: None,
+            reasoning_encrypted: Vec::new(),
         }
     }
 }

@@ -50,6 +50,16 @@ cases! {
     case_20_http429_retry_after => "20-http429-retry-after",
     case_21_http502_html => "21-http502-html",
     case_22_tool_calls_no_id => "22-tool-calls-no-id",
+    case_60_responses_text_stream => "60-responses-text-stream",
+    case_61_responses_reasoning_summary_then_text => "61-responses-reasoning-summary-then-text",
+    case_62_responses_function_call_argument_deltas => "62-responses-function-call-argument-deltas",
+    case_63_responses_failed => "63-responses-failed",
+    case_64_responses_incomplete_max_output_tokens => "64-responses-incomplete-max-output-tokens",
+    case_65_responses_error_event => "65-responses-error-event",
+    case_66_responses_cut_before_completed => "66-responses-cut-before-completed",
+    case_67_responses_nonstream_reasoning_message_usage => "67-responses-nonstream-reasoning-message-usage",
+    case_68_responses_no_event_lines_and_done => "68-responses-no-event-lines-and-done",
+    case_69_responses_refusal_deltas => "69-responses-refusal-deltas",
 }
 
 /// The corpus README's outcome names mapped to DESIGN.md's.

@@ -204,6 +204,11 @@ pub struct ProbeResult {
     /// Filled only when asked ([`ProbeOptions::keep_timestamps`]); empty for a body read
     /// whole.
     pub token_read_at: Vec<Instant>,
+    /// The answer's encrypted reasoning, one piece per reasoning item (Responses API,
+    /// `encrypted_content`, returned when the request's `include` asks for
+    /// `reasoning.encrypted_content`), in order; kept only with `keep_text`, for a later turn
+    /// to pass back. Opaque provider data: never logged, stored or put in a record.
+    pub reasoning_encrypted: Vec<String>,
 }
 
 /// What [`Prober::probe_with`] keeps besides the record.

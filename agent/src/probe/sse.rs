@@ -499,6 +499,18 @@ pub(crate) mod tests {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/sse-cases")
     }
 
+    /// The API of corpus body `name` (`NN-name.sse`): its sidecar's `api`, chat when absent.
+    pub(crate) fn corpus_api(name: &str) -> latmesh_core::api::Api {
+        let sidecar = corpus_dir().join(name.replace(".sse", ".expect.json"));
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&sidecar).unwrap()).unwrap();
+        v.get("api")
+            .and_then(|a| a.as_str())
+            .map_or(latmesh_core::api::Api::Chat, |a| {
+                latmesh_core::api::Api::parse(a).unwrap()
+            })
+    }
+
     /// Every `.sse` body of the corpus, by file name.
     pub(crate) fn corpus() -> Vec<(String, Vec<u8>)> {
         let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(corpus_dir())
@@ -741,7 +753,7 @@ pub(crate) mod tests {
     }
 
     /// Cuts `body` at the given points (any values: taken modulo the length, sorted).
-    fn cut<'a>(body: &'a [u8], points: &[prop::sample::Index]) -> Vec<&'a [u8]> {
+    pub(crate) fn cut<'a>(body: &'a [u8], points: &[prop::sample::Index]) -> Vec<&'a [u8]> {
         let mut at: Vec<usize> = points.iter().map(|i| i.index(body.len() + 1)).collect();
         at.sort_unstable();
         let mut pieces = Vec::with_capacity(at.len() + 1);
