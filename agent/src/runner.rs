@@ -496,8 +496,8 @@ struct Answer {
     outcome: Outcome,
     content: String,
     reasoning: String,
-    /// Encrypted reasoning pieces (Responses API), passed back with `pass_reasoning`.
-    reasoning_encrypted: Vec<String>,
+    /// Reasoning items (Responses API), passed back with `pass_reasoning`.
+    reasoning_items: Vec<serde_json::Value>,
 }
 
 /// Runs one slot: its logical request (a conversation of `turns` turns, each with its
@@ -618,15 +618,16 @@ pub async fn run_slot_with(
             let (mut content, mut reasoning) = (answer.content, answer.reasoning);
             cut_at_char_boundary(&mut content, MAX_KEPT_ANSWER_BYTES);
             cut_at_char_boundary(&mut reasoning, MAX_KEPT_ANSWER_BYTES);
-            // Opaque pieces cannot be cut: past the bound none is passed back.
-            let mut encrypted = answer.reasoning_encrypted;
-            if encrypted.iter().map(String::len).sum::<usize>() > MAX_KEPT_ANSWER_BYTES {
-                encrypted.clear();
+            // Encrypted reasoning cannot be cut: past the bound no item is passed back.
+            let mut items = answer.reasoning_items;
+            let bytes: usize = items.iter().map(|i| i.to_string().len()).sum();
+            if bytes > MAX_KEPT_ANSWER_BYTES {
+                items.clear();
             }
             messages.push(Message {
                 reasoning_content: provider.pass_reasoning.then_some(reasoning),
-                reasoning_encrypted: if provider.pass_reasoning {
-                    encrypted
+                reasoning_items: if provider.pass_reasoning {
+                    items
                 } else {
                     Vec::new()
                 },
@@ -783,7 +784,7 @@ async fn logical_request(
                 outcome,
                 content: String::new(),
                 reasoning: String::new(),
-                reasoning_encrypted: Vec::new(),
+                reasoning_items: Vec::new(),
             };
             return (answer, attempt);
         }
@@ -849,7 +850,7 @@ async fn logical_request(
                 outcome,
                 content: result.content_text,
                 reasoning: result.reasoning_text,
-                reasoning_encrypted: result.reasoning_encrypted,
+                reasoning_items: result.reasoning_items,
             };
             return (answer, attempt);
         }
@@ -1654,12 +1655,14 @@ model_id = "m"
             let mut want = turn1.clone();
             if pass {
                 want.push(
-                    json!({"type": "reasoning", "summary": [], "encrypted_content": "enc 1"}),
+                    json!({"type": "reasoning", "summary": [{"type": "summary_text",
+                    "text": "thought 1"}], "encrypted_content": "enc 1"}),
                 );
             }
+            let message = |role: &str, part: &str, text: &str| json!({"type": "message", "role": role, "content": [{"type": part, "text": text}]});
             want.extend([
-                json!({"role": "assistant", "content": "answer 1"}),
-                json!({"role": "user", "content": "Second?"}),
+                message("assistant", "output_text", "answer 1"),
+                message("user", "input_text", "Second?"),
             ]);
             assert_eq!(
                 bodies[1]["input"],

@@ -25,11 +25,12 @@ pub struct Message {
     /// require it (`pass_reasoning = true`). Absent from the JSON when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
-    /// An assistant message's encrypted reasoning (Responses API `encrypted_content`, one
-    /// piece per reasoning item), sent back before it as `reasoning` input items when the
-    /// provider has `pass_reasoning = true`. Absent from the JSON when empty.
+    /// An assistant message's reasoning items (Responses API: `{"type": "reasoning",
+    /// "summary", "content", "encrypted_content"}` as the answer carried them), sent back
+    /// before it when the provider has `pass_reasoning = true`. Absent from the JSON when
+    /// empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub reasoning_encrypted: Vec<String>,
+    pub reasoning_items: Vec<serde_json::Value>,
 }
 
 impl Message {
@@ -39,7 +40,7 @@ impl Message {
             role: role.to_string(),
             content: content.into(),
             reasoning_content: None,
-            reasoning_encrypted: Vec::new(),
+            reasoning_items: Vec::new(),
         }
     }
 }

@@ -60,6 +60,7 @@ cases! {
     case_67_responses_nonstream_reasoning_message_usage => "67-responses-nonstream-reasoning-message-usage",
     case_68_responses_no_event_lines_and_done => "68-responses-no-event-lines-and-done",
     case_69_responses_refusal_deltas => "69-responses-refusal-deltas",
+    case_70_responses_llamacpp_minimal_events => "70-responses-llamacpp-minimal-events",
 }
 
 /// The corpus README's outcome names mapped to DESIGN.md's.

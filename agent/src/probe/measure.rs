@@ -210,9 +210,9 @@ pub(super) struct State {
     /// [`KEPT_ANSWERED_BYTES`].
     answered_model: Option<String>,
     system_fingerprint: Option<String>,
-    /// Encrypted reasoning of the answer, one per reasoning item (Responses API), kept with
-    /// the texts (`keep_text`) for a later turn to pass back.
-    reasoning_encrypted: Vec<String>,
+    /// The answer's reasoning items (Responses API), kept with the texts (`keep_text`) for a
+    /// later turn to pass back.
+    reasoning_items: Vec<serde_json::Value>,
     /// The body has ended: the events read now are the last, unterminated one (an API whose
     /// events are named reads a payload cut here as a truncation, as `complete: false`).
     body_ending: bool,
@@ -545,7 +545,7 @@ impl Measurement {
             content_text: st.content_text,
             reasoning_text: st.reasoning_text,
             tool_calls: st.tool_calls,
-            reasoning_encrypted: st.reasoning_encrypted,
+            reasoning_items: st.reasoning_items,
         }
     }
 }
@@ -882,9 +882,9 @@ impl State {
         !self.tool_calls.is_empty()
     }
 
-    /// Whether encrypted reasoning was kept.
-    pub(super) fn has_reasoning_encrypted(&self) -> bool {
-        !self.reasoning_encrypted.is_empty()
+    /// Whether a reasoning item was kept.
+    pub(super) fn has_reasoning_items(&self) -> bool {
+        !self.reasoning_items.is_empty()
     }
 
     /// Whether the body has ended: an event read now was cut by the end of the body (it
@@ -893,11 +893,16 @@ impl State {
         self.body_ending
     }
 
-    /// Keeps one piece of encrypted reasoning (opaque: never scrubbed nor cut, so it stays
-    /// valid to send back) when texts are kept.
-    pub(super) fn keep_reasoning_encrypted(&mut self, piece: &str) {
-        if self.keep_text && !piece.is_empty() {
-            self.reasoning_encrypted.push(piece.to_string());
+    /// Whether texts are kept (`keep_text`).
+    pub(super) fn keeps_text(&self) -> bool {
+        self.keep_text
+    }
+
+    /// Keeps one reasoning item of the answer (its encrypted content is opaque: never
+    /// scrubbed nor cut, so it stays valid to send back) when texts are kept.
+    pub(super) fn keep_reasoning_item(&mut self, item: serde_json::Value) {
+        if self.keep_text {
+            self.reasoning_items.push(item);
         }
     }
 }

@@ -204,11 +204,12 @@ pub struct ProbeResult {
     /// Filled only when asked ([`ProbeOptions::keep_timestamps`]); empty for a body read
     /// whole.
     pub token_read_at: Vec<Instant>,
-    /// The answer's encrypted reasoning, one piece per reasoning item (Responses API,
-    /// `encrypted_content`, returned when the request's `include` asks for
-    /// `reasoning.encrypted_content`), in order; kept only with `keep_text`, for a later turn
-    /// to pass back. Opaque provider data: never logged, stored or put in a record.
-    pub reasoning_encrypted: Vec<String>,
+    /// The answer's reasoning items (Responses API), in order, each as
+    /// `{"type": "reasoning", "summary": [summary_text parts], "content": [reasoning_text
+    /// parts] (when any), "encrypted_content" (when the provider sent one: the request's
+    /// `include` asked for `reasoning.encrypted_content`)}`; kept only with `keep_text`, for
+    /// a later turn to pass back. Provider data: never logged, stored or put in a record.
+    pub reasoning_items: Vec<serde_json::Value>,
 }
 
 /// What [`Prober::probe_with`] keeps besides the record.

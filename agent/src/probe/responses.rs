@@ -4,15 +4,17 @@
 //!
 //! # Request ([`body`])
 //! `model`; the leading `system` messages joined (blank line between them) as
-//! `instructions`, where Codex puts its system prompt; every other message as an input item
-//! `{"role","content"}` in order (a later `system` message becomes a `developer` item, the
-//! Responses API's role for instructions); `max_output_tokens` (or the provider's
-//! `max_tokens_field`); `stream`; `temperature`/`top_p` when set; `store: false`, as Codex
-//! sends it (the probe's prompts are not kept by the provider, and nothing can be chained
-//! to a stored response). An assistant message that carries encrypted reasoning
-//! ([`Message::reasoning_encrypted`](latmesh_core::prompts::Message::reasoning_encrypted)) is preceded by one `reasoning` item per piece, as
-//! Codex passes reasoning back with `store: false`; [`with_reasoning_passback`] adds the
-//! `include` that asks for it.
+//! `instructions`, where Codex puts its system prompt; every other message, in order, as the
+//! message item Codex sends, `{"type": "message", "role", "content": [{"type": "input_text",
+//! "text"}]}` (`output_text` for an assistant's; a later `system` message becomes a
+//! `developer` item, the Responses API's role for instructions; llama.cpp's server refuses an
+//! assistant message whose content is a plain string); `max_output_tokens` (or the
+//! provider's `max_tokens_field`); `stream`; `temperature`/`top_p` when set; `store: false`,
+//! as Codex sends it (the probe's prompts are not kept by the provider, and nothing can be
+//! chained to a stored response). An assistant message that carries reasoning items
+//! ([`Message::reasoning_items`](latmesh_core::prompts::Message::reasoning_items)) is preceded
+//! by them, as Codex passes reasoning back with `store: false`; [`with_reasoning_passback`]
+//! adds the `include` that asks for their encrypted content.
 //!
 //! # Events ([`on_event`])
 //! Every event is read by its JSON `type` (the `event:` line may be missing or differ);
@@ -76,17 +78,16 @@ pub fn body(req: &ProbeRequest<'_>) -> Vec<u8> {
         .collect();
     let mut input = Vec::with_capacity(req.messages.len() - lead);
     for m in &req.messages[lead..] {
-        if m.role == "assistant" {
-            for enc in &m.reasoning_encrypted {
-                input.push(json!({"type": "reasoning", "summary": [], "encrypted_content": enc}));
+        let (role, part) = match m.role.as_str() {
+            "assistant" => {
+                input.extend(m.reasoning_items.iter().cloned());
+                ("assistant", "output_text")
             }
-        }
-        let role = if m.role == "system" {
-            "developer"
-        } else {
-            m.role.as_str()
+            "system" => ("developer", "input_text"),
+            role => (role, "input_text"),
         };
-        input.push(json!({"role": role, "content": m.content}));
+        input.push(json!({"type": "message", "role": role,
+            "content": [{"type": part, "text": m.content}]}));
     }
     let mut b = Map::new();
     b.insert("model".into(), req.model_id.into());
@@ -344,9 +345,9 @@ fn on_response(st: &mut State, at: Instant, r: &ResponseWire<'_>, kind: &str, st
     ) {
         return;
     }
-    if !st.has_reasoning_encrypted() {
+    if !st.has_reasoning_items() {
         for item in &r.output.0 {
-            keep_encrypted(st, item);
+            keep_reasoning_item(st, item);
         }
     }
     let tool_call = st.has_tool_calls() || r.output.0.iter().any(ItemWire::is_tool_call);
@@ -361,10 +362,39 @@ fn on_response(st: &mut State, at: Instant, r: &ResponseWire<'_>, kind: &str, st
     }
 }
 
-fn keep_encrypted(st: &mut State, item: &ItemWire<'_>) {
-    if item.kind.as_str() == "reasoning" && !item.encrypted_content.as_str().is_empty() {
-        st.keep_reasoning_encrypted(item.encrypted_content.as_str());
+/// Keeps a `reasoning` item, as an input item to send back (`summary`, `content` when it
+/// has any, `encrypted_content` when it has one; not its `id`, which means nothing with
+/// `store: false`).
+fn keep_reasoning_item(st: &mut State, item: &ItemWire<'_>) {
+    if item.kind.as_str() != "reasoning" || !st.keeps_text() {
+        return;
     }
+    let parts = |ps: &Many<PartWire<'_>>, kind: &str| -> Vec<serde_json::Value> {
+        ps.0.iter()
+            .map(|p| serde_json::json!({"type": kind, "text": p.text.as_str()}))
+            .collect()
+    };
+    let mut kept = serde_json::Map::new();
+    kept.insert("type".into(), "reasoning".into());
+    kept.insert(
+        "summary".into(),
+        parts(&item.summary, "summary_text").into(),
+    );
+    if !item.content.0.is_empty() {
+        kept.insert(
+            "content".into(),
+            parts(&item.content, "reasoning_text").into(),
+        );
+    }
+    if let Some(enc) = item
+        .encrypted_content
+        .0
+        .as_deref()
+        .filter(|e| !e.is_empty())
+    {
+        kept.insert("encrypted_content".into(), enc.into());
+    }
+    st.keep_reasoning_item(kept.into());
 }
 
 /// One event of a stream, read at `at`.
@@ -438,7 +468,7 @@ pub(super) fn on_event(st: &mut State, at: Instant, ev: SseEvent<'_>) {
         }
         "response.output_item.done" => {
             if let Some(item) = e.item.0.as_ref() {
-                keep_encrypted(st, item);
+                keep_reasoning_item(st, item);
             }
         }
         "error" => {
@@ -507,7 +537,7 @@ pub(super) fn on_json_body(st: &mut State, at: Instant, body: &[u8], streamed_re
                 for p in item.summary.0.iter().chain(&item.content.0) {
                     reasoning.push_str(p.text.as_str());
                 }
-                keep_encrypted(st, item);
+                keep_reasoning_item(st, item);
             }
             _ if item.is_tool_call() => {
                 st.add_tool_fragment(&item.tool_fragment(Some(i as u64), true));
@@ -566,7 +596,8 @@ pub(crate) mod tests {
     #[test]
     fn body_puts_leading_system_messages_in_instructions_and_the_rest_in_input() {
         let mut answer = Message::new("assistant", "four");
-        answer.reasoning_encrypted = vec!["blob1".into()];
+        let item = json!({"type": "reasoning", "summary": [], "encrypted_content": "blob1"});
+        answer.reasoning_items = vec![item.clone()];
         let msgs = vec![
             Message::new("system", "Be brief."),
             Message::new("system", "Answer in English."),
@@ -582,11 +613,11 @@ pub(crate) mod tests {
                 "model": "m",
                 "instructions": "Be brief.\n\nAnswer in English.",
                 "input": [
-                    {"role": "user", "content": "2+2?"},
-                    {"type": "reasoning", "summary": [], "encrypted_content": "blob1"},
-                    {"role": "assistant", "content": "four"},
-                    {"role": "developer", "content": "Now be verbose."},
-                    {"role": "user", "content": "Why?"},
+                    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "2+2?"}]},
+                    item,
+                    {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "four"}]},
+                    {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "Now be verbose."}]},
+                    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Why?"}]},
                 ],
                 "max_output_tokens": 16,
                 "stream": true,
@@ -720,7 +751,10 @@ pub(crate) mod tests {
         assert_eq!(rec.answered_model.as_deref(), Some("gpt-x"));
         assert!(rec.saw_done);
         // Kept with the texts, for a later turn.
-        assert_eq!(r.reasoning_encrypted, vec!["enc".to_string()]);
+        assert_eq!(
+            r.reasoning_items,
+            vec![json!({"type": "reasoning", "summary": [], "encrypted_content": "enc"})]
+        );
     }
 
     #[test]
@@ -943,7 +977,13 @@ pub(crate) mod tests {
         assert_eq!(rec.finish_reason.as_deref(), Some("tool_calls"));
         assert_eq!((rec.output_tokens, rec.usage.prompt_tokens), (7, Some(5)));
         assert_eq!(r.tool_calls[0].arguments, "{}");
-        assert_eq!(r.reasoning_encrypted, vec!["enc".to_string()]);
+        assert_eq!(
+            r.reasoning_items,
+            vec![
+                json!({"type": "reasoning", "summary": [{"type": "summary_text", "text": "sum"}],
+                "content": [{"type": "reasoning_text", "text": "raw"}], "encrypted_content": "enc"})
+            ]
+        );
         // Incomplete, failed, an error envelope, something else.
         let inc = json!({"object": "response", "status": "incomplete",
             "incomplete_details": {"reason": "max_output_tokens"}, "output": []});
