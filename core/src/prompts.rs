@@ -27,9 +27,10 @@ pub struct Message {
     pub reasoning_content: Option<String>,
     /// An assistant message's reasoning items (Responses API: `{"type": "reasoning",
     /// "summary", "content", "encrypted_content"}` as the answer carried them), sent back
-    /// before it when the provider has `pass_reasoning = true`. Absent from the JSON when
-    /// empty.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// before it when the provider has `pass_reasoning = true`. Conversation state, never in
+    /// the message's JSON: only the Responses request body sends them, as input items (a
+    /// Chat Completions provider later in a failover chain never sees them).
+    #[serde(skip)]
     pub reasoning_items: Vec<serde_json::Value>,
 }
 
@@ -290,6 +291,14 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&a).unwrap(),
             r#"{"role":"assistant","content":"answer","reasoning_content":"think"}"#
+        );
+        let r = Message {
+            reasoning_items: vec![serde_json::json!({"type": "reasoning", "summary": []})],
+            ..Message::new("assistant", "answer")
+        };
+        assert_eq!(
+            serde_json::to_string(&r).unwrap(),
+            r#"{"role":"assistant","content":"answer"}"#
         );
     }
 
