@@ -16,7 +16,7 @@
 //! by them, as Codex passes reasoning back with `store: false`; [`with_reasoning_passback`]
 //! adds the `include` that asks for their encrypted content.
 //!
-//! # Events ([`on_event`])
+//! # Events (`on_event`)
 //! Every event is read by its JSON `type` (the `event:` line may be missing or differ);
 //! every JSON event is one payload (its index counts every event, `response.created`
 //! included). Generated text, each delta event one token payload:
@@ -40,7 +40,7 @@
 //!   error's code and message.
 //!
 //! A terminal event's response whose `status` says otherwise is read by its status
-//! ([`finish_of`]). `data: [DONE]` (sent by some gateways) also ends the stream.
+//! (`finish_of`). `data: [DONE]` (sent by some gateways) also ends the stream.
 
 use std::borrow::Cow;
 use std::time::Instant;
