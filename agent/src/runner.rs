@@ -502,6 +502,8 @@ struct Answer {
     reasoning: String,
     /// An Anthropic answer's thinking blocks (empty for the other APIs).
     thinking_blocks: Vec<ThinkingBlock>,
+    /// Reasoning items (Responses API), passed back with `pass_reasoning`.
+    reasoning_items: Vec<serde_json::Value>,
 }
 
 /// Runs one slot: its logical request (a conversation of `turns` turns, each with its
@@ -537,7 +539,18 @@ pub async fn run_slot_with(
         .collect();
     let shapes: Vec<_> = chain
         .iter()
-        .map(|&p| env.shaping.shape(plan, p, scenario))
+        .map(|&p| {
+            let shape = env.shaping.shape(plan, p, scenario);
+            // A Responses provider whose reasoning is passed back asks for it (`include`).
+            let passback = plan.providers[p]
+                .pass_reasoning
+                .then(|| crate::probe::responses::with_reasoning_passback(&shape))
+                .flatten();
+            match passback {
+                Some(s) => std::borrow::Cow::Owned(s),
+                None => shape,
+            }
+        })
         .collect();
     let secrets: Vec<_> = chain
         .iter()
@@ -623,10 +636,21 @@ pub async fn run_slot_with(
             cut_at_char_boundary(&mut reasoning, MAX_KEPT_ANSWER_BYTES);
             // Anthropic's thinking blocks go back whole (their signatures are checked), never cut.
             let thinking = answer.thinking_blocks;
+            // Encrypted reasoning cannot be cut: past the bound no item is passed back.
+            let mut items = answer.reasoning_items;
+            let bytes: usize = items.iter().map(|i| i.to_string().len()).sum();
+            if bytes > MAX_KEPT_ANSWER_BYTES {
+                items.clear();
+            }
             messages.push(Message {
                 reasoning_content: provider.pass_reasoning.then_some(reasoning),
                 thinking_blocks: (provider.pass_reasoning && !thinking.is_empty())
                     .then_some(thinking),
+                reasoning_items: if provider.pass_reasoning {
+                    items
+                } else {
+                    Vec::new()
+                },
                 ..Message::new("assistant", content)
             });
         }
@@ -781,6 +805,7 @@ async fn logical_request(
                 content: String::new(),
                 reasoning: String::new(),
                 thinking_blocks: Vec::new(),
+                reasoning_items: Vec::new(),
             };
             return (answer, attempt);
         }
@@ -848,6 +873,7 @@ async fn logical_request(
                 content: result.content_text,
                 reasoning: result.reasoning_text,
                 thinking_blocks: result.thinking_blocks,
+                reasoning_items: result.reasoning_items,
             };
             return (answer, attempt);
         }
@@ -1649,6 +1675,25 @@ model_id = "m"
         .concat()
     }
 
+    /// A Responses API stream of request `n`: a reasoning summary "thought n" whose item
+    /// carries encrypted reasoning "enc n", then the text "answer n".
+    fn responses_answer(n: usize) -> String {
+        let event = |v: Value| format!("event: {}\ndata: {v}\n\n", v["type"].as_str().unwrap());
+        let reasoning = json!({"type": "reasoning", "summary": [{"type": "summary_text",
+            "text": format!("thought {n}")}], "encrypted_content": format!("enc {n}")});
+        [
+            event(json!({"type": "response.created", "response": {"status": "in_progress", "model": "m"}})),
+            event(json!({"type": "response.reasoning_summary_text.delta", "output_index": 0,
+                "delta": format!("thought {n}")})),
+            event(json!({"type": "response.output_item.done", "output_index": 0, "item": reasoning})),
+            event(json!({"type": "response.output_text.delta", "output_index": 1,
+                "delta": format!("answer {n}")})),
+            event(json!({"type": "response.completed", "response": {"status": "completed",
+                "usage": {"input_tokens": 10, "output_tokens": 4}}})),
+        ]
+        .concat()
+    }
+
     #[tokio::test]
     async fn anthropic_turns_send_the_thinking_blocks_back_with_their_signatures() {
         for pass in [true, false] {
@@ -1692,6 +1737,48 @@ model_id = "m"
             assert_eq!(bodies[1]["messages"], Value::Array(want.clone()));
             want.extend([assistant(2), user("Third?")]);
             assert_eq!(bodies[2]["messages"], Value::Array(want));
+        }
+    }
+
+    #[tokio::test]
+    async fn responses_turns_pass_encrypted_reasoning_back_when_asked() {
+        for pass in [true, false] {
+            let (addr, bodies) = capture(Box::new(|n| (200, "", responses_answer(n + 1)))).await;
+            let p = plan(
+                &format!("http://{addr}/v1"),
+                "turns = 2\nfollow_ups = [\"Second?\"]",
+                &format!("api = \"responses\"\npass_reasoning = {pass}"),
+            );
+            let (recs, _) = run(&p, 0).await;
+            assert_eq!(
+                summary(&recs),
+                [(1, 1, Outcome::Ok, true), (2, 1, Outcome::Ok, true)]
+            );
+            let bodies = bodies.lock().unwrap();
+            assert!(
+                bodies[0]["_head"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("post /v1/responses ")
+            );
+            let turn1 = bodies[0]["input"].as_array().unwrap().clone();
+            let mut want = turn1.clone();
+            if pass {
+                want.push(
+                    json!({"type": "reasoning", "summary": [{"type": "summary_text",
+                    "text": "thought 1"}], "encrypted_content": "enc 1"}),
+                );
+            }
+            let message = |role: &str, part: &str, text: &str| json!({"type": "message", "role": role, "content": [{"type": part, "text": text}]});
+            want.extend([
+                message("assistant", "output_text", "answer 1"),
+                message("user", "input_text", "Second?"),
+            ]);
+            assert_eq!(
+                bodies[1]["input"],
+                Value::Array(want),
+                "pass_reasoning = {pass}"
+            );
         }
     }
 

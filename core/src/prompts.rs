@@ -27,9 +27,17 @@ pub struct Message {
     pub reasoning_content: Option<String>,
     /// An Anthropic assistant message's thinking blocks, in order, sent back before its text
     /// as the Messages API wants them (`api = "anthropic"` with `pass_reasoning = true`).
-    /// Absent from the JSON when `None`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Conversation state, never in the message's JSON: only the Anthropic request body sends
+    /// them (a Chat Completions provider later in a failover chain never sees them).
+    #[serde(skip)]
     pub thinking_blocks: Option<Vec<ThinkingBlock>>,
+    /// An assistant message's reasoning items (Responses API: `{"type": "reasoning",
+    /// "summary", "content", "encrypted_content"}` as the answer carried them), sent back
+    /// before it when the provider has `pass_reasoning = true`. Conversation state, never in
+    /// the message's JSON: only the Responses request body sends them, as input items (a
+    /// Chat Completions provider later in a failover chain never sees them).
+    #[serde(skip)]
+    pub reasoning_items: Vec<serde_json::Value>,
 }
 
 impl Message {
@@ -40,6 +48,7 @@ impl Message {
             content: content.into(),
             reasoning_content: None,
             thinking_blocks: None,
+            reasoning_items: Vec::new(),
         }
     }
 }
@@ -320,14 +329,20 @@ mod tests {
                 },
                 ThinkingBlock::RedactedThinking { data: "d".into() },
             ]),
+            reasoning_items: vec![serde_json::json!({"type": "reasoning", "summary": []})],
             ..Message::new("assistant", "answer")
         };
-        let json = serde_json::to_string(&t).unwrap();
+        // Conversation state of one API is never serialized with the message (the chat body
+        // serializes messages as they are).
         assert_eq!(
-            json,
-            r#"{"role":"assistant","content":"answer","thinking_blocks":[{"type":"thinking","thinking":"t","signature":"s"},{"type":"redacted_thinking","data":"d"}]}"#
+            serde_json::to_string(&t).unwrap(),
+            r#"{"role":"assistant","content":"answer"}"#
         );
-        assert_eq!(serde_json::from_str::<Message>(&json).unwrap(), t);
+        let block = serde_json::to_string(&t.thinking_blocks.as_ref().unwrap()[0]).unwrap();
+        assert_eq!(
+            block,
+            r#"{"type":"thinking","thinking":"t","signature":"s"}"#
+        );
     }
 
     #[test]

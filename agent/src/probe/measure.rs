@@ -232,6 +232,12 @@ pub(super) struct State {
     /// Reasoning inside `content` between declared tags ([`Measurement::with_reasoning_tags`]).
     /// (Boxed: taken out and put back for every payload.)
     think: Option<Box<ThinkTags>>,
+    /// The answer's reasoning items (Responses API), kept with the texts (`keep_text`) for a
+    /// later turn to pass back.
+    reasoning_items: Vec<serde_json::Value>,
+    /// The body has ended: the events read now are the last, unterminated one (an API whose
+    /// events are named reads a payload cut here as a truncation, as `complete: false`).
+    body_ending: bool,
 }
 
 /// One payload's generated output ([`State::on_output`]).
@@ -472,6 +478,7 @@ impl Measurement {
         }
         if end == BodyEnd::Eof || end == BodyEnd::Broken {
             self.parser.finish();
+            self.st.body_ending = true;
             self.drain(at);
         }
         // A JSON document sent where an event stream was asked for.
@@ -656,6 +663,7 @@ impl Measurement {
             reasoning_text: st.reasoning_text,
             tool_calls: st.tool_calls,
             thinking_blocks: st.anthropic.into_thinking_blocks(),
+            reasoning_items: st.reasoning_items,
         }
     }
 }
@@ -1020,6 +1028,22 @@ impl State {
         }
     }
 
+    /// Whether any tool call was read.
+    pub(super) fn has_tool_calls(&self) -> bool {
+        !self.tool_calls.is_empty()
+    }
+
+    /// Whether a reasoning item was kept.
+    pub(super) fn has_reasoning_items(&self) -> bool {
+        !self.reasoning_items.is_empty()
+    }
+
+    /// Whether the body has ended: an event read now was cut by the end of the body (it
+    /// lacks its closing blank line), whatever its kind.
+    pub(super) fn body_ending(&self) -> bool {
+        self.body_ending
+    }
+
     /// Whether generated text is kept (`keep_text`): an API's module keeps what a later
     /// turn sends back only then.
     pub(super) fn keeps_text(&self) -> bool {
@@ -1032,6 +1056,14 @@ impl State {
         self.reasoning_chunks = self.reasoning_chunks.saturating_add(1);
         self.first_reasoning.get_or_insert(index);
         self.on_token_payload(at, index);
+    }
+
+    /// Keeps one reasoning item of the answer (its encrypted content is opaque: never
+    /// scrubbed nor cut, so it stays valid to send back) when texts are kept.
+    pub(super) fn keep_reasoning_item(&mut self, item: serde_json::Value) {
+        if self.keep_text {
+            self.reasoning_items.push(item);
+        }
     }
 }
 
@@ -1062,8 +1094,13 @@ pub(crate) mod tests {
 
     /// Measures `pieces` arriving 1 ms apart.
     pub(crate) fn measure(pieces: &[&[u8]], whole: bool) -> ProbeResult {
+        measure_api(Api::Chat, pieces, whole)
+    }
+
+    /// [`measure`] of a body of `api`.
+    pub(crate) fn measure_api(api: Api, pieces: &[&[u8]], whole: bool) -> ProbeResult {
         let t0 = Instant::now();
-        let mut m = Measurement::new(t0, true, whole, !whole, 64);
+        let mut m = Measurement::new(t0, true, whole, !whole, 64).with_api(api);
         let mut at = t0;
         let mut end = BodyEnd::Eof;
         for p in pieces {
@@ -2764,8 +2801,11 @@ pub(crate) mod tests {
 
     /// An API and a body of its events.
     fn api_and_body() -> impl Strategy<Value = (Api, Vec<u8>)> {
-        prop::sample::select(vec![Api::Chat, Api::Anthropic])
-            .prop_flat_map(|api| stream_body(api).prop_map(move |b| (api, b)))
+        prop_oneof![
+            prop::sample::select(vec![Api::Chat, Api::Anthropic])
+                .prop_flat_map(|api| stream_body(api).prop_map(move |b| (api, b))),
+            crate::probe::responses::tests::responses_body().prop_map(|b| (Api::Responses, b)),
+        ]
     }
 
     /// Anthropic Messages events, each with its `event:` line or as bare data.

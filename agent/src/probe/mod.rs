@@ -227,6 +227,12 @@ pub struct ProbeResult {
     /// signature (or encrypted `data`), to send back in a later turn; filled only when
     /// `keep_text`, empty for the other APIs.
     pub thinking_blocks: Vec<latmesh_core::prompts::ThinkingBlock>,
+    /// The answer's reasoning items (Responses API), in order, each as
+    /// `{"type": "reasoning", "summary": [summary_text parts], "content": [reasoning_text
+    /// parts] (when any), "encrypted_content" (when the provider sent one: the request's
+    /// `include` asked for `reasoning.encrypted_content`)}`; kept only with `keep_text`, for
+    /// a later turn to pass back. Provider data: never logged, stored or put in a record.
+    pub reasoning_items: Vec<serde_json::Value>,
 }
 
 /// What [`Prober::probe_with`] keeps besides the record.
