@@ -219,13 +219,11 @@ async fn chat_ttft_agrees_with_llama_server_prompt_ms() {
 }
 
 #[tokio::test(flavor = "current_thread")]
-#[ignore = "api = anthropic: wired once the Messages parser (helper anthropic) is merged"]
 async fn anthropic_ttft_agrees_with_llama_server_prompt_ms() {
     ttft_within_one_decode_step_of_prompt_ms(Api::Anthropic).await;
 }
 
 #[tokio::test(flavor = "current_thread")]
-#[ignore = "api = responses: wired once the Responses parser (helper responses) is merged"]
 async fn responses_ttft_agrees_with_llama_server_prompt_ms() {
     ttft_within_one_decode_step_of_prompt_ms(Api::Responses).await;
 }

@@ -43,11 +43,8 @@ fn launch(url: &str, campaign: &std::path::Path, dir: &std::path::Path) -> Summa
     serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap()
 }
 
-/// The APIs whose probe parsers this build has; the campaign's providers on the others are
-/// probed (their attempts are counted) but their properties asserted only once listed here.
-/// `anthropic` and `responses` are listed when helpers anthropic's and responses' parsers are
-/// merged (until then every response over them is a `protocol_error`).
-const WIRED_APIS: &[Api] = &[Api::Chat];
+/// The APIs whose properties are asserted: every one.
+const WIRED_APIS: &[Api] = &Api::ALL;
 
 /// The campaign's name of `server`'s provider over `api`: `llama-cpp`, `llama-cpp-anthropic`,
 /// `llama-cpp-responses`.
