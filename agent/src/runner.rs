@@ -821,8 +821,14 @@ async fn logical_request(
             }
         };
         let returned = Instant::now();
+        env.shaping.after_attempt(
+            provider,
+            name,
+            req.shape,
+            &result.record,
+            &result.error_body_fields,
+        );
         let mut rec = result.record;
-        env.shaping.after_attempt(provider, name, req.shape, &rec);
         label.fill(&mut rec, turn, attempt, sched_lag_us);
         rec.provider = name.to_string();
         rec.failover = matches!(again, Again::Failover(_));
@@ -2102,7 +2108,7 @@ failover = {{ chain = [{chain}]{extra} }}
         let mut always = p.clone();
         always.providers[0].request.stream_usage = latmesh_core::api::StreamUsage::Always;
         let sh = crate::shaping::Shaping::new(&always);
-        sh.after_attempt(0, "p", &always.providers[0].request, &recs[0]);
+        sh.after_attempt(0, "p", &always.providers[0].request, &recs[0], &[]);
         assert_eq!(
             sh.shape(&always, 0, &always.scenarios[0]).stream_usage,
             latmesh_core::api::StreamUsage::Always

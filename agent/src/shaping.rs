@@ -86,14 +86,22 @@ impl Shaping {
     }
 
     /// After an attempt to provider `p` (named `name`) sent with `shape`: when it asked for
-    /// usage under `auto` and `rec` is a refusal of the field, stops asking that provider
-    /// and logs it, once.
-    pub fn after_attempt(&self, p: usize, name: &str, shape: &RequestShape, rec: &ProbeRecord) {
+    /// usage under `auto` and `rec` is a refusal of the field (its message, type or code, or
+    /// its whole error body, `error_body_fields`, names it), stops asking that provider and
+    /// logs it, once.
+    pub fn after_attempt(
+        &self,
+        p: usize,
+        name: &str,
+        shape: &RequestShape,
+        rec: &ProbeRecord,
+        error_body_fields: &[&str],
+    ) {
         if shape.api != Api::Chat
             || shape.stream_usage != StreamUsage::Auto
             || !rec.stream
             || !rec.usage_requested
-            || !request::refuses_stream_usage(rec)
+            || !request::refuses_stream_usage(rec, error_body_fields)
         {
             return;
         }

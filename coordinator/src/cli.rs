@@ -1289,7 +1289,10 @@ async fn probe(args: ProbeArgs) -> anyhow::Result<()> {
     println!("{}", out.to_json_pretty());
     let outcome = out.record.outcome();
     let hint = if out.record.usage_requested
-        && latmesh_agent::probe::request::refuses_stream_usage(&out.record)
+        && latmesh_agent::probe::request::refuses_stream_usage(
+            &out.record,
+            &result.error_body_fields,
+        )
     {
         ": the provider refused stream_options, try --stream-usage never"
     } else {

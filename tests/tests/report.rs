@@ -114,7 +114,8 @@ async fn demo_report_from_memory_and_from_clickhouse() {
         ch_json["notes"]
     );
     // What answered: the simulator answers with the model id it was sent, so every provider
-    // is listed, none is flagged, and ClickHouse counts the same.
+    // is listed, none is flagged, and ClickHouse counts the same. Only Chat Completions has
+    // a `system_fingerprint` (the Messages and Responses APIs define none).
     assert_eq!(
         mem.models.len(),
         data.plan.providers.len(),
@@ -123,9 +124,16 @@ async fn demo_report_from_memory_and_from_clickhouse() {
     );
     for m in &mem.models {
         assert!(m.flags().is_empty(), "{m:?}");
+        let spec = data.plan.providers.iter().find(|p| p.name == m.provider).unwrap();
+        let want: &[&str] = match spec.request.api {
+            latmesh_core::api::Api::Chat => &["latmesh-sim"],
+            _ => &[],
+        };
         assert_eq!(
             m.system_fingerprints.keys().collect::<Vec<_>>(),
-            ["latmesh-sim"]
+            want,
+            "{}",
+            m.provider
         );
     }
     assert!(html.contains("<section id=\"answered\">"));

@@ -617,10 +617,11 @@ async fn error_response(
             format!("unexpected HTTP status {status} {reason} (redirects are not followed)"),
         )
     };
-    (
-        head.failed_with_body(failure, scrub, &stamps, end_at),
-        end_at.is_some(),
-    )
+    let mut result = head.failed_with_body(failure, scrub, &stamps, end_at);
+    if status >= 400 {
+        result.error_body_fields = request::fields_named_in(&buf);
+    }
+    (result, end_at.is_some())
 }
 
 #[cfg(test)]

@@ -571,6 +571,24 @@ impl Measurement {
             };
             classify_stream(&facts).err()
         });
+        // An event stream that ended as an answer although not one of its payloads carried a
+        // token latmesh reads, while the provider's usage counts output tokens: the answer
+        // came somewhere no API defines as generated text (a whole document inside a start
+        // or end event, a legacy field). Its timings would be an `ok` without TTFT and with
+        // an E2E that looks fast: not a sample to decide with.
+        let failure = failure.or_else(|| {
+            let unread = st
+                .usage
+                .as_ref()
+                .and_then(|u| u.completion_tokens)
+                .filter(|&n| n > 0 && !st.whole_body && st.token_payloads == 0)?;
+            Some(Failure::new(
+                Outcome::ProtocolError,
+                format!(
+                    "the stream ended without any token in the fields the API streams generated text in, while usage counts {unread} output tokens"
+                ),
+            ))
+        });
         let failure = failure.map(|mut f| {
             let cause = self
                 .broken
@@ -664,6 +682,7 @@ impl Measurement {
             tool_calls: st.tool_calls,
             thinking_blocks: st.anthropic.into_thinking_blocks(),
             reasoning_items: st.reasoning_items,
+            error_body_fields: Vec::new(),
         }
     }
 }
@@ -2675,6 +2694,39 @@ pub(crate) mod tests {
 
     /// Every field of a delta (or message) that carries generated output counts for TTFT,
     /// and the answer's fields (content, refusal, audio) for TTFC, also past the fast path.
+    /// Streams whose answer latmesh does not read (a legacy `choices[].text`, an Anthropic
+    /// message whole inside `message_start`), while usage counts output tokens: a
+    /// `protocol_error`, never an `ok` without TTFT; without usage, or with tokens read, as
+    /// before.
+    #[test]
+    fn an_answer_in_no_streamed_field_is_not_an_ok() {
+        let legacy = sse(&[
+            r#"{"choices":[{"index":0,"text":"Hello there","finish_reason":null}]}"#,
+            r#"{"choices":[{"index":0,"text":"","finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":2}}"#,
+            "[DONE]",
+        ]);
+        let anthropic = [
+            r#"{"type":"message_start","message":{"model":"m","content":[{"type":"text","text":"All of it"}],"usage":{"input_tokens":3,"output_tokens":3}}}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":3}}"#,
+            r#"{"type":"message_stop"}"#,
+        ]
+        .iter()
+        .map(|d| format!("data: {d}\n\n"))
+        .collect::<String>();
+        for (api, body) in [(Api::Chat, legacy.clone()), (Api::Anthropic, anthropic.into_bytes())] {
+            let r = measure_api(api, &[&body], false);
+            assert_eq!(r.record.outcome(), Outcome::ProtocolError, "{api}: {:?}", r.record);
+            assert_eq!(r.record.ttft_us, None);
+        }
+        // Without usage there is nothing to say the stream carried an answer.
+        let no_usage = String::from_utf8(legacy).unwrap().replace(
+            r#","usage":{"prompt_tokens":3,"completion_tokens":2}"#,
+            "",
+        );
+        let r = measure_api(Api::Chat, &[no_usage.as_bytes()], false);
+        assert_eq!(r.record.outcome(), Outcome::Ok);
+    }
+
     #[test]
     fn refusal_and_audio_are_the_answer() {
         let refusal = delta(r#""content":null,"refusal":"I can't help with that.""#);

@@ -233,6 +233,10 @@ pub struct ProbeResult {
     /// `include` asked for `reasoning.encrypted_content`)}`; kept only with `keep_text`, for
     /// a later turn to pass back. Provider data: never logged, stored or put in a record.
     pub reasoning_items: Vec<serde_json::Value>,
+    /// Of the request fields latmesh may stop sending ([`request::REFUSABLE_FIELDS`]), those
+    /// the whole error body of a non-2xx answer named (empty otherwise): what the record's
+    /// cut message may no longer show.
+    pub error_body_fields: Vec<&'static str>,
 }
 
 /// What [`Prober::probe_with`] keeps besides the record.

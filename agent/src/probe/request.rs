@@ -92,15 +92,30 @@ pub fn usage_requested(req: &ProbeRequest<'_>) -> bool {
     !(req.shape.api == Api::Chat && req.stream && req.shape.stream_usage == StreamUsage::Never)
 }
 
+/// Request fields latmesh may stop sending to a provider that refuses them, searched for in
+/// the whole error body of a 4xx (before its message is cut to the record's bound): a
+/// provider may name the field only in `error.param`, or past the 256 bytes the record keeps.
+pub const REFUSABLE_FIELDS: [&str; 2] = ["stream_options", "include_usage"];
+
+/// The [`REFUSABLE_FIELDS`] that `body` (an error body, decoded) names.
+pub fn fields_named_in(body: &[u8]) -> Vec<&'static str> {
+    REFUSABLE_FIELDS
+        .into_iter()
+        .filter(|f| memchr::memmem::find(body, f.as_bytes()).is_some())
+        .collect()
+}
+
 /// Whether `rec` is a refusal of `stream_options` (or `include_usage`): a 400 or 422 whose
-/// error message, type or code names either field (as OpenAI-compatible gateways that do not
-/// know it answer). Only meaningful for a record that asked for usage.
-pub fn refuses_stream_usage(rec: &ProbeRecord) -> bool {
+/// error body named either field (`named`: [`super::ProbeResult::error_body_fields`]), or
+/// whose stored message, type or code does (as OpenAI-compatible gateways that do not know it
+/// answer). Only meaningful for a record that asked for usage.
+pub fn refuses_stream_usage(rec: &ProbeRecord, named: &[&str]) -> bool {
     matches!(rec.http_status, Some(400 | 422))
-        && [&rec.error_message, &rec.error_type, &rec.error_code]
-            .into_iter()
-            .flatten()
-            .any(|t| t.contains("stream_options") || t.contains("include_usage"))
+        && (!named.is_empty()
+            || [&rec.error_message, &rec.error_type, &rec.error_code]
+                .into_iter()
+                .flatten()
+                .any(|t| REFUSABLE_FIELDS.iter().any(|f| t.contains(f))))
 }
 
 /// The JSON body of `req` in its API's shape.
@@ -514,15 +529,25 @@ mod tests {
             error_message: Some(msg.into()),
             ..ProbeRecord::default()
         };
-        assert!(refuses_stream_usage(&rec(
-            400,
-            "Unrecognized request argument supplied: stream_options"
-        )));
-        assert!(refuses_stream_usage(&rec(
-            422,
-            "extra fields not permitted: include_usage"
-        )));
-        assert!(!refuses_stream_usage(&rec(400, "max_tokens is too large")));
-        assert!(!refuses_stream_usage(&rec(500, "stream_options")));
+        assert!(refuses_stream_usage(
+            &rec(400, "Unrecognized request argument supplied: stream_options"),
+            &[]
+        ));
+        assert!(refuses_stream_usage(
+            &rec(422, "extra fields not permitted: include_usage"),
+            &[]
+        ));
+        assert!(!refuses_stream_usage(&rec(400, "max_tokens is too large"), &[]));
+        assert!(!refuses_stream_usage(&rec(500, "stream_options"), &[]));
+        // Named only in `param`, or past the part of the message the record keeps.
+        let body = format!(
+            r#"{{"error":{{"message":"Unsupported parameter{}","param":"stream_options"}}}}"#,
+            " x".repeat(200)
+        );
+        let named = fields_named_in(body.as_bytes());
+        assert_eq!(named, ["stream_options"]);
+        assert!(refuses_stream_usage(&rec(400, "Unsupported parameter"), &named));
+        assert!(!refuses_stream_usage(&rec(500, "Unsupported parameter"), &named));
+        assert!(fields_named_in(br#"{"error":{"message":"bad max_tokens"}}"#).is_empty());
     }
 }

@@ -144,6 +144,10 @@ struct EventWire<'a> {
     /// The item of `response.output_item.added`/`.done`.
     #[serde(borrow)]
     item: Obj<ItemWire<'a>>,
+    /// The part of `response.content_part.added` / `response.reasoning_summary_part.added`
+    /// (its text, normally empty, is generated text when not).
+    #[serde(borrow)]
+    part: Obj<PartWire<'a>>,
     /// The response of `response.created`/`.in_progress`/`.completed`/`.incomplete`/`.failed`.
     #[serde(borrow)]
     response: Obj<ResponseWire<'a>>,
@@ -233,6 +237,9 @@ struct ItemWire<'a> {
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct PartWire<'a> {
+    /// `output_text`, `refusal`, `reasoning_text`, `summary_text`…
+    #[serde(borrow, rename = "type")]
+    kind: Text<'a>,
     #[serde(borrow)]
     text: Text<'a>,
     #[serde(borrow)]
@@ -461,6 +468,24 @@ pub(super) fn on_event(st: &mut State, at: Instant, ev: SseEvent<'_>) {
         return;
     }
     match kind {
+        // A part that starts with text already: that text is the first of its kind.
+        "response.content_part.added" | "response.reasoning_summary_part.added" => {
+            if let Some(p) = e.part.0.as_ref() {
+                let text = if p.text.as_str().is_empty() {
+                    p.refusal.as_str()
+                } else {
+                    p.text.as_str()
+                };
+                let reasoning = kind == "response.reasoning_summary_part.added"
+                    || p.kind.as_str().contains("reasoning")
+                    || p.kind.as_str().contains("summary");
+                if reasoning {
+                    st.on_tokens(at, index, "", text, false);
+                } else {
+                    st.on_tokens(at, index, text, "", false);
+                }
+            }
+        }
         "response.output_item.added" => {
             if let Some(item) = e.item.0.as_ref().filter(|i| i.is_tool_call()) {
                 st.add_tool_fragment(&item.tool_fragment(e.output_index.0, false));
@@ -808,6 +833,43 @@ pub(crate) mod tests {
                 .record
                 .token_payloads,
             0
+        );
+        // A part that starts with its first text: that text stamps TTFC.
+        let body = stream(
+            &[
+                created(),
+                ev(
+                    "response.content_part.added",
+                    json!({"item_id": "m", "part": {"type": "output_text", "text": "Hello "}}),
+                ),
+                delta("response.output_text.delta", "world"),
+                completed(json!([]), json!(null)),
+            ],
+            false,
+        );
+        let r = measure_api(Api::Responses, &[&body], false);
+        assert_eq!(r.first_content_payload_index, Some(1));
+        assert_eq!(r.content_text, "Hello world");
+        // A gateway that streams no delta at all and puts the whole answer in
+        // response.completed: not an `ok` without TTFT.
+        let body = stream(
+            &[
+                created(),
+                completed(
+                    json!([{"type": "message", "content": [{"type": "output_text", "text": "All of it."}]}]),
+                    json!({"input_tokens": 5, "output_tokens": 30}),
+                ),
+            ],
+            false,
+        );
+        let r = measure_api(Api::Responses, &[&body], false);
+        assert_eq!(r.record.outcome(), Outcome::ProtocolError, "{:?}", r.record);
+        assert!(
+            r.record
+                .error_message
+                .as_deref()
+                .unwrap()
+                .contains("usage counts 30 output tokens")
         );
     }
 
