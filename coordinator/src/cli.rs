@@ -1241,7 +1241,12 @@ async fn probe(args: ProbeArgs) -> anyhow::Result<()> {
         Some(name) => Some(
             latmesh_agent::probe::request::api_key_from_env(name)
                 .map_err(|e| anyhow::anyhow!("--api-key-env {name}: {e}"))?
-                .with_context(|| format!("--api-key-env {name}: the variable is not set"))?,
+                .with_context(|| {
+                    format!(
+                        "--api-key-env {name}: the variable {}",
+                        latmesh_agent::probe::request::unset_or_empty(name)
+                    )
+                })?,
         ),
         None => None,
     };

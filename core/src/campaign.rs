@@ -614,7 +614,7 @@ fn figment_error(e: figment::Error, file: Option<&Path>) -> CampaignError {
 ///
 /// # Errors
 /// A message saying what is wrong: not `http://` or `https://`, no host, a bad port,
-/// whitespace, credentials, or a URL that already ends in `/chat/completions`.
+/// whitespace, credentials, a query or fragment (never quoted), or a URL that already ends in `/chat/completions`.
 pub fn check_base_url(url: &str) -> Result<String, String> {
     let trimmed = url.trim_end_matches('/');
     let host = trimmed
@@ -627,6 +627,13 @@ pub fn check_base_url(url: &str) -> Result<String, String> {
         return Err(
             "credentials in the URL (user:key@host) would be stored with the plan: put the key in the variable named by api_key_env".into(),
         );
+    }
+    // Never quoted: a query may hold a key.
+    if trimmed.contains('?') {
+        return Err("has a query (?…), which would end up before the API's path (…/v1?a=1/chat/completions): put query parameters in the provider's query table (latmesh probe: --query NAME=VALUE)".into());
+    }
+    if trimmed.contains('#') {
+        return Err("has a fragment (#…), which would end up before the API's path and is never sent: leave it out".into());
     }
     let authority = host
         .unwrap_or_default()
@@ -2134,7 +2141,16 @@ api_key_env = "A_KEY"
             "{e}"
         );
         assert!(check_base_url("https://u:sk-secret@api.example/v1").is_err());
-        assert!(check_base_url("https://api.example/v1?x=a@b").is_ok());
+        // A query is refused (not as credentials: the @ is in the query), never quoted.
+        let e = check_base_url("https://api.example/v1?x=a@b").unwrap_err();
+        assert!(
+            e.starts_with("has a query (?…)") && e.contains("query table"),
+            "{e}"
+        );
+        assert!(!e.contains("a@b"), "{e}");
+        let e = check_base_url("https://api.example/v1#frag").unwrap_err();
+        assert!(e.starts_with("has a fragment (#…)"), "{e}");
+        assert!(check_base_url("https://api.example/v1/?existing=1").is_err());
     }
 
     #[test]
@@ -2376,6 +2392,182 @@ providers:
         assert!(
             e.contains("providers[0].auth.header: \"host\" is set by latmesh"),
             "{e}"
+        );
+    }
+
+    /// The hand-read shaping forms: a wrong type, a sequence where a table is expected, an
+    /// unknown or missing key is an error naming the key and the accepted forms, in TOML and
+    /// in YAML (the untagged enums said "did not match any variant" and read sequences as
+    /// tables).
+    #[test]
+    fn shaping_forms_name_what_is_accepted() {
+        let with = |line: &str| GOOD.replace("api_key_env = \"A_KEY\"", line);
+        let toml_cases = [
+            (
+                with("headers = { \"x-secret\" = [\"H\"] }"),
+                "providers[0].headers.x-secret: invalid type: found sequence, expected a string or { env = \"NAME\" }",
+            ),
+            (
+                with("headers = { \"x-trace\" = 5 }"),
+                "providers[0].headers.x-trace: invalid type: found signed int `5`, expected a string or { env = \"NAME\" }",
+            ),
+            (
+                with("headers = { \"x-secret\" = { evn = \"X\" } }"),
+                "providers[0].headers.x-secret: unknown key \"evn\": expected a string or { env = \"NAME\" }",
+            ),
+            (
+                with("headers = { \"x-secret\" = { env = 1 } }"),
+                "providers[0].headers.x-secret: env: not a string: expected a string or { env = \"NAME\" }",
+            ),
+            (
+                with("headers = { \"x-secret\" = {} }"),
+                "providers[0].headers.x-secret: env is missing: expected a string or { env = \"NAME\" }",
+            ),
+            (
+                with("auth = [\"api-key\"]"),
+                "providers[0].auth: invalid type: found sequence, expected \"bearer\", \"none\" or { header = \"name\" }",
+            ),
+            (
+                with("auth = { headr = \"api-key\" }"),
+                "providers[0].auth: unknown key \"headr\": expected \"bearer\", \"none\" or { header = \"name\" }",
+            ),
+            (
+                with("auth = true"),
+                "providers[0].auth: invalid type: found bool true, expected \"bearer\", \"none\" or { header = \"name\" }",
+            ),
+            (
+                with("reasoning_tags = [\"<think>\", \"</think>\"]"),
+                "providers[0].reasoning_tags: invalid type: found sequence, expected { open = \"<think>\", close = \"</think>\" }",
+            ),
+            (
+                with("reasoning_tags = { open = \"<t>\", clos = \"</t>\" }"),
+                "providers[0].reasoning_tags: unknown key \"clos\"",
+            ),
+            (
+                with("reasoning_tags = { open = \"<t>\" }"),
+                "providers[0].reasoning_tags: close is missing: expected { open",
+            ),
+        ];
+        for (text, says) in toml_cases {
+            let e = err_of(&text);
+            assert!(e.contains(says), "error {e:?} should contain {says:?}");
+            assert!(!e.contains("untagged"), "{e}");
+        }
+        let yaml = |shaping: &str| {
+            format!(
+                "campaign: {{name: t, regions: [us-east]}}\nrounds: {{count: 1, interval_s: 1, gap_ms: 10}}\nscenarios:\n  - {{name: chat, prompt_ids: [\"code-*\"], max_tokens: 16}}\nproviders:\n  - name: a\n    base_url: http://127.0.0.1:9/v1\n    model_id: m\n    {shaping}\n"
+            )
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.yaml");
+        for (shaping, says) in [
+            (
+                "headers: {x-secret: [H]}",
+                "providers[0].headers.x-secret: invalid type: found sequence, expected a string or { env = \"NAME\" }",
+            ),
+            (
+                "headers: {x-secret: {evn: X}}",
+                "providers[0].headers.x-secret: unknown key \"evn\"",
+            ),
+            (
+                "auth: [api-key]",
+                "providers[0].auth: invalid type: found sequence, expected \"bearer\", \"none\" or { header = \"name\" }",
+            ),
+            (
+                "reasoning_tags: [<think>, </think>]",
+                "providers[0].reasoning_tags: invalid type: found sequence, expected { open",
+            ),
+        ] {
+            std::fs::write(&file, yaml(shaping)).unwrap();
+            let e = load_file(&file).unwrap_err().to_string();
+            assert!(
+                e.contains(says),
+                "{shaping}: error {e:?} should contain {says:?}"
+            );
+        }
+        std::fs::write(&file, yaml("headers: {x-secret: {env: SECRET_HDR}}")).unwrap();
+        assert_eq!(
+            load_file(&file).unwrap().providers[0].request.headers["x-secret"],
+            crate::api::HeaderValueSource::Env {
+                env: "SECRET_HDR".into()
+            }
+        );
+    }
+
+    /// A credential as a literal header value, a base_url with a query, stream_usage for an
+    /// API that does not use it: each an error naming the key, never quoting the value.
+    #[test]
+    fn credentials_queries_and_misplaced_stream_usage_are_refused() {
+        let with = |line: &str| GOOD.replace("api_key_env = \"A_KEY\"", line);
+        for (line, name, word) in [
+            (
+                "auth = \"none\"\nheaders = { authorization = \"Bearer sk-live-abcdef\" }",
+                "authorization",
+                "auth",
+            ),
+            (
+                "headers = { \"X-Api-Key\" = \"sk-live-abcdef\" }",
+                "x-api-key",
+                "key",
+            ),
+            (
+                "headers = { \"x-auth-token\" = \"sk-live-abcdef\" }",
+                "x-auth-token",
+                "auth",
+            ),
+            (
+                "headers = { cookie = \"s=sk-live-abcdef\" }",
+                "cookie",
+                "cookie",
+            ),
+            (
+                "headers = { \"proxy-authorization\" = \"Basic sk-live-abcdef\" }",
+                "proxy-authorization",
+                "auth",
+            ),
+        ] {
+            let e = err_of(&with(line));
+            let says = format!("{name:?} carries a credential (its name has {word:?})");
+            assert!(e.contains(&says), "{line}: {e:?} lacks {says:?}");
+            assert!(e.contains("{ env = \"NAME\" }"), "{e}");
+            assert!(!e.contains("sk-live-abcdef"), "{e}");
+        }
+        // The same names from a variable are fine.
+        let plan = load_toml_str(
+            &with("auth = \"none\"\nheaders = { authorization = { env = \"TOK\" }, \"x-title\" = \"bench\" }"),
+            Path::new("."),
+        )
+        .unwrap();
+        assert_eq!(plan.providers[0].request.headers.len(), 2);
+
+        let e = err_of(&GOOD.replace("http://127.0.0.1:9/v1/", "http://127.0.0.1:9/v1?existing=1"));
+        assert!(
+            e.contains("providers[0].base_url: provider \"a\": has a query (?…)")
+                && e.contains("query table"),
+            "{e}"
+        );
+        assert!(!e.contains("existing=1"), "{e}");
+        let e = err_of(&GOOD.replace("http://127.0.0.1:9/v1/", "http://127.0.0.1:9/v1#x"));
+        assert!(
+            e.contains("providers[0].base_url: provider \"a\": has a fragment"),
+            "{e}"
+        );
+
+        for api in ["anthropic", "responses"] {
+            let e = err_of(&with(&format!("api = \"{api}\"\nstream_usage = \"never\"")));
+            assert!(
+                e.contains(&format!(
+                    "providers[0].stream_usage: applies to api = \"chat\" only (Chat Completions streams ask for usage; api = \"{api}\" reports it unasked)"
+                )),
+                "{e}"
+            );
+        }
+        assert!(
+            load_toml_str(
+                &with("api = \"chat\"\nstream_usage = \"never\""),
+                Path::new(".")
+            )
+            .is_ok()
         );
     }
 

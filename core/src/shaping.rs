@@ -8,7 +8,12 @@
 //!   for `api_key_env`, read on each agent; a secret). Headers latmesh sets itself or that
 //!   would break the request are refused ([`OWNED_HEADERS`], `x-latmesh-*`, and the header
 //!   that carries the key: `authorization` with `auth = "bearer"`, the named one with
-//!   `auth = { header = … }`).
+//!   `auth = { header = … }`). A header whose name contains one of [`CREDENTIAL_WORDS`]
+//!   takes `{ env = "NAME" }` only: a literal credential would be stored in plans, spools
+//!   and reports.
+//! * The written forms (`headers` values, `auth`, `reasoning_tags`) are read by hand: a
+//!   wrong type, a sequence, or a table with an unknown or missing key is an error naming
+//!   the accepted forms.
 //! * `query`: names and values non-empty (sent URL-encoded).
 //! * `extra_body`: a table merged into the JSON body, each top-level key replacing latmesh's
 //!   own (no deep merge); keys that carry the prompt, the model, the stream switch, the
@@ -21,13 +26,15 @@
 //!   `{ header = "name" }` (a valid header name, not one latmesh owns).
 //! * `max_tokens_field`: a JSON key of 1-64 of `a-z 0-9 _` starting with a letter, not one of
 //!   the reserved keys other than the cap names.
-//! * `stream_usage`: `auto`, `always` or `never`.
+//! * `stream_usage`: `auto`, `always` or `never`; for `api = "chat"` only (an error for
+//!   the other APIs, which report usage unasked).
 //! * `reasoning_tags`: `open` and `close`, each 1-64 bytes without blanks at either end,
 //!   different.
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
 
 use crate::api::{Api, AuthStyle, HeaderValueSource, ReasoningTags, RequestShape, StreamUsage};
 
@@ -85,9 +92,10 @@ pub const MAX_EXTRA_BODY_BYTES: usize = 64 * 1024;
 /// Longest reasoning tag, bytes.
 pub const MAX_REASONING_TAG_BYTES: usize = 64;
 
-/// A header value as written: literal text or `{ env = "NAME" }`.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(untagged)]
+/// A header value as written: literal text or `{ env = "NAME" }`. Read by hand (not an
+/// untagged enum) so a wrong type, a sequence or an unknown key is an error saying what is
+/// accepted.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum HeaderSection {
     /// The value itself.
     Literal(String),
@@ -96,16 +104,14 @@ pub enum HeaderSection {
 }
 
 /// `{ env = "NAME" }`.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EnvRef {
     /// Environment variable name.
     pub env: String,
 }
 
 /// `auth` as written: `"bearer"`, `"none"` or `{ header = "x-api-key" }`.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(untagged)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AuthSection {
     /// `"bearer"` or `"none"`.
     Name(String),
@@ -114,21 +120,116 @@ pub enum AuthSection {
 }
 
 /// `{ header = "name" }`.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AuthHeader {
     /// The header that carries the key.
     pub header: String,
 }
 
 /// `reasoning_tags = { open = "<think>", close = "</think>" }`.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReasoningTagsSection {
     /// Opening tag.
     pub open: String,
     /// Closing tag.
     pub close: String,
+}
+
+const HEADER_FORMS: &str = "a string or { env = \"NAME\" }";
+const AUTH_FORMS: &str = "\"bearer\", \"none\" or { header = \"name\" }";
+const TAGS_FORMS: &str = "{ open = \"<think>\", close = \"</think>\" }";
+
+/// One written form, read by hand: a string (when `string` is given) or a table whose keys
+/// are exactly `keys` (each required, each a string). Anything else (another type, a
+/// sequence, an unknown, missing or repeated key) is an error stating `forms`.
+struct Form<T> {
+    forms: &'static str,
+    string: Option<fn(String) -> T>,
+    keys: &'static [&'static str],
+    table: fn(Vec<String>) -> T,
+}
+
+impl<'de, T> Visitor<'de> for Form<T> {
+    type Value = T;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.forms)
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<T, E> {
+        match self.string {
+            Some(make) => Ok(make(v.to_string())),
+            None => Err(E::invalid_type(de::Unexpected::Str(v), &self)),
+        }
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<T, A::Error> {
+        let forms = self.forms;
+        let mut got: Vec<Option<String>> = vec![None; self.keys.len()];
+        while let Some(k) = map.next_key::<String>()? {
+            let Some(i) = self.keys.iter().position(|w| *w == k) else {
+                return Err(de::Error::custom(format!(
+                    "unknown key {k:?}: expected {forms}"
+                )));
+            };
+            let v = map
+                .next_value::<serde_json::Value>()?
+                .as_str()
+                .map(str::to_string)
+                .ok_or_else(|| de::Error::custom(format!("{k}: not a string: expected {forms}")))?;
+            if got[i].replace(v).is_some() {
+                return Err(de::Error::custom(format!("{k} is given twice")));
+            }
+        }
+        let values = got
+            .into_iter()
+            .zip(self.keys)
+            .map(|(v, k)| {
+                v.ok_or_else(|| de::Error::custom(format!("{k} is missing: expected {forms}")))
+            })
+            .collect::<Result<Vec<_>, A::Error>>()?;
+        Ok((self.table)(values))
+    }
+}
+
+impl<'de> Deserialize<'de> for HeaderSection {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(Form {
+            forms: HEADER_FORMS,
+            string: Some(HeaderSection::Literal),
+            keys: &["env"],
+            table: |mut v| HeaderSection::Env(EnvRef { env: v.remove(0) }),
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for AuthSection {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(Form {
+            forms: AUTH_FORMS,
+            string: Some(AuthSection::Name),
+            keys: &["header"],
+            table: |mut v| {
+                AuthSection::Header(AuthHeader {
+                    header: v.remove(0),
+                })
+            },
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for ReasoningTagsSection {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(Form {
+            forms: TAGS_FORMS,
+            string: None,
+            keys: &["open", "close"],
+            table: |mut v| ReasoningTagsSection {
+                close: v.remove(1),
+                open: v.remove(0),
+            },
+        })
+    }
 }
 
 /// A provider's shaping keys as written, before validation ([`ShapeInput::validate`]).
@@ -235,6 +336,25 @@ pub fn check_env_name(name: &str) -> Result<(), String> {
     } else {
         Err("must be the NAME of an environment variable (letters, digits, _), never the secret itself".into())
     }
+}
+
+/// Words that mark a header name as carrying a credential ([`credential_word`]).
+pub const CREDENTIAL_WORDS: &[&str] = &[
+    "auth",
+    "cookie",
+    "credential",
+    "key",
+    "password",
+    "secret",
+    "token",
+];
+
+/// The word of [`CREDENTIAL_WORDS`] that lower-case header `name` contains, if any
+/// (`authorization`, `proxy-authorization`, `cookie`, `x-api-key`, `api-key`,
+/// `x-auth-token`, …): such a header may not have a literal value in `headers`, which
+/// would be stored in plans, spools and reports; it takes `{ env = "NAME" }`.
+pub fn credential_word(name: &str) -> Option<&'static str> {
+    CREDENTIAL_WORDS.iter().copied().find(|w| name.contains(w))
 }
 
 /// Checks a header name used in `headers` or `auth`, lower-cased: a token, not owned by
@@ -352,6 +472,14 @@ impl ShapeInput {
                     ),
                 ));
             }
+            if let (HeaderSection::Literal(_), Some(word)) = (value, credential_word(&lower)) {
+                return Err(err(
+                    &key,
+                    format!(
+                        "{lower:?} carries a credential (its name has {word:?}): a literal value would be stored in plans, spools and reports; write {{ env = \"NAME\" }} (a variable read on each agent, treated as a secret; latmesh probe: --header-env {lower}=NAME)"
+                    ),
+                ));
+            }
             let value = match value {
                 HeaderSection::Literal(v) => {
                     check_header_text(v, MAX_HEADER_VALUE_BYTES, false)
@@ -417,6 +545,15 @@ impl ShapeInput {
                 ));
             }
         };
+        if self.stream_usage.is_some() && self.api != Api::Chat {
+            return Err(err(
+                "stream_usage",
+                format!(
+                    "applies to api = \"chat\" only (Chat Completions streams ask for usage; api = {:?} reports it unasked): leave it out",
+                    self.api.name()
+                ),
+            ));
+        }
         let reasoning_tags = match &self.reasoning_tags {
             None => None,
             Some(t) => {
@@ -618,9 +755,51 @@ mod tests {
         assert!(e(twice).contains("is given twice"));
         // With auth = "none" the authorization header is the user's; auth's own header is
         // refused in headers.
-        let mut own = with_header("authorization", lit("Token abc"));
+        // (from a variable: a literal credential is refused below).
+        let mut own = with_header(
+            "authorization",
+            HeaderSection::Env(EnvRef { env: "TOK".into() }),
+        );
         own.auth = Some(AuthSection::Name("none".into()));
         assert!(own.validate().is_ok());
+        own.headers
+            .insert("authorization".into(), lit("Token sk-abc"));
+        let got = e(own);
+        assert_eq!(
+            got,
+            "headers.\"authorization\": \"authorization\" carries a credential (its name has \"auth\"): a literal value would be stored in plans, spools and reports; write { env = \"NAME\" } (a variable read on each agent, treated as a secret; latmesh probe: --header-env authorization=NAME)"
+        );
+        for (name, word) in [
+            ("X-Api-Key", Some("key")),
+            ("api-key", Some("key")),
+            ("x-goog-api-key", Some("key")),
+            ("x-auth-token", Some("auth")),
+            ("cookie", Some("cookie")),
+            ("proxy-authorization", Some("auth")),
+            ("x-client-secret", Some("secret")),
+            ("x-title", None),
+            ("http-referer", None),
+            ("anthropic-version", None),
+        ] {
+            let lower = name.to_ascii_lowercase();
+            assert_eq!(credential_word(&lower), word, "{name}");
+            let r = with_header(name, lit("v")).validate();
+            assert_eq!(r.is_err(), word.is_some(), "{name}: {r:?}");
+        }
+
+        // stream_usage is for chat only.
+        for api in [Api::Anthropic, Api::Responses] {
+            let mut i = input();
+            i.api = api;
+            i.stream_usage = Some("auto".into());
+            assert_eq!(
+                e(i),
+                format!(
+                    "stream_usage: applies to api = \"chat\" only (Chat Completions streams ask for usage; api = \"{}\" reports it unasked): leave it out",
+                    api.name()
+                )
+            );
+        }
         let mut az = with_header("api-key", lit("x"));
         az.auth = Some(AuthSection::Header(AuthHeader {
             header: "Api-Key".into(),

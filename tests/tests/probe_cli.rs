@@ -315,16 +315,58 @@ fn probe_takes_the_request_shaping_options_and_checks_them_like_a_campaign() {
             "--reasoning-tags: expected OPEN,CLOSE",
         ),
         (vec!["--api", "messages"], "unknown api \"messages\""),
+        (
+            vec!["--header", "x-api-key: sk-pasted-secret"],
+            "--header/--header-env: headers.\"x-api-key\": \"x-api-key\" carries a credential (its name has \"key\")",
+        ),
+        (
+            vec![
+                "--auth",
+                "none",
+                "--header",
+                "Authorization: Bearer sk-pasted-secret",
+            ],
+            "--header-env authorization=NAME",
+        ),
+        (
+            vec!["--api", "anthropic", "--stream-usage", "never"],
+            "--stream-usage: stream_usage: applies to api = \"chat\" only",
+        ),
+        (
+            vec!["--api", "responses", "--stream-usage", "auto"],
+            "api = \"responses\" reports it unasked",
+        ),
+        // A query or fragment in --base-url (never quoted: it may hold a key), an empty
+        // --header-env or --api-key-env variable (set, but to nothing).
+        (
+            vec!["--base-url", "http://127.0.0.1:9/v1?key=sk-pasted-secret"],
+            "--base-url: has a query (?…), which would end up before the API's path",
+        ),
+        (
+            vec!["--base-url", "http://127.0.0.1:9/v1?key=sk-pasted-secret"],
+            "--query NAME=VALUE",
+        ),
+        (
+            vec!["--base-url", "http://127.0.0.1:9/v1#sk-pasted-secret"],
+            "--base-url: has a fragment (#…)",
+        ),
+        (
+            vec!["--header-env", "x-s=LATMESH_TEST_PROBE_EMPTY"],
+            "--header-env: $LATMESH_TEST_PROBE_EMPTY (the value of header x-s) is empty on this agent",
+        ),
+        (
+            vec!["--api-key-env", "LATMESH_TEST_PROBE_EMPTY"],
+            "--api-key-env LATMESH_TEST_PROBE_EMPTY: the variable is empty",
+        ),
     ] {
-        let out = Command::new(bin("latmesh"))
-            .args([
-                "probe",
-                "--base-url",
-                "http://127.0.0.1:9/v1",
-                "--model",
-                "m",
-            ])
+        let mut cmd = Command::new(bin("latmesh"));
+        cmd.args(["probe", "--model", "m"]);
+        if !args.contains(&"--base-url") {
+            cmd.args(["--base-url", "http://127.0.0.1:9/v1"]);
+        }
+        let out = cmd
             .args(&args)
+            .env("LATMESH_TEST_PROBE_EMPTY", "")
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);

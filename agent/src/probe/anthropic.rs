@@ -1105,7 +1105,10 @@ mod tests {
         );
         req.shape = &thinking;
         let v: Value = serde_json::from_slice(&body(&req)).unwrap();
-        assert_eq!(v["thinking"], json!({"type": "enabled", "budget_tokens": 1024}));
+        assert_eq!(
+            v["thinking"],
+            json!({"type": "enabled", "budget_tokens": 1024})
+        );
         assert_eq!(v["max_tokens"], 16);
     }
 }

@@ -182,6 +182,16 @@ fn secret_from_env(name: &str, what: &str) -> Result<Option<String>, String> {
     Ok(Some(key.to_string()))
 }
 
+/// Why [`api_key_from_env`] read no secret from variable `name`: `"is not set"`, or
+/// `"is empty"` when it is set to nothing but blanks.
+pub fn unset_or_empty(name: &str) -> &'static str {
+    if std::env::var_os(name).is_some() {
+        "is empty"
+    } else {
+        "is not set"
+    }
+}
+
 /// A header whose value is a secret read on this agent (`headers = { name = { env = … } }`):
 /// sent as a sensitive header, redacted from every provider value like the API key
 /// ([`super::outcome::Scrubber`]), never logged (its `Debug` shows the name only).
@@ -238,7 +248,8 @@ pub fn secret_headers(shape: &RequestShape) -> (Vec<SecretHeader>, Vec<String>) 
                 None => problems.push(format!("header {name} cannot be sent")),
             },
             Ok(None) => problems.push(format!(
-                "${env} (the value of header {name}) is not set on this agent"
+                "${env} (the value of header {name}) {} on this agent",
+                unset_or_empty(env)
             )),
             Err(e) => problems.push(e),
         }
@@ -496,9 +507,11 @@ mod tests {
             !format!("{:?}", h).contains("s3cr3t"),
             "sensitive values are not printed"
         );
-        let none = shape_of("auth = \"none\"\nheaders = { authorization = \"Token t\" }");
-        let h = headers(&request(&none, &msgs, &t, &[]));
+        let none = shape_of("auth = \"none\"\nheaders = { authorization = { env = \"T\" } }");
+        let own = [SecretHeader::new("authorization", "Token t").unwrap()];
+        let h = headers(&request(&none, &msgs, &t, &own));
         assert_eq!(h[AUTHORIZATION], "Token t");
+        assert!(h[AUTHORIZATION].is_sensitive());
         let bearer = headers(&request(RequestShape::chat_default(), &msgs, &t, &[]));
         assert_eq!(bearer[AUTHORIZATION], "Bearer sk-key");
         // content-type, accept, accept-encoding, authorization: nothing else.
@@ -511,15 +524,23 @@ mod tests {
         unsafe {
             std::env::set_var("LATMESH_TEST_HDR_OK", " v-1\n");
             std::env::set_var("LATMESH_TEST_HDR_BAD", "v\u{1}-secret");
+            std::env::set_var("LATMESH_TEST_HDR_EMPTY", " ");
         }
         let shape = shape_of(
-            "headers = { a = { env = \"LATMESH_TEST_HDR_OK\" }, b = { env = \"LATMESH_TEST_HDR_BAD\" }, c = { env = \"LATMESH_TEST_HDR_UNSET\" }, d = \"lit\" }",
+            "headers = { a = { env = \"LATMESH_TEST_HDR_OK\" }, b = { env = \"LATMESH_TEST_HDR_BAD\" }, c = { env = \"LATMESH_TEST_HDR_UNSET\" }, d = \"lit\", e = { env = \"LATMESH_TEST_HDR_EMPTY\" } }",
         );
         let (got, problems) = secret_headers(&shape);
         assert_eq!(got, [SecretHeader::new("a", "v-1").unwrap()]);
-        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert_eq!(problems.len(), 3, "{problems:?}");
         assert!(problems[0].contains("$LATMESH_TEST_HDR_BAD") && !problems[0].contains("secret"));
-        assert!(problems[1].contains("$LATMESH_TEST_HDR_UNSET (the value of header c) is not set"));
+        assert_eq!(
+            problems[1],
+            "$LATMESH_TEST_HDR_UNSET (the value of header c) is not set on this agent"
+        );
+        assert_eq!(
+            problems[2],
+            "$LATMESH_TEST_HDR_EMPTY (the value of header e) is empty on this agent"
+        );
     }
 
     #[test]
