@@ -232,6 +232,10 @@ pub(super) struct State {
     /// Reasoning inside `content` between declared tags ([`Measurement::with_reasoning_tags`]).
     /// (Boxed: taken out and put back for every payload.)
     think: Option<Box<ThinkTags>>,
+    /// Reasoning arrived in a reasoning field of the API (not split out of `content`).
+    field_reasoning: bool,
+    /// The first payload whose content the tags split as reasoning, and when it was read.
+    first_tag_reasoning: Option<(Instant, u32)>,
     /// The answer's reasoning items (Responses API), kept with the texts (`keep_text`) for a
     /// later turn to pass back.
     reasoning_items: Vec<serde_json::Value>,
@@ -550,7 +554,8 @@ impl Measurement {
         scrub: &Scrubber<'_>,
     ) -> ProbeResult {
         debug_assert_eq!(head.t_send, self.t_send);
-        let st = self.st;
+        let mut st = self.st;
+        st.untagged_reasoning_is_content();
         let failure = st.failure.clone().or_else(|| {
             if st.whole_body {
                 return match end {
@@ -902,6 +907,12 @@ impl State {
                 self.content_text.push_str(content);
             }
         }
+        if !reasoning.is_empty() {
+            self.field_reasoning = true;
+        }
+        if !split.reasoning.is_empty() || split.reasoning_payload {
+            self.first_tag_reasoning.get_or_insert((at, index));
+        }
         if is_reasoning {
             self.reasoning_chunks = self.reasoning_chunks.saturating_add(1);
             self.first_reasoning.get_or_insert(index);
@@ -916,6 +927,30 @@ impl State {
         }
         if is_content || is_reasoning || out.tool {
             self.on_token_payload(at, index);
+        }
+    }
+
+    /// At the end of a response with reasoning tags declared in which neither tag appeared,
+    /// no reasoning field was read and no content was split out: the text split as reasoning
+    /// (the opening tag implied) was the answer of a model that did not think. It becomes the
+    /// content, TTFC at its first payload (docs/metrics.md, "Reasoning inside content").
+    fn untagged_reasoning_is_content(&mut self) {
+        let Some(first) = self.first_tag_reasoning else {
+            return;
+        };
+        let untagged = self.think.as_ref().is_some_and(|t| t.saw_no_tag());
+        if !untagged || self.field_reasoning || self.content_chunks > 0 {
+            return;
+        }
+        self.content_chunks = self.reasoning_chunks;
+        self.reasoning_chunks = 0;
+        self.first_content = Some(first);
+        self.first_reasoning = None;
+        self.content_text = std::mem::take(&mut self.reasoning_text);
+        if self.keep_text
+            && let Some(t) = &self.think
+        {
+            self.content_text.push_str(t.held());
         }
     }
 
@@ -2828,6 +2863,32 @@ pub(crate) mod tests {
             ("Compare.", "9.8")
         );
         assert_eq!((r.record.reasoning_chunks, r.record.content_chunks), (1, 1));
+    }
+
+    /// Tags declared, but the model did not think (thinking off, a direct answer): neither
+    /// tag ever appears, so the text is the answer: TTFC = TTFT, no reasoning. One tag seen
+    /// keeps the split; a reasoning field read keeps it too.
+    #[test]
+    fn declared_tags_that_never_appear_leave_the_answer_content() {
+        let tagged = Setup {
+            tags: Setup::think(),
+            ..Setup::default()
+        };
+        let body = sse(&[C0, &content("9.8 is"), &content(" larger <thi"), &stop(""), "[DONE]"]);
+        let lines: Vec<&[u8]> = body.split_inclusive(|&b| b == b'\n').collect();
+        let r = tagged.run(&lines, 1_000);
+        let rec = &r.record;
+        assert_eq!(r.content_text, "9.8 is larger <thi");
+        assert_eq!(r.reasoning_text, "");
+        assert_eq!((rec.reasoning_chunks, rec.content_chunks), (0, 2));
+        assert_eq!((rec.ttft_us, rec.ttfc_us), (Some(4_000), Some(4_000)));
+        assert_eq!(rec.reasoning_us, None);
+        check_every_split(&tagged, &body, "untagged");
+        // A closing tag seen: the text before it was reasoning after all.
+        let closed = sse(&[C0, &content("plan"), &content("</think>"), &stop(""), "[DONE]"]);
+        let r = tagged.run(&[&closed], 1_000);
+        assert_eq!((r.reasoning_text.as_str(), r.record.content_chunks), ("plan", 0));
+        assert_eq!(r.record.ttfc_us, None);
     }
 
     use proptest::prelude::*;

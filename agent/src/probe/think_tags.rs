@@ -13,6 +13,9 @@
 //!   neither text, and a payload carrying only that counts as a reasoning payload (its
 //!   tokens were generated); the answer, and TTFC, start at the first other character;
 //! * after that everything is content, tags included;
+//! * a response in which neither tag ever appears was not thinking at all (thinking switched
+//!   off, a model that answered directly): at its end, what was split as reasoning is the
+//!   answer ([`ThinkTags::saw_no_tag`]; the measurement moves it, TTFC at its first payload);
 //! * a tag may be split across payloads: the text that may be the start of a tag is held
 //!   until the next payload tells, and then belongs to that payload. A payload whose text
 //!   is all held still counts as a reasoning payload.
@@ -56,6 +59,8 @@ pub struct ThinkTags {
     /// Scratch: the held text and the payload's, joined.
     joined: String,
     reasoning: String,
+    /// An opening or closing tag was seen.
+    saw_tag: bool,
 }
 
 impl ThinkTags {
@@ -68,6 +73,7 @@ impl ThinkTags {
             held: String::new(),
             joined: String::new(),
             reasoning: String::new(),
+            saw_tag: false,
         })
     }
 
@@ -95,6 +101,7 @@ impl ThinkTags {
                 self.reasoning.push_str(&rest[..rest.len() - body.len()]);
                 rest = &body[self.open.len()..];
                 self.mode = Mode::Thinking;
+                self.saw_tag = true;
             } else if !self.open.is_empty() && self.open.starts_with(body) {
                 // Maybe the opening tag, cut: wait for more.
                 self.reasoning.push_str(&rest[..rest.len() - body.len()]);
@@ -109,6 +116,7 @@ impl ThinkTags {
                 self.reasoning.push_str(&rest[..p]);
                 rest = &rest[p + self.close.len()..];
                 self.mode = Mode::Separator;
+                self.saw_tag = true;
             } else {
                 let keep = partial_suffix(rest, &self.close);
                 self.reasoning.push_str(&rest[..rest.len() - keep]);
@@ -131,6 +139,19 @@ impl ThinkTags {
             // separator).
             reasoning_payload: answer.len() < text.len(),
         }
+    }
+}
+
+impl ThinkTags {
+    /// Whether no opening or closing tag has been seen: the text split so far as reasoning
+    /// (the opening tag implied) may be an answer from a model that did not think.
+    pub fn saw_no_tag(&self) -> bool {
+        !self.saw_tag
+    }
+
+    /// Text held back at the end because it might have been the start of a tag.
+    pub fn held(&self) -> &str {
+        &self.held
     }
 }
 
