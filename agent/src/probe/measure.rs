@@ -1786,6 +1786,21 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn the_per_event_path_of_a_responses_stream_does_not_allocate() {
+        let t0 = Instant::now();
+        let mut m = Measurement::new(t0, false, false, true, 4096).with_api(Api::Responses);
+        let event = concat!(
+            "event: response.output_text.delta\n",
+            r#"data: {"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"content_index":0,"delta":"tok"}"#,
+            "\n\n"
+        );
+        assert_eq!(allocs_per_1000_reads(&mut m, t0, event), 0);
+        m.on_end(t0, BodyEnd::Eof);
+        let r = m.finish(&head(t0, true), BodyEnd::Eof, Some(t0), &NO_SCRUB);
+        assert_eq!(r.record.content_chunks, 1010);
+    }
+
+    #[test]
     fn the_per_event_path_of_an_anthropic_stream_does_not_allocate() {
         let t0 = Instant::now();
         let mut m = Measurement::new(t0, false, false, true, 4096).with_api(Api::Anthropic);
