@@ -1297,8 +1297,7 @@ async fn probe(args: ProbeArgs) -> anyhow::Result<()> {
         && latmesh_agent::probe::request::refuses_stream_usage(
             &out.record,
             &result.error_body_fields,
-        )
-    {
+        ) {
         ": the provider refused stream_options, try --stream-usage never"
     } else {
         ""

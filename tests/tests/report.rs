@@ -124,7 +124,12 @@ async fn demo_report_from_memory_and_from_clickhouse() {
     );
     for m in &mem.models {
         assert!(m.flags().is_empty(), "{m:?}");
-        let spec = data.plan.providers.iter().find(|p| p.name == m.provider).unwrap();
+        let spec = data
+            .plan
+            .providers
+            .iter()
+            .find(|p| p.name == m.provider)
+            .unwrap();
         let want: &[&str] = match spec.request.api {
             latmesh_core::api::Api::Chat => &["latmesh-sim"],
             _ => &[],

@@ -803,7 +803,8 @@ pub struct ProviderError {
 }
 
 impl ProviderError {
-    fn from_obj(o: &ErrorObj<'_>) -> Self {
+    /// The error of an error object: its non-empty `type`, `code` and `message`.
+    pub fn from_obj(o: &ErrorObj<'_>) -> Self {
         let own = |t: &Text<'_>| t.0.as_deref().filter(|s| !s.is_empty()).map(str::to_owned);
         ProviderError {
             kind: own(&o.kind),

@@ -2763,16 +2763,23 @@ pub(crate) mod tests {
         .iter()
         .map(|d| format!("data: {d}\n\n"))
         .collect::<String>();
-        for (api, body) in [(Api::Chat, legacy.clone()), (Api::Anthropic, anthropic.into_bytes())] {
+        for (api, body) in [
+            (Api::Chat, legacy.clone()),
+            (Api::Anthropic, anthropic.into_bytes()),
+        ] {
             let r = measure_api(api, &[&body], false);
-            assert_eq!(r.record.outcome(), Outcome::ProtocolError, "{api}: {:?}", r.record);
+            assert_eq!(
+                r.record.outcome(),
+                Outcome::ProtocolError,
+                "{api}: {:?}",
+                r.record
+            );
             assert_eq!(r.record.ttft_us, None);
         }
         // Without usage there is nothing to say the stream carried an answer.
-        let no_usage = String::from_utf8(legacy).unwrap().replace(
-            r#","usage":{"prompt_tokens":3,"completion_tokens":2}"#,
-            "",
-        );
+        let no_usage = String::from_utf8(legacy)
+            .unwrap()
+            .replace(r#","usage":{"prompt_tokens":3,"completion_tokens":2}"#, "");
         let r = measure_api(Api::Chat, &[no_usage.as_bytes()], false);
         assert_eq!(r.record.outcome(), Outcome::Ok);
     }
@@ -2889,7 +2896,13 @@ pub(crate) mod tests {
             tags: Setup::think(),
             ..Setup::default()
         };
-        let body = sse(&[C0, &content("9.8 is"), &content(" larger <thi"), &stop(""), "[DONE]"]);
+        let body = sse(&[
+            C0,
+            &content("9.8 is"),
+            &content(" larger <thi"),
+            &stop(""),
+            "[DONE]",
+        ]);
         let lines: Vec<&[u8]> = body.split_inclusive(|&b| b == b'\n').collect();
         let r = tagged.run(&lines, 1_000);
         let rec = &r.record;
@@ -2900,9 +2913,18 @@ pub(crate) mod tests {
         assert_eq!(rec.reasoning_us, None);
         check_every_split(&tagged, &body, "untagged");
         // A closing tag seen: the text before it was reasoning after all.
-        let closed = sse(&[C0, &content("plan"), &content("</think>"), &stop(""), "[DONE]"]);
+        let closed = sse(&[
+            C0,
+            &content("plan"),
+            &content("</think>"),
+            &stop(""),
+            "[DONE]",
+        ]);
         let r = tagged.run(&[&closed], 1_000);
-        assert_eq!((r.reasoning_text.as_str(), r.record.content_chunks), ("plan", 0));
+        assert_eq!(
+            (r.reasoning_text.as_str(), r.record.content_chunks),
+            ("plan", 0)
+        );
         assert_eq!(r.record.ttfc_us, None);
     }
 

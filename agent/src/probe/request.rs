@@ -551,14 +551,20 @@ mod tests {
             ..ProbeRecord::default()
         };
         assert!(refuses_stream_usage(
-            &rec(400, "Unrecognized request argument supplied: stream_options"),
+            &rec(
+                400,
+                "Unrecognized request argument supplied: stream_options"
+            ),
             &[]
         ));
         assert!(refuses_stream_usage(
             &rec(422, "extra fields not permitted: include_usage"),
             &[]
         ));
-        assert!(!refuses_stream_usage(&rec(400, "max_tokens is too large"), &[]));
+        assert!(!refuses_stream_usage(
+            &rec(400, "max_tokens is too large"),
+            &[]
+        ));
         assert!(!refuses_stream_usage(&rec(500, "stream_options"), &[]));
         // Named only in `param`, or past the part of the message the record keeps.
         let body = format!(
@@ -567,8 +573,14 @@ mod tests {
         );
         let named = fields_named_in(body.as_bytes());
         assert_eq!(named, ["stream_options"]);
-        assert!(refuses_stream_usage(&rec(400, "Unsupported parameter"), &named));
-        assert!(!refuses_stream_usage(&rec(500, "Unsupported parameter"), &named));
+        assert!(refuses_stream_usage(
+            &rec(400, "Unsupported parameter"),
+            &named
+        ));
+        assert!(!refuses_stream_usage(
+            &rec(500, "Unsupported parameter"),
+            &named
+        ));
         assert!(fields_named_in(br#"{"error":{"message":"bad max_tokens"}}"#).is_empty());
     }
 }

@@ -52,7 +52,8 @@ use latmesh_core::record::Outcome;
 
 use super::ProbeRequest;
 use super::chunk::{
-    Args, FunctionWire, Many, Num, Obj, ProviderError, Scalar, Text, ToolCallWire, UsageWire,
+    Args, ErrorObj, FunctionWire, Many, Num, Obj, ProviderError, Scalar, Text, ToolCallWire,
+    UsageWire,
 };
 use super::measure::State;
 use super::outcome::Failure;
@@ -156,7 +157,7 @@ struct EventWire<'a> {
     #[serde(borrow)]
     message: Text<'a>,
     #[serde(borrow)]
-    error: Obj<ErrorFields<'a>>,
+    error: Obj<ErrorObj<'a>>,
 }
 
 /// The Response object (streamed in the lifecycle events, or the whole non-streaming body).
@@ -173,7 +174,7 @@ struct ResponseWire<'a> {
     output: Many<ItemWire<'a>>,
     usage: Obj<UsageWire>,
     #[serde(borrow)]
-    error: Obj<ErrorFields<'a>>,
+    error: Obj<ErrorObj<'a>>,
     #[serde(borrow)]
     incomplete_details: Obj<Incomplete<'a>>,
 }
@@ -185,27 +186,12 @@ struct Incomplete<'a> {
     reason: Text<'a>,
 }
 
-/// An error object: `code`, `message`, and a `type` when it has one.
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct ErrorFields<'a> {
-    code: Scalar,
-    #[serde(borrow)]
-    message: Text<'a>,
-    #[serde(borrow, rename = "type")]
-    kind: Text<'a>,
-}
-
-impl ErrorFields<'_> {
-    fn to_error(&self) -> ProviderError {
-        let own = |t: &Text<'_>| t.0.as_deref().filter(|s| !s.is_empty()).map(str::to_owned);
-        ProviderError {
-            // `"type": "error"` of the event itself names nothing.
-            kind: own(&self.kind).filter(|k| k != "error"),
-            code: self.code.0.clone(),
-            message: own(&self.message),
-        }
-    }
+/// The error of an error object ([`ProviderError::from_obj`]); a `"type": "error"` (the
+/// event's own type repeated) names nothing.
+fn to_error(o: &ErrorObj<'_>) -> ProviderError {
+    let mut e = ProviderError::from_obj(o);
+    e.kind = e.kind.filter(|k| k != "error");
+    e
 }
 
 /// One output item: a `message`, a `reasoning` item or a tool call.
@@ -328,12 +314,7 @@ fn finish_of(r: &ResponseWire<'_>, event_kind: &str, tool_call: bool) -> Result<
 
 /// The failure of a failed response (its `error`, else a message naming the event).
 fn failed(st: &mut State, r: &ResponseWire<'_>, what: &str) {
-    let e = r
-        .error
-        .0
-        .as_ref()
-        .map(ErrorFields::to_error)
-        .unwrap_or_default();
+    let e = r.error.0.as_ref().map(to_error).unwrap_or_default();
     st.provider_failure(e, what);
 }
 
@@ -500,13 +481,12 @@ pub(super) fn on_event(st: &mut State, at: Instant, ev: SseEvent<'_>) {
         }
         "error" => {
             let e = match e.error.0.as_ref() {
-                Some(inner) => inner.to_error(),
-                None => ErrorFields {
+                Some(inner) => to_error(inner),
+                None => to_error(&ErrorObj {
                     code: e.code,
                     message: e.message,
                     kind: Text::default(),
-                }
-                .to_error(),
+                }),
             };
             st.provider_failure(e, "error event");
         }
