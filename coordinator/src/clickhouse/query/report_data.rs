@@ -22,12 +22,12 @@ use latmesh_core::metrics::Metric;
 use latmesh_core::record::Outcome;
 use serde::Deserialize;
 
-use super::model::{Extras, TimePoint, TimeSeries};
 use crate::aggregate::counts_in_error_rates;
 use crate::cli_query::{ClickhouseArgs, FilterArgs};
 use crate::clickhouse::query::{self, Percentile, QueryFilter};
 use crate::clickhouse::{self as store, check_identifier};
 use crate::load_stats::{self, RateMeasure, RateRow};
+use crate::report::model::{Extras, TimePoint, TimeSeries};
 use crate::report_data::{ALL, CellMetric, ReportData};
 use crate::saturation::ArrivalLatency;
 use crate::summary::Percentiles;
