@@ -899,7 +899,13 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
             watch::write_json(summary, &path)?;
             // With ClickHouse, the sections that need each row's time come from there.
             let (source, extras) = match &store {
-                Some(s) => match crate::clickhouse::query::extras(&s.url, &s.db, &data).await {
+                Some(s) => match crate::clickhouse::query::extras(
+                    &crate::clickhouse::client(&s.url),
+                    &s.db,
+                    &data,
+                )
+                .await
+                {
                     Ok(extras) => ("memory and clickhouse", extras),
                     Err(e) => {
                         eprintln!("demo: the report has no ClickHouse sections: {e:#}");

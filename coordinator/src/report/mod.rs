@@ -79,8 +79,9 @@ pub async fn from_clickhouse(
     db: &str,
     campaign_id: &str,
 ) -> anyhow::Result<ReportModel> {
-    let data = ReportData::from_clickhouse(url, db, campaign_id).await?;
-    let extras = crate::clickhouse::query::extras(url, db, &data).await?;
+    let client = crate::clickhouse::client(url);
+    let data = crate::clickhouse::query::report_data(&client, db, campaign_id).await?;
+    let extras = crate::clickhouse::query::extras(&client, db, &data).await?;
     Ok(model(&data, "clickhouse", extras))
 }
 

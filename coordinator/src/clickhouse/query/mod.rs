@@ -22,7 +22,9 @@
 //! One file per question: [`filter`](QueryFilter) (which rows, and the SQL pieces built from
 //! it), `histograms` (merged histograms), `matrix`, `errors` (outcome mix), `campaign`
 //! (stored campaign, plan and agents), `verify` (row counts), `sweep`, `grouped` (the engine
-//! of `windows` and `trend`), `percentile`, `windows`, `trend`.
+//! of `windows` and `trend`), `percentile`, `windows`, `trend`, `summary` (a stored
+//! campaign's summary), `report_data` (a stored campaign's report data and what only
+//! ClickHouse keeps), `window_ranks` (provider ranks per region and time window).
 
 mod campaign;
 mod errors;
@@ -32,9 +34,11 @@ mod histograms;
 mod matrix;
 mod percentile;
 mod report_data;
+mod summary;
 mod sweep;
 mod trend;
 mod verify;
+mod window_ranks;
 mod windows;
 
 pub use campaign::{agents, campaign, stored_plan, stored_window_spec};
@@ -44,8 +48,12 @@ pub use grouped::GroupStat;
 pub use histograms::{HistGroup, merged_histograms};
 pub use matrix::{MatrixRow, matrix, matrix_filtered, matrix_percentiles};
 pub use percentile::Percentile;
-pub use report_data::extras;
+pub use report_data::{Extras, TimePoint, TimeSeries, extras, report_data};
+pub use summary::stored_summary;
 pub use sweep::sweep;
 pub use trend::{TrendBucket, TrendReport, TrendRow, local_hour_sql, trend};
-pub use verify::{AgentCounts, BatchDuplicates, CampaignCounts, counts};
+pub use verify::{
+    AgentCounts, BatchDuplicates, CampaignCounts, VerifyLine, counts, not_verified, verify,
+};
+pub use window_ranks::{add_window_ranks, from_windows_report, window_ranks};
 pub use windows::{WindowStat, WindowsReport, WindowsRow, windows};

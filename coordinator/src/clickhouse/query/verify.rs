@@ -5,7 +5,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use super::super::rows::AgentRow;
 use super::super::{StoreError, check_identifier};
+use super::campaign::agents;
 
 /// Rows of one agent in ClickHouse.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -176,4 +178,206 @@ pub async fn counts(
     out.duplicates
         .sort_by(|a, b| (&a.agent_id, a.seq, &a.table).cmp(&(&b.agent_id, b.seq, &b.table)));
     Ok(out)
+}
+
+/// What `campaign verify` found for one agent.
+#[derive(Debug, Serialize)]
+pub struct VerifyLine {
+    /// Agent id.
+    pub agent_id: String,
+    /// Records the coordinator received from it (and acked).
+    pub reported_records: u64,
+    /// Distinct `requests` rows in ClickHouse.
+    pub stored_records: u64,
+    /// Reported but not stored.
+    pub lost: u64,
+    /// Stored more than once.
+    pub duplicated: u64,
+    /// Attempts measured twice (stored from two batches of the agent): a resume that ran
+    /// again what an earlier process had measured.
+    pub measured_twice: u64,
+    /// Batch seqs missing in ClickHouse (the first [`crate::seq_gaps::MAX_LISTED`]).
+    pub missing_seqs: Vec<u64>,
+    /// Whether its delivery is whole, so that `lost` means what it says: no batch refused or
+    /// quarantined, its done notice arrived, every batch it announced stored.
+    pub verified: bool,
+    /// Why not ([`not_verified`]); empty when verified.
+    pub not_verified: Vec<String>,
+    /// Missing seqs beyond those listed.
+    pub missing_seqs_more: u64,
+}
+
+impl VerifyLine {
+    /// The missing seqs as `campaign verify` prints them: `[3, 7]`, `[1, 2, …] and 5 more`.
+    pub fn missing_text(&self) -> String {
+        match self.missing_seqs_more {
+            0 => format!("{:?}", self.missing_seqs),
+            more => format!("{:?} and {more} more", self.missing_seqs),
+        }
+    }
+}
+
+/// Reconciles what the agents of campaign `campaign_id` reported (their `agents` rows) with
+/// what ClickHouse holds ([`counts`]); returns (lines, lost, duplicated).
+///
+/// # Errors
+/// ClickHouse errors; a campaign whose agents are not stored (not finished yet).
+pub async fn verify(
+    client: &clickhouse::Client,
+    db: &str,
+    campaign_id: &str,
+) -> anyhow::Result<(Vec<VerifyLine>, u64, u64)> {
+    let agents = agents(client, db, campaign_id).await?;
+    anyhow::ensure!(
+        !agents.is_empty(),
+        "campaign {campaign_id:?} has no agent rows in {db}.agents (unknown, or not finished yet)"
+    );
+    let counts = counts(client, db, campaign_id).await?;
+    let mut lines = Vec::new();
+    for a in agents {
+        let c = counts
+            .agents
+            .iter()
+            .find(|c| c.agent_id == a.agent_id)
+            .cloned()
+            .unwrap_or_default();
+        let dup_requests: u64 = counts
+            .duplicates
+            .iter()
+            .filter(|d| d.agent_id == a.agent_id && d.table == "requests")
+            .map(|d| d.rows - d.distinct)
+            .sum();
+        let stored = c.request_rows - dup_requests;
+        let why = not_verified(&a, c.batches);
+        lines.push(VerifyLine {
+            verified: why.is_empty(),
+            not_verified: why,
+            agent_id: a.agent_id.clone(),
+            reported_records: a.records,
+            stored_records: stored,
+            lost: a.records.saturating_sub(stored),
+            duplicated: c.duplicate_rows,
+            measured_twice: c.measured_twice,
+            missing_seqs: c.missing_seqs.clone(),
+            missing_seqs_more: c.missing_seqs_more,
+        });
+    }
+    let lost = lines.iter().map(|l| l.lost).sum();
+    let duplicated = lines.iter().map(|l| l.duplicated).sum();
+    Ok((lines, lost, duplicated))
+}
+
+/// Why `campaign verify` cannot vouch for the agent of `row` (empty: nothing against it),
+/// given the distinct batch seqs of it stored in ClickHouse (`stored_batches`). An agent is
+/// not verified when a batch of it was refused or quarantined, when records or histograms
+/// were quarantined, when its done notice never arrived, or when fewer batches are stored
+/// than it announced (some still pending in its spool or the coordinator's).
+pub fn not_verified(row: &AgentRow, stored_batches: u64) -> Vec<String> {
+    let mut why = Vec::new();
+    if row.batches_rejected > 0 {
+        let listed: Vec<String> = row
+            .rejected_seqs
+            .iter()
+            .zip(&row.rejected_reasons)
+            .map(|(seq, reason)| format!("seq {seq} ({reason})"))
+            .collect();
+        let more = (row.batches_rejected as usize).saturating_sub(listed.len());
+        why.push(format!(
+            "{} batch(es) refused by the coordinator or quarantined by the agent, not stored: {}{}",
+            row.batches_rejected,
+            listed.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        ));
+    }
+    if row.records_quarantined > 0 || row.histograms_quarantined > 0 {
+        why.push(format!(
+            "{} record(s) and {} histogram(s) quarantined by the agent as too large to send",
+            row.records_quarantined, row.histograms_quarantined
+        ));
+    }
+    if row.campaign_done == 0 {
+        why.push(
+            "no done notice from the agent: its last batches may still be pending in its spool"
+                .into(),
+        );
+    } else {
+        let accounted = stored_batches.saturating_add(row.batches_rejected);
+        if row.last_seq > accounted {
+            why.push(format!(
+                "{} of its {} batches not stored: still pending (agent or coordinator spool) or lost",
+                row.last_seq - accounted,
+                row.last_seq
+            ));
+        }
+    }
+    why
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row() -> AgentRow {
+        AgentRow {
+            campaign_id: "c".into(),
+            agent_id: "a1".into(),
+            region: "r".into(),
+            version: "v".into(),
+            clock_offset_us: 0,
+            clock_uncertainty_us: 0,
+            seen_at: 0,
+            seen_at_us: 0,
+            records: 10,
+            batches: 3,
+            skipped: 0,
+            complete: true,
+            campaign_done: 1,
+            last_seq: 3,
+            batches_rejected: 0,
+            rejected_seqs: Vec::new(),
+            rejected_reasons: Vec::new(),
+            records_quarantined: 0,
+            histograms_quarantined: 0,
+        }
+    }
+
+    #[test]
+    fn an_agent_is_verified_only_when_every_announced_batch_is_stored() {
+        assert!(not_verified(&row(), 3).is_empty());
+        let why = not_verified(&row(), 2);
+        assert_eq!(why.len(), 1);
+        assert!(
+            why[0].starts_with("1 of its 3 batches not stored"),
+            "{why:?}"
+        );
+        let no_done = AgentRow {
+            campaign_done: 0,
+            last_seq: 0,
+            ..row()
+        };
+        assert!(not_verified(&no_done, 3)[0].starts_with("no done notice"));
+    }
+
+    #[test]
+    fn refused_and_quarantined_batches_are_named() {
+        let r = AgentRow {
+            batches_rejected: 3,
+            rejected_seqs: vec![1, 2],
+            rejected_reasons: vec!["http_status 799 is not an HTTP status".into(), "x".into()],
+            records_quarantined: 1,
+            ..row()
+        };
+        // Seqs 1-3 accounted for with one stored and 3 refused (one of them not listed).
+        let why = not_verified(&r, 1);
+        assert_eq!(why.len(), 2, "{why:?}");
+        assert_eq!(
+            why[0],
+            "3 batch(es) refused by the coordinator or quarantined by the agent, not stored: seq 1 (http_status 799 is not an HTTP status), seq 2 (x) and 1 more"
+        );
+        assert!(why[1].starts_with("1 record(s) and 0 histogram(s) quarantined"));
+    }
 }

@@ -318,8 +318,8 @@ impl WindowsReport {
 
 #[cfg(test)]
 mod tests {
+    use super::super::grouped::GroupCell;
     use super::*;
-    use crate::clickhouse::query::grouped::GroupCell;
 
     fn wrow(provider: &str, region: &str, samples: [u64; 2]) -> WindowsRow {
         let stat = |window: &str, samples: u64| WindowStat {
