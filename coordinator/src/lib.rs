@@ -38,4 +38,5 @@ pub mod state;
 pub mod summary;
 pub mod sync;
 pub mod tls_listener;
+pub mod ui;
 pub mod watch;
