@@ -380,7 +380,7 @@ async fn run_query_at(cmd: QueryCmd) -> anyhow::Result<()> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
-                print!("{}", report.render());
+                print!("{}", crate::ui::windows::render(&report));
             }
             Ok(())
         }
@@ -420,7 +420,7 @@ async fn run_query_at(cmd: QueryCmd) -> anyhow::Result<()> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
-                print!("{}", report.render());
+                print!("{}", crate::ui::trend::render(&report));
             }
             Ok(())
         }

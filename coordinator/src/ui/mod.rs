@@ -1,5 +1,6 @@
 //! Terminal rendering of results: every text table and line `latmesh` prints from a summary,
-//! its sweeps, rates, failover rows, models, budget and analysis, one file per kind of table.
+//! its sweeps, rates, failover rows, models, budget and analysis, and the `query windows` and
+//! `query trend` reports, one file per kind of table.
 //! The data comes from the pure result modules (`summary`, `load_stats`, `failover_stats`,
 //! `model_stats`, `analysis`); nothing here computes a figure.
 
@@ -10,6 +11,8 @@ pub mod matrix;
 pub mod models;
 pub mod rate;
 pub mod sweep;
+pub mod trend;
+pub mod windows;
 
 use comfy_table::{Cell as TCell, CellAlignment};
 

@@ -1,7 +1,6 @@
 //! A provider's percentile per time bucket ([`trend`], `latmesh query trend`), and local hours
 //! in SQL ([`local_hour_sql`]).
 
-use comfy_table::{Cell as TCell, CellAlignment, Table, presets};
 use latmesh_core::metrics::Metric;
 use latmesh_core::windows::{WindowSpec, Zone, utc_label};
 use serde::{Deserialize, Serialize};
@@ -11,7 +10,6 @@ use super::campaign::stored_window_spec;
 use super::filter::{QueryFilter, sql_string};
 use super::grouped::{GroupCell, GroupStat, grouped};
 use super::percentile::Percentile;
-use super::windows::ms_marked;
 
 /// Coordinator-clock UTC seconds of a `requests` row (its send time), as an SQL expression.
 const REQUEST_COORD_SECS: &str = "toInt64(intDiv(send_coord_unix_us, 1000000))";
@@ -196,55 +194,6 @@ pub async fn trend(
         bucket: bucket.as_str().to_string(),
         rows,
     })
-}
-
-impl TrendReport {
-    /// The report as a text table (what `latmesh query trend` prints).
-    pub fn render(&self) -> String {
-        use std::fmt::Write as _;
-        let mut out = String::new();
-        let when = match self.bucket.as_str() {
-            "local-hour" => "local hour of day",
-            "day" => "UTC day",
-            _ => "UTC hour",
-        };
-        let _ = writeln!(
-            out,
-            "{}: {} P{} (ms) per {when}",
-            self.provider,
-            self.metric.to_uppercase(),
-            self.percentile
-        );
-        let mut t = Table::new();
-        t.load_preset(presets::ASCII_MARKDOWN);
-        t.set_header(vec![
-            "region",
-            self.bucket.as_str(),
-            &format!("P{}", self.percentile),
-            "samples",
-            "attempts",
-            "err %",
-        ]);
-        let right = |s: String| TCell::new(s).set_alignment(CellAlignment::Right);
-        let mut marked = false;
-        for r in &self.rows {
-            let (text, m) = ms_marked(&r.stat, self.percentile);
-            marked |= m;
-            t.add_row(vec![
-                TCell::new(&r.region),
-                TCell::new(&r.label),
-                right(text),
-                right(r.stat.samples.to_string()),
-                right(r.stat.attempts.to_string()),
-                right(format!("{:.1}", r.stat.error_pct)),
-            ]);
-        }
-        let _ = writeln!(out, "{t}");
-        if marked {
-            let _ = writeln!(out, "{}", crate::percentiles::legend());
-        }
-        out
-    }
 }
 
 #[cfg(test)]

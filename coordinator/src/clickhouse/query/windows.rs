@@ -3,7 +3,6 @@
 
 use std::collections::BTreeSet;
 
-use comfy_table::{Cell as TCell, CellAlignment, Table, presets};
 use latmesh_core::metrics::Metric;
 use serde::{Deserialize, Serialize};
 
@@ -12,7 +11,6 @@ use super::campaign::{stored_plan, stored_window_spec};
 use super::filter::QueryFilter;
 use super::grouped::{GroupStat, grouped};
 use super::percentile::Percentile;
-use crate::analysis::stats;
 use crate::summary::ALL_REGIONS;
 
 /// One window of a [`WindowsRow`].
@@ -216,104 +214,6 @@ fn without_mixed_all_changes(mut rows: Vec<WindowsRow>) -> Vec<WindowsRow> {
         r.change_pct = None;
     }
     rows
-}
-
-fn ms_text(v: Option<f64>) -> String {
-    v.map_or("-".into(), |v| format!("{v:.1}"))
-}
-
-/// A group's percentile `percentile` as [`ms_text`], marked `~` when its samples do not
-/// support it ([`stats::supported`]); and whether it is marked.
-pub(super) fn ms_marked(stat: &GroupStat, percentile: u32) -> (String, bool) {
-    let unsupported =
-        stat.value_ms.is_some() && !stats::supported(stat.samples, f64::from(percentile));
-    let mark = if unsupported {
-        crate::percentiles::UNSUPPORTED_MARK
-    } else {
-        ""
-    };
-    (format!("{mark}{}", ms_text(stat.value_ms)), unsupported)
-}
-
-fn window_name(w: &str) -> &str {
-    if w.is_empty() { "(none)" } else { w }
-}
-
-impl WindowsReport {
-    /// The report as a text table (what `latmesh query windows` prints).
-    pub fn render(&self) -> String {
-        use std::fmt::Write as _;
-        let mut out = String::new();
-        let p = self.percentile;
-        let _ = write!(
-            out,
-            "{} P{p} (ms) by time window",
-            self.metric.to_uppercase()
-        );
-        if let Some((a, b)) = &self.compared {
-            let _ = write!(
-                out,
-                "; change = {} − {} (ms, and % of {})",
-                window_name(a),
-                window_name(b),
-                window_name(b)
-            );
-        }
-        let _ = writeln!(out);
-        let _ = write!(
-            out,
-            "scenarios: {}",
-            match self.scenarios.as_slice() {
-                [] => "every scenario merged".to_string(),
-                [one] => one.clone(),
-                many => format!("{} merged", many.join(", ")),
-            }
-        );
-        if !self.left_out_scenarios.is_empty() {
-            let _ = write!(
-                out,
-                " (left out: {}, load tests run at one time only; pick one with --scenario)",
-                self.left_out_scenarios.join(", ")
-            );
-        }
-        let _ = writeln!(out);
-        let mut t = Table::new();
-        t.load_preset(presets::ASCII_MARKDOWN);
-        let mut header = vec![TCell::new("provider"), TCell::new("region")];
-        for w in &self.windows {
-            header.push(TCell::new(format!("{} P{p}", window_name(w))));
-            header.push(TCell::new(format!("{} attempts / err %", window_name(w))));
-        }
-        header.push(TCell::new("change ms"));
-        header.push(TCell::new("change %"));
-        t.set_header(header);
-        let right = |s: String| TCell::new(s).set_alignment(CellAlignment::Right);
-        let mut marked = false;
-        for r in &self.rows {
-            let mut row = vec![TCell::new(&r.provider), TCell::new(&r.region)];
-            for w in &r.windows {
-                let (text, m) = ms_marked(&w.stat, p);
-                marked |= m;
-                row.push(right(text));
-                row.push(right(format!(
-                    "{} / {:.1}",
-                    w.stat.attempts, w.stat.error_pct
-                )));
-            }
-            row.push(right(
-                r.change_ms.map_or("-".into(), |v| format!("{v:+.1}")),
-            ));
-            row.push(right(
-                r.change_pct.map_or("-".into(), |v| format!("{v:+.1}%")),
-            ));
-            t.add_row(row);
-        }
-        let _ = writeln!(out, "{t}");
-        if marked {
-            let _ = writeln!(out, "{}", crate::percentiles::legend());
-        }
-        out
-    }
 }
 
 #[cfg(test)]
