@@ -15,11 +15,11 @@ use latmesh_proto::pb;
 use tokio::sync::{mpsc, watch};
 use tonic::Status;
 
-use crate::aggregate::Aggregate;
 use crate::budget::{Caps, Guard};
 use crate::persist::{AgentRecord, CampaignRecord, StateDir};
 use crate::spool::Spool;
-use crate::summary::{self, AgentSummary, Summary};
+use latmesh_results::aggregate::Aggregate;
+use latmesh_results::summary::{self, AgentSummary, Summary};
 
 /// Outbound half of an agent's session stream.
 pub type AgentTx = mpsc::Sender<Result<pb::CoordinatorMessage, Status>>;
@@ -92,7 +92,7 @@ struct Campaign {
     agents: BTreeMap<String, CampaignAgent>,
     agg: Aggregate,
     /// First-attempt send times of the rounds' slots per agent (achieved synchronization).
-    sends: crate::sync::SlotSends,
+    sends: latmesh_results::sync::SlotSends,
     progress: watch::Sender<pb::Progress>,
     /// `Progress.live`, recomputed from `agg` at most once a second.
     live: crate::progress::LiveCache,
@@ -1139,11 +1139,14 @@ impl State {
     /// A finished campaign's summary, plan and merged histograms, for reports (`None` while it
     /// runs, or for a campaign finished by an earlier process: its histograms are in
     /// ClickHouse).
-    pub fn report_data(&self, campaign_id: &str) -> Option<crate::report_data::ReportData> {
+    pub fn report_data(
+        &self,
+        campaign_id: &str,
+    ) -> Option<latmesh_results::report_data::ReportData> {
         let inner = self.lock();
         let c = inner.campaigns.get(campaign_id)?;
         let summary = c.summary.clone()?;
-        Some(crate::report_data::ReportData::from_aggregate(
+        Some(latmesh_results::report_data::ReportData::from_aggregate(
             summary,
             c.plan.clone(),
             &c.agg,

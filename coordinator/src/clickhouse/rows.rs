@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 
 use super::insert::BatchKey;
 use super::{StoreError, datetime_secs, unsigned_us};
-use crate::delivery::{Delivery, RejectedBatch};
-use crate::summary::AgentSummary;
+use latmesh_results::delivery::{Delivery, RejectedBatch};
+use latmesh_results::summary::AgentSummary;
 
 /// A row of `campaigns`: one launched campaign.
 #[derive(Clone, Debug, PartialEq, clickhouse::Row, Serialize, Deserialize)]
@@ -111,7 +111,7 @@ pub struct AgentRow {
     pub last_seq: u64,
     /// Batches refused as malformed or quarantined by the agent unsent (schema 7).
     pub batches_rejected: u64,
-    /// The first of them ([`crate::delivery::MAX_LISTED_REJECTIONS`]): seqs…
+    /// The first of them ([`latmesh_results::delivery::MAX_LISTED_REJECTIONS`]): seqs…
     pub rejected_seqs: Vec<u64>,
     /// …and why, in the same order.
     pub rejected_reasons: Vec<String>,

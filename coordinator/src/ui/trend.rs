@@ -47,7 +47,7 @@ pub fn render(report: &TrendReport) -> String {
     }
     let _ = writeln!(out, "{t}");
     if marked {
-        let _ = writeln!(out, "{}", crate::percentiles::legend());
+        let _ = writeln!(out, "{}", latmesh_results::percentiles::legend());
     }
     out
 }

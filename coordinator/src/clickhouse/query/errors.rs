@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::super::{StoreError, check_identifier};
 use super::filter::{QueryFilter, bind_all, where_clause};
-use crate::summary::ALL_REGIONS;
+use latmesh_results::summary::ALL_REGIONS;
 
 /// One line of the outcome mix: attempts of one outcome (and HTTP status) for a region (or
 /// `ALL`) and provider.

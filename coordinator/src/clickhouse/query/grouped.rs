@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::super::{StoreError, check_identifier};
 use super::filter::{QueryFilter, and_scenario_in, and_where, bind_all, sql_string, where_clause};
 use super::percentile::Percentile;
-use crate::summary::ALL_REGIONS;
+use latmesh_results::summary::ALL_REGIONS;
 
 /// What one group (a time window, a trend bucket) of a provider in a region holds: attempts
 /// and errors from `requests`, and the percentile of the metric over its merged histograms.

@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use super::super::{StoreError, check_identifier};
 use super::filter::{QueryFilter, and_where, bind_all, sql_string, where_clause};
-use crate::summary::ALL_REGIONS;
+use latmesh_results::summary::ALL_REGIONS;
 
 #[derive(clickhouse::Row, Deserialize)]
 struct BucketRow {

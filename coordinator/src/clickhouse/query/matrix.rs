@@ -13,9 +13,9 @@ use super::super::{StoreError, check_identifier};
 use super::campaign::stored_plan;
 use super::filter::{QueryFilter, bind_all, sql_string, where_clause};
 use super::histograms::merged_histograms;
-use crate::aggregate::{count_name, counts_in_error_rates};
-use crate::model_stats;
-use crate::summary::{ALL_REGIONS, MatrixCell, Percentiles};
+use latmesh_results::aggregate::{count_name, counts_in_error_rates};
+use latmesh_results::model_stats;
+use latmesh_results::summary::{ALL_REGIONS, MatrixCell, Percentiles};
 
 /// One cell of the matrix from ClickHouse: a region (or `ALL`), a provider, a scenario.
 /// Units match [`MatrixCell`]: percentiles in ms (µs / 1000 as `f64`).
@@ -376,7 +376,7 @@ pub async fn matrix_percentiles(
             let failed =
                 c.outcome != Outcome::Ok.as_str() && c.outcome != Outcome::Dropped.as_str();
             if failed && cell.last_error.as_ref().is_none_or(|e| c.last_us >= e.0) {
-                let text = crate::aggregate::describe_error_parts(
+                let text = latmesh_results::aggregate::describe_error_parts(
                     &c.outcome,
                     (c.last_status != 0).then_some(c.last_status),
                     [c.last_type.as_str(), c.last_message.as_str()]

@@ -8,7 +8,7 @@
 //! recorded into an HdrHistogram of the agents' bounds; a stored value is its bucket's highest
 //! equivalent, so the buckets and counts are the coordinator's) and take their percentiles,
 //! sample counts and intervals from it exactly as the coordinator's summary does
-//! ([`Percentiles::of_list`](crate::summary::Percentiles::of_list)) — never an average of percentiles. Counts are summed in Rust
+//! ([`Percentiles::of_list`](latmesh_results::summary::Percentiles::of_list)) — never an average of percentiles. Counts are summed in Rust
 //! from one `GROUP BY region, provider, scenario, outcome`, so the `ALL` rows are exact sums.
 //! No query needs `FINAL` (see the de-duplication guarantee in [`super::insert`]).
 //!

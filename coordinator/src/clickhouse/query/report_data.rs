@@ -27,11 +27,11 @@ use super::histograms::merged_histograms;
 use super::percentile::Percentile;
 use super::summary::stored_summary;
 use super::windows::{WindowsReport, windows};
-use crate::aggregate::counts_in_error_rates;
-use crate::load_stats::{self, RateMeasure, RateRow};
-use crate::report_data::{ALL, CellMetric, ReportData};
-use crate::saturation::ArrivalLatency;
-use crate::summary::Percentiles;
+use latmesh_results::aggregate::counts_in_error_rates;
+use latmesh_results::load_stats::{self, RateMeasure, RateRow};
+use latmesh_results::report_data::{ALL, CellMetric, ReportData};
+use latmesh_results::saturation::ArrivalLatency;
+use latmesh_results::summary::Percentiles;
 
 /// A provider's latency over time, all regions and scenarios merged.
 #[derive(Clone, Debug, Serialize)]

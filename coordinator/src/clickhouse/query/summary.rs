@@ -7,7 +7,7 @@ use super::campaign::{agents, campaign};
 use super::filter::QueryFilter;
 use super::matrix::matrix_percentiles;
 use super::sweep::sweep;
-use crate::summary::{AgentSummary, MatrixCell, StartSync, Summary};
+use latmesh_results::summary::{AgentSummary, MatrixCell, StartSync, Summary};
 
 /// The summary of the stored campaign `filter.campaign_id`, rebuilt from ClickHouse alone
 /// (matrix cells and sweep rows of the rows `filter` selects, at the stored plan's
@@ -40,7 +40,7 @@ pub async fn stored_summary(
     let agents = agents(client, db, id).await?;
     let sweeps = sweep(client, db, filter).await?;
     let cells: Vec<MatrixCell> = rows.iter().map(|r| r.to_cell()).collect();
-    let models = crate::model_stats::model_rows(&plan.providers, &cells);
+    let models = latmesh_results::model_stats::model_rows(&plan.providers, &cells);
     let keep = |list: &[String], only: &Option<String>| -> Vec<String> {
         list.iter()
             .filter(|x| only.as_ref().is_none_or(|o| o == *x))

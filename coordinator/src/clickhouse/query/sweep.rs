@@ -12,9 +12,9 @@ use super::super::{StoreError, check_identifier};
 use super::campaign::{agents, stored_plan};
 use super::filter::{QueryFilter, and_where, bind_all, sql_string, where_clause};
 use super::histograms::merged_histograms;
-use crate::aggregate::counts_in_error_rates;
-use crate::load_stats::{self, RowFilter, StepMeasure, SweepRow};
-use crate::summary::{ALL_REGIONS, Percentiles};
+use latmesh_results::aggregate::counts_in_error_rates;
+use latmesh_results::load_stats::{self, RowFilter, StepMeasure, SweepRow};
+use latmesh_results::summary::{ALL_REGIONS, Percentiles};
 
 #[derive(clickhouse::Row, Deserialize)]
 struct StepOutcomeCount {
@@ -28,7 +28,7 @@ struct StepOutcomeCount {
 }
 
 /// The sweep results of the stored campaign `filter.campaign_id`, exactly as the
-/// coordinator's summary computes them ([`crate::load_stats::sweep_rows`]): per `sweep`
+/// coordinator's summary computes them ([`latmesh_results::load_stats::sweep_rows`]): per `sweep`
 /// scenario (of the stored plan), region (and `ALL`: the regions the filter keeps, merged) and
 /// provider, every step's requests, ok and error % (final attempts of `load = 'sweep'` rows of
 /// `requests`, grouped by `step`; `cancelled` and `dropped` left out), TTFT and E2E at the
@@ -139,7 +139,7 @@ pub async fn sweep(
             if spec.knee.metric == g.metric {
                 let q = load_stats::knee_quantile(&spec.knee);
                 m.knee_us = Some(h.value_at_quantile(q));
-                m.knee_ci_us = crate::analysis::stats::interval_us(&h, q);
+                m.knee_ci_us = latmesh_results::stats::interval_us(&h, q);
             }
         }
     }

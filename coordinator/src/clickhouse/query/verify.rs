@@ -21,7 +21,7 @@ pub struct AgentCounts {
     /// Highest seq seen.
     pub max_seq: u64,
     /// Seqs in `1..=max_seq` without any row: lost batches — or batches that carried nothing
-    /// (the first [`crate::seq_gaps::MAX_LISTED`]).
+    /// (the first [`latmesh_results::seq_gaps::MAX_LISTED`]).
     pub missing_seqs: Vec<u64>,
     /// Missing seqs beyond those `missing_seqs` lists.
     #[serde(default)]
@@ -171,7 +171,7 @@ pub async fn counts(
             .map_or(0, |t| t.1);
         a.batches = seqs.len() as u64;
         a.max_seq = seqs.last().copied().unwrap_or(0);
-        let missing = crate::seq_gaps::missing(&seqs);
+        let missing = latmesh_results::seq_gaps::missing(&seqs);
         (a.missing_seqs, a.missing_seqs_more) = (missing.listed, missing.more);
         out.agents.push(a);
     }
@@ -196,7 +196,7 @@ pub struct VerifyLine {
     /// Attempts measured twice (stored from two batches of the agent): a resume that ran
     /// again what an earlier process had measured.
     pub measured_twice: u64,
-    /// Batch seqs missing in ClickHouse (the first [`crate::seq_gaps::MAX_LISTED`]).
+    /// Batch seqs missing in ClickHouse (the first [`latmesh_results::seq_gaps::MAX_LISTED`]).
     pub missing_seqs: Vec<u64>,
     /// Whether its delivery is whole, so that `lost` means what it says: no batch refused or
     /// quarantined, its done notice arrived, every batch it announced stored.

@@ -7,9 +7,9 @@ use super::super::StoreError;
 use super::filter::QueryFilter;
 use super::percentile::Percentile;
 use super::windows::{WindowsReport, windows};
-use crate::analysis::ranks::RankTable;
-use crate::analysis::{Analysis, ranking_metric};
-use crate::report_data::{ALL, ReportData};
+use latmesh_results::analysis::RankTable;
+use latmesh_results::analysis::{Analysis, ranking_metric};
+use latmesh_results::report_data::{ALL, ReportData};
 
 /// Adds to `analysis`, per scenario, the providers' ranks per (region, time window) from
 /// ClickHouse ([`window_ranks`], by the scenario's [`ranking_metric`]; its percentile when it

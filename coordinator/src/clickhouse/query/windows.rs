@@ -11,7 +11,7 @@ use super::campaign::{stored_plan, stored_window_spec};
 use super::filter::QueryFilter;
 use super::grouped::{GroupStat, grouped};
 use super::percentile::Percentile;
-use crate::summary::ALL_REGIONS;
+use latmesh_results::summary::ALL_REGIONS;
 
 /// One window of a [`WindowsRow`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -13,7 +13,7 @@
 //! * **flags** ([`flags`]): P50 fast but tail high, usage/chunk token mismatches, output
 //!   length far from the other providers', timeout rate above 0.1 %;
 //! * **ranks and their stability** ([`ranks`]): each provider's rank per region (and per
-//!   time window from ClickHouse, `clickhouse::query::window_ranks`), its min/max/mean rank, and
+//!   time window from ClickHouse, `latmesh_store::query::window_ranks`), its min/max/mean rank, and
 //!   Kendall's W across regions;
 //! * the **selection matrix** ([`selection`]) when the plan has `[selection]` weights.
 //!
@@ -22,23 +22,23 @@
 //! (many correlated gaps per request break the independence the intervals assume), TTFB or
 //! `sched_lag`.
 //!
-//! `crate::ui::analysis` prints a compact terminal view, [`Analysis::to_html`] an HTML
+//! The CLI's `ui::analysis` prints a compact terminal view, reports embed an HTML
 //! fragment (tables, no external resources), and the type serializes to JSON.
 
 pub mod flags;
 pub mod ranks;
-mod render;
 pub mod selection;
-pub mod stats;
 pub mod text;
 
 use latmesh_core::metrics::Metric;
 use serde::Serialize;
 
+pub use crate::stats::{PercentileCi, Verdict};
 pub use flags::{Flag, FlagKind};
 pub use ranks::{ProviderRanks, RankTable};
 pub use selection::{SelectionRow, SelectionTable};
-pub use stats::{PercentileCi, Verdict};
+
+use crate::stats;
 
 use crate::report_data::{ALL, ReportData};
 
@@ -127,7 +127,7 @@ pub struct Analysis {
     /// Per scenario: each provider's rank in each region, and its stability.
     pub ranks: Vec<RankTable>,
     /// Per scenario: ranks per (region, time window) from ClickHouse; empty unless the caller
-    /// added them (`clickhouse::query::add_window_ranks`).
+    /// added them (`latmesh_store::query::add_window_ranks`).
     pub window_ranks: Vec<RankTable>,
     /// Selection matrices per (scenario, region), when the plan has `[selection]`.
     pub selection: Vec<SelectionTable>,

@@ -1,12 +1,12 @@
 //! Ranks of providers per region (in memory) or per region and time window (ClickHouse:
-//! `clickhouse::query::window_ranks`), and how stable they are.
+//! `latmesh_store::query::window_ranks`), and how stable they are.
 //!
 //! In each column (a region, or a region's time window) the providers with samples are
 //! ranked by the point estimate of one percentile of one metric ([`super::ranking_metric`]):
 //! 1 = fastest, ties share their average rank. Per provider: its rank in every column, the
 //! best (min), worst (max) and mean rank and the range max − min (0: the same place
 //! everywhere). Over the table, Kendall's coefficient of concordance W
-//! ([`super::stats::kendall_w`], tie-corrected) of the columns' rankings, restricted to the
+//! ([`crate::stats::kendall_w`], tie-corrected) of the columns' rankings, restricted to the
 //! providers ranked in every column (re-ranked among themselves): 1 when every region
 //! (window) orders the providers the same way, near 0 when the orders are unrelated; `None`
 //! with fewer than two columns or providers.
@@ -14,9 +14,9 @@
 use latmesh_core::metrics::Metric;
 use serde::Serialize;
 
-use super::stats::{average_ranks, kendall_w};
 use super::{Analysis, ranking_metric};
 use crate::report_data::ReportData;
+use crate::stats::{average_ranks, kendall_w};
 
 /// One provider's ranks across a [`RankTable`]'s columns.
 #[derive(Clone, Debug, PartialEq, Serialize)]
