@@ -43,9 +43,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, anyhow, bail, ensure};
 use hdrhistogram::Histogram;
-use latmesh_coordinator::clickhouse::{
-    self as store, BatchKey, HistogramRow, IntervalHistogram, RequestRow,
-};
 use latmesh_coordinator::sink::{self, SinkTarget};
 use latmesh_coordinator::spool::{Entry, Spool, SpoolConfig};
 use latmesh_coordinator::state::State;
@@ -54,6 +51,7 @@ use latmesh_core::metrics::Metric;
 use latmesh_core::record::{Outcome, ProbeRecord, Usage};
 use latmesh_core::wire;
 use latmesh_proto::pb;
+use latmesh_store::{self as store, BatchKey, HistogramRow, IntervalHistogram, RequestRow};
 use prost::Message as _;
 
 /// A workload: what one agent's batches hold.
@@ -838,7 +836,7 @@ impl Bench<'_> {
             self.client.clone(),
             "",
             &db,
-            latmesh_coordinator::clickhouse::Timeouts::default(),
+            latmesh_store::Timeouts::default(),
         );
         let t = Instant::now();
         let task = self

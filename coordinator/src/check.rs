@@ -117,10 +117,10 @@ use latmesh_core::metrics::Metric;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::clickhouse::{self as store, QueryFilter, StoreError, check_identifier, query};
 use latmesh_results::report_data::ALL;
 use latmesh_results::stats::{PercentileCi, min_samples};
 use latmesh_results::summary::{MatrixCell, Summary};
+use latmesh_store::{self as store, QueryFilter, StoreError, check_identifier, query};
 
 /// Arguments of `latmesh check`.
 #[derive(Args, Debug, Clone, Default)]

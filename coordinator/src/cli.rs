@@ -559,20 +559,18 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
             timeouts,
         }) => {
             if print {
-                for m in crate::clickhouse::MIGRATIONS {
-                    for stmt in crate::clickhouse::render_migration(
-                        m.sql,
-                        &clickhouse_db,
-                        cluster.as_deref(),
-                    )? {
+                for m in latmesh_store::MIGRATIONS {
+                    for stmt in
+                        latmesh_store::render_migration(m.sql, &clickhouse_db, cluster.as_deref())?
+                    {
                         println!("{stmt};\n");
                     }
                 }
                 return Ok(());
             }
             let timeouts = timeouts.timeouts();
-            let client = crate::clickhouse::client_with(&clickhouse_url, &timeouts);
-            let applied = crate::clickhouse::migrate_within(
+            let client = latmesh_store::client_with(&clickhouse_url, &timeouts);
+            let applied = latmesh_store::migrate_within(
                 &client,
                 &clickhouse_db,
                 cluster.as_deref(),
@@ -899,19 +897,17 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
             watch::write_json(summary, &path)?;
             // With ClickHouse, the sections that need each row's time come from there.
             let (source, extras) = match &store {
-                Some(s) => match crate::clickhouse::query::extras(
-                    &crate::clickhouse::client(&s.url),
-                    &s.db,
-                    &data,
-                )
-                .await
-                {
-                    Ok(extras) => ("memory and clickhouse", extras),
-                    Err(e) => {
-                        eprintln!("demo: the report has no ClickHouse sections: {e:#}");
-                        ("memory", Default::default())
+                Some(s) => {
+                    match latmesh_store::query::extras(&latmesh_store::client(&s.url), &s.db, &data)
+                        .await
+                    {
+                        Ok(extras) => ("memory and clickhouse", extras),
+                        Err(e) => {
+                            eprintln!("demo: the report has no ClickHouse sections: {e:#}");
+                            ("memory", Default::default())
+                        }
                     }
-                },
+                }
                 None => ("memory", Default::default()),
             };
             let model = crate::report::model(&data, source, extras);

@@ -105,7 +105,7 @@ pub async fn run_with(
             let target = crate::sink::SinkTarget::new(
                 &store.url,
                 &store.db,
-                crate::clickhouse::Timeouts::default(),
+                latmesh_store::Timeouts::default(),
             );
             let (c, spool, sink) =
                 crate::sink::coordinator_with_sink(&store.spool_dir, 1 << 30, target)?;

@@ -9,7 +9,6 @@ pub mod budget;
 pub mod check;
 pub mod cli;
 pub mod cli_query;
-pub use latmesh_store as clickhouse;
 pub mod delivery;
 pub mod demo;
 pub mod events;

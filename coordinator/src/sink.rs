@@ -47,14 +47,14 @@ use latmesh_core::windows::WindowSpec;
 
 pub mod health;
 
-use crate::clickhouse::insert::{PreparedBatch, SeqMarks};
-use crate::clickhouse::{
-    self as store, BatchKey, HistogramRow, StoreError, Timeouts, WindowLabel, bounded,
-};
 use crate::metrics::{CoordinatorMetrics, Table};
 use crate::spool::{Entry, Spool};
 use crate::state::{State, StoreEvent, now_unix_us};
 use health::StoreHealth;
+use latmesh_store::insert::{PreparedBatch, SeqMarks};
+use latmesh_store::{
+    self as store, BatchKey, HistogramRow, StoreError, Timeouts, WindowLabel, bounded,
+};
 
 /// File in the spool directory holding campaign events not yet stored.
 pub const EVENTS_FILE: &str = "pending-events.jsonl";

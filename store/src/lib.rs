@@ -1,5 +1,8 @@
-//! ClickHouse storage: schema migrations, row types, batch inserts and the queries behind
-//! `latmesh query …` and `latmesh campaign verify`.
+//! latmesh's ClickHouse store: the client, schema migrations, row types, batch inserts, and
+//! every SQL query of the project (`latmesh query …`, `latmesh campaign verify`, reports,
+//! `latmesh check` baselines, window ranks). Used by the coordinator (its sink writes here)
+//! and the CLI; it depends on neither, only on `latmesh-results` for the summary types it
+//! rebuilds from stored rows. Nothing here renders for a terminal.
 //!
 //! Everything talks HTTP to a real ClickHouse through the `clickhouse` crate, with row
 //! validation off ([`client`]): the 18.16 server that Debian ships (and the tests use) knows
@@ -8,13 +11,16 @@
 //! `tests/tests/clickhouse.rs`. The schema and every query run on 18.16 and on current
 //! ClickHouse (see `deploy/clickhouse/README.md`).
 //!
-//! - [`migrate`]: versioned DDL from `store/migrations/`, single node or cluster.
+//! - [`migrate`](mod@migrate): versioned DDL from `store/migrations/` (this crate's folder), single node
+//!   or cluster.
 //! - [`rows`]: one `Row` type per table and the conversions from latmesh's domain types.
 //! - [`insert`]: [`insert::insert_batches`] / [`insert::insert_batch`] (idempotent per
 //!   (campaign, agent, seq)),
 //!   [`insert::insert_campaign`], [`insert::insert_agents`].
-//! - [`query`]: the region × provider matrix with exact merged percentiles, the outcome mix,
-//!   and row counts for verification.
+//! - [`fence`]: query ids that keep a timed-out insert from being stored twice.
+//! - [`query`]: one file per question: the region × provider matrix with exact merged
+//!   percentiles, the outcome mix, sweeps, peak vs off-peak windows, trends, row counts for
+//!   verification, a stored campaign's summary and report data, window ranks.
 //!
 //! Errors are [`StoreError`]; [`StoreError::is_retryable`] tells a sink whether to try again
 //! (server down, timeouts, overload) or to set the batch aside (data or schema rejected).

@@ -173,10 +173,7 @@ pub fn fresh_db(test: &str) -> (clickhouse::Client, String) {
         N.fetch_add(1, Ordering::Relaxed),
         nanos % 1_000_000_000
     );
-    (
-        latmesh_coordinator::clickhouse::client(clickhouse_url()),
-        db,
-    )
+    (latmesh_store::client(clickhouse_url()), db)
 }
 
 /// Drops database `db`.

@@ -9,12 +9,12 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use latmesh_coordinator::check::{self, CheckArgs};
-use latmesh_coordinator::clickhouse::query::{Percentile, add_window_ranks, window_ranks};
-use latmesh_coordinator::clickhouse::{self as store, BatchKey, CampaignRow};
 use latmesh_core::hist::{HistogramSet, new_histogram};
 use latmesh_core::metrics::Metric;
 use latmesh_core::plan::Plan;
 use latmesh_core::record::{Outcome, ProbeRecord};
+use latmesh_store::query::{Percentile, add_window_ranks, window_ranks};
+use latmesh_store::{self as store, BatchKey, CampaignRow};
 
 const HOUR_US: i64 = 3_600_000_000;
 const T: i64 = 1_700_000_000_000_000;

@@ -10,10 +10,6 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use latmesh_coordinator::clickhouse::{
-    self as store, AgentRow, BatchKey, CampaignRow, HistogramRow, InsertOutcome, IntervalHistogram,
-    QueryFilter, RequestRow, StoreError,
-};
 use latmesh_core::hist::{HistKey, HistogramSet, new_histogram};
 use latmesh_core::metrics::{self, Metric};
 use latmesh_core::plan::{Plan, PlanPrompt, ProviderSpec, RoundsSpec, ScenarioSpec, Timeouts};
@@ -21,6 +17,10 @@ use latmesh_core::prompts::Message;
 use latmesh_core::record::{Outcome, OutputTokensSource, ProbeRecord, Usage};
 use latmesh_results::aggregate::Aggregate;
 use latmesh_results::summary::{self, AgentSummary};
+use latmesh_store::{
+    self as store, AgentRow, BatchKey, CampaignRow, HistogramRow, InsertOutcome, IntervalHistogram,
+    QueryFilter, RequestRow, StoreError,
+};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -603,7 +603,7 @@ async fn agent_rows_from_before_schema_7_verify_as_before() {
         ),
         (1, 0, 0, 0, 0)
     );
-    assert!(latmesh_coordinator::clickhouse::query::not_verified(a, 2).is_empty());
+    assert!(latmesh_store::query::not_verified(a, 2).is_empty());
     let d = a.delivery();
     assert_eq!((d.last_seq, d.batches_rejected), (Some(0), 0));
     latmesh_tests::drop_db(&client, &db).await;

@@ -8,11 +8,9 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use latmesh_coordinator::clickhouse::insert::{PreparedBatch, SeqMarks, insert_prepared};
-use latmesh_coordinator::clickhouse::{
-    self as store, BatchKey, InsertOutcome, StoreError, Timeouts,
-};
 use latmesh_core::record::{Outcome, ProbeRecord};
+use latmesh_store::insert::{PreparedBatch, SeqMarks, insert_prepared};
+use latmesh_store::{self as store, BatchKey, InsertOutcome, StoreError, Timeouts};
 use latmesh_tests::{bin, free_port, repo, spawn_until_line};
 
 /// A private ClickHouse server, stopped (SIGCONT then `scripts/clickhouse.sh stop`) on drop.

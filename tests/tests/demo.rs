@@ -150,8 +150,8 @@ async fn demo_matrix_reflects_the_simulated_world() {
 
     // The matrix rebuilt from ClickHouse equals the one the coordinator merged in memory.
     if let Some(store) = store {
-        let client = latmesh_coordinator::clickhouse::client(&store.url);
-        let rows = latmesh_coordinator::clickhouse::matrix(&client, &db, &s.campaign_id, None)
+        let client = latmesh_store::client(&store.url);
+        let rows = latmesh_store::matrix(&client, &db, &s.campaign_id, None)
             .await
             .unwrap();
         assert_eq!(rows.len(), s.cells.len());

@@ -423,7 +423,7 @@ fn tail(log: &str) -> String {
 /// `1..=u64::MAX` before: 1 GB in 18 s for a far smaller claim, never ending for this one).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_is_bounded_by_the_stored_seqs_not_by_a_claimed_one() {
-    use latmesh_coordinator::clickhouse as store;
+    use latmesh_store as store;
     let (client, db) = latmesh_tests::fresh_db("verify_bounded");
     store::migrate(&client, &db, None).await.unwrap();
     client

@@ -18,10 +18,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use latmesh_coordinator::clickhouse::query::{
-    Percentile, TrendBucket, TrendReport, WindowsReport, trend, windows,
-};
-use latmesh_coordinator::clickhouse::{self as store, CampaignRow, QueryFilter};
 use latmesh_coordinator::sink::{self, SinkTarget};
 use latmesh_coordinator::spool::{Spool, SpoolConfig};
 use latmesh_coordinator::state::State;
@@ -32,6 +28,8 @@ use latmesh_core::plan::Plan;
 use latmesh_core::record::{Outcome, ProbeRecord};
 use latmesh_core::wire;
 use latmesh_proto::pb;
+use latmesh_store::query::{Percentile, TrendBucket, TrendReport, WindowsReport, trend, windows};
+use latmesh_store::{self as store, CampaignRow, QueryFilter};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -384,7 +382,7 @@ async fn sink_labels_windows_and_queries_are_exact() {
         client.clone(),
         latmesh_tests::clickhouse_url(),
         &db,
-        latmesh_coordinator::clickhouse::Timeouts::default(),
+        latmesh_store::Timeouts::default(),
     );
     sink_through(state, dir.path(), target, &g.batches).await;
 
@@ -636,7 +634,7 @@ async fn a_sink_that_missed_the_launch_takes_windows_from_clickhouse() {
         client.clone(),
         latmesh_tests::clickhouse_url(),
         &db,
-        latmesh_coordinator::clickhouse::Timeouts::default(),
+        latmesh_store::Timeouts::default(),
     );
     let batches: Vec<_> = stored
         .batches
@@ -768,7 +766,7 @@ async fn windows_leave_load_tests_out_unless_asked() {
         client.clone(),
         latmesh_tests::clickhouse_url(),
         &db,
-        latmesh_coordinator::clickhouse::Timeouts::default(),
+        latmesh_store::Timeouts::default(),
     );
     sink_through(state, dir.path(), target, &g.batches).await;
 

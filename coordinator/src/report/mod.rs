@@ -6,7 +6,7 @@
 //! in [`charts`]), as JSON (the model itself) or as a long CSV ([`csv`]). The three carry the
 //! same numbers, and the matrix cells are the summary's own. Sections that need each row's
 //! time (peak vs off-peak, latency over time) come from ClickHouse only
-//! ([`crate::clickhouse::query::extras`]); from memory the report says so.
+//! ([`latmesh_store::query::extras`]); from memory the report says so.
 
 pub mod charts;
 pub mod csv;
@@ -79,9 +79,9 @@ pub async fn from_clickhouse(
     db: &str,
     campaign_id: &str,
 ) -> anyhow::Result<ReportModel> {
-    let client = crate::clickhouse::client(url);
-    let data = crate::clickhouse::query::report_data(&client, db, campaign_id).await?;
-    let extras = crate::clickhouse::query::extras(&client, db, &data).await?;
+    let client = latmesh_store::client(url);
+    let data = latmesh_store::query::report_data(&client, db, campaign_id).await?;
+    let extras = latmesh_store::query::extras(&client, db, &data).await?;
     Ok(model(&data, "clickhouse", extras))
 }
 

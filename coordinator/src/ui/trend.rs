@@ -4,7 +4,7 @@ use comfy_table::{Cell as TCell, Table, presets};
 
 use super::right;
 use super::windows::ms_marked;
-use crate::clickhouse::query::TrendReport;
+use latmesh_store::query::TrendReport;
 
 /// `report` as a text table (what `latmesh query trend` prints).
 pub fn render(report: &TrendReport) -> String {

@@ -4,9 +4,9 @@
 use comfy_table::{Cell as TCell, Table, presets};
 
 use super::right;
-use crate::clickhouse::query::{GroupStat, WindowsReport};
 use latmesh_results::percentiles;
 use latmesh_results::stats;
+use latmesh_store::query::{GroupStat, WindowsReport};
 
 fn ms_text(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{v:.1}"))
