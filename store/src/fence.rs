@@ -31,7 +31,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::insert::BatchKey;
+use super::batch_key::BatchKey;
 use super::{StoreError, Timeouts, bounded};
 
 /// Pause between two checks of `system.processes` while waiting for abandoned inserts.

@@ -25,6 +25,7 @@
 //! Errors are [`StoreError`]; [`StoreError::is_retryable`] tells a sink whether to try again
 //! (server down, timeouts, overload) or to set the batch aside (data or schema rejected).
 
+pub mod batch_key;
 pub mod fence;
 pub mod insert;
 pub mod migrate;

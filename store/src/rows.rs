@@ -12,7 +12,7 @@ use latmesh_core::plan::Plan;
 use latmesh_core::record::{Outcome, OutputTokensSource, ProbeRecord, Usage};
 use serde::{Deserialize, Serialize};
 
-use super::insert::BatchKey;
+use super::batch_key::BatchKey;
 use super::{StoreError, datetime_secs, unsigned_us};
 use latmesh_results::delivery::{Delivery, RejectedBatch};
 use latmesh_results::summary::AgentSummary;
