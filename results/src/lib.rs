@@ -12,14 +12,15 @@
 //!   flags, ranks and the selection matrix;
 //! * [`budget`], [`delivery`]: the budget and delivery parts of a summary.
 
+pub mod agent_summary;
 pub mod aggregate;
 pub mod analysis;
 pub mod budget;
 pub mod delivery;
 pub mod failover_stats;
-#[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 pub mod load_stats;
+pub mod matrix;
 pub mod model_stats;
 pub mod percentiles;
 pub mod report_data;
