@@ -13,10 +13,10 @@ use hdrhistogram::Histogram;
 use latmesh_core::hist::{HistKey, HistogramSet};
 use latmesh_core::hist_sparse::SparseHistogram;
 
-use crate::failover_stats::FailoverCounts;
 use crate::saturation::ArrivalLatency;
 use latmesh_core::load::LoadKind;
 use latmesh_core::record::{Outcome, OutputTokensSource, ProbeRecord};
+use serde::{Deserialize, Serialize};
 
 /// Whether an attempt with `outcome` counts in error rates: not `cancelled` (a campaign
 /// cancel cut it) and not `dropped` (an open-loop arrival never sent).
@@ -28,7 +28,7 @@ pub fn counts_in_error_rates(outcome: Outcome) -> bool {
 /// (every outcome that [`counts_in_error_rates`]) and those not `ok`, from its `outcomes`
 /// (unknown outcome names count as failures); from `attempts × error_pct` when a cell has no
 /// outcome counts.
-pub fn failed_attempts(cell: &crate::summary::MatrixCell) -> (u64, u64) {
+pub fn failed_attempts(cell: &crate::matrix::MatrixCell) -> (u64, u64) {
     if cell.outcomes.is_empty() {
         let failed = (cell.attempts as f64 * cell.error_pct / 100.0).round() as u64;
         return (failed.min(cell.attempts), cell.attempts);
@@ -59,6 +59,43 @@ pub fn failover_hand_over(rec: &ProbeRecord, attempts_per_provider: Option<u32>)
         && !rec.final_attempt
         && attempts_per_provider
             .is_some_and(|k| k > 0 && rec.attempt > 0 && (rec.attempt - 1) % k + 1 == k)
+}
+
+/// Client requests of one failover scenario in one region, as counted from records.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailoverCounts {
+    /// Client requests that ended (final attempts with `failover`; cancelled and dropped
+    /// ones left out).
+    pub requests: u64,
+    /// Attempts they made, over every provider of the chain.
+    pub attempts: u64,
+    /// Requests that ended `ok`, by the provider that answered.
+    pub served_by: BTreeMap<String, u64>,
+}
+
+impl FailoverCounts {
+    /// Counts one record of a failover scenario (plain backup probes are not counted here).
+    pub fn add(&mut self, rec: &ProbeRecord) {
+        if !rec.failover {
+            return;
+        }
+        self.attempts += 1;
+        if rec.final_attempt && counts_in_error_rates(rec.outcome()) {
+            self.requests += 1;
+            if rec.outcome() == Outcome::Ok {
+                *self.served_by.entry(rec.provider.clone()).or_insert(0) += 1;
+            }
+        }
+    }
+
+    /// Adds another region's counts.
+    pub fn merge(&mut self, other: &FailoverCounts) {
+        self.requests += other.requests;
+        self.attempts += other.attempts;
+        for (p, n) in &other.served_by {
+            *self.served_by.entry(p.clone()).or_insert(0) += n;
+        }
+    }
 }
 
 /// Per-(region, provider, scenario) counters from records.
@@ -609,58 +646,6 @@ mod tests {
                 );
             }
         }
-    }
-
-    #[test]
-    fn a_failover_primary_that_never_answered_has_every_request_failed() {
-        // Chain [p, q], 2 attempts per provider: p throttles twice, then q answers. 12 such
-        // client requests: p was sent 12 requests and failed all 12 (it showed 0 of 0).
-        let mut plan = crate::fixtures::plan();
-        plan.scenarios[0].failover = Some(latmesh_core::plan::FailoverSpec {
-            chain: vec![0, 1],
-            attempts: 2,
-            on: latmesh_core::plan::FailoverSpec::default_on(),
-        });
-        let fo = |provider: &str, attempt, outcome, final_attempt| ProbeRecord {
-            failover: true,
-            provider: provider.into(),
-            scenario: "sw".into(),
-            outcome: Some(outcome),
-            attempt,
-            final_attempt,
-            turn: 1,
-            ..Default::default()
-        };
-        let mut agg = Aggregate::for_plan(&plan);
-        for _ in 0..12 {
-            agg.add_record("us-east", &fo("p", 1, Outcome::Throttled, false));
-            agg.add_record("us-east", &fo("p", 2, Outcome::Throttled, false));
-            agg.add_record("us-east", &fo("q", 3, Outcome::Ok, true));
-        }
-        let p = agg.counts(None, "p", "sw");
-        assert_eq!((p.attempts(), p.requests, p.requests_failed), (24, 12, 12));
-        let q = agg.counts(None, "q", "sw");
-        assert_eq!((q.requests, q.requests_failed), (12, 0));
-        // The client's own requests are unchanged: 12, all served by q.
-        let c = agg.failover_counts(None, "sw");
-        assert_eq!((c.requests, c.served_by.get("q").copied()), (12, Some(12)));
-        // The matrix cell says so.
-        let s = crate::summary::build("c", &plan, 0, &agg, Vec::new());
-        let cell = s.cell("us-east", "p", "sw").unwrap();
-        assert_eq!((cell.requests, cell.request_error_pct), (12, 100.0));
-        // A record of a provider's first try, or of a scenario without failover, ends none.
-        assert!(!failover_hand_over(
-            &fo("p", 1, Outcome::Throttled, false),
-            Some(2)
-        ));
-        assert!(failover_hand_over(
-            &fo("q", 4, Outcome::Throttled, false),
-            Some(2)
-        ));
-        assert!(!failover_hand_over(
-            &fo("p", 2, Outcome::Throttled, false),
-            None
-        ));
     }
 
     #[test]

@@ -8,53 +8,14 @@
 //! the client's latency (`failover_latency`, merged over the providers that answered), and each
 //! backup's own probe success.
 
-use std::collections::BTreeMap;
-
 use latmesh_core::hist::HistKey;
 use latmesh_core::metrics::Metric;
 use latmesh_core::plan::Plan;
-use latmesh_core::record::{Outcome, ProbeRecord};
 use serde::{Deserialize, Serialize};
 
 use crate::aggregate::Aggregate;
-use crate::summary::{ALL_REGIONS, MatrixCell, Percentiles};
-
-/// Client requests of one failover scenario in one region, as counted from records.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FailoverCounts {
-    /// Client requests that ended (final attempts with `failover`; cancelled and dropped
-    /// ones left out).
-    pub requests: u64,
-    /// Attempts they made, over every provider of the chain.
-    pub attempts: u64,
-    /// Requests that ended `ok`, by the provider that answered.
-    pub served_by: BTreeMap<String, u64>,
-}
-
-impl FailoverCounts {
-    /// Counts one record of a failover scenario (plain backup probes are not counted here).
-    pub fn add(&mut self, rec: &ProbeRecord) {
-        if !rec.failover {
-            return;
-        }
-        self.attempts += 1;
-        if rec.final_attempt && crate::aggregate::counts_in_error_rates(rec.outcome()) {
-            self.requests += 1;
-            if rec.outcome() == Outcome::Ok {
-                *self.served_by.entry(rec.provider.clone()).or_insert(0) += 1;
-            }
-        }
-    }
-
-    /// Adds another region's counts.
-    pub fn merge(&mut self, other: &FailoverCounts) {
-        self.requests += other.requests;
-        self.attempts += other.attempts;
-        for (p, n) in &other.served_by {
-            *self.served_by.entry(p.clone()).or_insert(0) += n;
-        }
-    }
-}
+use crate::matrix::{ALL_REGIONS, MatrixCell};
+use crate::percentiles::Percentiles;
 
 /// A backup's own probes in a failover scenario.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

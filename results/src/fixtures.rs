@@ -1,4 +1,4 @@
-//! Test fixtures (feature `fixtures`, and this crate's own tests): a two-region plan with a
+//! Test fixtures for the tests of this crate and of result renderers: a two-region plan with a
 //! sweep and an open-loop scenario, aggregates of records for it, summaries built from them,
 //! and matrix cells naming answered models. Used by the tests of result renderers.
 

@@ -4,22 +4,25 @@
 //! terminal tables are in the CLI's `ui` module, HTML in reports).
 //!
 //! * [`aggregate`]: counters and merged HDR histograms per (region, provider, scenario);
-//! * [`summary`]: the region × provider matrix of a campaign and its JSON;
+//! * [`summary`]: the region × provider matrix of a campaign and its JSON, made of
+//!   [`matrix`] cells and [`agent_summary`] rows;
 //! * [`load_stats`], [`failover_stats`], [`model_stats`]: sweep/rate rows with the knee and
 //!   saturation, failover rows, what model answered;
 //! * [`percentiles`], [`stats`], [`saturation`], [`sync`], [`seq_gaps`]: the statistics;
 //! * [`report_data`], [`analysis`]: what a report is built from, intervals, comparisons,
 //!   flags, ranks and the selection matrix;
-//! * [`budget`], [`delivery`]: the budget and delivery parts of a summary.
+//! * [`budget`], [`delivery`]: the budget and delivery parts of a summary;
+//! * [`fixtures`]: plans, aggregates and summaries for tests (this crate's and renderers').
 
+pub mod agent_summary;
 pub mod aggregate;
 pub mod analysis;
 pub mod budget;
 pub mod delivery;
 pub mod failover_stats;
-#[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 pub mod load_stats;
+pub mod matrix;
 pub mod model_stats;
 pub mod percentiles;
 pub mod report_data;

@@ -15,7 +15,7 @@ use latmesh_core::plan::ProviderSpec;
 use serde::{Deserialize, Serialize};
 
 use crate::aggregate::count_name;
-use crate::summary::{ALL_REGIONS, MatrixCell};
+use crate::matrix::{ALL_REGIONS, MatrixCell, is_zero};
 
 /// Names listed per flag line before the rest are summed up as "and N more".
 const LISTED: usize = 4;
@@ -62,11 +62,6 @@ pub struct ModelRow {
     /// Attempts answered under fingerprints the cells left out.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub system_fingerprints_more: u64,
-}
-
-/// Whether a count is 0 (fields left out of the JSON then).
-pub(crate) fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
 
 impl ModelRow {
@@ -175,109 +170,4 @@ pub fn model_rows(providers: &[ProviderSpec], cells: &[MatrixCell]) -> Vec<Model
         });
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::fixtures::{cell, spec, swapped};
-
-    #[test]
-    fn another_model_and_a_change_are_flagged() {
-        let providers = [
-            spec("openai", "gpt-4o", None),
-            spec("llama", "smollm2", None),
-            spec(
-                "llama-expected",
-                "smollm2",
-                Some("SmolLM2-135M-Instruct-Q4_1.gguf"),
-            ),
-            spec("silent", "m", None),
-        ];
-        let cells = [
-            // A dated name of the model asked for, one fingerprint: nothing to flag.
-            cell(
-                ALL_REGIONS,
-                "openai",
-                &[("gpt-4o-2024-08-06", 12)],
-                &[("fp_1", 12)],
-            ),
-            // Region rows are not counted twice.
-            cell(
-                "us",
-                "openai",
-                &[("gpt-4o-2024-08-06", 12)],
-                &[("fp_1", 12)],
-            ),
-            // llama-server answers with the model it loaded, whatever was asked.
-            cell(
-                ALL_REGIONS,
-                "llama",
-                &[("SmolLM2-135M-Instruct-Q4_1.gguf", 6)],
-                &[],
-            ),
-            cell(
-                ALL_REGIONS,
-                "llama-expected",
-                &[("SmolLM2-135M-Instruct-Q4_1.gguf", 6)],
-                &[],
-            ),
-        ];
-        let rows = model_rows(&providers, &cells);
-        assert_eq!(
-            rows.iter().map(|r| r.provider.as_str()).collect::<Vec<_>>(),
-            ["openai", "llama", "llama-expected"]
-        );
-        assert_eq!(rows[0].flags(), Vec::<String>::new());
-        assert_eq!(rows[0].answered["gpt-4o-2024-08-06"], 12);
-        assert_eq!(
-            rows[1].flags(),
-            ["answered with another model than \"smollm2\": SmolLM2-135M-Instruct-Q4_1.gguf"]
-        );
-        assert_eq!(rows[2].expected, "SmolLM2-135M-Instruct-Q4_1.gguf");
-        assert!(!rows[2].answered_other_model());
-        let rows = model_rows(&providers, &swapped());
-        let r = &rows[0];
-        assert!(r.changed() && r.answered_other_model());
-        assert_eq!(r.other_models, ["gpt-4o-mini"]);
-        assert_eq!(
-            r.flags(),
-            [
-                "answered with another model than \"gpt-4o\": gpt-4o-mini",
-                "3 models answered during the campaign: gpt-4o-2024-08-06 ×10, gpt-4o-2024-11-20 ×2, gpt-4o-mini ×1",
-                "2 system_fingerprints answered during the campaign: fp_1 ×10, fp_2 ×3",
-            ]
-        );
-    }
-
-    #[test]
-    fn a_cell_keeps_the_most_frequent_names() {
-        let counts: BTreeMap<String, u64> = (0..25u64)
-            .map(|i| (format!("fp{i:02}"), if i == 24 { 100 } else { 1 }))
-            .collect();
-        let (kept, more) = most_frequent(&counts);
-        assert_eq!(kept.len(), MAX_NAMES_PER_CELL);
-        // The most frequent first, then ties by name: fp24, fp00..fp18; fp19..fp23 left out.
-        assert_eq!(kept["fp24"], 100);
-        assert!(kept.contains_key("fp18") && !kept.contains_key("fp19"));
-        assert_eq!(more, 5);
-        let mut c = cell(ALL_REGIONS, "openai", &[("gpt-4o", 3)], &[]);
-        (c.system_fingerprints, c.system_fingerprints_more) = (kept, more);
-        let rows = model_rows(&[spec("openai", "gpt-4o", None)], &[c]);
-        assert_eq!(
-            rows[0].flags(),
-            [
-                "20 or more system_fingerprints answered during the campaign: fp24 ×100, fp00 ×1, fp01 ×1, fp02 ×1 and 16 more; 5 attempts under names not kept"
-            ]
-        );
-    }
-
-    #[test]
-    fn long_lists_are_cut() {
-        let counts: BTreeMap<String, u64> = (0..6).map(|i| (format!("fp{i}"), 10 - i)).collect();
-        assert_eq!(
-            counted(&counts),
-            "fp0 ×10, fp1 ×9, fp2 ×8, fp3 ×7 and 2 more"
-        );
-    }
 }

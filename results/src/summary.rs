@@ -4,128 +4,21 @@
 //! histograms, never from averaging percentiles, and carry their sample count, support and
 //! 95 % intervals ([`Percentiles`]).
 
-use std::collections::BTreeMap;
-
 use latmesh_core::hist::HistKey;
 use latmesh_core::metrics::Metric;
 use latmesh_core::plan::Plan;
 use latmesh_core::record::Outcome;
 use serde::{Deserialize, Serialize};
 
+pub use crate::agent_summary::AgentSummary;
 use crate::aggregate::Aggregate;
 use crate::failover_stats::{self, FailoverRow, PolitenessNote};
 use crate::load_stats::{self, RowFilter};
 pub use crate::load_stats::{AgentStart, RateRow, StartSync, SweepRow};
 use crate::model_stats::{self, ModelRow};
 
-/// The region label of the row that merges every region.
-pub const ALL_REGIONS: &str = "ALL";
-
+pub use crate::matrix::{ALL_REGIONS, MatrixCell};
 pub use crate::percentiles::{PercentilePoint, Percentiles};
-
-/// One cell of the matrix: a region (or [`ALL_REGIONS`]), a provider, a scenario.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct MatrixCell {
-    /// Region, or `ALL` for every region merged.
-    pub region: String,
-    /// Provider.
-    pub provider: String,
-    /// Scenario.
-    pub scenario: String,
-    /// Attempts of any outcome.
-    pub attempts: u64,
-    /// Latency samples (`ok` attempts).
-    pub samples: u64,
-    /// TTFT percentiles (streaming scenarios), with `n`, support and intervals.
-    pub ttft: Option<Percentiles>,
-    /// TTFC percentiles (streaming scenarios).
-    pub ttfc: Option<Percentiles>,
-    /// E2E percentiles.
-    pub e2e: Option<Percentiles>,
-    /// TPOT median, ms.
-    pub tpot_p50_ms: Option<f64>,
-    /// ITL median, ms.
-    pub itl_p50_ms: Option<f64>,
-    /// Attempts whose outcome is not `ok`, % of attempts (attempts aborted by a campaign
-    /// cancel, outcome `cancelled`, and open-loop arrivals never sent, outcome `dropped`, are
-    /// left out of both).
-    pub error_pct: f64,
-    /// Open-loop arrivals not sent because the provider's in-flight cap stayed full (outcome
-    /// `dropped`; counted in `attempts` and `outcomes`, not in error rates).
-    #[serde(default)]
-    pub dropped: u64,
-    /// Logical requests (a first attempt and its retries count once; `cancelled` and
-    /// `dropped` ones left out).
-    pub requests: u64,
-    /// Logical requests whose final attempt was not `ok`, % of requests (equals `error_pct`
-    /// without a retry policy).
-    pub request_error_pct: f64,
-    /// `throttled` attempts, % of attempts.
-    pub throttled_pct: f64,
-    /// Mean output tokens of `ok` attempts.
-    pub output_tokens_mean: Option<f64>,
-    /// `ok` attempts whose output tokens came from the provider's `usage` (the rest were
-    /// counted from chunks).
-    pub tokens_from_usage: u64,
-    /// `ok` attempts of event streams whose token payloads outnumbered usage's count and
-    /// were the output token count (`output_tokens_source = payloads_over_usage`).
-    #[serde(default)]
-    pub tokens_over_usage: u64,
-    /// Attempts (any outcome) sent again on a new connection because the pooled one they
-    /// were sent on closed before any response byte (`conn_retried`): not errors; their
-    /// TTFT and E2E include the failed try and the new connection's setup.
-    #[serde(default)]
-    pub conn_retried: u64,
-    /// Mean of `usage.completion_tokens − token_payloads` over `ok` event-stream attempts that
-    /// reported usage: how far counting chunks would be from the provider's token count.
-    pub usage_chunk_delta_mean: Option<f64>,
-    /// `ok` event-stream attempts whose usage disagreed with the chunk count (a body read
-    /// whole has no chunks to count: never one).
-    pub usage_chunk_mismatches: u64,
-    /// Attempts (any outcome) by the `model` the provider answered with: the
-    /// [`model_stats::MAX_NAMES_PER_CELL`] most frequent names.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub answered_models: BTreeMap<String, u64>,
-    /// Attempts answered under model names `answered_models` leaves out.
-    #[serde(default, skip_serializing_if = "model_stats::is_zero")]
-    pub answered_models_more: u64,
-    /// Attempts (any outcome) by the `system_fingerprint` the provider answered with (the
-    /// most frequent, as `answered_models`).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub system_fingerprints: BTreeMap<String, u64>,
-    /// Attempts answered under fingerprints `system_fingerprints` leaves out.
-    #[serde(default, skip_serializing_if = "model_stats::is_zero")]
-    pub system_fingerprints_more: u64,
-    /// The latest failed attempt of this cell, described (outcome, status, provider error).
-    pub last_error: Option<String>,
-    /// Attempts by outcome name.
-    pub outcomes: BTreeMap<String, u64>,
-}
-
-/// One agent's part in the campaign.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct AgentSummary {
-    /// Agent id.
-    pub agent_id: String,
-    /// Region.
-    pub region: String,
-    /// Coordinator clock minus agent clock, µs.
-    pub clock_offset_us: i64,
-    /// ± µs.
-    pub clock_uncertainty_us: u64,
-    /// Records received from it.
-    pub records: u64,
-    /// Batches received (after de-duplication).
-    pub batches: u64,
-    /// Whether every batch the agent announced arrived and no probe was skipped.
-    pub complete: bool,
-    /// Probes the agent skipped because their time had passed (e.g. it restarted).
-    pub skipped: u64,
-    /// What did not arrive and why: batches refused or quarantined, records too large to
-    /// send, its done notice (README "Failure semantics"); default in older summaries.
-    #[serde(default)]
-    pub delivery: crate::delivery::Delivery,
-}
 
 /// The summary of one campaign.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -326,143 +219,5 @@ impl Summary {
         self.cells
             .iter()
             .find(|c| c.region == region && c.provider == provider && c.scenario == scenario)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::fixtures::{demo_sized, demo_sized_with, plan, sweep_rate_summary, usage_summary};
-
-    #[test]
-    fn the_campaign_chooses_the_percentiles() {
-        let s = demo_sized_with(&[50.0, 99.9]);
-        assert_eq!(s.percentiles, [50.0, 99.9]);
-        let e2e = s.cell("us-east", "q", "open").unwrap().e2e.unwrap();
-        let got: Vec<(f64, bool)> = e2e
-            .points
-            .iter()
-            .map(|p| (p.percentile, p.supported))
-            .collect();
-        // P99.9 needs 3688 samples.
-        assert_eq!(got, [(50.0, true), (99.9, false)]);
-        // The fixed P50/P90/P95/P99 stay in the JSON for readers that know only them.
-        assert!(e2e.p95_ms.is_some());
-        // The tables show them: `ui::matrix` tests.
-    }
-
-    #[test]
-    fn percentiles_the_samples_do_not_support_are_marked_with_a_legend() {
-        let s = demo_sized();
-        let pts = |region: &str, provider: &str| -> Vec<(f64, bool)> {
-            let e2e = s.cell(region, provider, "open").unwrap().e2e.unwrap();
-            e2e.points
-                .iter()
-                .map(|p| (p.percentile, p.supported))
-                .collect()
-        };
-        // 12 samples: only P50; ALL (36): P50 and P90; 400: all four.
-        assert_eq!(
-            pts("eu-west", "p"),
-            [(50.0, true), (90.0, false), (95.0, false), (99.0, false)]
-        );
-        assert_eq!(
-            pts("ALL", "p"),
-            [(50.0, true), (90.0, true), (95.0, false), (99.0, false)]
-        );
-        assert_eq!(
-            pts("us-east", "q"),
-            [(50.0, true), (90.0, true), (95.0, true), (99.0, true)]
-        );
-    }
-
-    #[test]
-    fn summary_reports_sweeps_rates_dropped_and_start_skew() {
-        let (s, agg, agents) = sweep_rate_summary();
-        assert_eq!(
-            s.sweeps,
-            load_stats::sweep_rows(&plan(), &agg, RowFilter::default(), &agents)
-        );
-        assert_eq!(s.rates, load_stats::rate_rows(&plan(), &agg, &agents));
-        assert_eq!((s.sweeps.len(), s.rates.len()), (6, 6));
-
-        // Dropped arrivals: counted apart, out of the error rates.
-        let eu = s.cell("eu-west", "p", "open").unwrap();
-        assert_eq!((eu.attempts, eu.dropped, eu.samples), (100, 10, 90));
-        assert_eq!(
-            (eu.error_pct, eu.request_error_pct, eu.requests),
-            (0.0, 0.0, 90)
-        );
-        assert_eq!(s.cell("ALL", "p", "open").unwrap().dropped, 10);
-
-        // JSON carries the new sections, and a summary without them still parses.
-        let json = serde_json::to_value(&s).unwrap();
-        assert_eq!(json["sweeps"][4]["knee"]["concurrency"], 8);
-        assert_eq!(json["rates"][2]["agent_saturated"], true);
-        assert_eq!(json["rates"][2]["provider_saturated"], false);
-        assert_eq!(json["start"]["skew_us"], 420);
-        assert_eq!(json["cells"][0]["dropped"], 0);
-        let mut old = json.clone();
-        for key in ["sweeps", "rates", "start"] {
-            old.as_object_mut().unwrap().remove(key);
-        }
-        // ... and a summary written before P95, sample counts and intervals.
-        old.as_object_mut().unwrap().remove("percentiles");
-        for cell in old["cells"].as_array_mut().unwrap() {
-            for metric in ["ttft", "ttfc", "e2e"] {
-                if let Some(p) = cell[metric].as_object_mut() {
-                    for key in ["p95_ms", "n", "points"] {
-                        p.remove(key);
-                    }
-                }
-            }
-        }
-        let back: Summary = serde_json::from_value(old).unwrap();
-        assert!(back.sweeps.is_empty() && back.start == StartSync::default());
-        assert_eq!(back.percentiles, [50.0, 90.0, 95.0, 99.0]);
-        let e2e = back.cell("us-east", "p", "sw").unwrap().e2e.unwrap();
-        assert_eq!((e2e.p95_ms, e2e.n, e2e.points.len()), (None, 0, 0));
-        // The new shape: per metric the sample count, and per percentile its support and
-        // interval.
-        let e2e = &json["cells"][0]["e2e"];
-        assert_eq!(json["cells"][0]["scenario"], "sw");
-        assert_eq!(e2e["n"], 60);
-        assert_eq!(e2e["p95_ms"], 2.0);
-        assert_eq!(e2e["points"][0]["percentile"], 50.0);
-        assert_eq!(e2e["points"][0]["supported"], true);
-        assert_eq!(e2e["points"][0]["lo_ms"], 1.04);
-        assert_eq!(e2e["points"][3]["supported"], false);
-        assert!(e2e["points"][3]["lo_ms"].is_null() && e2e["points"][3]["hi_ms"].is_null());
-        // The text: `ui::matrix` tests.
-    }
-
-    /// A reasoning stream whose usage counts only the answer, a non-streaming scenario, and a
-    /// provider that answers with its own model name: the usage notice names the streamed
-    /// scenario only, with the attempts that took the payload count, and the model flag names
-    /// the provider.
-    #[test]
-    fn the_usage_notice_counts_streams_only_and_another_model_is_flagged() {
-        let s = usage_summary();
-        let whole = s.cell("ALL", "reasoner", "whole").unwrap();
-        assert_eq!(
-            (whole.usage_chunk_mismatches, whole.tokens_over_usage),
-            (0, 0)
-        );
-        let streamed = s.cell("ALL", "reasoner", "stream").unwrap();
-        assert_eq!(
-            (streamed.usage_chunk_mismatches, streamed.tokens_over_usage),
-            (1, 1)
-        );
-        assert_eq!(
-            ["reasoner", "llama"].map(|p| s.cell("ALL", p, "stream").unwrap().conn_retried),
-            [0, 1]
-        );
-        assert_eq!(
-            s.models
-                .iter()
-                .map(|m| m.answered_other_model())
-                .collect::<Vec<_>>(),
-            [false, true]
-        );
     }
 }

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use latmesh_core::budget::usd;
 
-use crate::budget::BudgetSummary;
+use latmesh_results::budget::BudgetSummary;
 
 /// The summary's budget lines: what was spent (and the caps), and a `STOPPED BY BUDGET`
 /// line when the guard cancelled the campaign. Empty when nothing is known.
