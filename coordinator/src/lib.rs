@@ -35,6 +35,7 @@ pub mod service;
 pub mod sink;
 pub mod spool;
 pub mod state;
+pub mod store_event;
 pub mod summary;
 pub mod sync;
 pub mod tls_listener;
