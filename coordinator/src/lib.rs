@@ -36,6 +36,7 @@ pub mod sink;
 pub mod spool;
 pub mod state;
 pub mod store_event;
+pub mod store_health;
 pub mod summary;
 pub mod sync;
 pub mod tls_listener;

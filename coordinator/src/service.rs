@@ -54,7 +54,7 @@ pub struct Coordinator {
     /// Prometheus metrics (served by `latmesh serve --metrics-listen`).
     metrics: CoordinatorMetrics,
     /// Whether ClickHouse answers its sink (progress messages say so).
-    store_health: Option<Arc<crate::sink::health::StoreHealth>>,
+    store_health: Option<Arc<crate::store_health::StoreHealth>>,
 }
 
 impl Default for Coordinator {
@@ -106,7 +106,7 @@ impl Coordinator {
     }
 
     /// The same coordinator, telling in progress messages what its sink's `health` says.
-    pub fn with_store_health(self, health: Arc<crate::sink::health::StoreHealth>) -> Self {
+    pub fn with_store_health(self, health: Arc<crate::store_health::StoreHealth>) -> Self {
         Coordinator {
             store_health: Some(health),
             ..self
@@ -553,7 +553,7 @@ impl Control for Coordinator {
             async move {
                 match (p, store) {
                     (Ok(mut p), Some((spool, health))) => {
-                        crate::sink::health::fill_progress(&mut p, &spool, health.as_deref()).await;
+                        crate::store_health::fill_progress(&mut p, &spool, health.as_deref()).await;
                         Ok(p)
                     }
                     (p, _) => p,
