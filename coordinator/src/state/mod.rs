@@ -175,7 +175,8 @@ impl Drop for CoreGuard<'_> {
         };
         let finishing = std::mem::take(&mut guard.finishing);
         drop(guard);
-        if !finishing.is_empty() {
+        // Not while unwinding from a panic under the lock (a panic in a build would abort).
+        if !finishing.is_empty() && !std::thread::panicking() {
             self.state.finish(finishing);
         }
     }
