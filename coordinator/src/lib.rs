@@ -40,4 +40,5 @@ pub mod store_health;
 pub mod summary;
 pub mod sync;
 pub mod tls_listener;
+pub mod ui;
 pub mod watch;

@@ -96,7 +96,7 @@ async fn passing_a_cap_cancels_through_the_cancel_path_and_keeps_the_records() {
     let spent = s.guard.spent.as_ref().unwrap();
     assert_eq!((spent.prompt_tokens, spent.completion_tokens), (900, 600));
     assert_eq!(s.agents[0].records, 4, "every record kept");
-    let text = s.render();
+    let text = crate::ui::matrix::render(&s);
     assert!(
         text.contains("STOPPED BY BUDGET (budget: measured tokens 1500"),
         "{text}"
