@@ -31,7 +31,6 @@ use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, Criterion, Throughput};
 use hdrhistogram::Histogram;
-use latmesh_coordinator::aggregate::Aggregate;
 use latmesh_coordinator::clickhouse::insert::BatchKey;
 use latmesh_coordinator::clickhouse::{HistogramRow, RequestRow};
 use latmesh_coordinator::state::State;
@@ -41,6 +40,7 @@ use latmesh_core::metrics::Metric;
 use latmesh_core::record::{Outcome, ProbeRecord, Usage};
 use latmesh_core::wire;
 use latmesh_proto::pb;
+use latmesh_results::aggregate::Aggregate;
 
 const AGENTS: usize = 50;
 const REGIONS: [&str; 5] = ["us-east", "us-west", "eu-west", "ap-southeast", "sa-east"];

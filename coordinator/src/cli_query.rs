@@ -7,7 +7,7 @@ use latmesh_core::metrics::Metric;
 
 use crate::clickhouse::query::{Percentile, TrendBucket};
 use crate::clickhouse::{self as store, QueryFilter};
-use crate::summary::{AgentSummary, MatrixCell, StartSync, Summary};
+use latmesh_results::summary::{AgentSummary, MatrixCell, StartSync, Summary};
 
 /// Where ClickHouse is.
 #[derive(Args, Debug, Clone)]
@@ -451,7 +451,7 @@ pub async fn stored_summary(ch: &ClickhouseArgs, filter: &FilterArgs) -> anyhow:
     let agents = store::query::agents(&client, db, &filter.campaign).await?;
     let sweeps = store::query::sweep(&client, db, &filter.filter()).await?;
     let cells: Vec<MatrixCell> = rows.iter().map(|r| r.to_cell()).collect();
-    let models = crate::model_stats::model_rows(&plan.providers, &cells);
+    let models = latmesh_results::model_stats::model_rows(&plan.providers, &cells);
     let keep = |list: &[String], only: &Option<String>| -> Vec<String> {
         list.iter()
             .filter(|x| only.as_ref().is_none_or(|o| o == *x))
@@ -494,7 +494,7 @@ pub async fn stored_summary(ch: &ClickhouseArgs, filter: &FilterArgs) -> anyhow:
                 batches: a.batches,
                 complete: a.complete,
                 skipped: a.skipped,
-                delivery: crate::delivery::Delivery::of_row(a),
+                delivery: crate::delivery::of_row(a),
             })
             .collect(),
     })
@@ -516,7 +516,7 @@ pub struct VerifyLine {
     /// Attempts measured twice (stored from two batches of the agent): a resume that ran
     /// again what an earlier process had measured.
     pub measured_twice: u64,
-    /// Batch seqs missing in ClickHouse (the first [`crate::seq_gaps::MAX_LISTED`]).
+    /// Batch seqs missing in ClickHouse (the first [`latmesh_results::seq_gaps::MAX_LISTED`]).
     pub missing_seqs: Vec<u64>,
     /// Whether its delivery is whole, so that `lost` means what it says: no batch refused or
     /// quarantined, its done notice arrived, every batch it announced stored.

@@ -13,13 +13,11 @@ use latmesh_proto::pb;
 use serde::{Deserialize, Serialize};
 
 use crate::clickhouse::AgentRow;
+pub use latmesh_results::delivery::{Delivery, MAX_LISTED_REJECTIONS, RejectedBatch};
 
 /// Most refused seqs remembered per (campaign, agent), with their reasons; more are counted
 /// only (a hostile agent cannot grow the coordinator's memory).
 pub const MAX_TRACKED_REJECTIONS: usize = 4096;
-
-/// Most refused batches a summary or an `agents` row lists (seq and reason); all are counted.
-pub const MAX_LISTED_REJECTIONS: usize = 16;
 
 /// One agent's refused and quarantined batches in one campaign (kept in memory and in the
 /// state directory's `campaign.json`).
@@ -101,52 +99,23 @@ impl Rejections {
     }
 }
 
-/// An agent's delivery in a campaign summary (and its `agents` row): what did not arrive and
-/// why.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Delivery {
-    /// Seq of the agent's last batch, from its done notice; `None`: no done notice arrived
-    /// (its last batches may still be in its spool).
-    pub last_seq: Option<u64>,
-    /// Batches refused as malformed or quarantined by the agent unsent (none is stored).
-    pub batches_rejected: u64,
-    /// The first [`MAX_LISTED_REJECTIONS`] of them.
-    pub rejected: Vec<RejectedBatch>,
-    /// Records the agent quarantined as too large for any batch.
-    pub records_quarantined: u64,
-    /// Histograms the agent quarantined as too large for any batch.
-    pub histograms_quarantined: u64,
-}
-
-impl Delivery {
-    /// What an `agents` row says (schema 7).
-    pub fn of_row(row: &AgentRow) -> Delivery {
-        Delivery {
-            last_seq: (row.campaign_done != 0).then_some(row.last_seq),
-            batches_rejected: row.batches_rejected,
-            rejected: row
-                .rejected_seqs
-                .iter()
-                .zip(&row.rejected_reasons)
-                .map(|(&seq, reason)| RejectedBatch {
-                    seq,
-                    reason: reason.clone(),
-                })
-                .collect(),
-            records_quarantined: row.records_quarantined,
-            histograms_quarantined: row.histograms_quarantined,
-        }
+/// What an `agents` row says of an agent's delivery (schema 7).
+pub fn of_row(row: &AgentRow) -> Delivery {
+    Delivery {
+        last_seq: (row.campaign_done != 0).then_some(row.last_seq),
+        batches_rejected: row.batches_rejected,
+        rejected: row
+            .rejected_seqs
+            .iter()
+            .zip(&row.rejected_reasons)
+            .map(|(&seq, reason)| RejectedBatch {
+                seq,
+                reason: reason.clone(),
+            })
+            .collect(),
+        records_quarantined: row.records_quarantined,
+        histograms_quarantined: row.histograms_quarantined,
     }
-}
-
-/// One refused batch.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RejectedBatch {
-    /// Its seq.
-    pub seq: u64,
-    /// Why (at most [`latmesh_core::wire::MAX_REJECT_REASON_BYTES`]).
-    pub reason: String,
 }
 
 /// Why `campaign verify` cannot vouch for the agent of `row` (empty: nothing against it),

@@ -11,11 +11,11 @@ use anyhow::Context;
 use latmesh_core::campaign;
 use tokio::net::TcpListener;
 
-use crate::report_data::ReportData;
 use crate::service::Coordinator;
 use crate::state::State;
-use crate::summary::Summary;
 use crate::watch;
+use latmesh_results::report_data::ReportData;
+use latmesh_results::summary::Summary;
 
 /// The embedded demo campaign; `{sim}` stands for the simulator's address.
 pub const DEMO_CAMPAIGN: &str = include_str!("../../examples/demo.toml");

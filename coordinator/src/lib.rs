@@ -3,8 +3,7 @@
 //!
 //! `main.rs` only calls [`cli::run`], so tests drive the real CLI in-process.
 
-pub mod aggregate;
-pub mod analysis;
+pub mod analysis_html;
 pub mod auth;
 pub mod budget;
 pub mod check;
@@ -14,31 +13,23 @@ pub mod clickhouse;
 pub mod delivery;
 pub mod demo;
 pub mod events;
-pub mod failover_stats;
 pub mod intake;
 pub mod keys;
-pub mod load_stats;
 pub mod metrics;
-pub mod model_stats;
 pub mod peer_warn;
-pub mod percentiles;
 pub mod persist;
 pub mod progress;
 pub mod progress_pages;
 pub mod report;
-pub mod report_data;
-pub mod saturation;
 pub mod schedule;
 pub mod schedule_cli;
-pub mod seq_gaps;
 pub mod service;
 pub mod sink;
 pub mod spool;
 pub mod state;
 pub mod store_event;
 pub mod store_health;
-pub mod summary;
-pub mod sync;
 pub mod tls_listener;
 pub mod ui;
 pub mod watch;
+pub mod window_ranks;

@@ -37,7 +37,7 @@ use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
 use crate::spool::{Entry, Spool, SpoolConfig};
-use crate::summary::Summary;
+use latmesh_results::summary::Summary;
 
 /// Format version of `campaign.json`.
 pub const FORMAT: u32 = 1;

@@ -24,7 +24,7 @@ use latmesh_core::plan::Plan;
 use latmesh_core::record::Outcome;
 use latmesh_proto::pb;
 
-use crate::aggregate::{Aggregate, CellCounts};
+use latmesh_results::aggregate::{Aggregate, CellCounts};
 
 /// Live cells are recomputed at most this often per campaign (the last message always gets
 /// fresh ones).
@@ -281,7 +281,7 @@ pub fn stderr_is_terminal() -> bool {
 
 /// `TTFT P50 312 ms P95 790 ms P99 ~845 ms` style latency text of a provider cell (empty
 /// without samples): `~` marks a percentile its samples do not support
-/// ([`crate::analysis::stats::supported`]); a cell from an older coordinator, without a
+/// ([`latmesh_results::stats::supported`]); a cell from an older coordinator, without a
 /// sample count or P95, shows P50 and P99 unmarked.
 fn latency(c: &pb::LiveCell) -> String {
     if c.p50_ms <= 0.0 && c.p99_ms <= 0.0 {
@@ -292,9 +292,9 @@ fn latency(c: &pb::LiveCell) -> String {
         if c.samples == 0 && q == 95.0 {
             continue;
         }
-        let unsupported = c.samples > 0 && !crate::analysis::stats::supported(c.samples, q);
+        let unsupported = c.samples > 0 && !latmesh_results::stats::supported(c.samples, q);
         let mark = if unsupported {
-            crate::percentiles::UNSUPPORTED_MARK
+            latmesh_results::percentiles::UNSUPPORTED_MARK
         } else {
             ""
         };

@@ -9,7 +9,7 @@
 //!   its last part.
 //!
 //! The strings inside a summary are cut where they enter it (see
-//! [`crate::aggregate::MAX_SUMMARY_ERROR_BYTES`]) and agents' batches are bounded at the
+//! [`latmesh_results::aggregate::MAX_SUMMARY_ERROR_BYTES`]) and agents' batches are bounded at the
 //! coordinator's boundary ([`crate::intake`]), so pages stay few.
 
 use latmesh_proto::pb;
@@ -226,12 +226,13 @@ mod campaign_tests {
                 m.encoded_len()
             );
         }
-        let summary: crate::summary::Summary = serde_json::from_str(&last.summary_json).unwrap();
+        let summary: latmesh_results::summary::Summary =
+            serde_json::from_str(&last.summary_json).unwrap();
         assert_eq!(summary.cells.len(), (REGIONS + 1) * PROVIDERS * 2);
         for cell in &summary.cells {
             let e = cell.last_error.as_deref().expect("every cell failed");
             assert!(
-                e.len() <= crate::aggregate::MAX_SUMMARY_ERROR_BYTES + "…".len(),
+                e.len() <= latmesh_results::aggregate::MAX_SUMMARY_ERROR_BYTES + "…".len(),
                 "{}",
                 e.len()
             );

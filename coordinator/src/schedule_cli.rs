@@ -201,7 +201,7 @@ pub async fn series(
         );
         return Ok(());
     }
-    let mut summaries: Vec<(String, crate::summary::Summary)> = Vec::new();
+    let mut summaries: Vec<(String, latmesh_results::summary::Summary)> = Vec::new();
     let mut last_note = Instant::now() - Duration::from_secs(3600);
     let mut last_warning = String::new();
     loop {

@@ -4,7 +4,7 @@
 
 use latmesh_core::plan::Plan;
 
-use crate::summary::AgentSummary;
+use latmesh_results::summary::AgentSummary;
 
 /// What a store (the ClickHouse sink) must write besides result batches.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]

@@ -12,7 +12,7 @@ use tonic::transport::Channel;
 
 use crate::auth::{ADMIN_TOKEN_ENV, Secret};
 use crate::progress;
-use crate::summary::Summary;
+use latmesh_results::summary::Summary;
 
 /// A control client that sends the admin token (when there is one) with every call.
 pub type AdminClient = ControlClient<InterceptedService<Channel, AdminToken>>;

@@ -5,15 +5,15 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use hdrhistogram::Histogram;
-use latmesh_coordinator::analysis::stats::{
+use latmesh_core::hist::new_histogram;
+use latmesh_core::metrics::Metric;
+use latmesh_results::analysis::{FlagKind, SelectionRow, SelectionTable, analyze};
+use latmesh_results::report_data::{ALL, CellMetric, ReportData};
+use latmesh_results::stats::{
     self, CiMethod, PercentileCi, Verdict, compare, exact_rank_interval, kendall_w, min_samples,
     normal_rank_interval, rank_interval,
 };
-use latmesh_coordinator::analysis::{FlagKind, SelectionRow, SelectionTable, analyze};
-use latmesh_coordinator::report_data::{ALL, CellMetric, ReportData};
-use latmesh_coordinator::summary::Summary;
-use latmesh_core::hist::new_histogram;
-use latmesh_core::metrics::Metric;
+use latmesh_results::summary::Summary;
 use serde_json::{Value, json};
 
 /// SplitMix64: a small deterministic generator (no dependency, same numbers everywhere).
@@ -491,7 +491,7 @@ fn a_campaign_s_intervals_verdicts_flags_ranks_and_selection() {
     );
     assert!(text.contains("selection chat · us-east"), "{text}");
     assert!(text.contains("0.5 at the region's median"), "{text}");
-    let html = a.to_html();
+    let html = latmesh_coordinator::analysis_html::ToHtml::to_html(&a);
     assert!(html.starts_with("<section class=\"latmesh-analysis\">"));
     assert!(html.trim_end().ends_with("</section>"));
     assert!(!html.contains("http://") && !html.contains("https://") && !html.contains("<script"));

@@ -11,8 +11,8 @@ use latmesh_coordinator::check::{
     CellStats, CheckReport, Estimate, Rule, RuleKind, RunValues, Snapshot, check_filters, evaluate,
     evaluate_prev_day, parse_rules, post_json,
 };
-use latmesh_coordinator::summary::Summary;
 use latmesh_core::metrics::Metric;
+use latmesh_results::summary::Summary;
 use serde_json::{Value, json};
 
 /// A summary with one scenario `chat`, region `us-east` (and `ALL`), and per provider
@@ -801,7 +801,7 @@ async fn post_json_reports_status_and_refusals() {
 /// same 40 % slower fires.
 #[test]
 fn summary_files_with_intervals_are_compared_by_significance() {
-    use latmesh_coordinator::summary::Percentiles;
+    use latmesh_results::summary::Percentiles;
     // 600 TTFT samples, lognormal around 100 ms (σ 0.3), from seed `seed`, × `scale`.
     let run = |id: &str, seed: u64, scale: f64| {
         let mut h = latmesh_core::hist::new_histogram();

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use latmesh_coordinator::summary::Summary;
+use latmesh_results::summary::Summary;
 use latmesh_sim::profile::ProviderProfile;
 
 use crate::{Proc, bin, spawn, spawn_until_line};

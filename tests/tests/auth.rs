@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use latmesh_coordinator::summary::Summary;
+use latmesh_results::summary::Summary;
 use latmesh_tests::{bin, files_containing, spawn, spawn_until_line, wait_exit};
 
 /// Variables that would hand a spawned process credentials behind the test's back.

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use latmesh_coordinator::summary::Summary;
 use latmesh_proto::pb;
+use latmesh_results::summary::Summary;
 use latmesh_sim::profile::ProviderProfile;
 use latmesh_tests::stack::Stack;
 use latmesh_tests::{Proc, TcpProxy, bin, spawn, wait_exit};

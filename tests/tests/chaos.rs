@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use latmesh_coordinator::summary::Summary;
+use latmesh_results::summary::Summary;
 use latmesh_tests::{Proc, TcpProxy, bin, files_containing, spawn_until_line};
 
 const ROUNDS: u32 = 8;
@@ -255,7 +255,7 @@ fn wait_for_spooled(dir: &Path, n: usize, what: &str) -> Vec<latmesh_proto::pb::
     }
 }
 
-fn agent_summary<'a>(s: &'a Summary, id: &str) -> &'a latmesh_coordinator::summary::AgentSummary {
+fn agent_summary<'a>(s: &'a Summary, id: &str) -> &'a latmesh_results::summary::AgentSummary {
     s.agents
         .iter()
         .find(|a| a.agent_id == id)

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use latmesh_coordinator::summary::Summary;
+use latmesh_results::summary::Summary;
 use latmesh_tests::{Proc, bin, files_containing, free_port, spawn_until_line};
 
 const ROUNDS: u32 = 8;

@@ -8,10 +8,10 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use latmesh_coordinator::analysis::ranks::window_ranks;
 use latmesh_coordinator::check::{self, CheckArgs};
 use latmesh_coordinator::clickhouse::query::Percentile;
 use latmesh_coordinator::clickhouse::{self as store, BatchKey, CampaignRow};
+use latmesh_coordinator::window_ranks::window_ranks;
 use latmesh_core::hist::{HistogramSet, new_histogram};
 use latmesh_core::metrics::Metric;
 use latmesh_core::plan::Plan;
@@ -469,23 +469,21 @@ async fn ranks_per_region_and_time_window() {
     )
     .await;
 
-    let summary: latmesh_coordinator::summary::Summary =
-        serde_json::from_value(serde_json::json!({
-            "campaign_id": "win-1", "name": "windowed", "plan_hash": plan.hash(),
-            "metrics_version": plan.metrics_version, "start_at_unix_us": T,
-            "regions": plan.regions, "providers": ["alpha", "beta"], "scenarios": ["chat"],
-            "cells": [], "agents": [], "complete": true,
-        }))
-        .unwrap();
-    let data = latmesh_coordinator::report_data::ReportData {
+    let summary: latmesh_results::summary::Summary = serde_json::from_value(serde_json::json!({
+        "campaign_id": "win-1", "name": "windowed", "plan_hash": plan.hash(),
+        "metrics_version": plan.metrics_version, "start_at_unix_us": T,
+        "regions": plan.regions, "providers": ["alpha", "beta"], "scenarios": ["chat"],
+        "cells": [], "agents": [], "complete": true,
+    }))
+    .unwrap();
+    let data = latmesh_results::report_data::ReportData {
         summary,
         plan,
         hists: Default::default(),
     };
-    let mut analysis = latmesh_coordinator::analysis::analyze(&data);
+    let mut analysis = latmesh_results::analysis::analyze(&data);
     assert_eq!(
-        analysis
-            .add_window_ranks(&data, &client, &db)
+        latmesh_coordinator::window_ranks::add_window_ranks(&mut analysis, &data, &client, &db)
             .await
             .unwrap(),
         1
@@ -649,7 +647,7 @@ async fn seed_rules_are_quiet_on_identical_runs_and_fire_on_a_40_percent_slowdow
             .arg(&json)
             .output()
             .unwrap();
-        let summary: latmesh_coordinator::summary::Summary =
+        let summary: latmesh_results::summary::Summary =
             serde_json::from_str(&std::fs::read_to_string(&json).unwrap_or_else(|e| {
                 panic!(
                     "run {i}: no summary ({e}): {}{}",

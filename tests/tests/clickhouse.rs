@@ -10,17 +10,17 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use latmesh_coordinator::aggregate::Aggregate;
 use latmesh_coordinator::clickhouse::{
     self as store, AgentRow, BatchKey, CampaignRow, HistogramRow, InsertOutcome, IntervalHistogram,
     QueryFilter, RequestRow, StoreError,
 };
-use latmesh_coordinator::summary::{self, AgentSummary};
 use latmesh_core::hist::{HistKey, HistogramSet, new_histogram};
 use latmesh_core::metrics::{self, Metric};
 use latmesh_core::plan::{Plan, PlanPrompt, ProviderSpec, RoundsSpec, ScenarioSpec, Timeouts};
 use latmesh_core::prompts::Message;
 use latmesh_core::record::{Outcome, OutputTokensSource, ProbeRecord, Usage};
+use latmesh_results::aggregate::Aggregate;
+use latmesh_results::summary::{self, AgentSummary};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -604,7 +604,7 @@ async fn agent_rows_from_before_schema_7_verify_as_before() {
         (1, 0, 0, 0, 0)
     );
     assert!(latmesh_coordinator::delivery::not_verified(a, 2).is_empty());
-    let d = latmesh_coordinator::delivery::Delivery::of_row(a);
+    let d = latmesh_coordinator::delivery::of_row(a);
     assert_eq!((d.last_seq, d.batches_rejected), (Some(0), 0));
     latmesh_tests::drop_db(&client, &db).await;
 }
@@ -1221,7 +1221,7 @@ async fn sql_matrix_equals_the_in_memory_matrix() {
     // What answered, counted by ClickHouse as in memory (the cells above), and the flags:
     // every provider answered once with a model that is not the one asked for.
     let sql_cells: Vec<_> = sql.iter().map(|r| r.to_cell()).collect();
-    let models = latmesh_coordinator::model_stats::model_rows(&plan.providers, &sql_cells);
+    let models = latmesh_results::model_stats::model_rows(&plan.providers, &sql_cells);
     assert_eq!(models, summary.models);
     assert_eq!(models.len(), PROVIDERS.len());
     for m in &models {
@@ -1452,8 +1452,8 @@ fn simulate_sweep_agent(rng: &mut StdRng, region_ix: usize, plan: &Plan) -> Vec<
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sql_sweep_equals_the_in_memory_sweep() {
-    use latmesh_coordinator::load_stats::{self, RowFilter, SweepRow};
     use latmesh_core::load::{KneeRule, LoadModel, SweepSpec};
+    use latmesh_results::load_stats::{self, RowFilter, SweepRow};
 
     let (client, db) = migrated("sweep").await;
     let mut plan = plan();

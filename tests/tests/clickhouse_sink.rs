@@ -7,7 +7,7 @@
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use latmesh_coordinator::summary::Summary;
+use latmesh_results::summary::Summary;
 use latmesh_tests::{bin, free_port, spawn, spawn_until_line};
 
 /// A ClickHouse server of this test's own; stopped on drop.

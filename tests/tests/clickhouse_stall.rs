@@ -397,7 +397,7 @@ fn a_campaign_during_a_stall_is_stored_once_when_clickhouse_resumes() {
     );
     ch.stall(false);
 
-    let summary: latmesh_coordinator::summary::Summary =
+    let summary: latmesh_results::summary::Summary =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     latmesh_tests::verify_until_clean(&ch.url, db, &summary.campaign_id);
     let text = wait_for_line(

@@ -4,7 +4,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use latmesh_coordinator::summary::Summary;
+use latmesh_results::summary::Summary;
 use latmesh_tests::{bin, spawn, spawn_until_line};
 
 const REGIONS: [&str; 3] = ["us-east", "eu-west", "ap-southeast"];
@@ -99,7 +99,7 @@ fn campaign_across_three_agent_processes() {
         "{stdout}"
     );
     assert!(
-        stdout.contains(&latmesh_coordinator::percentiles::legend()),
+        stdout.contains(&latmesh_results::percentiles::legend()),
         "{stdout}"
     );
 

@@ -8,7 +8,7 @@ use std::io::{Read, Write};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use latmesh_coordinator::summary::Summary;
+use latmesh_results::summary::Summary;
 use latmesh_sim::profile::ProviderProfile;
 use latmesh_tests::{bin, free_port, fresh_db, spawn_until_line};
 use prometheus_parse::{Sample, Scrape, Value};

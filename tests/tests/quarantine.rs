@@ -71,7 +71,7 @@ async fn launch_with_a_first_batch(
     raw: &mut RawAgent,
     seen: &mut Vec<Out>,
 ) -> (
-    tokio::task::JoinHandle<(latmesh_coordinator::summary::Summary, String)>,
+    tokio::task::JoinHandle<(latmesh_results::summary::Summary, String)>,
     String,
 ) {
     let launch = {

@@ -21,10 +21,10 @@ use std::time::{Duration, Instant};
 
 use latmesh_coordinator::demo::{DemoOptions, DemoStore, run_with};
 use latmesh_coordinator::report::{self, Extras, Format, ReportModel, charts};
-use latmesh_coordinator::report_data::{ALL, ReportData};
 use latmesh_core::metrics::Metric;
 use latmesh_core::plan::Plan;
 use latmesh_core::windows::{Window, parse_ranges};
+use latmesh_results::report_data::{ALL, ReportData};
 use serde_json::Value;
 
 const CHROMIUM: &str = "/usr/bin/chromium";

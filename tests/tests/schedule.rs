@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use latmesh_coordinator::summary::Summary;
+use latmesh_results::summary::Summary;
 use latmesh_sim::profile::ProviderProfile;
 use latmesh_tests::stack::Stack;
 use latmesh_tests::{Proc, bin, wait_exit};

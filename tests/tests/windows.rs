@@ -552,7 +552,7 @@ async fn sink_labels_windows_and_queries_are_exact() {
     assert!(unsupported > 0, "{report:#?}");
     assert_eq!(table.matches('~').count(), unsupported + 1, "{table}");
     assert!(
-        table.contains(&latmesh_coordinator::percentiles::legend()),
+        table.contains(&latmesh_results::percentiles::legend()),
         "{table}"
     );
     let table = cli(&["query", "windows", "--campaign", &campaign_id]);

@@ -31,14 +31,14 @@ use serde::{Deserialize, Serialize};
 
 use super::rows::{AgentRow, CampaignRow};
 use super::{StoreError, check_identifier};
-use crate::aggregate::{count_name, counts_in_error_rates};
-use crate::analysis::stats;
-use crate::load_stats::{self, RowFilter, StepMeasure, SweepRow};
-use crate::model_stats;
-use crate::summary::{ALL_REGIONS, MatrixCell, Percentiles};
 use hdrhistogram::Histogram;
 use latmesh_core::hist::new_histogram;
 use latmesh_core::plan::DEFAULT_PERCENTILES;
+use latmesh_results::aggregate::{count_name, counts_in_error_rates};
+use latmesh_results::load_stats::{self, RowFilter, StepMeasure, SweepRow};
+use latmesh_results::model_stats;
+use latmesh_results::stats;
+use latmesh_results::summary::{ALL_REGIONS, MatrixCell, Percentiles};
 
 /// Which rows a query looks at. Every field left `None` means "all".
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -564,7 +564,7 @@ pub async fn matrix_percentiles(
             let failed =
                 c.outcome != Outcome::Ok.as_str() && c.outcome != Outcome::Dropped.as_str();
             if failed && cell.last_error.as_ref().is_none_or(|e| c.last_us >= e.0) {
-                let text = crate::aggregate::describe_error_parts(
+                let text = latmesh_results::aggregate::describe_error_parts(
                     &c.outcome,
                     (c.last_status != 0).then_some(c.last_status),
                     [c.last_type.as_str(), c.last_message.as_str()]
@@ -775,7 +775,7 @@ pub struct AgentCounts {
     /// Highest seq seen.
     pub max_seq: u64,
     /// Seqs in `1..=max_seq` without any row: lost batches — or batches that carried nothing
-    /// (the first [`crate::seq_gaps::MAX_LISTED`]).
+    /// (the first [`latmesh_results::seq_gaps::MAX_LISTED`]).
     pub missing_seqs: Vec<u64>,
     /// Missing seqs beyond those `missing_seqs` lists.
     #[serde(default)]
@@ -925,7 +925,7 @@ pub async fn counts(
             .map_or(0, |t| t.1);
         a.batches = seqs.len() as u64;
         a.max_seq = seqs.last().copied().unwrap_or(0);
-        let missing = crate::seq_gaps::missing(&seqs);
+        let missing = latmesh_results::seq_gaps::missing(&seqs);
         (a.missing_seqs, a.missing_seqs_more) = (missing.listed, missing.more);
         out.agents.push(a);
     }
@@ -1089,7 +1089,7 @@ fn quantile_sql(q: f64) -> String {
 }
 
 /// The sweep results of the stored campaign `filter.campaign_id`, exactly as the
-/// coordinator's summary computes them ([`crate::load_stats::sweep_rows`]): per `sweep`
+/// coordinator's summary computes them ([`latmesh_results::load_stats::sweep_rows`]): per `sweep`
 /// scenario (of the stored plan), region (and `ALL`: the regions the filter keeps, merged) and
 /// provider, every step's requests, ok and error % (final attempts of `load = 'sweep'` rows of
 /// `requests`, grouped by `step`; `cancelled` and `dropped` left out), TTFT and E2E at the
@@ -1200,7 +1200,7 @@ pub async fn sweep(
             if spec.knee.metric == g.metric {
                 let q = load_stats::knee_quantile(&spec.knee);
                 m.knee_us = Some(h.value_at_quantile(q));
-                m.knee_ci_us = crate::analysis::stats::interval_us(&h, q);
+                m.knee_ci_us = latmesh_results::stats::interval_us(&h, q);
             }
         }
     }
@@ -1669,7 +1669,7 @@ fn ms_marked(stat: &GroupStat, percentile: u32) -> (String, bool) {
     let unsupported =
         stat.value_ms.is_some() && !stats::supported(stat.samples, f64::from(percentile));
     let mark = if unsupported {
-        crate::percentiles::UNSUPPORTED_MARK
+        latmesh_results::percentiles::UNSUPPORTED_MARK
     } else {
         ""
     };
@@ -1751,7 +1751,7 @@ impl WindowsReport {
         }
         let _ = writeln!(out, "{t}");
         if marked {
-            let _ = writeln!(out, "{}", crate::percentiles::legend());
+            let _ = writeln!(out, "{}", latmesh_results::percentiles::legend());
         }
         out
     }
@@ -1950,7 +1950,7 @@ impl TrendReport {
         }
         let _ = writeln!(out, "{t}");
         if marked {
-            let _ = writeln!(out, "{}", crate::percentiles::legend());
+            let _ = writeln!(out, "{}", latmesh_results::percentiles::legend());
         }
         out
     }

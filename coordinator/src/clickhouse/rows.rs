@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::insert::BatchKey;
 use super::{StoreError, datetime_secs, unsigned_us};
-use crate::summary::AgentSummary;
+use latmesh_results::summary::AgentSummary;
 
 /// A row of `campaigns`: one launched campaign.
 #[derive(Clone, Debug, PartialEq, clickhouse::Row, Serialize, Deserialize)]

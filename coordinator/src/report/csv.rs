@@ -9,8 +9,8 @@
 use std::fmt::Write as _;
 
 use super::model::ReportModel;
-use crate::summary::Percentiles;
 use latmesh_core::plan::DEFAULT_PERCENTILES;
+use latmesh_results::summary::Percentiles;
 
 /// The header line's columns.
 pub const COLUMNS: [&str; 8] = [

@@ -23,14 +23,14 @@ use latmesh_core::record::Outcome;
 use serde::Deserialize;
 
 use super::model::{Extras, TimePoint, TimeSeries};
-use crate::aggregate::counts_in_error_rates;
 use crate::cli_query::{ClickhouseArgs, FilterArgs};
 use crate::clickhouse::query::{self, Percentile, QueryFilter};
 use crate::clickhouse::{self as store, check_identifier};
-use crate::load_stats::{self, RateMeasure, RateRow};
-use crate::report_data::{ALL, CellMetric, ReportData};
-use crate::saturation::ArrivalLatency;
-use crate::summary::Percentiles;
+use latmesh_results::aggregate::counts_in_error_rates;
+use latmesh_results::load_stats::{self, RateMeasure, RateRow};
+use latmesh_results::report_data::{ALL, CellMetric, ReportData};
+use latmesh_results::saturation::ArrivalLatency;
+use latmesh_results::summary::Percentiles;
 
 #[derive(clickhouse::Row, Deserialize)]
 struct OutcomeRow {
@@ -88,43 +88,41 @@ pub fn bucket_width_s(span_s: i64) -> i64 {
         .unwrap_or(BUCKET_WIDTHS_S[BUCKET_WIDTHS_S.len() - 1])
 }
 
-impl ReportData {
-    /// The stored campaign `campaign_id` of database `db` at ClickHouse `url` (see the module
-    /// docs for what is rebuilt and how).
-    ///
-    /// # Errors
-    /// ClickHouse errors; a campaign that is not stored or has no results.
-    pub async fn from_clickhouse(url: &str, db: &str, campaign_id: &str) -> anyhow::Result<Self> {
-        check_identifier(db)?;
-        let ch = ClickhouseArgs {
-            clickhouse_url: url.to_string(),
-            clickhouse_db: db.to_string(),
-            timeouts: Default::default(),
-        };
-        let filter = FilterArgs {
-            campaign: campaign_id.to_string(),
-            scenario: None,
-            region: None,
-            provider: None,
-            from_unix_us: None,
-            to_unix_us: None,
-        };
-        let summary = crate::cli_query::stored_summary(&ch, &filter).await?;
-        let client = store::client(url);
-        let plan = query::stored_plan(&client, db, campaign_id)
-            .await?
-            .with_context(|| format!("campaign {campaign_id:?} is not in {db}.campaigns"))?;
-        let hists = histograms(&client, db, campaign_id).await?;
-        let mut data = ReportData {
-            summary,
-            plan,
-            hists,
-        };
-        // A summary rebuilt from ClickHouse has no rate rows of its own.
-        let rates = rate_rows(&client, db, &data).await?;
-        data.summary.rates = rates;
-        Ok(data)
-    }
+/// The stored campaign `campaign_id` of database `db` at ClickHouse `url` (see the module
+/// docs for what is rebuilt and how).
+///
+/// # Errors
+/// ClickHouse errors; a campaign that is not stored or has no results.
+pub async fn report_data(url: &str, db: &str, campaign_id: &str) -> anyhow::Result<ReportData> {
+    check_identifier(db)?;
+    let ch = ClickhouseArgs {
+        clickhouse_url: url.to_string(),
+        clickhouse_db: db.to_string(),
+        timeouts: Default::default(),
+    };
+    let filter = FilterArgs {
+        campaign: campaign_id.to_string(),
+        scenario: None,
+        region: None,
+        provider: None,
+        from_unix_us: None,
+        to_unix_us: None,
+    };
+    let summary = crate::cli_query::stored_summary(&ch, &filter).await?;
+    let client = store::client(url);
+    let plan = query::stored_plan(&client, db, campaign_id)
+        .await?
+        .with_context(|| format!("campaign {campaign_id:?} is not in {db}.campaigns"))?;
+    let hists = histograms(&client, db, campaign_id).await?;
+    let mut data = ReportData {
+        summary,
+        plan,
+        hists,
+    };
+    // A summary rebuilt from ClickHouse has no rate rows of its own.
+    let rates = rate_rows(&client, db, &data).await?;
+    data.summary.rates = rates;
+    Ok(data)
 }
 
 /// Every cell's merged histograms, per region and `ALL` ([`query::merged_histograms`]).
@@ -196,7 +194,7 @@ async fn rate_rows(
         let LoadModel::Rate(spec) = &s.load else {
             continue;
         };
-        let regions = crate::load_stats::row_regions(plan, None);
+        let regions = latmesh_results::load_stats::row_regions(plan, None);
         for region in regions {
             let agents = match region {
                 Some(r) => per_region.get(r).copied().unwrap_or(0),

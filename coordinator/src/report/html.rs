@@ -1,7 +1,7 @@
 //! The report as one self-contained HTML page: inline CSS, inline SVG charts
 //! ([`super::charts`]), no script, no font or image to fetch, no URL at all. Sections:
 //! region × provider heatmaps, TTFT/E2E CDFs, ITL spread, sweeps, open-loop rates, peak vs
-//! off-peak, latency over time, the analysis ([`crate::analysis`]'s fragment), notes. Every chart sits in a
+//! off-peak, latency over time, the analysis ([`latmesh_results::analysis`]'s fragment), notes. Every chart sits in a
 //! `<figure class="chart" data-kind="…">`, every heatmap in a `<figure class="heatmap">`.
 
 use std::fmt::Write as _;
@@ -12,10 +12,10 @@ use super::charts::{
     self, BarChart, BoxChart, BoxRow, Line, Marker, SIZE, XyChart, bar_chart, box_chart, xy_chart,
 };
 use super::model::ReportModel;
-use crate::load_stats::{self, RateRow, SweepRow};
-use crate::model_stats;
-use crate::report_data::ALL;
-use crate::summary::{MatrixCell, Percentiles};
+use latmesh_results::load_stats::{self, RateRow, SweepRow};
+use latmesh_results::model_stats;
+use latmesh_results::report_data::ALL;
+use latmesh_results::summary::{MatrixCell, Percentiles};
 
 /// `text` with `&`, `<`, `>`, `"` and `'` escaped for HTML text and attributes.
 pub fn escape(text: &str) -> String {
@@ -305,8 +305,8 @@ fn unsupported_legend() -> String {
         "<p class=\"small\"><span class=\"unsupported\">&nbsp;~hatched&nbsp;</span> {}: the \
          value is computed, but too few samples stand behind it to decide with.</p>",
         escape(
-            crate::percentiles::legend()
-                .trim_start_matches(crate::percentiles::UNSUPPORTED_MARK)
+            latmesh_results::percentiles::legend()
+                .trim_start_matches(latmesh_results::percentiles::UNSUPPORTED_MARK)
                 .trim_start()
         )
     )
@@ -415,7 +415,7 @@ fn heat_table(
                         escape(r),
                         escape(p),
                         escape(title),
-                        crate::percentiles::UNSUPPORTED_MARK,
+                        latmesh_results::percentiles::UNSUPPORTED_MARK,
                         fmt(Some(v))
                     );
                 }
@@ -452,7 +452,7 @@ fn matrix(m: &ReportModel) -> String {
         .flat_map(|c| [c.ttft, c.ttfc, c.e2e])
         .flatten()
         .collect();
-    let list = crate::percentiles::list_of(&blocks);
+    let list = latmesh_results::percentiles::list_of(&blocks);
     type Of = fn(&MatrixCell) -> Option<Percentiles>;
     let metrics: [(&str, Of); 3] = [
         ("TTFT", |c| c.ttft),
@@ -755,7 +755,7 @@ fn sweeps(m: &ReportModel) -> String {
                     if supported {
                         ""
                     } else {
-                        crate::percentiles::UNSUPPORTED_MARK
+                        latmesh_results::percentiles::UNSUPPORTED_MARK
                     },
                     ms(s.knee_value_ms)
                 );

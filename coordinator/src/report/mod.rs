@@ -20,7 +20,7 @@ use anyhow::Context as _;
 
 pub use model::{Extras, ReportModel};
 
-use crate::report_data::ReportData;
+use latmesh_results::report_data::ReportData;
 
 /// Output format of a report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -50,13 +50,13 @@ struct AnalysisPart {
     html: String,
 }
 
-/// The one call site of the analysis module ([`crate::analysis`]): its JSON goes under
+/// The one call site of the analysis module ([`latmesh_results::analysis`]): its JSON goes under
 /// `"analysis"`, its HTML fragment into the "Analysis" section.
 fn analysis(data: &ReportData) -> Option<AnalysisPart> {
-    let a = crate::analysis::analyze(data);
+    let a = latmesh_results::analysis::analyze(data);
     Some(AnalysisPart {
         json: serde_json::to_value(&a).ok()?,
-        html: a.to_html(),
+        html: crate::analysis_html::ToHtml::to_html(&a),
     })
 }
 
@@ -80,7 +80,7 @@ pub async fn from_clickhouse(
     db: &str,
     campaign_id: &str,
 ) -> anyhow::Result<ReportModel> {
-    let data = ReportData::from_clickhouse(url, db, campaign_id).await?;
+    let data = from_clickhouse::report_data(url, db, campaign_id).await?;
     let extras = from_clickhouse::extras(url, db, &data).await?;
     Ok(model(&data, "clickhouse", extras))
 }

@@ -9,10 +9,10 @@ use serde::Serialize;
 
 use crate::budget::BudgetSummary;
 use crate::clickhouse::query::WindowsReport;
-use crate::load_stats::{RateRow, SweepRow};
-use crate::model_stats::ModelRow;
-use crate::report_data::{ALL, ReportData};
-use crate::summary::MatrixCell;
+use latmesh_results::load_stats::{RateRow, SweepRow};
+use latmesh_results::model_stats::ModelRow;
+use latmesh_results::report_data::{ALL, ReportData};
+use latmesh_results::summary::MatrixCell;
 
 /// Most points a CDF line keeps (evenly thinned beyond; the last point is always kept).
 pub const CDF_MAX_POINTS: usize = 400;
@@ -47,7 +47,7 @@ pub struct ReportModel {
     pub time_series: Vec<TimeSeries>,
     /// Sections left out or cut short, and why.
     pub notes: Vec<Note>,
-    /// The analysis ([`crate::analysis::Analysis`]) as JSON.
+    /// The analysis ([`latmesh_results::analysis::Analysis`]) as JSON.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub analysis: Option<serde_json::Value>,
     /// The analysis as an HTML fragment.

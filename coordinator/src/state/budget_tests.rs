@@ -114,7 +114,7 @@ async fn passing_a_cap_cancels_through_the_cancel_path_and_keeps_the_records() {
     for k in ["stopped_by", "stop_reason", "caps", "spent"] {
         old.as_object_mut().unwrap().remove(k);
     }
-    let back: crate::summary::Summary = serde_json::from_value(old).unwrap();
+    let back: latmesh_results::summary::Summary = serde_json::from_value(old).unwrap();
     assert_eq!(back.guard, BudgetSummary::default());
 }
 

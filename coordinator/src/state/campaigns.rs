@@ -12,9 +12,9 @@ use tokio::sync::watch;
 
 use super::publish::{Finishing, publish};
 use super::{Core, State, StateError, StoreEvent, now_unix_us};
-use crate::aggregate::Aggregate;
 use crate::budget::{Caps, Guard};
-use crate::summary::Summary;
+use latmesh_results::aggregate::Aggregate;
+use latmesh_results::summary::Summary;
 
 /// Extra time after a plan's last probe could have ended before its campaign is finished
 /// without the missing results, µs.
@@ -74,7 +74,7 @@ pub(super) struct Campaign {
     /// Shared with a summary being built (copied on the next merge while it is).
     pub(super) agg: Arc<Aggregate>,
     /// First-attempt send times of the rounds' slots per agent (achieved synchronization).
-    pub(super) sends: crate::sync::SlotSends,
+    pub(super) sends: latmesh_results::sync::SlotSends,
     pub(super) progress: watch::Sender<pb::Progress>,
     /// `Progress.live`, recomputed from `agg` at most once a second.
     pub(super) live: crate::progress::LiveCache,
@@ -534,13 +534,16 @@ impl State {
     /// A finished campaign's summary, plan and merged histograms, for reports (`None` while it
     /// runs, or for a campaign finished by an earlier process: its histograms are in
     /// ClickHouse).
-    pub fn report_data(&self, campaign_id: &str) -> Option<crate::report_data::ReportData> {
+    pub fn report_data(
+        &self,
+        campaign_id: &str,
+    ) -> Option<latmesh_results::report_data::ReportData> {
         let (summary, plan, agg) = {
             let core = self.core();
             let c = core.campaigns.by_id.get(campaign_id)?;
             (c.summary.clone()?, Plan::clone(&c.plan), c.agg.clone())
         };
-        Some(crate::report_data::ReportData::from_aggregate(
+        Some(latmesh_results::report_data::ReportData::from_aggregate(
             summary, plan, &agg,
         ))
     }

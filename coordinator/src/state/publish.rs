@@ -21,9 +21,9 @@ use tokio::sync::watch;
 use super::agents::Agents;
 use super::campaigns::{Campaign, CampaignAgent};
 use super::{Core, State, StateError, StoreEvent};
-use crate::aggregate::Aggregate;
 use crate::persist::CampaignRecord;
-use crate::summary::{self, AgentSummary, Summary};
+use latmesh_results::aggregate::Aggregate;
+use latmesh_results::summary::{self, AgentSummary, Summary};
 
 /// A campaign whose summary is being built without the lock.
 #[derive(Debug)]
@@ -46,7 +46,7 @@ pub(super) struct SummaryJob {
     cancelled: bool,
     guard: crate::budget::BudgetSummary,
     starts: Vec<summary::AgentStart>,
-    sends: crate::sync::SlotSends,
+    sends: latmesh_results::sync::SlotSends,
     /// Clock offsets of the agents that started, for the slot skew.
     offsets: BTreeMap<String, i64>,
 }

@@ -187,7 +187,7 @@ fn updated_row(
     persist: Option<&mut StateDir>,
     agent_id: &str,
     done: &pb::CampaignDone,
-) -> Result<Option<crate::summary::AgentSummary>, StateError> {
+) -> Result<Option<latmesh_results::summary::AgentSummary>, StateError> {
     let unknown = || StateError::UnknownCampaign(done.campaign_id.clone());
     let persist = persist.ok_or_else(unknown)?;
     let mut rec = persist.record(&done.campaign_id).ok_or_else(unknown)?;

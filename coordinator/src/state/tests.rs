@@ -10,11 +10,11 @@ use tonic::Status;
 
 use super::*;
 use crate::persist::StateDir;
-use crate::summary::Summary;
 use latmesh_core::hist::{HistKey, new_histogram};
 use latmesh_core::metrics::Metric;
 use latmesh_core::plan::{PlanPrompt, ProviderSpec, RoundsSpec, ScenarioSpec, Timeouts};
 use latmesh_core::record::Outcome;
+use latmesh_results::summary::Summary;
 
 pub(crate) fn plan() -> Plan {
     Plan {

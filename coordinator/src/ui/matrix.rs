@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use comfy_table::{Cell as TCell, CellAlignment, Table, presets};
 
 use super::{budget, failover, models, rate, sweep};
-use crate::summary::{ALL_REGIONS, MatrixCell, Percentiles, Summary};
+use latmesh_results::summary::{ALL_REGIONS, MatrixCell, Percentiles, Summary};
 
 /// Renders the matrices as text tables: per scenario, rows are regions (and `ALL`),
 /// columns providers; one table per quantity. Then the sweeps (knee metric per step and
@@ -25,7 +25,7 @@ pub fn render(summary: &Summary) -> String {
     // A view gives a cell's text and whether it holds a percentile the samples do not
     // support (then the table gets the legend).
     let list = &summary.percentiles;
-    let names = crate::percentiles::header(list);
+    let names = latmesh_results::percentiles::header(list);
     let fmt_p = |p: &Option<Percentiles>| match p {
         Some(p) => p.text(list, |v| format!("{v:.0}")),
         None => ("-".into(), false),
@@ -81,7 +81,7 @@ pub fn render(summary: &Summary) -> String {
                 let _ = writeln!(
                     out,
                     "{}",
-                    crate::percentiles::legend_for(&summary.percentiles)
+                    latmesh_results::percentiles::legend_for(&summary.percentiles)
                 );
             }
         }
@@ -255,10 +255,11 @@ dropped (not sent in time: open-loop arrivals, or rounds probes held by their ca
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::Aggregate;
-    use crate::load_stats::tests::{agent, plan};
-    use crate::summary::build;
-    use crate::summary::tests::{demo_sized, demo_sized_with, sweep_rate_summary, usage_summary};
+    use latmesh_results::aggregate::Aggregate;
+    use latmesh_results::fixtures::{
+        agent, demo_sized, demo_sized_with, plan, sweep_rate_summary, usage_summary,
+    };
+    use latmesh_results::summary::build;
 
     #[test]
     fn the_tables_show_the_campaigns_percentiles() {
@@ -282,7 +283,7 @@ mod tests {
             "open: E2E ms P50/P90/P95/P99",
             "| us-east      | 600/~1101/~1200/~1200 | 1200/1361/1380/1397 |",
             "| ALL          |  600/1101/~1200/~1200 | 1200/1361/1380/1397 |",
-            &crate::percentiles::legend(),
+            &latmesh_results::percentiles::legend(),
         ] {
             assert!(text.contains(want), "{want:?} not in\n{text}");
         }

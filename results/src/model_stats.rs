@@ -178,62 +178,9 @@ pub fn model_rows(providers: &[ProviderSpec], cells: &[MatrixCell]) -> Vec<Model
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-
-    pub(crate) fn spec(name: &str, model_id: &str, expect: Option<&str>) -> ProviderSpec {
-        let mut p: ProviderSpec = serde_json::from_value(serde_json::json!({
-            "name": name, "base_url": "http://127.0.0.1:9/v1", "api_key_env": null,
-            "model_id": model_id,
-        }))
-        .unwrap();
-        p.expect_model = expect.map(str::to_string);
-        p
-    }
-
-    pub(crate) fn cell(
-        region: &str,
-        provider: &str,
-        models: &[(&str, u64)],
-        fps: &[(&str, u64)],
-    ) -> MatrixCell {
-        let map = |v: &[(&str, u64)]| v.iter().map(|(k, n)| (k.to_string(), *n)).collect();
-        let mut c: MatrixCell = serde_json::from_value(serde_json::json!({
-            "region": region, "provider": provider, "scenario": "s", "attempts": 0,
-            "samples": 0, "ttft": null, "ttfc": null, "e2e": null, "tpot_p50_ms": null,
-            "itl_p50_ms": null, "error_pct": 0.0, "requests": 0, "request_error_pct": 0.0,
-            "throttled_pct": 0.0, "output_tokens_mean": null, "tokens_from_usage": 0,
-            "usage_chunk_delta_mean": null, "usage_chunk_mismatches": 0, "last_error": null,
-            "outcomes": {},
-        }))
-        .unwrap();
-        c.answered_models = map(models);
-        c.system_fingerprints = map(fps);
-        c
-    }
-
-    /// `openai` `ALL` rows of two scenarios: a model swapped during the campaign, and
-    /// fingerprints.
-    pub(crate) fn swapped() -> [MatrixCell; 2] {
-        [
-            cell(
-                ALL_REGIONS,
-                "openai",
-                &[("gpt-4o-2024-08-06", 10)],
-                &[("fp_1", 10)],
-            ),
-            {
-                let mut c = cell(
-                    ALL_REGIONS,
-                    "openai",
-                    &[("gpt-4o-2024-11-20", 2), ("gpt-4o-mini", 1)],
-                    &[("fp_2", 3)],
-                );
-                c.scenario = "t".into();
-                c
-            },
-        ]
-    }
+    use crate::fixtures::{cell, spec, swapped};
 
     #[test]
     fn another_model_and_a_change_are_flagged() {

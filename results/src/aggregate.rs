@@ -615,7 +615,7 @@ mod tests {
     fn a_failover_primary_that_never_answered_has_every_request_failed() {
         // Chain [p, q], 2 attempts per provider: p throttles twice, then q answers. 12 such
         // client requests: p was sent 12 requests and failed all 12 (it showed 0 of 0).
-        let mut plan = crate::load_stats::tests::plan();
+        let mut plan = crate::fixtures::plan();
         plan.scenarios[0].failover = Some(latmesh_core::plan::FailoverSpec {
             chain: vec![0, 1],
             attempts: 2,

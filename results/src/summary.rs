@@ -330,43 +330,9 @@ impl Summary {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-    use crate::load_stats::tests::{add_for, add_rate, agent, plan, sweep_aggregate};
-    use latmesh_core::load::LoadKind;
-    use latmesh_core::record::{OutputTokensSource, ProbeRecord};
-
-    /// The demo's sample sizes: 12 `ok` requests per region cell of provider `p` in three
-    /// regions (E2E 100..=1200 ms, TTFT half), and 400 for `q` in us-east alone (E2E
-    /// 1001..=1400 ms).
-    pub(crate) fn demo_sized() -> Summary {
-        demo_sized_with(&latmesh_core::plan::DEFAULT_PERCENTILES)
-    }
-
-    pub(crate) fn demo_sized_with(percentiles: &[f64]) -> Summary {
-        let mut plan = plan();
-        plan.percentiles = percentiles.to_vec();
-        plan.regions.push("ap-southeast".into());
-        let mut agg = Aggregate::default();
-        for region in &plan.regions {
-            let twelve: Vec<_> = (1..=12)
-                .map(|i| (0, 1, Outcome::Ok, i * 100_000, 0))
-                .collect();
-            add_for(&mut agg, region, "p", "open", LoadKind::Rate, &twelve);
-        }
-        let four_hundred: Vec<_> = (1..=400)
-            .map(|i| (0, 1, Outcome::Ok, 1_000_000 + i * 1000, 0))
-            .collect();
-        add_for(
-            &mut agg,
-            "us-east",
-            "q",
-            "open",
-            LoadKind::Rate,
-            &four_hundred,
-        );
-        build("c1", &plan, 0, &agg, vec![])
-    }
+    use crate::fixtures::{demo_sized, demo_sized_with, plan, sweep_rate_summary, usage_summary};
 
     #[test]
     fn the_campaign_chooses_the_percentiles() {
@@ -382,7 +348,7 @@ pub(crate) mod tests {
         assert_eq!(got, [(50.0, true), (99.9, false)]);
         // The fixed P50/P90/P95/P99 stay in the JSON for readers that know only them.
         assert!(e2e.p95_ms.is_some());
-        // The tables show them: `crate::ui::matrix` tests.
+        // The tables show them: `ui::matrix` tests.
     }
 
     #[test]
@@ -408,29 +374,6 @@ pub(crate) mod tests {
             pts("us-east", "q"),
             [(50.0, true), (90.0, true), (95.0, true), (99.0, true)]
         );
-    }
-
-    /// The summary of [`sweep_aggregate`] and [`add_rate`] with agents a1 (us-east) and b1
-    /// (eu-west), and a start skew of 0.42 ms over three agents; with its aggregate and agents.
-    pub(crate) fn sweep_rate_summary() -> (Summary, Aggregate, Vec<AgentSummary>) {
-        let mut agg = sweep_aggregate();
-        add_rate(&mut agg);
-        let agents = vec![agent("a1", "us-east"), agent("b1", "eu-west")];
-        let mut s = build("c1", &plan(), 1_700_000_000_000_000, &agg, agents.clone());
-        let t = 1_700_000_000_000_000;
-        s.start = StartSync::of(
-            [("a1", t + 420, 50), ("b1", t, 30), ("b2", t + 100, 10)]
-                .into_iter()
-                .map(|(id, at, unc)| AgentStart {
-                    agent_id: id.into(),
-                    region: "eu-west".into(),
-                    started_coord_unix_us: at,
-                    clock_offset_us: 0,
-                    clock_uncertainty_us: unc,
-                })
-                .collect(),
-        );
-        (s, agg, agents)
     }
 
     #[test]
@@ -490,84 +433,13 @@ pub(crate) mod tests {
         assert_eq!(e2e["points"][0]["lo_ms"], 1.04);
         assert_eq!(e2e["points"][3]["supported"], false);
         assert!(e2e["points"][3]["lo_ms"].is_null() && e2e["points"][3]["hi_ms"].is_null());
-        // The text: `crate::ui::matrix` tests.
+        // The text: `ui::matrix` tests.
     }
 
     /// A reasoning stream whose usage counts only the answer, a non-streaming scenario, and a
     /// provider that answers with its own model name: the usage notice names the streamed
     /// scenario only, with the attempts that took the payload count, and the model flag names
     /// the provider.
-    /// Providers `reasoner` (usage counting the answer only) and `llama` (answering
-    /// `smollm2`, its streamed connection retried), scenarios `stream` and `whole`.
-    pub(crate) fn usage_summary() -> Summary {
-        let plan = latmesh_core::campaign::load_toml_str(
-            r#"
-[campaign]
-name = "t"
-seed = 1
-regions = ["us-east"]
-[rounds]
-count = 2
-interval_s = 2.0
-gap_ms = 100
-[[scenarios]]
-name = "stream"
-prompt_ids = ["short-qa-en-*"]
-stream = true
-max_tokens = 32
-[[scenarios]]
-name = "whole"
-prompt_ids = ["short-qa-en-*"]
-stream = false
-max_tokens = 32
-[[providers]]
-name = "reasoner"
-base_url = "http://127.0.0.1:9/v1"
-model_id = "reasoner"
-[[providers]]
-name = "llama"
-base_url = "http://127.0.0.1:9/v1"
-model_id = "gpt-4o"
-"#,
-            std::path::Path::new("."),
-        )
-        .unwrap();
-        let mut agg = Aggregate::default();
-        for provider in ["reasoner", "llama"] {
-            for scenario in ["stream", "whole"] {
-                let stream = scenario == "stream";
-                let rec = ProbeRecord {
-                    provider: provider.into(),
-                    scenario: scenario.into(),
-                    stream,
-                    outcome: Some(Outcome::Ok),
-                    final_attempt: true,
-                    output_tokens: if stream { 31 } else { 8 },
-                    output_tokens_source: if stream {
-                        OutputTokensSource::PayloadsOverUsage
-                    } else {
-                        OutputTokensSource::Usage
-                    },
-                    token_payloads: if stream { 31 } else { 1 },
-                    usage_chunk_delta: stream.then_some(8 - 31),
-                    // llama-server closes its connection after a streamed answer.
-                    conn_retried: provider == "llama" && stream,
-                    answered_model: Some(
-                        if provider == "llama" {
-                            "smollm2"
-                        } else {
-                            "reasoner"
-                        }
-                        .into(),
-                    ),
-                    ..ProbeRecord::default()
-                };
-                agg.add_record("us-east", &rec);
-            }
-        }
-        build("c1", &plan, 0, &agg, Vec::new())
-    }
-
     #[test]
     fn the_usage_notice_counts_streams_only_and_another_model_is_flagged() {
         let s = usage_summary();

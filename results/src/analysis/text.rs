@@ -1,6 +1,6 @@
-//! Text pieces of an [`Analysis`] shared by its terminal view (`crate::ui::analysis`) and its
-//! HTML fragment ([`Analysis::to_html`]): the ordering chains of providers and the rank
-//! tables' labels.
+//! Text pieces of an [`Analysis`] shared by its terminal view (the CLI's `ui::analysis`) and
+//! its HTML fragment in reports: the ordering chains of providers and the rank tables'
+//! labels.
 
 use std::fmt::Write as _;
 

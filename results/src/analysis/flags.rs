@@ -26,9 +26,9 @@
 use latmesh_core::metrics::Metric;
 use serde::Serialize;
 
-use super::stats::{fmt_ms, median};
 use super::{Analysis, PRIMARY_METRICS};
 use crate::report_data::{ALL, ReportData};
+use crate::stats::{fmt_ms, median};
 
 /// A tail ratio at least this many times the median ratio is flagged.
 pub const TAIL_RATIO_FACTOR: f64 = 2.0;

@@ -26,9 +26,9 @@ use latmesh_core::record::Outcome;
 use serde::{Deserialize, Serialize};
 
 use crate::aggregate::{Aggregate, StepCounts};
-use crate::analysis::stats;
-use crate::analysis::stats::interval_us;
 use crate::saturation::{ArrivalLatency, ProviderSaturation, provider_saturation};
+use crate::stats;
+use crate::stats::interval_us;
 use crate::summary::{ALL_REGIONS, AgentSummary, Percentiles};
 
 /// An open-loop row is saturated when the P90 of `sched_lag` exceeds this, ms: one arrival in
@@ -134,7 +134,7 @@ pub struct StepMeasure {
     pub e2e: Option<Percentiles>,
     /// The knee metric at the knee rule's quantile ([`knee_quantile`]), µs.
     pub knee_us: Option<u64>,
-    /// Its 95 % interval (lower, upper), µs ([`crate::analysis::stats::interval_us`] of the
+    /// Its 95 % interval (lower, upper), µs ([`crate::stats::interval_us`] of the
     /// step's merged histogram); `None` when too few samples.
     pub knee_ci_us: Option<(u64, u64)>,
 }
@@ -673,138 +673,14 @@ pub fn knee_text(row: &SweepRow) -> String {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-    use latmesh_core::hist::HistogramSet;
-    use latmesh_core::load::LoadKind;
-    use latmesh_core::record::ProbeRecord;
-
-    /// Regions us-east and eu-west; providers p and q; a sweep `sw` (c = 2, 4, 8, 10 s steps,
-    /// knee on E2E P50 from 10 requests per step) and an open loop `open` (10 rps, constant, 10 s).
-    pub(crate) fn plan() -> Plan {
-        let prompts = serde_json::json!([{ "id": "a", "messages": [] }]);
-        let timeouts = serde_json::json!({
-            "connect_s": 10.0, "ttft_s": 60.0, "idle_s": 30.0, "total_s": 120.0
-        });
-        serde_json::from_value(serde_json::json!({
-            "name": "load",
-            "seed": 9,
-            "metrics_version": 3,
-            "regions": ["us-east", "eu-west"],
-            "rounds": { "count": 1, "interval_ms": 1000, "gap_ms": 10 },
-            "providers": [
-                { "name": "p", "base_url": "http://127.0.0.1:9/v1", "api_key_env": null, "model_id": "m" },
-                { "name": "q", "base_url": "http://127.0.0.1:9/v1", "api_key_env": null, "model_id": "m" }
-            ],
-            "scenarios": [
-                {
-                    "name": "sw", "stream": true, "max_tokens": 16, "temperature": null,
-                    "top_p": null, "timeouts": timeouts, "prompts": prompts,
-                    "load": { "sweep": {
-                        "concurrency": [2, 4, 8], "step_ms": 10000,
-                        "knee": { "metric": "e2e", "percentile": 50.0, "elasticity": 0.5, "error_pct": 5.0, "min_requests": 10 }
-                    } }
-                },
-                {
-                    "name": "open", "stream": true, "max_tokens": 16, "temperature": null,
-                    "top_p": null, "timeouts": timeouts, "prompts": prompts,
-                    "load": { "rate": {
-                        "rps": 10.0, "arrivals": "constant", "duration_ms": 10000, "max_queue_ms": 10000
-                    } }
-                }
-            ],
-            "prompt_set": "x"
-        }))
-        .expect("test plan parses")
-    }
-
-    /// Records of provider `p` in `scenario`, each `(step, n, outcome, e2e, lag)` being `n`
-    /// final first attempts of sweep step `step` with `outcome`: `ok` ones with TTFT `e2e / 2`
-    /// and E2E `e2e` µs and 20 output tokens; all with `lag` µs of `sched_lag`.
-    pub(crate) fn add(
-        agg: &mut Aggregate,
-        region: &str,
-        scenario: &str,
-        load: LoadKind,
-        groups: &[(u32, usize, Outcome, u64, i64)],
-    ) {
-        add_for(agg, region, "p", scenario, load, groups);
-    }
-
-    /// [`add`] for `provider`.
-    pub(crate) fn add_for(
-        agg: &mut Aggregate,
-        region: &str,
-        provider: &str,
-        scenario: &str,
-        load: LoadKind,
-        groups: &[(u32, usize, Outcome, u64, i64)],
-    ) {
-        let mut set = HistogramSet::new();
-        for &(step, n, outcome, e2e, lag) in groups {
-            for _ in 0..n {
-                let ok = outcome == Outcome::Ok;
-                let rec = ProbeRecord {
-                    load,
-                    step,
-                    concurrency: [2, 4, 8][step as usize] * u32::from(load == LoadKind::Sweep),
-                    provider: provider.into(),
-                    scenario: scenario.into(),
-                    attempt: 1,
-                    final_attempt: true,
-                    turn: 1,
-                    outcome: Some(outcome),
-                    sched_lag_us: lag,
-                    ttft_us: ok.then_some(e2e / 2),
-                    e2e_us: ok.then_some(e2e),
-                    output_tokens: if ok { 20 } else { 0 },
-                    ..Default::default()
-                };
-                agg.add_record(region, &rec);
-                set.record_probe(&rec, &[]);
-            }
-        }
-        for (k, h) in set.drain() {
-            agg.add_histogram(region, k, &h);
-        }
-    }
-
-    /// us-east: E2E 1.00, 1.04, 2.00 ms at c = 2, 4, 8 (a cancelled request at c = 4);
-    /// eu-west: flat 1.00 ms, but 1 of 10 requests fails at c = 4. Values below 2048 µs are
-    /// exact in HDR.
-    pub(crate) fn sweep_aggregate() -> Aggregate {
-        let mut agg = Aggregate::default();
-        let us = [
-            (0, 10, Outcome::Ok, 1_000, 0),
-            (1, 20, Outcome::Ok, 1_040, 0),
-            (1, 1, Outcome::Cancelled, 0, 0),
-            (2, 30, Outcome::Ok, 2_000, 0),
-        ];
-        add(&mut agg, "us-east", "sw", LoadKind::Sweep, &us);
-        let eu = [
-            (0, 10, Outcome::Ok, 1_000, 0),
-            (1, 9, Outcome::Ok, 1_000, 0),
-            (1, 1, Outcome::Http5xx, 0, 0),
-            (2, 10, Outcome::Ok, 1_000, 0),
-        ];
-        add(&mut agg, "eu-west", "sw", LoadKind::Sweep, &eu);
-        agg
-    }
+    use crate::fixtures::{add_rate, agent, plan, plan_with_knee, sweep_aggregate};
 
     fn row<'a>(rows: &'a [SweepRow], region: &str, provider: &str) -> &'a SweepRow {
         rows.iter()
             .find(|r| r.region == region && r.provider == provider)
             .unwrap()
-    }
-
-    /// [`plan`] with its sweep's knee changed by `f`.
-    pub(crate) fn plan_with_knee(f: impl FnOnce(&mut KneeRule)) -> Plan {
-        let mut plan = plan();
-        let LoadModel::Sweep(spec) = &mut plan.scenarios[0].load else {
-            unreachable!()
-        };
-        f(&mut spec.knee);
-        plan
     }
 
     #[test]
@@ -819,7 +695,7 @@ pub(crate) mod tests {
             .map(|s| s.knee_supported(&all.knee_rule))
             .collect();
         assert_eq!(support, [false, false, true]);
-        // The table marks them: `crate::ui::sweep` tests.
+        // The table marks them: `ui::sweep` tests.
     }
 
     #[test]
@@ -956,38 +832,6 @@ pub(crate) mod tests {
         assert_eq!(only.len(), 2);
         assert_eq!(only[1].agents, 1, "ALL of one region has its agents");
         assert_eq!(only[1].steps, eu.steps);
-    }
-
-    pub(crate) fn agent(id: &str, region: &str) -> AgentSummary {
-        AgentSummary {
-            agent_id: id.into(),
-            region: region.into(),
-            clock_offset_us: 0,
-            clock_uncertainty_us: 0,
-            records: 0,
-            batches: 0,
-            complete: true,
-            skipped: 0,
-            delivery: Default::default(),
-        }
-    }
-
-    /// us-east sends its 100 arrivals (lag 0.2 ms, TTFT 0.5 ms, E2E 1 ms); eu-west sends 90
-    /// and drops 10.
-    pub(crate) fn add_rate(agg: &mut Aggregate) {
-        let rate = LoadKind::Rate;
-        add(
-            agg,
-            "us-east",
-            "open",
-            rate,
-            &[(0, 100, Outcome::Ok, 1_000, 200)],
-        );
-        let eu = [
-            (0, 90, Outcome::Ok, 1_000, 200),
-            (0, 10, Outcome::Dropped, 0, 10_000_000),
-        ];
-        add(agg, "eu-west", "open", rate, &eu);
     }
 
     fn rate_aggregate() -> Aggregate {

@@ -48,8 +48,8 @@ use latmesh_core::plan::ScenarioSpec;
 use latmesh_core::selection::{Selection, SelectionWeights};
 use serde::Serialize;
 
-use super::stats;
 use crate::report_data::ReportData;
+use crate::stats;
 
 /// One component of a provider's score.
 #[derive(Clone, Debug, PartialEq, Serialize)]

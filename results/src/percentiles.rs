@@ -1,7 +1,7 @@
 //! Percentiles of one metric's merged HDR histogram as the summary, matrices and reports carry
 //! them: the point estimates, the sample count, and per percentile whether the samples
 //! support it and its 95 % confidence interval (the sample-size policy of
-//! [`crate::analysis::stats::supported`]).
+//! [`crate::stats::supported`]).
 //!
 //! JSON shape (one metric of one cell; `points` follows the campaign's percentile list):
 //!
@@ -27,7 +27,7 @@ use hdrhistogram::Histogram;
 use latmesh_core::plan::{DEFAULT_PERCENTILES, MAX_PERCENTILES};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::analysis::stats::{self, PercentileCi};
+use crate::stats::{self, PercentileCi};
 
 /// One percentile of a metric: its estimate, whether the samples support it, its interval.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]

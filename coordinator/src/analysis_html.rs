@@ -1,17 +1,23 @@
-//! [`Analysis::to_html`].
+//! The HTML fragment of an [`Analysis`] ([`ToHtml::to_html`]), embedded in `latmesh report`.
 
 use std::fmt::Write as _;
 
-use super::stats::{PERCENTILES, fmt_ms};
-use super::text::{chain, chain_text, rank_text, rank_title};
-use super::{ANALYSED_METRICS, Analysis, CellCis, Verdict};
+use latmesh_results::analysis::text::{chain, chain_text, rank_text, rank_title};
+use latmesh_results::analysis::{ANALYSED_METRICS, Analysis, CellCis, Verdict};
+use latmesh_results::stats::{PERCENTILES, fmt_ms};
 
-impl Analysis {
+/// A result rendered as an HTML fragment.
+pub trait ToHtml {
+    /// The fragment (see the implementations).
+    fn to_html(&self) -> String;
+}
+
+impl ToHtml for Analysis {
     /// An HTML fragment (`<section class="latmesh-analysis">`, tables only, a small scoped
     /// `<style>`, no scripts or external resources): per scenario and analysed metric the
     /// P50/P95/P99 intervals of every cell and the ordering chains, the clear pairwise
     /// differences, the flags, the ranks and the selection tables.
-    pub fn to_html(&self) -> String {
+    fn to_html(&self) -> String {
         let mut h = String::new();
         h.push_str("<section class=\"latmesh-analysis\">\n");
         h.push_str(

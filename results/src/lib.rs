@@ -1,0 +1,30 @@
+//! latmesh results: pure aggregation and statistics of campaign results, shared by the
+//! coordinator (live summaries), the store (rows rebuilt from ClickHouse), reports and the
+//! CLI. No I/O, no async, no terminal rendering: every function maps data to data (the
+//! terminal tables are in the CLI's `ui` module, HTML in reports).
+//!
+//! * [`aggregate`]: counters and merged HDR histograms per (region, provider, scenario);
+//! * [`summary`]: the region × provider matrix of a campaign and its JSON;
+//! * [`load_stats`], [`failover_stats`], [`model_stats`]: sweep/rate rows with the knee and
+//!   saturation, failover rows, what model answered;
+//! * [`percentiles`], [`stats`], [`saturation`], [`sync`], [`seq_gaps`]: the statistics;
+//! * [`report_data`], [`analysis`]: what a report is built from, intervals, comparisons,
+//!   flags, ranks and the selection matrix;
+//! * [`budget`], [`delivery`]: the budget and delivery parts of a summary.
+
+pub mod aggregate;
+pub mod analysis;
+pub mod budget;
+pub mod delivery;
+pub mod failover_stats;
+#[cfg(any(test, feature = "fixtures"))]
+pub mod fixtures;
+pub mod load_stats;
+pub mod model_stats;
+pub mod percentiles;
+pub mod report_data;
+pub mod saturation;
+pub mod seq_gaps;
+pub mod stats;
+pub mod summary;
+pub mod sync;
