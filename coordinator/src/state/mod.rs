@@ -8,14 +8,14 @@
 //!
 //! # Parts
 //!
-//! - [`agents`]: connected agents, their hello (key variable names), sessions, liveness.
-//! - [`campaigns`]: running campaigns, their plans and lifecycle (launch, cancel, deadline,
+//! - `agents`: connected agents, their hello (key variable names), sessions, liveness.
+//! - `campaigns`: running campaigns, their plans and lifecycle (launch, cancel, deadline,
 //!   budget guard).
-//! - [`intake`]: a batch's acceptance into its campaign's aggregate (limits checked by
+//! - `intake`: a batch's acceptance into its campaign's aggregate (limits checked by
 //!   [`crate::intake`], the validation boundary), done notices, refused batches.
-//! - [`publish`]: progress and summary publication to watchers, and the store events queued
+//! - `publish`: progress and summary publication to watchers, and the store events queued
 //!   for the sink.
-//! - [`restore`]: the state directory: campaign records, batch logs, restart.
+//! - `restore`: the state directory: campaign records, batch logs, restart.
 //!
 //! # Locks
 //!
@@ -34,7 +34,7 @@
 //!
 //! The costly work runs without `core`: decoding a batch ([`State::check`]), and building and
 //! serializing a finished campaign's summary: publication snapshots what the summary needs
-//! under the lock, and the summary is built once the lock is released (see [`publish`]), so a
+//! under the lock, and the summary is built once the lock is released (see `publish.rs`), so a
 //! large campaign's publication does not stall intake.
 
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -119,11 +119,6 @@ impl State {
         Ok(loaded)
     }
 
-    /// Whether campaigns persist in a state directory.
-    pub fn persists(&self) -> bool {
-        self.dir().is_some()
-    }
-
     /// Writes a series' record in the state directory (`DIR/series/<id>.json`, replaced
     /// atomically); nothing without one.
     ///
