@@ -8,7 +8,7 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::state::StoreEvent;
+use crate::store_event::StoreEvent;
 
 /// Events not yet stored, in order; `handed` of them were given to the sink already.
 #[derive(Debug, Default)]

@@ -8,7 +8,7 @@
 //! names of at most [`MAX_KEY_ENV_NAME_BYTES`] (kept while its session lasts, dropped when it
 //! disconnects).
 //!
-//! Checking and decoding run on blocking threads ([`check_off_runtime`]), one batch at a time
+//! Checking and decoding run on blocking threads ([`crate::state::check_off_runtime`]), one batch at a time
 //! per session and on at most half the cores at once, so control calls keep the async runtime.
 //!
 //! # The rule (README "Security")
@@ -706,30 +706,6 @@ static DECODE_SLOTS: std::sync::LazyLock<tokio::sync::Semaphore> = std::sync::La
     let cores = std::thread::available_parallelism().map_or(2, usize::from);
     tokio::sync::Semaphore::new((cores / 2).max(1))
 });
-
-/// [`crate::state::State::check`] on a blocking thread, once one of the decode slots is
-/// free (a session awaits its batch, so each session has one batch in check at a time): the
-/// limits and the campaign are checked first, then histograms and records decode, off the
-/// async runtime. Returns the result with the batch (as sanitized by the check); `None` when
-/// the task failed (logged).
-pub async fn check_off_runtime(
-    state: &crate::state::State,
-    agent: &str,
-    mut b: pb::ResultBatch,
-) -> Option<(
-    Result<Option<crate::state::CheckedBatch>, crate::state::StateError>,
-    pb::ResultBatch,
-)> {
-    let _slot = DECODE_SLOTS.acquire().await.ok()?;
-    let (state, agent_id) = (state.clone(), agent.to_string());
-    match tokio::task::spawn_blocking(move || (state.check(&agent_id, &mut b), b)).await {
-        Ok(checked) => Some(checked),
-        Err(e) => {
-            tracing::error!(%agent, error = %e, "batch check failed; batch not acked");
-            None
-        }
-    }
-}
 
 /// One of the decode slots (half the cores), for work on an agent's batch off the runtime.
 pub async fn decode_slot() -> Option<tokio::sync::SemaphorePermit<'static>> {

@@ -26,6 +26,8 @@ pub mod service;
 pub mod sink;
 pub mod spool;
 pub mod state;
+pub mod store_event;
+pub mod store_health;
 pub mod tls_listener;
 pub mod ui;
 pub mod watch;

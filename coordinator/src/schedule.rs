@@ -1,10 +1,11 @@
 //! Series: a campaign launched with a `[schedule]` runs again and again, each run an ordinary
 //! campaign of its own.
 //!
-//! Launching a plan with a schedule ([`State::launch_request`]) creates a *series* whose id
-//! (`<name>-<8 hex digits>`) takes the place of a campaign id; nothing is sent to agents yet.
-//! Once a second the coordinator's tick ([`State::tick_series`]) launches the runs that are
-//! due: run `N` is the campaign `<series>-r<N>` (N from 1), the same plan without its schedule
+//! The [`Scheduler`] runs series over the coordinator's [`State`], through its public API
+//! only (the state knows nothing of series). Launching a plan with a schedule
+//! ([`Scheduler::launch_request`]) creates a *series* whose id (`<name>-<8 hex digits>`)
+//! takes the place of a campaign id; nothing is sent to agents yet. Once a second the
+//! coordinator's tick ([`Scheduler::tick_series`]) launches the runs that are due: run `N` is the campaign `<series>-r<N>` (N from 1), the same plan without its schedule
 //! and the same budget caps, pushed to the connected agents of its regions like any launch,
 //! started at its due time (see [`latmesh_core::schedule`] for when runs are due). Runs never
 //! overlap: a run due while the previous one is still going waits until it has finished and
@@ -19,10 +20,13 @@
 //!
 //! With a state directory the series persists in `DIR/series/<id>.json` (at creation, at each
 //! run's launch, at the cancel and at its end), so a restarted coordinator continues the
-//! schedule; a run launched just before a kill, whose campaign exists but which the series
+//! schedule ([`Scheduler::restore`], when the coordinator starts serving); a run launched just before a kill, whose campaign exists but which the series
 //! record does not list yet, is adopted on restart (runs are numbered, so never launched
 //! twice). In ClickHouse runs are ordinary campaigns: find a series' runs by their id prefix,
 //! `WHERE startsWith(campaign_id, 'SERIES-r')`.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use latmesh_core::plan::Plan;
 use latmesh_proto::pb;
@@ -129,20 +133,50 @@ pub struct Cancelled {
     pub run_id: Option<String>,
 }
 
-fn save(persist: Option<&mut crate::persist::StateDir>, s: &Series) {
-    if let Some(p) = persist
-        && let Err(e) = p.save_series(&s.series_id, s)
-    {
+/// Writes the series' record when campaigns persist (errors are logged: the series stays in
+/// memory and is written with its next change).
+fn save(state: &State, s: &Series) {
+    if let Err(e) = state.save_series(&s.series_id, s) {
         tracing::error!(series = %s.series_id, error = format!("{e:#}"), "cannot persist the series");
     }
 }
 
-impl State {
-    /// The control API's launch: a plan with a schedule starts a series ([`State::start_series`]),
-    /// any other plan is launched at once ([`State::launch_with`]).
+/// The series of scheduled campaigns of a coordinator, launching their runs on its [`State`]
+/// (a handle: clones share the series).
+///
+/// Its lock (the series book) may be held while calling the state (which takes its own
+/// locks), never the other way round: the state never calls the scheduler.
+#[derive(Clone, Debug, Default)]
+pub struct Scheduler {
+    state: State,
+    book: Arc<Mutex<BTreeMap<String, Series>>>,
+}
+
+impl Scheduler {
+    /// A scheduler with no series, launching runs on `state`.
+    pub fn new(state: State) -> Self {
+        Scheduler {
+            state,
+            book: Arc::default(),
+        }
+    }
+
+    /// The state it launches runs on.
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
+    /// The series, by id (a poisoned lock is taken over).
+    fn book(&self) -> MutexGuard<'_, BTreeMap<String, Series>> {
+        self.book.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The control API's launch: a plan with a schedule starts a series
+    /// ([`Scheduler::start_series`]), any other plan is launched at once
+    /// ([`State::launch_with`]).
     ///
     /// # Errors
-    /// As [`State::launch_with`] and [`State::start_series`].
+    /// As [`State::launch_with`] and [`Scheduler::start_series`].
     pub fn launch_request(
         &self,
         plan_json: &str,
@@ -154,12 +188,12 @@ impl State {
         if plan.schedule.is_some() {
             return self.start_series(plan, start_delay_us, opts);
         }
-        self.launch_with(plan_json, start_delay_us, &opts)
+        self.state.launch_with(plan_json, start_delay_us, &opts)
     }
 
     /// Creates a series for `plan` (which has a schedule): persisted, its first run due at
     /// the schedule's first time from now + `start_delay_us`. Runs are launched by
-    /// [`State::tick_series`] with `opts`' caps and `allow_missing_keys` (its campaign id is
+    /// [`Scheduler::tick_series`] with `opts`' caps and `allow_missing_keys` (its campaign id is
     /// not used: runs are `SERIES-rN`).
     ///
     /// # Errors
@@ -211,16 +245,15 @@ impl State {
             cancelled_at_us: None,
             warning: None,
         };
-        self.with_series(|book, persist| {
-            if let Some(p) = persist {
-                p.save_series(&series_id, &series)
-                    .map_err(|e| StateError::Storage(format!("{e:#}")))?;
-            }
+        {
+            let mut book = self.book();
+            self.state
+                .save_series(&series_id, &series)
+                .map_err(|e| StateError::Storage(format!("{e:#}")))?;
             tracing::info!(series = %series_id, schedule = %schedule.describe(&series.plan),
                 first_due = %latmesh_core::schedule::rfc3339(first_due), "series created");
             book.insert(series_id.clone(), series);
-            Ok::<_, StateError>(())
-        })?;
+        }
         Ok(Launched {
             campaign_id: series_id,
             plan_hash,
@@ -246,7 +279,8 @@ impl State {
             caps: Caps,
             allow_missing_keys: bool,
         }
-        let candidates: Vec<Due> = self.with_series(|book, _| {
+        let candidates: Vec<Due> = {
+            let book = self.book();
             book.values()
                 .filter(|s| s.cancelled_at_us.is_none())
                 .filter_map(|s| {
@@ -264,11 +298,11 @@ impl State {
                     })
                 })
                 .collect()
-        });
+        };
         let mut launched = Vec::new();
         for d in candidates {
             if let Some(prev) = &d.previous
-                && self.campaign_brief(prev).is_some_and(|b| !b.finished)
+                && self.state.campaign_brief(prev).is_some_and(|b| !b.finished)
             {
                 if now_unix_us >= d.due {
                     self.series_warning(
@@ -295,12 +329,13 @@ impl State {
                 campaign_id: Some(d.run_id.clone()),
                 allow_missing_keys: d.allow_missing_keys,
             };
-            match self.launch_with(&d.plan_json, delay_us, &opts) {
+            match self.state.launch_with(&d.plan_json, delay_us, &opts) {
                 Ok(l) => {
                     let late_s = (l.start_at_unix_us - d.due) as f64 / 1e6;
                     tracing::info!(series = %d.series_id, run = d.run, campaign = %l.campaign_id,
                         agents = l.agent_ids.len(), late_s, "series run launched");
-                    self.with_series(|book, persist| {
+                    {
+                        let mut book = self.book();
                         if let Some(s) = book.get_mut(&d.series_id) {
                             if late_s < 1.0 {
                                 s.warning = None;
@@ -314,9 +349,9 @@ impl State {
                             if s.next_due_unix_us.is_none() {
                                 tracing::info!(series = %s.series_id, runs = s.runs.len(), "series: last run launched");
                             }
-                            save(persist, s);
+                            save(&self.state, s);
                         }
-                    });
+                    }
                     launched.push(l.campaign_id);
                 }
                 Err(e) => {
@@ -332,29 +367,27 @@ impl State {
 
     /// Sets a series' warning, logging it when it changed.
     fn series_warning(&self, series_id: &str, warning: String) {
-        self.with_series(|book, _| {
-            if let Some(s) = book.get_mut(series_id)
-                && s.warning.as_deref() != Some(warning.as_str())
-            {
-                tracing::warn!(series = %series_id, "{warning}");
-                s.warning = Some(warning);
-            }
-        });
+        if let Some(s) = self.book().get_mut(series_id)
+            && s.warning.as_deref() != Some(warning.as_str())
+        {
+            tracing::warn!(series = %series_id, "{warning}");
+            s.warning = Some(warning);
+        }
     }
 
     /// Whether `id` names a series.
     pub fn is_series(&self, id: &str) -> bool {
-        self.with_series(|book, _| book.contains_key(id))
+        self.book().contains_key(id)
     }
 
     /// A series and its runs (`None`: no such series).
     pub fn series_status(&self, series_id: &str) -> Option<pb::SeriesReply> {
-        let s = self.with_series(|book, _| book.get(series_id).cloned())?;
+        let s = self.book().get(series_id).cloned()?;
         let runs: Vec<pb::SeriesRun> = s
             .runs
             .iter()
             .map(|r| {
-                let brief = self.campaign_brief(&r.campaign_id);
+                let brief = self.state.campaign_brief(&r.campaign_id);
                 pb::SeriesRun {
                     campaign_id: r.campaign_id.clone(),
                     run: r.run,
@@ -408,25 +441,24 @@ impl State {
     /// [`StateError::Finished`] for a series already ended or cancelled, else as
     /// [`State::cancel`].
     pub fn cancel_request(&self, id: &str) -> Result<Cancelled, StateError> {
-        let last = self.with_series(|book, _| {
-            book.get(id).map(|s| {
-                (
-                    s.cancelled_at_us,
-                    s.next_due_unix_us,
-                    s.runs.last().cloned(),
-                )
-            })
+        let last = self.book().get(id).map(|s| {
+            (
+                s.cancelled_at_us,
+                s.next_due_unix_us,
+                s.runs.last().cloned(),
+            )
         });
         let Some((cancelled_at, next_due, last_run)) = last else {
             return Ok(Cancelled {
-                agent_ids: self.cancel(id)?,
+                agent_ids: self.state.cancel(id)?,
                 series: false,
                 run_id: None,
             });
         };
         let running = last_run
             .filter(|r| {
-                self.campaign_brief(&r.campaign_id)
+                self.state
+                    .campaign_brief(&r.campaign_id)
                     .is_some_and(|b| !b.finished)
             })
             .map(|r| r.campaign_id);
@@ -441,15 +473,13 @@ impl State {
                 .into(),
             });
         }
-        self.with_series(|book, persist| {
-            if let Some(s) = book.get_mut(id) {
-                s.cancelled_at_us = Some(now_unix_us());
-                s.next_due_unix_us = None;
-                save(persist, s);
-            }
-        });
+        if let Some(s) = self.book().get_mut(id) {
+            s.cancelled_at_us = Some(now_unix_us());
+            s.next_due_unix_us = None;
+            save(&self.state, s);
+        }
         let agent_ids = match &running {
-            Some(run) => match self.cancel(run) {
+            Some(run) => match self.state.cancel(run) {
                 Ok(a) => a,
                 Err(StateError::Finished { .. }) => Vec::new(),
                 Err(e) => return Err(e),
@@ -464,12 +494,15 @@ impl State {
         })
     }
 
-    /// Loads the series of the state directory (at start), adopting runs launched just
-    /// before a kill that the series record does not list yet.
-    pub(crate) fn load_series(&self) {
-        let records: Vec<Series> =
-            self.with_series(|_, persist| persist.map(|p| p.series_records()).unwrap_or_default());
+    /// Loads the series of the state's directory (the coordinator does when it starts
+    /// serving, after [`State::with_state_dir`]), adopting runs launched just before a kill
+    /// that the series record does not list yet. A series already known is left as it is.
+    pub fn restore(&self) {
+        let records: Vec<Series> = self.state.series_records();
         for mut s in records {
+            if self.is_series(&s.series_id) {
+                continue;
+            }
             if s.format != SERIES_FORMAT {
                 tracing::error!(series = %s.series_id, format = s.format, "series record of another format skipped");
                 continue;
@@ -477,7 +510,7 @@ impl State {
             let mut adopted = false;
             while s.cancelled_at_us.is_none()
                 && let Some(due) = s.next_due_unix_us
-                && let Some(b) = self.campaign_brief(&s.run_id(s.next_run()))
+                && let Some(b) = self.state.campaign_brief(&s.run_id(s.next_run()))
             {
                 tracing::info!(series = %s.series_id, run = s.next_run(), "series: adopting a run launched before the restart");
                 s.push_run(SeriesRun {
@@ -493,12 +526,11 @@ impl State {
                     next_due = %latmesh_core::schedule::rfc3339(s.next_due_unix_us.unwrap_or(0)),
                     "series loaded from the state directory: its schedule continues");
             }
-            self.with_series(|book, persist| {
-                if adopted {
-                    save(persist, &s);
-                }
-                book.insert(s.series_id.clone(), s);
-            });
+            let mut book = self.book();
+            if adopted {
+                save(&self.state, &s);
+            }
+            book.insert(s.series_id.clone(), s);
         }
     }
 }
@@ -645,19 +677,20 @@ model_id = "m"
 
     #[tokio::test]
     async fn runs_are_launched_when_due_and_never_overlap() {
-        let state = State::default();
+        let sched = Scheduler::default();
+        let state = sched.state().clone();
         let mut rx = agent(&state);
         let p = plan("every = \"3s\"\nruns = 2");
-        let l = state
+        let l = sched
             .launch_request(&p.to_json(), SECOND, LaunchOptions::default())
             .unwrap();
         assert!(l.series && l.agent_ids.is_empty());
         let id = l.campaign_id.clone();
-        assert!(id.starts_with("patrol-") && state.is_series(&id));
+        assert!(id.starts_with("patrol-") && sched.is_series(&id));
         let first = l.start_at_unix_us;
         // Nothing is pushed before the tick; the tick launches run 1 for its due time.
         assert!(pushed_plans(&mut rx).is_empty());
-        assert_eq!(state.tick_series(now_unix_us()), [format!("{id}-r1")]);
+        assert_eq!(sched.tick_series(now_unix_us()), [format!("{id}-r1")]);
         let pushed = pushed_plans(&mut rx);
         assert_eq!(pushed.len(), 1);
         assert_eq!(pushed[0].campaign_id, format!("{id}-r1"));
@@ -669,23 +702,23 @@ model_id = "m"
         assert_eq!(pushed[0].plan_hash, plain.hash());
         assert!((pushed[0].start_at_coord_unix_us - first).abs() < SECOND);
         // Run 2 is due at first + 3 s; run 1 is still going: delayed, with a warning.
-        assert!(state.tick_series(first + 3 * SECOND).is_empty());
-        let s = state.series_status(&id).unwrap();
+        assert!(sched.tick_series(first + 3 * SECOND).is_empty());
+        let s = sched.series_status(&id).unwrap();
         assert_eq!((s.state.as_str(), s.runs.len()), ("running", 1));
         assert!(s.warning.contains("run 2 delayed: run 1"), "{}", s.warning);
         assert_eq!(s.next_due_coord_unix_us, first + 3 * SECOND);
         // Run 1 finishes: run 2 starts (late, after the start delay).
         finish(&state, &format!("{id}-r1"));
         let t = now_unix_us().max(first + 4 * SECOND);
-        assert_eq!(state.tick_series(t), [format!("{id}-r2")]);
-        let s = state.series_status(&id).unwrap();
+        assert_eq!(sched.tick_series(t), [format!("{id}-r2")]);
+        let s = sched.series_status(&id).unwrap();
         assert_eq!(s.runs.len(), 2);
         assert_eq!(s.runs[1].due_coord_unix_us, first + 3 * SECOND);
         assert_eq!((s.next_due_coord_unix_us, s.finished), (0, false));
         // No third run; the series finishes with its last run.
-        assert!(state.tick_series(first + 60 * SECOND).is_empty());
+        assert!(sched.tick_series(first + 60 * SECOND).is_empty());
         finish(&state, &format!("{id}-r2"));
-        let s = state.series_status(&id).unwrap();
+        let s = sched.series_status(&id).unwrap();
         assert_eq!((s.state.as_str(), s.finished), ("finished", true));
         assert!(s.runs.iter().all(|r| r.complete && r.state == "complete"));
         let text = render_series(&s, now_unix_us());
@@ -695,7 +728,7 @@ model_id = "m"
         );
         // A finished series cannot be cancelled; a run can be watched, the series cannot.
         assert!(matches!(
-            state.cancel_request(&id),
+            sched.cancel_request(&id),
             Err(StateError::Finished { .. })
         ));
         assert!(state.watch(&format!("{id}-r1")).is_ok());
@@ -703,47 +736,49 @@ model_id = "m"
 
     #[tokio::test]
     async fn a_run_waits_for_agents_and_cancel_stops_the_series() {
-        let state = State::default();
+        let sched = Scheduler::default();
+        let state = sched.state().clone();
         let p = plan("every = \"1h\"\nruns = 5");
-        let id = state
+        let id = sched
             .launch_request(&p.to_json(), SECOND, LaunchOptions::default())
             .unwrap()
             .campaign_id;
         // No agent yet: not launched, the reason is the warning; retried on the next tick.
-        assert!(state.tick_series(now_unix_us()).is_empty());
-        let s = state.series_status(&id).unwrap();
+        assert!(sched.tick_series(now_unix_us()).is_empty());
+        let s = sched.series_status(&id).unwrap();
         assert!(s.warning.contains("no connected agent"), "{}", s.warning);
         let mut rx = agent(&state);
-        assert_eq!(state.tick_series(now_unix_us()).len(), 1);
+        assert_eq!(sched.tick_series(now_unix_us()).len(), 1);
         assert_eq!(pushed_plans(&mut rx).len(), 1);
         // Cancelling the series cancels its running run and starts no further one.
-        let c = state.cancel_request(&id).unwrap();
+        let c = sched.cancel_request(&id).unwrap();
         assert_eq!(c.run_id.as_deref(), Some(format!("{id}-r1").as_str()));
         assert_eq!(
             (c.series, c.agent_ids.as_slice()),
             (true, &["a1".to_string()][..])
         );
         assert!(state.is_cancelled(&format!("{id}-r1")));
-        assert!(state.tick_series(now_unix_us() + 3_600 * SECOND).is_empty());
-        let s = state.series_status(&id).unwrap();
+        assert!(sched.tick_series(now_unix_us() + 3_600 * SECOND).is_empty());
+        let s = sched.series_status(&id).unwrap();
         assert_eq!(
             (s.state.as_str(), s.next_due_coord_unix_us),
             ("cancelling", 0)
         );
         assert!(matches!(
-            state.cancel_request(&id),
+            sched.cancel_request(&id),
             Err(StateError::Finished { .. })
         ));
         // An ordinary campaign id still cancels that campaign.
         assert!(matches!(
-            state.cancel_request("nope"),
+            sched.cancel_request("nope"),
             Err(StateError::UnknownCampaign(_))
         ));
     }
 
     #[tokio::test]
     async fn a_run_to_an_agent_without_a_provider_s_key_waits_unless_the_series_allows_it() {
-        let state = State::default();
+        let sched = Scheduler::default();
+        let state = sched.state().clone();
         let mut p = plan("every = \"1h\"\nruns = 2");
         p.providers[0].api_key_env = Some("P_KEY".into());
         let (tx, mut rx) = mpsc::channel(64);
@@ -758,12 +793,12 @@ model_id = "m"
             },
             tx,
         );
-        let id = state
+        let id = sched
             .launch_request(&p.to_json(), SECOND, LaunchOptions::default())
             .unwrap()
             .campaign_id;
-        assert!(state.tick_series(now_unix_us()).is_empty());
-        let s = state.series_status(&id).unwrap();
+        assert!(sched.tick_series(now_unix_us()).is_empty());
+        let s = sched.series_status(&id).unwrap();
         assert!(
             s.warning
                 .contains("run 1 not launched yet (retried every second): agent a1 (region us-east) lacks $P_KEY for provider p"),
@@ -776,11 +811,11 @@ model_id = "m"
             allow_missing_keys: true,
             ..Default::default()
         };
-        let allowed = state
+        let allowed = sched
             .launch_request(&p.to_json(), SECOND, opts)
             .unwrap()
             .campaign_id;
-        let launched = state.tick_series(now_unix_us());
+        let launched = sched.tick_series(now_unix_us());
         assert_eq!(launched, [format!("{allowed}-r1")]);
     }
 
@@ -789,15 +824,16 @@ model_id = "m"
         let dir = tempfile::tempdir().unwrap();
         let p = plan("every = \"1h\"\nruns = 3");
         let (id, first) = {
-            let state = State::default();
+            let sched = Scheduler::default();
+            let state = sched.state().clone();
             state
                 .with_state_dir(crate::persist::StateDir::open(dir.path()).unwrap())
                 .unwrap();
             let _rx = agent(&state);
-            let l = state
+            let l = sched
                 .launch_request(&p.to_json(), SECOND, LaunchOptions::default())
                 .unwrap();
-            assert_eq!(state.tick_series(now_unix_us()).len(), 1);
+            assert_eq!(sched.tick_series(now_unix_us()).len(), 1);
             finish(&state, &format!("{}-r1", l.campaign_id));
             // Run 2 launched, then the coordinator dies before the series record lists it:
             // simulated by launching the run's campaign directly.
@@ -814,30 +850,33 @@ model_id = "m"
                 .unwrap();
             (l.campaign_id, l.start_at_unix_us)
         };
-        let state = State::default();
+        let sched = Scheduler::default();
+        let state = sched.state().clone();
         state
             .with_state_dir(crate::persist::StateDir::open(dir.path()).unwrap())
             .unwrap();
-        let s = state.series_status(&id).unwrap();
+        // What the coordinator does when it starts serving.
+        sched.restore();
+        let s = sched.series_status(&id).unwrap();
         // Run 2 adopted (not launched twice), run 3 due on the grid.
         assert_eq!(s.runs.len(), 2);
         assert_eq!(s.runs[1].campaign_id, format!("{id}-r2"));
         assert_eq!(s.next_due_coord_unix_us, first + 2 * 3_600 * SECOND);
         let _rx = agent(&state);
-        assert!(state.tick_series(now_unix_us()).is_empty(), "not due yet");
+        assert!(sched.tick_series(now_unix_us()).is_empty(), "not due yet");
         finish(&state, &format!("{id}-r2"));
         assert_eq!(
-            state.tick_series(first + 2 * 3_600 * SECOND),
+            sched.tick_series(first + 2 * 3_600 * SECOND),
             [format!("{id}-r3")]
         );
-        assert_eq!(state.series_status(&id).unwrap().next_due_coord_unix_us, 0);
+        assert_eq!(sched.series_status(&id).unwrap().next_due_coord_unix_us, 0);
     }
 
     #[test]
     fn launches_without_a_schedule_are_plain_campaigns_and_bad_caps_are_refused() {
-        let state = State::default();
+        let sched = Scheduler::default();
         let mut p = plan("every = \"1h\"\nruns = 1");
-        let e = state
+        let e = sched
             .launch_request(
                 &p.to_json(),
                 SECOND,
@@ -850,7 +889,7 @@ model_id = "m"
         assert!(e.to_string().contains("--max-cost needs prices"), "{e}");
         p.schedule = None;
         // A plain plan goes to State::launch_with (and needs agents).
-        let e = state
+        let e = sched
             .launch_request(&p.to_json(), SECOND, LaunchOptions::default())
             .unwrap_err();
         assert!(matches!(e, StateError::NoAgent { .. }), "{e}");

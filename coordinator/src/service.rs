@@ -17,6 +17,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::auth::Auth;
 use crate::metrics::{CoordinatorMetrics, RecordTally};
 use crate::peer_warn::is_bad_message;
+use crate::schedule::Scheduler;
 use crate::spool::{Spool, SpoolError};
 use crate::state::{State, StateError, now_unix_us};
 
@@ -39,10 +40,12 @@ impl From<StateError> for Status {
     }
 }
 
-/// The gRPC services over one [`State`].
-#[derive(Clone, Debug, Default)]
+/// The gRPC services over one [`State`] and its series [`Scheduler`].
+#[derive(Clone, Debug)]
 pub struct Coordinator {
     state: State,
+    /// Series of scheduled campaigns, launched on `state`.
+    scheduler: Scheduler,
     spool: Option<Arc<Spool>>,
     /// Tokens checked before any handler runs (default: none, every role open).
     auth: Auth,
@@ -51,30 +54,45 @@ pub struct Coordinator {
     /// Prometheus metrics (served by `latmesh serve --metrics-listen`).
     metrics: CoordinatorMetrics,
     /// Whether ClickHouse answers its sink (progress messages say so).
-    store_health: Option<Arc<crate::sink::health::StoreHealth>>,
+    store_health: Option<Arc<crate::store_health::StoreHealth>>,
+}
+
+impl Default for Coordinator {
+    fn default() -> Self {
+        Coordinator::new(State::default())
+    }
 }
 
 impl Coordinator {
     /// A coordinator over `state`, acking batches once merged in memory.
     pub fn new(state: State) -> Self {
         Coordinator {
+            scheduler: Scheduler::new(state.clone()),
             state,
-            ..Coordinator::default()
+            spool: None,
+            auth: Auth::default(),
+            tls: None,
+            metrics: CoordinatorMetrics::default(),
+            store_health: None,
         }
     }
 
     /// A coordinator that appends every new batch to `spool` (fsync'd) before acking it.
     pub fn with_spool(state: State, spool: Arc<Spool>) -> Self {
         Coordinator {
-            state,
             spool: Some(spool),
-            ..Coordinator::default()
+            ..Coordinator::new(state)
         }
     }
 
     /// Its state.
     pub fn state(&self) -> &State {
         &self.state
+    }
+
+    /// Its series scheduler.
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.scheduler
     }
 
     /// The same coordinator, counting into `metrics` (e.g. the ones its sink counts into).
@@ -88,7 +106,7 @@ impl Coordinator {
     }
 
     /// The same coordinator, telling in progress messages what its sink's `health` says.
-    pub fn with_store_health(self, health: Arc<crate::sink::health::StoreHealth>) -> Self {
+    pub fn with_store_health(self, health: Arc<crate::store_health::StoreHealth>) -> Self {
         Coordinator {
             store_health: Some(health),
             ..self
@@ -110,10 +128,11 @@ impl Coordinator {
         }
     }
 
-    /// Serves both services on `listener` until `shutdown` resolves; once a second, finishes
-    /// campaigns whose deadline passed ([`State::expire`]). Every call passes the token check
-    /// of its service first (an interceptor: agent token for the session, admin token for
-    /// the control API).
+    /// Serves both services on `listener` until `shutdown` resolves; first loads the series
+    /// of the state directory ([`Scheduler::restore`]); once a second, finishes campaigns
+    /// whose deadline passed ([`State::expire`]) and launches the series' runs that are due
+    /// ([`Scheduler::tick_series`]). Every call passes the token check of its service first
+    /// (an interceptor: agent token for the session, admin token for the control API).
     ///
     /// # Errors
     /// Transport errors from tonic (a TLS configuration it cannot use included).
@@ -127,14 +146,15 @@ impl Coordinator {
         let tls = self.tls.take();
         let (agent_auth, admin_auth) = (self.auth.clone(), self.auth.clone());
         self.metrics.attach(&self.state, self.spool.as_ref());
-        let state = self.state.clone();
+        self.scheduler.restore();
+        let (state, scheduler) = (self.state.clone(), self.scheduler.clone());
         let expiry = tokio::spawn(async move {
             let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
             loop {
                 tick.tick().await;
                 state.check_liveness(now_unix_us());
                 state.expire(now_unix_us());
-                state.tick_series(now_unix_us());
+                scheduler.tick_series(now_unix_us());
             }
         });
         use tonic::service::interceptor::InterceptedService;
@@ -218,7 +238,7 @@ async fn store(
     agent: &str,
     b: pb::ResultBatch,
 ) -> Reply {
-    let (checked, b) = match crate::intake::check_off_runtime(state, agent, b).await {
+    let (checked, b) = match crate::state::check_off_runtime(state, agent, b).await {
         Some(checked) => checked,
         None => return Reply::Hold,
     };
@@ -487,7 +507,9 @@ impl Control for Coordinator {
             campaign_id: None,
             allow_missing_keys: req.allow_missing_keys,
         };
-        let l = self.state.launch_request(&req.plan_json, delay_us, opts)?;
+        let l = self
+            .scheduler
+            .launch_request(&req.plan_json, delay_us, opts)?;
         if l.series {
             tracing::info!(series = %l.campaign_id, "series launched");
         } else {
@@ -508,7 +530,7 @@ impl Control for Coordinator {
         request: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
         let id = request.into_inner().campaign_id;
-        if self.state.is_series(&id) {
+        if self.scheduler.is_series(&id) {
             return Err(Status::not_found(format!(
                 "{id:?} is a series of scheduled runs, not a campaign: list its runs with `latmesh campaign series {id}` (or watch one run: {id}-r1, …)"
             )));
@@ -531,7 +553,7 @@ impl Control for Coordinator {
             async move {
                 match (p, store) {
                     (Ok(mut p), Some((spool, health))) => {
-                        crate::sink::health::fill_progress(&mut p, &spool, health.as_deref()).await;
+                        crate::store_health::fill_progress(&mut p, &spool, health.as_deref()).await;
                         Ok(p)
                     }
                     (p, _) => p,
@@ -556,7 +578,7 @@ impl Control for Coordinator {
         request: Request<pb::CancelRequest>,
     ) -> Result<Response<pb::CancelReply>, Status> {
         let campaign_id = request.into_inner().campaign_id;
-        let c = self.state.cancel_request(&campaign_id)?;
+        let c = self.scheduler.cancel_request(&campaign_id)?;
         Ok(Response::new(pb::CancelReply {
             campaign_id,
             agent_ids: c.agent_ids,
@@ -570,7 +592,7 @@ impl Control for Coordinator {
         request: Request<pb::SeriesRequest>,
     ) -> Result<Response<pb::SeriesReply>, Status> {
         let id = request.into_inner().series_id;
-        self.state
+        self.scheduler
             .series_status(&id)
             .map(Response::new)
             .ok_or_else(|| Status::not_found(format!("unknown series {id:?}")))

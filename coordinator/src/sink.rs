@@ -45,7 +45,7 @@ use latmesh_core::plan::Plan;
 use latmesh_core::record::ProbeRecord;
 use latmesh_core::windows::WindowSpec;
 
-pub mod health;
+pub use crate::store_health as health;
 
 use crate::metrics::{CoordinatorMetrics, Table};
 use crate::spool::{Entry, Spool};

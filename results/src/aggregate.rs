@@ -252,7 +252,7 @@ impl CellCounts {
 pub type CellKey = (String, String, String);
 
 /// Everything merged so far for one campaign.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Aggregate {
     hists: BTreeMap<String, HistogramSet>,
     counts: BTreeMap<CellKey, CellCounts>,
