@@ -13,6 +13,6 @@ pub mod session;
 pub mod shaping;
 pub mod spool;
 pub mod timer;
-pub mod tls;
+pub use latmesh_rpc::tls;
 
 pub use session::{AgentConfig, run};

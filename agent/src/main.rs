@@ -138,7 +138,7 @@ async fn run(args: Args) -> std::process::ExitCode {
     cfg.ca_file = args.ca_file;
     cfg.provider_ca_file = args.provider_ca_file;
     cfg.emulate_region = args.emulate_region;
-    let token = latmesh_agent::session::Secret::from_file_or_env(
+    let token = latmesh_rpc::Secret::from_file_or_env(
         args.token_file.as_deref(),
         "LATMESH_AGENT_TOKEN",
         "agent token",

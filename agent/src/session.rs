@@ -3,7 +3,7 @@
 //! of attempts in flight), and cancels.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,14 +12,14 @@ use latmesh_core::clock::{self, ClockEstimate, ClockSample};
 use latmesh_core::plan::Plan;
 use latmesh_core::wire::{MAX_KEY_ENV_NAME_BYTES, MAX_KEY_ENV_NAMES};
 use latmesh_proto::PROTOCOL_VERSION;
+use latmesh_proto::pb;
 use latmesh_proto::pb::agent_message::Kind as Out;
 use latmesh_proto::pb::coordinator_message::Kind as In;
-use latmesh_proto::pb::{self, agent_session_client::AgentSessionClient};
+use latmesh_rpc::{AGENT_ID_METADATA, Secret, authorize, connect_channel};
 use rand::Rng;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::metadata::{AsciiMetadataValue, MetadataMap};
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+use tonic::metadata::AsciiMetadataValue;
 
 use crate::outbox::Outbox;
 use crate::probe::Prober;
@@ -66,7 +66,7 @@ impl AgentConfig {
     /// Defaults for an agent `agent_id` in `region` connecting to `coordinator_url`.
     pub fn new(coordinator_url: &str, agent_id: &str, region: &str) -> Self {
         AgentConfig {
-            coordinator_url: self::coordinator_url(coordinator_url),
+            coordinator_url: latmesh_rpc::coordinator_url(coordinator_url),
             agent_id: agent_id.to_string(),
             region: region.to_string(),
             clock_pings: 8,
@@ -80,168 +80,6 @@ impl AgentConfig {
             emulate_region: false,
         }
     }
-}
-
-/// A coordinator address as a URL: `host:port` gets `http://` in front; URLs are kept.
-pub fn coordinator_url(addr: &str) -> String {
-    if addr.contains("://") {
-        addr.to_string()
-    } else {
-        format!("http://{addr}")
-    }
-}
-
-/// A secret such as a bearer token: `Debug` and `Display` never show it, so it cannot reach a
-/// log line or an error message by accident. [`Secret::expose`] is the only way to read it.
-#[derive(Clone)]
-pub struct Secret(Arc<str>);
-
-impl Secret {
-    /// A secret from `text` with surrounding whitespace (a file's final newline) trimmed.
-    ///
-    /// # Errors
-    /// When it is empty or holds anything but visible ASCII (it travels in an HTTP/2 header);
-    /// the message never contains the text.
-    pub fn new(text: &str) -> Result<Secret, String> {
-        let t = text.trim();
-        if t.is_empty() {
-            return Err("it is empty".into());
-        }
-        if !t.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err("it may only contain visible ASCII characters (no spaces)".into());
-        }
-        Ok(Secret(t.into()))
-    }
-
-    /// The secret itself.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-
-    /// A secret from the file `file` when given, else from the environment variable `env`
-    /// (unset or empty: `None`). `what` names it in errors, e.g. "agent token".
-    ///
-    /// # Errors
-    /// The file cannot be read, or the secret is malformed (see [`Secret::new`]).
-    pub fn from_file_or_env(
-        file: Option<&Path>,
-        env: &str,
-        what: &str,
-    ) -> anyhow::Result<Option<Secret>> {
-        if let Some(path) = file {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read the {what} from {}", path.display()))?;
-            return Secret::new(&text).map(Some).map_err(|m| {
-                anyhow::anyhow!("the {what} in {} is not usable: {m}", path.display())
-            });
-        }
-        match std::env::var(env) {
-            Ok(text) if !text.trim().is_empty() => Secret::new(&text)
-                .map(Some)
-                .map_err(|m| anyhow::anyhow!("the {what} in ${env} is not usable: {m}")),
-            _ => Ok(None),
-        }
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret(<redacted>)")
-    }
-}
-
-impl std::fmt::Display for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
-
-/// Metadata key of the agent id, sent next to the token so that a coordinator refusing the
-/// session can name the agent in its log.
-pub const AGENT_ID_METADATA: &str = "latmesh-agent-id";
-
-/// Adds `authorization: Bearer <token>` to `metadata` (marked sensitive: HPACK never indexes
-/// it and `Debug` of the metadata does not show it).
-pub fn authorize(metadata: &mut MetadataMap, token: &Secret) {
-    let value = AsciiMetadataValue::try_from(format!("Bearer {}", token.expose()));
-    if let Ok(mut value) = value {
-        value.set_sensitive(true);
-        metadata.insert("authorization", value);
-    }
-}
-
-/// A gRPC channel to the coordinator at `url` (`host:port` means `http://host:port`), over TLS
-/// for `https://` URLs: trusting the CA certificates in `ca_file` when given, else the webpki
-/// roots.
-///
-/// # Errors
-/// A malformed URL, an unreadable CA file, `ca_file` with a plaintext URL, or the connection
-/// (or TLS handshake) failing.
-pub async fn connect_channel(url: &str, ca_file: Option<&Path>) -> anyhow::Result<Channel> {
-    let url = coordinator_url(url);
-    check_port(&url)?;
-    let mut endpoint = Endpoint::from_shared(url.clone())
-        .with_context(|| format!("bad coordinator URL {url:?}"))?
-        .connect_timeout(Duration::from_secs(10));
-    if url.starts_with("https://") {
-        let tls = match ca_file {
-            Some(path) => ClientTlsConfig::new()
-                .ca_certificate(Certificate::from_pem(crate::tls::read_ca_file(path)?)),
-            None => ClientTlsConfig::new().with_webpki_roots(),
-        };
-        endpoint = endpoint
-            .tls_config(tls)
-            .context("TLS configuration for the coordinator")?;
-    } else if let Some(path) = ca_file {
-        anyhow::bail!(
-            "--ca-file {} is given but the coordinator URL {url} is plaintext: use https://",
-            path.display()
-        );
-    } else {
-        // Plaintext: a TLS coordinator's answer fails the call with "speaks TLS: use https://"
-        // (whichever call meets it first), not with a broken HTTP/2 frame.
-        return endpoint
-            .connect_with_connector(crate::tls::PlaintextConnector)
-            .await
-            .with_context(|| format!("cannot reach the coordinator at {url}"));
-    }
-    endpoint.connect().await.map_err(|e| {
-        let context = format!("cannot reach the coordinator at {url}");
-        match crate::tls::TlsProblem::of(&e) {
-            // The hint after the cause it explains.
-            Some(p) => anyhow::anyhow!(
-                "{context}: {}{}",
-                latmesh_core::error_text::chain(&e),
-                match ca_file {
-                    Some(f) => p.hint(&format!(
-                        "--ca-file (is {} the CA that signed the coordinator's certificate?)",
-                        f.display()
-                    )),
-                    None => p.hint("--ca-file"),
-                }
-            ),
-            None => anyhow::Error::new(e).context(context),
-        }
-    })
-}
-
-/// A coordinator URL's port, when it has one, is a number: `http::Uri` takes
-/// `host:notaport` and connects to port 80 (then "connection refused" hides the typo).
-fn check_port(url: &str) -> anyhow::Result<()> {
-    let authority = url
-        .split_once("://")
-        .map_or(url, |(_, rest)| rest)
-        .split(['/', '?'])
-        .next()
-        .unwrap_or_default();
-    let host_end = authority.rfind(']').map_or(0, |i| i + 1); // [::1]:port
-    if let Some((_, port)) = authority[host_end..].rsplit_once(':') {
-        anyhow::ensure!(
-            port.parse::<u16>().is_ok(),
-            "bad coordinator URL {url:?}: the port {port:?} is not a number in 0..=65535"
-        );
-    }
-    Ok(())
 }
 
 /// Of the environment variable names `names`, those whose variable holds a value usable as an
@@ -312,7 +150,7 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
             path.display(),
             cfg.coordinator_url
         );
-        crate::tls::read_ca_file(path)?;
+        latmesh_rpc::tls::read_ca_file(path)?;
     }
     let prober = Arc::new(
         Prober::with_root_certificate_file(
@@ -360,8 +198,8 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
                 // network problem: say which it is.
                 // A TLS answer to plaintext is a network problem, whatever carries it (its
                 // text, "the coordinator speaks TLS: use https://", is in the chain).
-                let speaks_tls = crate::tls::TlsProblem::of(e.as_ref())
-                    == Some(crate::tls::TlsProblem::SpeaksTls);
+                let speaks_tls = latmesh_rpc::tls::TlsProblem::of(e.as_ref())
+                    == Some(latmesh_rpc::tls::TlsProblem::SpeaksTls);
                 if speaks_tls {
                     let error = latmesh_core::error_text::chain(e.as_ref());
                     tracing::warn!(coordinator = %cfg.coordinator_url, error, retry_in_ms, "cannot reach coordinator");
@@ -408,9 +246,7 @@ async fn session(
     let channel = connect_channel(&cfg.coordinator_url, cfg.ca_file.as_deref())
         .await
         .map_err(SessionError::Retry)?;
-    let mut client = AgentSessionClient::new(channel)
-        .max_decoding_message_size(latmesh_core::wire::MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(latmesh_core::wire::MAX_MESSAGE_BYTES);
+    let mut client = latmesh_rpc::session_client(channel);
     let (tx, rx) = mpsc::channel::<pb::AgentMessage>(256);
     let hello = pb::AgentHello {
         agent_id: cfg.agent_id.clone(),
@@ -613,7 +449,7 @@ fn start_campaign(
 
 #[cfg(test)]
 mod tests {
-    use super::{check_port, key_env_names};
+    use super::key_env_names;
 
     #[test]
     fn the_hello_names_the_variables_holding_a_usable_key_and_never_a_value() {
@@ -657,26 +493,5 @@ mod tests {
         assert!(kept.contains(&"ZZZ_API_KEY".to_string()));
         assert!(kept.contains(&"openrouter_token".to_string()));
         assert!(kept.is_sorted());
-    }
-
-    #[test]
-    fn a_coordinator_url_s_port_must_be_a_number() {
-        for ok in [
-            "http://127.0.0.1:7700",
-            "https://coord.example:443/",
-            "http://[::1]:7700",
-            "http://[::1]",
-            "https://coord.example",
-        ] {
-            assert!(check_port(ok).is_ok(), "{ok}");
-        }
-        for bad in [
-            "http://127.0.0.1:notaport",
-            "http://h:70000",
-            "http://[::1]:x/",
-        ] {
-            let e = check_port(bad).unwrap_err().to_string();
-            assert!(e.contains("is not a number"), "{bad}: {e}");
-        }
     }
 }

@@ -45,19 +45,20 @@
 //! it is lost only if this process dies before the coordinator acks it.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::fs::{self, OpenOptions};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
+use latmesh_durable::{DurableError, FrameError, Framing, LockFile};
 use latmesh_proto::pb;
 use prost::Message;
 
-const MAGIC: &[u8; 8] = b"LMAGSP01";
-const HEADER_BYTES: usize = 8 + 4 + 4;
 /// Largest payload accepted when reading (a batch is far smaller).
 const MAX_PAYLOAD_BYTES: usize = 256 << 20;
+/// The batch file format (see the [module documentation](self)).
+const FRAMING: Framing = Framing::new(b"LMAGSP01").with_payload_bounds(0, MAX_PAYLOAD_BYTES);
 const LOCK_FILE: &str = "agent.lock";
 const BATCHES: &str = "batches";
 const JOURNAL: &str = "journal";
@@ -176,6 +177,18 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Spo
     }
 }
 
+impl From<DurableError> for SpoolError {
+    fn from(e: DurableError) -> Self {
+        match e {
+            DurableError::Io { op, path, source } => SpoolError::Io { op, path, source },
+            DurableError::Locked { path, holder } => SpoolError::Locked {
+                dir: path.parent().map(Path::to_path_buf).unwrap_or(path),
+                pid: holder,
+            },
+        }
+    }
+}
+
 /// What a previous process left of one campaign.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Resume {
@@ -279,7 +292,7 @@ pub struct Spool {
     prune_parent: bool,
     /// Size of every batch file on disk, by (campaign, seq).
     sizes: Mutex<BTreeMap<(String, u64), u64>>,
-    _lock: File,
+    _lock: LockFile,
 }
 
 impl Spool {
@@ -293,25 +306,7 @@ impl Spool {
     pub fn open(cfg: &SpoolConfig, agent_id: &str) -> Result<(Spool, Loaded), SpoolError> {
         let dir = cfg.dir.clone();
         create_dir(&dir)?;
-        let lock_path = dir.join(LOCK_FILE);
-        let mut lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(&lock_path)
-            .map_err(io_err("open", &lock_path))?;
-        if lock.try_lock().is_err() {
-            let mut text = String::new();
-            let _ = lock.read_to_string(&mut text);
-            return Err(SpoolError::Locked {
-                dir,
-                pid: text.trim().parse().ok(),
-            });
-        }
-        let _ = lock
-            .set_len(0)
-            .and_then(|()| lock.write_all(format!("{}\n", std::process::id()).as_bytes()));
+        let lock = LockFile::in_dir(&dir, LOCK_FILE)?;
         let (batches_dir, journal_dir) = (dir.join(BATCHES), dir.join(JOURNAL));
         create_dir(&batches_dir)?;
         create_dir(&journal_dir)?;
@@ -443,26 +438,14 @@ impl Spool {
                 max_bytes: self.max_bytes,
             });
         }
-        let dir = self.dir.join(BATCHES);
         let path = batch_path(&self.dir, &batch.campaign_id, batch.seq);
-        let tmp = path.with_extension(format!("batch{TMP_SUFFIX}"));
-        let written = File::create(&tmp)
-            .and_then(|mut f| {
-                f.write_all(&bytes)?;
-                f.sync_all()
-            })
-            .map_err(io_err("write", &tmp));
-        if let Err(e) = written {
-            let _ = fs::remove_file(&tmp);
-            return Err(e);
+        let written = latmesh_durable::atomic_write(&path, &bytes);
+        if written.is_ok() || path.exists() {
+            // Renamed into place (maybe not durably): it counts, and an ack deletes it.
+            self.sizes()
+                .insert((batch.campaign_id.clone(), batch.seq), bytes.len() as u64);
         }
-        if let Err(e) = fs::rename(&tmp, &path) {
-            let _ = fs::remove_file(&tmp);
-            return Err(io_err("rename", &path)(e));
-        }
-        self.sizes()
-            .insert((batch.campaign_id.clone(), batch.seq), bytes.len() as u64);
-        sync_dir(&dir)?;
+        written?;
         if let Err(e) = self.journal(batch) {
             // The batch itself is safe; a restart may only count its slots as skipped.
             tracing::warn!(error = %e, "agent spool: journal not updated");
@@ -539,12 +522,7 @@ impl Spool {
             && batch.seq != 0;
         let from = batch_path(&self.dir, &batch.campaign_id, batch.seq);
         if !(spooled && fs::rename(&from, &to).is_ok()) {
-            File::create(&to)
-                .and_then(|mut f| {
-                    f.write_all(&encode(&self.agent_id, batch))?;
-                    f.sync_all()
-                })
-                .map_err(io_err("write", &to))?;
+            latmesh_durable::atomic_write(&to, &encode(&self.agent_id, batch))?;
             if spooled {
                 let _ = fs::remove_file(&from);
             }
@@ -635,37 +613,25 @@ fn read_batch_files(dir: &Path) -> io::Result<Vec<Result<(String, pb::ResultBatc
 }
 
 fn encode(agent_id: &str, batch: &pb::ResultBatch) -> Vec<u8> {
-    let mut payload = Vec::with_capacity(4 + agent_id.len() + batch.encoded_len());
-    payload.extend_from_slice(&(agent_id.len() as u32).to_le_bytes());
-    payload.extend_from_slice(agent_id.as_bytes());
-    batch.encode(&mut payload).expect("a Vec grows as needed");
-    let mut out = Vec::with_capacity(HEADER_BYTES + payload.len());
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    out.extend_from_slice(&crc32(&payload).to_le_bytes());
-    out.extend_from_slice(&payload);
+    let mut out =
+        Vec::with_capacity(FRAMING.header_len() + 4 + agent_id.len() + batch.encoded_len());
+    FRAMING.start(&mut out);
+    out.extend_from_slice(&(agent_id.len() as u32).to_le_bytes());
+    out.extend_from_slice(agent_id.as_bytes());
+    batch.encode(&mut out).expect("a Vec grows as needed");
+    FRAMING.seal(&mut out);
     out
 }
 
 fn decode(bytes: &[u8]) -> Result<(String, pb::ResultBatch), String> {
-    if bytes.len() < HEADER_BYTES {
-        return Err(format!("{} bytes: shorter than the header", bytes.len()));
-    }
-    if &bytes[..8] != MAGIC {
-        return Err("not an agent spool batch (bad magic)".into());
-    }
-    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
-    let len = u32_at(8) as usize;
-    if len > MAX_PAYLOAD_BYTES || HEADER_BYTES + len != bytes.len() {
-        return Err(format!(
-            "payload length {len} does not match the file ({} bytes): torn write?",
+    let payload = FRAMING.decode(bytes).map_err(|e| match e {
+        FrameError::BadMagic { .. } => "not an agent spool batch (bad magic)".to_string(),
+        FrameError::PayloadLength { payload_len, .. } => format!(
+            "payload length {payload_len} does not match the file ({} bytes): torn write?",
             bytes.len()
-        ));
-    }
-    let payload = &bytes[HEADER_BYTES..];
-    if crc32(payload) != u32_at(12) {
-        return Err("checksum mismatch".into());
-    }
+        ),
+        e => e.to_string(),
+    })?;
     if payload.len() < 4 {
         return Err("payload too short".into());
     }
@@ -763,54 +729,11 @@ fn list(dir: &Path) -> Result<Vec<PathBuf>, SpoolError> {
 }
 
 fn create_dir(dir: &Path) -> Result<(), SpoolError> {
-    if dir.is_dir() {
-        return Ok(());
-    }
-    let mut builder = fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder
-        .create(dir)
-        .map_err(io_err("create directory", dir))?;
-    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-        sync_dir(parent)?;
-    }
-    Ok(())
+    Ok(latmesh_durable::create_private_dir(dir)?)
 }
 
 fn sync_dir(dir: &Path) -> Result<(), SpoolError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_err("fsync directory", dir))
-}
-
-/// CRC-32 (IEEE 802.3, reflected, as zlib and `crc32fast`).
-fn crc32(data: &[u8]) -> u32 {
-    const TABLE: [u32; 256] = {
-        let mut table = [0u32; 256];
-        let mut i = 0;
-        while i < 256 {
-            let mut c = i as u32;
-            let mut k = 0;
-            while k < 8 {
-                c = if c & 1 != 0 {
-                    0xEDB8_8320 ^ (c >> 1)
-                } else {
-                    c >> 1
-                };
-                k += 1;
-            }
-            table[i] = c;
-            i += 1;
-        }
-        table
-    };
-    let mut c = !0u32;
-    for &b in data {
-        c = TABLE[((c ^ u32::from(b)) & 0xFF) as usize] ^ (c >> 8);
-    }
-    !c
+    Ok(latmesh_durable::sync_dir(dir)?)
 }
 
 #[cfg(test)]
@@ -861,12 +784,6 @@ pub(crate) mod tests {
 
     fn cfg(dir: &TempDir) -> SpoolConfig {
         SpoolConfig::new(dir.0.join("spool"))
-    }
-
-    #[test]
-    fn crc32_matches_the_standard_check_value() {
-        assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
-        assert_eq!(crc32(b""), 0);
     }
 
     #[test]
@@ -1037,6 +954,28 @@ pub(crate) mod tests {
         assert_eq!(bad, 3);
         assert_eq!(r.max_seq, 4);
         assert_eq!(r.slots, [(0, 0), (0, 1), (1, 1)].into());
+    }
+
+    /// A batch file written byte by byte in the version 1 layout of the module documentation
+    /// (what earlier builds wrote) reads back, and this build writes the same bytes.
+    #[test]
+    fn a_batch_file_in_the_version_1_layout_reads_back() {
+        let dir = TempDir::new("v1");
+        let b = batch("c", 3, &[(1, 2)]);
+        let mut payload = 2u32.to_le_bytes().to_vec();
+        payload.extend_from_slice(b"a1");
+        payload.extend_from_slice(&b.encode_to_vec());
+        let mut file = b"LMAGSP01".to_vec();
+        file.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        file.extend_from_slice(&latmesh_durable::checksum(&payload).to_le_bytes());
+        file.extend_from_slice(&payload);
+        assert_eq!(encode("a1", &b), file);
+        let spool_dir = cfg(&dir).dir;
+        fs::create_dir_all(spool_dir.join(BATCHES)).unwrap();
+        fs::write(batch_path(&spool_dir, "c", 3), &file).unwrap();
+        let (_spool, loaded) = Spool::open(&cfg(&dir), "a1").unwrap();
+        assert_eq!(loaded.batches, vec![b]);
+        assert_eq!(loaded.corrupt, 0);
     }
 
     #[test]

@@ -17,8 +17,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
-use latmesh_agent::session::AGENT_ID_METADATA;
-pub use latmesh_agent::session::Secret;
+use latmesh_rpc::AGENT_ID_METADATA;
+pub use latmesh_rpc::Secret;
 use subtle::ConstantTimeEq;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Status};

@@ -9,13 +9,12 @@ use latmesh_core::campaign;
 use latmesh_core::plan::Timeouts;
 use latmesh_core::prompts::Message;
 use latmesh_proto::pb;
-use latmesh_proto::pb::control_client::ControlClient;
 use tokio::net::TcpListener;
 
 use crate::auth::{ADMIN_TOKEN_ENV, AGENT_TOKEN_ENV, Auth, Secret};
 use crate::service::Coordinator;
 use crate::state::State;
-use crate::watch::{AdminClient, AdminToken};
+use crate::watch::AdminClient;
 use crate::{demo, watch};
 
 /// latmesh: latency of OpenAI-compatible inference providers, measured from many regions.
@@ -178,15 +177,12 @@ impl CoordinatorArg {
             "admin token",
         )?;
         let channel =
-            latmesh_agent::session::connect_channel(&self.coordinator, self.ca_file.as_deref())
-                .await?;
-        Ok(crate::service::message_limits_client(
-            ControlClient::with_interceptor(channel, AdminToken(token)),
-        ))
+            latmesh_rpc::connect_channel(&self.coordinator, self.ca_file.as_deref()).await?;
+        Ok(latmesh_rpc::control_client(channel, token))
     }
 
     fn url(&self) -> String {
-        latmesh_agent::session::coordinator_url(&self.coordinator)
+        latmesh_rpc::coordinator_url(&self.coordinator)
     }
 }
 

@@ -2,10 +2,10 @@
 //! optionally persisted so that a coordinator restarted before ClickHouse stored them still
 //! writes its campaigns' `campaigns` and `agents` rows.
 //!
-//! File format: JSON Lines, one event per line, rewritten whole (temp file + fsync + rename)
-//! on every change; events are few (two per campaign).
+//! File format: JSON Lines, one event per line, rewritten whole on every change
+//! (`latmesh_durable::atomic_write`: temp file, fsync, rename, fsync of the directory);
+//! events are few (two per campaign).
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::store_event::StoreEvent;
@@ -88,25 +88,23 @@ impl EventQueue {
 
     fn persist(&self) {
         let Some(path) = &self.path else { return };
-        if let Err(e) = write_atomically(path, &self.unwritten) {
+        let written = json_lines(&self.unwritten)
+            .map_err(anyhow::Error::from)
+            .and_then(|bytes| Ok(latmesh_durable::atomic_write(path, &bytes)?));
+        if let Err(e) = written {
             tracing::error!(path = %path.display(), error = %e, "cannot persist the pending campaign events");
         }
     }
 }
 
-fn write_atomically(path: &Path, events: &[StoreEvent]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp)?;
+/// The events as JSON Lines.
+fn json_lines(events: &[StoreEvent]) -> serde_json::Result<Vec<u8>> {
+    let mut out = Vec::new();
     for ev in events {
-        serde_json::to_writer(&mut f, ev)?;
-        f.write_all(b"\n")?;
+        serde_json::to_writer(&mut out, ev)?;
+        out.push(b'\n');
     }
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)?;
-    if let Some(dir) = path.parent() {
-        std::fs::File::open(dir)?.sync_all()?;
-    }
-    Ok(())
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! # Layout
 //!
 //! ```text
-//! DIR/lock                               one coordinator per directory (flock)
+//! DIR/lock                               one coordinator per directory (a `LockFile`)
 //! DIR/campaigns/<id>/campaign.json       the campaign's durable facts
 //! DIR/campaigns/<id>/batches/            every batch acked for it (a `Spool`, never drained)
 //! DIR/series/<id>.json                   a series of scheduled runs (`crate::schedule`)
@@ -15,7 +15,7 @@
 //! and, once they said so, their `last_seq`, `skipped` count and start facts (when they
 //! started, with the clock offset and uncertainty they used), whether the deadline expired
 //! it, and once finished its summary. It is replaced atomically (temporary file, fsync,
-//! rename, fsync of the directory) at launch (before the plan leaves for any agent), at each
+//! rename, fsync of the directory: `latmesh_durable::atomic_write`) at launch (before the plan leaves for any agent), at each
 //! agent's `done`, and when the campaign finishes.
 //!
 //! The batches directory is the per-batch fact: every batch is appended there (one record,
@@ -28,12 +28,13 @@
 //! watches it.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::{self, File};
-use std::io::{self, Write as _};
+use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use latmesh_durable::{DurableError, LockFile, atomic_write, sync_dir};
 use serde::{Deserialize, Serialize};
 
 use crate::spool::{Entry, Spool, SpoolConfig};
@@ -123,7 +124,7 @@ pub struct StateDir {
     /// Open batch logs of unfinished campaigns.
     logs: HashMap<String, Arc<Spool>>,
     /// Holds an exclusive lock on `DIR/lock` while open.
-    _lock: File,
+    _lock: LockFile,
 }
 
 impl std::fmt::Debug for StateDir {
@@ -143,19 +144,15 @@ impl StateDir {
     pub fn open(dir: &Path) -> anyhow::Result<StateDir> {
         fs::create_dir_all(dir.join(CAMPAIGNS_DIR))
             .with_context(|| format!("cannot create the state directory {}", dir.display()))?;
-        let lock_path = dir.join(LOCK_FILE);
-        let lock = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .with_context(|| format!("cannot open {}", lock_path.display()))?;
-        if let Err(e) = lock.try_lock() {
-            anyhow::bail!(
-                "state directory {} is in use by another process ({e}): give each coordinator its own --state-dir",
-                dir.display()
-            );
-        }
+        let lock = match LockFile::in_dir(dir, LOCK_FILE) {
+            Ok(lock) => lock,
+            Err(DurableError::Locked { holder, .. }) => anyhow::bail!(
+                "state directory {} is in use by another process{}: give each coordinator its own --state-dir",
+                dir.display(),
+                holder.map(|p| format!(" (pid {p})")).unwrap_or_default()
+            ),
+            Err(e) => return Err(e.into()),
+        };
         Ok(StateDir {
             dir: dir.to_path_buf(),
             logs: HashMap::new(),
@@ -195,8 +192,7 @@ impl StateDir {
     pub fn save(&mut self, rec: &CampaignRecord) -> anyhow::Result<()> {
         let path = self.campaign_dir(&rec.campaign_id).join(CAMPAIGN_FILE);
         let text = serde_json::to_vec_pretty(rec).context("campaign record")?;
-        write_atomically(&path, &text)
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        atomic_write(&path, &text).with_context(|| format!("cannot write {}", path.display()))?;
         if rec.summary.is_some() {
             self.logs.remove(&rec.campaign_id);
         }
@@ -238,7 +234,7 @@ impl StateDir {
         fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let path = dir.join(format!("{}.json", dir_name(series_id)));
         let text = serde_json::to_vec_pretty(rec).context("series record")?;
-        write_atomically(&path, &text).with_context(|| format!("cannot write {}", path.display()))
+        atomic_write(&path, &text).with_context(|| format!("cannot write {}", path.display()))
     }
 
     /// Every series record in the directory (unreadable ones are logged and skipped).
@@ -333,22 +329,6 @@ fn dir_name(campaign_id: &str) -> String {
         out.push('%');
     }
     out
-}
-
-fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let tmp = path.with_extension("json.tmp");
-    let mut f = File::create(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    fs::rename(&tmp, path)?;
-    if let Some(dir) = path.parent() {
-        sync_dir(dir)?;
-    }
-    Ok(())
-}
-
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
 }
 
 #[cfg(test)]

@@ -193,22 +193,6 @@ impl Coordinator {
     }
 }
 
-/// `client` with the transport limits of [`latmesh_core::wire::MAX_MESSAGE_BYTES`] for the
-/// messages it decodes and encodes (the coordinator's servers use the same).
-pub fn message_limits_client<T>(
-    client: pb::control_client::ControlClient<T>,
-) -> pb::control_client::ControlClient<T>
-where
-    T: tonic::client::GrpcService<tonic::body::Body>,
-    T::Error: Into<tonic::codegen::StdError>,
-    T::ResponseBody: tonic::codegen::Body<Data = tonic::codegen::Bytes> + Send + 'static,
-    <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
-{
-    client
-        .max_decoding_message_size(latmesh_core::wire::MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(latmesh_core::wire::MAX_MESSAGE_BYTES)
-}
-
 fn send(tx: &mpsc::Sender<Result<pb::CoordinatorMessage, Status>>, kind: Out) -> bool {
     tx.try_send(Ok(pb::CoordinatorMessage { kind: Some(kind) }))
         .is_ok()

@@ -15,8 +15,9 @@
 //! them through `tokio::task::spawn_blocking`. Appends are serialized (one fsync each, no group
 //! commit). Reads copy out what they need under the lock and read the files without it.
 //!
-//! One directory belongs to one process: nothing stops two coordinators from opening the same
-//! directory, and they would corrupt each other's segments.
+//! One directory belongs to one process: [`Spool::open`] locks `lock` in it
+//! (`latmesh_durable::LockFile`) and refuses a directory another process holds
+//! ([`SpoolError::Locked`]).
 //!
 //! # On-disk format (version 1)
 //!
@@ -36,6 +37,9 @@
 //!   | 1 | format version, `1` |
 //!   | 4 | `payload_len`: u32, bytes of payload that follow the header |
 //!   | 4 | CRC-32 (IEEE, as `crc32fast`) of the payload |
+//!
+//!   (the framing of `latmesh_durable::Framing`, with magic and version as its two magic
+//!   bytes)
 //!   | `payload_len` | payload |
 //!
 //!   The payload is: entry id (u64); `agent_id` length (u32) and its UTF-8 bytes; `region`
@@ -43,8 +47,8 @@
 //!   takes the rest of the payload. A whole record (10 header bytes + payload) is at most
 //!   [`MAX_RECORD_BYTES`].
 //! - **Ledger** `ledger`, 16 bytes: magic `LMS1`, the last committed entry id (u64), and the
-//!   CRC-32 of those first 12 bytes. It is replaced atomically (write `ledger.tmp`, fsync,
-//!   rename, fsync the directory). Every id ≤ the committed id is consumed; so is every id below
+//!   CRC-32 of those first 12 bytes. It is replaced atomically (`latmesh_durable::atomic_write`:
+//!   write `ledger.tmp`, fsync, rename, fsync the directory). Every id ≤ the committed id is consumed; so is every id below
 //!   the first id of the oldest remaining segment (a lost ledger is rebuilt from that).
 //!
 //! # Durability and recovery
@@ -65,6 +69,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
+use latmesh_durable::{DurableError, FrameError, Framing, LockFile};
 use latmesh_proto::pb;
 use prost::Message;
 
@@ -76,13 +81,16 @@ pub const MAX_RECORD_BYTES: u64 = 64 << 20;
 
 const RECORD_MAGIC: u8 = 0xB5;
 const RECORD_VERSION: u8 = 1;
-/// magic + version + payload_len + crc.
-const HEADER_BYTES: usize = 1 + 1 + 4 + 4;
 /// id + agent_id length + region length.
 const PAYLOAD_MIN_BYTES: usize = 8 + 4 + 4;
+/// The record format: magic and version, then payload_len and crc.
+const FRAMING: Framing = Framing::new(&[RECORD_MAGIC, RECORD_VERSION])
+    .with_payload_bounds(PAYLOAD_MIN_BYTES, MAX_RECORD_BYTES as usize - HEADER_BYTES);
+/// magic + version + payload_len + crc.
+const HEADER_BYTES: usize = 1 + 1 + 4 + 4;
+const _: () = assert!(FRAMING.header_len() == HEADER_BYTES);
 
 const LEDGER_FILE: &str = "ledger";
-const LEDGER_TMP_FILE: &str = "ledger.tmp";
 /// Lock file: one process per spool directory.
 const LOCK_FILE: &str = "lock";
 const LEDGER_MAGIC: &[u8; 4] = b"LMS1";
@@ -137,13 +145,14 @@ pub struct Entry {
 pub enum SpoolError {
     /// Another process has this spool directory open (two coordinators must not share one).
     #[error(
-        "spool directory {dir} is in use by another process ({reason}): give each coordinator its own --spool-dir"
+        "spool directory {dir} is in use by another process{pid}: give each coordinator its own --spool-dir",
+        pid = pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
     )]
     Locked {
         /// The directory.
         dir: PathBuf,
-        /// What the lock attempt said.
-        reason: String,
+        /// The pid the holder wrote in the lock file, when readable.
+        pid: Option<u32>,
     },
     /// A file system operation failed. A failed `append` stored nothing that will be read
     /// back: do not ack the batch.
@@ -199,6 +208,18 @@ fn io_err(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> SpoolError
     move |source| SpoolError::Io { op, path, source }
 }
 
+impl From<DurableError> for SpoolError {
+    fn from(e: DurableError) -> Self {
+        match e {
+            DurableError::Io { op, path, source } => SpoolError::Io { op, path, source },
+            DurableError::Locked { path, holder } => SpoolError::Locked {
+                dir: path.parent().map(Path::to_path_buf).unwrap_or(path),
+                pid: holder,
+            },
+        }
+    }
+}
+
 /// Where one record is.
 #[derive(Debug, Clone, Copy)]
 struct RecordLoc {
@@ -240,7 +261,7 @@ pub struct Spool {
     state: Mutex<State>,
     /// Holds an exclusive lock on `dir/lock` while the spool is open: one process per
     /// directory (released when the file is closed, also when the process dies).
-    _lock: fs::File,
+    _lock: LockFile,
 }
 
 impl std::fmt::Debug for Spool {
@@ -272,26 +293,9 @@ impl Spool {
     /// deleted; [`SpoolError::Corrupt`] if the ledger is unreadable or two segments overlap.
     pub fn open(cfg: SpoolConfig) -> Result<Spool, SpoolError> {
         let dir = cfg.dir;
-        if !dir.is_dir() {
-            fs::create_dir_all(&dir).map_err(io_err("create directory", &dir))?;
-            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-                sync_dir(parent)?;
-            }
-        }
-        let lock_path = dir.join(LOCK_FILE);
-        let lock = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(io_err("open", &lock_path))?;
-        if let Err(e) = lock.try_lock() {
-            return Err(SpoolError::Locked {
-                dir: dir.clone(),
-                reason: e.to_string(),
-            });
-        }
-        let tmp = dir.join(LEDGER_TMP_FILE);
+        latmesh_durable::create_dir(&dir)?;
+        let lock = LockFile::in_dir(&dir, LOCK_FILE)?;
+        let tmp = latmesh_durable::temp_path(&dir.join(LEDGER_FILE));
         match fs::remove_file(&tmp) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => {
                 return Err(io_err("remove", &tmp)(e));
@@ -716,9 +720,7 @@ fn remove_segment(path: &Path) {
 }
 
 fn sync_dir(dir: &Path) -> Result<(), SpoolError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_err("fsync directory", dir))
+    Ok(latmesh_durable::sync_dir(dir)?)
 }
 
 fn read_ledger(dir: &Path) -> Result<Option<u64>, SpoolError> {
@@ -742,7 +744,7 @@ fn read_ledger(dir: &Path) -> Result<Option<u64>, SpoolError> {
     if &bytes[..4] != LEDGER_MAGIC {
         return Err(corrupt("not a spool ledger (bad magic)"));
     }
-    if crc32fast::hash(&bytes[..12]).to_le_bytes() != bytes[12..16] {
+    if latmesh_durable::checksum(&bytes[..12]).to_le_bytes() != bytes[12..16] {
         return Err(corrupt("ledger checksum mismatch"));
     }
     Ok(Some(u64::from_le_bytes(
@@ -754,26 +756,19 @@ fn write_ledger(dir: &Path, committed_id: u64) -> Result<(), SpoolError> {
     let mut bytes = [0u8; LEDGER_BYTES];
     bytes[..4].copy_from_slice(LEDGER_MAGIC);
     bytes[4..12].copy_from_slice(&committed_id.to_le_bytes());
-    let crc = crc32fast::hash(&bytes[..12]);
+    let crc = latmesh_durable::checksum(&bytes[..12]);
     bytes[12..].copy_from_slice(&crc.to_le_bytes());
-    let tmp = dir.join(LEDGER_TMP_FILE);
-    let path = dir.join(LEDGER_FILE);
-    let mut f = File::create(&tmp).map_err(io_err("create", &tmp))?;
-    f.write_all(&bytes).map_err(io_err("write", &tmp))?;
-    f.sync_all().map_err(io_err("fsync", &tmp))?;
-    drop(f);
-    fs::rename(&tmp, &path).map_err(io_err("rename ledger", &path))?;
-    sync_dir(dir)
+    Ok(latmesh_durable::atomic_write(
+        &dir.join(LEDGER_FILE),
+        &bytes,
+    )?)
 }
 
 /// Encodes a whole record with id 0 and no checksum; [`seal_record`] fills both in.
 fn encode_record(agent_id: &str, region: &str, batch: &pb::ResultBatch) -> Vec<u8> {
     let payload_len = PAYLOAD_MIN_BYTES + agent_id.len() + region.len() + batch.encoded_len();
     let mut buf = Vec::with_capacity(HEADER_BYTES + payload_len);
-    buf.push(RECORD_MAGIC);
-    buf.push(RECORD_VERSION);
-    buf.extend_from_slice(&(payload_len as u32).to_le_bytes());
-    buf.extend_from_slice(&[0; 4]);
+    FRAMING.start(&mut buf);
     buf.extend_from_slice(&[0; 8]);
     buf.extend_from_slice(&(agent_id.len() as u32).to_le_bytes());
     buf.extend_from_slice(agent_id.as_bytes());
@@ -787,26 +782,26 @@ fn encode_record(agent_id: &str, region: &str, batch: &pb::ResultBatch) -> Vec<u
 
 fn seal_record(record: &mut [u8], id: u64) {
     record[HEADER_BYTES..HEADER_BYTES + 8].copy_from_slice(&id.to_le_bytes());
-    let crc = crc32fast::hash(&record[HEADER_BYTES..]);
-    record[6..10].copy_from_slice(&crc.to_le_bytes());
+    FRAMING.seal(record);
 }
 
-/// Checks a record header; returns the payload length and its expected CRC.
-fn check_header(h: &[u8; HEADER_BYTES]) -> Result<(usize, u32), String> {
-    if h[0] != RECORD_MAGIC {
-        return Err(format!("bad magic byte {:#04x}", h[0]));
+/// Why a record does not pass [`FRAMING`]'s checks, in this spool's words.
+fn frame_reason(e: FrameError) -> String {
+    match e {
+        FrameError::BadMagic { found, .. } if found[0] != RECORD_MAGIC => {
+            format!("bad magic byte {:#04x}", found[0])
+        }
+        FrameError::BadMagic { found, .. } => format!("unknown record version {}", found[1]),
+        FrameError::PayloadLength { payload_len, .. } => {
+            format!("implausible payload length {payload_len}")
+        }
+        FrameError::Short { .. } => "record shorter than its header".into(),
+        FrameError::Torn {
+            payload_len,
+            available,
+        } => format!("payload length {payload_len}, record has {available}"),
+        FrameError::Checksum { .. } => "checksum mismatch".into(),
     }
-    if h[1] != RECORD_VERSION {
-        return Err(format!("unknown record version {}", h[1]));
-    }
-    let payload_len = u32::from_le_bytes(h[2..6].try_into().expect("4 bytes")) as usize;
-    if payload_len < PAYLOAD_MIN_BYTES || (HEADER_BYTES + payload_len) as u64 > MAX_RECORD_BYTES {
-        return Err(format!("implausible payload length {payload_len}"));
-    }
-    Ok((
-        payload_len,
-        u32::from_le_bytes(h[6..10].try_into().expect("4 bytes")),
-    ))
 }
 
 struct RawRecord<'a> {
@@ -843,22 +838,7 @@ fn parse_payload(p: &[u8]) -> Result<RawRecord<'_>, String> {
 
 /// Decodes one whole record (header + payload) and checks its checksum.
 fn decode_record(bytes: &[u8]) -> Result<RawRecord<'_>, String> {
-    let header: &[u8; HEADER_BYTES] = bytes
-        .get(..HEADER_BYTES)
-        .and_then(|h| h.try_into().ok())
-        .ok_or("record shorter than its header")?;
-    let (payload_len, crc) = check_header(header)?;
-    let payload = &bytes[HEADER_BYTES..];
-    if payload.len() != payload_len {
-        return Err(format!(
-            "payload length {payload_len}, record has {}",
-            payload.len()
-        ));
-    }
-    if crc32fast::hash(payload) != crc {
-        return Err("checksum mismatch".into());
-    }
-    parse_payload(payload)
+    parse_payload(FRAMING.decode(bytes).map_err(frame_reason)?)
 }
 
 struct Scan {
@@ -888,13 +868,14 @@ fn scan_segment(path: &Path, first_id: u64) -> Result<Scan, SpoolError> {
         }
         let mut header = [0u8; HEADER_BYTES];
         r.read_exact(&mut header).map_err(io_err("read", path))?;
-        let (payload_len, crc) = match check_header(&header) {
+        let frame = match FRAMING.check_header(&header) {
             Ok(v) => v,
             Err(e) => {
-                problem = Some(e);
+                problem = Some(frame_reason(e));
                 break;
             }
         };
+        let payload_len = frame.payload_len;
         let record_len = (HEADER_BYTES + payload_len) as u64;
         if record_len > left {
             problem = Some(format!(
@@ -904,8 +885,8 @@ fn scan_segment(path: &Path, first_id: u64) -> Result<Scan, SpoolError> {
         }
         payload.resize(payload_len, 0);
         r.read_exact(&mut payload).map_err(io_err("read", path))?;
-        if crc32fast::hash(&payload) != crc {
-            problem = Some("checksum mismatch".into());
+        if let Err(e) = FRAMING.verify(frame, &payload) {
+            problem = Some(frame_reason(e));
             break;
         }
         let raw = match parse_payload(&payload) {
@@ -1580,7 +1561,61 @@ mod tests {
         let err = Spool::open(cfg()).unwrap_err();
         assert!(matches!(err, SpoolError::Locked { .. }), "{err}");
         assert!(err.to_string().contains("--spool-dir"), "{err}");
+        assert!(
+            err.to_string()
+                .contains(&format!("(pid {})", std::process::id())),
+            "the holder is named: {err}"
+        );
         drop(first);
         Spool::open(cfg()).expect("the lock goes with the spool");
+    }
+
+    /// A segment and a ledger written byte by byte in the version 1 layout of the module
+    /// documentation (what earlier builds wrote) read back.
+    #[test]
+    fn files_in_the_version_1_layout_read_back() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut segment = Vec::new();
+        for id in [3u64, 4] {
+            let (agent, region, b) = ("a1", "eu", batch(id));
+            let mut payload = id.to_le_bytes().to_vec();
+            payload.extend_from_slice(&(agent.len() as u32).to_le_bytes());
+            payload.extend_from_slice(agent.as_bytes());
+            payload.extend_from_slice(&(region.len() as u32).to_le_bytes());
+            payload.extend_from_slice(region.as_bytes());
+            payload.extend_from_slice(&b.encode_to_vec());
+            segment.extend_from_slice(&[0xB5, 1]);
+            segment.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+            segment.extend_from_slice(&latmesh_durable::checksum(&payload).to_le_bytes());
+            segment.extend_from_slice(&payload);
+        }
+        fs::write(tmp.path().join(segment_name(3)), &segment).unwrap();
+        let mut ledger = b"LMS1".to_vec();
+        ledger.extend_from_slice(&3u64.to_le_bytes());
+        let crc = latmesh_durable::checksum(&ledger);
+        ledger.extend_from_slice(&crc.to_le_bytes());
+        fs::write(tmp.path().join(LEDGER_FILE), &ledger).unwrap();
+
+        let spool = Spool::open(cfg(tmp.path())).unwrap();
+        assert_eq!(spool.committed_id(), 3);
+        let got = spool.read_from(None, 10).unwrap();
+        assert_eq!(ids(&got), [4]);
+        assert_eq!(
+            (got[0].agent_id.as_str(), got[0].region.as_str()),
+            ("a1", "eu")
+        );
+        assert_eq!(got[0].batch, batch(4));
+        // And what this build writes is that layout.
+        assert_eq!(spool.append("a1", "eu", &batch(5)).unwrap(), 5);
+        spool.commit(4).unwrap();
+        drop(spool);
+        assert_eq!(&fs::read(tmp.path().join(LEDGER_FILE)).unwrap()[..12], {
+            let mut l = b"LMS1".to_vec();
+            l.extend_from_slice(&4u64.to_le_bytes());
+            l
+        });
+        let written = fs::read(tmp.path().join(segment_name(3))).unwrap();
+        assert_eq!(&written[..segment.len()], &segment[..]);
+        assert_eq!(&written[segment.len()..segment.len() + 2], &[0xB5, 1]);
     }
 }

@@ -6,29 +6,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use latmesh_core::plan::Plan;
-use latmesh_proto::pb::{self, control_client::ControlClient};
-use tonic::service::interceptor::InterceptedService;
+use latmesh_proto::pb;
+pub use latmesh_rpc::AdminClient;
+use latmesh_rpc::tls::TlsProblem;
 use tonic::transport::Channel;
 
-use crate::auth::{ADMIN_TOKEN_ENV, Secret};
+use crate::auth::ADMIN_TOKEN_ENV;
 use crate::progress;
 use latmesh_results::summary::Summary;
-
-/// A control client that sends the admin token (when there is one) with every call.
-pub type AdminClient = ControlClient<InterceptedService<Channel, AdminToken>>;
-
-/// Adds the admin token (when there is one) to every control call.
-#[derive(Clone, Debug)]
-pub struct AdminToken(pub Option<Secret>);
-
-impl tonic::service::Interceptor for AdminToken {
-    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some(token) = &self.0 {
-            latmesh_agent::session::authorize(req.metadata_mut(), token);
-        }
-        Ok(req)
-    }
-}
 
 /// Connects without an admin token to the plaintext control API at `url` (e.g.
 /// `http://127.0.0.1:7700`; the demo's own loopback coordinator).
@@ -36,15 +21,13 @@ impl tonic::service::Interceptor for AdminToken {
 /// # Errors
 /// When the coordinator cannot be reached.
 pub async fn connect(url: &str) -> anyhow::Result<AdminClient> {
-    let url = latmesh_agent::session::coordinator_url(url);
+    let url = latmesh_rpc::coordinator_url(url);
     let channel = Channel::from_shared(url.clone())
         .with_context(|| format!("{url} is not a coordinator URL"))?
         .connect()
         .await
         .with_context(|| format!("cannot reach the coordinator at {url}"))?;
-    Ok(crate::service::message_limits_client(
-        ControlClient::with_interceptor(channel, AdminToken(None)),
-    ))
+    Ok(latmesh_rpc::control_client(channel, None))
 }
 
 /// A control call's failure as a clear error: a refused admin token says how to send one.
@@ -54,13 +37,11 @@ pub fn control_error(url: &str, s: tonic::Status) -> anyhow::Error {
             "the coordinator at {url} refused this control call: {} (set {ADMIN_TOKEN_ENV} or pass --admin-token-file)",
             s.message()
         ),
-        _ if latmesh_agent::tls::TlsProblem::of(&s)
-            == Some(latmesh_agent::tls::TlsProblem::SpeaksTls) =>
-        {
+        _ if TlsProblem::of(&s) == Some(TlsProblem::SpeaksTls) => {
             anyhow::anyhow!(
                 "{url}: {}{}",
                 s.message(),
-                latmesh_agent::tls::TlsProblem::SpeaksTls.hint("--ca-file")
+                TlsProblem::SpeaksTls.hint("--ca-file")
             )
         }
         code => {
