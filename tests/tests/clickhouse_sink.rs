@@ -8,7 +8,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use latmesh_coordinator::summary::Summary;
-use latmesh_tests::{bin, free_port, spawn, spawn_until_line};
+use latmesh_testkit::{bin, free_port, spawn, spawn_until_line};
 
 /// A ClickHouse server of this test's own; stopped on drop.
 struct OwnClickhouse {
@@ -20,7 +20,7 @@ struct OwnClickhouse {
 impl OwnClickhouse {
     fn script(&self, cmd: &str) -> Output {
         Command::new("bash")
-            .arg(latmesh_tests::repo().join("scripts/clickhouse.sh"))
+            .arg(latmesh_testkit::repo().join("scripts/clickhouse.sh"))
             .arg(cmd)
             .env("LATMESH_CLICKHOUSE_STATE_DIR", self.state.path())
             .env("LATMESH_CLICKHOUSE_HTTP_PORT", self.http_port.to_string())

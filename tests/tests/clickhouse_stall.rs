@@ -13,7 +13,7 @@ use latmesh_coordinator::clickhouse::{
     self as store, BatchKey, InsertOutcome, StoreError, Timeouts,
 };
 use latmesh_core::record::{Outcome, ProbeRecord};
-use latmesh_tests::{bin, free_port, repo, spawn_until_line};
+use latmesh_testkit::{bin, free_port, repo, spawn_until_line};
 
 /// A private ClickHouse server, stopped (SIGCONT then `scripts/clickhouse.sh stop`) on drop.
 struct PrivateClickhouse {
@@ -279,7 +279,7 @@ fn coordinator(
     db: &str,
     dir: &std::path::Path,
     log: &std::path::Path,
-) -> (latmesh_tests::Proc, String) {
+) -> (latmesh_testkit::Proc, String) {
     let mut coord = Command::new(bin("latmesh"));
     coord
         .args([
@@ -364,7 +364,7 @@ fn a_campaign_during_a_stall_is_stored_once_when_clickhouse_resumes() {
         "--exit-after",
         "1",
     ]);
-    let _agent = latmesh_tests::spawn("agent", agent, &log("agent"));
+    let _agent = latmesh_testkit::spawn("agent", agent, &log("agent"));
     let campaign = latmesh_coordinator::demo::demo_rounds_only()
         .replace("{sim}", sim_url.trim_start_matches("http://"))
         .replace("count = 12 ", "count = 4 ")
@@ -399,7 +399,7 @@ fn a_campaign_during_a_stall_is_stored_once_when_clickhouse_resumes() {
 
     let summary: latmesh_coordinator::summary::Summary =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    latmesh_tests::verify_until_clean(&ch.url, db, &summary.campaign_id);
+    latmesh_testkit::verify_until_clean(&ch.url, db, &summary.campaign_id);
     let text = wait_for_line(
         &log("coord"),
         "ClickHouse back, spool drained (",
