@@ -1321,7 +1321,7 @@ async fn sql_matrix_equals_the_in_memory_matrix() {
 
 /// Rough sink throughput: 200,000 records in batches of 2,000, written one batch per call and
 /// 25 batches per call. Ignored by default: `cargo test --release -p latmesh-tests --test
-/// clickhouse -- --ignored --nocapture insert_throughput` prints records/s.
+/// integration -- --ignored --nocapture clickhouse::insert_throughput` prints records/s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "timing only"]
 async fn insert_throughput() {

@@ -3,8 +3,10 @@
 //! code (stack launcher, raw agent, ClickHouse helpers) is the `latmesh-testkit` crate.
 //!
 //! `scripts/test.sh` runs them under cargo-nextest (`.config/nextest.toml`: one process per
-//! test; the ClickHouse-bound and real-server tests in serial groups); plain `cargo test` works
-//! too.
+//! test; the ClickHouse-bound tests in a group of two at a time, the chaos and real-server tests
+//! one at a time). Plain `cargo test` runs them too, on the threads of one process: each
+//! module's own locks (chaos, llama_timings) still hold, but only nextest keeps those tests
+//! apart from the other modules' tests.
 
 mod accuracy;
 mod auth;
