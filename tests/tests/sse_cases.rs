@@ -1,6 +1,6 @@
 //! The provider-quirk corpus (`tests/fixtures/sse-cases/`, the repository's one copy; with
-//! `LATMESH_SSE_CASES_UPSTREAM` set, [`corpus_matches_upstream`] checks it against an upstream
-//! copy) through the real probe path: each recorded body is served over
+//! `LATMESH_SSE_CASES` naming another copy, [`corpus_matches_upstream`] checks it against that
+//! one) through the real probe path: each recorded body is served over
 //! loopback HTTP by the simulator's replay server (`latmesh_sim::serve_replay`, which honours
 //! the sidecar's status, headers and `delivery.split_after_bytes`), probed with
 //! `latmesh_agent::probe::Prober`, and every field of its `.expect.json` is checked.
@@ -444,17 +444,18 @@ fn every_corpus_case_has_a_test() {
 }
 
 /// The repository's corpus is a byte-exact copy of an upstream one (the corpus shared with
-/// other projects): run only when asked, with `LATMESH_SSE_CASES_UPSTREAM=<dir>`; a directory
-/// that is named but missing fails.
+/// other projects): run only when asked, with `LATMESH_SSE_CASES=<dir>` (the variable that also
+/// has the simulator's replay test replay that copy); a directory that is named but missing
+/// fails.
 #[test]
 fn corpus_matches_upstream() {
-    let Some(upstream) = std::env::var_os("LATMESH_SSE_CASES_UPSTREAM") else {
+    let Some(upstream) = std::env::var_os("LATMESH_SSE_CASES") else {
         return;
     };
     let shared = PathBuf::from(upstream);
     assert!(
         shared.is_dir(),
-        "LATMESH_SSE_CASES_UPSTREAM={} is not a directory",
+        "LATMESH_SSE_CASES={} is not a directory",
         shared.display()
     );
     let local = sse_names(&fixtures());
