@@ -3,8 +3,8 @@
 # tests need (a real ClickHouse, Debian's 18.16 server; the third-party OpenAI-compatible
 # servers of scripts/real-servers.sh: llama.cpp's
 # llama-server, aimock, llmock; the first install builds llama-server, ~5 min on 2 cores, then
-# it is cached), runs the whole test suite, stops what it started, and ends with one line
-# "N passed, N failed" totalled over every test binary.
+# it is cached), runs the whole test suite under cargo-nextest (.config/nextest.toml), stops
+# what it started, and ends with one line "N passed, N failed" totalled over every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -60,14 +60,22 @@ fi
 echo "== load benchmark, smoke mode (scripts/bench-load.sh --smoke: it must not rot)"
 scripts/bench-load.sh --smoke
 
-echo "== running tests"
+echo "== running tests (cargo-nextest, .config/nextest.toml; then the doctests)"
 # Agents started by the tests without --spool-dir keep their default spool under
 # $XDG_STATE_HOME: a throwaway directory of this run, not the user's ~/.local/state.
 export XDG_STATE_HOME="$state_dir/xdg-state"
 set +e
-cargo test --workspace --locked --no-fail-fast -- --test-threads=2 2>&1 | tee "$log"
+# One process per test; the ClickHouse-bound and serial tests are capped by test groups.
+cargo nextest run --workspace --locked --no-fail-fast 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+# nextest does not run doctests.
+cargo test --workspace --locked --doc 2>&1 | tee -a "$log"
+doc_status=${PIPESTATUS[0]}
 set -e
-awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed;?$/) p += $(i-1); if ($(i) ~ /^failed;?$/) f += $(i-1) } }
+[ "$status" -ne 0 ] || status=$doc_status
+# Totals: nextest's summary line ("Summary [ 912.3s] 700 tests run: 698 passed (3 slow),
+# 2 failed, 1 skipped"; a timed-out test counts as failed) and the doctests' "test result:" lines.
+awk '/^ *Summary \[/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed,?$/) p += $(i-1); if ($(i) ~ /^(failed|timed)/ && $(i-1) ~ /^[0-9]+$/) f += $(i-1) } }
+     /^test result:/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed;?$/) p += $(i-1); if ($(i) ~ /^failed;?$/) f += $(i-1) } }
      END { printf "%d passed, %d failed\n", p, f }' "$log"
 exit "$status"

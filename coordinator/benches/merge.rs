@@ -36,6 +36,7 @@ use latmesh_core::hist::{self, HistKey};
 use latmesh_core::hist_sparse::SparseHistogram;
 use latmesh_core::metrics::Metric;
 use latmesh_core::record::{Outcome, ProbeRecord, Usage};
+use latmesh_core::seeded_rng::SeededRng;
 use latmesh_core::wire;
 use latmesh_proto::pb;
 use latmesh_results::aggregate::Aggregate;
@@ -64,31 +65,6 @@ const BASE_UNIX_US: i64 = 1_764_436_912_000_000;
 // ---------------------------------------------------------------------------------------
 // Generated traffic
 
-/// SplitMix64 with a log-normal on top.
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next_u64() % (hi - lo + 1)
-    }
-    fn lognormal(&mut self, median: f64, sigma: f64) -> f64 {
-        let u1 = self.unit().max(1e-12);
-        let u2 = self.unit();
-        let n = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
-        median * (sigma * n).exp()
-    }
-}
-
 fn agent_id(i: usize) -> String {
     format!("{}-{}", REGIONS[i % REGIONS.len()], i / REGIONS.len() + 1)
 }
@@ -100,7 +76,7 @@ fn region_of(i: usize) -> &'static str {
 /// One batch's content (campaign id and seq are set when it is sent): 100 records (~95 %
 /// ok; 429s, 5xx, timeouts, connection errors) and the interval's 20 histograms.
 fn template(seed: u64) -> pb::ResultBatch {
-    let mut rng = Rng(seed);
+    let mut rng = SeededRng::new(seed);
     let start_us = BASE_UNIX_US + (seed as i64 % 1000) * 1_000_000;
     let mut hists: Vec<Histogram<u64>> = (0..PROVIDERS.len() * METRICS.len())
         .map(|_| hist::new_histogram())

@@ -49,6 +49,7 @@ use latmesh_coordinator::state::State;
 use latmesh_core::hist::{self, HistKey};
 use latmesh_core::metrics::Metric;
 use latmesh_core::record::{Outcome, ProbeRecord, Usage};
+use latmesh_core::seeded_rng::SeededRng;
 use latmesh_core::wire;
 use latmesh_proto::pb;
 use latmesh_store::{self as store, BatchKey, HistogramRow, IntervalHistogram, RequestRow};
@@ -325,36 +326,6 @@ impl Drop for OwnClickhouse {
 // ---------------------------------------------------------------------------------------------
 // Realistic batches from a seeded RNG
 
-/// SplitMix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    /// Uniform in [lo, hi].
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next_u64() % (hi - lo + 1)
-    }
-    fn normal(&mut self) -> f64 {
-        let u1 = self.unit().max(1e-12);
-        let u2 = self.unit();
-        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
-    }
-    /// Log-normal with the given median and shape.
-    fn lognormal(&mut self, median: f64, sigma: f64) -> f64 {
-        median * (sigma * self.normal()).exp()
-    }
-}
-
 struct Agent {
     id: String,
     region: &'static str,
@@ -366,7 +337,7 @@ struct Agent {
 /// Generates batches round-robin over the agents, as a coordinator receives them.
 struct Generator {
     mix: Mix,
-    rng: Rng,
+    rng: SeededRng,
     campaign_id: String,
     agents: Vec<Agent>,
     next_agent: usize,
@@ -395,7 +366,7 @@ impl Generator {
         }
         Generator {
             mix,
-            rng: Rng(seed),
+            rng: SeededRng::new(seed),
             campaign_id,
             agents,
             next_agent: 0,
@@ -741,7 +712,7 @@ impl Bench<'_> {
         format!(
             "bench-{}-{size}-{:08x}",
             self.mix.name,
-            Rng(SEED ^ size).next_u64() as u32
+            SeededRng::new(SEED ^ size).next_u64() as u32
         )
     }
 

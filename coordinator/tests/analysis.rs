@@ -13,40 +13,27 @@ use latmesh_results::stats::{
     self, CiMethod, PercentileCi, Verdict, compare, exact_rank_interval, kendall_w, min_samples,
     normal_rank_interval, rank_interval,
 };
+use latmesh_results::analysis::{FlagKind, SelectionRow, SelectionTable, analyze};
+use latmesh_results::report_data::{ALL, CellMetric, ReportData};
 use latmesh_results::summary::Summary;
+use latmesh_core::hist::new_histogram;
+use latmesh_core::metrics::Metric;
+use latmesh_core::seeded_rng::SeededRng;
 use serde_json::{Value, json};
 
-/// SplitMix64: a small deterministic generator (no dependency, same numbers everywhere).
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in (0, 1).
-    fn uniform(&mut self) -> f64 {
-        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-
-    /// Standard normal (Box–Muller).
-    fn normal(&mut self) -> f64 {
-        let (u, v) = (self.uniform(), self.uniform());
-        (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
-    }
+/// Standard normal (Box–Muller from two draws in the open interval (0, 1)).
+fn normal(rng: &mut SeededRng) -> f64 {
+    let (u, v) = (rng.open_unit(), rng.open_unit());
+    (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
 }
 
 /// `n` lognormal latencies with median `median_ms` and log-sd `sigma`, recorded in µs into a
 /// latmesh histogram (what a simulator-like provider produces).
 fn lognormal(seed: u64, n: usize, median_ms: f64, sigma: f64) -> Histogram<u64> {
-    let mut rng = Rng(seed);
+    let mut rng = SeededRng::new(seed);
     let mut h = new_histogram();
     for _ in 0..n {
-        let ms = median_ms * (sigma * rng.normal()).exp();
+        let ms = median_ms * (sigma * normal(&mut rng)).exp();
         h.record((ms * 1000.0).round().max(1.0) as u64).unwrap();
     }
     h

@@ -25,34 +25,10 @@ use latmesh_core::hist::{self, HistKey, HistogramSet};
 use latmesh_core::hist_sparse;
 use latmesh_core::metrics::Metric;
 use latmesh_core::record::{Outcome, ProbeRecord, Usage};
+use latmesh_core::seeded_rng::SeededRng;
 use latmesh_core::wire;
 use latmesh_proto::pb;
 use prost::Message as _;
-
-/// SplitMix64 with a log-normal on top.
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next_u64() % (hi - lo + 1)
-    }
-    fn lognormal(&mut self, median: f64, sigma: f64) -> f64 {
-        let u1 = self.unit().max(1e-12);
-        let u2 = self.unit();
-        let n = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
-        median * (sigma * n).exp()
-    }
-}
 
 const PROVIDERS: [&str; 4] = ["fast-lane", "steady", "budget-jitter", "deep-think"];
 const METRICS: [Metric; 5] = [
@@ -73,7 +49,7 @@ fn key(provider: &str, metric: Metric) -> HistKey {
 }
 
 /// One `ok` record with its ITL gaps (µs), as the probe engine produces it.
-fn record(rng: &mut Rng, i: usize) -> (ProbeRecord, Vec<u64>) {
+fn record(rng: &mut SeededRng, i: usize) -> (ProbeRecord, Vec<u64>) {
     let provider = PROVIDERS[i % PROVIDERS.len()];
     let tokens = rng.range(60, 400) as u32;
     let ttfb = (rng.lognormal(180.0, 0.35) * 1000.0) as u64;
@@ -128,7 +104,7 @@ fn record(rng: &mut Rng, i: usize) -> (ProbeRecord, Vec<u64>) {
 /// of the same interval, built from 400 records' worth of values (the interval histograms
 /// of a busy agent hold more values than one batch's records).
 fn batch(seed: u64) -> pb::ResultBatch {
-    let mut rng = Rng(seed);
+    let mut rng = SeededRng::new(seed);
     let mut set = HistogramSet::new();
     let mut records = Vec::new();
     for i in 0..400 {
@@ -158,7 +134,7 @@ fn batch(seed: u64) -> pb::ResultBatch {
 
 /// A busy interval's ITL histogram (about 25,000 gaps).
 fn itl_histogram(seed: u64) -> Histogram<u64> {
-    let mut rng = Rng(seed);
+    let mut rng = SeededRng::new(seed);
     let mut h = hist::new_histogram();
     for _ in 0..25_000 {
         h.record((rng.lognormal(20.0, 0.55) * 1000.0) as u64)
@@ -179,7 +155,7 @@ fn configure<'a>(
 }
 
 fn hist_record(c: &mut Criterion) {
-    let mut rng = Rng(1);
+    let mut rng = SeededRng::new(1);
     let values: Vec<u64> = (0..10_000)
         .map(|_| (rng.lognormal(20.0, 0.55) * 1000.0) as u64)
         .collect();
@@ -203,7 +179,7 @@ fn hist_record(c: &mut Criterion) {
         });
     });
     // One record with its gaps: what the agent's collector does per probe.
-    let mut rng = Rng(2);
+    let mut rng = SeededRng::new(2);
     let probes: Vec<(ProbeRecord, Vec<u64>)> = (0..100).map(|i| record(&mut rng, i)).collect();
     g.throughput(Throughput::Elements(probes.len() as u64));
     g.bench_function("HistogramSet::record_probe (per record, ~230 gaps)", |b| {
@@ -231,7 +207,7 @@ fn hist_merge(c: &mut Criterion) {
         b.iter(|| set.merge(k.clone(), black_box(&src)));
     });
     g.bench_function("HistogramSet::merge_set (20 histograms)", |b| {
-        let mut rng = Rng(5);
+        let mut rng = SeededRng::new(5);
         let mut other = HistogramSet::new();
         for i in 0..400 {
             let (rec, gaps) = record(&mut rng, i);
@@ -245,7 +221,7 @@ fn hist_merge(c: &mut Criterion) {
 
 fn hist_v2(c: &mut Criterion) {
     let mut g = configure(c, "hist_v2");
-    let mut rng = Rng(6);
+    let mut rng = SeededRng::new(6);
     let ttft: Histogram<u64> = {
         let mut h = hist::new_histogram();
         for _ in 0..100 {
@@ -273,7 +249,7 @@ fn hist_v2(c: &mut Criterion) {
 /// its live merge (added into an aggregate that already holds values).
 fn hist_sparse(c: &mut Criterion) {
     let mut g = configure(c, "hist_sparse");
-    let mut rng = Rng(10);
+    let mut rng = SeededRng::new(10);
     let ttft: Histogram<u64> = {
         let mut h = hist::new_histogram();
         for _ in 0..100 {
@@ -378,7 +354,7 @@ fn batch_codec(c: &mut Criterion) {
     });
     // The agent side (records → pb, histograms → V2) and the coordinator side
     // (pb → records, V2 → histograms), per batch.
-    let mut rng = Rng(9);
+    let mut rng = SeededRng::new(9);
     let mut set = HistogramSet::new();
     let mut recs = Vec::new();
     for i in 0..400 {

@@ -26,6 +26,7 @@ pub mod proportion;
 pub mod provider_bounds;
 pub mod record;
 pub mod schedule;
+pub mod seeded_rng;
 pub mod selection;
 pub mod shaping;
 pub mod windows;

@@ -1,8 +1,8 @@
 //! Versioned prompt sets: JSON Lines files of prompts with stable ids.
 //!
 //! Each line: `{"id", "version", "class", "lang", "max_tokens_hint", "messages": [{"role",
-//! "content"}]}`. latmesh ships `prompts/latmesh-prompts-v1.jsonl` (embedded in the binaries as
-//! [`BUILTIN_NAME`]); a campaign may name its own file instead.
+//! "content"}]}`. latmesh ships `core/prompts/latmesh-prompts-v1.jsonl` (embedded in the
+//! binaries as [`BUILTIN_NAME`]); a campaign may name its own file instead.
 //!
 //! Multi-turn scenarios send a follow-up user message for each turn after the first: the
 //! scenario's own `follow_ups`, else [`builtin_follow_ups`] in the prompt's language.
@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 /// Name of the prompt set embedded in the binaries.
 pub const BUILTIN_NAME: &str = "latmesh-prompts-v1";
 
-const BUILTIN_JSONL: &str = include_str!("../../prompts/latmesh-prompts-v1.jsonl");
+const BUILTIN_JSONL: &str = include_str!("../prompts/latmesh-prompts-v1.jsonl");
 
 /// One chat message.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -33,7 +33,7 @@
 //!   }
 //!   # Ok(()) }
 //!   ```
-//! * [`serve_replay`] serves one recorded response (`shared/sse-cases/NN-name.sse`) byte for
+//! * [`serve_replay`] serves one recorded response (`tests/fixtures/sse-cases/NN-name.sse`) byte for
 //!   byte.
 //!
 //! Prompt tokens are estimated as `ceil(chars / 4)` over all message contents (the system

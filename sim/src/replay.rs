@@ -1,4 +1,4 @@
-//! Replay of one recorded response (see `shared/sse-cases/README.md`): the raw body of a
+//! Replay of one recorded response (see `tests/fixtures/sse-cases/README.md`): the raw body of a
 //! `NN-name.sse` file, served byte for byte with the status and headers of its sibling
 //! `NN-name.expect.json`, cut into separate writes where `delivery.split_after_bytes` says.
 //!

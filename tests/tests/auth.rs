@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use latmesh_results::summary::Summary;
-use latmesh_tests::{bin, files_containing, spawn, spawn_until_line, wait_exit};
+use latmesh_testkit::{bin, files_containing, spawn, spawn_until_line, wait_exit};
 
 /// Variables that would hand a spawned process credentials behind the test's back.
 const CREDENTIAL_ENV: [&str; 10] = [

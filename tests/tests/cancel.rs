@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use latmesh_proto::pb;
 use latmesh_results::summary::Summary;
 use latmesh_sim::profile::ProviderProfile;
-use latmesh_tests::stack::Stack;
-use latmesh_tests::{Proc, TcpProxy, bin, spawn, wait_exit};
+use latmesh_testkit::stack::Stack;
+use latmesh_testkit::{Proc, TcpProxy, bin, spawn, wait_exit};
 
 /// Agents here send a heartbeat every second (coordinator: silent after 3 s).
 const HEARTBEAT_S: &str = "1";

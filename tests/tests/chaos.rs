@@ -22,7 +22,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use latmesh_results::summary::Summary;
-use latmesh_tests::{Proc, TcpProxy, bin, files_containing, spawn_until_line};
+use latmesh_testkit::{Proc, TcpProxy, bin, files_containing, spawn_until_line};
 
 const ROUNDS: u32 = 8;
 /// Slots of one agent: rounds × 9 providers × 2 scenarios, one record each (no retries, one
@@ -51,8 +51,8 @@ struct Env {
 impl Env {
     fn start(test: &str) -> Env {
         let dir = tempfile::tempdir().unwrap();
-        let (client, db) = latmesh_tests::fresh_db(test);
-        let ch_url = latmesh_tests::clickhouse_url().to_string();
+        let (client, db) = latmesh_testkit::fresh_db(test);
+        let ch_url = latmesh_testkit::clickhouse_url().to_string();
         let canary = format!("sk-latmesh-canary-{:016x}", rand::random::<u64>());
         let mut sim = Command::new(bin("latmesh-sim"));
         sim.args(["serve", "--listen", "127.0.0.1:0"]);
@@ -126,7 +126,7 @@ impl Env {
     /// Starts `campaign launch` of the demo campaign (two regions, [`ROUNDS`] rounds, every
     /// provider keyed by [`KEY_ENV`]) in the background; output goes to `launch.out`.
     fn launch(&self) -> std::process::Child {
-        latmesh_tests::stack::launch_demo_rounds(
+        latmesh_testkit::stack::launch_demo_rounds(
             self.dir.path(),
             &self.sim_addr,
             &self.coord_url,
@@ -174,14 +174,14 @@ impl Env {
     /// `latmesh campaign verify` until it passes (the spool drains into ClickHouse); returns
     /// its output.
     fn verify(&self, campaign_id: &str) -> String {
-        let text = latmesh_tests::verify_until_clean(&self.ch_url, &self.db, campaign_id);
+        let text = latmesh_testkit::verify_until_clean(&self.ch_url, &self.db, campaign_id);
         std::fs::write(self.path("verify.out"), &text).unwrap();
         text
     }
 
     /// A query's result as TSV rows.
     fn tsv(&self, sql: &str) -> Vec<Vec<String>> {
-        latmesh_tests::tsv(&self.rt, &self.client, sql)
+        latmesh_testkit::tsv(&self.rt, &self.client, sql)
     }
 
     /// (seq, round, slot) of every `requests` row of `agent`.
@@ -229,7 +229,7 @@ impl Drop for Env {
         if !std::thread::panicking() {
             let (client, db) = (self.client.clone(), self.db.clone());
             self.rt
-                .block_on(async move { latmesh_tests::drop_db(&client, &db).await });
+                .block_on(async move { latmesh_testkit::drop_db(&client, &db).await });
         }
     }
 }
@@ -315,7 +315,7 @@ fn an_agent_killed_with_sigkill_and_restarted_loses_nothing_it_spooled() {
     let b = agent_summary(&summary, other);
     assert_eq!((b.records, b.skipped), (SLOTS, 0), "{b:?}");
     assert!(
-        latmesh_tests::wait_exit(&mut agent, Duration::from_secs(30)).success(),
+        latmesh_testkit::wait_exit(&mut agent, Duration::from_secs(30)).success(),
         "the restarted agent exits once its campaign is acked"
     );
     let log = std::fs::read_to_string(env.path("agent-us-east.log")).unwrap();
@@ -376,7 +376,7 @@ fn an_agent_whose_connection_is_cut_reconnects_and_resends() {
         let a = agent_summary(&summary, id);
         assert_eq!((a.records, a.skipped), (SLOTS, 0), "{a:?}");
     }
-    assert!(latmesh_tests::wait_exit(&mut agent, Duration::from_secs(30)).success());
+    assert!(latmesh_testkit::wait_exit(&mut agent, Duration::from_secs(30)).success());
     let log = std::fs::read_to_string(env.path("agent-us-east.log")).unwrap();
     assert!(
         log.matches("connected").count() >= 2,
@@ -461,7 +461,7 @@ fn an_open_loop_agent_killed_and_restarted_sends_no_arrival_twice() {
         b.records,
         "every arrival measured once or reported skipped: {a:?}"
     );
-    assert!(latmesh_tests::wait_exit(&mut agent, Duration::from_secs(30)).success());
+    assert!(latmesh_testkit::wait_exit(&mut agent, Duration::from_secs(30)).success());
 
     let verify = env.verify(&summary.campaign_id);
     assert!(verify.contains(victim), "{verify}");

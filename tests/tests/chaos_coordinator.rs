@@ -19,7 +19,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use latmesh_results::summary::Summary;
-use latmesh_tests::{Proc, bin, files_containing, free_port, spawn_until_line};
+use latmesh_testkit::{Proc, bin, files_containing, free_port, spawn_until_line};
 
 const ROUNDS: u32 = 8;
 /// Slots of one agent: rounds × 9 providers × 2 scenarios, one record each.
@@ -42,7 +42,7 @@ struct Env {
 impl Env {
     fn start() -> Env {
         let dir = tempfile::tempdir().unwrap();
-        let (client, db) = latmesh_tests::fresh_db("chaos_coord");
+        let (client, db) = latmesh_testkit::fresh_db("chaos_coord");
         let mut sim = Command::new(bin("latmesh-sim"));
         sim.args(["serve", "--listen", "127.0.0.1:0"]);
         let (sim, sim_url) = spawn_until_line(
@@ -57,7 +57,7 @@ impl Env {
             dir,
             _sim: sim,
             port: free_port(),
-            ch_url: latmesh_tests::clickhouse_url().to_string(),
+            ch_url: latmesh_testkit::clickhouse_url().to_string(),
             db,
             client,
             canary: format!("sk-latmesh-canary-{:016x}", rand::random::<u64>()),
@@ -125,7 +125,7 @@ impl Env {
     /// `campaign launch` of the demo campaign (two regions, [`ROUNDS`] rounds, every provider
     /// keyed by [`KEY_ENV`]) in the background; output in `launch.out`.
     fn launch(&self) -> std::process::Child {
-        latmesh_tests::stack::launch_demo_rounds(
+        latmesh_testkit::stack::launch_demo_rounds(
             self.dir.path(),
             &self.sim_addr,
             &self.url(),
@@ -181,14 +181,14 @@ impl Env {
 
     /// `latmesh campaign verify` until it passes (the spool drains); returns its output.
     fn verify(&self, campaign_id: &str) -> String {
-        let text = latmesh_tests::verify_until_clean(&self.ch_url, &self.db, campaign_id);
+        let text = latmesh_testkit::verify_until_clean(&self.ch_url, &self.db, campaign_id);
         std::fs::write(self.path("verify.out"), &text).unwrap();
         text
     }
 
     /// A query's result as TSV rows.
     fn tsv(&self, sql: &str) -> Vec<Vec<String>> {
-        latmesh_tests::tsv(&self.rt, &self.client, sql)
+        latmesh_testkit::tsv(&self.rt, &self.client, sql)
     }
 }
 
@@ -197,7 +197,7 @@ impl Drop for Env {
         if !std::thread::panicking() {
             let (client, db) = (self.client.clone(), self.db.clone());
             self.rt
-                .block_on(async move { latmesh_tests::drop_db(&client, &db).await });
+                .block_on(async move { latmesh_testkit::drop_db(&client, &db).await });
         }
     }
 }
@@ -284,7 +284,7 @@ fn a_coordinator_killed_with_sigkill_and_restarted_finishes_its_campaign_complet
     }
     for a in &mut agents {
         assert!(
-            latmesh_tests::wait_exit(a, Duration::from_secs(30)).success(),
+            latmesh_testkit::wait_exit(a, Duration::from_secs(30)).success(),
             "{} exits once its campaign is acked",
             a.name
         );

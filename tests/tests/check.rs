@@ -153,7 +153,7 @@ fn hdr(values_ms: &[f64], q: f64) -> f64 {
 fn args(db: &str, rules: &Path) -> CheckArgs {
     CheckArgs {
         rules: rules.to_path_buf(),
-        clickhouse_url: Some(latmesh_tests::clickhouse_url().to_string()),
+        clickhouse_url: Some(latmesh_testkit::clickhouse_url().to_string()),
         clickhouse_db: db.to_string(),
         ..Default::default()
     }
@@ -175,7 +175,7 @@ fn set(items: &[(&str, &str, &str)]) -> BTreeSet<(String, String, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rules_on_stored_campaigns_and_a_rolling_baseline() {
-    let (client, db) = latmesh_tests::fresh_db("check");
+    let (client, db) = latmesh_testkit::fresh_db("check");
     store::migrate(&client, &db, None).await.unwrap();
     let plan = plan("nightly");
     let same = |region| {
@@ -326,12 +326,12 @@ limit_pct = 5
     assert_eq!(cols, BTreeSet::from(["eu-west/(none)", "us-east/(none)"]));
     let alpha = t.rows.iter().find(|r| r.provider == "alpha").unwrap();
     assert_eq!((alpha.min_rank, alpha.max_rank), (Some(1.5), Some(2.0)));
-    latmesh_tests::drop_db(&client, &db).await;
+    latmesh_testkit::drop_db(&client, &db).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn previous_day_rule_over_a_series_of_runs() {
-    let (client, db) = latmesh_tests::fresh_db("check_prev");
+    let (client, db) = latmesh_testkit::fresh_db("check_prev");
     store::migrate(&client, &db, None).await.unwrap();
     let patrol = plan("patrol");
     let flat = |ms: f64| vec![ms; 100];
@@ -411,12 +411,12 @@ async fn previous_day_rule_over_a_series_of_runs() {
     let r = check::run(&run("patrol-r4")).await.unwrap();
     assert_eq!(fired(&r).len(), 1, "{}", r.render());
     assert!((r.fired[0].baseline.unwrap() - mean).abs() < 1e-9);
-    latmesh_tests::drop_db(&client, &db).await;
+    latmesh_testkit::drop_db(&client, &db).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ranks_per_region_and_time_window() {
-    let (client, db) = latmesh_tests::fresh_db("check_windows");
+    let (client, db) = latmesh_testkit::fresh_db("check_windows");
     store::migrate(&client, &db, None).await.unwrap();
     let text = plan("windowed").to_json();
     let mut plan: Plan = serde_json::from_str(&text).unwrap();
@@ -508,7 +508,7 @@ async fn ranks_per_region_and_time_window() {
     // Two columns say alpha < beta, two say beta < alpha: no concordance at all.
     assert_eq!(t.kendall_w, Some(0.0));
     assert!(latmesh_coordinator::ui::analysis::render(&analysis).contains("region/window"));
-    latmesh_tests::drop_db(&client, &db).await;
+    latmesh_testkit::drop_db(&client, &db).await;
 }
 
 // ---- the seed's rules on real campaigns against the simulator ----------------------------
@@ -571,13 +571,13 @@ consecutive_runs = 3
 /// rule, with intervals that do not overlap.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed_rules_are_quiet_on_identical_runs_and_fire_on_a_40_percent_slowdown() {
-    use latmesh_tests::{bin, spawn, spawn_until_line, verify_until_clean};
+    use latmesh_testkit::{bin, spawn, spawn_until_line, verify_until_clean};
     use std::process::Command;
     use std::time::Duration;
 
-    let (client, db) = latmesh_tests::fresh_db("check_sim");
+    let (client, db) = latmesh_testkit::fresh_db("check_sim");
     store::migrate(&client, &db, None).await.unwrap();
-    let ch_url = latmesh_tests::clickhouse_url().to_string();
+    let ch_url = latmesh_testkit::clickhouse_url().to_string();
     let dir = tempfile::tempdir().unwrap();
     let log = |name: &str| dir.path().join(format!("{name}.log"));
     let sim = |name: &str, scale: f64| {
@@ -692,5 +692,5 @@ async fn seed_rules_are_quiet_on_identical_runs_and_fire_on_a_40_percent_slowdow
     assert!(cur.0 > base.1, "{f:?}");
     assert!(f.current > 1.3 * f.baseline.unwrap(), "{f:?}");
     assert_eq!(r.exit_code(), 1);
-    latmesh_tests::drop_db(&client, &db).await;
+    latmesh_testkit::drop_db(&client, &db).await;
 }

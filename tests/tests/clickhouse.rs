@@ -25,7 +25,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 async fn migrated(test: &str) -> (clickhouse::Client, String) {
-    let (client, db) = latmesh_tests::fresh_db(test);
+    let (client, db) = latmesh_testkit::fresh_db(test);
     store::migrate(&client, &db, None).await.unwrap();
     (client, db)
 }
@@ -189,7 +189,7 @@ fn empty_record() -> ProbeRecord {
 
 #[tokio::test]
 async fn migrations_run_twice_and_the_second_run_applies_nothing() {
-    let (client, db) = latmesh_tests::fresh_db("migrate");
+    let (client, db) = latmesh_testkit::fresh_db("migrate");
     let first = store::migrate(&client, &db, None).await.unwrap();
     assert_eq!(
         first,
@@ -224,10 +224,10 @@ async fn migrations_run_twice_and_the_second_run_applies_nothing() {
         .await
         .unwrap();
     assert_eq!(recorded.len(), store::MIGRATIONS.len());
-    latmesh_tests::drop_db(&client, &db).await;
+    latmesh_testkit::drop_db(&client, &db).await;
 
     // A run interrupted half-way (some tables created, nothing recorded) completes.
-    let (client, db) = latmesh_tests::fresh_db("migrate_half");
+    let (client, db) = latmesh_testkit::fresh_db("migrate_half");
     client
         .query(&format!("CREATE DATABASE {db}"))
         .execute()
@@ -242,7 +242,7 @@ async fn migrations_run_twice_and_the_second_run_applies_nothing() {
         store::MIGRATIONS.len()
     );
     assert!(store::migrate(&client, &db, None).await.unwrap().is_empty());
-    latmesh_tests::drop_db(&client, &db).await;
+    latmesh_testkit::drop_db(&client, &db).await;
 }
 
 #[test]
@@ -496,7 +496,7 @@ async fn every_row_type_round_trips() {
         .unwrap();
     assert_eq!(migrations.len(), store::MIGRATIONS.len());
     assert_eq!(migrations[0].name, "0001_init");
-    latmesh_tests::drop_db(&client, &db).await;
+    latmesh_testkit::drop_db(&client, &db).await;
 }
 
 /// Rows written before migration 5 (here: without its columns) read their output token source
@@ -575,7 +575,7 @@ async fn rows_from_before_the_token_source_read_it_from_tokens_from_usage() {
         [("m-2024".to_string(), 2), ("n".to_string(), 1)]
     );
     assert_eq!(all.system_fingerprints.get("fp"), Some(&3));
-    latmesh_tests::drop_db(&client, &db).await;
+    latmesh_testkit::drop_db(&client, &db).await;
 }
 
 /// `agents` rows written before schema 7 (without its delivery columns) read back as a done
@@ -606,7 +606,7 @@ async fn agent_rows_from_before_schema_7_verify_as_before() {
     assert!(latmesh_store::query::not_verified(a, 2).is_empty());
     let d = a.delivery();
     assert_eq!((d.last_seq, d.batches_rejected), (Some(0), 0));
-    latmesh_tests::drop_db(&client, &db).await;
+    latmesh_testkit::drop_db(&client, &db).await;
 }
 
 #[tokio::test]
@@ -734,7 +734,7 @@ async fn a_batch_sent_twice_is_stored_once() {
         (counts.request_rows, counts.duplicate_request_rows),
         (100, 0)
     );
-    latmesh_tests::drop_db(&client, &db).await;
+    latmesh_testkit::drop_db(&client, &db).await;
 }
 
 #[tokio::test]
@@ -834,7 +834,7 @@ async fn many_batches_in_one_call_each_stored_once() {
         .find(|a| a.agent_id == "agent-a")
         .unwrap();
     assert_eq!((a.batches, a.request_rows, a.duplicate_rows), (3, 22, 0));
-    latmesh_tests::drop_db(&client, &db).await;
+    latmesh_testkit::drop_db(&client, &db).await;
 }
 
 #[tokio::test]
@@ -905,7 +905,7 @@ async fn errors_say_whether_a_retry_can_help() {
             .is_retryable()
     );
     store::ping(&client, Duration::from_secs(5)).await.unwrap();
-    latmesh_tests::drop_db(&client, &db).await;
+    latmesh_testkit::drop_db(&client, &db).await;
 }
 
 fn empty_row() -> RequestRow {
@@ -1316,12 +1316,12 @@ async fn sql_matrix_equals_the_in_memory_matrix() {
     }
     let regions: BTreeSet<_> = counts.agents.iter().map(|a| a.region.as_str()).collect();
     assert_eq!(regions.len(), 3);
-    latmesh_tests::drop_db(&client, &db).await;
+    latmesh_testkit::drop_db(&client, &db).await;
 }
 
 /// Rough sink throughput: 200,000 records in batches of 2,000, written one batch per call and
 /// 25 batches per call. Ignored by default: `cargo test --release -p latmesh-tests --test
-/// clickhouse -- --ignored --nocapture insert_throughput` prints records/s.
+/// integration -- --ignored --nocapture clickhouse::insert_throughput` prints records/s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "timing only"]
 async fn insert_throughput() {
@@ -1357,7 +1357,7 @@ async fn insert_throughput() {
     }
     let counts = store::counts(&client, &db, "bench").await.unwrap();
     assert_eq!(counts.request_rows, 400_000);
-    latmesh_tests::drop_db(&client, &db).await;
+    latmesh_testkit::drop_db(&client, &db).await;
 }
 
 /// One simulated agent of a sweep campaign: both scenarios are sweeps (c = 2, 4, 8, 16), every
@@ -1563,11 +1563,11 @@ async fn sql_sweep_equals_the_in_memory_sweep() {
         "--campaign",
         campaign_id,
         "--clickhouse-url",
-        latmesh_tests::clickhouse_url(),
+        latmesh_testkit::clickhouse_url(),
         "--clickhouse-db",
         &db,
     ];
-    let out = std::process::Command::new(latmesh_tests::bin("latmesh"))
+    let out = std::process::Command::new(latmesh_testkit::bin("latmesh"))
         .args(args)
         .arg("--json")
         .output()
@@ -1583,7 +1583,7 @@ async fn sql_sweep_equals_the_in_memory_sweep() {
     assert!(printed.trim_end() == serde_json::to_string_pretty(&memory).unwrap());
     let parsed: Vec<SweepRow> = serde_json::from_str(&printed).unwrap();
     assert_eq!(parsed.len(), memory.len());
-    let out = std::process::Command::new(latmesh_tests::bin("latmesh"))
+    let out = std::process::Command::new(latmesh_testkit::bin("latmesh"))
         .args(args)
         .output()
         .unwrap();
@@ -1593,7 +1593,7 @@ async fn sql_sweep_equals_the_in_memory_sweep() {
         "{text}"
     );
     assert!(text.contains("sweep long-input: every step"), "{text}");
-    latmesh_tests::drop_db(&client, &db).await;
+    latmesh_testkit::drop_db(&client, &db).await;
 }
 
 /// Appends batch `seq` of agent `agent-1` (us-east) in `campaign` to `spool`: `histograms` and
@@ -1626,7 +1626,7 @@ fn start_sink(
     use latmesh_coordinator::sink::{self, SinkTarget};
     let target = SinkTarget::with_client(
         client.clone(),
-        latmesh_tests::clickhouse_url(),
+        latmesh_testkit::clickhouse_url(),
         db,
         store::Timeouts::default(),
     );
@@ -1688,7 +1688,7 @@ async fn the_sink_drains_several_rounds_once_each_and_skips_an_undecodable_batch
     assert_eq!(c.agents.len(), 1);
     assert_eq!(c.agents[0].missing_seqs, vec![BAD_SEQ]);
     assert_eq!(spool.pending_entries(), 0);
-    latmesh_tests::drop_db(&client, &db).await;
+    latmesh_testkit::drop_db(&client, &db).await;
 }
 
 /// A table missing a column the rows need is the schema's fault, not the batches': the sink
@@ -1736,7 +1736,7 @@ async fn the_sink_keeps_batches_while_a_table_lacks_a_column() {
     assert_eq!(c.request_rows, BATCHES);
     assert_eq!(c.duplicate_request_rows, 0);
     assert!(c.agents[0].missing_seqs.is_empty());
-    latmesh_tests::drop_db(&client, &db).await;
+    latmesh_testkit::drop_db(&client, &db).await;
 }
 
 /// A failover primary that throttles both its tries before the client moves on: each such

@@ -8,46 +8,8 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use latmesh_results::summary::Summary;
-use latmesh_tests::{bin, free_port, spawn, spawn_until_line};
-
-/// A ClickHouse server of this test's own; stopped on drop.
-struct OwnClickhouse {
-    state: tempfile::TempDir,
-    http_port: u16,
-    tcp_port: u16,
-}
-
-impl OwnClickhouse {
-    fn script(&self, cmd: &str) -> Output {
-        Command::new("bash")
-            .arg(latmesh_tests::repo().join("scripts/clickhouse.sh"))
-            .arg(cmd)
-            .env("LATMESH_CLICKHOUSE_STATE_DIR", self.state.path())
-            .env("LATMESH_CLICKHOUSE_HTTP_PORT", self.http_port.to_string())
-            .env("LATMESH_CLICKHOUSE_TCP_PORT", self.tcp_port.to_string())
-            .output()
-            .expect("bash")
-    }
-
-    fn start(&self) {
-        let out = self.script("start");
-        assert!(
-            out.status.success(),
-            "clickhouse start: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.http_port)
-    }
-}
-
-impl Drop for OwnClickhouse {
-    fn drop(&mut self) {
-        let _ = self.script("stop");
-    }
-}
+use latmesh_testkit::private_clickhouse::PrivateClickhouse;
+use latmesh_testkit::{bin, spawn, spawn_until_line};
 
 fn latmesh(args: &[&str]) -> Output {
     Command::new(bin("latmesh")).args(args).output().unwrap()
@@ -55,11 +17,7 @@ fn latmesh(args: &[&str]) -> Output {
 
 #[test]
 fn clickhouse_down_mid_campaign_loses_and_duplicates_nothing() {
-    let ch = OwnClickhouse {
-        state: tempfile::tempdir().unwrap(),
-        http_port: free_port(),
-        tcp_port: free_port(),
-    };
+    let ch = PrivateClickhouse::new();
     ch.start();
     let dir = tempfile::tempdir().unwrap();
     let log = |name: &str| dir.path().join(format!("{name}.log"));
@@ -134,12 +92,7 @@ fn clickhouse_down_mid_campaign_loses_and_duplicates_nothing() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let out = ch.script("stop");
-    assert!(
-        out.status.success(),
-        "clickhouse stop: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ch.stop();
     let mut launch = Command::new(bin("latmesh"));
     launch
         .args(["campaign", "launch"])
@@ -242,11 +195,7 @@ fn clickhouse_down_mid_campaign_loses_and_duplicates_nothing() {
 
 #[test]
 fn a_coordinator_restarted_before_clickhouse_is_back_still_stores_its_campaigns() {
-    let ch = OwnClickhouse {
-        state: tempfile::tempdir().unwrap(),
-        http_port: free_port(),
-        tcp_port: free_port(),
-    };
+    let ch = PrivateClickhouse::new();
     let dir = tempfile::tempdir().unwrap();
     let log = |name: &str| dir.path().join(format!("{name}.log"));
     let db = "latmesh_restart";

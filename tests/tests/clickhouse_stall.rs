@@ -9,73 +9,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use latmesh_core::record::{Outcome, ProbeRecord};
-use latmesh_store::insert::{PreparedBatch, SeqMarks, insert_prepared};
-use latmesh_store::{self as store, BatchKey, InsertOutcome, StoreError, Timeouts};
-use latmesh_tests::{bin, free_port, repo, spawn_until_line};
-
-/// A private ClickHouse server, stopped (SIGCONT then `scripts/clickhouse.sh stop`) on drop.
-struct PrivateClickhouse {
-    dir: tempfile::TempDir,
-    url: String,
-    pid: i32,
-    http_port: u16,
-    tcp_port: u16,
-}
-
-impl PrivateClickhouse {
-    fn start() -> PrivateClickhouse {
-        let dir = tempfile::tempdir().unwrap();
-        let (http_port, tcp_port) = (free_port(), free_port());
-        let out = Self::script(dir.path(), http_port, tcp_port, "start");
-        assert!(
-            out.status.success(),
-            "scripts/clickhouse.sh start failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let pid: i32 = std::fs::read_to_string(dir.path().join("clickhouse-server.pid"))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        PrivateClickhouse {
-            url: format!("http://127.0.0.1:{http_port}"),
-            dir,
-            pid,
-            http_port,
-            tcp_port,
-        }
-    }
-
-    fn script(dir: &std::path::Path, http: u16, tcp: u16, verb: &str) -> std::process::Output {
-        Command::new("bash")
-            .arg(repo().join("scripts/clickhouse.sh"))
-            .args([verb, "--state-dir"])
-            .arg(dir)
-            .env("LATMESH_CLICKHOUSE_HTTP_PORT", http.to_string())
-            .env("LATMESH_CLICKHOUSE_TCP_PORT", tcp.to_string())
-            .output()
-            .expect("run scripts/clickhouse.sh")
-    }
-
-    /// SIGSTOP (`true`) or SIGCONT (`false`): every thread of the server stops, its sockets
-    /// keep accepting and buffering what clients send.
-    fn stall(&self, stopped: bool) {
-        let sig = if stopped { "-STOP" } else { "-CONT" };
-        let ok = Command::new("kill")
-            .args([sig, &self.pid.to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill {sig} {}", self.pid);
-    }
-}
-
-impl Drop for PrivateClickhouse {
-    fn drop(&mut self) {
-        self.stall(false);
-        let _ = Self::script(self.dir.path(), self.http_port, self.tcp_port, "stop");
-    }
-}
+use latmesh_testkit::private_clickhouse::PrivateClickhouse;
+use latmesh_testkit::{bin, repo, spawn_until_line};
 
 /// A listener that accepts TCP connections and never answers (nor reads).
 struct Silent {
@@ -126,8 +61,8 @@ const SHORT: Timeouts = Timeouts {
 /// stored exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_insert_abandoned_at_its_timeout_is_not_stored_twice() {
-    let ch = PrivateClickhouse::start();
-    let client = store::client_with(&ch.url, &SHORT);
+    let ch = PrivateClickhouse::started();
+    let client = store::client_with(&ch.url(), &SHORT);
     let db = "stall";
     store::migrate(&client, db, None).await.unwrap();
     let mut marks = SeqMarks::new();
@@ -277,7 +212,7 @@ fn coordinator(
     db: &str,
     dir: &std::path::Path,
     log: &std::path::Path,
-) -> (latmesh_tests::Proc, String) {
+) -> (latmesh_testkit::Proc, String) {
     let mut coord = Command::new(bin("latmesh"));
     coord
         .args([
@@ -285,7 +220,7 @@ fn coordinator(
             "--listen",
             "127.0.0.1:0",
             "--clickhouse-url",
-            &ch.url,
+            &ch.url(),
         ])
         .args(["--clickhouse-db", db, "--clickhouse-timeout-s", "1"])
         .arg("--spool-dir")
@@ -303,7 +238,7 @@ fn coordinator(
 /// migrations), and says when it is back.
 #[test]
 fn the_coordinator_warns_of_a_stall_and_says_when_it_is_over() {
-    let ch = PrivateClickhouse::start();
+    let ch = PrivateClickhouse::started();
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("coord.log");
     ch.stall(true);
@@ -314,7 +249,7 @@ fn the_coordinator_warns_of_a_stall_and_says_when_it_is_over() {
         Duration::from_secs(30),
     );
     assert!(
-        text.contains(&ch.url),
+        text.contains(&ch.url()),
         "the warning names the server:\n{text}"
     );
     wait_for_line(
@@ -336,7 +271,7 @@ fn the_coordinator_warns_of_a_stall_and_says_when_it_is_over() {
 /// resumes, says the spool is drained; `campaign verify` finds nothing lost, nothing twice.
 #[test]
 fn a_campaign_during_a_stall_is_stored_once_when_clickhouse_resumes() {
-    let ch = PrivateClickhouse::start();
+    let ch = PrivateClickhouse::started();
     let dir = tempfile::tempdir().unwrap();
     let log = |name: &str| dir.path().join(format!("{name}.log"));
     let db = "stall_campaign";
@@ -362,7 +297,7 @@ fn a_campaign_during_a_stall_is_stored_once_when_clickhouse_resumes() {
         "--exit-after",
         "1",
     ]);
-    let _agent = latmesh_tests::spawn("agent", agent, &log("agent"));
+    let _agent = latmesh_testkit::spawn("agent", agent, &log("agent"));
     let campaign = latmesh_coordinator::demo::demo_rounds_only()
         .replace("{sim}", sim_url.trim_start_matches("http://"))
         .replace("count = 12 ", "count = 4 ")
@@ -397,7 +332,7 @@ fn a_campaign_during_a_stall_is_stored_once_when_clickhouse_resumes() {
 
     let summary: latmesh_results::summary::Summary =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    latmesh_tests::verify_until_clean(&ch.url, db, &summary.campaign_id);
+    latmesh_testkit::verify_until_clean(&ch.url(), db, &summary.campaign_id);
     let text = wait_for_line(
         &log("coord"),
         "ClickHouse back, spool drained (",

@@ -5,7 +5,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use latmesh_results::summary::Summary;
-use latmesh_tests::{bin, spawn, spawn_until_line};
+use latmesh_testkit::{bin, spawn, spawn_until_line};
 
 const REGIONS: [&str; 3] = ["us-east", "eu-west", "ap-southeast"];
 
@@ -174,7 +174,7 @@ fn a_bad_campaign_file_names_the_key() {
 #[test]
 fn an_agent_started_before_its_coordinator_connects_once_it_is_up() {
     let dir = tempfile::tempdir().unwrap();
-    let port = latmesh_tests::free_port();
+    let port = latmesh_testkit::free_port();
     let url = format!("http://127.0.0.1:{port}");
     let mut a = Command::new(bin("latmesh-agent"));
     a.args([

@@ -18,7 +18,7 @@ use std::io::{Read, Write};
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use latmesh_tests::{bin, spawn, spawn_until_line};
+use latmesh_testkit::{bin, spawn, spawn_until_line};
 use serde_json::Value;
 
 const PLUGIN: &str = "grafana-clickhouse-datasource";
@@ -26,7 +26,7 @@ const REGIONS: [&str; 3] = ["us-east", "eu-west", "ap-southeast"];
 const SCENARIOS: [&str; 2] = ["chat-short", "long-input"];
 
 fn dashboard() -> Value {
-    let path = latmesh_tests::repo().join("deploy/grafana/dashboards/latmesh.json");
+    let path = latmesh_testkit::repo().join("deploy/grafana/dashboards/latmesh.json");
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
@@ -541,7 +541,7 @@ fn run_campaign(ch_url: &str, db: &str, dir: &std::path::Path) -> String {
     );
     let summary: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let id = summary["campaign_id"].as_str().unwrap().to_string();
-    latmesh_tests::verify_until_clean(ch_url, db, &id);
+    latmesh_testkit::verify_until_clean(ch_url, db, &id);
     id
 }
 
@@ -590,8 +590,8 @@ fn cli_matrix(
 #[test]
 fn every_dashboard_query_runs_on_clickhouse_and_returns_rows() {
     let d = dashboard();
-    let ch_url = latmesh_tests::clickhouse_url();
-    let (_client, db) = latmesh_tests::fresh_db("grafana");
+    let ch_url = latmesh_testkit::clickhouse_url();
+    let (_client, db) = latmesh_testkit::fresh_db("grafana");
     let dir = tempfile::tempdir().unwrap();
     let campaign_id = run_campaign(ch_url, &db, dir.path());
 

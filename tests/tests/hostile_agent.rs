@@ -16,8 +16,8 @@ use latmesh_proto::pb;
 use latmesh_proto::pb::agent_message::Kind as In;
 use latmesh_proto::pb::coordinator_message::Kind as Out;
 use latmesh_sim::profile::ProviderProfile;
-use latmesh_tests::raw_agent::{self, RawAgent, batch};
-use latmesh_tests::stack::Stack;
+use latmesh_testkit::raw_agent::{self, RawAgent, batch};
+use latmesh_testkit::stack::Stack;
 
 const ROUNDS: u64 = 4;
 
@@ -424,7 +424,7 @@ fn tail(log: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_is_bounded_by_the_stored_seqs_not_by_a_claimed_one() {
     use latmesh_store as store;
-    let (client, db) = latmesh_tests::fresh_db("verify_bounded");
+    let (client, db) = latmesh_testkit::fresh_db("verify_bounded");
     store::migrate(&client, &db, None).await.unwrap();
     client
         .query(&format!(
@@ -449,5 +449,5 @@ async fn verify_is_bounded_by_the_stored_seqs_not_by_a_claimed_one() {
     assert_eq!(a.missing_seqs.len(), 100);
     assert_eq!(a.missing_seqs[..3], [2, 4, 5]);
     assert_eq!(a.missing_seqs_more, u64::MAX - 3 - 100);
-    latmesh_tests::drop_db(&client, &db).await;
+    latmesh_testkit::drop_db(&client, &db).await;
 }

@@ -22,8 +22,8 @@ use std::process::Command;
 
 use latmesh_sim::hostile::Hostile;
 use latmesh_sim::profile::ProviderProfile;
-use latmesh_tests::stack::Stack;
-use latmesh_tests::{bin, files_containing};
+use latmesh_testkit::stack::Stack;
+use latmesh_testkit::{bin, files_containing};
 
 const KEY_ENV: &str = "HOSTILE_PROVIDER_TEST_API_KEY";
 const ROUNDS: u32 = 3;
@@ -104,8 +104,8 @@ max_tokens = 8
 
 #[test]
 fn hostile_providers_are_bounded_stored_verified_and_leak_no_key() {
-    let ch_url = latmesh_tests::clickhouse_url().to_string();
-    let (client, db) = latmesh_tests::fresh_db("hostile");
+    let ch_url = latmesh_testkit::clickhouse_url().to_string();
+    let (client, db) = latmesh_testkit::fresh_db("hostile");
     let rt = tokio::runtime::Runtime::new().unwrap();
     // (No 8-byte run in common with what the simulator sends on its own, `latmesh-sim`:
     // that run would be redacted as a piece of the key.)
@@ -126,11 +126,11 @@ fn hostile_providers_are_bounded_stored_verified_and_leak_no_key() {
     std::fs::write(stack.dir.path().join("launch.out"), &out).unwrap();
     assert!(summary.complete, "{out}");
     let id = summary.campaign_id.clone();
-    let verify = latmesh_tests::verify_until_clean(&ch_url, &db, &id);
+    let verify = latmesh_testkit::verify_until_clean(&ch_url, &db, &id);
     std::fs::write(stack.dir.path().join("verify.out"), &verify).unwrap();
 
     // Every slot of every provider stored, the good ones' as usual.
-    let tsv = |sql: &str| latmesh_tests::tsv(&rt, &client, sql);
+    let tsv = |sql: &str| latmesh_testkit::tsv(&rt, &client, sql);
     let rows = tsv(&format!(
         "SELECT provider, count(), countIf(outcome = 'ok') FROM {db}.requests \
          WHERE campaign_id = '{id}' GROUP BY provider ORDER BY provider"
@@ -246,5 +246,5 @@ fn hostile_providers_are_bounded_stored_verified_and_leak_no_key() {
             .any(|v| v.contains(&canary) || v.contains(&header_canary));
         assert!(!in_rows, "the canary is in table {}", t[0]);
     }
-    rt.block_on(latmesh_tests::drop_db(&client, &db));
+    rt.block_on(latmesh_testkit::drop_db(&client, &db));
 }

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use latmesh_proto::pb;
 use latmesh_sim::profile::ProviderProfile;
-use latmesh_tests::bin;
-use latmesh_tests::stack::Stack;
+use latmesh_testkit::bin;
+use latmesh_testkit::stack::Stack;
 
 /// The API key variable of the campaigns here (set on some agents only).
 const KEY_ENV: &str = "VALIDATION_TEST_API_KEY";

@@ -45,7 +45,7 @@ use latmesh_core::api::{Api, RequestShape};
 use latmesh_core::plan::Timeouts;
 use latmesh_core::prompts::Message;
 use latmesh_core::record::Outcome;
-use latmesh_tests::real_servers::{LLAMA_ADDR, LLAMA_BASE_URL};
+use latmesh_testkit::real_servers::{LLAMA_ADDR, LLAMA_BASE_URL};
 
 /// Reference requests, and as many probes.
 const PAIRS: usize = 21;
@@ -135,7 +135,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// checks the medians against the bounds of the module documentation.
 async fn ttft_within_one_decode_step_of_prompt_ms(api: Api) {
     let _one = ONE_AT_A_TIME.lock().await;
-    let _servers = latmesh_tests::real_servers::ensure();
+    let _servers = latmesh_testkit::real_servers::ensure();
     let messages = [
         Message::new("system", "Answer in one short sentence."),
         Message::new("user", "Why is the sky blue?"),

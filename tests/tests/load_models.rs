@@ -5,7 +5,7 @@
 //! numbers, and the three agents must have started within 1 ms of each other.
 
 use latmesh_sim::profile::ProviderProfile;
-use latmesh_tests::stack::Stack;
+use latmesh_testkit::stack::Stack;
 
 /// `queue`: serves 6 requests at once (over all regions), ~125 ms each. `steady`: no limit.
 /// `stall`: 300 ms to the first token.

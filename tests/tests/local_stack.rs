@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use latmesh_tests::{bin, free_port, repo};
+use latmesh_testkit::{bin, free_port, repo};
 
 const REGIONS: [&str; 3] = ["us-east", "eu-west", "ap-southeast"];
 
@@ -319,7 +319,7 @@ model_id = "deepseek-v4-flash"
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&summary_path).unwrap()).unwrap();
     let campaign_id = summary["campaign_id"].as_str().unwrap().to_string();
-    let verify = latmesh_tests::verify_until_clean(&ch_url, &db, &campaign_id);
+    let verify = latmesh_testkit::verify_until_clean(&ch_url, &db, &campaign_id);
     for region in REGIONS {
         assert!(
             verify.contains(&format!("local-{region} ")),

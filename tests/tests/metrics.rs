@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use latmesh_results::summary::Summary;
 use latmesh_sim::profile::ProviderProfile;
-use latmesh_tests::{bin, free_port, fresh_db, spawn_until_line};
+use latmesh_testkit::{bin, free_port, fresh_db, spawn_until_line};
 use prometheus_parse::{Sample, Scrape, Value};
 
 /// `GET /metrics` at `url` (`http://HOST:PORT/metrics`) with `accept`: (content type, body).
@@ -128,7 +128,7 @@ fn agent_and_coordinator_metrics_match_what_the_campaign_measured() {
     let sim_addr = sim_url.trim_start_matches("http://").to_string();
 
     // The coordinator stores into a fresh ClickHouse database through its spool.
-    let ch_url = latmesh_tests::clickhouse_url();
+    let ch_url = latmesh_testkit::clickhouse_url();
     let (ch, db) = fresh_db("metrics");
     let coord_metrics = format!("127.0.0.1:{}", free_port());
     let mut coord = Command::new(bin("latmesh"));
@@ -364,5 +364,5 @@ model_id = "{model}"
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(latmesh_tests::drop_db(&ch, &db));
+    rt.block_on(latmesh_testkit::drop_db(&ch, &db));
 }

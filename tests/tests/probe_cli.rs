@@ -3,7 +3,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use latmesh_tests::{bin, spawn_until_line};
+use latmesh_testkit::{bin, spawn_until_line};
 use serde_json::Value;
 
 /// Runs `latmesh probe ARGS`, checks that it exits 0 exactly when the outcome is `ok`, and
@@ -195,7 +195,7 @@ fn probe_names_a_missing_key_variable_without_sending() {
 }
 
 /// The simulator on loopback, for the tests below: its base URL (`http://…`) and the guard.
-fn sim(dir: &std::path::Path) -> (latmesh_tests::Proc, String) {
+fn sim(dir: &std::path::Path) -> (latmesh_testkit::Proc, String) {
     let mut sim = Command::new(bin("latmesh-sim"));
     sim.args(["serve", "--listen", "127.0.0.1:0"]);
     spawn_until_line(

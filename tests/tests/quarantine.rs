@@ -1,7 +1,7 @@
 //! A batch the coordinator refuses as malformed (issue 17) neither blocks the campaign nor
 //! passes verification as "0 lost": with real processes on loopback (`latmesh-sim`, a
 //! coordinator storing into the test ClickHouse, a real agent in `us-east`) and a raw agent
-//! session in `eu-west` (`latmesh_tests::raw_agent`, because a real agent sends nothing the
+//! session in `eu-west` (`latmesh_testkit::raw_agent`, because a real agent sends nothing the
 //! coordinator refuses) that sends one batch naming a provider the plan does not have: the
 //! coordinator answers `BatchRejected` with the reason, stores the raw agent's other batch,
 //! finishes the campaign without waiting for the refused one, and `latmesh campaign verify`
@@ -19,9 +19,9 @@ use latmesh_proto::pb;
 use latmesh_proto::pb::agent_message::Kind as In;
 use latmesh_proto::pb::coordinator_message::Kind as Out;
 use latmesh_sim::profile::{DEFAULT_MODEL_ID, ProviderProfile};
-use latmesh_tests::raw_agent::{self, RawAgent, batch};
-use latmesh_tests::stack::Stack;
-use latmesh_tests::verify;
+use latmesh_testkit::raw_agent::{self, RawAgent, batch};
+use latmesh_testkit::stack::Stack;
+use latmesh_testkit::verify;
 
 fn campaign() -> String {
     format!(
@@ -91,8 +91,8 @@ async fn launch_with_a_first_batch(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_batch_leaves_its_agent_not_verified_and_holds_up_nothing() {
-    let (client, db) = latmesh_tests::fresh_db("quarantine");
-    let ch_url = latmesh_tests::clickhouse_url().to_string();
+    let (client, db) = latmesh_testkit::fresh_db("quarantine");
+    let ch_url = latmesh_testkit::clickhouse_url().to_string();
     let mut stack = Stack::start_with_clickhouse(
         &[ProviderProfile::fixed("good", 20_000, 1_000)],
         &ch_url,
@@ -191,7 +191,7 @@ async fn a_refused_batch_leaves_its_agent_not_verified_and_holds_up_nothing() {
         .find(|l| l.starts_with("a1 "))
         .unwrap_or_else(|| panic!("no a1 line:\n{text}"));
     assert!(!a1.contains("NOT VERIFIED"), "{a1}");
-    latmesh_tests::drop_db(&client, &db).await;
+    latmesh_testkit::drop_db(&client, &db).await;
 }
 
 /// A campaign whose deadline passes before its agent is done finishes incomplete; the agent's
@@ -200,8 +200,8 @@ async fn a_refused_batch_leaves_its_agent_not_verified_and_holds_up_nothing() {
 /// records as reported and finds everything stored, while the summary stays final.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_done_notice_after_the_deadline_lets_verify_vouch_for_what_was_delivered() {
-    let (client, db) = latmesh_tests::fresh_db("late_done");
-    let ch_url = latmesh_tests::clickhouse_url().to_string();
+    let (client, db) = latmesh_testkit::fresh_db("late_done");
+    let ch_url = latmesh_testkit::clickhouse_url().to_string();
     let stack = Stack::start_with_clickhouse(
         &[ProviderProfile::fixed("good", 20_000, 1_000)],
         &ch_url,
@@ -228,7 +228,7 @@ async fn a_done_notice_after_the_deadline_lets_verify_vouch_for_what_was_deliver
     // Its row (written by the sink a moment later) says no done notice arrived.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let (ok, text) = latmesh_tests::verify(&ch_url, &db, &id);
+        let (ok, text) = latmesh_testkit::verify(&ch_url, &db, &id);
         assert!(!ok, "{text}");
         if text.contains("no done notice") {
             break;
@@ -252,7 +252,7 @@ async fn a_done_notice_after_the_deadline_lets_verify_vouch_for_what_was_deliver
         ..Default::default()
     }))
     .await;
-    let text = latmesh_tests::verify_until_clean(&ch_url, &db, &id);
+    let text = latmesh_testkit::verify_until_clean(&ch_url, &db, &id);
     let line = text
         .lines()
         .find(|l| l.starts_with("raw "))
@@ -266,5 +266,5 @@ async fn a_done_notice_after_the_deadline_lets_verify_vouch_for_what_was_deliver
         )),
         "{log}"
     );
-    latmesh_tests::drop_db(&client, &db).await;
+    latmesh_testkit::drop_db(&client, &db).await;
 }

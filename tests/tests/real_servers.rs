@@ -9,11 +9,10 @@ use std::process::Command;
 use std::time::Duration;
 
 use latmesh_core::api::Api;
-use latmesh_results::summary::{MatrixCell, Summary};
-use latmesh_tests::{bin, spawn, spawn_until_line};
+use latmesh_testkit::{bin, spawn, spawn_until_line};
 
 /// A coordinator on loopback, its log in `dir`: the process and its URL.
-fn coordinator(dir: &std::path::Path) -> (latmesh_tests::Proc, String) {
+fn coordinator(dir: &std::path::Path) -> (latmesh_testkit::Proc, String) {
     let mut coord = Command::new(bin("latmesh"));
     coord.args(["serve", "--listen", "127.0.0.1:0"]);
     spawn_until_line(
@@ -60,12 +59,16 @@ fn provider(server: &str, api: Api) -> String {
 /// real properties of what each server sends (docs/real-servers.md).
 #[test]
 fn campaign_against_real_servers_in_two_regions() {
-    let _servers = latmesh_tests::real_servers::ensure();
+    let _servers = latmesh_testkit::real_servers::ensure();
     let dir = tempfile::tempdir().unwrap();
     let log = |name: &str| dir.path().join(format!("{name}.log"));
     let (_coord, url) = coordinator(dir.path());
     // llmock's quota is per API key: a key of this run's own gets the full quota.
-    let llmock_key = format!("test-{}-{}", std::process::id(), latmesh_tests::free_port());
+    let llmock_key = format!(
+        "test-{}-{}",
+        std::process::id(),
+        latmesh_testkit::free_port()
+    );
     let mut agents = Vec::new();
     for region in ["us-east", "eu-west"] {
         let mut a = Command::new(bin("latmesh-agent"));
@@ -82,7 +85,7 @@ fn campaign_against_real_servers_in_two_regions() {
         a.env("LATMESH_REAL_LLMOCK_KEY", &llmock_key);
         agents.push(spawn(region, a, &log(region)));
     }
-    let campaign = latmesh_tests::repo().join("examples/real-local.toml");
+    let campaign = latmesh_testkit::repo().join("examples/real-local.toml");
     let s = launch(&url, &campaign, dir.path());
     assert!(s.complete);
     let rounds = 6;
@@ -220,7 +223,7 @@ fn campaign_against_real_servers_in_two_regions() {
 /// `connection_error` (issue 16: 25 % of the attempts of a two-turn scenario were).
 #[test]
 fn multi_turn_campaign_against_llama_server_has_no_connection_error() {
-    let _servers = latmesh_tests::real_servers::ensure();
+    let _servers = latmesh_testkit::real_servers::ensure();
     let dir = tempfile::tempdir().unwrap();
     let (_coord, url) = coordinator(dir.path());
     let mut a = Command::new(bin("latmesh-agent"));

@@ -32,8 +32,8 @@ const CHROMIUM: &str = "/usr/bin/chromium";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_report_from_memory_and_from_clickhouse() {
     let browser = browser();
-    let url = latmesh_tests::clickhouse_url().to_string();
-    let (client, db) = latmesh_tests::fresh_db("report");
+    let url = latmesh_testkit::clickhouse_url().to_string();
+    let (client, db) = latmesh_testkit::fresh_db("report");
     let dir = tempfile::tempdir().unwrap();
     let store = DemoStore {
         url: url.clone(),
@@ -74,7 +74,7 @@ async fn demo_report_from_memory_and_from_clickhouse() {
     // --- From ClickHouse: `latmesh report` in every format.
     let out = |format: &str| dir.path().join(format!("ch.{format}"));
     for format in ["html", "json", "csv"] {
-        let run = Command::new(latmesh_tests::bin("latmesh"))
+        let run = Command::new(latmesh_testkit::bin("latmesh"))
             .args([
                 "report",
                 &id,
@@ -158,7 +158,7 @@ async fn demo_report_from_memory_and_from_clickhouse() {
         check_rendered(&chromium, &profile, &html_path, &mem, dir.path());
         check_rendered(&chromium, &profile, &out("html"), &ch, dir.path());
     }
-    latmesh_tests::drop_db(&client, &db).await;
+    latmesh_testkit::drop_db(&client, &db).await;
 }
 
 /// `/usr/bin/chromium`, or `None` with `LATMESH_SKIP_BROWSER=1`.

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use latmesh_results::summary::Summary;
 use latmesh_sim::profile::ProviderProfile;
-use latmesh_tests::stack::Stack;
-use latmesh_tests::{Proc, bin, wait_exit};
+use latmesh_testkit::stack::Stack;
+use latmesh_testkit::{Proc, bin, wait_exit};
 
 struct Setup {
     stack: Stack,

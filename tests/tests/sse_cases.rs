@@ -1,5 +1,6 @@
-//! The provider-quirk corpus (`tests/fixtures/sse-cases/`, a byte-exact copy of
-//! `shared/sse-cases/`) through the real probe path: each recorded body is served over
+//! The provider-quirk corpus (`tests/fixtures/sse-cases/`, the repository's one copy; with
+//! `LATMESH_SSE_CASES` naming another copy, [`corpus_matches_upstream`] checks it against that
+//! one) through the real probe path: each recorded body is served over
 //! loopback HTTP by the simulator's replay server (`latmesh_sim::serve_replay`, which honours
 //! the sidecar's status, headers and `delivery.split_after_bytes`), probed with
 //! `latmesh_agent::probe::Prober`, and every field of its `.expect.json` is checked.
@@ -420,8 +421,7 @@ fn sse_names(dir: &Path) -> Vec<String> {
     names
 }
 
-/// Every recorded body has a test, and the repo copy is the shared corpus (when CI has it
-/// beside the clone): a new case can't be silently skipped.
+/// Every recorded body has a test: a new case can't be silently skipped.
 #[test]
 fn every_corpus_case_has_a_test() {
     let local = sse_names(&fixtures());
@@ -441,21 +441,36 @@ fn every_corpus_case_has_a_test() {
             "case {case} has no fixture"
         );
     }
-    let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/sse-cases");
-    if shared.is_dir() {
-        for name in sse_names(&shared) {
+}
+
+/// The repository's corpus is a byte-exact copy of an upstream one (the corpus shared with
+/// other projects): run only when asked, with `LATMESH_SSE_CASES=<dir>` (the variable that also
+/// has the simulator's replay test replay that copy); a directory that is named but missing
+/// fails.
+#[test]
+fn corpus_matches_upstream() {
+    let Some(upstream) = std::env::var_os("LATMESH_SSE_CASES") else {
+        return;
+    };
+    let shared = PathBuf::from(upstream);
+    assert!(
+        shared.is_dir(),
+        "LATMESH_SSE_CASES={} is not a directory",
+        shared.display()
+    );
+    let local = sse_names(&fixtures());
+    for name in sse_names(&shared) {
+        assert!(
+            local.contains(&name),
+            "upstream {name}.sse is missing from tests/fixtures/sse-cases: copy it (cp) and add a test"
+        );
+        for ext in ["sse", "expect.json"] {
+            let a = std::fs::read(shared.join(format!("{name}.{ext}"))).unwrap();
+            let b = std::fs::read(fixtures().join(format!("{name}.{ext}"))).unwrap();
             assert!(
-                local.contains(&name),
-                "shared/sse-cases/{name}.sse is missing from tests/fixtures/sse-cases: copy it (cp) and add a test"
+                a == b,
+                "tests/fixtures/sse-cases/{name}.{ext} differs from the upstream copy: copy it again"
             );
-            for ext in ["sse", "expect.json"] {
-                let a = std::fs::read(shared.join(format!("{name}.{ext}"))).unwrap();
-                let b = std::fs::read(fixtures().join(format!("{name}.{ext}"))).unwrap();
-                assert!(
-                    a == b,
-                    "tests/fixtures/sse-cases/{name}.{ext} differs from shared/sse-cases: copy it again"
-                );
-            }
         }
     }
 }

@@ -373,14 +373,14 @@ fn check_trend(report: &TrendReport, g: &Generated, provider: &str, kind: &str) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sink_labels_windows_and_queries_are_exact() {
-    let (client, db) = latmesh_tests::fresh_db("windows");
+    let (client, db) = latmesh_testkit::fresh_db("windows");
     let plan = plan(&PROVIDERS.map(|p| p.0));
     let (state, campaign_id, _agents) = launched(&plan);
     let g = generate(&campaign_id, &PROVIDERS, 11);
     let dir = tempfile::tempdir().unwrap();
     let target = SinkTarget::with_client(
         client.clone(),
-        latmesh_tests::clickhouse_url(),
+        latmesh_testkit::clickhouse_url(),
         &db,
         latmesh_store::Timeouts::default(),
     );
@@ -490,11 +490,11 @@ async fn sink_labels_windows_and_queries_are_exact() {
 
     // The CLI prints the same numbers (--json) and a table.
     let cli = |args: &[&str]| {
-        let out = Command::new(latmesh_tests::bin("latmesh"))
+        let out = Command::new(latmesh_testkit::bin("latmesh"))
             .args(args)
             .args([
                 "--clickhouse-url",
-                latmesh_tests::clickhouse_url(),
+                latmesh_testkit::clickhouse_url(),
                 "--clickhouse-db",
                 &db,
             ])
@@ -588,14 +588,14 @@ async fn sink_labels_windows_and_queries_are_exact() {
     println!("{table}");
     assert!(table.contains("beta: TTFT P50 (ms) per UTC day"), "{table}");
     assert!(table.contains("2024-03-12"), "{table}");
-    let out = Command::new(latmesh_tests::bin("latmesh"))
+    let out = Command::new(latmesh_testkit::bin("latmesh"))
         .args([
             "query",
             "windows",
             "--campaign",
             "nope",
             "--clickhouse-url",
-            latmesh_tests::clickhouse_url(),
+            latmesh_testkit::clickhouse_url(),
         ])
         .args(["--clickhouse-db", &db, "--metric", "itl"])
         .output()
@@ -603,12 +603,12 @@ async fn sink_labels_windows_and_queries_are_exact() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("ttft, ttfc, e2e or tpot"));
 
-    latmesh_tests::drop_db(&client, &db).await;
+    latmesh_testkit::drop_db(&client, &db).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sink_that_missed_the_launch_takes_windows_from_clickhouse() {
-    let (client, db) = latmesh_tests::fresh_db("windows_restart");
+    let (client, db) = latmesh_testkit::fresh_db("windows_restart");
     store::migrate(&client, &db, None).await.unwrap();
     let plan = plan(&["alpha"]);
     // Stored by an earlier coordinator process; this sink's state never saw it launched.
@@ -632,7 +632,7 @@ async fn a_sink_that_missed_the_launch_takes_windows_from_clickhouse() {
     let dir = tempfile::tempdir().unwrap();
     let target = SinkTarget::with_client(
         client.clone(),
-        latmesh_tests::clickhouse_url(),
+        latmesh_testkit::clickhouse_url(),
         &db,
         latmesh_store::Timeouts::default(),
     );
@@ -687,7 +687,7 @@ async fn a_sink_that_missed_the_launch_takes_windows_from_clickhouse() {
     assert_eq!(report.windows, [""]);
     assert_eq!(report.compared, None);
     assert!(report.rows.iter().all(|r| r.change_ms.is_none()));
-    latmesh_tests::drop_db(&client, &db).await;
+    latmesh_testkit::drop_db(&client, &db).await;
 }
 
 /// `query windows` without `--scenario` compares the patrol (`rounds` scenarios) only: a
@@ -695,7 +695,7 @@ async fn a_sink_that_missed_the_launch_takes_windows_from_clickhouse() {
 /// the report says what it merged and what it left out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn windows_leave_load_tests_out_unless_asked() {
-    let (client, db) = latmesh_tests::fresh_db("windows_default");
+    let (client, db) = latmesh_testkit::fresh_db("windows_default");
     let text = campaign_toml(&PROVIDERS.map(|p| p.0)).replacen(
         "\n[[providers]]",
         "\n[[scenarios]]\nname = \"sweep\"\nprompt_ids = [\"short-qa-en-*\"]\nmax_tokens = 16\n\
@@ -764,7 +764,7 @@ async fn windows_leave_load_tests_out_unless_asked() {
     let dir = tempfile::tempdir().unwrap();
     let target = SinkTarget::with_client(
         client.clone(),
-        latmesh_tests::clickhouse_url(),
+        latmesh_testkit::clickhouse_url(),
         &db,
         latmesh_store::Timeouts::default(),
     );

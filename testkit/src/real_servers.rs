@@ -19,14 +19,23 @@ fn script(cmd: &str) -> std::process::Output {
         .expect("bash")
 }
 
-/// Stops the servers on drop if [`ensure`] started them.
+/// Users of the servers in this process, and whether this process started them: the tests of
+/// one process (plain `cargo test` runs them on threads) share one start, and the last user
+/// stops what the process started.
+static USERS: std::sync::Mutex<(usize, bool)> = std::sync::Mutex::new((0, false));
+
+/// One user of the servers; the last one of the process stops them on drop if [`ensure`]
+/// started them.
 pub struct Servers {
-    started_here: bool,
+    _private: (),
 }
 
 impl Drop for Servers {
     fn drop(&mut self) {
-        if self.started_here {
+        let mut users = USERS.lock().unwrap_or_else(|e| e.into_inner());
+        users.0 -= 1;
+        if users.0 == 0 && users.1 {
+            users.1 = false;
             let _ = script("stop");
         }
     }
@@ -38,17 +47,17 @@ impl Drop for Servers {
 /// # Panics
 /// When the script cannot start them, with its output.
 pub fn ensure() -> Servers {
-    if script("status").status.success() {
-        return Servers {
-            started_here: false,
-        };
+    let mut users = USERS.lock().unwrap_or_else(|e| e.into_inner());
+    if users.0 == 0 && !script("status").status.success() {
+        let out = script("start");
+        assert!(
+            out.status.success(),
+            "scripts/real-servers.sh start failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        users.1 = true;
     }
-    let out = script("start");
-    assert!(
-        out.status.success(),
-        "scripts/real-servers.sh start failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Servers { started_here: true }
+    users.0 += 1;
+    Servers { _private: () }
 }

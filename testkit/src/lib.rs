@@ -1,9 +1,14 @@
 //! Helpers for latmesh's end-to-end tests: locating the built binaries and running them as
 //! child processes that are killed when dropped; [`stack`] runs a whole latmesh on loopback.
+//! Generated test data draws from [`SeededRng`], the one seeded generator of the tests and
+//! benchmarks (it lives in `latmesh-core`, so that the benchmarks of every crate share it).
 
+pub mod private_clickhouse;
 pub mod raw_agent;
 pub mod real_servers;
 pub mod stack;
+
+pub use latmesh_core::seeded_rng::SeededRng;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
