@@ -14,7 +14,6 @@ pub mod duration;
 pub mod env_overrides;
 pub mod error_text;
 pub mod hist;
-pub mod hist_sparse;
 pub mod load;
 pub mod log_limit;
 pub mod logging;
@@ -31,3 +30,6 @@ pub mod shaping;
 pub mod windows;
 pub mod wire;
 pub mod yaml_keys;
+
+/// The sparse histogram decoder, at its former path (now [`hist::sparse`]).
+pub use hist::sparse as hist_sparse;

@@ -369,7 +369,7 @@ pub struct Plan {
     pub name: String,
     /// Seed of the per-round provider order.
     pub seed: u64,
-    /// Metric definitions version (DESIGN.md).
+    /// Metric definitions version (docs/metrics.md, [`crate::metrics::METRICS_VERSION`]).
     pub metrics_version: u32,
     /// Regions to run in; the coordinator pushes the plan to connected agents of these regions.
     pub regions: Vec<String>,

@@ -1,8 +1,8 @@
 //! HDR histograms per (provider, scenario, metric): recording, merging and the V2 codec (the
-//! sparse decoder is [`crate::hist_sparse`]).
+//! sparse decoder is [`crate::hist::sparse`]).
 //!
-//! Bounds are fixed for every metric (1 µs to 1 h, 3 significant digits, DESIGN.md
-//! "Histograms") so any two histograms add. Values above the range saturate at the top.
+//! Bounds are fixed for every metric (1 µs to 1 h, 3 significant digits,
+//! docs/metrics.md "Histograms and merging") so any two histograms add. Values above the range saturate at the top.
 
 use std::collections::BTreeMap;
 
@@ -10,10 +10,12 @@ use hdrhistogram::Histogram;
 use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer};
 use serde::{Deserialize, Serialize};
 
-use crate::hist_sparse::SparseHistogram;
 use crate::load::LoadKind;
 use crate::metrics::Metric;
 use crate::record::{Outcome, ProbeRecord};
+use sparse::SparseHistogram;
+
+pub mod sparse;
 
 /// Lowest discernible value, µs.
 pub const LOWEST_US: u64 = 1;
@@ -53,7 +55,7 @@ pub fn encode_v2(h: &Histogram<u64>) -> Result<Vec<u8>, HistError> {
 /// Decodes V2 or V2 + DEFLATE bytes into a histogram with latmesh's bounds.
 ///
 /// Allocates and fills the 188 KB dense histogram; where only the non-empty buckets are
-/// needed, [`crate::hist_sparse::decode_v2_sparse`] gives them without it.
+/// needed, [`crate::hist::sparse::decode_v2_sparse`] gives them without it.
 ///
 /// # Errors
 /// [`HistError::Decode`] for bytes that are not an encoded histogram, or whose values do not
@@ -87,7 +89,7 @@ pub struct HistKey {
     pub step: u32,
 }
 
-/// Histograms by key. Latency histograms count `ok` attempts only (DESIGN.md).
+/// Histograms by key. Latency histograms count `ok` attempts only (docs/metrics.md "Histograms and merging").
 #[derive(Clone, Debug, Default)]
 pub struct HistogramSet {
     map: BTreeMap<HistKey, Histogram<u64>>,
@@ -171,7 +173,7 @@ impl HistogramSet {
             .expect("all latmesh histograms share bounds");
     }
 
-    /// Adds the buckets of `h` (a decoded blob, see [`crate::hist_sparse`]) into the histogram
+    /// Adds the buckets of `h` (a decoded blob, see [`crate::hist::sparse`]) into the histogram
     /// under `key`, with `record_n` per non-empty bucket instead of a scan of every counter:
     /// the same counters, `len`, `min` and `max` as [`HistogramSet::merge`] of the dense
     /// histogram `h` stands for. Like `merge`, creates the (empty) histogram under `key` even
