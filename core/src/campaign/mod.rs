@@ -70,7 +70,7 @@
 //! Environment overrides: `LATMESH_CAMPAIGN__SEED=7`, `LATMESH_ROUNDS__COUNT=3` (section and
 //! key separated by a double underscore). Only the `campaign` and `rounds` sections can be
 //! overridden this way; any other `LATMESH_*` variable that is not a latmesh setting is an
-//! error naming the nearest valid one ([`crate::env_overrides`]). A key written twice is an
+//! error naming the nearest valid one ([`env_overrides`]). A key written twice is an
 //! error too (TOML's parser refuses it; YAML is checked by [`crate::yaml_keys`]).
 //!
 //! Windows: every result row is labelled with the window its time falls in, in the local time
@@ -103,6 +103,8 @@ use crate::prompts::{PromptSet, builtin_follow_ups, guess_lang};
 use crate::record::Outcome;
 use crate::shaping::{AuthSection, HeaderSection, ReasoningTagsSection, ShapeInput};
 use crate::windows::{self, OFF_PEAK, Window, Zone};
+
+pub mod env_overrides;
 
 /// A campaign file problem, naming the key (`providers[2].base_url`) or the figment path.
 #[derive(Debug, thiserror::Error)]
@@ -532,7 +534,7 @@ fn from_figment(
     file: Option<&Path>,
 ) -> Result<Plan, CampaignError> {
     // A mistyped override would otherwise be dropped by the filter below, in silence.
-    crate::env_overrides::check_env(std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()))
+    env_overrides::check_env(std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()))
         .map_err(CampaignError::Parse)?;
     let env = Env::prefixed("LATMESH_")
         .filter(|k| {
