@@ -29,11 +29,11 @@ pub struct CampaignFile {
     pub windows: WindowsSection,
     /// `[schedule]`: repeat the campaign as a series of runs (see [`crate::schedule`]).
     #[serde(default)]
-    pub schedule: Option<crate::schedule::ScheduleSection>,
+    pub schedule: Option<ScheduleSection>,
     /// `[selection]`: weights and user scores of the selection matrix (see
     /// [`crate::selection`]).
     #[serde(default)]
-    pub selection: Option<crate::selection::SelectionSection>,
+    pub selection: Option<SelectionSection>,
 }
 
 /// `[windows]`: `(name, ranges text)` pairs, in declaration order when the file was loaded by
@@ -297,4 +297,83 @@ impl ProviderSection {
             reasoning_tags: self.reasoning_tags.clone(),
         }
     }
+}
+
+/// `weights = { … }` of `[selection]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WeightsSection {
+    /// Latency weight.
+    pub latency: Option<f64>,
+    /// Stability weight.
+    pub stability: Option<f64>,
+    /// Price weight.
+    pub price: Option<f64>,
+    /// Quality weight.
+    pub quality: Option<f64>,
+    /// Compatibility weight.
+    pub compatibility: Option<f64>,
+    /// Compliance weight.
+    pub compliance: Option<f64>,
+}
+
+/// `[selection.scores.NAME]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScoresSection {
+    /// Quality, 0..=score_scale.
+    pub quality: Option<f64>,
+    /// Compatibility, 0..=score_scale.
+    pub compatibility: Option<f64>,
+    /// Compliance, 0..=score_scale.
+    pub compliance: Option<f64>,
+}
+
+/// `[selection]` as written in a campaign file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SelectionSection {
+    /// Component weights (required).
+    pub weights: Option<WeightsSection>,
+    /// Metric name of the latency component (default `ttft`).
+    pub latency_metric: Option<String>,
+    /// Percentile of the latency component (default 50).
+    pub latency_percentile: Option<f64>,
+    /// Upper end of the user scores (default 10).
+    pub score_scale: Option<f64>,
+    /// Provider name → scores.
+    #[serde(default)]
+    pub scores: BTreeMap<String, ScoresSection>,
+}
+
+/// `[schedule]` as written in a campaign file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleSection {
+    /// `"30m"`: a number and a unit (`s`, `m`, `h`, `d`).
+    pub every: Option<String>,
+    /// Window names (declared in `[windows]`, or `off-peak`).
+    pub at_windows: Option<Vec<String>>,
+    /// How many runs.
+    pub runs: Option<u32>,
+    /// RFC 3339 instant (`2024-06-02T00:00:00Z`) after which no run starts (a string, or an
+    /// unquoted TOML datetime).
+    #[serde(default, deserialize_with = "until_text")]
+    pub until: Option<String>,
+}
+
+/// `until` as text: a string, or a TOML datetime (which figment hands over as a one-entry
+/// table holding its text).
+fn until_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Text {
+        Plain(String),
+        TomlDatetime(std::collections::BTreeMap<String, String>),
+    }
+    Ok(match Option::<Text>::deserialize(d)? {
+        None => None,
+        Some(Text::Plain(s)) => Some(s),
+        Some(Text::TomlDatetime(m)) => m.into_values().next(),
+    })
 }

@@ -87,7 +87,7 @@
 //! module per table for the rest: `rounds.rs`, `provider.rs` (endpoint, caps, prices),
 //! `scenario.rs` (sampling, prompts, timeouts), `client_policy.rs` (turns, follow-ups, retry,
 //! response cap), `failover.rs`, `load_model.rs` (sweep, rate, the campaign's span),
-//! `windows.rs` (zones and windows), `schedule.rs`; shared: `names.rs` (valid, unique names),
+//! `windows.rs` (zones and windows), `schedule.rs`, `selection.rs`; shared: `names.rs` (valid, unique names),
 //! `error.rs` ([`CampaignError`]) and [`env_overrides`].
 
 mod client_policy;
@@ -102,6 +102,7 @@ mod provider;
 mod rounds;
 mod scenario;
 mod schedule;
+mod selection;
 #[cfg(test)]
 mod test_support;
 mod validate;
@@ -110,11 +111,13 @@ mod windows;
 pub use error::CampaignError;
 pub use file::{
     CampaignFile, CampaignSection, FailoverSection, ProviderSection, RateSection, RetrySection,
-    RoundsSection, ScenarioSection, SweepSection, WindowsSection,
+    RoundsSection, ScenarioSection, ScheduleSection, ScoresSection, SelectionSection, SweepSection,
+    WeightsSection, WindowsSection,
 };
 pub use load_model::MAX_PLAN_SPAN_US;
 pub use loader::{load_file, load_toml_str};
 pub use names::check_name_text;
 pub use provider::{MAX_USER_AGENT_LEN, check_base_url, check_user_agent};
 pub use rounds::MAX_GAP_MS;
+pub use schedule::{MAX_EVERY_MS, MIN_EVERY_MS};
 pub use validate::validate;

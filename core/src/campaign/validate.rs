@@ -104,7 +104,7 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
     check_unique("scenarios", file.scenarios.iter().map(|s| s.name.as_str()))?;
     let (timezones, windows) = validate_windows(&file)?;
     let schedule = validate_schedule(&file, &timezones, &windows)?;
-    let selection = crate::selection::validate(file.selection.as_ref(), &providers)
+    let selection = super::selection::validate(file.selection.as_ref(), &providers)
         .map_err(|(key, message)| invalid(key, message))?;
     let percentiles = validate_percentiles(c.percentiles.as_deref())?;
 
