@@ -11,10 +11,8 @@ pub mod budget;
 pub mod campaign;
 pub mod clock;
 pub mod duration;
-pub mod env_overrides;
 pub mod error_text;
 pub mod hist;
-pub mod hist_sparse;
 pub mod load;
 pub mod log_limit;
 pub mod logging;
@@ -32,3 +30,9 @@ pub mod shaping;
 pub mod windows;
 pub mod wire;
 pub mod yaml_keys;
+
+/// `LATMESH_*` environment overrides of campaign files, at their former path (now
+/// [`campaign::env_overrides`]).
+pub use campaign::env_overrides;
+/// The sparse histogram decoder, at its former path (now [`hist::sparse`]).
+pub use hist::sparse as hist_sparse;

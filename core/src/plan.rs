@@ -24,7 +24,7 @@ use crate::load::{LoadModel, Phase, PhaseKind, Price, ProviderLimits};
 use crate::prompts::Message;
 use crate::record::Outcome;
 use crate::schedule::Schedule;
-use crate::windows::Window;
+use crate::windows::{LocalTimeSettings, Window};
 
 /// A provider endpoint. The API key itself never appears here: only the name of the
 /// environment variable that holds it on the agents.
@@ -369,7 +369,7 @@ pub struct Plan {
     pub name: String,
     /// Seed of the per-round provider order.
     pub seed: u64,
-    /// Metric definitions version (DESIGN.md).
+    /// Metric definitions version (docs/metrics.md, [`crate::metrics::METRICS_VERSION`]).
     pub metrics_version: u32,
     /// Regions to run in; the coordinator pushes the plan to connected agents of these regions.
     pub regions: Vec<String>,
@@ -452,6 +452,20 @@ impl Slot {
             scenario,
             failover: false,
         }
+    }
+}
+
+impl LocalTimeSettings for Plan {
+    fn regions(&self) -> &[String] {
+        &self.regions
+    }
+
+    fn timezones(&self) -> &BTreeMap<String, String> {
+        &self.timezones
+    }
+
+    fn windows(&self) -> &[Window] {
+        &self.windows
     }
 }
 
@@ -782,5 +796,28 @@ pub(crate) mod tests {
         );
         assert_eq!(serde_json::from_str::<Plan>(&json).unwrap(), w);
         assert_ne!(w.hash(), p.hash());
+    }
+
+    #[test]
+    fn plans_without_a_schedule_keep_their_json_and_hash() {
+        let mut p = plan(1, 1);
+        let json = p.to_json();
+        assert!(!json.contains("schedule"), "{json}");
+        let hash = p.hash();
+        p.schedule = Some(Schedule {
+            every_ms: Some(3_000),
+            at_windows: vec![],
+            runs: 2,
+            until_unix_us: None,
+        });
+        let json = p.to_json();
+        assert!(
+            json.contains(r#""schedule":{"every_ms":3000,"runs":2}"#),
+            "{json}"
+        );
+        assert_eq!(serde_json::from_str::<Plan>(&json).unwrap(), p);
+        assert_ne!(p.hash(), hash);
+        p.schedule = None;
+        assert_eq!(p.hash(), hash);
     }
 }

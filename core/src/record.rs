@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::output_tokens::OutputTokensSource;
 
-/// How an attempt ended (DESIGN.md "Outcome of each attempt").
+/// How an attempt ended (docs/metrics.md "Outcomes").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {

@@ -15,8 +15,10 @@
 //! A window occurrence starts at the minute its label (see [`crate::windows`]) becomes the
 //! window's name: `off-peak` starts when a declared window ends (and no other declared window
 //! takes over). Window times are local times of the campaign's **first region**
-//! ([`Plan::regions`]`[0]`) in its zone from `[campaign.timezones]` (`[windows]` make every
-//! region give one); other regions run at the same instant, whatever their local time.
+//! ([`crate::plan::Plan::regions`]`[0]`) in its zone from `[campaign.timezones]` (`[windows]`
+//! make every region give one); other regions run at the same instant, whatever their local
+//! time. The timing reads the plan through [`LocalTimeSettings`]; the `[schedule]` table is
+//! parsed and checked with the rest of the campaign file (`campaign/schedule.rs`).
 //!
 //! The coordinator runs the series (its `schedule` module): each run is an ordinary campaign
 //! with the plan without its schedule; runs never overlap (a run due while the previous one is
@@ -28,15 +30,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::plan::Plan;
-use crate::windows::{OFF_PEAK, Window, WindowSpec};
+use crate::windows::{LocalTimeSettings, WindowSpec};
 
 /// Most runs a series may have.
 pub const MAX_RUNS: u32 = 10_000;
-/// Shortest `every`, ms.
-pub const MIN_EVERY_MS: u64 = 1_000;
-/// Longest `every`, ms (365 days).
-pub const MAX_EVERY_MS: u64 = 365 * 86_400_000;
 /// How far ahead a window occurrence is looked for, µs (8 days: every weekly pattern and a
 /// daylight-saving change fit).
 const LOOK_AHEAD_US: i64 = 8 * 86_400 * 1_000_000;
@@ -59,194 +56,12 @@ pub struct Schedule {
     pub until_unix_us: Option<i64>,
 }
 
-/// `[schedule]` as written in a campaign file.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ScheduleSection {
-    /// `"30m"`: a number and a unit (`s`, `m`, `h`, `d`).
-    pub every: Option<String>,
-    /// Window names (declared in `[windows]`, or `off-peak`).
-    pub at_windows: Option<Vec<String>>,
-    /// How many runs.
-    pub runs: Option<u32>,
-    /// RFC 3339 instant (`2024-06-02T00:00:00Z`) after which no run starts (a string, or an
-    /// unquoted TOML datetime).
-    #[serde(default, deserialize_with = "until_text")]
-    pub until: Option<String>,
-}
-
-/// `until` as text: a string, or a TOML datetime (which figment hands over as a one-entry
-/// table holding its text).
-fn until_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Text {
-        Plain(String),
-        TomlDatetime(std::collections::BTreeMap<String, String>),
-    }
-    Ok(match Option::<Text>::deserialize(d)? {
-        None => None,
-        Some(Text::Plain(s)) => Some(s),
-        Some(Text::TomlDatetime(m)) => m.into_values().next(),
-    })
-}
-
-/// Parses a duration `N<unit>` (`90s`, `30m`, `6h`, `1d`; whole numbers) into ms.
-///
-/// # Errors
-/// A message quoting the text and saying what is accepted.
-pub fn parse_every(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let bad = || {
-        format!("{text:?} is not a duration: a whole number and a unit s, m, h or d (e.g. \"30m\")")
-    };
-    let unit_at = t.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
-    let (n, unit) = t.split_at(unit_at);
-    let n: u64 = n.parse().map_err(|_| bad())?;
-    let ms_per = match unit.trim() {
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => return Err(bad()),
-    };
-    let ms = n.checked_mul(ms_per).ok_or_else(bad)?;
-    if !(MIN_EVERY_MS..=MAX_EVERY_MS).contains(&ms) {
-        return Err(format!("{text:?} is not between 1s and 365d"));
-    }
-    Ok(ms)
-}
-
-/// Parses an RFC 3339 instant (`2024-06-02T00:00:00Z`, `2024-06-02T08:00:00+08:00`) into UTC
-/// µs.
-///
-/// # Errors
-/// A message quoting the text.
-pub fn parse_rfc3339(text: &str) -> Result<i64, String> {
-    chrono::DateTime::parse_from_rfc3339(text.trim())
-        .map(|t| t.timestamp_micros())
-        .map_err(|e| {
-            format!("{text:?} is not an RFC 3339 time such as \"2024-06-02T00:00:00Z\" ({e})")
-        })
-}
-
 /// UTC µs as RFC 3339 with seconds (`2024-06-02T00:00:00Z`).
 pub fn rfc3339(unix_us: i64) -> String {
     match chrono::DateTime::from_timestamp(unix_us.div_euclid(1_000_000), 0) {
         Some(t) => t.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
         None => unix_us.to_string(),
     }
-}
-
-/// Validates `[schedule]` against the campaign's regions, zones and windows. Errors are
-/// `(key, message)` with keys such as `schedule.every`.
-///
-/// # Errors
-/// The first problem: neither or both of `every` and `at_windows`, a bad duration, an
-/// unknown window (or one that never starts, such as a window covering the whole day), no
-/// `runs` and no `until`, `runs` out of 1..=[`MAX_RUNS`], or `until` not RFC 3339.
-pub fn validate(
-    s: &ScheduleSection,
-    regions: &[String],
-    timezones: &std::collections::BTreeMap<String, String>,
-    windows: &[Window],
-) -> Result<Schedule, (String, String)> {
-    let err = |key: &str, m: String| (format!("schedule.{key}"), m);
-    let (every_ms, at_windows) = match (&s.every, &s.at_windows) {
-        (Some(_), Some(_)) => {
-            return Err(err(
-                "at_windows",
-                "give either every or at_windows, not both".into(),
-            ));
-        }
-        (None, None) => {
-            return Err((
-                "schedule".into(),
-                "say when runs start: every = \"30m\" or at_windows = [\"peak\", …]".into(),
-            ));
-        }
-        (Some(e), None) => (
-            Some(parse_every(e).map_err(|m| err("every", m))?),
-            Vec::new(),
-        ),
-        (None, Some(names)) => {
-            if names.is_empty() {
-                return Err(err("at_windows", "name at least one window".into()));
-            }
-            if windows.is_empty() {
-                return Err(err(
-                    "at_windows",
-                    "needs [windows] (and [campaign.timezones]) declaring the windows".into(),
-                ));
-            }
-            for (i, n) in names.iter().enumerate() {
-                if n != OFF_PEAK && !windows.iter().any(|w| &w.name == n) {
-                    let declared: Vec<&str> = windows.iter().map(|w| w.name.as_str()).collect();
-                    return Err(err(
-                        &format!("at_windows[{i}]"),
-                        format!(
-                            "{n:?} is not a window ([windows]: {}; or {OFF_PEAK})",
-                            declared.join(", ")
-                        ),
-                    ));
-                }
-                if names[..i].contains(n) {
-                    return Err(err(
-                        &format!("at_windows[{i}]"),
-                        format!("{n:?} is listed twice"),
-                    ));
-                }
-            }
-            (None, names.clone())
-        }
-    };
-    let until_unix_us = s
-        .until
-        .as_deref()
-        .map(parse_rfc3339)
-        .transpose()
-        .map_err(|m| err("until", m))?;
-    let runs = match (s.runs, until_unix_us) {
-        (Some(n), _) if (1..=MAX_RUNS).contains(&n) => n,
-        (Some(n), _) => return Err(err("runs", format!("{n} is not in 1..={MAX_RUNS}"))),
-        (None, Some(_)) => MAX_RUNS,
-        (None, None) => {
-            return Err(err(
-                "runs",
-                "missing: say how many runs (runs = N), or until when (until = RFC 3339)".into(),
-            ));
-        }
-    };
-    let schedule = Schedule {
-        every_ms,
-        at_windows,
-        runs,
-        until_unix_us,
-    };
-    if !schedule.at_windows.is_empty() {
-        // Every named window must start somewhere in a week (a window covering the whole day,
-        // or an off-peak that never happens, never starts).
-        let spec =
-            WindowSpec::new(timezones, windows).map_err(|e| err("at_windows", e.to_string()))?;
-        let region = regions.first().map_or("", String::as_str);
-        for (i, n) in schedule.at_windows.iter().enumerate() {
-            // 2024-01-01T00:00:00Z, a fixed instant: validation does not depend on the clock.
-            if next_window_start(
-                &spec,
-                region,
-                std::slice::from_ref(n),
-                1_704_067_200_000_000,
-            )
-            .is_none()
-            {
-                return Err(err(
-                    &format!("at_windows[{i}]"),
-                    format!("{n:?} never starts (it covers the whole day, or never happens)"),
-                ));
-            }
-        }
-    }
-    Ok(schedule)
 }
 
 /// The first instant after `after_us` (UTC µs, strictly after) at which the label of
@@ -279,14 +94,14 @@ pub fn next_window_start(
 
 impl Schedule {
     /// The region whose local time windows are read in: the plan's first.
-    pub fn zone_region(plan: &Plan) -> &str {
-        plan.regions.first().map_or("", String::as_str)
+    pub fn zone_region(plan: &impl LocalTimeSettings) -> &str {
+        plan.regions().first().map_or("", String::as_str)
     }
 
     /// When run 1 is due, UTC µs: `earliest_us` (launch + start delay) for `every`, else the
     /// first window start at or after it; `None` when that is after `until` (or no window
     /// starts within 8 days).
-    pub fn first_due_us(&self, plan: &Plan, earliest_us: i64) -> Option<i64> {
+    pub fn first_due_us(&self, plan: &impl LocalTimeSettings, earliest_us: i64) -> Option<i64> {
         let due = if self.every_ms.is_some() {
             Some(earliest_us)
         } else {
@@ -299,7 +114,7 @@ impl Schedule {
     /// due; `None` when the series has no such run (`runs` reached, or due after `until`).
     pub fn due_us(
         &self,
-        plan: &Plan,
+        plan: &impl LocalTimeSettings,
         run: u32,
         first_due_us: i64,
         prev_due_us: i64,
@@ -323,14 +138,14 @@ impl Schedule {
         }
     }
 
-    fn next_window_after(&self, plan: &Plan, after_us: i64) -> Option<i64> {
+    fn next_window_after(&self, plan: &impl LocalTimeSettings, after_us: i64) -> Option<i64> {
         let spec = WindowSpec::from_plan(plan).ok()?;
         next_window_start(&spec, Self::zone_region(plan), &self.at_windows, after_us)
     }
 
     /// The schedule in words: `every 30m, 48 runs` or `at the start of peak, off-peak
     /// (local time of us-east, America/New_York), 6 runs, until 2024-06-02T00:00:00Z`.
-    pub fn describe(&self, plan: &Plan) -> String {
+    pub fn describe(&self, plan: &impl LocalTimeSettings) -> String {
         let mut s = match self.every_ms {
             Some(ms) => format!("every {}", human_ms(ms)),
             None => {
@@ -338,7 +153,7 @@ impl Schedule {
                 format!(
                     "at the start of {} (local time of {region}, {})",
                     self.at_windows.join(", "),
-                    plan.timezones.get(region).map_or("UTC", String::as_str)
+                    plan.timezones().get(region).map_or("UTC", String::as_str)
                 )
             }
         };
@@ -376,38 +191,42 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::windows::parse_ranges;
-
-    fn window(name: &str, ranges: &str) -> Window {
-        Window {
-            name: name.into(),
-            ranges: parse_ranges(ranges).unwrap(),
-        }
-    }
-
-    fn section(every: Option<&str>, at: Option<&[&str]>, runs: Option<u32>) -> ScheduleSection {
-        ScheduleSection {
-            every: every.map(String::from),
-            at_windows: at.map(|a| a.iter().map(|s| s.to_string()).collect()),
-            runs,
-            until: None,
-        }
-    }
+    use crate::windows::Window;
+    use crate::windows::tests::window;
 
     fn zones(zone: &str) -> BTreeMap<String, String> {
         [("us-east".to_string(), zone.to_string())].into()
     }
 
-    /// A plan in `us-east` at `zone` with windows `peak` 09:00-12:00 and `night` 22:00-06:00.
-    fn plan_with(zone: &str, schedule: Schedule) -> Plan {
-        let mut p = crate::plan::tests::plan(1, 1);
-        p.timezones = zones(zone);
-        p.windows = vec![
-            window("peak", "09:00-12:00"),
-            window("night", "22:00-06:00"),
-        ];
-        p.schedule = Some(schedule);
-        p
+    /// The local-time settings of a plan in `us-east` at `zone` with windows `peak`
+    /// 09:00-12:00 and `night` 22:00-06:00.
+    struct Settings {
+        regions: Vec<String>,
+        timezones: BTreeMap<String, String>,
+        windows: Vec<Window>,
+    }
+
+    impl LocalTimeSettings for Settings {
+        fn regions(&self) -> &[String] {
+            &self.regions
+        }
+        fn timezones(&self) -> &BTreeMap<String, String> {
+            &self.timezones
+        }
+        fn windows(&self) -> &[Window] {
+            &self.windows
+        }
+    }
+
+    fn plan_with(zone: &str) -> Settings {
+        Settings {
+            regions: vec!["us-east".into()],
+            timezones: zones(zone),
+            windows: vec![
+                window("peak", "09:00-12:00"),
+                window("night", "22:00-06:00"),
+            ],
+        }
     }
 
     const H: i64 = 3_600_000_000;
@@ -415,120 +234,10 @@ mod tests {
     const JUNE_3: i64 = 1_717_372_800_000_000;
 
     #[test]
-    fn durations_parse_in_four_units() {
-        assert_eq!(parse_every("90s"), Ok(90_000));
-        assert_eq!(parse_every("30m"), Ok(1_800_000));
-        assert_eq!(parse_every(" 6h "), Ok(21_600_000));
-        assert_eq!(parse_every("1d"), Ok(86_400_000));
-        for bad in ["30", "m", "1.5h", "-3m", "3 weeks", "0s", "400d", ""] {
-            assert!(parse_every(bad).is_err(), "{bad}");
-        }
+    fn durations_print_in_the_largest_unit() {
         assert_eq!(human_ms(1_800_000), "30m");
         assert_eq!(human_ms(90_000), "90s");
-        assert_eq!(parse_rfc3339("2024-06-03T00:00:00Z"), Ok(JUNE_3));
-        assert_eq!(parse_rfc3339("2024-06-03T08:00:00+08:00"), Ok(JUNE_3));
-        assert!(parse_rfc3339("2024-06-03").is_err());
         assert_eq!(rfc3339(JUNE_3), "2024-06-03T00:00:00Z");
-    }
-
-    #[test]
-    fn sections_validate_with_keys_in_errors() {
-        let regions = vec!["us-east".to_string()];
-        let ws = vec![window("peak", "09:00-12:00")];
-        let ok = validate(
-            &section(Some("30m"), None, Some(4)),
-            &regions,
-            &BTreeMap::new(),
-            &[],
-        );
-        assert_eq!(
-            ok,
-            Ok(Schedule {
-                every_ms: Some(1_800_000),
-                at_windows: vec![],
-                runs: 4,
-                until_unix_us: None
-            })
-        );
-        let tz = zones("UTC");
-        let at = validate(
-            &section(None, Some(&["peak", "off-peak"]), Some(6)),
-            &regions,
-            &tz,
-            &ws,
-        )
-        .unwrap();
-        assert_eq!(at.at_windows, ["peak", "off-peak"]);
-        let cases: Vec<(ScheduleSection, &[Window], &str)> = vec![
-            (section(None, None, Some(2)), &ws, "schedule: say when"),
-            (
-                section(Some("1m"), Some(&["peak"]), Some(2)),
-                &ws,
-                "schedule.at_windows: give either",
-            ),
-            (
-                section(Some("1x"), None, Some(2)),
-                &ws,
-                "schedule.every: \"1x\"",
-            ),
-            (
-                section(Some("1m"), None, None),
-                &ws,
-                "schedule.runs: missing",
-            ),
-            (
-                section(Some("1m"), None, Some(0)),
-                &ws,
-                "schedule.runs: 0 is not in",
-            ),
-            (
-                section(None, Some(&["lunch"]), Some(2)),
-                &ws,
-                "schedule.at_windows[0]: \"lunch\" is not a window",
-            ),
-            (
-                section(None, Some(&["peak", "peak"]), Some(2)),
-                &ws,
-                "schedule.at_windows[1]: \"peak\" is listed twice",
-            ),
-            (
-                section(None, Some(&["peak"]), Some(2)),
-                &[],
-                "schedule.at_windows: needs [windows]",
-            ),
-            (
-                section(None, Some(&[]), Some(2)),
-                &ws,
-                "schedule.at_windows: name at least one",
-            ),
-        ];
-        for (s, windows, says) in cases {
-            let (key, m) = validate(&s, &regions, &tz, windows).unwrap_err();
-            let e = format!("{key}: {m}");
-            assert!(e.starts_with(says), "{e:?} should start with {says:?}");
-        }
-        // A window covering the whole day never starts; off-peak then never happens.
-        let all_day = vec![window("always", "00:00-24:00")];
-        for name in ["always", "off-peak"] {
-            let e = validate(
-                &section(None, Some(&[name]), Some(2)),
-                &regions,
-                &tz,
-                &all_day,
-            )
-            .unwrap_err();
-            assert!(e.1.contains("never starts"), "{e:?}");
-        }
-        // until alone allows up to MAX_RUNS runs; a bad until names the key.
-        let mut s = section(Some("1h"), None, None);
-        s.until = Some("2024-06-03T00:00:00Z".into());
-        let u = validate(&s, &regions, &tz, &[]).unwrap();
-        assert_eq!((u.runs, u.until_unix_us), (MAX_RUNS, Some(JUNE_3)));
-        s.until = Some("tomorrow".into());
-        assert_eq!(
-            validate(&s, &regions, &tz, &[]).unwrap_err().0,
-            "schedule.until"
-        );
     }
 
     #[test]
@@ -539,7 +248,7 @@ mod tests {
             runs: 3,
             until_unix_us: None,
         };
-        let p = plan_with("UTC", sched.clone());
+        let p = plan_with("UTC");
         let first = sched.first_due_us(&p, JUNE_3).unwrap();
         assert_eq!(first, JUNE_3);
         assert_eq!(sched.due_us(&p, 2, first, first), Some(JUNE_3 + H / 2));
@@ -565,7 +274,7 @@ mod tests {
             until_unix_us: None,
         };
         // New York is UTC−4 in June: peak 09:00 local is 13:00 UTC.
-        let p = plan_with("America/New_York", sched.clone());
+        let p = plan_with("America/New_York");
         let first = sched.first_due_us(&p, JUNE_3).unwrap();
         assert_eq!(first, JUNE_3 + 13 * H);
         assert_eq!(sched.due_us(&p, 2, first, first), Some(JUNE_3 + 37 * H));
@@ -580,7 +289,7 @@ mod tests {
             Some(JUNE_3 + 13 * H)
         );
         // A fixed zone: +08:00, peak 09:00 local is 01:00 UTC.
-        let p8 = plan_with("+08:00", sched.clone());
+        let p8 = plan_with("+08:00");
         assert_eq!(sched.first_due_us(&p8, JUNE_3), Some(JUNE_3 + H));
         assert!(
             sched.describe(&p).starts_with(
@@ -597,7 +306,7 @@ mod tests {
             runs: 10,
             until_unix_us: None,
         };
-        let p = plan_with("UTC", sched.clone());
+        let p = plan_with("UTC");
         // UTC: night ends 06:00 (off-peak), peak 09:00, off-peak 12:00, then night at 22:00
         // (not named), off-peak again at 06:00.
         let mut due = vec![sched.first_due_us(&p, JUNE_3).unwrap()];
@@ -620,7 +329,7 @@ mod tests {
             at_windows: vec!["peak".into()],
             ..sched
         };
-        let ny = plan_with("America/New_York", only_peak.clone());
+        let ny = plan_with("America/New_York");
         let march_9 = 1_709_942_400_000_000; // 2024-03-09T00:00:00Z
         let first = only_peak.first_due_us(&ny, march_9).unwrap();
         assert_eq!(first, march_9 + 14 * H);
@@ -628,104 +337,5 @@ mod tests {
             only_peak.due_us(&ny, 2, first, first),
             Some(march_9 + 37 * H)
         );
-    }
-
-    const CAMPAIGN: &str = r#"
-[campaign]
-name = "t"
-regions = ["us-east", "eu-west"]
-
-[campaign.timezones]
-us-east = "America/New_York"
-eu-west = "UTC"
-
-[windows]
-peak = "09:00-12:00"
-
-[rounds]
-count = 1
-interval_s = 1.0
-gap_ms = 10
-
-[[scenarios]]
-name = "chat"
-prompt_ids = ["short-qa-en-*"]
-max_tokens = 8
-
-[[providers]]
-name = "a"
-base_url = "http://127.0.0.1:9/v1"
-model_id = "m"
-"#;
-
-    fn load(schedule: &str) -> Result<Plan, String> {
-        crate::campaign::load_toml_str(
-            &format!("{CAMPAIGN}\n[schedule]\n{schedule}\n"),
-            std::path::Path::new("."),
-        )
-        .map_err(|e| e.to_string())
-    }
-
-    #[test]
-    fn campaign_files_carry_a_schedule_into_the_plan() {
-        let p = load("every = \"3s\"\nruns = 2").unwrap();
-        assert_eq!(
-            p.schedule,
-            Some(Schedule {
-                every_ms: Some(3_000),
-                at_windows: vec![],
-                runs: 2,
-                until_unix_us: None
-            })
-        );
-        let p = load("at_windows = [\"peak\", \"off-peak\"]\nuntil = \"2024-06-03T00:00:00Z\"")
-            .unwrap();
-        let s = p.schedule.as_ref().unwrap();
-        assert_eq!((s.runs, s.until_unix_us), (MAX_RUNS, Some(JUNE_3)));
-        assert_eq!(Schedule::zone_region(&p), "us-east");
-        // A TOML datetime (unquoted) is accepted too.
-        let p = load("every = \"1h\"\nruns = 3\nuntil = 2024-06-03T00:00:00Z").unwrap();
-        assert_eq!(p.schedule.unwrap().until_unix_us, Some(JUNE_3));
-        // Errors name the key; no [schedule]: no schedule, and the JSON is unchanged.
-        assert!(
-            load("every = \"3s\"")
-                .unwrap_err()
-                .contains("schedule.runs: missing")
-        );
-        assert!(
-            load("every = \"3s\"\nruns = 2\nevry = 1")
-                .unwrap_err()
-                .contains("evry")
-        );
-        assert!(
-            load("at_windows = [\"lunch\"]\nruns = 2")
-                .unwrap_err()
-                .contains("schedule.at_windows[0]: \"lunch\" is not a window ([windows]: peak; or off-peak)")
-        );
-        let plain = crate::campaign::load_toml_str(CAMPAIGN, std::path::Path::new(".")).unwrap();
-        assert!(plain.schedule.is_none() && !plain.to_json().contains("schedule"));
-    }
-
-    #[test]
-    fn plans_without_a_schedule_keep_their_json_and_hash() {
-        let mut p = crate::plan::tests::plan(1, 1);
-        let json = p.to_json();
-        assert!(!json.contains("schedule"), "{json}");
-        let hash = p.hash();
-        p.schedule = Some(Schedule {
-            every_ms: Some(3_000),
-            at_windows: vec![],
-            runs: 2,
-            until_unix_us: None,
-        });
-        let json = p.to_json();
-        assert!(
-            json.contains(r#""schedule":{"every_ms":3000,"runs":2}"#),
-            "{json}"
-        );
-        assert_eq!(serde_json::from_str::<Plan>(&json).unwrap(), p);
-        assert_ne!(p.hash(), hash);
-        p.schedule = None;
-        assert_eq!(p.hash(), hash);
     }
 }

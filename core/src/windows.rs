@@ -31,8 +31,6 @@ use std::str::FromStr;
 use chrono::{Offset, TimeZone, Timelike};
 use serde::{Deserialize, Serialize};
 
-use crate::plan::Plan;
-
 /// The label of a time that falls in none of the declared windows.
 pub const OFF_PEAK: &str = "off-peak";
 
@@ -259,6 +257,21 @@ impl Window {
     }
 }
 
+/// The local-time settings of a campaign: its regions, the zone of each region that has one and
+/// the named windows. A [`Plan`](crate::plan::Plan) has them (`regions`, `timezones`,
+/// `windows`); [`WindowSpec::from_plan`] and a schedule's timing
+/// ([`crate::schedule::Schedule::first_due_us`]) read them through this trait, so that neither
+/// depends on the plan's other parts.
+pub trait LocalTimeSettings {
+    /// The regions, in declaration order (a schedule reads windows in the first one's zone).
+    fn regions(&self) -> &[String];
+    /// Region → zone text (an IANA name or `±HH:MM`, see [`Zone::parse`]), for the regions
+    /// that have a zone.
+    fn timezones(&self) -> &BTreeMap<String, String>;
+    /// The declared windows, in declaration order.
+    fn windows(&self) -> &[Window];
+}
+
 /// A window or zone the spec cannot use, naming it (`windows.peak`, `timezones.us-east`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{key}: {message}")]
@@ -301,13 +314,14 @@ impl WindowSpec {
         })
     }
 
-    /// The spec of a plan ([`Plan::timezones`], [`Plan::windows`]). A plan without either
-    /// gives the empty spec (every label `""`, every region on UTC).
+    /// The spec of a plan (its [`LocalTimeSettings::timezones`] and
+    /// [`LocalTimeSettings::windows`]). A plan without either gives the empty spec (every label
+    /// `""`, every region on UTC).
     ///
     /// # Errors
     /// As [`WindowSpec::new`]: only for a plan that did not come from a validated campaign.
-    pub fn from_plan(plan: &Plan) -> Result<WindowSpec, WindowError> {
-        WindowSpec::new(&plan.timezones, &plan.windows)
+    pub fn from_plan(plan: &impl LocalTimeSettings) -> Result<WindowSpec, WindowError> {
+        WindowSpec::new(plan.timezones(), plan.windows())
     }
 
     /// Whether any window is declared (else every label is `""`).
@@ -375,8 +389,16 @@ pub fn utc_label(unix_s: i64, date_only: bool) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// Window `name` over `ranges` (`"09:00-12:00,14:00-18:00"`).
+    pub(crate) fn window(name: &str, ranges: &str) -> Window {
+        Window {
+            name: name.into(),
+            ranges: parse_ranges(ranges).unwrap(),
+        }
+    }
 
     /// UTC µs of a UTC date and time.
     fn utc(y: i32, mo: u32, d: u32, h: u32, mi: u32) -> i64 {

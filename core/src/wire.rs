@@ -2,8 +2,8 @@
 
 use latmesh_proto::pb;
 
+use crate::hist::sparse::{self as hist_sparse, SparseHistogram};
 use crate::hist::{self, HistError, HistKey};
-use crate::hist_sparse::{self, SparseHistogram};
 use crate::load::LoadKind;
 use crate::metrics::Metric;
 use crate::record::{Outcome, OutputTokensSource, ProbeRecord, Usage};

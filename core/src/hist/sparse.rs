@@ -49,7 +49,7 @@ use std::cell::RefCell;
 use flate2::{Decompress, FlushDecompress, Status};
 use hdrhistogram::Histogram;
 
-use crate::hist::{self, HIGHEST_US, HistError, LOWEST_US, SIGFIG};
+use super::codec::{self as hist, HIGHEST_US, HistError, LOWEST_US, SIGFIG};
 
 /// Cookie of a plain V2 blob (`hdrhistogram`'s `V2_COOKIE`).
 const V2_COOKIE: u32 = 0x1c84_9303 | 0x10;

@@ -84,8 +84,8 @@ pub fn is_setting(name: &str) -> bool {
 pub fn override_keys() -> Vec<String> {
     let mut out = Vec::new();
     for (section, fields) in [
-        ("campaign", fields_of::<crate::campaign::CampaignSection>()),
-        ("rounds", fields_of::<crate::campaign::RoundsSection>()),
+        ("campaign", fields_of::<super::file::CampaignSection>()),
+        ("rounds", fields_of::<super::file::RoundsSection>()),
     ] {
         out.extend(fields.iter().map(|f| format!("{section}__{f}")));
     }

@@ -1,77 +1,16 @@
-//! HDR histograms per (provider, scenario, metric): recording, merging and the V2 codec (the
-//! sparse decoder is [`crate::hist_sparse`]).
-//!
-//! Bounds are fixed for every metric (1 µs to 1 h, 3 significant digits, DESIGN.md
-//! "Histograms") so any two histograms add. Values above the range saturate at the top.
+//! Histograms by key (provider, scenario, metric, sweep step): recording a probe's latencies,
+//! merging dense and sparse histograms, iterating by key.
 
 use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
-use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer};
 use serde::{Deserialize, Serialize};
 
-use crate::hist_sparse::SparseHistogram;
+use super::codec::{HIGHEST_US, LOWEST_US, new_histogram};
+use super::sparse::SparseHistogram;
 use crate::load::LoadKind;
 use crate::metrics::Metric;
 use crate::record::{Outcome, ProbeRecord};
-
-/// Lowest discernible value, µs.
-pub const LOWEST_US: u64 = 1;
-/// Highest trackable value, µs (one hour).
-pub const HIGHEST_US: u64 = 3_600_000_000;
-/// Significant decimal digits kept.
-pub const SIGFIG: u8 = 3;
-
-/// Errors of the histogram codec.
-#[derive(Debug, thiserror::Error)]
-pub enum HistError {
-    /// The bytes are not a V2 (DEFLATE) encoded histogram.
-    #[error("cannot decode histogram: {0}")]
-    Decode(String),
-    /// Encoding failed (should not happen for in-range histograms).
-    #[error("cannot encode histogram: {0}")]
-    Encode(String),
-}
-
-/// A new empty histogram with latmesh's fixed bounds.
-pub fn new_histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(LOWEST_US, HIGHEST_US, SIGFIG).expect("fixed bounds are valid")
-}
-
-/// Encodes with the HdrHistogram V2 + DEFLATE format.
-///
-/// # Errors
-/// [`HistError::Encode`] if the serializer fails.
-pub fn encode_v2(h: &Histogram<u64>) -> Result<Vec<u8>, HistError> {
-    let mut out = Vec::new();
-    V2DeflateSerializer::new()
-        .serialize(h, &mut out)
-        .map_err(|e| HistError::Encode(format!("{e:?}")))?;
-    Ok(out)
-}
-
-/// Decodes V2 or V2 + DEFLATE bytes into a histogram with latmesh's bounds.
-///
-/// Allocates and fills the 188 KB dense histogram; where only the non-empty buckets are
-/// needed, [`crate::hist_sparse::decode_v2_sparse`] gives them without it.
-///
-/// # Errors
-/// [`HistError::Decode`] for bytes that are not an encoded histogram, or whose values do not
-/// fit latmesh's bounds.
-pub fn decode_v2(bytes: &[u8]) -> Result<Histogram<u64>, HistError> {
-    let decoded: Histogram<u64> = Deserializer::new()
-        .deserialize(&mut std::io::Cursor::new(bytes))
-        .map_err(|e| HistError::Decode(format!("{e:?}")))?;
-    if decoded.low() == LOWEST_US && decoded.high() == HIGHEST_US && decoded.sigfig() == SIGFIG {
-        // Already latmesh's bounds (every agent's): no copy through a fresh histogram, whose
-        // `add` scans every counter.
-        return Ok(decoded);
-    }
-    let mut h = new_histogram();
-    h.add(&decoded)
-        .map_err(|e| HistError::Decode(format!("{e:?}")))?;
-    Ok(h)
-}
 
 /// The key of one histogram.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -87,7 +26,7 @@ pub struct HistKey {
     pub step: u32,
 }
 
-/// Histograms by key. Latency histograms count `ok` attempts only (DESIGN.md).
+/// Histograms by key. Latency histograms count `ok` attempts only (docs/metrics.md "Histograms and merging").
 #[derive(Clone, Debug, Default)]
 pub struct HistogramSet {
     map: BTreeMap<HistKey, Histogram<u64>>,
@@ -171,7 +110,7 @@ impl HistogramSet {
             .expect("all latmesh histograms share bounds");
     }
 
-    /// Adds the buckets of `h` (a decoded blob, see [`crate::hist_sparse`]) into the histogram
+    /// Adds the buckets of `h` (a decoded blob, see [`crate::hist::sparse`]) into the histogram
     /// under `key`, with `record_n` per non-empty bucket instead of a scan of every counter:
     /// the same counters, `len`, `min` and `max` as [`HistogramSet::merge`] of the dense
     /// histogram `h` stands for. Like `merge`, creates the (empty) histogram under `key` even
@@ -229,6 +168,7 @@ impl HistogramSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hist::codec::{HIGHEST_US, new_histogram};
 
     fn key(metric: Metric) -> HistKey {
         HistKey {
@@ -237,19 +177,6 @@ mod tests {
             metric,
             step: 0,
         }
-    }
-
-    #[test]
-    fn v2_round_trip_keeps_every_count() {
-        let mut h = new_histogram();
-        for v in [1u64, 7, 150, 150, 20_000, 3_000_000] {
-            h.record(v).unwrap();
-        }
-        let back = decode_v2(&encode_v2(&h).unwrap()).unwrap();
-        assert_eq!(back.len(), 6);
-        assert_eq!(back.count_at(150), 2);
-        assert_eq!(back.max(), h.max());
-        assert!(decode_v2(b"not a histogram").is_err());
     }
 
     #[test]

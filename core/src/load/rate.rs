@@ -1,0 +1,245 @@
+//! The `rate` load model (open loop): one arrival sequence per scenario (constant or Poisson),
+//! shared by every provider and agent, and the rotating send order at each arrival.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+/// Open-loop arrivals.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RateSpec {
+    /// Target arrivals per second, per provider and per agent.
+    pub rps: f64,
+    /// Constant spacing or a Poisson process.
+    pub arrivals: Arrivals,
+    /// How long arrivals are generated, ms.
+    pub duration_ms: u64,
+    /// An arrival still waiting for its provider's in-flight cap this long after its intended
+    /// time is not sent (outcome `dropped`), ms.
+    pub max_queue_ms: u64,
+}
+
+/// Default [`RateSpec::max_queue_ms`]: 10 s.
+pub const DEFAULT_MAX_QUEUE_MS: u64 = 10_000;
+
+/// How arrivals are spaced.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Arrivals {
+    /// Exactly `1 / rps` apart, from the phase start.
+    #[default]
+    Constant,
+    /// A Poisson process of rate `rps`: a count drawn from Poisson(`rps × duration`), then
+    /// that many instants uniform over the phase, in increasing order (the same process as
+    /// exponential gaps of mean `1 / rps`), from a generator seeded by the campaign seed and
+    /// the scenario: the same for every provider and in every region.
+    Poisson,
+}
+
+impl RateSpec {
+    /// Intended send offsets of the scenario's arrivals, µs from the phase start, increasing,
+    /// all below `duration_ms`: one sequence for the scenario (`seed` is mixed with the
+    /// scenario index only), which every provider and every agent sends at, so every provider
+    /// of the comparison gets the same offered load. Arrival `i` of a provider is its
+    /// `i`-th offset (the `slot` of its record and its spool journal key). Its length is
+    /// [`RateSpec::arrival_count`].
+    pub fn arrivals_us(&self, seed: u64, scenario: usize) -> Vec<u64> {
+        let n = self.arrival_count(seed, scenario);
+        let span_us = self.span_us_f64();
+        let mut out = Vec::with_capacity(usize::try_from(n).unwrap_or(0));
+        match self.arrivals {
+            Arrivals::Constant => {
+                let gap_us = 1e6 / self.rps;
+                out.extend((0..n).map(|k| (k as f64 * gap_us) as u64));
+            }
+            Arrivals::Poisson => {
+                // After the count (drawn first by `poisson_count`), the instants: `n` uniform
+                // points of the phase in increasing order, each the smallest of the points
+                // left (1 − (1 − x) × U^(1/m) is the minimum of m uniforms above x).
+                let mut rng = self.poisson_rng(seed, scenario);
+                let _count = Self::poisson_count(&mut rng, self.rps * span_us / 1e6);
+                let last_us = (span_us as u64).saturating_sub(1);
+                let mut x = 0.0f64;
+                for left in (1..=n).rev() {
+                    let u = 1.0 - rng.random::<f64>(); // (0, 1]
+                    x = 1.0 - (1.0 - x) * u.powf(1.0 / left as f64);
+                    out.push(((x * span_us) as u64).min(last_us));
+                }
+            }
+        }
+        out
+    }
+
+    /// How many arrivals [`RateSpec::arrivals_us`] holds, computed without generating them
+    /// (O(1), so that validation, estimates and progress stay fast at the largest plans):
+    /// constant spacing has `⌈duration / gap⌉` (the arrivals at `k × gap` below the
+    /// duration); a Poisson process draws its count from Poisson(`rps × duration`) before its
+    /// instants. 0 for a rate that is not a positive finite number.
+    pub fn arrival_count(&self, seed: u64, scenario: usize) -> u64 {
+        if !(self.rps.is_finite() && self.rps > 0.0) {
+            return 0;
+        }
+        let span_us = self.span_us_f64();
+        match self.arrivals {
+            Arrivals::Constant => {
+                // The smallest k with k × gap ≥ span, as the float products the instants are
+                // computed with (the quotient can be one off either way).
+                let gap_us = 1e6 / self.rps;
+                let below = |k: u64| (k as f64 * gap_us) < span_us;
+                let mut k = (span_us / gap_us).ceil() as u64;
+                while k > 0 && !below(k - 1) {
+                    k -= 1;
+                }
+                while below(k) {
+                    k += 1;
+                }
+                k
+            }
+            Arrivals::Poisson => Self::poisson_count(
+                &mut self.poisson_rng(seed, scenario),
+                self.rps * span_us / 1e6,
+            ),
+        }
+    }
+
+    fn span_us_f64(&self) -> f64 {
+        self.duration_ms as f64 * 1000.0
+    }
+
+    /// The generator of the scenario's Poisson arrivals: its first draw is the count.
+    fn poisson_rng(&self, seed: u64, scenario: usize) -> ChaCha8Rng {
+        ChaCha8Rng::seed_from_u64(seed ^ (scenario as u64 + 1).wrapping_mul(0xA076_1D64_78BD_642F))
+    }
+
+    /// A Poisson(`mean`) count from `rng` (0 for a mean that is not a positive finite number).
+    fn poisson_count(rng: &mut ChaCha8Rng, mean: f64) -> u64 {
+        rand_distr::Poisson::new(mean).map_or(0, |d| rng.sample(d) as u64)
+    }
+
+    /// The providers (indexes `0..providers`) in the order the agent sends arrival `i` to
+    /// them: every provider at the same instant, starting with provider `i mod providers` and
+    /// rotating, so over the phase each provider is first, second, … equally often.
+    pub fn send_order(i: usize, providers: usize) -> impl Iterator<Item = usize> {
+        let n = providers.max(1);
+        (0..providers).map(move |k| (i + k) % n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn poisson_50_per_s_for_20_s() -> RateSpec {
+        RateSpec {
+            rps: 50.0,
+            arrivals: Arrivals::Poisson,
+            duration_ms: 20_000,
+            max_queue_ms: DEFAULT_MAX_QUEUE_MS,
+        }
+    }
+
+    #[test]
+    fn arrivals_are_deterministic_and_at_the_rate() {
+        let r = poisson_50_per_s_for_20_s();
+        let a = r.arrivals_us(7, 1);
+        assert_eq!(a, r.arrivals_us(7, 1));
+        assert_ne!(a, r.arrivals_us(7, 2));
+        assert_ne!(a, r.arrivals_us(8, 1));
+        // 1,000 expected; a Poisson count has σ ≈ 32.
+        assert!((850..1150).contains(&a.len()), "{}", a.len());
+        assert!(a.windows(2).all(|w| w[0] <= w[1]) && *a.last().unwrap() < 20_000_000);
+        let c = RateSpec {
+            arrivals: Arrivals::Constant,
+            rps: 4.0,
+            duration_ms: 1_000,
+            ..r
+        };
+        assert_eq!(c.arrivals_us(7, 0), vec![0, 250_000, 500_000, 750_000]);
+        // 1.1 s at 4/s: 0, 0.25, …, 1.0 s.
+        let longer = RateSpec {
+            duration_ms: 1_100,
+            ..c
+        };
+        assert_eq!(longer.arrivals_us(7, 0).len(), 5);
+    }
+
+    /// The count is known without the instants (validation, estimates and progress of a
+    /// 10-million-arrival plan used to generate them all, over and over) and is always the
+    /// number of instants the agent sends at.
+    #[test]
+    fn the_arrival_count_is_the_length_of_the_sequence() {
+        for (rps, duration_ms) in [
+            (4.0, 1_000),
+            (4.0, 1_100),
+            (3.0, 1_000),
+            (7.0, 999),
+            (0.1, 86_400_000),
+            (1e5, 1),
+            (333.3, 12_345),
+            (1e-3, 1),
+        ] {
+            for arrivals in [Arrivals::Constant, Arrivals::Poisson] {
+                let r = RateSpec {
+                    rps,
+                    arrivals,
+                    duration_ms,
+                    max_queue_ms: DEFAULT_MAX_QUEUE_MS,
+                };
+                for (seed, scenario) in [(0, 0), (7, 1), (u64::MAX, 9)] {
+                    let a = r.arrivals_us(seed, scenario);
+                    assert_eq!(r.arrival_count(seed, scenario), a.len() as u64, "{r:?}");
+                    assert!(a.windows(2).all(|w| w[0] <= w[1]), "{r:?}");
+                    assert!(a.iter().all(|&t| t < duration_ms * 1000), "{r:?}");
+                }
+            }
+        }
+        // Constant spacing: ⌈duration / gap⌉ without generating (10 million here).
+        let big = RateSpec {
+            rps: 100_000.0,
+            arrivals: Arrivals::Constant,
+            duration_ms: 100_000,
+            max_queue_ms: DEFAULT_MAX_QUEUE_MS,
+        };
+        assert_eq!(big.arrival_count(0, 0), 10_000_000);
+        // Poisson at 10 million expected: within 6 σ (σ ≈ 3,162).
+        let poisson = RateSpec {
+            arrivals: Arrivals::Poisson,
+            ..big
+        };
+        let n = poisson.arrival_count(3, 0);
+        assert!(n.abs_diff(10_000_000) < 19_000, "{n}");
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert_eq!(
+                RateSpec {
+                    rps: bad,
+                    ..poisson.clone()
+                }
+                .arrival_count(3, 0),
+                0
+            );
+        }
+    }
+
+    #[test]
+    fn every_provider_gets_the_same_arrivals_in_rotating_order() {
+        // The demo's open loop: 4/s Poisson for 6 s, nine providers. One sequence for the
+        // scenario: the offered load per provider is the same (it was 2.3 vs 5.7 rps when
+        // each provider had its own process).
+        let r = RateSpec {
+            rps: 4.0,
+            duration_ms: 6_000,
+            ..poisson_50_per_s_for_20_s()
+        };
+        let a = r.arrivals_us(42, 3);
+        assert!(!a.is_empty() && a.iter().all(|&t| t < 6_000_000));
+        assert_eq!(a, r.arrivals_us(42, 3), "not the same for every agent");
+        let orders: Vec<Vec<usize>> = (0..4)
+            .map(|i| RateSpec::send_order(i, 3).collect())
+            .collect();
+        assert_eq!(
+            orders,
+            [vec![0, 1, 2], vec![1, 2, 0], vec![2, 0, 1], vec![0, 1, 2]]
+        );
+        assert_eq!(RateSpec::send_order(5, 0).count(), 0);
+    }
+}
