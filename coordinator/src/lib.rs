@@ -1,18 +1,14 @@
-//! The latmesh coordinator and CLI (binary `latmesh`): serves agents and the control API,
-//! merges results across agents, prints the region × provider matrix, and runs the demo.
-//!
-//! `main.rs` only calls [`cli::run`], so tests drive the real CLI in-process.
+//! The latmesh coordinator server: serves agents and the control API, merges results across
+//! agents, spools them and writes them to ClickHouse. The `latmesh` binary and its commands
+//! are the `latmesh-cli` crate.
 
 pub mod aggregate;
 pub mod analysis;
 pub mod auth;
 pub mod budget;
-pub mod check;
-pub mod cli;
 pub mod cli_query;
 pub mod clickhouse;
 pub mod delivery;
-pub mod demo;
 pub mod events;
 pub mod failover_stats;
 pub mod intake;
@@ -29,7 +25,6 @@ pub mod report;
 pub mod report_data;
 pub mod saturation;
 pub mod schedule;
-pub mod schedule_cli;
 pub mod seq_gaps;
 pub mod service;
 pub mod sink;
@@ -38,4 +33,3 @@ pub mod state;
 pub mod summary;
 pub mod sync;
 pub mod tls_listener;
-pub mod watch;

@@ -8,8 +8,8 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
+use latmesh_cli::cmd::check::{self, CheckArgs};
 use latmesh_coordinator::analysis::ranks::window_ranks;
-use latmesh_coordinator::check::{self, CheckArgs};
 use latmesh_coordinator::clickhouse::query::Percentile;
 use latmesh_coordinator::clickhouse::{self as store, BatchKey, CampaignRow};
 use latmesh_core::hist::{HistogramSet, new_histogram};

@@ -365,7 +365,7 @@ fn a_campaign_during_a_stall_is_stored_once_when_clickhouse_resumes() {
         "1",
     ]);
     let _agent = latmesh_tests::spawn("agent", agent, &log("agent"));
-    let campaign = latmesh_coordinator::demo::demo_rounds_only()
+    let campaign = latmesh_cli::cmd::demo::demo_rounds_only()
         .replace("{sim}", sim_url.trim_start_matches("http://"))
         .replace("count = 12 ", "count = 4 ")
         .replace(

@@ -117,10 +117,12 @@ use latmesh_core::metrics::Metric;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::analysis::stats::{PercentileCi, min_samples};
-use crate::clickhouse::{self as store, QueryFilter, StoreError, check_identifier, query};
-use crate::report_data::ALL;
-use crate::summary::{MatrixCell, Summary};
+use latmesh_coordinator::analysis::stats::{PercentileCi, min_samples};
+use latmesh_coordinator::clickhouse::{
+    self as store, QueryFilter, StoreError, check_identifier, query,
+};
+use latmesh_coordinator::report_data::ALL;
+use latmesh_coordinator::summary::{MatrixCell, Summary};
 
 /// Arguments of `latmesh check`.
 #[derive(Args, Debug, Clone, Default)]
@@ -164,7 +166,7 @@ pub struct CheckArgs {
     pub json: bool,
     /// How long to wait for ClickHouse (the whole check's queries).
     #[command(flatten)]
-    pub timeouts: crate::cli_query::TimeoutArgs,
+    pub timeouts: latmesh_coordinator::cli_query::TimeoutArgs,
 }
 
 /// What a rule compares.
@@ -395,7 +397,7 @@ pub struct CellStats {
     /// Error % of attempts.
     pub error_pct: f64,
     /// Failed attempts and the attempts counted in `error_pct`
-    /// ([`crate::aggregate::failed_attempts`]).
+    /// ([`latmesh_coordinator::aggregate::failed_attempts`]).
     pub failed: (u64, u64),
     /// (metric, percentile key) → estimate.
     values: BTreeMap<(Metric, u32), Estimate>,
@@ -418,7 +420,7 @@ impl CellStats {
     }
 
     /// The counts and percentiles of a summary cell: P50/P90/P95/P99 and the campaign's
-    /// list with their sample count and 95 % intervals ([`crate::summary::Percentiles::point`]); a summary
+    /// list with their sample count and 95 % intervals ([`latmesh_coordinator::summary::Percentiles::point`]); a summary
     /// written before intervals were stored gives point estimates only, with `n` = the cell's
     /// `ok` attempts.
     pub fn from_cell(c: &MatrixCell) -> CellStats {
@@ -426,7 +428,7 @@ impl CellStats {
             samples: c.samples,
             attempts: c.attempts,
             error_pct: c.error_pct,
-            failed: crate::aggregate::failed_attempts(c),
+            failed: latmesh_coordinator::aggregate::failed_attempts(c),
             values: BTreeMap::new(),
         };
         for (m, v) in [
@@ -808,7 +810,7 @@ fn kind_name(kind: &RuleKind) -> &'static str {
 }
 
 fn ms(v: f64) -> String {
-    crate::analysis::stats::fmt_ms(v)
+    latmesh_coordinator::analysis::stats::fmt_ms(v)
 }
 
 /// What one evaluation found on one cell: the values it compared and the verdict.

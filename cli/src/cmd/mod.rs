@@ -12,11 +12,15 @@ use latmesh_proto::pb;
 use latmesh_proto::pb::control_client::ControlClient;
 use tokio::net::TcpListener;
 
-use crate::auth::{ADMIN_TOKEN_ENV, AGENT_TOKEN_ENV, Auth, Secret};
-use crate::service::Coordinator;
-use crate::state::State;
+use crate::watch;
 use crate::watch::{AdminClient, AdminToken};
-use crate::{demo, watch};
+use latmesh_coordinator::auth::{ADMIN_TOKEN_ENV, AGENT_TOKEN_ENV, Auth, Secret};
+use latmesh_coordinator::service::Coordinator;
+use latmesh_coordinator::state::State;
+
+pub mod check;
+pub mod demo;
+pub mod series;
 
 /// latmesh: latency of OpenAI-compatible inference providers, measured from many regions.
 #[derive(Parser, Debug)]
@@ -61,7 +65,7 @@ enum Command {
     Db(DbCmd),
     /// Questions answered from ClickHouse.
     #[command(subcommand)]
-    Query(crate::cli_query::QueryCmd),
+    Query(latmesh_coordinator::cli_query::QueryCmd),
     /// Campaigns: validate a file, or launch it and print the matrix.
     #[command(subcommand)]
     Campaign(CampaignCmd),
@@ -97,7 +101,7 @@ enum Command {
     /// JSON summary) against a baseline (a campaign, the N days before it, or a summary);
     /// print what fired, POST it to --webhook. Exit status: 0 nothing fired, 1 a rule fired,
     /// 2 an error.
-    Check(crate::check::CheckArgs),
+    Check(crate::cmd::check::CheckArgs),
     /// Write a stored campaign's report (from ClickHouse): a self-contained HTML page with
     /// heatmaps, latency CDFs, ITL spread, sweep curves, open-loop rates, peak vs off-peak and
     /// latency over time; or the same numbers as JSON or CSV.
@@ -105,13 +109,13 @@ enum Command {
         /// Campaign id.
         campaign_id: String,
         #[command(flatten)]
-        ch: crate::cli_query::ClickhouseArgs,
+        ch: latmesh_coordinator::cli_query::ClickhouseArgs,
         /// Output file (`-`: standard output). Default: latmesh-report-CAMPAIGN.EXT.
         #[arg(long)]
         out: Option<PathBuf>,
         /// Output format.
         #[arg(long, value_enum, default_value = "html")]
-        format: crate::report::Format,
+        format: latmesh_coordinator::report::Format,
     },
 }
 
@@ -180,7 +184,7 @@ impl CoordinatorArg {
         let channel =
             latmesh_agent::session::connect_channel(&self.coordinator, self.ca_file.as_deref())
                 .await?;
-        Ok(crate::service::message_limits_client(
+        Ok(latmesh_coordinator::service::message_limits_client(
             ControlClient::with_interceptor(channel, AdminToken(token)),
         ))
     }
@@ -214,7 +218,7 @@ struct StoreArgs {
     state_dir: Option<PathBuf>,
     /// How long the sink waits for ClickHouse.
     #[command(flatten)]
-    timeouts: crate::cli_query::TimeoutArgs,
+    timeouts: latmesh_coordinator::cli_query::TimeoutArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -235,7 +239,7 @@ enum DbCmd {
         print: bool,
         /// How long to wait for ClickHouse (per statement).
         #[command(flatten)]
-        timeouts: crate::cli_query::TimeoutArgs,
+        timeouts: latmesh_coordinator::cli_query::TimeoutArgs,
     },
 }
 
@@ -266,7 +270,7 @@ enum CampaignCmd {
         #[arg(long, default_value_t = 30.0)]
         wait_agents_s: f64,
         #[command(flatten)]
-        budget: crate::schedule_cli::BudgetArgs,
+        budget: crate::cmd::series::BudgetArgs,
         /// A campaign with a [schedule]: follow its runs (printing each run's matrix) until
         /// the series ends, instead of returning once it is created. (Without a schedule,
         /// launch always follows the campaign.)
@@ -302,7 +306,7 @@ enum CampaignCmd {
         /// Campaign id.
         campaign_id: String,
         #[command(flatten)]
-        ch: crate::cli_query::ClickhouseArgs,
+        ch: latmesh_coordinator::cli_query::ClickhouseArgs,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -559,8 +563,8 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
             timeouts,
         }) => {
             if print {
-                for m in crate::clickhouse::MIGRATIONS {
-                    for stmt in crate::clickhouse::render_migration(
+                for m in latmesh_coordinator::clickhouse::MIGRATIONS {
+                    for stmt in latmesh_coordinator::clickhouse::render_migration(
                         m.sql,
                         &clickhouse_db,
                         cluster.as_deref(),
@@ -571,8 +575,8 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
                 return Ok(());
             }
             let timeouts = timeouts.timeouts();
-            let client = crate::clickhouse::client_with(&clickhouse_url, &timeouts);
-            let applied = crate::clickhouse::migrate_within(
+            let client = latmesh_coordinator::clickhouse::client_with(&clickhouse_url, &timeouts);
+            let applied = latmesh_coordinator::clickhouse::migrate_within(
                 &client,
                 &clickhouse_db,
                 cluster.as_deref(),
@@ -612,7 +616,7 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
             );
             print!(
                 "{}",
-                crate::schedule_cli::plan_facts(
+                crate::cmd::series::plan_facts(
                     &plan,
                     plan.regions.len() as u32,
                     "assuming one agent per region; launch counts the connected ones"
@@ -658,8 +662,8 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
             .await?;
             // The estimate before anything is sent (stderr: stdout is the matrix).
             let (agents, how) =
-                crate::schedule_cli::agents_in_regions(&mut client, &url, &plan).await?;
-            eprint!("{}", crate::schedule_cli::plan_facts(&plan, agents, &how));
+                crate::cmd::series::agents_in_regions(&mut client, &url, &plan).await?;
+            eprint!("{}", crate::cmd::series::plan_facts(&plan, agents, &how));
             let reply = watch::launch_with(
                 &mut client,
                 &url,
@@ -673,7 +677,7 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
                 eprintln!("warning: {w}");
             }
             if reply.series {
-                return crate::schedule_cli::launched_series(
+                return crate::cmd::series::launched_series(
                     &mut client,
                     &url,
                     &reply,
@@ -690,13 +694,14 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
             );
             follow_launched(&coord, client, &reply.campaign_id, json.as_deref()).await
         }
-        Command::Query(q) => crate::cli_query::run_query(q).await,
+        Command::Query(q) => latmesh_coordinator::cli_query::run_query(q).await,
         Command::Campaign(CampaignCmd::Verify {
             campaign_id,
             ch,
             json,
         }) => {
-            let (lines, lost, duplicated) = crate::cli_query::verify(&ch, &campaign_id).await?;
+            let (lines, lost, duplicated) =
+                latmesh_coordinator::cli_query::verify(&ch, &campaign_id).await?;
             let twice: u64 = lines.iter().map(|l| l.measured_twice).sum();
             let (verified, unverified): (Vec<_>, Vec<_>) = lines.iter().partition(|l| l.verified);
             // "0 lost" is only said of agents whose delivery is whole.
@@ -791,7 +796,7 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
                     _ => watch::control_error(&url, s),
                 })?
                 .into_inner();
-            let campaign_id = match crate::schedule_cli::cancelled_series(&reply) {
+            let campaign_id = match crate::cmd::series::cancelled_series(&reply) {
                 Some(run_id) => run_id,
                 None if reply.series => return Ok(()),
                 None => campaign_id,
@@ -833,14 +838,8 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
             json,
         }) => {
             let mut client = coord.connect().await?;
-            crate::schedule_cli::series(
-                &mut client,
-                &coord.url(),
-                &series_id,
-                wait,
-                json.as_deref(),
-            )
-            .await
+            crate::cmd::series::series(&mut client, &coord.url(), &series_id, wait, json.as_deref())
+                .await
         }
         Command::Campaign(CampaignCmd::Watch {
             campaign_id,
@@ -858,7 +857,10 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
                 .map_err(|s| watch::control_error(&coord.url(), s))?
                 .into_inner()
                 .agents;
-            print!("{}", render_agents(&agents, crate::state::now_unix_us()));
+            print!(
+                "{}",
+                render_agents(&agents, latmesh_coordinator::state::now_unix_us())
+            );
             Ok(())
         }
         Command::Demo {
@@ -899,18 +901,25 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
             watch::write_json(summary, &path)?;
             // With ClickHouse, the sections that need each row's time come from there.
             let (source, extras) = match &store {
-                Some(s) => match crate::report::from_clickhouse::extras(&s.url, &s.db, &data).await
-                {
-                    Ok(extras) => ("memory and clickhouse", extras),
-                    Err(e) => {
-                        eprintln!("demo: the report has no ClickHouse sections: {e:#}");
-                        ("memory", Default::default())
+                Some(s) => {
+                    match latmesh_coordinator::report::from_clickhouse::extras(&s.url, &s.db, &data)
+                        .await
+                    {
+                        Ok(extras) => ("memory and clickhouse", extras),
+                        Err(e) => {
+                            eprintln!("demo: the report has no ClickHouse sections: {e:#}");
+                            ("memory", Default::default())
+                        }
                     }
-                },
+                }
                 None => ("memory", Default::default()),
             };
-            let model = crate::report::model(&data, source, extras);
-            crate::report::write(&model, crate::report::Format::Html, &report)?;
+            let model = latmesh_coordinator::report::model(&data, source, extras);
+            latmesh_coordinator::report::write(
+                &model,
+                latmesh_coordinator::report::Format::Html,
+                &report,
+            )?;
             eprintln!(
                 "demo finished in {:.0} s; JSON summary: {}",
                 started.elapsed().as_secs_f64(),
@@ -922,7 +931,7 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
         Command::Probe(args) => probe(args).await,
         Command::Check(args) => {
             // Its own exit status (1: a rule fired, 2: an error), so it exits here.
-            let code = crate::check::run_cli(args).await;
+            let code = crate::cmd::check::run_cli(args).await;
             if code != 0 {
                 use std::io::Write as _;
                 let _ = std::io::stdout().flush();
@@ -942,7 +951,11 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
                 .bound(
                     url,
                     "report",
-                    crate::report::from_clickhouse(url, &ch.clickhouse_db, &campaign_id),
+                    latmesh_coordinator::report::from_clickhouse(
+                        url,
+                        &ch.clickhouse_db,
+                        &campaign_id,
+                    ),
                 )
                 .await?;
             let out = out.unwrap_or_else(|| {
@@ -951,7 +964,7 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
                     format.extension()
                 ))
             });
-            crate::report::write(&model, format, &out)?;
+            latmesh_coordinator::report::write(&model, format, &out)?;
             if out != std::path::Path::new("-") {
                 println!("report: {}", out.display());
             }
@@ -978,7 +991,7 @@ fn coordinator_with_store(
         Some(dir) => {
             let loaded = coordinator
                 .state()
-                .with_state_dir(crate::persist::StateDir::open(&dir)?)
+                .with_state_dir(latmesh_coordinator::persist::StateDir::open(&dir)?)
                 .with_context(|| format!("loading the campaigns in {}", dir.display()))?;
             tracing::info!(state_dir = %dir.display(), unfinished_campaigns = loaded.len(), "campaigns persist in the state directory");
         }
@@ -996,8 +1009,12 @@ fn coordinator_with_clickhouse(
     let Some(url) = &store.clickhouse_url else {
         return Ok((Coordinator::new(State::default()), None));
     };
-    let target = crate::sink::SinkTarget::new(url, &store.clickhouse_db, store.timeouts.timeouts());
-    let (coordinator, _spool, sink) = crate::sink::coordinator_with_sink(
+    let target = latmesh_coordinator::sink::SinkTarget::new(
+        url,
+        &store.clickhouse_db,
+        store.timeouts.timeouts(),
+    );
+    let (coordinator, _spool, sink) = latmesh_coordinator::sink::coordinator_with_sink(
         &store.spool_dir,
         store.spool_max_mib.saturating_mul(1 << 20),
         target,
@@ -1014,7 +1031,7 @@ fn coordinator_with_clickhouse(
 async fn serve_security(
     listen: &str,
     sec: &ServeSecurity,
-) -> anyhow::Result<(Auth, Option<crate::tls_listener::ServerTls>)> {
+) -> anyhow::Result<(Auth, Option<latmesh_coordinator::tls_listener::ServerTls>)> {
     let agent = Secret::from_file_or_env(
         sec.agent_token_file.as_deref(),
         AGENT_TOKEN_ENV,
@@ -1026,10 +1043,10 @@ async fn serve_security(
         "admin token",
     )?;
     let tls = match (&sec.tls_cert, &sec.tls_key) {
-        (Some(cert), Some(key)) => Some(crate::auth::server_tls(cert, key)?),
+        (Some(cert), Some(key)) => Some(latmesh_coordinator::auth::server_tls(cert, key)?),
         _ => None,
     };
-    let loopback = crate::auth::is_loopback(listen).await;
+    let loopback = latmesh_coordinator::auth::is_loopback(listen).await;
     if !loopback && tls.is_none() && !sec.insecure_plaintext {
         anyhow::bail!(
             "refusing to serve plaintext gRPC on {listen}, which is not a loopback address: pass --tls-cert and --tls-key, or --insecure-plaintext to accept plaintext (tokens in clear) on a trusted network"

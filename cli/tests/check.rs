@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
-use latmesh_coordinator::check::{
+use latmesh_cli::cmd::check::{
     CellStats, CheckReport, Estimate, Rule, RuleKind, RunValues, Snapshot, check_filters, evaluate,
     evaluate_prev_day, parse_rules, post_json,
 };

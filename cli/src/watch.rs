@@ -10,9 +10,9 @@ use latmesh_proto::pb::{self, control_client::ControlClient};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
-use crate::auth::{ADMIN_TOKEN_ENV, Secret};
-use crate::progress;
-use crate::summary::Summary;
+use crate::ui::progress;
+use latmesh_coordinator::auth::{ADMIN_TOKEN_ENV, Secret};
+use latmesh_coordinator::summary::Summary;
 
 /// A control client that sends the admin token (when there is one) with every call.
 pub type AdminClient = ControlClient<InterceptedService<Channel, AdminToken>>;
@@ -42,7 +42,7 @@ pub async fn connect(url: &str) -> anyhow::Result<AdminClient> {
         .connect()
         .await
         .with_context(|| format!("cannot reach the coordinator at {url}"))?;
-    Ok(crate::service::message_limits_client(
+    Ok(latmesh_coordinator::service::message_limits_client(
         ControlClient::with_interceptor(channel, AdminToken(None)),
     ))
 }
@@ -237,7 +237,7 @@ pub async fn launch(
     plan: &Plan,
     start_delay_s: f64,
 ) -> anyhow::Result<pb::LaunchReply> {
-    let no_caps = crate::schedule_cli::BudgetArgs::default();
+    let no_caps = crate::cmd::series::BudgetArgs::default();
     launch_with(client, url, plan, start_delay_s, &no_caps, false).await
 }
 
@@ -253,7 +253,7 @@ pub async fn launch_with(
     url: &str,
     plan: &Plan,
     start_delay_s: f64,
-    budget: &crate::schedule_cli::BudgetArgs,
+    budget: &crate::cmd::series::BudgetArgs,
     allow_missing_keys: bool,
 ) -> anyhow::Result<pb::LaunchReply> {
     let reply = client
@@ -317,7 +317,7 @@ pub fn ago(unix_us: i64, now_unix_us: i64) -> String {
 /// `latmesh campaign cancel` stopped it). With a terminal on stderr it draws progress bars
 /// (per region, per provider with live TTFT P50/P99 and errors); otherwise it prints a
 /// progress line to stderr every `every` (none for an `every` of an hour or more); see
-/// [`crate::progress`].
+/// [`crate::ui::progress`].
 ///
 /// # Errors
 /// When the stream breaks before the campaign finished or the summary does not parse.
@@ -349,7 +349,7 @@ pub async fn follow_with(
         .map_err(|s| control_error(url, s))?
         .into_inner();
     let mut render = progress::Renderer::new(mode);
-    let mut pages = crate::progress_pages::SummaryPages::default();
+    let mut pages = latmesh_coordinator::progress_pages::SummaryPages::default();
     while let Some(p) = stream.message().await? {
         let Some(p) = pages.take(p) else { continue };
         if p.finished {
@@ -365,7 +365,7 @@ pub async fn follow_with(
             return serde_json::from_str(&p.summary_json)
                 .context("summary from the coordinator does not parse");
         }
-        render.update(&p, crate::state::now_unix_us());
+        render.update(&p, latmesh_coordinator::state::now_unix_us());
     }
     render.finish();
     anyhow::bail!(

@@ -11,14 +11,14 @@ use anyhow::Context;
 use latmesh_core::campaign;
 use tokio::net::TcpListener;
 
-use crate::report_data::ReportData;
-use crate::service::Coordinator;
-use crate::state::State;
-use crate::summary::Summary;
 use crate::watch;
+use latmesh_coordinator::report_data::ReportData;
+use latmesh_coordinator::service::Coordinator;
+use latmesh_coordinator::state::State;
+use latmesh_coordinator::summary::Summary;
 
 /// The embedded demo campaign; `{sim}` stands for the simulator's address.
-pub const DEMO_CAMPAIGN: &str = include_str!("../../examples/demo.toml");
+pub const DEMO_CAMPAIGN: &str = include_str!("../../../examples/demo.toml");
 
 /// The line of [`DEMO_CAMPAIGN`] after which its `sweep` and `rate` scenarios and its
 /// providers on the Anthropic and Responses APIs follow.
@@ -102,13 +102,16 @@ pub async fn run_with(
     let (server, store) = match &opts.clickhouse {
         None => (Coordinator::new(State::default()), None),
         Some(store) => {
-            let target = crate::sink::SinkTarget::new(
+            let target = latmesh_coordinator::sink::SinkTarget::new(
                 &store.url,
                 &store.db,
-                crate::clickhouse::Timeouts::default(),
+                latmesh_coordinator::clickhouse::Timeouts::default(),
             );
-            let (c, spool, sink) =
-                crate::sink::coordinator_with_sink(&store.spool_dir, 1 << 30, target)?;
+            let (c, spool, sink) = latmesh_coordinator::sink::coordinator_with_sink(
+                &store.spool_dir,
+                1 << 30,
+                target,
+            )?;
             (c, Some((spool, sink)))
         }
     };
