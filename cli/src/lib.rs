@@ -7,5 +7,6 @@
 pub mod cmd;
 pub mod ui;
 pub mod watch;
+pub mod webhook;
 
 pub use cmd::{Cli, run_with};

@@ -9,8 +9,9 @@ use std::sync::{Arc, Mutex};
 
 use latmesh_cli::cmd::check::{
     CellStats, CheckReport, Estimate, Rule, RuleKind, RunValues, Snapshot, check_filters, evaluate,
-    evaluate_prev_day, parse_rules, post_json,
+    evaluate_prev_day, parse_rules,
 };
+use latmesh_cli::webhook::post_json;
 use latmesh_coordinator::summary::Summary;
 use latmesh_core::metrics::Metric;
 use serde_json::{Value, json};

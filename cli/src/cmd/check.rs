@@ -108,20 +108,17 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
 use clap::Args;
 use latmesh_core::metrics::Metric;
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use latmesh_coordinator::analysis::stats::{PercentileCi, min_samples};
-use latmesh_coordinator::clickhouse::{
-    self as store, QueryFilter, StoreError, check_identifier, query,
-};
+use latmesh_coordinator::clickhouse::{self as store, QueryFilter, check_queries, query};
 use latmesh_coordinator::report_data::ALL;
+
+use crate::webhook::{WEBHOOK_TIMEOUT, post_json, redact_url};
 use latmesh_coordinator::summary::{MatrixCell, Summary};
 
 /// Arguments of `latmesh check`.
@@ -755,35 +752,6 @@ async fn clickhouse_snapshot(
     })
 }
 
-#[derive(clickhouse::Row, Deserialize)]
-struct RunRow {
-    campaign_id: String,
-    start_at_us: u64,
-}
-
-/// Stored campaigns named `name`: (id, round-0 start µs), by start.
-async fn runs_named(
-    client: &clickhouse::Client,
-    db: &str,
-    name: &str,
-) -> Result<Vec<(String, i64)>, StoreError> {
-    check_identifier(db)?;
-    let rows: Vec<RunRow> = client
-        .query(&format!(
-            "SELECT campaign_id, max(start_at_us) AS s FROM {db}.campaigns \
-             WHERE name = ? GROUP BY campaign_id"
-        ))
-        .bind(name)
-        .fetch_all()
-        .await?;
-    let mut runs: Vec<(String, i64)> = rows
-        .into_iter()
-        .map(|r| (r.campaign_id, r.start_at_us as i64))
-        .collect();
-    runs.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
-    Ok(runs)
-}
-
 /// Whether `rule` checks the cell `key`; `sweeps` are the sweep scenarios, left out unless
 /// the rule names one.
 fn matches(rule: &Rule, key: &CellKey, sweeps: &BTreeSet<String>) -> bool {
@@ -1218,7 +1186,7 @@ async fn prev_day_rules(
     let row = query::campaign(client, db, current)
         .await?
         .ok_or_else(|| anyhow!("campaign {current:?} is not stored"))?;
-    let all_runs = runs_named(client, db, &row.name).await?;
+    let all_runs = check_queries::runs_named(client, db, &row.name).await?;
     let cur_start = row.start_at_us as i64;
     let sweeps = sweep_scenarios_of(&row.plan_json);
     let runs: Vec<(String, i64)> = all_runs
@@ -1482,147 +1450,4 @@ pub async fn run_cli(args: CheckArgs) -> u8 {
         }
     }
     report.exit_code()
-}
-
-/// How long the webhook may take to answer.
-pub const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// `url` without its path and query (webhook URLs often carry their secret there).
-fn redact_url(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => {
-            let host = rest.split(['/', '?']).next().unwrap_or_default();
-            format!("{scheme}://{host}/…")
-        }
-        None => "(invalid URL)".into(),
-    }
-}
-
-/// POSTs `body` as `application/json` to `url` (`http://` or `https://`, webpki roots), with
-/// `Connection: close`, and returns the response status; errors on a non-2xx status or when
-/// the whole exchange takes longer than `timeout`.
-///
-/// # Errors
-/// A bad URL, a connection or TLS failure, a timeout, a non-2xx status.
-pub async fn post_json(url: &str, body: &[u8], timeout: Duration) -> anyhow::Result<u16> {
-    tokio::time::timeout(timeout, post_json_inner(url, body))
-        .await
-        .map_err(|_| anyhow!("no answer within {} s", timeout.as_secs_f64()))?
-}
-
-async fn post_json_inner(url: &str, body: &[u8]) -> anyhow::Result<u16> {
-    let (tls, rest) = if let Some(r) = url.strip_prefix("https://") {
-        (true, r)
-    } else if let Some(r) = url.strip_prefix("http://") {
-        (false, r)
-    } else {
-        bail!("the webhook URL must start with http:// or https://");
-    };
-    let (authority, path) = match rest.find(['/', '?']) {
-        Some(i) if rest.as_bytes()[i] == b'/' => (&rest[..i], &rest[i..]),
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
-    };
-    let path = if path.starts_with('?') {
-        format!("/{path}")
-    } else {
-        path.to_string()
-    };
-    let authority = authority.rsplit('@').next().unwrap_or(authority);
-    if authority.is_empty() {
-        bail!("the webhook URL has no host");
-    }
-    let (host, port) = split_host_port(authority, if tls { 443 } else { 80 })?;
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {authority}\r\nUser-Agent: latmesh/{}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        env!("CARGO_PKG_VERSION"),
-        body.len()
-    );
-    let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
-        .await
-        .with_context(|| format!("cannot connect to {host}:{port}"))?;
-    let _ = tcp.set_nodelay(true);
-    let status = if tls {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let name = rustls::pki_types::ServerName::try_from(host.clone())
-            .map_err(|e| anyhow!("bad host {host:?}: {e}"))?;
-        let stream = tokio_rustls::TlsConnector::from(Arc::new(config))
-            .connect(name, tcp)
-            .await
-            .map_err(|e| {
-                let hint = latmesh_agent::tls::TlsProblem::of(&e).map_or(String::new(), |p| {
-                    p.hint("a CA the webhook's host is signed by")
-                });
-                anyhow!(
-                    "TLS handshake: {}{hint}",
-                    latmesh_core::error_text::chain(&e)
-                )
-            })?;
-        exchange(stream, head.as_bytes(), body).await?
-    } else {
-        exchange(tcp, head.as_bytes(), body).await?
-    };
-    if !(200..300).contains(&status) {
-        bail!("answered HTTP {status}");
-    }
-    Ok(status)
-}
-
-fn split_host_port(authority: &str, default: u16) -> anyhow::Result<(String, u16)> {
-    if let Some(rest) = authority.strip_prefix('[') {
-        let (host, after) = rest
-            .split_once(']')
-            .ok_or_else(|| anyhow!("bad host {authority:?}"))?;
-        let port = match after.strip_prefix(':') {
-            Some(p) => p.parse().with_context(|| format!("bad port {p:?}"))?,
-            None => default,
-        };
-        return Ok((host.to_string(), port));
-    }
-    match authority.rsplit_once(':') {
-        Some((h, p)) => Ok((
-            h.to_string(),
-            p.parse().with_context(|| format!("bad port {p:?}"))?,
-        )),
-        None => Ok((authority.to_string(), default)),
-    }
-}
-
-/// Writes the request, reads the status line (the rest of the answer is not needed).
-async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
-    mut s: S,
-    head: &[u8],
-    body: &[u8],
-) -> anyhow::Result<u16> {
-    s.write_all(head).await?;
-    s.write_all(body).await?;
-    s.flush().await?;
-    let mut buf = Vec::with_capacity(256);
-    let mut chunk = [0u8; 256];
-    while !buf.windows(2).any(|w| w == b"\r\n") {
-        let n = s.read(&mut chunk).await?;
-        if n == 0 {
-            break;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        if buf.len() > 8192 {
-            break;
-        }
-    }
-    let line = String::from_utf8_lossy(&buf);
-    let line = line.lines().next().unwrap_or_default();
-    let mut parts = line.split_whitespace();
-    match (
-        parts.next(),
-        parts.next().and_then(|c| c.parse::<u16>().ok()),
-    ) {
-        (Some(v), Some(code)) if v.starts_with("HTTP/") => Ok(code),
-        _ => bail!("not an HTTP answer: {line:?}"),
-    }
 }

@@ -19,6 +19,7 @@
 //! Errors are [`StoreError`]; [`StoreError::is_retryable`] tells a sink whether to try again
 //! (server down, timeouts, overload) or to set the batch aside (data or schema rejected).
 
+pub mod check_queries;
 pub mod fence;
 pub mod insert;
 pub mod migrate;
