@@ -252,51 +252,6 @@ impl BudgetSummary {
     pub fn stopped(&self) -> bool {
         self.stopped_by.is_some()
     }
-
-    /// The summary's budget lines: what was spent (and the caps), and a `STOPPED BY BUDGET`
-    /// line when the guard cancelled the campaign. Empty when nothing is known.
-    pub fn render(&self) -> String {
-        use std::fmt::Write as _;
-        let mut out = String::new();
-        if let Some(s) = &self.spent {
-            let mut line = format!(
-                "\nspent: {} prompt + {} completion tokens",
-                latmesh_core::budget::thousands(s.prompt_tokens),
-                latmesh_core::budget::thousands(s.completion_tokens)
-            );
-            if s.cost_usd > 0.0 || s.unpriced.is_empty() {
-                let _ = write!(line, ", {}", usd(s.cost_usd));
-            }
-            if !s.unpriced.is_empty() {
-                let _ = write!(line, " (no price: {})", s.unpriced.join(", "));
-            }
-            if s.estimated_attempts > 0 {
-                let _ = write!(
-                    line,
-                    "; {} attempt{} without usage estimated",
-                    s.estimated_attempts,
-                    if s.estimated_attempts == 1 { "" } else { "s" }
-                );
-            }
-            if let Some(c) = &self.caps {
-                let caps: Vec<String> = c
-                    .max_cost_usd
-                    .map(|v| format!("--max-cost {}", usd(v)))
-                    .into_iter()
-                    .chain(c.max_tokens.map(|v| format!("--max-tokens {v}")))
-                    .collect();
-                let _ = write!(line, " [caps: {}]", caps.join(", "));
-            }
-            let _ = writeln!(out, "{line}");
-        }
-        if let Some(reason) = &self.stop_reason {
-            let _ = writeln!(
-                out,
-                "\nSTOPPED BY BUDGET ({reason}): the campaign was cancelled; the tables hold what was measured before"
-            );
-        }
-        out
-    }
 }
 
 #[cfg(test)]
@@ -408,7 +363,7 @@ model_id = "m"
         let want = 0.1 + 0.6 + (est as f64 * 1.0 + 7.0 * 3.0) / 1e6;
         assert!((s.cost_usd - want).abs() < 1e-9, "{}", s.cost_usd);
         assert_eq!(g.passed(), None);
-        let text = g.summary().render();
+        let text = crate::ui::budget::render(&g.summary());
         assert!(text.contains("(no price: free)"), "{text}");
         assert!(
             text.contains("; 1 attempt without usage estimated"),
@@ -446,8 +401,7 @@ model_id = "m"
         assert_eq!(json["spent"]["prompt_tokens"], 100_050);
         assert_eq!(json["caps"]["max_tokens"], 300_100);
         assert!(
-            sum.render()
-                .contains("STOPPED BY BUDGET (budget: measured tokens")
+            crate::ui::budget::render(&sum).contains("STOPPED BY BUDGET (budget: measured tokens")
         );
         // Persisted and read back.
         let back: Guard = serde_json::from_str(&serde_json::to_string(&g).unwrap()).unwrap();
@@ -545,7 +499,7 @@ model_id = "m"
         let spent = s.guard.spent.as_ref().unwrap();
         assert_eq!((spent.prompt_tokens, spent.completion_tokens), (900, 600));
         assert_eq!(s.agents[0].records, 4, "every record kept");
-        let text = s.render();
+        let text = crate::ui::matrix::render(&s);
         assert!(
             text.contains("STOPPED BY BUDGET (budget: measured tokens 1500"),
             "{text}"

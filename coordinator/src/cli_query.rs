@@ -7,7 +7,6 @@ use latmesh_core::metrics::Metric;
 
 use crate::clickhouse::query::{Percentile, TrendBucket};
 use crate::clickhouse::{self as store, QueryFilter};
-use crate::load_stats;
 use crate::summary::{AgentSummary, MatrixCell, StartSync, Summary};
 
 /// Where ClickHouse is.
@@ -316,7 +315,7 @@ async fn run_query_at(cmd: QueryCmd) -> anyhow::Result<()> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&summary)?);
             } else {
-                print!("{}", summary.render());
+                print!("{}", crate::ui::matrix::render(&summary));
             }
             Ok(())
         }
@@ -395,8 +394,8 @@ async fn run_query_at(cmd: QueryCmd) -> anyhow::Result<()> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
-                print!("{}", load_stats::render_sweeps(&rows));
-                print!("{}", load_stats::render_sweep_steps(&rows));
+                print!("{}", crate::ui::sweep::render_sweeps(&rows));
+                print!("{}", crate::ui::sweep::render_sweep_steps(&rows));
             }
             Ok(())
         }

@@ -33,3 +33,4 @@ pub mod state;
 pub mod summary;
 pub mod sync;
 pub mod tls_listener;
+pub mod ui;

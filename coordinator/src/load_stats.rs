@@ -16,7 +16,6 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use comfy_table::{Cell as TCell, CellAlignment, Table, presets};
 use latmesh_core::hist::HistKey;
 use latmesh_core::load::{
     InsufficientStep, Knee, KneeRule, LoadModel, RateSpec, StepPoint, SweepSpec, find_knee,
@@ -29,7 +28,6 @@ use serde::{Deserialize, Serialize};
 use crate::aggregate::{Aggregate, StepCounts};
 use crate::analysis::stats;
 use crate::analysis::stats::interval_us;
-use crate::percentiles;
 use crate::saturation::{ArrivalLatency, ProviderSaturation, provider_saturation};
 use crate::summary::{ALL_REGIONS, AgentSummary, Percentiles};
 
@@ -647,25 +645,6 @@ impl StartSync {
     }
 }
 
-/// A latency in ms, compact: `1610`, `81.2`, `4.25`; `-` when missing.
-fn ms_short(v: Option<f64>) -> String {
-    match v {
-        None => "-".into(),
-        Some(v) if v >= 100.0 => format!("{v:.0}"),
-        Some(v) if v >= 10.0 => format!("{v:.1}"),
-        Some(v) => format!("{v:.2}"),
-    }
-}
-
-/// `P50`, `P99.9`.
-fn percentile_label(p: f64) -> String {
-    if p.fract() == 0.0 {
-        format!("P{p:.0}")
-    } else {
-        format!("P{p}")
-    }
-}
-
 /// A sweep row's knee verdict, compact: `c=16: latency, elasticity 0.54`, `c=8: errors
 /// 12.0%`, `too few requests at c=2 (13 < 30)` (no verdict: `knee_min_requests` not met, or
 /// too few ok requests for the knee percentile's interval), or `none`.
@@ -691,334 +670,6 @@ pub fn knee_text(row: &SweepRow) -> String {
             None => format!("c={}: {}", k.concurrency, k.reason),
         },
     }
-}
-
-fn right(s: String) -> TCell {
-    TCell::new(s).set_alignment(CellAlignment::Right)
-}
-
-/// The sweeps as text: per scenario, a table of providers (all regions merged) × steps of the
-/// knee metric's percentile (the knee step marked `*`, a value its step's samples do not
-/// support `~`, with the legend), with each provider's knee and why; then, when rows of
-/// several regions exist, each region's knee per provider.
-pub fn render_sweeps(rows: &[SweepRow]) -> String {
-    let mut out = String::new();
-    let mut scenarios: Vec<&str> = Vec::new();
-    for r in rows {
-        if !scenarios.contains(&r.scenario.as_str()) {
-            scenarios.push(&r.scenario);
-        }
-    }
-    for scenario in scenarios {
-        let of: Vec<&SweepRow> = rows.iter().filter(|r| r.scenario == scenario).collect();
-        let Some(first) = of.first() else { continue };
-        let rule = &first.knee_rule;
-        let all: Vec<&&SweepRow> = of.iter().filter(|r| r.region == ALL_REGIONS).collect();
-        let agents = all.first().map_or(first.agents, |r| r.agents);
-        let _ = writeln!(
-            out,
-            "\nsweep {scenario}: {} {} ms by concurrency, all regions ({} s steps); knee: \
-             elasticity ≥ {} or errors ≥ {}%\n  each significant (95 % intervals), with ≥ {} \
-             requests in every step up to it",
-            rule.metric.as_str().to_uppercase(),
-            percentile_label(rule.percentile),
-            first.step_ms as f64 / 1000.0,
-            rule.elasticity,
-            rule.error_pct,
-            rule.min_requests
-        );
-        let _ = writeln!(
-            out,
-            "c = workers per agent and provider; total = the provider's concurrency, c × {}",
-            if agents == 0 {
-                "every agent (count not known)".to_string()
-            } else {
-                format!(
-                    "{agents} agent{} (all regions)",
-                    if agents == 1 { "" } else { "s" }
-                )
-            }
-        );
-        let mut t = Table::new();
-        t.load_preset(presets::ASCII_MARKDOWN);
-        let mut header = vec![TCell::new("provider")];
-        let total_text = |n: u64| {
-            if agents == 0 {
-                "?".to_string()
-            } else {
-                n.to_string()
-            }
-        };
-        header.extend(first.steps.iter().map(|s| {
-            TCell::new(format!(
-                "c={} (total {})",
-                s.concurrency,
-                total_text(u64::from(s.concurrency) * agents)
-            ))
-        }));
-        header.push(TCell::new("knee"));
-        t.set_header(header);
-        let mut marked = false;
-        for r in &all {
-            let mut row = vec![TCell::new(&r.provider)];
-            for s in &r.steps {
-                let mark = if r.knee.as_ref().is_some_and(|k| k.step == s.step as usize) {
-                    "*"
-                } else {
-                    ""
-                };
-                let unsupported = s.knee_value_ms.is_some() && !s.knee_supported(rule);
-                marked |= unsupported;
-                let tilde = if unsupported {
-                    percentiles::UNSUPPORTED_MARK
-                } else {
-                    ""
-                };
-                row.push(right(format!("{tilde}{}{mark}", ms_short(s.knee_value_ms))));
-            }
-            row.push(TCell::new(knee_text(r)));
-            t.add_row(row);
-        }
-        let _ = writeln!(out, "{t}");
-        if marked {
-            let _ = writeln!(out, "{}", percentiles::legend());
-        }
-        let regional: Vec<&&SweepRow> = of.iter().filter(|r| r.region != ALL_REGIONS).collect();
-        let regions: Vec<&str> = {
-            let mut v: Vec<&str> = Vec::new();
-            for r in &regional {
-                if !v.contains(&r.region.as_str()) {
-                    v.push(&r.region);
-                }
-            }
-            v
-        };
-        if regions.len() > 1 {
-            let _ = writeln!(out, "knee per region:");
-            for a in &all {
-                let parts: Vec<String> = regional
-                    .iter()
-                    .filter(|r| r.provider == a.provider)
-                    .map(|r| {
-                        let k = match (&r.knee, &r.knee_insufficient) {
-                            (Some(k), _) => format!("c={} ({})", k.concurrency, k.reason),
-                            (None, Some(i)) => {
-                                format!("too few requests at c={}", i.concurrency)
-                            }
-                            (None, None) => "none".into(),
-                        };
-                        format!("{} {k}", r.region)
-                    })
-                    .collect();
-                let _ = writeln!(out, "  {:<16} {}", a.provider, parts.join(", "));
-            }
-        }
-    }
-    out
-}
-
-/// Every step of every row as one detailed table per scenario (what `latmesh query sweep`
-/// prints after [`render_sweeps`]): provider, region, concurrency per agent and in total,
-/// requests, error %, TTFT and E2E at the campaign's percentiles (P50/P90/P95/P99 by default;
-/// `~` marks one the step's samples do not support, with the legend under the table),
-/// throughput; the knee step marked `*`.
-pub fn render_sweep_steps(rows: &[SweepRow]) -> String {
-    let mut out = String::new();
-    let mut scenarios: Vec<&str> = Vec::new();
-    for r in rows {
-        if !scenarios.contains(&r.scenario.as_str()) {
-            scenarios.push(&r.scenario);
-        }
-    }
-    let list = percentiles::list_of(
-        rows.iter()
-            .flat_map(|r| &r.steps)
-            .flat_map(|s| s.ttft.iter().chain(&s.e2e)),
-    );
-    let names = percentiles::header(&list);
-    let marked = std::cell::Cell::new(false);
-    let p = |v: &Option<Percentiles>| match v {
-        Some(p) => {
-            let (text, m) = p.text(&list, |v| ms_short(Some(v)));
-            marked.set(marked.get() | m);
-            text
-        }
-        None => "-".into(),
-    };
-    for scenario in scenarios {
-        let _ = writeln!(
-            out,
-            "\nsweep {scenario}: every step (ms; throughput of ok requests; c/agent: workers per \
-             agent and provider, c total: over the row's agents)"
-        );
-        let mut t = Table::new();
-        t.load_preset(presets::ASCII_MARKDOWN);
-        t.set_header(vec![
-            "provider",
-            "region",
-            "c/agent",
-            "c total",
-            "requests",
-            "err %",
-            &format!("TTFT {names}"),
-            &format!("E2E {names}"),
-            "req/s",
-            "tok/s",
-        ]);
-        for r in rows.iter().filter(|r| r.scenario == scenario) {
-            for s in &r.steps {
-                let knee = r.knee.as_ref().is_some_and(|k| k.step == s.step as usize);
-                t.add_row(vec![
-                    TCell::new(&r.provider),
-                    TCell::new(&r.region),
-                    right(format!("{}{}", s.concurrency, if knee { "*" } else { "" })),
-                    right(if r.agents == 0 {
-                        "?".to_string()
-                    } else {
-                        s.concurrency_total.to_string()
-                    }),
-                    right(s.requests.to_string()),
-                    right(format!("{:.1}", s.error_pct)),
-                    right(p(&s.ttft)),
-                    right(p(&s.e2e)),
-                    right(format!("{:.2}", s.throughput_rps)),
-                    right(format!("{:.0}", s.output_tokens_per_s)),
-                ]);
-            }
-        }
-        let _ = writeln!(out, "{t}");
-        if marked.take() {
-            let _ = writeln!(out, "{}", percentiles::legend());
-        }
-    }
-    out
-}
-
-/// The rates as text: per scenario, a load table (achieved vs scheduled rate per agent, drops,
-/// `sched_lag`, errors, agent and provider saturation) and a latency table (P50/P95/P99 from
-/// the actual and from the intended send; `~` marks a percentile its samples do not support,
-/// with the legend under the table), then why each saturated row is. With one region its `ALL`
-/// rows are left out (they repeat it).
-pub fn render_rates(rows: &[RateRow]) -> String {
-    let mut out = String::new();
-    let mut scenarios: Vec<&str> = Vec::new();
-    for r in rows {
-        if !scenarios.contains(&r.scenario.as_str()) {
-            scenarios.push(&r.scenario);
-        }
-    }
-    let regions = rows
-        .iter()
-        .filter(|r| r.region != ALL_REGIONS)
-        .map(|r| r.region.as_str())
-        .collect::<std::collections::BTreeSet<_>>()
-        .len();
-    let marked = std::cell::Cell::new(false);
-    let at = |v: &Option<Percentiles>, list: &[f64]| match v {
-        Some(p) => {
-            let (text, m) = p.text(list, |v| ms_short(Some(v)));
-            marked.set(marked.get() | m);
-            text
-        }
-        None => "-".into(),
-    };
-    const LAG: [f64; 2] = [50.0, 99.0];
-    const LATENCY: [f64; 3] = [50.0, 95.0, 99.0];
-    for scenario in scenarios {
-        let mut of: Vec<&RateRow> = rows
-            .iter()
-            .filter(|r| r.scenario == scenario && (regions > 1 || r.region != ALL_REGIONS))
-            .collect();
-        // By provider, regions in row order (ALL last).
-        of.sort_by_key(|r| rows.iter().position(|x| x.provider == r.provider));
-        let Some(first) = of.first() else { continue };
-        let _ = writeln!(
-            out,
-            "\nrate {scenario}: target {} rps per provider and agent for {} s; rps sent per agent \
-             vs scheduled",
-            first.target_rps,
-            first.duration_ms as f64 / 1000.0,
-        );
-        let mut t = Table::new();
-        t.load_preset(presets::ASCII_MARKDOWN);
-        t.set_header(vec![
-            "provider",
-            "region",
-            "rps sent/sched",
-            "dropped",
-            "lag P50/P99",
-            "err %",
-            "agent sat.",
-            "provider sat.",
-        ]);
-        for r in &of {
-            let provider_verdict = match &r.provider_saturation {
-                None => "- (too few)",
-                Some(p) if p.saturated => "YES",
-                Some(_) => "no",
-            };
-            t.add_row(vec![
-                TCell::new(&r.provider),
-                TCell::new(&r.region),
-                right(format!(
-                    "{}/{:.2}",
-                    r.achieved_rps.map_or("-".into(), |a| format!("{a:.2}")),
-                    r.scheduled_rps
-                )),
-                right(r.dropped.to_string()),
-                right(at(&r.sched_lag, &LAG)),
-                right(format!("{:.1}", r.error_pct)),
-                TCell::new(if r.agent_saturated { "YES" } else { "no" }),
-                TCell::new(provider_verdict),
-            ]);
-        }
-        let _ = writeln!(out, "{t}");
-        let _ = writeln!(
-            out,
-            "agent sat.: the agents did not keep the schedule; provider sat.: its latency grew \
-             over the phase"
-        );
-        let _ = writeln!(
-            out,
-            "rate {scenario}: latency ms {} from the actual send and from the intended send",
-            percentiles::header(&LATENCY)
-        );
-        let mut t = Table::new();
-        t.load_preset(presets::ASCII_MARKDOWN);
-        t.set_header(vec![
-            "provider",
-            "region",
-            "TTFT",
-            "TTFT intended",
-            "E2E",
-            "E2E intended",
-        ]);
-        for r in &of {
-            t.add_row(vec![
-                TCell::new(&r.provider),
-                TCell::new(&r.region),
-                right(at(&r.ttft, &LATENCY)),
-                right(at(&r.ttft_intended, &LATENCY)),
-                right(at(&r.e2e, &LATENCY)),
-                right(at(&r.e2e_intended, &LATENCY)),
-            ]);
-        }
-        let _ = writeln!(out, "{t}");
-        if marked.take() {
-            let _ = writeln!(out, "{}", percentiles::legend());
-        }
-        for r in &of {
-            for (who, why) in [
-                ("agent", &r.agent_saturated_reason),
-                ("provider", &r.provider_saturated_reason),
-            ] {
-                if let Some(why) = why {
-                    let _ = writeln!(out, "  {who} saturated: {} {}: {why}", r.provider, r.region);
-                }
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -1146,14 +797,20 @@ pub(crate) mod tests {
             .unwrap()
     }
 
-    #[test]
-    fn sweep_values_the_steps_cannot_support_are_marked() {
-        // Knee on E2E P90 (36 samples needed): ALL has 20, 29 and 40 samples at c = 2, 4, 8.
+    /// [`plan`] with its sweep's knee changed by `f`.
+    pub(crate) fn plan_with_knee(f: impl FnOnce(&mut KneeRule)) -> Plan {
         let mut plan = plan();
         let LoadModel::Sweep(spec) = &mut plan.scenarios[0].load else {
             unreachable!()
         };
-        spec.knee.percentile = 90.0;
+        f(&mut spec.knee);
+        plan
+    }
+
+    #[test]
+    fn sweep_values_the_steps_cannot_support_are_marked() {
+        // Knee on E2E P90 (36 samples needed): ALL has 20, 29 and 40 samples at c = 2, 4, 8.
+        let plan = plan_with_knee(|k| k.percentile = 90.0);
         let rows = sweep_rows(&plan, &sweep_aggregate(), RowFilter::default(), &[]);
         let all = row(&rows, "ALL", "p");
         let support: Vec<bool> = all
@@ -1162,15 +819,7 @@ pub(crate) mod tests {
             .map(|s| s.knee_supported(&all.knee_rule))
             .collect();
         assert_eq!(support, [false, false, true]);
-        let text = render_sweeps(&rows);
-        assert!(
-            // No knee on values without an interval.
-            text.contains(
-                "| p        |         ~1.00 |         ~1.04 |          2.00 | too few ok requests at c=2 for an interval |"
-            ),
-            "{text}"
-        );
-        assert!(text.contains(&percentiles::legend()), "{text}");
+        // The table marks them: `crate::ui::sweep` tests.
     }
 
     #[test]
@@ -1193,14 +842,6 @@ pub(crate) mod tests {
         assert_eq!(totals("us-east"), [(2, 4), (4, 8), (8, 16)]);
         assert_eq!(totals("eu-west"), [(2, 2), (4, 4), (8, 8)]);
         assert_eq!(totals("ALL"), [(2, 6), (4, 12), (8, 24)]);
-        let text = render_sweeps(&rows);
-        assert!(
-            text.contains("c = workers per agent and provider; total = the provider's concurrency, c × 3 agents (all regions)")
-                && text.contains("| c=2 (total 6) | c=4 (total 12) | c=8 (total 24) |"),
-            "{text}"
-        );
-        let steps = render_sweep_steps(&rows);
-        assert!(steps.contains("| c/agent | c total |"), "{steps}");
         // (us-east, eu-west, ALL) × (p, q), in that order.
         let order: Vec<(&str, &str)> = rows
             .iter()
@@ -1290,10 +931,7 @@ pub(crate) mod tests {
 
         // With the default 30 requests per step, us-east's 10 at c = 2 are not enough: no
         // verdict rather than a knee.
-        let mut strict = plan();
-        if let LoadModel::Sweep(spec) = &mut strict.scenarios[0].load {
-            spec.knee.min_requests = 30;
-        }
+        let strict = plan_with_knee(|k| k.min_requests = 30);
         let rows30 = sweep_rows(&strict, &sweep_aggregate(), RowFilter::default(), &[]);
         let us30 = row(&rows30, "us-east", "p");
         assert_eq!(us30.knee, None);
@@ -1303,7 +941,6 @@ pub(crate) mod tests {
                 .map(|i| (i.step, i.requests)),
             Some((0, 10))
         );
-        assert!(render_sweeps(&rows30).contains("us-east too few requests at c=2"));
 
         // Filters keep the rows asked for; ALL then merges the kept region only.
         let only = sweep_rows(

@@ -177,30 +177,11 @@ pub fn model_rows(providers: &[ProviderSpec], cells: &[MatrixCell]) -> Vec<Model
     out
 }
 
-/// The terminal lines of the flagged rows (empty when nothing is flagged).
-pub fn render(rows: &[ModelRow]) -> String {
-    let mut out = String::new();
-    let flagged: Vec<&ModelRow> = rows.iter().filter(|r| !r.flags().is_empty()).collect();
-    if flagged.is_empty() {
-        return out;
-    }
-    let _ = writeln!(
-        out,
-        "\nwhat answered (attempts, all regions and scenarios):"
-    );
-    for r in flagged {
-        for f in r.flags() {
-            let _ = writeln!(out, "  {:<20} {f}", r.provider);
-        }
-    }
-    out
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn spec(name: &str, model_id: &str, expect: Option<&str>) -> ProviderSpec {
+    pub(crate) fn spec(name: &str, model_id: &str, expect: Option<&str>) -> ProviderSpec {
         let mut p: ProviderSpec = serde_json::from_value(serde_json::json!({
             "name": name, "base_url": "http://127.0.0.1:9/v1", "api_key_env": null,
             "model_id": model_id,
@@ -210,7 +191,7 @@ mod tests {
         p
     }
 
-    fn cell(
+    pub(crate) fn cell(
         region: &str,
         provider: &str,
         models: &[(&str, u64)],
@@ -229,6 +210,29 @@ mod tests {
         c.answered_models = map(models);
         c.system_fingerprints = map(fps);
         c
+    }
+
+    /// `openai` `ALL` rows of two scenarios: a model swapped during the campaign, and
+    /// fingerprints.
+    pub(crate) fn swapped() -> [MatrixCell; 2] {
+        [
+            cell(
+                ALL_REGIONS,
+                "openai",
+                &[("gpt-4o-2024-08-06", 10)],
+                &[("fp_1", 10)],
+            ),
+            {
+                let mut c = cell(
+                    ALL_REGIONS,
+                    "openai",
+                    &[("gpt-4o-2024-11-20", 2), ("gpt-4o-mini", 1)],
+                    &[("fp_2", 3)],
+                );
+                c.scenario = "t".into();
+                c
+            },
+        ]
     }
 
     #[test]
@@ -285,26 +289,7 @@ mod tests {
         );
         assert_eq!(rows[2].expected, "SmolLM2-135M-Instruct-Q4_1.gguf");
         assert!(!rows[2].answered_other_model());
-        // A model swapped during the campaign (two scenarios' ALL rows), and fingerprints.
-        let cells = [
-            cell(
-                ALL_REGIONS,
-                "openai",
-                &[("gpt-4o-2024-08-06", 10)],
-                &[("fp_1", 10)],
-            ),
-            {
-                let mut c = cell(
-                    ALL_REGIONS,
-                    "openai",
-                    &[("gpt-4o-2024-11-20", 2), ("gpt-4o-mini", 1)],
-                    &[("fp_2", 3)],
-                );
-                c.scenario = "t".into();
-                c
-            },
-        ];
-        let rows = model_rows(&providers, &cells);
+        let rows = model_rows(&providers, &swapped());
         let r = &rows[0];
         assert!(r.changed() && r.answered_other_model());
         assert_eq!(r.other_models, ["gpt-4o-mini"]);
@@ -316,13 +301,6 @@ mod tests {
                 "2 system_fingerprints answered during the campaign: fp_1 ×10, fp_2 ×3",
             ]
         );
-        let text = render(&rows);
-        assert!(text.contains("what answered"), "{text}");
-        assert!(
-            text.contains("openai               answered with another model"),
-            "{text}"
-        );
-        assert_eq!(render(&rows[..0]), "");
     }
 
     #[test]

@@ -5,9 +5,7 @@
 //! 95 % intervals ([`Percentiles`]).
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
-use comfy_table::{Cell as TCell, CellAlignment, Table, presets};
 use latmesh_core::hist::HistKey;
 use latmesh_core::metrics::Metric;
 use latmesh_core::plan::Plan;
@@ -329,245 +327,10 @@ impl Summary {
             .iter()
             .find(|c| c.region == region && c.provider == provider && c.scenario == scenario)
     }
-
-    /// Renders the matrices as text tables: per scenario, rows are regions (and `ALL`),
-    /// columns providers; one table per quantity. Then the sweeps (knee metric per step and
-    /// the knee, [`load_stats::render_sweeps`]), the open-loop rates
-    /// ([`load_stats::render_rates`]), dropped arrivals, errors, and the start skew line.
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "campaign {} ({}), plan {}",
-            self.name,
-            self.campaign_id,
-            &self.plan_hash[..12]
-        );
-        // A view gives a cell's text and whether it holds a percentile the samples do not
-        // support (then the table gets the legend).
-        let list = &self.percentiles;
-        let names = crate::percentiles::header(list);
-        let fmt_p = |p: &Option<Percentiles>| match p {
-            Some(p) => p.text(list, |v| format!("{v:.0}")),
-            None => ("-".into(), false),
-        };
-        type View<'a> = (String, &'a dyn Fn(&MatrixCell) -> (String, bool));
-        let plain = |text: String| (text, false);
-        let views: [View; 5] = [
-            ("samples (ok / attempts)".into(), &|c| {
-                plain(format!("{}/{}", c.samples, c.attempts))
-            }),
-            (format!("TTFT ms {names}"), &|c| fmt_p(&c.ttft)),
-            (format!("E2E ms {names}"), &|c| fmt_p(&c.e2e)),
-            ("TPOT ms P50".into(), &|c| {
-                plain(c.tpot_p50_ms.map_or("-".into(), |v| format!("{v:.1}")))
-            }),
-            (
-                "errors % / throttled % (attempts) / failed % (requests, after retries)".into(),
-                &|c| {
-                    plain(format!(
-                        "{:.1} / {:.1} / {:.1}",
-                        c.error_pct, c.throttled_pct, c.request_error_pct
-                    ))
-                },
-            ),
-        ];
-        for scenario in &self.scenarios {
-            for (title, view) in &views {
-                let _ = writeln!(out, "\n{scenario}: {title}");
-                let mut t = Table::new();
-                t.load_preset(presets::ASCII_MARKDOWN);
-                let mut header = vec![TCell::new("region")];
-                header.extend(self.providers.iter().map(TCell::new));
-                t.set_header(header);
-                let mut marked = false;
-                for region in self.regions.iter().map(String::as_str).chain([ALL_REGIONS]) {
-                    let mut row = vec![TCell::new(region)];
-                    for provider in &self.providers {
-                        let (text, m) = self
-                            .cell(region, provider, scenario)
-                            .map_or(("-".into(), false), view);
-                        marked |= m;
-                        row.push(TCell::new(text).set_alignment(CellAlignment::Right));
-                    }
-                    t.add_row(row);
-                }
-                let _ = writeln!(out, "{t}");
-                if marked {
-                    let _ = writeln!(out, "{}", crate::percentiles::legend_for(&self.percentiles));
-                }
-            }
-        }
-        if !self.sweeps.is_empty() {
-            out.push_str(&load_stats::render_sweeps(&self.sweeps));
-        }
-        if !self.rates.is_empty() {
-            out.push_str(&load_stats::render_rates(&self.rates));
-        }
-        if !self.failover.is_empty() {
-            out.push_str(&failover_stats::render_failover(&self.failover));
-        }
-        for n in &self.politeness {
-            let _ = writeln!(
-                out,
-                "\n{}: {} throttled (429) while the agents kept within its caps ({}): the provider's own limit is lower",
-                n.provider, n.throttled, n.caps
-            );
-        }
-        let dropped: Vec<&MatrixCell> = self
-            .cells
-            .iter()
-            .filter(|c| c.region != ALL_REGIONS && c.dropped > 0)
-            .collect();
-        if !dropped.is_empty() {
-            let _ = writeln!(
-                out,
-                "
-dropped (not sent in time: open-loop arrivals, or rounds probes held by their caps; not in error rates):"
-            );
-            for c in dropped {
-                let _ = writeln!(
-                    out,
-                    "  {:<14} {:<20} {:<14} {}",
-                    c.region, c.provider, c.scenario, c.dropped
-                );
-            }
-        }
-        let failing: Vec<&MatrixCell> = self
-            .cells
-            .iter()
-            .filter(|c| c.region != ALL_REGIONS && c.last_error.is_some())
-            .collect();
-        if !failing.is_empty() {
-            let _ = writeln!(out, "\nlast error per cell:");
-            for c in failing {
-                let _ = writeln!(
-                    out,
-                    "  {:<14} {:<20} {:<14} {}",
-                    c.region,
-                    c.provider,
-                    c.scenario,
-                    c.last_error.as_deref().unwrap_or_default()
-                );
-            }
-        }
-        let mismatched: Vec<&MatrixCell> = self
-            .cells
-            .iter()
-            .filter(|c| c.region == ALL_REGIONS && c.usage_chunk_mismatches > 0)
-            .collect();
-        if !mismatched.is_empty() {
-            let _ = writeln!(
-                out,
-                "\nusage vs chunk count (ok streamed attempts, all regions; usage − token payloads, mean: \
-                 + when chunks carry several tokens, − when usage leaves tokens out):"
-            );
-            for c in mismatched {
-                let over = if c.tokens_over_usage > 0 {
-                    format!(
-                        "; {} counted from payloads (usage counted fewer tokens than streamed)",
-                        c.tokens_over_usage
-                    )
-                } else {
-                    String::new()
-                };
-                let _ = writeln!(
-                    out,
-                    "  {:<20} {:<14} mean {:+.1} tokens, {} of {} attempts differ{over}",
-                    c.provider,
-                    c.scenario,
-                    c.usage_chunk_delta_mean.unwrap_or_default(),
-                    c.usage_chunk_mismatches,
-                    c.samples
-                );
-            }
-        }
-        let retried: Vec<&MatrixCell> = self
-            .cells
-            .iter()
-            .filter(|c| c.region == ALL_REGIONS && c.conn_retried > 0)
-            .collect();
-        if !retried.is_empty() {
-            let _ = writeln!(
-                out,
-                "\nconnections retried (the provider closed a pooled connection before any response \
-                 byte; sent again on a new one, not an error; TTFT/E2E include the new connect):"
-            );
-            for c in retried {
-                let _ = writeln!(
-                    out,
-                    "  {:<20} {:<14} {} of {} attempts",
-                    c.provider, c.scenario, c.conn_retried, c.attempts
-                );
-            }
-        }
-        out.push_str(&model_stats::render(&self.models));
-        out.push_str(&self.guard.render()); // budget guard: spent, STOPPED BY BUDGET
-        if self.cancelled && !self.guard.stopped() {
-            let _ = writeln!(
-                out,
-                "\nCANCELLED: latmesh campaign cancel stopped this campaign; the tables hold what was measured before"
-            );
-        }
-        if !self.complete {
-            let short: Vec<String> = self
-                .agents
-                .iter()
-                .filter(|a| !a.complete)
-                .map(|a| {
-                    let d = &a.delivery;
-                    let mut quarantine = String::new();
-                    if d.batches_rejected > 0 {
-                        let seqs: Vec<String> =
-                            d.rejected.iter().map(|r| r.seq.to_string()).collect();
-                        quarantine = format!(
-                            ", {} batch(es) refused and quarantined (seq {})",
-                            d.batches_rejected,
-                            seqs.join(", ")
-                        );
-                    }
-                    if d.records_quarantined > 0 || d.histograms_quarantined > 0 {
-                        quarantine.push_str(&format!(
-                            ", {} record(s) and {} histogram(s) too large to send, quarantined",
-                            d.records_quarantined, d.histograms_quarantined
-                        ));
-                    }
-                    format!(
-                        "{} ({}, {} records, {} skipped{quarantine})",
-                        a.agent_id, a.region, a.records, a.skipped
-                    )
-                })
-                .collect();
-            let _ = writeln!(
-                out,
-                "\nINCOMPLETE: these agents did not deliver every probe of the plan: {}",
-                short.join(", ")
-            );
-        }
-        if let Some(line) = self.start.line() {
-            let _ = writeln!(out, "\n{line}");
-        }
-        if !self.agents.is_empty() {
-            let _ = writeln!(out, "\nagents:");
-            for a in &self.agents {
-                let _ = writeln!(
-                    out,
-                    "  {:<16} {:<14} records {:>5}  batches {:>4}  clock offset {:+} µs ± {} µs",
-                    a.agent_id,
-                    a.region,
-                    a.records,
-                    a.batches,
-                    a.clock_offset_us,
-                    a.clock_uncertainty_us
-                );
-            }
-        }
-        out
-    }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::load_stats::tests::{add_for, add_rate, agent, plan, sweep_aggregate};
     use latmesh_core::load::LoadKind;
@@ -576,11 +339,11 @@ mod tests {
     /// The demo's sample sizes: 12 `ok` requests per region cell of provider `p` in three
     /// regions (E2E 100..=1200 ms, TTFT half), and 400 for `q` in us-east alone (E2E
     /// 1001..=1400 ms).
-    fn demo_sized() -> Summary {
+    pub(crate) fn demo_sized() -> Summary {
         demo_sized_with(&latmesh_core::plan::DEFAULT_PERCENTILES)
     }
 
-    fn demo_sized_with(percentiles: &[f64]) -> Summary {
+    pub(crate) fn demo_sized_with(percentiles: &[f64]) -> Summary {
         let mut plan = plan();
         plan.percentiles = percentiles.to_vec();
         plan.regions.push("ap-southeast".into());
@@ -619,14 +382,7 @@ mod tests {
         assert_eq!(got, [(50.0, true), (99.9, false)]);
         // The fixed P50/P90/P95/P99 stay in the JSON for readers that know only them.
         assert!(e2e.p95_ms.is_some());
-        let text = s.render();
-        assert!(text.contains("open: E2E ms P50/P99.9"), "{text}");
-        assert!(text.contains("| 1200/~1401 |"), "{text}");
-        // The legend names the campaign's percentiles.
-        assert!(
-            text.contains("~ marks a percentile with fewer samples than a 95% interval needs (P50 6, P99.9 3688)"),
-            "{text}"
-        );
+        // The tables show them: `crate::ui::matrix` tests.
     }
 
     #[test]
@@ -652,24 +408,11 @@ mod tests {
             pts("us-east", "q"),
             [(50.0, true), (90.0, true), (95.0, true), (99.0, true)]
         );
-        let text = s.render();
-        println!("{text}");
-        for want in [
-            "open: E2E ms P50/P90/P95/P99",
-            "| us-east      | 600/~1101/~1200/~1200 | 1200/1361/1380/1397 |",
-            "| ALL          |  600/1101/~1200/~1200 | 1200/1361/1380/1397 |",
-            &crate::percentiles::legend(),
-        ] {
-            assert!(text.contains(want), "{want:?} not in\n{text}");
-        }
-        // The legend only under tables with a marked value.
-        let samples_table = text.find("open: samples").unwrap();
-        let ttft_table = text.find("open: TTFT").unwrap();
-        assert!(!text[samples_table..ttft_table].contains("~"));
     }
 
-    #[test]
-    fn summary_reports_sweeps_rates_dropped_and_start_skew() {
+    /// The summary of [`sweep_aggregate`] and [`add_rate`] with agents a1 (us-east) and b1
+    /// (eu-west), and a start skew of 0.42 ms over three agents; with its aggregate and agents.
+    pub(crate) fn sweep_rate_summary() -> (Summary, Aggregate, Vec<AgentSummary>) {
         let mut agg = sweep_aggregate();
         add_rate(&mut agg);
         let agents = vec![agent("a1", "us-east"), agent("b1", "eu-west")];
@@ -687,6 +430,12 @@ mod tests {
                 })
                 .collect(),
         );
+        (s, agg, agents)
+    }
+
+    #[test]
+    fn summary_reports_sweeps_rates_dropped_and_start_skew() {
+        let (s, agg, agents) = sweep_rate_summary();
         assert_eq!(
             s.sweeps,
             load_stats::sweep_rows(&plan(), &agg, RowFilter::default(), &agents)
@@ -741,42 +490,16 @@ mod tests {
         assert_eq!(e2e["points"][0]["lo_ms"], 1.04);
         assert_eq!(e2e["points"][3]["supported"], false);
         assert!(e2e["points"][3]["lo_ms"].is_null() && e2e["points"][3]["hi_ms"].is_null());
-
-        let text = s.render();
-        println!("{text}");
-        for want in [
-            "sweep sw: E2E P50 ms by concurrency, all regions (10 s steps); knee: elasticity ≥ 0.5 or errors ≥ 5%",
-            "  each significant (95 % intervals), with ≥ 10 requests in every step up to it",
-            "c = workers per agent and provider; total = the provider's concurrency, c × 2 agents (all regions)",
-            "| p        | eu-west |     9.00/10.00 |      10 |  0.20/~0.20 |   0.0 | YES        | - (too few)   |",
-            "rate open: latency ms P50/P95/P99 from the actual send and from the intended send",
-            "| p        | us-east | 0.50/0.50/~0.50 | 0.70/0.70/~0.70 | 1.00/1.00/~1.00 | 1.20/1.20/~1.20 |",
-            // eu-west's 1 failure in 10 requests at c = 4 is not a significant rise.
-            "  p                us-east c=8 (latency), eu-west none",
-            "rate open: target 10 rps per provider and agent for 10 s; rps sent per agent vs scheduled",
-            "  agent saturated: p eu-west: 10 arrivals dropped; achieved 9.00 rps < 95% of scheduled 10.00",
-            "start skew 0.42 ms over 3 agents (± 0.08 ms of clock uncertainty)",
-            "dropped (not sent in time: open-loop arrivals, or rounds probes held by their caps; not in error rates):",
-        ] {
-            assert!(text.contains(want), "{want:?} not in\n{text}");
-        }
-        let from = text.find("\nsweep ").unwrap();
-        let to = text.find("\ndropped ").unwrap();
-        for line in text[from..to].lines() {
-            assert!(
-                line.chars().count() <= 100,
-                "{} chars: {line}",
-                line.chars().count()
-            );
-        }
+        // The text: `crate::ui::matrix` tests.
     }
 
     /// A reasoning stream whose usage counts only the answer, a non-streaming scenario, and a
     /// provider that answers with its own model name: the usage notice names the streamed
     /// scenario only, with the attempts that took the payload count, and the model flag names
     /// the provider.
-    #[test]
-    fn the_usage_notice_counts_streams_only_and_another_model_is_flagged() {
+    /// Providers `reasoner` (usage counting the answer only) and `llama` (answering
+    /// `smollm2`, its streamed connection retried), scenarios `stream` and `whole`.
+    pub(crate) fn usage_summary() -> Summary {
         let plan = latmesh_core::campaign::load_toml_str(
             r#"
 [campaign]
@@ -842,7 +565,12 @@ model_id = "gpt-4o"
                 agg.add_record("us-east", &rec);
             }
         }
-        let s = build("c1", &plan, 0, &agg, Vec::new());
+        build("c1", &plan, 0, &agg, Vec::new())
+    }
+
+    #[test]
+    fn the_usage_notice_counts_streams_only_and_another_model_is_flagged() {
+        let s = usage_summary();
         let whole = s.cell("ALL", "reasoner", "whole").unwrap();
         assert_eq!(
             (whole.usage_chunk_mismatches, whole.tokens_over_usage),
@@ -853,27 +581,9 @@ model_id = "gpt-4o"
             (streamed.usage_chunk_mismatches, streamed.tokens_over_usage),
             (1, 1)
         );
-        let text = s.render();
-        assert!(
-            text.contains("reasoner             stream         mean -23.0 tokens, 1 of 1 attempts differ; 1 counted from payloads"),
-            "{text}"
-        );
-        assert!(!text.contains("whole          mean"), "{text}");
         assert_eq!(
             ["reasoner", "llama"].map(|p| s.cell("ALL", p, "stream").unwrap().conn_retried),
             [0, 1]
-        );
-        assert!(
-            text.contains("\nconnections retried (the provider closed a pooled connection")
-                && text.contains("  llama                stream         1 of 1 attempts\n")
-                && !text.contains("  reasoner             stream         0 of"),
-            "{text}"
-        );
-        assert!(
-            text.contains(
-                "llama                answered with another model than \"gpt-4o\": smollm2"
-            ),
-            "{text}"
         );
         assert_eq!(
             s.models
@@ -881,26 +591,6 @@ model_id = "gpt-4o"
                 .map(|m| m.answered_other_model())
                 .collect::<Vec<_>>(),
             [false, true]
-        );
-    }
-
-    /// A summary persisted before the coordinator bounded done notices may hold any count:
-    /// rendering it never overflows.
-    #[test]
-    fn quarantine_counts_at_their_maximum_render_without_overflow() {
-        let mut a = agent("a1", "us-east");
-        a.complete = false;
-        a.delivery.records_quarantined = u64::MAX;
-        a.delivery.histograms_quarantined = u64::MAX;
-        let mut r = crate::delivery::Rejections::default();
-        r.reject(1, "x");
-        a.delivery.batches_rejected = r.batches();
-        let s = build("c1", &plan(), 0, &Aggregate::default(), vec![a]);
-        assert!(
-            s.render()
-                .contains("18446744073709551615 record(s) and 18446744073709551615 histogram(s)"),
-            "{}",
-            s.render()
         );
     }
 }

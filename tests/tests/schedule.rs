@@ -147,7 +147,11 @@ fn a_schedule_repeats_the_campaign_as_runs_with_their_own_ids() {
         assert_eq!(r["complete"], true, "{r:#}");
         let summary: Summary = serde_json::from_value(r["summary"].clone()).unwrap();
         assert_eq!(summary.campaign_id, r["campaign_id"].as_str().unwrap());
-        assert!(summary.complete, "{}", summary.render());
+        assert!(
+            summary.complete,
+            "{}",
+            latmesh_coordinator::ui::matrix::render(&summary)
+        );
         let cell = summary.cell("us-east", "quick", "chat").unwrap();
         assert_eq!((cell.attempts, cell.samples), (1, 1), "one tiny round each");
         assert!(summary.guard.spent.as_ref().unwrap().tokens() > 0);

@@ -897,7 +897,7 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
                     store.url, store.db, summary.campaign_id, store.url, store.db
                 );
             }
-            print!("{}", summary.render());
+            print!("{}", latmesh_coordinator::ui::matrix::render(&summary));
             watch::write_json(summary, &path)?;
             // With ClickHouse, the sections that need each row's time come from there.
             let (source, extras) = match &store {
@@ -1232,7 +1232,7 @@ async fn report(
         watch::check_writable(path)?;
     }
     let summary = watch::follow(client, url, campaign_id, Duration::from_secs(5)).await?;
-    print!("{}", summary.render());
+    print!("{}", latmesh_coordinator::ui::matrix::render(&summary));
     if let Some(path) = json {
         watch::write_json(&summary, path)?;
         eprintln!("summary written to {}", path.display());

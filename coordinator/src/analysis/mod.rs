@@ -22,7 +22,7 @@
 //! (many correlated gaps per request break the independence the intervals assume), TTFB or
 //! `sched_lag`.
 //!
-//! [`Analysis::render_text`] prints a compact terminal view, [`Analysis::to_html`] an HTML
+//! `crate::ui::analysis` prints a compact terminal view, [`Analysis::to_html`] an HTML
 //! fragment (tables, no external resources), and the type serializes to JSON.
 
 pub mod flags;
@@ -30,6 +30,7 @@ pub mod ranks;
 mod render;
 pub mod selection;
 pub mod stats;
+pub mod text;
 
 use latmesh_core::metrics::Metric;
 use serde::Serialize;
