@@ -5,9 +5,8 @@ use clap::{Args, Subcommand};
 
 use latmesh_core::metrics::Metric;
 
-use crate::clickhouse::query::{Percentile, TrendBucket};
+use crate::clickhouse::query::{Percentile, TrendBucket, VerifyLine};
 use crate::clickhouse::{self as store, QueryFilter};
-use crate::summary::{AgentSummary, MatrixCell, StartSync, Summary};
 
 /// Where ClickHouse is.
 #[derive(Args, Debug, Clone)]
@@ -311,7 +310,9 @@ pub async fn run_query(cmd: QueryCmd) -> anyhow::Result<()> {
 async fn run_query_at(cmd: QueryCmd) -> anyhow::Result<()> {
     match cmd {
         QueryCmd::Matrix { ch, filter, json } => {
-            let summary = stored_summary(&ch, &filter).await?;
+            let summary =
+                store::query::stored_summary(&ch.client(), &ch.clickhouse_db, &filter.filter())
+                    .await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&summary)?);
             } else {
@@ -426,118 +427,8 @@ async fn run_query_at(cmd: QueryCmd) -> anyhow::Result<()> {
     }
 }
 
-/// The summary of a stored campaign, rebuilt from ClickHouse alone (matrix cells and sweep
-/// rows; no rate rows or start facts).
-///
-/// # Errors
-/// ClickHouse errors; a campaign that is not stored.
-pub async fn stored_summary(ch: &ClickhouseArgs, filter: &FilterArgs) -> anyhow::Result<Summary> {
-    let client = ch.client();
-    let db = &ch.clickhouse_db;
-    let campaign = store::query::campaign(&client, db, &filter.campaign)
-        .await?
-        .with_context(|| format!("campaign {:?} is not in {}.campaigns", filter.campaign, db))?;
-    let plan: latmesh_core::plan::Plan = serde_json::from_str(&campaign.plan_json)
-        .with_context(|| format!("stored plan of campaign {:?}", filter.campaign))?;
-    // The percentile list of the campaign's plan.
-    let percentiles = plan.percentiles.clone();
-    let rows =
-        store::query::matrix_percentiles(&client, db, &filter.filter(), &percentiles).await?;
-    anyhow::ensure!(
-        !rows.is_empty(),
-        "campaign {:?} has no stored results matching these filters",
-        filter.campaign
-    );
-    let agents = store::query::agents(&client, db, &filter.campaign).await?;
-    let sweeps = store::query::sweep(&client, db, &filter.filter()).await?;
-    let cells: Vec<MatrixCell> = rows.iter().map(|r| r.to_cell()).collect();
-    let models = crate::model_stats::model_rows(&plan.providers, &cells);
-    let keep = |list: &[String], only: &Option<String>| -> Vec<String> {
-        list.iter()
-            .filter(|x| only.as_ref().is_none_or(|o| o == *x))
-            .cloned()
-            .collect()
-    };
-    Ok(Summary {
-        campaign_id: campaign.campaign_id.clone(),
-        name: campaign.name.clone(),
-        plan_hash: campaign.plan_hash.clone(),
-        metrics_version: campaign.metrics_version,
-        start_at_unix_us: campaign.start_at_us as i64,
-        regions: keep(&campaign.regions, &filter.region),
-        providers: keep(&campaign.providers, &filter.provider),
-        scenarios: keep(&campaign.scenarios, &filter.scenario),
-        percentiles,
-        cells,
-        complete: agents.iter().all(|a| a.complete),
-        // Not stored in ClickHouse (a cancelled campaign's agents report skipped slots, so it
-        // reads as incomplete there).
-        cancelled: false,
-        sweeps,
-        // Not rebuilt from ClickHouse: open-loop rows, and start facts (not stored there).
-        rates: Vec::new(),
-        start: StartSync::default(),
-        guard: Default::default(), // budget guard: not stored in ClickHouse
-        // Not rebuilt from ClickHouse yet: failover client rows (the `failover` column has
-        // what they need) and politeness notes.
-        failover: Vec::new(),
-        politeness: Vec::new(),
-        models,
-        agents: agents
-            .iter()
-            .map(|a| AgentSummary {
-                agent_id: a.agent_id.clone(),
-                region: a.region.clone(),
-                clock_offset_us: a.clock_offset_us,
-                clock_uncertainty_us: a.clock_uncertainty_us,
-                records: a.records,
-                batches: a.batches,
-                complete: a.complete,
-                skipped: a.skipped,
-                delivery: crate::delivery::Delivery::of_row(a),
-            })
-            .collect(),
-    })
-}
-
-/// What `campaign verify` found for one agent.
-#[derive(Debug, serde::Serialize)]
-pub struct VerifyLine {
-    /// Agent id.
-    pub agent_id: String,
-    /// Records the coordinator received from it (and acked).
-    pub reported_records: u64,
-    /// Distinct `requests` rows in ClickHouse.
-    pub stored_records: u64,
-    /// Reported but not stored.
-    pub lost: u64,
-    /// Stored more than once.
-    pub duplicated: u64,
-    /// Attempts measured twice (stored from two batches of the agent): a resume that ran
-    /// again what an earlier process had measured.
-    pub measured_twice: u64,
-    /// Batch seqs missing in ClickHouse (the first [`crate::seq_gaps::MAX_LISTED`]).
-    pub missing_seqs: Vec<u64>,
-    /// Whether its delivery is whole, so that `lost` means what it says: no batch refused or
-    /// quarantined, its done notice arrived, every batch it announced stored.
-    pub verified: bool,
-    /// Why not ([`crate::delivery::not_verified`]); empty when verified.
-    pub not_verified: Vec<String>,
-    /// Missing seqs beyond those listed.
-    pub missing_seqs_more: u64,
-}
-
-impl VerifyLine {
-    /// The missing seqs as `campaign verify` prints them: `[3, 7]`, `[1, 2, …] and 5 more`.
-    pub fn missing_text(&self) -> String {
-        match self.missing_seqs_more {
-            0 => format!("{:?}", self.missing_seqs),
-            more => format!("{:?} and {more} more", self.missing_seqs),
-        }
-    }
-}
-
-/// Reconciles what agents reported with what ClickHouse holds; returns (lines, lost, duplicated).
+/// Reconciles what agents reported with what ClickHouse holds
+/// ([`store::query::verify`]); returns (lines, lost, duplicated).
 ///
 /// # Errors
 /// ClickHouse errors; a campaign whose agents are not stored (not finished yet).
@@ -549,55 +440,9 @@ pub async fn verify(
         .bound(
             &ch.clickhouse_url,
             "campaign verify",
-            verify_at(ch, campaign_id),
+            store::query::verify(&ch.client(), &ch.clickhouse_db, campaign_id),
         )
         .await
-}
-
-async fn verify_at(
-    ch: &ClickhouseArgs,
-    campaign_id: &str,
-) -> anyhow::Result<(Vec<VerifyLine>, u64, u64)> {
-    let client = ch.client();
-    let db = &ch.clickhouse_db;
-    let agents = store::query::agents(&client, db, campaign_id).await?;
-    anyhow::ensure!(
-        !agents.is_empty(),
-        "campaign {campaign_id:?} has no agent rows in {db}.agents (unknown, or not finished yet)"
-    );
-    let counts = store::query::counts(&client, db, campaign_id).await?;
-    let mut lines = Vec::new();
-    for a in agents {
-        let c = counts
-            .agents
-            .iter()
-            .find(|c| c.agent_id == a.agent_id)
-            .cloned()
-            .unwrap_or_default();
-        let dup_requests: u64 = counts
-            .duplicates
-            .iter()
-            .filter(|d| d.agent_id == a.agent_id && d.table == "requests")
-            .map(|d| d.rows - d.distinct)
-            .sum();
-        let stored = c.request_rows - dup_requests;
-        let not_verified = crate::delivery::not_verified(&a, c.batches);
-        lines.push(VerifyLine {
-            verified: not_verified.is_empty(),
-            not_verified,
-            agent_id: a.agent_id.clone(),
-            reported_records: a.records,
-            stored_records: stored,
-            lost: a.records.saturating_sub(stored),
-            duplicated: c.duplicate_rows,
-            measured_twice: c.measured_twice,
-            missing_seqs: c.missing_seqs.clone(),
-            missing_seqs_more: c.missing_seqs_more,
-        });
-    }
-    let lost = lines.iter().map(|l| l.lost).sum();
-    let duplicated = lines.iter().map(|l| l.duplicated).sum();
-    Ok((lines, lost, duplicated))
 }
 
 #[cfg(test)]

@@ -12,8 +12,6 @@ use std::collections::BTreeMap;
 use latmesh_proto::pb;
 use serde::{Deserialize, Serialize};
 
-use crate::clickhouse::AgentRow;
-
 /// Most refused seqs remembered per (campaign, agent), with their reasons; more are counted
 /// only (a hostile agent cannot grow the coordinator's memory).
 pub const MAX_TRACKED_REJECTIONS: usize = 4096;
@@ -119,27 +117,6 @@ pub struct Delivery {
     pub histograms_quarantined: u64,
 }
 
-impl Delivery {
-    /// What an `agents` row says (schema 7).
-    pub fn of_row(row: &AgentRow) -> Delivery {
-        Delivery {
-            last_seq: (row.campaign_done != 0).then_some(row.last_seq),
-            batches_rejected: row.batches_rejected,
-            rejected: row
-                .rejected_seqs
-                .iter()
-                .zip(&row.rejected_reasons)
-                .map(|(&seq, reason)| RejectedBatch {
-                    seq,
-                    reason: reason.clone(),
-                })
-                .collect(),
-            records_quarantined: row.records_quarantined,
-            histograms_quarantined: row.histograms_quarantined,
-        }
-    }
-}
-
 /// One refused batch.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RejectedBatch {
@@ -149,119 +126,9 @@ pub struct RejectedBatch {
     pub reason: String,
 }
 
-/// Why `campaign verify` cannot vouch for the agent of `row` (empty: nothing against it),
-/// given the distinct batch seqs of it stored in ClickHouse (`stored_batches`). An agent is
-/// not verified when a batch of it was refused or quarantined, when records or histograms
-/// were quarantined, when its done notice never arrived, or when fewer batches are stored
-/// than it announced (some still pending in its spool or the coordinator's).
-pub fn not_verified(row: &AgentRow, stored_batches: u64) -> Vec<String> {
-    let mut why = Vec::new();
-    if row.batches_rejected > 0 {
-        let listed: Vec<String> = row
-            .rejected_seqs
-            .iter()
-            .zip(&row.rejected_reasons)
-            .map(|(seq, reason)| format!("seq {seq} ({reason})"))
-            .collect();
-        let more = (row.batches_rejected as usize).saturating_sub(listed.len());
-        why.push(format!(
-            "{} batch(es) refused by the coordinator or quarantined by the agent, not stored: {}{}",
-            row.batches_rejected,
-            listed.join(", "),
-            if more > 0 {
-                format!(" and {more} more")
-            } else {
-                String::new()
-            }
-        ));
-    }
-    if row.records_quarantined > 0 || row.histograms_quarantined > 0 {
-        why.push(format!(
-            "{} record(s) and {} histogram(s) quarantined by the agent as too large to send",
-            row.records_quarantined, row.histograms_quarantined
-        ));
-    }
-    if row.campaign_done == 0 {
-        why.push(
-            "no done notice from the agent: its last batches may still be pending in its spool"
-                .into(),
-        );
-    } else {
-        let accounted = stored_batches.saturating_add(row.batches_rejected);
-        if row.last_seq > accounted {
-            why.push(format!(
-                "{} of its {} batches not stored: still pending (agent or coordinator spool) or lost",
-                row.last_seq - accounted,
-                row.last_seq
-            ));
-        }
-    }
-    why
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn row() -> AgentRow {
-        AgentRow {
-            campaign_id: "c".into(),
-            agent_id: "a1".into(),
-            region: "r".into(),
-            version: "v".into(),
-            clock_offset_us: 0,
-            clock_uncertainty_us: 0,
-            seen_at: 0,
-            seen_at_us: 0,
-            records: 10,
-            batches: 3,
-            skipped: 0,
-            complete: true,
-            campaign_done: 1,
-            last_seq: 3,
-            batches_rejected: 0,
-            rejected_seqs: Vec::new(),
-            rejected_reasons: Vec::new(),
-            records_quarantined: 0,
-            histograms_quarantined: 0,
-        }
-    }
-
-    #[test]
-    fn an_agent_is_verified_only_when_every_announced_batch_is_stored() {
-        assert!(not_verified(&row(), 3).is_empty());
-        let why = not_verified(&row(), 2);
-        assert_eq!(why.len(), 1);
-        assert!(
-            why[0].starts_with("1 of its 3 batches not stored"),
-            "{why:?}"
-        );
-        let no_done = AgentRow {
-            campaign_done: 0,
-            last_seq: 0,
-            ..row()
-        };
-        assert!(not_verified(&no_done, 3)[0].starts_with("no done notice"));
-    }
-
-    #[test]
-    fn refused_and_quarantined_batches_are_named() {
-        let r = AgentRow {
-            batches_rejected: 3,
-            rejected_seqs: vec![1, 2],
-            rejected_reasons: vec!["http_status 799 is not an HTTP status".into(), "x".into()],
-            records_quarantined: 1,
-            ..row()
-        };
-        // Seqs 1-3 accounted for with one stored and 3 refused (one of them not listed).
-        let why = not_verified(&r, 1);
-        assert_eq!(why.len(), 2, "{why:?}");
-        assert_eq!(
-            why[0],
-            "3 batch(es) refused by the coordinator or quarantined by the agent, not stored: seq 1 (http_status 799 is not an HTTP status), seq 2 (x) and 1 more"
-        );
-        assert!(why[1].starts_with("1 record(s) and 0 histogram(s) quarantined"));
-    }
 
     #[test]
     fn rejections_are_bounded_and_done_notices_add_the_agent_s_quarantine() {

@@ -2290,7 +2290,7 @@ pub(crate) mod tests {
             let rows = agent_rows(&state);
             assert_eq!(rows.len(), 1);
             assert_eq!((rows[0].campaign_done, rows[0].records), (0, 1));
-            assert!(!crate::delivery::not_verified(&rows[0], 1).is_empty());
+            assert!(!crate::clickhouse::query::not_verified(&rows[0], 1).is_empty());
             // Its last batch (stored, counted in its row only once its done notice came), then
             // the notice: a new version of its row, which verify finds whole.
             assert!(state.batch("a1", batch(&id, 2, 2_000)).unwrap());
@@ -2308,7 +2308,7 @@ pub(crate) mod tests {
                 (1, 2, 2, 2)
             );
             assert_eq!((r.version.as_str(), r.complete), ("t", false));
-            assert!(crate::delivery::not_verified(r, 2).is_empty());
+            assert!(crate::clickhouse::query::not_verified(r, 2).is_empty());
             // The same notice again changes nothing; the summary stays final.
             state.done("a1", &done(&id, 2, 0)).unwrap();
             assert!(agent_rows(&state).is_empty());

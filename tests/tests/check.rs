@@ -9,8 +9,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use latmesh_cli::cmd::check::{self, CheckArgs};
-use latmesh_coordinator::analysis::ranks::window_ranks;
-use latmesh_coordinator::clickhouse::query::Percentile;
+use latmesh_coordinator::clickhouse::query::{Percentile, add_window_ranks, window_ranks};
 use latmesh_coordinator::clickhouse::{self as store, BatchKey, CampaignRow};
 use latmesh_core::hist::{HistogramSet, new_histogram};
 use latmesh_core::metrics::Metric;
@@ -484,8 +483,7 @@ async fn ranks_per_region_and_time_window() {
     };
     let mut analysis = latmesh_coordinator::analysis::analyze(&data);
     assert_eq!(
-        analysis
-            .add_window_ranks(&data, &client, &db)
+        add_window_ranks(&mut analysis, &data, &client, &db)
             .await
             .unwrap(),
         1

@@ -603,8 +603,8 @@ async fn agent_rows_from_before_schema_7_verify_as_before() {
         ),
         (1, 0, 0, 0, 0)
     );
-    assert!(latmesh_coordinator::delivery::not_verified(a, 2).is_empty());
-    let d = latmesh_coordinator::delivery::Delivery::of_row(a);
+    assert!(latmesh_coordinator::clickhouse::query::not_verified(a, 2).is_empty());
+    let d = a.delivery();
     assert_eq!((d.last_seq, d.batches_rejected), (Some(0), 0));
     latmesh_tests::drop_db(&client, &db).await;
 }

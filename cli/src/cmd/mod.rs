@@ -901,17 +901,19 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
             watch::write_json(summary, &path)?;
             // With ClickHouse, the sections that need each row's time come from there.
             let (source, extras) = match &store {
-                Some(s) => {
-                    match latmesh_coordinator::report::from_clickhouse::extras(&s.url, &s.db, &data)
-                        .await
-                    {
-                        Ok(extras) => ("memory and clickhouse", extras),
-                        Err(e) => {
-                            eprintln!("demo: the report has no ClickHouse sections: {e:#}");
-                            ("memory", Default::default())
-                        }
+                Some(s) => match latmesh_coordinator::clickhouse::query::extras(
+                    &latmesh_coordinator::clickhouse::client(&s.url),
+                    &s.db,
+                    &data,
+                )
+                .await
+                {
+                    Ok(extras) => ("memory and clickhouse", extras),
+                    Err(e) => {
+                        eprintln!("demo: the report has no ClickHouse sections: {e:#}");
+                        ("memory", Default::default())
                     }
-                }
+                },
                 None => ("memory", Default::default()),
             };
             let model = latmesh_coordinator::report::model(&data, source, extras);

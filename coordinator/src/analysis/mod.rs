@@ -13,7 +13,7 @@
 //! * **flags** ([`flags`]): P50 fast but tail high, usage/chunk token mismatches, output
 //!   length far from the other providers', timeout rate above 0.1 %;
 //! * **ranks and their stability** ([`ranks`]): each provider's rank per region (and per
-//!   time window from ClickHouse, [`ranks::window_ranks`]), its min/max/mean rank, and
+//!   time window from ClickHouse, `clickhouse::query::window_ranks`), its min/max/mean rank, and
 //!   Kendall's W across regions;
 //! * the **selection matrix** ([`selection`]) when the plan has `[selection]` weights.
 //!
@@ -127,7 +127,7 @@ pub struct Analysis {
     /// Per scenario: each provider's rank in each region, and its stability.
     pub ranks: Vec<RankTable>,
     /// Per scenario: ranks per (region, time window) from ClickHouse; empty unless the caller
-    /// added them ([`ranks::window_ranks`]).
+    /// added them (`clickhouse::query::add_window_ranks`).
     pub window_ranks: Vec<RankTable>,
     /// Selection matrices per (scenario, region), when the plan has `[selection]`.
     pub selection: Vec<SelectionTable>,
@@ -181,48 +181,6 @@ impl Analysis {
                 None
             }
         })
-    }
-
-    /// Adds, per scenario, the providers' ranks per (region, time window) from ClickHouse
-    /// ([`ranks::window_ranks`], by the scenario's [`ranking_metric`]; its percentile when it
-    /// is 50, 90 or 99 — what `query windows` answers —, else P50) to
-    /// [`Analysis::window_ranks`]. Does nothing for a plan without `[windows]`. Returns the
-    /// tables added.
-    ///
-    /// # Errors
-    /// As [`crate::clickhouse::query::windows`].
-    pub async fn add_window_ranks(
-        &mut self,
-        data: &ReportData,
-        client: &clickhouse::Client,
-        db: &str,
-    ) -> Result<usize, crate::clickhouse::StoreError> {
-        use crate::clickhouse::query::Percentile;
-        if data.plan.windows.is_empty() {
-            return Ok(0);
-        }
-        let mut added = 0;
-        for scenario in &self.scenarios {
-            let (metric, pc) = ranking_metric(data, scenario);
-            let percentile = Some(pc)
-                .filter(|p| p.fract() == 0.0)
-                .and_then(|p| Percentile::from_number(p as u32))
-                .unwrap_or(Percentile::P50);
-            let t = ranks::window_ranks(
-                client,
-                db,
-                &self.campaign_id,
-                Some(scenario),
-                metric,
-                percentile,
-            )
-            .await?;
-            if !t.columns.is_empty() {
-                self.window_ranks.push(t);
-                added += 1;
-            }
-        }
-        Ok(added)
     }
 
     /// The region rows in display order: `ALL` first, then the plan's regions.

@@ -1,5 +1,5 @@
-//! Ranks of providers per region (in memory) or per region and time window (ClickHouse), and
-//! how stable they are.
+//! Ranks of providers per region (in memory) or per region and time window (ClickHouse:
+//! `clickhouse::query::window_ranks`), and how stable they are.
 //!
 //! In each column (a region, or a region's time window) the providers with samples are
 //! ranked by the point estimate of one percentile of one metric ([`super::ranking_metric`]):
@@ -16,9 +16,7 @@ use serde::Serialize;
 
 use super::stats::{average_ranks, kendall_w};
 use super::{Analysis, ranking_metric};
-use crate::clickhouse::query::{self, Percentile, WindowsReport};
-use crate::clickhouse::{QueryFilter, StoreError};
-use crate::report_data::{ALL, ReportData};
+use crate::report_data::ReportData;
 
 /// One provider's ranks across a [`RankTable`]'s columns.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -155,86 +153,4 @@ pub fn region_ranks(data: &ReportData, analysis: &Analysis) -> Vec<RankTable> {
         ));
     }
     out
-}
-
-/// Ranks per (region, time window) from a `latmesh query windows` report: one column per
-/// region (not `ALL`) and window with samples, labelled `region/window`.
-pub fn from_windows_report(scenario: Option<String>, report: &WindowsReport) -> RankTable {
-    let mut providers: Vec<String> = Vec::new();
-    let mut columns: Vec<String> = Vec::new();
-    for r in report.rows.iter().filter(|r| r.region != ALL) {
-        if !providers.contains(&r.provider) {
-            providers.push(r.provider.clone());
-        }
-        for w in r.windows.iter().filter(|w| w.stat.value_ms.is_some()) {
-            let label = format!(
-                "{}/{}",
-                r.region,
-                if w.window.is_empty() {
-                    "(none)"
-                } else {
-                    &w.window
-                }
-            );
-            if !columns.contains(&label) {
-                columns.push(label);
-            }
-        }
-    }
-    let values: Vec<Vec<Option<f64>>> = providers
-        .iter()
-        .map(|p| {
-            columns
-                .iter()
-                .map(|col| {
-                    report
-                        .rows
-                        .iter()
-                        .filter(|r| &r.provider == p && r.region != ALL)
-                        .flat_map(|r| r.windows.iter().map(move |w| (r, w)))
-                        .find(|(r, w)| {
-                            let name = if w.window.is_empty() {
-                                "(none)"
-                            } else {
-                                &w.window
-                            };
-                            *col == format!("{}/{name}", r.region)
-                        })
-                        .and_then(|(_, w)| w.stat.value_ms)
-                })
-                .collect()
-        })
-        .collect();
-    let metric = Metric::parse(&report.metric).unwrap_or(Metric::Ttft);
-    RankTable::from_values(
-        scenario,
-        metric,
-        f64::from(report.percentile),
-        "region/window",
-        columns,
-        &providers,
-        values,
-    )
-}
-
-/// Ranks per (region, time window) of campaign `campaign_id` (one scenario, or all merged)
-/// from ClickHouse ([`query::windows`]); add them to [`Analysis::window_ranks`].
-///
-/// # Errors
-/// As [`query::windows`].
-pub async fn window_ranks(
-    client: &clickhouse::Client,
-    db: &str,
-    campaign_id: &str,
-    scenario: Option<&str>,
-    metric: Metric,
-    percentile: Percentile,
-) -> Result<RankTable, StoreError> {
-    let filter = QueryFilter {
-        campaign_id: Some(campaign_id.to_string()),
-        scenario: scenario.map(str::to_string),
-        ..Default::default()
-    };
-    let report = query::windows(client, db, &filter, metric, percentile).await?;
-    Ok(from_windows_report(scenario.map(str::to_string), &report))
 }

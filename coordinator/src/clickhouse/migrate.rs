@@ -1,4 +1,4 @@
-//! Versioned schema migrations from `deploy/clickhouse/migrations/` (embedded in the binary).
+//! Versioned schema migrations from `store/migrations/` (embedded in the binary).
 //!
 //! A migration file is plain SQL, one statement per `;`, with placeholders the migrator fills
 //! ([`render_migration`], a pure function): `{db}`, `{on_cluster}`, `{table:NAME}`,
@@ -39,42 +39,42 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
         name: "0001_init",
-        sql: include_str!("../../../deploy/clickhouse/migrations/0001_init.sql"),
+        sql: include_str!("../../../store/migrations/0001_init.sql"),
     },
     Migration {
         version: 2,
         name: "0002_measurement_truth",
-        sql: include_str!("../../../deploy/clickhouse/migrations/0002_measurement_truth.sql"),
+        sql: include_str!("../../../store/migrations/0002_measurement_truth.sql"),
     },
     Migration {
         version: 3,
         name: "0003_load_models",
-        sql: include_str!("../../../deploy/clickhouse/migrations/0003_load_models.sql"),
+        sql: include_str!("../../../store/migrations/0003_load_models.sql"),
     },
     Migration {
         version: 4,
         name: "0004_conn_retried",
-        sql: include_str!("../../../deploy/clickhouse/migrations/0004_conn_retried.sql"),
+        sql: include_str!("../../../store/migrations/0004_conn_retried.sql"),
     },
     Migration {
         version: 5,
         name: "0005_answered_model",
-        sql: include_str!("../../../deploy/clickhouse/migrations/0005_answered_model.sql"),
+        sql: include_str!("../../../store/migrations/0005_answered_model.sql"),
     },
     Migration {
         version: 6,
         name: "0006_cut_fields",
-        sql: include_str!("../../../deploy/clickhouse/migrations/0006_cut_fields.sql"),
+        sql: include_str!("../../../store/migrations/0006_cut_fields.sql"),
     },
     Migration {
         version: 7,
         name: "0007_batch_delivery",
-        sql: include_str!("../../../deploy/clickhouse/migrations/0007_batch_delivery.sql"),
+        sql: include_str!("../../../store/migrations/0007_batch_delivery.sql"),
     },
     Migration {
         version: 8,
         name: "0008_request_shape",
-        sql: include_str!("../../../deploy/clickhouse/migrations/0008_request_shape.sql"),
+        sql: include_str!("../../../store/migrations/0008_request_shape.sql"),
     },
 ];
 

@@ -8,7 +8,7 @@
 //! `tests/tests/clickhouse.rs`. The schema and every query run on 18.16 and on current
 //! ClickHouse (see `deploy/clickhouse/README.md`).
 //!
-//! - [`migrate`]: versioned DDL from `deploy/clickhouse/migrations/`, single node or cluster.
+//! - [`migrate`]: versioned DDL from `store/migrations/`, single node or cluster.
 //! - [`rows`]: one `Row` type per table and the conversions from latmesh's domain types.
 //! - [`insert`]: [`insert::insert_batches`] / [`insert::insert_batch`] (idempotent per
 //!   (campaign, agent, seq)),

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::insert::BatchKey;
 use super::{StoreError, datetime_secs, unsigned_us};
+use crate::delivery::{Delivery, RejectedBatch};
 use crate::summary::AgentSummary;
 
 /// A row of `campaigns`: one launched campaign.
@@ -154,6 +155,26 @@ impl AgentRow {
                 .collect(),
             records_quarantined: agent.delivery.records_quarantined,
             histograms_quarantined: agent.delivery.histograms_quarantined,
+        }
+    }
+
+    /// What this row says of the agent's delivery (schema 7): the inverse of
+    /// [`AgentRow::from_summary`] for [`AgentSummary::delivery`].
+    pub fn delivery(&self) -> Delivery {
+        Delivery {
+            last_seq: (self.campaign_done != 0).then_some(self.last_seq),
+            batches_rejected: self.batches_rejected,
+            rejected: self
+                .rejected_seqs
+                .iter()
+                .zip(&self.rejected_reasons)
+                .map(|(&seq, reason)| RejectedBatch {
+                    seq,
+                    reason: reason.clone(),
+                })
+                .collect(),
+            records_quarantined: self.records_quarantined,
+            histograms_quarantined: self.histograms_quarantined,
         }
     }
 }

@@ -6,11 +6,10 @@
 //! in [`charts`]), as JSON (the model itself) or as a long CSV ([`csv`]). The three carry the
 //! same numbers, and the matrix cells are the summary's own. Sections that need each row's
 //! time (peak vs off-peak, latency over time) come from ClickHouse only
-//! ([`from_clickhouse::extras`]); from memory the report says so.
+//! ([`crate::clickhouse::query::extras`]); from memory the report says so.
 
 pub mod charts;
 pub mod csv;
-pub mod from_clickhouse;
 pub mod html;
 pub mod model;
 
@@ -80,8 +79,9 @@ pub async fn from_clickhouse(
     db: &str,
     campaign_id: &str,
 ) -> anyhow::Result<ReportModel> {
-    let data = ReportData::from_clickhouse(url, db, campaign_id).await?;
-    let extras = from_clickhouse::extras(url, db, &data).await?;
+    let client = crate::clickhouse::client(url);
+    let data = crate::clickhouse::query::report_data(&client, db, campaign_id).await?;
+    let extras = crate::clickhouse::query::extras(&client, db, &data).await?;
     Ok(model(&data, "clickhouse", extras))
 }
 

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::budget::BudgetSummary;
 use crate::clickhouse::query::WindowsReport;
+pub use crate::clickhouse::query::{Extras, TimePoint, TimeSeries};
 use crate::load_stats::{RateRow, SweepRow};
 use crate::model_stats::ModelRow;
 use crate::report_data::{ALL, ReportData};
@@ -127,32 +128,6 @@ impl Spread {
     }
 }
 
-/// A provider's latency over time, all regions and scenarios merged.
-#[derive(Clone, Debug, Serialize)]
-pub struct TimeSeries {
-    /// Provider.
-    pub provider: String,
-    /// `ttft` or `e2e`.
-    pub metric: Metric,
-    /// Bucket width, s.
-    pub bucket_s: i64,
-    /// One point per bucket with samples, ascending.
-    pub points: Vec<TimePoint>,
-}
-
-/// One bucket of a [`TimeSeries`].
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct TimePoint {
-    /// Bucket start, coordinator clock, UTC s.
-    pub t_unix_s: i64,
-    /// Samples in the bucket.
-    pub samples: u64,
-    /// P50, ms (exact over the bucket's merged histograms).
-    pub p50_ms: f64,
-    /// P99, ms.
-    pub p99_ms: f64,
-}
-
 /// A section left out or cut short.
 #[derive(Clone, Debug, Serialize)]
 pub struct Note {
@@ -160,16 +135,6 @@ pub struct Note {
     pub section: String,
     /// Why.
     pub text: String,
-}
-
-/// The sections that need per-row time, which only ClickHouse keeps: `None` means the source
-/// cannot give them (the report then says so).
-#[derive(Clone, Debug, Default)]
-pub struct Extras {
-    /// Peak vs off-peak reports (`None`: windows unknown to the source).
-    pub windows: Option<Vec<WindowsReport>>,
-    /// Per-provider time series (`None`: time unknown to the source).
-    pub time_series: Option<Vec<TimeSeries>>,
 }
 
 impl ReportModel {

@@ -1,17 +1,15 @@
-//! A stored campaign's [`ReportData`] read back from ClickHouse
-//! ([`ReportData::from_clickhouse`]), and what only ClickHouse keeps ([`extras`]): each row's
-//! time window and its time.
+//! A stored campaign's [`ReportData`] read back from ClickHouse ([`report_data`]), and what
+//! only ClickHouse keeps ([`extras`]): each row's time window and its time.
 //!
-//! - The summary is the one `latmesh query` rebuilds ([`crate::cli_query::stored_summary`]:
-//!   matrix cells and sweep rows from the query functions of [`crate::clickhouse::query`]),
-//!   plus the open-loop rate rows, computed here with the same arithmetic as in memory
-//!   ([`load_stats::rate_row`]).
-//! - Histograms: [`query::merged_histograms`] (every stored bucket summed per value and
-//!   recorded into an HdrHistogram of the agents' bounds: the coordinator's buckets and
-//!   counts, same percentiles to the microsecond). `ALL` merges the regions.
+//! - The summary is the one `latmesh query` rebuilds ([`stored_summary`]: matrix cells and
+//!   sweep rows from the matrix and sweep queries), plus the open-loop rate rows, computed
+//!   here with the same arithmetic as in memory ([`load_stats::rate_row`]).
+//! - Histograms: [`merged_histograms`] (every stored bucket summed per value and recorded into
+//!   an HdrHistogram of the agents' bounds: the coordinator's buckets and counts, same
+//!   percentiles to the microsecond). `ALL` merges the regions.
 //! - Time series: exact P50/P99 of TTFT and E2E per provider and time bucket (interval start
 //!   on the coordinator's clock), every region and scenario merged.
-//! - Windows: [`crate::clickhouse::query::windows`] for TTFT P50 and E2E P50.
+//! - Windows: [`windows`] for TTFT P50 and E2E P50.
 
 use std::collections::BTreeMap;
 
@@ -20,17 +18,56 @@ use hdrhistogram::Histogram;
 use latmesh_core::load::LoadModel;
 use latmesh_core::metrics::Metric;
 use latmesh_core::record::Outcome;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-use super::model::{Extras, TimePoint, TimeSeries};
+use super::super::{StoreError, check_identifier};
+use super::campaign::stored_plan;
+use super::filter::QueryFilter;
+use super::histograms::merged_histograms;
+use super::percentile::Percentile;
+use super::summary::stored_summary;
+use super::windows::{WindowsReport, windows};
 use crate::aggregate::counts_in_error_rates;
-use crate::cli_query::{ClickhouseArgs, FilterArgs};
-use crate::clickhouse::query::{self, Percentile, QueryFilter};
-use crate::clickhouse::{self as store, check_identifier};
 use crate::load_stats::{self, RateMeasure, RateRow};
 use crate::report_data::{ALL, CellMetric, ReportData};
 use crate::saturation::ArrivalLatency;
 use crate::summary::Percentiles;
+
+/// A provider's latency over time, all regions and scenarios merged.
+#[derive(Clone, Debug, Serialize)]
+pub struct TimeSeries {
+    /// Provider.
+    pub provider: String,
+    /// `ttft` or `e2e`.
+    pub metric: Metric,
+    /// Bucket width, s.
+    pub bucket_s: i64,
+    /// One point per bucket with samples, ascending.
+    pub points: Vec<TimePoint>,
+}
+
+/// One bucket of a [`TimeSeries`].
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TimePoint {
+    /// Bucket start, coordinator clock, UTC s.
+    pub t_unix_s: i64,
+    /// Samples in the bucket.
+    pub samples: u64,
+    /// P50, ms (exact over the bucket's merged histograms).
+    pub p50_ms: f64,
+    /// P99, ms.
+    pub p99_ms: f64,
+}
+
+/// The sections that need per-row time, which only ClickHouse keeps: `None` means the source
+/// cannot give them (the report then says so).
+#[derive(Clone, Debug, Default)]
+pub struct Extras {
+    /// Peak vs off-peak reports (`None`: windows unknown to the source).
+    pub windows: Option<Vec<WindowsReport>>,
+    /// Per-provider time series (`None`: time unknown to the source).
+    pub time_series: Option<Vec<TimeSeries>>,
+}
 
 #[derive(clickhouse::Row, Deserialize)]
 struct OutcomeRow {
@@ -88,53 +125,41 @@ pub fn bucket_width_s(span_s: i64) -> i64 {
         .unwrap_or(BUCKET_WIDTHS_S[BUCKET_WIDTHS_S.len() - 1])
 }
 
-impl ReportData {
-    /// The stored campaign `campaign_id` of database `db` at ClickHouse `url` (see the module
-    /// docs for what is rebuilt and how).
-    ///
-    /// # Errors
-    /// ClickHouse errors; a campaign that is not stored or has no results.
-    pub async fn from_clickhouse(url: &str, db: &str, campaign_id: &str) -> anyhow::Result<Self> {
-        check_identifier(db)?;
-        let ch = ClickhouseArgs {
-            clickhouse_url: url.to_string(),
-            clickhouse_db: db.to_string(),
-            timeouts: Default::default(),
-        };
-        let filter = FilterArgs {
-            campaign: campaign_id.to_string(),
-            scenario: None,
-            region: None,
-            provider: None,
-            from_unix_us: None,
-            to_unix_us: None,
-        };
-        let summary = crate::cli_query::stored_summary(&ch, &filter).await?;
-        let client = store::client(url);
-        let plan = query::stored_plan(&client, db, campaign_id)
-            .await?
-            .with_context(|| format!("campaign {campaign_id:?} is not in {db}.campaigns"))?;
-        let hists = histograms(&client, db, campaign_id).await?;
-        let mut data = ReportData {
-            summary,
-            plan,
-            hists,
-        };
-        // A summary rebuilt from ClickHouse has no rate rows of its own.
-        let rates = rate_rows(&client, db, &data).await?;
-        data.summary.rates = rates;
-        Ok(data)
-    }
+/// The stored campaign `campaign_id` of database `db` (see the module docs for what is rebuilt
+/// and how).
+///
+/// # Errors
+/// ClickHouse errors; a campaign that is not stored or has no results.
+pub async fn report_data(
+    client: &clickhouse::Client,
+    db: &str,
+    campaign_id: &str,
+) -> anyhow::Result<ReportData> {
+    check_identifier(db)?;
+    let summary = stored_summary(client, db, &QueryFilter::campaign(campaign_id)).await?;
+    let plan = stored_plan(client, db, campaign_id)
+        .await?
+        .with_context(|| format!("campaign {campaign_id:?} is not in {db}.campaigns"))?;
+    let hists = histograms(client, db, campaign_id).await?;
+    let mut data = ReportData {
+        summary,
+        plan,
+        hists,
+    };
+    // A summary rebuilt from ClickHouse has no rate rows of its own.
+    let rates = rate_rows(client, db, &data).await?;
+    data.summary.rates = rates;
+    Ok(data)
 }
 
-/// Every cell's merged histograms, per region and `ALL` ([`query::merged_histograms`]).
+/// Every cell's merged histograms, per region and `ALL` ([`merged_histograms`]).
 async fn histograms(
     client: &clickhouse::Client,
     db: &str,
     campaign_id: &str,
 ) -> anyhow::Result<BTreeMap<CellMetric, Histogram<u64>>> {
     let filter = QueryFilter::campaign(campaign_id);
-    let merged = query::merged_histograms(client, db, &filter, &Metric::ALL, false).await?;
+    let merged = merged_histograms(client, db, &filter, &Metric::ALL, false).await?;
     Ok(merged
         .into_iter()
         .map(|(g, h)| {
@@ -176,7 +201,7 @@ async fn rate_rows(
         .bind(&data.summary.campaign_id)
         .fetch_all()
         .await
-        .map_err(store::StoreError::from)?;
+        .map_err(StoreError::from)?;
     let arrivals: Vec<ArrivalRow> = client
         .query(&format!(
             "SELECT region, provider, scenario, slot, outcome, stream, ttft_us, e2e_us \
@@ -186,7 +211,7 @@ async fn rate_rows(
         .bind(&data.summary.campaign_id)
         .fetch_all()
         .await
-        .map_err(store::StoreError::from)?;
+        .map_err(StoreError::from)?;
     let mut per_region: BTreeMap<&str, u64> = BTreeMap::new();
     for a in &data.summary.agents {
         *per_region.entry(a.region.as_str()).or_default() += 1;
@@ -196,7 +221,7 @@ async fn rate_rows(
         let LoadModel::Rate(spec) = &s.load else {
             continue;
         };
-        let regions = crate::load_stats::row_regions(plan, None);
+        let regions = load_stats::row_regions(plan, None);
         for region in regions {
             let agents = match region {
                 Some(r) => per_region.get(r).copied().unwrap_or(0),
@@ -268,23 +293,26 @@ async fn rate_rows(
 ///
 /// # Errors
 /// ClickHouse errors.
-pub async fn extras(url: &str, db: &str, data: &ReportData) -> anyhow::Result<Extras> {
+pub async fn extras(
+    client: &clickhouse::Client,
+    db: &str,
+    data: &ReportData,
+) -> anyhow::Result<Extras> {
     check_identifier(db)?;
-    let client = store::client(url);
     let id = &data.summary.campaign_id;
-    let windows = if data.plan.windows.is_empty() {
+    let reports = if data.plan.windows.is_empty() {
         Vec::new()
     } else {
         let filter = QueryFilter::campaign(id);
         let mut out = Vec::new();
         for metric in [Metric::Ttft, Metric::E2e] {
-            out.push(query::windows(&client, db, &filter, metric, Percentile::P50).await?);
+            out.push(windows(client, db, &filter, metric, Percentile::P50).await?);
         }
         out
     };
     Ok(Extras {
-        windows: Some(windows),
-        time_series: Some(time_series(&client, db, id).await?),
+        windows: Some(reports),
+        time_series: Some(time_series(client, db, id).await?),
     })
 }
 
@@ -303,7 +331,7 @@ async fn time_series(
         .bind(campaign_id)
         .fetch_one()
         .await
-        .map_err(store::StoreError::from)?;
+        .map_err(StoreError::from)?;
     if span.rows == 0 {
         return Ok(Vec::new());
     }
@@ -321,7 +349,7 @@ async fn time_series(
         .bind(campaign_id)
         .fetch_all()
         .await
-        .map_err(store::StoreError::from)?;
+        .map_err(StoreError::from)?;
     let mut out: Vec<TimeSeries> = Vec::new();
     for r in rows {
         let Some(metric) = Metric::parse(&r.metric) else {
