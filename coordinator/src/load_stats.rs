@@ -672,8 +672,11 @@ pub fn knee_text(row: &SweepRow) -> String {
     }
 }
 
-#[cfg(test)]
-pub(crate) mod tests {
+/// Fixtures (plans, aggregates, summaries) for the tests of this crate and of the CLI's
+/// renderers (feature `fixtures`), and this module's tests.
+#[cfg(any(test, feature = "fixtures"))]
+#[allow(missing_docs, unused_imports, dead_code)]
+pub mod tests {
     use super::*;
     use latmesh_core::hist::HistogramSet;
     use latmesh_core::load::LoadKind;
@@ -681,7 +684,7 @@ pub(crate) mod tests {
 
     /// Regions us-east and eu-west; providers p and q; a sweep `sw` (c = 2, 4, 8, 10 s steps,
     /// knee on E2E P50 from 10 requests per step) and an open loop `open` (10 rps, constant, 10 s).
-    pub(crate) fn plan() -> Plan {
+    pub fn plan() -> Plan {
         let prompts = serde_json::json!([{ "id": "a", "messages": [] }]);
         let timeouts = serde_json::json!({
             "connect_s": 10.0, "ttft_s": 60.0, "idle_s": 30.0, "total_s": 120.0
@@ -721,7 +724,7 @@ pub(crate) mod tests {
     /// Records of provider `p` in `scenario`, each `(step, n, outcome, e2e, lag)` being `n`
     /// final first attempts of sweep step `step` with `outcome`: `ok` ones with TTFT `e2e / 2`
     /// and E2E `e2e` µs and 20 output tokens; all with `lag` µs of `sched_lag`.
-    pub(crate) fn add(
+    pub fn add(
         agg: &mut Aggregate,
         region: &str,
         scenario: &str,
@@ -732,7 +735,7 @@ pub(crate) mod tests {
     }
 
     /// [`add`] for `provider`.
-    pub(crate) fn add_for(
+    pub fn add_for(
         agg: &mut Aggregate,
         region: &str,
         provider: &str,
@@ -772,7 +775,7 @@ pub(crate) mod tests {
     /// us-east: E2E 1.00, 1.04, 2.00 ms at c = 2, 4, 8 (a cancelled request at c = 4);
     /// eu-west: flat 1.00 ms, but 1 of 10 requests fails at c = 4. Values below 2048 µs are
     /// exact in HDR.
-    pub(crate) fn sweep_aggregate() -> Aggregate {
+    pub fn sweep_aggregate() -> Aggregate {
         let mut agg = Aggregate::default();
         let us = [
             (0, 10, Outcome::Ok, 1_000, 0),
@@ -798,7 +801,7 @@ pub(crate) mod tests {
     }
 
     /// [`plan`] with its sweep's knee changed by `f`.
-    pub(crate) fn plan_with_knee(f: impl FnOnce(&mut KneeRule)) -> Plan {
+    pub fn plan_with_knee(f: impl FnOnce(&mut KneeRule)) -> Plan {
         let mut plan = plan();
         let LoadModel::Sweep(spec) = &mut plan.scenarios[0].load else {
             unreachable!()
@@ -958,7 +961,7 @@ pub(crate) mod tests {
         assert_eq!(only[1].steps, eu.steps);
     }
 
-    pub(crate) fn agent(id: &str, region: &str) -> AgentSummary {
+    pub fn agent(id: &str, region: &str) -> AgentSummary {
         AgentSummary {
             agent_id: id.into(),
             region: region.into(),
@@ -974,7 +977,7 @@ pub(crate) mod tests {
 
     /// us-east sends its 100 arrivals (lag 0.2 ms, TTFT 0.5 ms, E2E 1 ms); eu-west sends 90
     /// and drops 10.
-    pub(crate) fn add_rate(agg: &mut Aggregate) {
+    pub fn add_rate(agg: &mut Aggregate) {
         let rate = LoadKind::Rate;
         add(
             agg,

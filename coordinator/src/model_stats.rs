@@ -177,11 +177,14 @@ pub fn model_rows(providers: &[ProviderSpec], cells: &[MatrixCell]) -> Vec<Model
     out
 }
 
-#[cfg(test)]
-pub(crate) mod tests {
+/// Fixtures (plans, aggregates, summaries) for the tests of this crate and of the CLI's
+/// renderers (feature `fixtures`), and this module's tests.
+#[cfg(any(test, feature = "fixtures"))]
+#[allow(missing_docs, unused_imports, dead_code)]
+pub mod tests {
     use super::*;
 
-    pub(crate) fn spec(name: &str, model_id: &str, expect: Option<&str>) -> ProviderSpec {
+    pub fn spec(name: &str, model_id: &str, expect: Option<&str>) -> ProviderSpec {
         let mut p: ProviderSpec = serde_json::from_value(serde_json::json!({
             "name": name, "base_url": "http://127.0.0.1:9/v1", "api_key_env": null,
             "model_id": model_id,
@@ -191,7 +194,7 @@ pub(crate) mod tests {
         p
     }
 
-    pub(crate) fn cell(
+    pub fn cell(
         region: &str,
         provider: &str,
         models: &[(&str, u64)],
@@ -214,7 +217,7 @@ pub(crate) mod tests {
 
     /// `openai` `ALL` rows of two scenarios: a model swapped during the campaign, and
     /// fingerprints.
-    pub(crate) fn swapped() -> [MatrixCell; 2] {
+    pub fn swapped() -> [MatrixCell; 2] {
         [
             cell(
                 ALL_REGIONS,

@@ -329,8 +329,11 @@ impl Summary {
     }
 }
 
-#[cfg(test)]
-pub(crate) mod tests {
+/// Fixtures (plans, aggregates, summaries) for the tests of this crate and of the CLI's
+/// renderers (feature `fixtures`), and this module's tests.
+#[cfg(any(test, feature = "fixtures"))]
+#[allow(missing_docs, unused_imports, dead_code)]
+pub mod tests {
     use super::*;
     use crate::load_stats::tests::{add_for, add_rate, agent, plan, sweep_aggregate};
     use latmesh_core::load::LoadKind;
@@ -339,11 +342,11 @@ pub(crate) mod tests {
     /// The demo's sample sizes: 12 `ok` requests per region cell of provider `p` in three
     /// regions (E2E 100..=1200 ms, TTFT half), and 400 for `q` in us-east alone (E2E
     /// 1001..=1400 ms).
-    pub(crate) fn demo_sized() -> Summary {
+    pub fn demo_sized() -> Summary {
         demo_sized_with(&latmesh_core::plan::DEFAULT_PERCENTILES)
     }
 
-    pub(crate) fn demo_sized_with(percentiles: &[f64]) -> Summary {
+    pub fn demo_sized_with(percentiles: &[f64]) -> Summary {
         let mut plan = plan();
         plan.percentiles = percentiles.to_vec();
         plan.regions.push("ap-southeast".into());
@@ -412,7 +415,7 @@ pub(crate) mod tests {
 
     /// The summary of [`sweep_aggregate`] and [`add_rate`] with agents a1 (us-east) and b1
     /// (eu-west), and a start skew of 0.42 ms over three agents; with its aggregate and agents.
-    pub(crate) fn sweep_rate_summary() -> (Summary, Aggregate, Vec<AgentSummary>) {
+    pub fn sweep_rate_summary() -> (Summary, Aggregate, Vec<AgentSummary>) {
         let mut agg = sweep_aggregate();
         add_rate(&mut agg);
         let agents = vec![agent("a1", "us-east"), agent("b1", "eu-west")];
@@ -499,7 +502,7 @@ pub(crate) mod tests {
     /// the provider.
     /// Providers `reasoner` (usage counting the answer only) and `llama` (answering
     /// `smollm2`, its streamed connection retried), scenarios `stream` and `whole`.
-    pub(crate) fn usage_summary() -> Summary {
+    pub fn usage_summary() -> Summary {
         let plan = latmesh_core::campaign::load_toml_str(
             r#"
 [campaign]

@@ -482,7 +482,7 @@ fn a_campaign_s_intervals_verdicts_flags_ranks_and_selection() {
     assert_eq!(s.rows[0].rank, 1);
 
     // Renderings.
-    let text = latmesh_coordinator::ui::analysis::render(&a);
+    let text = latmesh_cli::ui::analysis::render(&a);
     assert!(text.contains("chat · ttft"), "{text}");
     assert!(text.contains("fast ") && text.contains(" < "), "{text}");
     assert!(

@@ -508,7 +508,7 @@ async fn ranks_per_region_and_time_window() {
     assert_eq!(alpha.rank_range, Some(1.0));
     // Two columns say alpha < beta, two say beta < alpha: no concordance at all.
     assert_eq!(t.kendall_w, Some(0.0));
-    assert!(latmesh_coordinator::ui::analysis::render(&analysis).contains("region/window"));
+    assert!(latmesh_cli::ui::analysis::render(&analysis).contains("region/window"));
     latmesh_tests::drop_db(&client, &db).await;
 }
 

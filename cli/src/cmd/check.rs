@@ -163,7 +163,7 @@ pub struct CheckArgs {
     pub json: bool,
     /// How long to wait for ClickHouse (the whole check's queries).
     #[command(flatten)]
-    pub timeouts: latmesh_coordinator::cli_query::TimeoutArgs,
+    pub timeouts: crate::cmd::query::TimeoutArgs,
 }
 
 /// What a rule compares.

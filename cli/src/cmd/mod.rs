@@ -20,6 +20,7 @@ use latmesh_coordinator::state::State;
 
 pub mod check;
 pub mod demo;
+pub mod query;
 pub mod series;
 
 /// latmesh: latency of OpenAI-compatible inference providers, measured from many regions.
@@ -65,7 +66,7 @@ enum Command {
     Db(DbCmd),
     /// Questions answered from ClickHouse.
     #[command(subcommand)]
-    Query(latmesh_coordinator::cli_query::QueryCmd),
+    Query(crate::cmd::query::QueryCmd),
     /// Campaigns: validate a file, or launch it and print the matrix.
     #[command(subcommand)]
     Campaign(CampaignCmd),
@@ -109,7 +110,7 @@ enum Command {
         /// Campaign id.
         campaign_id: String,
         #[command(flatten)]
-        ch: latmesh_coordinator::cli_query::ClickhouseArgs,
+        ch: crate::cmd::query::ClickhouseArgs,
         /// Output file (`-`: standard output). Default: latmesh-report-CAMPAIGN.EXT.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -218,7 +219,7 @@ struct StoreArgs {
     state_dir: Option<PathBuf>,
     /// How long the sink waits for ClickHouse.
     #[command(flatten)]
-    timeouts: latmesh_coordinator::cli_query::TimeoutArgs,
+    timeouts: crate::cmd::query::TimeoutArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -239,7 +240,7 @@ enum DbCmd {
         print: bool,
         /// How long to wait for ClickHouse (per statement).
         #[command(flatten)]
-        timeouts: latmesh_coordinator::cli_query::TimeoutArgs,
+        timeouts: crate::cmd::query::TimeoutArgs,
     },
 }
 
@@ -306,7 +307,7 @@ enum CampaignCmd {
         /// Campaign id.
         campaign_id: String,
         #[command(flatten)]
-        ch: latmesh_coordinator::cli_query::ClickhouseArgs,
+        ch: crate::cmd::query::ClickhouseArgs,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -694,14 +695,13 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
             );
             follow_launched(&coord, client, &reply.campaign_id, json.as_deref()).await
         }
-        Command::Query(q) => latmesh_coordinator::cli_query::run_query(q).await,
+        Command::Query(q) => crate::cmd::query::run_query(q).await,
         Command::Campaign(CampaignCmd::Verify {
             campaign_id,
             ch,
             json,
         }) => {
-            let (lines, lost, duplicated) =
-                latmesh_coordinator::cli_query::verify(&ch, &campaign_id).await?;
+            let (lines, lost, duplicated) = crate::cmd::query::verify(&ch, &campaign_id).await?;
             let twice: u64 = lines.iter().map(|l| l.measured_twice).sum();
             let (verified, unverified): (Vec<_>, Vec<_>) = lines.iter().partition(|l| l.verified);
             // "0 lost" is only said of agents whose delivery is whole.
@@ -897,7 +897,7 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
                     store.url, store.db, summary.campaign_id, store.url, store.db
                 );
             }
-            print!("{}", latmesh_coordinator::ui::matrix::render(&summary));
+            print!("{}", crate::ui::matrix::render(&summary));
             watch::write_json(summary, &path)?;
             // With ClickHouse, the sections that need each row's time come from there.
             let (source, extras) = match &store {
@@ -1234,7 +1234,7 @@ async fn report(
         watch::check_writable(path)?;
     }
     let summary = watch::follow(client, url, campaign_id, Duration::from_secs(5)).await?;
-    print!("{}", latmesh_coordinator::ui::matrix::render(&summary));
+    print!("{}", crate::ui::matrix::render(&summary));
     if let Some(path) = json {
         watch::write_json(&summary, path)?;
         eprintln!("summary written to {}", path.display());

@@ -219,7 +219,7 @@ pub async fn series(
             let summary = watch::follow(client, url, &run, Duration::from_secs(5))
                 .await
                 .with_context(|| format!("following run {run} of series {id}"))?;
-            print!("{}", latmesh_coordinator::ui::matrix::render(&summary));
+            print!("{}", crate::ui::matrix::render(&summary));
             summaries.push((run, summary));
         } else if status.finished {
             break;

@@ -7,9 +7,9 @@ use std::fmt::Write as _;
 use comfy_table::{Cell as TCell, Table, presets};
 
 use super::{ms_short, right};
-use crate::load_stats::{SweepRow, knee_text};
-use crate::percentiles::{self, Percentiles};
-use crate::summary::ALL_REGIONS;
+use latmesh_coordinator::load_stats::{SweepRow, knee_text};
+use latmesh_coordinator::percentiles::{self, Percentiles};
+use latmesh_coordinator::summary::ALL_REGIONS;
 
 /// `P50`, `P99.9`.
 fn percentile_label(p: f64) -> String {
@@ -220,8 +220,8 @@ pub fn render_sweep_steps(rows: &[SweepRow]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::load_stats::tests::{agent, plan, plan_with_knee, sweep_aggregate};
-    use crate::load_stats::{RowFilter, sweep_rows};
+    use latmesh_coordinator::load_stats::tests::{agent, plan, plan_with_knee, sweep_aggregate};
+    use latmesh_coordinator::load_stats::{RowFilter, sweep_rows};
 
     #[test]
     fn sweep_values_the_steps_cannot_support_are_marked() {

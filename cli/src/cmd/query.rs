@@ -5,8 +5,8 @@ use clap::{Args, Subcommand};
 
 use latmesh_core::metrics::Metric;
 
-use crate::clickhouse::query::{Percentile, TrendBucket, VerifyLine};
-use crate::clickhouse::{self as store, QueryFilter};
+use latmesh_coordinator::clickhouse::query::{Percentile, TrendBucket, VerifyLine};
+use latmesh_coordinator::clickhouse::{self as store, QueryFilter};
 
 /// Where ClickHouse is.
 #[derive(Args, Debug, Clone)]

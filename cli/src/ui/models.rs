@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::model_stats::ModelRow;
+use latmesh_coordinator::model_stats::ModelRow;
 
 /// The terminal lines of the flagged rows (empty when nothing is flagged).
 pub fn render(rows: &[ModelRow]) -> String {
@@ -27,8 +27,8 @@ pub fn render(rows: &[ModelRow]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model_stats::model_rows;
-    use crate::model_stats::tests::{spec, swapped};
+    use latmesh_coordinator::model_stats::model_rows;
+    use latmesh_coordinator::model_stats::tests::{spec, swapped};
 
     #[test]
     fn flagged_rows_are_listed_under_what_answered() {

@@ -5,9 +5,9 @@ use std::fmt::Write as _;
 
 use comfy_table::{Cell as TCell, CellAlignment, Table, presets};
 
-use crate::analysis::stats::{self, PERCENTILES};
-use crate::analysis::text::{chain, chain_text, rank_text, rank_title};
-use crate::analysis::{Analysis, CellCis, PRIMARY_METRICS, RankTable};
+use latmesh_coordinator::analysis::stats::{self, PERCENTILES};
+use latmesh_coordinator::analysis::text::{chain, chain_text, rank_text, rank_title};
+use latmesh_coordinator::analysis::{Analysis, CellCis, PRIMARY_METRICS, RankTable};
 
 fn rank_table_text(t: &RankTable) -> String {
     let mut table = Table::new();

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::failover_stats::FailoverRow;
+use latmesh_coordinator::failover_stats::FailoverRow;
 
 /// Renders the failover rows as text (latency P50/P95/P99; `~` marks a percentile its samples
 /// do not support, with the legend after the rows).
@@ -55,7 +55,7 @@ pub fn render_failover(rows: &[FailoverRow]) -> String {
         );
     }
     if marked {
-        let _ = writeln!(out, "{}", crate::percentiles::legend());
+        let _ = writeln!(out, "{}", latmesh_coordinator::percentiles::legend());
     }
     out
 }

@@ -6,9 +6,9 @@ use std::fmt::Write as _;
 use comfy_table::{Cell as TCell, Table, presets};
 
 use super::{ms_short, right};
-use crate::load_stats::RateRow;
-use crate::percentiles::{self, Percentiles};
-use crate::summary::ALL_REGIONS;
+use latmesh_coordinator::load_stats::RateRow;
+use latmesh_coordinator::percentiles::{self, Percentiles};
+use latmesh_coordinator::summary::ALL_REGIONS;
 
 /// The rates as text: per scenario, a load table (achieved vs scheduled rate per agent, drops,
 /// `sched_lag`, errors, agent and provider saturation) and a latency table (P50/P95/P99 from

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use comfy_table::{Cell as TCell, CellAlignment, Table, presets};
 
 use super::{budget, failover, models, rate, sweep};
-use crate::summary::{ALL_REGIONS, MatrixCell, Percentiles, Summary};
+use latmesh_coordinator::summary::{ALL_REGIONS, MatrixCell, Percentiles, Summary};
 
 /// Renders the matrices as text tables: per scenario, rows are regions (and `ALL`),
 /// columns providers; one table per quantity. Then the sweeps (knee metric per step and
@@ -25,7 +25,7 @@ pub fn render(summary: &Summary) -> String {
     // A view gives a cell's text and whether it holds a percentile the samples do not
     // support (then the table gets the legend).
     let list = &summary.percentiles;
-    let names = crate::percentiles::header(list);
+    let names = latmesh_coordinator::percentiles::header(list);
     let fmt_p = |p: &Option<Percentiles>| match p {
         Some(p) => p.text(list, |v| format!("{v:.0}")),
         None => ("-".into(), false),
@@ -81,7 +81,7 @@ pub fn render(summary: &Summary) -> String {
                 let _ = writeln!(
                     out,
                     "{}",
-                    crate::percentiles::legend_for(&summary.percentiles)
+                    latmesh_coordinator::percentiles::legend_for(&summary.percentiles)
                 );
             }
         }
@@ -255,10 +255,35 @@ dropped (not sent in time: open-loop arrivals, or rounds probes held by their ca
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::Aggregate;
-    use crate::load_stats::tests::{agent, plan};
-    use crate::summary::build;
-    use crate::summary::tests::{demo_sized, demo_sized_with, sweep_rate_summary, usage_summary};
+    use latmesh_coordinator::aggregate::Aggregate;
+    use latmesh_coordinator::load_stats::tests::{agent, plan};
+    use latmesh_coordinator::summary::build;
+    use latmesh_coordinator::summary::tests::{
+        demo_sized, demo_sized_with, sweep_rate_summary, usage_summary,
+    };
+
+    /// What the coordinator's state and budget tests leave to the renderer: an incomplete,
+    /// a cancelled and a budget-stopped campaign say so.
+    #[test]
+    fn incomplete_cancelled_and_budget_stopped_campaigns_say_so() {
+        let mut s = demo_sized();
+        assert!(!render(&s).contains("INCOMPLETE") && !render(&s).contains("CANCELLED"));
+        s.complete = false;
+        assert!(render(&s).contains("INCOMPLETE"));
+        s.cancelled = true;
+        assert!(render(&s).contains("CANCELLED"));
+        s.guard.stopped_by = Some("budget".into());
+        s.guard.stop_reason = Some("budget: measured tokens 1500 passed --max-tokens 1000".into());
+        let text = render(&s);
+        assert!(
+            text.contains("STOPPED BY BUDGET (budget: measured tokens 1500"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("CANCELLED: latmesh campaign cancel"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn the_tables_show_the_campaigns_percentiles() {
@@ -282,7 +307,7 @@ mod tests {
             "open: E2E ms P50/P90/P95/P99",
             "| us-east      | 600/~1101/~1200/~1200 | 1200/1361/1380/1397 |",
             "| ALL          |  600/1101/~1200/~1200 | 1200/1361/1380/1397 |",
-            &crate::percentiles::legend(),
+            &latmesh_coordinator::percentiles::legend(),
         ] {
             assert!(text.contains(want), "{want:?} not in\n{text}");
         }
@@ -359,7 +384,7 @@ mod tests {
         a.complete = false;
         a.delivery.records_quarantined = u64::MAX;
         a.delivery.histograms_quarantined = u64::MAX;
-        let mut r = crate::delivery::Rejections::default();
+        let mut r = latmesh_coordinator::delivery::Rejections::default();
         r.reject(1, "x");
         a.delivery.batches_rejected = r.batches();
         let s = build("c1", &plan(), 0, &Aggregate::default(), vec![a]);
