@@ -3,6 +3,7 @@
 //! The data comes from the pure result modules (`summary`, `load_stats`, `failover_stats`,
 //! `model_stats`, `analysis`); nothing here computes a figure.
 
+pub mod agents;
 pub mod analysis;
 pub mod budget;
 pub mod failover;
