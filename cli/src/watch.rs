@@ -12,6 +12,7 @@ use tonic::transport::Channel;
 
 use crate::ui::progress;
 use latmesh_coordinator::auth::{ADMIN_TOKEN_ENV, Secret};
+use latmesh_coordinator::budget::Caps;
 use latmesh_coordinator::summary::Summary;
 
 /// A control client that sends the admin token (when there is one) with every call.
@@ -237,11 +238,10 @@ pub async fn launch(
     plan: &Plan,
     start_delay_s: f64,
 ) -> anyhow::Result<pb::LaunchReply> {
-    let no_caps = crate::cmd::series::BudgetArgs::default();
-    launch_with(client, url, plan, start_delay_s, &no_caps, false).await
+    launch_with(client, url, plan, start_delay_s, &Caps::default(), false).await
 }
 
-/// [`launch`] with budget caps (`--max-cost`, `--max-tokens`) and `--allow-missing-keys`
+/// [`launch`] with budget caps (`--max-cost`, `--max-tokens`: [`crate::cmd::series::BudgetArgs::caps`]) and `--allow-missing-keys`
 /// (targeted agents may lack a provider's API key variable: the reply's `warnings` name
 /// them; without it such a launch is refused, see [`crate::keys`]). A plan with a schedule
 /// starts a series (the reply's `series`).
@@ -253,15 +253,15 @@ pub async fn launch_with(
     url: &str,
     plan: &Plan,
     start_delay_s: f64,
-    budget: &crate::cmd::series::BudgetArgs,
+    caps: &Caps,
     allow_missing_keys: bool,
 ) -> anyhow::Result<pb::LaunchReply> {
     let reply = client
         .launch(pb::LaunchRequest {
             plan_json: plan.to_json(),
             start_delay_s,
-            max_cost_usd: budget.max_cost.unwrap_or(0.0),
-            max_tokens: budget.max_tokens.unwrap_or(0),
+            max_cost_usd: caps.max_cost_usd.unwrap_or(0.0),
+            max_tokens: caps.max_tokens.unwrap_or(0),
             allow_missing_keys,
         })
         .await
@@ -270,47 +270,6 @@ pub async fn launch_with(
             _ => anyhow::anyhow!("launch refused: {}", s.message()),
         })?;
     Ok(reply.into_inner())
-}
-
-/// One agent's state in a progress line: its region, the probes it has finished and its state,
-/// `us-east 12 done, running (2 in flight, heartbeat 1.0 s ago)`.
-pub fn describe_agent(a: &pb::AgentProgress, now_unix_us: i64) -> String {
-    let status = if a.status.is_empty() {
-        if a.done {
-            "done"
-        } else if a.connected {
-            "running"
-        } else {
-            "disconnected"
-        }
-    } else {
-        a.status.as_str()
-    };
-    let mut s = format!("{} {} done", a.region, a.probes_done);
-    if status != "done" {
-        s += &format!(", {status}");
-    }
-    if status == "disconnected" && a.disconnected_since_coord_unix_us > 0 {
-        s += &format!(
-            " since {}",
-            ago(a.disconnected_since_coord_unix_us, now_unix_us)
-        );
-    } else if matches!(status, "running" | "cancelling") {
-        s += &format!(" ({} in flight", a.in_flight);
-        if a.last_heartbeat_coord_unix_us > 0 {
-            s += &format!(
-                ", heartbeat {}",
-                ago(a.last_heartbeat_coord_unix_us, now_unix_us)
-            );
-        }
-        s += ")";
-    }
-    s
-}
-
-/// `12.3 s ago` for a coordinator-clock instant.
-pub fn ago(unix_us: i64, now_unix_us: i64) -> String {
-    format!("{:.1} s ago", (now_unix_us - unix_us).max(0) as f64 / 1e6)
 }
 
 /// Follows a campaign until it finishes and returns its summary (`cancelled` says whether
@@ -411,20 +370,6 @@ pub fn write_json(summary: &Summary, path: &Path) -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
-    fn agent(status: &str, connected: bool, done: bool) -> pb::AgentProgress {
-        pb::AgentProgress {
-            region: "us-east".into(),
-            probes_done: 12,
-            status: status.into(),
-            connected,
-            done,
-            in_flight: 2,
-            last_heartbeat_coord_unix_us: 9_000_000,
-            disconnected_since_coord_unix_us: 4_000_000,
-            ..Default::default()
-        }
-    }
-
     #[test]
     fn the_end_of_a_campaign_says_what_is_only_in_the_spool() {
         let mut p = pb::Progress {
@@ -488,22 +433,5 @@ mod tests {
         let (missing, text) = agents_by_region(&regions[..1], &[]);
         assert_eq!(missing, ["us-east"]);
         assert_eq!(text, "connected: none; missing: us-east (no agent)");
-    }
-
-    #[test]
-    fn an_agent_reads_as_probes_done_then_its_state() {
-        let now = 10_000_000;
-        assert_eq!(
-            describe_agent(&agent("running", true, false), now),
-            "us-east 12 done, running (2 in flight, heartbeat 1.0 s ago)"
-        );
-        assert_eq!(
-            describe_agent(&agent("", false, false), now),
-            "us-east 12 done, disconnected since 6.0 s ago"
-        );
-        assert_eq!(
-            describe_agent(&agent("", true, true), now),
-            "us-east 12 done"
-        );
     }
 }

@@ -190,7 +190,7 @@ pub async fn run(cmd: CampaignCmd) -> anyhow::Result<()> {
                 &url,
                 &plan,
                 start_delay_s,
-                &budget,
+                &budget.caps(),
                 allow_missing_keys,
             )
             .await?;

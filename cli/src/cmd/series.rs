@@ -29,6 +29,14 @@ pub struct BudgetArgs {
 }
 
 impl BudgetArgs {
+    /// The caps these flags set (none for an absent flag).
+    pub fn caps(&self) -> Caps {
+        Caps {
+            max_cost_usd: self.max_cost,
+            max_tokens: self.max_tokens,
+        }
+    }
+
     /// Checks the values and that `--max-cost` has a price for every provider of `plan`.
     ///
     /// # Errors

@@ -1,8 +1,7 @@
-//! The `latmesh agents` table.
+//! Agents as text: the `latmesh agents` table ([`render`]) and an agent's state in a progress
+//! line ([`describe_agent`]), with heartbeat ages ([`ago`]).
 
 use latmesh_proto::pb;
-
-use crate::watch;
 
 /// The `latmesh agents` table: state (`connected`, or `disconnected since … (why)`), what
 /// the agent does (`idle` or `running CAMPAIGN`), attempts in flight and heartbeat age (from
@@ -23,7 +22,7 @@ pub fn render(agents: &[pb::AgentInfo], now_unix_us: i64) -> String {
             format!("running {}", a.campaign_id)
         };
         let heartbeat = if a.last_heartbeat_coord_unix_us > 0 {
-            watch::ago(a.last_heartbeat_coord_unix_us, now_unix_us)
+            ago(a.last_heartbeat_coord_unix_us, now_unix_us)
         } else {
             "none yet".into()
         };
@@ -54,7 +53,7 @@ pub fn render(agents: &[pb::AgentInfo], now_unix_us: i64) -> String {
                 out,
                 "  {} disconnected since {} ({}; {} in flight at its last heartbeat)",
                 a.agent_id,
-                watch::ago(a.disconnected_since_coord_unix_us, now_unix_us),
+                ago(a.disconnected_since_coord_unix_us, now_unix_us),
                 if a.disconnect_reason.is_empty() {
                     "session closed"
                 } else {
@@ -72,4 +71,81 @@ pub fn render(agents: &[pb::AgentInfo], now_unix_us: i64) -> String {
         }
     }
     out
+}
+
+/// One agent's state in a progress line: its region, the probes it has finished and its state,
+/// `us-east 12 done, running (2 in flight, heartbeat 1.0 s ago)`.
+pub fn describe_agent(a: &pb::AgentProgress, now_unix_us: i64) -> String {
+    let status = if a.status.is_empty() {
+        if a.done {
+            "done"
+        } else if a.connected {
+            "running"
+        } else {
+            "disconnected"
+        }
+    } else {
+        a.status.as_str()
+    };
+    let mut s = format!("{} {} done", a.region, a.probes_done);
+    if status != "done" {
+        s += &format!(", {status}");
+    }
+    if status == "disconnected" && a.disconnected_since_coord_unix_us > 0 {
+        s += &format!(
+            " since {}",
+            ago(a.disconnected_since_coord_unix_us, now_unix_us)
+        );
+    } else if matches!(status, "running" | "cancelling") {
+        s += &format!(" ({} in flight", a.in_flight);
+        if a.last_heartbeat_coord_unix_us > 0 {
+            s += &format!(
+                ", heartbeat {}",
+                ago(a.last_heartbeat_coord_unix_us, now_unix_us)
+            );
+        }
+        s += ")";
+    }
+    s
+}
+
+/// `12.3 s ago` for a coordinator-clock instant.
+pub fn ago(unix_us: i64, now_unix_us: i64) -> String {
+    format!("{:.1} s ago", (now_unix_us - unix_us).max(0) as f64 / 1e6)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn agent(status: &str, connected: bool, done: bool) -> pb::AgentProgress {
+        pb::AgentProgress {
+            region: "us-east".into(),
+            probes_done: 12,
+            status: status.into(),
+            connected,
+            done,
+            in_flight: 2,
+            last_heartbeat_coord_unix_us: 9_000_000,
+            disconnected_since_coord_unix_us: 4_000_000,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_agent_reads_as_probes_done_then_its_state() {
+        let now = 10_000_000;
+        assert_eq!(
+            describe_agent(&agent("running", true, false), now),
+            "us-east 12 done, running (2 in flight, heartbeat 1.0 s ago)"
+        );
+        assert_eq!(
+            describe_agent(&agent("", false, false), now),
+            "us-east 12 done, disconnected since 6.0 s ago"
+        );
+        assert_eq!(
+            describe_agent(&agent("", true, true), now),
+            "us-east 12 done"
+        );
+    }
 }

@@ -103,7 +103,7 @@ pub fn progress_line(p: &pb::Progress, now_unix_us: i64) -> String {
     let regions: Vec<String> = p
         .agents
         .iter()
-        .map(|a| crate::watch::describe_agent(a, now_unix_us))
+        .map(|a| super::agents::describe_agent(a, now_unix_us))
         .collect();
     let mut line = format!(
         "progress: {}{} [{}]",
