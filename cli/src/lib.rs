@@ -4,6 +4,7 @@
 //! `main.rs` only calls [`cmd::run_with`], so tests drive the real CLI in-process. The server
 //! itself (service, state, spool, sink) is the `latmesh-coordinator` crate.
 
+pub mod check_report;
 pub mod cmd;
 pub mod ui;
 pub mod watch;

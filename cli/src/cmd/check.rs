@@ -106,7 +106,6 @@
 //! (exit 2).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, anyhow, bail};
@@ -118,6 +117,7 @@ use latmesh_coordinator::analysis::stats::{PercentileCi, min_samples};
 use latmesh_coordinator::clickhouse::{self as store, QueryFilter, check_queries, query};
 use latmesh_coordinator::report_data::ALL;
 
+pub use crate::check_report::{CheckReport, Fired};
 use crate::webhook::{WEBHOOK_TIMEOUT, post_json, redact_url};
 use latmesh_coordinator::summary::{MatrixCell, Summary};
 
@@ -517,130 +517,6 @@ fn sweep_scenarios_of(plan_json: &str) -> BTreeSet<String> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-/// A rule that fired on one cell.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Fired {
-    /// Rule name.
-    pub rule: String,
-    /// Rule kind (`increase_pct`, `absolute`, `above_prev_day_mean`, `error_pct_above`).
-    pub kind: String,
-    /// Region (or `ALL`).
-    pub region: String,
-    /// Provider.
-    pub provider: String,
-    /// Scenario.
-    pub scenario: String,
-    /// Metric (latency rules).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metric: Option<String>,
-    /// Percentile (latency rules).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub percentile: Option<f64>,
-    /// The current value (ms, or % for error rules; for `above_prev_day_mean` the current
-    /// run's).
-    pub current: f64,
-    /// The baseline value it was compared with (the baseline's percentile, the previous
-    /// day's mean), when there is one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub baseline: Option<f64>,
-    /// The limit the current value crossed (same unit).
-    pub limit: f64,
-    /// The current value's 95 % interval (lower, upper), when known.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub current_ci: Option<(f64, f64)>,
-    /// The baseline's 95 % interval (for `above_prev_day_mean`: the mean of the earlier
-    /// runs' bounds), when known.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub baseline_ci: Option<(f64, f64)>,
-    /// `ms` or `%`.
-    pub unit: String,
-    /// In words.
-    pub message: String,
-}
-
-/// What `latmesh check` found (also the webhook payload).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct CheckReport {
-    /// The current side (campaign id, or `summary FILE`).
-    pub campaign: String,
-    /// The baseline side, when there is one.
-    pub baseline: Option<String>,
-    /// Rules that fired, per cell.
-    pub fired: Vec<Fired>,
-    /// Cells whose point estimate crossed a rule's threshold without the change being
-    /// significant (the intervals overlap): reported, not fired.
-    #[serde(default)]
-    pub inconclusive: Vec<Fired>,
-    /// (rule, cell) pairs evaluated.
-    pub checked: u64,
-    /// Rules or cells that could not be evaluated, and why.
-    pub skipped: Vec<String>,
-}
-
-impl CheckReport {
-    /// The exit status: 1 when a rule fired, 2 when nothing could be checked at all (every
-    /// rule skipped: a gate must not pass on no evidence), else 0.
-    pub fn exit_code(&self) -> u8 {
-        if !self.fired.is_empty() {
-            1
-        } else if self.checked == 0 {
-            2
-        } else {
-            0
-        }
-    }
-
-    /// The report as text (what `latmesh check` prints without `--json`).
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        let vs = self
-            .baseline
-            .as_deref()
-            .map_or(String::new(), |b| format!(" vs baseline {b}"));
-        let rules: BTreeSet<&str> = self.fired.iter().map(|f| f.rule.as_str()).collect();
-        if self.fired.is_empty() {
-            let _ = writeln!(
-                out,
-                "check {}{vs}: {}, no rule fired ({} checks)",
-                self.campaign,
-                if self.checked == 0 {
-                    "NOTHING CHECKED (every rule was skipped; exit status 2)"
-                } else {
-                    "ok"
-                },
-                self.checked
-            );
-        } else {
-            let _ = writeln!(
-                out,
-                "check {}{vs}: {} rule(s) fired on {} cell(s) ({} checks)",
-                self.campaign,
-                rules.len(),
-                self.fired.len(),
-                self.checked
-            );
-        }
-        for f in &self.fired {
-            let _ = writeln!(
-                out,
-                "FIRED  {:<24} {:<14} {:<20} {:<14} {}",
-                f.rule, f.region, f.provider, f.scenario, f.message
-            );
-        }
-        for f in &self.inconclusive {
-            let _ = writeln!(
-                out,
-                "not significant: {} {} {} {}: {}",
-                f.rule, f.region, f.provider, f.scenario, f.message
-            );
-        }
-        for s in &self.skipped {
-            let _ = writeln!(out, "skipped: {s}");
-        }
-        out
-    }
 }
 
 /// Reads a JSON summary file.
@@ -1432,7 +1308,7 @@ pub async fn run_cli(args: CheckArgs) -> u8 {
             }
         }
     } else {
-        print!("{}", report.render());
+        print!("{}", crate::ui::check::render(&report));
     }
     if let Some(url) = &args.webhook
         && (args.webhook_always || !report.fired.is_empty())

@@ -206,10 +206,7 @@ pub async fn series(
     if !wait {
         print!(
             "{}",
-            latmesh_coordinator::schedule::render_series(
-                &status,
-                latmesh_coordinator::state::now_unix_us()
-            )
+            crate::ui::series::render(&status, latmesh_coordinator::state::now_unix_us())
         );
         return Ok(());
     }
@@ -251,10 +248,7 @@ pub async fn series(
     }
     print!(
         "\n{}",
-        latmesh_coordinator::schedule::render_series(
-            &status,
-            latmesh_coordinator::state::now_unix_us()
-        )
+        crate::ui::series::render(&status, latmesh_coordinator::state::now_unix_us())
     );
     if let Some(path) = json {
         let runs: Vec<serde_json::Value> = status

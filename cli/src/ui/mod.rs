@@ -6,11 +6,13 @@
 pub mod agents;
 pub mod analysis;
 pub mod budget;
+pub mod check;
 pub mod failover;
 pub mod matrix;
 pub mod models;
 pub mod progress;
 pub mod rate;
+pub mod series;
 pub mod sweep;
 
 use comfy_table::{Cell as TCell, CellAlignment};
