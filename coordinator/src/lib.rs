@@ -1,16 +1,11 @@
-//! The latmesh coordinator and CLI (binary `latmesh`): serves agents and the control API,
-//! merges results across agents, prints the region × provider matrix, and runs the demo.
-//!
-//! `main.rs` only calls [`cli::run`], so tests drive the real CLI in-process.
+//! The latmesh coordinator server: serves agents and the control API, merges results across
+//! agents, spools them and writes them to ClickHouse. The `latmesh` binary and its commands
+//! are the `latmesh-cli` crate.
 
 pub mod analysis_html;
 pub mod auth;
 pub mod budget;
-pub mod check;
-pub mod cli;
-pub mod cli_query;
 pub mod delivery;
-pub mod demo;
 pub mod events;
 pub mod intake;
 pub mod keys;
@@ -21,7 +16,6 @@ pub mod progress;
 pub mod progress_pages;
 pub mod report;
 pub mod schedule;
-pub mod schedule_cli;
 pub mod service;
 pub mod sink;
 pub mod spool;
@@ -29,5 +23,3 @@ pub mod state;
 pub mod store_event;
 pub mod store_health;
 pub mod tls_listener;
-pub mod ui;
-pub mod watch;

@@ -26,6 +26,7 @@
 //! (server down, timeouts, overload) or to set the batch aside (data or schema rejected).
 
 pub mod batch_key;
+pub mod check_queries;
 pub mod fence;
 pub mod insert;
 pub mod migrate;

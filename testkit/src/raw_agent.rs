@@ -73,7 +73,7 @@ impl RawAgent {
 pub async fn wait_connected(url: &str, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let mut c = latmesh_coordinator::watch::connect(url).await.unwrap();
+        let mut c = latmesh_cli::watch::connect(url).await.unwrap();
         let agents = c
             .list_agents(pb::ListAgentsRequest {})
             .await

@@ -156,7 +156,7 @@ pub fn launch_demo_rounds(
     rounds: u32,
     key_env: &str,
 ) -> std::process::Child {
-    let campaign = latmesh_coordinator::demo::demo_rounds_only()
+    let campaign = latmesh_cli::cmd::demo::demo_rounds_only()
         .replace("{sim}", sim_addr)
         .replace("count = 12 ", &format!("count = {rounds} "))
         .replace(

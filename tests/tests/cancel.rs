@@ -106,7 +106,7 @@ model_id = "{model}"
             .build()
             .unwrap();
         rt.block_on(async {
-            let mut c = latmesh_coordinator::watch::connect(&self.stack.coord_url)
+            let mut c = latmesh_cli::watch::connect(&self.stack.coord_url)
                 .await
                 .unwrap();
             c.list_agents(pb::ListAgentsRequest {})

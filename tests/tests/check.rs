@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use latmesh_coordinator::check::{self, CheckArgs};
+use latmesh_cli::cmd::check::{self, CheckArgs};
 use latmesh_core::hist::{HistogramSet, new_histogram};
 use latmesh_core::metrics::Metric;
 use latmesh_core::plan::Plan;
@@ -271,7 +271,7 @@ limit_pct = 5
     a.current = Some("nightly-cur".into());
     a.baseline = Some("nightly-base".into());
     let r = check::run(&a).await.unwrap();
-    assert_eq!(fired(&r), want, "{}", r.render());
+    assert_eq!(fired(&r), want, "{}", latmesh_cli::ui::check::render(&r));
     assert_eq!(r.exit_code(), 1);
     // 4 cells × 4 latency rules + 4 error checks.
     assert_eq!(r.checked, 20);
@@ -286,7 +286,7 @@ limit_pct = 5
     a.current = Some("nightly-cur".into());
     a.baseline_days = Some(1.0);
     let r = check::run(&a).await.unwrap();
-    assert_eq!(fired(&r), want, "{}", r.render());
+    assert_eq!(fired(&r), want, "{}", latmesh_cli::ui::check::render(&r));
     assert!(
         r.baseline
             .as_deref()
@@ -298,7 +298,7 @@ limit_pct = 5
     a.current = Some("nightly-base".into());
     a.baseline_days = Some(1.0);
     let r = check::run(&a).await.unwrap();
-    assert!(r.fired.is_empty(), "{}", r.render());
+    assert!(r.fired.is_empty(), "{}", latmesh_cli::ui::check::render(&r));
 
     // Errors (exit 2 in the CLI): an unknown campaign, no ClickHouse URL.
     let mut a = args(&db, &rules);
@@ -391,7 +391,7 @@ async fn previous_day_rule_over_a_series_of_runs() {
         fired(&r),
         set(&[("p95-day", "us-east", "alpha")]),
         "{}",
-        r.render()
+        latmesh_cli::ui::check::render(&r)
     );
     let f = &r.fired[0];
     let mean = (hdr(&flat(100.0), 0.95) + hdr(&flat(120.0), 0.95)) / 2.0;
@@ -400,16 +400,20 @@ async fn previous_day_rule_over_a_series_of_runs() {
     // A higher factor: 250 and 260 are not above 3 × 110.
     write(3.0, 2);
     let r = check::run(&run("patrol-r5")).await.unwrap();
-    assert!(r.fired.is_empty() && r.checked == 1, "{}", r.render());
+    assert!(
+        r.fired.is_empty() && r.checked == 1,
+        "{}",
+        latmesh_cli::ui::check::render(&r)
+    );
     // Three runs: r3 (120 ms) is among them and below 2 × mean(r1's 5000 ms…): r1 is in the
     // day before r3, so the mean is high and nothing fires.
     write(2.0, 3);
     let r = check::run(&run("patrol-r5")).await.unwrap();
-    assert!(r.fired.is_empty(), "{}", r.render());
+    assert!(r.fired.is_empty(), "{}", latmesh_cli::ui::check::render(&r));
     // Checked as of r4: only what was stored before it counts (r5 is later).
     write(2.0, 1);
     let r = check::run(&run("patrol-r4")).await.unwrap();
-    assert_eq!(fired(&r).len(), 1, "{}", r.render());
+    assert_eq!(fired(&r).len(), 1, "{}", latmesh_cli::ui::check::render(&r));
     assert!((r.fired[0].baseline.unwrap() - mean).abs() < 1e-9);
     latmesh_testkit::drop_db(&client, &db).await;
 }
@@ -507,7 +511,7 @@ async fn ranks_per_region_and_time_window() {
     assert_eq!(alpha.rank_range, Some(1.0));
     // Two columns say alpha < beta, two say beta < alpha: no concordance at all.
     assert_eq!(t.kendall_w, Some(0.0));
-    assert!(latmesh_coordinator::ui::analysis::render(&analysis).contains("region/window"));
+    assert!(latmesh_cli::ui::analysis::render(&analysis).contains("region/window"));
     latmesh_testkit::drop_db(&client, &db).await;
 }
 
@@ -671,21 +675,25 @@ async fn seed_rules_are_quiet_on_identical_runs_and_fire_on_a_40_percent_slowdow
 
     // Identical runs: the 4th against the 1st, and the last three against the day before.
     let r = check::run(&check(&ids[3], &ids[0])).await.unwrap();
-    println!("{}", r.render());
-    assert!(r.fired.is_empty(), "{}", r.render());
-    assert!(r.inconclusive.is_empty(), "{}", r.render());
+    println!("{}", latmesh_cli::ui::check::render(&r));
+    assert!(r.fired.is_empty(), "{}", latmesh_cli::ui::check::render(&r));
+    assert!(
+        r.inconclusive.is_empty(),
+        "{}",
+        latmesh_cli::ui::check::render(&r)
+    );
     // Both rules checked the one cell (us-east svc load): nothing was skipped for size.
-    assert_eq!(r.checked, 2, "{}", r.render());
+    assert_eq!(r.checked, 2, "{}", latmesh_cli::ui::check::render(&r));
     assert_eq!(r.exit_code(), 0);
 
     // 40 % slower: the P99 rule fires; P95 is not above 2× the previous day.
     let r = check::run(&check(&ids[4], &ids[3])).await.unwrap();
-    println!("{}", r.render());
+    println!("{}", latmesh_cli::ui::check::render(&r));
     assert_eq!(
         fired(&r),
         set(&[("p99-up-30", "us-east", "svc")]),
         "{}",
-        r.render()
+        latmesh_cli::ui::check::render(&r)
     );
     let f = &r.fired[0];
     let (cur, base) = (f.current_ci.unwrap(), f.baseline_ci.unwrap());

@@ -69,7 +69,7 @@ fn clickhouse_down_mid_campaign_loses_and_duplicates_nothing() {
         ]);
         agents.push(spawn(region, a, &log(region)));
     }
-    let campaign = latmesh_coordinator::demo::demo_rounds_only()
+    let campaign = latmesh_cli::cmd::demo::demo_rounds_only()
         .replace("{sim}", sim_url.trim_start_matches("http://"))
         .replace("count = 12 ", "count = 6 ")
         .replace(
@@ -247,7 +247,7 @@ fn a_coordinator_restarted_before_clickhouse_is_back_still_stores_its_campaigns(
         "1",
     ]);
     let _agent = spawn("agent", a, &log("agent"));
-    let campaign = latmesh_coordinator::demo::demo_rounds_only()
+    let campaign = latmesh_cli::cmd::demo::demo_rounds_only()
         .replace("{sim}", sim_url.trim_start_matches("http://"))
         .replace("count = 12 ", "count = 2 ")
         .replace(

@@ -9,6 +9,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use latmesh_core::record::{Outcome, ProbeRecord};
+use latmesh_store::insert::{PreparedBatch, SeqMarks, insert_prepared};
+use latmesh_store::{self as store, BatchKey, InsertOutcome, StoreError, Timeouts};
 use latmesh_testkit::private_clickhouse::PrivateClickhouse;
 use latmesh_testkit::{bin, repo, spawn_until_line};
 
@@ -298,7 +300,7 @@ fn a_campaign_during_a_stall_is_stored_once_when_clickhouse_resumes() {
         "1",
     ]);
     let _agent = latmesh_testkit::spawn("agent", agent, &log("agent"));
-    let campaign = latmesh_coordinator::demo::demo_rounds_only()
+    let campaign = latmesh_cli::cmd::demo::demo_rounds_only()
         .replace("{sim}", sim_url.trim_start_matches("http://"))
         .replace("count = 12 ", "count = 4 ")
         .replace(

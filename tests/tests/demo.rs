@@ -1,7 +1,7 @@
 //! The demo campaign in-process (`latmesh demo` minus printing): nine simulated providers, two
 //! of them also on the Anthropic and Responses APIs (eleven columns), three regions, real gRPC and HTTP over loopback; the matrix shows what the simulator built in.
 
-use latmesh_coordinator::demo::{DemoOptions, DemoStore, run};
+use latmesh_cli::cmd::demo::{DemoOptions, DemoStore, run};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_matrix_reflects_the_simulated_world() {

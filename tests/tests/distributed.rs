@@ -56,7 +56,7 @@ fn campaign_across_three_agent_processes() {
         ));
     }
 
-    let campaign = latmesh_coordinator::demo::demo_rounds_only()
+    let campaign = latmesh_cli::cmd::demo::demo_rounds_only()
         .replace("{sim}", &sim_addr)
         .replace("count = 12 ", "count = 3 ");
     let file = dir.path().join("campaign.toml");
@@ -121,8 +121,7 @@ fn campaign_across_three_agent_processes() {
 fn a_bad_campaign_file_names_the_key() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("bad.toml");
-    let text =
-        latmesh_coordinator::demo::DEMO_CAMPAIGN.replace("max_tokens = 48", "max_tokens = -3");
+    let text = latmesh_cli::cmd::demo::DEMO_CAMPAIGN.replace("max_tokens = 48", "max_tokens = -3");
     std::fs::write(&file, text).unwrap();
     let out = Command::new(bin("latmesh"))
         .args(["campaign", "validate"])
@@ -136,7 +135,7 @@ fn a_bad_campaign_file_names_the_key() {
     let good = dir.path().join("good.toml");
     std::fs::write(
         &good,
-        latmesh_coordinator::demo::DEMO_CAMPAIGN.replace("{sim}", "127.0.0.1:9"),
+        latmesh_cli::cmd::demo::DEMO_CAMPAIGN.replace("{sim}", "127.0.0.1:9"),
     )
     .unwrap();
     let out = Command::new(bin("latmesh"))

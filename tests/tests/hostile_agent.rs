@@ -102,7 +102,7 @@ fn foreign_histogram() -> pb::IntervalHistogram {
 
 /// Latencies of `n` `ListAgents` calls (what `latmesh agents` makes), sorted.
 async fn list_agents_latency(url: &str, n: usize) -> Vec<Duration> {
-    let mut client = latmesh_coordinator::watch::connect(url).await.unwrap();
+    let mut client = latmesh_cli::watch::connect(url).await.unwrap();
     let mut out = Vec::new();
     for _ in 0..n {
         let t = Instant::now();
@@ -119,7 +119,7 @@ async fn list_agents_latency(url: &str, n: usize) -> Vec<Duration> {
 /// Latencies of `n` `Watch` calls of `campaign_id` (what `campaign watch` and `launch`
 /// make) to their first message, sorted.
 async fn watch_latency(url: &str, campaign_id: &str, n: usize) -> Vec<Duration> {
-    let mut client = latmesh_coordinator::watch::connect(url).await.unwrap();
+    let mut client = latmesh_cli::watch::connect(url).await.unwrap();
     let mut out = Vec::new();
     for _ in 0..n {
         let t = Instant::now();

@@ -72,9 +72,7 @@ fn agents(stack: &Stack) -> Vec<pb::AgentInfo> {
         .build()
         .unwrap();
     rt.block_on(async {
-        let mut c = latmesh_coordinator::watch::connect(&stack.coord_url)
-            .await
-            .unwrap();
+        let mut c = latmesh_cli::watch::connect(&stack.coord_url).await.unwrap();
         c.list_agents(pb::ListAgentsRequest {})
             .await
             .unwrap()

@@ -9,6 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use latmesh_core::api::Api;
+use latmesh_results::summary::{MatrixCell, Summary};
 use latmesh_testkit::{bin, spawn, spawn_until_line};
 
 /// A coordinator on loopback, its log in `dir`: the process and its URL.

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use latmesh_coordinator::demo::{DemoOptions, DemoStore, run_with};
+use latmesh_cli::cmd::demo::{DemoOptions, DemoStore, run_with};
 use latmesh_coordinator::report::{self, Extras, Format, ReportModel, charts};
 use latmesh_core::metrics::Metric;
 use latmesh_core::plan::Plan;

@@ -150,7 +150,7 @@ fn a_schedule_repeats_the_campaign_as_runs_with_their_own_ids() {
         assert!(
             summary.complete,
             "{}",
-            latmesh_coordinator::ui::matrix::render(&summary)
+            latmesh_cli::ui::matrix::render(&summary)
         );
         let cell = summary.cell("us-east", "quick", "chat").unwrap();
         assert_eq!((cell.attempts, cell.samples), (1, 1), "one tiny round each");

@@ -780,7 +780,7 @@ async fn windows_leave_load_tests_out_unless_asked() {
         (report.scenarios.clone(), report.left_out_scenarios.clone()),
         (vec!["chat".to_string()], vec!["sweep".to_string()])
     );
-    let table = latmesh_coordinator::ui::windows::render(&report);
+    let table = latmesh_cli::ui::windows::render(&report);
     assert!(
         table.contains("scenarios: chat (left out: sweep, load tests run at one time only; pick one with --scenario)"),
         "{table}"

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use latmesh_core::budget::usd;
 
-use latmesh_results::budget::BudgetSummary;
+use latmesh_coordinator::budget::BudgetSummary;
 
 /// The summary's budget lines: what was spent (and the caps), and a `STOPPED BY BUDGET`
 /// line when the guard cancelled the campaign. Empty when nothing is known.
@@ -49,4 +49,35 @@ pub fn render(b: &BudgetSummary) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use latmesh_coordinator::budget::Spent;
+
+    /// What the coordinator's budget tests leave to the renderer.
+    #[test]
+    fn spent_unpriced_estimated_and_stopped_lines() {
+        let mut b = BudgetSummary {
+            spent: Some(Spent {
+                prompt_tokens: 100_010,
+                completion_tokens: 200_027,
+                cost_usd: 0.7,
+                estimated_attempts: 1,
+                unpriced: vec!["free".into()],
+            }),
+            ..Default::default()
+        };
+        let text = render(&b);
+        assert!(text.contains("(no price: free)"), "{text}");
+        assert!(
+            text.contains("; 1 attempt without usage estimated"),
+            "{text}"
+        );
+        assert!(!text.contains("STOPPED"), "{text}");
+        b.stopped_by = Some("budget".into());
+        b.stop_reason = Some("budget: measured tokens 300101 passed --max-tokens 300100".into());
+        assert!(render(&b).contains("STOPPED BY BUDGET (budget: measured tokens"));
+    }
 }

@@ -7,10 +7,11 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
-use latmesh_coordinator::check::{
+use latmesh_cli::cmd::check::{
     CellStats, CheckReport, Estimate, Rule, RuleKind, RunValues, Snapshot, check_filters, evaluate,
-    evaluate_prev_day, parse_rules, post_json,
+    evaluate_prev_day, parse_rules,
 };
+use latmesh_cli::webhook::post_json;
 use latmesh_core::metrics::Metric;
 use latmesh_results::summary::Summary;
 use serde_json::{Value, json};
@@ -196,7 +197,7 @@ fn rules_fire_on_known_numbers() {
         "{g:?}"
     );
     assert!(
-        r.render()
+        latmesh_cli::ui::check::render(&r)
             .contains("not significant: error_pct_above us-east gamma")
     );
     assert!(
@@ -207,7 +208,11 @@ fn rules_fire_on_known_numbers() {
         r.skipped
     );
     assert_eq!(r.exit_code(), 1);
-    assert!(r.render().contains("FIRED  p99-up-30"), "{}", r.render());
+    assert!(
+        latmesh_cli::ui::check::render(&r).contains("FIRED  p99-up-30"),
+        "{}",
+        latmesh_cli::ui::check::render(&r)
+    );
 
     // Region filter `ALL` checks the merged row only; a provider filter narrows further.
     let all = parse_rules(
@@ -374,7 +379,12 @@ fn rules_need_significance_when_intervals_are_known() {
     // +40 %, intervals apart: fires; 420 ms [380, 470] is also surely over 350 ms.
     let r = evaluate(&rules, &snap("slow", 420.0, (380.0, 470.0)), Some(&base));
     let fired: Vec<&str> = r.fired.iter().map(|f| f.rule.as_str()).collect();
-    assert_eq!(fired, ["up", "abs"], "{}", r.render());
+    assert_eq!(
+        fired,
+        ["up", "abs"],
+        "{}",
+        latmesh_cli::ui::check::render(&r)
+    );
     assert_eq!(r.fired[0].baseline_ci, Some((280.0, 330.0)));
     assert!(
         r.fired[0].message.contains("[380, 470]"),
@@ -384,7 +394,7 @@ fn rules_need_significance_when_intervals_are_known() {
     // +40 % on the points, but the current interval reaches into the baseline's: not
     // significant, and 420 ms [320, 600] is not surely over 350 ms.
     let r = evaluate(&rules, &snap("noisy", 420.0, (320.0, 600.0)), Some(&base));
-    assert!(r.fired.is_empty(), "{}", r.render());
+    assert!(r.fired.is_empty(), "{}", latmesh_cli::ui::check::render(&r));
     assert_eq!(r.inconclusive.len(), 2);
     assert_eq!(r.exit_code(), 0);
 }
@@ -412,7 +422,7 @@ fn sweep_scenarios_are_checked_only_when_named() {
         parse_rules("[[rules]]\nname = \"up\"\nkind = \"p99_increase_pct\"\nthreshold = 30\n")
             .unwrap();
     let r = evaluate(&rules, &slow, Some(&base));
-    assert!(r.fired.is_empty(), "{}", r.render());
+    assert!(r.fired.is_empty(), "{}", latmesh_cli::ui::check::render(&r));
     assert_eq!(r.checked, 1, "only the chat cell");
     assert!(
         r.skipped
@@ -426,7 +436,7 @@ fn sweep_scenarios_are_checked_only_when_named() {
     )
     .unwrap();
     let r = evaluate(&named, &slow, Some(&base));
-    assert_eq!(r.fired.len(), 1, "{}", r.render());
+    assert_eq!(r.fired.len(), 1, "{}", latmesh_cli::ui::check::render(&r));
     assert_eq!(r.fired[0].scenario, "sw");
     assert!(r.skipped.is_empty(), "{:?}", r.skipped);
 }
@@ -834,14 +844,18 @@ fn summary_files_with_intervals_are_compared_by_significance() {
     .unwrap();
     let base = run("base", 1, 1.0);
     let r = evaluate(&rules, &run("same", 2, 1.0), Some(&base));
-    assert!(r.fired.is_empty() && r.checked == 1, "{}", r.render());
+    assert!(
+        r.fired.is_empty() && r.checked == 1,
+        "{}",
+        latmesh_cli::ui::check::render(&r)
+    );
     assert!(
         !r.skipped.iter().any(|s| s.contains("point estimates only")),
         "{:?}",
         r.skipped
     );
     let r = evaluate(&rules, &run("slow", 3, 1.4), Some(&base));
-    assert_eq!(r.fired.len(), 1, "{}", r.render());
+    assert_eq!(r.fired.len(), 1, "{}", latmesh_cli::ui::check::render(&r));
     let f = &r.fired[0];
     assert!(f.current_ci.unwrap().0 > f.baseline_ci.unwrap().1, "{f:?}");
 }

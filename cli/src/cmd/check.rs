@@ -106,21 +106,20 @@
 //! (exit 2).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
 use clap::Args;
 use latmesh_core::metrics::Metric;
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use latmesh_results::report_data::ALL;
 use latmesh_results::stats::{PercentileCi, min_samples};
+use latmesh_store::{self as store, QueryFilter, check_queries, query};
+
+pub use crate::check_report::{CheckReport, Fired};
+use crate::webhook::{WEBHOOK_TIMEOUT, post_json, redact_url};
 use latmesh_results::summary::{MatrixCell, Summary};
-use latmesh_store::{self as store, QueryFilter, StoreError, check_identifier, query};
 
 /// Arguments of `latmesh check`.
 #[derive(Args, Debug, Clone, Default)]
@@ -164,7 +163,7 @@ pub struct CheckArgs {
     pub json: bool,
     /// How long to wait for ClickHouse (the whole check's queries).
     #[command(flatten)]
-    pub timeouts: crate::cli_query::TimeoutArgs,
+    pub timeouts: crate::cmd::query::TimeoutArgs,
 }
 
 /// What a rule compares.
@@ -520,130 +519,6 @@ fn sweep_scenarios_of(plan_json: &str) -> BTreeSet<String> {
         .unwrap_or_default()
 }
 
-/// A rule that fired on one cell.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Fired {
-    /// Rule name.
-    pub rule: String,
-    /// Rule kind (`increase_pct`, `absolute`, `above_prev_day_mean`, `error_pct_above`).
-    pub kind: String,
-    /// Region (or `ALL`).
-    pub region: String,
-    /// Provider.
-    pub provider: String,
-    /// Scenario.
-    pub scenario: String,
-    /// Metric (latency rules).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metric: Option<String>,
-    /// Percentile (latency rules).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub percentile: Option<f64>,
-    /// The current value (ms, or % for error rules; for `above_prev_day_mean` the current
-    /// run's).
-    pub current: f64,
-    /// The baseline value it was compared with (the baseline's percentile, the previous
-    /// day's mean), when there is one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub baseline: Option<f64>,
-    /// The limit the current value crossed (same unit).
-    pub limit: f64,
-    /// The current value's 95 % interval (lower, upper), when known.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub current_ci: Option<(f64, f64)>,
-    /// The baseline's 95 % interval (for `above_prev_day_mean`: the mean of the earlier
-    /// runs' bounds), when known.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub baseline_ci: Option<(f64, f64)>,
-    /// `ms` or `%`.
-    pub unit: String,
-    /// In words.
-    pub message: String,
-}
-
-/// What `latmesh check` found (also the webhook payload).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct CheckReport {
-    /// The current side (campaign id, or `summary FILE`).
-    pub campaign: String,
-    /// The baseline side, when there is one.
-    pub baseline: Option<String>,
-    /// Rules that fired, per cell.
-    pub fired: Vec<Fired>,
-    /// Cells whose point estimate crossed a rule's threshold without the change being
-    /// significant (the intervals overlap): reported, not fired.
-    #[serde(default)]
-    pub inconclusive: Vec<Fired>,
-    /// (rule, cell) pairs evaluated.
-    pub checked: u64,
-    /// Rules or cells that could not be evaluated, and why.
-    pub skipped: Vec<String>,
-}
-
-impl CheckReport {
-    /// The exit status: 1 when a rule fired, 2 when nothing could be checked at all (every
-    /// rule skipped: a gate must not pass on no evidence), else 0.
-    pub fn exit_code(&self) -> u8 {
-        if !self.fired.is_empty() {
-            1
-        } else if self.checked == 0 {
-            2
-        } else {
-            0
-        }
-    }
-
-    /// The report as text (what `latmesh check` prints without `--json`).
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        let vs = self
-            .baseline
-            .as_deref()
-            .map_or(String::new(), |b| format!(" vs baseline {b}"));
-        let rules: BTreeSet<&str> = self.fired.iter().map(|f| f.rule.as_str()).collect();
-        if self.fired.is_empty() {
-            let _ = writeln!(
-                out,
-                "check {}{vs}: {}, no rule fired ({} checks)",
-                self.campaign,
-                if self.checked == 0 {
-                    "NOTHING CHECKED (every rule was skipped; exit status 2)"
-                } else {
-                    "ok"
-                },
-                self.checked
-            );
-        } else {
-            let _ = writeln!(
-                out,
-                "check {}{vs}: {} rule(s) fired on {} cell(s) ({} checks)",
-                self.campaign,
-                rules.len(),
-                self.fired.len(),
-                self.checked
-            );
-        }
-        for f in &self.fired {
-            let _ = writeln!(
-                out,
-                "FIRED  {:<24} {:<14} {:<20} {:<14} {}",
-                f.rule, f.region, f.provider, f.scenario, f.message
-            );
-        }
-        for f in &self.inconclusive {
-            let _ = writeln!(
-                out,
-                "not significant: {} {} {} {}: {}",
-                f.rule, f.region, f.provider, f.scenario, f.message
-            );
-        }
-        for s in &self.skipped {
-            let _ = writeln!(out, "skipped: {s}");
-        }
-        out
-    }
-}
-
 /// Reads a JSON summary file.
 fn read_summary(path: &Path) -> anyhow::Result<Summary> {
     let text = std::fs::read_to_string(path)
@@ -751,35 +626,6 @@ async fn clickhouse_snapshot(
         exact: true,
         sweep_scenarios,
     })
-}
-
-#[derive(clickhouse::Row, Deserialize)]
-struct RunRow {
-    campaign_id: String,
-    start_at_us: u64,
-}
-
-/// Stored campaigns named `name`: (id, round-0 start µs), by start.
-async fn runs_named(
-    client: &clickhouse::Client,
-    db: &str,
-    name: &str,
-) -> Result<Vec<(String, i64)>, StoreError> {
-    check_identifier(db)?;
-    let rows: Vec<RunRow> = client
-        .query(&format!(
-            "SELECT campaign_id, max(start_at_us) AS s FROM {db}.campaigns \
-             WHERE name = ? GROUP BY campaign_id"
-        ))
-        .bind(name)
-        .fetch_all()
-        .await?;
-    let mut runs: Vec<(String, i64)> = rows
-        .into_iter()
-        .map(|r| (r.campaign_id, r.start_at_us as i64))
-        .collect();
-    runs.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
-    Ok(runs)
 }
 
 /// Whether `rule` checks the cell `key`; `sweeps` are the sweep scenarios, left out unless
@@ -1216,7 +1062,7 @@ async fn prev_day_rules(
     let row = query::campaign(client, db, current)
         .await?
         .ok_or_else(|| anyhow!("campaign {current:?} is not stored"))?;
-    let all_runs = runs_named(client, db, &row.name).await?;
+    let all_runs = check_queries::runs_named(client, db, &row.name).await?;
     let cur_start = row.start_at_us as i64;
     let sweeps = sweep_scenarios_of(&row.plan_json);
     let runs: Vec<(String, i64)> = all_runs
@@ -1462,7 +1308,7 @@ pub async fn run_cli(args: CheckArgs) -> u8 {
             }
         }
     } else {
-        print!("{}", report.render());
+        print!("{}", crate::ui::check::render(&report));
     }
     if let Some(url) = &args.webhook
         && (args.webhook_always || !report.fired.is_empty())
@@ -1480,147 +1326,4 @@ pub async fn run_cli(args: CheckArgs) -> u8 {
         }
     }
     report.exit_code()
-}
-
-/// How long the webhook may take to answer.
-pub const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// `url` without its path and query (webhook URLs often carry their secret there).
-fn redact_url(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => {
-            let host = rest.split(['/', '?']).next().unwrap_or_default();
-            format!("{scheme}://{host}/…")
-        }
-        None => "(invalid URL)".into(),
-    }
-}
-
-/// POSTs `body` as `application/json` to `url` (`http://` or `https://`, webpki roots), with
-/// `Connection: close`, and returns the response status; errors on a non-2xx status or when
-/// the whole exchange takes longer than `timeout`.
-///
-/// # Errors
-/// A bad URL, a connection or TLS failure, a timeout, a non-2xx status.
-pub async fn post_json(url: &str, body: &[u8], timeout: Duration) -> anyhow::Result<u16> {
-    tokio::time::timeout(timeout, post_json_inner(url, body))
-        .await
-        .map_err(|_| anyhow!("no answer within {} s", timeout.as_secs_f64()))?
-}
-
-async fn post_json_inner(url: &str, body: &[u8]) -> anyhow::Result<u16> {
-    let (tls, rest) = if let Some(r) = url.strip_prefix("https://") {
-        (true, r)
-    } else if let Some(r) = url.strip_prefix("http://") {
-        (false, r)
-    } else {
-        bail!("the webhook URL must start with http:// or https://");
-    };
-    let (authority, path) = match rest.find(['/', '?']) {
-        Some(i) if rest.as_bytes()[i] == b'/' => (&rest[..i], &rest[i..]),
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
-    };
-    let path = if path.starts_with('?') {
-        format!("/{path}")
-    } else {
-        path.to_string()
-    };
-    let authority = authority.rsplit('@').next().unwrap_or(authority);
-    if authority.is_empty() {
-        bail!("the webhook URL has no host");
-    }
-    let (host, port) = split_host_port(authority, if tls { 443 } else { 80 })?;
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {authority}\r\nUser-Agent: latmesh/{}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        env!("CARGO_PKG_VERSION"),
-        body.len()
-    );
-    let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
-        .await
-        .with_context(|| format!("cannot connect to {host}:{port}"))?;
-    let _ = tcp.set_nodelay(true);
-    let status = if tls {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let name = rustls::pki_types::ServerName::try_from(host.clone())
-            .map_err(|e| anyhow!("bad host {host:?}: {e}"))?;
-        let stream = tokio_rustls::TlsConnector::from(Arc::new(config))
-            .connect(name, tcp)
-            .await
-            .map_err(|e| {
-                let hint = latmesh_agent::tls::TlsProblem::of(&e).map_or(String::new(), |p| {
-                    p.hint("a CA the webhook's host is signed by")
-                });
-                anyhow!(
-                    "TLS handshake: {}{hint}",
-                    latmesh_core::error_text::chain(&e)
-                )
-            })?;
-        exchange(stream, head.as_bytes(), body).await?
-    } else {
-        exchange(tcp, head.as_bytes(), body).await?
-    };
-    if !(200..300).contains(&status) {
-        bail!("answered HTTP {status}");
-    }
-    Ok(status)
-}
-
-fn split_host_port(authority: &str, default: u16) -> anyhow::Result<(String, u16)> {
-    if let Some(rest) = authority.strip_prefix('[') {
-        let (host, after) = rest
-            .split_once(']')
-            .ok_or_else(|| anyhow!("bad host {authority:?}"))?;
-        let port = match after.strip_prefix(':') {
-            Some(p) => p.parse().with_context(|| format!("bad port {p:?}"))?,
-            None => default,
-        };
-        return Ok((host.to_string(), port));
-    }
-    match authority.rsplit_once(':') {
-        Some((h, p)) => Ok((
-            h.to_string(),
-            p.parse().with_context(|| format!("bad port {p:?}"))?,
-        )),
-        None => Ok((authority.to_string(), default)),
-    }
-}
-
-/// Writes the request, reads the status line (the rest of the answer is not needed).
-async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
-    mut s: S,
-    head: &[u8],
-    body: &[u8],
-) -> anyhow::Result<u16> {
-    s.write_all(head).await?;
-    s.write_all(body).await?;
-    s.flush().await?;
-    let mut buf = Vec::with_capacity(256);
-    let mut chunk = [0u8; 256];
-    while !buf.windows(2).any(|w| w == b"\r\n") {
-        let n = s.read(&mut chunk).await?;
-        if n == 0 {
-            break;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        if buf.len() > 8192 {
-            break;
-        }
-    }
-    let line = String::from_utf8_lossy(&buf);
-    let line = line.lines().next().unwrap_or_default();
-    let mut parts = line.split_whitespace();
-    match (
-        parts.next(),
-        parts.next().and_then(|c| c.parse::<u16>().ok()),
-    ) {
-        (Some(v), Some(code)) if v.starts_with("HTTP/") => Ok(code),
-        _ => bail!("not an HTTP answer: {line:?}"),
-    }
 }

@@ -7,18 +7,14 @@ use std::path::Path;
 use hdrhistogram::Histogram;
 use latmesh_core::hist::new_histogram;
 use latmesh_core::metrics::Metric;
+use latmesh_core::seeded_rng::SeededRng;
 use latmesh_results::analysis::{FlagKind, SelectionRow, SelectionTable, analyze};
 use latmesh_results::report_data::{ALL, CellMetric, ReportData};
 use latmesh_results::stats::{
     self, CiMethod, PercentileCi, Verdict, compare, exact_rank_interval, kendall_w, min_samples,
     normal_rank_interval, rank_interval,
 };
-use latmesh_results::analysis::{FlagKind, SelectionRow, SelectionTable, analyze};
-use latmesh_results::report_data::{ALL, CellMetric, ReportData};
 use latmesh_results::summary::Summary;
-use latmesh_core::hist::new_histogram;
-use latmesh_core::metrics::Metric;
-use latmesh_core::seeded_rng::SeededRng;
 use serde_json::{Value, json};
 
 /// Standard normal (Box–Muller from two draws in the open interval (0, 1)).
@@ -469,7 +465,7 @@ fn a_campaign_s_intervals_verdicts_flags_ranks_and_selection() {
     assert_eq!(s.rows[0].rank, 1);
 
     // Renderings.
-    let text = latmesh_coordinator::ui::analysis::render(&a);
+    let text = latmesh_cli::ui::analysis::render(&a);
     assert!(text.contains("chat · ttft"), "{text}");
     assert!(text.contains("fast ") && text.contains(" < "), "{text}");
     assert!(

@@ -260,6 +260,28 @@ mod tests {
         agent, demo_sized, demo_sized_with, plan, sweep_rate_summary, usage_summary,
     };
     use latmesh_results::summary::build;
+    /// What the coordinator's state and budget tests leave to the renderer: an incomplete,
+    /// a cancelled and a budget-stopped campaign say so.
+    #[test]
+    fn incomplete_cancelled_and_budget_stopped_campaigns_say_so() {
+        let mut s = demo_sized();
+        assert!(!render(&s).contains("INCOMPLETE") && !render(&s).contains("CANCELLED"));
+        s.complete = false;
+        assert!(render(&s).contains("INCOMPLETE"));
+        s.cancelled = true;
+        assert!(render(&s).contains("CANCELLED"));
+        s.guard.stopped_by = Some("budget".into());
+        s.guard.stop_reason = Some("budget: measured tokens 1500 passed --max-tokens 1000".into());
+        let text = render(&s);
+        assert!(
+            text.contains("STOPPED BY BUDGET (budget: measured tokens 1500"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("CANCELLED: latmesh campaign cancel"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn the_tables_show_the_campaigns_percentiles() {
@@ -360,7 +382,7 @@ mod tests {
         a.complete = false;
         a.delivery.records_quarantined = u64::MAX;
         a.delivery.histograms_quarantined = u64::MAX;
-        let mut r = crate::delivery::Rejections::default();
+        let mut r = latmesh_coordinator::delivery::Rejections::default();
         r.reject(1, "x");
         a.delivery.batches_rejected = r.batches();
         let s = build("c1", &plan(), 0, &Aggregate::default(), vec![a]);

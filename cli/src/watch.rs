@@ -11,8 +11,9 @@ pub use latmesh_rpc::AdminClient;
 use latmesh_rpc::tls::TlsProblem;
 use tonic::transport::Channel;
 
-use crate::auth::ADMIN_TOKEN_ENV;
-use crate::progress;
+use crate::ui::progress;
+use latmesh_coordinator::auth::ADMIN_TOKEN_ENV;
+use latmesh_coordinator::budget::Caps;
 use latmesh_results::summary::Summary;
 
 /// Connects without an admin token to the plaintext control API at `url` (e.g.
@@ -218,11 +219,10 @@ pub async fn launch(
     plan: &Plan,
     start_delay_s: f64,
 ) -> anyhow::Result<pb::LaunchReply> {
-    let no_caps = crate::schedule_cli::BudgetArgs::default();
-    launch_with(client, url, plan, start_delay_s, &no_caps, false).await
+    launch_with(client, url, plan, start_delay_s, &Caps::default(), false).await
 }
 
-/// [`launch`] with budget caps (`--max-cost`, `--max-tokens`) and `--allow-missing-keys`
+/// [`launch`] with budget caps (`--max-cost`, `--max-tokens`: [`crate::cmd::series::BudgetArgs::caps`]) and `--allow-missing-keys`
 /// (targeted agents may lack a provider's API key variable: the reply's `warnings` name
 /// them; without it such a launch is refused, see [`crate::keys`]). A plan with a schedule
 /// starts a series (the reply's `series`).
@@ -234,15 +234,15 @@ pub async fn launch_with(
     url: &str,
     plan: &Plan,
     start_delay_s: f64,
-    budget: &crate::schedule_cli::BudgetArgs,
+    caps: &Caps,
     allow_missing_keys: bool,
 ) -> anyhow::Result<pb::LaunchReply> {
     let reply = client
         .launch(pb::LaunchRequest {
             plan_json: plan.to_json(),
             start_delay_s,
-            max_cost_usd: budget.max_cost.unwrap_or(0.0),
-            max_tokens: budget.max_tokens.unwrap_or(0),
+            max_cost_usd: caps.max_cost_usd.unwrap_or(0.0),
+            max_tokens: caps.max_tokens.unwrap_or(0),
             allow_missing_keys,
         })
         .await
@@ -253,52 +253,11 @@ pub async fn launch_with(
     Ok(reply.into_inner())
 }
 
-/// One agent's state in a progress line: its region, the probes it has finished and its state,
-/// `us-east 12 done, running (2 in flight, heartbeat 1.0 s ago)`.
-pub fn describe_agent(a: &pb::AgentProgress, now_unix_us: i64) -> String {
-    let status = if a.status.is_empty() {
-        if a.done {
-            "done"
-        } else if a.connected {
-            "running"
-        } else {
-            "disconnected"
-        }
-    } else {
-        a.status.as_str()
-    };
-    let mut s = format!("{} {} done", a.region, a.probes_done);
-    if status != "done" {
-        s += &format!(", {status}");
-    }
-    if status == "disconnected" && a.disconnected_since_coord_unix_us > 0 {
-        s += &format!(
-            " since {}",
-            ago(a.disconnected_since_coord_unix_us, now_unix_us)
-        );
-    } else if matches!(status, "running" | "cancelling") {
-        s += &format!(" ({} in flight", a.in_flight);
-        if a.last_heartbeat_coord_unix_us > 0 {
-            s += &format!(
-                ", heartbeat {}",
-                ago(a.last_heartbeat_coord_unix_us, now_unix_us)
-            );
-        }
-        s += ")";
-    }
-    s
-}
-
-/// `12.3 s ago` for a coordinator-clock instant.
-pub fn ago(unix_us: i64, now_unix_us: i64) -> String {
-    format!("{:.1} s ago", (now_unix_us - unix_us).max(0) as f64 / 1e6)
-}
-
 /// Follows a campaign until it finishes and returns its summary (`cancelled` says whether
 /// `latmesh campaign cancel` stopped it). With a terminal on stderr it draws progress bars
 /// (per region, per provider with live TTFT P50/P99 and errors); otherwise it prints a
 /// progress line to stderr every `every` (none for an `every` of an hour or more); see
-/// [`crate::progress`].
+/// [`crate::ui::progress`].
 ///
 /// # Errors
 /// When the stream breaks before the campaign finished or the summary does not parse.
@@ -330,7 +289,7 @@ pub async fn follow_with(
         .map_err(|s| control_error(url, s))?
         .into_inner();
     let mut render = progress::Renderer::new(mode);
-    let mut pages = crate::progress_pages::SummaryPages::default();
+    let mut pages = latmesh_coordinator::progress_pages::SummaryPages::default();
     while let Some(p) = stream.message().await? {
         let Some(p) = pages.take(p) else { continue };
         if p.finished {
@@ -346,7 +305,7 @@ pub async fn follow_with(
             return serde_json::from_str(&p.summary_json)
                 .context("summary from the coordinator does not parse");
         }
-        render.update(&p, crate::state::now_unix_us());
+        render.update(&p, latmesh_coordinator::state::now_unix_us());
     }
     render.finish();
     anyhow::bail!(
@@ -391,20 +350,6 @@ pub fn write_json(summary: &Summary, path: &Path) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn agent(status: &str, connected: bool, done: bool) -> pb::AgentProgress {
-        pb::AgentProgress {
-            region: "us-east".into(),
-            probes_done: 12,
-            status: status.into(),
-            connected,
-            done,
-            in_flight: 2,
-            last_heartbeat_coord_unix_us: 9_000_000,
-            disconnected_since_coord_unix_us: 4_000_000,
-            ..Default::default()
-        }
-    }
 
     #[test]
     fn the_end_of_a_campaign_says_what_is_only_in_the_spool() {
@@ -469,22 +414,5 @@ mod tests {
         let (missing, text) = agents_by_region(&regions[..1], &[]);
         assert_eq!(missing, ["us-east"]);
         assert_eq!(text, "connected: none; missing: us-east (no agent)");
-    }
-
-    #[test]
-    fn an_agent_reads_as_probes_done_then_its_state() {
-        let now = 10_000_000;
-        assert_eq!(
-            describe_agent(&agent("running", true, false), now),
-            "us-east 12 done, running (2 in flight, heartbeat 1.0 s ago)"
-        );
-        assert_eq!(
-            describe_agent(&agent("", false, false), now),
-            "us-east 12 done, disconnected since 6.0 s ago"
-        );
-        assert_eq!(
-            describe_agent(&agent("", true, true), now),
-            "us-east 12 done"
-        );
     }
 }

@@ -1,7 +1,7 @@
 //! `latmesh`: the coordinator and CLI.
 
 use clap::Parser;
-use latmesh_coordinator::cli::{self, Cli};
+use latmesh_cli::{Cli, cmd as cli};
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {

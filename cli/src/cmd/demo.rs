@@ -5,20 +5,22 @@
 //! agent run on a runtime and thread of their own, as separate processes would: a busy
 //! simulator cannot hold up an agent's scheduler.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
+use clap::Args;
 use latmesh_core::campaign;
 use tokio::net::TcpListener;
 
-use crate::service::Coordinator;
-use crate::state::State;
 use crate::watch;
+use latmesh_coordinator::service::Coordinator;
+use latmesh_coordinator::state::State;
 use latmesh_results::report_data::ReportData;
 use latmesh_results::summary::Summary;
 
 /// The embedded demo campaign; `{sim}` stands for the simulator's address.
-pub const DEMO_CAMPAIGN: &str = include_str!("../../examples/demo.toml");
+pub const DEMO_CAMPAIGN: &str = include_str!("../../../examples/demo.toml");
 
 /// The line of [`DEMO_CAMPAIGN`] after which its `sweep` and `rate` scenarios and its
 /// providers on the Anthropic and Responses APIs follow.
@@ -102,13 +104,16 @@ pub async fn run_with(
     let (server, store) = match &opts.clickhouse {
         None => (Coordinator::new(State::default()), None),
         Some(store) => {
-            let target = crate::sink::SinkTarget::new(
+            let target = latmesh_coordinator::sink::SinkTarget::new(
                 &store.url,
                 &store.db,
                 latmesh_store::Timeouts::default(),
             );
-            let (c, spool, sink) =
-                crate::sink::coordinator_with_sink(&store.spool_dir, 1 << 30, target)?;
+            let (c, spool, sink) = latmesh_coordinator::sink::coordinator_with_sink(
+                &store.spool_dir,
+                1 << 30,
+                target,
+            )?;
             (c, Some((spool, sink)))
         }
     };
@@ -230,4 +235,90 @@ where
         })
         .expect("a thread for the demo's component");
     rx
+}
+
+/// Arguments of `latmesh demo`.
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// Write the JSON summary here (default: .latmesh/demo-summary.json).
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Rounds to run (default: the embedded campaign's 12).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    rounds: Option<u32>,
+    /// Also store the results in this ClickHouse (HTTP URL), through a spool in
+    /// .latmesh/demo-spool.
+    #[arg(long, env = "LATMESH_CLICKHOUSE_URL")]
+    clickhouse_url: Option<String>,
+    /// ClickHouse database.
+    #[arg(long, env = "LATMESH_CLICKHOUSE_DB", default_value = "latmesh")]
+    clickhouse_db: String,
+    /// Write the HTML report here (default: .latmesh/demo-report.html).
+    #[arg(long)]
+    report: Option<PathBuf>,
+}
+
+/// Runs the demo, prints its matrix, writes its JSON summary and HTML report.
+///
+/// # Errors
+/// Whatever the command fails with.
+pub async fn run_cli(args: DemoArgs) -> anyhow::Result<()> {
+    let DemoArgs {
+        json,
+        rounds,
+        clickhouse_url,
+        clickhouse_db,
+        report,
+    } = args;
+    let started = std::time::Instant::now();
+    let path = json.unwrap_or_else(|| PathBuf::from(".latmesh/demo-summary.json"));
+    let report = report.unwrap_or_else(|| PathBuf::from(DEMO_REPORT));
+    // Fail before a minute of probing, not after it.
+    watch::check_writable(&path)?;
+    watch::check_writable(&report)?;
+    let store = clickhouse_url.map(|url| DemoStore {
+        url,
+        db: clickhouse_db,
+        spool_dir: PathBuf::from(DEMO_SPOOL_DIR),
+    });
+    let data = run_with(
+        DemoOptions {
+            rounds,
+            progress: true,
+            clickhouse: store.clone(),
+        },
+        |_| {},
+    )
+    .await?;
+    let summary = &data.summary;
+    if let Some(store) = &store {
+        eprintln!(
+            "stored in ClickHouse {} (database {}): latmesh query matrix --campaign {} --clickhouse-url {} --clickhouse-db {}",
+            store.url, store.db, summary.campaign_id, store.url, store.db
+        );
+    }
+    print!("{}", crate::ui::matrix::render(&summary));
+    watch::write_json(summary, &path)?;
+    // With ClickHouse, the sections that need each row's time come from there.
+    let (source, extras) = match &store {
+        Some(s) => {
+            match latmesh_store::query::extras(&latmesh_store::client(&s.url), &s.db, &data).await {
+                Ok(extras) => ("memory and clickhouse", extras),
+                Err(e) => {
+                    eprintln!("demo: the report has no ClickHouse sections: {e:#}");
+                    ("memory", Default::default())
+                }
+            }
+        }
+        None => ("memory", Default::default()),
+    };
+    let model = latmesh_coordinator::report::model(&data, source, extras);
+    latmesh_coordinator::report::write(&model, latmesh_coordinator::report::Format::Html, &report)?;
+    eprintln!(
+        "demo finished in {:.0} s; JSON summary: {}",
+        started.elapsed().as_secs_f64(),
+        path.display()
+    );
+    println!("report: {}", report.display());
+    Ok(())
 }

@@ -11,10 +11,10 @@ use latmesh_core::plan::Plan;
 use latmesh_core::schedule::rfc3339;
 use latmesh_proto::pb;
 
-use crate::budget::Caps;
 use crate::watch::{self, AdminClient};
+use latmesh_coordinator::budget::Caps;
 
-/// Budget caps of `campaign launch` (see [`crate::budget`]).
+/// Budget caps of `campaign launch` (see [`latmesh_coordinator::budget`]).
 #[derive(Args, Debug, Clone, Default)]
 pub struct BudgetArgs {
     /// Budget guard: cancel the campaign once the cost measured from its records (usage ×
@@ -29,6 +29,14 @@ pub struct BudgetArgs {
 }
 
 impl BudgetArgs {
+    /// The caps these flags set (none for an absent flag).
+    pub fn caps(&self) -> Caps {
+        Caps {
+            max_cost_usd: self.max_cost,
+            max_tokens: self.max_tokens,
+        }
+    }
+
     /// Checks the values and that `--max-cost` has a price for every provider of `plan`.
     ///
     /// # Errors
@@ -126,7 +134,8 @@ pub async fn launched_series(
     json: Option<&Path>,
 ) -> anyhow::Result<()> {
     let id = &reply.campaign_id;
-    let in_s = (reply.start_at_coord_unix_us - crate::state::now_unix_us()) as f64 / 1e6;
+    let in_s =
+        (reply.start_at_coord_unix_us - latmesh_coordinator::state::now_unix_us()) as f64 / 1e6;
     println!(
         "series {id}: first run {id}-r1 starts at {} (in {:.0} s)",
         rfc3339(reply.start_at_coord_unix_us),
@@ -197,7 +206,7 @@ pub async fn series(
     if !wait {
         print!(
             "{}",
-            crate::schedule::render_series(&status, crate::state::now_unix_us())
+            crate::ui::series::render(&status, latmesh_coordinator::state::now_unix_us())
         );
         return Ok(());
     }
@@ -239,7 +248,7 @@ pub async fn series(
     }
     print!(
         "\n{}",
-        crate::schedule::render_series(&status, crate::state::now_unix_us())
+        crate::ui::series::render(&status, latmesh_coordinator::state::now_unix_us())
     );
     if let Some(path) = json {
         let runs: Vec<serde_json::Value> = status

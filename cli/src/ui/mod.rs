@@ -4,12 +4,16 @@
 //! The data comes from the pure result modules (`summary`, `load_stats`, `failover_stats`,
 //! `model_stats`, `analysis`); nothing here computes a figure.
 
+pub mod agents;
 pub mod analysis;
 pub mod budget;
+pub mod check;
 pub mod failover;
 pub mod matrix;
 pub mod models;
+pub mod progress;
 pub mod rate;
+pub mod series;
 pub mod sweep;
 pub mod trend;
 pub mod windows;
