@@ -3,14 +3,17 @@
 //! result batches until each is acked.
 
 pub mod batches;
+pub mod clock;
 pub mod limits;
 pub mod load;
 pub mod metrics;
 pub mod outbox;
+pub mod phase;
 pub mod probe;
 pub mod runner;
 pub mod session;
 pub mod shaping;
+pub mod slot;
 pub mod spool;
 pub mod timer;
 pub mod tls;
