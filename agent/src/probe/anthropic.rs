@@ -46,7 +46,7 @@ pub const DEFAULT_USER_AGENT: &str = "Anthropic/Python 2.15.0";
 /// The JSON body of `req`: `model`, the output cap (`max_tokens`, or the shape's
 /// `max_tokens_field`), `system` when the prompt has system messages, `messages`, `stream`,
 /// `temperature`/`top_p` when set, then the shape's `extra_body`
-/// ([`super::request::apply_shape`]: `thinking = { type = "enabled", budget_tokens = N }`
+/// ([`super::shape::apply_shape`]: `thinking = { type = "enabled", budget_tokens = N }`
 /// goes there).
 pub fn body(req: &ProbeRequest<'_>) -> Vec<u8> {
     let mut system: Vec<&str> = Vec::new();
@@ -72,7 +72,7 @@ pub fn body(req: &ProbeRequest<'_>) -> Vec<u8> {
         b.insert("top_p".into(), p.into());
     }
     // `max_tokens_field`, then the scenario's and provider's `extra_body` (e.g. `thinking`).
-    super::request::apply_shape(&mut b, req.shape);
+    super::shape::apply_shape(&mut b, req.shape);
     serde_json::to_vec(&b).expect("the request body serializes")
 }
 
