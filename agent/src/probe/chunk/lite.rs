@@ -78,7 +78,7 @@ pub fn decode_lite<'a>(bytes: &'a [u8], scratch: &'a mut String) -> Option<LiteC
 
 /// Where a range of a payload is, and which text of [`LiteChunk`] it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum SlotKind {
+enum SlotKind {
     Content,
     Reasoning,
 }
@@ -92,9 +92,9 @@ pub(super) enum SlotKind {
 #[derive(Debug, Default)]
 pub struct LiteCache {
     /// The payload the template was taken from.
-    pub(super) buf: Vec<u8>,
+    buf: Vec<u8>,
     /// Its token string (between the quotes): start, end, which text; `None`: no template.
-    pub(super) slot: Option<(usize, usize, SlotKind)>,
+    slot: Option<(usize, usize, SlotKind)>,
     /// Where its other texts are in `buf` (`None`: absent or empty).
     content: Option<(usize, usize)>,
     reasoning: Option<(usize, usize)>,
@@ -274,7 +274,7 @@ fn unescape(raw: &str, out: &mut String) -> Option<()> {
 /// Position of the first `"` or `\\` in `b`, eight bytes at a time. (The strings of a chunk
 /// are short, keys, ids, a token: memchr's setup costs more than it saves there.)
 #[inline(always)]
-pub(super) fn quote_or_backslash(b: &[u8]) -> Option<usize> {
+fn quote_or_backslash(b: &[u8]) -> Option<usize> {
     const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
     const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
     // High bit of every zero byte of `x` (the lowest one exactly: a borrow only goes up).
@@ -666,3 +666,6 @@ impl<'a> Cursor<'a, '_> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests;
