@@ -55,7 +55,7 @@ use super::chunk::{
     Args, ErrorObj, FunctionWire, Many, Num, Obj, ProviderError, Scalar, Text, ToolCallWire,
     UsageWire,
 };
-use super::measure::State;
+use super::measure::state::State;
 use super::outcome::Failure;
 use super::sse::SseEvent;
 

@@ -60,4 +60,3 @@ pub mod tool_calls;
 pub use body::Measurement;
 pub use flow::Flow;
 pub use head::{BodyStamps, Head};
-pub(in crate::probe) use state::State;

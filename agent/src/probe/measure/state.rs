@@ -56,7 +56,7 @@ pub(in crate::probe) struct State {
     pub(super) answered_model: Option<String>,
     pub(super) system_fingerprint: Option<String>,
     /// What an Anthropic Messages stream needs across events ([`crate::probe::anthropic`]).
-    pub(in crate::probe) anthropic: crate::probe::anthropic::StreamState,
+    pub(in crate::probe) anthropic: crate::probe::anthropic::blocks::StreamState,
     /// Reasoning inside `content` between declared tags ([`super::Measurement::with_reasoning_tags`]).
     /// (Boxed: taken out and put back for every payload.)
     pub(super) think: Option<Box<ThinkTags>>,
