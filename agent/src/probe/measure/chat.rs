@@ -14,7 +14,9 @@ use super::state::State;
 use super::tokens::Output;
 
 impl State {
-    /// One event of a Chat Completions stream read at `at`.
+    /// One event of a Chat Completions stream read at `at` (inlined into the per-event
+    /// dispatch: it runs for every event).
+    #[inline]
     pub(super) fn on_chat_event(&mut self, at: Instant, ev: SseEvent<'_>) {
         match ev {
             SseEvent::Data { data, complete } => self.on_data(at, data.trim_ascii(), complete),
