@@ -1,7 +1,7 @@
 //! Criterion benchmarks of the probe engine's per-byte and per-chunk work: SSE parsing
 //! ([`SseParser`]) and chunk decoding ([`chunk::decode_cached`], then [`chunk::decode`] for
 //! what the fast path leaves), as `Measurement` does for every body read (agent/src/probe/
-//! measure.rs: `feed`, `next_event` until `None`, then `on_data` per payload).
+//! measure/body.rs and chat.rs: `feed`, `next_event` until `None`, then `on_data` per payload).
 //!
 //! ```sh
 //! cargo bench --bench hot_paths                 # this one and core's (histograms, batches)

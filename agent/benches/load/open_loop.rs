@@ -1,6 +1,6 @@
 //! Open loop through the agent's own scheduler: a plan with one `rate` scenario (Poisson
 //! arrivals) is built with `latmesh_core::campaign::load_toml_str` and run with
-//! `latmesh_agent::load::run_rate` and a `PhaseCtx` (as agent/src/load.rs's tests do), in a
+//! `latmesh_agent::load::run_rate` and a `PhaseCtx` (as agent/src/load/tests.rs does), in a
 //! client child process (`LATMESH_LOAD_ROLE=open`, pinned to core 0).
 //!
 //! Measured: `sched_lag` of every record (how late each arrival left: the scheduler's
@@ -20,8 +20,9 @@ use std::time::{Duration, Instant};
 use latmesh_agent::limits::Limiters;
 use latmesh_agent::load::run_rate;
 use latmesh_agent::outbox::Outbox;
+use latmesh_agent::phase::PhaseCtx;
 use latmesh_agent::probe::Prober;
-use latmesh_agent::runner::{PhaseCtx, SlotEnv};
+use latmesh_agent::slot::SlotEnv;
 use latmesh_core::load::LoadModel;
 use latmesh_core::record::{Outcome, ProbeRecord};
 use serde::{Deserialize, Serialize};

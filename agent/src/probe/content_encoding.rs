@@ -17,7 +17,7 @@
 
 use flate2::write::{DeflateDecoder, MultiGzDecoder, ZlibDecoder};
 
-use super::measure::Flow;
+use super::measure::flow::Flow;
 
 /// The `accept-encoding` of every request.
 pub const ACCEPT_ENCODING: &str = "gzip, deflate";

@@ -108,6 +108,8 @@ mod measure;
 pub mod outcome;
 pub mod request;
 pub mod responses;
+pub mod secrets;
+pub mod shape;
 pub mod sse;
 pub mod think_tags;
 mod transport;

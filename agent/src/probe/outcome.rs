@@ -176,7 +176,7 @@ pub struct Scrubber<'a> {
     /// The API key, if any.
     pub api_key: Option<&'a str>,
     /// The values of the provider's secret headers (`{ env = … }`), redacted like the key.
-    pub secrets: &'a [super::request::SecretHeader],
+    pub secrets: &'a [super::secrets::SecretHeader],
     /// The prompt messages' contents.
     pub prompt: &'a [latmesh_core::prompts::Message],
 }

@@ -13,6 +13,9 @@ use latmesh_core::record::ProbeRecord;
 
 use super::ProbeRequest;
 
+pub use super::secrets::{SecretHeader, api_key_from_env, secret_headers, unset_or_empty};
+pub use super::shape::{apply_shape, default_max_tokens_field};
+
 #[derive(Serialize)]
 struct StreamOptions {
     include_usage: bool,
@@ -47,31 +50,6 @@ pub fn target_url(req: &ProbeRequest<'_>) -> String {
         u.push_str(&latmesh_core::shaping::query_string(&req.shape.query));
     }
     u
-}
-
-/// The output cap's field of `api` when the provider names none: `max_tokens` (chat,
-/// anthropic), `max_output_tokens` (responses).
-pub fn default_max_tokens_field(api: Api) -> &'static str {
-    match api {
-        Api::Responses => "max_output_tokens",
-        Api::Chat | Api::Anthropic => "max_tokens",
-    }
-}
-
-/// Shapes a JSON body built in the API's own terms: the output cap moves from the API's
-/// field ([`default_max_tokens_field`]) to the provider's `max_tokens_field`, then every
-/// top-level key of `extra_body` (the scenario's merged under the provider's by the runner,
-/// [`latmesh_core::shaping::with_scenario_body`]) replaces the body's own. Every API's body
-/// goes through it.
-pub fn apply_shape(body: &mut serde_json::Map<String, serde_json::Value>, shape: &RequestShape) {
-    if let Some(field) = &shape.max_tokens_field
-        && let Some(cap) = body.remove(default_max_tokens_field(shape.api))
-    {
-        body.insert(field.clone(), cap);
-    }
-    for (k, v) in &shape.extra_body {
-        body.insert(k.clone(), v.clone());
-    }
 }
 
 /// [`apply_shape`] on a serialized body, serialized again.
@@ -144,117 +122,6 @@ fn chat_body(req: &ProbeRequest<'_>) -> Vec<u8> {
         }),
     };
     shaped(&b, req.shape)
-}
-
-/// The API key in environment variable `name`, surrounding whitespace (a trailing newline
-/// from `$(cat keyfile)`, a CR from a Windows file) removed. `Ok(None)` when the variable is
-/// unset or blank.
-///
-/// # Errors
-/// The value is not valid Unicode or cannot be sent in an `Authorization` header (a control
-/// character inside it); the message names the variable, never the value.
-pub fn api_key_from_env(name: &str) -> Result<Option<String>, String> {
-    secret_from_env(name, "the API key")
-}
-
-/// A secret (`what`: "the API key", "the value of header x") in environment variable
-/// `name`, as [`api_key_from_env`] reads it.
-///
-/// # Errors
-/// As [`api_key_from_env`]; the message names the variable and `what`, never the value.
-fn secret_from_env(name: &str, what: &str) -> Result<Option<String>, String> {
-    let raw = match std::env::var(name) {
-        Ok(v) => v,
-        Err(std::env::VarError::NotPresent) => return Ok(None),
-        Err(std::env::VarError::NotUnicode(_)) => {
-            return Err(format!("{what} in ${name} is not valid UTF-8"));
-        }
-    };
-    let key = raw.trim();
-    if key.is_empty() {
-        return Ok(None);
-    }
-    if HeaderValue::from_str(&format!("Bearer {key}")).is_err() {
-        return Err(format!(
-            "{what} in ${name} has a character that cannot be sent in an HTTP header"
-        ));
-    }
-    Ok(Some(key.to_string()))
-}
-
-/// Why [`api_key_from_env`] read no secret from variable `name`: `"is not set"`, or
-/// `"is empty"` when it is set to nothing but blanks.
-pub fn unset_or_empty(name: &str) -> &'static str {
-    if std::env::var_os(name).is_some() {
-        "is empty"
-    } else {
-        "is not set"
-    }
-}
-
-/// A header whose value is a secret read on this agent (`headers = { name = { env = … } }`):
-/// sent as a sensitive header, redacted from every provider value like the API key
-/// ([`super::outcome::Scrubber`]), never logged (its `Debug` shows the name only).
-#[derive(Clone, PartialEq, Eq)]
-pub struct SecretHeader {
-    name: HeaderName,
-    value: String,
-}
-
-impl SecretHeader {
-    /// `name: value`, or `None` when either cannot be sent in a header.
-    pub fn new(name: &str, value: &str) -> Option<SecretHeader> {
-        let name = HeaderName::from_bytes(name.as_bytes()).ok()?;
-        HeaderValue::from_str(value).ok()?;
-        Some(SecretHeader {
-            name,
-            value: value.to_string(),
-        })
-    }
-
-    /// The header's (lower-case) name.
-    pub fn name(&self) -> &str {
-        self.name.as_str()
-    }
-
-    /// The secret value.
-    pub fn value(&self) -> &str {
-        &self.value
-    }
-}
-
-impl std::fmt::Debug for SecretHeader {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "SecretHeader({}: [redacted])", self.name)
-    }
-}
-
-/// The secret headers of `shape` (its `{ env = … }` headers) with their values read on this
-/// agent, trimmed as API keys are, and for each one that cannot be sent (unset, blank,
-/// unusable) a problem naming the header and the variable, never a value. Those headers are
-/// left out of the requests (the coordinator refuses a launch to an agent that lacks one
-/// unless allowed: `keys`).
-pub fn secret_headers(shape: &RequestShape) -> (Vec<SecretHeader>, Vec<String>) {
-    let mut out = Vec::new();
-    let mut problems = Vec::new();
-    for (name, source) in &shape.headers {
-        let HeaderValueSource::Env { env } = source else {
-            continue;
-        };
-        let what = format!("the value of header {name}");
-        match secret_from_env(env, &what) {
-            Ok(Some(v)) => match SecretHeader::new(name, &v) {
-                Some(h) => out.push(h),
-                None => problems.push(format!("header {name} cannot be sent")),
-            },
-            Ok(None) => problems.push(format!(
-                "${env} (the value of header {name}) {} on this agent",
-                unset_or_empty(env)
-            )),
-            Err(e) => problems.push(e),
-        }
-    }
-    (out, problems)
 }
 
 /// The `user-agent` of a request whose provider names none: the OpenAI Python SDK's

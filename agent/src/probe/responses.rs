@@ -55,7 +55,7 @@ use super::chunk::{
     Args, ErrorObj, FunctionWire, Many, Num, Obj, ProviderError, Scalar, Text, ToolCallWire,
     UsageWire,
 };
-use super::measure::State;
+use super::measure::state::State;
 use super::outcome::Failure;
 use super::sse::SseEvent;
 
@@ -107,7 +107,7 @@ pub fn body(req: &ProbeRequest<'_>) -> Vec<u8> {
     b.insert("store".into(), false.into());
     // `max_tokens_field`, then the scenario's and provider's `extra_body` (`reasoning`,
     // `include`, `store`…).
-    super::request::apply_shape(&mut b, req.shape);
+    super::shape::apply_shape(&mut b, req.shape);
     serde_json::to_vec(&b).expect("the request body serializes")
 }
 
@@ -663,7 +663,7 @@ pub(crate) mod tests {
             ])
         );
         assert_eq!(with_reasoning_passback(&asked), None);
-        // The body carries it (extra_body goes through request::apply_shape).
+        // The body carries it (extra_body goes through shape::apply_shape).
         let v = req_body(&[Message::new("user", "hi")], &asked, true);
         assert_eq!(v["include"], asked.extra_body["include"]);
         assert_eq!(v["store"], false);

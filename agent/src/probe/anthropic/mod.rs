@@ -19,6 +19,8 @@
 //!   token; a `data: [DONE]` (gateways translating from Chat Completions) ends it too;
 //! * a body read whole is a `{"type":"message","content":[blocks],…}` or an error object.
 
+pub mod blocks;
+
 use std::borrow::Cow;
 use std::time::Instant;
 
@@ -31,7 +33,7 @@ use latmesh_core::record::{Outcome, Usage};
 use super::ProbeRequest;
 use super::chunk::{Args, ErrorWire, FunctionWire, Many, Num, Obj, ProviderError, Text};
 use super::chunk::{ToolCallWire, decode_object};
-use super::measure::State;
+use super::measure::state::State;
 use super::outcome::Failure;
 use super::sse::SseEvent;
 
@@ -46,7 +48,7 @@ pub const DEFAULT_USER_AGENT: &str = "Anthropic/Python 2.15.0";
 /// The JSON body of `req`: `model`, the output cap (`max_tokens`, or the shape's
 /// `max_tokens_field`), `system` when the prompt has system messages, `messages`, `stream`,
 /// `temperature`/`top_p` when set, then the shape's `extra_body`
-/// ([`super::request::apply_shape`]: `thinking = { type = "enabled", budget_tokens = N }`
+/// ([`super::shape::apply_shape`]: `thinking = { type = "enabled", budget_tokens = N }`
 /// goes there).
 pub fn body(req: &ProbeRequest<'_>) -> Vec<u8> {
     let mut system: Vec<&str> = Vec::new();
@@ -72,7 +74,7 @@ pub fn body(req: &ProbeRequest<'_>) -> Vec<u8> {
         b.insert("top_p".into(), p.into());
     }
     // `max_tokens_field`, then the scenario's and provider's `extra_body` (e.g. `thinking`).
-    super::request::apply_shape(&mut b, req.shape);
+    super::shape::apply_shape(&mut b, req.shape);
     serde_json::to_vec(&b).expect("the request body serializes")
 }
 
@@ -115,59 +117,6 @@ pub fn finish_reason(stop_reason: &str) -> &str {
         "tool_use" => "tool_calls",
         "refusal" => "content_filter",
         other => other,
-    }
-}
-
-/// What a stream needs across its events: which content block is which tool call, and the
-/// thinking blocks kept (with `keep_text`) for a later turn.
-#[derive(Debug, Default)]
-pub(super) struct StreamState {
-    /// Content-block index → tool-call ordinal (0, 1, … in order of appearance).
-    tools: Vec<(u64, u32)>,
-    /// Content-block index → position in `thinking`.
-    thinking_at: Vec<(u64, usize)>,
-    thinking: Vec<ThinkingBlock>,
-}
-
-impl StreamState {
-    /// The thinking blocks kept, in order.
-    pub(super) fn into_thinking_blocks(self) -> Vec<ThinkingBlock> {
-        self.thinking
-    }
-
-    /// The tool-call ordinal of content block `block` (a new one for a block not seen yet).
-    fn tool(&mut self, block: u64) -> u32 {
-        if let Some(&(_, t)) = self.tools.iter().find(|(b, _)| *b == block) {
-            return t;
-        }
-        let t = u32::try_from(self.tools.len()).unwrap_or(u32::MAX);
-        self.tools.push((block, t));
-        t
-    }
-
-    /// Keeps a new thinking block for content block `block`.
-    fn start_thinking(&mut self, block: u64, b: ThinkingBlock) {
-        self.thinking_at.push((block, self.thinking.len()));
-        self.thinking.push(b);
-    }
-
-    /// The thinking block kept for content block `block` (one is started when its
-    /// `content_block_start` was missing).
-    fn thinking(&mut self, block: u64) -> &mut ThinkingBlock {
-        let at = match self.thinking_at.iter().rev().find(|(b, _)| *b == block) {
-            Some(&(_, at)) => at,
-            None => {
-                self.start_thinking(
-                    block,
-                    ThinkingBlock::Thinking {
-                        thinking: String::new(),
-                        signature: String::new(),
-                    },
-                );
-                self.thinking.len() - 1
-            }
-        };
-        &mut self.thinking[at]
     }
 }
 

@@ -1,0 +1,161 @@
+//! `choices[].delta` of a chunk or `choices[].message` of a whole completion
+//! ([`DeltaWire`]), with its tool calls ([`ToolCallWire`]) and audio ([`AudioWire`]).
+
+use std::borrow::Cow;
+
+use super::content::ContentField;
+use super::lenient::{Args, Many, Num, Obj, Text};
+
+/// `function` of a tool call (or a legacy `function_call`).
+#[derive(serde::Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(default)]
+pub struct FunctionWire<'a> {
+    /// Function name (or a fragment of it).
+    #[serde(borrow)]
+    pub name: Text<'a>,
+    /// Arguments (or a fragment of them).
+    #[serde(borrow)]
+    pub arguments: Args<'a>,
+}
+
+/// One tool-call entry of a delta (a fragment) or of a message (whole).
+#[derive(serde::Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(default)]
+pub struct ToolCallWire<'a> {
+    /// Which call this fragment belongs to; missing for some servers.
+    pub index: Num,
+    /// Call id; often only on the first fragment, missing entirely for some servers.
+    #[serde(borrow)]
+    pub id: Text<'a>,
+    /// The function part.
+    #[serde(borrow)]
+    pub function: Obj<FunctionWire<'a>>,
+}
+
+impl ToolCallWire<'_> {
+    /// Whether the fragment carries anything generated (an id, a name or arguments).
+    pub fn is_nonempty(&self) -> bool {
+        !self.id.as_str().is_empty()
+            || self.function.0.as_ref().is_some_and(|f| {
+                !f.name.as_str().is_empty()
+                    || f.arguments.0.as_deref().is_some_and(|a| !a.is_empty())
+            })
+    }
+}
+
+#[derive(serde::Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(default)]
+struct ReasoningDetail<'a> {
+    #[serde(borrow)]
+    text: Text<'a>,
+    #[serde(borrow)]
+    summary: Text<'a>,
+}
+
+/// `audio` of a delta or message (a model asked for audio output): its transcript is the
+/// answer's text, its `data` (base64 audio) the answer itself.
+#[derive(serde::Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(default)]
+pub struct AudioWire<'a> {
+    /// Text of the audio (or a fragment of it).
+    #[serde(borrow)]
+    pub transcript: Text<'a>,
+    /// Base64 audio bytes (or a fragment).
+    #[serde(borrow)]
+    pub data: Text<'a>,
+}
+
+/// `choices[].delta` of a chunk, or `choices[].message` of a whole completion.
+///
+/// Every field of the Chat Completions specification that carries generated output is
+/// read (<https://platform.openai.com/docs/api-reference/chat-streaming>, and `message` of
+/// <https://platform.openai.com/docs/api-reference/chat/object>): `content`, `refusal`,
+/// `audio` (`transcript`, `data`), `tool_calls`, the legacy `function_call`, and the
+/// reasoning fields servers add. `annotations` (citations of the content) and `role` carry
+/// no generated text.
+#[derive(serde::Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(default)]
+pub struct DeltaWire<'a> {
+    /// Visible text.
+    #[serde(borrow)]
+    pub content: ContentField<'a>,
+    /// The model's refusal, shown instead of content.
+    #[serde(borrow)]
+    pub refusal: Text<'a>,
+    /// Audio output.
+    #[serde(borrow)]
+    pub audio: Obj<AudioWire<'a>>,
+    #[serde(borrow)]
+    reasoning_content: ContentField<'a>,
+    #[serde(borrow)]
+    reasoning: ContentField<'a>,
+    #[serde(borrow)]
+    reasoning_text: ContentField<'a>,
+    #[serde(borrow)]
+    thinking: ContentField<'a>,
+    #[serde(borrow)]
+    reasoning_details: Many<ReasoningDetail<'a>>,
+    /// Tool-call fragments.
+    #[serde(borrow)]
+    pub tool_calls: Many<ToolCallWire<'a>>,
+    /// Legacy function call (treated as tool call 0).
+    #[serde(borrow)]
+    pub function_call: Obj<FunctionWire<'a>>,
+}
+
+impl DeltaWire<'_> {
+    /// The answer's text in this delta: `content`, then `refusal`, then the audio
+    /// transcript (each usually alone in a delta; joined when several are there).
+    pub fn content(&self) -> Cow<'_, str> {
+        let transcript = self.audio.0.as_ref().map_or("", |a| a.transcript.as_str());
+        let parts = [self.content.visible(), self.refusal.as_str(), transcript];
+        match parts.iter().filter(|p| !p.is_empty()).count() {
+            0 => Cow::Borrowed(""),
+            1 => Cow::Borrowed(parts.into_iter().find(|p| !p.is_empty()).unwrap_or("")),
+            _ => Cow::Owned(parts.concat()),
+        }
+    }
+
+    /// Whether the delta carries audio bytes (the answer, without text).
+    pub fn has_audio_data(&self) -> bool {
+        self.audio
+            .0
+            .as_ref()
+            .is_some_and(|a| !a.data.as_str().is_empty())
+    }
+
+    /// Reasoning text of this delta, from the first field (in the module's order) that is
+    /// non-empty: one provider field is never counted twice.
+    pub fn reasoning(&self) -> Cow<'_, str> {
+        for f in [
+            &self.reasoning_content,
+            &self.reasoning,
+            &self.reasoning_text,
+            &self.thinking,
+        ] {
+            let t = f.all();
+            if !t.is_empty() {
+                return t;
+            }
+        }
+        let parts = self.content.part_reasoning();
+        if !parts.is_empty() {
+            return Cow::Borrowed(parts);
+        }
+        let mut out = String::new();
+        for d in &self.reasoning_details.0 {
+            out.push_str(d.text.as_str());
+            out.push_str(d.summary.as_str());
+        }
+        Cow::Owned(out)
+    }
+
+    /// Whether a tool-call fragment (or legacy function call) with content is present.
+    pub fn has_tool_fragment(&self) -> bool {
+        self.tool_calls.0.iter().any(ToolCallWire::is_nonempty)
+            || self.function_call.0.as_ref().is_some_and(|f| {
+                !f.name.as_str().is_empty()
+                    || f.arguments.0.as_deref().is_some_and(|a| !a.is_empty())
+            })
+    }
+}

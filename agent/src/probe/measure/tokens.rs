@@ -1,0 +1,137 @@
+//! The stamping of token-bearing payloads: which payload carries content, reasoning or a
+//! tool-call fragment; TTFT and TTFC at their first one; an ITL gap between consecutive
+//! ones; reasoning between declared tags split out of the content (docs/metrics.md,
+//! "Reasoning inside content").
+
+use std::time::Instant;
+
+use crate::probe::think_tags::Split;
+
+use super::state::State;
+
+/// One payload's generated output ([`State::on_output`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Output<'a> {
+    /// The answer's text.
+    pub(super) content: &'a str,
+    /// Reasoning text.
+    pub(super) reasoning: &'a str,
+    /// A tool-call fragment.
+    pub(super) tool: bool,
+    /// Audio bytes: part of the answer, without text.
+    pub(super) audio: bool,
+}
+
+impl State {
+    /// The generated text of one payload (`tool`: it carries a tool-call fragment). With
+    /// reasoning tags declared, the content's text between them is reasoning.
+    pub(in crate::probe) fn on_tokens(
+        &mut self,
+        at: Instant,
+        index: u32,
+        content: &str,
+        reasoning: &str,
+        tool: bool,
+    ) {
+        let output = Output {
+            content,
+            reasoning,
+            tool,
+            audio: false,
+        };
+        self.on_output(at, index, output);
+    }
+
+    /// Counts and stamps one payload's output ([`State::on_tokens`]).
+    pub(super) fn on_output(&mut self, at: Instant, index: u32, out: Output<'_>) {
+        // Taken out while its split borrows it.
+        let mut think = self.think.take();
+        let split = match think.as_mut() {
+            Some(t) if !out.content.is_empty() => t.split(out.content),
+            _ => Split {
+                content: out.content,
+                ..Split::default()
+            },
+        };
+        let (content, reasoning) = (split.content, out.reasoning);
+        let is_content = !content.is_empty() || out.audio;
+        let is_reasoning =
+            !reasoning.is_empty() || !split.reasoning.is_empty() || split.reasoning_payload;
+        if is_content {
+            self.content_chunks = self.content_chunks.saturating_add(1);
+            self.first_content.get_or_insert((at, index));
+            if self.keep_text {
+                self.content_text.push_str(content);
+            }
+        }
+        if !reasoning.is_empty() {
+            self.field_reasoning = true;
+        }
+        if !split.reasoning.is_empty() || split.reasoning_payload {
+            self.first_tag_reasoning.get_or_insert((at, index));
+        }
+        if is_reasoning {
+            self.reasoning_chunks = self.reasoning_chunks.saturating_add(1);
+            self.first_reasoning.get_or_insert(index);
+            if self.keep_text {
+                self.reasoning_text.push_str(reasoning);
+                self.reasoning_text.push_str(split.reasoning);
+            }
+        }
+        self.think = think;
+        if out.tool {
+            self.tool_call_chunks = self.tool_call_chunks.saturating_add(1);
+        }
+        if is_content || is_reasoning || out.tool {
+            self.on_token_payload(at, index);
+        }
+    }
+
+    /// At the end of a response with reasoning tags declared in which neither tag appeared,
+    /// no reasoning field was read and no content was split out: the text split as reasoning
+    /// (the opening tag implied) was the answer of a model that did not think. It becomes the
+    /// content, TTFC at its first payload (docs/metrics.md, "Reasoning inside content").
+    pub(super) fn untagged_reasoning_is_content(&mut self) {
+        let Some(first) = self.first_tag_reasoning else {
+            return;
+        };
+        let untagged = self.think.as_ref().is_some_and(|t| t.saw_no_tag());
+        if !untagged || self.field_reasoning || self.content_chunks > 0 {
+            return;
+        }
+        self.content_chunks = self.reasoning_chunks;
+        self.reasoning_chunks = 0;
+        self.first_content = Some(first);
+        self.first_reasoning = None;
+        self.content_text = std::mem::take(&mut self.reasoning_text);
+        if self.keep_text
+            && let Some(t) = &self.think
+        {
+            self.content_text.push_str(t.held());
+        }
+    }
+
+    /// Accounts payload `index`, read at `at`, as token-bearing: `token_payloads`, the ITL
+    /// gap, TTFT.
+    pub(super) fn on_token_payload(&mut self, at: Instant, index: u32) {
+        self.token_payloads = self.token_payloads.saturating_add(1);
+        if let Some(last) = self.last_token_at {
+            let gap = at.saturating_duration_since(last).as_micros();
+            self.itl_gaps_us
+                .push(u64::try_from(gap).unwrap_or(u64::MAX));
+        }
+        self.last_token_at = Some(at);
+        self.first_token.get_or_insert((at, index));
+        if self.keep_timestamps {
+            self.token_read_at.push(at);
+        }
+    }
+
+    /// Payload `index`, read at `at`, carries reasoning the provider sent encrypted (an
+    /// Anthropic `redacted_thinking` block): a reasoning token with no readable text.
+    pub(in crate::probe) fn on_hidden_reasoning(&mut self, at: Instant, index: u32) {
+        self.reasoning_chunks = self.reasoning_chunks.saturating_add(1);
+        self.first_reasoning.get_or_insert(index);
+        self.on_token_payload(at, index);
+    }
+}
