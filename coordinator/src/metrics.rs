@@ -19,13 +19,13 @@
 //! | `latmesh_coordinator_clickhouse_rows_inserted_total{table}` | counter | rows the sink inserted, by table |
 //!
 //! The spool and ClickHouse metrics are there only with `--clickhouse-url`. The HTTP side
-//! (content negotiation, OpenMetrics or Prometheus text) is [`latmesh_agent::metrics::serve`].
+//! (content negotiation, OpenMetrics or Prometheus text) is [`latmesh_exporter::serve`].
 
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use latmesh_agent::metrics::{const_gauge, serve as serve_registry};
+use latmesh_exporter::{const_gauge, serve as serve_registry};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
 use prometheus_client::metrics::counter::Counter;
@@ -285,8 +285,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use latmesh_agent::metrics::{Format, encode};
     use latmesh_core::record::{Outcome, ProbeRecord};
+    use latmesh_exporter::{Format, encode};
 
     fn lines(m: &CoordinatorMetrics) -> Vec<String> {
         encode(&m.registry(), Format::Prometheus)
