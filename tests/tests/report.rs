@@ -65,7 +65,7 @@ async fn demo_report_from_memory_and_from_clickhouse() {
     check_csv(&csv, &data);
     check_cdfs(&mem);
     assert!(mem.note("time-series").is_some() && mem.note("windows").is_some());
-    // The analysis (coordinator/src/analysis): under "analysis" in the JSON, a fragment in
+    // The analysis (results/src/analysis): under "analysis" in the JSON, a fragment in
     // the page.
     assert!(json["analysis"].is_object(), "{}", json["analysis"]);
     assert!(html.contains("class=\"latmesh-analysis\""));

@@ -85,7 +85,7 @@ cases! {
     case_88_brotli_http503_error => "88-brotli-http503-error",
 }
 
-/// The corpus README's outcome names mapped to DESIGN.md's.
+/// The corpus README's outcome names mapped to latmesh's (docs/metrics.md).
 fn map_outcome(name: &str) -> Outcome {
     match name {
         "ok" => Outcome::Ok,

@@ -1,4 +1,4 @@
-//! The rules that name how an attempt ended (DESIGN.md "Outcome of each attempt"), and the
+//! The rules that name how an attempt ended (docs/metrics.md "Outcomes"), and the
 //! hygiene of what a record may say about it.
 
 use std::time::{Duration, SystemTime};
