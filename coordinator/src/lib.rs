@@ -3,7 +3,7 @@
 //!
 //! `main.rs` only calls [`cli::run`], so tests drive the real CLI in-process.
 
-pub mod analysis_html;
+pub use latmesh_report::analysis_html;
 pub mod auth;
 pub mod budget;
 pub mod check;

@@ -7,13 +7,13 @@ use latmesh_core::load::LoadModel;
 use latmesh_core::metrics::Metric;
 use serde::Serialize;
 
-use crate::budget::BudgetSummary;
-use crate::clickhouse::query::WindowsReport;
-pub use crate::clickhouse::query::{Extras, TimePoint, TimeSeries};
+use latmesh_results::budget::BudgetSummary;
 use latmesh_results::load_stats::{RateRow, SweepRow};
 use latmesh_results::model_stats::ModelRow;
 use latmesh_results::report_data::{ALL, ReportData};
 use latmesh_results::summary::MatrixCell;
+use latmesh_store::query::WindowsReport;
+pub use latmesh_store::query::{Extras, TimePoint, TimeSeries};
 
 /// Most points a CDF line keeps (evenly thinned beyond; the last point is always kept).
 pub const CDF_MAX_POINTS: usize = 400;
