@@ -1,6 +1,6 @@
 //! The rendered report of a fixed campaign (the results fixtures, plus windows and a time
 //! series) stays byte for byte what `tests/golden/` holds: HTML, CSV and JSON.
-//! `LATMESH_UPDATE_GOLDEN=1` rewrites the files.
+//! `REPORT_UPDATE_GOLDEN=1` rewrites the files.
 
 use std::path::PathBuf;
 
@@ -61,12 +61,12 @@ fn check(name: &str, text: &str) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/golden")
         .join(name);
-    if std::env::var_os("LATMESH_UPDATE_GOLDEN").is_some() {
+    if std::env::var_os("REPORT_UPDATE_GOLDEN").is_some() {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, text).unwrap();
         return;
     }
-    let want = std::fs::read_to_string(&path).expect("golden file (LATMESH_UPDATE_GOLDEN=1)");
+    let want = std::fs::read_to_string(&path).expect("golden file (REPORT_UPDATE_GOLDEN=1)");
     assert!(
         text == want,
         "{} differs from the rendered report",
@@ -86,6 +86,14 @@ fn rendered_reports_match_the_golden_files() {
     ] {
         check(name, &render(&m, format).unwrap());
     }
+    // What answered: the usage fixture's models, and a regional cell's answered models.
+    let mut m = model(&data, "memory", Extras::default());
+    m.models = fixtures::usage_summary().models;
+    if let Some(c) = m.matrix.iter_mut().find(|c| c.region != "ALL") {
+        c.answered_models.insert("gpt-4o <b>'x'</b>".into(), 3);
+        c.answered_models.insert("smollm2".into(), 7);
+    }
+    check("answered.html", &render(&m, Format::Html).unwrap());
     let mut data = data;
     data.plan.windows = vec![latmesh_core::windows::Window {
         name: "peak <&>".into(),
