@@ -244,18 +244,7 @@ impl ToHtml for Analysis {
     }
 }
 
-/// Escapes text for HTML element content and attribute values.
+/// `s` escaped for HTML: the templates' escaping ([`crate::html::escape`]).
 fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for ch in s.chars() {
-        match ch {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
+    crate::html::escape(s)
 }

@@ -3,8 +3,12 @@
 //! region × provider heatmaps, TTFT/E2E CDFs, ITL spread, sweeps, open-loop rates, peak vs
 //! off-peak, latency over time, the analysis ([`latmesh_results::analysis`]'s fragment), notes. Every chart sits in a
 //! `<figure class="chart" data-kind="…">`, every heatmap in a `<figure class="heatmap">`.
+//!
+//! The markup is written as [`maud`] templates, which escape every interpolated value; only the
+//! CSS, the plotters SVG and the analysis fragment (escaped where they are built) go in as
+//! [`PreEscaped`].
 
-use std::fmt::Write as _;
+use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use latmesh_core::metrics::Metric;
 
@@ -16,21 +20,13 @@ use latmesh_results::load_stats::{self, RateRow, SweepRow};
 use latmesh_results::model_stats;
 use latmesh_results::report_data::ALL;
 use latmesh_results::summary::{MatrixCell, Percentiles};
+use latmesh_store::query::WindowsReport;
 
-/// `text` with `&`, `<`, `>`, `"` and `'` escaped for HTML text and attributes.
+/// `text` escaped for HTML text and attributes (`&`, `<`, `>`, `"`): the escaping of the
+/// templates ([`maud`]), for the few places that build markup outside them (SVG text, the
+/// analysis fragment).
 pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
+    html! { (text) }.into_string()
 }
 
 /// A latency in ms for a table cell: `1610`, `81.2`, `4.25`; `–` when missing.
@@ -120,49 +116,8 @@ fn heat_gradient() -> String {
 /// The whole page.
 pub fn page(m: &ReportModel) -> String {
     let c = &m.campaign;
-    let mut out = String::with_capacity(1 << 20);
-    let _ = write!(
-        out,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>latmesh report: {}</title><style>{CSS}</style></head><body>\n",
-        escape(&c.name)
-    );
     let start = latmesh_core::windows::utc_label(c.start_at_unix_us.div_euclid(1_000_000), false);
-    let state = if c.cancelled {
-        "<span class=\"flag bad\">cancelled</span>"
-    } else if !c.complete {
-        "<span class=\"flag bad\">incomplete</span>"
-    } else {
-        "<span class=\"flag ok\">complete</span>"
-    };
-    let _ = write!(
-        out,
-        "<header><h1>latmesh report: {}{state}</h1><p class=\"meta\">campaign {} · plan {} · \
-         metrics v{} · started {start} UTC · {} regions × {} providers × {} scenarios · {} agents \
-         · from {}</p>",
-        escape(&c.name),
-        escape(&c.campaign_id),
-        escape(c.plan_hash.get(..12).unwrap_or(&c.plan_hash)),
-        c.metrics_version,
-        c.regions.len(),
-        c.providers.len(),
-        c.scenarios.len(),
-        c.agents,
-        escape(&m.source),
-    );
-    if let Some(skew) = &c.start_skew {
-        let _ = write!(out, "<p class=\"meta\">{}</p>", escape(skew));
-    }
-    if let Some(reason) = &c.budget.stop_reason {
-        let _ = write!(
-            out,
-            "<p class=\"meta\">STOPPED BY BUDGET: {}</p>",
-            escape(reason)
-        );
-    }
-    out.push_str("</header>\n<nav>");
-    let mut sections: Vec<(&str, &str, String)> = vec![
+    let mut sections: Vec<(&str, &str, Markup)> = vec![
         ("matrix", "Region × provider", matrix(m)),
         ("cdfs", "Latency CDFs", cdfs(m)),
         ("itl", "Inter-token latency", itl(m)),
@@ -188,36 +143,80 @@ pub fn page(m: &ReportModel) -> String {
     };
     sections.push(("analysis", analysis_title, analysis(m)));
     sections.push(("notes", "Notes", notes(m)));
-    for (id, title, _) in &sections {
-        let title = if title.is_empty() { "Analysis" } else { title };
-        let _ = write!(out, "<a href=\"#{id}\">{title}</a>");
+    html! {
+        (DOCTYPE) "\n"
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { "latmesh report: " (c.name) }
+                style { (PreEscaped(CSS)) }
+            }
+            body {
+                "\n"
+                header {
+                    h1 {
+                        "latmesh report: " (c.name)
+                        @if c.cancelled {
+                            span class="flag bad" { "cancelled" }
+                        } @else if !c.complete {
+                            span class="flag bad" { "incomplete" }
+                        } @else {
+                            span class="flag ok" { "complete" }
+                        }
+                    }
+                    p class="meta" {
+                        "campaign " (c.campaign_id) " · plan "
+                        (c.plan_hash.get(..12).unwrap_or(&c.plan_hash))
+                        " · metrics v" (c.metrics_version) " · started " (start) " UTC · "
+                        (c.regions.len()) " regions × " (c.providers.len()) " providers × "
+                        (c.scenarios.len()) " scenarios · " (c.agents) " agents · from " (m.source)
+                    }
+                    @if let Some(skew) = &c.start_skew {
+                        p class="meta" { (skew) }
+                    }
+                    @if let Some(reason) = &c.budget.stop_reason {
+                        p class="meta" { "STOPPED BY BUDGET: " (reason) }
+                    }
+                }
+                "\n"
+                nav {
+                    @for (id, title, _) in &sections {
+                        a href={ "#" (id) } { (if title.is_empty() { "Analysis" } else { title }) }
+                    }
+                }
+                "\n"
+                main {
+                    "\n"
+                    @for (id, title, body) in &sections {
+                        section id=(id) {
+                            @if !title.is_empty() {
+                                h2 { (title) }
+                            }
+                            "\n" (body)
+                        }
+                        "\n"
+                    }
+                }
+                footer class="small" style="padding: 0 28px 20px" {
+                    "latmesh " (env!("CARGO_PKG_VERSION")) " · percentiles are exact over merged \
+                     HDR histograms (never averages of percentiles); latencies in ms"
+                }
+            }
+        }
+        "\n"
     }
-    out.push_str("</nav>\n<main>\n");
-    for (id, title, body) in &sections {
-        let heading = if title.is_empty() {
-            String::new()
-        } else {
-            format!("<h2>{title}</h2>")
-        };
-        let _ = writeln!(out, "<section id=\"{id}\">{heading}\n{body}</section>");
-    }
-    let _ = writeln!(
-        out,
-        "</main><footer class=\"small\" style=\"padding: 0 28px 20px\">latmesh {} · \
-         percentiles are exact over merged HDR histograms (never averages of percentiles); \
-         latencies in ms</footer></body></html>",
-        env!("CARGO_PKG_VERSION")
-    );
-    out
+    .into_string()
 }
 
-fn note(text: &str) -> String {
-    format!("<p class=\"note\">{}</p>\n", escape(text))
+fn note(text: &str) -> Markup {
+    html! { p class="note" { (text) } "\n" }
 }
 
-fn analysis(m: &ReportModel) -> String {
+fn analysis(m: &ReportModel) -> Markup {
     match &m.analysis_html {
-        Some(html) => format!("<div class=\"analysis\">{html}</div>\n"),
+        // The analysis fragment is built by `analysis_html`, its text escaped there.
+        Some(fragment) => html! { div class="analysis" { (PreEscaped(fragment)) } "\n" },
         None => note("no analysis in this report"),
     }
 }
@@ -229,26 +228,29 @@ fn figure(
     svg: &str,
     legend: &[(String, usize, bool)],
     caption: &str,
-) -> String {
-    let mut out = format!(
-        "<figure class=\"chart\" data-kind=\"{kind}\" id=\"{}\">{svg}<figcaption>",
-        escape(id)
-    );
-    if !legend.is_empty() {
-        out.push_str("<div class=\"legend\">");
-        for (name, colour, dashed) in legend {
-            let hex = charts::colour_hex(*colour);
-            let _ = write!(
-                out,
-                "<span><i class=\"{}\" style=\"background:{hex};border-color:{hex}\"></i>{}</span>",
-                if *dashed { "dashed" } else { "" },
-                escape(name)
-            );
+) -> Markup {
+    html! {
+        figure class="chart" data-kind=(kind) id=(id) {
+            // The SVG is drawn by plotters, its text escaped there.
+            (PreEscaped(svg))
+            figcaption {
+                @if !legend.is_empty() {
+                    div class="legend" {
+                        @for (name, colour, dashed) in legend {
+                            @let hex = charts::colour_hex(*colour);
+                            span {
+                                i class=(if *dashed { "dashed" } else { "" })
+                                    style={ "background:" (hex) ";border-color:" (hex) } {}
+                                (name)
+                            }
+                        }
+                    }
+                }
+                (caption)
+            }
         }
-        out.push_str("</div>");
+        "\n"
     }
-    let _ = writeln!(out, "{}</figcaption></figure>", escape(caption));
-    out
 }
 
 fn slug(parts: &[&str]) -> String {
@@ -286,30 +288,33 @@ fn pick(p: Option<Percentiles>, q: f64) -> Option<(f64, bool)> {
 
 /// A percentile for a table cell: `ms(v)`, or `~ms(v)` hatched when its samples do not support
 /// it (the rule is in [`unsupported_legend`]).
-fn ms_marked(p: Option<Percentiles>, q: f64) -> String {
-    match p.and_then(|p| p.point(q)) {
-        None => "–".into(),
-        Some(pt) if pt.supported => ms(Some(pt.ms)),
-        Some(pt) => format!(
-            "<span class=\"unsupported\" title=\"n {} &lt; {}: not supported\">{}</span>",
-            p.map_or(0, |p| p.n),
-            pt.min_samples,
-            pt.text(|v| ms(Some(v)))
-        ),
+fn ms_marked(p: Option<Percentiles>, q: f64) -> Markup {
+    html! {
+        @match p.and_then(|p| p.point(q)) {
+            None => { "–" }
+            Some(pt) if pt.supported => { (ms(Some(pt.ms))) }
+            Some(pt) => {
+                span class="unsupported"
+                    title={ "n " (p.map_or(0, |p| p.n)) " < " (pt.min_samples) ": not supported" } {
+                    (pt.text(|v| ms(Some(v))))
+                }
+            }
+        }
     }
 }
 
 /// The sample-size rule, once per section that marks values.
-fn unsupported_legend() -> String {
-    format!(
-        "<p class=\"small\"><span class=\"unsupported\">&nbsp;~hatched&nbsp;</span> {}: the \
-         value is computed, but too few samples stand behind it to decide with.</p>",
-        escape(
-            latmesh_results::percentiles::legend()
-                .trim_start_matches(latmesh_results::percentiles::UNSUPPORTED_MARK)
-                .trim_start()
-        )
-    )
+fn unsupported_legend() -> Markup {
+    let rule = latmesh_results::percentiles::legend();
+    let rule = rule
+        .trim_start_matches(latmesh_results::percentiles::UNSUPPORTED_MARK)
+        .trim_start();
+    html! {
+        p class="small" {
+            span class="unsupported" { (PreEscaped("&nbsp;")) "~hatched" (PreEscaped("&nbsp;")) }
+            " " (rule) ": the value is computed, but too few samples stand behind it to decide with."
+        }
+    }
 }
 
 /// What a heatmap table holds.
@@ -333,7 +338,7 @@ fn heat_table(
     title: &str,
     value: CellValue,
     kind: Kind,
-) -> String {
+) -> Markup {
     let log = kind == Kind::Latency;
     let regions: Vec<&str> = m
         .campaign
@@ -348,7 +353,7 @@ fn heat_table(
         .filter_map(|(r, p)| m.cell(r, p, scenario).and_then(value))
         .collect();
     if shown.is_empty() {
-        return String::new();
+        return html! {};
     }
     let values: Vec<f64> = shown
         .iter()
@@ -372,79 +377,65 @@ fn heat_table(
         Kind::Count => v.map_or("–".into(), |v| format!("{v:.0}")),
     };
     let background = |v: f64| match kind {
-        Kind::Count => String::new(),
-        _ => format!(" style=\"background:{}\"", heat_colour(scale(v))),
+        Kind::Count => None,
+        _ => Some(format!("background:{}", heat_colour(scale(v)))),
     };
-    let mut out = format!(
-        "<figure class=\"heatmap\" id=\"{}\"><figcaption>{}</figcaption><table><thead><tr><th class=\"row\">region</th>",
-        escape(&slug(&["heat", scenario, title])),
-        escape(title)
-    );
-    for p in &m.campaign.providers {
-        let _ = write!(out, "<th>{}</th>", escape(p));
-    }
-    out.push_str("</tr></thead><tbody>");
-    for r in &regions {
-        let _ = write!(
-            out,
-            "<tr{}><th class=\"row\">{}</th>",
-            if *r == ALL { " class=\"all\"" } else { "" },
-            escape(r)
-        );
-        for p in &m.campaign.providers {
-            let cell = m.cell(r, p, scenario);
-            match cell.and_then(value) {
-                Some((v, true)) => {
-                    let samples = cell.map_or(0, |c| c.samples);
-                    let _ = write!(
-                        out,
-                        "<td{} title=\"{} {} {}: {v} ({samples} samples)\">{}</td>",
-                        background(v),
-                        escape(r),
-                        escape(p),
-                        escape(title),
-                        fmt(Some(v))
-                    );
+    let mark = latmesh_results::percentiles::UNSUPPORTED_MARK;
+    html! {
+        figure class="heatmap" id=(slug(&["heat", scenario, title])) {
+            figcaption { (title) }
+            table {
+                thead {
+                    tr {
+                        th class="row" { "region" }
+                        @for p in &m.campaign.providers {
+                            th { (p) }
+                        }
+                    }
                 }
-                Some((v, false)) => {
-                    let samples = cell.map_or(0, |c| c.samples);
-                    let _ = write!(
-                        out,
-                        "<td class=\"unsupported\" title=\"{} {} {}: {v} ({samples} samples: \
-                         too few for this percentile)\">{}{}</td>",
-                        escape(r),
-                        escape(p),
-                        escape(title),
-                        latmesh_results::percentiles::UNSUPPORTED_MARK,
-                        fmt(Some(v))
-                    );
+                tbody {
+                    @for r in &regions {
+                        tr class=[(*r == ALL).then_some("all")] {
+                            th class="row" { (r) }
+                            @for p in &m.campaign.providers {
+                                @let cell = m.cell(r, p, scenario);
+                                @let samples = cell.map_or(0, |c| c.samples);
+                                @match cell.and_then(value) {
+                                    Some((v, true)) => {
+                                        td style=[background(v)]
+                                            title={ (r) " " (p) " " (title) ": " (v) " (" (samples) " samples)" } {
+                                            (fmt(Some(v)))
+                                        }
+                                    }
+                                    Some((v, false)) => {
+                                        td class="unsupported"
+                                            title={ (r) " " (p) " " (title) ": " (v) " (" (samples) " samples: too few for this percentile)" } {
+                                            (mark) (fmt(Some(v)))
+                                        }
+                                    }
+                                    None => {
+                                        td class="empty" { "–" }
+                                    }
+                                }
+                            }
+                        }
+                    }
                 }
-                None => out.push_str("<td class=\"empty\">–</td>"),
+            }
+            @if kind != Kind::Count && !values.is_empty() {
+                div class="scale" {
+                    span { (fmt(Some(lo))) }
+                    span class="bar" style={ "background:" (heat_gradient()) } {}
+                    span { (fmt(Some(hi))) }
+                    span { (if log { "(log scale)" } else { "" }) }
+                }
             }
         }
-        out.push_str("</tr>");
+        "\n"
     }
-    if kind == Kind::Count || values.is_empty() {
-        out.push_str("</tbody></table></figure>\n");
-        return out;
-    }
-    let _ = writeln!(
-        out,
-        "</tbody></table><div class=\"scale\"><span>{}</span><span class=\"bar\" style=\"background:{}\"></span><span>{}</span><span>{}</span></div></figure>",
-        fmt(Some(lo)),
-        heat_gradient(),
-        fmt(Some(hi)),
-        if log { "(log scale)" } else { "" }
-    );
-    out
 }
 
-fn matrix(m: &ReportModel) -> String {
-    let mut out = String::from(
-        "<p class=\"small\">Rows: regions, and ALL (every region's histograms merged). Colours \
-         run from the fastest (green) to the slowest (red) value of each table.</p>\n",
-    );
-    out.push_str(&unsupported_legend());
+fn matrix(m: &ReportModel) -> Markup {
     // The campaign's percentiles (P50/P90/P95/P99 by default), one heatmap each.
     let blocks: Vec<Percentiles> = m
         .matrix
@@ -459,48 +450,36 @@ fn matrix(m: &ReportModel) -> String {
         ("TTFC", |c| c.ttfc),
         ("E2E", |c| c.e2e),
     ];
-    for (scenario, load) in &m.campaign.scenarios {
-        let _ = write!(
-            out,
-            "<h3>{} <span class=\"small\">({load})</span></h3><div class=\"grid heat\">",
-            escape(scenario)
-        );
-        for (name, of) in metrics {
-            for &q in &list {
-                let title = format!("{name} P{q} (ms)");
-                let value = move |c: &MatrixCell| pick(of(c), q);
-                out.push_str(&heat_table(m, scenario, &title, &value, Kind::Latency));
-            }
+    html! {
+        p class="small" {
+            "Rows: regions, and ALL (every region's histograms merged). Colours run from the \
+             fastest (green) to the slowest (red) value of each table."
         }
-        out.push_str(&heat_table(
-            m,
-            scenario,
-            "errors % of attempts",
-            &|c| Some((c.error_pct, true)),
-            Kind::Percent,
-        ));
-        out.push_str(&heat_table(
-            m,
-            scenario,
-            "samples (ok attempts)",
-            &|c| Some((c.samples as f64, true)),
-            Kind::Count,
-        ));
-        out.push_str("</div>\n");
+        "\n"
+        (unsupported_legend())
+        @for (scenario, load) in &m.campaign.scenarios {
+            h3 { (scenario) " " span class="small" { "(" (load) ")" } }
+            div class="grid heat" {
+                @for (name, of) in metrics {
+                    @for &q in &list {
+                        @let title = format!("{name} P{q} (ms)");
+                        (heat_table(m, scenario, &title, &move |c: &MatrixCell| pick(of(c), q), Kind::Latency))
+                    }
+                }
+                (heat_table(m, scenario, "errors % of attempts", &|c| Some((c.error_pct, true)), Kind::Percent))
+                (heat_table(m, scenario, "samples (ok attempts)", &|c| Some((c.samples as f64, true)), Kind::Count))
+            }
+            "\n"
+        }
     }
-    out
 }
 
 fn metric_name(metric: Metric) -> String {
     metric.as_str().to_uppercase()
 }
 
-fn cdfs(m: &ReportModel) -> String {
-    let mut out = String::from(
-        "<p class=\"small\">Fraction of ok attempts at or below each latency, all regions \
-         merged (log x axis). A curve further left is faster; a long flat tail is jitter.</p>\n<div class=\"grid wide\">",
-    );
-    let mut any = false;
+fn cdfs(m: &ReportModel) -> Markup {
+    let mut figures = Vec::new();
     for (scenario, _) in &m.campaign.scenarios {
         for metric in [Metric::Ttft, Metric::E2e] {
             let lines: Vec<Line> = m
@@ -517,7 +496,6 @@ fn cdfs(m: &ReportModel) -> String {
             if lines.is_empty() {
                 continue;
             }
-            any = true;
             let chart = XyChart {
                 size: SIZE,
                 title: format!("{} CDF: {scenario}", metric_name(metric)),
@@ -530,7 +508,7 @@ fn cdfs(m: &ReportModel) -> String {
                 markers: Vec::new(),
             };
             let legend = legend_of(&chart.lines);
-            out.push_str(&figure(
+            figures.push(figure(
                 "cdf",
                 &slug(&["cdf", metric.as_str(), scenario]),
                 &xy_chart(&chart),
@@ -539,11 +517,18 @@ fn cdfs(m: &ReportModel) -> String {
             ));
         }
     }
-    out.push_str("</div>\n");
-    if !any {
+    if figures.is_empty() {
         return note("no TTFT or E2E samples");
     }
-    out
+    html! {
+        p class="small" {
+            "Fraction of ok attempts at or below each latency, all regions merged (log x axis). \
+             A curve further left is faster; a long flat tail is jitter."
+        }
+        "\n"
+        div class="grid wide" { @for f in figures { (f) } }
+        "\n"
+    }
 }
 
 /// An empirical CDF's points drawn as steps: from 0 at the first value, each value raises
@@ -566,13 +551,8 @@ fn legend_of(lines: &[Line]) -> Vec<(String, usize, bool)> {
         .collect()
 }
 
-fn itl(m: &ReportModel) -> String {
-    let mut out = String::from(
-        "<p class=\"small\">Gaps between token-bearing chunks, all regions merged: whiskers \
-         P5–P95, box P25–P75, black bar P50, dot P99 (log x axis). Providers that send several \
-         tokens per chunk show fewer, longer gaps.</p>\n<div class=\"grid wide\">",
-    );
-    let mut any = false;
+fn itl(m: &ReportModel) -> Markup {
+    let mut figures = Vec::new();
     for (scenario, _) in &m.campaign.scenarios {
         let rows: Vec<BoxRow> = m
             .itl
@@ -590,13 +570,12 @@ fn itl(m: &ReportModel) -> String {
         if rows.is_empty() {
             continue;
         }
-        any = true;
         let svg = box_chart(&BoxChart {
             title: format!("ITL: {scenario}"),
             x_desc: "ITL ms (log)".into(),
             rows,
         });
-        out.push_str(&figure(
+        figures.push(figure(
             "itl",
             &slug(&["itl", scenario]),
             &svg,
@@ -604,15 +583,22 @@ fn itl(m: &ReportModel) -> String {
             "P5 · P25 · P50 · P75 · P95 · P99 per provider",
         ));
     }
-    out.push_str("</div>\n");
-    if !any {
+    if figures.is_empty() {
         return note("no ITL samples (non-streaming scenarios only?)");
     }
-    out
+    html! {
+        p class="small" {
+            "Gaps between token-bearing chunks, all regions merged: whiskers P5–P95, box \
+             P25–P75, black bar P50, dot P99 (log x axis). Providers that send several tokens \
+             per chunk show fewer, longer gaps."
+        }
+        "\n"
+        div class="grid wide" { @for f in figures { (f) } }
+        "\n"
+    }
 }
 
-fn sweeps(m: &ReportModel) -> String {
-    let mut out = String::new();
+fn sweeps(m: &ReportModel) -> Markup {
     let scenarios: Vec<&str> = m
         .campaign
         .scenarios
@@ -620,174 +606,154 @@ fn sweeps(m: &ReportModel) -> String {
         .filter(|(_, l)| l == "sweep")
         .map(|(s, _)| s.as_str())
         .collect();
-    if !scenarios.is_empty() {
-        out.push_str(&unsupported_legend());
+    html! {
+        @if !scenarios.is_empty() {
+            (unsupported_legend())
+        }
+        @for scenario in scenarios {
+            (sweep(m, scenario))
+        }
     }
-    for scenario in scenarios {
-        let rows: Vec<&SweepRow> = m
-            .sweeps
+}
+
+/// One sweep scenario: its latency and throughput charts by concurrency (knees ringed) and
+/// the table of steps; empty without an `ALL` row.
+fn sweep(m: &ReportModel, scenario: &str) -> Markup {
+    let rows: Vec<&SweepRow> = m
+        .sweeps
+        .iter()
+        .filter(|r| r.scenario == scenario && r.region == ALL)
+        .collect();
+    let Some(first) = rows.first() else {
+        return html! {};
+    };
+    let rule = &first.knee_rule;
+    let knee_desc = format!(
+        "{} P{} ms",
+        metric_name(rule.metric),
+        load_stats::knee_quantile(rule) * 100.0
+    );
+    let mut latency = Vec::new();
+    let mut throughput = Vec::new();
+    let mut markers = Vec::new();
+    for r in &rows {
+        let colour = provider_colour(m, &r.provider);
+        let pts: Vec<(f64, f64)> = r
+            .steps
             .iter()
-            .filter(|r| r.scenario == scenario && r.region == ALL)
+            .filter_map(|s| s.knee_value_ms.map(|v| (f64::from(s.concurrency), v)))
             .collect();
-        let Some(first) = rows.first() else {
-            continue;
-        };
-        let rule = &first.knee_rule;
-        let knee_desc = format!(
-            "{} P{} ms",
-            metric_name(rule.metric),
-            load_stats::knee_quantile(rule) * 100.0
-        );
-        let _ = write!(
-            out,
-            "<h3>{}</h3><p class=\"small\">All regions merged; {} s per step. Knee (ringed): the \
-             first step whose {knee_desc} elasticity reaches {} or whose errors reach {}%, each \
-             significant (95 % intervals), every step up to it with at least {} requests.</p>\
-             <div class=\"grid wide\">",
-            escape(scenario),
-            first.step_ms as f64 / 1000.0,
-            rule.elasticity,
-            rule.error_pct,
-            rule.min_requests
-        );
-        let mut latency = Vec::new();
-        let mut throughput = Vec::new();
-        let mut markers = Vec::new();
-        for r in &rows {
-            let colour = provider_colour(m, &r.provider);
-            let pts: Vec<(f64, f64)> = r
+        if let Some(k) = &r.knee
+            && let Some(v) = r.steps.get(k.step).and_then(|s| s.knee_value_ms)
+        {
+            markers.push(Marker {
+                colour,
+                at: (f64::from(k.concurrency), v),
+                label: format!(" knee {}", r.provider),
+            });
+        }
+        latency.push(Line {
+            name: r.provider.clone(),
+            colour,
+            dashed: false,
+            points: pts,
+        });
+        throughput.push(Line {
+            name: r.provider.clone(),
+            colour,
+            dashed: false,
+            points: r
                 .steps
                 .iter()
-                .filter_map(|s| s.knee_value_ms.map(|v| (f64::from(s.concurrency), v)))
-                .collect();
-            if let Some(k) = &r.knee
-                && let Some(v) = r.steps.get(k.step).and_then(|s| s.knee_value_ms)
-            {
-                markers.push(Marker {
-                    colour,
-                    at: (f64::from(k.concurrency), v),
-                    label: format!(" knee {}", r.provider),
-                });
-            }
-            latency.push(Line {
-                name: r.provider.clone(),
-                colour,
-                dashed: false,
-                points: pts,
-            });
-            throughput.push(Line {
-                name: r.provider.clone(),
-                colour,
-                dashed: false,
-                points: r
-                    .steps
-                    .iter()
-                    .map(|s| (f64::from(s.concurrency), s.throughput_rps))
-                    .collect(),
-            });
-        }
-        let legend = legend_of(&latency);
-        let lat = XyChart {
-            size: SIZE,
-            title: format!("{knee_desc} by concurrency: {scenario}"),
-            x_desc: "concurrency (workers per agent and provider)".into(),
-            y_desc: knee_desc.clone(),
-            x_log: false,
-            y_log: false,
-            y_range: None,
-            lines: latency,
-            markers,
-        };
-        out.push_str(&figure(
-            "sweep-latency",
-            &slug(&["sweep-latency", scenario]),
-            &xy_chart(&lat),
-            &legend,
-            "ringed: the knee",
-        ));
-        let thr = XyChart {
-            title: format!("throughput by concurrency: {scenario}"),
-            y_desc: "ok requests/s (all agents)".into(),
-            lines: throughput,
-            markers: Vec::new(),
-            ..lat
-        };
-        out.push_str(&figure(
-            "sweep-throughput",
-            &slug(&["sweep-throughput", scenario]),
-            &xy_chart(&thr),
-            &legend,
-            "",
-        ));
-        out.push_str("</div><table><thead><tr><th class=\"row\">provider</th>");
-        for s in &first.steps {
-            // Per agent, and the provider's total over every agent (all regions).
-            let total = if first.agents == 0 {
-                "?".to_string()
-            } else {
-                s.concurrency_total.to_string()
-            };
-            let _ = write!(
-                out,
-                "<th title=\"workers per agent and provider; total over {} agents\">c={} \
-                 (total {total})</th>",
-                first.agents, s.concurrency
-            );
-        }
-        out.push_str("<th class=\"row\">knee</th></tr></thead><tbody>");
-        for r in &rows {
-            let _ = write!(out, "<tr><td class=\"row\">{}</td>", escape(&r.provider));
-            for s in &r.steps {
-                // A value its step's samples do not support is hatched and marked `~`.
-                let supported = s.knee_value_ms.is_none() || s.knee_supported(rule);
-                let _ = write!(
-                    out,
-                    "<td{} title=\"{} ok of {} requests, {:.1}% errors, {:.2} rps\">{}{}</td>",
-                    if supported {
-                        ""
-                    } else {
-                        " class=\"unsupported\""
-                    },
-                    s.ok,
-                    s.requests,
-                    s.error_pct,
-                    s.throughput_rps,
-                    if supported {
-                        ""
-                    } else {
-                        latmesh_results::percentiles::UNSUPPORTED_MARK
-                    },
-                    ms(s.knee_value_ms)
-                );
-            }
-            let _ = write!(
-                out,
-                "<td class=\"row\">{}</td></tr>",
-                escape(&load_stats::knee_text(r))
-            );
-        }
-        out.push_str("</tbody></table>\n");
+                .map(|s| (f64::from(s.concurrency), s.throughput_rps))
+                .collect(),
+        });
     }
-    out
+    let legend = legend_of(&latency);
+    let lat = XyChart {
+        size: SIZE,
+        title: format!("{knee_desc} by concurrency: {scenario}"),
+        x_desc: "concurrency (workers per agent and provider)".into(),
+        y_desc: knee_desc.clone(),
+        x_log: false,
+        y_log: false,
+        y_range: None,
+        lines: latency,
+        markers,
+    };
+    let lat_svg = xy_chart(&lat);
+    let thr = XyChart {
+        title: format!("throughput by concurrency: {scenario}"),
+        y_desc: "ok requests/s (all agents)".into(),
+        lines: throughput,
+        markers: Vec::new(),
+        ..lat
+    };
+    let mark = latmesh_results::percentiles::UNSUPPORTED_MARK;
+    html! {
+        h3 { (scenario) }
+        p class="small" {
+            "All regions merged; " (first.step_ms as f64 / 1000.0) " s per step. Knee (ringed): \
+             the first step whose " (knee_desc) " elasticity reaches " (rule.elasticity)
+            " or whose errors reach " (rule.error_pct) "%, each significant (95 % intervals), \
+             every step up to it with at least " (rule.min_requests) " requests."
+        }
+        div class="grid wide" {
+            (figure("sweep-latency", &slug(&["sweep-latency", scenario]), &lat_svg, &legend, "ringed: the knee"))
+            (figure("sweep-throughput", &slug(&["sweep-throughput", scenario]), &xy_chart(&thr), &legend, ""))
+        }
+        table {
+            thead {
+                tr {
+                    th class="row" { "provider" }
+                    @for s in &first.steps {
+                        // Per agent, and the provider's total over every agent (all regions).
+                        th title={ "workers per agent and provider; total over " (first.agents) " agents" } {
+                            "c=" (s.concurrency) " (total "
+                            @if first.agents == 0 { "?" } @else { (s.concurrency_total) }
+                            ")"
+                        }
+                    }
+                    th class="row" { "knee" }
+                }
+            }
+            tbody {
+                @for r in &rows {
+                    tr {
+                        td class="row" { (r.provider) }
+                        @for s in &r.steps {
+                            // A value its step's samples do not support is hatched and marked `~`.
+                            @let supported = s.knee_value_ms.is_none() || s.knee_supported(rule);
+                            td class=[(!supported).then_some("unsupported")]
+                                title={ (s.ok) " ok of " (s.requests) " requests, " (format!("{:.1}", s.error_pct)) "% errors, " (format!("{:.2}", s.throughput_rps)) " rps" } {
+                                @if !supported { (mark) }
+                                (ms(s.knee_value_ms))
+                            }
+                        }
+                        td class="row" { (load_stats::knee_text(r)) }
+                    }
+                }
+            }
+        }
+        "\n"
+    }
 }
 
 /// P50 / P95 / P99 of `p` for a table cell, each marked when not supported ([`ms_marked`]).
-fn p50_p95_p99(p: Option<Percentiles>) -> String {
-    match p {
-        Some(_) => RATE_PERCENTILES
-            .iter()
-            .map(|q| ms_marked(p, *q))
-            .collect::<Vec<_>>()
-            .join(" / "),
-        None => "–".into(),
+fn p50_p95_p99(p: Option<Percentiles>) -> Markup {
+    html! {
+        @if p.is_some() {
+            @for (i, q) in RATE_PERCENTILES.iter().enumerate() {
+                @if i > 0 { " / " }
+                (ms_marked(p, *q))
+            }
+        } @else {
+            "–"
+        }
     }
 }
 
-fn rates(m: &ReportModel) -> String {
-    let mut out = String::new();
-    if let Some(n) = m.note("open-loop") {
-        out.push_str(&note(&n.text));
-    }
+fn rates(m: &ReportModel) -> Markup {
     let scenarios: Vec<&str> = m
         .campaign
         .scenarios
@@ -795,232 +761,240 @@ fn rates(m: &ReportModel) -> String {
         .filter(|(_, l)| l == "rate")
         .map(|(s, _)| s.as_str())
         .collect();
-    if !scenarios.is_empty() {
-        out.push_str(&unsupported_legend());
-    }
-    for scenario in scenarios {
-        let rows: Vec<&RateRow> = m.rates.iter().filter(|r| r.scenario == scenario).collect();
-        let all: Vec<&RateRow> = rows.iter().copied().filter(|r| r.region == ALL).collect();
-        let Some(first) = all.first() else {
-            continue;
-        };
-        let _ = write!(
-            out,
-            "<h3>{}</h3><p class=\"small\">Target {} requests/s per provider and agent for {} s. \
-             Latency from the actual send vs from the intended send (the schedule's time: free \
-             of coordinated omission). Agent saturated: the agents could not keep the schedule (the \
-             provider got less than the offered load). Provider saturated: its latency grew from \
-             the first to the second half of the arrivals (its queue grew).</p>",
-            escape(scenario),
-            first.target_rps,
-            first.duration_ms as f64 / 1000.0
-        );
-        let categories: Vec<String> = all.iter().map(|r| r.provider.clone()).collect();
-        let series = |name: &str, colour: usize, f: fn(&RateRow) -> Option<f64>| {
-            (name.to_string(), colour, all.iter().map(|r| f(r)).collect())
-        };
-        let chart = BarChart {
-            title: format!("E2E, actual vs intended send: {scenario}"),
-            y_desc: "E2E ms".into(),
-            categories,
-            series: vec![
-                series("P50 actual", 0, |r| r.e2e.map(|p| p.p50_ms)),
-                series("P50 intended", 3, |r| r.e2e_intended.map(|p| p.p50_ms)),
-                series("P99 actual", 1, |r| r.e2e.map(|p| p.p99_ms)),
-                series("P99 intended", 2, |r| r.e2e_intended.map(|p| p.p99_ms)),
-            ],
-        };
-        let legend: Vec<(String, usize, bool)> = chart
-            .series
-            .iter()
-            .map(|(n, c, _)| (n.clone(), *c, false))
-            .collect();
-        out.push_str(&figure(
-            "rate",
-            &slug(&["rate", scenario]),
-            &bar_chart(&chart),
-            &legend,
-            "all regions merged",
-        ));
-        out.push_str(&rate_table(&all));
-        let mut regional: Vec<&RateRow> = rows.into_iter().filter(|r| r.region != ALL).collect();
-        regional.sort_by_key(|r| provider_colour(m, &r.provider));
-        if !regional.is_empty() {
-            let _ = write!(
-                out,
-                "<details><summary class=\"small\">per region</summary>{}</details>",
-                rate_table(&regional)
-            );
+    html! {
+        @if let Some(n) = m.note("open-loop") {
+            (note(&n.text))
+        }
+        @if !scenarios.is_empty() {
+            (unsupported_legend())
+        }
+        @for scenario in scenarios {
+            (rate(m, scenario))
         }
     }
-    out
+}
+
+/// One open-loop scenario: E2E actual vs intended send by provider, the table of its `ALL`
+/// rows and, folded, its regional rows; empty without an `ALL` row.
+fn rate(m: &ReportModel, scenario: &str) -> Markup {
+    let rows: Vec<&RateRow> = m.rates.iter().filter(|r| r.scenario == scenario).collect();
+    let all: Vec<&RateRow> = rows.iter().copied().filter(|r| r.region == ALL).collect();
+    let Some(first) = all.first() else {
+        return html! {};
+    };
+    let categories: Vec<String> = all.iter().map(|r| r.provider.clone()).collect();
+    let series = |name: &str, colour: usize, f: fn(&RateRow) -> Option<f64>| {
+        (name.to_string(), colour, all.iter().map(|r| f(r)).collect())
+    };
+    let chart = BarChart {
+        title: format!("E2E, actual vs intended send: {scenario}"),
+        y_desc: "E2E ms".into(),
+        categories,
+        series: vec![
+            series("P50 actual", 0, |r| r.e2e.map(|p| p.p50_ms)),
+            series("P50 intended", 3, |r| r.e2e_intended.map(|p| p.p50_ms)),
+            series("P99 actual", 1, |r| r.e2e.map(|p| p.p99_ms)),
+            series("P99 intended", 2, |r| r.e2e_intended.map(|p| p.p99_ms)),
+        ],
+    };
+    let legend: Vec<(String, usize, bool)> = chart
+        .series
+        .iter()
+        .map(|(n, c, _)| (n.clone(), *c, false))
+        .collect();
+    let mut regional: Vec<&RateRow> = rows.into_iter().filter(|r| r.region != ALL).collect();
+    regional.sort_by_key(|r| provider_colour(m, &r.provider));
+    html! {
+        h3 { (scenario) }
+        p class="small" {
+            "Target " (first.target_rps) " requests/s per provider and agent for "
+            (first.duration_ms as f64 / 1000.0) " s. Latency from the actual send vs from the \
+             intended send (the schedule's time: free of coordinated omission). Agent saturated: \
+             the agents could not keep the schedule (the provider got less than the offered \
+             load). Provider saturated: its latency grew from the first to the second half of \
+             the arrivals (its queue grew)."
+        }
+        (figure("rate", &slug(&["rate", scenario]), &bar_chart(&chart), &legend, "all regions merged"))
+        (rate_table(&all))
+        @if !regional.is_empty() {
+            details {
+                summary class="small" { "per region" }
+                (rate_table(&regional))
+            }
+        }
+    }
 }
 
 /// The table of open-loop rows.
-fn rate_table(rows: &[&RateRow]) -> String {
-    let mut out = String::from(
-        "<table><thead><tr><th class=\"row\">provider</th><th class=\"row\">region</th>\
-         <th>achieved rps / scheduled</th><th>sent</th><th>dropped</th><th>errors %</th>\
-         <th>sched lag P50 / P95 / P99</th><th>TTFT P50 / P95 / P99</th><th>TTFT intended</th>\
-         <th>E2E P50 / P95 / P99</th><th>E2E intended</th><th class=\"row\">agent saturated</th>\
-         <th class=\"row\">provider saturated</th></tr></thead><tbody>",
-    );
-    for r in rows {
-        let _ = write!(
-            out,
-            "<tr><td class=\"row\">{}</td><td class=\"row\">{}</td><td>{} / {:.2}</td>\
-             <td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
-             <td>{}</td><td class=\"row\">{}</td><td class=\"row\">{}</td></tr>",
-            escape(&r.provider),
-            escape(&r.region),
-            r.achieved_rps.map_or("–".into(), |a| format!("{a:.2}")),
-            r.scheduled_rps,
-            r.sent,
-            r.dropped,
-            r.error_pct,
-            p50_p95_p99(r.sched_lag),
-            p50_p95_p99(r.ttft),
-            p50_p95_p99(r.ttft_intended),
-            p50_p95_p99(r.e2e),
-            p50_p95_p99(r.e2e_intended),
-            escape(r.agent_saturated_reason.as_deref().unwrap_or("no")),
-            escape(
-                &match (&r.provider_saturation, &r.provider_saturated_reason) {
-                    (None, _) => "– (too few requests per half)".to_string(),
-                    (Some(_), Some(why)) => why.clone(),
-                    (Some(_), None) => "no".to_string(),
+fn rate_table(rows: &[&RateRow]) -> Markup {
+    html! {
+        table {
+            thead {
+                tr {
+                    th class="row" { "provider" }
+                    th class="row" { "region" }
+                    th { "achieved rps / scheduled" }
+                    th { "sent" }
+                    th { "dropped" }
+                    th { "errors %" }
+                    th { "sched lag P50 / P95 / P99" }
+                    th { "TTFT P50 / P95 / P99" }
+                    th { "TTFT intended" }
+                    th { "E2E P50 / P95 / P99" }
+                    th { "E2E intended" }
+                    th class="row" { "agent saturated" }
+                    th class="row" { "provider saturated" }
                 }
-            )
-        );
+            }
+            tbody {
+                @for r in rows {
+                    tr {
+                        td class="row" { (r.provider) }
+                        td class="row" { (r.region) }
+                        td {
+                            (r.achieved_rps.map_or("–".into(), |a| format!("{a:.2}")))
+                            " / " (format!("{:.2}", r.scheduled_rps))
+                        }
+                        td { (r.sent) }
+                        td { (r.dropped) }
+                        td { (format!("{:.1}", r.error_pct)) }
+                        td { (p50_p95_p99(r.sched_lag)) }
+                        td { (p50_p95_p99(r.ttft)) }
+                        td { (p50_p95_p99(r.ttft_intended)) }
+                        td { (p50_p95_p99(r.e2e)) }
+                        td { (p50_p95_p99(r.e2e_intended)) }
+                        td class="row" { (r.agent_saturated_reason.as_deref().unwrap_or("no")) }
+                        td class="row" {
+                            @match (&r.provider_saturation, &r.provider_saturated_reason) {
+                                (None, _) => { "– (too few requests per half)" }
+                                (Some(_), Some(why)) => { (why) }
+                                (Some(_), None) => { "no" }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        "\n"
     }
-    out.push_str("</tbody></table>\n");
-    out
 }
 
-fn windows(m: &ReportModel) -> String {
-    let mut out = String::new();
-    if let Some(n) = m.note("windows") {
-        out.push_str(&note(&n.text));
+fn windows(m: &ReportModel) -> Markup {
+    html! {
+        @if let Some(n) = m.note("windows") {
+            (note(&n.text))
+        }
+        @if !m.windows.is_empty() {
+            div class="grid wide" {
+                @for w in &m.windows {
+                    (windows_chart(m, w))
+                }
+            }
+            @if let Some(w) = m.windows.first() {
+                (windows_table(w))
+            }
+        }
     }
-    if m.windows.is_empty() {
-        return out;
-    }
-    out.push_str("<div class=\"grid wide\">");
-    for w in &m.windows {
-        let all: Vec<_> = m
-            .campaign
-            .providers
-            .iter()
-            .filter_map(|p| w.rows.iter().find(|r| &r.provider == p && r.region == ALL))
-            .collect();
-        let rows = if all.is_empty() {
-            // One region only: its rows stand for the whole.
-            w.rows.iter().collect()
-        } else {
-            all
-        };
-        let chart = BarChart {
-            title: format!(
-                "{} P{} by time window",
-                w.metric.to_uppercase(),
-                w.percentile
-            ),
-            y_desc: format!("{} P{} ms", w.metric.to_uppercase(), w.percentile),
-            categories: rows.iter().map(|r| r.provider.clone()).collect(),
-            series: w
-                .windows
-                .iter()
-                .enumerate()
-                .map(|(i, name)| {
-                    (
-                        if name.is_empty() {
-                            "(none)".into()
-                        } else {
-                            name.clone()
-                        },
-                        i,
-                        rows.iter()
-                            .map(|r| r.windows.get(i).and_then(|s| s.stat.value_ms))
-                            .collect(),
-                    )
-                })
-                .collect(),
-        };
-        let legend: Vec<(String, usize, bool)> = chart
-            .series
-            .iter()
-            .map(|(n, c, _)| (n.clone(), *c, false))
-            .collect();
-        out.push_str(&figure(
-            "windows",
-            &slug(&["windows", &w.metric, &w.percentile.to_string()]),
-            &bar_chart(&chart),
-            &legend,
-            "all regions merged, each region's rows in its own local time",
-        ));
-    }
-    out.push_str("</div>");
-    if let Some(w) = m.windows.first() {
-        out.push_str(&format!(
-            "<h3>{} P{} (ms), every region</h3>",
+}
+
+/// The bar chart of one peak vs off-peak report: per provider (all regions merged, or the one
+/// region), one bar per window.
+fn windows_chart(m: &ReportModel, w: &WindowsReport) -> Markup {
+    let all: Vec<_> = m
+        .campaign
+        .providers
+        .iter()
+        .filter_map(|p| w.rows.iter().find(|r| &r.provider == p && r.region == ALL))
+        .collect();
+    let rows = if all.is_empty() {
+        // One region only: its rows stand for the whole.
+        w.rows.iter().collect()
+    } else {
+        all
+    };
+    let chart = BarChart {
+        title: format!(
+            "{} P{} by time window",
             w.metric.to_uppercase(),
             w.percentile
-        ));
-        out.push_str(
-            "<table><thead><tr><th class=\"row\">provider</th><th class=\"row\">region</th>",
-        );
-        for name in &w.windows {
-            let _ = write!(out, "<th>{}</th><th>attempts / err %</th>", escape(name));
-        }
-        out.push_str("<th>change ms</th></tr></thead><tbody>");
-        for r in &w.rows {
-            let _ = write!(
-                out,
-                "<tr{}><td class=\"row\">{}</td><td class=\"row\">{}</td>",
-                if r.region == ALL {
-                    " class=\"all\""
-                } else {
-                    ""
-                },
-                escape(&r.provider),
-                escape(&r.region)
-            );
-            for s in &r.windows {
-                let _ = write!(
-                    out,
-                    "<td>{}</td><td>{} / {:.1}</td>",
-                    ms(s.stat.value_ms),
-                    s.stat.attempts,
-                    s.stat.error_pct
-                );
-            }
-            let _ = write!(
-                out,
-                "<td>{}</td></tr>",
-                r.change_ms.map_or("–".into(), |v| format!("{v:+.1}"))
-            );
-        }
-        out.push_str("</tbody></table>\n");
-    }
-    out
+        ),
+        y_desc: format!("{} P{} ms", w.metric.to_uppercase(), w.percentile),
+        categories: rows.iter().map(|r| r.provider.clone()).collect(),
+        series: w
+            .windows
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                (
+                    if name.is_empty() {
+                        "(none)".into()
+                    } else {
+                        name.clone()
+                    },
+                    i,
+                    rows.iter()
+                        .map(|r| r.windows.get(i).and_then(|s| s.stat.value_ms))
+                        .collect(),
+                )
+            })
+            .collect(),
+    };
+    let legend: Vec<(String, usize, bool)> = chart
+        .series
+        .iter()
+        .map(|(n, c, _)| (n.clone(), *c, false))
+        .collect();
+    figure(
+        "windows",
+        &slug(&["windows", &w.metric, &w.percentile.to_string()]),
+        &bar_chart(&chart),
+        &legend,
+        "all regions merged, each region's rows in its own local time",
+    )
 }
 
-fn time_series(m: &ReportModel) -> String {
-    let mut out = String::new();
-    if let Some(n) = m.note("time-series") {
-        out.push_str(&note(&n.text));
+/// The table of one peak vs off-peak report, every region and `ALL`.
+fn windows_table(w: &WindowsReport) -> Markup {
+    html! {
+        h3 { (w.metric.to_uppercase()) " P" (w.percentile) " (ms), every region" }
+        table {
+            thead {
+                tr {
+                    th class="row" { "provider" }
+                    th class="row" { "region" }
+                    @for name in &w.windows {
+                        th { (name) }
+                        th { "attempts / err %" }
+                    }
+                    th { "change ms" }
+                }
+            }
+            tbody {
+                @for r in &w.rows {
+                    tr class=[(r.region == ALL).then_some("all")] {
+                        td class="row" { (r.provider) }
+                        td class="row" { (r.region) }
+                        @for s in &r.windows {
+                            td { (ms(s.stat.value_ms)) }
+                            td { (s.stat.attempts) " / " (format!("{:.1}", s.stat.error_pct)) }
+                        }
+                        td { (r.change_ms.map_or("–".into(), |v| format!("{v:+.1}"))) }
+                    }
+                }
+            }
+        }
+        "\n"
     }
+}
+
+fn time_series(m: &ReportModel) -> Markup {
+    let note_text = m.note("time-series").map(|n| n.text.as_str());
     if m.time_series.is_empty() {
-        return out;
+        return html! { @if let Some(n) = note_text { (note(n)) } };
     }
     let start_s = m.campaign.start_at_unix_us.div_euclid(1_000_000);
     let bucket = m.time_series.first().map_or(0, |t| t.bucket_s);
-    let _ = write!(
-        out,
-        "<p class=\"small\">P50 (solid) and P99 (dashed) per {bucket} s bucket on the coordinator's \
-         clock, all regions and scenarios merged (the load model phases follow one another).</p>\
-         <div class=\"grid\">"
-    );
+    let mut figures = Vec::new();
     for (i, provider) in m.campaign.providers.iter().enumerate() {
         let mut lines = Vec::new();
         for (k, metric) in [Metric::Ttft, Metric::E2e].into_iter().enumerate() {
@@ -1073,7 +1047,7 @@ fn time_series(m: &ReportModel) -> String {
         } else {
             Vec::new()
         };
-        out.push_str(&figure(
+        figures.push(figure(
             "time-series",
             &slug(&["ts", provider]),
             &xy_chart(&chart),
@@ -1081,127 +1055,128 @@ fn time_series(m: &ReportModel) -> String {
             "",
         ));
     }
-    out.push_str("</div>\n");
-    out
+    html! {
+        @if let Some(n) = note_text { (note(n)) }
+        p class="small" {
+            "P50 (solid) and P99 (dashed) per " (bucket) " s bucket on the coordinator's clock, \
+             all regions and scenarios merged (the load model phases follow one another)."
+        }
+        div class="grid" { @for f in figures { (f) } }
+        "\n"
+    }
 }
 
 /// Per provider: the model id sent, the name expected, the models and `system_fingerprint`s
 /// answered (attempts) and the flags; then per cell, the models answered.
-fn answered(m: &ReportModel) -> String {
-    let th = |names: &[&str]| -> String {
-        names
-            .iter()
-            .map(|n| format!("<th class=\"row\">{n}</th>"))
-            .collect()
-    };
-    let td = |text: &str| format!("<td class=\"row\">{}</td>", escape(text));
-    let mut out = String::from(
-        "<p class=\"small\">The <code>model</code> and <code>system_fingerprint</code> the \
-         answers named, counted over attempts. An answered model is the one expected when, \
-         case aside and without an organisation path, it is the same name or the name followed \
-         by a version or date (<code>gpt-4o</code> → <code>gpt-4o-2024-08-06</code>); a \
-         provider's <code>expect_model</code> replaces <code>model_id</code> as the name \
-         expected (docs/metrics.md, \"What answered\").</p>\n",
-    );
-    let _ = write!(
-        out,
-        "<table><thead><tr>{}</tr></thead><tbody>",
-        th(&[
-            "provider",
-            "model_id sent",
-            "expected",
-            "models answered",
-            "system_fingerprints",
-            "flags"
-        ])
-    );
-    for r in &m.models {
-        let flags = r.flags();
-        let flags = if flags.is_empty() {
-            "<td class=\"row\">none</td>".to_string()
-        } else {
-            format!(
-                "<td class=\"row\"><strong>{}</strong></td>",
-                flags
-                    .iter()
-                    .map(|f| escape(f))
-                    .collect::<Vec<_>>()
-                    .join("<br>")
-            )
-        };
-        let _ = write!(
-            out,
-            "<tr>{}{}{}{}{}{flags}</tr>",
-            td(&r.provider),
-            td(&r.model_id),
-            td(&r.expected),
-            td(&model_stats::counted(&r.answered)),
-            td(&model_stats::counted(&r.system_fingerprints)),
-        );
-    }
-    out.push_str("</tbody></table>");
+fn answered(m: &ReportModel) -> Markup {
     let cells: Vec<&MatrixCell> = m
         .matrix
         .iter()
         .filter(|c| c.region != ALL && !c.answered_models.is_empty())
         .collect();
-    if !cells.is_empty() {
-        let _ = write!(
-            out,
-            "<h3>Models answered per cell</h3><table><thead><tr>{}</tr></thead><tbody>",
-            th(&[
-                "region",
-                "provider",
-                "scenario",
-                "models answered (attempts)"
-            ])
-        );
-        for c in cells {
-            let _ = write!(
-                out,
-                "<tr>{}{}{}{}</tr>",
-                td(&c.region),
-                td(&c.provider),
-                td(&c.scenario),
-                td(&model_stats::counted(&c.answered_models))
-            );
+    html! {
+        p class="small" {
+            "The " code { "model" } " and " code { "system_fingerprint" } " the answers named, \
+             counted over attempts. An answered model is the one expected when, case aside and \
+             without an organisation path, it is the same name or the name followed by a version \
+             or date (" code { "gpt-4o" } " → " code { "gpt-4o-2024-08-06" } "); a provider's "
+            code { "expect_model" } " replaces " code { "model_id" } " as the name expected \
+             (docs/metrics.md, " (PreEscaped("\"What answered\"")) ")."
         }
-        out.push_str("</tbody></table>");
+        "\n"
+        table {
+            thead {
+                tr {
+                    (row_heads(&["provider", "model_id sent", "expected", "models answered", "system_fingerprints", "flags"]))
+                }
+            }
+            tbody {
+                @for r in &m.models {
+                    @let flags = r.flags();
+                    tr {
+                        td class="row" { (r.provider) }
+                        td class="row" { (r.model_id) }
+                        td class="row" { (r.expected) }
+                        td class="row" { (model_stats::counted(&r.answered)) }
+                        td class="row" { (model_stats::counted(&r.system_fingerprints)) }
+                        td class="row" {
+                            @if flags.is_empty() {
+                                "none"
+                            } @else {
+                                strong {
+                                    @for (i, f) in flags.iter().enumerate() {
+                                        @if i > 0 { br; }
+                                        (f)
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        @if !cells.is_empty() {
+            (cell_table("Models answered per cell", "models answered (attempts)", &cells, |c| {
+                model_stats::counted(&c.answered_models)
+            }))
+        }
     }
-    out
 }
 
-fn notes(m: &ReportModel) -> String {
-    let mut out = String::new();
+/// Left-aligned column headings.
+fn row_heads(names: &[&str]) -> Markup {
+    html! { @for n in names { th class="row" { (n) } } }
+}
+
+/// A `title`d table of matrix cells: region, provider, scenario and a `last` column.
+fn cell_table(
+    title: &str,
+    last: &str,
+    cells: &[&MatrixCell],
+    value: fn(&MatrixCell) -> String,
+) -> Markup {
+    html! {
+        h3 { (title) }
+        table {
+            thead {
+                tr { (row_heads(&["region", "provider", "scenario", last])) }
+            }
+            tbody {
+                @for c in cells {
+                    tr {
+                        td class="row" { (c.region) }
+                        td class="row" { (c.provider) }
+                        td class="row" { (c.scenario) }
+                        td class="row" { (value(c)) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn notes(m: &ReportModel) -> Markup {
     let failing: Vec<&MatrixCell> = m
         .matrix
         .iter()
         .filter(|c| c.region != ALL && c.last_error.is_some())
         .collect();
-    if !failing.is_empty() {
-        out.push_str("<h3>Last error per cell</h3><table><thead><tr><th class=\"row\">region</th><th class=\"row\">provider</th><th class=\"row\">scenario</th><th class=\"row\">error</th></tr></thead><tbody>");
-        for c in failing {
-            let _ = write!(
-                out,
-                "<tr><td class=\"row\">{}</td><td class=\"row\">{}</td><td class=\"row\">{}</td><td class=\"row\">{}</td></tr>",
-                escape(&c.region),
-                escape(&c.provider),
-                escape(&c.scenario),
-                escape(c.last_error.as_deref().unwrap_or_default())
-            );
+    html! {
+        @if !failing.is_empty() {
+            (cell_table("Last error per cell", "error", &failing, |c| {
+                c.last_error.clone().unwrap_or_default()
+            }))
         }
-        out.push_str("</tbody></table>");
-    }
-    if m.notes.is_empty() {
-        out.push_str("<p class=\"small\">Every section had its data.</p>");
-    } else {
-        out.push_str("<ul class=\"small\">");
-        for n in &m.notes {
-            let _ = write!(out, "<li>{}: {}</li>", escape(&n.section), escape(&n.text));
+        @if m.notes.is_empty() {
+            p class="small" { "Every section had its data." }
+        } @else {
+            ul class="small" {
+                @for n in &m.notes {
+                    li { (n.section) ": " (n.text) }
+                }
+            }
         }
-        out.push_str("</ul>");
     }
-    out
 }
 
 #[cfg(test)]
@@ -1210,10 +1185,7 @@ mod tests {
 
     #[test]
     fn escapes_and_formats() {
-        assert_eq!(
-            escape("<a href='x'>&\""),
-            "&lt;a href=&#39;x&#39;&gt;&amp;&quot;"
-        );
+        assert_eq!(escape("<a href='x'>&\""), "&lt;a href='x'&gt;&amp;&quot;");
         assert_eq!(ms(Some(1610.4)), "1610");
         assert_eq!(ms(Some(81.24)), "81.2");
         assert_eq!(ms(Some(4.254)), "4.25");
