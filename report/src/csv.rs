@@ -7,7 +7,7 @@
 //! written with Rust's shortest round-trip formatting, the digits the JSON has.
 //! Fields are written by the `csv` crate, quoted only when they hold `,`, `"`, `\n` or `\r`.
 
-use super::model::ReportModel;
+use crate::model::ReportModel;
 use latmesh_core::plan::DEFAULT_PERCENTILES;
 use latmesh_results::summary::Percentiles;
 

@@ -12,10 +12,10 @@ use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use latmesh_core::metrics::Metric;
 
-use super::charts::{
+use crate::charts::{
     self, BarChart, BoxChart, BoxRow, Line, Marker, SIZE, XyChart, bar_chart, box_chart, xy_chart,
 };
-use super::model::ReportModel;
+use crate::model::ReportModel;
 use latmesh_results::load_stats::{self, RateRow, SweepRow};
 use latmesh_results::model_stats;
 use latmesh_results::report_data::ALL;
