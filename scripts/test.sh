@@ -21,6 +21,9 @@ fi
 echo "== building binaries"
 cargo build --workspace --bins --locked
 
+echo "== lints (the root Cargo.toml's [workspace.lints]: missing_docs, clippy): a warning fails the run"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
 echo "== deployment checks (scripts/deploy-checks.sh: Terraform, cloud-init, systemd units, container files)"
 scripts/deploy-checks.sh
 

@@ -474,7 +474,7 @@ fn a_campaign_s_intervals_verdicts_flags_ranks_and_selection() {
     );
     assert!(text.contains("selection chat · us-east"), "{text}");
     assert!(text.contains("0.5 at the region's median"), "{text}");
-    let html = latmesh_coordinator::analysis_html::ToHtml::to_html(&a);
+    let html = latmesh_report::analysis_html::ToHtml::to_html(&a);
     assert!(html.starts_with("<section class=\"latmesh-analysis\">"));
     assert!(html.trim_end().ends_with("</section>"));
     assert!(!html.contains("http://") && !html.contains("https://") && !html.contains("<script"));

@@ -6,17 +6,15 @@
 //!   refused with `Unauthenticated` and a log line naming the peer address (and, for agents,
 //!   the agent id it claims), never the token. A role without a configured token is open
 //!   (dev mode, loopback only unless explicitly allowed: see `latmesh serve --help`).
-//! - **TLS.** [`server_tls`] loads and checks a PEM certificate chain and key for
+//! - **TLS.** [`crate::tls_listener::server_tls`] loads and checks a PEM certificate chain and key for
 //!   `latmesh serve --tls-cert/--tls-key` (rustls with ring); [`crate::tls_listener`] does
 //!   the handshakes and logs the failed ones.
 //!
 //! Tokens are [`Secret`]s: their `Debug` and `Display` are redacted.
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::Context;
 use latmesh_rpc::AGENT_ID_METADATA;
 pub use latmesh_rpc::Secret;
 use subtle::ConstantTimeEq;
@@ -172,50 +170,6 @@ fn peer<T>(req: &Request<T>) -> String {
         .unwrap_or_else(|| "unknown peer".into())
 }
 
-/// A TLS configuration for the server from a PEM certificate chain (leaf first) and a PEM
-/// private key, checked now (both parse, the key matches the certificate) so that a mistake
-/// fails `latmesh serve` at startup with the file named.
-///
-/// # Errors
-/// A file cannot be read, holds no certificate or key, or the key does not fit.
-pub fn server_tls(cert: &Path, key: &Path) -> anyhow::Result<crate::tls_listener::ServerTls> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-
-    let cert_pem = std::fs::read(cert)
-        .with_context(|| format!("cannot read the TLS certificate {}", cert.display()))?;
-    let key_pem =
-        std::fs::read(key).with_context(|| format!("cannot read the TLS key {}", key.display()))?;
-    let chain = CertificateDer::pem_slice_iter(&cert_pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| anyhow::anyhow!("{}: not a PEM certificate chain: {e}", cert.display()))?;
-    anyhow::ensure!(
-        !chain.is_empty(),
-        "{}: no PEM certificate (-----BEGIN CERTIFICATE-----) in it",
-        cert.display()
-    );
-    let private = PrivateKeyDer::from_pem_slice(&key_pem)
-        .map_err(|e| anyhow::anyhow!("{}: no usable PEM private key: {e}", key.display()))?;
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .and_then(|b| b.with_no_client_auth().with_single_cert(chain, private))
-    .map_err(|e| {
-        anyhow::anyhow!(
-            "TLS certificate {} with key {}: {e}",
-            cert.display(),
-            key.display()
-        )
-    })?;
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    Ok(crate::tls_listener::ServerTls {
-        config: Arc::new(config),
-        handshake_timeout: std::time::Duration::from_secs(10),
-    })
-}
-
 /// Whether every address `listen` resolves to is a loopback address (127.0.0.0/8, ::1, or
 /// an IPv4-mapped loopback). Unresolvable addresses count as not loopback.
 pub async fn is_loopback(listen: &str) -> bool {
@@ -286,30 +240,6 @@ mod tests {
         }
         assert!(Secret::new("  ").is_err());
         assert!(Secret::new("has space").is_err());
-    }
-
-    #[test]
-    fn tls_files_are_checked_at_startup() {
-        let dir = tempfile::tempdir().unwrap();
-        let a = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
-        let b = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
-        let (cert, key, other_key) = (
-            dir.path().join("cert.pem"),
-            dir.path().join("key.pem"),
-            dir.path().join("other-key.pem"),
-        );
-        std::fs::write(&cert, a.cert.pem()).unwrap();
-        std::fs::write(&key, a.signing_key.serialize_pem()).unwrap();
-        std::fs::write(&other_key, b.signing_key.serialize_pem()).unwrap();
-        server_tls(&cert, &key).unwrap();
-        let e = server_tls(&cert, &other_key).unwrap_err().to_string();
-        assert!(e.contains("other-key.pem"), "{e}");
-        let e = server_tls(&key, &key).unwrap_err().to_string();
-        assert!(e.contains("no PEM certificate"), "{e}");
-        let e = server_tls(&dir.path().join("missing.pem"), &key)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("missing.pem"), "{e}");
     }
 
     #[tokio::test]

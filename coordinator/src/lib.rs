@@ -2,7 +2,6 @@
 //! agents, spools them and writes them to ClickHouse. The `latmesh` binary and its commands
 //! are the `latmesh-cli` crate.
 
-pub mod analysis_html;
 pub mod auth;
 pub mod budget;
 pub mod delivery;
@@ -14,7 +13,6 @@ pub mod peer_warn;
 pub mod persist;
 pub mod progress;
 pub mod progress_pages;
-pub mod report;
 pub mod schedule;
 pub mod service;
 pub mod sink;

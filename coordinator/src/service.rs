@@ -119,7 +119,7 @@ impl Coordinator {
         Coordinator { auth, ..self }
     }
 
-    /// The same coordinator, serving gRPC over TLS ([`crate::auth::server_tls`]; handshakes
+    /// The same coordinator, serving gRPC over TLS ([`crate::tls_listener::server_tls`]; handshakes
     /// by [`crate::tls_listener`], which logs the failed ones).
     pub fn with_tls(self, tls: crate::tls_listener::ServerTls) -> Self {
         Coordinator {

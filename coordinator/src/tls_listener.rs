@@ -6,15 +6,17 @@
 //! complete; a slow or silent peer holds up no other.
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_rustls::server::TlsStream;
 use tokio_stream::wrappers::ReceiverStream;
 
-/// A checked server TLS configuration ([`crate::auth::server_tls`]): rustls offering HTTP/2
+/// A checked server TLS configuration ([`server_tls`]): rustls offering HTTP/2
 /// by ALPN, and how long a handshake may take.
 #[derive(Clone, Debug)]
 pub struct ServerTls {
@@ -95,9 +97,77 @@ pub fn handshake_reason(e: &std::io::Error) -> String {
     }
 }
 
+/// A TLS configuration for the server from a PEM certificate chain (leaf first) and a PEM
+/// private key, checked now (both parse, the key matches the certificate) so that a mistake
+/// fails `latmesh serve` at startup with the file named.
+///
+/// # Errors
+/// A file cannot be read, holds no certificate or key, or the key does not fit.
+pub fn server_tls(cert: &Path, key: &Path) -> anyhow::Result<ServerTls> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+    let cert_pem = std::fs::read(cert)
+        .with_context(|| format!("cannot read the TLS certificate {}", cert.display()))?;
+    let key_pem =
+        std::fs::read(key).with_context(|| format!("cannot read the TLS key {}", key.display()))?;
+    let chain = CertificateDer::pem_slice_iter(&cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!("{}: not a PEM certificate chain: {e}", cert.display()))?;
+    anyhow::ensure!(
+        !chain.is_empty(),
+        "{}: no PEM certificate (-----BEGIN CERTIFICATE-----) in it",
+        cert.display()
+    );
+    let private = PrivateKeyDer::from_pem_slice(&key_pem)
+        .map_err(|e| anyhow::anyhow!("{}: no usable PEM private key: {e}", key.display()))?;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .and_then(|b| b.with_no_client_auth().with_single_cert(chain, private))
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "TLS certificate {} with key {}: {e}",
+            cert.display(),
+            key.display()
+        )
+    })?;
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(ServerTls {
+        config: Arc::new(config),
+        handshake_timeout: std::time::Duration::from_secs(10),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tls_files_are_checked_at_startup() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+        let b = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+        let (cert, key, other_key) = (
+            dir.path().join("cert.pem"),
+            dir.path().join("key.pem"),
+            dir.path().join("other-key.pem"),
+        );
+        std::fs::write(&cert, a.cert.pem()).unwrap();
+        std::fs::write(&key, a.signing_key.serialize_pem()).unwrap();
+        std::fs::write(&other_key, b.signing_key.serialize_pem()).unwrap();
+        server_tls(&cert, &key).unwrap();
+        let e = server_tls(&cert, &other_key).unwrap_err().to_string();
+        assert!(e.contains("other-key.pem"), "{e}");
+        let e = server_tls(&key, &key).unwrap_err().to_string();
+        assert!(e.contains("no PEM certificate"), "{e}");
+        let e = server_tls(&dir.path().join("missing.pem"), &key)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("missing.pem"), "{e}");
+    }
 
     /// Handshakes run side by side: a peer that connects and says nothing (its handshake
     /// waits for the 10-minute timeout here) does not hold up the next client.
@@ -111,7 +181,7 @@ mod tests {
         std::fs::write(&key, ck.signing_key.serialize_pem()).unwrap();
         let tls = ServerTls {
             handshake_timeout: Duration::from_secs(600),
-            ..crate::auth::server_tls(&cert, &key).unwrap()
+            ..server_tls(&cert, &key).unwrap()
         };
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();

@@ -20,10 +20,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use latmesh_cli::cmd::demo::{DemoOptions, DemoStore, run_with};
-use latmesh_coordinator::report::{self, Extras, Format, ReportModel, charts};
 use latmesh_core::metrics::Metric;
 use latmesh_core::plan::Plan;
 use latmesh_core::windows::{Window, parse_ranges};
+use latmesh_report::{self as report, Extras, Format, ReportModel, charts};
 use latmesh_results::report_data::{ALL, ReportData};
 use serde_json::Value;
 
@@ -143,7 +143,9 @@ async fn demo_report_from_memory_and_from_clickhouse() {
     }
     assert!(html.contains("<section id=\"answered\">"));
     same(&ch_json["models"], &json["models"], "models");
-    let ch = report::from_clickhouse(&url, &db, &id).await.unwrap();
+    let ch = latmesh_cli::cmd::report::from_clickhouse(&url, &db, &id)
+        .await
+        .unwrap();
     check_time_series(&ch, &data);
     check_windows(&ch, &data);
     let ch_html = std::fs::read_to_string(out("html")).unwrap();

@@ -28,6 +28,7 @@ pub enum CampaignCmd {
     Launch {
         /// Campaign file (TOML or YAML).
         file: PathBuf,
+        #[allow(missing_docs)] // its help is its type's
         #[command(flatten)]
         coord: CoordinatorArg,
         /// Write the JSON summary here.
@@ -39,6 +40,7 @@ pub enum CampaignCmd {
         /// Wait this long for an agent in every region before launching.
         #[arg(long, default_value_t = 30.0)]
         wait_agents_s: f64,
+        #[allow(missing_docs)] // its help is its type's
         #[command(flatten)]
         budget: crate::cmd::series::BudgetArgs,
         /// A campaign with a [schedule]: follow its runs (printing each run's matrix) until
@@ -61,6 +63,7 @@ pub enum CampaignCmd {
     Series {
         /// Series id, as `launch` printed it.
         series_id: String,
+        #[allow(missing_docs)] // its help is its type's
         #[command(flatten)]
         coord: CoordinatorArg,
         /// Follow the series until it ends (printing each run's matrix), then list its runs.
@@ -75,6 +78,7 @@ pub enum CampaignCmd {
     Verify {
         /// Campaign id.
         campaign_id: String,
+        #[allow(missing_docs)] // its help is its type's
         #[command(flatten)]
         ch: crate::cmd::query::ClickhouseArgs,
         /// Print JSON.
@@ -87,6 +91,7 @@ pub enum CampaignCmd {
     Cancel {
         /// Campaign id, as `launch` printed it.
         campaign_id: String,
+        #[allow(missing_docs)] // its help is its type's
         #[command(flatten)]
         coord: CoordinatorArg,
         /// Return once the coordinator has accepted the cancel, without waiting for agents.
@@ -98,6 +103,7 @@ pub enum CampaignCmd {
     Watch {
         /// Campaign id, as `launch` printed it.
         campaign_id: String,
+        #[allow(missing_docs)] // its help is its type's
         #[command(flatten)]
         coord: CoordinatorArg,
         /// Write the JSON summary here.

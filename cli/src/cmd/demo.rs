@@ -297,7 +297,7 @@ pub async fn run_cli(args: DemoArgs) -> anyhow::Result<()> {
             store.url, store.db, summary.campaign_id, store.url, store.db
         );
     }
-    print!("{}", crate::ui::matrix::render(&summary));
+    print!("{}", crate::ui::matrix::render(summary));
     watch::write_json(summary, &path)?;
     // With ClickHouse, the sections that need each row's time come from there.
     let (source, extras) = match &store {
@@ -312,8 +312,8 @@ pub async fn run_cli(args: DemoArgs) -> anyhow::Result<()> {
         }
         None => ("memory", Default::default()),
     };
-    let model = latmesh_coordinator::report::model(&data, source, extras);
-    latmesh_coordinator::report::write(&model, latmesh_coordinator::report::Format::Html, &report)?;
+    let model = latmesh_report::model(&data, source, extras);
+    latmesh_report::write(&model, latmesh_report::Format::Html, &report)?;
     eprintln!(
         "demo finished in {:.0} s; JSON summary: {}",
         started.elapsed().as_secs_f64(),

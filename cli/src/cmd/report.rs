@@ -16,7 +16,7 @@ pub struct ReportArgs {
     out: Option<PathBuf>,
     /// Output format.
     #[arg(long, value_enum, default_value = "html")]
-    format: latmesh_coordinator::report::Format,
+    format: latmesh_report::Format,
 }
 
 /// Writes the report.
@@ -36,7 +36,7 @@ pub async fn run(args: ReportArgs) -> anyhow::Result<()> {
         .bound(
             url,
             "report",
-            latmesh_coordinator::report::from_clickhouse(url, &ch.clickhouse_db, &campaign_id),
+            from_clickhouse(url, &ch.clickhouse_db, &campaign_id),
         )
         .await?;
     let out = out.unwrap_or_else(|| {
@@ -45,9 +45,25 @@ pub async fn run(args: ReportArgs) -> anyhow::Result<()> {
             format.extension()
         ))
     });
-    latmesh_coordinator::report::write(&model, format, &out)?;
+    latmesh_report::write(&model, format, &out)?;
     if out != std::path::Path::new("-") {
         println!("report: {}", out.display());
     }
     Ok(())
+}
+
+/// The report model of the stored campaign `campaign_id` (database `db` at ClickHouse `url`):
+/// its data and the sections that need each row's time, read back by the store.
+///
+/// # Errors
+/// ClickHouse errors; a campaign that is not stored or has no results.
+pub async fn from_clickhouse(
+    url: &str,
+    db: &str,
+    campaign_id: &str,
+) -> anyhow::Result<latmesh_report::ReportModel> {
+    let client = latmesh_store::client(url);
+    let data = latmesh_store::query::report_data(&client, db, campaign_id).await?;
+    let extras = latmesh_store::query::extras(&client, db, &data).await?;
+    Ok(latmesh_report::model(&data, "clickhouse", extras))
 }

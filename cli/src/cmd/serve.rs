@@ -207,7 +207,7 @@ async fn serve_security(
         "admin token",
     )?;
     let tls = match (&sec.tls_cert, &sec.tls_key) {
-        (Some(cert), Some(key)) => Some(latmesh_coordinator::auth::server_tls(cert, key)?),
+        (Some(cert), Some(key)) => Some(latmesh_coordinator::tls_listener::server_tls(cert, key)?),
         _ => None,
     };
     let loopback = latmesh_coordinator::auth::is_loopback(listen).await;

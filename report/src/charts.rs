@@ -161,10 +161,7 @@ fn render(size: (u32, u32), draw: impl FnOnce(&Area) -> Result<(), String>) -> S
             .and_then(|()| root.present().map_err(err))
     };
     if let Err(e) = result {
-        return format!(
-            "<p class=\"chart-error\">chart not drawn: {}</p>",
-            super::html::escape(&e)
-        );
+        return maud::html! { p class="chart-error" { "chart not drawn: " (e) } }.into_string();
     }
     svg.replacen(r#" xmlns="http://www.w3.org/2000/svg""#, "", 1)
 }

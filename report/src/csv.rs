@@ -5,10 +5,9 @@
 //! 95 % interval). Sections: `matrix` (the summary's cells), `cdf` (x = ms, value = fraction), `itl` (quantiles), `sweep` (x = concurrency),
 //! `rate`, `windows` (x = window label), `time_series` (x = bucket start, UTC s). Values are
 //! written with Rust's shortest round-trip formatting, the digits the JSON has.
+//! Fields are written by the `csv` crate, quoted only when they hold `,`, `"`, `\n` or `\r`.
 
-use std::fmt::Write as _;
-
-use super::model::ReportModel;
+use crate::model::ReportModel;
 use latmesh_core::plan::DEFAULT_PERCENTILES;
 use latmesh_results::summary::Percentiles;
 
@@ -17,17 +16,26 @@ pub const COLUMNS: [&str; 8] = [
     "section", "scenario", "region", "provider", "metric", "stat", "x", "value",
 ];
 
-fn field(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
-}
-
-struct Out(String);
+/// The CSV writer of a report: the `csv` crate's, quoting a field only when it holds `,`, `"`,
+/// `\n` or `\r` (quotes doubled), lines ending in `\n`.
+struct Out(csv::Writer<Vec<u8>>);
 
 impl Out {
+    fn new() -> Out {
+        let mut w = csv::WriterBuilder::new()
+            .quote_style(csv::QuoteStyle::Necessary)
+            .terminator(csv::Terminator::Any(b'\n'))
+            .from_writer(Vec::new());
+        w.write_record(COLUMNS).expect("writing to memory");
+        Out(w)
+    }
+
+    /// The text written so far.
+    fn finish(self) -> String {
+        let bytes = self.0.into_inner().expect("writing to memory");
+        String::from_utf8(bytes).expect("UTF-8 fields")
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn row(
         &mut self,
@@ -40,17 +48,10 @@ impl Out {
         x: &str,
         value: f64,
     ) {
-        let _ = writeln!(
-            self.0,
-            "{},{},{},{},{},{},{},{value}",
-            field(section),
-            field(scenario),
-            field(region),
-            field(provider),
-            field(metric),
-            field(stat),
-            field(x)
-        );
+        let value = value.to_string();
+        self.0
+            .write_record([section, scenario, region, provider, metric, stat, x, &value])
+            .expect("writing to memory");
     }
 
     /// When `p` is present: its sample count (`n`), then per percentile (P50, P90, P95, P99
@@ -88,7 +89,7 @@ impl Out {
 
 /// The CSV text of `m`.
 pub fn render(m: &ReportModel) -> String {
-    let mut o = Out(COLUMNS.join(",") + "\n");
+    let mut o = Out::new();
     for c in &m.matrix {
         let key = [
             "matrix",
@@ -329,7 +330,7 @@ pub fn render(m: &ReportModel) -> String {
             );
         }
     }
-    o.0
+    o.finish()
 }
 
 #[cfg(test)]
@@ -338,8 +339,12 @@ mod tests {
 
     #[test]
     fn fields_are_quoted_when_needed() {
-        assert_eq!(field("plain"), "plain");
-        assert_eq!(field("a,b"), "\"a,b\"");
-        assert_eq!(field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        let mut o = Out::new();
+        o.row("plain", "a,b", "say \"hi\"", "l\nf", "c\rr", "", "x", 1.5);
+        assert_eq!(
+            o.finish(),
+            "section,scenario,region,provider,metric,stat,x,value\n\
+             plain,\"a,b\",\"say \"\"hi\"\"\",\"l\nf\",\"c\rr\",,x,1.5\n"
+        );
     }
 }

@@ -6,8 +6,9 @@
 //! in [`charts`]), as JSON (the model itself) or as a long CSV ([`csv`]). The three carry the
 //! same numbers, and the matrix cells are the summary's own. Sections that need each row's
 //! time (peak vs off-peak, latency over time) come from ClickHouse only
-//! ([`latmesh_store::query::extras`]); from memory the report says so.
+//! (`latmesh_store::query::extras`); from memory the report says so.
 
+pub mod analysis_html;
 pub mod charts;
 pub mod csv;
 pub mod html;
@@ -22,7 +23,8 @@ pub use model::{Extras, ReportModel};
 use latmesh_results::report_data::ReportData;
 
 /// Output format of a report.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum Format {
     /// One self-contained HTML page (inline CSS and SVG, no script, nothing fetched).
     Html,
@@ -68,21 +70,6 @@ pub fn model(data: &ReportData, source: &str, extras: Extras) -> ReportModel {
         m.analysis_html = Some(a.html);
     }
     m
-}
-
-/// The report model of the stored campaign `campaign_id` (database `db` at ClickHouse `url`).
-///
-/// # Errors
-/// ClickHouse errors; a campaign that is not stored or has no results.
-pub async fn from_clickhouse(
-    url: &str,
-    db: &str,
-    campaign_id: &str,
-) -> anyhow::Result<ReportModel> {
-    let client = latmesh_store::client(url);
-    let data = latmesh_store::query::report_data(&client, db, campaign_id).await?;
-    let extras = latmesh_store::query::extras(&client, db, &data).await?;
-    Ok(model(&data, "clickhouse", extras))
 }
 
 /// `m` rendered as `format`.

@@ -7,7 +7,7 @@ use latmesh_core::load::LoadModel;
 use latmesh_core::metrics::Metric;
 use serde::Serialize;
 
-use crate::budget::BudgetSummary;
+use latmesh_results::budget::BudgetSummary;
 use latmesh_results::load_stats::{RateRow, SweepRow};
 use latmesh_results::model_stats::ModelRow;
 use latmesh_results::report_data::{ALL, ReportData};
