@@ -224,7 +224,7 @@ pub async fn launch(
 
 /// [`launch`] with budget caps (`--max-cost`, `--max-tokens`: [`crate::cmd::series::BudgetArgs::caps`]) and `--allow-missing-keys`
 /// (targeted agents may lack a provider's API key variable: the reply's `warnings` name
-/// them; without it such a launch is refused, see [`crate::keys`]). A plan with a schedule
+/// them; without it such a launch is refused, see [`latmesh_coordinator::keys`]). A plan with a schedule
 /// starts a series (the reply's `series`).
 ///
 /// # Errors
