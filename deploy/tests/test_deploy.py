@@ -1193,7 +1193,7 @@ def stages(path):
 
 @pytest.mark.parametrize("name, package, binary", [
     ("Containerfile.agent", "latmesh-agent", "latmesh-agent"),
-    ("Containerfile.coordinator", "latmesh-coordinator", "latmesh"),
+    ("Containerfile.coordinator", "latmesh-cli", "latmesh"),
 ])
 def test_containerfile(name, package, binary):
     st = stages(CONTAINER / name)
