@@ -401,6 +401,16 @@ pub struct Plan {
     /// plans without it keep their [`Plan::hash`]. Agents ignore it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selection: Option<crate::selection::Selection>,
+    /// Compatibility checks to run with `latmesh compat` (the file's `[compat]` section,
+    /// [`crate::compat::CompatSpec`]); `None` without it. Absent from the JSON when `None`.
+    /// Agents ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compat: Option<crate::compat::CompatSpec>,
+    /// Quality parity to run with `latmesh compat` (the file's `[quality]` section,
+    /// [`crate::quality::QualitySpec`]); `None` without it. Absent from the JSON when `None`.
+    /// Agents ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quality: Option<crate::quality::QualitySpec>,
     /// The percentiles the summary, the matrices and the reports show (`[campaign]
     /// percentiles`), each in (0, 100), ascending, unique, at most [`MAX_PERCENTILES`];
     /// [`DEFAULT_PERCENTILES`] unless the
@@ -663,6 +673,8 @@ pub(crate) mod tests {
             windows: Vec::new(),
             schedule: None,
             selection: None,
+            compat: None,
+            quality: None,
             percentiles: default_percentiles(),
         }
     }

@@ -24,6 +24,7 @@ pub mod fixtures;
 pub mod load_stats;
 pub mod matrix;
 pub mod model_stats;
+pub mod parity;
 pub mod percentiles;
 pub mod report_data;
 pub mod saturation;

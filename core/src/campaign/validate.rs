@@ -121,6 +121,8 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
         windows,
         schedule,
         selection,
+        compat: None,
+        quality: None,
         percentiles,
     })
 }

@@ -1,0 +1,373 @@
+//! Quality parity (docs/metrics.md, "Quality parity"): a shipped, versioned set of prompts
+//! whose answers a machine can check ([`prompt_set`]), the grader ([`grade`]), the row one
+//! sampled answer becomes ([`QualitySample`]) and the fingerprint of a provider's answers
+//! ([`answers_fingerprint`]) that `latmesh check` compares against a baseline.
+//!
+//! Every prompt asks the model to end its reply with `Answer: <answer>`; the grader reads
+//! the text after the last such marker (else the last non-empty line), normalizes it and
+//! compares it with the prompt's [`Expected`] answer. Only the normalized final answer, cut
+//! to [`MAX_ANSWER_BYTES`], is ever kept; the reply itself never leaves the engine (never
+//! logged or stored).
+//!
+//! Pure: no I/O (the set is compiled in from `core/prompts/quality-v1.json`).
+
+use std::sync::LazyLock;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::record::Outcome;
+
+/// Name and version of the shipped prompt set; stored with every sample. Bump (a new file)
+/// when a prompt or an expected answer changes.
+pub const QUALITY_SET_VERSION: &str = "quality-v1";
+
+/// Longest normalized answer kept in a [`QualitySample`], bytes (cut on a character
+/// boundary, the `…` included).
+pub const MAX_ANSWER_BYTES: usize = 64;
+
+/// The marker the instruction asks every reply to end with.
+pub const ANSWER_MARKER: &str = "Answer:";
+
+/// What kind of knowledge a prompt checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Category {
+    /// Exact arithmetic.
+    Arithmetic,
+    /// A fixed fact.
+    Fact,
+    /// Extraction into a given JSON shape.
+    Extraction,
+    /// The output of a short program.
+    Code,
+}
+
+/// The expected answer of a prompt and how a reply is compared with it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Expected {
+    /// A number: the answer's first number (commas between digit groups removed) equals it
+    /// within 1e-9 relative.
+    Number(f64),
+    /// Any of these texts, compared normalized ([`normalize`]).
+    Text(Vec<String>),
+    /// A JSON object: the first `{…}` of the answer (or of the whole reply) parses and
+    /// equals it (numbers compared as numbers, strings normalized).
+    Json(serde_json::Value),
+    /// A program's output, compared normalized.
+    Output(String),
+}
+
+/// One prompt of the set.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QualityPrompt {
+    /// Stable id (`arith-01`, …): stored with every sample.
+    pub id: String,
+    /// Its category.
+    pub category: Category,
+    /// The user message, without the set's instruction ([`QualitySet::instruction`]).
+    pub prompt: String,
+    /// The expected answer.
+    pub expected: Expected,
+}
+
+/// The whole shipped set.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QualitySet {
+    /// Must equal [`QUALITY_SET_VERSION`].
+    pub set: String,
+    /// The system message sent before every prompt.
+    pub instruction: String,
+    /// The prompts, in order.
+    pub prompts: Vec<QualityPrompt>,
+}
+
+static SET: LazyLock<QualitySet> = LazyLock::new(|| {
+    let set: QualitySet = serde_json::from_str(include_str!("../../prompts/quality-v1.json"))
+        .expect("core/prompts/quality-v1.json parses (checked by a unit test)");
+    set
+});
+
+/// The shipped prompt set ([`QUALITY_SET_VERSION`]).
+pub fn prompt_set() -> &'static QualitySet {
+    &SET
+}
+
+/// The prompt of the set whose user message is `user_text` (exactly, after trimming), for the
+/// simulator's ground truth; `None` for any other text.
+pub fn find_by_text(user_text: &str) -> Option<&'static QualityPrompt> {
+    let t = user_text.trim();
+    SET.prompts.iter().find(|p| p.prompt.trim() == t)
+}
+
+/// The validated `[quality]` section of a campaign file.
+///
+/// ```toml
+/// [quality]
+/// samples = 3                 # optional (default 3, 1..=20): answers per prompt and provider
+/// prompt_ids = ["arith-*"]    # optional (default: the whole set): ids or `prefix*` patterns
+/// max_tokens = 512            # optional (default 512): output cap of each request
+/// providers = ["fast-lane"]   # optional (default: every provider)
+/// timeout_s = 60              # optional (default 60): total timeout of each request
+/// ```
+///
+/// Requests are sent at temperature 0 (top_p 1), streamed, with the set's instruction as
+/// the system message.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QualitySpec {
+    /// Answers per prompt and provider (1..=20).
+    pub samples: u32,
+    /// Prompt ids of the set to send (resolved from the patterns, in set order, not empty).
+    pub prompt_ids: Vec<String>,
+    /// Output cap of each request.
+    pub max_tokens: u32,
+    /// Provider names (each one of the campaign's); empty: every provider.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub providers: Vec<String>,
+    /// Total timeout of each request, seconds (> 0).
+    pub timeout_s: f64,
+}
+
+/// Default [`QualitySpec::samples`].
+pub const DEFAULT_SAMPLES: u32 = 3;
+/// Default [`QualitySpec::max_tokens`].
+pub const DEFAULT_MAX_TOKENS: u32 = 512;
+/// Default [`QualitySpec::timeout_s`].
+pub const DEFAULT_QUALITY_TIMEOUT_S: f64 = 60.0;
+
+impl Default for QualitySpec {
+    fn default() -> Self {
+        QualitySpec {
+            samples: DEFAULT_SAMPLES,
+            prompt_ids: prompt_set().prompts.iter().map(|p| p.id.clone()).collect(),
+            max_tokens: DEFAULT_MAX_TOKENS,
+            providers: Vec::new(),
+            timeout_s: DEFAULT_QUALITY_TIMEOUT_S,
+        }
+    }
+}
+
+/// A grading: whether the reply's final answer is the expected one, and that answer
+/// normalized and cut to [`MAX_ANSWER_BYTES`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grade {
+    /// The final answer equals the expected one.
+    pub correct: bool,
+    /// The final answer, normalized ([`normalize`]) and cut.
+    pub answer: String,
+}
+
+/// The final answer of a reply: the text after the last [`ANSWER_MARKER`] (ASCII
+/// case-insensitive), else the last non-empty line; trimmed.
+pub fn extract_answer(reply: &str) -> &str {
+    let lower = reply.to_ascii_lowercase();
+    if let Some(i) = lower.rfind(&ANSWER_MARKER.to_ascii_lowercase()) {
+        return reply[i + ANSWER_MARKER.len()..].trim();
+    }
+    reply
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("")
+}
+
+/// Normal form of an answer for comparison and agreement: Unicode-lowercased, Markdown
+/// emphasis/code marks (`*`, `` ` ``, `_` at the ends) and surrounding quotes removed,
+/// whitespace runs collapsed to one space, trailing `.`/`!` removed.
+pub fn normalize(answer: &str) -> String {
+    let collapsed = answer.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut s = collapsed.as_str();
+    loop {
+        let t = s
+            .trim_matches(|c: char| matches!(c, '*' | '`' | '"' | '\'' | '_' | ' '))
+            .trim_end_matches(['.', '!']);
+        if t.len() == s.len() {
+            break;
+        }
+        s = t;
+    }
+    s.to_lowercase()
+}
+
+/// Grades `reply` against `prompt`'s expected answer.
+pub fn grade(prompt: &QualityPrompt, reply: &str) -> Grade {
+    let raw = extract_answer(reply);
+    let answer = normalize(raw);
+    let correct = match &prompt.expected {
+        Expected::Number(want) => first_number(&answer)
+            .is_some_and(|got| (got - want).abs() <= want.abs().max(1.0) * 1e-9),
+        Expected::Text(any) => any.iter().any(|t| normalize(t) == answer),
+        Expected::Output(out) => normalize(out) == answer,
+        Expected::Json(want) => first_json_object(raw)
+            .or_else(|| first_json_object(reply))
+            .is_some_and(|got| json_equal(&got, want)),
+    };
+    Grade {
+        correct,
+        answer: crate::record::truncate_message(&answer, MAX_ANSWER_BYTES - '…'.len_utf8()),
+    }
+}
+
+/// The first number in `s` (an optional `-`, digits with `,` group separators, an optional
+/// fraction).
+fn first_number(s: &str) -> Option<f64> {
+    let b = s.as_bytes();
+    let start = b.iter().position(|c| c.is_ascii_digit())?;
+    let neg = start > 0 && b[start - 1] == b'-';
+    let mut num = String::new();
+    for &c in &b[start..] {
+        match c {
+            b'0'..=b'9' | b'.' => num.push(c as char),
+            b',' => {}
+            _ => break,
+        }
+    }
+    let num = num.trim_end_matches('.');
+    num.parse::<f64>().ok().map(|v| if neg { -v } else { v })
+}
+
+/// The first `{…}` of `s` that parses as a JSON object.
+fn first_json_object(s: &str) -> Option<serde_json::Value> {
+    let start = s.find('{')?;
+    let end = s.rfind('}')?;
+    (end > start)
+        .then(|| serde_json::from_str::<serde_json::Value>(&s[start..=end]).ok())
+        .flatten()
+        .filter(serde_json::Value::is_object)
+}
+
+/// JSON equality with numbers compared as `f64` and strings normalized.
+fn json_equal(got: &serde_json::Value, want: &serde_json::Value) -> bool {
+    use serde_json::Value as V;
+    match (got, want) {
+        (V::Number(a), V::Number(b)) => a.as_f64() == b.as_f64(),
+        (V::String(a), V::String(b)) => normalize(a) == normalize(b),
+        (V::Object(a), V::Object(b)) => {
+            a.len() == b.len()
+                && b.iter()
+                    .all(|(k, wv)| a.get(k).is_some_and(|gv| json_equal(gv, wv)))
+        }
+        (V::Array(a), V::Array(b)) => {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| json_equal(x, y))
+        }
+        (a, b) => a == b,
+    }
+}
+
+/// One sampled answer of one provider to one prompt: the row `latmesh compat` stores and
+/// the quality-parity analysis reads.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QualitySample {
+    /// Provider name from the campaign file.
+    pub provider: String,
+    /// [`QualityPrompt::id`].
+    pub prompt_id: String,
+    /// 0-based sample index (several samples per prompt at temperature 0).
+    pub sample: u32,
+    /// How the request ended; only `ok` samples are graded.
+    pub outcome: Outcome,
+    /// The grade; `None` when the request did not end `ok`.
+    pub correct: Option<bool>,
+    /// The normalized final answer, cut to [`MAX_ANSWER_BYTES`] and scrubbed of secrets;
+    /// empty when not `ok`.
+    pub answer: String,
+    /// [`answer_hash`] of the whole normalized final answer (before the cut); empty when not
+    /// `ok`.
+    pub answer_hash: String,
+    /// Output tokens of the reply (the record's `output_tokens`).
+    pub output_tokens: u32,
+    /// The `model` the provider answered with, when sent.
+    pub answered_model: Option<String>,
+}
+
+/// A stable 16-hex-digit hash of a normalized answer (the first 8 bytes of its SHA-256).
+pub fn answer_hash(normalized: &str) -> String {
+    hex::encode(&Sha256::digest(normalized.as_bytes())[..8])
+}
+
+/// The fingerprint of one provider's answers: per prompt (sorted by id), its most frequent
+/// `answer_hash` over `ok` samples (ties: the smaller hash), hashed together with the prompt
+/// ids; 16 hex digits. `None` without `ok` samples. Two runs of an unchanged model at
+/// temperature 0 give the same fingerprint unless its modal answer to a prompt changed.
+pub fn answers_fingerprint<'a>(
+    samples: impl IntoIterator<Item = &'a QualitySample>,
+) -> Option<String> {
+    let modal = modal_answers(samples);
+    if modal.is_empty() {
+        return None;
+    }
+    let mut h = Sha256::new();
+    for (id, hash) in &modal {
+        h.update(id.as_bytes());
+        h.update(b"=");
+        h.update(hash.as_bytes());
+        h.update(b"\n");
+    }
+    Some(hex::encode(&h.finalize()[..8]))
+}
+
+/// Per prompt id (sorted), the most frequent `answer_hash` among `ok` samples (ties: the
+/// smaller hash).
+pub fn modal_answers<'a>(
+    samples: impl IntoIterator<Item = &'a QualitySample>,
+) -> std::collections::BTreeMap<String, String> {
+    use std::collections::BTreeMap;
+    let mut counts: BTreeMap<&str, BTreeMap<&str, u32>> = BTreeMap::new();
+    for s in samples {
+        if s.outcome == Outcome::Ok && !s.answer_hash.is_empty() {
+            *counts
+                .entry(&s.prompt_id)
+                .or_default()
+                .entry(&s.answer_hash)
+                .or_default() += 1;
+        }
+    }
+    counts
+        .into_iter()
+        .filter_map(|(id, hs)| {
+            let best = hs
+                .iter()
+                .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))?
+                .0
+                .to_string();
+            Some((id.to_string(), best))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_set_parses_and_each_expected_answer_grades_correct() {
+        let set = prompt_set();
+        assert_eq!(set.set, QUALITY_SET_VERSION);
+        assert!(!set.prompts.is_empty());
+        let mut ids = std::collections::BTreeSet::new();
+        for p in &set.prompts {
+            assert!(ids.insert(&p.id), "duplicate id {}", p.id);
+            let reply = match &p.expected {
+                Expected::Number(n) => format!("Working it out.\nAnswer: {n}"),
+                Expected::Text(t) => format!("Answer: {}", t[0]),
+                Expected::Json(v) => format!("Answer: {v}"),
+                Expected::Output(o) => format!("It prints:\nAnswer: {o}"),
+            };
+            assert!(grade(p, &reply).correct, "{}: {reply}", p.id);
+            assert!(!grade(p, "Answer: I do not know").correct, "{}", p.id);
+            assert_eq!(find_by_text(&p.prompt).map(|q| &q.id), Some(&p.id));
+        }
+    }
+
+    #[test]
+    fn extraction_and_normalization() {
+        assert_eq!(extract_answer("blah\nanswer: **391**."), "**391**.");
+        assert_eq!(normalize("**391**."), "391");
+        assert_eq!(extract_answer("first\n\n  last line \n"), "last line");
+        assert_eq!(first_number("about 1,234.5 units"), Some(1234.5));
+        assert_eq!(first_number("-7"), Some(-7.0));
+    }
+}
