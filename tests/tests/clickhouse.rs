@@ -88,6 +88,8 @@ fn plan() -> Plan {
         windows: Vec::new(),
         schedule: None,
         selection: None,
+        compat: None,
+        quality: None,
         percentiles: latmesh_core::plan::default_percentiles(),
     }
 }

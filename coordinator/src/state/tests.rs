@@ -61,6 +61,8 @@ pub(crate) fn plan() -> Plan {
         windows: Vec::new(),
         schedule: None,
         selection: None,
+        compat: None,
+        quality: None,
         percentiles: latmesh_core::plan::default_percentiles(),
     }
 }
