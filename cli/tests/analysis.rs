@@ -346,6 +346,7 @@ fn data() -> ReportData {
         summary,
         plan,
         hists,
+        compat: Default::default(),
     }
 }
 
@@ -564,6 +565,7 @@ fn selection_data(plan: latmesh_core::plan::Plan, measured: Vec<Measured>) -> Re
         summary,
         plan,
         hists,
+        compat: Default::default(),
     }
 }
 

@@ -70,6 +70,32 @@ pub struct MeasuredScores {
     pub quality: Option<f64>,
 }
 
+/// What one `latmesh compat` run measured, as a report shows it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CompatReport {
+    /// The run's id (empty when none ran).
+    pub run_id: String,
+    /// Compatibility results per provider (empty when the checks were not run).
+    pub compat: Vec<ProviderCompat>,
+    /// Quality parity (`None` when not run).
+    pub quality: Option<QualityParity>,
+}
+
+impl CompatReport {
+    /// Whether nothing was measured.
+    pub fn is_empty(&self) -> bool {
+        self.compat.is_empty() && self.quality.is_none()
+    }
+
+    /// The measured scores per provider ([`measured_scores`]).
+    pub fn measured(&self) -> BTreeMap<String, MeasuredScores> {
+        measured_scores(
+            &self.compat,
+            self.quality.as_ref().unwrap_or(&QualityParity::default()),
+        )
+    }
+}
+
 /// Groups compatibility results by provider (order first seen), each scored.
 pub fn compat_by_provider(results: &[CompatResult]) -> Vec<ProviderCompat> {
     let mut order: Vec<String> = Vec::new();

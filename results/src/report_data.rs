@@ -39,6 +39,9 @@ pub struct ReportData {
     /// Merged histograms of `ok` attempts, µs, every sweep step merged; one per cell and
     /// metric that has samples, for every region and [`ALL`].
     pub hists: BTreeMap<CellMetric, Histogram<u64>>,
+    /// What `latmesh compat` measured for this campaign (compatibility checks, quality
+    /// parity); empty when it was not run.
+    pub compat: crate::parity::CompatReport,
 }
 
 impl ReportData {
@@ -75,6 +78,7 @@ impl ReportData {
             summary,
             plan,
             hists,
+            compat: Default::default(),
         }
     }
 

@@ -483,6 +483,7 @@ async fn ranks_per_region_and_time_window() {
         summary,
         plan,
         hists: Default::default(),
+        compat: Default::default(),
     };
     let mut analysis = latmesh_results::analysis::analyze(&data);
     assert_eq!(

@@ -145,6 +145,7 @@ pub async fn report_data(
         summary,
         plan,
         hists,
+        compat: Default::default(),
     };
     // A summary rebuilt from ClickHouse has no rate rows of its own.
     let rates = rate_rows(client, db, &data).await?;
