@@ -111,9 +111,9 @@ pub fn find_by_text(user_text: &str) -> Option<&'static QualityPrompt> {
 /// [quality]
 /// samples = 3                 # optional (default 3, 1..=20): answers per prompt and provider
 /// prompt_ids = ["arith-*"]    # optional (default: the whole set): ids or `prefix*` patterns
-/// max_tokens = 512            # optional (default 512): output cap of each request
+/// max_tokens = 512            # optional (default 512, 1..=32768): output cap of each request
 /// providers = ["fast-lane"]   # optional (default: every provider)
-/// timeout_s = 60              # optional (default 60): total timeout of each request
+/// timeout_s = 60              # optional (default 60, at most 86400): total timeout of each request
 /// ```
 ///
 /// Requests are sent at temperature 0 (top_p 1), streamed, with the set's instruction as
@@ -135,8 +135,12 @@ pub struct QualitySpec {
 
 /// Default [`QualitySpec::samples`].
 pub const DEFAULT_SAMPLES: u32 = 3;
+/// Most [`QualitySpec::samples`].
+pub const MAX_SAMPLES: u32 = 20;
 /// Default [`QualitySpec::max_tokens`].
 pub const DEFAULT_MAX_TOKENS: u32 = 512;
+/// Largest [`QualitySpec::max_tokens`].
+pub const MAX_QUALITY_MAX_TOKENS: u32 = 32_768;
 /// Default [`QualitySpec::timeout_s`].
 pub const DEFAULT_QUALITY_TIMEOUT_S: f64 = 60.0;
 
