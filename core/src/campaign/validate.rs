@@ -107,8 +107,13 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
     let schedule = validate_schedule(&file, &timezones, &windows)?;
     let compat = validate_compat(file.compat.as_ref(), &providers)?;
     let quality = validate_quality(file.quality.as_ref(), &providers)?;
-    let selection = super::selection::validate(file.selection.as_ref(), &providers)
-        .map_err(|(key, message)| invalid(key, message))?;
+    let selection = super::selection::validate(
+        file.selection.as_ref(),
+        &providers,
+        compat.as_ref(),
+        quality.as_ref(),
+    )
+    .map_err(|(key, message)| invalid(key, message))?;
     let percentiles = validate_percentiles(c.percentiles.as_deref())?;
 
     Ok(Plan {
