@@ -53,6 +53,7 @@ pub mod region;
 pub mod render;
 pub mod replay;
 pub mod request;
+pub mod script;
 pub mod text;
 pub mod truth;
 

@@ -120,6 +120,37 @@ pub struct ProviderProfile {
     /// Hostile behaviour: key echoes, huge fields, absurd usage ([`crate::hostile`]); all
     /// off by default.
     pub hostile: crate::hostile::Hostile,
+    /// Stop sequences (Chat `stop`, Anthropic `stop_sequences`; default
+    /// [`Feature::Supported`]): the answer is cut before the first occurrence of any of them
+    /// and ends with finish reason `stop` (Anthropic: `stop_reason: "stop_sequence"` and the
+    /// matched `stop_sequence`). The Responses API has no stop parameter.
+    pub stop: Feature,
+    /// JSON mode (Chat `response_format` `json_object` / `json_schema`, Responses
+    /// `text.format`; default [`Feature::Supported`]): the answer is one compact JSON object
+    /// (`{"city":"Paris","country":"France"}` for
+    /// [`JSON_PROMPT`](latmesh_core::compat::JSON_PROMPT), a small object of filler words for
+    /// any other prompt). Ignored: prose. The Anthropic API has no JSON mode.
+    pub json_mode: Feature,
+    /// Tool calls (default [`Feature::Supported`]): a request declaring `tools` is answered
+    /// with one call of the first tool, arguments `{"city":"Paris"}` streamed in three
+    /// fragments (Chat `delta.tool_calls`, finish `tool_calls`; Anthropic a `tool_use` block
+    /// of `input_json_delta`s, `stop_reason: "tool_use"`; Responses a `function_call` item
+    /// with `response.function_call_arguments.delta`s). Ignored: a prose answer.
+    pub tool_calls: Feature,
+}
+
+/// What a provider does with an optional request feature (stop sequences, JSON mode, tool
+/// calls) when a request asks for it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Feature {
+    /// Honoured (the default).
+    #[default]
+    Supported,
+    /// Accepted and not applied: the answer is what it would be without the field.
+    Ignored,
+    /// Refused: HTTP 400 naming the field, in the API's error shape.
+    Rejected,
 }
 
 /// How a provider treats the reasoning of earlier turns sent back with assistant messages:
@@ -175,6 +206,9 @@ impl Default for ProviderProfile {
             requires_max_completion_tokens: false,
             capacity: 0,
             hostile: crate::hostile::Hostile::default(),
+            stop: Feature::Supported,
+            json_mode: Feature::Supported,
+            tool_calls: Feature::Supported,
         }
     }
 }

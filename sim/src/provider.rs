@@ -44,8 +44,8 @@ use crate::profile::ProviderProfile;
 use crate::region::REGION_HEADER;
 use crate::render::{self, ErrorKind, Frame, Mark, Render};
 use crate::request::SimRequest;
-use crate::text;
 use crate::truth::{ConnTap, PROBE_ID_HEADER, Recorder, TruthLog};
+use crate::{script, text};
 
 /// Response header: planned server-side delay from the response headers to the first
 /// token chunk, in µs (region delay excluded).
@@ -278,20 +278,37 @@ async fn answer(
     let invalid = |msg: &str, param: Option<&str>| {
         render::error_response(api, &echo, ErrorKind::InvalidRequest, msg, param)
     };
-    let req = match SimRequest::parse(api, body, profile) {
+    let mut req = match SimRequest::parse(api, body, profile) {
         Ok(r) => r,
         Err(e) => return invalid(&e.message, e.param.as_deref()),
     };
+    if let Err(e) = req.apply_features(profile) {
+        return invalid(&e.message, e.param.as_deref());
+    }
     if let Some(msg) = req.reasoning_passback_error(profile.reasoning_passback) {
         return invalid(&msg, None);
     }
     let index = provider.requests.fetch_add(1, Ordering::Relaxed);
     let mut rng = plan::request_rng(st.seed, name, index);
+    let answer_key = req.answer_key();
+    let cjk = text::is_mostly_cjk(&req.prompt_text());
+    let script = script::script(
+        &req,
+        plan::natural_tokens(profile, answer_key),
+        answer_key,
+        cjk,
+    );
     let input = PlanInput {
         prompt_tokens: req.prompt_tokens(),
         max_tokens: req.max_tokens,
-        answer_key: req.answer_key(),
+        answer_key,
         thinking: req.thinking,
+        scripted: script.as_ref().map(|s| {
+            (
+                u32::try_from(s.tokens.len()).unwrap_or(u32::MAX),
+                s.finish(),
+            )
+        }),
     };
     let decision = plan::plan(profile, &input, req.stream, st.time_scale, &mut rng);
     let caller = req_headers.get(REGION_HEADER).and_then(|v| v.to_str().ok());
@@ -358,8 +375,9 @@ async fn answer(
         reasoning_fields: profile.reasoning_tokens_max > 0,
         prompt_tokens: input.prompt_tokens,
         answer_key: input.answer_key,
-        cjk: text::is_mostly_cjk(&req.prompt_text()),
+        cjk,
         echo,
+        script,
     };
 
     if req.stream {

@@ -13,6 +13,8 @@ use tokio::time::Instant;
 use crate::{ProviderProfile, SimConfig};
 
 mod apis;
+mod compat;
+mod prober;
 
 /// A response read off the wire.
 struct Raw {

@@ -2,7 +2,10 @@
 //! `data: {"object":"chat.completion.chunk",…}` lines, the finish chunk, the usage chunk when
 //! `stream_options.include_usage` asked for it, `data: [DONE]`; a whole `chat.completion`
 //! when not streamed. The stream-error fault sends `data: {"error":{…}}` (as vLLM and the
-//! gateways do) and ends the body without `[DONE]`.
+//! gateways do) and ends the body without `[DONE]`. A tool call ([`crate::script`]) is
+//! streamed as `delta.tool_calls` (the first with `index`, `id`, `type` and the function's
+//! `name`, each carrying one argument fragment) and ends with finish `tool_calls`; not
+//! streamed, `message.tool_calls` with `content: null`.
 
 use axum::body::Bytes;
 use serde_json::json;
@@ -15,6 +18,8 @@ use crate::text::TokenKind;
 #[derive(Default)]
 pub struct Chat {
     role_sent: bool,
+    /// The tool call's first delta (id and name) has gone out.
+    tool_started: bool,
 }
 
 /// One chunk's `data:` line with `model`, `system_fingerprint`, `choices` and a `tail`
@@ -97,6 +102,17 @@ impl Dialect for Chat {
     }
 
     fn tokens(&mut self, r: &Render, kind: TokenKind, text: &str) -> (Vec<Bytes>, Bytes) {
+        if let (TokenKind::Content, Some(name)) = (kind, r.tool()) {
+            // The first fragment carries the call's id and name; the rest only arguments.
+            let call = if std::mem::replace(&mut self.tool_started, true) {
+                json!({"index": 0, "function": {"arguments": text}})
+            } else {
+                json!({"index": 0, "id": r.tool_call_id("call_"), "type": "function",
+                    "function": {"name": name, "arguments": text}})
+            };
+            let delta = json!({"tool_calls": [call]}).to_string();
+            return (self.role_once(r), delta_chunk(r, &delta, None));
+        }
         let text = serde_json::to_string(text).unwrap_or_default();
         let delta = match (kind, r.reasoning_fields) {
             (TokenKind::Content, false) => format!("{{\"content\":{text}}}"),
@@ -137,10 +153,16 @@ impl Dialect for Chat {
 
 /// The body of a non-streamed answer (`chat.completion`).
 pub fn body(r: &Render, a: &AnswerPlan) -> String {
-    let mut message = json!({
-        "role": "assistant",
-        "content": r.echo.field(&r.text(TokenKind::Content, 0, a.content_tokens)),
-    });
+    let content = r.text(TokenKind::Content, 0, a.content_tokens);
+    let mut message = match r.tool() {
+        Some(name) => json!({
+            "role": "assistant",
+            "content": null,
+            "tool_calls": [{"id": r.tool_call_id("call_"), "type": "function",
+                "function": {"name": name, "arguments": content}}],
+        }),
+        None => json!({"role": "assistant", "content": r.echo.field(&content)}),
+    };
     if r.reasoning_fields {
         message["reasoning_content"] = json!(r.text(TokenKind::Reasoning, 0, a.reasoning_tokens));
     }

@@ -36,6 +36,7 @@ use serde_json::{Value, json};
 use crate::hostile::Echo;
 use crate::plan::AnswerPlan;
 use crate::profile::ProviderProfile;
+use crate::script::Script;
 use crate::text::{self, TokenKind};
 
 /// What a renderer needs besides the plan.
@@ -60,14 +61,39 @@ pub struct Render {
     pub cjk: bool,
     /// What a hostile profile adds ([`crate::hostile`]; inactive otherwise).
     pub echo: Echo,
+    /// The scripted content ([`crate::script`]), when the request gets one: its tokens
+    /// replace the filler, and a tool call is rendered as the API writes one.
+    pub script: Option<Script>,
 }
 
 impl Render {
-    /// The text of tokens `first..first + count` of `kind`.
+    /// The text of tokens `first..first + count` of `kind` (content: the script's when
+    /// there is one).
     pub fn text(&self, kind: TokenKind, first: u32, count: u32) -> String {
+        if let (TokenKind::Content, Some(s)) = (kind, &self.script) {
+            return s.text(first, count);
+        }
         (first..first + count)
             .map(|i| text::token_text(self.answer_key, kind, i, self.cjk))
             .collect()
+    }
+
+    /// The tool the answer calls, when it is a tool call.
+    pub fn tool(&self) -> Option<&str> {
+        self.script.as_ref()?.tool.as_deref()
+    }
+
+    /// The stop sequence the content was cut before, when one matched.
+    pub fn stop_sequence(&self) -> Option<&str> {
+        self.script.as_ref()?.stop_sequence.as_deref()
+    }
+
+    /// The id of this response's tool call: `prefix` (`call_`, `toolu_`, `fc_`) and the
+    /// response id's random part.
+    pub fn tool_call_id(&self, prefix: &str) -> String {
+        let tail = self.id.rsplit('_').next().unwrap_or(&self.id);
+        let tail = tail.strip_prefix("chatcmpl-").unwrap_or(tail);
+        format!("{prefix}{tail}")
     }
 }
 
