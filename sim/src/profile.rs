@@ -137,6 +137,20 @@ pub struct ProviderProfile {
     /// of `input_json_delta`s, `stop_reason: "tool_use"`; Responses a `function_call` item
     /// with `response.function_call_arguments.delta`s). Ignored: a prose answer.
     pub tool_calls: Feature,
+    /// The model name answered (`model` of every chunk, event and body) in place of the one
+    /// the request asked for (default `None`: echo the request's `model`, else the first of
+    /// [`models`](Self::models)).
+    pub answer_model: Option<String>,
+    /// The Chat Completions `system_fingerprint` of every chunk and body (default `None`:
+    /// the field is left out). The other APIs have none.
+    pub system_fingerprint: Option<String>,
+    /// The API key the provider accepts (default `None`: any key, or none). When set, a
+    /// request whose key (`Authorization: Bearer KEY` or `x-api-key: KEY`) differs, or that
+    /// has none, is answered [`wrong_key_status`](Self::wrong_key_status) in the API's error
+    /// shape before anything else (not counted as served).
+    pub api_key: Option<String>,
+    /// The status of a wrong key's answer (default 401; a broken gateway answers 500).
+    pub wrong_key_status: u16,
 }
 
 /// What a provider does with an optional request feature (stop sequences, JSON mode, tool
@@ -209,6 +223,10 @@ impl Default for ProviderProfile {
             stop: Feature::Supported,
             json_mode: Feature::Supported,
             tool_calls: Feature::Supported,
+            answer_model: None,
+            system_fingerprint: None,
+            api_key: None,
+            wrong_key_status: 401,
         }
     }
 }
@@ -302,6 +320,12 @@ impl ProviderProfile {
             return Err(format!("{n}.output_tokens_min must be at least 1"));
         }
         self.hostile.validate(n)?;
+        if !(100..=599).contains(&self.wrong_key_status) {
+            return Err(format!(
+                "{n}.wrong_key_status = {}: must be an HTTP status within 100..=599",
+                self.wrong_key_status
+            ));
+        }
         let max = tokio::sync::Semaphore::MAX_PERMITS;
         if !usize::try_from(self.capacity).is_ok_and(|c| c <= max) {
             return Err(format!(
@@ -508,6 +532,15 @@ mod tests {
         p.tokens_per_chunk_min = 3;
         p.tokens_per_chunk_max = 2;
         assert!(p.validate().unwrap_err().contains("tokens_per_chunk"));
+        let mut p = ProviderProfile::fixed("k", 1, 1);
+        p.wrong_key_status = 99;
+        assert!(
+            p.validate()
+                .unwrap_err()
+                .contains("k.wrong_key_status = 99")
+        );
+        p.wrong_key_status = 500;
+        p.validate().unwrap();
     }
 
     #[test]

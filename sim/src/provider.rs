@@ -10,8 +10,9 @@
 //! free slot: see [`ProviderProfile`]'s *Serving capacity*), then each event at its planned
 //! time, each token event its own body frame, written in the API's shape by
 //! [`crate::render`]. Errors are in the API's shape too (OpenAI's `{"error":{…}}`,
-//! Anthropic's `{"type":"error","error":{…}}`): HTTP 400 for an unusable request, 404 for an
-//! unknown provider, 429 when throttled, 529 (Anthropic) or 503 (OpenAI APIs) when
+//! Anthropic's `{"type":"error","error":{…}}`): 401 (or the profile's `wrong_key_status`)
+//! for a wrong API key when the profile checks one (before anything else), HTTP 400 for an
+//! unusable request or a feature the profile rejects, 404 for an unknown provider, 429 when throttled, 529 (Anthropic) or 503 (OpenAI APIs) when
 //! overloaded.
 //!
 //! Requests carrying `x-latmesh-probe-id` are recorded in the ground-truth log
@@ -275,6 +276,15 @@ async fn answer(
     };
     let profile = &provider.profile;
     let echo = profile.hostile.for_request(req_headers);
+    if let Some(want) = &profile.api_key
+        && presented_key(req_headers) != Some(want.as_str())
+    {
+        let msg = "Incorrect API key provided. You can find your API key in your account settings.";
+        let mut resp = render::error_response(api, &echo, ErrorKind::Unauthorized, msg, None);
+        *resp.status_mut() =
+            StatusCode::from_u16(profile.wrong_key_status).unwrap_or(StatusCode::UNAUTHORIZED);
+        return resp;
+    }
     let invalid = |msg: &str, param: Option<&str>| {
         render::error_response(api, &echo, ErrorKind::InvalidRequest, msg, param)
     };
@@ -359,18 +369,22 @@ async fn answer(
     };
     set_header(&mut headers, FAULT_HEADER, fault);
 
-    let model = req.model.clone().unwrap_or_else(|| {
-        profile
-            .models
-            .first()
-            .cloned()
-            .unwrap_or_else(|| "unknown".to_string())
-    });
+    let model = profile
+        .answer_model
+        .clone()
+        .or_else(|| req.model.clone())
+        .unwrap_or_else(|| {
+            profile
+                .models
+                .first()
+                .cloned()
+                .unwrap_or_else(|| "unknown".to_string())
+        });
     let ctx = Render {
         id: echo.field(&render::response_id(api, rng.random::<u64>())),
         created: unix_now_s(),
         model: echo.field(&model),
-        fingerprint: echo.field("latmesh-sim"),
+        fingerprint: profile.system_fingerprint.as_deref().map(|f| echo.field(f)),
         include_usage: req.include_usage,
         reasoning_fields: profile.reasoning_tokens_max > 0,
         prompt_tokens: input.prompt_tokens,
@@ -435,6 +449,15 @@ async fn answer(
         ctx.echo.apply(&mut resp);
         resp
     }
+}
+
+/// The API key a request presents: `Authorization: Bearer KEY`, else `x-api-key: KEY`.
+fn presented_key(headers: &HeaderMap) -> Option<&str> {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    bearer.or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))
 }
 
 /// Wait for a serving slot of `provider` (see [`Provider::take_slot`]); note the wait in the

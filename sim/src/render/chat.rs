@@ -22,20 +22,23 @@ pub struct Chat {
     tool_started: bool,
 }
 
-/// One chunk's `data:` line with `model`, `system_fingerprint`, `choices` and a `tail`
-/// (`,"usage":…` or nothing) after them.
-fn line(r: &Render, model: &str, fingerprint: &str, choices: &str, tail: &str) -> Bytes {
+/// One chunk's `data:` line with `model`, `system_fingerprint` (when there is one),
+/// `choices` and a `tail` (`,"usage":…` or nothing) after them.
+fn line(r: &Render, model: &str, fingerprint: Option<&str>, choices: &str, tail: &str) -> Bytes {
     let s = |v: &str| serde_json::to_string(v).unwrap_or_default();
     let tier = match &r.echo.key {
         Some(k) => format!(",\"service_tier\":{}", s(k)),
         None => String::new(),
     };
+    let fp = match fingerprint {
+        Some(f) => format!(",\"system_fingerprint\":{}", s(f)),
+        None => String::new(),
+    };
     Bytes::from(format!(
-        "data: {{\"id\":{},\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{},\"system_fingerprint\":{}{tier},\"choices\":[{choices}]{tail}}}\n\n",
+        "data: {{\"id\":{},\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{}{fp}{tier},\"choices\":[{choices}]{tail}}}\n\n",
         s(&r.id),
         r.created,
         s(model),
-        s(fingerprint),
     ))
 }
 
@@ -53,7 +56,13 @@ fn delta_chunk(r: &Render, delta: &str, finish: Option<&str>) -> Bytes {
     });
     let choices =
         format!("{{\"index\":0,\"delta\":{delta},\"logprobs\":null,\"finish_reason\":{finish}}}");
-    line(r, &r.model, &r.fingerprint, &choices, usage_null(r))
+    line(
+        r,
+        &r.model,
+        r.fingerprint.as_deref(),
+        &choices,
+        usage_null(r),
+    )
 }
 
 /// `usage` of the answer (reasoning included in `completion_tokens`, as OpenAI counts).
@@ -76,7 +85,7 @@ impl Chat {
         line(
             r,
             &r.echo.pad(r.model.clone()),
-            &r.fingerprint,
+            r.fingerprint.as_deref(),
             choice,
             usage_null(r),
         )
@@ -132,8 +141,8 @@ impl Dialect for Chat {
         if r.include_usage {
             let tail = format!(",\"usage\":{}", usage(r, a));
             // A hostile provider's long `system_fingerprint` goes in this event alone.
-            let fp = r.echo.pad(r.fingerprint.clone());
-            out.push(line(r, &r.model, &fp, "", &tail));
+            let fp = r.fingerprint.clone().map(|f| r.echo.pad(f));
+            out.push(line(r, &r.model, fp.as_deref(), "", &tail));
         }
         out.push(Bytes::from_static(b"data: [DONE]\n\n"));
         out
@@ -171,10 +180,12 @@ pub fn body(r: &Render, a: &AnswerPlan) -> String {
         "object": "chat.completion",
         "created": r.created,
         "model": r.echo.pad(r.model.clone()),
-        "system_fingerprint": r.echo.pad(r.fingerprint.clone()),
         "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": r.echo.padded(a.finish_reason.as_str())}],
         "usage": usage(r, a),
     });
+    if let Some(f) = &r.fingerprint {
+        body["system_fingerprint"] = json!(r.echo.pad(f.clone()));
+    }
     if let Some(k) = &r.echo.key {
         body["service_tier"] = json!(k);
     }

@@ -47,8 +47,8 @@ pub struct Render {
     pub created: u64,
     /// The model id echoed back.
     pub model: String,
-    /// Chat's `system_fingerprint`.
-    pub fingerprint: String,
+    /// Chat's `system_fingerprint` (`None`: the field is left out).
+    pub fingerprint: Option<String>,
     /// Chat: send the usage chunk (`stream_options.include_usage`).
     pub include_usage: bool,
     /// Chat, DeepSeek-style deltas: `content` and `reasoning_content` both present, one null.
@@ -249,6 +249,8 @@ pub enum ErrorKind {
     RateLimited,
     /// Overloaded: HTTP 529 on the Anthropic API, 503 on the OpenAI ones.
     Overloaded,
+    /// HTTP 401: a wrong or missing API key.
+    Unauthorized,
 }
 
 impl ErrorKind {
@@ -262,6 +264,7 @@ impl ErrorKind {
                 StatusCode::from_u16(529).unwrap_or(StatusCode::SERVICE_UNAVAILABLE)
             }
             ErrorKind::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKind::Unauthorized => StatusCode::UNAUTHORIZED,
         }
     }
 
@@ -272,6 +275,7 @@ impl ErrorKind {
             ErrorKind::NotFound => ("invalid_request_error", "model_not_found"),
             ErrorKind::RateLimited => ("rate_limit_error", "rate_limit_exceeded"),
             ErrorKind::Overloaded => ("server_error", "overloaded"),
+            ErrorKind::Unauthorized => ("invalid_request_error", "invalid_api_key"),
         }
     }
 
@@ -282,6 +286,7 @@ impl ErrorKind {
             ErrorKind::NotFound => "not_found_error",
             ErrorKind::RateLimited => "rate_limit_error",
             ErrorKind::Overloaded => "overloaded_error",
+            ErrorKind::Unauthorized => "authentication_error",
         }
     }
 }
