@@ -45,6 +45,7 @@
 
 #![warn(missing_docs)]
 
+pub mod cache;
 pub mod hostile;
 pub mod plan;
 pub mod profile;

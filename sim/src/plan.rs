@@ -36,6 +36,8 @@ pub struct PlanInput {
     /// A scripted answer ([`crate::script`]): its visible content tokens (in place of the
     /// natural length) and its finish reason when the cap does not cut it.
     pub scripted: Option<(u32, FinishReason)>,
+    /// Prompt tokens read from the prompt cache: not prefilled again.
+    pub cached_tokens: u32,
 }
 
 /// What a request asks of a model that reasons (a profile with `reasoning_tokens_max` > 0;
@@ -187,7 +189,8 @@ pub fn plan(
     }
 
     let ttft_median = profile.ttft_base_us as f64
-        + profile.prefill_us_per_input_token as f64 * f64::from(input.prompt_tokens);
+        + profile.prefill_us_per_input_token as f64
+            * f64::from(input.prompt_tokens.saturating_sub(input.cached_tokens));
     let mut ttft = lognormal(rng, ttft_median, profile.ttft_jitter_sigma);
     let tail_draw: f64 = rng.random();
     if tail_draw < profile.ttft_tail_prob {
@@ -317,6 +320,7 @@ mod tests {
             answer_key: key,
             thinking: Thinking::Default,
             scripted: None,
+            cached_tokens: 0,
         }
     }
 

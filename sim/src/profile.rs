@@ -151,6 +151,14 @@ pub struct ProviderProfile {
     pub api_key: Option<String>,
     /// The status of a wrong key's answer (default 401; a broken gateway answers 500).
     pub wrong_key_status: u16,
+    /// Prompt caching (default off): the provider remembers (bounded, see
+    /// [`crate::cache`]) the first 4 KiB of the prompt text of each request of at least
+    /// 1,024 estimated tokens; a later request with a remembered prefix reports that
+    /// prefix's tokens as cached (Chat `usage.prompt_tokens_details.cached_tokens`, Anthropic
+    /// `cache_read_input_tokens` (its `input_tokens` then counts the rest), Responses
+    /// `usage.input_tokens_details.cached_tokens`) and prefills only the rest
+    /// (`prefill_us_per_input_token` × uncached tokens).
+    pub prompt_cache: bool,
 }
 
 /// What a provider does with an optional request feature (stop sequences, JSON mode, tool
@@ -227,6 +235,7 @@ impl Default for ProviderProfile {
             system_fingerprint: None,
             api_key: None,
             wrong_key_status: 401,
+            prompt_cache: false,
         }
     }
 }

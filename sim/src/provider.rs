@@ -39,6 +39,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, sleep_until};
 
 use crate::SimConfig;
+use crate::cache::PromptCache;
 use crate::hostile::Echo;
 use crate::plan::{self, Decision, PlanInput};
 use crate::profile::ProviderProfile;
@@ -67,6 +68,8 @@ pub const QUEUE_WAIT_HEADER: &str = "x-sim-queue-wait-us";
 struct Provider {
     profile: ProviderProfile,
     requests: AtomicU64,
+    /// The prompt cache (used when `profile.prompt_cache`).
+    cache: PromptCache,
     /// The serving slots (`profile.capacity` permits, FIFO); `None` when unlimited.
     slots: Option<Arc<Semaphore>>,
 }
@@ -115,6 +118,7 @@ pub fn providers_router(cfg: SimConfig) -> std::io::Result<Router> {
                     slots: (p.capacity > 0).then(|| Arc::new(Semaphore::new(p.capacity as usize))),
                     profile: p,
                     requests: AtomicU64::new(0),
+                    cache: PromptCache::default(),
                 },
             )
         })
@@ -308,8 +312,15 @@ async fn answer(
         answer_key,
         cjk,
     );
+    let prompt_tokens = req.prompt_tokens();
+    let cached_tokens = if profile.prompt_cache {
+        provider.cache.lookup(&req.prompt_text(), prompt_tokens)
+    } else {
+        0
+    };
     let input = PlanInput {
-        prompt_tokens: req.prompt_tokens(),
+        cached_tokens,
+        prompt_tokens,
         max_tokens: req.max_tokens,
         answer_key,
         thinking: req.thinking,
@@ -388,6 +399,7 @@ async fn answer(
         include_usage: req.include_usage,
         reasoning_fields: profile.reasoning_tokens_max > 0,
         prompt_tokens: input.prompt_tokens,
+        cached_tokens,
         answer_key: input.answer_key,
         cjk,
         echo,

@@ -16,6 +16,7 @@ mod answerer;
 mod apis;
 mod compat;
 mod prober;
+mod traps;
 
 /// A response read off the wire.
 struct Raw {

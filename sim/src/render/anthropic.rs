@@ -60,9 +60,9 @@ fn tool_use(r: &Render, name: &str, input: Value) -> Value {
 
 fn input_usage(r: &Render, output_tokens: u32) -> Value {
     r.echo.usage(json!({
-        "input_tokens": r.prompt_tokens,
+        "input_tokens": r.prompt_tokens.saturating_sub(r.cached_tokens),
         "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": 0,
+        "cache_read_input_tokens": r.cached_tokens,
         "output_tokens": output_tokens,
     }))
 }

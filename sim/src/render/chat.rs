@@ -72,7 +72,7 @@ fn usage(r: &Render, a: &AnswerPlan) -> serde_json::Value {
         "prompt_tokens": r.prompt_tokens,
         "completion_tokens": completion,
         "total_tokens": r.prompt_tokens.saturating_add(completion),
-        "prompt_tokens_details": {"cached_tokens": 0},
+        "prompt_tokens_details": {"cached_tokens": r.cached_tokens},
         "completion_tokens_details": {"reasoning_tokens": a.reasoning_tokens},
     }))
 }

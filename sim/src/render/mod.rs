@@ -55,6 +55,8 @@ pub struct Render {
     pub reasoning_fields: bool,
     /// Estimated prompt tokens (for usage).
     pub prompt_tokens: u32,
+    /// Of those, the tokens read from the prompt cache (for usage).
+    pub cached_tokens: u32,
     /// Fixes the token text.
     pub answer_key: u64,
     /// Answer in CJK characters.

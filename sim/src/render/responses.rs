@@ -55,7 +55,7 @@ fn usage(r: &Render, a: &AnswerPlan) -> Value {
     let output = a.completion_tokens();
     r.echo.usage(json!({
         "input_tokens": r.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": 0},
+        "input_tokens_details": {"cached_tokens": r.cached_tokens},
         "output_tokens": output,
         "output_tokens_details": {"reasoning_tokens": a.reasoning_tokens},
         "total_tokens": r.prompt_tokens.saturating_add(output),
