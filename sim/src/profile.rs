@@ -159,6 +159,26 @@ pub struct ProviderProfile {
     /// `usage.input_tokens_details.cached_tokens`) and prefills only the rest
     /// (`prefill_us_per_input_token` × uncached tokens).
     pub prompt_cache: bool,
+    /// Share of the quality prompts ([`latmesh_core::quality`]) answered wrong (default 0;
+    /// within 0..=1): a prompt is answered wrong (another number, text, JSON value or
+    /// output: [`crate::script::wrong_text`]) exactly when
+    /// [`crate::truth::quantized_answers_wrong`] says so for its id, every time it is asked,
+    /// on every API (a cheaper quantization of the same model).
+    pub quantized_wrong_share: f64,
+    /// Length of a quality answer's filler before its `Answer:` line, relative to an
+    /// honest profile's (default 1; within 0.05..=4): `0.5` answers quality prompts with
+    /// half the words (at least one). Other answers keep their length.
+    pub quantized_length_factor: f64,
+    /// Swap the model mid-campaign (default 0: never): the provider's requests from number
+    /// `swap_after_requests` on (0-based, counted over all callers and regions, as the
+    /// `x-sim-request-index` header counts them) are answered with
+    /// [`swap_model`](Self::swap_model) and [`swap_fingerprint`](Self::swap_fingerprint)
+    /// ([`crate::truth::answered_identity`]).
+    pub swap_after_requests: u64,
+    /// The model named after the swap (required when `swap_after_requests` > 0).
+    pub swap_model: String,
+    /// The Chat `system_fingerprint` after the swap (empty: none).
+    pub swap_fingerprint: String,
 }
 
 /// What a provider does with an optional request feature (stop sequences, JSON mode, tool
@@ -236,6 +256,11 @@ impl Default for ProviderProfile {
             api_key: None,
             wrong_key_status: 401,
             prompt_cache: false,
+            quantized_wrong_share: 0.0,
+            quantized_length_factor: 1.0,
+            swap_after_requests: 0,
+            swap_model: String::new(),
+            swap_fingerprint: String::new(),
         }
     }
 }
@@ -274,6 +299,7 @@ impl ProviderProfile {
             ("stream_error_prob", self.stream_error_prob),
             ("overload_prob", self.overload_prob),
             ("stall_prob", self.stall_prob),
+            ("quantized_wrong_share", self.quantized_wrong_share),
         ];
         for (field, p) in probs {
             if !(0.0..=1.0).contains(&p) {
@@ -329,6 +355,18 @@ impl ProviderProfile {
             return Err(format!("{n}.output_tokens_min must be at least 1"));
         }
         self.hostile.validate(n)?;
+        if !(0.05..=4.0).contains(&self.quantized_length_factor) {
+            return Err(format!(
+                "{n}.quantized_length_factor = {}: must be within 0.05..=4",
+                self.quantized_length_factor
+            ));
+        }
+        if self.swap_after_requests > 0 && self.swap_model.is_empty() {
+            return Err(format!(
+                "{n}.swap_model is empty: a profile with swap_after_requests = {} must name the model it swaps to",
+                self.swap_after_requests
+            ));
+        }
         if !(100..=599).contains(&self.wrong_key_status) {
             return Err(format!(
                 "{n}.wrong_key_status = {}: must be an HTTP status within 100..=599",
@@ -541,14 +579,21 @@ mod tests {
         p.tokens_per_chunk_min = 3;
         p.tokens_per_chunk_max = 2;
         assert!(p.validate().unwrap_err().contains("tokens_per_chunk"));
+        let err = |p: &ProviderProfile| p.validate().unwrap_err();
         let mut p = ProviderProfile::fixed("k", 1, 1);
         p.wrong_key_status = 99;
-        assert!(
-            p.validate()
-                .unwrap_err()
-                .contains("k.wrong_key_status = 99")
-        );
+        assert!(err(&p).contains("k.wrong_key_status = 99"));
         p.wrong_key_status = 500;
+        p.validate().unwrap();
+        p.quantized_wrong_share = 1.5;
+        assert!(err(&p).contains("quantized_wrong_share"));
+        p.quantized_wrong_share = 0.4;
+        p.quantized_length_factor = 0.0;
+        assert!(err(&p).contains("quantized_length_factor"));
+        p.quantized_length_factor = 0.5;
+        p.swap_after_requests = 40;
+        assert!(err(&p).contains("k.swap_model is empty"));
+        p.swap_model = "m2".into();
         p.validate().unwrap();
     }
 

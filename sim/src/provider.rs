@@ -46,7 +46,7 @@ use crate::profile::ProviderProfile;
 use crate::region::REGION_HEADER;
 use crate::render::{self, ErrorKind, Frame, Mark, Render};
 use crate::request::SimRequest;
-use crate::truth::{ConnTap, PROBE_ID_HEADER, Recorder, TruthLog};
+use crate::truth::{self, ConnTap, PROBE_ID_HEADER, Recorder, TruthLog};
 use crate::{script, text};
 
 /// Response header: planned server-side delay from the response headers to the first
@@ -308,6 +308,7 @@ async fn answer(
     let cjk = text::is_mostly_cjk(&req.prompt_text());
     let script = script::script(
         &req,
+        profile,
         plan::natural_tokens(profile, answer_key),
         answer_key,
         cjk,
@@ -380,22 +381,12 @@ async fn answer(
     };
     set_header(&mut headers, FAULT_HEADER, fault);
 
-    let model = profile
-        .answer_model
-        .clone()
-        .or_else(|| req.model.clone())
-        .unwrap_or_else(|| {
-            profile
-                .models
-                .first()
-                .cloned()
-                .unwrap_or_else(|| "unknown".to_string())
-        });
+    let (model, fingerprint) = truth::answered_identity(profile, index, req.model.as_deref());
     let ctx = Render {
         id: echo.field(&render::response_id(api, rng.random::<u64>())),
         created: unix_now_s(),
         model: echo.field(&model),
-        fingerprint: profile.system_fingerprint.as_deref().map(|f| echo.field(f)),
+        fingerprint: fingerprint.map(|f| echo.field(&f)),
         include_usage: req.include_usage,
         reasoning_fields: profile.reasoning_tokens_max > 0,
         prompt_tokens: input.prompt_tokens,

@@ -19,8 +19,10 @@ use latmesh_core::compat::{JSON_PROMPT, STOP_PROMPT};
 use latmesh_core::quality::{self, Expected};
 
 use crate::plan::FinishReason;
+use crate::profile::ProviderProfile;
 use crate::request::SimRequest;
 use crate::text::{self, TokenKind};
+use crate::truth;
 
 /// The arguments of the simulated tool call.
 pub const TOOL_ARGUMENTS: &str = r#"{"city":"Paris"}"#;
@@ -84,6 +86,68 @@ pub fn expected_text(expected: &Expected) -> String {
     }
 }
 
+/// A wrong answer in place of `expected`'s (what a quantized profile answers, see
+/// [`ProviderProfile::quantized_wrong_share`]): the number plus one; the first text
+/// plus one when it is an integer, else reversed; the JSON object with its first number
+/// plus one (else its first string changed likewise, else its first boolean flipped); the
+/// output changed like a text. Never graded right ([`latmesh_core::quality::grade`]).
+pub fn wrong_text(expected: &Expected) -> String {
+    match expected {
+        Expected::Number(n) => number_text(n + 1.0),
+        Expected::Text(any) => {
+            let first = any.first().map_or("", String::as_str);
+            let wrong = other_text(first);
+            if any
+                .iter()
+                .any(|t| quality::normalize(t) == quality::normalize(&wrong))
+            {
+                format!("{wrong} (other)")
+            } else {
+                wrong
+            }
+        }
+        Expected::Json(v) => wrong_json(v).to_string(),
+        Expected::Output(out) => other_text(out),
+    }
+}
+
+/// `s` plus one when it is an integer, else reversed (with `x` appended when reversing
+/// changes nothing).
+fn other_text(s: &str) -> String {
+    if let Ok(n) = s.trim().parse::<i64>() {
+        return n.saturating_add(1).to_string();
+    }
+    let rev: String = s.chars().rev().collect();
+    if quality::normalize(&rev) == quality::normalize(s) {
+        format!("{s}x")
+    } else {
+        rev
+    }
+}
+
+/// `v` with its first number plus one, else its first string changed ([`other_text`]),
+/// else its first boolean flipped, else a key added.
+fn wrong_json(v: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value as V;
+    let mut out = v.clone();
+    let Some(map) = out.as_object_mut() else {
+        return serde_json::json!({"wrong": true});
+    };
+    if let Some(n) = map.values_mut().find(|x| x.is_number()) {
+        *n = match n.as_i64() {
+            Some(i) => serde_json::json!(i.saturating_add(1)),
+            None => serde_json::json!(n.as_f64().unwrap_or(0.0) + 1.0),
+        };
+    } else if let Some(V::String(s)) = map.values_mut().find(|x| x.is_string()) {
+        *s = other_text(s);
+    } else if let Some(V::Bool(b)) = map.values_mut().find(|x| x.is_boolean()) {
+        *b = !*b;
+    } else {
+        map.insert("wrong".into(), V::Bool(true));
+    }
+    out
+}
+
 fn number_text(n: f64) -> String {
     if n.fract() == 0.0 && n.abs() < 1e15 {
         format!("{}", n as i64)
@@ -92,10 +156,18 @@ fn number_text(n: f64) -> String {
     }
 }
 
-/// The script of `req` (see the [module documentation](self)), or `None` for plain filler.
-/// `natural_tokens` is the filler's length without a script, `answer_key` and `cjk` fix its
-/// words.
-pub fn script(req: &SimRequest, natural_tokens: u32, answer_key: u64, cjk: bool) -> Option<Script> {
+/// The script of `req` on `profile` (see the [module documentation](self)), or `None` for
+/// plain filler. `natural_tokens` is the filler's length without a script, `answer_key` and
+/// `cjk` fix its words. A quality prompt's filler is scaled by the profile's
+/// `quantized_length_factor`, and its answer is [`wrong_text`] when
+/// [`truth::quantized_answers_wrong`] says so.
+pub fn script(
+    req: &SimRequest,
+    profile: &ProviderProfile,
+    natural_tokens: u32,
+    answer_key: u64,
+    cjk: bool,
+) -> Option<Script> {
     if let Some(name) = &req.tool {
         return Some(Script {
             tokens: TOOL_ARGUMENT_FRAGMENTS.map(str::to_string).to_vec(),
@@ -112,13 +184,21 @@ pub fn script(req: &SimRequest, natural_tokens: u32, answer_key: u64, cjk: bool)
     let tokens = if let Some(prompt) = quality::find_by_text(last) {
         let span = u64::from(ORACLE_FILLER_MAX - ORACLE_FILLER_MIN) + 1;
         let words = ORACLE_FILLER_MIN + (answer_key % span) as u32;
+        let words = (f64::from(words) * profile.quantized_length_factor)
+            .round()
+            .max(1.0) as u32;
         let mut t: Vec<String> = (0..words)
             .map(|i| text::token_text(answer_key, TokenKind::Content, i, false))
             .collect();
-        t.extend(text::split_tokens(&format!(
-            ".\n{} {}",
-            quality::ANSWER_MARKER,
+        let wrong = truth::quantized_answers_wrong(profile.quantized_wrong_share, &prompt.id);
+        let answer = if wrong {
+            wrong_text(&prompt.expected)
+        } else {
             expected_text(&prompt.expected)
+        };
+        t.extend(text::split_tokens(&format!(
+            ".\n{} {answer}",
+            quality::ANSWER_MARKER
         )));
         t
     } else if last == STOP_PROMPT.trim() {
@@ -180,6 +260,10 @@ mod tests {
     use latmesh_core::api::Api;
     use latmesh_core::quality::{grade, prompt_set};
 
+    fn honest() -> ProviderProfile {
+        ProviderProfile::default()
+    }
+
     fn req(user: &str) -> SimRequest {
         SimRequest {
             api: Api::Chat,
@@ -202,7 +286,7 @@ mod tests {
     fn every_quality_prompt_is_answered_right_on_its_last_line() {
         for p in &prompt_set().prompts {
             for key in 0..5 {
-                let s = script(&req(&p.prompt), 99, key, false).unwrap();
+                let s = script(&req(&p.prompt), &honest(), 99, key, false).unwrap();
                 let reply = s.content();
                 assert!(grade(p, &reply).correct, "{}: {reply:?}", p.id);
                 let last = reply.lines().last().unwrap();
@@ -217,8 +301,50 @@ mod tests {
     }
 
     #[test]
+    fn quantized_profiles_answer_the_ground_truths_prompts_wrong_and_shorter() {
+        let q = ProviderProfile {
+            quantized_wrong_share: 0.5,
+            quantized_length_factor: 0.5,
+            ..ProviderProfile::default()
+        };
+        for p in &prompt_set().prompts {
+            let wrong = wrong_text(&p.expected);
+            assert!(
+                !grade(p, &format!("Answer: {wrong}")).correct,
+                "{}: {wrong}",
+                p.id
+            );
+            let honest = script(&req(&p.prompt), &honest(), 9, 3, false).unwrap();
+            let s = script(&req(&p.prompt), &q, 9, 3, false).unwrap();
+            let want_wrong = truth::quantized_answers_wrong(0.5, &p.id);
+            assert_eq!(grade(p, &s.content()).correct, !want_wrong, "{}", p.id);
+            // Half the filler words (the Answer line's tokens may differ by one or two).
+            let filler = |s: &Script| s.tokens.iter().position(|t| t == "\nAnswer").unwrap() - 1;
+            let (h, f) = (filler(&honest), filler(&s));
+            assert_eq!(f, (h as f64 * 0.5).round() as usize, "{}", p.id);
+        }
+        assert_eq!(wrong_text(&Expected::Number(391.0)), "392");
+        assert_eq!(
+            wrong_text(&Expected::Text(vec!["6".into(), "six".into()])),
+            "7"
+        );
+        assert_eq!(
+            wrong_text(&Expected::Text(vec!["Canberra".into()])),
+            "arrebnaC"
+        );
+        assert_eq!(wrong_text(&Expected::Text(vec!["Anna".into()])), "Annax");
+        assert_eq!(wrong_text(&Expected::Output("12-8-10".into())), "01-8-21");
+        assert_eq!(
+            wrong_text(&Expected::Json(
+                serde_json::json!({"name": "Tom", "ok": true})
+            )),
+            r#"{"name":"moT","ok":true}"#
+        );
+    }
+
+    #[test]
     fn stop_prompt_counts_and_stop_sequences_cut() {
-        let s = script(&req(STOP_PROMPT), 99, 1, false).unwrap();
+        let s = script(&req(STOP_PROMPT), &honest(), 99, 1, false).unwrap();
         assert_eq!(
             s.content(),
             (1..=30)
@@ -229,33 +355,36 @@ mod tests {
         assert_eq!(s.tokens.len(), 30);
         let mut r = req(STOP_PROMPT);
         r.stop = vec!["12".into(), latmesh_core::compat::STOP_SEQUENCE.into()];
-        let s = script(&r, 99, 1, false).unwrap();
+        let s = script(&r, &honest(), 99, 1, false).unwrap();
         assert_eq!(s.content(), "1 2 3 4 5 6 ");
         assert_eq!(s.stop_sequence.as_deref(), Some("7"));
         assert_eq!(s.finish(), FinishReason::StopSequence);
         // Filler with a stop sequence that never occurs: the natural length, finish stop.
         let mut r = req("hello");
         r.stop = vec!["\u{1}".into()];
-        let s = script(&r, 12, 3, false).unwrap();
+        let s = script(&r, &honest(), 12, 3, false).unwrap();
         assert_eq!(s.tokens.len(), 12);
         assert_eq!(s.finish(), FinishReason::Stop);
         // No script at all for a plain prompt.
-        assert_eq!(script(&req("hello"), 12, 3, false), None);
+        assert_eq!(script(&req("hello"), &honest(), 12, 3, false), None);
     }
 
     #[test]
     fn json_mode_and_tools() {
         let mut r = req(JSON_PROMPT);
         r.json_mode = true;
-        assert_eq!(script(&r, 9, 1, false).unwrap().content(), JSON_ANSWER);
+        assert_eq!(
+            script(&r, &honest(), 9, 1, false).unwrap().content(),
+            JSON_ANSWER
+        );
         let mut r = req("hello");
         r.json_mode = true;
         let v: serde_json::Value =
-            serde_json::from_str(&script(&r, 9, 1, false).unwrap().content()).unwrap();
+            serde_json::from_str(&script(&r, &honest(), 9, 1, false).unwrap().content()).unwrap();
         assert!(v["answer"].as_str().unwrap().len() > 3);
         r.tool = Some("get_weather".into());
         r.stop = vec!["Paris".into()];
-        let s = script(&r, 9, 1, false).unwrap();
+        let s = script(&r, &honest(), 9, 1, false).unwrap();
         assert_eq!(s.content(), TOOL_ARGUMENTS);
         assert_eq!(s.tool.as_deref(), Some("get_weather"));
         assert_eq!(s.finish(), FinishReason::ToolCalls);
