@@ -571,7 +571,7 @@ pub const LOCKED_API_KEY: &str = "sk-sim-locked-5f3a9c1e7b2d4068";
 /// | thinker | ap-southeast | 20–40 reasoning tokens; multi-turn requests must send them back |
 /// | renamer | us-east | answers with the model `deepseek-v4-flash-distill`, whatever was asked |
 /// | quantized | eu-west | 40% of quality prompts wrong ([`crate::truth::wrong_prompt_ids`]), half the words |
-/// | swapper | ap-southeast | from its 41st request on: model `deepseek-v4-flash-0915`, fingerprint `fp_sim_swap_b` (before: the model asked for, `fp_sim_swap_a`) |
+/// | swapper | ap-southeast | from its 41st request on: model `deepseek-v4-flash-0915`, fingerprint `fp_sim_swap_b` (before: the model asked for, `fp_sim_swap_a`); a dated name, which [`model_matches`](latmesh_core::answered_model::model_matches) still accepts: only a comparison with a baseline's answered model and fingerprint shows the swap |
 /// | locked | us-east | checks its key ([`LOCKED_API_KEY`]): any other is answered HTTP 401 |
 pub fn trap_profiles() -> Vec<ProviderProfile> {
     let base = |name: &str, home: &str, description: &str| ProviderProfile {
