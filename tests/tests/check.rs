@@ -19,7 +19,7 @@ use latmesh_store::{self as store, BatchKey, CampaignRow};
 const HOUR_US: i64 = 3_600_000_000;
 const T: i64 = 1_700_000_000_000_000;
 
-fn plan(name: &str) -> Plan {
+pub(crate) fn plan(name: &str) -> Plan {
     let text = format!(
         r#"
 [campaign]
@@ -48,16 +48,16 @@ model_id = "m"
 }
 
 /// One cell of a stored run: TTFT values (ms) of its `ok` attempts and its failures.
-struct Cell<'a> {
-    region: &'a str,
-    provider: &'a str,
-    ttft_ms: Vec<f64>,
-    failures: u64,
+pub(crate) struct Cell<'a> {
+    pub(crate) region: &'a str,
+    pub(crate) provider: &'a str,
+    pub(crate) ttft_ms: Vec<f64>,
+    pub(crate) failures: u64,
 }
 
 /// Stores campaign `id` of `plan` starting at `start`: its row, and per region one agent
 /// batch with every cell's records and interval histograms.
-async fn store_run(
+pub(crate) async fn store_run(
     client: &clickhouse::Client,
     db: &str,
     plan: &Plan,
