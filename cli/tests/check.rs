@@ -89,6 +89,32 @@ limit_pct = 5
 
 #[test]
 fn rules_parse_with_defaults_and_errors_name_the_rule() {
+    let swaps = parse_rules(
+        "[[rules]]\nkind = \"model_changed\"\n[[rules]]\nkind = \"fingerprint_changed\"\nregion = \"eu\"\n\
+         [[rules]]\nkind = \"answers_changed\"\n[[rules]]\nkind = \"answers_changed\"\nthreshold_pct = 10\n",
+    )
+    .unwrap();
+    let kinds: Vec<RuleKind> = swaps.iter().map(|r| r.kind.clone()).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            RuleKind::ModelChanged,
+            RuleKind::FingerprintChanged,
+            RuleKind::AnswersChanged {
+                threshold_pct: 25.0
+            },
+            RuleKind::AnswersChanged {
+                threshold_pct: 10.0
+            },
+        ]
+    );
+    assert_eq!(swaps[0].name, "model_changed");
+    assert_eq!(swaps[1].region.as_deref(), Some("eu"));
+    assert!(
+        swaps
+            .iter()
+            .all(|r| r.kind.is_swap() && !r.kind.is_latency())
+    );
     let rules = parse_rules(RULES).unwrap();
     assert_eq!(rules.len(), 3);
     assert_eq!(rules[0].name, "p99-up-30");
@@ -142,6 +168,18 @@ fn rules_parse_with_defaults_and_errors_name_the_rule() {
         (
             "[[rules]]\nkind = \"error_pct_above\"\nlimit_pct = \"5\"\n",
             "line 3, column 13",
+        ),
+        (
+            "[[rules]]\nkind = \"answers_changed\"\nthreshold_pct = 100\n",
+            "rules[0].threshold_pct: 100 can never be exceeded",
+        ),
+        (
+            "[[rules]]\nkind = \"answers_changed\"\nthreshold_pct = -1\n",
+            "rules[0].threshold_pct: -1 is not a number ≥ 0",
+        ),
+        (
+            "[[rules]]\nkind = \"p99_model_changed\"\n",
+            "rules[0].kind: \"p99_model_changed\" is not a rule kind",
         ),
     ] {
         let e = format!("{:#}", parse_rules(text).unwrap_err());
