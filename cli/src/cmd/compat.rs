@@ -98,6 +98,23 @@ fn chosen<'p>(plan: &'p Plan, cli: &[String], section: &[String]) -> Vec<&'p Pro
         .collect()
 }
 
+/// `run` on the context of every provider of `on`, concurrently; their rows in `on`'s order.
+async fn on_each<'c, 'a: 'c, T, F, Fut>(
+    on: &[&ProviderSpec],
+    ctx_of: &impl Fn(&ProviderSpec) -> Option<&'c ProviderContext<'a>>,
+    run: F,
+) -> Vec<T>
+where
+    F: Fn(&'c ProviderContext<'a>) -> Fut,
+    Fut: std::future::Future<Output = Vec<T>>,
+{
+    futures::future::join_all(on.iter().filter_map(|p| ctx_of(p)).map(run))
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
 /// Loads the file, runs the parts asked for, prints (and stores) the results.
 ///
 /// # Errors
@@ -168,27 +185,10 @@ pub async fn run(args: CompatArgs) -> anyhow::Result<()> {
             quality_on.len()
         );
     }
-    // Providers concurrently; each provider's checks in sequence, then its quality set.
-    let results: Vec<CompatResult> = futures::future::join_all(
-        check_on
-            .iter()
-            .filter_map(|p| ctx_of(p))
-            .map(|c| run_checks(c, &checks)),
-    )
-    .await
-    .into_iter()
-    .flatten()
-    .collect();
-    let samples: Vec<QualitySample> = futures::future::join_all(
-        quality_on
-            .iter()
-            .filter_map(|p| ctx_of(p))
-            .map(|c| run_quality(c, &quality)),
-    )
-    .await
-    .into_iter()
-    .flatten()
-    .collect();
+    // Providers concurrently; each provider's checks in sequence, then the quality sets.
+    let results: Vec<CompatResult> = on_each(&check_on, &ctx_of, |c| run_checks(c, &checks)).await;
+    let samples: Vec<QualitySample> =
+        on_each(&quality_on, &ctx_of, |c| run_quality(c, &quality)).await;
     let id = uuid::Uuid::new_v4().simple().to_string();
     let output = CompatOutput {
         run_id: format!("compat-{}", &id[..12]),
