@@ -135,8 +135,8 @@ pub enum Verdict {
     /// The feature is refused or absent (a 4xx naming the field, no cached tokens, no
     /// fingerprint): counts as not passing in the score.
     NotOffered,
-    /// The check does not exist in the provider's API (e.g. `stream_options` outside Chat
-    /// Completions): left out of the score.
+    /// The check does not exist in the provider's API (e.g. JSON mode on the Anthropic API,
+    /// a stop sequence on the Responses API): left out of the score.
     NotApplicable,
     /// The check could not decide: the request failed for a reason that says nothing about
     /// the feature (throttled, 5xx, timeout, connection error). Left out of the score and
@@ -330,7 +330,7 @@ pub fn cache_prefix() -> String {
 /// [compat]
 /// checks = ["stream", "json_mode"]   # optional (default: every check, CompatCheck::ALL)
 /// providers = ["fast-lane"]          # optional (default: every provider)
-/// timeout_s = 30                     # optional (default 30): total timeout of each request
+/// timeout_s = 30                     # optional (default 30, at most 86400): total timeout of each request
 /// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CompatSpec {
