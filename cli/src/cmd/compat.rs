@@ -66,7 +66,7 @@ pub struct CompatOutput {
     pub campaign: String,
     /// [`COMPAT_CHECKS_VERSION`].
     pub checks_version: u32,
-    /// [`QUALITY_SET_VERSION`].
+    /// [`QUALITY_SET_VERSION`]; empty when no quality set ran.
     pub quality_set: String,
     /// Checks per provider, scored.
     pub compat: Vec<ProviderCompat>,
@@ -200,7 +200,11 @@ pub async fn run(args: CompatArgs) -> anyhow::Result<()> {
             .clone()
             .unwrap_or_else(|| format!("{}-{}", plan.name, &id[12..20])),
         checks_version: COMPAT_CHECKS_VERSION,
-        quality_set: QUALITY_SET_VERSION.to_string(),
+        quality_set: if quality_on.is_empty() {
+            String::new()
+        } else {
+            QUALITY_SET_VERSION.to_string()
+        },
         compat: compat_by_provider(&results),
         quality: parity(&samples),
         samples,
