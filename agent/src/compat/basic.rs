@@ -118,8 +118,17 @@ pub fn judge_output_cap(r: &ProbeResult, cap: u32, cap_field: &str) -> (Verdict,
     (verdict, evidence(rec.http_status, Some(field), msg))
 }
 
+/// The number [`STOP_PROMPT`]'s count writes just before [`STOP_SEQUENCE`]. An answer
+/// without it never got near the stop sequence (a canned reply, prose), so it cannot show
+/// whether the sequence is honoured: aimock and llmock ignore `stop`, and their fixed answers,
+/// which never contain a 7, would otherwise pass.
+pub const BEFORE_STOP: &str = "6";
+
 /// [`latmesh_core::compat::CompatCheck::Stop`]: finish reason `stop`, visible content
-/// without [`STOP_SEQUENCE`].
+/// without [`STOP_SEQUENCE`]. Inconclusive when the answer cannot tell: it never counted up
+/// to [`BEFORE_STOP`], or it reached the output cap without writing the stop sequence (a
+/// model that loops, `123456; 123456; …`, would have done the same against a provider that
+/// ignores `stop`).
 pub fn judge_stop(r: &ProbeResult, stop_field: &str) -> (Verdict, Evidence) {
     if let Some(v) = failed(r, &[stop_field]) {
         return v;
@@ -142,6 +151,23 @@ pub fn judge_stop(r: &ProbeResult, stop_field: &str) -> (Verdict, Evidence) {
     if text.trim().is_empty() {
         let msg = format!("no visible content ({})", finish(r));
         return (Verdict::Fail, evidence(rec.http_status, field, msg));
+    }
+    if !text.contains(BEFORE_STOP) {
+        let msg = format!(
+            "the answer never counted up to the stop sequence {STOP_SEQUENCE:?}, so it cannot \
+             show whether it is honoured ({}): {}",
+            finish(r),
+            quote(text)
+        );
+        return (Verdict::Inconclusive, evidence(rec.http_status, field, msg));
+    }
+    if rec.finish_reason.as_deref() == Some("length") {
+        let msg = format!(
+            "the answer reached the output cap ({STOP_MAX_TOKENS} tokens) without writing the \
+             stop sequence {STOP_SEQUENCE:?}, so it cannot show whether it is honoured: {}",
+            quote(text)
+        );
+        return (Verdict::Inconclusive, evidence(rec.http_status, field, msg));
     }
     if rec.finish_reason.as_deref() != Some("stop") {
         let msg = format!("{} instead of stop", finish(r));
@@ -356,9 +382,28 @@ mod tests {
             e.message,
             "the answer goes on past the stop sequence \"7\": …\"1 2 3 4 5 6 7 8 9 10\""
         );
+        // Answers that cannot tell: prose that never counts, a count that loops to the cap.
+        let (v, e) = judge_stop(&answer("Paris is the capital of France.", "stop"), "stop");
+        assert_eq!(v, Verdict::Inconclusive);
+        assert!(
+            e.message.starts_with("the answer never counted up to"),
+            "{e:?}"
+        );
         assert_eq!(
             judge_stop(&answer("1 2 3", "length"), "stop").0,
+            Verdict::Inconclusive
+        );
+        let (v, e) = judge_stop(&answer("123456; 123456; 123456", "length"), "stop");
+        assert_eq!(v, Verdict::Inconclusive);
+        assert!(e.message.contains("output cap (128 tokens)"), "{e:?}");
+        assert_eq!(
+            judge_stop(&answer("1 2 3 4 5 6 ", "content_filter"), "stop").0,
             Verdict::Fail
+        );
+        assert_eq!(
+            STOP_SEQUENCE.parse::<u32>().unwrap() - 1,
+            BEFORE_STOP.parse::<u32>().unwrap(),
+            "BEFORE_STOP is the number the count writes before the stop sequence"
         );
         assert_eq!(judge_stop(&answer("", "stop"), "stop").0, Verdict::Fail);
         assert_eq!(stop_field(Api::Responses), None);
