@@ -53,7 +53,9 @@ pub fn judge_answer(r: &ProbeResult) -> (Verdict, Evidence) {
 
 /// [`latmesh_core::compat::CompatCheck::StreamUsage`]: on Chat Completions, a stream sent
 /// with `stream_options.include_usage` is not refused (a 4xx naming the field fails) and
-/// carries `usage.completion_tokens`; on the other APIs, usage is in the stream.
+/// carries `usage.completion_tokens`; on the other APIs, usage is in the stream. A count of
+/// 0 after streamed text fails: the usage arrived and is false (aimock over Messages and
+/// Responses: `output_tokens` 0 after ~35 text deltas), of no use to a client counting cost.
 pub fn judge_stream_usage(r: &ProbeResult, api: Api) -> (Verdict, Evidence) {
     let rec = &r.record;
     if api == Api::Chat
@@ -70,7 +72,16 @@ pub fn judge_stream_usage(r: &ProbeResult, api: Api) -> (Verdict, Evidence) {
         return v;
     }
     let field = Some("usage.completion_tokens");
+    let streamed = rec.content_chunks + rec.reasoning_chunks;
     match rec.usage.completion_tokens {
+        Some(0) if streamed > 0 => (
+            Verdict::Fail,
+            evidence(
+                rec.http_status,
+                field,
+                format!("0 completion tokens reported after {streamed} streamed payload(s)"),
+            ),
+        ),
         Some(n) => (
             Verdict::Pass,
             evidence(
@@ -309,6 +320,16 @@ mod tests {
     fn usage_in_streams() {
         let with = ok(|r| r.usage.completion_tokens = Some(7));
         assert_eq!(judge_stream_usage(&with, Api::Chat).0, Verdict::Pass);
+        let zero = ok(|r| {
+            r.usage.completion_tokens = Some(0);
+            r.content_chunks = 35;
+        });
+        let (v, e) = judge_stream_usage(&zero, Api::Anthropic);
+        assert_eq!(v, Verdict::Fail);
+        assert_eq!(
+            e.message,
+            "0 completion tokens reported after 35 streamed payload(s)"
+        );
         let (v, e) = judge_stream_usage(&ok(|_| {}), Api::Chat);
         assert_eq!(v, Verdict::Fail);
         assert!(e.message.contains("although stream_options"), "{e:?}");
