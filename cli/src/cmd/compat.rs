@@ -98,6 +98,23 @@ fn chosen<'p>(plan: &'p Plan, cli: &[String], section: &[String]) -> Vec<&'p Pro
         .collect()
 }
 
+/// `run` on the context of every provider of `on`, concurrently; their rows in `on`'s order.
+async fn on_each<'c, 'a: 'c, T, F, Fut>(
+    on: &[&ProviderSpec],
+    ctx_of: &impl Fn(&ProviderSpec) -> Option<&'c ProviderContext<'a>>,
+    run: F,
+) -> Vec<T>
+where
+    F: Fn(&'c ProviderContext<'a>) -> Fut,
+    Fut: std::future::Future<Output = Vec<T>>,
+{
+    futures::future::join_all(on.iter().filter_map(|p| ctx_of(p)).map(run))
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
 /// Loads the file, runs the parts asked for, prints (and stores) the results.
 ///
 /// # Errors
@@ -136,6 +153,9 @@ pub async fn run(args: CompatArgs) -> anyhow::Result<()> {
     } else {
         chosen(&plan, &args.providers, &quality.providers)
     };
+    let started_unix_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
     let prober =
         Prober::with_root_certificate_file(None, args.ca_file.as_deref()).context("--ca-file")?;
     // Every credential is read before anything is sent.
@@ -168,27 +188,10 @@ pub async fn run(args: CompatArgs) -> anyhow::Result<()> {
             quality_on.len()
         );
     }
-    // Providers concurrently; each provider's checks in sequence, then its quality set.
-    let results: Vec<CompatResult> = futures::future::join_all(
-        check_on
-            .iter()
-            .filter_map(|p| ctx_of(p))
-            .map(|c| run_checks(c, &checks)),
-    )
-    .await
-    .into_iter()
-    .flatten()
-    .collect();
-    let samples: Vec<QualitySample> = futures::future::join_all(
-        quality_on
-            .iter()
-            .filter_map(|p| ctx_of(p))
-            .map(|c| run_quality(c, &quality)),
-    )
-    .await
-    .into_iter()
-    .flatten()
-    .collect();
+    // Providers concurrently; each provider's checks in sequence, then the quality sets.
+    let results: Vec<CompatResult> = on_each(&check_on, &ctx_of, |c| run_checks(c, &checks)).await;
+    let samples: Vec<QualitySample> =
+        on_each(&quality_on, &ctx_of, |c| run_quality(c, &quality)).await;
     let id = uuid::Uuid::new_v4().simple().to_string();
     let output = CompatOutput {
         run_id: format!("compat-{}", &id[..12]),
@@ -213,28 +216,47 @@ pub async fn run(args: CompatArgs) -> anyhow::Result<()> {
         println!("run {} (campaign {})", output.run_id, output.campaign);
     }
     if let Some(url) = &args.clickhouse_url {
-        store_run(url, &args.clickhouse_db, &output, &results)
-            .await
-            .with_context(|| format!("--clickhouse-url {url}: storing run {}", output.run_id))?;
+        store_run(
+            url,
+            &args.clickhouse_db,
+            &plan,
+            started_unix_us,
+            &output,
+            &results,
+        )
+        .await
+        .with_context(|| format!("--clickhouse-url {url}: storing run {}", output.run_id))?;
     }
     Ok(())
 }
 
 /// Stores one run in ClickHouse (`store/migrations/0009_compat.sql`): its check results
-/// and its samples, keyed by `output.run_id` and `output.campaign`.
+/// and its samples, keyed by `output.run_id` and `output.campaign`, stamped with `plan`'s
+/// name and each provider's API and the run's start (`started_unix_us`).
 ///
-/// TO WIRE AT MERGE (lead): call the store crate's inserts for the two compat tables (the
-/// `analysis` helper writes them); until then this refuses, so nothing is silently left
-/// unstored.
+/// TO WIRE AT MERGE (lead): `latmesh_store::insert_compat_run(&client, clickhouse_db,
+/// &CompatRun { run_id, campaign_id: output.campaign, campaign_name: plan.name, region,
+/// started_unix_us, checks_version, quality_set, apis: provider → `request.api.name()` },
+/// results, &output.samples)` (the `analysis` branch's store side). Until then this refuses,
+/// so nothing is silently left unstored.
 ///
 /// # Errors
 /// Always, until wired.
 pub async fn store_run(
     clickhouse_url: &str,
     clickhouse_db: &str,
+    plan: &Plan,
+    started_unix_us: i64,
     output: &CompatOutput,
     results: &[CompatResult],
 ) -> anyhow::Result<()> {
-    let _ = (clickhouse_url, clickhouse_db, output, results);
+    let _ = (
+        clickhouse_url,
+        clickhouse_db,
+        plan,
+        started_unix_us,
+        output,
+        results,
+    );
     anyhow::bail!("storing compat runs is not wired in this build")
 }

@@ -100,26 +100,20 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
         Command::Agents(args) => agents::run(args).await,
         Command::Demo(args) => demo::run_cli(args).await,
         Command::Probe(args) => probe::run(args).await,
-        Command::Check(args) => {
-            // Its own exit status (1: a rule fired, 2: an error), so it exits here.
-            let code = check::run_cli(args).await;
-            if code != 0 {
-                use std::io::Write as _;
-                let _ = std::io::stdout().flush();
-                std::process::exit(i32::from(code));
-            }
-            Ok(())
-        }
-        Command::Compat(args) => {
-            // Its own exit status (2: an error, printed there), so it exits here.
-            let code = compat::run_cli(args).await;
-            if code != 0 {
-                use std::io::Write as _;
-                let _ = std::io::stdout().flush();
-                std::process::exit(i32::from(code));
-            }
-            Ok(())
-        }
+        // Their own exit status (check: 1 a rule fired, 2 an error; compat: 2 an error,
+        // printed there), so they exit here.
+        Command::Check(args) => exit_with(check::run_cli(args).await),
+        Command::Compat(args) => exit_with(compat::run_cli(args).await),
         Command::Report(args) => report::run(args).await,
     }
+}
+
+/// `Ok(())` for exit status 0; any other ends the process with it (stdout flushed first).
+fn exit_with(code: u8) -> anyhow::Result<()> {
+    if code != 0 {
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        std::process::exit(i32::from(code));
+    }
+    Ok(())
 }
