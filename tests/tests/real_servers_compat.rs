@@ -29,7 +29,7 @@ const EXPECTED: [(&str, &str); 14] = [
     ),
     (
         "llama-cpp-responses",
-        "pass pass pass FAIL n/a pass FAIL n/o n/a pass n/a pass n/o",
+        "pass pass pass FAIL n/a pass FAIL n/o n/a pass n/o pass n/o",
     ),
     (
         "aimock-fast",
@@ -41,7 +41,7 @@ const EXPECTED: [(&str, &str); 14] = [
     ),
     (
         "aimock-fast-responses",
-        "pass pass FAIL FAIL n/a FAIL FAIL n/o pass pass n/a n/o n/o",
+        "pass pass FAIL FAIL n/a FAIL FAIL n/o pass pass n/o n/o n/o",
     ),
     (
         "aimock-reasoner",
@@ -53,7 +53,7 @@ const EXPECTED: [(&str, &str); 14] = [
     ),
     (
         "aimock-reasoner-responses",
-        "pass pass FAIL FAIL n/a FAIL FAIL pass pass pass n/a n/o n/o",
+        "pass pass FAIL FAIL n/a FAIL FAIL pass pass pass n/o n/o n/o",
     ),
     ("aimock-ratelimited", "? ? ? ? ? ? ? ? ? ? ? ? ?"),
     (
@@ -62,7 +62,7 @@ const EXPECTED: [(&str, &str); 14] = [
     ),
     (
         "aimock-ratelimited-responses",
-        "? ? ? ? n/a ? ? ? ? ? n/a ? ?",
+        "? ? ? ? n/a ? ? ? ? ? ? ? ?",
     ),
     (
         "llmock-rpm",

@@ -38,10 +38,7 @@ pub fn not_applicable(check: CompatCheck, api: Api, auth: &AuthStyle) -> Option<
     match check {
         CompatCheck::Stop if api == Api::Responses => missing("stop parameter"),
         CompatCheck::JsonMode if api == Api::Anthropic => missing("JSON mode"),
-        // Only Chat Completions objects carry one: neither a Messages message nor a Responses
-        // response has the field (llama-server, which sends it on every chat chunk, sends
-        // none on the other two), and the probe reads it from chat answers only.
-        CompatCheck::SystemFingerprint if api != Api::Chat => missing("system_fingerprint"),
+        CompatCheck::SystemFingerprint if api == Api::Anthropic => missing("system_fingerprint"),
         CompatCheck::WrongKey if *auth == AuthStyle::None => {
             Some("the provider's key is not sent (auth = \"none\")".to_string())
         }
@@ -216,12 +213,5 @@ mod tests {
         assert!(not_applicable(CompatCheck::JsonMode, Api::Chat, &b).is_none());
         assert!(not_applicable(CompatCheck::WrongKey, Api::Chat, &AuthStyle::None).is_some());
         assert!(not_applicable(CompatCheck::StreamUsage, Api::Responses, &b).is_none());
-        for api in [Api::Anthropic, Api::Responses] {
-            assert_eq!(
-                not_applicable(CompatCheck::SystemFingerprint, api, &b),
-                Some(format!("the {api} API has no system_fingerprint"))
-            );
-        }
-        assert!(not_applicable(CompatCheck::SystemFingerprint, Api::Chat, &b).is_none());
     }
 }
