@@ -386,7 +386,11 @@ async fn answer(
         id: echo.field(&render::response_id(api, rng.random::<u64>())),
         created: unix_now_s(),
         model: echo.field(&model),
-        fingerprint: fingerprint.map(|f| echo.field(&f)),
+        // A hostile provider (echoing the key or padding fields) always sends a fingerprint,
+        // so the field it pads or echoes into is there to bound.
+        fingerprint: fingerprint
+            .or_else(|| (echo.pad > 0 || echo.key.is_some()).then(|| "fp_hostile".to_string()))
+            .map(|f| echo.field(&f)),
         include_usage: req.include_usage,
         reasoning_fields: profile.reasoning_tokens_max > 0,
         prompt_tokens: input.prompt_tokens,

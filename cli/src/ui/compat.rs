@@ -149,15 +149,21 @@ pub fn render_quality(q: &QualityParity) -> String {
             ),
             right(p.length_ratio.map_or("-".into(), |r| format!("{r:.2}"))),
             TCell::new(p.fingerprint.as_deref().unwrap_or("-")),
-            TCell::new(p.flag.as_deref().unwrap_or("")),
+            TCell::new(if p.flag.is_some() { "FLAGGED" } else { "" }),
         ]);
     }
     let _ = writeln!(
         out,
-        "quality parity ({}): temperature 0, graded answers of machine-checkable prompts",
+        "quality parity ({}): temperature 0, graded answers of machine-checkable prompts \
+         (the interval counts each prompt once)",
         q.set
     );
     let _ = writeln!(out, "{table}");
+    for p in &q.providers {
+        if let Some(flag) = &p.flag {
+            let _ = writeln!(out, "  FLAGGED {}: {flag}", p.provider);
+        }
+    }
     out
 }
 
