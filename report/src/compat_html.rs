@@ -193,7 +193,7 @@ pub fn compat(report: &CompatReport) -> Markup {
         }
         "\n"
         @if !evidence.is_empty() {
-            h3 { "Evidence of every check that did not pass" }
+            h3 { "Evidence: every check that did not pass, and what the informational ones found" }
             ol class="evidence" {
                 @for (i, (provider, r)) in evidence.iter().enumerate() {
                     li id={ "ev-" (i + 1) } {
