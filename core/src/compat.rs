@@ -330,7 +330,7 @@ pub fn cache_prefix() -> String {
 /// [compat]
 /// checks = ["stream", "json_mode"]   # optional (default: every check, CompatCheck::ALL)
 /// providers = ["fast-lane"]          # optional (default: every provider)
-/// timeout_s = 30                     # optional (default 30): total timeout of each request
+/// timeout_s = 30                     # optional (default 30, at most 86400): total timeout of each request
 /// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CompatSpec {

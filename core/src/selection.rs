@@ -26,7 +26,18 @@
 //!   prices when `price` has a weight;
 //! * **quality**, **compatibility**, **compliance**: the scores of `[selection.scores.NAME]`,
 //!   between 0 and `score_scale` (higher is better) — every provider needs a score for each of
-//!   these components that has a weight.
+//!   these components that has a weight, except where it is measured:
+//!   * **compatibility** is measured by `latmesh compat` when the file has a `[compat]` section
+//!     ([`crate::compat::CompatSpec`]) that covers the provider (no `providers` key, or the
+//!     provider listed in it): the provider's compatibility score ([`crate::compat::score`],
+//!     0..=1) is used where it has no user score;
+//!   * **quality** likewise with a `[quality]` section ([`crate::quality::QualitySpec`]): the
+//!     provider's accuracy on the quality prompt set (0..=1);
+//!   * **compliance** is never measured: it always needs user scores.
+//!
+//!   A user score always overrides the measured one. Without the section (or for a provider
+//!   it leaves out) a missing user score is an error that names the alternative ("… or add a
+//!   [compat] section so `latmesh compat` measures it").
 //!
 //! How the analysis normalizes and combines them is documented in the coordinator's
 //! `analysis::selection` module. Pure: no I/O.
@@ -53,9 +64,10 @@ pub struct SelectionWeights {
     pub stability: f64,
     /// Price (USD per request).
     pub price: f64,
-    /// User-supplied quality score.
+    /// Quality score: user-supplied, else measured (`[quality]`).
     pub quality: f64,
-    /// User-supplied compatibility score (API features, SDK behaviour, …).
+    /// Compatibility score (API features, SDK behaviour, …): user-supplied, else measured
+    /// (`[compat]`).
     pub compatibility: f64,
     /// User-supplied compliance score (data residency, contracts, …).
     pub compliance: f64,

@@ -34,6 +34,12 @@ pub struct CampaignFile {
     /// [`crate::selection`]).
     #[serde(default)]
     pub selection: Option<SelectionSection>,
+    /// `[compat]`: the compatibility checks `latmesh compat` runs (see [`crate::compat`]).
+    #[serde(default)]
+    pub compat: Option<CompatSection>,
+    /// `[quality]`: the quality-parity run of `latmesh compat` (see [`crate::quality`]).
+    #[serde(default)]
+    pub quality: Option<QualitySection>,
 }
 
 /// `[windows]`: `(name, ranges text)` pairs, in declaration order when the file was loaded by
@@ -344,6 +350,36 @@ pub struct SelectionSection {
     /// Provider name → scores.
     #[serde(default)]
     pub scores: BTreeMap<String, ScoresSection>,
+}
+
+/// `[compat]` as written in a campaign file (every key optional; see
+/// [`crate::compat::CompatSpec`] for the defaults).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompatSection {
+    /// Check names ([`crate::compat::CompatCheck::as_str`]).
+    pub checks: Option<Vec<String>>,
+    /// Provider names.
+    pub providers: Option<Vec<String>>,
+    /// Total timeout of each request, seconds.
+    pub timeout_s: Option<f64>,
+}
+
+/// `[quality]` as written in a campaign file (every key optional; see
+/// [`crate::quality::QualitySpec`] for the defaults).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QualitySection {
+    /// Answers per prompt and provider.
+    pub samples: Option<u32>,
+    /// Prompt ids of the shipped set, or `*` patterns.
+    pub prompt_ids: Option<Vec<String>>,
+    /// Output cap of each request.
+    pub max_tokens: Option<u32>,
+    /// Provider names.
+    pub providers: Option<Vec<String>>,
+    /// Total timeout of each request, seconds.
+    pub timeout_s: Option<f64>,
 }
 
 /// `[schedule]` as written in a campaign file.

@@ -53,6 +53,18 @@
 //! max_tokens_field = "max_completion_tokens" # optional: default the API's own
 //! stream_usage = "auto"           # optional: auto (default), always, never
 //! reasoning_tags = { open = "<think>", close = "</think>" } # optional
+//!
+//! [compat]                        # optional: the checks `latmesh compat` runs
+//! checks = ["stream", "json_mode"] # optional (default: every check), in any order
+//! providers = ["fast-lane"]       # optional (default: every provider)
+//! timeout_s = 30                  # optional (default 30)
+//!
+//! [quality]                       # optional: the quality-parity run of `latmesh compat`
+//! samples = 3                     # optional (default 3, 1..=20)
+//! prompt_ids = ["arith-*"]        # optional (default: the whole shipped set)
+//! max_tokens = 512                # optional (default 512, 1..=32768)
+//! providers = ["fast-lane"]       # optional (default: every provider)
+//! timeout_s = 60                  # optional (default 60)
 //! ```
 //!
 //! Request shaping (the provider keys from `api` on, and a scenario's `extra_body`, merged
@@ -87,10 +99,12 @@
 //! module per table for the rest: `rounds.rs`, `provider.rs` (endpoint, caps, prices),
 //! `scenario.rs` (sampling, prompts, timeouts), `client_policy.rs` (turns, follow-ups, retry,
 //! response cap), `failover.rs`, `load_model.rs` (sweep, rate, the campaign's span),
-//! `windows.rs` (zones and windows), `schedule.rs`, `selection.rs`; shared: `names.rs` (valid, unique names),
+//! `windows.rs` (zones and windows), `schedule.rs`, `selection.rs`, `compat.rs` (`[compat]`
+//! and `[quality]`, what `latmesh compat` runs); shared: `names.rs` (valid, unique names),
 //! `error.rs` ([`CampaignError`]) and [`env_overrides`].
 
 mod client_policy;
+mod compat;
 pub mod env_overrides;
 mod error;
 mod failover;
@@ -110,9 +124,9 @@ mod windows;
 
 pub use error::CampaignError;
 pub use file::{
-    CampaignFile, CampaignSection, FailoverSection, ProviderSection, RateSection, RetrySection,
-    RoundsSection, ScenarioSection, ScheduleSection, ScoresSection, SelectionSection, SweepSection,
-    WeightsSection, WindowsSection,
+    CampaignFile, CampaignSection, CompatSection, FailoverSection, ProviderSection, QualitySection,
+    RateSection, RetrySection, RoundsSection, ScenarioSection, ScheduleSection, ScoresSection,
+    SelectionSection, SweepSection, WeightsSection, WindowsSection,
 };
 pub use load_model::MAX_PLAN_SPAN_US;
 pub use loader::{load_file, load_toml_str};

@@ -10,7 +10,12 @@ use crate::load::LoadModel;
 use crate::plan::{PlanPrompt, ScenarioSpec, Timeouts};
 use crate::prompts::{PromptSet, builtin_follow_ups, guess_lang};
 
-fn check_seconds(key: String, v: Option<f64>, default: f64) -> Result<f64, CampaignError> {
+/// A duration in seconds of `key`: finite, in (0, 86400]; `default` when absent.
+pub(super) fn check_seconds(
+    key: String,
+    v: Option<f64>,
+    default: f64,
+) -> Result<f64, CampaignError> {
     match v {
         None => Ok(default),
         Some(s) if s.is_finite() && s > 0.0 && s <= 86_400.0 => Ok(s),

@@ -1,16 +1,21 @@
 //! `[selection]`: the weights and user scores of the provider selection matrix, checked
-//! against the campaign's providers (see [`crate::selection`] for what they mean).
+//! against the campaign's providers and what `[compat]`/`[quality]` measure (see
+//! [`crate::selection`] for what they mean).
 
 use std::collections::BTreeMap;
 
 use super::file::SelectionSection;
+use crate::compat::CompatSpec;
 use crate::metrics::Metric;
 use crate::plan::ProviderSpec;
+use crate::quality::QualitySpec;
 use crate::selection::{
     DEFAULT_LATENCY_PERCENTILE, DEFAULT_SCORE_SCALE, ProviderScores, Selection, SelectionWeights,
 };
 
 /// Validates `[selection]` against the campaign's providers: `Ok(None)` without the section.
+/// A weighted quality or compatibility component needs a user score for every provider that
+/// the validated `[quality]` (`quality`) or `[compat]` (`compat`) section does not measure.
 ///
 /// # Errors
 /// `(key, message)`: the dotted key (`selection.weights.price`,
@@ -18,6 +23,8 @@ use crate::selection::{
 pub fn validate(
     section: Option<&SelectionSection>,
     providers: &[ProviderSpec],
+    compat: Option<&CompatSpec>,
+    quality: Option<&QualitySpec>,
 ) -> Result<Option<Selection>, (String, String)> {
     let Some(s) = section else {
         return Ok(None);
@@ -107,11 +114,24 @@ pub fn validate(
             },
         );
     }
-    for (field, weight) in [
-        ("quality", weights.quality),
-        ("compatibility", weights.compatibility),
-        ("compliance", weights.compliance),
-    ] {
+    // Per scored component: the section that can measure it instead, and the providers that
+    // section measures (`None`: the file has no such section; empty: every provider).
+    let components = [
+        (
+            "quality",
+            weights.quality,
+            Some("quality"),
+            quality.map(|q| &q.providers),
+        ),
+        (
+            "compatibility",
+            weights.compatibility,
+            Some("compat"),
+            compat.map(|c| &c.providers),
+        ),
+        ("compliance", weights.compliance, None, None),
+    ];
+    for (field, weight, section, measured_for) in components {
         if weight <= 0.0 {
             continue;
         }
@@ -123,14 +143,26 @@ pub fn validate(
                     "compatibility" => s.compatibility,
                     _ => s.compliance,
                 });
-            if has.is_none() {
-                return err(
-                    &format!("scores.{}.{field}", p.name),
-                    format!(
-                        "missing: weights.{field} > 0 needs a {field} score for every provider"
-                    ),
-                );
+            let measured = measured_for.is_some_and(|l| l.is_empty() || l.contains(&p.name));
+            if has.is_some() || measured {
+                continue;
             }
+            let alternative = match (section, measured_for) {
+                (None, _) => String::new(),
+                (Some(section), None) => {
+                    format!(", or add a [{section}] section so `latmesh compat` measures it")
+                }
+                (Some(section), Some(_)) => format!(
+                    ", or add {:?} to {section}.providers so `latmesh compat` measures it",
+                    p.name
+                ),
+            };
+            return err(
+                &format!("scores.{}.{field}", p.name),
+                format!(
+                    "missing: weights.{field} > 0 needs a {field} score for every provider{alternative}"
+                ),
+            );
         }
     }
     if weights.price > 0.0
@@ -254,6 +286,59 @@ compliance = 10
     }
 
     #[test]
+    fn measured_sections_stand_in_for_missing_user_scores() {
+        let weights = "[selection]\nweights = { latency = 1, quality = 1, compatibility = 1 }\n";
+        // Both measured for every provider: no user score needed.
+        let plan = load_toml_str(
+            &format!("{BASE}{weights}[compat]\n[quality]\n"),
+            Path::new("."),
+        )
+        .unwrap();
+        assert!(plan.selection.unwrap().scores.is_empty());
+        // A user score still counts (and overrides the measured one later).
+        let plan = load_toml_str(
+            &format!(
+                "{BASE}{weights}[selection.scores.budget]\nquality = 4\n[compat]\n[quality]\n"
+            ),
+            Path::new("."),
+        )
+        .unwrap();
+        assert_eq!(plan.selection.unwrap().scores["budget"].quality, Some(4.0));
+        // Measured for one provider only: the other needs a user score, and is told how.
+        let e = err_of(&format!(
+            "{BASE}{weights}[compat]\nproviders = [\"fast-lane\"]\n[quality]\n"
+        ));
+        assert!(
+            e.contains("selection.scores.budget.compatibility: missing: weights.compatibility > 0 needs a compatibility score for every provider, or add \"budget\" to compat.providers so `latmesh compat` measures it"),
+            "{e}"
+        );
+        let plan = load_toml_str(
+            &format!(
+                "{BASE}{weights}[selection.scores.budget]\ncompatibility = 6\n[compat]\nproviders = [\"fast-lane\"]\n[quality]\nproviders = [\"budget\", \"fast-lane\"]\n"
+            ),
+            Path::new("."),
+        )
+        .unwrap();
+        assert_eq!(
+            plan.selection.unwrap().scores["budget"].compatibility,
+            Some(6.0)
+        );
+        // [compat] does not stand in for quality, nor [quality] for compatibility.
+        let e = err_of(&format!("{BASE}{weights}[compat]\n"));
+        assert!(
+            e.contains("selection.scores.fast-lane.quality: missing")
+                && e.contains("[quality] section"),
+            "{e}"
+        );
+        let e = err_of(&format!("{BASE}{weights}[quality]\n"));
+        assert!(
+            e.contains("selection.scores.fast-lane.compatibility: missing")
+                && e.contains("[compat] section"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn selection_errors_name_the_key() {
         let with = |sel: &str| format!("{BASE}{sel}");
         for (text, want) in [
@@ -294,7 +379,15 @@ compliance = 10
                 with(
                     "[selection]\nweights = { quality = 1 }\n[selection.scores.budget]\nquality = 5\n",
                 ),
-                "selection.scores.fast-lane.quality: missing",
+                "selection.scores.fast-lane.quality: missing: weights.quality > 0 needs a quality score for every provider, or add a [quality] section so `latmesh compat` measures it",
+            ),
+            (
+                with("[selection]\nweights = { compatibility = 1 }\n"),
+                "selection.scores.fast-lane.compatibility: missing: weights.compatibility > 0 needs a compatibility score for every provider, or add a [compat] section so `latmesh compat` measures it",
+            ),
+            (
+                with("[selection]\nweights = { compliance = 1 }\n[compat]\n[quality]\n"),
+                "selection.scores.fast-lane.compliance: missing: weights.compliance > 0 needs a compliance score for every provider",
             ),
             (
                 with("[selection]\nweights = { latency = 1, speed = 2 }\n"),
@@ -304,6 +397,11 @@ compliance = 10
             let e = err_of(&text);
             assert!(e.contains(want), "{want:?} not in {e:?}");
         }
+        // Nothing measures compliance: no alternative is offered.
+        let e = err_of(&with(
+            "[selection]\nweights = { compliance = 1 }\n[compat]\n[quality]\n",
+        ));
+        assert!(e.ends_with("score for every provider"), "{e}");
         // Prices are needed for a price weight.
         let no_prices = BASE
             .replace("price_input_usd_per_mtok = 0.1\n", "")

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use super::compat::{validate_compat, validate_quality};
 use super::error::{CampaignError, invalid};
 use super::file::CampaignFile;
 use super::load_model::{check_span, validate_load};
@@ -104,8 +105,15 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
     check_unique("scenarios", file.scenarios.iter().map(|s| s.name.as_str()))?;
     let (timezones, windows) = validate_windows(&file)?;
     let schedule = validate_schedule(&file, &timezones, &windows)?;
-    let selection = super::selection::validate(file.selection.as_ref(), &providers)
-        .map_err(|(key, message)| invalid(key, message))?;
+    let compat = validate_compat(file.compat.as_ref(), &providers)?;
+    let quality = validate_quality(file.quality.as_ref(), &providers)?;
+    let selection = super::selection::validate(
+        file.selection.as_ref(),
+        &providers,
+        compat.as_ref(),
+        quality.as_ref(),
+    )
+    .map_err(|(key, message)| invalid(key, message))?;
     let percentiles = validate_percentiles(c.percentiles.as_deref())?;
 
     Ok(Plan {
@@ -121,8 +129,8 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
         windows,
         schedule,
         selection,
-        compat: None,
-        quality: None,
+        compat,
+        quality,
         percentiles,
     })
 }

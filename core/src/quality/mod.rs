@@ -4,8 +4,8 @@
 //! ([`answers_fingerprint`]) that `latmesh check` compares against a baseline.
 //!
 //! Every prompt asks the model to end its reply with `Answer: <answer>`; the grader reads
-//! the text after the last such marker (else the last non-empty line), normalizes it and
-//! compares it with the prompt's [`Expected`] answer. Only the normalized final answer, cut
+//! the line after the last such marker (else the last line with text, [`extract_answer`]),
+//! normalizes it ([`normalize`]) and compares it with the prompt's [`Expected`] answer. Only the normalized final answer, cut
 //! to [`MAX_ANSWER_BYTES`], is ever kept; the reply itself never leaves the engine (never
 //! logged or stored).
 //!
@@ -47,13 +47,16 @@ pub enum Category {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Expected {
-    /// A number: the answer's first number (commas between digit groups removed) equals it
-    /// within 1e-9 relative.
+    /// A number: the answer's number equals it within 1e-9 relative. The answer's number is
+    /// the first after its last `=` (`17 × 23 = 391`), else its first (commas between digit
+    /// groups removed, `-` or `−` in front negating it).
     Number(f64),
     /// Any of these texts, compared normalized ([`normalize`]).
     Text(Vec<String>),
-    /// A JSON object: the first `{…}` of the answer (or of the whole reply) parses and
-    /// equals it (numbers compared as numbers, strings normalized).
+    /// A JSON object: the first `{…}` that parses as an object, in the text after the last
+    /// marker (it may span lines) or else in the whole reply, equals it: the same keys in any
+    /// order, numbers compared as numbers (`34.0` is `34`), strings normalized, other values
+    /// (booleans, null) exactly.
     Json(serde_json::Value),
     /// A program's output, compared normalized.
     Output(String),
@@ -108,9 +111,9 @@ pub fn find_by_text(user_text: &str) -> Option<&'static QualityPrompt> {
 /// [quality]
 /// samples = 3                 # optional (default 3, 1..=20): answers per prompt and provider
 /// prompt_ids = ["arith-*"]    # optional (default: the whole set): ids or `prefix*` patterns
-/// max_tokens = 512            # optional (default 512): output cap of each request
+/// max_tokens = 512            # optional (default 512, 1..=32768): output cap of each request
 /// providers = ["fast-lane"]   # optional (default: every provider)
-/// timeout_s = 60              # optional (default 60): total timeout of each request
+/// timeout_s = 60              # optional (default 60, at most 86400): total timeout of each request
 /// ```
 ///
 /// Requests are sent at temperature 0 (top_p 1), streamed, with the set's instruction as
@@ -132,8 +135,12 @@ pub struct QualitySpec {
 
 /// Default [`QualitySpec::samples`].
 pub const DEFAULT_SAMPLES: u32 = 3;
+/// Most [`QualitySpec::samples`].
+pub const MAX_SAMPLES: u32 = 20;
 /// Default [`QualitySpec::max_tokens`].
 pub const DEFAULT_MAX_TOKENS: u32 = 512;
+/// Largest [`QualitySpec::max_tokens`].
+pub const MAX_QUALITY_MAX_TOKENS: u32 = 32_768;
 /// Default [`QualitySpec::timeout_s`].
 pub const DEFAULT_QUALITY_TIMEOUT_S: f64 = 60.0;
 
@@ -159,19 +166,31 @@ pub struct Grade {
     pub answer: String,
 }
 
-/// The final answer of a reply: the text after the last [`ANSWER_MARKER`] (ASCII
-/// case-insensitive), else the last non-empty line; trimmed.
+/// The final answer of a reply: after the last [`ANSWER_MARKER`] (ASCII case-insensitive),
+/// the first line with an answer on it (the marker's own line, else the next: lines that are
+/// empty, a code fence or only Markdown marks are skipped); without the marker, the last such
+/// line of the reply. Trimmed; empty when there is none.
 pub fn extract_answer(reply: &str) -> &str {
-    let lower = reply.to_ascii_lowercase();
-    if let Some(i) = lower.rfind(&ANSWER_MARKER.to_ascii_lowercase()) {
-        return reply[i + ANSWER_MARKER.len()..].trim();
+    match after_marker(reply) {
+        Some(rest) => rest.lines().map(str::trim).find(|l| has_answer(l)),
+        None => reply.lines().rev().map(str::trim).find(|l| has_answer(l)),
     }
-    reply
-        .lines()
-        .rev()
-        .map(str::trim)
-        .find(|l| !l.is_empty())
-        .unwrap_or("")
+    .unwrap_or("")
+}
+
+/// The text after the last [`ANSWER_MARKER`] of `reply` (ASCII case-insensitive), if any.
+fn after_marker(reply: &str) -> Option<&str> {
+    // ASCII lowercasing keeps every byte offset.
+    let i = reply
+        .to_ascii_lowercase()
+        .rfind(&ANSWER_MARKER.to_ascii_lowercase())?;
+    Some(&reply[i + ANSWER_MARKER.len()..])
+}
+
+/// A line that can hold an answer: not a code fence (```` ``` ````, ```` ```text ````), and not
+/// empty once Markdown marks are removed.
+fn has_answer(line: &str) -> bool {
+    !line.starts_with("```") && !normalize(line).is_empty()
 }
 
 /// Normal form of an answer for comparison and agreement: Unicode-lowercased, Markdown
@@ -192,16 +211,18 @@ pub fn normalize(answer: &str) -> String {
     s.to_lowercase()
 }
 
-/// Grades `reply` against `prompt`'s expected answer.
+/// Grades `reply` against `prompt`'s expected answer ([`Expected`] says how each kind
+/// compares).
 pub fn grade(prompt: &QualityPrompt, reply: &str) -> Grade {
-    let raw = extract_answer(reply);
-    let answer = normalize(raw);
+    let answer = normalize(extract_answer(reply));
     let correct = match &prompt.expected {
-        Expected::Number(want) => first_number(&answer)
+        Expected::Number(want) => final_number(&answer)
             .is_some_and(|got| (got - want).abs() <= want.abs().max(1.0) * 1e-9),
         Expected::Text(any) => any.iter().any(|t| normalize(t) == answer),
         Expected::Output(out) => normalize(out) == answer,
-        Expected::Json(want) => first_json_object(raw)
+        // An object may span lines: look in all the text after the marker, then the reply.
+        Expected::Json(want) => after_marker(reply)
+            .and_then(first_json_object)
             .or_else(|| first_json_object(reply))
             .is_some_and(|got| json_equal(&got, want)),
     };
@@ -211,17 +232,22 @@ pub fn grade(prompt: &QualityPrompt, reply: &str) -> Grade {
     }
 }
 
-/// The first number in `s` (an optional `-`, digits with `,` group separators, an optional
-/// fraction).
+/// The number a normalized answer gives: the first number after its last `=` (so
+/// `17 × 23 = 391` gives 391), else its first number.
+fn final_number(answer: &str) -> Option<f64> {
+    first_number(answer.rsplit('=').next().unwrap_or(answer))
+}
+
+/// The first number in `s` (an optional `-` or `−`, digits with `,` group separators, an
+/// optional fraction).
 fn first_number(s: &str) -> Option<f64> {
-    let b = s.as_bytes();
-    let start = b.iter().position(|c| c.is_ascii_digit())?;
-    let neg = start > 0 && b[start - 1] == b'-';
+    let start = s.find(|c: char| c.is_ascii_digit())?;
+    let neg = s[..start].ends_with(['-', '\u{2212}']);
     let mut num = String::new();
-    for &c in &b[start..] {
+    for c in s[start..].chars() {
         match c {
-            b'0'..=b'9' | b'.' => num.push(c as char),
-            b',' => {}
+            '0'..='9' | '.' => num.push(c),
+            ',' => {}
             _ => break,
         }
     }
@@ -229,14 +255,15 @@ fn first_number(s: &str) -> Option<f64> {
     num.parse::<f64>().ok().map(|v| if neg { -v } else { v })
 }
 
-/// The first `{…}` of `s` that parses as a JSON object.
+/// The first `{…}` of `s` that parses as a JSON object (text may follow it).
 fn first_json_object(s: &str) -> Option<serde_json::Value> {
-    let start = s.find('{')?;
-    let end = s.rfind('}')?;
-    (end > start)
-        .then(|| serde_json::from_str::<serde_json::Value>(&s[start..=end]).ok())
-        .flatten()
-        .filter(serde_json::Value::is_object)
+    s.match_indices('{').find_map(|(i, _)| {
+        serde_json::Deserializer::from_str(&s[i..])
+            .into_iter::<serde_json::Value>()
+            .next()
+            .and_then(Result::ok)
+            .filter(serde_json::Value::is_object)
+    })
 }
 
 /// JSON equality with numbers compared as `f64` and strings normalized.
@@ -362,12 +389,164 @@ mod tests {
         }
     }
 
+    fn prompt(id: &str) -> &'static QualityPrompt {
+        prompt_set().prompts.iter().find(|p| p.id == id).unwrap()
+    }
+
+    #[test]
+    fn the_set_has_eight_prompts_per_category_with_their_ids() {
+        let set = prompt_set();
+        assert_eq!(set.prompts.len(), 32);
+        for (cat, prefix) in [
+            (Category::Arithmetic, "arith"),
+            (Category::Fact, "fact"),
+            (Category::Extraction, "extract"),
+            (Category::Code, "code"),
+        ] {
+            let ids: Vec<&str> = set
+                .prompts
+                .iter()
+                .filter(|p| p.category == cat)
+                .map(|p| p.id.as_str())
+                .collect();
+            let want: Vec<String> = (1..=8).map(|i| format!("{prefix}-{i:02}")).collect();
+            assert_eq!(ids, want, "{cat:?}");
+        }
+        for p in &set.prompts {
+            let kind_fits = match (&p.category, &p.expected) {
+                (Category::Arithmetic, Expected::Number(n)) => n.fract() == 0.0,
+                (Category::Fact, Expected::Text(t)) => !t.is_empty(),
+                (Category::Extraction, Expected::Json(v)) => {
+                    v.as_object().is_some_and(|o| (2..=3).contains(&o.len()))
+                }
+                (Category::Code, Expected::Output(o)) => !o.contains('\n'),
+                _ => false,
+            };
+            assert!(kind_fits, "{}: {:?}", p.id, p.expected);
+            let lower = p.prompt.to_lowercase();
+            for word in ["latmesh", "test", "probe"] {
+                assert!(!lower.contains(word), "{} mentions {word}", p.id);
+            }
+        }
+    }
+
+    #[test]
+    fn a_wrong_answer_grades_wrong_in_every_category() {
+        for (id, reply) in [
+            ("arith-01", "17 × 23 = 381\nAnswer: 381"),
+            ("arith-01", "Answer: 3910"),
+            ("arith-08", "Answer: -66"),
+            ("fact-01", "Answer: Sydney"),
+            ("fact-03", "Answer: 8 sides"),
+            (
+                "extract-01",
+                "Answer: {\"name\": \"Maria Lopez\", \"age\": 43}",
+            ),
+            (
+                "extract-01",
+                "Answer: {\"name\": \"Maria Lopez\", \"age\": \"34\"}",
+            ),
+            (
+                "extract-01",
+                "Answer: {\"name\": \"Maria Lopez\", \"age\": 34, \"week\": \"last\"}",
+            ),
+            (
+                "extract-05",
+                "Answer: {\"train\": 518, \"destination\": \"Denver\", \"delayed\": true}",
+            ),
+            ("code-01", "Answer: 13"),
+            ("code-05", "Answer: kiwicherry"),
+        ] {
+            let g = grade(prompt(id), reply);
+            assert!(!g.correct, "{id}: {reply}");
+        }
+    }
+
+    #[test]
+    fn json_keys_in_another_order_and_numbers_as_floats_grade_right() {
+        let g = grade(
+            prompt("extract-01"),
+            "Here it is.\nAnswer: {\"age\": 34.0, \"name\": \"maria lopez\"}",
+        );
+        assert!(g.correct, "{g:?}");
+        // Over several lines, in a fence, with text after it.
+        let reply =
+            "Answer:\n```json\n{\n  \"temperature_c\": -7.0,\n  \"city\": \"Oslo\"\n}\n```\nDone.";
+        assert!(grade(prompt("extract-06"), reply).correct);
+        // No marker: the reply's first object.
+        assert!(
+            grade(
+                prompt("extract-02"),
+                "{\"year\": 2019, \"city\": \"Lisbon\"}"
+            )
+            .correct
+        );
+        // A draft before the final object: the one after the marker counts.
+        let reply = "Draft {\"city\": \"Porto\", \"year\": 2019}\nAnswer: {\"city\": \"Lisbon\", \"year\": 2019}";
+        assert!(grade(prompt("extract-02"), reply).correct);
+    }
+
+    #[test]
+    fn markdown_bold_and_backticks_grade_right() {
+        for (id, reply) in [
+            ("arith-01", "**Answer:** 391"),
+            ("arith-01", "**Answer: 391**"),
+            ("arith-01", "Answer: `391`."),
+            ("arith-01", "Answer: 17 × 23 = **391**"),
+            ("arith-06", "Answer: 372 km"),
+            ("arith-03", "Answer: 36."),
+            ("fact-01", "**Answer:** *Canberra*"),
+            ("fact-02", "Answer: `Au`"),
+            ("fact-03", "Answer: **Six**"),
+            ("fact-08", "Answer: H₂O"),
+            (
+                "extract-04",
+                "Answer: `{\"email\": \"tom.becker@example.com\", \"name\": \"Tom Becker\"}`",
+            ),
+            ("code-08", "Answer: `12-8-10`"),
+            (
+                "code-05",
+                "The program prints:\n\nAnswer:\n```\nfigcherry\n```\n",
+            ),
+            ("code-02", "answer: __18__"),
+        ] {
+            let g = grade(prompt(id), reply);
+            assert!(g.correct, "{id}: {reply:?} → {g:?}");
+        }
+        // Negative numbers, with either minus sign.
+        let neg = QualityPrompt {
+            id: "n".into(),
+            category: Category::Arithmetic,
+            prompt: String::new(),
+            expected: Expected::Number(-7.0),
+        };
+        assert!(grade(&neg, "Answer: −7").correct);
+        assert!(grade(&neg, "Answer: -7").correct);
+        assert!(!grade(&neg, "Answer: 7").correct);
+    }
+
     #[test]
     fn extraction_and_normalization() {
         assert_eq!(extract_answer("blah\nanswer: **391**."), "**391**.");
         assert_eq!(normalize("**391**."), "391");
         assert_eq!(extract_answer("first\n\n  last line \n"), "last line");
+        // The marker's line, else the next line with text; text after it is not the answer.
+        assert_eq!(extract_answer("Answer: 391\n\nHope this helps!"), "391");
+        assert_eq!(extract_answer("Answer:\n\n**391**\nmore"), "**391**");
+        assert_eq!(extract_answer("x\n```\n31\n```\n"), "31");
+        assert_eq!(extract_answer("Answer:"), "");
         assert_eq!(first_number("about 1,234.5 units"), Some(1234.5));
         assert_eq!(first_number("-7"), Some(-7.0));
+        assert_eq!(final_number("17 × 23 = 391"), Some(391.0));
+        assert_eq!(first_number("none"), None);
+        // The kept answer is cut to MAX_ANSWER_BYTES.
+        let long = format!("Answer: {}", "é".repeat(100));
+        let g = grade(prompt("fact-01"), &long);
+        assert!(!g.correct);
+        assert!(
+            g.answer.len() <= MAX_ANSWER_BYTES && g.answer.ends_with('…'),
+            "{}",
+            g.answer
+        );
     }
 }
