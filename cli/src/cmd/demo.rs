@@ -322,3 +322,59 @@ pub async fn run_cli(args: DemoArgs) -> anyhow::Result<()> {
     println!("report: {}", report.display());
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use latmesh_core::compat::CompatSpec;
+
+    fn load(text: &str) -> latmesh_core::plan::Plan {
+        campaign::load_toml_str(
+            &text.replace("{sim}", "127.0.0.1:9"),
+            std::path::Path::new("."),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn the_embedded_campaign_measures_compat_and_quality_and_ranks_by_the_issues_weights() {
+        let plan = load(DEMO_CAMPAIGN);
+        assert_eq!(plan.compat, Some(CompatSpec::default()));
+        let q = plan.quality.as_ref().unwrap();
+        assert_eq!(q.samples, 2);
+        assert_eq!(
+            q.prompt_ids.len(),
+            latmesh_core::quality::prompt_set().prompts.len()
+        );
+        let sel = plan.selection.as_ref().unwrap();
+        let w: Vec<(&str, f64)> = sel.weights.named().to_vec();
+        assert_eq!(
+            w,
+            [
+                ("latency", 0.25),
+                ("stability", 0.15),
+                ("price", 0.15),
+                ("quality", 0.30),
+                ("compatibility", 0.10),
+                ("compliance", 0.05),
+            ]
+        );
+        // Every provider has prices (all different between profiles) and a compliance score;
+        // quality and compatibility are left to the measurement.
+        let mut prices = Vec::new();
+        for p in &plan.providers {
+            let price = p.price.as_ref().unwrap_or_else(|| panic!("{}", p.name));
+            prices.push(price.input_usd_per_mtok.to_bits());
+            let s = &sel.scores[&p.name];
+            assert!(s.compliance.is_some(), "{}", p.name);
+            assert_eq!((s.quality, s.compatibility), (None, None), "{}", p.name);
+        }
+        prices.sort_unstable();
+        prices.dedup();
+        assert_eq!(prices.len(), 9, "one price per simulated profile");
+        // The rounds-only part (tests of the latency path) has none of these sections.
+        let rounds = load(demo_rounds_only());
+        assert!(rounds.compat.is_none() && rounds.quality.is_none());
+        assert!(rounds.selection.is_none());
+    }
+}
