@@ -10,16 +10,20 @@
 //!   [`slot`] (one logical request: turns, attempts, retries, failover), [`limits`] and
 //!   [`shaping`] (per-provider caps and request shape), [`clock`], [`timer`];
 //! * the probe engine: [`probe`] (one request, measured per docs/metrics.md; TTFT/ITL are
-//!   stamped in `probe/measure/tokens.rs`, the body's bytes enter in `probe/measure/body.rs`).
+//!   stamped in `probe/measure/tokens.rs`, the body's bytes enter in `probe/measure/body.rs`);
+//! * compatibility checks and the quality set, run per provider through the probe engine:
+//!   [`compat`], [`quality`].
 
 pub mod batches;
 pub mod clock;
+pub mod compat;
 pub mod limits;
 pub mod load;
 pub mod metrics;
 pub mod outbox;
 pub mod phase;
 pub mod probe;
+pub mod quality;
 pub mod runner;
 pub mod session;
 pub mod shaping;

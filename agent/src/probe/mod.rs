@@ -210,6 +210,12 @@ pub struct ProbeResult {
     pub content_text: String,
     /// Reasoning text; filled only when `keep_text`.
     pub reasoning_text: String,
+    /// Where the answer's first reasoning came from (always set when there was any):
+    /// a Chat Completions field (`reasoning_content`, `reasoning`, `reasoning_text`,
+    /// `thinking`, `content[].reasoning`, `reasoning_details`), `thinking` or
+    /// `redacted_thinking` (Anthropic blocks), `reasoning` (a Responses item), or
+    /// `reasoning_tags` (split out of the content by the provider's declared tags).
+    pub reasoning_field: Option<&'static str>,
     /// Tool calls, in order of first appearance (always filled: they are small and rare).
     pub tool_calls: Vec<ToolCall>,
     /// 0-based index, among JSON chat payloads, of the payload where TTFT was stamped.

@@ -150,6 +150,29 @@ impl DeltaWire<'_> {
         Cow::Owned(out)
     }
 
+    /// The field [`DeltaWire::reasoning`] read its text from (`reasoning_content`,
+    /// `reasoning`, `reasoning_text`, `thinking`, `content` parts, `reasoning_details`);
+    /// `None` when it is empty.
+    pub fn reasoning_field(&self) -> Option<&'static str> {
+        let fields = [
+            (&self.reasoning_content, "reasoning_content"),
+            (&self.reasoning, "reasoning"),
+            (&self.reasoning_text, "reasoning_text"),
+            (&self.thinking, "thinking"),
+        ];
+        if let Some((_, name)) = fields.iter().find(|(f, _)| !f.all().is_empty()) {
+            return Some(name);
+        }
+        if !self.content.part_reasoning().is_empty() {
+            return Some("content[].reasoning");
+        }
+        self.reasoning_details
+            .0
+            .iter()
+            .any(|d| !d.text.as_str().is_empty() || !d.summary.as_str().is_empty())
+            .then_some("reasoning_details")
+    }
+
     /// Whether a tool-call fragment (or legacy function call) with content is present.
     pub fn has_tool_fragment(&self) -> bool {
         self.tool_calls.0.iter().any(ToolCallWire::is_nonempty)

@@ -11,6 +11,8 @@ pub struct LiteChunk<'a> {
     /// Its reasoning text: the first non-empty of `reasoning_content`, `reasoning`,
     /// `reasoning_text`, `thinking` (as [`DeltaWire::reasoning`]).
     pub reasoning: &'a str,
+    /// The field `reasoning` came from (`None` when it is empty).
+    pub reasoning_field: Option<&'static str>,
     /// Its non-empty `finish_reason`.
     pub finish_reason: Option<&'a str>,
     /// Top-level `model` (`""` when absent or null), as [`ChunkWire::model`].
@@ -66,10 +68,11 @@ pub fn decode_lite<'a>(bytes: &'a [u8], scratch: &'a mut String) -> Option<LiteC
         Span::Raw(s) => s,
         Span::Scratch(a, b) => &scratch[a..b],
     };
-    let reasoning = found.reasoning.into_iter().find(|s| !s.is_empty());
+    let reasoning = found.reasoning.into_iter().position(|s| !s.is_empty());
     Some(LiteChunk {
         content: text(found.content),
-        reasoning: reasoning.map_or("", text),
+        reasoning: reasoning.map_or("", |i| text(found.reasoning[i])),
+        reasoning_field: reasoning.map(|i| REASONING_FIELDS[i]),
         finish_reason: found.finish_reason.map(text),
         model: text(found.model),
         system_fingerprint: text(found.system_fingerprint),
@@ -98,6 +101,8 @@ pub struct LiteCache {
     /// Where its other texts are in `buf` (`None`: absent or empty).
     content: Option<(usize, usize)>,
     reasoning: Option<(usize, usize)>,
+    /// The field its reasoning came from.
+    reasoning_field: Option<&'static str>,
     finish_reason: Option<(usize, usize)>,
     model: Option<(usize, usize)>,
     system_fingerprint: Option<(usize, usize)>,
@@ -142,6 +147,7 @@ pub fn decode_cached<'a>(bytes: &'a [u8], cache: &'a mut LiteCache) -> Option<Li
         return Some(LiteChunk {
             content,
             reasoning,
+            reasoning_field: cache.reasoning_field.filter(|_| !reasoning.is_empty()),
             finish_reason: cache.finish_reason.map(|r| text(Some(r))),
             model: text(cache.model),
             system_fingerprint: text(cache.system_fingerprint),
@@ -152,6 +158,7 @@ pub fn decode_cached<'a>(bytes: &'a [u8], cache: &'a mut LiteCache) -> Option<Li
         slot,
         content,
         reasoning,
+        reasoning_field,
         finish_reason,
         model,
         system_fingerprint,
@@ -190,6 +197,7 @@ pub fn decode_cached<'a>(bytes: &'a [u8], cache: &'a mut LiteCache) -> Option<Li
             let nonempty = |t: &str| range(t).filter(|r| r.0 < r.1);
             *content = nonempty(found.content);
             *reasoning = nonempty(found.reasoning);
+            *reasoning_field = found.reasoning_field;
             *finish_reason = found.finish_reason.and_then(nonempty);
             *model = nonempty(found.model);
             *system_fingerprint = nonempty(found.system_fingerprint);
@@ -227,6 +235,14 @@ impl Span<'_> {
         }
     }
 }
+
+/// The names of [`Found::reasoning`]'s fields, in its order.
+const REASONING_FIELDS: [&str; 4] = [
+    "reasoning_content",
+    "reasoning",
+    "reasoning_text",
+    "thinking",
+];
 
 /// The texts of a chunk, before the scratch buffer can be borrowed.
 #[derive(Default)]

@@ -52,6 +52,9 @@ impl State {
         if let Some(l) = lite {
             self.payloads = self.payloads.saturating_add(1);
             self.on_answered(l.model, l.system_fingerprint);
+            if self.reasoning_field.is_none() {
+                self.reasoning_field = l.reasoning_field;
+            }
             self.on_tokens(at, index, l.content, l.reasoning, false);
             if let Some(fr) = l.finish_reason {
                 self.on_finish_reason(fr);
@@ -109,9 +112,13 @@ impl State {
             };
             self.add_tool_fragment(&t);
         }
+        let reasoning = d.reasoning();
+        if !reasoning.is_empty() && self.reasoning_field.is_none() {
+            self.reasoning_field = d.reasoning_field();
+        }
         let output = Output {
             content: &d.content(),
-            reasoning: &d.reasoning(),
+            reasoning: &reasoning,
             tool: d.has_tool_fragment(),
             audio: d.has_audio_data(),
         };

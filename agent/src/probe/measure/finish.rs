@@ -156,6 +156,7 @@ impl Measurement {
             itl_gaps_us: st.itl_gaps_us,
             content_text: st.content_text,
             reasoning_text: st.reasoning_text,
+            reasoning_field: st.reasoning_field,
             tool_calls: st.tool_calls,
             thinking_blocks: st.anthropic.into_thinking_blocks(),
             reasoning_items: st.reasoning_items,

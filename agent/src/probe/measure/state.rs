@@ -62,6 +62,10 @@ pub(in crate::probe) struct State {
     pub(super) think: Option<Box<ThinkTags>>,
     /// Reasoning arrived in a reasoning field of the API (not split out of `content`).
     pub(super) field_reasoning: bool,
+    /// Where the first reasoning came from: a Chat Completions field (`reasoning_content`,
+    /// `reasoning`, …), `thinking` (Anthropic), `reasoning` (a Responses item),
+    /// `redacted_thinking`, or `reasoning_tags` (split out of `content`).
+    pub(in crate::probe) reasoning_field: Option<&'static str>,
     /// The first payload whose content the tags split as reasoning, and when it was read.
     pub(super) first_tag_reasoning: Option<(Instant, u32)>,
     /// The answer's reasoning items (Responses API), kept with the texts (`keep_text`) for a

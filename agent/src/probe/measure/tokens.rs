@@ -5,9 +5,15 @@
 
 use std::time::Instant;
 
+use latmesh_core::api::Api;
+
 use crate::probe::think_tags::Split;
 
 use super::state::State;
+
+/// [`crate::probe::ProbeResult::reasoning_field`] of reasoning split out of `content` by the
+/// provider's declared tags.
+pub const REASONING_TAGS_FIELD: &str = "reasoning_tags";
 
 /// One payload's generated output ([`State::on_output`]).
 #[derive(Clone, Copy, Debug)]
@@ -66,9 +72,16 @@ impl State {
         }
         if !reasoning.is_empty() {
             self.field_reasoning = true;
+            // The Chat Completions reader names its field first; the other APIs have one.
+            self.reasoning_field.get_or_insert(match self.api {
+                Api::Anthropic => "thinking",
+                Api::Responses => "reasoning",
+                Api::Chat => "reasoning_content",
+            });
         }
         if !split.reasoning.is_empty() || split.reasoning_payload {
             self.first_tag_reasoning.get_or_insert((at, index));
+            self.reasoning_field.get_or_insert(REASONING_TAGS_FIELD);
         }
         if is_reasoning {
             self.reasoning_chunks = self.reasoning_chunks.saturating_add(1);
@@ -101,6 +114,7 @@ impl State {
         }
         self.content_chunks = self.reasoning_chunks;
         self.reasoning_chunks = 0;
+        self.reasoning_field = None;
         self.first_content = Some(first);
         self.first_reasoning = None;
         self.content_text = std::mem::take(&mut self.reasoning_text);
@@ -132,6 +146,7 @@ impl State {
     pub(in crate::probe) fn on_hidden_reasoning(&mut self, at: Instant, index: u32) {
         self.reasoning_chunks = self.reasoning_chunks.saturating_add(1);
         self.first_reasoning.get_or_insert(index);
+        self.reasoning_field.get_or_insert("redacted_thinking");
         self.on_token_payload(at, index);
     }
 }

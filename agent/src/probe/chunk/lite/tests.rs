@@ -14,6 +14,7 @@ type Facts = (
     Option<Usage>,
     Option<ProviderError>,
     (String, String),
+    Option<&'static str>,
 );
 
 /// What a measurement reads from a payload, by the full decoder.
@@ -29,6 +30,7 @@ fn full_facts(b: &[u8]) -> Option<Facts> {
         c.usage(),
         c.error(),
         (c.model().to_string(), c.system_fingerprint().to_string()),
+        d.reasoning_field(),
     ))
 }
 
@@ -46,6 +48,7 @@ fn agrees(b: &[u8]) -> Result<bool, String> {
         None,
         None,
         (l.model.to_string(), l.system_fingerprint.to_string()),
+        l.reasoning_field,
     );
     match full_facts(b) {
         Some(f) if f == lite => Ok(true),
@@ -77,8 +80,9 @@ fn the_fast_path_reads_common_chunks_as_the_full_decoder() {
     let mut scratch = String::new();
     let c = decode_lite(common[2].as_bytes(), &mut scratch).unwrap();
     assert_eq!((c.content, c.reasoning), ("", "think"));
+    assert_eq!(c.reasoning_field, Some("reasoning_content"));
     let c = decode_lite(common[7].as_bytes(), &mut scratch).unwrap();
-    assert_eq!(c.reasoning, "r");
+    assert_eq!((c.reasoning, c.reasoning_field), ("r", Some("reasoning")));
     let j = r#"{"choices":[{"delta":{"content":"a\nb\"\u00e9\/","reasoning":"","thinking":"\tt"},"finish_reason":"s\u0074op"}]}"#;
     let c = decode_lite(j.as_bytes(), &mut scratch).unwrap();
     assert_eq!(

@@ -1,0 +1,142 @@
+//! The compatibility checks (docs/metrics.md, "Compatibility checks"): each
+//! [`CompatCheck`] of a [`CompatSpec`] sent to one provider and judged by the rule of its
+//! variant, with its evidence. `latmesh compat` runs them from the machine it runs on; an
+//! agent phase can run them the same way ([`ProviderContext`] holds what they need).
+//!
+//! Sending is apart from judging: every check's judge is a pure function of the
+//! [`ProbeResult`](crate::probe::ProbeResult)s it got (`basic`, `features`, `reasoning`,
+//! `wrong_key`). Requests go through the probe engine with the provider's own request
+//! shape; a check's feature fields are added under the provider's `extra_body` (which keeps
+//! winning). A failure that says nothing about the feature (throttled, 5xx, timeout,
+//! connection error, a broken stream) is retried once after about 1 s (or a `Retry-After` up
+//! to 5 s), then *inconclusive*. The requests that only need some answer share one streamed
+//! request (stream, model name, fingerprint, reasoning field). Answers stay in memory; the
+//! evidence quotes at most 40 characters of one and is scrubbed of the key and the secret
+//! header values.
+
+pub mod basic;
+pub mod context;
+pub mod features;
+pub mod reasoning;
+pub mod send;
+pub mod wrong_key;
+
+use latmesh_core::api::{Api, AuthStyle};
+use latmesh_core::compat::{
+    CompatCheck, CompatResult, CompatSpec, Evidence, MAX_EVIDENCE_BYTES, PLAIN_PROMPT, Verdict,
+};
+use latmesh_core::prompts::Message;
+
+pub use context::ProviderContext;
+
+use crate::probe::ProbeResult;
+use send::{Call, evidence, send};
+
+/// Why `check` does not exist for a provider speaking `api` with `auth` (`None`: it does).
+pub fn not_applicable(check: CompatCheck, api: Api, auth: &AuthStyle) -> Option<String> {
+    let missing = |what: &str| Some(format!("the {api} API has no {what}"));
+    match check {
+        CompatCheck::Stop if api == Api::Responses => missing("stop parameter"),
+        CompatCheck::JsonMode if api == Api::Anthropic => missing("JSON mode"),
+        CompatCheck::SystemFingerprint if api == Api::Anthropic => missing("system_fingerprint"),
+        CompatCheck::WrongKey if *auth == AuthStyle::None => {
+            Some("the provider's key is not sent (auth = \"none\")".to_string())
+        }
+        _ => None,
+    }
+}
+
+/// Runs `spec`'s checks on the provider of `ctx`, one after another, in `spec.checks`
+/// order (each within `spec.timeout_s`); one result per check.
+pub async fn run_checks(ctx: &ProviderContext<'_>, spec: &CompatSpec) -> Vec<CompatResult> {
+    let api = ctx.provider.request.api;
+    let t = spec.timeout_s;
+    let plain_messages = [Message::new("user", PLAIN_PROMPT)];
+    // The one streamed plain request several checks judge.
+    let mut plain: Option<ProbeResult> = None;
+    let mut out = Vec::with_capacity(spec.checks.len());
+    for &check in &spec.checks {
+        let (verdict, ev) =
+            if let Some(why) = not_applicable(check, api, &ctx.provider.request.auth) {
+                (Verdict::NotApplicable, evidence(None, None, why))
+            } else {
+                match check {
+                    CompatCheck::Stream
+                    | CompatCheck::ModelName
+                    | CompatCheck::SystemFingerprint
+                    | CompatCheck::ReasoningField => {
+                        if plain.is_none() {
+                            let call = Call::new(&plain_messages, true, basic::PLAIN_MAX_TOKENS, t);
+                            plain = Some(send(ctx, &call).await);
+                        }
+                        let r = plain.as_ref().expect("sent just above");
+                        match check {
+                            CompatCheck::Stream => basic::judge_answer(r),
+                            CompatCheck::ModelName => {
+                                basic::judge_model_name(r, ctx.provider.expected_model())
+                            }
+                            CompatCheck::SystemFingerprint => basic::judge_fingerprint(r),
+                            _ => reasoning::judge_reasoning_field(r),
+                        }
+                    }
+                    CompatCheck::NonStream => {
+                        let call = Call::new(&plain_messages, false, basic::PLAIN_MAX_TOKENS, t);
+                        basic::judge_answer(&send(ctx, &call).await)
+                    }
+                    CompatCheck::StreamUsage => basic::stream_usage(ctx, &plain_messages, t).await,
+                    CompatCheck::OutputCap => basic::output_cap(ctx, t).await,
+                    CompatCheck::Stop => match basic::stop_field(api) {
+                        Some(field) => basic::stop(ctx, field, t).await,
+                        None => unreachable_na(),
+                    },
+                    CompatCheck::JsonMode => match features::json_mode_field(api) {
+                        Some(mode) => features::json_mode(ctx, mode, t).await,
+                        None => unreachable_na(),
+                    },
+                    CompatCheck::ToolCall => features::tool_call(ctx, t).await,
+                    CompatCheck::ReasoningHistory => reasoning::history(ctx, t).await,
+                    CompatCheck::PromptCache => features::prompt_cache(ctx, t).await,
+                    CompatCheck::WrongKey => wrong_key::wrong_key_check(ctx, t).await,
+                }
+            };
+        out.push(CompatResult {
+            provider: ctx.provider.name.clone(),
+            check,
+            verdict,
+            evidence: scrubbed(ctx, ev),
+        });
+    }
+    out
+}
+
+/// The verdict of a check [`not_applicable`] already left out (kept total for `match`).
+fn unreachable_na() -> (Verdict, Evidence) {
+    (Verdict::NotApplicable, Evidence::default())
+}
+
+/// `ev` with the key and the secret header values redacted from its texts (they are
+/// provider values, already scrubbed by the prober: this is the last guard).
+fn scrubbed(ctx: &ProviderContext<'_>, mut ev: Evidence) -> Evidence {
+    ev.message = ctx.redact_to(&ev.message, MAX_EVIDENCE_BYTES);
+    ev.field = ev.field.map(|f| ctx.redact_to(&f, MAX_EVIDENCE_BYTES));
+    ev
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checks_missing_from_an_api_are_not_applicable() {
+        let b = AuthStyle::Bearer;
+        assert!(not_applicable(CompatCheck::Stop, Api::Responses, &b).is_some());
+        assert!(not_applicable(CompatCheck::Stop, Api::Anthropic, &b).is_none());
+        assert_eq!(
+            not_applicable(CompatCheck::JsonMode, Api::Anthropic, &b).as_deref(),
+            Some("the anthropic API has no JSON mode")
+        );
+        assert!(not_applicable(CompatCheck::JsonMode, Api::Chat, &b).is_none());
+        assert!(not_applicable(CompatCheck::WrongKey, Api::Chat, &AuthStyle::None).is_some());
+        assert!(not_applicable(CompatCheck::StreamUsage, Api::Responses, &b).is_none());
+    }
+}
