@@ -45,6 +45,7 @@
 
 #![warn(missing_docs)]
 
+pub mod cache;
 pub mod hostile;
 pub mod plan;
 pub mod profile;
@@ -53,6 +54,7 @@ pub mod region;
 pub mod render;
 pub mod replay;
 pub mod request;
+pub mod script;
 pub mod text;
 pub mod truth;
 

@@ -33,6 +33,11 @@ pub struct PlanInput {
     pub answer_key: u64,
     /// What the request asked of a reasoning model.
     pub thinking: Thinking,
+    /// A scripted answer ([`crate::script`]): its visible content tokens (in place of the
+    /// natural length) and its finish reason when the cap does not cut it.
+    pub scripted: Option<(u32, FinishReason)>,
+    /// Prompt tokens read from the prompt cache: not prefilled again.
+    pub cached_tokens: u32,
 }
 
 /// What a request asks of a model that reasons (a profile with `reasoning_tokens_max` > 0;
@@ -61,16 +66,28 @@ pub enum FinishReason {
     Stop,
     /// Cut by `max_tokens`.
     Length,
+    /// Cut before a stop sequence of the request (OpenAI `stop`; Anthropic `stop_sequence`).
+    StopSequence,
+    /// The answer is a tool call (OpenAI `tool_calls`; Anthropic `tool_use`).
+    ToolCalls,
 }
 
 impl FinishReason {
-    /// The OpenAI spelling.
+    /// The OpenAI Chat Completions spelling.
     pub fn as_str(self) -> &'static str {
         match self {
-            FinishReason::Stop => "stop",
+            FinishReason::Stop | FinishReason::StopSequence => "stop",
             FinishReason::Length => "length",
+            FinishReason::ToolCalls => "tool_calls",
         }
     }
+}
+
+/// The natural length of the answer keyed `answer_key` on `profile`: visible content tokens
+/// within `output_tokens_min..=output_tokens_max`.
+pub fn natural_tokens(profile: &ProviderProfile, answer_key: u64) -> u32 {
+    let span = u64::from(profile.output_tokens_max - profile.output_tokens_min) + 1;
+    profile.output_tokens_min + (answer_key % span) as u32
 }
 
 /// One SSE chunk of tokens.
@@ -172,7 +189,8 @@ pub fn plan(
     }
 
     let ttft_median = profile.ttft_base_us as f64
-        + profile.prefill_us_per_input_token as f64 * f64::from(input.prompt_tokens);
+        + profile.prefill_us_per_input_token as f64
+            * f64::from(input.prompt_tokens.saturating_sub(input.cached_tokens));
     let mut ttft = lognormal(rng, ttft_median, profile.ttft_jitter_sigma);
     let tail_draw: f64 = rng.random();
     if tail_draw < profile.ttft_tail_prob {
@@ -181,8 +199,10 @@ pub fn plan(
     let ttft_us = scaled_us(ttft, time_scale);
 
     // Natural length and reasoning budget.
-    let span = u64::from(profile.output_tokens_max - profile.output_tokens_min) + 1;
-    let natural = profile.output_tokens_min + (input.answer_key % span) as u32;
+    let (natural, natural_finish) = input.scripted.unwrap_or((
+        natural_tokens(profile, input.answer_key),
+        FinishReason::Stop,
+    ));
     let want_reasoning = if profile.reasoning_tokens_max > 0 && input.thinking != Thinking::Off {
         let drawn = rng.random_range(profile.reasoning_tokens_min..=profile.reasoning_tokens_max);
         match input.thinking {
@@ -200,7 +220,7 @@ pub fn plan(
     let finish_reason = if reasoning_tokens + content_tokens < want_reasoning + natural {
         FinishReason::Length
     } else {
-        FinishReason::Stop
+        natural_finish
     };
 
     // Chunks: reasoning first, then content; each chunk after the first waits one ITL per
@@ -299,6 +319,8 @@ mod tests {
             max_tokens,
             answer_key: key,
             thinking: Thinking::Default,
+            scripted: None,
+            cached_tokens: 0,
         }
     }
 

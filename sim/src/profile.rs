@@ -120,6 +120,79 @@ pub struct ProviderProfile {
     /// Hostile behaviour: key echoes, huge fields, absurd usage ([`crate::hostile`]); all
     /// off by default.
     pub hostile: crate::hostile::Hostile,
+    /// Stop sequences (Chat `stop`, Anthropic `stop_sequences`; default
+    /// [`Feature::Supported`]): the answer is cut before the first occurrence of any of them
+    /// and ends with finish reason `stop` (Anthropic: `stop_reason: "stop_sequence"` and the
+    /// matched `stop_sequence`). The Responses API has no stop parameter.
+    pub stop: Feature,
+    /// JSON mode (Chat `response_format` `json_object` / `json_schema`, Responses
+    /// `text.format`; default [`Feature::Supported`]): the answer is one compact JSON object
+    /// (`{"city":"Paris","country":"France"}` for
+    /// [`JSON_PROMPT`](latmesh_core::compat::JSON_PROMPT), a small object of filler words for
+    /// any other prompt). Ignored: prose. The Anthropic API has no JSON mode.
+    pub json_mode: Feature,
+    /// Tool calls (default [`Feature::Supported`]): a request declaring `tools` is answered
+    /// with one call of the first tool, arguments `{"city":"Paris"}` streamed in three
+    /// fragments (Chat `delta.tool_calls`, finish `tool_calls`; Anthropic a `tool_use` block
+    /// of `input_json_delta`s, `stop_reason: "tool_use"`; Responses a `function_call` item
+    /// with `response.function_call_arguments.delta`s). Ignored: a prose answer.
+    pub tool_calls: Feature,
+    /// The model name answered (`model` of every chunk, event and body) in place of the one
+    /// the request asked for (default `None`: echo the request's `model`, else the first of
+    /// [`models`](Self::models)).
+    pub answer_model: Option<String>,
+    /// The Chat Completions `system_fingerprint` of every chunk and body (default `None`:
+    /// the field is left out). The other APIs have none.
+    pub system_fingerprint: Option<String>,
+    /// The API key the provider accepts (default `None`: any key, or none). When set, a
+    /// request whose key (`Authorization: Bearer KEY` or `x-api-key: KEY`) differs, or that
+    /// has none, is answered [`wrong_key_status`](Self::wrong_key_status) in the API's error
+    /// shape before anything else (not counted as served).
+    pub api_key: Option<String>,
+    /// The status of a wrong key's answer (default 401; a broken gateway answers 500).
+    pub wrong_key_status: u16,
+    /// Prompt caching (default off): the provider remembers (bounded, see
+    /// [`crate::cache`]) the first 4 KiB of the prompt text of each request of at least
+    /// 1,024 estimated tokens; a later request with a remembered prefix reports that
+    /// prefix's tokens as cached (Chat `usage.prompt_tokens_details.cached_tokens`, Anthropic
+    /// `cache_read_input_tokens` (its `input_tokens` then counts the rest), Responses
+    /// `usage.input_tokens_details.cached_tokens`) and prefills only the rest
+    /// (`prefill_us_per_input_token` × uncached tokens).
+    pub prompt_cache: bool,
+    /// Share of the quality prompts ([`latmesh_core::quality`]) answered wrong (default 0;
+    /// within 0..=1): a prompt is answered wrong (another number, text, JSON value or
+    /// output: [`crate::script::wrong_text`]) exactly when
+    /// [`crate::truth::quantized_answers_wrong`] says so for its id, every time it is asked,
+    /// on every API (a cheaper quantization of the same model).
+    pub quantized_wrong_share: f64,
+    /// Length of a quality answer's filler before its `Answer:` line, relative to an
+    /// honest profile's (default 1; within 0.05..=4): `0.5` answers quality prompts with
+    /// half the words (at least one). Other answers keep their length.
+    pub quantized_length_factor: f64,
+    /// Swap the model mid-campaign (default 0: never): the provider's requests from number
+    /// `swap_after_requests` on (0-based, counted over all callers and regions, as the
+    /// `x-sim-request-index` header counts them) are answered with
+    /// [`swap_model`](Self::swap_model) and [`swap_fingerprint`](Self::swap_fingerprint)
+    /// ([`crate::truth::answered_identity`]).
+    pub swap_after_requests: u64,
+    /// The model named after the swap (required when `swap_after_requests` > 0).
+    pub swap_model: String,
+    /// The Chat `system_fingerprint` after the swap (empty: none).
+    pub swap_fingerprint: String,
+}
+
+/// What a provider does with an optional request feature (stop sequences, JSON mode, tool
+/// calls) when a request asks for it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Feature {
+    /// Honoured (the default).
+    #[default]
+    Supported,
+    /// Accepted and not applied: the answer is what it would be without the field.
+    Ignored,
+    /// Refused: HTTP 400 naming the field, in the API's error shape.
+    Rejected,
 }
 
 /// How a provider treats the reasoning of earlier turns sent back with assistant messages:
@@ -175,6 +248,19 @@ impl Default for ProviderProfile {
             requires_max_completion_tokens: false,
             capacity: 0,
             hostile: crate::hostile::Hostile::default(),
+            stop: Feature::Supported,
+            json_mode: Feature::Supported,
+            tool_calls: Feature::Supported,
+            answer_model: None,
+            system_fingerprint: None,
+            api_key: None,
+            wrong_key_status: 401,
+            prompt_cache: false,
+            quantized_wrong_share: 0.0,
+            quantized_length_factor: 1.0,
+            swap_after_requests: 0,
+            swap_model: String::new(),
+            swap_fingerprint: String::new(),
         }
     }
 }
@@ -213,6 +299,7 @@ impl ProviderProfile {
             ("stream_error_prob", self.stream_error_prob),
             ("overload_prob", self.overload_prob),
             ("stall_prob", self.stall_prob),
+            ("quantized_wrong_share", self.quantized_wrong_share),
         ];
         for (field, p) in probs {
             if !(0.0..=1.0).contains(&p) {
@@ -268,6 +355,24 @@ impl ProviderProfile {
             return Err(format!("{n}.output_tokens_min must be at least 1"));
         }
         self.hostile.validate(n)?;
+        if !(0.05..=4.0).contains(&self.quantized_length_factor) {
+            return Err(format!(
+                "{n}.quantized_length_factor = {}: must be within 0.05..=4",
+                self.quantized_length_factor
+            ));
+        }
+        if self.swap_after_requests > 0 && self.swap_model.is_empty() {
+            return Err(format!(
+                "{n}.swap_model is empty: a profile with swap_after_requests = {} must name the model it swaps to",
+                self.swap_after_requests
+            ));
+        }
+        if !(100..=599).contains(&self.wrong_key_status) {
+            return Err(format!(
+                "{n}.wrong_key_status = {}: must be an HTTP status within 100..=599",
+                self.wrong_key_status
+            ));
+        }
         let max = tokio::sync::Semaphore::MAX_PERMITS;
         if !usize::try_from(self.capacity).is_ok_and(|c| c <= max) {
             return Err(format!(
@@ -474,6 +579,22 @@ mod tests {
         p.tokens_per_chunk_min = 3;
         p.tokens_per_chunk_max = 2;
         assert!(p.validate().unwrap_err().contains("tokens_per_chunk"));
+        let err = |p: &ProviderProfile| p.validate().unwrap_err();
+        let mut p = ProviderProfile::fixed("k", 1, 1);
+        p.wrong_key_status = 99;
+        assert!(err(&p).contains("k.wrong_key_status = 99"));
+        p.wrong_key_status = 500;
+        p.validate().unwrap();
+        p.quantized_wrong_share = 1.5;
+        assert!(err(&p).contains("quantized_wrong_share"));
+        p.quantized_wrong_share = 0.4;
+        p.quantized_length_factor = 0.0;
+        assert!(err(&p).contains("quantized_length_factor"));
+        p.quantized_length_factor = 0.5;
+        p.swap_after_requests = 40;
+        assert!(err(&p).contains("k.swap_model is empty"));
+        p.swap_model = "m2".into();
+        p.validate().unwrap();
     }
 
     #[test]

@@ -10,8 +10,9 @@
 //! free slot: see [`ProviderProfile`]'s *Serving capacity*), then each event at its planned
 //! time, each token event its own body frame, written in the API's shape by
 //! [`crate::render`]. Errors are in the API's shape too (OpenAI's `{"error":{…}}`,
-//! Anthropic's `{"type":"error","error":{…}}`): HTTP 400 for an unusable request, 404 for an
-//! unknown provider, 429 when throttled, 529 (Anthropic) or 503 (OpenAI APIs) when
+//! Anthropic's `{"type":"error","error":{…}}`): 401 (or the profile's `wrong_key_status`)
+//! for a wrong API key when the profile checks one (before anything else), HTTP 400 for an
+//! unusable request or a feature the profile rejects, 404 for an unknown provider, 429 when throttled, 529 (Anthropic) or 503 (OpenAI APIs) when
 //! overloaded.
 //!
 //! Requests carrying `x-latmesh-probe-id` are recorded in the ground-truth log
@@ -38,14 +39,15 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, sleep_until};
 
 use crate::SimConfig;
+use crate::cache::PromptCache;
 use crate::hostile::Echo;
 use crate::plan::{self, Decision, PlanInput};
 use crate::profile::ProviderProfile;
 use crate::region::REGION_HEADER;
 use crate::render::{self, ErrorKind, Frame, Mark, Render};
 use crate::request::SimRequest;
-use crate::text;
-use crate::truth::{ConnTap, PROBE_ID_HEADER, Recorder, TruthLog};
+use crate::truth::{self, ConnTap, PROBE_ID_HEADER, Recorder, TruthLog};
+use crate::{script, text};
 
 /// Response header: planned server-side delay from the response headers to the first
 /// token chunk, in µs (region delay excluded).
@@ -66,6 +68,8 @@ pub const QUEUE_WAIT_HEADER: &str = "x-sim-queue-wait-us";
 struct Provider {
     profile: ProviderProfile,
     requests: AtomicU64,
+    /// The prompt cache (used when `profile.prompt_cache`).
+    cache: PromptCache,
     /// The serving slots (`profile.capacity` permits, FIFO); `None` when unlimited.
     slots: Option<Arc<Semaphore>>,
 }
@@ -114,6 +118,7 @@ pub fn providers_router(cfg: SimConfig) -> std::io::Result<Router> {
                     slots: (p.capacity > 0).then(|| Arc::new(Semaphore::new(p.capacity as usize))),
                     profile: p,
                     requests: AtomicU64::new(0),
+                    cache: PromptCache::default(),
                 },
             )
         })
@@ -275,23 +280,57 @@ async fn answer(
     };
     let profile = &provider.profile;
     let echo = profile.hostile.for_request(req_headers);
+    if let Some(want) = &profile.api_key
+        && presented_key(req_headers) != Some(want.as_str())
+    {
+        let msg = "Incorrect API key provided. You can find your API key in your account settings.";
+        let mut resp = render::error_response(api, &echo, ErrorKind::Unauthorized, msg, None);
+        *resp.status_mut() =
+            StatusCode::from_u16(profile.wrong_key_status).unwrap_or(StatusCode::UNAUTHORIZED);
+        return resp;
+    }
     let invalid = |msg: &str, param: Option<&str>| {
         render::error_response(api, &echo, ErrorKind::InvalidRequest, msg, param)
     };
-    let req = match SimRequest::parse(api, body, profile) {
+    let mut req = match SimRequest::parse(api, body, profile) {
         Ok(r) => r,
         Err(e) => return invalid(&e.message, e.param.as_deref()),
     };
+    if let Err(e) = req.apply_features(profile) {
+        return invalid(&e.message, e.param.as_deref());
+    }
     if let Some(msg) = req.reasoning_passback_error(profile.reasoning_passback) {
         return invalid(&msg, None);
     }
     let index = provider.requests.fetch_add(1, Ordering::Relaxed);
     let mut rng = plan::request_rng(st.seed, name, index);
+    let answer_key = req.answer_key();
+    let cjk = text::is_mostly_cjk(&req.prompt_text());
+    let script = script::script(
+        &req,
+        profile,
+        plan::natural_tokens(profile, answer_key),
+        answer_key,
+        cjk,
+    );
+    let prompt_tokens = req.prompt_tokens();
+    let cached_tokens = if profile.prompt_cache {
+        provider.cache.lookup(&req.prompt_text(), prompt_tokens)
+    } else {
+        0
+    };
     let input = PlanInput {
-        prompt_tokens: req.prompt_tokens(),
+        cached_tokens,
+        prompt_tokens,
         max_tokens: req.max_tokens,
-        answer_key: req.answer_key(),
+        answer_key,
         thinking: req.thinking,
+        scripted: script.as_ref().map(|s| {
+            (
+                u32::try_from(s.tokens.len()).unwrap_or(u32::MAX),
+                s.finish(),
+            )
+        }),
     };
     let decision = plan::plan(profile, &input, req.stream, st.time_scale, &mut rng);
     let caller = req_headers.get(REGION_HEADER).and_then(|v| v.to_str().ok());
@@ -342,24 +381,20 @@ async fn answer(
     };
     set_header(&mut headers, FAULT_HEADER, fault);
 
-    let model = req.model.clone().unwrap_or_else(|| {
-        profile
-            .models
-            .first()
-            .cloned()
-            .unwrap_or_else(|| "unknown".to_string())
-    });
+    let (model, fingerprint) = truth::answered_identity(profile, index, req.model.as_deref());
     let ctx = Render {
         id: echo.field(&render::response_id(api, rng.random::<u64>())),
         created: unix_now_s(),
         model: echo.field(&model),
-        fingerprint: echo.field("latmesh-sim"),
+        fingerprint: fingerprint.map(|f| echo.field(&f)),
         include_usage: req.include_usage,
         reasoning_fields: profile.reasoning_tokens_max > 0,
         prompt_tokens: input.prompt_tokens,
+        cached_tokens,
         answer_key: input.answer_key,
-        cjk: text::is_mostly_cjk(&req.prompt_text()),
+        cjk,
         echo,
+        script,
     };
 
     if req.stream {
@@ -417,6 +452,15 @@ async fn answer(
         ctx.echo.apply(&mut resp);
         resp
     }
+}
+
+/// The API key a request presents: `Authorization: Bearer KEY`, else `x-api-key: KEY`.
+fn presented_key(headers: &HeaderMap) -> Option<&str> {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    bearer.or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))
 }
 
 /// Wait for a serving slot of `provider` (see [`Provider::take_slot`]); note the wait in the

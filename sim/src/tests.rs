@@ -12,7 +12,11 @@ use tokio::time::Instant;
 
 use crate::{ProviderProfile, SimConfig};
 
+mod answerer;
 mod apis;
+mod compat;
+mod prober;
+mod traps;
 
 /// A response read off the wire.
 struct Raw {
@@ -1236,6 +1240,7 @@ async fn hostile_profiles_echo_the_key_everywhere_and_send_absurd_values() {
     };
     let calm = ProviderProfile {
         hostile: hostile.clone(),
+        system_fingerprint: Some("fp_evil".into()),
         ..ProviderProfile::fixed("evil", 1_000, 100)
     };
     let throttling = ProviderProfile {

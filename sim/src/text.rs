@@ -170,9 +170,49 @@ pub fn token_text(key: u64, kind: TokenKind, index: u32, cjk: bool) -> String {
     }
 }
 
+/// Splits `text` into tokens for streaming: each token is a run of whitespace followed by a
+/// run of letters and digits, or by one other character (punctuation, a JSON brace, a quote),
+/// so `"Answer: 391"` is `["Answer", ":", " 391"]`. Concatenating the tokens gives `text`
+/// back; whitespace at the very end is a token of its own.
+pub fn split_tokens(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut in_word = false;
+    for c in text.chars() {
+        let word = c.is_alphanumeric();
+        let space = c.is_whitespace();
+        let cur_has_body = !cur.chars().all(char::is_whitespace);
+        if cur_has_body && (space || !word || !in_word) {
+            out.push(std::mem::take(&mut cur));
+        }
+        cur.push(c);
+        in_word = word;
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn split_tokens_round_trips() {
+        assert_eq!(split_tokens("Answer: 391"), ["Answer", ":", " 391"]);
+        assert_eq!(split_tokens("1 2 30"), ["1", " 2", " 30"]);
+        assert_eq!(
+            split_tokens(r#"{"a":1}"#),
+            ["{", "\"", "a", "\"", ":", "1", "}"]
+        );
+        assert_eq!(split_tokens("x\nAnswer"), ["x", "\nAnswer"]);
+        assert_eq!(split_tokens("a "), ["a", " "]);
+        assert!(split_tokens("").is_empty());
+        for t in ["the cat, sat.\nAnswer: {\"k\": [1, 2]}  ", "  lead"] {
+            assert_eq!(split_tokens(t).concat(), t);
+        }
+    }
 
     #[test]
     fn prompt_tokens_round_up() {

@@ -50,6 +50,11 @@
 //! `server_ttft` is the delay the client path added: request write, loopback both ways, the
 //! server's write, the client's read and parse.
 //!
+//! # Answer ground truth
+//! Which quality prompts a quantized profile answers wrong is decided by
+//! [`quantized_answers_wrong`] (and listed by [`wrong_prompt_ids`]); which model and
+//! fingerprint a swapping profile answers request N with, by [`answered_identity`].
+//!
 //! # Bounds and cost
 //! The log keeps the last `capacity` probe ids (default [`DEFAULT_TRUTH_CAPACITY`]); the
 //! oldest is evicted first; a repeated probe id replaces the earlier entry. An entry costs
@@ -828,9 +833,103 @@ impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, Trut
     }
 }
 
+/// Whether a profile whose [`quantized_wrong_share`](crate::ProviderProfile::quantized_wrong_share)
+/// is `share` answers the quality prompt `prompt_id` wrong: when a fixed hash of the id,
+/// mapped onto `0..1`, falls under `share`. The same prompts on every API, every time,
+/// every run; a larger share keeps every prompt a smaller one answered wrong. Share 0 never,
+/// share 1 always.
+pub fn quantized_answers_wrong(share: f64, prompt_id: &str) -> bool {
+    let h = crate::text::mix64(crate::text::fnv1a64(prompt_id.as_bytes()));
+    let unit = (h >> 11) as f64 / (1u64 << 53) as f64;
+    unit < share
+}
+
+/// The ids of the shipped quality prompts ([`latmesh_core::quality::prompt_set`]) `profile`
+/// answers wrong ([`quantized_answers_wrong`]), in set order: what a quality-parity run
+/// must find wrong on that provider, and nothing else.
+pub fn wrong_prompt_ids(profile: &crate::ProviderProfile) -> Vec<&'static str> {
+    latmesh_core::quality::prompt_set()
+        .prompts
+        .iter()
+        .filter(|p| quantized_answers_wrong(profile.quantized_wrong_share, &p.id))
+        .map(|p| p.id.as_str())
+        .collect()
+}
+
+/// The model and Chat `system_fingerprint` `profile` answers its request number
+/// `request_index` (0-based, per provider and served router) with, when the request asked
+/// for `asked`: after a swap ([`swap_after_requests`](crate::ProviderProfile::swap_after_requests))
+/// the swap's; else the profile's `answer_model` (or the model asked for, or its first
+/// listed one) and its `system_fingerprint`.
+pub fn answered_identity(
+    profile: &crate::ProviderProfile,
+    request_index: u64,
+    asked: Option<&str>,
+) -> (String, Option<String>) {
+    if profile.swap_after_requests > 0 && request_index >= profile.swap_after_requests {
+        let fp = (!profile.swap_fingerprint.is_empty()).then(|| profile.swap_fingerprint.clone());
+        return (profile.swap_model.clone(), fp);
+    }
+    let model = profile
+        .answer_model
+        .as_deref()
+        .or(asked)
+        .or(profile.models.first().map(String::as_str))
+        .unwrap_or("unknown");
+    (model.to_string(), profile.system_fingerprint.clone())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quantized_prompts_are_fixed_and_nested_by_share() {
+        let ids: Vec<String> = (0..200).map(|i| format!("p-{i:03}")).collect();
+        let wrong = |share: f64| -> Vec<&String> {
+            ids.iter()
+                .filter(|id| quantized_answers_wrong(share, id))
+                .collect()
+        };
+        assert!(wrong(0.0).is_empty());
+        assert_eq!(wrong(1.0).len(), 200);
+        let (small, large) = (wrong(0.2), wrong(0.5));
+        assert!(small.iter().all(|id| large.contains(id)));
+        // Near the share, for 200 ids (binomial σ ≈ 6-7).
+        assert!((20..=60).contains(&small.len()), "{}", small.len());
+        assert!((75..=125).contains(&large.len()), "{}", large.len());
+        let p = crate::ProviderProfile {
+            quantized_wrong_share: 1.0,
+            ..crate::ProviderProfile::default()
+        };
+        assert_eq!(
+            wrong_prompt_ids(&p).len(),
+            latmesh_core::quality::prompt_set().prompts.len()
+        );
+        assert!(wrong_prompt_ids(&crate::ProviderProfile::default()).is_empty());
+    }
+
+    #[test]
+    fn answered_identity_follows_answer_model_and_the_swap() {
+        let mut p = crate::ProviderProfile::default();
+        assert_eq!(answered_identity(&p, 9, Some("m")), ("m".to_string(), None));
+        assert_eq!(answered_identity(&p, 9, None).0, crate::DEFAULT_MODEL_ID);
+        p.answer_model = Some("other".into());
+        p.system_fingerprint = Some("fp_a".into());
+        assert_eq!(
+            answered_identity(&p, 9, Some("m")),
+            ("other".to_string(), Some("fp_a".to_string()))
+        );
+        p.swap_after_requests = 10;
+        p.swap_model = "swapped".into();
+        assert_eq!(answered_identity(&p, 9, Some("m")).0, "other");
+        assert_eq!(
+            answered_identity(&p, 10, Some("m")),
+            ("swapped".to_string(), None)
+        );
+        p.swap_fingerprint = "fp_b".into();
+        assert_eq!(answered_identity(&p, 11, None).1.as_deref(), Some("fp_b"));
+    }
 
     #[test]
     fn bounded_oldest_first_and_replacement() {

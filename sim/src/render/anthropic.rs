@@ -8,7 +8,10 @@
 //! `content_block_stop`; then `message_delta` (`stop_reason` `end_turn` or `max_tokens`,
 //! cumulative `usage.output_tokens`, thinking included) and `message_stop`. The stream-error
 //! fault sends `event: error` with an `overloaded_error`. Not streamed: the whole `message`
-//! with its `thinking` (signed) and `text` blocks.
+//! with its `thinking` (signed) and `text` blocks. A tool call ([`crate::script`]) is a
+//! `tool_use` block (`input: {}` at its start, then one `input_json_delta` per argument
+//! fragment; whole `input` in a body), `stop_reason: "tool_use"`; an answer cut before a
+//! stop sequence has `stop_reason: "stop_sequence"` and that `stop_sequence`.
 
 use axum::body::Bytes;
 use latmesh_core::api::Api;
@@ -24,7 +27,16 @@ pub fn stop_reason(f: FinishReason) -> &'static str {
     match f {
         FinishReason::Stop => "end_turn",
         FinishReason::Length => "max_tokens",
+        FinishReason::StopSequence => "stop_sequence",
+        FinishReason::ToolCalls => "tool_use",
     }
+}
+
+/// The `stop_sequence` of a finished answer: the matched one when it ended at it.
+fn stop_sequence(r: &Render, a: &AnswerPlan) -> Option<String> {
+    (a.finish_reason == FinishReason::StopSequence)
+        .then(|| r.stop_sequence().map(str::to_string))
+        .flatten()
 }
 
 /// The `message` object: `content`, `stop_reason` and `usage` as given.
@@ -41,11 +53,16 @@ fn message(r: &Render, model: String, content: Value, stop: Option<String>, usag
     })
 }
 
+/// The `tool_use` block of a tool call with `input` (the block a stream opens has `{}`).
+fn tool_use(r: &Render, name: &str, input: Value) -> Value {
+    json!({"type": "tool_use", "id": r.tool_call_id("toolu_"), "name": name, "input": input})
+}
+
 fn input_usage(r: &Render, output_tokens: u32) -> Value {
     r.echo.usage(json!({
-        "input_tokens": r.prompt_tokens,
+        "input_tokens": r.prompt_tokens.saturating_sub(r.cached_tokens),
         "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": 0,
+        "cache_read_input_tokens": r.cached_tokens,
         "output_tokens": output_tokens,
     }))
 }
@@ -111,7 +128,8 @@ impl Dialect for Anthropic {
         ping()
     }
 
-    fn tokens(&mut self, _r: &Render, kind: TokenKind, text: &str) -> (Vec<Bytes>, Bytes) {
+    fn tokens(&mut self, r: &Render, kind: TokenKind, text: &str) -> (Vec<Bytes>, Bytes) {
+        let tool = r.tool().filter(|_| kind == TokenKind::Content);
         let mut before = Vec::new();
         if self.open.map(|(k, _)| k) != Some(kind) {
             before = self.close();
@@ -122,7 +140,10 @@ impl Dialect for Anthropic {
                 TokenKind::Reasoning => {
                     json!({"type": "thinking", "thinking": "", "signature": ""})
                 }
-                TokenKind::Content => json!({"type": "text", "text": ""}),
+                TokenKind::Content => match tool {
+                    Some(name) => tool_use(r, name, json!({})),
+                    None => json!({"type": "text", "text": ""}),
+                },
             };
             before.push(named_event(
                 "content_block_start",
@@ -134,6 +155,9 @@ impl Dialect for Anthropic {
             TokenKind::Reasoning => {
                 self.thinking.push_str(text);
                 json!({"type": "thinking_delta", "thinking": text})
+            }
+            TokenKind::Content if tool.is_some() => {
+                json!({"type": "input_json_delta", "partial_json": text})
             }
             TokenKind::Content => json!({"type": "text_delta", "text": text}),
         };
@@ -153,7 +177,7 @@ impl Dialect for Anthropic {
         out.push(named_event(
             "message_delta",
             &json!({"type": "message_delta",
-                "delta": {"stop_reason": stop, "stop_sequence": null},
+                "delta": {"stop_reason": stop, "stop_sequence": stop_sequence(r, a)},
                 "usage": usage}),
         ));
         out.push(named_event(
@@ -185,18 +209,21 @@ pub fn body(r: &Render, a: &AnswerPlan) -> String {
         content.push(json!({"type": "thinking", "thinking": thinking, "signature": signature}));
     }
     if a.content_tokens > 0 {
-        let text = r
-            .echo
-            .field(&r.text(TokenKind::Content, 0, a.content_tokens));
-        content.push(json!({"type": "text", "text": text}));
+        let text = r.text(TokenKind::Content, 0, a.content_tokens);
+        content.push(match r.tool() {
+            // Arguments cut by the cap do not parse: the input is then empty.
+            Some(name) => tool_use(r, name, serde_json::from_str(&text).unwrap_or(json!({}))),
+            None => json!({"type": "text", "text": r.echo.field(&text)}),
+        });
     }
     let stop = r.echo.padded(stop_reason(a.finish_reason));
-    message(
+    let mut msg = message(
         r,
         r.echo.pad(r.model.clone()),
         Value::Array(content),
         Some(stop),
         input_usage(r, a.completion_tokens()),
-    )
-    .to_string()
+    );
+    msg["stop_sequence"] = json!(stop_sequence(r, a));
+    msg.to_string()
 }

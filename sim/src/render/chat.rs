@@ -2,7 +2,10 @@
 //! `data: {"object":"chat.completion.chunk",…}` lines, the finish chunk, the usage chunk when
 //! `stream_options.include_usage` asked for it, `data: [DONE]`; a whole `chat.completion`
 //! when not streamed. The stream-error fault sends `data: {"error":{…}}` (as vLLM and the
-//! gateways do) and ends the body without `[DONE]`.
+//! gateways do) and ends the body without `[DONE]`. A tool call ([`crate::script`]) is
+//! streamed as `delta.tool_calls` (the first with `index`, `id`, `type` and the function's
+//! `name`, each carrying one argument fragment) and ends with finish `tool_calls`; not
+//! streamed, `message.tool_calls` with `content: null`.
 
 use axum::body::Bytes;
 use serde_json::json;
@@ -15,22 +18,27 @@ use crate::text::TokenKind;
 #[derive(Default)]
 pub struct Chat {
     role_sent: bool,
+    /// The tool call's first delta (id and name) has gone out.
+    tool_started: bool,
 }
 
-/// One chunk's `data:` line with `model`, `system_fingerprint`, `choices` and a `tail`
-/// (`,"usage":…` or nothing) after them.
-fn line(r: &Render, model: &str, fingerprint: &str, choices: &str, tail: &str) -> Bytes {
+/// One chunk's `data:` line with `model`, `system_fingerprint` (when there is one),
+/// `choices` and a `tail` (`,"usage":…` or nothing) after them.
+fn line(r: &Render, model: &str, fingerprint: Option<&str>, choices: &str, tail: &str) -> Bytes {
     let s = |v: &str| serde_json::to_string(v).unwrap_or_default();
     let tier = match &r.echo.key {
         Some(k) => format!(",\"service_tier\":{}", s(k)),
         None => String::new(),
     };
+    let fp = match fingerprint {
+        Some(f) => format!(",\"system_fingerprint\":{}", s(f)),
+        None => String::new(),
+    };
     Bytes::from(format!(
-        "data: {{\"id\":{},\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{},\"system_fingerprint\":{}{tier},\"choices\":[{choices}]{tail}}}\n\n",
+        "data: {{\"id\":{},\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{}{fp}{tier},\"choices\":[{choices}]{tail}}}\n\n",
         s(&r.id),
         r.created,
         s(model),
-        s(fingerprint),
     ))
 }
 
@@ -48,7 +56,13 @@ fn delta_chunk(r: &Render, delta: &str, finish: Option<&str>) -> Bytes {
     });
     let choices =
         format!("{{\"index\":0,\"delta\":{delta},\"logprobs\":null,\"finish_reason\":{finish}}}");
-    line(r, &r.model, &r.fingerprint, &choices, usage_null(r))
+    line(
+        r,
+        &r.model,
+        r.fingerprint.as_deref(),
+        &choices,
+        usage_null(r),
+    )
 }
 
 /// `usage` of the answer (reasoning included in `completion_tokens`, as OpenAI counts).
@@ -58,7 +72,7 @@ fn usage(r: &Render, a: &AnswerPlan) -> serde_json::Value {
         "prompt_tokens": r.prompt_tokens,
         "completion_tokens": completion,
         "total_tokens": r.prompt_tokens.saturating_add(completion),
-        "prompt_tokens_details": {"cached_tokens": 0},
+        "prompt_tokens_details": {"cached_tokens": r.cached_tokens},
         "completion_tokens_details": {"reasoning_tokens": a.reasoning_tokens},
     }))
 }
@@ -71,7 +85,7 @@ impl Chat {
         line(
             r,
             &r.echo.pad(r.model.clone()),
-            &r.fingerprint,
+            r.fingerprint.as_deref(),
             choice,
             usage_null(r),
         )
@@ -97,6 +111,17 @@ impl Dialect for Chat {
     }
 
     fn tokens(&mut self, r: &Render, kind: TokenKind, text: &str) -> (Vec<Bytes>, Bytes) {
+        if let (TokenKind::Content, Some(name)) = (kind, r.tool()) {
+            // The first fragment carries the call's id and name; the rest only arguments.
+            let call = if std::mem::replace(&mut self.tool_started, true) {
+                json!({"index": 0, "function": {"arguments": text}})
+            } else {
+                json!({"index": 0, "id": r.tool_call_id("call_"), "type": "function",
+                    "function": {"name": name, "arguments": text}})
+            };
+            let delta = json!({"tool_calls": [call]}).to_string();
+            return (self.role_once(r), delta_chunk(r, &delta, None));
+        }
         let text = serde_json::to_string(text).unwrap_or_default();
         let delta = match (kind, r.reasoning_fields) {
             (TokenKind::Content, false) => format!("{{\"content\":{text}}}"),
@@ -116,8 +141,8 @@ impl Dialect for Chat {
         if r.include_usage {
             let tail = format!(",\"usage\":{}", usage(r, a));
             // A hostile provider's long `system_fingerprint` goes in this event alone.
-            let fp = r.echo.pad(r.fingerprint.clone());
-            out.push(line(r, &r.model, &fp, "", &tail));
+            let fp = r.fingerprint.clone().map(|f| r.echo.pad(f));
+            out.push(line(r, &r.model, fp.as_deref(), "", &tail));
         }
         out.push(Bytes::from_static(b"data: [DONE]\n\n"));
         out
@@ -137,10 +162,16 @@ impl Dialect for Chat {
 
 /// The body of a non-streamed answer (`chat.completion`).
 pub fn body(r: &Render, a: &AnswerPlan) -> String {
-    let mut message = json!({
-        "role": "assistant",
-        "content": r.echo.field(&r.text(TokenKind::Content, 0, a.content_tokens)),
-    });
+    let content = r.text(TokenKind::Content, 0, a.content_tokens);
+    let mut message = match r.tool() {
+        Some(name) => json!({
+            "role": "assistant",
+            "content": null,
+            "tool_calls": [{"id": r.tool_call_id("call_"), "type": "function",
+                "function": {"name": name, "arguments": content}}],
+        }),
+        None => json!({"role": "assistant", "content": r.echo.field(&content)}),
+    };
     if r.reasoning_fields {
         message["reasoning_content"] = json!(r.text(TokenKind::Reasoning, 0, a.reasoning_tokens));
     }
@@ -149,10 +180,12 @@ pub fn body(r: &Render, a: &AnswerPlan) -> String {
         "object": "chat.completion",
         "created": r.created,
         "model": r.echo.pad(r.model.clone()),
-        "system_fingerprint": r.echo.pad(r.fingerprint.clone()),
         "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": r.echo.padded(a.finish_reason.as_str())}],
         "usage": usage(r, a),
     });
+    if let Some(f) = &r.fingerprint {
+        body["system_fingerprint"] = json!(r.echo.pad(f.clone()));
+    }
     if let Some(k) = &r.echo.key {
         body["service_tier"] = json!(k);
     }

@@ -36,6 +36,7 @@ use serde_json::{Value, json};
 use crate::hostile::Echo;
 use crate::plan::AnswerPlan;
 use crate::profile::ProviderProfile;
+use crate::script::Script;
 use crate::text::{self, TokenKind};
 
 /// What a renderer needs besides the plan.
@@ -46,28 +47,55 @@ pub struct Render {
     pub created: u64,
     /// The model id echoed back.
     pub model: String,
-    /// Chat's `system_fingerprint`.
-    pub fingerprint: String,
+    /// Chat's `system_fingerprint` (`None`: the field is left out).
+    pub fingerprint: Option<String>,
     /// Chat: send the usage chunk (`stream_options.include_usage`).
     pub include_usage: bool,
     /// Chat, DeepSeek-style deltas: `content` and `reasoning_content` both present, one null.
     pub reasoning_fields: bool,
     /// Estimated prompt tokens (for usage).
     pub prompt_tokens: u32,
+    /// Of those, the tokens read from the prompt cache (for usage).
+    pub cached_tokens: u32,
     /// Fixes the token text.
     pub answer_key: u64,
     /// Answer in CJK characters.
     pub cjk: bool,
     /// What a hostile profile adds ([`crate::hostile`]; inactive otherwise).
     pub echo: Echo,
+    /// The scripted content ([`crate::script`]), when the request gets one: its tokens
+    /// replace the filler, and a tool call is rendered as the API writes one.
+    pub script: Option<Script>,
 }
 
 impl Render {
-    /// The text of tokens `first..first + count` of `kind`.
+    /// The text of tokens `first..first + count` of `kind` (content: the script's when
+    /// there is one).
     pub fn text(&self, kind: TokenKind, first: u32, count: u32) -> String {
+        if let (TokenKind::Content, Some(s)) = (kind, &self.script) {
+            return s.text(first, count);
+        }
         (first..first + count)
             .map(|i| text::token_text(self.answer_key, kind, i, self.cjk))
             .collect()
+    }
+
+    /// The tool the answer calls, when it is a tool call.
+    pub fn tool(&self) -> Option<&str> {
+        self.script.as_ref()?.tool.as_deref()
+    }
+
+    /// The stop sequence the content was cut before, when one matched.
+    pub fn stop_sequence(&self) -> Option<&str> {
+        self.script.as_ref()?.stop_sequence.as_deref()
+    }
+
+    /// The id of this response's tool call: `prefix` (`call_`, `toolu_`, `fc_`) and the
+    /// response id's random part.
+    pub fn tool_call_id(&self, prefix: &str) -> String {
+        let tail = self.id.rsplit('_').next().unwrap_or(&self.id);
+        let tail = tail.strip_prefix("chatcmpl-").unwrap_or(tail);
+        format!("{prefix}{tail}")
     }
 }
 
@@ -223,6 +251,8 @@ pub enum ErrorKind {
     RateLimited,
     /// Overloaded: HTTP 529 on the Anthropic API, 503 on the OpenAI ones.
     Overloaded,
+    /// HTTP 401: a wrong or missing API key.
+    Unauthorized,
 }
 
 impl ErrorKind {
@@ -236,6 +266,7 @@ impl ErrorKind {
                 StatusCode::from_u16(529).unwrap_or(StatusCode::SERVICE_UNAVAILABLE)
             }
             ErrorKind::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKind::Unauthorized => StatusCode::UNAUTHORIZED,
         }
     }
 
@@ -246,6 +277,7 @@ impl ErrorKind {
             ErrorKind::NotFound => ("invalid_request_error", "model_not_found"),
             ErrorKind::RateLimited => ("rate_limit_error", "rate_limit_exceeded"),
             ErrorKind::Overloaded => ("server_error", "overloaded"),
+            ErrorKind::Unauthorized => ("invalid_request_error", "invalid_api_key"),
         }
     }
 
@@ -256,6 +288,7 @@ impl ErrorKind {
             ErrorKind::NotFound => "not_found_error",
             ErrorKind::RateLimited => "rate_limit_error",
             ErrorKind::Overloaded => "overloaded_error",
+            ErrorKind::Unauthorized => "authentication_error",
         }
     }
 }

@@ -13,7 +13,11 @@
 //! whole response and its `usage` (`input_tokens`, `input_tokens_details.cached_tokens`,
 //! `output_tokens` (reasoning included), `output_tokens_details.reasoning_tokens`,
 //! `total_tokens`). The stream-error fault sends `response.failed` (status `failed`, `error`
-//! with code `server_error`). Not streamed: the whole response object.
+//! with code `server_error`). Not streamed: the whole response object. A tool call
+//! ([`crate::script`]) is a `function_call` output item (`response.output_item.added`, one
+//! `response.function_call_arguments.delta` per argument fragment,
+//! `response.function_call_arguments.done`, `response.output_item.done`), status
+//! `completed`.
 
 use axum::body::Bytes;
 use serde_json::{Value, json};
@@ -36,6 +40,12 @@ fn reasoning_item(id: &str, text: &str) -> Value {
         "summary": [{"type": "summary_text", "text": text}]})
 }
 
+/// The `function_call` item of the answer's tool call `name` with `arguments`.
+fn function_call_item(r: &Render, name: &str, arguments: &str, status: &str) -> Value {
+    json!({"id": r.tool_call_id("fc_"), "type": "function_call", "status": status,
+        "arguments": arguments, "call_id": r.tool_call_id("call_"), "name": name})
+}
+
 fn message_item(id: &str, text: &str, status: &str) -> Value {
     json!({"id": id, "type": "message", "status": status, "role": "assistant",
         "content": [{"type": "output_text", "text": text, "annotations": []}]})
@@ -45,7 +55,7 @@ fn usage(r: &Render, a: &AnswerPlan) -> Value {
     let output = a.completion_tokens();
     r.echo.usage(json!({
         "input_tokens": r.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": 0},
+        "input_tokens_details": {"cached_tokens": r.cached_tokens},
         "output_tokens": output,
         "output_tokens_details": {"reasoning_tokens": a.reasoning_tokens},
         "total_tokens": r.prompt_tokens.saturating_add(output),
@@ -55,7 +65,9 @@ fn usage(r: &Render, a: &AnswerPlan) -> Value {
 /// `status` and `incomplete_details` of a finished answer.
 fn status(a: &AnswerPlan) -> (&'static str, Value) {
     match a.finish_reason {
-        FinishReason::Stop => ("completed", Value::Null),
+        FinishReason::Stop | FinishReason::StopSequence | FinishReason::ToolCalls => {
+            ("completed", Value::Null)
+        }
         FinishReason::Length => ("incomplete", json!({"reason": "max_output_tokens"})),
     }
 }
@@ -94,12 +106,20 @@ impl Responses {
     }
 
     /// The events closing the open item, if any (a message cut by the cap is `incomplete`).
-    fn close(&mut self, message_status: &str) -> Vec<Bytes> {
+    fn close(&mut self, r: &Render, message_status: &str) -> Vec<Bytes> {
         let Some((kind, id, text)) = self.open.take() else {
             return Vec::new();
         };
         let index = self.done.len();
+        let tool = r.tool().filter(|_| kind == TokenKind::Content);
         let (item, events) = match kind {
+            TokenKind::Content if tool.is_some() => (
+                function_call_item(r, tool.unwrap_or_default(), &text, message_status),
+                vec![self.event(
+                    "response.function_call_arguments.done",
+                    json!({"item_id": id, "output_index": index, "arguments": text}),
+                )],
+            ),
             TokenKind::Reasoning => {
                 let part = json!({"type": "summary_text", "text": text});
                 (
@@ -162,7 +182,19 @@ impl Dialect for Responses {
     fn tokens(&mut self, r: &Render, kind: TokenKind, text: &str) -> (Vec<Bytes>, Bytes) {
         let mut before = Vec::new();
         if self.open.as_ref().map(|(k, _, _)| *k) != Some(kind) {
-            before = self.close("completed");
+            before = self.close(r, "completed");
+        }
+        if let (None, TokenKind::Content, Some(name)) = (&self.open, kind, r.tool()) {
+            // A tool call: a `function_call` item, announced without parts.
+            let item = function_call_item(r, name, "", "in_progress");
+            let index = self.done.len();
+            before.push(self.event(
+                "response.output_item.added",
+                json!({"output_index": index, "item": item}),
+            ));
+            self.open = Some((kind, r.tool_call_id("fc_"), String::new()));
+        }
+        if self.open.is_none() {
             let id = item_id(r, kind);
             let index = self.done.len();
             let (item, part_kind, part) = match kind {
@@ -194,6 +226,10 @@ impl Dialect for Responses {
         let id = id.clone();
         let index = self.done.len();
         let token = match kind {
+            TokenKind::Content if r.tool().is_some() => self.event(
+                "response.function_call_arguments.delta",
+                json!({"item_id": id, "output_index": index, "delta": text}),
+            ),
             TokenKind::Reasoning => self.event(
                 "response.reasoning_summary_text.delta",
                 json!({"item_id": id, "output_index": index, "summary_index": 0, "delta": text}),
@@ -213,7 +249,7 @@ impl Dialect for Responses {
         } else {
             "completed"
         };
-        let mut out = self.close(message_status);
+        let mut out = self.close(r, message_status);
         let mut resp = response(
             r,
             r.model.clone(),
@@ -248,10 +284,15 @@ pub fn body(r: &Render, a: &AnswerPlan) -> String {
         output.push(reasoning_item(&item_id(r, TokenKind::Reasoning), &text));
     }
     if a.content_tokens > 0 {
-        let text = r
-            .echo
-            .field(&r.text(TokenKind::Content, 0, a.content_tokens));
-        output.push(message_item(&item_id(r, TokenKind::Content), &text, status));
+        let text = r.text(TokenKind::Content, 0, a.content_tokens);
+        output.push(match r.tool() {
+            Some(name) => function_call_item(r, name, &text, status),
+            None => message_item(
+                &item_id(r, TokenKind::Content),
+                &r.echo.field(&text),
+                status,
+            ),
+        });
     }
     let mut resp = response(
         r,

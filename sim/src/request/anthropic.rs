@@ -30,6 +30,10 @@ struct MessagesRequest {
     stream: Option<bool>,
     #[serde(default)]
     thinking: Option<ThinkingConfig>,
+    #[serde(default)]
+    stop_sequences: Option<Value>,
+    #[serde(default)]
+    tools: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -99,8 +103,12 @@ pub fn parse(body: &[u8]) -> Result<SimRequest, RequestError> {
     };
     let mut parts = content_texts(req.system.as_ref());
     let mut assistant_turns = Vec::new();
+    let mut last_user = None;
     for (i, m) in messages.iter().enumerate() {
         parts.extend(content_texts(m.content.as_ref()));
+        if m.role.as_deref() == Some("user") {
+            last_user = Some(content_texts(m.content.as_ref()).join("\n"));
+        }
         if m.role.as_deref() != Some("assistant") {
             continue;
         }
@@ -144,6 +152,10 @@ pub fn parse(body: &[u8]) -> Result<SimRequest, RequestError> {
         thinking,
         parts,
         assistant_turns,
+        last_user,
+        stop: super::stop_sequences(req.stop_sequences.as_ref()),
+        json_mode: false,
+        tool: super::first_tool_name(req.tools.as_ref(), |t| t.get("name")),
     })
 }
 

@@ -47,6 +47,15 @@ pub struct ChatRequest {
     /// `"none"` switches thinking off; any other effort on.
     #[serde(default)]
     pub reasoning_effort: Option<String>,
+    /// Stop sequences: a string or an array of strings.
+    #[serde(default)]
+    pub stop: Option<Value>,
+    /// `{"type": "json_object" | "json_schema" | "text", …}`: JSON mode when not `text`.
+    #[serde(default)]
+    pub response_format: Option<Value>,
+    /// Declared tools: `[{"type": "function", "function": {"name", "parameters"}}]`.
+    #[serde(default)]
+    pub tools: Option<Value>,
 }
 
 /// One chat message.
@@ -140,8 +149,12 @@ pub fn parse(body: &[u8], profile: &ProviderProfile) -> Result<SimRequest, Reque
     };
     let mut parts = Vec::new();
     let mut assistant_turns = Vec::new();
+    let mut last_user = None;
     for (i, m) in req.messages.iter().enumerate() {
         parts.extend(super::content_texts(m.content.as_ref()));
+        if m.role.as_deref() == Some("user") {
+            last_user = Some(super::content_texts(m.content.as_ref()).join("\n"));
+        }
         if m.role.as_deref() == Some("assistant") {
             assistant_turns.push(AssistantTurn {
                 at: format!("messages[{i}]"),
@@ -167,6 +180,10 @@ pub fn parse(body: &[u8], profile: &ProviderProfile) -> Result<SimRequest, Reque
         thinking: req.thinking(),
         parts,
         assistant_turns,
+        last_user,
+        stop: super::stop_sequences(req.stop.as_ref()),
+        json_mode: super::json_format(req.response_format.as_ref()),
+        tool: super::first_tool_name(req.tools.as_ref(), |t| t.get("function")?.get("name")),
     })
 }
 

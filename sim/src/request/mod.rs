@@ -20,7 +20,7 @@ pub mod responses;
 use latmesh_core::api::Api;
 
 use crate::plan::Thinking;
-use crate::profile::{ProviderProfile, ReasoningPassback};
+use crate::profile::{Feature, ProviderProfile, ReasoningPassback};
 use crate::text;
 
 /// Why a request is refused (HTTP 400).
@@ -81,6 +81,18 @@ pub struct SimRequest {
     pub parts: Vec<String>,
     /// The assistant turns of the history, in order.
     pub assistant_turns: Vec<AssistantTurn>,
+    /// The text of the last user message (its text parts joined by newlines): what the
+    /// answer oracle ([`crate::script`]) looks at.
+    pub last_user: Option<String>,
+    /// Stop sequences asked for (Chat `stop`, a string or an array; Anthropic
+    /// `stop_sequences`); empty when none. The Responses API has none.
+    pub stop: Vec<String>,
+    /// JSON mode asked for (Chat `response_format.type` `json_object` or `json_schema`;
+    /// Responses `text.format.type` likewise). The Anthropic API has none.
+    pub json_mode: bool,
+    /// The name of the first declared tool (Chat `tools[0].function.name`, Anthropic and
+    /// Responses `tools[0].name`), when tools are declared.
+    pub tool: Option<String>,
 }
 
 impl SimRequest {
@@ -127,6 +139,44 @@ impl SimRequest {
         }
     }
 
+    /// Applies the profile's [`Feature`] switches to what the request asks: a feature the
+    /// profile ignores is dropped from the request (answered as if not asked); one it rejects
+    /// is refused.
+    ///
+    /// # Errors
+    /// A [`RequestError`] naming the field (`stop` / `stop_sequences`, `response_format` /
+    /// `text.format`, `tools`) of the first asked feature the profile rejects.
+    pub fn apply_features(&mut self, profile: &ProviderProfile) -> Result<(), RequestError> {
+        let (stop_field, json_field) = match self.api {
+            Api::Chat => ("stop", "response_format"),
+            Api::Anthropic => ("stop_sequences", "response_format"),
+            Api::Responses => ("stop", "text.format"),
+        };
+        let asks = [
+            (!self.stop.is_empty(), profile.stop, stop_field),
+            (self.json_mode, profile.json_mode, json_field),
+            (self.tool.is_some(), profile.tool_calls, "tools"),
+        ];
+        for (asked, feature, field) in asks {
+            if asked && feature == Feature::Rejected {
+                return Err(RequestError::param(
+                    format!("Unsupported parameter: '{field}' is not supported by this model"),
+                    field,
+                ));
+            }
+        }
+        if profile.stop == Feature::Ignored {
+            self.stop.clear();
+        }
+        if profile.json_mode == Feature::Ignored {
+            self.json_mode = false;
+        }
+        if profile.tool_calls == Feature::Ignored {
+            self.tool = None;
+        }
+        Ok(())
+    }
+
     /// The HTTP 400 message a provider with `policy` answers to this request's history, if
     /// any: with [`ReasoningPassback::Required`] the first assistant turn sent back without
     /// its reasoning, with [`ReasoningPassback::Rejected`] the first one with it. Assistant
@@ -170,6 +220,39 @@ pub(crate) fn content_texts(content: Option<&serde_json::Value>) -> Vec<String> 
             .collect(),
         _ => Vec::new(),
     }
+}
+
+/// Stop sequences of a `stop` / `stop_sequences` value: a string, or an array whose
+/// non-empty strings are taken.
+pub(crate) fn stop_sequences(value: Option<&serde_json::Value>) -> Vec<String> {
+    match value {
+        Some(serde_json::Value::String(s)) if !s.is_empty() => vec![s.clone()],
+        Some(serde_json::Value::Array(items)) => items
+            .iter()
+            .filter_map(serde_json::Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Whether a `response_format` / `text.format` value asks for JSON (`type` `json_object`
+/// or `json_schema`).
+pub(crate) fn json_format(format: Option<&serde_json::Value>) -> bool {
+    matches!(
+        format.and_then(|f| f.get("type")?.as_str()),
+        Some("json_object" | "json_schema")
+    )
+}
+
+/// The name of the first tool of a `tools` array, read with `name`.
+pub(crate) fn first_tool_name(
+    tools: Option<&serde_json::Value>,
+    name: impl Fn(&serde_json::Value) -> Option<&serde_json::Value>,
+) -> Option<String> {
+    let first = tools?.as_array()?.first()?;
+    name(first)?.as_str().map(str::to_string)
 }
 
 /// The thinking switch of an OpenAI `reasoning_effort` / `reasoning.effort`: `"none"` off,

@@ -27,6 +27,10 @@ struct ResponsesRequest {
     stream: Option<bool>,
     #[serde(default)]
     reasoning: Option<Value>,
+    #[serde(default)]
+    text: Option<Value>,
+    #[serde(default)]
+    tools: Option<Value>,
 }
 
 /// The text of a `reasoning` item: its summary texts, else its `reasoning_text` contents.
@@ -50,8 +54,12 @@ pub fn parse(body: &[u8]) -> Result<SimRequest, RequestError> {
     let max_tokens = super::cap("max_output_tokens", req.max_output_tokens)?;
     let mut parts: Vec<String> = req.instructions.into_iter().collect();
     let mut assistant_turns = Vec::new();
+    let mut last_user = None;
     match req.input {
-        Some(Value::String(s)) if !s.is_empty() => parts.push(s),
+        Some(Value::String(s)) if !s.is_empty() => {
+            last_user = Some(s.clone());
+            parts.push(s);
+        }
         Some(Value::Array(items)) if !items.is_empty() => {
             // Reasoning items belong to the assistant message that follows them.
             let mut pending: Option<String> = None;
@@ -64,6 +72,9 @@ pub fn parse(body: &[u8]) -> Result<SimRequest, RequestError> {
                     continue;
                 }
                 parts.extend(content_texts(item.get("content")));
+                if item.get("role").and_then(Value::as_str) == Some("user") {
+                    last_user = Some(content_texts(item.get("content")).join("\n"));
+                }
                 match item.get("role").and_then(Value::as_str) {
                     Some("assistant") => assistant_turns.push(AssistantTurn {
                         at: format!("input[{i}]"),
@@ -93,6 +104,10 @@ pub fn parse(body: &[u8]) -> Result<SimRequest, RequestError> {
         thinking,
         parts,
         assistant_turns,
+        last_user,
+        stop: Vec::new(),
+        json_mode: super::json_format(req.text.as_ref().and_then(|t| t.get("format"))),
+        tool: super::first_tool_name(req.tools.as_ref(), |t| t.get("name")),
     })
 }
 

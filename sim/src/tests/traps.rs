@@ -1,0 +1,166 @@
+//! The profiles' answer traps over real loopback sockets: the prompt cache, quantized
+//! answers, the mid-campaign model swap.
+
+use latmesh_core::api::Api;
+use latmesh_core::compat::{PLAIN_PROMPT, cache_prefix};
+use latmesh_core::quality::{self, prompt_set};
+use serde_json::{Value, json};
+
+use super::compat::{APIS, Reply, body, cfg, path, quick};
+use super::{raw_request, start};
+use crate::ProviderProfile;
+use crate::provider::PLANNED_TTFT_HEADER;
+
+/// `extra` fields putting [`cache_prefix`] in the system prompt on `api`.
+fn long_system(api: Api) -> Value {
+    match api {
+        Api::Chat => json!({"messages": [{"role": "system", "content": cache_prefix()},
+            {"role": "user", "content": PLAIN_PROMPT}]}),
+        Api::Anthropic => json!({"system": cache_prefix()}),
+        Api::Responses => json!({"instructions": cache_prefix()}),
+    }
+}
+
+#[tokio::test]
+async fn a_repeated_long_prefix_is_reported_cached_and_prefilled_faster() {
+    let caching = |name: &str| ProviderProfile {
+        prompt_cache: true,
+        prefill_us_per_input_token: 100,
+        ..quick(name)
+    };
+    let plain = ProviderProfile {
+        prefill_us_per_input_token: 100,
+        ..quick("plain")
+    };
+    let addr = start(cfg(vec![
+        caching("c-chat"),
+        caching("c-anth"),
+        caching("c-resp"),
+        plain,
+    ]))
+    .await;
+    for (api, name) in APIS.into_iter().zip(["c-chat", "c-anth", "c-resp"]) {
+        let b = body(api, PLAIN_PROMPT, true, &long_system(api));
+        let send = |provider: &'static str| {
+            let b = b.clone();
+            async move {
+                let raw = raw_request(addr, "POST", &path(api, provider), &[], &b).await;
+                (Reply::read(api, &raw), raw.header_u64(PLANNED_TTFT_HEADER))
+            }
+        };
+        let name: &'static str = name;
+        let (first, ttft1) = send(name).await;
+        let (second, ttft2) = send(name).await;
+        let prompt = first.input_tokens;
+        assert!(prompt > 1024, "{api:?}: {prompt}");
+        assert_eq!(first.cached_tokens, 0, "{api:?}");
+        assert_eq!(second.cached_tokens, 1024, "{api:?}");
+        assert_eq!(ttft1, 1_000 + 100 * prompt);
+        assert_eq!(ttft2, 1_000 + 100 * (prompt - 1024));
+        // Anthropic's input_tokens count what was not read from the cache.
+        let uncached = if api == Api::Anthropic {
+            prompt - 1024
+        } else {
+            prompt
+        };
+        assert_eq!(second.input_tokens, uncached);
+        // No cache: nothing cached, the same prefill every time.
+        let (a, t1) = send("plain").await;
+        let (b2, t2) = send("plain").await;
+        assert_eq!(
+            (a.cached_tokens, b2.cached_tokens, t1, t2),
+            (0, 0, ttft1, ttft1)
+        );
+        // A short prompt is never cached.
+        let short = body(api, PLAIN_PROMPT, false, &json!({}));
+        for _ in 0..2 {
+            let raw = raw_request(addr, "POST", &path(api, name), &[], &short).await;
+            assert_eq!(Reply::read(api, &raw).cached_tokens, 0);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_quantized_profile_answers_exactly_the_ground_truths_prompts_wrong_and_shorter() {
+    let quantized = ProviderProfile {
+        quantized_wrong_share: 0.4,
+        quantized_length_factor: 0.5,
+        ..quick("quant")
+    };
+    let want_wrong = crate::truth::wrong_prompt_ids(&quantized);
+    assert!(
+        !want_wrong.is_empty(),
+        "the set has prompts a 0.4 share answers wrong"
+    );
+    assert!(want_wrong.len() < prompt_set().prompts.len());
+    let addr = start(cfg(vec![quick("honest"), quantized])).await;
+    for api in APIS {
+        for stream in [true, false] {
+            let mut wrong = Vec::new();
+            for p in &prompt_set().prompts {
+                let b = body(api, &p.prompt, stream, &json!({}));
+                let read = |provider: &'static str| {
+                    let b = b.clone();
+                    async move {
+                        let raw = raw_request(addr, "POST", &path(api, provider), &[], &b).await;
+                        Reply::read(api, &raw)
+                    }
+                };
+                let (h, q) = (read("honest").await, read("quant").await);
+                assert!(quality::grade(p, &h.text).correct, "{}", p.id);
+                if !quality::grade(p, &q.text).correct {
+                    wrong.push(p.id.as_str());
+                }
+                // Shorter: half the filler words, the same Answer line.
+                assert!(
+                    q.output_tokens + 4 <= h.output_tokens,
+                    "{} {api:?}: {} vs {}",
+                    p.id,
+                    q.output_tokens,
+                    h.output_tokens
+                );
+            }
+            assert_eq!(wrong, want_wrong, "{api:?} stream={stream}");
+        }
+    }
+    // Other prompts keep their length: latency campaigns see no difference.
+    let plain = body(Api::Chat, "Tell me about latency.", false, &json!({}));
+    let h = raw_request(addr, "POST", &path(Api::Chat, "honest"), &[], &plain).await;
+    let q = raw_request(addr, "POST", &path(Api::Chat, "quant"), &[], &plain).await;
+    assert_eq!(
+        Reply::read(Api::Chat, &h).text,
+        Reply::read(Api::Chat, &q).text
+    );
+}
+
+#[tokio::test]
+async fn a_swapper_answers_with_another_model_after_n_requests_from_any_region() {
+    let swapper = ProviderProfile {
+        system_fingerprint: Some("fp_sim_0a".into()),
+        swap_after_requests: 3,
+        swap_model: "deepseek-v4-flash-lite".into(),
+        swap_fingerprint: "fp_sim_1b".into(),
+        ..quick("swapper")
+    };
+    let addr = start(cfg(vec![swapper])).await;
+    let regions = ["us-east", "eu-west", "ap-southeast"];
+    for i in 0..7usize {
+        let api = APIS[i % 3];
+        let b = body(api, PLAIN_PROMPT, i % 2 == 0, &json!({}));
+        let hdr = [(crate::REGION_HEADER, regions[i % 3])];
+        let raw = raw_request(addr, "POST", &path(api, "swapper"), &hdr, &b).await;
+        let r = Reply::read(api, &raw);
+        let (model, fp) = if i < 3 {
+            ("deepseek-v4-flash", "fp_sim_0a")
+        } else {
+            ("deepseek-v4-flash-lite", "fp_sim_1b")
+        };
+        assert!(
+            !r.models.is_empty() && r.models.iter().all(|m| m == model),
+            "{i}: {r:?}"
+        );
+        if api == Api::Chat {
+            assert!(!r.fingerprints.is_empty() && r.fingerprints.iter().all(|f| f == fp));
+        }
+    }
+}
