@@ -135,8 +135,8 @@ pub enum Verdict {
     /// The feature is refused or absent (a 4xx naming the field, no cached tokens, no
     /// fingerprint): counts as not passing in the score.
     NotOffered,
-    /// The check does not exist in the provider's API (e.g. `stream_options` outside Chat
-    /// Completions): left out of the score.
+    /// The check does not exist in the provider's API (e.g. JSON mode on the Anthropic API,
+    /// a stop sequence on the Responses API): left out of the score.
     NotApplicable,
     /// The check could not decide: the request failed for a reason that says nothing about
     /// the feature (throttled, 5xx, timeout, connection error). Left out of the score and

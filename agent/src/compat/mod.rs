@@ -125,6 +125,81 @@ fn scrubbed(ctx: &ProviderContext<'_>, mut ev: Evidence) -> Evidence {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use latmesh_sim::{ProviderProfile, SimConfig};
+
+    /// Over loopback against the simulator: the basic checks pass on a plain provider; a
+    /// gateway that refuses `stream_options` fails `stream_usage` alone (no other check
+    /// sends the field); a provider that always throttles is inconclusive, after one retry
+    /// honouring its 1 s Retry-After.
+    #[tokio::test]
+    async fn basic_checks_against_the_simulator() {
+        // Answers longer than the output cap (8 tokens).
+        let quick = |name: &str| ProviderProfile {
+            output_tokens_min: 16,
+            output_tokens_max: 24,
+            ..ProviderProfile::fixed(name, 2_000, 200)
+        };
+        let cfg = SimConfig {
+            profiles: vec![
+                quick("plain"),
+                ProviderProfile {
+                    rejects_stream_options: true,
+                    ..quick("strict")
+                },
+                ProviderProfile {
+                    throttle_prob: 1.0,
+                    retry_after_s_min: 1,
+                    retry_after_s_max: 1,
+                    ..quick("busy")
+                },
+            ],
+            ..SimConfig::default()
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(latmesh_sim::serve_providers(listener, cfg));
+        let prober = crate::probe::Prober::new(None).unwrap();
+        let spec = CompatSpec {
+            checks: vec![
+                CompatCheck::Stream,
+                CompatCheck::NonStream,
+                CompatCheck::StreamUsage,
+                CompatCheck::OutputCap,
+                CompatCheck::ModelName,
+            ],
+            ..CompatSpec::default()
+        };
+        let run = |name: &str| {
+            let mut p = context::test_provider("");
+            p.name = name.to_string();
+            p.base_url = format!("http://{addr}/{name}/v1");
+            p.model_id = latmesh_sim::profile::DEFAULT_MODEL_ID.to_string();
+            let prober = &prober;
+            let spec = &spec;
+            async move {
+                let ctx = ProviderContext::new(prober, &p, None, vec![]);
+                run_checks(&ctx, spec)
+                    .await
+                    .into_iter()
+                    .map(|r| (r.check, r.verdict))
+                    .collect::<Vec<_>>()
+            }
+        };
+        let all = |v: Verdict| spec.checks.iter().map(|c| (*c, v)).collect::<Vec<_>>();
+        assert_eq!(run("plain").await, all(Verdict::Pass));
+        let mut strict = all(Verdict::Pass);
+        strict[2].1 = Verdict::Fail;
+        assert_eq!(run("strict").await, strict);
+        let t0 = std::time::Instant::now();
+        let busy = run("busy").await;
+        assert_eq!(busy, all(Verdict::Inconclusive));
+        // Four requests (the plain stream serves two checks), each retried once after 1 s.
+        assert!(
+            t0.elapsed() >= std::time::Duration::from_secs(4),
+            "{:?}",
+            t0.elapsed()
+        );
+    }
 
     #[test]
     fn checks_missing_from_an_api_are_not_applicable() {

@@ -10,10 +10,7 @@
 
 use futures::StreamExt as _;
 use latmesh_core::prompts::Message;
-use latmesh_core::quality::{
-    QualityPrompt, QualitySample, QualitySpec, answer_hash, extract_answer, grade, normalize,
-    prompt_set,
-};
+use latmesh_core::quality::{QualityPrompt, QualitySample, QualitySpec, grade, prompt_set};
 use latmesh_core::record::Outcome;
 
 use crate::compat::ProviderContext;
@@ -71,8 +68,7 @@ pub fn sample_of(
     let (correct, answer, hash) = if outcome == Outcome::Ok {
         let reply = ctx.redact(&r.content_text);
         let g = grade(prompt, &reply);
-        let hash = answer_hash(&normalize(extract_answer(&reply)));
-        (Some(g.correct), g.answer, hash)
+        (Some(g.correct), g.answer, g.answer_hash)
     } else {
         (None, String::new(), String::new())
     };
@@ -121,7 +117,10 @@ mod tests {
             (s.correct, s.answer.as_str(), s.sample, s.output_tokens),
             (Some(true), "canberra", 2, 12)
         );
-        assert_eq!(s.answer_hash, answer_hash("canberra"));
+        assert_eq!(
+            s.answer_hash,
+            latmesh_core::quality::answer_hash("canberra")
+        );
         let leak = sample_of(&ctx, fact, 0, ok(&format!("Answer: {key}")));
         assert_eq!(leak.correct, Some(false));
         assert!(!leak.answer.contains("0123456789"), "{leak:?}");

@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 pub mod agents;
 pub mod campaign;
 pub mod check;
+pub mod compat;
 pub mod coordinator_arg;
 pub mod db;
 pub mod demo;
@@ -64,6 +65,11 @@ enum Command {
     /// print what fired, POST it to --webhook. Exit status: 0 nothing fired, 1 a rule fired,
     /// 2 an error.
     Check(check::CheckArgs),
+    /// Compatibility checks and quality parity of a campaign file's providers, from this
+    /// machine (keys from its environment): the provider × check table with evidence and
+    /// scores, and accuracy, agreement and answer length per provider. Exit status: 0 when
+    /// it ran (verdicts are data), 2 on an error.
+    Compat(compat::CompatArgs),
     /// Write a stored campaign's report (from ClickHouse): a self-contained HTML page with
     /// heatmaps, latency CDFs, ITL spread, sweep curves, open-loop rates, peak vs off-peak and
     /// latency over time; or the same numbers as JSON or CSV.
@@ -94,16 +100,20 @@ pub async fn run_with(cli: Cli) -> anyhow::Result<()> {
         Command::Agents(args) => agents::run(args).await,
         Command::Demo(args) => demo::run_cli(args).await,
         Command::Probe(args) => probe::run(args).await,
-        Command::Check(args) => {
-            // Its own exit status (1: a rule fired, 2: an error), so it exits here.
-            let code = check::run_cli(args).await;
-            if code != 0 {
-                use std::io::Write as _;
-                let _ = std::io::stdout().flush();
-                std::process::exit(i32::from(code));
-            }
-            Ok(())
-        }
+        // Their own exit status (check: 1 a rule fired, 2 an error; compat: 2 an error,
+        // printed there), so they exit here.
+        Command::Check(args) => exit_with(check::run_cli(args).await),
+        Command::Compat(args) => exit_with(compat::run_cli(args).await),
         Command::Report(args) => report::run(args).await,
     }
+}
+
+/// `Ok(())` for exit status 0; any other ends the process with it (stdout flushed first).
+fn exit_with(code: u8) -> anyhow::Result<()> {
+    if code != 0 {
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        std::process::exit(i32::from(code));
+    }
+    Ok(())
 }

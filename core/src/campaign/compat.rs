@@ -385,6 +385,15 @@ quality:
         let q = plan.quality.unwrap();
         assert_eq!((q.samples, q.prompt_ids.len(), q.max_tokens), (5, 8, 512));
         assert!(q.prompt_ids.iter().all(|id| id.starts_with("fact-")));
+        // A section with nothing under it (YAML null) is there, with the defaults.
+        let bare = format!(
+            "{}compat:\nquality:\n",
+            &yaml[..yaml.find("compat:").unwrap()]
+        );
+        std::fs::write(&file, bare).unwrap();
+        let plan = load_file(&file).unwrap();
+        assert_eq!(plan.compat, Some(CompatSpec::default()));
+        assert_eq!(plan.quality, Some(QualitySpec::default()));
         // Errors name the file, the section and the key.
         std::fs::write(&file, yaml.replace("json_mode", "jsonmode")).unwrap();
         let e = load_file(&file).unwrap_err().to_string();
@@ -394,6 +403,6 @@ quality:
         );
         std::fs::write(&file, yaml.replace("samples: 5", "sample: 5")).unwrap();
         let e = load_file(&file).unwrap_err().to_string();
-        assert!(e.contains("sample"), "{e}");
+        assert!(e.contains("quality.sample: unknown field"), "{e}");
     }
 }

@@ -35,11 +35,21 @@ pub struct CampaignFile {
     #[serde(default)]
     pub selection: Option<SelectionSection>,
     /// `[compat]`: the compatibility checks `latmesh compat` runs (see [`crate::compat`]).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present_section")]
     pub compat: Option<CompatSection>,
     /// `[quality]`: the quality-parity run of `latmesh compat` (see [`crate::quality`]).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present_section")]
     pub quality: Option<QualitySection>,
+}
+
+/// A section whose keys are all optional: present, even empty (YAML `compat:` with nothing
+/// under it is null), it is `Some` with the defaults; only a missing key is `None`.
+fn present_section<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Some(Option::<T>::deserialize(d)?.unwrap_or_default()))
 }
 
 /// `[windows]`: `(name, ranges text)` pairs, in declaration order when the file was loaded by

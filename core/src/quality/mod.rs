@@ -156,14 +156,16 @@ impl Default for QualitySpec {
     }
 }
 
-/// A grading: whether the reply's final answer is the expected one, and that answer
-/// normalized and cut to [`MAX_ANSWER_BYTES`].
+/// A grading: whether the reply's final answer is the expected one, and that answer in the
+/// form kept and compared across providers ([`grade`] says which form).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Grade {
     /// The final answer equals the expected one.
     pub correct: bool,
-    /// The final answer, normalized ([`normalize`]) and cut.
+    /// The final answer, normalized, cut to [`MAX_ANSWER_BYTES`]: [`QualitySample::answer`].
     pub answer: String,
+    /// [`answer_hash`] of the whole answer (before the cut): [`QualitySample::answer_hash`].
+    pub answer_hash: String,
 }
 
 /// The final answer of a reply: after the last [`ANSWER_MARKER`] (ASCII case-insensitive),
@@ -212,23 +214,56 @@ pub fn normalize(answer: &str) -> String {
 }
 
 /// Grades `reply` against `prompt`'s expected answer ([`Expected`] says how each kind
-/// compares).
+/// compares). The answer kept is the final answer ([`extract_answer`]) normalized
+/// ([`normalize`]), except where the kind reads a value out of it: a number prompt keeps the
+/// number read (`391 km` → `391`), a JSON prompt the object read, compact, keys sorted,
+/// strings normalized and whole numbers without a fraction (`{"age":34,"name":"maria lopez"}`).
+/// So answers that say the same thing hash the same, across providers and runs.
 pub fn grade(prompt: &QualityPrompt, reply: &str) -> Grade {
-    let answer = normalize(extract_answer(reply));
-    let correct = match &prompt.expected {
-        Expected::Number(want) => final_number(&answer)
-            .is_some_and(|got| (got - want).abs() <= want.abs().max(1.0) * 1e-9),
-        Expected::Text(any) => any.iter().any(|t| normalize(t) == answer),
-        Expected::Output(out) => normalize(out) == answer,
+    let text = normalize(extract_answer(reply));
+    let (correct, answer) = match &prompt.expected {
+        Expected::Number(want) => match final_number(&text) {
+            Some(got) => (
+                (got - want).abs() <= want.abs().max(1.0) * 1e-9,
+                got.to_string(),
+            ),
+            None => (false, text),
+        },
+        Expected::Text(any) => (any.iter().any(|t| normalize(t) == text), text),
+        Expected::Output(out) => (normalize(out) == text, text),
         // An object may span lines: look in all the text after the marker, then the reply.
-        Expected::Json(want) => after_marker(reply)
+        Expected::Json(want) => match after_marker(reply)
             .and_then(first_json_object)
             .or_else(|| first_json_object(reply))
-            .is_some_and(|got| json_equal(&got, want)),
+        {
+            Some(got) => (json_equal(&got, want), canonical_json(&got).to_string()),
+            None => (false, text),
+        },
     };
     Grade {
         correct,
+        answer_hash: answer_hash(&answer),
         answer: crate::record::truncate_message(&answer, MAX_ANSWER_BYTES - '…'.len_utf8()),
+    }
+}
+
+/// `v` with object keys sorted, strings normalized and whole numbers (up to 2^53) written
+/// without a fraction: equal answers give equal text.
+fn canonical_json(v: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value as V;
+    match v {
+        V::String(s) => V::String(normalize(s)),
+        V::Number(n) => match n.as_f64() {
+            Some(f) if f.fract() == 0.0 && f.abs() <= 9_007_199_254_740_992.0 => V::from(f as i64),
+            _ => v.clone(),
+        },
+        V::Array(a) => V::Array(a.iter().map(canonical_json).collect()),
+        V::Object(o) => {
+            let sorted: std::collections::BTreeMap<&String, V> =
+                o.iter().map(|(k, x)| (k, canonical_json(x))).collect();
+            V::Object(sorted.into_iter().map(|(k, x)| (k.clone(), x)).collect())
+        }
+        _ => v.clone(),
     }
 }
 
@@ -298,11 +333,12 @@ pub struct QualitySample {
     pub outcome: Outcome,
     /// The grade; `None` when the request did not end `ok`.
     pub correct: Option<bool>,
-    /// The normalized final answer, cut to [`MAX_ANSWER_BYTES`] and scrubbed of secrets;
-    /// empty when not `ok`.
-    pub answer: String,
-    /// [`answer_hash`] of the whole normalized final answer (before the cut); empty when not
+    /// [`Grade::answer`]: the normalized final answer (for number and JSON prompts the value
+    /// read, [`grade`]), cut to [`MAX_ANSWER_BYTES`] and scrubbed of secrets; empty when not
     /// `ok`.
+    pub answer: String,
+    /// [`Grade::answer_hash`]: [`answer_hash`] of the whole answer (before the cut); empty
+    /// when not `ok`.
     pub answer_hash: String,
     /// Output tokens of the reply (the record's `output_tokens`).
     pub output_tokens: u32,
@@ -481,6 +517,23 @@ mod tests {
             )
             .correct
         );
+        // The answer kept is the object read, in one form however it was written.
+        let a = grade(
+            prompt("extract-01"),
+            "Answer: {\"age\": 34.0, \"name\": \"Maria Lopez\"}",
+        );
+        let b = grade(
+            prompt("extract-01"),
+            "Answer:\n```json\n{\n  \"name\": \"Maria  Lopez\",\n  \"age\": 34\n}\n```",
+        );
+        assert_eq!(a.answer, r#"{"age":34,"name":"maria lopez"}"#);
+        assert_eq!((&a.answer, &a.answer_hash), (&b.answer, &b.answer_hash));
+        assert_eq!(a.answer_hash, answer_hash(&a.answer));
+        let wrong = grade(
+            prompt("extract-01"),
+            "Answer: {\"name\": \"Maria Lopez\", \"age\": 43}",
+        );
+        assert_ne!(wrong.answer_hash, a.answer_hash);
         // A draft before the final object: the one after the marker counts.
         let reply = "Draft {\"city\": \"Porto\", \"year\": 2019}\nAnswer: {\"city\": \"Lisbon\", \"year\": 2019}";
         assert!(grade(prompt("extract-02"), reply).correct);
@@ -513,6 +566,16 @@ mod tests {
             let g = grade(prompt(id), reply);
             assert!(g.correct, "{id}: {reply:?} → {g:?}");
         }
+        // A number prompt keeps the number read: the same answer, the same hash.
+        let a = grade(prompt("arith-06"), "Answer: 372 km");
+        let b = grade(prompt("arith-06"), "84 × 3 + 60 × 2 = **372**");
+        assert_eq!((a.answer.as_str(), a.correct), ("372", true));
+        assert_eq!((&a.answer, &a.answer_hash), (&b.answer, &b.answer_hash));
+        let unread = grade(prompt("arith-06"), "Answer: I do not know.");
+        assert_eq!(
+            (unread.answer.as_str(), unread.correct),
+            ("i do not know", false)
+        );
         // Negative numbers, with either minus sign.
         let neg = QualityPrompt {
             id: "n".into(),

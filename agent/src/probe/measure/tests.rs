@@ -905,18 +905,37 @@ fn non_streaming_body_after_blank_lines() {
 
 #[test]
 fn reasoning_time_under_every_reasoning_spelling() {
+    // Each with the field `ProbeResult::reasoning_field` names.
     let spellings = [
-        r#""content":null,"reasoning_content":"R""#,
-        r#""content":"","reasoning":"R""#,
-        r#""reasoning_text":"R""#,
-        r#""content":null,"thinking":"R""#,
-        r#""reasoning_content":[{"type":"text","text":"R"}]"#,
-        r#""reasoning_details":[{"type":"reasoning.text","text":"R"}]"#,
-        r#""reasoning_details":[{"type":"reasoning.summary","summary":"R"}]"#,
-        r#""content":[{"type":"thinking","thinking":"R"}]"#,
-        r#""content":[{"type":"reasoning","text":"R"}]"#,
+        (
+            r#""content":null,"reasoning_content":"R""#,
+            "reasoning_content",
+        ),
+        (r#""content":"","reasoning":"R""#, "reasoning"),
+        (r#""reasoning_text":"R""#, "reasoning_text"),
+        (r#""content":null,"thinking":"R""#, "thinking"),
+        (
+            r#""reasoning_content":[{"type":"text","text":"R"}]"#,
+            "reasoning_content",
+        ),
+        (
+            r#""reasoning_details":[{"type":"reasoning.text","text":"R"}]"#,
+            "reasoning_details",
+        ),
+        (
+            r#""reasoning_details":[{"type":"reasoning.summary","summary":"R"}]"#,
+            "reasoning_details",
+        ),
+        (
+            r#""content":[{"type":"thinking","thinking":"R"}]"#,
+            "content[].reasoning",
+        ),
+        (
+            r#""content":[{"type":"reasoning","text":"R"}]"#,
+            "content[].reasoning",
+        ),
     ];
-    for sp in spellings {
+    for (sp, field) in spellings {
         let r1 = delta(sp);
         let body = sse(&[
             C0,
@@ -933,6 +952,7 @@ fn reasoning_time_under_every_reasoning_spelling() {
         let rec = &r.record;
         assert_eq!(rec.outcome, Some(Outcome::Ok), "{sp}");
         assert_eq!(r.reasoning_text, "RRR", "{sp}");
+        assert_eq!(r.reasoning_field, Some(field), "{sp}");
         assert_eq!((rec.reasoning_chunks, rec.content_chunks), (3, 2), "{sp}");
         // Two lines per event, one per ms: payload k completes with read 2k + 2.
         assert_eq!(

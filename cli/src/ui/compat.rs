@@ -1,0 +1,259 @@
+//! The terminal view of a `latmesh compat` run: the provider × check table with the evidence
+//! of every verdict that is not a pass and each provider's compatibility score
+//! ([`render_compat`]); the quality-parity table ([`render_quality`]).
+
+use std::fmt::Write as _;
+
+use comfy_table::{Cell as TCell, Table, presets};
+
+use latmesh_core::compat::{CompatCheck, Evidence, Verdict};
+use latmesh_results::parity::{ProviderCompat, QualityParity};
+
+use super::right;
+
+/// The evidence in words: `HTTP 400, field stream_options: message`.
+fn evidence_text(e: &Evidence) -> String {
+    let mut parts = Vec::new();
+    if let Some(s) = e.http_status {
+        parts.push(format!("HTTP {s}"));
+    }
+    if let Some(f) = &e.field {
+        parts.push(format!("field {f}"));
+    }
+    let head = parts.join(", ");
+    match (head.is_empty(), e.message.is_empty()) {
+        (true, _) => e.message.clone(),
+        (false, true) => head,
+        (false, false) => format!("{head}: {}", e.message),
+    }
+}
+
+/// The provider × check table (`pass`, `FAIL`, `n/o` not offered, `n/a` not applicable,
+/// `?` inconclusive; blank: not run), one line per verdict that is not a pass with its
+/// evidence, then each provider's compatibility score (passed / counted, and the
+/// inconclusive checks left out). Empty when no provider was checked.
+pub fn render_compat(providers: &[ProviderCompat]) -> String {
+    let mut out = String::new();
+    if providers.is_empty() {
+        return out;
+    }
+    let checks: Vec<CompatCheck> = CompatCheck::ALL
+        .into_iter()
+        .filter(|c| {
+            providers
+                .iter()
+                .any(|p| p.results.iter().any(|r| r.check == *c))
+        })
+        .collect();
+    let mut table = Table::new();
+    table.load_preset(presets::ASCII_MARKDOWN);
+    let mut header = vec![TCell::new("provider")];
+    header.extend(checks.iter().map(|c| TCell::new(c.as_str())));
+    table.set_header(header);
+    for p in providers {
+        let mut row = vec![TCell::new(&p.provider)];
+        row.extend(checks.iter().map(|c| {
+            let cell = p
+                .results
+                .iter()
+                .find(|r| r.check == *c)
+                .map_or("", |r| r.verdict.short());
+            TCell::new(cell)
+        }));
+        table.add_row(row);
+    }
+    let _ = writeln!(
+        out,
+        "compatibility checks (v{}): pass, FAIL, n/o not offered, n/a not applicable, ? inconclusive",
+        latmesh_core::compat::COMPAT_CHECKS_VERSION
+    );
+    let _ = writeln!(out, "{table}");
+    let mut any = false;
+    for p in providers {
+        for r in p.results.iter().filter(|r| r.verdict != Verdict::Pass) {
+            if !any {
+                let _ = writeln!(out, "\nevidence:");
+                any = true;
+            }
+            let _ = writeln!(
+                out,
+                "  {:<16} {:<18} {:<4} {}",
+                p.provider,
+                r.check.as_str(),
+                r.verdict.short(),
+                evidence_text(&r.evidence)
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\ncompatibility score (passed / counted; not applicable and inconclusive left out):"
+    );
+    for p in providers {
+        let line = match &p.score {
+            Some(s) => format!(
+                "{:.2} ({}/{} passed, {} inconclusive)",
+                s.score, s.passed, s.counted, s.inconclusive
+            ),
+            None => "- (no check counted)".to_string(),
+        };
+        let _ = writeln!(out, "  {:<16} {line}", p.provider);
+    }
+    out
+}
+
+/// A share 0..=1 as a percentage, `-` when missing.
+fn pct(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{:.0}%", v * 100.0))
+}
+
+/// The quality-parity table: per provider the graded samples, accuracy with its 95 %
+/// interval, agreement with the other providers' majority answers, median output tokens,
+/// the length ratio to the others, the answers' fingerprint and the flag. Empty when no
+/// provider was sampled.
+pub fn render_quality(q: &QualityParity) -> String {
+    let mut out = String::new();
+    if q.providers.is_empty() {
+        return out;
+    }
+    let mut table = Table::new();
+    table.load_preset(presets::ASCII_MARKDOWN);
+    table.set_header(
+        [
+            "provider",
+            "graded / sent",
+            "accuracy [95% CI]",
+            "agreement",
+            "median out tok",
+            "length ratio",
+            "fingerprint",
+            "flag",
+        ]
+        .map(TCell::new),
+    );
+    for p in &q.providers {
+        let accuracy = match (p.accuracy, p.accuracy_ci) {
+            (Some(a), Some((lo, hi))) => {
+                format!("{:.0}% [{:.0}–{:.0}%]", a * 100.0, lo * 100.0, hi * 100.0)
+            }
+            (a, _) => pct(a),
+        };
+        table.add_row(vec![
+            TCell::new(&p.provider),
+            right(format!("{} / {}", p.graded, p.samples)),
+            right(accuracy),
+            right(pct(p.agreement)),
+            right(
+                p.median_output_tokens
+                    .map_or("-".into(), |m| format!("{m:.0}")),
+            ),
+            right(p.length_ratio.map_or("-".into(), |r| format!("{r:.2}"))),
+            TCell::new(p.fingerprint.as_deref().unwrap_or("-")),
+            TCell::new(p.flag.as_deref().unwrap_or("")),
+        ]);
+    }
+    let _ = writeln!(
+        out,
+        "quality parity ({}): temperature 0, graded answers of machine-checkable prompts",
+        q.set
+    );
+    let _ = writeln!(out, "{table}");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use latmesh_core::compat::CompatResult;
+    use latmesh_results::parity::{ProviderQuality, compat_by_provider};
+
+    fn result(provider: &str, check: CompatCheck, verdict: Verdict, msg: &str) -> CompatResult {
+        CompatResult {
+            provider: provider.into(),
+            check,
+            verdict,
+            evidence: Evidence {
+                http_status: Some(400),
+                field: Some("stream_options".into()),
+                message: msg.into(),
+            },
+        }
+    }
+
+    #[test]
+    fn the_compat_table_shows_verdicts_evidence_and_scores() {
+        let rs = [
+            result("fast", CompatCheck::Stream, Verdict::Pass, "ok"),
+            result("fast", CompatCheck::StreamUsage, Verdict::Fail, "refused"),
+            result(
+                "slow",
+                CompatCheck::Stream,
+                Verdict::Inconclusive,
+                "HTTP 503",
+            ),
+        ];
+        let text = render_compat(&compat_by_provider(&rs));
+        assert!(
+            text.contains("| provider | stream | stream_usage |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| fast     | pass   | FAIL         |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| slow     | ?      |              |"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "fast             stream_usage       FAIL HTTP 400, field stream_options: refused"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("stream             pass"), "{text}");
+        assert!(
+            text.contains("fast             0.50 (1/2 passed, 0 inconclusive)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("slow             - (no check counted)"),
+            "{text}"
+        );
+        assert_eq!(render_compat(&[]), "");
+    }
+
+    #[test]
+    fn the_quality_table_shows_what_the_struct_holds() {
+        let q = QualityParity {
+            set: "quality-v1".into(),
+            providers: vec![ProviderQuality {
+                provider: "quant".into(),
+                samples: 12,
+                graded: 11,
+                correct: 6,
+                accuracy: Some(6.0 / 11.0),
+                accuracy_ci: Some((0.28, 0.79)),
+                agreement: Some(0.5),
+                median_output_tokens: Some(40.0),
+                length_ratio: Some(0.62),
+                fingerprint: Some("0123456789abcdef".into()),
+                flag: Some("possible quantization or different model".into()),
+            }],
+        };
+        let text = render_quality(&q);
+        assert!(text.starts_with("quality parity (quality-v1)"), "{text}");
+        for want in [
+            "11 / 12",
+            "55% [28–79%]",
+            "50%",
+            "40",
+            "0.62",
+            "0123456789abcdef",
+            "possible quantization",
+        ] {
+            assert!(text.contains(want), "{want}: {text}");
+        }
+        assert_eq!(render_quality(&QualityParity::default()), "");
+    }
+}
