@@ -16,7 +16,7 @@ use tokio::net::TcpListener;
 use crate::watch;
 use latmesh_coordinator::service::Coordinator;
 use latmesh_coordinator::state::State;
-use latmesh_results::report_data::ReportData;
+use latmesh_results::report_data::{ALL, ReportData};
 use latmesh_results::summary::Summary;
 
 /// The embedded demo campaign; `{sim}` stands for the simulator's address.
@@ -210,7 +210,130 @@ pub async fn run_with(
         .context("the coordinator kept no results of the demo campaign")?;
     // What was printed and written as JSON is the summary the coordinator sent.
     data.summary = summary;
+    // Beyond latency: the compatibility checks and the quality set, against the same
+    // simulated providers (the simulator keeps running until the process exits).
+    if plan.compat.is_some() || plan.quality.is_some() {
+        let started = std::time::Instant::now();
+        if opts.progress {
+            eprintln!("{}", compat_intro(&plan));
+        }
+        data.compat = compat_phase(&plan, &format!("{}-compat", reply.campaign_id)).await?;
+        if opts.progress {
+            eprintln!(
+                "demo: compatibility checks and quality set done in {:.0} s",
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
     Ok(data)
+}
+
+/// The progress line that says what the compatibility phase sends.
+fn compat_intro(plan: &latmesh_core::plan::Plan) -> String {
+    let mut parts = Vec::new();
+    if let Some(c) = &plan.compat {
+        parts.push(format!(
+            "{} compatibility checks (v{})",
+            c.checks.len(),
+            latmesh_core::compat::COMPAT_CHECKS_VERSION
+        ));
+    }
+    if let Some(q) = &plan.quality {
+        parts.push(format!(
+            "the quality set {} ({} prompts × {} samples, temperature 0)",
+            latmesh_core::quality::QUALITY_SET_VERSION,
+            q.prompt_ids.len(),
+            q.samples
+        ));
+    }
+    format!(
+        "demo: beyond latency — {} per provider, from this machine",
+        parts.join(" and ")
+    )
+}
+
+/// Runs `plan`'s `[compat]` checks and `[quality]` set from this process against its
+/// providers, as `latmesh compat` does: every provider at once, each provider's checks in
+/// sequence beside its quality prompts (at most `latmesh_agent::quality::MAX_IN_FLIGHT` at
+/// a time). Credentials are read first, for every provider, so a
+/// missing key stops the phase before anything is sent.
+///
+/// # Errors
+/// A provider's key or secret header variable is unusable; the prober cannot be built.
+async fn compat_phase(
+    plan: &latmesh_core::plan::Plan,
+    run_id: &str,
+) -> anyhow::Result<latmesh_results::parity::CompatReport> {
+    use latmesh_agent::compat::{ProviderContext, run_checks};
+    use latmesh_agent::quality::run_quality;
+
+    let prober = latmesh_agent::probe::Prober::new(None).context("the compat prober")?;
+    let covers = |names: &[String], p: &str| names.is_empty() || names.iter().any(|n| n == p);
+    let contexts = plan
+        .providers
+        .iter()
+        .map(|p| ProviderContext::from_env(&prober, p).map_err(anyhow::Error::msg))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    // Each provider's checks (in sequence) beside its quality prompts (a few at a time).
+    let runs = contexts.iter().map(|ctx| async move {
+        let name = &ctx.provider.name;
+        let checks = async {
+            match &plan.compat {
+                Some(spec) if covers(&spec.providers, name) => run_checks(ctx, spec).await,
+                _ => Vec::new(),
+            }
+        };
+        let samples = async {
+            match &plan.quality {
+                Some(spec) if covers(&spec.providers, name) => run_quality(ctx, spec).await,
+                _ => Vec::new(),
+            }
+        };
+        tokio::join!(checks, samples)
+    });
+    let (checks, samples): (Vec<_>, Vec<_>) =
+        futures::future::join_all(runs).await.into_iter().unzip();
+    let checks: Vec<_> = checks.into_iter().flatten().collect();
+    let samples: Vec<_> = samples.into_iter().flatten().collect();
+    Ok(latmesh_results::parity::CompatReport {
+        run_id: run_id.to_string(),
+        compat: latmesh_results::parity::compat_by_provider(&checks),
+        quality: plan
+            .quality
+            .is_some()
+            .then(|| latmesh_results::parity::parity(&samples)),
+    })
+}
+
+/// What the demo prints after the matrix when the compatibility phase ran: the compat
+/// table, quality parity, and the selection matrix of the first scenario over all regions
+/// (which uses their measured scores); empty when it did not run.
+fn beyond_latency(data: &ReportData) -> String {
+    let c = &data.compat;
+    if c.is_empty() {
+        return String::new();
+    }
+    let mut out = String::new();
+    if !c.compat.is_empty() {
+        out.push('\n');
+        out.push_str(&crate::ui::compat::render_compat(&c.compat));
+    }
+    if let Some(q) = &c.quality {
+        out.push('\n');
+        out.push_str(&crate::ui::compat::render_quality(q));
+    }
+    let analysis = latmesh_results::analysis::analyze(data);
+    let first = data.plan.scenarios.first().map(|s| s.name.as_str());
+    if let Some(t) = analysis
+        .selection
+        .iter()
+        .find(|t| Some(t.scenario.as_str()) == first && t.region == ALL)
+    {
+        out.push('\n');
+        out.push_str(&crate::ui::analysis::render_selection(t));
+        out.push_str("(every scenario and region: the HTML report's analysis)\n");
+    }
+    out
 }
 
 /// Runs `make()`'s future to completion on a single-threaded runtime of its own, on a thread of
@@ -298,6 +421,7 @@ pub async fn run_cli(args: DemoArgs) -> anyhow::Result<()> {
         );
     }
     print!("{}", crate::ui::matrix::render(summary));
+    print!("{}", beyond_latency(&data));
     watch::write_json(summary, &path)?;
     // With ClickHouse, the sections that need each row's time come from there.
     let (source, extras) = match &store {
