@@ -1,7 +1,8 @@
 //! `latmesh-sim`: simulated LLM inference providers for latmesh's demo, tests and benchmarks,
 //! speaking OpenAI Chat Completions, Anthropic Messages and OpenAI Responses.
 //!
-//! * [`serve_providers`] serves the nine built-in providers (see [`builtin_profiles`]) or
+//! * [`serve_providers`] serves the nine built-in providers (see [`builtin_profiles`]) and
+//!   the seven compatibility trap providers ([`trap_profiles`]), or
 //!   your own [`ProviderProfile`]s at `http://ADDR/{provider}/v1` on the three APIs
 //!   (`/chat/completions`, `/messages`, `/responses`: one planner ([`plan`]) and one
 //!   renderer per API ([`render`]), so a provider behaves the same on each), each with its own
@@ -33,6 +34,13 @@
 //!   }
 //!   # Ok(()) }
 //!   ```
+//! * Compatibility and quality ground truth: each profile says which optional features it
+//!   honours, ignores or rejects (stop sequences, JSON mode, tool calls), which model and
+//!   `system_fingerprint` it answers with (and whether it swaps them mid-campaign), which key
+//!   it accepts, whether it caches prompts, and how often it answers a quality prompt wrong
+//!   ([`ProviderProfile`]); quality prompts get answers a grader can check ([`script`]);
+//!   [`truth`] says exactly which prompts a quantized profile answers wrong and which model
+//!   answers request N. The seven [`trap_profiles`] each fail known checks.
 //! * [`serve_replay`] serves one recorded response (`tests/fixtures/sse-cases/NN-name.sse`) byte for
 //!   byte.
 //!
@@ -66,7 +74,10 @@ use std::path::Path;
 use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 
-pub use profile::{DEFAULT_MODEL_ID, ProviderProfile, builtin_profiles};
+pub use profile::{
+    DEFAULT_MODEL_ID, LOCKED_API_KEY, ProviderProfile, all_builtin_profiles, builtin_profiles,
+    trap_profiles,
+};
 pub use provider::{PLANNED_TTFT_HEADER, QUEUE_WAIT_HEADER, REGION_DELAY_HEADER, providers_router};
 pub use region::{REGION_HEADER, RegionTable};
 pub use replay::{ReplayCase, replay_router};
@@ -91,12 +102,13 @@ pub struct SimConfig {
 }
 
 impl Default for SimConfig {
-    /// Seed 7, the nine built-in profiles, the built-in region table, real time, a new
+    /// Seed 7, every built-in profile (the nine demo providers and the seven trap
+    /// providers: [`all_builtin_profiles`]), the built-in region table, real time, a new
     /// ground-truth log of the default capacity.
     fn default() -> Self {
         SimConfig {
             seed: 7,
-            profiles: builtin_profiles(),
+            profiles: all_builtin_profiles(),
             regions: RegionTable::default(),
             time_scale: 1.0,
             truth: TruthLog::default(),

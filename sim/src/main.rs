@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use latmesh_sim::{ProviderProfile, SimConfig, builtin_profiles};
+use latmesh_sim::{ProviderProfile, SimConfig, all_builtin_profiles};
 use tokio::net::TcpListener;
 
 /// Simulated LLM inference providers for latmesh (OpenAI Chat Completions, Anthropic Messages,
@@ -52,7 +52,8 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:0")]
         listen: SocketAddr,
     },
-    /// List the built-in providers.
+    /// List the built-in providers: the nine demo providers, then the seven compatibility
+    /// trap providers.
     Providers,
 }
 
@@ -97,7 +98,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     serde_json::from_slice::<Vec<ProviderProfile>>(&raw)
                         .with_context(|| format!("parsing {}", path.display()))?
                 }
-                None => builtin_profiles(),
+                None => all_builtin_profiles(),
             };
             let cfg = SimConfig {
                 seed,
@@ -131,7 +132,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             latmesh_sim::serve_replay(listener, &file).await?;
         }
         Command::Providers => {
-            for p in builtin_profiles() {
+            for p in all_builtin_profiles() {
                 println!("{:<14} {:<13} {}", p.name, p.home_region, p.description);
             }
         }

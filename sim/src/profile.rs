@@ -1,4 +1,5 @@
-//! Provider latency profiles and the nine built-in providers.
+//! Provider profiles: the nine built-in (demo) providers ([`builtin_profiles`]) and the
+//! seven compatibility trap providers ([`trap_profiles`]).
 //!
 //! A profile describes how one simulated provider behaves: when the first token comes,
 //! how fast the rest follow, how tokens are grouped into SSE chunks, how long answers are,
@@ -400,6 +401,12 @@ impl ProviderProfile {
 /// | bulk-chunk | us-east | 200 ms | 30 µs | 9 ms | 4–8 | unlimited | chunks ≠ tokens |
 /// | slow-prefill | ap-southeast | 150 ms | 600 µs | 12 ms | 1 | unlimited | TTFT grows with prompt |
 ///
+/// Compatibility and quality (features latency campaigns never exercise, so their latency is
+/// as in the table): `fast-lane` sends a `system_fingerprint` and caches prompts; `budget`
+/// is quantized (answers 30% of the quality prompts wrong, with 60% of the words);
+/// `bulk-chunk` ignores JSON mode; `keepalive` rejects tools; `reasoner` needs its reasoning
+/// sent back (above); the others are honest.
+///
 /// Capacities (see [Serving capacity](ProviderProfile#serving-capacity)): a closed-loop
 /// sweep at 2, 4, 8 clients per region from the three regions at once (6, 12, 24 clients
 /// per provider, the demo's) shows a knee for `budget` at the second step (12 > 8: latency
@@ -419,10 +426,12 @@ pub fn builtin_profiles() -> Vec<ProviderProfile> {
             ttft_jitter_sigma: 0.10,
             itl_median_us: 8_000,
             itl_sigma: 0.15,
+            system_fingerprint: Some("fp_sim_fastlane".to_string()),
+            prompt_cache: true,
             ..base(
                 "fast-lane",
                 "us-east",
-                "low TTFT (~120 ms), fast decode (~8 ms ITL), one token per chunk",
+                "low TTFT (~120 ms), fast decode (~8 ms ITL), one token per chunk; sends a system_fingerprint, caches long prompt prefixes",
             )
         },
         ProviderProfile {
@@ -448,10 +457,12 @@ pub fn builtin_profiles() -> Vec<ProviderProfile> {
             itl_median_us: 24_000,
             itl_sigma: 0.35,
             capacity: 8,
+            quantized_wrong_share: 0.3,
+            quantized_length_factor: 0.6,
             ..base(
                 "budget",
                 "ap-southeast",
-                "slow and jittery: TTFT ~330 ms with a 5% tail at 3-5x, ~24 ms ITL; serves 8 requests at once, more queue",
+                "slow and jittery: TTFT ~330 ms with a 5% tail at 3-5x, ~24 ms ITL; serves 8 requests at once, more queue; a cheaper quantization: 30% of quality prompts wrong, shorter answers",
             )
         },
         ProviderProfile {
@@ -506,10 +517,11 @@ pub fn builtin_profiles() -> Vec<ProviderProfile> {
             itl_median_us: 10_000,
             itl_sigma: 0.15,
             keepalive_interval_us: 50_000,
+            tool_calls: Feature::Rejected,
             ..base(
                 "keepalive",
                 "eu-west",
-                "sends ': keep-alive' comments every 50 ms during a ~550 ms prefill",
+                "sends ': keep-alive' comments every 50 ms during a ~550 ms prefill; rejects tools (HTTP 400)",
             )
         },
         ProviderProfile {
@@ -520,10 +532,11 @@ pub fn builtin_profiles() -> Vec<ProviderProfile> {
             itl_sigma: 0.20,
             tokens_per_chunk_min: 4,
             tokens_per_chunk_max: 8,
+            json_mode: Feature::Ignored,
             ..base(
                 "bulk-chunk",
                 "us-east",
-                "4-8 tokens per SSE chunk, so chunks != tokens",
+                "4-8 tokens per SSE chunk, so chunks != tokens; ignores JSON mode (answers prose)",
             )
         },
         ProviderProfile {
@@ -540,6 +553,108 @@ pub fn builtin_profiles() -> Vec<ProviderProfile> {
             )
         },
     ]
+}
+
+/// The API key of the built-in `locked` trap provider ([`trap_profiles`]): a request with
+/// any other key (or none) is answered HTTP 401.
+pub const LOCKED_API_KEY: &str = "sk-sim-locked-5f3a9c1e7b2d4068";
+
+/// The seven built-in compatibility trap providers: each fails known compatibility or
+/// quality checks, and is otherwise a quiet fast provider (100 ms TTFT, 20 µs prefill per
+/// token, 8 ms ITL, one token per chunk, no jitter, no faults). What each must be found to
+/// do:
+///
+/// | name | home | trap |
+/// | --- | --- | --- |
+/// | no-json | us-east | JSON mode rejected: HTTP 400 naming `response_format` / `text.format` |
+/// | strict-gateway | eu-west | HTTP 400 naming `stream_options` (Chat) |
+/// | thinker | ap-southeast | 20–40 reasoning tokens; multi-turn requests must send them back |
+/// | renamer | us-east | answers with the model `deepseek-v4-flash-distill`, whatever was asked |
+/// | quantized | eu-west | 40% of quality prompts wrong ([`crate::truth::wrong_prompt_ids`]), half the words |
+/// | swapper | ap-southeast | from its 41st request on: model `deepseek-v4-flash-0915`, fingerprint `fp_sim_swap_b` (before: the model asked for, `fp_sim_swap_a`); a dated name, which [`model_matches`](latmesh_core::answered_model::model_matches) still accepts: only a comparison with a baseline's answered model and fingerprint shows the swap |
+/// | locked | us-east | checks its key ([`LOCKED_API_KEY`]): any other is answered HTTP 401 |
+pub fn trap_profiles() -> Vec<ProviderProfile> {
+    let base = |name: &str, home: &str, description: &str| ProviderProfile {
+        name: name.to_string(),
+        home_region: home.to_string(),
+        description: description.to_string(),
+        ttft_base_us: 100_000,
+        prefill_us_per_input_token: 20,
+        itl_median_us: 8_000,
+        ..ProviderProfile::default()
+    };
+    vec![
+        ProviderProfile {
+            json_mode: Feature::Rejected,
+            ..base(
+                "no-json",
+                "us-east",
+                "trap: rejects JSON mode (HTTP 400 naming response_format / text.format); quiet and fast otherwise",
+            )
+        },
+        ProviderProfile {
+            rejects_stream_options: true,
+            ..base(
+                "strict-gateway",
+                "eu-west",
+                "trap: a gateway answering HTTP 400 to stream_options (Chat); quiet and fast otherwise",
+            )
+        },
+        ProviderProfile {
+            reasoning_tokens_min: 20,
+            reasoning_tokens_max: 40,
+            reasoning_passback: ReasoningPassback::Required,
+            ..base(
+                "thinker",
+                "ap-southeast",
+                "trap: streams 20-40 reasoning tokens; multi-turn requests must send them back (HTTP 400 otherwise)",
+            )
+        },
+        ProviderProfile {
+            answer_model: Some("deepseek-v4-flash-distill".to_string()),
+            ..base(
+                "renamer",
+                "us-east",
+                "trap: answers with model deepseek-v4-flash-distill whatever model was asked for",
+            )
+        },
+        ProviderProfile {
+            quantized_wrong_share: 0.4,
+            quantized_length_factor: 0.5,
+            ..base(
+                "quantized",
+                "eu-west",
+                "trap: a cheaper quantization: 40% of quality prompts answered wrong, with half the words",
+            )
+        },
+        ProviderProfile {
+            system_fingerprint: Some("fp_sim_swap_a".to_string()),
+            swap_after_requests: 40,
+            swap_model: "deepseek-v4-flash-0915".to_string(),
+            swap_fingerprint: "fp_sim_swap_b".to_string(),
+            ..base(
+                "swapper",
+                "ap-southeast",
+                "trap: after 40 requests answers with model deepseek-v4-flash-0915 and fingerprint fp_sim_swap_b (was fp_sim_swap_a)",
+            )
+        },
+        ProviderProfile {
+            api_key: Some(LOCKED_API_KEY.to_string()),
+            ..base(
+                "locked",
+                "us-east",
+                "trap: checks its API key; any other key is answered HTTP 401 (honest otherwise)",
+            )
+        },
+    ]
+}
+
+/// Every built-in provider: the nine of [`builtin_profiles`], then the seven of
+/// [`trap_profiles`] (what `latmesh-sim serve` and [`crate::SimConfig::default`] serve).
+pub fn all_builtin_profiles() -> Vec<ProviderProfile> {
+    let mut all = builtin_profiles();
+    all.extend(trap_profiles());
+    all
 }
 
 #[cfg(test)]
@@ -565,6 +680,80 @@ mod tests {
         assert_eq!(names.len(), 9);
         for r in BUILTIN_REGIONS {
             assert_eq!(p.iter().filter(|p| p.home_region == r).count(), 3, "{r}");
+        }
+    }
+
+    #[test]
+    fn trap_profiles_are_valid_quiet_and_each_sets_its_trap() {
+        let traps = trap_profiles();
+        let all = all_builtin_profiles();
+        assert_eq!((traps.len(), all.len()), (7, 16));
+        let mut names: Vec<_> = all.iter().map(|p| p.name.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), 16);
+        let honest = ProviderProfile::default();
+        for t in &traps {
+            t.validate().unwrap();
+            assert!(BUILTIN_REGIONS.contains(&t.home_region.as_str()));
+            assert!(t.description.starts_with("trap: "), "{}", t.name);
+            let faults = [
+                t.throttle_prob,
+                t.truncate_prob,
+                t.stream_error_prob,
+                t.overload_prob,
+            ];
+            assert!(faults.iter().all(|p| *p == 0.0) && t.ttft_jitter_sigma == 0.0);
+            // Exactly one behaviour differs from an honest profile's.
+            let differs = [
+                t.json_mode != honest.json_mode,
+                t.rejects_stream_options,
+                t.reasoning_passback != honest.reasoning_passback,
+                t.answer_model.is_some(),
+                t.quantized_wrong_share > 0.0,
+                t.swap_after_requests > 0,
+                t.api_key.is_some(),
+            ];
+            assert_eq!(differs.iter().filter(|d| **d).count(), 1, "{}", t.name);
+        }
+        let get = |n: &str| all.iter().find(|p| p.name == n).unwrap().clone();
+        assert_eq!(get("no-json").json_mode, Feature::Rejected);
+        assert_eq!(get("quantized").quantized_wrong_share, 0.4);
+        assert_eq!(get("swapper").swap_after_requests, 40);
+        assert_eq!(get("locked").api_key.as_deref(), Some(LOCKED_API_KEY));
+        // The demo's stories.
+        assert!(get("fast-lane").prompt_cache && get("fast-lane").system_fingerprint.is_some());
+        assert_eq!(get("budget").quantized_wrong_share, 0.3);
+        assert_eq!(get("bulk-chunk").json_mode, Feature::Ignored);
+        assert_eq!(get("keepalive").tool_calls, Feature::Rejected);
+        for honest in ["steady", "throttler", "flaky", "slow-prefill"] {
+            let p = get(honest);
+            let plain = ProviderProfile {
+                name: p.name.clone(),
+                ..honest_features(&p)
+            };
+            assert_eq!(p, plain, "{honest}");
+        }
+    }
+
+    /// `p` with every compatibility and quality field at its default.
+    fn honest_features(p: &ProviderProfile) -> ProviderProfile {
+        let d = ProviderProfile::default();
+        ProviderProfile {
+            stop: d.stop,
+            json_mode: d.json_mode,
+            tool_calls: d.tool_calls,
+            answer_model: d.answer_model,
+            system_fingerprint: d.system_fingerprint,
+            api_key: d.api_key,
+            wrong_key_status: d.wrong_key_status,
+            prompt_cache: d.prompt_cache,
+            quantized_wrong_share: d.quantized_wrong_share,
+            quantized_length_factor: d.quantized_length_factor,
+            swap_after_requests: d.swap_after_requests,
+            swap_model: d.swap_model,
+            swap_fingerprint: d.swap_fingerprint,
+            ..p.clone()
         }
     }
 

@@ -5,8 +5,9 @@
 //! campaign. A request gets a [`Script`] (its visible content, token by token) when:
 //! 1. it declares tools (and the profile honours them): one call of the first tool, arguments
 //!    [`TOOL_ARGUMENTS`] in the fragments [`TOOL_ARGUMENT_FRAGMENTS`];
-//! 2. its last user message is a quality prompt ([`latmesh_core::quality::find_by_text`]): a
-//!    few filler words, then a last line `Answer: <expected>` ([`expected_text`]);
+//! 2. its last user message is a quality prompt ([`latmesh_core::quality::find_by_text`]),
+//!    alone or with the set's instruction before or after it: a few filler words, then a
+//!    last line `Answer: <expected>` ([`expected_text`]);
 //! 3. its last user message is [`STOP_PROMPT`]: `1 2 3 … 30`;
 //! 4. it asks for JSON mode: [`JSON_ANSWER`] for [`JSON_PROMPT`], else a small JSON object of
 //!    filler words;
@@ -181,7 +182,7 @@ pub fn script(
             .collect()
     };
     let last = req.last_user.as_deref().map(str::trim).unwrap_or("");
-    let tokens = if let Some(prompt) = quality::find_by_text(last) {
+    let tokens = if let Some(prompt) = quality_prompt(last) {
         let span = u64::from(ORACLE_FILLER_MAX - ORACLE_FILLER_MIN) + 1;
         let words = ORACLE_FILLER_MIN + (answer_key % span) as u32;
         let words = (f64::from(words) * profile.quantized_length_factor)
@@ -224,6 +225,20 @@ pub fn script(
     };
     cut_at_stop(&mut s, &req.stop);
     Some(s)
+}
+
+/// The quality prompt `user` asks: the set's prompt whose text it is, alone or with the
+/// set's instruction before or after it (a client may send the instruction in the user
+/// message instead of the system prompt).
+fn quality_prompt(user: &str) -> Option<&'static quality::QualityPrompt> {
+    quality::find_by_text(user).or_else(|| {
+        let instruction = quality::prompt_set().instruction.trim();
+        let rest = user.trim();
+        let rest = rest
+            .strip_prefix(instruction)
+            .or_else(|| rest.strip_suffix(instruction))?;
+        quality::find_by_text(rest)
+    })
 }
 
 /// Cuts `s` before the earliest occurrence of any of `stops` (on a tie, the first listed),
@@ -287,6 +302,15 @@ mod tests {
         for p in &prompt_set().prompts {
             for key in 0..5 {
                 let s = script(&req(&p.prompt), &honest(), 99, key, false).unwrap();
+                // The instruction in the user message, before or after: the same answer.
+                let ins = &prompt_set().instruction;
+                for user in [
+                    format!("{ins}\n\n{}", p.prompt),
+                    format!("{}\n{ins}", p.prompt),
+                ] {
+                    let with = script(&req(&user), &honest(), 99, key, false).unwrap();
+                    assert_eq!(with, s, "{}", p.id);
+                }
                 let reply = s.content();
                 assert!(grade(p, &reply).correct, "{}: {reply:?}", p.id);
                 let last = reply.lines().last().unwrap();

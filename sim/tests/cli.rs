@@ -57,11 +57,14 @@ fn post(addr: &str, path: &str, body: &str) -> String {
 
 #[test]
 fn serve_prints_address_and_base_urls() {
-    let r = run(&["serve", "--listen", "127.0.0.1:0", "--seed", "3"], 10);
+    // The address, then the nine demo providers and the seven trap providers.
+    let r = run(&["serve", "--listen", "127.0.0.1:0", "--seed", "3"], 17);
     assert!(!r.addr.ends_with(":0"));
     assert!(r.lines[1].starts_with("fast-lane"));
     assert!(r.lines[1].ends_with(&format!("http://{}/fast-lane/v1", r.addr)));
     assert!(r.lines[9].contains("/slow-prefill/v1"));
+    assert!(r.lines[10].contains("/no-json/v1"));
+    assert!(r.lines[16].contains("/locked/v1"));
     let resp = post(
         &r.addr,
         "/steady/v1/chat/completions",
@@ -96,13 +99,25 @@ fn replay_prints_real_port_and_serves_the_file() {
 }
 
 #[test]
-fn providers_lists_nine() {
+fn providers_lists_the_nine_demo_and_seven_trap_providers() {
     let out = Command::new(env!("CARGO_BIN_EXE_latmesh-sim"))
         .arg("providers")
         .output()
         .unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    assert_eq!(text.lines().count(), 9);
+    assert_eq!(text.lines().count(), 16);
     assert!(text.contains("throttler") && text.contains("429"));
+    let traps: Vec<&str> = text.lines().skip(9).collect();
+    for (line, name) in traps.iter().zip([
+        "no-json",
+        "strict-gateway",
+        "thinker",
+        "renamer",
+        "quantized",
+        "swapper",
+        "locked",
+    ]) {
+        assert!(line.starts_with(name) && line.contains("trap: "), "{line}");
+    }
 }

@@ -153,14 +153,21 @@ impl SimRequest {
             Api::Responses => ("stop", "text.format"),
         };
         let asks = [
-            (!self.stop.is_empty(), profile.stop, stop_field),
-            (self.json_mode, profile.json_mode, json_field),
-            (self.tool.is_some(), profile.tool_calls, "tools"),
+            (!self.stop.is_empty(), profile.stop, stop_field, ""),
+            (
+                self.json_mode,
+                profile.json_mode,
+                json_field,
+                " (JSON mode: json_object, json_schema)",
+            ),
+            (self.tool.is_some(), profile.tool_calls, "tools", ""),
         ];
-        for (asked, feature, field) in asks {
+        for (asked, feature, field, what) in asks {
             if asked && feature == Feature::Rejected {
                 return Err(RequestError::param(
-                    format!("Unsupported parameter: '{field}' is not supported by this model"),
+                    format!(
+                        "Unsupported parameter: '{field}'{what} is not supported by this model"
+                    ),
                     field,
                 ));
             }

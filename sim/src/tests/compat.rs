@@ -500,6 +500,7 @@ async fn json_mode_answers_a_json_object_or_prose_or_is_refused() {
             };
             assert_eq!(r.error["error"]["param"], field);
             assert!(r.error_message().contains(field));
+            assert!(r.error_message().contains("json_object"));
         }
         // `{"type": "text"}` is not JSON mode: prose, even where JSON mode is refused.
         let text = json!({"response_format": {"type": "text"}});

@@ -2,14 +2,16 @@
 //! answers, the mid-campaign model swap.
 
 use latmesh_core::api::Api;
-use latmesh_core::compat::{PLAIN_PROMPT, cache_prefix};
+use latmesh_core::compat::{
+    JSON_PROMPT, PLAIN_PROMPT, STOP_PROMPT, STOP_SEQUENCE, TOOL_PROMPT, cache_prefix,
+};
 use latmesh_core::quality::{self, prompt_set};
 use serde_json::{Value, json};
 
 use super::compat::{APIS, Reply, body, cfg, path, quick};
 use super::{raw_request, start};
-use crate::ProviderProfile;
 use crate::provider::PLANNED_TTFT_HEADER;
+use crate::{ProviderProfile, SimConfig};
 
 /// `extra` fields putting [`cache_prefix`] in the system prompt on `api`.
 fn long_system(api: Api) -> Value {
@@ -162,5 +164,136 @@ async fn a_swapper_answers_with_another_model_after_n_requests_from_any_region()
         if api == Api::Chat {
             assert!(!r.fingerprints.is_empty() && r.fingerprints.iter().all(|f| f == fp));
         }
+    }
+}
+
+/// What one built-in profile was seen to do, over loopback, on the Chat Completions API:
+/// every behaviour that is not an honest provider's, by name.
+async fn observed(addr: std::net::SocketAddr, name: &str) -> Vec<&'static str> {
+    let key = format!("Bearer {}", crate::LOCKED_API_KEY);
+    let auth = [("authorization", key.as_str())];
+    let p = path(Api::Chat, name);
+    let send = |user: &str, stream: bool, extra: Value| {
+        let b = body(Api::Chat, user, stream, &extra);
+        let p = p.clone();
+        async move { Reply::read(Api::Chat, &raw_request(addr, "POST", &p, &auth, &b).await) }
+    };
+    let mut seen = Vec::new();
+    let r = send(STOP_PROMPT, false, json!({"stop": STOP_SEQUENCE})).await;
+    if r.text != "1 2 3 4 5 6 " {
+        seen.push("stop_not_honoured");
+    }
+    let r = send(
+        JSON_PROMPT,
+        false,
+        json!({"response_format": {"type": "json_object"}}),
+    )
+    .await;
+    match (r.status, serde_json::from_str::<Value>(&r.text)) {
+        (400, _) => seen.push("json_rejected"),
+        (_, Err(_)) => seen.push("json_ignored"),
+        (_, Ok(_)) => {}
+    }
+    let r = send(TOOL_PROMPT, false, super::compat::tools(Api::Chat)).await;
+    match (r.status, &r.tool) {
+        (400, _) => seen.push("tools_rejected"),
+        (_, None) => seen.push("tools_ignored"),
+        _ => {}
+    }
+    let r = send(PLAIN_PROMPT, true, json!({})).await;
+    if r.status == 400 {
+        seen.push("stream_options_rejected");
+    }
+    let r = send(PLAIN_PROMPT, false, json!({"max_tokens": 1})).await;
+    if r.models.iter().any(|m| m != "deepseek-v4-flash") {
+        seen.push("renamed");
+    }
+    if !r.fingerprints.is_empty() {
+        seen.push("fingerprint");
+    }
+    let history = json!({"messages": [{"role": "user", "content": PLAIN_PROMPT},
+        {"role": "assistant", "content": "Hello there, how are you?"},
+        {"role": "user", "content": latmesh_core::compat::FOLLOW_UP_PROMPT}], "max_tokens": 1});
+    if send(PLAIN_PROMPT, false, history).await.status == 400 {
+        seen.push("needs_reasoning_back");
+    }
+    let long = json!({"messages": [{"role": "system", "content": cache_prefix()},
+        {"role": "user", "content": PLAIN_PROMPT}], "max_tokens": 1});
+    send(PLAIN_PROMPT, false, long.clone()).await;
+    if send(PLAIN_PROMPT, false, long).await.cached_tokens > 0 {
+        seen.push("prompt_cache");
+    }
+    let wrong_key = [("authorization", "Bearer sk-sim-not-the-key-0000000000")];
+    let b = body(Api::Chat, PLAIN_PROMPT, false, &json!({"max_tokens": 1}));
+    if raw_request(addr, "POST", &p, &wrong_key, &b).await.status == 401 {
+        seen.push("key_checked");
+    }
+    let mut wrong = Vec::new();
+    for q in &prompt_set().prompts {
+        if !quality::grade(q, &send(&q.prompt, false, json!({})).await.text).correct {
+            wrong.push(q.id.as_str());
+        }
+    }
+    if !wrong.is_empty() {
+        let profile = crate::all_builtin_profiles()
+            .into_iter()
+            .find(|p| p.name == name)
+            .unwrap();
+        assert_eq!(wrong, crate::truth::wrong_prompt_ids(&profile), "{name}");
+        seen.push("quantized");
+    }
+    // Up to the 60th request: does the model change?
+    let mut swapped = false;
+    for _ in 0..60 {
+        let r = send(PLAIN_PROMPT, false, json!({"max_tokens": 1})).await;
+        swapped |= r.models.iter().any(|m| m != "deepseek-v4-flash");
+    }
+    if swapped && !seen.contains(&"renamed") {
+        seen.push("swapped");
+    }
+    seen
+}
+
+#[tokio::test]
+async fn every_built_in_profile_shows_exactly_its_documented_traps() {
+    // Faults and queues off (latency behaviour, not compatibility), 200 times faster.
+    let profiles = crate::all_builtin_profiles()
+        .into_iter()
+        .map(|p| ProviderProfile {
+            throttle_prob: 0.0,
+            truncate_prob: 0.0,
+            stall_prob: 0.0,
+            ttft_tail_prob: 0.0,
+            capacity: 0,
+            ..p
+        })
+        .collect();
+    let addr = start(SimConfig {
+        time_scale: 0.005,
+        ..cfg(profiles)
+    })
+    .await;
+    let want: &[(&str, &[&str])] = &[
+        ("fast-lane", &["fingerprint", "prompt_cache"]),
+        ("steady", &[]),
+        ("budget", &["quantized"]),
+        ("reasoner", &["needs_reasoning_back"]),
+        ("throttler", &[]),
+        ("flaky", &[]),
+        ("keepalive", &["tools_rejected"]),
+        ("bulk-chunk", &["json_ignored"]),
+        ("slow-prefill", &[]),
+        ("no-json", &["json_rejected"]),
+        ("strict-gateway", &["stream_options_rejected"]),
+        ("thinker", &["needs_reasoning_back"]),
+        ("renamer", &["renamed"]),
+        ("quantized", &["quantized"]),
+        ("swapper", &["fingerprint", "swapped"]),
+        ("locked", &["key_checked"]),
+    ];
+    assert_eq!(want.len(), crate::all_builtin_profiles().len());
+    let seen = futures::future::join_all(want.iter().map(|(name, _)| observed(addr, name))).await;
+    for ((name, want), seen) in want.iter().zip(seen) {
+        assert_eq!(seen, *want, "{name}");
     }
 }
