@@ -1,7 +1,11 @@
 //! The demo campaign in-process (`latmesh demo` minus printing): nine simulated providers, two
 //! of them also on the Anthropic and Responses APIs (eleven columns), three regions, real gRPC and HTTP over loopback; the matrix shows what the simulator built in.
+//! Then the compatibility checks and the quality set against the same providers: every
+//! provider checked, the demo profiles' traps found (and nothing else flagged), and the
+//! selection matrix using the measured scores.
 
-use latmesh_cli::cmd::demo::{DemoOptions, DemoStore, run};
+use latmesh_cli::cmd::demo::{DemoOptions, DemoStore, run_with};
+use latmesh_core::compat::{CompatCheck, Verdict};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_matrix_reflects_the_simulated_world() {
@@ -15,13 +19,17 @@ async fn demo_matrix_reflects_the_simulated_world() {
             db: db.clone(),
             spool_dir: spool.path().to_path_buf(),
         });
-    let s = run(DemoOptions {
-        rounds: Some(6),
-        progress: false,
-        clickhouse: store.clone(),
-    })
+    let data = run_with(
+        DemoOptions {
+            rounds: Some(6),
+            progress: false,
+            clickhouse: store.clone(),
+        },
+        |_| {},
+    )
     .await
     .unwrap();
+    let s = &data.summary;
     assert_eq!(s.regions.len(), 3);
     assert_eq!(s.providers.len(), 11);
     // 3 regions + ALL, 11 providers, 4 scenarios (2 in rounds, a sweep, an open-loop rate).
@@ -148,6 +156,8 @@ async fn demo_matrix_reflects_the_simulated_world() {
         .sum();
     assert_eq!(all.samples, sum);
 
+    check_beyond_latency(&data);
+
     // The matrix rebuilt from ClickHouse equals the one the coordinator merged in memory.
     if let Some(store) = store {
         let client = latmesh_store::client(&store.url);
@@ -167,5 +177,96 @@ async fn demo_matrix_reflects_the_simulated_world() {
                 (mem.ttft, mem.e2e, mem.tpot_p50_ms)
             );
         }
+    }
+}
+
+/// The compatibility phase (examples/demo.toml `[compat]`, `[quality]`): every provider has a
+/// verdict for every check and quality samples; the simulator's demo traps are found —
+/// `bulk-chunk` ignores JSON mode, `keepalive` refuses tools, `fast-lane` sends a
+/// `system_fingerprint` and caches prompts, the reasoners need their reasoning sent back,
+/// `budget` answers like a cheaper quantization (flagged, and the only one) — and the selection
+/// matrix ranks with the measured quality and compatibility.
+fn check_beyond_latency(data: &latmesh_results::report_data::ReportData) {
+    let s = &data.summary;
+    let c = &data.compat;
+    let checked: Vec<&str> = c.compat.iter().map(|p| p.provider.as_str()).collect();
+    assert_eq!(checked, s.providers, "{c:#?}");
+    for p in &c.compat {
+        assert_eq!(p.results.len(), CompatCheck::ALL.len(), "{p:#?}");
+        assert!(p.score.is_some(), "{p:#?}");
+    }
+    let verdict = |provider: &str, check: CompatCheck| {
+        c.compat
+            .iter()
+            .find(|p| p.provider == provider)
+            .and_then(|p| p.results.iter().find(|r| r.check == check))
+            .map(|r| r.verdict)
+            .unwrap_or_else(|| panic!("{provider} {check}"))
+    };
+    for (provider, check, want) in [
+        ("bulk-chunk", CompatCheck::JsonMode, Verdict::Fail),
+        ("keepalive", CompatCheck::ToolCall, Verdict::NotOffered),
+        ("fast-lane", CompatCheck::SystemFingerprint, Verdict::Pass),
+        ("fast-lane", CompatCheck::PromptCache, Verdict::Pass),
+        (
+            "fast-lane-anthropic",
+            CompatCheck::PromptCache,
+            Verdict::Pass,
+        ),
+        ("reasoner", CompatCheck::ReasoningHistory, Verdict::Fail),
+        (
+            "reasoner-responses",
+            CompatCheck::ReasoningHistory,
+            Verdict::Fail,
+        ),
+        ("steady", CompatCheck::JsonMode, Verdict::Pass),
+        ("steady", CompatCheck::ToolCall, Verdict::Pass),
+    ] {
+        assert_eq!(verdict(provider, check), want, "{provider} {check}");
+    }
+    // No simulated profile fails a check beyond its known traps.
+    let fails: Vec<(&str, CompatCheck)> = c
+        .compat
+        .iter()
+        .flat_map(|p| p.results.iter().map(move |r| (p.provider.as_str(), r)))
+        .filter(|(_, r)| r.verdict == Verdict::Fail)
+        .map(|(p, r)| (p, r.check))
+        .collect();
+    assert_eq!(
+        fails,
+        [
+            ("reasoner", CompatCheck::ReasoningHistory),
+            ("bulk-chunk", CompatCheck::JsonMode),
+            ("reasoner-responses", CompatCheck::ReasoningHistory),
+        ],
+        "{c:#?}"
+    );
+    let q = c.quality.as_ref().expect("quality parity");
+    let sampled: Vec<&str> = q.providers.iter().map(|p| p.provider.as_str()).collect();
+    assert_eq!(sampled, s.providers);
+    let flagged: Vec<&str> = q
+        .providers
+        .iter()
+        .filter(|p| p.flag.is_some())
+        .map(|p| p.provider.as_str())
+        .collect();
+    assert_eq!(flagged, ["budget"], "{q:#?}");
+    let budget = q.providers.iter().find(|p| p.provider == "budget").unwrap();
+    assert!(budget.accuracy.unwrap() < 0.9, "{budget:#?}");
+    assert!(budget.length_ratio.unwrap() < 1.0, "{budget:#?}");
+    // The selection matrix takes quality and compatibility from the measurement (the demo
+    // types compliance scores only).
+    let analysis = latmesh_results::analysis::analyze(data);
+    let table = analysis
+        .selection
+        .iter()
+        .find(|t| t.scenario == "chat-short" && t.region == "ALL")
+        .expect("the demo's selection matrix");
+    let measured = c.measured();
+    for row in &table.rows {
+        let m = &measured[&row.provider];
+        assert_eq!(row.quality.score, m.quality, "{row:#?}");
+        assert_eq!(row.compatibility.score, m.compatibility, "{row:#?}");
+        assert!(row.quality.text.contains("measured"), "{row:#?}");
     }
 }

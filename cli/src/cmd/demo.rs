@@ -11,6 +11,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use latmesh_core::campaign;
+use latmesh_core::compat::CompatResult;
 use tokio::net::TcpListener;
 
 use crate::watch;
@@ -217,7 +218,19 @@ pub async fn run_with(
         if opts.progress {
             eprintln!("{}", compat_intro(&plan));
         }
-        data.compat = compat_phase(&plan, &format!("{}-compat", reply.campaign_id)).await?;
+        let (run, results) = compat_phase(&plan, &reply.campaign_id).await?;
+        if let Some(store) = &opts.clickhouse {
+            // Stored with the campaign, as `latmesh compat --campaign ID` stores a run.
+            let stored = crate::cmd::compat::store_run(&store.url, &store.db, &run, &results).await;
+            if let Err(e) = stored {
+                eprintln!("demo: the compatibility run is not stored: {e:#}");
+            }
+        }
+        data.compat = latmesh_results::parity::CompatReport {
+            run_id: run.run_id,
+            compat: run.compat,
+            quality: plan.quality.is_some().then_some(run.quality),
+        };
         if opts.progress {
             eprintln!(
                 "demo: compatibility checks and quality set done in {:.0} s",
@@ -258,12 +271,15 @@ fn compat_intro(plan: &latmesh_core::plan::Plan) -> String {
 /// a time). Credentials are read first, for every provider, so a
 /// missing key stops the phase before anything is sent.
 ///
+/// Returns the run as `latmesh compat --json` prints it (the campaign's id as its campaign)
+/// and the check results, for storing.
+///
 /// # Errors
 /// A provider's key or secret header variable is unusable; the prober cannot be built.
 async fn compat_phase(
     plan: &latmesh_core::plan::Plan,
-    run_id: &str,
-) -> anyhow::Result<latmesh_results::parity::CompatReport> {
+    campaign_id: &str,
+) -> anyhow::Result<(crate::cmd::compat::CompatOutput, Vec<CompatResult>)> {
     use latmesh_agent::compat::{ProviderContext, run_checks};
     use latmesh_agent::quality::run_quality;
 
@@ -295,14 +311,19 @@ async fn compat_phase(
         futures::future::join_all(runs).await.into_iter().unzip();
     let checks: Vec<_> = checks.into_iter().flatten().collect();
     let samples: Vec<_> = samples.into_iter().flatten().collect();
-    Ok(latmesh_results::parity::CompatReport {
-        run_id: run_id.to_string(),
+    let output = crate::cmd::compat::CompatOutput {
+        run_id: format!(
+            "compat-{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..12]
+        ),
+        campaign: campaign_id.to_string(),
+        checks_version: latmesh_core::compat::COMPAT_CHECKS_VERSION,
+        quality_set: latmesh_core::quality::QUALITY_SET_VERSION.to_string(),
         compat: latmesh_results::parity::compat_by_provider(&checks),
-        quality: plan
-            .quality
-            .is_some()
-            .then(|| latmesh_results::parity::parity(&samples)),
-    })
+        quality: latmesh_results::parity::parity(&samples),
+        samples,
+    };
+    Ok((output, checks))
 }
 
 /// What the demo prints after the matrix when the compatibility phase ran: the compat
