@@ -8,13 +8,15 @@ use serde::{Deserialize, Serialize};
 pub struct Fired {
     /// Rule name.
     pub rule: String,
-    /// Rule kind (`increase_pct`, `absolute`, `above_prev_day_mean`, `error_pct_above`).
+    /// Rule kind (`increase_pct`, `absolute`, `above_prev_day_mean`, `error_pct_above`,
+    /// `model_changed`, `fingerprint_changed`, `answers_changed`).
     pub kind: String,
     /// Region (or `ALL`).
     pub region: String,
     /// Provider.
     pub provider: String,
-    /// Scenario.
+    /// Scenario (`*` for a silent-swap rule over every scenario; the quality set's name for
+    /// `answers_changed`).
     pub scenario: String,
     /// Metric (latency rules).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -38,10 +40,19 @@ pub struct Fired {
     /// runs' bounds), when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub baseline_ci: Option<(f64, f64)>,
-    /// `ms` or `%`.
+    /// `ms`, `%`, or `attempts` (the attempts answered under new names).
     pub unit: String,
     /// In words.
     pub message: String,
+    /// When the change was seen, UTC µs (the silent-swap rules): the first answer under a new
+    /// name (ClickHouse), the campaign's start (summary files), the current compat run's
+    /// start (`answers_changed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_unix_us: Option<i64>,
+    /// `time_unix_us` in words (`2026-12-02 03:40 UTC`; `campaign started …` for a summary
+    /// file's span).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<String>,
 }
 
 /// What `latmesh check` found (also the webhook payload).

@@ -495,6 +495,16 @@ fn selection_plan(
     weights: &str,
     percentile: f64,
 ) -> latmesh_core::plan::Plan {
+    selection_plan_with(providers, weights, percentile, "")
+}
+
+/// [`selection_plan`] with `extra` appended to the `[selection]` section (its `scores`).
+fn selection_plan_with(
+    providers: &[(&str, f64, f64)],
+    weights: &str,
+    percentile: f64,
+    extra: &str,
+) -> latmesh_core::plan::Plan {
     let mut text = String::from(
         "[campaign]\nname = \"sel\"\nregions = [\"us-east\"]\n[rounds]\ncount = 3\ninterval_s = 2.0\ngap_ms = 100\n\
          [[scenarios]]\nname = \"chat\"\nprompt_ids = [\"short-qa-en-*\"]\nstream = true\nmax_tokens = 64\n",
@@ -506,7 +516,7 @@ fn selection_plan(
         ));
     }
     text.push_str(&format!(
-        "[selection]\nweights = {weights}\nlatency_metric = \"ttft\"\nlatency_percentile = {percentile}\n"
+        "[selection]\nweights = {weights}\nlatency_metric = \"ttft\"\nlatency_percentile = {percentile}\n{extra}"
     ));
     latmesh_core::campaign::load_toml_str(&text, Path::new(".")).unwrap()
 }
@@ -750,4 +760,132 @@ fn an_unsupported_latency_percentile_is_marked_and_scored_0() {
     assert_eq!(ranked(&data)[2], "small");
     let j = serde_json::to_value(t).unwrap();
     assert_eq!(j["rows"][2]["latency"]["unsupported"], true);
+}
+
+/// `provider`'s compatibility results: `pass` weighted checks passed, then `fail` failed, the
+/// rest not applicable (and `reasoning_field`, weight 0, passed).
+fn compat_results(
+    provider: &str,
+    pass: usize,
+    fail: usize,
+) -> Vec<latmesh_core::compat::CompatResult> {
+    use latmesh_core::compat::{CompatCheck, CompatResult, Evidence, Verdict};
+    let weighted = CompatCheck::ALL.into_iter().filter(|c| c.weight() > 0.0);
+    let mut out: Vec<CompatResult> = weighted
+        .enumerate()
+        .map(|(i, check)| CompatResult {
+            provider: provider.into(),
+            check,
+            verdict: if i < pass {
+                Verdict::Pass
+            } else if i < pass + fail {
+                Verdict::Fail
+            } else {
+                Verdict::NotApplicable
+            },
+            evidence: Evidence::default(),
+        })
+        .collect();
+    out.push(CompatResult {
+        provider: provider.into(),
+        check: CompatCheck::ReasoningField,
+        verdict: Verdict::Pass,
+        evidence: Evidence::default(),
+    });
+    out
+}
+
+/// `provider`'s quality samples: 32 prompts × 3, the first `wrong` prompts answered wrong.
+fn quality_samples(provider: &str, wrong: u32) -> Vec<latmesh_core::quality::QualitySample> {
+    let mut out = Vec::new();
+    for p in 0..32u32 {
+        for sample in 0..3 {
+            let answer = if p < wrong { "x".into() } else { p.to_string() };
+            out.push(latmesh_core::quality::QualitySample {
+                provider: provider.into(),
+                prompt_id: format!("q-{p}"),
+                sample,
+                outcome: latmesh_core::record::Outcome::Ok,
+                correct: Some(p >= wrong),
+                answer_hash: latmesh_core::quality::answer_hash(&answer),
+                answer,
+                output_tokens: 50,
+                answered_model: None,
+            });
+        }
+    }
+    out
+}
+
+/// Where the user typed no quality / compatibility score, the selection uses what `latmesh
+/// compat` measured, and says so; a typed score still overrides a measured one.
+#[test]
+fn measured_scores_fill_in_where_the_user_typed_none() {
+    use latmesh_results::parity::{CompatReport, compat_by_provider, parity};
+    let providers = [
+        ("measured", 0.3, 1.2),
+        ("half", 0.3, 1.2),
+        ("typed", 0.3, 1.2),
+        ("unknown", 0.3, 1.2),
+    ];
+    let scores: String = providers
+        .iter()
+        .map(|(p, _, _)| format!("[selection.scores.{p}]\nquality = 8\ncompatibility = 6\n"))
+        .collect();
+    let mut plan = selection_plan_with(
+        &providers,
+        "{ latency = 0.5, quality = 0.25, compatibility = 0.25 }",
+        50.0,
+        &scores,
+    );
+    // (What a file with [compat] and [quality] allows: no typed score for some providers.)
+    let sel = plan.selection.as_mut().unwrap();
+    sel.scores.remove("measured");
+    sel.scores.remove("unknown");
+    sel.scores.get_mut("half").unwrap().compatibility = None;
+    let mut data = selection_data(
+        plan,
+        providers
+            .iter()
+            .map(|(p, _, _)| clean(p, 200, 100.0))
+            .collect(),
+    );
+    let mut results = compat_results("measured", 9, 2);
+    results.extend(compat_results("half", 11, 0));
+    results.extend(compat_results("typed", 0, 11));
+    let mut samples = quality_samples("measured", 2);
+    samples.extend(quality_samples("half", 0));
+    samples.extend(quality_samples("typed", 0));
+    data.compat = CompatReport {
+        run_id: "run-1".into(),
+        compat: compat_by_provider(&results),
+        quality: Some(parity(&samples)),
+    };
+    let t = us_east(&data);
+    let m = t.row("measured");
+    assert_eq!(m.compatibility.text, "measured 82% (9/11 checks)");
+    assert!((m.compatibility.score.unwrap() - 9.0 / 11.0).abs() < 1e-12);
+    assert!((m.compatibility.raw.unwrap() - 900.0 / 11.0).abs() < 1e-9);
+    assert_eq!(m.quality.text, "measured 94% accuracy (90/96)");
+    assert!((m.quality.score.unwrap() - 90.0 / 96.0).abs() < 1e-12);
+    let h = t.row("half");
+    assert_eq!(h.quality.text, "8/10");
+    assert_eq!(h.quality.score, Some(0.8));
+    assert_eq!(h.compatibility.text, "measured 100% (11/11 checks)");
+    assert_eq!(h.compatibility.score, Some(1.0));
+    // Typed scores override measured ones (0/11 checks passed, 100 % accuracy measured).
+    let ty = t.row("typed");
+    assert_eq!(
+        (ty.quality.score, ty.compatibility.score),
+        (Some(0.8), Some(0.6))
+    );
+    assert_eq!(ty.compatibility.text, "6/10");
+    // Neither typed nor measured: no value, 0 in the total.
+    let u = t.row("unknown");
+    assert_eq!((u.quality.score, u.quality.text.as_str()), (None, "-"));
+    // Equal latency: the totals follow the quality and compatibility scores.
+    let total = |r: &SelectionRow| r.total - 0.5 * r.latency.score.unwrap();
+    assert!((total(h) - (0.25 * 0.8 + 0.25 * 1.0)).abs() < 1e-9);
+    assert!((total(u)).abs() < 1e-9);
+    assert_eq!(ranked(&data)[0], "half");
 }

@@ -89,6 +89,32 @@ limit_pct = 5
 
 #[test]
 fn rules_parse_with_defaults_and_errors_name_the_rule() {
+    let swaps = parse_rules(
+        "[[rules]]\nkind = \"model_changed\"\n[[rules]]\nkind = \"fingerprint_changed\"\nregion = \"eu\"\n\
+         [[rules]]\nkind = \"answers_changed\"\n[[rules]]\nkind = \"answers_changed\"\nthreshold_pct = 10\n",
+    )
+    .unwrap();
+    let kinds: Vec<RuleKind> = swaps.iter().map(|r| r.kind.clone()).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            RuleKind::ModelChanged,
+            RuleKind::FingerprintChanged,
+            RuleKind::AnswersChanged {
+                threshold_pct: 25.0
+            },
+            RuleKind::AnswersChanged {
+                threshold_pct: 10.0
+            },
+        ]
+    );
+    assert_eq!(swaps[0].name, "model_changed");
+    assert_eq!(swaps[1].region.as_deref(), Some("eu"));
+    assert!(
+        swaps
+            .iter()
+            .all(|r| r.kind.is_swap() && !r.kind.is_latency())
+    );
     let rules = parse_rules(RULES).unwrap();
     assert_eq!(rules.len(), 3);
     assert_eq!(rules[0].name, "p99-up-30");
@@ -142,6 +168,18 @@ fn rules_parse_with_defaults_and_errors_name_the_rule() {
         (
             "[[rules]]\nkind = \"error_pct_above\"\nlimit_pct = \"5\"\n",
             "line 3, column 13",
+        ),
+        (
+            "[[rules]]\nkind = \"answers_changed\"\nthreshold_pct = 100\n",
+            "rules[0].threshold_pct: 100 can never be exceeded",
+        ),
+        (
+            "[[rules]]\nkind = \"answers_changed\"\nthreshold_pct = -1\n",
+            "rules[0].threshold_pct: -1 is not a number ≥ 0",
+        ),
+        (
+            "[[rules]]\nkind = \"p99_model_changed\"\n",
+            "rules[0].kind: \"p99_model_changed\" is not a rule kind",
         ),
     ] {
         let e = format!("{:#}", parse_rules(text).unwrap_err());
@@ -858,4 +896,76 @@ fn summary_files_with_intervals_are_compared_by_significance() {
     assert_eq!(r.fired.len(), 1, "{}", latmesh_cli::ui::check::render(&r));
     let f = &r.fired[0];
     assert!(f.current_ci.unwrap().0 > f.baseline_ci.unwrap().1, "{f:?}");
+}
+
+/// The name rules on known snapshots (no ClickHouse): per region × provider, against the same
+/// region × provider of the baseline, the rule's `scenario` narrowing the cells merged.
+#[test]
+fn model_changed_compares_names_per_region_and_provider() {
+    use latmesh_results::swap::{Names, Seen};
+    let names = |list: &[&str]| -> Names {
+        list.iter()
+            .map(|n| {
+                (
+                    n.to_string(),
+                    Seen {
+                        count: 2,
+                        first_unix_us: None,
+                    },
+                )
+            })
+            .collect()
+    };
+    // (region, scenario, names) of provider `a`.
+    let snap = |label: &str, cells: &[(&str, &str, &[&str])]| Snapshot {
+        label: label.into(),
+        start_at_unix_us: Some(1_700_000_000_000_000),
+        models: cells
+            .iter()
+            .map(|(r, s, n)| ((r.to_string(), "a".to_string(), s.to_string()), names(n)))
+            .collect(),
+        ..Default::default()
+    };
+    let base = snap(
+        "base",
+        &[
+            ("us", "chat", &["m-2024-08-06"]),
+            ("eu", "chat", &["m-2024-08-06", "m-2024-11-20"]),
+            ("us", "other", &["m-2024-08-06"]),
+        ],
+    );
+    // us: a name the baseline never answered there (eu did: no excuse for us); eu unchanged.
+    let cur = snap(
+        "cur",
+        &[
+            ("us", "chat", &["m-2024-08-06"]),
+            ("us", "other", &["m-2024-11-20"]),
+            ("eu", "chat", &["m-2024-11-20"]),
+        ],
+    );
+    let rules = parse_rules("[[rules]]\nkind = \"model_changed\"\n").unwrap();
+    let r = evaluate(&rules, &cur, Some(&base));
+    assert_eq!(r.checked, 2);
+    assert_eq!(r.fired.len(), 1, "{:?}", r.fired);
+    let f = &r.fired[0];
+    assert_eq!(
+        (f.region.as_str(), f.provider.as_str(), f.scenario.as_str()),
+        ("us", "a", "*")
+    );
+    assert_eq!(f.time_unix_us, Some(1_700_000_000_000_000));
+    assert_eq!(
+        f.time.as_deref(),
+        Some("campaign started 2023-11-14 22:13 UTC")
+    );
+    assert!(
+        f.message.contains("m-2024-11-20 ×2 during cur"),
+        "{}",
+        f.message
+    );
+    // Narrowed to the scenario whose names did not change: nothing fires.
+    let chat = parse_rules("[[rules]]\nkind = \"model_changed\"\nscenario = \"chat\"\n").unwrap();
+    let r = evaluate(&chat, &cur, Some(&base));
+    assert!(r.fired.is_empty() && r.checked == 2, "{r:?}");
+    // An identical rerun fires nothing.
+    assert!(evaluate(&rules, &base, Some(&base)).fired.is_empty());
 }

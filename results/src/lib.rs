@@ -31,4 +31,5 @@ pub mod saturation;
 pub mod seq_gaps;
 pub mod stats;
 pub mod summary;
+pub mod swap;
 pub mod sync;

@@ -40,7 +40,8 @@
 //!   it accepts, whether it caches prompts, and how often it answers a quality prompt wrong
 //!   ([`ProviderProfile`]); quality prompts get answers a grader can check ([`script`]);
 //!   [`truth`] says exactly which prompts a quantized profile answers wrong and which model
-//!   answers request N. The seven [`trap_profiles`] each fail known checks.
+//!   answers request N; [`compat_truth`] says which verdict each check must get on each
+//!   profile. The seven [`trap_profiles`] each fail known checks.
 //! * [`serve_replay`] serves one recorded response (`tests/fixtures/sse-cases/NN-name.sse`) byte for
 //!   byte.
 //!
@@ -54,6 +55,7 @@
 #![warn(missing_docs)]
 
 pub mod cache;
+pub mod compat_truth;
 pub mod hostile;
 pub mod plan;
 pub mod profile;

@@ -61,22 +61,42 @@ pub fn insert_query_id<'a>(
     table: &str,
     batches: impl IntoIterator<Item = &'a BatchKey<'a>>,
 ) -> String {
-    // FNV-1a, 64 bits: stable across processes and builds (std's hasher is not).
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut feed = |bytes: &[u8]| {
-        for b in bytes {
-            h ^= u64::from(*b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-    };
+    let mut h = Fnv::default();
     for k in batches {
-        feed(k.campaign_id.as_bytes());
-        feed(&[0]);
-        feed(k.agent_id.as_bytes());
-        feed(&[0]);
-        feed(&k.seq.to_le_bytes());
+        h.feed(k.campaign_id.as_bytes());
+        h.feed(&[0]);
+        h.feed(k.agent_id.as_bytes());
+        h.feed(&[0]);
+        h.feed(&k.seq.to_le_bytes());
     }
-    format!("{}{table}.{h:016x}", insert_prefix(db))
+    format!("{}{table}.{:016x}", insert_prefix(db), h.0)
+}
+
+/// The `query_id` of the insert into `db.table` of the rows of one `latmesh compat` run
+/// (`crate::compat::insert_compat_run`): the same for a retry of the same run.
+pub fn run_query_id(db: &str, table: &str, run_id: &str) -> String {
+    let mut h = Fnv::default();
+    h.feed(b"run\0");
+    h.feed(run_id.as_bytes());
+    format!("{}{table}.{:016x}", insert_prefix(db), h.0)
+}
+
+/// FNV-1a, 64 bits: stable across processes and builds (std's hasher is not).
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv {
+    fn feed(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
 }
 
 /// Result inserts into `db` the server is running now (`system.processes`).
@@ -181,6 +201,10 @@ mod tests {
             insert_query_id("lm", "requests", [&x]),
             insert_query_id("lm", "requests", [&y])
         );
+        let r = run_query_id("lm", "compat_results", "run-1");
+        assert!(r.starts_with("latmesh-insert.lm.compat_results."), "{r}");
+        assert_eq!(r, run_query_id("lm", "compat_results", "run-1"));
+        assert_ne!(r, run_query_id("lm", "compat_results", "run-2"));
         // A database whose name extends another's has its own prefix.
         assert!(!insert_prefix("lm2").starts_with(&insert_prefix("lm")));
     }

@@ -122,7 +122,7 @@ where
 }
 
 /// [`insert_rows`] of borrowed rows, with `query_id` when given (see [`fence`]).
-async fn insert_row_refs<R>(
+pub(crate) async fn insert_row_refs<R>(
     client: &clickhouse::Client,
     db: &str,
     table: &str,

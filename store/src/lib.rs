@@ -17,6 +17,8 @@
 //! - [`insert`]: [`insert::insert_batches`] / [`insert::insert_batch`] (idempotent per
 //!   (campaign, agent, seq)),
 //!   [`insert::insert_campaign`], [`insert::insert_agents`].
+//! - [`compat`](mod@compat): what a `latmesh compat` run measured ([`insert_compat_run`],
+//!   idempotent per run id).
 //! - [`fence`]: query ids that keep a timed-out insert from being stored twice.
 //! - [`query`]: one file per question: the region × provider matrix with exact merged
 //!   percentiles, the outcome mix, sweeps, peak vs off-peak windows, trends, row counts for
@@ -27,12 +29,14 @@
 
 pub mod batch_key;
 pub mod check_queries;
+pub mod compat;
 pub mod fence;
 pub mod insert;
 pub mod migrate;
 pub mod query;
 pub mod rows;
 
+pub use compat::{CompatRun, insert_compat_run};
 pub use insert::{
     BatchInput, BatchKey, InsertOutcome, IntervalHistogram, WindowLabel, insert_agents,
     insert_batch, insert_batches, insert_campaign, insert_rows,
@@ -42,7 +46,9 @@ pub use query::{
     AgentCounts, BatchDuplicates, CampaignCounts, ErrorRow, MatrixRow, QueryFilter, agents,
     campaign, counts, errors, matrix, matrix_filtered,
 };
-pub use rows::{AgentRow, CampaignRow, HistogramRow, RequestRow};
+pub use rows::{
+    AgentRow, CampaignRow, CompatResultRow, HistogramRow, QualitySampleRow, RequestRow,
+};
 
 use std::time::Duration;
 

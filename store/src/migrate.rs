@@ -76,6 +76,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0008_request_shape",
         sql: include_str!("../migrations/0008_request_shape.sql"),
     },
+    Migration {
+        version: 9,
+        name: "0009_compat",
+        sql: include_str!("../migrations/0009_compat.sql"),
+    },
 ];
 
 /// The bookkeeping table (not in a file, so it exists before any migration runs).

@@ -13,7 +13,10 @@ use latmesh_core::record::{Outcome, OutputTokensSource, ProbeRecord, Usage};
 use serde::{Deserialize, Serialize};
 
 use super::batch_key::BatchKey;
+use super::compat::CompatRun;
 use super::{StoreError, datetime_secs, unsigned_us};
+use latmesh_core::compat::{CompatCheck, CompatResult, Evidence, Verdict};
+use latmesh_core::quality::QualitySample;
 use latmesh_results::delivery::{Delivery, RejectedBatch};
 use latmesh_results::summary::AgentSummary;
 
@@ -712,6 +715,157 @@ mod bytes_as_string {
             }
         }
         d.deserialize_byte_buf(V)
+    }
+}
+
+/// A row of `compat_results`: one compatibility check of one provider in one `latmesh compat`
+/// run ([`crate::compat::insert_compat_run`]).
+#[derive(Clone, Debug, PartialEq, clickhouse::Row, Serialize, Deserialize)]
+pub struct CompatResultRow {
+    /// The run's id.
+    pub run_id: String,
+    /// The campaign it belongs to.
+    pub campaign_id: String,
+    /// That campaign's name.
+    pub campaign_name: String,
+    /// Where the checks ran from.
+    pub region: String,
+    /// Provider name.
+    pub provider: String,
+    /// The provider's API (`chat`, `anthropic`, `responses`; empty when unknown).
+    pub api: String,
+    /// The check ([`CompatCheck::as_str`]).
+    pub check: String,
+    /// Its verdict ([`Verdict::as_str`]).
+    pub verdict: String,
+    /// Evidence: HTTP status of the deciding response.
+    pub http_status: Option<u16>,
+    /// Evidence: the field seen or missing.
+    pub field: Option<String>,
+    /// Evidence: what was seen, in words (≤ 256 bytes, scrubbed).
+    pub message: String,
+    /// [`latmesh_core::compat::COMPAT_CHECKS_VERSION`] of the run.
+    pub checks_version: u32,
+    /// The run's start, UTC seconds.
+    pub time: u32,
+    /// The run's start, UTC µs.
+    pub time_us: u64,
+}
+
+impl CompatResultRow {
+    /// The row of `r` in `run`, whose provider speaks `api`.
+    pub fn new(run: &CompatRun, api: &str, r: &CompatResult) -> Self {
+        CompatResultRow {
+            run_id: run.run_id.clone(),
+            campaign_id: run.campaign_id.clone(),
+            campaign_name: run.campaign_name.clone(),
+            region: run.region.clone(),
+            provider: r.provider.clone(),
+            api: api.to_string(),
+            check: r.check.as_str().to_string(),
+            verdict: r.verdict.as_str().to_string(),
+            http_status: r.evidence.http_status,
+            field: r.evidence.field.clone(),
+            message: r.evidence.message.clone(),
+            checks_version: run.checks_version,
+            time: datetime_secs(run.started_unix_us),
+            time_us: unsigned_us(run.started_unix_us),
+        }
+    }
+
+    /// The result it stores; `None` for a check this build does not know (a newer
+    /// [`latmesh_core::compat::COMPAT_CHECKS_VERSION`]). An unknown verdict reads as
+    /// `inconclusive`.
+    pub fn to_result(&self) -> Option<CompatResult> {
+        Some(CompatResult {
+            provider: self.provider.clone(),
+            check: CompatCheck::parse(&self.check)?,
+            verdict: Verdict::parse(&self.verdict).unwrap_or(Verdict::Inconclusive),
+            evidence: Evidence {
+                http_status: self.http_status,
+                field: self.field.clone(),
+                message: self.message.clone(),
+            },
+        })
+    }
+}
+
+/// A row of `quality_samples`: one sampled answer of one provider to one prompt of the
+/// quality set in one `latmesh compat` run.
+#[derive(Clone, Debug, PartialEq, clickhouse::Row, Serialize, Deserialize)]
+pub struct QualitySampleRow {
+    /// The run's id.
+    pub run_id: String,
+    /// The campaign it belongs to.
+    pub campaign_id: String,
+    /// Provider name.
+    pub provider: String,
+    /// Where the run ran from.
+    pub region: String,
+    /// The prompt's id in the set.
+    pub prompt_id: String,
+    /// 0-based sample index.
+    pub sample: u32,
+    /// How the request ended ([`Outcome::as_str`]).
+    pub outcome: String,
+    /// 1 right, 0 wrong, `None` not graded.
+    pub correct: Option<u8>,
+    /// The normalized final answer (≤ 64 bytes, scrubbed).
+    pub answer: String,
+    /// Hash of the whole normalized answer.
+    pub answer_hash: String,
+    /// Output tokens of the reply.
+    pub output_tokens: u32,
+    /// The `model` the provider answered with.
+    pub answered_model: Option<String>,
+    /// The prompt set's version.
+    pub quality_set: String,
+    /// The run's start, UTC seconds.
+    pub time: u32,
+    /// The run's start, UTC µs.
+    pub time_us: u64,
+}
+
+impl QualitySampleRow {
+    /// The row of `s` in `run`.
+    pub fn new(run: &CompatRun, s: &QualitySample) -> Self {
+        QualitySampleRow {
+            run_id: run.run_id.clone(),
+            campaign_id: run.campaign_id.clone(),
+            provider: s.provider.clone(),
+            region: run.region.clone(),
+            prompt_id: s.prompt_id.clone(),
+            sample: s.sample,
+            outcome: s.outcome.as_str().to_string(),
+            correct: s.correct.map(u8::from),
+            answer: s.answer.clone(),
+            answer_hash: s.answer_hash.clone(),
+            output_tokens: s.output_tokens,
+            answered_model: s.answered_model.clone(),
+            quality_set: run.quality_set.clone(),
+            time: datetime_secs(run.started_unix_us),
+            time_us: unsigned_us(run.started_unix_us),
+        }
+    }
+
+    /// The sample it stores (an outcome this build does not know reads as `protocol_error`,
+    /// not graded).
+    pub fn to_sample(&self) -> QualitySample {
+        let outcome = Outcome::parse(&self.outcome).unwrap_or(Outcome::ProtocolError);
+        QualitySample {
+            provider: self.provider.clone(),
+            prompt_id: self.prompt_id.clone(),
+            sample: self.sample,
+            outcome,
+            correct: self
+                .correct
+                .filter(|_| outcome == Outcome::Ok)
+                .map(|c| c != 0),
+            answer: self.answer.clone(),
+            answer_hash: self.answer_hash.clone(),
+            output_tokens: self.output_tokens,
+            answered_model: self.answered_model.clone(),
+        }
     }
 }
 

@@ -19,7 +19,7 @@ use latmesh_store::{self as store, BatchKey, CampaignRow};
 const HOUR_US: i64 = 3_600_000_000;
 const T: i64 = 1_700_000_000_000_000;
 
-fn plan(name: &str) -> Plan {
+pub(crate) fn plan(name: &str) -> Plan {
     let text = format!(
         r#"
 [campaign]
@@ -48,16 +48,16 @@ model_id = "m"
 }
 
 /// One cell of a stored run: TTFT values (ms) of its `ok` attempts and its failures.
-struct Cell<'a> {
-    region: &'a str,
-    provider: &'a str,
-    ttft_ms: Vec<f64>,
-    failures: u64,
+pub(crate) struct Cell<'a> {
+    pub(crate) region: &'a str,
+    pub(crate) provider: &'a str,
+    pub(crate) ttft_ms: Vec<f64>,
+    pub(crate) failures: u64,
 }
 
 /// Stores campaign `id` of `plan` starting at `start`: its row, and per region one agent
 /// batch with every cell's records and interval histograms.
-async fn store_run(
+pub(crate) async fn store_run(
     client: &clickhouse::Client,
     db: &str,
     plan: &Plan,
@@ -65,6 +65,12 @@ async fn store_run(
     start: i64,
     cells: &[Cell<'_>],
 ) {
+    store_campaign(client, db, plan, id, start).await;
+    store_batches(client, db, id, start, cells, "", 1).await;
+}
+
+/// The row of campaign `id` of `plan` starting at `start`.
+async fn store_campaign(client: &clickhouse::Client, db: &str, plan: &Plan, id: &str, start: i64) {
     store::insert_campaign(
         client,
         db,
@@ -72,7 +78,6 @@ async fn store_run(
     )
     .await
     .unwrap();
-    store_batches(client, db, id, start, cells, "", 1).await;
 }
 
 /// Per region one agent batch (number `seq`) of campaign `id` at `start`, its rows labelled
@@ -701,5 +706,315 @@ async fn seed_rules_are_quiet_on_identical_runs_and_fire_on_a_40_percent_slowdow
     assert!(cur.0 > base.1, "{f:?}");
     assert!(f.current > 1.3 * f.baseline.unwrap(), "{f:?}");
     assert_eq!(r.exit_code(), 1);
+    latmesh_testkit::drop_db(&client, &db).await;
+}
+
+// ---- silent-swap rules ------------------------------------------------------------------
+
+/// What one provider answered in one region: `n` answers from `at` (UTC µs) on, named
+/// `model` and `fingerprint`.
+struct Answered<'a> {
+    region: &'a str,
+    provider: &'a str,
+    model: &'a str,
+    fingerprint: Option<&'a str>,
+    n: usize,
+    at: i64,
+}
+
+/// Stores campaign `id` of `plan` starting at `start` with one batch per `answered` entry.
+async fn store_answered(
+    client: &clickhouse::Client,
+    db: &str,
+    plan: &Plan,
+    id: &str,
+    start: i64,
+    answered: &[Answered<'_>],
+) {
+    store_campaign(client, db, plan, id, start).await;
+    for (seq, a) in answered.iter().enumerate() {
+        let records: Vec<ProbeRecord> = (0..a.n)
+            .map(|i| ProbeRecord {
+                round: i as u32,
+                provider: a.provider.into(),
+                scenario: "chat".into(),
+                prompt_id: "p".into(),
+                attempt: 1,
+                stream: true,
+                final_attempt: true,
+                send_agent_unix_us: a.at + i as i64 * 1000,
+                outcome: Some(Outcome::Ok),
+                http_status: Some(200),
+                ttft_us: Some(100_000),
+                ttfc_us: Some(100_000),
+                e2e_us: Some(200_000),
+                output_tokens: 3,
+                answered_model: Some(a.model.into()),
+                system_fingerprint: a.fingerprint.map(Into::into),
+                ..Default::default()
+            })
+            .collect();
+        let agent = format!("{}-agent", a.region);
+        let key = BatchKey::new(id, &agent, a.region, 0, seq as u64 + 1);
+        store::insert_batch(client, db, &key, &records, &[])
+            .await
+            .unwrap();
+    }
+}
+
+/// One `latmesh compat` run of campaign `campaign` from eu-west: 20 prompts × 2 samples for
+/// alpha and beta, beta wrong on its first `beta_wrong` prompts.
+async fn store_compat_run(
+    client: &clickhouse::Client,
+    db: &str,
+    run_id: &str,
+    campaign: &str,
+    at: i64,
+    beta_wrong: u32,
+) {
+    use latmesh_core::quality::{QualitySample, answer_hash};
+    let mut samples = Vec::new();
+    for provider in ["alpha", "beta"] {
+        for p in 0..20u32 {
+            for sample in 0..2 {
+                let wrong = provider == "beta" && p < beta_wrong;
+                let answer = if wrong { "x".into() } else { p.to_string() };
+                samples.push(QualitySample {
+                    provider: provider.into(),
+                    prompt_id: format!("q{p:02}"),
+                    sample,
+                    outcome: Outcome::Ok,
+                    correct: Some(!wrong),
+                    answer_hash: answer_hash(&answer),
+                    answer,
+                    output_tokens: 5,
+                    answered_model: None,
+                });
+            }
+        }
+    }
+    let run = store::CompatRun {
+        run_id: run_id.into(),
+        campaign_id: campaign.into(),
+        campaign_name: "swap".into(),
+        region: "eu-west".into(),
+        started_unix_us: at,
+        quality_set: latmesh_core::quality::QUALITY_SET_VERSION.into(),
+        ..Default::default()
+    };
+    store::insert_compat_run(client, db, &run, &[], &samples)
+        .await
+        .unwrap();
+}
+
+const SWAP_RULES: &str = r#"
+[[rules]]
+kind = "model_changed"
+
+[[rules]]
+kind = "fingerprint_changed"
+
+[[rules]]
+kind = "answers_changed"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_swap_rules_name_provider_region_and_time() {
+    let (client, db) = latmesh_testkit::fresh_db("check_swap");
+    store::migrate(&client, &db, None).await.unwrap();
+    let plan = plan("swap");
+    let dated = "gpt-4o-2024-08-06";
+    let steady = |at: i64| {
+        let mut v = Vec::new();
+        for region in ["us-east", "eu-west"] {
+            // alpha sends no fingerprint; beta does.
+            v.push(Answered {
+                region,
+                provider: "alpha",
+                model: dated,
+                fingerprint: None,
+                n: 10,
+                at,
+            });
+            v.push(Answered {
+                region,
+                provider: "beta",
+                model: dated,
+                fingerprint: Some("fp_a"),
+                n: 10,
+                at,
+            });
+        }
+        v
+    };
+    store_answered(
+        &client,
+        &db,
+        &plan,
+        "swap-base",
+        T - 2 * HOUR_US,
+        &steady(T - 2 * HOUR_US),
+    )
+    .await;
+    store_compat_run(&client, &db, "run-base", "swap-base", T - 2 * HOUR_US, 0).await;
+    // Current: beta in us-east swaps to another model (and backend) 30 s into the campaign.
+    let swap_at = T + 30_000_000;
+    let mut cur = steady(T);
+    cur.push(Answered {
+        region: "us-east",
+        provider: "beta",
+        model: "gpt-4o-mini-2024-07-18",
+        fingerprint: Some("fp_b"),
+        n: 10,
+        at: swap_at,
+    });
+    // alpha starts sending a fingerprint: its baseline has none to compare with.
+    cur.push(Answered {
+        region: "us-east",
+        provider: "alpha",
+        model: dated,
+        fingerprint: Some("fp_new"),
+        n: 5,
+        at: swap_at,
+    });
+    store_answered(&client, &db, &plan, "swap-cur", T, &cur).await;
+    // Its compat run: beta wrong on 8 of 20 prompts.
+    store_compat_run(&client, &db, "run-cur", "swap-cur", T + HOUR_US, 8).await;
+    // An unchanged rerun of the baseline.
+    store_answered(&client, &db, &plan, "swap-same", T, &steady(T)).await;
+    store_compat_run(&client, &db, "run-same", "swap-same", T + HOUR_US, 0).await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules.toml");
+    std::fs::write(&rules, SWAP_RULES).unwrap();
+
+    // Unchanged: nothing fires, everything checked (4 region × provider pairs of models, 2 of
+    // fingerprints: alpha sends none; 2 providers' answers).
+    let mut a = args(&db, &rules);
+    a.current = Some("swap-same".into());
+    a.baseline = Some("swap-base".into());
+    let r = check::run(&a).await.unwrap();
+    assert!(r.fired.is_empty(), "{}", latmesh_cli::ui::check::render(&r));
+    assert_eq!(r.checked, 4 + 2 + 2);
+    assert_eq!(r.exit_code(), 0);
+    assert!(r.skipped.is_empty(), "{:?}", r.skipped);
+
+    // The swap: each rule fires once, on beta, naming region and time.
+    a.current = Some("swap-cur".into());
+    let r = check::run(&a).await.unwrap();
+    let text = latmesh_cli::ui::check::render(&r);
+    assert_eq!(
+        fired(&r),
+        set(&[
+            ("model_changed", "us-east", "beta"),
+            ("fingerprint_changed", "us-east", "beta"),
+            ("answers_changed", "eu-west", "beta"),
+        ]),
+        "{text}"
+    );
+    assert_eq!(r.exit_code(), 1);
+    assert!(
+        r.skipped.iter().any(|s| s
+            .contains("1 region × provider pair(s) whose baseline answered no system_fingerprint")),
+        "{:?}",
+        r.skipped
+    );
+    let model = r.fired.iter().find(|f| f.kind == "model_changed").unwrap();
+    assert_eq!(model.time_unix_us, Some(swap_at));
+    let when = latmesh_core::windows::utc_label(swap_at / 1_000_000, false);
+    assert_eq!(model.time.as_deref(), Some(format!("{when} UTC").as_str()));
+    assert!(
+        model
+            .message
+            .contains("beta in us-east answered with model gpt-4o-mini-2024-07-18 ×10")
+            && model.message.contains(&format!("first seen {when} UTC"))
+            && model.message.contains(&format!("(it answered {dated})")),
+        "{}",
+        model.message
+    );
+    assert_eq!(model.unit, "attempts");
+    let fp = r
+        .fired
+        .iter()
+        .find(|f| f.kind == "fingerprint_changed")
+        .unwrap();
+    assert!(fp.message.contains("fp_b ×10"), "{}", fp.message);
+    let answers = r
+        .fired
+        .iter()
+        .find(|f| f.kind == "answers_changed")
+        .unwrap();
+    assert_eq!(answers.time_unix_us, Some(T + HOUR_US));
+    assert_eq!(answers.current, 40.0);
+    assert!(
+        answers
+            .message
+            .starts_with("beta from eu-west: modal answer changed on 8 of 20 prompts (40%")
+            && answers.message.contains("run-cur"),
+        "{}",
+        answers.message
+    );
+    // The JSON names the time too.
+    let j = serde_json::to_value(&r).unwrap();
+    let f = j["fired"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "model_changed")
+        .unwrap();
+    assert_eq!(f["time_unix_us"], swap_at);
+    assert_eq!(
+        (f["provider"].as_str(), f["region"].as_str()),
+        (Some("beta"), Some("us-east"))
+    );
+
+    // From summary files: the name rules work on the cells (time: the campaign's start);
+    // answers_changed needs ClickHouse and says so.
+    let mut paths = Vec::new();
+    for id in ["swap-cur", "swap-base"] {
+        let s = store::query::stored_summary(&client, &db, &store::QueryFilter::campaign(id))
+            .await
+            .unwrap();
+        let path = dir.path().join(format!("{id}.json"));
+        std::fs::write(&path, serde_json::to_vec(&s).unwrap()).unwrap();
+        paths.push(path);
+    }
+    let mut a = args(&db, &rules);
+    a.clickhouse_url = None;
+    a.current_summary = Some(paths[0].clone());
+    a.baseline_summary = Some(paths[1].clone());
+    let r = check::run(&a).await.unwrap();
+    assert_eq!(
+        fired(&r),
+        set(&[
+            ("model_changed", "us-east", "beta"),
+            ("fingerprint_changed", "us-east", "beta"),
+        ]),
+        "{}",
+        latmesh_cli::ui::check::render(&r)
+    );
+    let model = r.fired.iter().find(|f| f.kind == "model_changed").unwrap();
+    assert_eq!(model.time_unix_us, Some(T));
+    assert!(
+        model.message.contains("during swap-cur"),
+        "{}",
+        model.message
+    );
+    assert!(
+        r.skipped
+            .iter()
+            .any(|s| s.starts_with("answers_changed: compares the quality samples of `latmesh compat` runs stored in ClickHouse")),
+        "{:?}",
+        r.skipped
+    );
+
+    // A swap rule without a baseline is an error.
+    let mut a = args(&db, &rules);
+    a.current = Some("swap-cur".into());
+    let e = check::run(&a).await.unwrap_err();
+    assert!(
+        format!("{e:#}").contains("compares with a baseline"),
+        "{e:#}"
+    );
     latmesh_testkit::drop_db(&client, &db).await;
 }

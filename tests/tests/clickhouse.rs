@@ -213,7 +213,9 @@ async fn migrations_run_twice_and_the_second_run_applies_nothing() {
         [
             "agents",
             "campaigns",
+            "compat_results",
             "histograms",
+            "quality_samples",
             "requests",
             "schema_migrations"
         ]

@@ -52,6 +52,9 @@
 //! limit_pct = 5                  # fires when the error % of attempts is surely above 5
 //! ```
 //!
+//! (and the silent-swap kinds `model_changed`, `fingerprint_changed`, `answers_changed`:
+//! [below](#silent-swap-rules)).
+//!
 //! Every rule also takes `region` (default: each region, not the `ALL` row; `"ALL"`: only
 //! the merged row), `provider` and `scenario` (default: every scenario but sweeps) and
 //! `min_samples` (a floor on top of the sample-size policy below). A sweep scenario's matrix
@@ -98,6 +101,44 @@
 //! * `error_pct_above`: error % of attempts (non-`ok`, `cancelled` and `dropped` left out)
 //!   whose 95 % Wilson interval lies above `limit_pct` (its lower bound above it).
 //!
+//! # Silent-swap rules
+//!
+//! Three kinds compare *what answered* with the baseline (pure verdicts in
+//! `latmesh_results::swap`); each needs a baseline, fires per region × provider, and names
+//! provider, region and time in the text and in the JSON (`time_unix_us`, `time`):
+//!
+//! ```toml
+//! [[rules]]
+//! kind = "model_changed"         # a `model` answered that the baseline never answered with
+//!
+//! [[rules]]
+//! kind = "fingerprint_changed"   # the same for `system_fingerprint`
+//!
+//! [[rules]]
+//! kind = "answers_changed"       # the campaign's `latmesh compat` quality answers changed
+//! threshold_pct = 25             # optional (default 25): % of prompts whose modal answer changed
+//! ```
+//!
+//! * `model_changed`: the names of every scenario (or the rule's `scenario`) merged per
+//!   region × provider; fires when the current side answered with a name the baseline's same
+//!   region × provider never answered with. Names are compared exactly: a dated name
+//!   (`gpt-4o-2024-08-06` for `gpt-4o`) answered in both runs is no change, another date is.
+//!   From ClickHouse the time is when the new name was first seen (the earliest send time of
+//!   its answers, coordinator clock); from summary files, which keep no per-row time, the
+//!   current campaign's start (the change happened during it). A baseline that answered no
+//!   name there is skipped and counted.
+//! * `fingerprint_changed`: the same for `system_fingerprint`, only where the baseline has
+//!   fingerprints (many servers send none).
+//! * `answers_changed`: ClickHouse only (summary files do not carry quality samples; the rule
+//!   is skipped and says so). The latest `latmesh compat` run stored for the current campaign
+//!   (`--current`) and for the baseline (`--baseline`; `--baseline-days`: the latest run that
+//!   started in the window) are compared per provider and the region the current run ran
+//!   from: per prompt answered in both, whether its modal answer hash changed. Fires when the
+//!   share of changed prompts exceeds `threshold_pct`, or when the current accuracy is
+//!   significantly below the baseline's (95 % Wilson intervals, each prompt counted once,
+//!   separated). The time is the current run's start; the message gives both runs, the counts
+//!   and the intervals.
+//!
 //! # Webhook
 //!
 //! With `--webhook URL` (http or https), the [`CheckReport`] is POSTed as JSON
@@ -113,8 +154,11 @@ use clap::Args;
 use latmesh_core::metrics::Metric;
 use serde::{Deserialize, Serialize};
 
+use latmesh_core::quality::QualitySample;
 use latmesh_results::report_data::ALL;
 use latmesh_results::stats::{PercentileCi, min_samples};
+use latmesh_results::swap::{NameVerdict, Names, Seen, compare_answers, compare_names};
+use latmesh_store::query::{NameColumn, RunScope};
 use latmesh_store::{self as store, QueryFilter, check_queries, query};
 
 pub use crate::check_report::{CheckReport, Fired};
@@ -192,6 +236,43 @@ pub enum RuleKind {
         /// %.
         limit_pct: f64,
     },
+    /// A `model` answered that the baseline never answered with (per region × provider).
+    ModelChanged,
+    /// A `system_fingerprint` answered that the baseline never answered with (per region ×
+    /// provider; only where the baseline has fingerprints).
+    FingerprintChanged,
+    /// The quality answers of the campaign's `latmesh compat` run changed against the
+    /// baseline's: more prompts with another modal answer than `threshold_pct`, or the
+    /// accuracy significantly lower.
+    AnswersChanged {
+        /// % of prompts (default 25).
+        threshold_pct: f64,
+    },
+}
+
+/// Default `threshold_pct` of `answers_changed`.
+pub const DEFAULT_ANSWERS_THRESHOLD_PCT: f64 = 25.0;
+
+impl RuleKind {
+    /// Whether the rule reads a latency percentile (`increase_pct`, `absolute`,
+    /// `above_prev_day_mean`).
+    pub fn is_latency(&self) -> bool {
+        matches!(
+            self,
+            RuleKind::IncreasePct { .. }
+                | RuleKind::Absolute { .. }
+                | RuleKind::AbovePrevDayMean { .. }
+        )
+    }
+
+    /// Whether it is a silent-swap rule (`model_changed`, `fingerprint_changed`,
+    /// `answers_changed`): it compares what answered, not a cell's numbers.
+    pub fn is_swap(&self) -> bool {
+        matches!(
+            self,
+            RuleKind::ModelChanged | RuleKind::FingerprintChanged | RuleKind::AnswersChanged { .. }
+        )
+    }
 }
 
 /// A validated rule.
@@ -237,6 +318,7 @@ struct RuleSection {
     limit_pct: Option<f64>,
     factor: Option<f64>,
     consecutive_runs: Option<u32>,
+    threshold_pct: Option<f64>,
     region: Option<String>,
     provider: Option<String>,
     scenario: Option<String>,
@@ -310,13 +392,28 @@ pub fn parse_rules(text: &str) -> anyhow::Result<Vec<Rule>> {
             "error_pct_above" if prefix_pct.is_none() => RuleKind::ErrorPctAbove {
                 limit_pct: need(r.limit_pct, "limit_pct")?,
             },
+            "model_changed" if prefix_pct.is_none() => RuleKind::ModelChanged,
+            "fingerprint_changed" if prefix_pct.is_none() => RuleKind::FingerprintChanged,
+            "answers_changed" if prefix_pct.is_none() => {
+                let threshold_pct = match r.threshold_pct {
+                    None => DEFAULT_ANSWERS_THRESHOLD_PCT,
+                    Some(_) => need(r.threshold_pct, "threshold_pct")?,
+                };
+                if threshold_pct >= 100.0 {
+                    bail!(
+                        "{}: {threshold_pct} can never be exceeded (a share of prompts, 0 ≤ t < 100)",
+                        key("threshold_pct")
+                    );
+                }
+                RuleKind::AnswersChanged { threshold_pct }
+            }
             _ => bail!(
-                "{}: {:?} is not a rule kind (increase_pct, absolute, above_prev_day_mean — each also as pNN_… —, error_pct_above)",
+                "{}: {:?} is not a rule kind (increase_pct, absolute, above_prev_day_mean — each also as pNN_… —, error_pct_above, model_changed, fingerprint_changed, answers_changed)",
                 key("kind"),
                 r.kind
             ),
         };
-        let latency = !matches!(kind, RuleKind::ErrorPctAbove { .. });
+        let latency = kind.is_latency();
         let percentile = match percentile {
             Some(p) if p > 0.0 && p < 100.0 => p,
             Some(p) => bail!(
@@ -481,6 +578,40 @@ pub struct Snapshot {
     /// The sweep (closed-loop concurrency steps) scenarios among the cells: rules that name
     /// no scenario leave them out (their cells merge every step).
     pub sweep_scenarios: BTreeSet<String>,
+    /// Per cell, the `model`s answered (how often, first seen when known).
+    pub models: BTreeMap<CellKey, Names>,
+    /// Per cell, the `system_fingerprint`s answered.
+    pub fingerprints: BTreeMap<CellKey, Names>,
+    /// The quality samples of the `latmesh compat` run attached to this side (ClickHouse
+    /// only; `None` when not read or none stored).
+    pub answers: Option<AnswersRun>,
+}
+
+/// The quality samples of one stored `latmesh compat` run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AnswersRun {
+    /// The run's id.
+    pub run_id: String,
+    /// When it started, UTC µs.
+    pub time_unix_us: i64,
+    /// Its samples, each with the region it ran from.
+    pub samples: Vec<(String, QualitySample)>,
+}
+
+/// The names of a summary cell's map, without time (a summary keeps none).
+fn names_of(counts: &BTreeMap<String, u64>) -> Names {
+    counts
+        .iter()
+        .map(|(n, c)| {
+            (
+                n.clone(),
+                Seen {
+                    count: *c,
+                    first_unix_us: None,
+                },
+            )
+        })
+        .collect()
 }
 
 impl Snapshot {
@@ -502,8 +633,24 @@ impl Snapshot {
                 .collect(),
             exact: false,
             sweep_scenarios: s.sweeps.iter().map(|r| r.scenario.clone()).collect(),
+            models: s
+                .cells
+                .iter()
+                .map(|c| (cell_key(c), names_of(&c.answered_models)))
+                .collect(),
+            fingerprints: s
+                .cells
+                .iter()
+                .map(|c| (cell_key(c), names_of(&c.system_fingerprints)))
+                .collect(),
+            answers: None,
         }
     }
+}
+
+/// The key of a summary cell.
+fn cell_key(c: &MatrixCell) -> CellKey {
+    (c.region.clone(), c.provider.clone(), c.scenario.clone())
 }
 
 /// The sweep scenarios of a stored plan (JSON); none when it does not parse.
@@ -536,6 +683,14 @@ enum Scope {
 }
 
 impl Scope {
+    /// The compat runs of this side.
+    fn runs(&self) -> RunScope {
+        match self {
+            Scope::Campaign(id) => RunScope::Campaign(id.clone()),
+            Scope::Range(from, to) => RunScope::Range(*from, *to),
+        }
+    }
+
     fn filter(&self) -> QueryFilter {
         match self {
             Scope::Campaign(id) => QueryFilter::campaign(id),
@@ -586,6 +741,7 @@ async fn clickhouse_snapshot(
     scope: &Scope,
     label: String,
     needs: &BTreeSet<(Metric, u32)>,
+    swaps: SwapNeeds,
 ) -> anyhow::Result<Snapshot> {
     let rows = query::matrix_filtered(client, db, &scope.filter()).await?;
     let mut cells: BTreeMap<CellKey, CellStats> = rows
@@ -615,6 +771,33 @@ async fn clickhouse_snapshot(
         .as_ref()
         .map(|c| sweep_scenarios_of(&c.plan_json))
         .unwrap_or_default();
+    let (mut models, mut fingerprints) = (BTreeMap::new(), BTreeMap::new());
+    if swaps.names {
+        for (column, into) in [
+            (NameColumn::Model, &mut models),
+            (NameColumn::Fingerprint, &mut fingerprints),
+        ] {
+            for r in query::answered_names(client, db, &scope.filter(), column).await? {
+                let names: &mut Names = into.entry((r.region, r.provider, r.scenario)).or_default();
+                names.entry(r.name).or_default().merge(Seen {
+                    count: r.n,
+                    first_unix_us: Some(r.first_unix_us as i64),
+                });
+            }
+        }
+    }
+    let answers = if swaps.answers {
+        match query::latest_run(client, db, &scope.runs()).await? {
+            Some(run) => Some(AnswersRun {
+                samples: query::run_samples(client, db, &run.run_id).await?,
+                run_id: run.run_id,
+                time_unix_us: run.time_us as i64,
+            }),
+            None => None,
+        }
+    } else {
+        None
+    };
     Ok(Snapshot {
         label,
         campaign_id: match scope {
@@ -625,7 +808,51 @@ async fn clickhouse_snapshot(
         cells,
         exact: true,
         sweep_scenarios,
+        models,
+        fingerprints,
+        answers,
     })
+}
+
+/// [`clickhouse_snapshot`] of stored campaign `id` (`what`: how the error names it).
+async fn stored_snapshot(
+    client: &clickhouse::Client,
+    db: &str,
+    id: &str,
+    what: &str,
+    needs: &BTreeSet<(Metric, u32)>,
+    swaps: SwapNeeds,
+) -> anyhow::Result<Snapshot> {
+    if query::campaign(client, db, id).await?.is_none() {
+        bail!("{what} {id:?} is not stored in {db}");
+    }
+    let scope = Scope::Campaign(id.to_string());
+    clickhouse_snapshot(client, db, &scope, id.to_string(), needs, swaps).await
+}
+
+/// What the silent-swap rules need read from ClickHouse besides the cells.
+#[derive(Clone, Copy, Debug, Default)]
+struct SwapNeeds {
+    /// The names answered (`model_changed`, `fingerprint_changed`).
+    names: bool,
+    /// The quality samples of the side's latest compat run (`answers_changed`).
+    answers: bool,
+}
+
+impl SwapNeeds {
+    fn of(rules: &[Rule]) -> SwapNeeds {
+        SwapNeeds {
+            names: rules.iter().any(|r| {
+                matches!(
+                    r.kind,
+                    RuleKind::ModelChanged | RuleKind::FingerprintChanged
+                )
+            }),
+            answers: rules
+                .iter()
+                .any(|r| matches!(r.kind, RuleKind::AnswersChanged { .. })),
+        }
+    }
 }
 
 /// Whether `rule` checks the cell `key`; `sweeps` are the sweep scenarios, left out unless
@@ -650,6 +877,9 @@ fn kind_name(kind: &RuleKind) -> &'static str {
         RuleKind::Absolute { .. } => "absolute",
         RuleKind::AbovePrevDayMean { .. } => "above_prev_day_mean",
         RuleKind::ErrorPctAbove { .. } => "error_pct_above",
+        RuleKind::ModelChanged => "model_changed",
+        RuleKind::FingerprintChanged => "fingerprint_changed",
+        RuleKind::AnswersChanged { .. } => "answers_changed",
     }
 }
 
@@ -669,6 +899,8 @@ struct Finding {
     /// The change is significant (or no intervals are known: point estimates only).
     significant: bool,
     message: String,
+    /// When the change was seen (silent-swap rules), UTC µs, and in words.
+    time: Option<(i64, String)>,
 }
 
 /// Records `f` in `report`: fired when over the threshold and significant, inconclusive when
@@ -677,7 +909,7 @@ fn record(report: &mut CheckReport, rule: &Rule, key: &CellKey, f: Finding) {
     if !f.over {
         return;
     }
-    let latency = !matches!(rule.kind, RuleKind::ErrorPctAbove { .. });
+    let latency = rule.kind.is_latency();
     let out = Fired {
         rule: rule.name.clone(),
         kind: kind_name(&rule.kind).to_string(),
@@ -691,8 +923,15 @@ fn record(report: &mut CheckReport, rule: &Rule, key: &CellKey, f: Finding) {
         limit: f.limit,
         current_ci: f.current_ci,
         baseline_ci: f.baseline_ci,
-        unit: if latency { "ms" } else { "%" }.into(),
+        unit: match rule.kind {
+            _ if latency => "ms",
+            RuleKind::ModelChanged | RuleKind::FingerprintChanged => "attempts",
+            _ => "%",
+        }
+        .into(),
         message: f.message,
+        time_unix_us: f.time.as_ref().map(|t| t.0),
+        time: f.time.map(|t| t.1),
     };
     if f.significant {
         report.fired.push(out);
@@ -741,7 +980,7 @@ pub fn evaluate(rules: &[Rule], current: &Snapshot, baseline: Option<&Snapshot>)
         ));
     }
     for rule in rules {
-        if matches!(rule.kind, RuleKind::AbovePrevDayMean { .. }) {
+        if matches!(rule.kind, RuleKind::AbovePrevDayMean { .. }) || rule.kind.is_swap() {
             continue;
         }
         let what = format!("{} P{}", rule.metric, rule.percentile);
@@ -783,6 +1022,7 @@ pub fn evaluate(rules: &[Rule], current: &Snapshot, baseline: Option<&Snapshot>)
                             "error {point:.2}% of {counted} attempts [{:.2}%, {:.2}%] > limit {limit_pct}%",
                             ci.0, ci.1
                         ),
+                        time: None,
                     }
                 }
                 RuleKind::Absolute { limit_ms } => {
@@ -812,6 +1052,7 @@ pub fn evaluate(rules: &[Rule], current: &Snapshot, baseline: Option<&Snapshot>)
                             ci_text(e.ci_ms),
                             ms(*limit_ms)
                         ),
+                        time: None,
                     }
                 }
                 RuleKind::IncreasePct { threshold_pct } => {
@@ -856,9 +1097,13 @@ pub fn evaluate(rules: &[Rule], current: &Snapshot, baseline: Option<&Snapshot>)
                             ci_text(b.ci_ms),
                             ms(limit)
                         ),
+                        time: None,
                     }
                 }
-                RuleKind::AbovePrevDayMean { .. } => continue,
+                RuleKind::AbovePrevDayMean { .. }
+                | RuleKind::ModelChanged
+                | RuleKind::FingerprintChanged
+                | RuleKind::AnswersChanged { .. } => continue,
             };
             report.checked += 1;
             record(&mut report, rule, key, finding);
@@ -919,7 +1164,236 @@ pub fn evaluate(rules: &[Rule], current: &Snapshot, baseline: Option<&Snapshot>)
             ));
         }
     }
+    evaluate_swaps(rules, current, baseline, &mut report);
     report
+}
+
+/// `2026-12-02 03:40 UTC` of a UTC µs time.
+fn utc(unix_us: i64) -> String {
+    format!(
+        "{} UTC",
+        latmesh_core::windows::utc_label(unix_us.div_euclid(1_000_000), false)
+    )
+}
+
+/// The names of `by_cell` the rule covers, merged per (region, provider) over its scenarios.
+fn names_by_region_provider(
+    rule: &Rule,
+    by_cell: &BTreeMap<CellKey, Names>,
+) -> BTreeMap<(String, String), Names> {
+    let mut out: BTreeMap<(String, String), Names> = BTreeMap::new();
+    for (key, names) in by_cell
+        .iter()
+        .filter(|(k, _)| matches(rule, k, &BTreeSet::new()))
+    {
+        let merged = out.entry((key.0.clone(), key.1.clone())).or_default();
+        for (n, seen) in names {
+            merged.entry(n.clone()).or_default().merge(*seen);
+        }
+    }
+    out
+}
+
+/// Evaluates the silent-swap rules (`model_changed`, `fingerprint_changed`,
+/// `answers_changed`; see the [module docs](self)) of `rules` on two snapshots. Pure.
+pub fn evaluate_swaps(
+    rules: &[Rule],
+    current: &Snapshot,
+    baseline: Option<&Snapshot>,
+    report: &mut CheckReport,
+) {
+    for rule in rules.iter().filter(|r| r.kind.is_swap()) {
+        let Some(base) = baseline else {
+            report.skipped.push(format!(
+                "{}: compares with a baseline: give --baseline, --baseline-days or --baseline-summary",
+                rule.name
+            ));
+            continue;
+        };
+        match rule.kind {
+            RuleKind::ModelChanged => names_rule(rule, "model", current, base, report),
+            RuleKind::FingerprintChanged => {
+                names_rule(rule, "system_fingerprint", current, base, report);
+            }
+            RuleKind::AnswersChanged { threshold_pct } => {
+                answers_rule(rule, threshold_pct, current, base, report);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// `model_changed` / `fingerprint_changed` (`what`: `model` or `system_fingerprint`).
+fn names_rule(
+    rule: &Rule,
+    what: &str,
+    current: &Snapshot,
+    base: &Snapshot,
+    report: &mut CheckReport,
+) {
+    let pick = |s: &Snapshot| {
+        if what == "model" {
+            names_by_region_provider(rule, &s.models)
+        } else {
+            names_by_region_provider(rule, &s.fingerprints)
+        }
+    };
+    let (cur, old) = (pick(current), pick(base));
+    let none = Names::new();
+    let mut no_baseline = 0u64;
+    for ((region, provider), names) in &cur {
+        let verdict = compare_names(
+            names,
+            old.get(&(region.clone(), provider.clone()))
+                .unwrap_or(&none),
+        );
+        let (new, before) = match verdict {
+            NameVerdict::NoBaseline => {
+                no_baseline += 1;
+                continue;
+            }
+            NameVerdict::Unchanged => {
+                report.checked += 1;
+                continue;
+            }
+            NameVerdict::Changed { new, baseline } => (new, baseline),
+        };
+        report.checked += 1;
+        let first = new.iter().filter_map(|(_, s)| s.first_unix_us).min();
+        let time = match (first, current.start_at_unix_us) {
+            (Some(t), _) => Some((t, utc(t))),
+            (None, Some(start)) => Some((start, format!("campaign started {}", utc(start)))),
+            (None, None) => None,
+        };
+        let attempts: u64 = new.iter().map(|(_, s)| s.count).sum();
+        let listed: Vec<String> = new
+            .iter()
+            .map(|(n, s)| match s.first_unix_us {
+                Some(t) => format!("{n} ×{} (first seen {})", s.count, utc(t)),
+                None => format!("{n} ×{}", s.count),
+            })
+            .collect();
+        let when = match (first, &time) {
+            (None, Some((_, w))) => format!(" during {} ({w})", current.label),
+            _ => String::new(),
+        };
+        let key = (
+            region.clone(),
+            provider.clone(),
+            rule.scenario.clone().unwrap_or_else(|| "*".into()),
+        );
+        record(
+            report,
+            rule,
+            &key,
+            Finding {
+                current: attempts as f64,
+                current_ci: None,
+                baseline: None,
+                baseline_ci: None,
+                limit: 0.0,
+                over: true,
+                significant: true,
+                message: format!(
+                    "{provider} in {region} answered with {what} {}{when}, never answered in the baseline {} (it answered {})",
+                    listed.join(", "),
+                    base.label,
+                    before.join(", ")
+                ),
+                time,
+            },
+        );
+    }
+    if no_baseline > 0 {
+        report.skipped.push(format!(
+            "{}: {no_baseline} region × provider pair(s) whose baseline answered no {what}: nothing to compare with",
+            rule.name
+        ));
+    }
+}
+
+/// `answers_changed`.
+fn answers_rule(
+    rule: &Rule,
+    threshold_pct: f64,
+    current: &Snapshot,
+    base: &Snapshot,
+    report: &mut CheckReport,
+) {
+    let (Some(cur), Some(old)) = (&current.answers, &base.answers) else {
+        let why = if !current.exact || !base.exact {
+            "compares the quality samples of `latmesh compat` runs stored in ClickHouse: give --current CAMPAIGN and --baseline CAMPAIGN (or --baseline-days)".to_string()
+        } else {
+            let side = if current.answers.is_none() {
+                &current.label
+            } else {
+                &base.label
+            };
+            format!("no `latmesh compat` run with quality samples is stored for {side}")
+        };
+        report.skipped.push(format!("{}: {why}", rule.name));
+        return;
+    };
+    let mut groups: BTreeMap<(&str, &str), Vec<&QualitySample>> = BTreeMap::new();
+    for (region, s) in &cur.samples {
+        let region_ok = rule.region.as_ref().is_none_or(|r| r == region);
+        if region_ok && rule.provider.as_ref().is_none_or(|p| *p == s.provider) {
+            groups.entry((region, &s.provider)).or_default().push(s);
+        }
+    }
+    let mut not_compared = 0u64;
+    for ((region, provider), mine) in groups {
+        // The baseline run's samples of the provider from the same region, else from any.
+        let of = |same_region: bool| -> Vec<&QualitySample> {
+            old.samples
+                .iter()
+                .filter(|(r, s)| s.provider == provider && (!same_region || r == region))
+                .map(|(_, s)| s)
+                .collect()
+        };
+        let mut theirs = of(true);
+        if theirs.is_empty() {
+            theirs = of(false);
+        }
+        let Some(c) = compare_answers(&mine, &theirs) else {
+            not_compared += 1;
+            continue;
+        };
+        report.checked += 1;
+        let set = mine
+            .first()
+            .map(|_| latmesh_core::quality::QUALITY_SET_VERSION.to_string())
+            .unwrap_or_default();
+        record(
+            report,
+            rule,
+            &(region.to_string(), provider.to_string(), set),
+            Finding {
+                current: c.changed_pct(),
+                current_ci: c.changed_ci.map(|(lo, hi)| (lo * 100.0, hi * 100.0)),
+                baseline: None,
+                baseline_ci: None,
+                limit: threshold_pct,
+                over: c.fires(threshold_pct),
+                significant: true,
+                message: format!(
+                    "{provider} from {region}: {} (compat run {} of {} vs run {} of {})",
+                    c.message(threshold_pct),
+                    cur.run_id,
+                    utc(cur.time_unix_us),
+                    old.run_id,
+                    utc(old.time_unix_us)
+                ),
+                time: Some((cur.time_unix_us, utc(cur.time_unix_us))),
+            },
+        );
+    }
+    if not_compared > 0 {
+        report.skipped.push(format!(
+            "{}: {not_compared} provider(s) without a prompt answered in both compat runs",
+            rule.name
+        ));
+    }
 }
 
 /// The per-run estimates the `above_prev_day_mean` rule reads: run id → cell → estimate.
@@ -1034,6 +1508,7 @@ pub fn evaluate_prev_day(
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),
+                time: None,
             },
         );
     }
@@ -1161,9 +1636,10 @@ async fn run_unbounded(args: &CheckArgs) -> anyhow::Result<CheckReport> {
         parse_rules(&text).with_context(|| format!("rules file {}", args.rules.display()))?;
     let needs: BTreeSet<(Metric, u32)> = rules
         .iter()
-        .filter(|r| !matches!(r.kind, RuleKind::ErrorPctAbove { .. }))
+        .filter(|r| r.kind.is_latency())
         .map(|r| (r.metric, pkey(r.percentile)))
         .collect();
+    let swaps = SwapNeeds::of(&rules);
     let client = match &args.clickhouse_url {
         Some(url)
             if args.current.is_some()
@@ -1181,13 +1657,7 @@ async fn run_unbounded(args: &CheckArgs) -> anyhow::Result<CheckReport> {
     };
     let db = args.clickhouse_db.as_str();
     let current = match (&args.current, &args.current_summary) {
-        (Some(id), _) => {
-            let c = ch()?;
-            if query::campaign(c, db, id).await?.is_none() {
-                bail!("campaign {id:?} is not stored in {db}");
-            }
-            clickhouse_snapshot(c, db, &Scope::Campaign(id.clone()), id.clone(), &needs).await?
-        }
+        (Some(id), _) => stored_snapshot(ch()?, db, id, "campaign", &needs, swaps).await?,
         (None, Some(path)) => {
             let s = read_summary(path)?;
             Snapshot::from_summary(
@@ -1199,14 +1669,7 @@ async fn run_unbounded(args: &CheckArgs) -> anyhow::Result<CheckReport> {
     };
     let baseline = match (&args.baseline, args.baseline_days, &args.baseline_summary) {
         (Some(id), _, _) => {
-            let c = ch()?;
-            if query::campaign(c, db, id).await?.is_none() {
-                bail!("baseline campaign {id:?} is not stored in {db}");
-            }
-            Some(
-                clickhouse_snapshot(c, db, &Scope::Campaign(id.clone()), id.clone(), &needs)
-                    .await?,
-            )
+            Some(stored_snapshot(ch()?, db, id, "baseline campaign", &needs, swaps).await?)
         }
         (None, Some(days), _) => {
             if !(days.is_finite() && days > 0.0) {
@@ -1220,7 +1683,10 @@ async fn run_unbounded(args: &CheckArgs) -> anyhow::Result<CheckReport> {
                 "{days} day(s) before {}",
                 latmesh_core::windows::utc_label(start / 1_000_000, false)
             );
-            Some(clickhouse_snapshot(ch()?, db, &Scope::Range(from, start), label, &needs).await?)
+            Some(
+                clickhouse_snapshot(ch()?, db, &Scope::Range(from, start), label, &needs, swaps)
+                    .await?,
+            )
         }
         (None, None, Some(path)) => {
             let s = read_summary(path)?;
@@ -1232,7 +1698,9 @@ async fn run_unbounded(args: &CheckArgs) -> anyhow::Result<CheckReport> {
         (None, None, None) => None,
     };
     for r in &rules {
-        if matches!(r.kind, RuleKind::IncreasePct { .. }) && baseline.is_none() {
+        if (matches!(r.kind, RuleKind::IncreasePct { .. }) || r.kind.is_swap())
+            && baseline.is_none()
+        {
             bail!(
                 "rule {:?} compares with a baseline: give --baseline, --baseline-days or --baseline-summary",
                 r.name
@@ -1252,10 +1720,9 @@ async fn run_unbounded(args: &CheckArgs) -> anyhow::Result<CheckReport> {
                 Metric::Tpot | Metric::Itl => p == 50.0,
                 _ => false,
             };
-            if !matches!(
-                r.kind,
-                RuleKind::ErrorPctAbove { .. } | RuleKind::AbovePrevDayMean { .. }
-            ) && !carried
+            if r.kind.is_latency()
+                && !matches!(r.kind, RuleKind::AbovePrevDayMean { .. })
+                && !carried
             {
                 bail!(
                     "rule {:?}: {} P{p} is not in a summary file (it has P50/P90/P95/P99 and the campaign's percentiles of ttft, ttfc, e2e and P50 of tpot, itl): read {} from ClickHouse",

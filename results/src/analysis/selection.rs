@@ -36,6 +36,12 @@
 //!   latency and the price of an attempt; the text adds `× ok 25%` when the share is below 1.
 //! * **user components, absolute**: `score = value / score_scale` (quality, compatibility,
 //!   compliance): the user already put them on one scale.
+//! * **measured quality and compatibility**: where the user gave no `quality` /
+//!   `compatibility` score for a provider, the one `latmesh compat` measured
+//!   (`ReportData::compat`, [`crate::parity::CompatReport::measured`]): the quality-parity
+//!   accuracy (text `measured 94% accuracy (90/96)`) and the compatibility checks' score
+//!   (`measured 82% (9/11 checks)`), both already 0..=1; the raw value is the percentage. A
+//!   user score still overrides (text `8/10`).
 //!
 //! A provider without a value (no attempts, no samples, no price) scores 0 in that component.
 //! `total = Σ wᵢ · scoreᵢ / Σ wᵢ` (0..=1; components with weight 0 do not count), so each
@@ -81,9 +87,9 @@ pub struct SelectionRow {
     pub stability: Component,
     /// Price component.
     pub price: Component,
-    /// Quality component (user score).
+    /// Quality component (user score, else the measured accuracy).
     pub quality: Component,
-    /// Compatibility component (user score).
+    /// Compatibility component (user score, else the measured checks' score).
     pub compatibility: Component,
     /// Compliance component (user score).
     pub compliance: Component,
@@ -156,6 +162,44 @@ fn mean_prompt_tokens(scenario: &ScenarioSpec) -> f64 {
         }
     }
     if n == 0 { 0.0 } else { sum as f64 / n as f64 }
+}
+
+/// The quality component measured by `latmesh compat` (the quality-parity accuracy, 0..=1:
+/// `measured 94% accuracy (90/96)`), when it ran for `provider`.
+fn measured_quality(data: &ReportData, provider: &str) -> Option<Component> {
+    let v = data.compat.measured().get(provider)?.quality?;
+    let q = data.compat.quality.as_ref()?;
+    let row = q.providers.iter().find(|r| r.provider == provider)?;
+    Some(Component {
+        raw: Some(v * 100.0),
+        score: Some(v.clamp(0.0, 1.0)),
+        text: format!(
+            "measured {:.0}% accuracy ({}/{})",
+            v * 100.0,
+            row.correct,
+            row.graded
+        ),
+        unsupported: false,
+    })
+}
+
+/// The compatibility component measured by `latmesh compat` (the checks' score, 0..=1:
+/// `measured 82% (9/11 checks)`), when it ran for `provider`.
+fn measured_compatibility(data: &ReportData, provider: &str) -> Option<Component> {
+    let v = data.compat.measured().get(provider)?.compatibility?;
+    let c = data.compat.compat.iter().find(|c| c.provider == provider)?;
+    let s = c.score?;
+    Some(Component {
+        raw: Some(v * 100.0),
+        score: Some(v.clamp(0.0, 1.0)),
+        text: format!(
+            "measured {:.0}% ({}/{} checks)",
+            v * 100.0,
+            s.passed,
+            s.counted
+        ),
+        unsupported: false,
+    })
 }
 
 /// Selection tables for every scenario and every region (then `ALL`) with samples, when the
@@ -251,13 +295,18 @@ pub fn table(
         compliance: w.compliance / sum,
     };
     let user = |name: &str, field: fn(&latmesh_core::selection::ProviderScores) -> Option<f64>| {
-        let v = sel.scores.get(name).and_then(field);
-        Component {
-            raw: v,
-            score: v.map(|v| (v / sel.score_scale).clamp(0.0, 1.0)),
-            text: v.map_or("-".into(), |v| format!("{v}/{}", sel.score_scale)),
+        sel.scores.get(name).and_then(field).map(|v| Component {
+            raw: Some(v),
+            score: Some((v / sel.score_scale).clamp(0.0, 1.0)),
+            text: format!("{v}/{}", sel.score_scale),
             unsupported: false,
-        }
+        })
+    };
+    let none = || Component {
+        raw: None,
+        score: None,
+        text: "-".into(),
+        unsupported: false,
     };
     let pct = format!("P{}", sel.latency_percentile);
     let mut rows: Vec<SelectionRow> = providers
@@ -305,9 +354,13 @@ pub fn table(
                     text: price[i].map_or("no price".into(), |v| format!("${v:.3}/1k{share_text}")),
                     unsupported: false,
                 },
-                quality: user(&p.name, |s| s.quality),
-                compatibility: user(&p.name, |s| s.compatibility),
-                compliance: user(&p.name, |s| s.compliance),
+                quality: user(&p.name, |s| s.quality)
+                    .or_else(|| measured_quality(data, &p.name))
+                    .unwrap_or_else(none),
+                compatibility: user(&p.name, |s| s.compatibility)
+                    .or_else(|| measured_compatibility(data, &p.name))
+                    .unwrap_or_else(none),
+                compliance: user(&p.name, |s| s.compliance).unwrap_or_else(none),
             };
             let total = weights.latency * row.latency.score.unwrap_or(0.0)
                 + weights.stability * row.stability.score.unwrap_or(0.0)

@@ -293,7 +293,45 @@ async fn every_built_in_profile_shows_exactly_its_documented_traps() {
     ];
     assert_eq!(want.len(), crate::all_builtin_profiles().len());
     let seen = futures::future::join_all(want.iter().map(|(name, _)| observed(addr, name))).await;
+    let all = crate::all_builtin_profiles();
     for ((name, want), seen) in want.iter().zip(seen) {
         assert_eq!(seen, *want, "{name}");
+        // The verdicts the ground truth promises say the same.
+        let p = all.iter().find(|p| p.name == *name).unwrap();
+        assert_eq!(promised(p), seen, "{name}");
     }
+}
+
+/// What [`crate::compat_truth`] (and the quantized and swap ground truth) promise
+/// [`observed`] sees on `p`.
+fn promised(p: &ProviderProfile) -> Vec<&'static str> {
+    use latmesh_core::compat::{CompatCheck as C, Verdict as V};
+    let v = |c| crate::compat_truth::expected_verdict(p, Api::Chat, "deepseek-v4-flash", c);
+    let mut out = Vec::new();
+    let rules = [
+        (C::Stop, V::Fail, "stop_not_honoured"),
+        (C::Stop, V::NotOffered, "stop_not_honoured"),
+        (C::JsonMode, V::NotOffered, "json_rejected"),
+        (C::JsonMode, V::Fail, "json_ignored"),
+        (C::ToolCall, V::NotOffered, "tools_rejected"),
+        (C::ToolCall, V::Fail, "tools_ignored"),
+        (C::StreamUsage, V::Fail, "stream_options_rejected"),
+        (C::ModelName, V::Fail, "renamed"),
+        (C::SystemFingerprint, V::Pass, "fingerprint"),
+        (C::ReasoningHistory, V::Fail, "needs_reasoning_back"),
+        (C::PromptCache, V::Pass, "prompt_cache"),
+        (C::WrongKey, V::Pass, "key_checked"),
+    ];
+    for (check, verdict, name) in rules {
+        if v(check) == verdict {
+            out.push(name);
+        }
+    }
+    if !crate::truth::wrong_prompt_ids(p).is_empty() {
+        out.push("quantized");
+    }
+    if (1..60).contains(&p.swap_after_requests) {
+        out.push("swapped");
+    }
+    out
 }

@@ -24,9 +24,13 @@
 //! (stored campaign, plan and agents), `verify` (row counts), `sweep`, `grouped` (the engine
 //! of `windows` and `trend`), `percentile`, `windows`, `trend`, `summary` (a stored
 //! campaign's summary), `report_data` (a stored campaign's report data and what only
-//! ClickHouse keeps), `window_ranks` (provider ranks per region and time window).
+//! ClickHouse keeps), `window_ranks` (provider ranks per region and time window), `compat`
+//! (what `latmesh compat` stored for a campaign), `answered` (the models and fingerprints
+//! answered, with the time each was first seen).
 
+mod answered;
 mod campaign;
+mod compat;
 mod errors;
 mod filter;
 mod grouped;
@@ -41,7 +45,9 @@ mod verify;
 mod window_ranks;
 mod windows;
 
+pub use answered::{AnsweredName, NameColumn, answered_names};
 pub use campaign::{agents, campaign, stored_plan, stored_window_spec};
+pub use compat::{RunScope, StoredRun, compat_report, latest_run, run_samples};
 pub use errors::{ErrorRow, errors};
 pub use filter::QueryFilter;
 pub use grouped::GroupStat;

@@ -10,6 +10,7 @@
 //! - Time series: exact P50/P99 of TTFT and E2E per provider and time bucket (interval start
 //!   on the coordinator's clock), every region and scenario merged.
 //! - Windows: [`windows`] for TTFT P50 and E2E P50.
+//! - What `latmesh compat` measured for the campaign: [`compat_report`] (its latest run).
 
 use std::collections::BTreeMap;
 
@@ -22,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use super::super::{StoreError, check_identifier};
 use super::campaign::stored_plan;
+use super::compat::compat_report;
 use super::filter::QueryFilter;
 use super::histograms::merged_histograms;
 use super::percentile::Percentile;
@@ -141,11 +143,20 @@ pub async fn report_data(
         .await?
         .with_context(|| format!("campaign {campaign_id:?} is not in {db}.campaigns"))?;
     let hists = histograms(client, db, campaign_id).await?;
+    let compat = match compat_report(client, db, campaign_id).await {
+        Ok(c) => c,
+        // A database not migrated to version 9 has no compat tables: nothing was measured.
+        Err(e) if e.is_schema_mismatch() => {
+            tracing::warn!(db, error = %e, "no compat tables (run `latmesh db migrate`): the report shows no compatibility checks");
+            Default::default()
+        }
+        Err(e) => return Err(e.into()),
+    };
     let mut data = ReportData {
         summary,
         plan,
         hists,
-        compat: Default::default(),
+        compat,
     };
     // A summary rebuilt from ClickHouse has no rate rows of its own.
     let rates = rate_rows(client, db, &data).await?;
