@@ -232,8 +232,10 @@ pub fn quality(q: &QualityParity) -> Markup {
             "Prompt set " code { (q.set) } ": prompts whose answers a machine can check \
              (arithmetic, facts, extraction into JSON, short code), sent to every provider at \
              temperature 0, several samples each (docs/metrics.md, \"Quality parity\"). \
-             Accuracy: correct / graded answers, with its 95 % Wilson interval. Agreement: the \
-             share of graded answers equal to the majority answer of the other providers. \
+             Accuracy: correct / graded answers, with its 95 % Wilson interval counting each \
+             prompt once (samples of one prompt at temperature 0 are near-copies, not \
+             independent trials). Agreement: the share of graded answers equal to the majority \
+             answer of the other providers. \
              Length: the median output tokens, and its ratio to the other providers' medians (a \
              provider that answers shorter looks faster). Accuracy is the selection matrix's \
              quality score where no score was typed in."

@@ -225,7 +225,11 @@ fn a_report_with_compat_results_matches_its_golden_files() {
         "p's score"
     );
     assert!(html.contains("content is not a JSON object: &quot;Sure &lt;&amp;&gt; here&quot;"));
-    // r: 30 of 48 correct.
+    // r: 30 of 48 correct, shorter, flagged (the only one) in the warning style.
+    assert_eq!(html.matches("<tr class=\"flagged\">").count(), 1);
+    assert!(html.contains("<tr class=\"flagged\"><td class=\"row\">r</td>"));
+    assert!(html.contains("<p class=\"warn\">Possible quantization or different model: r "));
+    assert!(html.contains("<td>0.55×</td>"));
     assert!(html.contains("<td>48 / 48</td><td>30</td><td>62.5% ["));
     assert!(html.contains("<td>47 / 48</td><td>47</td><td>100.0% ["));
     let json: serde_json::Value = serde_json::from_str(&render(&m, Format::Json).unwrap()).unwrap();
@@ -234,6 +238,7 @@ fn a_report_with_compat_results_matches_its_golden_files() {
     let csv = render(&m, Format::Csv).unwrap();
     assert!(csv.contains("\ncompat,,,q,json_mode,verdict,fail,1\n"));
     assert!(csv.contains("\nquality,,,r,correct,,quality-v1,30\n"));
+    assert!(csv.contains("\nquality,,,r,flagged,,quality-v1,1\n"));
     check("compat.html", &html);
     check("compat.json", &render(&m, Format::Json).unwrap());
     check("compat.csv", &csv);

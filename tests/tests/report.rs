@@ -118,7 +118,8 @@ async fn demo_report_from_memory_and_from_clickhouse() {
     );
     // What answered: the simulator answers with the model id it was sent, so every provider
     // is listed, none is flagged, and ClickHouse counts the same. Only Chat Completions has
-    // a `system_fingerprint` (the Messages and Responses APIs define none).
+    // a `system_fingerprint` (the Messages and Responses APIs define none), and of the demo's
+    // profiles only fast-lane sends one.
     assert_eq!(
         mem.models.len(),
         data.plan.providers.len(),
@@ -133,12 +134,17 @@ async fn demo_report_from_memory_and_from_clickhouse() {
             .iter()
             .find(|p| p.name == m.provider)
             .unwrap();
-        let want: &[&str] = match spec.request.api {
-            latmesh_core::api::Api::Chat => &["latmesh-sim"],
-            _ => &[],
-        };
+        let want: Vec<String> = match spec.request.api {
+            latmesh_core::api::Api::Chat => latmesh_sim::builtin_profiles()
+                .into_iter()
+                .find(|p| p.name == m.provider)
+                .and_then(|p| p.system_fingerprint),
+            _ => None,
+        }
+        .into_iter()
+        .collect();
         assert_eq!(
-            m.system_fingerprints.keys().collect::<Vec<_>>(),
+            m.system_fingerprints.keys().cloned().collect::<Vec<_>>(),
             want,
             "{}",
             m.provider
