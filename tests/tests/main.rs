@@ -17,6 +17,7 @@ mod check;
 mod clickhouse;
 mod clickhouse_sink;
 mod clickhouse_stall;
+mod compat;
 mod compat_store;
 mod demo;
 mod distributed;

@@ -153,6 +153,9 @@ pub async fn run(args: CompatArgs) -> anyhow::Result<()> {
     } else {
         chosen(&plan, &args.providers, &quality.providers)
     };
+    let started_unix_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
     let prober =
         Prober::with_root_certificate_file(None, args.ca_file.as_deref()).context("--ca-file")?;
     // Every credential is read before anything is sent.
@@ -213,28 +216,47 @@ pub async fn run(args: CompatArgs) -> anyhow::Result<()> {
         println!("run {} (campaign {})", output.run_id, output.campaign);
     }
     if let Some(url) = &args.clickhouse_url {
-        store_run(url, &args.clickhouse_db, &output, &results)
-            .await
-            .with_context(|| format!("--clickhouse-url {url}: storing run {}", output.run_id))?;
+        store_run(
+            url,
+            &args.clickhouse_db,
+            &plan,
+            started_unix_us,
+            &output,
+            &results,
+        )
+        .await
+        .with_context(|| format!("--clickhouse-url {url}: storing run {}", output.run_id))?;
     }
     Ok(())
 }
 
 /// Stores one run in ClickHouse (`store/migrations/0009_compat.sql`): its check results
-/// and its samples, keyed by `output.run_id` and `output.campaign`.
+/// and its samples, keyed by `output.run_id` and `output.campaign`, stamped with `plan`'s
+/// name and each provider's API and the run's start (`started_unix_us`).
 ///
-/// TO WIRE AT MERGE (lead): call the store crate's inserts for the two compat tables (the
-/// `analysis` helper writes them); until then this refuses, so nothing is silently left
-/// unstored.
+/// TO WIRE AT MERGE (lead): `latmesh_store::insert_compat_run(&client, clickhouse_db,
+/// &CompatRun { run_id, campaign_id: output.campaign, campaign_name: plan.name, region,
+/// started_unix_us, checks_version, quality_set, apis: provider → `request.api.name()` },
+/// results, &output.samples)` (the `analysis` branch's store side). Until then this refuses,
+/// so nothing is silently left unstored.
 ///
 /// # Errors
 /// Always, until wired.
 pub async fn store_run(
     clickhouse_url: &str,
     clickhouse_db: &str,
+    plan: &Plan,
+    started_unix_us: i64,
     output: &CompatOutput,
     results: &[CompatResult],
 ) -> anyhow::Result<()> {
-    let _ = (clickhouse_url, clickhouse_db, output, results);
+    let _ = (
+        clickhouse_url,
+        clickhouse_db,
+        plan,
+        started_unix_us,
+        output,
+        results,
+    );
     anyhow::bail!("storing compat runs is not wired in this build")
 }
