@@ -215,13 +215,24 @@ pub async fn run_with(
     // simulated providers (the simulator keeps running until the process exits).
     if plan.compat.is_some() || plan.quality.is_some() {
         let started = std::time::Instant::now();
+        let started_unix_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as i64);
         if opts.progress {
             eprintln!("{}", compat_intro(&plan));
         }
         let (run, results) = compat_phase(&plan, &reply.campaign_id).await?;
         if let Some(store) = &opts.clickhouse {
             // Stored with the campaign, as `latmesh compat --campaign ID` stores a run.
-            let stored = crate::cmd::compat::store_run(&store.url, &store.db, &run, &results).await;
+            let stored = crate::cmd::compat::store_run(
+                &store.url,
+                &store.db,
+                &plan,
+                started_unix_us,
+                &run,
+                &results,
+            )
+            .await;
             if let Err(e) = stored {
                 eprintln!("demo: the compatibility run is not stored: {e:#}");
             }
