@@ -4,8 +4,9 @@
 //! - [`compat`]: a provider × check table, one cell per verdict with a class per verdict
 //!   (`v-pass`, `v-fail`, `v-not_offered`, `v-not_applicable`, `v-inconclusive`), the legend,
 //!   each provider's score (`passed/counted`, inconclusive checks apart), and the evidence of
-//!   every cell that did not pass as a numbered list under the table (each such cell links to
-//!   its line: nothing needs hovering).
+//!   every cell that did not pass as a numbered list under the table, failures first, one
+//!   line per finding with the providers that share it (each such cell links to its line:
+//!   nothing needs hovering).
 //! - [`quality`]: per provider the graded samples, accuracy with its 95 % interval, agreement
 //!   with the other providers' majority answer, median output tokens and their ratio to the
 //!   others', the answers' fingerprint, and the flag "possible quantization or different
@@ -102,6 +103,62 @@ fn listed(r: &CompatResult) -> bool {
     r.verdict != Verdict::Pass || r.check.weight() <= 0.0
 }
 
+/// One line of the evidence list: a check, a verdict and what it rests on, shared by the
+/// providers listed (the same finding on several providers is one line).
+struct Finding<'a> {
+    check: CompatCheck,
+    verdict: Verdict,
+    text: String,
+    providers: Vec<&'a str>,
+}
+
+/// Where a verdict's findings come in the evidence list: fail, inconclusive, not offered,
+/// not applicable, then what informational checks found.
+fn severity(v: Verdict) -> u8 {
+    match v {
+        Verdict::Fail => 0,
+        Verdict::Inconclusive => 1,
+        Verdict::NotOffered => 2,
+        Verdict::NotApplicable => 3,
+        Verdict::Pass => 4,
+    }
+}
+
+/// The evidence list of `providers` over `checks`: one [`Finding`] per (check, verdict,
+/// evidence) that some provider got and did not pass (or an informational check found), the
+/// most serious verdicts first, then in check order.
+fn findings<'a>(providers: &'a [ProviderCompat], checks: &[CompatCheck]) -> Vec<Finding<'a>> {
+    let mut out: Vec<Finding<'a>> = Vec::new();
+    for c in checks {
+        for p in providers {
+            let Some(r) = p
+                .results
+                .iter()
+                .find(|r| r.check == *c)
+                .filter(|r| listed(r))
+            else {
+                continue;
+            };
+            let text = evidence_text(&r.evidence);
+            match out
+                .iter_mut()
+                .find(|f| f.check == r.check && f.verdict == r.verdict && f.text == text)
+            {
+                Some(f) => f.providers.push(&p.provider),
+                None => out.push(Finding {
+                    check: r.check,
+                    verdict: r.verdict,
+                    text,
+                    providers: vec![&p.provider],
+                }),
+            }
+        }
+    }
+    // Stable: check order within a verdict.
+    out.sort_by_key(|f| severity(f.verdict));
+    out
+}
+
 /// A check's name with line-break opportunities after its underscores.
 fn check_head(c: CompatCheck) -> Markup {
     let name = c.as_str();
@@ -117,24 +174,12 @@ fn check_head(c: CompatCheck) -> Markup {
 pub fn compat(report: &CompatReport) -> Markup {
     let providers = &report.compat;
     let checks = checks_run(providers);
-    // The evidence list's lines, numbered in table order (provider, then check).
-    let mut evidence: Vec<(&str, &CompatResult)> = Vec::new();
-    for p in providers {
-        for c in &checks {
-            if let Some(r) = p
-                .results
-                .iter()
-                .find(|r| r.check == *c)
-                .filter(|r| listed(r))
-            {
-                evidence.push((&p.provider, r));
-            }
-        }
-    }
+    let findings = findings(providers, &checks);
+    // The number of the evidence line of `provider`'s result of `check`.
     let number = |provider: &str, check: CompatCheck| {
-        evidence
+        findings
             .iter()
-            .position(|(p, r)| *p == provider && r.check == check)
+            .position(|f| f.check == check && f.providers.contains(&provider))
             .map(|i| i + 1)
     };
     html! {
@@ -192,15 +237,15 @@ pub fn compat(report: &CompatReport) -> Markup {
             }
         }
         "\n"
-        @if !evidence.is_empty() {
+        @if !findings.is_empty() {
             h3 { "Evidence: every check that did not pass, and what the informational ones found" }
             ol class="evidence" {
-                @for (i, (provider, r)) in evidence.iter().enumerate() {
+                @for (i, f) in findings.iter().enumerate() {
                     li id={ "ev-" (i + 1) } {
-                        strong { (provider) " · " (r.check.as_str()) }
-                        " " span class={ "v v-" (r.verdict.as_str()) } { (r.verdict.short()) }
-                        @if r.check.weight() <= 0.0 { " (informational)" }
-                        ": " (evidence_text(&r.evidence))
+                        span class={ "v v-" (f.verdict.as_str()) } { (f.verdict.short()) }
+                        " " strong { (f.check.as_str()) }
+                        @if f.check.weight() <= 0.0 { " (informational)" }
+                        " · " (f.providers.join(", ")) ": " (f.text)
                     }
                 }
             }
@@ -320,45 +365,63 @@ mod tests {
     }
 
     #[test]
-    fn non_pass_cells_link_to_their_evidence_and_escape_it() {
-        let results = vec![
-            result(CompatCheck::Stream, Verdict::Pass, Evidence::default()),
-            result(
+    fn non_pass_cells_link_to_their_shared_evidence_failures_first() {
+        let json_no = Evidence {
+            http_status: Some(400),
+            field: Some("response_format".into()),
+            message: "<b>no</b>".into(),
+        };
+        let mut results = Vec::new();
+        for provider in ["p<1>", "q"] {
+            let at = |check, verdict, evidence| {
+                let mut r = result(check, verdict, evidence);
+                r.provider = provider.into();
+                r
+            };
+            results.push(at(CompatCheck::Stream, Verdict::Pass, Evidence::default()));
+            results.push(at(
                 CompatCheck::JsonMode,
                 Verdict::NotOffered,
-                Evidence {
-                    http_status: Some(400),
-                    field: Some("response_format".into()),
-                    message: "<b>no</b>".into(),
-                },
-            ),
-            result(
+                json_no.clone(),
+            ));
+            results.push(at(
                 CompatCheck::ReasoningField,
                 Verdict::Pass,
                 Evidence {
                     field: Some("reasoning_content".into()),
                     ..Evidence::default()
                 },
-            ),
-        ];
+            ));
+        }
+        // q also fails the stop check: listed first.
+        results.push(CompatResult {
+            provider: "q".into(),
+            ..result(CompatCheck::Stop, Verdict::Fail, Evidence::default())
+        });
         let report = CompatReport {
             run_id: "r1".into(),
             compat: latmesh_results::parity::compat_by_provider(&results),
             quality: None,
         };
         let html = compat(&report).into_string();
-        // Three checks ran: three columns; `stop` never ran, so it has none.
-        assert_eq!(html.matches("<th class=\"check\">").count(), 3);
-        assert!(!html.contains(">stop<"));
-        assert!(html.contains("<td class=\"v v-not_offered\""));
-        assert!(html.contains("href=\"#ev-1\""), "{html}");
-        // The informational check's finding is listed though it passed.
-        assert!(html.contains("href=\"#ev-2\""), "{html}");
-        assert!(html.contains("<li id=\"ev-1\"><strong>p&lt;1&gt; · json_mode</strong>"));
-        assert!(html.contains("HTTP 400 · field response_format · &lt;b&gt;no&lt;/b&gt;"));
-        assert!(html.contains("(informational): field reasoning_content"));
-        // 1 passed of 2 counted (stream, json_mode; reasoning_field weighs 0).
+        // Four checks ran: four columns; `p<1>` has no `stop` result.
+        assert_eq!(html.matches("<th class=\"check\">").count(), 4);
+        assert_eq!(html.matches("<td class=\"empty\">–</td>").count(), 1);
+        // Three findings: q's stop failure, json_mode not offered on both, the reasoning
+        // field both found (informational, though it passed).
+        assert_eq!(html.matches("<li id=\"ev-").count(), 3);
+        assert!(html.contains(
+            "<li id=\"ev-1\"><span class=\"v v-fail\">FAIL</span> <strong>stop</strong> · q: no detail recorded</li>"
+        ));
+        assert!(html.contains(
+            "<li id=\"ev-2\"><span class=\"v v-not_offered\">n/o</span> <strong>json_mode</strong> · p&lt;1&gt;, q: HTTP 400 · field response_format · &lt;b&gt;no&lt;/b&gt;</li>"
+        ));
+        assert!(html.contains("(informational) · p&lt;1&gt;, q: field reasoning_content"));
+        assert_eq!(html.matches("href=\"#ev-2\"").count(), 2);
+        assert_eq!(html.matches("href=\"#ev-3\"").count(), 2);
+        // 1 passed of 2 counted (stream, json_mode; reasoning_field weighs 0); q: 1 of 3.
         assert!(html.contains("<td>1/2 (50%)</td><td>0</td>"), "{html}");
+        assert!(html.contains("<td>1/3 (33%)</td><td>0</td>"), "{html}");
     }
 
     #[test]
