@@ -1,7 +1,9 @@
 //! `latmesh demo`: the whole distributed path on one machine. Starts the simulator (nine
 //! providers, two of them also probed over the Anthropic and Responses APIs), a coordinator and three agents (`us-east`, `eu-west`, `ap-southeast`) talking
-//! gRPC and HTTP over loopback, runs the embedded campaign `examples/demo.toml`, and returns
-//! the summary ([`run`]) or everything a report needs ([`run_with`]). The simulator and each
+//! gRPC and HTTP over loopback, runs the embedded campaign `examples/demo.toml`, then its
+//! `[compat]` checks and `[quality]` set against the same providers from this process (as
+//! `latmesh compat` does), and returns the summary ([`run`]) or everything a report needs
+//! ([`run_with`], its `compat` included). The simulator and each
 //! agent run on a runtime and thread of their own, as separate processes would: a busy
 //! simulator cannot hold up an agent's scheduler.
 
