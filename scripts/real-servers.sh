@@ -46,7 +46,9 @@ LLMOCK_PORT="${LATMESH_REAL_LLMOCK_PORT:-18083}"
 LLMOCK_FAULTS_PORT="${LATMESH_REAL_LLMOCK_FAULTS_PORT:-18084}"
 
 LLAMA_MODEL_ID=smollm2
-LLAMA_CTX="${LATMESH_REAL_LLAMA_CTX:-2048}"
+# The context is shared by the slots: 4096 gives each of the 2 slots 2048 tokens, room for
+# the ~1,650-token shared prefix of the prompt-cache compatibility check (core::compat).
+LLAMA_CTX="${LATMESH_REAL_LLAMA_CTX:-4096}"
 LLAMA_PARALLEL="${LATMESH_REAL_LLAMA_PARALLEL:-2}"
 # One thread: on 2 shared cores, llama.cpp's spinning thread pool with 2 threads
 # slows 20-40x as soon as anything else (latmesh itself) wants a core.

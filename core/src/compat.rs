@@ -25,16 +25,19 @@ pub enum CompatCheck {
     Stream,
     /// A non-streamed request ends `ok` with visible content.
     NonStream,
-    /// Chat only: a stream sent with `stream_options.include_usage` is accepted (not a 4xx
-    /// naming the field) and carries `usage.completion_tokens`. Other APIs: usage in the
-    /// stream (they send it unasked).
+    /// Chat: a stream sent with `stream_options.include_usage` is accepted (a 4xx naming the
+    /// field fails) and carries a non-zero `usage.completion_tokens` after streamed text.
+    /// Other APIs: the same usage in the stream (they send it unasked); a count of 0 after
+    /// streamed text fails.
     StreamUsage,
     /// The output cap is honoured: a request with a small cap asking for a long answer ends
     /// with `finish_reason` `length` (or the API's equivalent) and completion tokens ≤ cap.
     OutputCap,
     /// A stop sequence is honoured: the answer ends before the stop string, which does not
-    /// appear in it, with finish reason `stop`. Not applicable on the Responses API (it has
-    /// no stop parameter).
+    /// appear in it, with finish reason `stop`. Inconclusive when the answer cannot tell
+    /// (it never counts up to 6, or reaches the cap without the stop string: a server
+    /// ignoring `stop` would pass on a canned reply). Not applicable on the Responses API
+    /// (it has no stop parameter).
     Stop,
     /// JSON mode (`response_format: {"type": "json_object"}`; Responses:
     /// `text.format`) returns content that parses as a JSON object. A 4xx naming the field is

@@ -247,6 +247,10 @@ fn compat_refuses_bad_input_before_sending() {
         "{all:?}"
     );
     assert_eq!(v["samples"], serde_json::json!([]));
+    assert_eq!(
+        (v["quality_set"].as_str(), v["checks_version"].as_u64()),
+        (Some(""), Some(1))
+    );
 }
 
 /// Whether `profile` has faults (throttling, errors, truncation, stalls) that may make a

@@ -32,6 +32,7 @@ mod metrics;
 mod probe_cli;
 mod quarantine;
 mod real_servers;
+mod real_servers_compat;
 mod report;
 mod schedule;
 mod sse_cases;

@@ -53,7 +53,9 @@ pub fn judge_answer(r: &ProbeResult) -> (Verdict, Evidence) {
 
 /// [`latmesh_core::compat::CompatCheck::StreamUsage`]: on Chat Completions, a stream sent
 /// with `stream_options.include_usage` is not refused (a 4xx naming the field fails) and
-/// carries `usage.completion_tokens`; on the other APIs, usage is in the stream.
+/// carries `usage.completion_tokens`; on the other APIs, usage is in the stream. A count of
+/// 0 after streamed text fails: the usage arrived and is false (aimock over Messages and
+/// Responses: `output_tokens` 0 after ~35 text deltas), of no use to a client counting cost.
 pub fn judge_stream_usage(r: &ProbeResult, api: Api) -> (Verdict, Evidence) {
     let rec = &r.record;
     if api == Api::Chat
@@ -70,7 +72,16 @@ pub fn judge_stream_usage(r: &ProbeResult, api: Api) -> (Verdict, Evidence) {
         return v;
     }
     let field = Some("usage.completion_tokens");
+    let streamed = rec.content_chunks + rec.reasoning_chunks;
     match rec.usage.completion_tokens {
+        Some(0) if streamed > 0 => (
+            Verdict::Fail,
+            evidence(
+                rec.http_status,
+                field,
+                format!("0 completion tokens reported after {streamed} streamed payload(s)"),
+            ),
+        ),
         Some(n) => (
             Verdict::Pass,
             evidence(
@@ -118,8 +129,17 @@ pub fn judge_output_cap(r: &ProbeResult, cap: u32, cap_field: &str) -> (Verdict,
     (verdict, evidence(rec.http_status, Some(field), msg))
 }
 
+/// The number [`STOP_PROMPT`]'s count writes just before [`STOP_SEQUENCE`]. An answer
+/// without it never got near the stop sequence (a canned reply, prose), so it cannot show
+/// whether the sequence is honoured: aimock and llmock ignore `stop`, and their fixed answers,
+/// which never contain a 7, would otherwise pass.
+pub const BEFORE_STOP: &str = "6";
+
 /// [`latmesh_core::compat::CompatCheck::Stop`]: finish reason `stop`, visible content
-/// without [`STOP_SEQUENCE`].
+/// without [`STOP_SEQUENCE`]. Inconclusive when the answer cannot tell: it never counted up
+/// to [`BEFORE_STOP`], or it reached the output cap without writing the stop sequence (a
+/// model that loops, `123456; 123456; …`, would have done the same against a provider that
+/// ignores `stop`).
 pub fn judge_stop(r: &ProbeResult, stop_field: &str) -> (Verdict, Evidence) {
     if let Some(v) = failed(r, &[stop_field]) {
         return v;
@@ -142,6 +162,23 @@ pub fn judge_stop(r: &ProbeResult, stop_field: &str) -> (Verdict, Evidence) {
     if text.trim().is_empty() {
         let msg = format!("no visible content ({})", finish(r));
         return (Verdict::Fail, evidence(rec.http_status, field, msg));
+    }
+    if !text.contains(BEFORE_STOP) {
+        let msg = format!(
+            "the answer never counted up to the stop sequence {STOP_SEQUENCE:?}, so it cannot \
+             show whether it is honoured ({}): {}",
+            finish(r),
+            quote(text)
+        );
+        return (Verdict::Inconclusive, evidence(rec.http_status, field, msg));
+    }
+    if rec.finish_reason.as_deref() == Some("length") {
+        let msg = format!(
+            "the answer reached the output cap ({STOP_MAX_TOKENS} tokens) without writing the \
+             stop sequence {STOP_SEQUENCE:?}, so it cannot show whether it is honoured: {}",
+            quote(text)
+        );
+        return (Verdict::Inconclusive, evidence(rec.http_status, field, msg));
     }
     if rec.finish_reason.as_deref() != Some("stop") {
         let msg = format!("{} instead of stop", finish(r));
@@ -283,6 +320,16 @@ mod tests {
     fn usage_in_streams() {
         let with = ok(|r| r.usage.completion_tokens = Some(7));
         assert_eq!(judge_stream_usage(&with, Api::Chat).0, Verdict::Pass);
+        let zero = ok(|r| {
+            r.usage.completion_tokens = Some(0);
+            r.content_chunks = 35;
+        });
+        let (v, e) = judge_stream_usage(&zero, Api::Anthropic);
+        assert_eq!(v, Verdict::Fail);
+        assert_eq!(
+            e.message,
+            "0 completion tokens reported after 35 streamed payload(s)"
+        );
         let (v, e) = judge_stream_usage(&ok(|_| {}), Api::Chat);
         assert_eq!(v, Verdict::Fail);
         assert!(e.message.contains("although stream_options"), "{e:?}");
@@ -356,9 +403,28 @@ mod tests {
             e.message,
             "the answer goes on past the stop sequence \"7\": …\"1 2 3 4 5 6 7 8 9 10\""
         );
+        // Answers that cannot tell: prose that never counts, a count that loops to the cap.
+        let (v, e) = judge_stop(&answer("Paris is the capital of France.", "stop"), "stop");
+        assert_eq!(v, Verdict::Inconclusive);
+        assert!(
+            e.message.starts_with("the answer never counted up to"),
+            "{e:?}"
+        );
         assert_eq!(
             judge_stop(&answer("1 2 3", "length"), "stop").0,
+            Verdict::Inconclusive
+        );
+        let (v, e) = judge_stop(&answer("123456; 123456; 123456", "length"), "stop");
+        assert_eq!(v, Verdict::Inconclusive);
+        assert!(e.message.contains("output cap (128 tokens)"), "{e:?}");
+        assert_eq!(
+            judge_stop(&answer("1 2 3 4 5 6 ", "content_filter"), "stop").0,
             Verdict::Fail
+        );
+        assert_eq!(
+            STOP_SEQUENCE.parse::<u32>().unwrap() - 1,
+            BEFORE_STOP.parse::<u32>().unwrap(),
+            "BEFORE_STOP is the number the count writes before the stop sequence"
         );
         assert_eq!(judge_stop(&answer("", "stop"), "stop").0, Verdict::Fail);
         assert_eq!(stop_field(Api::Responses), None);

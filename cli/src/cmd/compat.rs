@@ -55,6 +55,10 @@ pub struct CompatArgs {
     /// ClickHouse database (with --clickhouse-url).
     #[arg(long, env = "LATMESH_CLICKHOUSE_DB", default_value = "latmesh")]
     clickhouse_db: String,
+    /// The region label the run is stored under (where this machine is); shown next to the
+    /// campaign's regions in reports and `latmesh check`.
+    #[arg(long, default_value = "local")]
+    region: String,
 }
 
 /// What `--json` prints.
@@ -66,7 +70,7 @@ pub struct CompatOutput {
     pub campaign: String,
     /// [`COMPAT_CHECKS_VERSION`].
     pub checks_version: u32,
-    /// [`QUALITY_SET_VERSION`].
+    /// [`QUALITY_SET_VERSION`]; empty when no quality set ran.
     pub quality_set: String,
     /// Checks per provider, scored.
     pub compat: Vec<ProviderCompat>,
@@ -153,6 +157,18 @@ pub async fn run(args: CompatArgs) -> anyhow::Result<()> {
     } else {
         chosen(&plan, &args.providers, &quality.providers)
     };
+    // The database is prepared before anything is sent: a wrong URL fails in a second, not
+    // after every check has run.
+    let store = match &args.clickhouse_url {
+        Some(url) => {
+            let client = latmesh_store::client(url);
+            latmesh_store::migrate(&client, &args.clickhouse_db, None)
+                .await
+                .with_context(|| format!("--clickhouse-url {url}: preparing the database"))?;
+            Some(client)
+        }
+        None => None,
+    };
     let started_unix_us = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
@@ -200,7 +216,11 @@ pub async fn run(args: CompatArgs) -> anyhow::Result<()> {
             .clone()
             .unwrap_or_else(|| format!("{}-{}", plan.name, &id[12..20])),
         checks_version: COMPAT_CHECKS_VERSION,
-        quality_set: QUALITY_SET_VERSION.to_string(),
+        quality_set: if quality_on.is_empty() {
+            String::new()
+        } else {
+            QUALITY_SET_VERSION.to_string()
+        },
         compat: compat_by_provider(&results),
         quality: parity(&samples),
         samples,
@@ -215,10 +235,11 @@ pub async fn run(args: CompatArgs) -> anyhow::Result<()> {
         print!("{}", crate::ui::compat::render_quality(&output.quality));
         println!("run {} (campaign {})", output.run_id, output.campaign);
     }
-    if let Some(url) = &args.clickhouse_url {
+    if let (Some(client), Some(url)) = (&store, &args.clickhouse_url) {
         store_run(
-            url,
+            client,
             &args.clickhouse_db,
+            &args.region,
             &plan,
             started_unix_us,
             &output,
@@ -226,37 +247,44 @@ pub async fn run(args: CompatArgs) -> anyhow::Result<()> {
         )
         .await
         .with_context(|| format!("--clickhouse-url {url}: storing run {}", output.run_id))?;
+        if !args.json {
+            eprintln!("stored run {} in {}", output.run_id, args.clickhouse_db);
+        }
     }
     Ok(())
 }
 
 /// Stores one run in ClickHouse (`store/migrations/0009_compat.sql`): its check results
 /// and its samples, keyed by `output.run_id` and `output.campaign`, stamped with `plan`'s
-/// name and each provider's API and the run's start (`started_unix_us`).
-///
-/// TO WIRE AT MERGE (lead): `latmesh_store::insert_compat_run(&client, clickhouse_db,
-/// &CompatRun { run_id, campaign_id: output.campaign, campaign_name: plan.name, region,
-/// started_unix_us, checks_version, quality_set, apis: provider → `request.api.name()` },
-/// results, &output.samples)` (the `analysis` branch's store side). Until then this refuses,
-/// so nothing is silently left unstored.
+/// name, `region`, each provider's API and the run's start (`started_unix_us`). A repeated
+/// call for one run stores nothing twice ([`latmesh_store::insert_compat_run`]).
 ///
 /// # Errors
-/// Always, until wired.
+/// ClickHouse refused or could not be reached.
 pub async fn store_run(
-    clickhouse_url: &str,
+    client: &clickhouse::Client,
     clickhouse_db: &str,
+    region: &str,
     plan: &Plan,
     started_unix_us: i64,
     output: &CompatOutput,
     results: &[CompatResult],
 ) -> anyhow::Result<()> {
-    let _ = (
-        clickhouse_url,
-        clickhouse_db,
-        plan,
+    let run = latmesh_store::compat::CompatRun {
+        run_id: output.run_id.clone(),
+        campaign_id: output.campaign.clone(),
+        campaign_name: plan.name.clone(),
+        region: region.to_string(),
         started_unix_us,
-        output,
-        results,
-    );
-    anyhow::bail!("storing compat runs is not wired in this build")
+        checks_version: output.checks_version,
+        quality_set: output.quality_set.clone(),
+        apis: plan
+            .providers
+            .iter()
+            .map(|p| (p.name.clone(), p.request.api.name().to_string()))
+            .collect(),
+    };
+    latmesh_store::compat::insert_compat_run(client, clickhouse_db, &run, results, &output.samples)
+        .await?;
+    Ok(())
 }
