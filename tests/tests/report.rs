@@ -159,6 +159,9 @@ async fn demo_report_from_memory_and_from_clickhouse() {
     check_windows(&ch, &data);
     let ch_html = std::fs::read_to_string(out("html")).unwrap();
     check_self_contained(&ch_html);
+    // The demo stored its compatibility run with the campaign: the report from ClickHouse has
+    // it too.
+    check_compat(&ch_html, &ch_json, &data);
     let ch_csv = std::fs::read_to_string(out("csv")).unwrap();
     assert!(ch_csv.lines().any(|l| l.starts_with("time_series,")));
     assert!(ch_csv.lines().any(|l| l.starts_with("windows,,us-east,")));

@@ -226,9 +226,12 @@ pub async fn run_with(
         let (run, results) = compat_phase(&plan, &reply.campaign_id).await?;
         if let Some(store) = &opts.clickhouse {
             // Stored with the campaign, as `latmesh compat --campaign ID` stores a run.
+            // From the demo's own process: region `local`, `latmesh compat`'s default.
+            let client = latmesh_store::client(&store.url);
             let stored = crate::cmd::compat::store_run(
-                &store.url,
+                &client,
                 &store.db,
+                "local",
                 &plan,
                 started_unix_us,
                 &run,
