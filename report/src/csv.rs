@@ -3,12 +3,17 @@
 //! matrix cell, sweep step or rate row) gives `n`, then per percentile `p95`, `p95_supported`
 //! (1 or 0: the sample-size rule of docs/metrics.md) and, when supported, `p95_lo`/`p95_hi` (its
 //! 95 % interval). Sections: `matrix` (the summary's cells), `cdf` (x = ms, value = fraction), `itl` (quantiles), `sweep` (x = concurrency),
-//! `rate`, `windows` (x = window label), `time_series` (x = bucket start, UTC s). Values are
+//! `rate`, `windows` (x = window label), `time_series` (x = bucket start, UTC s), and when
+//! `latmesh compat` ran `compat` (metric = check, stat `verdict`, x = the verdict, value 1;
+//! metric `score`: the score, `passed`, `counted`, `inconclusive`) and `quality` (x = the
+//! prompt set; `samples`, `graded`, `correct`, `accuracy` with `lo`/`hi`, `agreement`,
+//! `output_tokens` `p50`, `length_ratio`, `flagged` 1 or 0). Values are
 //! written with Rust's shortest round-trip formatting, the digits the JSON has.
 //! Fields are written by the `csv` crate, quoted only when they hold `,`, `"`, `\n` or `\r`.
 
 use crate::model::ReportModel;
 use latmesh_core::plan::DEFAULT_PERCENTILES;
+use latmesh_results::parity::CompatReport;
 use latmesh_results::summary::Percentiles;
 
 /// The header line's columns.
@@ -130,6 +135,7 @@ pub fn render(m: &ReportModel) -> String {
             }
         }
     }
+    compat(&mut o, &m.compat);
     for c in &m.cdfs {
         for (x, f) in &c.points {
             o.row(
@@ -331,6 +337,47 @@ pub fn render(m: &ReportModel) -> String {
         }
     }
     o.finish()
+}
+
+/// The `compat` and `quality` rows of `c` (none when `latmesh compat` did not run).
+fn compat(o: &mut Out, c: &CompatReport) {
+    for p in &c.compat {
+        let name = p.provider.as_str();
+        for r in &p.results {
+            let (check, verdict) = (r.check.as_str(), r.verdict.as_str());
+            o.row("compat", "", "", name, check, "verdict", verdict, 1.0);
+        }
+        if let Some(s) = p.score {
+            for (stat, v) in [
+                ("", s.score),
+                ("passed", f64::from(s.passed)),
+                ("counted", f64::from(s.counted)),
+                ("inconclusive", f64::from(s.inconclusive)),
+            ] {
+                o.row("compat", "", "", name, "score", stat, "", v);
+            }
+        }
+    }
+    let Some(q) = &c.quality else { return };
+    for p in &q.providers {
+        let (lo, hi) = p.accuracy_ci.unzip();
+        for (metric, stat, v) in [
+            ("samples", "", Some(p.samples as f64)),
+            ("graded", "", Some(p.graded as f64)),
+            ("correct", "", Some(p.correct as f64)),
+            ("accuracy", "", p.accuracy),
+            ("accuracy", "lo", lo),
+            ("accuracy", "hi", hi),
+            ("agreement", "", p.agreement),
+            ("output_tokens", "p50", p.median_output_tokens),
+            ("length_ratio", "", p.length_ratio),
+            ("flagged", "", Some(f64::from(u8::from(p.flag.is_some())))),
+        ] {
+            if let Some(v) = v {
+                o.row("quality", "", "", &p.provider, metric, stat, &q.set, v);
+            }
+        }
+    }
 }
 
 #[cfg(test)]

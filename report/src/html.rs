@@ -1,6 +1,7 @@
 //! The report as one self-contained HTML page: inline CSS, inline SVG charts
 //! ([`super::charts`]), no script, no font or image to fetch, no URL at all. Sections:
-//! region × provider heatmaps, TTFT/E2E CDFs, ITL spread, sweeps, open-loop rates, peak vs
+//! region × provider heatmaps, compatibility and quality parity when `latmesh compat` ran
+//! ([`super::compat_html`]), TTFT/E2E CDFs, ITL spread, sweeps, open-loop rates, peak vs
 //! off-peak, latency over time, the analysis ([`latmesh_results::analysis`]'s fragment), notes. Every chart sits in a
 //! `<figure class="chart" data-kind="…">`, every heatmap in a `<figure class="heatmap">`.
 //!
@@ -15,6 +16,7 @@ use latmesh_core::metrics::Metric;
 use crate::charts::{
     self, BarChart, BoxChart, BoxRow, Line, Marker, SIZE, XyChart, bar_chart, box_chart, xy_chart,
 };
+use crate::compat_html;
 use crate::model::ReportModel;
 use latmesh_results::load_stats::{self, RateRow, SweepRow};
 use latmesh_results::model_stats;
@@ -117,11 +119,16 @@ fn heat_gradient() -> String {
 pub fn page(m: &ReportModel) -> String {
     let c = &m.campaign;
     let start = latmesh_core::windows::utc_label(c.start_at_unix_us.div_euclid(1_000_000), false);
-    let mut sections: Vec<(&str, &str, Markup)> = vec![
-        ("matrix", "Region × provider", matrix(m)),
-        ("cdfs", "Latency CDFs", cdfs(m)),
-        ("itl", "Inter-token latency", itl(m)),
-    ];
+    let mut sections: Vec<(&str, &str, Markup)> = vec![("matrix", "Region × provider", matrix(m))];
+    // What `latmesh compat` measured, next to the matrix.
+    if !m.compat.compat.is_empty() {
+        sections.push(("compat", "Compatibility", compat_html::compat(&m.compat)));
+    }
+    if let Some(q) = &m.compat.quality {
+        sections.push(("quality", "Quality parity", compat_html::quality(q)));
+    }
+    sections.push(("cdfs", "Latency CDFs", cdfs(m)));
+    sections.push(("itl", "Inter-token latency", itl(m)));
     if !m.sweeps.is_empty() {
         sections.push(("sweeps", "Concurrency sweeps", sweeps(m)));
     }
@@ -150,7 +157,10 @@ pub fn page(m: &ReportModel) -> String {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { "latmesh report: " (c.name) }
-                style { (PreEscaped(CSS)) }
+                style {
+                    (PreEscaped(CSS))
+                    @if !m.compat.is_empty() { (PreEscaped(compat_html::CSS)) }
+                }
             }
             body {
                 "\n"

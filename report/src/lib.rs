@@ -10,6 +10,7 @@
 
 pub mod analysis_html;
 pub mod charts;
+pub mod compat_html;
 pub mod csv;
 pub mod html;
 pub mod model;

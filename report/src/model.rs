@@ -10,6 +10,7 @@ use serde::Serialize;
 use latmesh_results::budget::BudgetSummary;
 use latmesh_results::load_stats::{RateRow, SweepRow};
 use latmesh_results::model_stats::ModelRow;
+use latmesh_results::parity::CompatReport;
 use latmesh_results::report_data::{ALL, ReportData};
 use latmesh_results::summary::MatrixCell;
 use latmesh_store::query::WindowsReport;
@@ -30,6 +31,10 @@ pub struct ReportModel {
     pub campaign: CampaignFacts,
     /// The summary's matrix cells, verbatim (every region and `ALL`, every scenario).
     pub matrix: Vec<MatrixCell>,
+    /// What `latmesh compat` measured for the campaign: compatibility checks per provider
+    /// and quality parity (left out when it was not run).
+    #[serde(skip_serializing_if = "CompatReport::is_empty")]
+    pub compat: CompatReport,
     /// The summary's rows of what answered (per provider), verbatim.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub models: Vec<ModelRow>,
@@ -237,6 +242,7 @@ impl ReportModel {
                 budget: s.guard.clone(),
             },
             matrix: s.cells.clone(),
+            compat: data.compat.clone(),
             models: s.models.clone(),
             cdfs,
             itl,

@@ -104,3 +104,142 @@ fn rendered_reports_match_the_golden_files() {
         check(name, &render(&m, format).unwrap());
     }
 }
+
+/// What one `latmesh compat` run measured: `p` honest, `q` failing `json_mode` and `stop`
+/// (and one inconclusive check), `r` answering 6 of 16 prompts wrong and shorter (the
+/// quantization trap), through the parity functions the store and the demo use.
+fn compat_fixture() -> latmesh_results::parity::CompatReport {
+    use latmesh_core::compat::{CompatCheck, CompatResult, Evidence, Verdict};
+    use latmesh_core::quality::{QualitySample, answer_hash};
+    use latmesh_core::record::Outcome;
+    use latmesh_results::parity::{CompatReport, compat_by_provider, parity};
+
+    let mut results = Vec::new();
+    for provider in ["p", "q", "r"] {
+        for check in CompatCheck::ALL {
+            let ev = |http_status: Option<u16>, field: Option<&str>, message: &str| Evidence {
+                http_status,
+                field: field.map(str::to_string),
+                message: message.into(),
+            };
+            let (verdict, evidence) = match (provider, check) {
+                (_, CompatCheck::ReasoningField) => (
+                    Verdict::NotOffered,
+                    ev(None, None, "no reasoning in the answer"),
+                ),
+                ("q", CompatCheck::JsonMode) => (
+                    Verdict::Fail,
+                    ev(
+                        Some(200),
+                        Some("response_format"),
+                        "content is not a JSON object: \"Sure <&> here\"",
+                    ),
+                ),
+                ("q", CompatCheck::Stop) => (
+                    Verdict::Fail,
+                    ev(
+                        Some(200),
+                        Some("finish_reason=length"),
+                        "the stop string \"7\" is in the answer",
+                    ),
+                ),
+                ("q", CompatCheck::PromptCache) => (
+                    Verdict::Inconclusive,
+                    ev(Some(429), None, "throttled twice"),
+                ),
+                _ => (Verdict::Pass, Evidence::default()),
+            };
+            results.push(CompatResult {
+                provider: provider.into(),
+                check,
+                verdict,
+                evidence,
+            });
+        }
+    }
+    let mut samples = Vec::new();
+    for provider in ["p", "q", "r"] {
+        for i in 0..16u32 {
+            for sample in 0..3 {
+                let wrong = provider == "r" && i % 8 < 3;
+                let answer = if wrong {
+                    format!("{}", i * 7 + 1)
+                } else {
+                    format!("{}", i * 7)
+                };
+                let throttled = provider == "q" && i == 5 && sample == 2;
+                samples.push(QualitySample {
+                    provider: provider.into(),
+                    prompt_id: format!("arith-{:02}", i + 1),
+                    sample,
+                    outcome: if throttled {
+                        Outcome::Throttled
+                    } else {
+                        Outcome::Ok
+                    },
+                    correct: (!throttled).then_some(!wrong),
+                    answer_hash: if throttled {
+                        String::new()
+                    } else {
+                        answer_hash(&answer)
+                    },
+                    answer: if throttled { String::new() } else { answer },
+                    output_tokens: if provider == "r" {
+                        22 + i % 3
+                    } else {
+                        40 + i % 5
+                    },
+                    answered_model: Some("m".into()),
+                });
+            }
+        }
+    }
+    CompatReport {
+        run_id: "run-1".into(),
+        compat: compat_by_provider(&results),
+        quality: Some(parity(&samples)),
+    }
+}
+
+#[test]
+fn a_report_with_compat_results_matches_its_golden_files() {
+    let (summary, agg, _) = fixtures::sweep_rate_summary();
+    let mut data = ReportData::from_aggregate(summary, fixtures::plan(), &agg);
+    data.compat = compat_fixture();
+    let m = model(&data, "memory", Extras::default());
+    let html = render(&m, Format::Html).unwrap();
+    // Both sections, right after the matrix, and in the navigation.
+    let at = |id: &str| {
+        html.find(&format!("<section id=\"{id}\">"))
+            .unwrap_or_else(|| panic!("no section {id}"))
+    };
+    assert!(at("matrix") < at("compat") && at("compat") < at("quality"));
+    assert!(at("quality") < at("cdfs"));
+    assert!(html.contains("<a href=\"#compat\">Compatibility</a>"));
+    // q: json_mode and stop fail, prompt_cache inconclusive: 9 of 11 counted checks pass.
+    assert_eq!(html.matches("<td class=\"v v-fail\"").count(), 2);
+    assert_eq!(html.matches("<td class=\"v v-inconclusive\"").count(), 1);
+    assert!(html.contains("<td>9/11 (82%)</td><td>1</td>"), "q's score");
+    assert!(
+        html.contains("<td>12/12 (100%)</td><td>0</td>"),
+        "p's score"
+    );
+    assert!(html.contains("content is not a JSON object: &quot;Sure &lt;&amp;&gt; here&quot;"));
+    // r: 30 of 48 correct, shorter, flagged (the only one) in the warning style.
+    assert_eq!(html.matches("<tr class=\"flagged\">").count(), 1);
+    assert!(html.contains("<tr class=\"flagged\"><td class=\"row\">r</td>"));
+    assert!(html.contains("<p class=\"warn\">Possible quantization or different model: r "));
+    assert!(html.contains("<td>0.55×</td>"));
+    assert!(html.contains("<td>48 / 48</td><td>30</td><td>62.5% ["));
+    assert!(html.contains("<td>47 / 48</td><td>47</td><td>100.0% ["));
+    let json: serde_json::Value = serde_json::from_str(&render(&m, Format::Json).unwrap()).unwrap();
+    assert_eq!(json["compat"]["compat"].as_array().map(Vec::len), Some(3));
+    assert_eq!(json["compat"]["quality"]["set"], "quality-v1");
+    let csv = render(&m, Format::Csv).unwrap();
+    assert!(csv.contains("\ncompat,,,q,json_mode,verdict,fail,1\n"));
+    assert!(csv.contains("\nquality,,,r,correct,,quality-v1,30\n"));
+    assert!(csv.contains("\nquality,,,r,flagged,,quality-v1,1\n"));
+    check("compat.html", &html);
+    check("compat.json", &render(&m, Format::Json).unwrap());
+    check("compat.csv", &csv);
+}

@@ -1,7 +1,11 @@
 //! The demo campaign in-process (`latmesh demo` minus printing): nine simulated providers, two
 //! of them also on the Anthropic and Responses APIs (eleven columns), three regions, real gRPC and HTTP over loopback; the matrix shows what the simulator built in.
+//! Then the compatibility checks and the quality set against the same providers: every
+//! provider checked, the demo profiles' traps found (and nothing else flagged), and the
+//! selection matrix using the measured scores.
 
-use latmesh_cli::cmd::demo::{DemoOptions, DemoStore, run};
+use latmesh_cli::cmd::demo::{DemoOptions, DemoStore, run_with};
+use latmesh_core::compat::{CompatCheck, Verdict};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_matrix_reflects_the_simulated_world() {
@@ -15,13 +19,17 @@ async fn demo_matrix_reflects_the_simulated_world() {
             db: db.clone(),
             spool_dir: spool.path().to_path_buf(),
         });
-    let s = run(DemoOptions {
-        rounds: Some(6),
-        progress: false,
-        clickhouse: store.clone(),
-    })
+    let data = run_with(
+        DemoOptions {
+            rounds: Some(6),
+            progress: false,
+            clickhouse: store.clone(),
+        },
+        |_| {},
+    )
     .await
     .unwrap();
+    let s = &data.summary;
     assert_eq!(s.regions.len(), 3);
     assert_eq!(s.providers.len(), 11);
     // 3 regions + ALL, 11 providers, 4 scenarios (2 in rounds, a sweep, an open-loop rate).
@@ -148,6 +156,8 @@ async fn demo_matrix_reflects_the_simulated_world() {
         .sum();
     assert_eq!(all.samples, sum);
 
+    check_beyond_latency(&data);
+
     // The matrix rebuilt from ClickHouse equals the one the coordinator merged in memory.
     if let Some(store) = store {
         let client = latmesh_store::client(&store.url);
@@ -167,5 +177,77 @@ async fn demo_matrix_reflects_the_simulated_world() {
                 (mem.ttft, mem.e2e, mem.tpot_p50_ms)
             );
         }
+    }
+}
+
+/// The compatibility phase (examples/demo.toml `[compat]`, `[quality]`): every provider has a
+/// verdict for every check and quality samples; each verdict is the one the simulator's
+/// ground truth says for that profile and API (`latmesh_sim::compat_truth`: `bulk-chunk`
+/// ignores JSON mode, `keepalive` refuses tools, `fast-lane` sends a `system_fingerprint` and
+/// caches prompts, the reasoners need their reasoning sent back, no profile checks keys),
+/// `inconclusive` allowed only on the profiles that throttle or break answers; `budget`
+/// answers like a cheaper quantization (flagged, and the only one); and the selection matrix
+/// ranks with the measured quality and compatibility.
+fn check_beyond_latency(data: &latmesh_results::report_data::ReportData) {
+    let s = &data.summary;
+    let c = &data.compat;
+    let checked: Vec<&str> = c.compat.iter().map(|p| p.provider.as_str()).collect();
+    assert_eq!(checked, s.providers, "{c:#?}");
+    let profiles = latmesh_sim::all_builtin_profiles();
+    for spec in &data.plan.providers {
+        // `http://ADDR/PROFILE/v1`
+        let name = spec.base_url.trim_end_matches("/v1").rsplit('/').next();
+        let profile = profiles
+            .iter()
+            .find(|p| Some(p.name.as_str()) == name)
+            .unwrap_or_else(|| panic!("{}: no profile", spec.base_url));
+        let faulty = profile.throttle_prob
+            + profile.truncate_prob
+            + profile.stream_error_prob
+            + profile.overload_prob
+            > 0.0;
+        let got = c.compat.iter().find(|p| p.provider == spec.name).unwrap();
+        assert_eq!(got.results.len(), CompatCheck::ALL.len(), "{got:#?}");
+        assert!(got.score.is_some(), "{got:#?}");
+        let want =
+            latmesh_sim::compat_truth::expected_verdicts(profile, spec.request.api, &spec.model_id);
+        for (check, verdict) in want {
+            let r = got.results.iter().find(|r| r.check == check).unwrap();
+            assert!(
+                r.verdict == verdict || (faulty && r.verdict == Verdict::Inconclusive),
+                "{} {check}: {:?}, the simulator says {verdict:?} ({:?})",
+                spec.name,
+                r.verdict,
+                r.evidence
+            );
+        }
+    }
+    let q = c.quality.as_ref().expect("quality parity");
+    let sampled: Vec<&str> = q.providers.iter().map(|p| p.provider.as_str()).collect();
+    assert_eq!(sampled, s.providers);
+    let flagged: Vec<&str> = q
+        .providers
+        .iter()
+        .filter(|p| p.flag.is_some())
+        .map(|p| p.provider.as_str())
+        .collect();
+    assert_eq!(flagged, ["budget"], "{q:#?}");
+    let budget = q.providers.iter().find(|p| p.provider == "budget").unwrap();
+    assert!(budget.accuracy.unwrap() < 0.9, "{budget:#?}");
+    assert!(budget.length_ratio.unwrap() < 1.0, "{budget:#?}");
+    // The selection matrix takes quality and compatibility from the measurement (the demo
+    // types compliance scores only).
+    let analysis = latmesh_results::analysis::analyze(data);
+    let table = analysis
+        .selection
+        .iter()
+        .find(|t| t.scenario == "chat-short" && t.region == "ALL")
+        .expect("the demo's selection matrix");
+    let measured = c.measured();
+    for row in &table.rows {
+        let m = &measured[&row.provider];
+        assert_eq!(row.quality.score, m.quality, "{row:#?}");
+        assert_eq!(row.compatibility.score, m.compatibility, "{row:#?}");
+        assert!(row.quality.text.contains("measured"), "{row:#?}");
     }
 }

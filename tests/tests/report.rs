@@ -5,7 +5,9 @@
 //! - From memory: the JSON report's matrix equals the summary's (P50/P90/P95/P99, their
 //!   sample counts, support and intervals to the last digit), the CSV has the same digits, the
 //!   page has P95 heatmaps and hatches the percentiles the samples do not support, each CDF reaches 0.5 at the matrix's P50, the
-//!   analysis is in both, and the page names no URL, loads nothing and has no script.
+//!   analysis is in both, so are the compatibility checks and quality parity of the demo's
+//!   compatibility phase (the quantized `budget` flagged), and the page names no URL, loads
+//!   nothing and has no script.
 //! - From ClickHouse (`latmesh report` in all three formats, the real binary): the same matrix,
 //!   sweeps and open-loop rows as in memory, time series that count every TTFT and E2E sample,
 //!   peak vs off-peak rows in the regions the zones put there.
@@ -70,6 +72,7 @@ async fn demo_report_from_memory_and_from_clickhouse() {
     assert!(json["analysis"].is_object(), "{}", json["analysis"]);
     assert!(html.contains("class=\"latmesh-analysis\""));
     assert!(html.contains("latency over time comes from ClickHouse"));
+    check_compat(&html, &json, &data);
 
     // --- From ClickHouse: `latmesh report` in every format.
     let out = |format: &str| dir.path().join(format!("ch.{format}"));
@@ -115,7 +118,8 @@ async fn demo_report_from_memory_and_from_clickhouse() {
     );
     // What answered: the simulator answers with the model id it was sent, so every provider
     // is listed, none is flagged, and ClickHouse counts the same. Only Chat Completions has
-    // a `system_fingerprint` (the Messages and Responses APIs define none).
+    // a `system_fingerprint` (the Messages and Responses APIs define none), and of the demo's
+    // profiles only fast-lane sends one.
     assert_eq!(
         mem.models.len(),
         data.plan.providers.len(),
@@ -130,12 +134,17 @@ async fn demo_report_from_memory_and_from_clickhouse() {
             .iter()
             .find(|p| p.name == m.provider)
             .unwrap();
-        let want: &[&str] = match spec.request.api {
-            latmesh_core::api::Api::Chat => &["latmesh-sim"],
-            _ => &[],
-        };
+        let want: Vec<String> = match spec.request.api {
+            latmesh_core::api::Api::Chat => latmesh_sim::builtin_profiles()
+                .into_iter()
+                .find(|p| p.name == m.provider)
+                .and_then(|p| p.system_fingerprint),
+            _ => None,
+        }
+        .into_iter()
+        .collect();
         assert_eq!(
-            m.system_fingerprints.keys().collect::<Vec<_>>(),
+            m.system_fingerprints.keys().cloned().collect::<Vec<_>>(),
             want,
             "{}",
             m.provider
@@ -150,6 +159,9 @@ async fn demo_report_from_memory_and_from_clickhouse() {
     check_windows(&ch, &data);
     let ch_html = std::fs::read_to_string(out("html")).unwrap();
     check_self_contained(&ch_html);
+    // The demo stored its compatibility run with the campaign: the report from ClickHouse has
+    // it too.
+    check_compat(&ch_html, &ch_json, &data);
     let ch_csv = std::fs::read_to_string(out("csv")).unwrap();
     assert!(ch_csv.lines().any(|l| l.starts_with("time_series,")));
     assert!(ch_csv.lines().any(|l| l.starts_with("windows,,us-east,")));
@@ -161,6 +173,37 @@ async fn demo_report_from_memory_and_from_clickhouse() {
         check_rendered(&chromium, &profile, &out("html"), &ch, dir.path());
     }
     latmesh_testkit::drop_db(&client, &db).await;
+}
+
+/// What the demo's compatibility phase measured: right after the matrix, a Compatibility
+/// section with a verdict cell per provider and check and a Quality parity section with the
+/// quantized `budget` flagged; under `"compat"` in the JSON, every provider in both.
+fn check_compat(html: &str, json: &Value, data: &ReportData) {
+    let at = |id: &str| {
+        html.find(&format!("<section id=\"{id}\">"))
+            .unwrap_or_else(|| panic!("no section {id}"))
+    };
+    assert!(at("matrix") < at("compat") && at("compat") < at("quality"));
+    assert!(at("quality") < at("cdfs"));
+    let n = data.plan.providers.len();
+    assert_eq!(json["compat"]["compat"].as_array().map(Vec::len), Some(n));
+    assert_eq!(
+        json["compat"]["quality"]["providers"]
+            .as_array()
+            .map(Vec::len),
+        Some(n)
+    );
+    let compat = &html[at("compat")..at("quality")];
+    assert_eq!(
+        compat.matches("<td class=\"v v-").count(),
+        n * latmesh_core::compat::CompatCheck::ALL.len()
+    );
+    let quality = &html[at("quality")..at("cdfs")];
+    assert!(
+        quality.contains("<tr class=\"flagged\"><td class=\"row\">budget</td>"),
+        "{quality}"
+    );
+    assert_eq!(quality.matches("<tr class=\"flagged\">").count(), 1);
 }
 
 /// `/usr/bin/chromium`, or `None` with `LATMESH_SKIP_BROWSER=1`.

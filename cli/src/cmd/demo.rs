@@ -1,7 +1,9 @@
 //! `latmesh demo`: the whole distributed path on one machine. Starts the simulator (nine
 //! providers, two of them also probed over the Anthropic and Responses APIs), a coordinator and three agents (`us-east`, `eu-west`, `ap-southeast`) talking
-//! gRPC and HTTP over loopback, runs the embedded campaign `examples/demo.toml`, and returns
-//! the summary ([`run`]) or everything a report needs ([`run_with`]). The simulator and each
+//! gRPC and HTTP over loopback, runs the embedded campaign `examples/demo.toml`, then its
+//! `[compat]` checks and `[quality]` set against the same providers from this process (as
+//! `latmesh compat` does), and returns the summary ([`run`]) or everything a report needs
+//! ([`run_with`], its `compat` included). The simulator and each
 //! agent run on a runtime and thread of their own, as separate processes would: a busy
 //! simulator cannot hold up an agent's scheduler.
 
@@ -11,12 +13,13 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use latmesh_core::campaign;
+use latmesh_core::compat::CompatResult;
 use tokio::net::TcpListener;
 
 use crate::watch;
 use latmesh_coordinator::service::Coordinator;
 use latmesh_coordinator::state::State;
-use latmesh_results::report_data::ReportData;
+use latmesh_results::report_data::{ALL, ReportData};
 use latmesh_results::summary::Summary;
 
 /// The embedded demo campaign; `{sim}` stands for the simulator's address.
@@ -210,7 +213,164 @@ pub async fn run_with(
         .context("the coordinator kept no results of the demo campaign")?;
     // What was printed and written as JSON is the summary the coordinator sent.
     data.summary = summary;
+    // Beyond latency: the compatibility checks and the quality set, against the same
+    // simulated providers (the simulator keeps running until the process exits).
+    if plan.compat.is_some() || plan.quality.is_some() {
+        let started = std::time::Instant::now();
+        let started_unix_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as i64);
+        if opts.progress {
+            eprintln!("{}", compat_intro(&plan));
+        }
+        let (run, results) = compat_phase(&plan, &reply.campaign_id).await?;
+        if let Some(store) = &opts.clickhouse {
+            // Stored with the campaign, as `latmesh compat --campaign ID` stores a run.
+            // From the demo's own process: region `local`, `latmesh compat`'s default.
+            let client = latmesh_store::client(&store.url);
+            let stored = crate::cmd::compat::store_run(
+                &client,
+                &store.db,
+                "local",
+                &plan,
+                started_unix_us,
+                &run,
+                &results,
+            )
+            .await;
+            if let Err(e) = stored {
+                eprintln!("demo: the compatibility run is not stored: {e:#}");
+            }
+        }
+        data.compat = latmesh_results::parity::CompatReport {
+            run_id: run.run_id,
+            compat: run.compat,
+            quality: plan.quality.is_some().then_some(run.quality),
+        };
+        if opts.progress {
+            eprintln!(
+                "demo: compatibility checks and quality set done in {:.0} s",
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
     Ok(data)
+}
+
+/// The progress line that says what the compatibility phase sends.
+fn compat_intro(plan: &latmesh_core::plan::Plan) -> String {
+    let mut parts = Vec::new();
+    if let Some(c) = &plan.compat {
+        parts.push(format!(
+            "{} compatibility checks (v{})",
+            c.checks.len(),
+            latmesh_core::compat::COMPAT_CHECKS_VERSION
+        ));
+    }
+    if let Some(q) = &plan.quality {
+        parts.push(format!(
+            "the quality set {} ({} prompts × {} samples, temperature 0)",
+            latmesh_core::quality::QUALITY_SET_VERSION,
+            q.prompt_ids.len(),
+            q.samples
+        ));
+    }
+    format!(
+        "demo: beyond latency — {} per provider, from this machine",
+        parts.join(" and ")
+    )
+}
+
+/// Runs `plan`'s `[compat]` checks and `[quality]` set from this process against its
+/// providers, as `latmesh compat` does: every provider at once, each provider's checks in
+/// sequence beside its quality prompts (at most `latmesh_agent::quality::MAX_IN_FLIGHT` at
+/// a time). Credentials are read first, for every provider, so a
+/// missing key stops the phase before anything is sent.
+///
+/// Returns the run as `latmesh compat --json` prints it (the campaign's id as its campaign)
+/// and the check results, for storing.
+///
+/// # Errors
+/// A provider's key or secret header variable is unusable; the prober cannot be built.
+async fn compat_phase(
+    plan: &latmesh_core::plan::Plan,
+    campaign_id: &str,
+) -> anyhow::Result<(crate::cmd::compat::CompatOutput, Vec<CompatResult>)> {
+    use latmesh_agent::compat::{ProviderContext, run_checks};
+    use latmesh_agent::quality::run_quality;
+
+    let prober = latmesh_agent::probe::Prober::new(None).context("the compat prober")?;
+    let covers = |names: &[String], p: &str| names.is_empty() || names.iter().any(|n| n == p);
+    let contexts = plan
+        .providers
+        .iter()
+        .map(|p| ProviderContext::from_env(&prober, p).map_err(anyhow::Error::msg))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    // Each provider's checks (in sequence) beside its quality prompts (a few at a time).
+    let runs = contexts.iter().map(|ctx| async move {
+        let name = &ctx.provider.name;
+        let checks = async {
+            match &plan.compat {
+                Some(spec) if covers(&spec.providers, name) => run_checks(ctx, spec).await,
+                _ => Vec::new(),
+            }
+        };
+        let samples = async {
+            match &plan.quality {
+                Some(spec) if covers(&spec.providers, name) => run_quality(ctx, spec).await,
+                _ => Vec::new(),
+            }
+        };
+        tokio::join!(checks, samples)
+    });
+    let (checks, samples): (Vec<_>, Vec<_>) =
+        futures::future::join_all(runs).await.into_iter().unzip();
+    let checks: Vec<_> = checks.into_iter().flatten().collect();
+    let samples: Vec<_> = samples.into_iter().flatten().collect();
+    let output = crate::cmd::compat::CompatOutput {
+        run_id: format!(
+            "compat-{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..12]
+        ),
+        campaign: campaign_id.to_string(),
+        checks_version: latmesh_core::compat::COMPAT_CHECKS_VERSION,
+        quality_set: latmesh_core::quality::QUALITY_SET_VERSION.to_string(),
+        compat: latmesh_results::parity::compat_by_provider(&checks),
+        quality: latmesh_results::parity::parity(&samples),
+        samples,
+    };
+    Ok((output, checks))
+}
+
+/// What the demo prints after the matrix when the compatibility phase ran: the compat
+/// table, quality parity, and the selection matrix of the first scenario over all regions
+/// (which uses their measured scores); empty when it did not run.
+fn beyond_latency(data: &ReportData) -> String {
+    let c = &data.compat;
+    if c.is_empty() {
+        return String::new();
+    }
+    let mut out = String::new();
+    if !c.compat.is_empty() {
+        out.push('\n');
+        out.push_str(&crate::ui::compat::render_compat(&c.compat));
+    }
+    if let Some(q) = &c.quality {
+        out.push('\n');
+        out.push_str(&crate::ui::compat::render_quality(q));
+    }
+    let analysis = latmesh_results::analysis::analyze(data);
+    let first = data.plan.scenarios.first().map(|s| s.name.as_str());
+    if let Some(t) = analysis
+        .selection
+        .iter()
+        .find(|t| Some(t.scenario.as_str()) == first && t.region == ALL)
+    {
+        out.push('\n');
+        out.push_str(&crate::ui::analysis::render_selection(t));
+        out.push_str("(every scenario and region: the HTML report's analysis)\n");
+    }
+    out
 }
 
 /// Runs `make()`'s future to completion on a single-threaded runtime of its own, on a thread of
@@ -298,6 +458,7 @@ pub async fn run_cli(args: DemoArgs) -> anyhow::Result<()> {
         );
     }
     print!("{}", crate::ui::matrix::render(summary));
+    print!("{}", beyond_latency(&data));
     watch::write_json(summary, &path)?;
     // With ClickHouse, the sections that need each row's time come from there.
     let (source, extras) = match &store {
@@ -321,4 +482,60 @@ pub async fn run_cli(args: DemoArgs) -> anyhow::Result<()> {
     );
     println!("report: {}", report.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use latmesh_core::compat::CompatSpec;
+
+    fn load(text: &str) -> latmesh_core::plan::Plan {
+        campaign::load_toml_str(
+            &text.replace("{sim}", "127.0.0.1:9"),
+            std::path::Path::new("."),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn the_embedded_campaign_measures_compat_and_quality_and_ranks_by_the_issues_weights() {
+        let plan = load(DEMO_CAMPAIGN);
+        assert_eq!(plan.compat, Some(CompatSpec::default()));
+        let q = plan.quality.as_ref().unwrap();
+        assert_eq!(q.samples, 2);
+        assert_eq!(
+            q.prompt_ids.len(),
+            latmesh_core::quality::prompt_set().prompts.len()
+        );
+        let sel = plan.selection.as_ref().unwrap();
+        let w: Vec<(&str, f64)> = sel.weights.named().to_vec();
+        assert_eq!(
+            w,
+            [
+                ("latency", 0.25),
+                ("stability", 0.15),
+                ("price", 0.15),
+                ("quality", 0.30),
+                ("compatibility", 0.10),
+                ("compliance", 0.05),
+            ]
+        );
+        // Every provider has prices (all different between profiles) and a compliance score;
+        // quality and compatibility are left to the measurement.
+        let mut prices = Vec::new();
+        for p in &plan.providers {
+            let price = p.price.as_ref().unwrap_or_else(|| panic!("{}", p.name));
+            prices.push(price.input_usd_per_mtok.to_bits());
+            let s = &sel.scores[&p.name];
+            assert!(s.compliance.is_some(), "{}", p.name);
+            assert_eq!((s.quality, s.compatibility), (None, None), "{}", p.name);
+        }
+        prices.sort_unstable();
+        prices.dedup();
+        assert_eq!(prices.len(), 9, "one price per simulated profile");
+        // The rounds-only part (tests of the latency path) has none of these sections.
+        let rounds = load(demo_rounds_only());
+        assert!(rounds.compat.is_none() && rounds.quality.is_none());
+        assert!(rounds.selection.is_none());
+    }
 }

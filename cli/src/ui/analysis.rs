@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use comfy_table::{Cell as TCell, CellAlignment, Table, presets};
 
 use latmesh_results::analysis::text::{chain, chain_text, rank_text, rank_title};
-use latmesh_results::analysis::{Analysis, CellCis, PRIMARY_METRICS, RankTable};
+use latmesh_results::analysis::{Analysis, CellCis, PRIMARY_METRICS, RankTable, SelectionTable};
 use latmesh_results::stats::{self, PERCENTILES};
 
 fn rank_table_text(t: &RankTable) -> String {
@@ -124,49 +124,57 @@ pub fn render(a: &Analysis) -> String {
         let _ = writeln!(out, "{}", rank_table_text(t));
     }
     for t in &a.selection {
-        let w = t
-            .weights
-            .named()
-            .iter()
-            .filter(|(_, v)| *v > 0.0)
-            .map(|(n, v)| format!("{n} {v:.2}"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let _ = writeln!(
-            out,
-            "\nselection {} · {} ({} P{}; weights {w}; scores 0–1: latency and price 0.5 at the region's median, ±0.5 per halving/doubling; stability 1 − the failure rate's 95 % upper bound; user scores / scale)",
-            t.scenario, t.region, t.metric, t.percentile
-        );
-        let mut table = Table::new();
-        table.load_preset(presets::ASCII_MARKDOWN);
-        let names: Vec<&str> = t
-            .weights
-            .named()
-            .iter()
-            .filter(|(_, v)| *v > 0.0)
-            .map(|(n, _)| *n)
-            .collect();
-        let mut header = vec![TCell::new("#"), TCell::new("provider"), TCell::new("total")];
-        header.extend(names.iter().map(TCell::new));
-        table.set_header(header);
-        for r in &t.rows {
-            let mut row = vec![
-                TCell::new(r.rank),
-                TCell::new(&r.provider),
-                TCell::new(format!("{:.2}", r.total)).set_alignment(CellAlignment::Right),
-            ];
-            for (name, c) in r.components() {
-                if names.contains(&name) {
-                    row.push(TCell::new(format!(
-                        "{} ({})",
-                        c.score.map_or("-".into(), |s| format!("{s:.2}")),
-                        c.text
-                    )));
-                }
-            }
-            table.add_row(row);
-        }
-        let _ = writeln!(out, "{table}");
+        let _ = write!(out, "\n{}", render_selection(t));
     }
+    out
+}
+
+/// One selection table: its title line (scenario, region, metric, weights, how components
+/// score) and the ranked providers with each weighted component's score and raw value.
+pub fn render_selection(t: &SelectionTable) -> String {
+    let mut out = String::new();
+    let w = t
+        .weights
+        .named()
+        .iter()
+        .filter(|(_, v)| *v > 0.0)
+        .map(|(n, v)| format!("{n} {v:.2}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let _ = writeln!(
+        out,
+        "selection {} · {} ({} P{}; weights {w}; scores 0–1: latency and price 0.5 at the region's median, ±0.5 per halving/doubling; stability 1 − the failure rate's 95 % upper bound; quality, compatibility, compliance: the typed score / scale, else the measured one)",
+        t.scenario, t.region, t.metric, t.percentile
+    );
+    let mut table = Table::new();
+    table.load_preset(presets::ASCII_MARKDOWN);
+    let names: Vec<&str> = t
+        .weights
+        .named()
+        .iter()
+        .filter(|(_, v)| *v > 0.0)
+        .map(|(n, _)| *n)
+        .collect();
+    let mut header = vec![TCell::new("#"), TCell::new("provider"), TCell::new("total")];
+    header.extend(names.iter().map(TCell::new));
+    table.set_header(header);
+    for r in &t.rows {
+        let mut row = vec![
+            TCell::new(r.rank),
+            TCell::new(&r.provider),
+            TCell::new(format!("{:.2}", r.total)).set_alignment(CellAlignment::Right),
+        ];
+        for (name, c) in r.components() {
+            if names.contains(&name) {
+                row.push(TCell::new(format!(
+                    "{} ({})",
+                    c.score.map_or("-".into(), |s| format!("{s:.2}")),
+                    c.text
+                )));
+            }
+        }
+        table.add_row(row);
+    }
+    let _ = writeln!(out, "{table}");
     out
 }
