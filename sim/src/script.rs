@@ -8,7 +8,8 @@
 //! 2. its last user message is a quality prompt ([`latmesh_core::quality::find_by_text`]),
 //!    alone or with the set's instruction before or after it: a few filler words, then a
 //!    last line `Answer: <expected>` ([`expected_text`]);
-//! 3. its last user message is [`STOP_PROMPT`]: `1 2 3 … 30`;
+//! 3. its last user message is [`STOP_PROMPT`]: `1 2 3 … 30`; [`PLAIN_PROMPT`] or
+//!    [`FOLLOW_UP_PROMPT`] (without JSON mode): [`GREETING`];
 //! 4. it asks for JSON mode: [`JSON_ANSWER`] for [`JSON_PROMPT`], else a small JSON object of
 //!    filler words;
 //! 5. it carries stop sequences: the filler it would get anyway.
@@ -16,7 +17,7 @@
 //! Stop sequences then cut the content before the first occurrence of any of them
 //! ([`Script::stop_sequence`] says which one matched). Tool-call arguments are never cut.
 
-use latmesh_core::compat::{JSON_PROMPT, STOP_PROMPT};
+use latmesh_core::compat::{FOLLOW_UP_PROMPT, JSON_PROMPT, PLAIN_PROMPT, STOP_PROMPT};
 use latmesh_core::quality::{self, Expected};
 
 use crate::plan::FinishReason;
@@ -33,6 +34,9 @@ pub const TOOL_ARGUMENT_FRAGMENTS: [&str; 3] = [r#"{"city":"#, r#""Paris""#, "}"
 
 /// The JSON-mode answer to [`JSON_PROMPT`].
 pub const JSON_ANSWER: &str = r#"{"city":"Paris","country":"France"}"#;
+
+/// The answer to [`PLAIN_PROMPT`] and [`FOLLOW_UP_PROMPT`] (five words).
+pub const GREETING: &str = "Hello there, nice to meet!";
 
 /// Fewest filler words before a quality answer's `Answer:` line (at full length).
 pub const ORACLE_FILLER_MIN: u32 = 10;
@@ -202,6 +206,10 @@ pub fn script(
             quality::ANSWER_MARKER
         )));
         t
+    } else if !req.json_mode && (last == PLAIN_PROMPT.trim() || last == FOLLOW_UP_PROMPT.trim()) {
+        // A greeting is short, as a model's is: [`GREETING`] (the checks that send these
+        // prompts need some answer, not a long one).
+        text::split_tokens(GREETING)
     } else if last == STOP_PROMPT.trim() {
         let count: Vec<String> = (1..=30).map(|i| i.to_string()).collect();
         text::split_tokens(&count.join(" "))

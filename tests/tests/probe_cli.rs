@@ -106,10 +106,7 @@ fn probe_prints_every_documented_field() {
     assert_eq!(v["output_tokens_source"], "usage", "{v}");
     assert_eq!(
         (&v["answered_model"], &v["system_fingerprint"]),
-        (
-            &Value::from("deepseek-v4-flash"),
-            &Value::Null
-        ),
+        (&Value::from("deepseek-v4-flash"), &Value::Null),
         "{v}"
     );
 
