@@ -12,7 +12,7 @@ use latmesh_core::compat::{CompatCheck, CompatResult, Evidence, Verdict};
 use latmesh_core::quality::{QualitySample, answer_hash};
 use latmesh_core::record::Outcome;
 use latmesh_results::parity::{compat_by_provider, parity};
-use latmesh_store::query::{self, RunScope};
+use latmesh_store::query::{self, RunPart, RunScope};
 use latmesh_store::{self as store, CompatRun};
 
 const T: i64 = 1_700_000_000_000_000;
@@ -180,8 +180,9 @@ async fn compat_store_round_trips_a_run_once_and_reports_the_latest() {
     assert_eq!(rows(&client, &db, "compat_results").await, n_res);
     assert_eq!(rows(&client, &db, "quality_samples").await, n_smp);
 
-    // A later run of the campaign (quality only) is the one reported; another campaign's
-    // run is not.
+    // A later run of the campaign that ran the quality set only replaces the quality part;
+    // the check results stay those of the latest run that ran checks (run-1); another
+    // campaign's run is not reported.
     let r2 = run("run-2", "c1", T + 3_600_000_000);
     store::insert_compat_run(&client, &db, &r2, &[], &samples("alpha", 4))
         .await
@@ -196,17 +197,22 @@ async fn compat_store_round_trips_a_run_once_and_reports_the_latest() {
     .await
     .unwrap();
     let got = query::compat_report(&client, &db, "c1").await.unwrap();
-    assert_eq!(got.run_id, "run-2");
-    assert!(got.compat.is_empty());
-    assert_eq!(got.quality.unwrap().providers[0].accuracy, Some(0.0));
-    let latest = query::latest_run(&client, &db, &RunScope::Range(T, T + 3_600_000_001))
-        .await
-        .unwrap()
-        .unwrap();
+    assert_eq!(got.run_id, "run-1+run-2");
+    assert_eq!(got.compat.len(), 2, "{got:?}");
     assert_eq!(
-        (latest.run_id.as_str(), latest.campaign_id.as_str()),
+        got.compat.iter().map(|c| c.results.len()).sum::<usize>(),
+        26
+    );
+    assert_eq!(got.quality.unwrap().providers[0].accuracy, Some(0.0));
+    let latest =
+        |part| query::latest_run(&client, &db, &RunScope::Range(T, T + 3_600_000_001), part);
+    let quality = latest(RunPart::Quality).await.unwrap().unwrap();
+    assert_eq!(
+        (quality.run_id.as_str(), quality.campaign_id.as_str()),
         ("run-2", "c1")
     );
+    let checks = latest(RunPart::Checks).await.unwrap().unwrap();
+    assert_eq!(checks.run_id, "run-1");
     latmesh_testkit::drop_db(&client, &db).await;
 }
 

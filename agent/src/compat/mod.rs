@@ -99,6 +99,21 @@ pub async fn run_checks(ctx: &ProviderContext<'_>, spec: &CompatSpec) -> Vec<Com
                     CompatCheck::WrongKey => wrong_key::wrong_key_check(ctx, t).await,
                 }
             };
+        let (verdict, ev) = match overridden(check, api, &ctx.provider.request.extra_body) {
+            Some(field) if verdict != Verdict::NotApplicable => (
+                Verdict::Inconclusive,
+                evidence(
+                    None,
+                    Some(field),
+                    format!(
+                        "the provider's extra_body sets `{field}`, which replaces the check's \
+                         own (it was: {})",
+                        verdict.as_str()
+                    ),
+                ),
+            ),
+            _ => (verdict, ev),
+        };
         out.push(CompatResult {
             provider: ctx.provider.name.clone(),
             check,
@@ -106,7 +121,56 @@ pub async fn run_checks(ctx: &ProviderContext<'_>, spec: &CompatSpec) -> Vec<Com
             evidence: scrubbed(ctx, ev),
         });
     }
+    key_refused_too(&mut out);
     out
+}
+
+/// The body field of `check` that a provider's `extra_body` replaces (it wins over the
+/// check's own), when it does: the check then tests the user's value, not the feature.
+fn overridden(
+    check: CompatCheck,
+    api: Api,
+    extra_body: &serde_json::Map<String, serde_json::Value>,
+) -> Option<&'static str> {
+    let fields: &[&'static str] = match check {
+        CompatCheck::Stop => &["stop", "stop_sequences"],
+        CompatCheck::JsonMode => match api {
+            Api::Responses => &["text"],
+            _ => &["response_format"],
+        },
+        CompatCheck::ToolCall => &["tools", "tool_choice"],
+        CompatCheck::StreamUsage => &["stream_options"],
+        _ => &[],
+    };
+    fields.iter().copied().find(|f| extra_body.contains_key(*f))
+}
+
+/// A wrong key refused proves nothing when the real key was refused too (401/403 on the
+/// other checks, which are inconclusive then): the wrong-key verdict becomes inconclusive.
+fn key_refused_too(out: &mut [CompatResult]) {
+    let refused = out.iter().any(|r| {
+        r.check != CompatCheck::WrongKey
+            && r.verdict == Verdict::Inconclusive
+            && matches!(r.evidence.http_status, Some(401 | 403))
+    });
+    if !refused {
+        return;
+    }
+    for r in out.iter_mut() {
+        if r.check == CompatCheck::WrongKey && r.verdict == Verdict::Pass {
+            r.verdict = Verdict::Inconclusive;
+            r.evidence.message = format!(
+                "this machine's own key was refused too (401/403 on other checks): {}",
+                r.evidence.message
+            );
+            r.evidence.message = latmesh_core::provider_bounds::bound_text(
+                &r.evidence.message,
+                MAX_EVIDENCE_BYTES,
+                &|t| t.to_string(),
+            )
+            .0;
+        }
+    }
 }
 
 /// The verdict of a check [`not_applicable`] already left out (kept total for `match`).

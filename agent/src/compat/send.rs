@@ -185,7 +185,17 @@ async fn send_once(ctx: &ProviderContext<'_>, call: &Call<'_>) -> ProbeResult {
         keep_text: call.keep_text,
         ..ProbeOptions::default()
     };
-    let r = ctx.prober.probe_with(&req, opts).await;
+    let mut r = ctx.prober.probe_with(&req, opts).await;
+    // The texts are the provider's: the key and secret values go before any judge quotes
+    // (and cuts) them, so no fragment of them can survive a cut.
+    if call.keep_text || !r.tool_calls.is_empty() {
+        r.content_text = ctx.redact(&r.content_text);
+        r.reasoning_text = ctx.redact(&r.reasoning_text);
+        for t in &mut r.tool_calls {
+            t.arguments = ctx.redact(&t.arguments);
+            t.name = ctx.redact(&t.name);
+        }
+    }
     if r.record.outcome() == Outcome::Throttled
         && let Some(s) = r.record.retry_after_s.filter(|s| s.is_finite() && *s > 0.0)
     {

@@ -45,7 +45,9 @@ pub async fn run_quality(ctx: &ProviderContext<'_>, spec: &QualitySpec) -> Vec<Q
                 Message::new("system", set.instruction.clone()),
                 Message::new("user", prompt.prompt.clone()),
             ];
-            let mut call = Call::new(&messages, true, spec.max_tokens, spec.timeout_s).keep_text();
+            // Not streamed: every API reports `usage` in a whole body, so output tokens are the
+            // provider's count (a chat stream without `stream_options` would count chunks).
+            let mut call = Call::new(&messages, false, spec.max_tokens, spec.timeout_s).keep_text();
             call.temperature = Some(0.0);
             call.top_p = Some(1.0);
             let r = send(ctx, &call).await;

@@ -787,7 +787,7 @@ async fn clickhouse_snapshot(
         }
     }
     let answers = if swaps.answers {
-        match query::latest_run(client, db, &scope.runs()).await? {
+        match query::latest_run(client, db, &scope.runs(), query::RunPart::Quality).await? {
             Some(run) => Some(AnswersRun {
                 samples: query::run_samples(client, db, &run.run_id).await?,
                 run_id: run.run_id,

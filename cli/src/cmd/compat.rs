@@ -187,22 +187,23 @@ pub async fn run(args: CompatArgs) -> anyhow::Result<()> {
     }
     let ctx_of = |p: &ProviderSpec| contexts.iter().find(|c| c.provider.name == p.name);
     if !args.json {
-        eprintln!(
-            "compat: {} check(s) on {} provider(s), {} prompt(s) × {} sample(s) on {} provider(s)",
-            if check_on.is_empty() {
-                0
-            } else {
-                checks.checks.len()
-            },
-            check_on.len(),
-            if quality_on.is_empty() {
-                0
-            } else {
-                quality.prompt_ids.len()
-            },
-            quality.samples,
-            quality_on.len()
-        );
+        let mut parts = Vec::new();
+        if !check_on.is_empty() {
+            parts.push(format!(
+                "{} check(s) on {} provider(s)",
+                checks.checks.len(),
+                check_on.len()
+            ));
+        }
+        if !quality_on.is_empty() {
+            parts.push(format!(
+                "{} prompt(s) × {} sample(s) on {} provider(s)",
+                quality.prompt_ids.len(),
+                quality.samples,
+                quality_on.len()
+            ));
+        }
+        eprintln!("compat: {}", parts.join(", "));
     }
     // Providers concurrently; each provider's checks in sequence, then the quality sets.
     let results: Vec<CompatResult> = on_each(&check_on, &ctx_of, |c| run_checks(c, &checks)).await;

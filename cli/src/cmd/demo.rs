@@ -195,10 +195,13 @@ pub async fn run_with(
     if let Some((spool, sink)) = store {
         // Results are durable in the spool already; give the sink a moment to drain it.
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while spool.pending_entries() > 0 && std::time::Instant::now() < deadline {
+        // Batches and the campaign/agent rows (the agents row is written once the campaign
+        // finished: reports read the agents per region from it).
+        let pending = || spool.pending_entries() > 0 || state.pending_store_events() > 0;
+        while pending() && std::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        if spool.pending_entries() > 0 {
+        if pending() {
             eprintln!(
                 "demo: {} batches are still in {DEMO_SPOOL_DIR} (ClickHouse unreachable?); the next coordinator with this spool dir stores them",
                 spool.pending_entries()

@@ -95,6 +95,14 @@ impl State {
             .unwrap_or_default()
     }
 
+    /// Campaign and agent events not stored yet (handed to the sink or not): 0 once the
+    /// sink has written every `campaigns`/`agents` row so far.
+    pub fn pending_store_events(&self) -> usize {
+        self.events()
+            .as_ref()
+            .map_or(0, crate::events::EventQueue::len)
+    }
+
     /// The first `n` events handed out are stored.
     pub fn store_events_written(&self, n: usize) {
         if let Some(q) = self.events().as_mut() {

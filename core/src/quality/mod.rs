@@ -116,8 +116,8 @@ pub fn find_by_text(user_text: &str) -> Option<&'static QualityPrompt> {
 /// timeout_s = 60              # optional (default 60, at most 86400): total timeout of each request
 /// ```
 ///
-/// Requests are sent at temperature 0 (top_p 1), streamed, with the set's instruction as
-/// the system message.
+/// Requests are sent at temperature 0 (top_p 1), not streamed (usage then always carries
+/// the provider's token count), with the set's instruction as the system message.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct QualitySpec {
     /// Answers per prompt and provider (1..=20).

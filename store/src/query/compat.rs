@@ -30,7 +30,19 @@ pub struct StoredRun {
     pub time_us: u64,
 }
 
-/// The latest run (by start, then id) of `scope` in either table; `None` when there is none.
+/// Which part of a run [`latest_run`] looks for: a run of `--checks-only` has no quality
+/// samples, one of `--quality-only` no check results, and the latest run *with* the part
+/// asked for is the one that counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunPart {
+    /// Compatibility check results (`compat_results`).
+    Checks,
+    /// Quality samples (`quality_samples`).
+    Quality,
+}
+
+/// The latest run (by start, then id) of `scope` that stored `part`; `None` when there is
+/// none.
 ///
 /// # Errors
 /// ClickHouse errors; a bad `db`.
@@ -38,28 +50,31 @@ pub async fn latest_run(
     client: &clickhouse::Client,
     db: &str,
     scope: &RunScope,
+    part: RunPart,
 ) -> Result<Option<StoredRun>, StoreError> {
     check_identifier(db)?;
     let cond = match scope {
         RunScope::Campaign(_) => "campaign_id = ?",
         RunScope::Range(..) => "time_us >= ? AND time_us < ?",
     };
+    let table = match part {
+        RunPart::Checks => "compat_results",
+        RunPart::Quality => "quality_samples",
+    };
     let sql = format!(
-        "SELECT run_id, any(campaign_id) AS campaign_id, max(time_us) AS t FROM \
-         (SELECT run_id, campaign_id, time_us FROM {db}.compat_results WHERE {cond} \
-          UNION ALL \
-          SELECT run_id, campaign_id, time_us FROM {db}.quality_samples WHERE {cond}) \
+        // The aggregate's alias is not `campaign_id`: ClickHouse 18.16 would read the
+        // WHERE's `campaign_id` as the alias (an aggregate in WHERE).
+        "SELECT run_id, any(campaign_id) AS run_campaign, max(time_us) AS t FROM \
+         {db}.{table} WHERE {cond} \
          GROUP BY run_id ORDER BY t DESC, run_id DESC LIMIT 1"
     );
     let mut q = client.query(&sql);
-    for _ in 0..2 {
-        q = match scope {
-            RunScope::Campaign(id) => q.bind(id.as_str()),
-            RunScope::Range(from, to) => q
-                .bind(u64::try_from(*from).unwrap_or(0))
-                .bind(u64::try_from(*to).unwrap_or(0)),
-        };
-    }
+    q = match scope {
+        RunScope::Campaign(id) => q.bind(id.as_str()),
+        RunScope::Range(from, to) => q
+            .bind(u64::try_from(*from).unwrap_or(0))
+            .bind(u64::try_from(*to).unwrap_or(0)),
+    };
     Ok(q.fetch_all::<StoredRun>().await?.into_iter().next())
 }
 
@@ -88,9 +103,11 @@ pub async fn run_samples(
         .collect())
 }
 
-/// What the latest `latmesh compat` run of campaign `campaign_id` measured: its compatibility
-/// results per provider ([`compat_by_provider`]) and the quality parity of its samples
-/// ([`parity`]); an empty [`CompatReport`] when none is stored. Providers in name order.
+/// What the latest `latmesh compat` runs of campaign `campaign_id` measured: the
+/// compatibility results per provider ([`compat_by_provider`]) of the latest run that ran
+/// checks, and the quality parity ([`parity`]) of the latest run that ran the quality set
+/// (one run, or two when `--checks-only` and `--quality-only` ran apart; `run_id` then names
+/// both, `+`-joined); an empty [`CompatReport`] when none is stored. Providers in name order.
 ///
 /// # Errors
 /// ClickHouse errors; a bad `db`.
@@ -99,26 +116,37 @@ pub async fn compat_report(
     db: &str,
     campaign_id: &str,
 ) -> Result<CompatReport, StoreError> {
-    let Some(run) = latest_run(client, db, &RunScope::Campaign(campaign_id.to_string())).await?
-    else {
-        return Ok(CompatReport::default());
-    };
-    let rows: Vec<CompatResultRow> = client
-        .query(&format!(
-            "SELECT ?fields FROM {db}.compat_results WHERE run_id = ? \
-             ORDER BY provider, region, `check`"
-        ))
-        .bind(&run.run_id)
-        .fetch_all()
-        .await?;
-    let results: Vec<_> = rows.iter().filter_map(CompatResultRow::to_result).collect();
-    let samples: Vec<QualitySample> = run_samples(client, db, &run.run_id)
-        .await?
+    let scope = RunScope::Campaign(campaign_id.to_string());
+    let checks_run = latest_run(client, db, &scope, RunPart::Checks).await?;
+    let quality_run = latest_run(client, db, &scope, RunPart::Quality).await?;
+    let mut results = Vec::new();
+    if let Some(run) = &checks_run {
+        let rows: Vec<CompatResultRow> = client
+            .query(&format!(
+                "SELECT ?fields FROM {db}.compat_results WHERE run_id = ? \
+                 ORDER BY provider, region, `check`"
+            ))
+            .bind(&run.run_id)
+            .fetch_all()
+            .await?;
+        results = rows.iter().filter_map(CompatResultRow::to_result).collect();
+    }
+    let mut samples: Vec<QualitySample> = Vec::new();
+    if let Some(run) = &quality_run {
+        samples = run_samples(client, db, &run.run_id)
+            .await?
+            .into_iter()
+            .map(|(_, s)| s)
+            .collect();
+    }
+    let mut ids: Vec<&str> = [&checks_run, &quality_run]
         .into_iter()
-        .map(|(_, s)| s)
+        .flatten()
+        .map(|r| r.run_id.as_str())
         .collect();
+    ids.dedup();
     Ok(CompatReport {
-        run_id: run.run_id,
+        run_id: ids.join("+"),
         compat: compat_by_provider(&results),
         quality: (!samples.is_empty()).then(|| parity(&samples)),
     })

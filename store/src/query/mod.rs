@@ -47,7 +47,7 @@ mod windows;
 
 pub use answered::{AnsweredName, NameColumn, answered_names};
 pub use campaign::{agents, campaign, stored_plan, stored_window_spec};
-pub use compat::{RunScope, StoredRun, compat_report, latest_run, run_samples};
+pub use compat::{RunPart, RunScope, StoredRun, compat_report, latest_run, run_samples};
 pub use errors::{ErrorRow, errors};
 pub use filter::QueryFilter;
 pub use grouped::GroupStat;
