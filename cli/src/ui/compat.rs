@@ -68,23 +68,57 @@ pub fn render_compat(providers: &[ProviderCompat]) -> String {
         latmesh_core::compat::COMPAT_CHECKS_VERSION
     );
     let _ = writeln!(out, "{table}");
-    let mut any = false;
+    // One line per finding: the providers that share a verdict and its evidence text are
+    // listed together, failures first, then inconclusive, not offered, not applicable.
+    let rank = |v: Verdict| match v {
+        Verdict::Fail => 0,
+        Verdict::Inconclusive => 1,
+        Verdict::NotOffered => 2,
+        Verdict::NotApplicable => 3,
+        Verdict::Pass => 4,
+    };
+    let mut findings: Vec<((u8, CompatCheck, String), Vec<&str>)> = Vec::new();
     for p in providers {
         for r in p.results.iter().filter(|r| r.verdict != Verdict::Pass) {
-            if !any {
-                let _ = writeln!(out, "\nevidence:");
-                any = true;
+            let key = (rank(r.verdict), r.check, evidence_text(&r.evidence));
+            match findings.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, names)) => names.push(&p.provider),
+                None => findings.push((key, vec![&p.provider])),
             }
-            let _ = writeln!(
-                out,
-                "  {:<16} {:<18} {:<4} {}",
-                p.provider,
-                r.check.as_str(),
-                r.verdict.short(),
-                evidence_text(&r.evidence)
-            );
         }
     }
+    findings.sort_by(|a, b| (a.0.0, a.0.1).cmp(&(b.0.0, b.0.1)));
+    if !findings.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nevidence (providers sharing a finding listed together):"
+        );
+    }
+    let short = |rank: u8| {
+        [
+            Verdict::Fail,
+            Verdict::Inconclusive,
+            Verdict::NotOffered,
+            Verdict::NotApplicable,
+            Verdict::Pass,
+        ][usize::from(rank)]
+        .short()
+    };
+    for ((r, check, text), names) in &findings {
+        let _ = writeln!(
+            out,
+            "  {:<4} {:<18} {}: {text}",
+            short(*r),
+            check.as_str(),
+            names.join(", ")
+        );
+    }
+    let width = providers
+        .iter()
+        .map(|p| p.provider.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(8);
     let _ = writeln!(
         out,
         "\ncompatibility score (passed / counted; not applicable and inconclusive left out):"
@@ -97,7 +131,7 @@ pub fn render_compat(providers: &[ProviderCompat]) -> String {
             ),
             None => "- (no check counted)".to_string(),
         };
-        let _ = writeln!(out, "  {:<16} {line}", p.provider);
+        let _ = writeln!(out, "  {:<width$} {line}", p.provider);
     }
     out
 }
@@ -191,39 +225,48 @@ mod tests {
         let rs = [
             result("fast", CompatCheck::Stream, Verdict::Pass, "ok"),
             result("fast", CompatCheck::StreamUsage, Verdict::Fail, "refused"),
+            result("fast", CompatCheck::WrongKey, Verdict::NotOffered, "no key"),
             result(
                 "slow",
                 CompatCheck::Stream,
                 Verdict::Inconclusive,
                 "HTTP 503",
             ),
+            result(
+                "slow-provider-with-a-long-name",
+                CompatCheck::WrongKey,
+                Verdict::NotOffered,
+                "no key",
+            ),
         ];
         let text = render_compat(&compat_by_provider(&rs));
         assert!(
-            text.contains("| provider | stream | stream_usage |"),
+            text.contains("| provider                       | stream | stream_usage | wrong_key |"),
             "{text}"
         );
         assert!(
-            text.contains("| fast     | pass   | FAIL         |"),
+            text.contains("| fast                           | pass   | FAIL         | n/o       |"),
+            "{text}"
+        );
+        // Findings: failures first, then inconclusive, then not offered; providers that
+        // share one are listed together.
+        let fail = text
+            .find("  FAIL stream_usage       fast: HTTP 400, field stream_options: refused")
+            .expect(&text);
+        let unsure = text
+            .find("  ?    stream             slow: HTTP 400")
+            .expect(&text);
+        let shared = text
+            .find("  n/o  wrong_key          fast, slow-provider-with-a-long-name: HTTP 400")
+            .expect(&text);
+        assert!(fail < unsure && unsure < shared, "{text}");
+        assert!(!text.contains("stream             fast"), "{text}");
+        assert!(
+            text.contains("  fast                           0.33 (1/3 passed, 0 inconclusive)"),
             "{text}"
         );
         assert!(
-            text.contains("| slow     | ?      |              |"),
-            "{text}"
-        );
-        assert!(
-            text.contains(
-                "fast             stream_usage       FAIL HTTP 400, field stream_options: refused"
-            ),
-            "{text}"
-        );
-        assert!(!text.contains("stream             pass"), "{text}");
-        assert!(
-            text.contains("fast             0.50 (1/2 passed, 0 inconclusive)"),
-            "{text}"
-        );
-        assert!(
-            text.contains("slow             - (no check counted)"),
+            text.contains("  slow                           - (no check counted)"),
             "{text}"
         );
         assert_eq!(render_compat(&[]), "");
