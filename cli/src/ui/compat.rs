@@ -28,6 +28,9 @@ fn evidence_text(e: &Evidence) -> String {
     }
 }
 
+/// One evidence line: (verdict rank, check, evidence text) and the providers sharing it.
+type Finding<'a> = ((u8, CompatCheck, String), Vec<&'a str>);
+
 /// The provider × check table (`pass`, `FAIL`, `n/o` not offered, `n/a` not applicable,
 /// `?` inconclusive; blank: not run), one line per verdict that is not a pass with its
 /// evidence, then each provider's compatibility score (passed / counted, and the
@@ -77,7 +80,7 @@ pub fn render_compat(providers: &[ProviderCompat]) -> String {
         Verdict::NotApplicable => 3,
         Verdict::Pass => 4,
     };
-    let mut findings: Vec<((u8, CompatCheck, String), Vec<&str>)> = Vec::new();
+    let mut findings: Vec<Finding<'_>> = Vec::new();
     for p in providers {
         for r in p.results.iter().filter(|r| r.verdict != Verdict::Pass) {
             let key = (rank(r.verdict), r.check, evidence_text(&r.evidence));
@@ -87,7 +90,7 @@ pub fn render_compat(providers: &[ProviderCompat]) -> String {
             }
         }
     }
-    findings.sort_by(|a, b| (a.0.0, a.0.1).cmp(&(b.0.0, b.0.1)));
+    findings.sort_by_key(|f| (f.0.0, f.0.1));
     if !findings.is_empty() {
         let _ = writeln!(
             out,
