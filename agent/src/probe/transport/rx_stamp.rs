@@ -126,15 +126,14 @@ impl RxStampedTcp {
         })
     }
 
-    /// Stamps a read that returned bytes at `read_at` with `received` (the kernel's time;
-    /// `None`: the read's own instant, without reading the wall clock).
-    fn stamp_read(&mut self, read_at: Instant, received: Option<Duration>) {
-        let Some(received) = received else {
+    /// Stamps a read that returned bytes at `read_at` with `received` (the kernel's time, and
+    /// the wall clock read just before `read_at`; `None`: the read's own instant).
+    fn stamp_read(&mut self, read_at: Instant, received: Option<(Duration, Duration)>) {
+        let Some((received, wall)) = received else {
             self.stamp.mark_at(read_at);
             return;
         };
         let fd = self.fd.get_ref().as_raw_fd();
-        let wall = wall_now();
         let at = arrival(read_at, age(received, wall), || {
             self.reordering.in_order(rcv_ooopack(fd), received, wall)
         });
@@ -331,8 +330,13 @@ impl AsyncRead for RxStampedTcp {
         unsafe { buf.assume_init(n) };
         buf.advance(n);
         if n > 0 {
+            // The wall clock first, then the read's instant: a preemption between the two
+            // then makes the packet's age too small (its arrival late, never before the
+            // bytes were handed over), where the other order made it too early by the
+            // preemption (seen: 35 µs on a busy CI machine).
+            let wall = received.map(|_| wall_now());
             let read_at = Instant::now();
-            this.stamp_read(read_at, received);
+            this.stamp_read(read_at, received.zip(wall));
         }
         Poll::Ready(Ok(()))
     }
