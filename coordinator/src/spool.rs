@@ -998,6 +998,11 @@ mod tests {
                     system_fingerprint: Some("fp_1".into()),
                     cut_fields: vec!["finish_reason".into()],
                     usage_requested: Some(false),
+                    input_tokens: 32_000,
+                    warmup: true,
+                    ttst_us: Some(7),
+                    target_rps: 4.0,
+                    slo_met: Some(true),
                 },
                 pb::ProbeRecord {
                     provider: "x".into(),

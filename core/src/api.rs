@@ -174,6 +174,13 @@ pub struct RequestShape {
     /// Reasoning inside `content` between these tags; `None`: content is all visible.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_tags: Option<ReasoningTags>,
+    /// Merged into the body of scenarios with `output_tokens` (an exact output length), after
+    /// `extra_body`: the fields with which this provider keeps generating to the cap (e.g.
+    /// `{"ignore_eos": true}` for vLLM, SGLang and llama.cpp, `{"min_tokens": "$output_tokens"}`
+    /// for vLLM). A string value `"$output_tokens"` is replaced by the scenario's
+    /// `output_tokens` as a number.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub exact_output: serde_json::Map<String, serde_json::Value>,
 }
 
 impl RequestShape {

@@ -419,6 +419,8 @@ mod tests {
             arrivals: Arrivals::Constant,
             duration_ms: 1_000,
             max_queue_ms: 1_000,
+            steps_rps: vec![],
+            search: None,
         });
         p.providers[0].price = Some(Price {
             input_usd_per_mtok: 1_000_000.0, // $1 per token: easy to check

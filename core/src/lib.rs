@@ -29,6 +29,8 @@ pub mod schedule;
 pub mod seeded_rng;
 pub mod selection;
 pub mod shaping;
+pub mod slo;
+pub mod synth;
 pub mod windows;
 pub mod wire;
 pub mod yaml_keys;

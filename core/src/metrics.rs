@@ -1,10 +1,10 @@
-//! Metric names and the derived rates of `docs/metrics.md` (metrics_version 7).
+//! Metric names and the derived rates of `docs/metrics.md` (metrics_version 8).
 
 use serde::{Deserialize, Serialize};
 
 /// Version of the metric definitions of `docs/metrics.md`; stored with every campaign. Bump it
 /// when a definition changes.
-pub const METRICS_VERSION: u32 = 7;
+pub const METRICS_VERSION: u32 = 8;
 
 /// A latency metric kept as an HDR histogram, in microseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -34,11 +34,21 @@ pub enum Metric {
     /// of the answer that ended the request (`request_latency` of a final `ok` attempt with
     /// `failover`), kept under the provider that answered.
     FailoverLatency,
+    /// Time to second token: the second payload with a generated token (docs/metrics.md
+    /// "TTST").
+    Ttst,
+    /// End-to-end time per output token: `e2e / output_tokens` (docs/metrics.md
+    /// "E2E per output token"), µs.
+    E2ePerToken,
+    /// Prefill throughput: prompt tokens ÷ TTFT, **tokens per second** (not µs: the one
+    /// histogram whose unit is a rate; docs/metrics.md "Prefill throughput"), rounded, at
+    /// least 1.
+    PrefillTps,
 }
 
 impl Metric {
     /// Every metric, in report order.
-    pub const ALL: [Metric; 10] = [
+    pub const ALL: [Metric; 13] = [
         Metric::Ttfb,
         Metric::Ttft,
         Metric::Ttfc,
@@ -49,6 +59,9 @@ impl Metric {
         Metric::TtftIntended,
         Metric::E2eIntended,
         Metric::FailoverLatency,
+        Metric::Ttst,
+        Metric::E2ePerToken,
+        Metric::PrefillTps,
     ];
 
     /// The lowercase name used on the wire and in ClickHouse.
@@ -64,6 +77,9 @@ impl Metric {
             Metric::TtftIntended => "ttft_intended",
             Metric::E2eIntended => "e2e_intended",
             Metric::FailoverLatency => "failover_latency",
+            Metric::Ttst => "ttst",
+            Metric::E2ePerToken => "e2e_per_token",
+            Metric::PrefillTps => "prefill_tps",
         }
     }
 
@@ -95,6 +111,21 @@ pub fn decode_tps(ttft_us: u64, e2e_us: u64, output_tokens: u32) -> Option<f64> 
         return None;
     }
     Some(f64::from(output_tokens - 1) * 1e6 / (e2e_us - ttft_us) as f64)
+}
+
+/// End-to-end time per output token in µs: `e2e_us / output_tokens` (the first token's wait
+/// included, as GuideLLM's TPOT and LLMPerf's "end-to-end latency per output token" are);
+/// `None` without output tokens.
+pub fn e2e_per_token_us(e2e_us: u64, output_tokens: u32) -> Option<u64> {
+    (output_tokens > 0).then(|| e2e_us / u64::from(output_tokens))
+}
+
+/// Prefill throughput in tokens/s: `prompt_tokens / ttft` (the provider's own prompt count,
+/// `usage.prompt_tokens`, minus the tokens it served from its prompt cache, so a cache hit
+/// does not look like fast prefill); `None` without prompt tokens or with a TTFT of 0.
+pub fn prefill_tps(prompt_tokens: u32, cached_tokens: u32, ttft_us: u64) -> Option<f64> {
+    let computed = prompt_tokens.saturating_sub(cached_tokens);
+    (computed > 0 && ttft_us > 0).then(|| f64::from(computed) * 1e6 / ttft_us as f64)
 }
 
 #[cfg(test)]

@@ -146,6 +146,47 @@ pub struct ScenarioSpec {
     /// `extra_body` (which wins on a shared key). Absent from the JSON when empty.
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
     pub extra_body: serde_json::Map<String, serde_json::Value>,
+    /// Generated prompts of an exact length instead of the prompt set's (one tier of the
+    /// file's `input_tokens`; [`crate::synth`]). `prompts` then holds one prompt, whose id is
+    /// `gen-{tier}` and whose messages are empty: the agent builds each request's text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub synth: Option<crate::synth::SynthSpec>,
+    /// `output_tokens`: the output length wanted. `max_tokens` is this, and every provider's
+    /// `exact_output` fields (e.g. `ignore_eos`) are merged into the body so that providers
+    /// that offer it keep generating to the cap. `None`: answers end where the model stops.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens: Option<u32>,
+    /// The first this many requests of each provider are warm-up requests
+    /// ([`ScenarioSpec::is_warmup`]): sent and recorded with `warmup`, left out of every
+    /// statistic. 0 (absent): none.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub warmup: u32,
+    /// The scenario's SLO: goodput and the SLO search judge by it ([`crate::slo`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo: Option<crate::slo::Slo>,
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
+}
+
+impl ScenarioSpec {
+    /// Whether the request at (`round`, `step`, `slot`) of this scenario is a warm-up request:
+    /// one of each provider's first `warmup` requests, counted per agent. `rounds`: the first
+    /// `warmup` rounds; `sweep` and `rate`: the first `warmup` slots of step 0 (requests of a
+    /// sweep step, arrivals of a rate step).
+    pub fn is_warmup(&self, round: u32, step: u32, slot: u32) -> bool {
+        match self.load {
+            LoadModel::Rounds => round < self.warmup,
+            LoadModel::Sweep(_) | LoadModel::Rate(_) => step == 0 && slot < self.warmup,
+        }
+    }
+
+    /// The name of the scenario in the campaign file: the tier group of a generated-prompt
+    /// scenario, else its name.
+    pub fn group(&self) -> &str {
+        self.synth.as_ref().map_or(&self.name, |s| &s.group)
+    }
 }
 
 /// A primary provider and its backups, as a client with a failover policy uses them: each
@@ -666,6 +707,10 @@ pub(crate) mod tests {
                     load: LoadModel::Rounds,
                     failover: None,
                     extra_body: serde_json::Map::new(),
+                    synth: None,
+                    output_tokens: None,
+                    warmup: 0,
+                    slo: None,
                 })
                 .collect(),
             prompt_set: "x".into(),

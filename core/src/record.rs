@@ -1,6 +1,6 @@
 //! One measured attempt: [`ProbeRecord`] and its [`Outcome`].
 //!
-//! Field meanings follow the metric definitions of `docs/metrics.md` (metrics_version 7):
+//! Field meanings follow the metric definitions of `docs/metrics.md` (metrics_version 8):
 //! durations are microseconds on the monotonic clock from `t_send`, the moment the request was
 //! handed to the HTTP client; wall-clock times are UTC microseconds.
 
@@ -298,6 +298,29 @@ pub struct ProbeRecord {
     /// (which always asked); `false` for attempts never sent (`dropped`, `cancelled`).
     #[serde(default = "asked")]
     pub usage_requested: bool,
+    /// A generated prompt ([`crate::synth`]): the input tokens asked for (the scenario's
+    /// tier); the provider's own count is `usage.prompt_tokens`. 0 for a prompt of the
+    /// prompt set.
+    #[serde(default)]
+    pub input_tokens: u32,
+    /// A warm-up request (the scenario's first `warmup` requests per provider,
+    /// [`crate::plan::ScenarioSpec::is_warmup`]): recorded and stored, left out of every
+    /// statistic (histograms, counts, error rates, goodput).
+    #[serde(default)]
+    pub warmup: bool,
+    /// Time to second token: the second payload carrying a generated token, µs from
+    /// `t_send` (docs/metrics.md "TTST"). `None` with fewer than two token payloads.
+    #[serde(default)]
+    pub ttst_us: Option<u64>,
+    /// `rate` scenarios: the arrival rate of the record's step, per provider and agent,
+    /// requests/s (a fixed step's rate, or the rate an SLO search chose); 0 otherwise.
+    #[serde(default)]
+    pub target_rps: f64,
+    /// On the final attempt of a scenario with an SLO ([`crate::slo::Slo::met`]): whether
+    /// the request met every per-request bound. `None` without an SLO, on other attempts,
+    /// and for `cancelled` and `dropped` attempts.
+    #[serde(default)]
+    pub slo_met: Option<bool>,
 }
 
 /// Records that predate `usage_requested` asked for usage.

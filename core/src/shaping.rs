@@ -592,6 +592,9 @@ impl ShapeInput {
             max_tokens_field: self.max_tokens_field.clone(),
             stream_usage,
             reasoning_tags,
+            // TODO(H1 core-campaign): the provider's `exact_output` table (checked like
+            // extra_body).
+            exact_output: serde_json::Map::new(),
         })
     }
 }

@@ -58,6 +58,9 @@ pub enum WireError {
     /// An unknown load model name.
     #[error("unknown load model {0:?}")]
     Load(String),
+    /// A record's `target_rps` is negative or not a number.
+    #[error("target_rps {0} is not a rate (a finite number ≥ 0)")]
+    TargetRps(f64),
     /// A status code out of range.
     #[error("http_status {0} is not an HTTP status")]
     Status(u32),
@@ -124,6 +127,11 @@ impl From<&ProbeRecord> for pb::ProbeRecord {
             answered_model: r.answered_model.clone(),
             system_fingerprint: r.system_fingerprint.clone(),
             cut_fields: r.cut_fields.clone(),
+            input_tokens: r.input_tokens,
+            warmup: r.warmup,
+            ttst_us: r.ttst_us,
+            target_rps: r.target_rps,
+            slo_met: r.slo_met,
         }
     }
 }
@@ -144,6 +152,9 @@ impl TryFrom<pb::ProbeRecord> for ProbeRecord {
             })
             .transpose()?;
         let load = LoadKind::parse(&r.load).ok_or_else(|| WireError::Load(r.load.clone()))?;
+        let target_rps = Some(r.target_rps)
+            .filter(|v| v.is_finite() && *v >= 0.0)
+            .ok_or(WireError::TargetRps(r.target_rps))?;
         Ok(ProbeRecord {
             load,
             step: r.step,
@@ -214,6 +225,11 @@ impl TryFrom<pb::ProbeRecord> for ProbeRecord {
             system_fingerprint: r.system_fingerprint,
             cut_fields: r.cut_fields,
             usage_requested: r.usage_requested.unwrap_or(true),
+            input_tokens: r.input_tokens,
+            warmup: r.warmup,
+            ttst_us: r.ttst_us,
+            target_rps,
+            slo_met: r.slo_met,
         })
     }
 }

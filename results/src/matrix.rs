@@ -87,6 +87,12 @@ pub struct MatrixCell {
     pub last_error: Option<String>,
     /// Attempts by outcome name.
     pub outcomes: BTreeMap<String, u64>,
+    /// Goodput against the scenario's SLO ([`crate::slo_stats`]); absent without an SLO.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goodput: Option<crate::slo_stats::Goodput>,
+    /// Warm-up requests of the cell (recorded, left out of every figure above).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub warmup: u64,
 }
 
 /// Whether a count is 0 (fields left out of the JSON then).

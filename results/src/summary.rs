@@ -81,6 +81,21 @@ pub struct Summary {
     pub models: Vec<ModelRow>,
     // Budget guard (coordinator/src/budget.rs): `stopped_by`, `stop_reason`, `caps` and
     // `spent` at the top level of the JSON, each absent when unknown.
+    /// Per `rate` scenario with several steps or an SLO search, region (and `ALL`), provider
+    /// and step: rate, goodput, latencies, verdict ([`crate::slo_stats`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rate_steps: Vec<crate::slo_stats::RateStepRow>,
+    /// Per SLO-search scenario, region (and `ALL`) and provider: the highest rate meeting the
+    /// SLO.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub searches: Vec<crate::slo_stats::SearchRow>,
+    /// Per generated-prompt tier, region (and `ALL`) and provider: latency by input length
+    /// ([`crate::tiers`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tiers: Vec<crate::tiers::TierRow>,
+    /// Per provider that got generated prompts: how it counted their tokens.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub token_counts: Vec<crate::tiers::TokenCountRow>,
     /// Budget guard: caps, what the records used, whether the guard stopped the campaign.
     #[serde(default, flatten)]
     pub guard: crate::budget::BudgetSummary,
@@ -133,6 +148,11 @@ pub fn build(
         models,
         agents,
         guard: Default::default(),
+        // TODO(H4 results): rate steps, searches, tiers, token counts from `agg`.
+        rate_steps: Vec::new(),
+        searches: Vec::new(),
+        tiers: Vec::new(),
+        token_counts: Vec::new(),
     }
 }
 
@@ -210,6 +230,10 @@ fn cell(
             .iter()
             .map(|(o, n)| (o.as_str().to_string(), *n))
             .collect(),
+        // TODO(H4 results): goodput from the cell's counts and the scenario's SLO; warm-up
+        // count.
+        goodput: None,
+        warmup: 0,
     }
 }
 

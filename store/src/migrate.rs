@@ -81,6 +81,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0009_compat",
         sql: include_str!("../migrations/0009_compat.sql"),
     },
+    Migration {
+        version: 10,
+        name: "0010_workloads",
+        sql: include_str!("../migrations/0010_workloads.sql"),
+    },
 ];
 
 /// The bookkeeping table (not in a file, so it exists before any migration runs).

@@ -324,6 +324,16 @@ pub struct RequestRow {
     pub cut_fields: Vec<String>,
     /// Usage asked for or reported unasked (migration 0008; `1` before).
     pub usage_requested: bool,
+    /// Generated prompt: the input tokens asked for; 0 otherwise (migration 0010).
+    pub input_tokens: u32,
+    /// A warm-up request, left out of statistics (migration 0010).
+    pub warmup: bool,
+    /// Time to second token, µs (migration 0010).
+    pub ttst_us: Option<u64>,
+    /// `rate`: the step's arrival rate, requests/s; 0 otherwise (migration 0010).
+    pub target_rps: f64,
+    /// Final attempt of a scenario with an SLO: met every per-request bound (migration 0010).
+    pub slo_met: Option<bool>,
 }
 
 impl RequestRow {
@@ -402,6 +412,11 @@ impl RequestRow {
             system_fingerprint: rec.system_fingerprint.clone(),
             cut_fields: rec.cut_fields.clone(),
             usage_requested: rec.usage_requested,
+            input_tokens: rec.input_tokens,
+            warmup: rec.warmup,
+            ttst_us: rec.ttst_us,
+            target_rps: rec.target_rps,
+            slo_met: rec.slo_met,
         }
     }
 
@@ -473,6 +488,11 @@ impl RequestRow {
             system_fingerprint: self.system_fingerprint.clone(),
             cut_fields: self.cut_fields.clone(),
             usage_requested: self.usage_requested,
+            input_tokens: self.input_tokens,
+            warmup: self.warmup,
+            ttst_us: self.ttst_us,
+            target_rps: self.target_rps,
+            slo_met: self.slo_met,
         }
     }
 }

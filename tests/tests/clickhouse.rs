@@ -81,6 +81,10 @@ fn plan() -> Plan {
                 load: Default::default(),
                 failover: None,
                 extra_body: Default::default(),
+                synth: None,
+                output_tokens: None,
+                warmup: 0,
+                slo: None,
             })
             .collect(),
         prompt_set: "mixed".into(),
@@ -174,6 +178,11 @@ fn full_record() -> ProbeRecord {
         system_fingerprint: Some("fp_ü'\\1".into()),
         cut_fields: vec!["finish_reason".into(), "usage.prompt_tokens".into()],
         usage_requested: true,
+        input_tokens: 8000,
+        warmup: true,
+        ttst_us: Some(123_456),
+        target_rps: 2.5,
+        slo_met: Some(false),
     }
 }
 

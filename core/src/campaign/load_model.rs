@@ -41,7 +41,10 @@ pub(super) fn check_span(rounds: &RoundsSpec, loads: &[LoadModel]) -> Result<(),
             LoadModel::Sweep(sw) => (sw.concurrency.len() as u64)
                 .checked_mul(sw.step_ms)
                 .and_then(|ms| ms.checked_mul(1000)),
-            LoadModel::Rate(r) => r.duration_ms.checked_mul(1000),
+            LoadModel::Rate(r) => r
+                .duration_ms
+                .checked_mul(1000)
+                .and_then(|us| us.checked_mul(u64::from(r.step_count()))),
         };
         at = span_us
             .and_then(|us| at.checked_add(us))
@@ -244,6 +247,10 @@ pub(super) fn validate_load(i: usize, s: &ScenarioSection) -> Result<LoadModel, 
                 arrivals,
                 duration_ms,
                 max_queue_ms,
+                // TODO(H1 core-campaign): `rps = [..]`, `rps = { from, to, steps }`,
+                // `[scenarios.rate.search]`, `arrivals = "gamma"` with `burstiness`.
+                steps_rps: Vec::new(),
+                search: None,
             }))
         }
     }

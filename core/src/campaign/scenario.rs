@@ -148,6 +148,12 @@ pub(super) fn validate_scenario(
         load: load.clone(),
         failover: validate_failover(i, s, providers, load)?,
         extra_body: s.extra_body.clone(),
+        // TODO(H1 core-campaign): input_tokens tiers, shared_prefix_tokens, output_tokens,
+        // warmup, slo.
+        synth: None,
+        output_tokens: None,
+        warmup: 0,
+        slo: None,
     })
 }
 

@@ -40,11 +40,16 @@ use serde::{Deserialize, Serialize};
 mod knee;
 mod limits;
 mod rate;
+mod search;
 mod sweep;
 
 pub use knee::{InsufficientStep, Knee, StepPoint, elasticity, find_knee};
 pub use limits::{Price, ProviderLimits};
 pub use rate::{Arrivals, DEFAULT_MAX_QUEUE_MS, RateSpec};
+pub use search::{
+    DEFAULT_SEARCH_MIN_REQUESTS, DEFAULT_SEARCH_RESOLUTION_PCT, MAX_SEARCH_STEPS, SearchEnd,
+    SearchOutcome, SloSearch, StepVerdict,
+};
 pub use sweep::{DEFAULT_KNEE_MIN_REQUESTS, DEFAULT_SWEEP_STEPS, KneeRule, SweepSpec};
 
 /// Which load model produced a record (`load` in records and ClickHouse).
@@ -124,7 +129,7 @@ impl LoadModel {
             LoadModel::Sweep(s) => (s.concurrency.len() as u64)
                 .saturating_mul(s.step_ms)
                 .saturating_mul(1000),
-            LoadModel::Rate(r) => r.duration_ms.saturating_mul(1000),
+            LoadModel::Rate(r) => r.span_us(),
         }
     }
 }

@@ -5,25 +5,37 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-/// Open-loop arrivals.
+use super::search::SloSearch;
+
+/// Open-loop arrivals: one step at `rps`, steps of increasing rate (`steps_rps`), or an SLO
+/// search that picks each step's rate per provider (`search`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RateSpec {
-    /// Target arrivals per second, per provider and per agent.
+    /// Target arrivals per second, per provider and per agent: the only step's rate, or the
+    /// first step's (`steps_rps[0]`, or `search.min_rps`).
     pub rps: f64,
-    /// Constant spacing or a Poisson process.
+    /// Constant spacing, a Poisson process, or gamma-distributed gaps.
     pub arrivals: Arrivals,
-    /// How long arrivals are generated, ms.
+    /// How long arrivals are generated, ms: of each step when there are several.
     pub duration_ms: u64,
     /// An arrival still waiting for its provider's in-flight cap this long after its intended
     /// time is not sent (outcome `dropped`), ms.
     pub max_queue_ms: u64,
+    /// A rate sweep: the rate of each step, increasing (from a list or a ramp); empty: one
+    /// step at `rps`. Every provider steps at the same moments.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps_rps: Vec<f64>,
+    /// An SLO search: each provider's next step's rate is chosen from its earlier steps'
+    /// goodput ([`SloSearch::next_rps`]); the scenario has an SLO.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search: Option<SloSearch>,
 }
 
 /// Default [`RateSpec::max_queue_ms`]: 10 s.
 pub const DEFAULT_MAX_QUEUE_MS: u64 = 10_000;
 
 /// How arrivals are spaced.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Arrivals {
     /// Exactly `1 / rps` apart, from the phase start.
@@ -34,30 +46,72 @@ pub enum Arrivals {
     /// exponential gaps of mean `1 / rps`), from a generator seeded by the campaign seed and
     /// the scenario: the same for every provider and in every region.
     Poisson,
+    /// Gaps drawn from a gamma distribution of shape `burstiness` and mean `1 / rps` (scale
+    /// `1 / (rps × burstiness)`), as vLLM's `bench serve --burstiness`: 1 is a Poisson
+    /// process, below 1 burstier, above 1 more regular. Seeded as `Poisson`.
+    Gamma {
+        /// The gamma shape, in (0, 100].
+        burstiness: f64,
+    },
 }
 
 impl RateSpec {
+    /// How many steps the phase has: `search.steps`, `steps_rps.len()`, or 1.
+    pub fn step_count(&self) -> u32 {
+        match &self.search {
+            Some(search) => search.steps,
+            None => (self.steps_rps.len() as u32).max(1),
+        }
+    }
+
+    /// The rate of step `k` when it is fixed by the plan (`rps`, or `steps_rps[k]`); `None`
+    /// under an SLO search (each provider's rate is chosen while it runs) or past the steps.
+    pub fn step_rps(&self, k: u32) -> Option<f64> {
+        if self.search.is_some() {
+            return None;
+        }
+        if self.steps_rps.is_empty() {
+            return (k == 0).then_some(self.rps);
+        }
+        self.steps_rps.get(k as usize).copied()
+    }
+
+    /// Length of the whole phase, µs: `step_count × duration_ms`.
+    pub fn span_us(&self) -> u64 {
+        u64::from(self.step_count())
+            .saturating_mul(self.duration_ms)
+            .saturating_mul(1000)
+    }
+
     /// Intended send offsets of the scenario's arrivals, µs from the phase start, increasing,
     /// all below `duration_ms`: one sequence for the scenario (`seed` is mixed with the
     /// scenario index only), which every provider and every agent sends at, so every provider
     /// of the comparison gets the same offered load. Arrival `i` of a provider is its
     /// `i`-th offset (the `slot` of its record and its spool journal key). Its length is
-    /// [`RateSpec::arrival_count`].
+    /// [`RateSpec::arrival_count`]. The first step's at `rps`: [`RateSpec::arrivals_at`].
     pub fn arrivals_us(&self, seed: u64, scenario: usize) -> Vec<u64> {
-        let n = self.arrival_count(seed, scenario);
+        self.arrivals_at(seed, scenario, 0, self.rps)
+    }
+
+    /// Intended send offsets of step `step` at `rps`, µs from the **step's** start,
+    /// increasing, all below `duration_ms`; the same for every agent and provider sent at
+    /// that rate in that step (the generator is seeded by `seed`, the scenario, the step and
+    /// the rate). Step 0 at `self.rps` is [`RateSpec::arrivals_us`].
+    pub fn arrivals_at(&self, seed: u64, scenario: usize, step: u32, rps: f64) -> Vec<u64> {
+        let n = self.count_at(seed, scenario, step, rps);
         let span_us = self.span_us_f64();
         let mut out = Vec::with_capacity(usize::try_from(n).unwrap_or(0));
         match self.arrivals {
             Arrivals::Constant => {
-                let gap_us = 1e6 / self.rps;
+                let gap_us = 1e6 / rps;
                 out.extend((0..n).map(|k| (k as f64 * gap_us) as u64));
             }
             Arrivals::Poisson => {
                 // After the count (drawn first by `poisson_count`), the instants: `n` uniform
                 // points of the phase in increasing order, each the smallest of the points
                 // left (1 − (1 − x) × U^(1/m) is the minimum of m uniforms above x).
-                let mut rng = self.poisson_rng(seed, scenario);
-                let _count = Self::poisson_count(&mut rng, self.rps * span_us / 1e6);
+                let mut rng = Self::step_rng(seed, scenario, step, rps);
+                let _count = Self::poisson_count(&mut rng, rps * span_us / 1e6);
                 let last_us = (span_us as u64).saturating_sub(1);
                 let mut x = 0.0f64;
                 for left in (1..=n).rev() {
@@ -65,6 +119,11 @@ impl RateSpec {
                     x = 1.0 - (1.0 - x) * u.powf(1.0 / left as f64);
                     out.push(((x * span_us) as u64).min(last_us));
                 }
+            }
+            Arrivals::Gamma { burstiness } => {
+                out.extend(Self::gamma_instants(
+                    seed, scenario, step, rps, burstiness, span_us,
+                ));
             }
         }
         out
@@ -74,9 +133,15 @@ impl RateSpec {
     /// (O(1), so that validation, estimates and progress stay fast at the largest plans):
     /// constant spacing has `⌈duration / gap⌉` (the arrivals at `k × gap` below the
     /// duration); a Poisson process draws its count from Poisson(`rps × duration`) before its
-    /// instants. 0 for a rate that is not a positive finite number.
+    /// instants. Gamma gaps are generated and counted (O(count)). 0 for a rate that is not a
+    /// positive finite number.
     pub fn arrival_count(&self, seed: u64, scenario: usize) -> u64 {
-        if !(self.rps.is_finite() && self.rps > 0.0) {
+        self.count_at(seed, scenario, 0, self.rps)
+    }
+
+    /// [`RateSpec::arrival_count`] of step `step` at `rps`.
+    pub fn count_at(&self, seed: u64, scenario: usize, step: u32, rps: f64) -> u64 {
+        if !(rps.is_finite() && rps > 0.0) {
             return 0;
         }
         let span_us = self.span_us_f64();
@@ -84,7 +149,7 @@ impl RateSpec {
             Arrivals::Constant => {
                 // The smallest k with k × gap ≥ span, as the float products the instants are
                 // computed with (the quotient can be one off either way).
-                let gap_us = 1e6 / self.rps;
+                let gap_us = 1e6 / rps;
                 let below = |k: u64| (k as f64 * gap_us) < span_us;
                 let mut k = (span_us / gap_us).ceil() as u64;
                 while k > 0 && !below(k - 1) {
@@ -96,9 +161,12 @@ impl RateSpec {
                 k
             }
             Arrivals::Poisson => Self::poisson_count(
-                &mut self.poisson_rng(seed, scenario),
-                self.rps * span_us / 1e6,
+                &mut Self::step_rng(seed, scenario, step, rps),
+                rps * span_us / 1e6,
             ),
+            Arrivals::Gamma { burstiness } => {
+                Self::gamma_instants(seed, scenario, step, rps, burstiness, span_us).count() as u64
+            }
         }
     }
 
@@ -106,9 +174,37 @@ impl RateSpec {
         self.duration_ms as f64 * 1000.0
     }
 
-    /// The generator of the scenario's Poisson arrivals: its first draw is the count.
-    fn poisson_rng(&self, seed: u64, scenario: usize) -> ChaCha8Rng {
-        ChaCha8Rng::seed_from_u64(seed ^ (scenario as u64 + 1).wrapping_mul(0xA076_1D64_78BD_642F))
+    /// The generator of a step's random arrivals: its first draw is a Poisson count. Step 0
+    /// is seeded by the campaign seed and the scenario only (the sequence of plans before
+    /// rate steps existed); later steps also by the step and the rate's bits.
+    fn step_rng(seed: u64, scenario: usize, step: u32, rps: f64) -> ChaCha8Rng {
+        let base = seed ^ (scenario as u64 + 1).wrapping_mul(0xA076_1D64_78BD_642F);
+        if step == 0 {
+            return ChaCha8Rng::seed_from_u64(base);
+        }
+        ChaCha8Rng::seed_from_u64(
+            base ^ u64::from(step).wrapping_mul(0xE703_7ED1_A0B4_28DB)
+                ^ rps.to_bits().rotate_left(17),
+        )
+    }
+
+    /// Gamma-gap instants below `span_us` (µs from the step start), lazily.
+    fn gamma_instants(
+        seed: u64,
+        scenario: usize,
+        step: u32,
+        rps: f64,
+        burstiness: f64,
+        span_us: f64,
+    ) -> impl Iterator<Item = u64> {
+        let mut rng = Self::step_rng(seed, scenario, step, rps);
+        let dist = rand_distr::Gamma::new(burstiness, 1e6 / (rps * burstiness)).ok();
+        // The first arrival at a gap from the start too (a renewal process observed from 0).
+        let mut t = 0.0f64;
+        std::iter::from_fn(move || {
+            t += dist.as_ref().map_or(f64::INFINITY, |d| rng.sample(d));
+            (t < span_us).then_some(t as u64)
+        })
     }
 
     /// A Poisson(`mean`) count from `rng` (0 for a mean that is not a positive finite number).
@@ -135,6 +231,8 @@ mod tests {
             arrivals: Arrivals::Poisson,
             duration_ms: 20_000,
             max_queue_ms: DEFAULT_MAX_QUEUE_MS,
+            steps_rps: vec![],
+            search: None,
         }
     }
 
@@ -184,6 +282,8 @@ mod tests {
                     arrivals,
                     duration_ms,
                     max_queue_ms: DEFAULT_MAX_QUEUE_MS,
+                    steps_rps: vec![],
+                    search: None,
                 };
                 for (seed, scenario) in [(0, 0), (7, 1), (u64::MAX, 9)] {
                     let a = r.arrivals_us(seed, scenario);
@@ -199,6 +299,8 @@ mod tests {
             arrivals: Arrivals::Constant,
             duration_ms: 100_000,
             max_queue_ms: DEFAULT_MAX_QUEUE_MS,
+            steps_rps: vec![],
+            search: None,
         };
         assert_eq!(big.arrival_count(0, 0), 10_000_000);
         // Poisson at 10 million expected: within 6 σ (σ ≈ 3,162).

@@ -183,6 +183,9 @@ impl MatrixRow {
             usage_chunk_mismatches: self.ok_usage_chunk_mismatches,
             last_error: self.last_error.as_ref().map(|e| e.1.clone()),
             outcomes: self.outcomes.clone(),
+            // TODO(H4 store): goodput and warm-up from the stored records.
+            goodput: None,
+            warmup: 0,
         }
     }
 }

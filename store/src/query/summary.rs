@@ -71,6 +71,11 @@ pub async fn stored_summary(
         // what they need) and politeness notes.
         failover: Vec::new(),
         politeness: Vec::new(),
+        // TODO(H4 store): rate steps, searches, tiers and token counts from ClickHouse.
+        rate_steps: Vec::new(),
+        searches: Vec::new(),
+        tiers: Vec::new(),
+        token_counts: Vec::new(),
         models,
         agents: agents
             .iter()
