@@ -91,3 +91,176 @@ pub struct SearchRow {
     /// One sentence: `"meets the SLO up to 6.0 rps (misses at 7.0 rps); resolved"`.
     pub text: String,
 }
+
+/// Fewest judged requests for a goodput verdict ([`Goodput::meets`]): 20.
+pub const MIN_GOODPUT_REQUESTS: u64 = 20;
+
+/// The goodput of a cell or step of a scenario with `slo`: `met` of `requests` judged
+/// requests; `secs_x_agents` is the phase's (or step's) length in seconds times the agents of
+/// the row (for [`Goodput::rps`]); `hist` gives the merged histogram (µs) of `ttft`, `tpot`
+/// and `e2e` for the percentile bounds. A percentile bound whose percentile the samples do
+/// not support ([`crate::stats::supported`]) cannot be judged, and `meets` is then `None`,
+/// as with fewer than [`MIN_GOODPUT_REQUESTS`] requests.
+pub fn goodput(
+    slo: &latmesh_core::slo::Slo,
+    requests: u64,
+    met: u64,
+    secs_x_agents: Option<f64>,
+    hist: impl Fn(latmesh_core::metrics::Metric) -> Option<hdrhistogram::Histogram<u64>>,
+) -> Goodput {
+    let met = met.min(requests);
+    let pct = if requests == 0 {
+        0.0
+    } else {
+        met as f64 * 100.0 / requests as f64
+    };
+    let ci_pct = latmesh_core::proportion::wilson(met, requests)
+        .map_or((0.0, 100.0), |c| (c.lower * 100.0, c.upper * 100.0));
+    let mut exceeded = Vec::new();
+    let mut unjudged = requests < MIN_GOODPUT_REQUESTS;
+    for b in &slo.percentiles {
+        match hist(b.metric) {
+            Some(h) if crate::stats::supported(h.len(), b.percentile) => {
+                let ms = h.value_at_quantile(b.percentile / 100.0) as f64 / 1000.0;
+                if ms > b.ms {
+                    exceeded.push(format!(
+                        "P{} {} {} > {} ms",
+                        b.percentile,
+                        b.metric.as_str().to_uppercase(),
+                        crate::stats::fmt_ms(ms),
+                        b.ms
+                    ));
+                }
+            }
+            _ => unjudged = true,
+        }
+    }
+    let meets = if !exceeded.is_empty() && requests >= MIN_GOODPUT_REQUESTS {
+        Some(false)
+    } else if unjudged {
+        None
+    } else {
+        Some(pct >= slo.goodput_pct)
+    };
+    Goodput {
+        requests,
+        met,
+        pct,
+        ci_pct,
+        rps: secs_x_agents.filter(|s| *s > 0.0).map(|s| met as f64 / s),
+        exceeded,
+        meets,
+    }
+}
+
+/// The verdict of one rate step: `agent_limited` when arrivals were dropped (the agent could
+/// not send the offered load: never the provider's fault), `insufficient` with fewer than
+/// `min_requests` judged requests or no goodput verdict, else met or missed as
+/// [`Goodput::meets`] says.
+pub fn step_verdict(g: &Goodput, dropped: u64, min_requests: u32) -> StepVerdict {
+    if dropped > 0 {
+        return StepVerdict::AgentLimited;
+    }
+    if g.requests < u64::from(min_requests) {
+        return StepVerdict::Insufficient;
+    }
+    match g.meets {
+        Some(true) => StepVerdict::Met,
+        Some(false) => StepVerdict::Missed,
+        None => StepVerdict::Insufficient,
+    }
+}
+
+/// The search answer of one provider in one region from its step rows (in step order, each
+/// with a verdict): [`latmesh_core::load::SloSearch::outcome`] of (rate, verdict) and its
+/// sentence.
+pub fn search_row(
+    slo: &latmesh_core::slo::Slo,
+    search: &latmesh_core::load::SloSearch,
+    steps: &[RateStepRow],
+) -> Option<SearchRow> {
+    let first = steps.first()?;
+    let history: Vec<(f64, StepVerdict)> = steps
+        .iter()
+        .filter_map(|s| s.verdict.map(|v| (s.target_rps, v)))
+        .collect();
+    let outcome = search.outcome(&history);
+    let rps = |r: f64| format!("{r:.2} rps");
+    let text = match (outcome.met_rps, outcome.missed_rps) {
+        (Some(m), Some(x)) => format!(
+            "meets the SLO up to {} (misses at {}); {}",
+            rps(m),
+            rps(x),
+            outcome.end.describe()
+        ),
+        (Some(m), None) => format!(
+            "meets the SLO up to at least {}; {}",
+            rps(m),
+            outcome.end.describe()
+        ),
+        (None, Some(x)) => format!(
+            "misses the SLO at every rate tried, from {}; {}",
+            rps(x),
+            outcome.end.describe()
+        ),
+        (None, None) => format!("no step could be judged; {}", outcome.end.describe()),
+    };
+    Some(SearchRow {
+        region: first.region.clone(),
+        provider: first.provider.clone(),
+        scenario: first.scenario.clone(),
+        slo: slo.describe(),
+        outcome,
+        text,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use latmesh_core::hist::new_histogram;
+    use latmesh_core::metrics::Metric;
+    use latmesh_core::slo::{PercentileBound, Slo};
+
+    use super::*;
+
+    fn slo() -> Slo {
+        Slo {
+            ttft_ms: Some(500.0),
+            tpot_ms: None,
+            e2e_ms: None,
+            percentiles: vec![PercentileBound {
+                metric: Metric::Ttft,
+                percentile: 90.0,
+                ms: 400.0,
+            }],
+            goodput_pct: 90.0,
+        }
+    }
+
+    #[test]
+    fn goodput_counts_met_requests_and_judges_percentile_bounds() {
+        let mut h = new_histogram();
+        for v in 1..=100u64 {
+            h.record(v * 3_000).unwrap(); // 3..300 ms: P90 270 ms
+        }
+        let g = goodput(&slo(), 100, 95, Some(50.0), |_| Some(h.clone()));
+        assert_eq!((g.met, g.pct, g.meets), (95, 95.0, Some(true)));
+        assert_eq!(g.rps, Some(1.9));
+        assert!(g.ci_pct.0 < 95.0 && g.ci_pct.1 > 95.0);
+        let g = goodput(&slo(), 100, 80, None, |_| Some(h.clone()));
+        assert_eq!(g.meets, Some(false));
+        // P90 over its bound: missed whatever the goodput.
+        let mut slow = new_histogram();
+        for v in 1..=100u64 {
+            slow.record(v * 5_000).unwrap(); // P90 450 ms
+        }
+        let g = goodput(&slo(), 100, 100, None, |_| Some(slow.clone()));
+        assert_eq!(g.meets, Some(false));
+        assert_eq!(g.exceeded.len(), 1, "{:?}", g.exceeded);
+        // Too few requests: no verdict.
+        let g = goodput(&slo(), 10, 10, None, |_| Some(h.clone()));
+        assert_eq!(g.meets, None);
+        assert_eq!(step_verdict(&g, 0, 20), StepVerdict::Insufficient);
+        assert_eq!(step_verdict(&g, 1, 20), StepVerdict::AgentLimited);
+    }
+}

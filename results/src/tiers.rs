@@ -65,3 +65,78 @@ pub struct TokenCountRow {
 
 /// Tolerance of [`TokenCountRow::counts_differently`]: 10 %.
 pub const COUNT_TOLERANCE: f64 = 0.10;
+
+/// How `provider` counted generated prompts: `tiers` are (input tokens asked for, mean billed
+/// prompt tokens, requests with usage), one per tier with usage. A least-squares line
+/// `billed = tokens_per_word × asked + overhead` through the tiers (two or more; with one,
+/// the ratio and no overhead); the provider counts differently when `tokens_per_word` is off
+/// 1 by more than [`COUNT_TOLERANCE`]. `None` without a tier with usage.
+pub fn token_count_row(provider: &str, mut tiers: Vec<(u32, f64, u64)>) -> Option<TokenCountRow> {
+    tiers.retain(|t| t.2 > 0 && t.0 > 0);
+    tiers.sort_by_key(|t| t.0);
+    let first = *tiers.first()?;
+    let (tokens_per_word, overhead_tokens) = if tiers.len() == 1 {
+        (first.1 / f64::from(first.0), None)
+    } else {
+        let n = tiers.len() as f64;
+        let mx = tiers.iter().map(|t| f64::from(t.0)).sum::<f64>() / n;
+        let my = tiers.iter().map(|t| t.1).sum::<f64>() / n;
+        let sxx: f64 = tiers.iter().map(|t| (f64::from(t.0) - mx).powi(2)).sum();
+        let sxy: f64 = tiers
+            .iter()
+            .map(|t| (f64::from(t.0) - mx) * (t.1 - my))
+            .sum();
+        let slope = sxy / sxx;
+        (slope, Some(my - slope * mx))
+    };
+    let counts_differently = (tokens_per_word - 1.0).abs() > COUNT_TOLERANCE;
+    let overhead = overhead_tokens
+        .map(|o| format!(", {o:+.0} tokens per request (its template)"))
+        .unwrap_or_default();
+    let note = if counts_differently {
+        format!(
+            "{provider} counts {tokens_per_word:.2} tokens per generated word{overhead}: its tiers hold {} tokens than their names say; compare at billed counts",
+            if tokens_per_word > 1.0 {
+                "more"
+            } else {
+                "fewer"
+            }
+        )
+    } else {
+        format!("{provider} counts {tokens_per_word:.2} tokens per generated word{overhead}")
+    };
+    Some(TokenCountRow {
+        provider: provider.to_string(),
+        tiers,
+        tokens_per_word: Some(tokens_per_word),
+        overhead_tokens,
+        counts_differently,
+        note,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_through_the_tiers_gives_the_ratio_and_the_template() {
+        let r = token_count_row("a", vec![(1000, 1012.0, 5), (8000, 8012.0, 5)]).unwrap();
+        assert!((r.tokens_per_word.unwrap() - 1.0).abs() < 1e-9);
+        assert!((r.overhead_tokens.unwrap() - 12.0).abs() < 1e-6);
+        assert!(!r.counts_differently);
+        let r = token_count_row("b", vec![(8000, 9607.0, 5), (1000, 1207.0, 5)]).unwrap();
+        assert!((r.tokens_per_word.unwrap() - 1.2).abs() < 1e-9);
+        assert!(
+            r.counts_differently && r.note.contains("more"),
+            "{}",
+            r.note
+        );
+        let one = token_count_row("c", vec![(1000, 800.0, 3)]).unwrap();
+        assert_eq!(
+            (one.tokens_per_word, one.overhead_tokens),
+            (Some(0.8), None)
+        );
+        assert!(token_count_row("d", vec![(1000, 0.0, 0)]).is_none());
+    }
+}
