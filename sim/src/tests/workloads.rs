@@ -315,6 +315,11 @@ async fn long_context_ttft_grows_as_the_truth_says() {
         );
         let ttst = t.ttst().unwrap().as_micros() as u64;
         let want_ttst = slo_truth::ttst_us(&p, generated_prompt_tokens(&p, words), scale);
+        assert_eq!(
+            r.header_u64(crate::PLANNED_TTST_HEADER),
+            want_ttst,
+            "{words}"
+        );
         assert!(
             ttst >= want_ttst && ttst >= ttft,
             "{words}: {ttst} µs vs {want_ttst}"
