@@ -844,13 +844,7 @@ mod tests {
             t.validate().unwrap();
             assert!(BUILTIN_REGIONS.contains(&t.home_region.as_str()));
             assert!(t.description.starts_with("trap: "), "{}", t.name);
-            let faults = [
-                t.throttle_prob,
-                t.truncate_prob,
-                t.stream_error_prob,
-                t.overload_prob,
-            ];
-            assert!(faults.iter().all(|p| *p == 0.0) && t.ttft_jitter_sigma == 0.0);
+            assert!(noise(t).iter().all(|x| *x == 0.0), "{}", t.name);
             // Exactly one behaviour differs from an honest profile's.
             let differs = [
                 t.json_mode != honest.json_mode,
@@ -881,6 +875,20 @@ mod tests {
             };
             assert_eq!(p, plain, "{honest}");
         }
+    }
+
+    /// Every source of randomness and every fault of `p` (all 0: an exact profile).
+    fn noise(p: &ProviderProfile) -> [f64; 8] {
+        [
+            p.ttft_jitter_sigma,
+            p.ttft_tail_prob,
+            p.itl_sigma,
+            p.throttle_prob,
+            p.truncate_prob,
+            p.stream_error_prob,
+            p.overload_prob,
+            p.stall_prob,
+        ]
     }
 
     /// `p` with every compatibility and quality field at its default.
@@ -914,17 +922,7 @@ mod tests {
         for p in &lab {
             p.validate().unwrap();
             assert!(p.description.starts_with("lab: "), "{}", p.name);
-            let noise = [
-                p.ttft_jitter_sigma,
-                p.ttft_tail_prob,
-                p.itl_sigma,
-                p.throttle_prob,
-                p.truncate_prob,
-                p.stream_error_prob,
-                p.overload_prob,
-                p.stall_prob,
-            ];
-            assert!(noise.iter().all(|x| *x == 0.0), "{}", p.name);
+            assert!(noise(p).iter().all(|x| *x == 0.0), "{}", p.name);
             assert_eq!((p.tokens_per_chunk_min, p.tokens_per_chunk_max), (1, 1));
             assert_eq!(p.reasoning_tokens_max, 0);
             assert!(!p.prompt_cache);
