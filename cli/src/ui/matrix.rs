@@ -317,10 +317,8 @@ fn goodput_table(summary: &Summary, scenario: &str) -> String {
                 TCell::new(g.map_or("-".into(), slo::goodput_text))
                     .set_alignment(CellAlignment::Right),
             );
-            if let Some(g) = g {
-                if !g.exceeded.is_empty() {
-                    notes.push(format!("  {region} {provider}: {}", g.exceeded.join("; ")));
-                }
+            if let Some(g) = g.filter(|g| !g.exceeded.is_empty()) {
+                notes.push(format!("  {region} {provider}: {}", g.exceeded.join("; ")));
             }
         }
         t.add_row(row);
