@@ -327,7 +327,8 @@ pub fn sweep_rows(
     )
 }
 
-/// An open-loop (`rate`) scenario for one provider in one region (or `ALL`).
+/// An open-loop (`rate`) scenario of one step (no rate sweep, no SLO search: those have
+/// [`crate::slo_stats::RateStepRow`]s instead) for one provider in one region (or `ALL`).
 ///
 /// **Achieved rate** means: arrivals actually sent (first attempts of first turns, neither
 /// `dropped` nor `cancelled`) divided by the phase's duration (`duration_ms`) and by the number
@@ -344,8 +345,9 @@ pub struct RateRow {
     pub scenario: String,
     /// Target arrivals per second per agent (the plan's `rps`), requests/s.
     pub target_rps: f64,
-    /// Arrivals the plan schedules per agent for this provider (a Poisson schedule differs
-    /// from `rps × duration` by chance; every agent has the same one).
+    /// Arrivals the plan schedules per agent for this provider, warm-up arrivals left out (a
+    /// Poisson schedule differs from `rps × duration` by chance; every agent has the same
+    /// one).
     pub scheduled: u64,
     /// `scheduled` / duration, requests/s: what `achieved_rps` is compared with.
     pub scheduled_rps: f64,
@@ -425,7 +427,16 @@ pub struct RateMeasure {
     pub by_arrival: Vec<ArrivalLatency>,
 }
 
-/// One rate row from its measure; `scheduled` is the plan's arrival count per agent.
+/// The arrivals a rate row compares its sent ones with, per agent and provider: the plan's
+/// arrival count of scenario `index` less its `warmup` arrivals (sent, but counted apart and
+/// left out of `sent`, as of every statistic).
+pub fn scheduled_arrivals(spec: &RateSpec, seed: u64, index: usize, warmup: u32) -> u64 {
+    spec.arrival_count(seed, index)
+        .saturating_sub(u64::from(warmup))
+}
+
+/// One rate row from its measure; `scheduled` is the plan's arrival count per agent (warm-up
+/// left out: [`scheduled_arrivals`]).
 pub fn rate_row(
     region: Option<&str>,
     provider: &str,
@@ -500,7 +511,10 @@ pub fn rate_row(
 
 /// Every rate row of `plan` from merged results in memory; `agents` are the campaign's agents
 /// (their regions give each row's agent count). Ordered by scenario, region (`ALL` last),
-/// provider, in plan order.
+/// provider, in plan order. Scenarios with several steps or an SLO search
+/// ([`crate::slo_stats::has_rate_steps`]) have no rate row: one scheduled rate, one
+/// saturation verdict over the phase and `target_rps` would describe only their first step;
+/// their rows are per step ([`crate::slo_stats::rate_step_rows`]).
 pub fn rate_rows(plan: &Plan, agg: &Aggregate, agents: &[AgentSummary]) -> Vec<RateRow> {
     let per_region = agents_per_region(agents.iter().map(|a| a.region.as_str()));
     let mut out = Vec::new();
@@ -508,12 +522,15 @@ pub fn rate_rows(plan: &Plan, agg: &Aggregate, agents: &[AgentSummary]) -> Vec<R
         let LoadModel::Rate(spec) = &s.load else {
             continue;
         };
+        if crate::slo_stats::has_rate_steps(spec) {
+            continue;
+        }
         for region in row_regions(plan, None) {
             let n_agents = match region {
                 Some(r) => per_region.get(r).copied().unwrap_or(0),
                 None => agents.len() as u64,
             };
-            let scheduled = spec.arrival_count(plan.seed, i);
+            let scheduled = scheduled_arrivals(spec, plan.seed, i, s.warmup);
             for provider in &plan.providers {
                 let hist = |metric| {
                     agg.histogram(
