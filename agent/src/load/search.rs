@@ -12,6 +12,9 @@
 //! `None`: it idles for the rest of the phase. The phase lasts `span_us` whatever the
 //! providers do.
 //!
+//! A cancel counts the arrivals of the current step not yet sent (later steps' rates were never
+//! chosen, so they have no planned arrivals).
+//!
 //! A restarted agent cannot resume a search (the verdicts were its earlier process's): when
 //! it reaches the phase after its start, it sends nothing in it and counts each provider's
 //! steps not yet begun as one skipped slot each (their arrival counts were never planned).
