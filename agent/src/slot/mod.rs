@@ -28,7 +28,20 @@
 //!   as in any chat client) stays as realistic as it is for users, while no probe can hit a
 //!   cache warmed by another probe, round or region. Records carry `cache_nonce`.
 //!
-//! Histograms count `ok` attempts of every turn (not split by turn; records carry it).
+//! * **Generated prompts.** A tier scenario (`synth`: the campaign file's `input_tokens`)
+//!   sends one user message of exactly `input_tokens` words, the text of the request key
+//!   (this agent's region, round, step, slot; every attempt and every provider of the slot
+//!   the same) from the tier's prompt the run built once ([`SynthPrompts`]); records carry
+//!   `input_tokens`. With `output_tokens` the cap is that, and the provider's `exact_output`
+//!   fields go into the body ([`crate::shaping::exact_output_fields`]).
+//! * **Warm-up and SLO.** Every attempt of a warm-up slot
+//!   ([`ScenarioSpec::is_warmup`](latmesh_core::plan::ScenarioSpec::is_warmup)) has
+//!   `warmup`; the final attempt of a scenario with an SLO has `slo_met`
+//!   ([`Slo::met`](latmesh_core::slo::Slo::met)), except a `cancelled` or `dropped` one.
+//!   `rate` records carry their step's `target_rps`.
+//!
+//! Histograms count `ok` attempts of every turn (not split by turn; records carry it), warm-up
+//! left out.
 //!
 //! # Cancel ([`Cancel`])
 //! When the coordinator cancels the campaign, no further slot is scheduled, no retry and no
@@ -52,7 +65,8 @@
 //! * [`attempts`]: one logical request's attempts (caps, probe, record, retry wait);
 //! * [`failover`]: which target the next attempt goes to (retry policy or failover chain);
 //! * [`label`]: the plan fields every record of a slot carries;
-//! * [`cancel`] and [`env`]: what a slot shares with its campaign run.
+//! * [`cancel`] and [`env`]: what a slot shares with its campaign run;
+//! * [`synth`]: the run's generated prompts, built once per tier.
 
 pub mod attempts;
 pub mod cancel;
@@ -61,6 +75,7 @@ pub mod env;
 pub mod failover;
 pub mod label;
 pub mod spec;
+pub mod synth;
 #[cfg(test)]
 mod tests;
 
@@ -68,3 +83,4 @@ pub use cancel::Cancel;
 pub use conversation::{MAX_KEPT_ANSWER_BYTES, new_nonce, run_slot, run_slot_with};
 pub use env::SlotEnv;
 pub use spec::{RecordTx, SlotDone, SlotRef};
+pub use synth::SynthPrompts;
