@@ -159,6 +159,22 @@ pub(super) fn validate_workload(i: usize, s: &ScenarioSection) -> Result<Workloa
         None => None,
         Some(map) => Some(check_slo(&key("slo"), map)?),
     };
+    if let Some(slo) = &slo
+        && !s.stream
+    {
+        let tpot = slo.tpot_ms.map(|_| "tpot_ms".to_string()).or_else(|| {
+            slo.percentiles
+                .iter()
+                .find(|b| b.metric == Metric::Tpot)
+                .map(|b| format!("tpot_p{}_ms", b.percentile))
+        });
+        if let Some(name) = tpot {
+            return Err(invalid(
+                format!("scenarios[{i}].slo.{name}"),
+                "a non-streamed answer arrives at once, so its TPOT says nothing: set stream = true, or bound ttft/e2e only",
+            ));
+        }
+    }
     Ok(Workload {
         tiers,
         shared_prefix_tokens,
@@ -561,6 +577,13 @@ mod tests {
             (
                 with("warmup = 3"),
                 "scenarios[0].warmup: 3 warm-up rounds of 3: no round would be measured",
+            ),
+            (
+                GOOD.replace("stream = true", "stream = false").replace(
+                    "max_tokens = 32",
+                    "max_tokens = 32\nslo = { ttft_ms = 100, tpot_p90_ms = 20 }",
+                ),
+                "scenarios[0].slo.tpot_p90_ms: a non-streamed answer arrives at once",
             ),
             (
                 with("slo = {}"),
