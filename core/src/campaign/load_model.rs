@@ -530,6 +530,19 @@ fn check_search(
             p.min_gap_ms
                 .filter(|&g| g > 0)
                 .map(|g| (1000.0 / g as f64, format!("min_gap_ms = {g}"))),
+            // Generated prompts: at least the smallest tier and max_tokens per request.
+            p.tokens_per_min
+                .filter(|t| t.is_finite() && *t > 0.0)
+                .zip(workload.tiers.first())
+                .map(|(t, &tier)| {
+                    let per_request = f64::from(tier) + f64::from(workload.max_tokens);
+                    (
+                        t / 60.0 / per_request,
+                        format!(
+                            "tokens_per_min = {t}, at {per_request} tokens a request (input_tokens + max_tokens)"
+                        ),
+                    )
+                }),
         ];
         for (cap_rps, why) in caps.into_iter().flatten() {
             if max_rps > cap_rps {
@@ -750,6 +763,23 @@ mod tests {
             e.contains("(min_gap_ms = 100: at most 10 rps per agent)"),
             "{e}"
         );
+        // tokens_per_min bounds the rate of generated prompts: 1000 + 200 tokens a request.
+        let generated = |cap: &str| {
+            capped(cap)
+                .replace(
+                    "prompt_ids = [\"short-qa-en-*\"]",
+                    "input_tokens = [1000, 8000]",
+                )
+                .replace("max_tokens = 32", "output_tokens = 200")
+        };
+        assert!(load_toml_str(&generated("tokens_per_min = 4608000"), Path::new(".")).is_ok());
+        let e = err_of(&generated("tokens_per_min = 720000"));
+        assert!(
+            e.contains("(tokens_per_min = 720000, at 1200 tokens a request (input_tokens + max_tokens): at most 10 rps per agent)"),
+            "{e}"
+        );
+        // For prompts of the prompt set it is left to the agents (their size is an estimate).
+        assert!(load_toml_str(&capped("tokens_per_min = 60"), Path::new(".")).is_ok());
     }
 
     #[test]
