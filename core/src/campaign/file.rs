@@ -227,7 +227,7 @@ pub struct RateSection {
     pub rps: Option<serde_json::Value>,
     /// `constant` (default), `poisson` or `gamma` (with `burstiness`).
     pub arrivals: Option<String>,
-    /// The gamma shape of `arrivals = "gamma"`, in (0, 100] (1: Poisson; below 1 burstier).
+    /// The gamma shape of `arrivals = "gamma"`, in [0.01, 100] (1: Poisson; below 1 burstier).
     pub burstiness: Option<f64>,
     /// `[scenarios.rate.search]`: find the highest rate meeting the scenario's `slo`.
     pub search: Option<SearchSection>,

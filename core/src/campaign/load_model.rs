@@ -78,6 +78,12 @@ fn check_positive_s(key: String, s: f64, max_s: f64) -> Result<u64, CampaignErro
 /// Most steps a sweep may have, and the largest concurrency of a step.
 const MAX_SWEEP_STEPS: usize = 64;
 const MAX_CONCURRENCY: u32 = 100_000;
+/// Smallest gamma shape (`burstiness`): below 1 arrivals come in clusters of about
+/// `1 / burstiness` at almost the same instant, so a tiny shape would plan billions of
+/// arrivals at the start of a step whatever `rps` says.
+const MIN_BURSTINESS: f64 = 0.01;
+/// Largest gamma shape (`burstiness`): near-constant gaps.
+const MAX_BURSTINESS: f64 = 100.0;
 /// Most steps of a rate sweep (`rps` as a list or a ramp).
 const MAX_RATE_STEPS: usize = 64;
 /// Default steps of an SLO search.
@@ -242,19 +248,23 @@ fn validate_rate(
     })?;
     let duration_ms = check_positive_s(key("duration_s"), r.duration_s, 86_400.0)?;
     let arrivals = match (r.arrivals.as_deref(), r.burstiness) {
-        (Some("gamma"), Some(b)) if b.is_finite() && b > 0.0 && b <= 100.0 => {
+        (Some("gamma"), Some(b)) if (MIN_BURSTINESS..=MAX_BURSTINESS).contains(&b) => {
             Arrivals::Gamma { burstiness: b }
         }
         (Some("gamma"), Some(b)) => {
             return Err(invalid(
                 key("burstiness"),
-                format!("{b} is not in (0, 100] (1: Poisson, below 1: burstier)"),
+                format!(
+                    "{b} is not in [{MIN_BURSTINESS}, {MAX_BURSTINESS}] (1: Poisson, below 1: burstier)"
+                ),
             ));
         }
         (Some("gamma"), None) => {
             return Err(invalid(
                 key("burstiness"),
-                "missing: arrivals = \"gamma\" needs burstiness, the gamma shape in (0, 100] (1: Poisson, below 1: burstier)",
+                format!(
+                    "missing: arrivals = \"gamma\" needs burstiness, the gamma shape in [{MIN_BURSTINESS}, {MAX_BURSTINESS}] (1: Poisson, below 1: burstier)"
+                ),
             ));
         }
         (_, Some(_)) => {
@@ -855,14 +865,22 @@ mod tests {
                     "",
                     "rps = 1\nduration_s = 1\narrivals = \"gamma\"\nburstiness = 0",
                 ),
-                "scenarios[0].rate.burstiness: 0 is not in (0, 100]",
+                "scenarios[0].rate.burstiness: 0 is not in [0.01, 100]",
+            ),
+            // A tiny shape would plan about 1 / burstiness arrivals at a step's start.
+            (
+                rate(
+                    "",
+                    "rps = 1\nduration_s = 1\narrivals = \"gamma\"\nburstiness = 1e-9",
+                ),
+                "scenarios[0].rate.burstiness: 0.000000001 is not in [0.01, 100]",
             ),
             (
                 rate(
                     "",
                     "rps = 1\nduration_s = 1\narrivals = \"gamma\"\nburstiness = 101",
                 ),
-                "scenarios[0].rate.burstiness: 101 is not in (0, 100]",
+                "scenarios[0].rate.burstiness: 101 is not in [0.01, 100]",
             ),
             (
                 rate(

@@ -49,7 +49,7 @@
 //! [scenarios.rate]
 //! duration_s = 20                 # each step's length
 //! arrivals = "gamma"              # constant (default), poisson, gamma
-//! burstiness = 0.5                # gamma only (required there), in (0, 100]
+//! burstiness = 0.5                # gamma only (required there), in [0.01, 100]
 //! # rps = 5 | [2, 4, 8] | { from = 1, to = 16, steps = 5 }  # one rate, steps, or a ramp
 //! [scenarios.rate.search]         # instead of rps: the highest rate meeting the scenario's slo
 //! min_rps = 2

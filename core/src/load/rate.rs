@@ -50,7 +50,8 @@ pub enum Arrivals {
     /// `1 / (rps × burstiness)`), as vLLM's `bench serve --burstiness`: 1 is a Poisson
     /// process, below 1 burstier, above 1 more regular. Seeded as `Poisson`.
     Gamma {
-        /// The gamma shape, in (0, 100].
+        /// The gamma shape, in [0.01, 100] (a campaign file's range: below 1 arrivals
+        /// cluster, about `1 / burstiness` at once).
         burstiness: f64,
     },
 }
