@@ -50,7 +50,8 @@ pub enum Arrivals {
     /// `1 / (rps × burstiness)`), as vLLM's `bench serve --burstiness`: 1 is a Poisson
     /// process, below 1 burstier, above 1 more regular. Seeded as `Poisson`.
     Gamma {
-        /// The gamma shape, in (0, 100].
+        /// The gamma shape, in [0.01, 100] (a campaign file's range: below 1 arrivals
+        /// cluster, about `1 / burstiness` at once).
         burstiness: f64,
     },
 }
@@ -137,6 +138,20 @@ impl RateSpec {
     /// positive finite number.
     pub fn arrival_count(&self, seed: u64, scenario: usize) -> u64 {
         self.count_at(seed, scenario, 0, self.rps)
+    }
+
+    /// Arrivals of the whole phase per provider and agent: the sum of every step's
+    /// [`RateSpec::count_at`] at its rate, exactly; under an SLO search every step at
+    /// `max_rps`, an upper bound (the search starts at `min_rps` and may stop early).
+    pub fn planned_arrivals(&self, seed: u64, scenario: usize) -> u64 {
+        (0..self.step_count())
+            .map(|k| match &self.search {
+                Some(search) => self.count_at(seed, scenario, k, search.max_rps),
+                None => self
+                    .step_rps(k)
+                    .map_or(0, |rps| self.count_at(seed, scenario, k, rps)),
+            })
+            .fold(0, u64::saturating_add)
     }
 
     /// [`RateSpec::arrival_count`] of step `step` at `rps`.
