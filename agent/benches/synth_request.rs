@@ -15,10 +15,10 @@ use std::time::Duration;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use latmesh_agent::probe::ProbeRequest;
 use latmesh_agent::probe::request;
-use latmesh_agent::shaping::exact_output_fields;
 use latmesh_core::api::{Api, RequestShape};
 use latmesh_core::plan::Timeouts;
 use latmesh_core::prompts::Message;
+use latmesh_core::shaping::exact_output_fields;
 use latmesh_core::synth::{RequestKey, SynthPrompt, SynthSpec};
 
 const TIERS: [u32; 3] = [1_000, 8_000, 32_000];
@@ -45,10 +45,11 @@ fn shape(api: Api) -> RequestShape {
     let exact = serde_json::json!({"ignore_eos": true, "min_tokens": "$output_tokens"});
     let mut s = RequestShape {
         api,
+        exact_output: exact.as_object().unwrap().clone(),
         ..RequestShape::default()
     };
-    s.extra_body
-        .extend(exact_output_fields(exact.as_object().unwrap(), 256));
+    let fields = exact_output_fields(&s, 256);
+    s.extra_body.extend(fields);
     s
 }
 

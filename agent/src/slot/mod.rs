@@ -33,7 +33,7 @@
 //!   (this agent's region, round, step, slot; every attempt and every provider of the slot
 //!   the same) from the tier's prompt the run built once ([`SynthPrompts`]); records carry
 //!   `input_tokens`. With `output_tokens` the cap is that, and the provider's `exact_output`
-//!   fields go into the body ([`crate::shaping::exact_output_fields`]).
+//!   fields go into the body ([`latmesh_core::shaping::exact_output_fields`]).
 //! * **Warm-up and SLO.** Every attempt of a warm-up slot
 //!   ([`ScenarioSpec::is_warmup`](latmesh_core::plan::ScenarioSpec::is_warmup)) has
 //!   `warmup`; the final attempt of a scenario with an SLO has `slo_met`
