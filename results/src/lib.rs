@@ -18,7 +18,6 @@ pub mod agent_summary;
 pub mod aggregate;
 pub mod analysis;
 pub mod budget;
-pub mod context_refusal;
 pub mod delivery;
 pub mod failover_stats;
 pub mod fixtures;
