@@ -15,6 +15,7 @@ mod chaos;
 mod chaos_coordinator;
 mod check;
 mod clickhouse;
+mod clickhouse_slo;
 mod clickhouse_sink;
 mod clickhouse_stall;
 mod compat;
