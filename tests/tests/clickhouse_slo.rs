@@ -232,13 +232,25 @@ async fn stored_goodput_steps_searches_and_tiers_equal_the_in_memory_summary() {
     for want in with_data {
         let got = sql
             .cell(&want.region, &want.provider, &want.scenario)
-            .unwrap_or_else(|| panic!("no cell {} {} {}", want.region, want.provider, want.scenario));
+            .unwrap_or_else(|| {
+                panic!(
+                    "no cell {} {} {}",
+                    want.region, want.provider, want.scenario
+                )
+            });
         // `last_error`: the latest by send time from ClickHouse, the last to arrive in memory.
         let strip = |c: &summary::MatrixCell| summary::MatrixCell {
             last_error: None,
             ..c.clone()
         };
-        assert_eq!(strip(got), strip(want), "{} {} {}", want.region, want.provider, want.scenario);
+        assert_eq!(
+            strip(got),
+            strip(want),
+            "{} {} {}",
+            want.region,
+            want.provider,
+            want.scenario
+        );
     }
 
     // Exact figures (the fixture's module doc).
@@ -309,7 +321,10 @@ async fn stored_goodput_steps_searches_and_tiers_equal_the_in_memory_summary() {
             .clone()
     };
     let q8 = tier("ALL", "q", "ctx.8k");
-    assert_eq!((q8.context_refused, q8.samples, q8.error_pct), (60, 0, 100.0));
+    assert_eq!(
+        (q8.context_refused, q8.samples, q8.error_pct),
+        (60, 0, 100.0)
+    );
     assert_eq!(tier("us-east", "q", "ctx.8k").context_refused, 30);
     let (p1, p8) = (tier("ALL", "p", "ctx.1k"), tier("ALL", "p", "ctx.8k"));
     assert!(p8.ttft.unwrap().p50_ms > 5.0 * p1.ttft.unwrap().p50_ms);
@@ -318,7 +333,11 @@ async fn stored_goodput_steps_searches_and_tiers_equal_the_in_memory_summary() {
     let near = |v: Option<f64>, want: f64| v.is_some_and(|v| (v - want).abs() <= want * 1e-3);
     assert!(near(p1.prefill_tps_p50, 5000.0), "{:?}", p1.prefill_tps_p50);
     assert!(near(p1.ttst_p50_ms, 250.0), "{:?}", p1.ttst_p50_ms);
-    assert!(near(p1.e2e_per_token_p50_ms, 20.0), "{:?}", p1.e2e_per_token_p50_ms);
+    assert!(
+        near(p1.e2e_per_token_p50_ms, 20.0),
+        "{:?}",
+        p1.e2e_per_token_p50_ms
+    );
     let q_counts = sql.token_counts.iter().find(|t| t.provider == "q").unwrap();
     assert!(q_counts.counts_differently, "{}", q_counts.note);
     assert_eq!(q_counts.tiers, vec![(1000, 1210.0, 60)]);

@@ -11,10 +11,10 @@ use serde::{Deserialize, Serialize};
 
 use super::super::{StoreError, check_identifier};
 use super::campaign::{agents, stored_plan};
-use super::slo::{bound_metrics, kept_agents, slo_counts};
-use hdrhistogram::Histogram;
 use super::filter::{QueryFilter, and_where, bind_all, sql_string, where_clause};
 use super::histograms::merged_histograms;
+use super::slo::{bound_metrics, kept_agents, slo_counts};
+use hdrhistogram::Histogram;
 use latmesh_results::aggregate::{count_name, counts_in_error_rates};
 use latmesh_results::model_stats;
 use latmesh_results::slo_stats::{self, Goodput};
@@ -469,7 +469,10 @@ pub async fn matrix_percentiles(
     let per_region = match &filter.campaign_id {
         Some(id) if !slos.is_empty() => kept_agents(
             &latmesh_results::load_stats::agents_per_region(
-                agents(client, db, id).await?.iter().map(|a| a.region.as_str()),
+                agents(client, db, id)
+                    .await?
+                    .iter()
+                    .map(|a| a.region.as_str()),
             ),
             filter,
         ),

@@ -255,7 +255,12 @@ pub async fn rate_steps(
 }
 
 /// Whether `filter` keeps a row of `region` (or `ALL`), `provider` and `scenario`.
-pub(super) fn keeps_row(filter: &QueryFilter, region: &str, provider: &str, scenario: &str) -> bool {
+pub(super) fn keeps_row(
+    filter: &QueryFilter,
+    region: &str,
+    provider: &str,
+    scenario: &str,
+) -> bool {
     (region == ALL_REGIONS || filter.region.as_deref().is_none_or(|f| f == region))
         && filter.provider.as_deref().is_none_or(|f| f == provider)
         && filter.scenario.as_deref().is_none_or(|f| f == scenario)

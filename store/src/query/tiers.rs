@@ -34,7 +34,10 @@ fn tier_scenarios<'a>(plan: &'a Plan, only: Option<&str>) -> Vec<&'a ScenarioSpe
 }
 
 /// ` AND warmup = 0 AND scenario IN (…)` of `scenarios`.
-fn tier_where(filter: &QueryFilter, scenarios: &[&ScenarioSpec]) -> (String, Vec<super::filter::Arg>) {
+fn tier_where(
+    filter: &QueryFilter,
+    scenarios: &[&ScenarioSpec],
+) -> (String, Vec<super::filter::Arg>) {
     let (mut wh, args) = where_clause(filter, "send_unix_us", "send_time");
     let list = scenarios
         .iter()
@@ -122,7 +125,9 @@ pub async fn tiers(
         let outcome = Outcome::parse(&r.outcome);
         let measured = outcome.is_none_or(counts_in_error_rates);
         for region in [r.region.as_str(), ALL_REGIONS] {
-            let a = acc.entry(key(region, &r.provider, &r.scenario)).or_default();
+            let a = acc
+                .entry(key(region, &r.provider, &r.scenario))
+                .or_default();
             if outcome == Some(Outcome::Ok) {
                 a.samples += r.n;
                 a.billed_prompt_tokens.0 = a.billed_prompt_tokens.0.saturating_add(r.prompt_sum);
@@ -149,7 +154,11 @@ pub async fn tiers(
     let refusals: Vec<RefusalRow> = bind_all(client.query(&sql), &args).fetch_all().await?;
     let some = |t: &str| (!t.is_empty()).then_some(t.to_string());
     for r in &refusals {
-        let (code, kind, message) = (some(&r.error_code), some(&r.error_type), some(&r.error_message));
+        let (code, kind, message) = (
+            some(&r.error_code),
+            some(&r.error_type),
+            some(&r.error_message),
+        );
         if is_context_refusal(
             Outcome::Http4xx,
             code.as_deref(),
@@ -169,7 +178,9 @@ pub async fn tiers(
             scenario: Some(spec.name.clone()),
             ..filter.clone()
         };
-        for (g, h) in merged_histograms(client, db, &of_scenario, &tier_metrics(spec), false).await? {
+        for (g, h) in
+            merged_histograms(client, db, &of_scenario, &tier_metrics(spec), false).await?
+        {
             hists
                 .entry((g.region, g.provider, g.scenario))
                 .or_default()
