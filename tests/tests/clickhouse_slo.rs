@@ -341,6 +341,7 @@ async fn stored_goodput_steps_searches_and_tiers_equal_the_in_memory_summary() {
     let q_counts = sql.token_counts.iter().find(|t| t.provider == "q").unwrap();
     assert!(q_counts.counts_differently, "{}", q_counts.note);
     assert_eq!(q_counts.tiers, vec![(1000, 1210.0, 60)]);
+    latmesh_testkit::drop_db(&client, &db).await;
 }
 
 #[tokio::test]
@@ -384,4 +385,78 @@ async fn a_region_filter_gives_that_region_as_all() {
     assert_eq!(as_all("ALL", &only), as_all("us-east", &all));
     assert!(only.tiers.iter().all(|t| t.region != "eu-west"));
     assert!(only.rate_steps.iter().all(|t| t.region != "eu-west"));
+    latmesh_testkit::drop_db(&client, &db).await;
+}
+
+/// Runs `latmesh query <what> --campaign w1` against `db` (with `--json` when `json`).
+fn query(db: &str, what: &str, json: bool) -> String {
+    let mut cmd = std::process::Command::new(latmesh_testkit::bin("latmesh"));
+    cmd.args([
+        "query",
+        what,
+        "--campaign",
+        CAMPAIGN,
+        "--clickhouse-url",
+        latmesh_testkit::clickhouse_url(),
+        "--clickhouse-db",
+        db,
+    ]);
+    if json {
+        cmd.arg("--json");
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn latmesh_query_tiers_and_slo_print_the_in_memory_rows() {
+    let (client, db, mem) = stored("slo_cli").await;
+    // JSON: exactly the in-memory rows (compared as text: floats print the same digits).
+    let tiers = serde_json::json!({ "tiers": mem.tiers, "token_counts": mem.token_counts });
+    assert_eq!(
+        query(&db, "tiers", true).trim_end(),
+        serde_json::to_string_pretty(&tiers).unwrap()
+    );
+    // The cells: as `stored_summary` orders them (equal to the in-memory cells: the test
+    // above); the steps and answers: the in-memory rows.
+    let sql = store::query::stored_summary(&client, &db, &QueryFilter::campaign(CAMPAIGN))
+        .await
+        .unwrap();
+    let cells: Vec<_> = sql.cells.iter().filter(|c| c.goodput.is_some()).collect();
+    assert_eq!(cells.len(), 4 * 3 * 2, "every scenario has an SLO");
+    let slo = serde_json::json!({
+        "goodput": cells,
+        "rate_steps": mem.rate_steps,
+        "searches": mem.searches,
+    });
+    assert_eq!(
+        query(&db, "slo", true).trim_end(),
+        serde_json::to_string_pretty(&slo).unwrap()
+    );
+    // Tables: the search's answer in one line, a refused tier, the token-count note.
+    let text = query(&db, "slo", false);
+    assert!(
+        text.contains(
+            "search find p in ALL: meets the SLO up to 4.00 rps (misses at 6.00 rps); steps used up"
+        ),
+        "{text}"
+    );
+    let text = query(&db, "tiers", false);
+    assert!(
+        text.contains("q counts 1.21 tokens per generated word"),
+        "{text}"
+    );
+    assert!(
+        text.lines().any(|l| l.starts_with("ctx")
+            && l.contains(" q ")
+            && l.contains("8k")
+            && l.trim_end().ends_with(" 60")),
+        "{text}"
+    );
+    latmesh_testkit::drop_db(&client, &db).await;
 }
