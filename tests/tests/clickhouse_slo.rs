@@ -4,8 +4,8 @@
 //! tiers` / `query slo` and reports print) equal, field for field, to the coordinator's
 //! in-memory summary of the same records (`results::summary::build`), and to exact figures.
 //!
-//! The campaign is `latmesh_results::fixtures::workloads` (its module doc has the figures):
-//! the same groups of records are generated here, sent through `store::insert_batch` per
+//! The campaign is `latmesh_results::fixtures::workloads`'s plan, and the records follow its
+//! groups (its module doc has the figures; prefill 2000 tokens/s): generated here, sent through `store::insert_batch` per
 //! agent and into an in-memory `Aggregate`. The server: `LATMESH_CLICKHOUSE_URL` (as the
 //! other ClickHouse tests).
 
@@ -152,7 +152,7 @@ fn records(region: &str) -> (Vec<ProbeRecord>, HistogramSet) {
             set.record(key(Metric::E2e), ttft + 640_000);
             if g.scenario.starts_with("ctx.") {
                 set.record(key(Metric::Ttst), 250_000);
-                set.record(key(Metric::PrefillTps), 5_000);
+                set.record(key(Metric::PrefillTps), 2_000);
                 set.record(key(Metric::E2ePerToken), 20_000);
             }
         }
@@ -212,11 +212,6 @@ async fn stored_goodput_steps_searches_and_tiers_equal_the_in_memory_summary() {
     let sql = store::query::stored_summary(&client, &db, &QueryFilter::campaign(CAMPAIGN))
         .await
         .unwrap();
-
-    // The in-memory summary of these records is the fixture's.
-    let fixture = workloads::summary();
-    assert_eq!(mem.rate_steps, fixture.rate_steps);
-    assert_eq!(mem.tiers, fixture.tiers);
 
     // Field for field, from ClickHouse.
     assert_eq!(sql.rate_steps, mem.rate_steps);
@@ -331,7 +326,7 @@ async fn stored_goodput_steps_searches_and_tiers_equal_the_in_memory_summary() {
     assert_eq!(p1.billed_prompt_tokens_mean, Some(1012.0));
     // Medians to the histograms' precision (3 significant digits: a value's bucket top).
     let near = |v: Option<f64>, want: f64| v.is_some_and(|v| (v - want).abs() <= want * 1e-3);
-    assert!(near(p1.prefill_tps_p50, 5000.0), "{:?}", p1.prefill_tps_p50);
+    assert!(near(p1.prefill_tps_p50, 2000.0), "{:?}", p1.prefill_tps_p50);
     assert!(near(p1.ttst_p50_ms, 250.0), "{:?}", p1.ttst_p50_ms);
     assert!(
         near(p1.e2e_per_token_p50_ms, 20.0),
@@ -438,24 +433,31 @@ async fn latmesh_query_tiers_and_slo_print_the_in_memory_rows() {
         query(&db, "slo", true).trim_end(),
         serde_json::to_string_pretty(&slo).unwrap()
     );
-    // Tables: the search's answer in one line, a refused tier, the token-count note.
+    // Tables: the search's answer in one line, a goodput line, a refused tier, the
+    // token-count note.
     let text = query(&db, "slo", false);
+    let line = |text: &str, parts: &[&str]| {
+        text.lines().any(|l| {
+            parts.iter().all(|p| l.split_whitespace().any(|w| w == *p))
+                && parts.iter().all(|p| l.contains(p))
+        })
+    };
     assert!(
-        text.contains(
-            "search find p in ALL: meets the SLO up to 4.00 rps (misses at 6.00 rps); steps used up"
-        ),
+        text.lines()
+            .any(|l| l.split_whitespace().take(2).eq(["p", "ALL"])
+                && l.ends_with("meets the SLO up to 4.00 rps (misses at 6.00 rps); steps used up")),
         "{text}"
     );
+    assert!(line(&text, &["ctx.1k", "ALL", "p", "58/60", "2"]), "{text}");
     let text = query(&db, "tiers", false);
     assert!(
         text.contains("q counts 1.21 tokens per generated word"),
         "{text}"
     );
     assert!(
-        text.lines().any(|l| l.starts_with("ctx")
-            && l.contains(" q ")
-            && l.contains("8k")
-            && l.trim_end().ends_with(" 60")),
+        text.lines().any(|l| l.starts_with("| q ")
+            && l.contains("| ALL ")
+            && l.contains("refused (context)")),
         "{text}"
     );
     latmesh_testkit::drop_db(&client, &db).await;
