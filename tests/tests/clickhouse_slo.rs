@@ -336,6 +336,29 @@ async fn stored_goodput_steps_searches_and_tiers_equal_the_in_memory_summary() {
     let q_counts = sql.token_counts.iter().find(|t| t.provider == "q").unwrap();
     assert!(q_counts.counts_differently, "{}", q_counts.note);
     assert_eq!(q_counts.tiers, vec![(1000, 1210.0, 60)]);
+
+    // The outcome mix leaves warm-up out too: q's 8k warm-up request was refused as well
+    // (one per region), yet 30 refusals per region and 60 in all are counted.
+    let errors = store::errors(
+        &client,
+        &db,
+        &QueryFilter {
+            scenario: Some("ctx.8k".into()),
+            ..QueryFilter::campaign(CAMPAIGN)
+        },
+    )
+    .await
+    .unwrap();
+    let refusals: Vec<_> = errors
+        .iter()
+        .filter(|e| e.provider == "q" && e.outcome == "http_4xx")
+        .map(|e| (e.region.as_str(), e.count))
+        .collect();
+    assert_eq!(
+        refusals,
+        vec![("eu-west", 30), ("us-east", 30), ("ALL", 60)],
+        "{errors:?}"
+    );
     latmesh_testkit::drop_db(&client, &db).await;
 }
 
