@@ -243,7 +243,7 @@ async fn rate_rows(
                 Some(r) => per_region.get(r).copied().unwrap_or(0),
                 None => data.summary.agents.len() as u64,
             };
-            let scheduled = spec.arrival_count(plan.seed, i);
+            let scheduled = load_stats::scheduled_arrivals(spec, plan.seed, i, s.warmup);
             for provider in &plan.providers {
                 let mut m = RateMeasure {
                     agents,
