@@ -243,3 +243,55 @@ fn a_report_with_compat_results_matches_its_golden_files() {
     check("compat.json", &render(&m, Format::Json).unwrap());
     check("compat.csv", &csv);
 }
+
+#[test]
+fn a_report_with_tiers_slo_and_search_matches_its_golden_files() {
+    // Issue 21's workloads fixture, through the summary builder: tiers 1k/8k (`q` refusing
+    // 8k for its length, billing 1.21 tokens per word), SLO goodput per cell, a rate sweep
+    // and an SLO search (`p` meets up to 4 rps, misses at 6; `q` misses at its first rate).
+    let w = &fixtures::workloads::aggregate();
+    let data = ReportData::from_aggregate(
+        fixtures::workloads::summary(),
+        fixtures::workloads::plan(),
+        w,
+    );
+    let m = model(&data, "memory", Extras::default());
+    let p = m
+        .searches
+        .iter()
+        .find(|s| s.provider == "p" && s.region == "ALL")
+        .unwrap();
+    assert_eq!(
+        (p.outcome.met_rps, p.outcome.missed_rps),
+        (Some(4.0), Some(6.0))
+    );
+    let q = m.token_counts.iter().find(|t| t.provider == "q").unwrap();
+    assert!(q.counts_differently, "{}", q.note);
+    let refused = m
+        .tiers
+        .iter()
+        .find(|t| t.provider == "q" && t.region == "ALL" && t.scenario == "ctx.8k")
+        .unwrap();
+    assert_eq!(refused.context_refused, 60);
+    let html = render(&m, Format::Html).unwrap();
+    for want in [
+        "Context tiers",
+        "Token counts",
+        "SLO goodput",
+        "Rate steps and SLO search",
+        "meets the SLO up to 4.00 rps (misses at 6.00 rps); steps used up",
+        "60 refused: past its context",
+        "TTFT ≤ 500 ms; goodput ≥ 90 %",
+    ] {
+        assert!(html.contains(want), "{want:?} not in the page");
+    }
+    // Rate sweeps and searches have their own section, not an empty "Open loop" one.
+    assert!(!html.contains("id=\"open-loop\""), "an open-loop section");
+    for (format, name) in [
+        (Format::Html, "workloads.html"),
+        (Format::Csv, "workloads.csv"),
+        (Format::Json, "workloads.json"),
+    ] {
+        check(name, &render(&m, format).unwrap());
+    }
+}

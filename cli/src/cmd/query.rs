@@ -270,6 +270,36 @@ pub enum QueryCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Generated-prompt tiers of a stored campaign: per tier, provider and region (and all
+    /// regions merged) TTFT P50/P95 (exact, from the merged histograms; warm-up left out),
+    /// TTST, prefill throughput, E2E per output token, requests refused past the context,
+    /// and how each provider counted the generated tokens.
+    Tiers {
+        /// Where ClickHouse is.
+        #[command(flatten)]
+        ch: ClickhouseArgs,
+        /// Which rows.
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// Print JSON (the summary's `tiers` and `token_counts`) instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
+    /// SLO goodput of a stored campaign: per cell of a scenario with an SLO, goodput with its
+    /// 95 % interval and the verdict; per rate step the rate, arrivals, goodput and verdict;
+    /// and each SLO search's answer (the highest rate meeting the SLO) per provider and
+    /// region.
+    Slo {
+        /// Where ClickHouse is.
+        #[command(flatten)]
+        ch: ClickhouseArgs,
+        /// Which rows.
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// Print JSON (`goodput` cells, `rate_steps`, `searches`) instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
     /// A provider's percentile per UTC hour or day (or local hour of day), per region.
     Trend {
         /// Where ClickHouse is.
@@ -301,6 +331,8 @@ pub async fn run_query(cmd: QueryCmd) -> anyhow::Result<()> {
         QueryCmd::Windows { ch, .. } => (ch.clone(), "query windows"),
         QueryCmd::Sweep { ch, .. } => (ch.clone(), "query sweep"),
         QueryCmd::Trend { ch, .. } => (ch.clone(), "query trend"),
+        QueryCmd::Tiers { ch, .. } => (ch.clone(), "query tiers"),
+        QueryCmd::Slo { ch, .. } => (ch.clone(), "query slo"),
     };
     ch.timeouts
         .bound(&ch.clickhouse_url, what, run_query_at(cmd))
@@ -400,6 +432,57 @@ async fn run_query_at(cmd: QueryCmd) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        QueryCmd::Tiers { ch, filter, json } => {
+            let summary =
+                store::query::stored_summary(&ch.client(), &ch.clickhouse_db, &filter.filter())
+                    .await?;
+            anyhow::ensure!(
+                !summary.tiers.is_empty(),
+                "campaign {:?} has no generated-prompt tier (`input_tokens`) matching these filters",
+                filter.campaign
+            );
+            if json {
+                let out = serde_json::json!({
+                    "tiers": summary.tiers,
+                    "token_counts": summary.token_counts,
+                });
+                println!("{}", serde_json::to_string_pretty(&out)?);
+            } else {
+                print!(
+                    "{}",
+                    crate::ui::tiers::render_tiers(&summary.tiers, &summary.token_counts)
+                );
+            }
+            Ok(())
+        }
+        QueryCmd::Slo { ch, filter, json } => {
+            let summary =
+                store::query::stored_summary(&ch.client(), &ch.clickhouse_db, &filter.filter())
+                    .await?;
+            let cells: Vec<_> = summary
+                .cells
+                .iter()
+                .filter(|c| c.goodput.is_some())
+                .collect();
+            anyhow::ensure!(
+                !cells.is_empty() || !summary.rate_steps.is_empty(),
+                "campaign {:?} has no scenario with an SLO or rate steps matching these filters",
+                filter.campaign
+            );
+            if json {
+                let out = serde_json::json!({
+                    "goodput": cells,
+                    "rate_steps": summary.rate_steps,
+                    "searches": summary.searches,
+                });
+                println!("{}", serde_json::to_string_pretty(&out)?);
+            } else {
+                print!("{}", goodput_text(&summary));
+                print!("{}", crate::ui::slo::render_searches(&summary.searches));
+                print!("{}", crate::ui::slo::render_rate_steps(&summary.rate_steps));
+            }
+            Ok(())
+        }
         QueryCmd::Trend {
             ch,
             filter,
@@ -425,6 +508,44 @@ async fn run_query_at(cmd: QueryCmd) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// The goodput lines of `query slo`: per cell of a scenario with an SLO (the summary's order),
+/// goodput with its 95 % interval ([`crate::ui::slo::goodput_text`]), met/judged, met
+/// requests per second per agent, warm-up requests, and the percentile bounds exceeded.
+fn goodput_text(s: &latmesh_results::summary::Summary) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let cells: Vec<_> = s.cells.iter().filter(|c| c.goodput.is_some()).collect();
+    if cells.is_empty() {
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "goodput % [95 % CI] of judged requests (warm-up left out), vs each scenario's SLO\n\
+         {:<16} {:<14} {:<16} {:>30} {:>11} {:>8} {:>7}",
+        "SCENARIO", "REGION", "PROVIDER", "GOODPUT", "MET/JUDGED", "MET/s", "WARM-UP"
+    );
+    for c in cells {
+        let Some(g) = &c.goodput else { continue };
+        let _ = writeln!(
+            out,
+            "{:<16} {:<14} {:<16} {:>30} {:>11} {:>8} {:>7}{}",
+            c.scenario,
+            c.region,
+            c.provider,
+            crate::ui::slo::goodput_text(g),
+            format!("{}/{}", g.met, g.requests),
+            g.rps.map_or("-".into(), |r| format!("{r:.2}")),
+            c.warmup,
+            if g.exceeded.is_empty() {
+                String::new()
+            } else {
+                format!("  exceeded: {}", g.exceeded.join("; "))
+            }
+        );
+    }
+    out
 }
 
 /// Reconciles what agents reported with what ClickHouse holds

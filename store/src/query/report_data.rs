@@ -205,7 +205,7 @@ async fn rate_rows(
     let sql = format!(
         "SELECT region, provider, scenario, outcome, count() AS n, \
          countIf(attempt <= 1 AND turn <= 1) AS firsts, sum(final_attempt) AS final_n \
-         FROM {db}.requests WHERE campaign_id = ? \
+         FROM {db}.requests WHERE campaign_id = ? AND warmup = 0 \
          GROUP BY region, provider, scenario, outcome"
     );
     let rows: Vec<OutcomeRow> = client
@@ -218,7 +218,7 @@ async fn rate_rows(
         .query(&format!(
             "SELECT region, provider, scenario, slot, outcome, stream, ttft_us, e2e_us \
              FROM {db}.requests WHERE campaign_id = ? AND `load` = 'rate' \
-             AND final_attempt = 1 AND turn <= 1"
+             AND warmup = 0 AND final_attempt = 1 AND turn <= 1"
         ))
         .bind(&data.summary.campaign_id)
         .fetch_all()
@@ -233,13 +233,17 @@ async fn rate_rows(
         let LoadModel::Rate(spec) = &s.load else {
             continue;
         };
+        // Rate sweeps and SLO searches have rows per step instead (`Summary.rate_steps`).
+        if latmesh_results::slo_stats::has_rate_steps(spec) {
+            continue;
+        }
         let regions = load_stats::row_regions(plan, None);
         for region in regions {
             let agents = match region {
                 Some(r) => per_region.get(r).copied().unwrap_or(0),
                 None => data.summary.agents.len() as u64,
             };
-            let scheduled = spec.arrival_count(plan.seed, i);
+            let scheduled = load_stats::scheduled_arrivals(spec, plan.seed, i, s.warmup);
             for provider in &plan.providers {
                 let mut m = RateMeasure {
                     agents,
