@@ -25,6 +25,7 @@ pub mod proportion;
 pub mod provider_bounds;
 pub mod quality;
 pub mod record;
+pub mod sample_size;
 pub mod schedule;
 pub mod seeded_rng;
 pub mod selection;

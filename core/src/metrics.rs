@@ -128,6 +128,17 @@ pub fn prefill_tps(prompt_tokens: u32, cached_tokens: u32, ttft_us: u64) -> Opti
     (computed > 0 && ttft_us > 0).then(|| f64::from(computed) * 1e6 / ttft_us as f64)
 }
 
+/// Milliseconds with 3 significant digits at most one decimal (`0.512`, `12.3`, `134`).
+pub fn fmt_ms(v: f64) -> String {
+    if v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

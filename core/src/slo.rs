@@ -108,6 +108,97 @@ impl Slo {
     }
 }
 
+/// Fewest judged requests for a goodput verdict ([`Judgement::meets`]): 20.
+pub const MIN_GOODPUT_REQUESTS: u64 = 20;
+
+/// What a cell or a rate step shows against an SLO ([`Slo::judge`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Judgement {
+    /// `met / judged`, % (0 without judged requests).
+    pub pct: f64,
+    /// Percentile bounds exceeded, each `"P95 TTFT 1830 ms > 1500 ms"` ([`crate::metrics::fmt_ms`]).
+    pub exceeded: Vec<String>,
+    /// Meets the SLO: `Some(false)` when a percentile bound is exceeded (with at least
+    /// [`MIN_GOODPUT_REQUESTS`] judged); `None` with fewer judged requests, or when a bound's
+    /// percentile is not supported by its samples ([`crate::sample_size::supported`]); else
+    /// whether `pct ≥ goodput_pct`.
+    pub meets: Option<bool>,
+}
+
+impl Slo {
+    /// The one judgement of a cell or step (the coordinator's and ClickHouse's summaries, and
+    /// the agent's SLO-search steps, all call it): `met` of `judged` requests met the
+    /// per-request bounds; `percentile` gives, for a bound, the number of samples of its
+    /// metric and the value at its percentile in ms (`None`: no samples).
+    pub fn judge(
+        &self,
+        judged: u64,
+        met: u64,
+        percentile: impl Fn(&PercentileBound) -> Option<(u64, f64)>,
+    ) -> Judgement {
+        let met = met.min(judged);
+        let pct = if judged == 0 {
+            0.0
+        } else {
+            met as f64 * 100.0 / judged as f64
+        };
+        let mut exceeded = Vec::new();
+        let mut unjudged = judged < MIN_GOODPUT_REQUESTS;
+        for b in &self.percentiles {
+            match percentile(b) {
+                Some((n, ms)) if crate::sample_size::supported(n, b.percentile) => {
+                    if ms > b.ms {
+                        exceeded.push(format!(
+                            "P{} {} {} ms > {} ms",
+                            b.percentile,
+                            b.metric.as_str().to_uppercase(),
+                            crate::metrics::fmt_ms(ms),
+                            b.ms
+                        ));
+                    }
+                }
+                _ => unjudged = true,
+            }
+        }
+        let meets = if !exceeded.is_empty() && judged >= MIN_GOODPUT_REQUESTS {
+            Some(false)
+        } else if unjudged {
+            None
+        } else {
+            Some(pct >= self.goodput_pct)
+        };
+        Judgement {
+            pct,
+            exceeded,
+            meets,
+        }
+    }
+}
+
+/// The verdict of one rate step from its [`Judgement::meets`]: `agent_limited` when arrivals
+/// were dropped (the agent could not send the offered load: never the provider's fault),
+/// `insufficient` with fewer than `min_requests` judged requests or no verdict, else met or
+/// missed.
+pub fn step_verdict(
+    meets: Option<bool>,
+    judged: u64,
+    dropped: u64,
+    min_requests: u32,
+) -> crate::load::StepVerdict {
+    use crate::load::StepVerdict;
+    if dropped > 0 {
+        return StepVerdict::AgentLimited;
+    }
+    if judged < u64::from(min_requests) {
+        return StepVerdict::Insufficient;
+    }
+    match meets {
+        Some(true) => StepVerdict::Met,
+        Some(false) => StepVerdict::Missed,
+        None => StepVerdict::Insufficient,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

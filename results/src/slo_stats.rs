@@ -102,14 +102,13 @@ pub struct SearchRow {
 }
 
 /// Fewest judged requests for a goodput verdict ([`Goodput::meets`]): 20.
-pub const MIN_GOODPUT_REQUESTS: u64 = 20;
+pub use latmesh_core::slo::MIN_GOODPUT_REQUESTS;
 
 /// The goodput of a cell or step of a scenario with `slo`: `met` of `requests` judged
 /// requests; `secs_x_agents` is the phase's (or step's) length in seconds times the agents of
 /// the row (for [`Goodput::rps`]); `hist` gives the merged histogram (µs) of `ttft`, `tpot`
-/// and `e2e` for the percentile bounds. A percentile bound whose percentile the samples do
-/// not support ([`crate::stats::supported`]) cannot be judged, and `meets` is then `None`,
-/// as with fewer than [`MIN_GOODPUT_REQUESTS`] requests.
+/// and `e2e` for the percentile bounds. The verdict is [`latmesh_core::slo::Slo::judge`]'s
+/// (the rule the agent's SLO search applies to its own steps too).
 pub fn goodput(
     slo: &latmesh_core::slo::Slo,
     requests: u64,
@@ -118,66 +117,30 @@ pub fn goodput(
     hist: impl Fn(latmesh_core::metrics::Metric) -> Option<hdrhistogram::Histogram<u64>>,
 ) -> Goodput {
     let met = met.min(requests);
-    let pct = if requests == 0 {
-        0.0
-    } else {
-        met as f64 * 100.0 / requests as f64
-    };
     let ci_pct = latmesh_core::proportion::wilson(met, requests)
         .map_or((0.0, 100.0), |c| (c.lower * 100.0, c.upper * 100.0));
-    let mut exceeded = Vec::new();
-    let mut unjudged = requests < MIN_GOODPUT_REQUESTS;
-    for b in &slo.percentiles {
-        match hist(b.metric) {
-            Some(h) if crate::stats::supported(h.len(), b.percentile) => {
-                let ms = h.value_at_quantile(b.percentile / 100.0) as f64 / 1000.0;
-                if ms > b.ms {
-                    exceeded.push(format!(
-                        "P{} {} {} > {} ms",
-                        b.percentile,
-                        b.metric.as_str().to_uppercase(),
-                        crate::stats::fmt_ms(ms),
-                        b.ms
-                    ));
-                }
-            }
-            _ => unjudged = true,
-        }
-    }
-    let meets = if !exceeded.is_empty() && requests >= MIN_GOODPUT_REQUESTS {
-        Some(false)
-    } else if unjudged {
-        None
-    } else {
-        Some(pct >= slo.goodput_pct)
-    };
+    let j = slo.judge(requests, met, |b| {
+        hist(b.metric).map(|h| {
+            (
+                h.len(),
+                h.value_at_quantile(b.percentile / 100.0) as f64 / 1000.0,
+            )
+        })
+    });
     Goodput {
         requests,
         met,
-        pct,
+        pct: j.pct,
         ci_pct,
         rps: secs_x_agents.filter(|s| *s > 0.0).map(|s| met as f64 / s),
-        exceeded,
-        meets,
+        exceeded: j.exceeded,
+        meets: j.meets,
     }
 }
 
-/// The verdict of one rate step: `agent_limited` when arrivals were dropped (the agent could
-/// not send the offered load: never the provider's fault), `insufficient` with fewer than
-/// `min_requests` judged requests or no goodput verdict, else met or missed as
-/// [`Goodput::meets`] says.
+/// The verdict of one rate step ([`latmesh_core::slo::step_verdict`] of its goodput).
 pub fn step_verdict(g: &Goodput, dropped: u64, min_requests: u32) -> StepVerdict {
-    if dropped > 0 {
-        return StepVerdict::AgentLimited;
-    }
-    if g.requests < u64::from(min_requests) {
-        return StepVerdict::Insufficient;
-    }
-    match g.meets {
-        Some(true) => StepVerdict::Met,
-        Some(false) => StepVerdict::Missed,
-        None => StepVerdict::Insufficient,
-    }
+    latmesh_core::slo::step_verdict(g.meets, g.requests, dropped, min_requests)
 }
 
 /// The search answer of one provider in one region from its step rows (in step order, each

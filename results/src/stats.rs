@@ -57,7 +57,7 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 /// Confidence level of every interval: 95 %.
-pub const CONFIDENCE: f64 = 0.95;
+pub use latmesh_core::sample_size::CONFIDENCE;
 
 /// Largest `n` for which ranks come from the exact binomial distribution; above it, from the
 /// normal approximation.
@@ -93,36 +93,7 @@ pub struct RankInterval {
     pub method: CiMethod,
 }
 
-/// The smallest `n` for which [`rank_interval`] finds ranks for quantile `q` at
-/// [`CONFIDENCE`]: both `(1 − q)ⁿ ≤ α/2` and `qⁿ ≤ α/2`.
-pub fn min_samples(q: f64) -> u64 {
-    let half = (1.0 - CONFIDENCE) / 2.0;
-    let need = |p: f64| {
-        if p <= 0.0 {
-            1
-        } else {
-            (half.ln() / p.ln()).ceil().max(1.0) as u64
-        }
-    };
-    let mut n = need(q).max(need(1.0 - q));
-    // Guard the float rounding of the logarithms.
-    while n > 1 && q.powf((n - 1) as f64) <= half && (1.0 - q).powf((n - 1) as f64) <= half {
-        n -= 1;
-    }
-    while q.powf(n as f64) > half || (1.0 - q).powf(n as f64) > half {
-        n += 1;
-    }
-    n
-}
-
-/// Whether `n` samples support the `percentile` (0 < p < 100, e.g. `95.0`): `n ≥`
-/// [`min_samples`]`(percentile / 100)`, the smallest sample with a distribution-free 95 %
-/// confidence interval of that percentile (P50 6, P90 36, P95 72, P99 368). The one
-/// sample-size policy of every table, heatmap, report and summary (see the
-/// [module docs](self)); `false` for a percentile outside (0, 100).
-pub fn supported(n: u64, percentile: f64) -> bool {
-    percentile > 0.0 && percentile < 100.0 && n >= min_samples(percentile / 100.0)
-}
+pub use latmesh_core::sample_size::{min_samples, supported};
 
 /// The ranks `j < k` of a distribution-free two-sided confidence interval at [`CONFIDENCE`]
 /// for the `q`-quantile (0 < q < 1) of `n` samples (see the [module docs](self)); `None` when
@@ -356,16 +327,7 @@ impl PercentileCi {
     }
 }
 
-/// Milliseconds with 3 significant digits at most one decimal (`0.512`, `12.3`, `134`).
-pub fn fmt_ms(v: f64) -> String {
-    if v.abs() >= 100.0 {
-        format!("{v:.0}")
-    } else if v.abs() >= 10.0 {
-        format!("{v:.1}")
-    } else {
-        format!("{v:.2}")
-    }
-}
+pub use latmesh_core::metrics::fmt_ms;
 
 /// The outcome of comparing two providers at one percentile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -6,16 +6,16 @@
 //! `agent_limited`; fewer than `min_requests` judged → `insufficient`; a percentile bound
 //! exceeded (with at least [`MIN_GOODPUT_REQUESTS`] judged) → `missed`; fewer than
 //! [`MIN_GOODPUT_REQUESTS`] judged, or a percentile the step's sample does not support →
-//! `insufficient`; else `met` when goodput ≥ `goodput_pct`. The agent does not depend on
-//! `latmesh-results`, so the sample-size rule ([`min_samples`]) is repeated here; the two
-//! must stay equal (a test pins the values of docs/metrics.md).
+//! `insufficient`; else `met` when goodput ≥ `goodput_pct`: one rule,
+//! [`latmesh_core::slo::Slo::judge`] and [`latmesh_core::slo::step_verdict`], with the
+//! sample-size rule of [`latmesh_core::sample_size`].
 
 use latmesh_core::load::StepVerdict;
 use latmesh_core::metrics::Metric;
 use latmesh_core::slo::Slo;
 
-/// Fewest judged requests for a goodput verdict (`latmesh_results::slo_stats::MIN_GOODPUT_REQUESTS`).
-pub const MIN_GOODPUT_REQUESTS: u64 = 20;
+/// Fewest judged requests for a goodput verdict.
+pub use latmesh_core::slo::MIN_GOODPUT_REQUESTS;
 
 /// What one provider's step showed this agent.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -47,36 +47,18 @@ impl StepEvidence {
 }
 
 /// The verdict of a step with evidence `ev` against `slo`, needing `min_requests` judged
-/// requests (see the [module](self)).
+/// requests: [`Slo::judge`] on the step's own values (nearest-rank percentiles), then
+/// [`latmesh_core::slo::step_verdict`] (see the [module](self)).
 pub fn step_verdict(slo: &Slo, min_requests: u32, ev: &StepEvidence) -> StepVerdict {
-    if ev.dropped > 0 {
-        return StepVerdict::AgentLimited;
-    }
-    if ev.judged < u64::from(min_requests) {
-        return StepVerdict::Insufficient;
-    }
-    let mut exceeded = false;
-    let mut unjudged = ev.judged < MIN_GOODPUT_REQUESTS;
-    for b in &slo.percentiles {
-        match ev.values(b.metric) {
-            Some(v) if supported(v.len() as u64, b.percentile) => {
-                exceeded |= percentile_us(v, b.percentile) as f64 / 1000.0 > b.ms;
-            }
-            _ => unjudged = true,
-        }
-    }
-    if exceeded && ev.judged >= MIN_GOODPUT_REQUESTS {
-        return StepVerdict::Missed;
-    }
-    if unjudged {
-        return StepVerdict::Insufficient;
-    }
-    let pct = ev.met.min(ev.judged) as f64 * 100.0 / ev.judged as f64;
-    if pct >= slo.goodput_pct {
-        StepVerdict::Met
-    } else {
-        StepVerdict::Missed
-    }
+    let j = slo.judge(ev.judged, ev.met, |b| {
+        ev.values(b.metric).filter(|v| !v.is_empty()).map(|v| {
+            (
+                v.len() as u64,
+                percentile_us(v, b.percentile) as f64 / 1000.0,
+            )
+        })
+    });
+    latmesh_core::slo::step_verdict(j.meets, ev.judged, ev.dropped, min_requests)
 }
 
 /// The longest a request may stay in flight and still meet `slo`'s per-request bounds, µs
@@ -103,34 +85,6 @@ fn percentile_us(values: &[u64], percentile: f64) -> u64 {
     v.sort_unstable();
     let rank = ((percentile / 100.0) * v.len() as f64).ceil() as usize;
     v[rank.clamp(1, v.len()) - 1]
-}
-
-/// Whether `n` samples support `percentile`: `n ≥` [`min_samples`] (the results crate's
-/// `stats::supported`).
-fn supported(n: u64, percentile: f64) -> bool {
-    percentile > 0.0 && percentile < 100.0 && n >= min_samples(percentile / 100.0)
-}
-
-/// The smallest sample with a distribution-free 95 % confidence interval of the
-/// `q`-quantile: both `(1 − q)ⁿ ≤ 0.025` and `qⁿ ≤ 0.025` (the results crate's
-/// `stats::min_samples`).
-fn min_samples(q: f64) -> u64 {
-    let half = 0.025f64;
-    let need = |p: f64| {
-        if p <= 0.0 {
-            1
-        } else {
-            (half.ln() / p.ln()).ceil().max(1.0) as u64
-        }
-    };
-    let mut n = need(q).max(need(1.0 - q));
-    while n > 1 && q.powf((n - 1) as f64) <= half && (1.0 - q).powf((n - 1) as f64) <= half {
-        n -= 1;
-    }
-    while q.powf(n as f64) > half || (1.0 - q).powf(n as f64) > half {
-        n += 1;
-    }
-    n
 }
 
 #[cfg(test)]
@@ -188,15 +142,6 @@ mod tests {
         assert_eq!(step_verdict(&s, 20, &e), StepVerdict::Missed);
         e.ttft_us.truncate(30); // P90 not supported by 30 samples
         assert_eq!(step_verdict(&s, 20, &e), StepVerdict::Insufficient);
-    }
-
-    #[test]
-    fn the_sample_size_rule_matches_the_documented_values() {
-        assert_eq!(
-            [0.5, 0.9, 0.95, 0.99].map(min_samples),
-            [6, 36, 72, 368],
-            "docs/metrics.md: P50 6, P90 36, P95 72, P99 368"
-        );
     }
 
     #[test]
