@@ -37,3 +37,4 @@ mod report;
 mod schedule;
 mod sse_cases;
 mod windows;
+mod workloads;
