@@ -33,6 +33,7 @@ mod probe_cli;
 mod quarantine;
 mod real_servers;
 mod real_servers_compat;
+mod real_servers_context;
 mod report;
 mod schedule;
 mod sse_cases;
