@@ -61,6 +61,7 @@ pub struct AgentMetrics {
 struct Inner {
     registry: Arc<Registry>,
     requests: Family<RequestLabels, Counter>,
+    warmup: Family<RequestLabels, Counter>,
     connected: Gauge,
     live: Arc<Live>,
 }
@@ -74,6 +75,12 @@ impl Default for AgentMetrics {
             "Attempts measured (one record each), by provider, scenario and outcome",
             requests.clone(),
         );
+        let warmup = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "latmesh_agent_warmup_requests",
+            "Warm-up attempts measured (left out of latmesh_agent_requests and of every statistic), by provider, scenario and outcome",
+            warmup.clone(),
+        );
         let connected = Gauge::default();
         registry.register(
             "latmesh_agent_connected",
@@ -86,6 +93,7 @@ impl Default for AgentMetrics {
             inner: Arc::new(Inner {
                 registry: Arc::new(registry),
                 requests,
+                warmup,
                 connected,
                 live,
             }),
@@ -103,9 +111,15 @@ impl fmt::Debug for AgentMetrics {
 
 impl AgentMetrics {
     /// Counts one collected record (called for every record a campaign run collects).
+    /// A warm-up record counts in `latmesh_agent_warmup_requests` only (never as a request or
+    /// an error).
     pub fn record(&self, rec: &ProbeRecord) {
-        self.inner
-            .requests
+        let family = if rec.warmup {
+            &self.inner.warmup
+        } else {
+            &self.inner.requests
+        };
+        family
             .get_or_create(&RequestLabels {
                 provider: rec.provider.clone(),
                 scenario: rec.scenario.clone(),
@@ -268,11 +282,23 @@ mod tests {
         }
         m.record(&record("fast", Outcome::Throttled));
         m.clone().record(&record("slow", Outcome::Ok));
+        // A warm-up error counts apart, never as a request.
+        m.record(&ProbeRecord {
+            warmup: true,
+            ..record("slow", Outcome::Http5xx)
+        });
         let text = lines(&m, Format::Prometheus);
+        assert!(
+            !text
+                .iter()
+                .any(|l| l.starts_with("latmesh_agent_requests_total") && l.contains("http_5xx")),
+            "{text:#?}"
+        );
         for want in [
             r#"latmesh_agent_requests_total{provider="fast",scenario="chat",outcome="ok"} 3"#,
             r#"latmesh_agent_requests_total{provider="fast",scenario="chat",outcome="throttled"} 1"#,
             r#"latmesh_agent_requests_total{provider="slow",scenario="chat",outcome="ok"} 1"#,
+            r#"latmesh_agent_warmup_requests_total{provider="slow",scenario="chat",outcome="http_5xx"} 1"#,
             "# TYPE latmesh_agent_requests_total counter",
             "latmesh_agent_connected 0",
         ] {

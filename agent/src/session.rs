@@ -143,6 +143,8 @@ fn msg(kind: Out) -> pb::AgentMessage {
 /// that cannot be built); network failures (TLS handshakes included) are retried with
 /// backoff.
 pub async fn run(cfg: AgentConfig) -> anyhow::Result<()> {
+    let mut cfg = cfg;
+    cfg.runner.region.clone_from(&cfg.region);
     if let Some(path) = &cfg.ca_file {
         anyhow::ensure!(
             cfg.coordinator_url.starts_with("https://"),

@@ -18,6 +18,29 @@ use latmesh_core::record::ProbeRecord;
 
 use crate::probe::request::{self, SecretHeader};
 
+/// The provider's `exact_output` fields for a scenario wanting `output_tokens` tokens: each
+/// string `"$output_tokens"` (at any depth) replaced by the number.
+pub fn exact_output_fields(
+    exact_output: &serde_json::Map<String, serde_json::Value>,
+    output_tokens: u32,
+) -> serde_json::Map<String, serde_json::Value> {
+    fn fill(v: &serde_json::Value, n: u32) -> serde_json::Value {
+        use serde_json::Value;
+        match v {
+            Value::String(s) if s == "$output_tokens" => Value::from(n),
+            Value::Array(a) => Value::Array(a.iter().map(|x| fill(x, n)).collect()),
+            Value::Object(o) => {
+                Value::Object(o.iter().map(|(k, x)| (k.clone(), fill(x, n))).collect())
+            }
+            other => other.clone(),
+        }
+    }
+    exact_output
+        .iter()
+        .map(|(k, v)| (k.clone(), fill(v, output_tokens)))
+        .collect()
+}
+
 /// Per provider of a run (indexed like the plan's providers); empty for a slot run outside a
 /// campaign ([`Shaping::default`]: secrets are then read for each slot, refusals not kept).
 #[derive(Debug, Default)]
@@ -63,6 +86,8 @@ impl Shaping {
 
     /// The shape of a request of `scenario` to provider `p`: the provider's, with the
     /// scenario's `extra_body` under its own ([`latmesh_core::shaping::with_scenario_body`]),
+    /// for a scenario with `output_tokens` the provider's `exact_output` fields over both
+    /// ([`exact_output_fields`]),
     /// and `stream_usage = "never"` once the provider refused `stream_options` under `auto`.
     pub fn shape<'a>(
         &self,
@@ -74,6 +99,13 @@ impl Shaping {
             &plan.providers[p].request,
             &scenario.extra_body,
         );
+        if let Some(n) = scenario.output_tokens
+            && !shape.exact_output.is_empty()
+        {
+            // After extra_body: the fields that keep the provider generating to the cap win.
+            let fields = exact_output_fields(&shape.exact_output, n);
+            shape.to_mut().extra_body.extend(fields);
+        }
         if shape.stream_usage == StreamUsage::Auto
             && self
                 .providers

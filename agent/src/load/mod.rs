@@ -11,8 +11,10 @@
 //!   the step's end (or its `step_requests`), every provider stepping at the same instants.
 //! * [`run_rate`]: the scenario's arrivals at their intended instants, each sent to every
 //!   provider (the same instants for all, and in every region), each in its own task whatever
-//!   the earlier ones do (open loop); the provider's caps may hold an arrival back until its
-//!   drop time (`max_queue_ms`), and `sched_lag` says how long.
+//!   the earlier ones do (open loop), in steps of increasing rate ([`rate`]); the provider's
+//!   caps may hold an arrival back until its drop time (`max_queue_ms`), and `sched_lag` says
+//!   how long. Under an SLO search each provider's rate per step is chosen from its own step
+//!   verdicts ([`search`], [`verdict`]).
 //!
 //! A slot whose time passed by more than `max_lateness` before the scheduler reached it (a
 //! restarted agent), or by the time its wait ended (a stopped process), is counted as late
@@ -21,9 +23,11 @@
 
 pub mod rate;
 pub mod rounds;
+pub mod search;
 pub mod sweep;
 #[cfg(test)]
 mod tests;
+pub mod verdict;
 
 pub use rate::run_rate;
 pub use rounds::run_rounds;

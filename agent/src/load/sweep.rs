@@ -79,6 +79,7 @@ pub async fn run_sweep(
                             load: LoadKind::Sweep,
                             step: k as u32,
                             concurrency,
+                            target_rps: 0.0,
                             drop_at: None,
                         };
                         ctx.run_slot(at).await;

@@ -613,3 +613,177 @@ async fn a_sweep_step_the_agent_woke_too_late_for_is_skipped() {
     assert_eq!(not_run.late, 1);
     assert!(!records.is_empty() && records.iter().all(|r| r.step == 1));
 }
+
+/// `plan`'s rate scenario with `f` applied to its spec.
+fn with_rate(mut plan: Plan, f: impl FnOnce(&mut latmesh_core::load::RateSpec)) -> Plan {
+    let LoadModel::Rate(spec) = &mut plan.scenarios[0].load else {
+        unreachable!()
+    };
+    f(spec);
+    plan
+}
+
+/// A rate sweep sends each step at its own rate: 10, 20, 40 per second for 0.5 s each are
+/// 5, 10 and 20 arrivals, each step's in its own half second, records carrying the step and
+/// its rate, slots numbered over the whole phase.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_steps_send_at_each_steps_rate() {
+    let addr = sim(profile("steps", 5, 1, 2, 0)).await;
+    let plan = with_rate(
+        plan(
+            addr,
+            "steps",
+            "[scenarios.rate]\nrps = 10\nduration_s = 0.5",
+            "",
+        ),
+        |s| s.steps_rps = vec![10.0, 20.0, 40.0],
+    );
+    let (mut records, not_run, _) = run_phase(plan).await;
+    assert_eq!(not_run, NotRun::default());
+    records.sort_by_key(|r| r.slot);
+    let per_step = |k: u32| records.iter().filter(|r| r.step == k).count();
+    assert_eq!((per_step(0), per_step(1), per_step(2)), (5, 10, 20));
+    assert_eq!(
+        records.iter().map(|r| r.slot).collect::<Vec<_>>(),
+        (0..35).collect::<Vec<_>>()
+    );
+    for r in &records {
+        assert_eq!(
+            r.target_rps,
+            [10.0, 20.0, 40.0][r.step as usize],
+            "slot {}",
+            r.slot
+        );
+        assert_eq!(r.outcome(), Outcome::Ok);
+    }
+    // Each step's arrivals leave within its own half second.
+    let t0 = records[0].send_agent_unix_us - records[0].sched_lag_us;
+    for r in &records {
+        let at = r.send_agent_unix_us - r.sched_lag_us - t0;
+        let lo = i64::from(r.step) * 500_000;
+        assert!(
+            (lo - 3_000..lo + 503_000).contains(&at),
+            "slot {} of step {} intended at {at} µs",
+            r.slot,
+            r.step
+        );
+    }
+}
+
+/// A restarted agent resends no arrival of an earlier step: the journal keys on the slot,
+/// numbered over the whole phase.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_agent_resends_no_arrival_of_an_earlier_step() {
+    let addr = sim(profile("steps", 5, 1, 2, 0)).await;
+    let plan = with_rate(
+        plan(
+            addr,
+            "steps",
+            "[scenarios.rate]\nrps = 10\nduration_s = 0.5",
+            "",
+        ),
+        |s| s.steps_rps = vec![10.0, 20.0, 40.0],
+    );
+    // Steps 0 and 1 (slots 0..15) were measured; this process reaches the phase 1.2 s in.
+    let mut resume = crate::spool::Resume::default();
+    for i in 0..15 {
+        resume.arrivals.insert(("load".into(), "steps".into(), i));
+    }
+    let start = Instant::now() - Duration::from_millis(1_200);
+    let (records, not_run, _) = run_phase_from(plan, Outbox::resumed("c", resume), start).await;
+    assert!(
+        records.iter().all(|r| r.slot >= 15 && r.step == 2),
+        "{records:?}"
+    );
+    assert_eq!(not_run.cancelled, 0);
+    assert_eq!(
+        records.len() as u64 + not_run.late,
+        20,
+        "every step-2 arrival sent or skipped"
+    );
+}
+
+/// A cancel during a later step counts what is left of every step at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_in_a_later_step_counts_every_step_left() {
+    let addr = sim(profile("steps", 5, 1, 2, 0)).await;
+    let plan = with_rate(
+        plan(
+            addr,
+            "steps",
+            "[scenarios.rate]\nrps = 10\nduration_s = 0.5",
+            "",
+        ),
+        |s| s.steps_rps = vec![10.0, 20.0, 40.0],
+    );
+    let env = SlotEnv::default();
+    let cancel = env.cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        cancel.cancel();
+    });
+    let start = Instant::now() + Duration::from_millis(50);
+    let (records, not_run, _) = run_phase_with(plan, Outbox::default(), start, env).await;
+    // About 11 arrivals sent (5 of step 0, ~6 of step 1), the rest of steps 1 and 2 not.
+    assert!(not_run.cancelled > 20, "{not_run:?}");
+    assert_eq!(
+        records.len() as u64 + not_run.cancelled,
+        35,
+        "each arrival sent or counted once"
+    );
+}
+
+/// The SLO search against a provider serving ~46 requests/s (capacity 2, ~43 ms each):
+/// 20 and 40 per second meet TTFT ≤ 300 ms, 80 misses (its queue grows), so the rate
+/// doubles twice, then bisects to 60. Every record carries its step's rate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_slo_search_doubles_while_met_and_bisects_after_a_miss() {
+    let addr = sim(profile("cap", 40, 1, 4, 2)).await;
+    let mut plan = with_rate(
+        plan(
+            addr,
+            "cap",
+            "[scenarios.rate]\nrps = 20\nduration_s = 1.2",
+            "",
+        ),
+        |s| {
+            s.search = Some(latmesh_core::load::SloSearch {
+                min_rps: 20.0,
+                max_rps: 160.0,
+                steps: 4,
+                min_requests: 20,
+                resolution_pct: 10.0,
+            });
+        },
+    );
+    plan.scenarios[0].slo = Some(latmesh_core::slo::Slo {
+        ttft_ms: Some(300.0),
+        tpot_ms: None,
+        e2e_ms: None,
+        percentiles: vec![],
+        goodput_pct: 90.0,
+    });
+    let (records, not_run, _) = run_phase(plan).await;
+    assert_eq!(not_run, NotRun::default());
+    let rate_of = |k: u32| {
+        let rates: std::collections::BTreeSet<u64> = records
+            .iter()
+            .filter(|r| r.step == k)
+            .map(|r| r.target_rps as u64)
+            .collect();
+        rates.into_iter().collect::<Vec<_>>()
+    };
+    assert_eq!(
+        (rate_of(0), rate_of(1), rate_of(2), rate_of(3)),
+        (vec![20], vec![40], vec![80], vec![60])
+    );
+    let met = |k: u32| {
+        let judged: Vec<_> = records
+            .iter()
+            .filter(|r| r.step == k && r.final_attempt)
+            .collect();
+        judged.iter().filter(|r| r.slo_met == Some(true)).count() * 100 / judged.len()
+    };
+    assert!(met(0) >= 90 && met(1) >= 90, "{} {}", met(0), met(1));
+    assert!(met(2) < 90, "{}", met(2));
+}

@@ -1064,6 +1064,26 @@ pub(crate) mod tests {
         );
     }
 
+    /// TTST is the second token-bearing event's read, after TTFT's (events read 1 ms apart).
+    #[test]
+    fn ttst_is_the_second_token_event() {
+        let events = [
+            stream(&[created()], true),
+            stream(&[delta("response.output_text.delta", "a")], true),
+            stream(&[delta("response.output_text.delta", "b")], true),
+            stream(&[completed(json!([]), json!(null))], true),
+        ];
+        let pieces: Vec<&[u8]> = events.iter().map(Vec::as_slice).collect();
+        let r = measure_api(Api::Responses, &pieces, false);
+        assert_eq!(
+            (r.record.outcome, r.record.ttft_us, r.record.ttst_us),
+            (Some(Outcome::Ok), Some(2_000), Some(3_000))
+        );
+        let one = [events[0].as_slice(), &events[1], &events[3]];
+        let r = measure_api(Api::Responses, &one, false);
+        assert_eq!((r.record.ttft_us, r.record.ttst_us), (Some(2_000), None));
+    }
+
     #[test]
     fn nothing_after_the_terminal_event_changes_the_measurement() {
         let mut body = stream(

@@ -27,7 +27,7 @@ use crate::load;
 use crate::outbox::Outbox;
 use crate::phase::{NotRun, PhaseCtx};
 use crate::probe::Prober;
-use crate::slot::SlotEnv;
+use crate::slot::{SlotEnv, SynthPrompts};
 
 /// The agent's wall clock (re-exported for the session: [`crate::clock`]).
 pub use crate::clock::now_unix_us;
@@ -70,6 +70,9 @@ pub struct RunnerConfig {
     pub in_flight: Arc<AtomicU32>,
     /// Prometheus metrics of the agent ([`crate::metrics`]): every collected record counts.
     pub metrics: crate::metrics::AgentMetrics,
+    /// The agent's region (the session sets it): part of every generated prompt's request
+    /// key, so two regions' texts differ (only in their header words).
+    pub region: String,
 }
 
 impl Default for RunnerConfig {
@@ -81,6 +84,7 @@ impl Default for RunnerConfig {
             cancel_grace: Duration::from_secs(2),
             in_flight: Arc::default(),
             metrics: Default::default(),
+            region: String::new(),
         }
     }
 }
@@ -135,6 +139,10 @@ pub async fn run_campaign(
     );
     warn_missing_keys(&run.plan);
 
+    // Generated prompts: each tier's text built once, before the start (not in a request's
+    // path).
+    let synth = Arc::new(SynthPrompts::default());
+    synth.prepare(&run.plan);
     let (tx, rx) = mpsc::channel::<(ProbeRecord, Vec<u64>)>(1024);
     let collector = tokio::spawn(collect::collect(
         run.campaign_id.clone(),
@@ -168,6 +176,8 @@ pub async fn run_campaign(
             in_flight: cfg.in_flight.clone(),
             limits: Arc::new(Limiters::new(&run.plan, run.agents)),
             shaping: Arc::new(crate::shaping::Shaping::new(&run.plan)),
+            region: Arc::from(cfg.region.as_str()),
+            synth,
         },
         outbox: outbox.clone(),
         max_lateness: cfg.max_lateness,

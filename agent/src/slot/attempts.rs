@@ -84,7 +84,7 @@ pub(super) async fn logical_request(
             label.fill(&mut rec, turn, attempt, sched_lag_us);
             rec.provider = name.to_string();
             rec.failover = matches!(again, Again::Failover(_));
-            rec.final_attempt = true;
+            label.finish(&mut rec);
             let _ = tx.send((rec, Vec::new())).await;
             let answer = Answer {
                 outcome,
@@ -155,7 +155,7 @@ pub(super) async fn logical_request(
             }
         };
         if wait_cancelled {
-            rec.final_attempt = true;
+            label.finish(&mut rec);
             rec.request_latency_us = Some(latency_us);
         }
         let _ = tx.send((rec, result.itl_gaps_us)).await;

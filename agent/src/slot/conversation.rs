@@ -7,6 +7,7 @@ use std::time::Instant;
 use latmesh_core::plan::Plan;
 use latmesh_core::prompts::{Message, builtin_follow_ups, guess_lang};
 use latmesh_core::record::Outcome;
+use latmesh_core::synth::RequestKey;
 
 use crate::probe::{ProbeOptions, ProbeRequest, Prober};
 
@@ -81,8 +82,27 @@ pub async fn run_slot_with(
         scenario: &scenario.name,
         prompt_id: &prompt.id,
         cache_nonce: nonce.is_some(),
+        warmup: scenario.is_warmup(at.round, at.step, at.slot),
+        input_tokens: scenario.synth.as_ref().map_or(0, |s| s.input_tokens),
+        slo: scenario.slo.as_ref(),
     };
-    let mut messages = prompt.messages.clone();
+    let mut messages = match &scenario.synth {
+        // A tier scenario: one user message of exactly `input_tokens` words, from the run's
+        // prompt built once per tier.
+        Some(spec) => {
+            let key = RequestKey {
+                region: &env.region,
+                round: at.round,
+                step: at.step,
+                slot: at.slot,
+            };
+            let text = env.synth.get(plan.seed, spec).text(key);
+            vec![Message::new("user", text)]
+        }
+        None => prompt.messages.clone(),
+    };
+    // `output_tokens`: the cap is the output length wanted.
+    let max_tokens = scenario.output_tokens.unwrap_or(scenario.max_tokens);
     if let (Some(nonce), Some(first)) = (&nonce, messages.first_mut()) {
         first.content.insert_str(0, nonce);
     }
@@ -118,7 +138,7 @@ pub async fn run_slot_with(
                     api_key: key.as_deref(),
                     messages: &messages,
                     stream: scenario.stream,
-                    max_tokens: scenario.max_tokens,
+                    max_tokens,
                     temperature: scenario.temperature,
                     top_p: scenario.top_p,
                     timeouts: &scenario.timeouts,

@@ -9,6 +9,7 @@ use crate::limits::Limiters;
 use crate::shaping::Shaping;
 
 use super::cancel::Cancel;
+use super::synth::SynthPrompts;
 
 /// What a slot shares with its campaign run: the cancel switch, the grace after it, and the
 /// agent's in-flight counter.
@@ -25,6 +26,11 @@ pub struct SlotEnv {
     /// Secret headers and `stream_options` refusals per provider (none by default:
     /// secrets are then read per slot).
     pub shaping: Arc<Shaping>,
+    /// The agent's region: part of every generated prompt's request key
+    /// ([`latmesh_core::synth::RequestKey`]). Empty by default.
+    pub region: Arc<str>,
+    /// The run's generated prompts, built once per tier ([`SynthPrompts`]).
+    pub synth: Arc<SynthPrompts>,
 }
 
 /// Decrements the in-flight counter when the attempt ends (or is dropped).

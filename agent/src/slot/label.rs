@@ -1,7 +1,8 @@
 //! The plan fields every record of a slot carries ([`Label`]), filled into each attempt's
 //! record.
 
-use latmesh_core::record::ProbeRecord;
+use latmesh_core::record::{Outcome, ProbeRecord};
+use latmesh_core::slo::Slo;
 
 use super::spec::SlotRef;
 
@@ -12,6 +13,12 @@ pub(super) struct Label<'a> {
     pub(super) scenario: &'a str,
     pub(super) prompt_id: &'a str,
     pub(super) cache_nonce: bool,
+    /// A warm-up request ([`latmesh_core::plan::ScenarioSpec::is_warmup`]).
+    pub(super) warmup: bool,
+    /// A generated prompt's input tokens (the tier); 0 for a prompt of the prompt set.
+    pub(super) input_tokens: u32,
+    /// The scenario's SLO: the final attempt says whether it met it.
+    pub(super) slo: Option<&'a Slo>,
 }
 
 impl Label<'_> {
@@ -32,5 +39,20 @@ impl Label<'_> {
         rec.sched_lag_us = sched_lag_us;
         rec.final_attempt = false;
         rec.request_latency_us = None;
+        rec.warmup = self.warmup;
+        rec.input_tokens = self.input_tokens;
+        rec.target_rps = self.at.target_rps;
+        rec.slo_met = None;
+    }
+
+    /// Makes `rec` its logical request's final attempt: `final_attempt`, and with an SLO
+    /// `slo_met` ([`Slo::met`]), except for an attempt `cancelled` or `dropped` (not the
+    /// provider's doing: left out of goodput).
+    pub(super) fn finish(&self, rec: &mut ProbeRecord) {
+        rec.final_attempt = true;
+        rec.slo_met = self
+            .slo
+            .filter(|_| !matches!(rec.outcome(), Outcome::Cancelled | Outcome::Dropped))
+            .map(|slo| slo.met(rec));
     }
 }

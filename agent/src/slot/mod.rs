@@ -52,7 +52,8 @@
 //! * [`attempts`]: one logical request's attempts (caps, probe, record, retry wait);
 //! * [`failover`]: which target the next attempt goes to (retry policy or failover chain);
 //! * [`label`]: the plan fields every record of a slot carries;
-//! * [`cancel`] and [`env`]: what a slot shares with its campaign run.
+//! * [`cancel`] and [`env`]: what a slot shares with its campaign run;
+//! * [`synth`]: the run's generated prompts, built once per tier.
 
 pub mod attempts;
 pub mod cancel;
@@ -61,6 +62,7 @@ pub mod env;
 pub mod failover;
 pub mod label;
 pub mod spec;
+pub mod synth;
 #[cfg(test)]
 mod tests;
 
@@ -68,3 +70,4 @@ pub use cancel::Cancel;
 pub use conversation::{MAX_KEPT_ANSWER_BYTES, new_nonce, run_slot, run_slot_with};
 pub use env::SlotEnv;
 pub use spec::{RecordTx, SlotDone, SlotRef};
+pub use synth::SynthPrompts;

@@ -18,7 +18,8 @@ pub struct SlotRef {
     /// Round (0-based; 0 outside `rounds`).
     pub round: u32,
     /// `rounds`: index of the slot in the round's shared order; `sweep`: index of the request
-    /// of its provider in its step; `rate`: index of the arrival in its provider's schedule.
+    /// of its provider in its step; `rate`: index of the arrival in its provider's schedule,
+    /// counted over the whole phase (every step).
     pub slot: u32,
     /// Which provider and scenario.
     pub s: Slot,
@@ -26,10 +27,13 @@ pub struct SlotRef {
     pub intended: Instant,
     /// Load model, and for sweeps the step (0-based) and its concurrency.
     pub load: LoadKind,
-    /// `sweep`: step index.
+    /// `sweep` and `rate`: step index.
     pub step: u32,
     /// `sweep`: the step's concurrency.
     pub concurrency: u32,
+    /// `rate`: the step's arrival rate for this provider, requests/s (the records'
+    /// `target_rps`); 0 otherwise.
+    pub target_rps: f64,
     /// `rate` and `rounds`: a first attempt still waiting for the provider's caps at this
     /// instant is not sent (outcome `dropped`).
     pub drop_at: Option<Instant>,
@@ -46,6 +50,7 @@ impl SlotRef {
             load: LoadKind::Rounds,
             step: 0,
             concurrency: 0,
+            target_rps: 0.0,
             drop_at: None,
         }
     }

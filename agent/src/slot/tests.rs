@@ -950,3 +950,177 @@ async fn a_refused_stream_options_is_dropped_for_the_provider_after_one_attempt(
         latmesh_core::api::StreamUsage::Always
     );
 }
+
+/// `p`'s only scenario as one tier of generated prompts of `n` input tokens (what the
+/// campaign file's `input_tokens` makes of it).
+fn tier(mut p: Plan, n: u32) -> Plan {
+    let label = latmesh_core::synth::tier_label(n);
+    let s = &mut p.scenarios[0];
+    s.synth = Some(latmesh_core::synth::SynthSpec {
+        group: s.name.clone(),
+        input_tokens: n,
+        shared_prefix_tokens: 0,
+    });
+    s.name = format!("{}.{label}", s.name);
+    s.prompts.truncate(1);
+    s.prompts[0].id = format!("gen-{label}");
+    s.prompts[0].messages.clear();
+    p
+}
+
+/// Runs slot `slot` of round `round` with `env` and returns its records.
+async fn run_in(plan: &Plan, round: u32, slot: u32, env: &SlotEnv) -> Vec<ProbeRecord> {
+    let prober = Prober::new(None).unwrap();
+    let (tx, mut rx) = mpsc::channel(64);
+    let at = SlotRef::rounds(round, slot, Slot::new(0, 0), Instant::now());
+    run_slot_with(plan, at, &prober, &tx, env).await;
+    drop(tx);
+    let mut recs = Vec::new();
+    while let Some((r, _)) = rx.recv().await {
+        recs.push(r);
+    }
+    recs
+}
+
+fn region(name: &str) -> SlotEnv {
+    SlotEnv {
+        region: Arc::from(name),
+        ..SlotEnv::default()
+    }
+}
+
+/// A tier scenario sends one user message of exactly its input tokens in words; the same
+/// request key gives the same bytes in another run (a fresh environment: prompts built
+/// again); another region differs only in the header words; another slot too.
+#[tokio::test]
+async fn tier_requests_are_exact_length_and_the_same_bytes_for_the_same_key() {
+    let (addr, bodies) = capture(ok_replies()).await;
+    let p = tier(plan(&format!("http://{addr}/v1"), "", ""), 1000);
+    let a = run_in(&p, 0, 3, &region("eu-west")).await;
+    run_in(&p, 0, 3, &region("eu-west")).await; // a second run
+    run_in(&p, 0, 3, &region("us-east")).await; // another region
+    run_in(&p, 0, 4, &region("eu-west")).await; // another slot
+    assert_eq!(
+        (
+            a[0].input_tokens,
+            a[0].prompt_id.as_str(),
+            a[0].scenario.as_str()
+        ),
+        (1000, "gen-1k", "chat.1k")
+    );
+    let bodies = bodies.lock().unwrap();
+    let texts: Vec<String> = bodies.iter().map(first_content).collect();
+    let messages = bodies[0]["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 1);
+    assert_eq!(messages[0]["role"], "user");
+    for t in &texts {
+        assert_eq!(t.split(' ').count(), 1000, "exactly 1000 words");
+    }
+    assert_eq!(
+        texts[0], texts[1],
+        "the same key gave other bytes in another run"
+    );
+    let header = latmesh_core::synth::HEADER_WORDS as usize;
+    for other in [&texts[2], &texts[3]] {
+        let (x, y): (Vec<&str>, Vec<&str>) =
+            (texts[0].split(' ').collect(), other.split(' ').collect());
+        assert_ne!(x[..header], y[..header], "the header words must differ");
+        assert_eq!(x[header..], y[header..], "only the header may differ");
+    }
+}
+
+/// `output_tokens`: the cap is the output length wanted, and the provider's `exact_output`
+/// fields go into the body over `extra_body`, `"$output_tokens"` replaced by the number.
+#[tokio::test]
+async fn exact_output_fields_and_the_cap_are_in_the_body() {
+    let (addr, bodies) = capture(ok_replies()).await;
+    let mut p = tier(
+        plan(
+            &format!("http://{addr}/v1"),
+            "",
+            "extra_body = { ignore_eos = false, top_k = 5 }",
+        ),
+        64,
+    );
+    p.scenarios[0].output_tokens = Some(256);
+    p.providers[0].request.exact_output = serde_json::from_value(
+        json!({"ignore_eos": true, "min_tokens": "$output_tokens", "vllm": {"min": "$output_tokens"}}),
+    )
+    .unwrap();
+    run_in(&p, 0, 0, &SlotEnv::default()).await;
+    // Without output_tokens the exact_output fields are not sent.
+    p.scenarios[0].output_tokens = None;
+    run_in(&p, 0, 0, &SlotEnv::default()).await;
+    let bodies = bodies.lock().unwrap();
+    let b = &bodies[0];
+    assert_eq!(
+        (
+            &b["max_tokens"],
+            &b["ignore_eos"],
+            &b["min_tokens"],
+            &b["vllm"],
+            &b["top_k"]
+        ),
+        (
+            &json!(256),
+            &json!(true),
+            &json!(256),
+            &json!({"min": 256}),
+            &json!(5)
+        )
+    );
+    let b = &bodies[1];
+    assert_eq!(
+        (&b["max_tokens"], &b["ignore_eos"], b.get("min_tokens")),
+        (&json!(48), &json!(false), None)
+    );
+}
+
+/// Warm-up requests are marked on every attempt; `slo_met` is on final attempts only.
+#[tokio::test]
+async fn warmup_is_marked_and_slo_met_is_on_the_final_attempt() {
+    let (addr, _) = capture(Box::new(|n| {
+        if n == 0 {
+            (429, "", r#"{"error":{"message":"slow down"}}"#.to_string())
+        } else {
+            (200, "", sse_answer(n))
+        }
+    }))
+    .await;
+    let mut p = plan(
+        &format!("http://{addr}/v1"),
+        "retry = { max_retries = 1, backoff_s = [0.01], honour_retry_after = false }",
+        "",
+    );
+    p.scenarios[0].warmup = 1;
+    p.scenarios[0].slo = Some(latmesh_core::slo::Slo {
+        ttft_ms: Some(20_000.0),
+        tpot_ms: None,
+        e2e_ms: None,
+        percentiles: vec![],
+        goodput_pct: 90.0,
+    });
+    let warm = run_in(&p, 0, 0, &SlotEnv::default()).await;
+    assert_eq!(
+        warm.iter()
+            .map(|r| (r.attempt, r.warmup, r.final_attempt, r.slo_met))
+            .collect::<Vec<_>>(),
+        [(1, true, false, None), (2, true, true, Some(true))]
+    );
+    let after = run_in(&p, 1, 0, &SlotEnv::default()).await;
+    assert_eq!(
+        after
+            .iter()
+            .map(|r| (r.warmup, r.slo_met))
+            .collect::<Vec<_>>(),
+        [(false, Some(true))]
+    );
+    // A bound the request cannot meet.
+    p.scenarios[0].slo.as_mut().unwrap().ttft_ms = Some(0.000_001);
+    let missed = run_in(&p, 1, 0, &SlotEnv::default()).await;
+    assert_eq!(missed[0].slo_met, Some(false));
+    assert!(missed[0].ttst_us >= missed[0].ttft_us && missed[0].ttst_us.is_some());
+    // Without an SLO: none.
+    p.scenarios[0].slo = None;
+    assert_eq!(run_in(&p, 1, 0, &SlotEnv::default()).await[0].slo_met, None);
+}

@@ -21,7 +21,8 @@ pub struct HistKey {
     pub scenario: String,
     /// Metric.
     pub metric: Metric,
-    /// `sweep` scenarios: the concurrency step (0-based); 0 otherwise.
+    /// `sweep` scenarios: the concurrency step; `rate` scenarios: the rate step (0-based); 0
+    /// otherwise.
     #[serde(default)]
     pub step: u32,
 }
@@ -48,11 +49,14 @@ impl HistogramSet {
             .expect("value clamped into range");
     }
 
-    /// Records the latencies of an `ok` attempt: TTFB, TTFT, TTFC, E2E, TPOT, every ITL gap
-    /// (`itl_gaps_us`) and `sched_lag`; for `rate` records also TTFT and E2E from the intended
-    /// send time. Keys carry the record's sweep `step`. Other outcomes record nothing.
+    /// Records the latencies of an `ok` attempt: TTFB, TTFT, TTST, TTFC, E2E, TPOT, E2E per
+    /// output token, prefill throughput (tokens/s, from `usage.prompt_tokens` less its cached
+    /// tokens over TTFT, rounded, at least 1; only when usage gave the prompt tokens), every
+    /// ITL gap (`itl_gaps_us`) and `sched_lag`; for `rate` records also TTFT and E2E from the
+    /// intended send time. Keys carry the record's `step`. Other outcomes and warm-up records
+    /// (`warmup`: left out of every statistic) record nothing.
     pub fn record_probe(&mut self, rec: &ProbeRecord, itl_gaps_us: &[u64]) {
-        if rec.outcome() != Outcome::Ok {
+        if rec.outcome() != Outcome::Ok || rec.warmup {
             return;
         }
         let key = |metric| HistKey {
@@ -66,9 +70,16 @@ impl HistogramSet {
         let single = [
             (Metric::Ttfb, rec.ttfb_us),
             (Metric::Ttft, rec.ttft_us),
+            (Metric::Ttst, rec.ttst_us),
             (Metric::Ttfc, rec.ttfc_us),
             (Metric::E2e, rec.e2e_us),
             (Metric::Tpot, rec.tpot_us),
+            (
+                Metric::E2ePerToken,
+                rec.e2e_us
+                    .and_then(|e2e| crate::metrics::e2e_per_token_us(e2e, rec.output_tokens)),
+            ),
+            (Metric::PrefillTps, prefill_tps(rec)),
             (Metric::SchedLag, Some(lag)),
             (
                 Metric::TtftIntended,
@@ -165,6 +176,14 @@ impl HistogramSet {
     }
 }
 
+/// A record's prefill throughput as a histogram value: tokens/s rounded, at least 1; `None`
+/// without `usage.prompt_tokens` or TTFT ([`crate::metrics::prefill_tps`]).
+fn prefill_tps(rec: &ProbeRecord) -> Option<u64> {
+    let prompt = rec.usage.prompt_tokens?;
+    let cached = rec.usage.cached_tokens.unwrap_or(0);
+    crate::metrics::prefill_tps(prompt, cached, rec.ttft_us?).map(|tps| (tps.round() as u64).max(1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,6 +233,85 @@ mod tests {
         assert_eq!(set.get(&key(Metric::Ttft)).unwrap().len(), 1);
         assert_eq!(set.get(&key(Metric::Itl)).unwrap().len(), 3);
         assert!(set.get(&key(Metric::Tpot)).is_none());
+    }
+
+    fn ok_record() -> ProbeRecord {
+        ProbeRecord {
+            provider: "p".into(),
+            scenario: "s".into(),
+            outcome: Some(Outcome::Ok),
+            ttft_us: Some(250_000),
+            ttst_us: Some(270_000),
+            e2e_us: Some(1_250_000),
+            output_tokens: 100,
+            usage: crate::record::Usage {
+                prompt_tokens: Some(8_000),
+                cached_tokens: Some(3_000),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    /// TTST, E2E per token and prefill throughput are recorded with their definitions'
+    /// values: 1.25 s over 100 tokens is 12,500 µs per token; (8,000 − 3,000 cached) tokens in
+    /// 250 ms is 20,000 tokens/s.
+    #[test]
+    fn ttst_e2e_per_token_and_prefill_throughput_are_recorded() {
+        let mut set = HistogramSet::new();
+        set.record_probe(&ok_record(), &[]);
+        let one = |m| {
+            let h = set.get(&key(m)).unwrap();
+            assert_eq!(h.len(), 1, "{m:?}");
+            h.max()
+        };
+        assert!(
+            set.get(&key(Metric::Ttst))
+                .unwrap()
+                .equivalent(one(Metric::Ttst), 270_000)
+        );
+        assert!(
+            set.get(&key(Metric::E2ePerToken))
+                .unwrap()
+                .equivalent(one(Metric::E2ePerToken), 12_500)
+        );
+        assert!(
+            set.get(&key(Metric::PrefillTps))
+                .unwrap()
+                .equivalent(one(Metric::PrefillTps), 20_000)
+        );
+        // Without usage there is no prefill throughput; without TTST none either.
+        let mut set = HistogramSet::new();
+        let mut rec = ok_record();
+        rec.usage = Default::default();
+        rec.ttst_us = None;
+        rec.output_tokens = 0;
+        set.record_probe(&rec, &[]);
+        for m in [Metric::PrefillTps, Metric::Ttst, Metric::E2ePerToken] {
+            assert!(set.get(&key(m)).is_none(), "{m:?}");
+        }
+        assert_eq!(set.get(&key(Metric::Ttft)).unwrap().len(), 1);
+        // A prefill faster than 1 token/s rounds up to 1, never 0.
+        let mut slow = ok_record();
+        slow.usage.cached_tokens = None;
+        slow.usage.prompt_tokens = Some(1);
+        slow.ttft_us = Some(10_000_000);
+        let mut set = HistogramSet::new();
+        set.record_probe(&slow, &[]);
+        assert_eq!(set.get(&key(Metric::PrefillTps)).unwrap().max(), 1);
+    }
+
+    /// Warm-up records are left out of every histogram, whatever they measured.
+    #[test]
+    fn warmup_records_feed_no_histogram() {
+        let mut set = HistogramSet::new();
+        let mut rec = ok_record();
+        rec.warmup = true;
+        set.record_probe(&rec, &[10, 20]);
+        assert!(set.is_empty());
+        rec.warmup = false;
+        set.record_probe(&rec, &[10, 20]);
+        assert_eq!(set.get(&key(Metric::Itl)).unwrap().len(), 2);
     }
 
     #[test]

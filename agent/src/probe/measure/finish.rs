@@ -91,6 +91,7 @@ impl Measurement {
         record.e2e_us = e2e_at.map(|t| head.us(t));
         if !st.whole_body {
             record.ttft_us = st.first_token.map(|(t, _)| head.us(t));
+            record.ttst_us = st.second_token.map(|t| head.us(t));
             record.ttfc_us = st.first_content.map(|(t, _)| head.us(t));
             // Reasoning time: only when a reasoning payload came before the first content one.
             if let (Some(r), Some((_, c)), Some(ttft), Some(ttfc)) = (

@@ -25,6 +25,8 @@ pub(in crate::probe) struct State {
     pub(in crate::probe) api: Api,
     pub(super) keep_text: bool,
     pub(super) first_token: Option<(Instant, u32)>,
+    /// When the second token-bearing payload was read (TTST).
+    pub(super) second_token: Option<Instant>,
     pub(super) first_content: Option<(Instant, u32)>,
     /// Payload index of the first payload with reasoning text.
     pub(super) first_reasoning: Option<u32>,

@@ -92,6 +92,8 @@ fn timing_follows_the_definitions() {
     // Lines are delivered one per ms and events complete on their blank line: content "a"
     // completes with read 4, [DONE] with read 12.
     assert_eq!(rec.ttft_us, Some(4_000));
+    // TTST: the second token-bearing payload ("b", read 6), from t_send.
+    assert_eq!(rec.ttst_us, Some(6_000));
     assert_eq!(rec.ttfc_us, Some(4_000));
     assert_eq!(rec.e2e_us, Some(12_000));
     assert_eq!(r.itl_gaps_us, vec![2_000, 2_000]);
@@ -101,6 +103,42 @@ fn timing_follows_the_definitions() {
     assert_eq!(rec.decode_tps, Some(250.0));
     assert_eq!(r.content_text, "abc");
     assert_eq!(r.first_output_payload_index, Some(1));
+}
+
+#[test]
+fn ttst_needs_two_token_payloads_and_is_stamped_on_anthropic_streams_too() {
+    // One token payload: TTFT, no TTST.
+    let body = sse(&[C0, &content("a"), &stop(""), "[DONE]"]);
+    let pieces: Vec<&[u8]> = body.split_inclusive(|&b| b == b'\n').collect();
+    let r = measure(&pieces, false);
+    assert_eq!((r.record.ttft_us, r.record.ttst_us), (Some(4_000), None));
+    // Anthropic Messages: a thinking delta then a text delta; each event read 1 ms apart.
+    let events = [
+        r#"{"type":"message_start","message":{"model":"m","usage":{"input_tokens":3,"output_tokens":1}}}"#,
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"t"}}"#,
+        r#"{"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}"#,
+        r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"a"}}"#,
+        r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":2}}"#,
+        r#"{"type":"message_stop"}"#,
+    ];
+    let bodies: Vec<Vec<u8>> = events
+        .iter()
+        .map(|e| format!("data: {e}\n\n").into_bytes())
+        .collect();
+    let pieces: Vec<&[u8]> = bodies.iter().map(Vec::as_slice).collect();
+    let r = measure_api(Api::Anthropic, &pieces, false);
+    assert_eq!(
+        r.record.outcome,
+        Some(Outcome::Ok),
+        "{:?}",
+        r.record.error_message
+    );
+    assert_eq!(
+        (r.record.ttft_us, r.record.ttst_us),
+        (Some(3_000), Some(5_000))
+    );
+    assert!(r.record.ttst_us >= r.record.ttft_us);
 }
 
 #[test]

@@ -126,8 +126,12 @@ impl State {
     }
 
     /// Accounts payload `index`, read at `at`, as token-bearing: `token_payloads`, the ITL
-    /// gap, TTFT.
+    /// gap, TTFT (the first such payload) and TTST (the second). Every API's reader reaches
+    /// it (Chat Completions, Anthropic, Responses).
     pub(super) fn on_token_payload(&mut self, at: Instant, index: u32) {
+        if self.first_token.is_some() {
+            self.second_token.get_or_insert(at);
+        }
         self.token_payloads = self.token_payloads.saturating_add(1);
         if let Some(last) = self.last_token_at {
             let gap = at.saturating_duration_since(last).as_micros();
