@@ -6,6 +6,10 @@
 //! Error rates leave out attempts that are neither a success nor the provider's failure:
 //! `cancelled` (cut by a campaign cancel) and `dropped` (an open-loop arrival the agent could
 //! not send in time). Both are still counted as attempts and by outcome.
+//!
+//! Warm-up records (`warmup`, docs/metrics.md "Warm-up") are counted apart
+//! ([`CellCounts::warmup`]) and left out of every other count; they still finish their plan
+//! slot (progress). `rate` records also count per step ([`RateStepCounts`]).
 
 use std::collections::BTreeMap;
 
@@ -141,6 +145,122 @@ pub struct CellCounts {
     /// outcome, HTTP status, provider error type and message (already truncated and scrubbed
     /// by the agent).
     pub last_error: Option<String>,
+    /// Warm-up requests: final attempts of records with `warmup` (any outcome). Warm-up
+    /// records count nowhere else (their slots still count in `slots_done`).
+    pub warmup: u64,
+    /// Requests judged against the scenario's SLO: records with `slo_met` set (the agent sets
+    /// it on final attempts of first turns of SLO scenarios, never on `cancelled` or
+    /// `dropped` ones); ClickHouse: `countIf(slo_met IS NOT NULL)` with `warmup = 0`.
+    pub slo_judged: u64,
+    /// Those that met it (`slo_met = true`).
+    pub slo_met: u64,
+    /// Sum of `usage.prompt_tokens` over `ok` attempts that reported it (what the provider
+    /// billed), tokens.
+    pub billed_prompt_tokens: u64,
+    /// `ok` attempts that reported `usage.prompt_tokens`.
+    pub billed_prompt_reports: u64,
+    /// Requests (final attempts) refused because the prompt is longer than the provider's
+    /// context ([`crate::context_refusal::is_context_refusal`]).
+    pub context_refused: u64,
+}
+
+impl CellCounts {
+    /// Adds another cell's counters (another region's) into this one.
+    pub fn merge(&mut self, c: &CellCounts) {
+        for (o, n) in &c.outcomes {
+            *self.outcomes.entry(*o).or_insert(0) += n;
+        }
+        self.ok_output_tokens = self.ok_output_tokens.saturating_add(c.ok_output_tokens);
+        self.ok_tokens_from_usage += c.ok_tokens_from_usage;
+        self.ok_tokens_over_usage += c.ok_tokens_over_usage;
+        self.conn_retried += c.conn_retried;
+        for (m, n) in &c.answered_models {
+            count_name(&mut self.answered_models, Some(m), *n);
+        }
+        for (f, n) in &c.system_fingerprints {
+            count_name(&mut self.system_fingerprints, Some(f), *n);
+        }
+        self.ok_usage_chunk_delta_sum = self
+            .ok_usage_chunk_delta_sum
+            .saturating_add(c.ok_usage_chunk_delta_sum);
+        self.ok_usage_chunk_mismatches += c.ok_usage_chunk_mismatches;
+        self.ok_usage_reports += c.ok_usage_reports;
+        self.requests += c.requests;
+        self.slots_done += c.slots_done;
+        self.requests_failed += c.requests_failed;
+        self.sent += c.sent;
+        if c.last_error.is_some() {
+            self.last_error.clone_from(&c.last_error);
+        }
+        self.warmup += c.warmup;
+        self.slo_judged += c.slo_judged;
+        self.slo_met += c.slo_met;
+        self.billed_prompt_tokens = self
+            .billed_prompt_tokens
+            .saturating_add(c.billed_prompt_tokens);
+        self.billed_prompt_reports += c.billed_prompt_reports;
+        self.context_refused += c.context_refused;
+    }
+
+    /// Mean billed prompt tokens of `ok` attempts that reported usage; `None` without one.
+    pub fn billed_prompt_tokens_mean(&self) -> Option<f64> {
+        (self.billed_prompt_reports > 0)
+            .then(|| self.billed_prompt_tokens as f64 / self.billed_prompt_reports as f64)
+    }
+}
+
+/// Per-(region, provider, `rate` scenario, step) counters from `rate` records (warm-up left
+/// out): what a [`crate::slo_stats::RateStepRow`] is counted from. ClickHouse groups the
+/// same records by `step` with the same rules.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RateStepCounts {
+    /// Arrivals sent: first attempts of first turns, neither `dropped` nor `cancelled`.
+    pub sent: u64,
+    /// Arrivals `dropped` at the provider's in-flight cap.
+    pub dropped: u64,
+    /// Logical requests ended (final attempts; `cancelled` and `dropped` left out).
+    pub requests: u64,
+    /// Those whose final attempt was not `ok`.
+    pub failed: u64,
+    /// Requests judged against the SLO (`slo_met` set).
+    pub slo_judged: u64,
+    /// Those that met it.
+    pub slo_met: u64,
+    /// Lowest and highest `target_rps` of the step's records (positive ones), requests/s;
+    /// `None` when no record carried one.
+    pub target_rps: Option<(f64, f64)>,
+}
+
+impl RateStepCounts {
+    /// Adds `other` into `self`.
+    pub fn add(&mut self, other: &RateStepCounts) {
+        self.sent += other.sent;
+        self.dropped += other.dropped;
+        self.requests += other.requests;
+        self.failed += other.failed;
+        self.slo_judged += other.slo_judged;
+        self.slo_met += other.slo_met;
+        if let Some((lo, hi)) = other.target_rps {
+            self.see_rps(lo);
+            self.see_rps(hi);
+        }
+    }
+
+    /// Widens `target_rps` to hold `rps` (ignored unless a positive finite number).
+    pub fn see_rps(&mut self, rps: f64) {
+        if !(rps.is_finite() && rps > 0.0) {
+            return;
+        }
+        self.target_rps = Some(match self.target_rps {
+            None => (rps, rps),
+            Some((lo, hi)) => (lo.min(rps), hi.max(rps)),
+        });
+    }
+
+    /// Whether any record of the step arrived.
+    pub fn is_empty(&self) -> bool {
+        *self == RateStepCounts::default()
+    }
 }
 
 /// Per-(region, provider, sweep scenario, step) counters from `sweep` records.
@@ -269,6 +389,8 @@ pub struct Aggregate {
     /// left out): their arrival and latency, for the provider saturation rule
     /// ([`crate::saturation`]).
     rate_requests: BTreeMap<CellKey, Vec<ArrivalLatency>>,
+    /// `rate` records: ((region, provider, scenario), step) → counters.
+    rate_steps: BTreeMap<(CellKey, u32), RateStepCounts>,
 }
 
 impl Aggregate {
@@ -295,8 +417,29 @@ impl Aggregate {
                 rec.scenario.clone(),
             ))
             .or_default();
+        if rec.warmup {
+            // Counted apart, left out of every statistic; its slot is still done.
+            if rec.final_attempt {
+                cell.warmup += 1;
+                cell.slots_done += u64::from(rec.ends_planned_slot());
+            }
+            return;
+        }
         let outcome = rec.outcome();
         *cell.outcomes.entry(outcome).or_insert(0) += 1;
+        if let Some(met) = rec.slo_met {
+            cell.slo_judged += 1;
+            cell.slo_met += u64::from(met);
+        }
+        if rec.final_attempt && crate::context_refusal::record_is_context_refusal(rec) {
+            cell.context_refused += 1;
+        }
+        if outcome == Outcome::Ok
+            && let Some(t) = rec.usage.prompt_tokens
+        {
+            cell.billed_prompt_tokens = cell.billed_prompt_tokens.saturating_add(u64::from(t));
+            cell.billed_prompt_reports += 1;
+        }
         if rec.failover {
             self.failover
                 .entry((region.to_string(), rec.scenario.clone()))
@@ -341,6 +484,30 @@ impl Aggregate {
                     rec.ttft_us,
                     rec.e2e_us,
                 ));
+        }
+        if rec.load == LoadKind::Rate {
+            let step = self
+                .rate_steps
+                .entry((
+                    (
+                        region.to_string(),
+                        rec.provider.clone(),
+                        rec.scenario.clone(),
+                    ),
+                    rec.step,
+                ))
+                .or_default();
+            step.sent += u64::from(rec.attempt <= 1 && rec.turn <= 1 && measured);
+            step.dropped += u64::from(outcome == Outcome::Dropped);
+            if rec.final_attempt && measured {
+                step.requests += 1;
+                step.failed += u64::from(outcome != Outcome::Ok);
+            }
+            if let Some(met) = rec.slo_met {
+                step.slo_judged += 1;
+                step.slo_met += u64::from(met);
+            }
+            step.see_rps(rec.target_rps);
         }
         if rec.load == LoadKind::Sweep {
             let step = self
@@ -495,30 +662,24 @@ impl Aggregate {
             if p != provider || s != scenario || region.is_some_and(|want| want != r) {
                 continue;
             }
-            for (o, n) in &c.outcomes {
-                *out.outcomes.entry(*o).or_insert(0) += n;
-            }
-            out.ok_output_tokens = out.ok_output_tokens.saturating_add(c.ok_output_tokens);
-            out.ok_tokens_from_usage += c.ok_tokens_from_usage;
-            out.ok_tokens_over_usage += c.ok_tokens_over_usage;
-            out.conn_retried += c.conn_retried;
-            for (m, n) in &c.answered_models {
-                count_name(&mut out.answered_models, Some(m), *n);
-            }
-            for (f, n) in &c.system_fingerprints {
-                count_name(&mut out.system_fingerprints, Some(f), *n);
-            }
-            out.ok_usage_chunk_delta_sum = out
-                .ok_usage_chunk_delta_sum
-                .saturating_add(c.ok_usage_chunk_delta_sum);
-            out.ok_usage_chunk_mismatches += c.ok_usage_chunk_mismatches;
-            out.ok_usage_reports += c.ok_usage_reports;
-            out.requests += c.requests;
-            out.slots_done += c.slots_done;
-            out.requests_failed += c.requests_failed;
-            out.sent += c.sent;
-            if c.last_error.is_some() {
-                out.last_error.clone_from(&c.last_error);
+            out.merge(c);
+        }
+        out
+    }
+
+    /// Counters of `rate` step `step` of one cell, or over every region when `region` is
+    /// `None` (empty when nothing of that step arrived).
+    pub fn rate_step_counts(
+        &self,
+        region: Option<&str>,
+        provider: &str,
+        scenario: &str,
+        step: u32,
+    ) -> RateStepCounts {
+        let mut out = RateStepCounts::default();
+        for (((r, p, s), k), c) in &self.rate_steps {
+            if *k == step && p == provider && s == scenario && region.is_none_or(|w| w == r) {
+                out.add(c);
             }
         }
         out
@@ -799,5 +960,92 @@ mod tests {
         );
         // Only ok attempts count where the token count came from.
         assert_eq!(all.ok_tokens_over_usage, 2);
+    }
+
+    #[test]
+    fn warm_up_slo_billed_tokens_and_rate_steps_count_apart() {
+        let mut agg = Aggregate::default();
+        let rec = |step, o, attempt, final_attempt, slo_met, rps| ProbeRecord {
+            load: LoadKind::Rate,
+            step,
+            provider: "p".into(),
+            scenario: "s".into(),
+            outcome: Some(o),
+            attempt,
+            final_attempt,
+            turn: 1,
+            slo_met,
+            target_rps: rps,
+            // Every record reports usage; only `ok` ones count as billed.
+            usage: latmesh_core::record::Usage {
+                prompt_tokens: Some(100),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        // A warm-up request: counted apart, its slot done, nothing else.
+        let warm = ProbeRecord {
+            warmup: true,
+            ..rec(0, Outcome::Ok, 1, true, Some(true), 2.0)
+        };
+        agg.add_record("r", &warm);
+        agg.add_record("r", &rec(0, Outcome::Ok, 1, true, Some(true), 2.0));
+        agg.add_record("r", &rec(0, Outcome::Ok, 1, true, Some(false), 2.0));
+        agg.add_record("r", &rec(0, Outcome::Dropped, 1, true, None, 2.0));
+        agg.add_record("q", &rec(0, Outcome::Throttled, 1, false, None, 3.0));
+        agg.add_record("q", &rec(0, Outcome::Http5xx, 2, true, Some(false), 3.0));
+        agg.add_record("q", &rec(1, Outcome::Cancelled, 1, true, None, 6.0));
+        let c = agg.counts(None, "p", "s");
+        assert_eq!((c.warmup, c.slots_done, c.attempts()), (1, 6, 6));
+        assert_eq!((c.slo_judged, c.slo_met), (3, 1));
+        assert_eq!((c.billed_prompt_tokens, c.billed_prompt_reports), (200, 2));
+        assert_eq!(c.billed_prompt_tokens_mean(), Some(100.0));
+        let s0 = agg.rate_step_counts(None, "p", "s", 0);
+        assert_eq!(
+            s0,
+            RateStepCounts {
+                sent: 3,
+                dropped: 1,
+                requests: 3,
+                failed: 1,
+                slo_judged: 3,
+                slo_met: 1,
+                target_rps: Some((2.0, 3.0)),
+            }
+        );
+        assert_eq!(
+            agg.rate_step_counts(Some("r"), "p", "s", 0).target_rps,
+            Some((2.0, 2.0))
+        );
+        let s1 = agg.rate_step_counts(None, "p", "s", 1);
+        assert_eq!(
+            (s1.sent, s1.requests, s1.target_rps),
+            (0, 0, Some((6.0, 6.0)))
+        );
+        assert!(agg.rate_step_counts(None, "p", "s", 2).is_empty());
+    }
+
+    #[test]
+    fn context_refusals_count_per_request() {
+        let mut agg = Aggregate::default();
+        let refused = |final_attempt| ProbeRecord {
+            provider: "p".into(),
+            scenario: "s".into(),
+            outcome: Some(Outcome::Http4xx),
+            http_status: Some(400),
+            error_code: Some("context_length_exceeded".into()),
+            final_attempt,
+            ..Default::default()
+        };
+        agg.add_record("r", &refused(true));
+        agg.add_record("r", &refused(false));
+        agg.add_record(
+            "r",
+            &ProbeRecord {
+                error_code: Some("invalid_api_key".into()),
+                ..refused(true)
+            },
+        );
+        assert_eq!(agg.counts(Some("r"), "p", "s").context_refused, 1);
     }
 }

@@ -7,6 +7,8 @@ use latmesh_core::load::{KneeRule, LoadKind, LoadModel};
 use latmesh_core::plan::{Plan, ProviderSpec};
 use latmesh_core::record::{Outcome, OutputTokensSource, ProbeRecord};
 
+pub mod workloads;
+
 use crate::aggregate::Aggregate;
 use crate::load_stats::{AgentStart, StartSync};
 use crate::summary::{ALL_REGIONS, AgentSummary, MatrixCell, Summary, build};

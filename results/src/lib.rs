@@ -8,6 +8,9 @@
 //!   [`matrix`] cells and [`agent_summary`] rows;
 //! * [`load_stats`], [`failover_stats`], [`model_stats`]: sweep/rate rows with the knee and
 //!   saturation, failover rows, what model answered;
+//! * [`slo_stats`], [`tiers`], [`context_refusal`]: goodput, rate steps and the SLO search's
+//!   answer; generated-prompt tiers and how providers count their tokens; which errors are
+//!   refusals for the prompt's length;
 //! * [`percentiles`], [`stats`], [`saturation`], [`sync`], [`seq_gaps`]: the statistics;
 //! * [`report_data`], [`analysis`]: what a report is built from, intervals, comparisons,
 //!   flags, ranks and the selection matrix;
@@ -18,6 +21,7 @@ pub mod agent_summary;
 pub mod aggregate;
 pub mod analysis;
 pub mod budget;
+pub mod context_refusal;
 pub mod delivery;
 pub mod failover_stats;
 pub mod fixtures;

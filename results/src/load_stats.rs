@@ -327,7 +327,8 @@ pub fn sweep_rows(
     )
 }
 
-/// An open-loop (`rate`) scenario for one provider in one region (or `ALL`).
+/// An open-loop (`rate`) scenario of one step (no rate sweep, no SLO search: those have
+/// [`crate::slo_stats::RateStepRow`]s instead) for one provider in one region (or `ALL`).
 ///
 /// **Achieved rate** means: arrivals actually sent (first attempts of first turns, neither
 /// `dropped` nor `cancelled`) divided by the phase's duration (`duration_ms`) and by the number
@@ -500,7 +501,10 @@ pub fn rate_row(
 
 /// Every rate row of `plan` from merged results in memory; `agents` are the campaign's agents
 /// (their regions give each row's agent count). Ordered by scenario, region (`ALL` last),
-/// provider, in plan order.
+/// provider, in plan order. Scenarios with several steps or an SLO search
+/// ([`crate::slo_stats::has_rate_steps`]) have no rate row: one scheduled rate, one
+/// saturation verdict over the phase and `target_rps` would describe only their first step;
+/// their rows are per step ([`crate::slo_stats::rate_step_rows`]).
 pub fn rate_rows(plan: &Plan, agg: &Aggregate, agents: &[AgentSummary]) -> Vec<RateRow> {
     let per_region = agents_per_region(agents.iter().map(|a| a.region.as_str()));
     let mut out = Vec::new();
@@ -508,6 +512,9 @@ pub fn rate_rows(plan: &Plan, agg: &Aggregate, agents: &[AgentSummary]) -> Vec<R
         let LoadModel::Rate(spec) = &s.load else {
             continue;
         };
+        if crate::slo_stats::has_rate_steps(spec) {
+            continue;
+        }
         for region in row_regions(plan, None) {
             let n_agents = match region {
                 Some(r) => per_region.get(r).copied().unwrap_or(0),

@@ -6,9 +6,18 @@
 //! records' `slo_met` (final attempts, warm-up, `cancelled` and `dropped` left out), its
 //! latencies from the merged histograms of that step.
 
-use latmesh_core::load::{SearchOutcome, StepVerdict};
+use std::collections::BTreeMap;
+
+use hdrhistogram::Histogram;
+use latmesh_core::load::{LoadModel, RateSpec, SearchOutcome, StepVerdict};
+use latmesh_core::metrics::Metric;
+use latmesh_core::plan::{Plan, ScenarioSpec};
+use latmesh_core::slo::Slo;
 use serde::{Deserialize, Serialize};
 
+use crate::aggregate::{Aggregate, RateStepCounts};
+use crate::load_stats::row_regions;
+use crate::matrix::ALL_REGIONS;
 use crate::percentiles::Percentiles;
 
 /// Goodput of one cell (region × provider × scenario) or one rate step.
@@ -213,6 +222,225 @@ pub fn search_row(
         outcome,
         text,
     })
+}
+
+/// Whether a `rate` scenario has rate steps ([`RateStepRow`]s): several steps (`rps = [..]`
+/// or a ramp) or an SLO search. Such a scenario has no [`crate::load_stats::RateRow`] (whose
+/// scheduled rate, saturation rule and per-phase figures describe one rate): its rows are
+/// per step, in `Summary.rate_steps`. ClickHouse's rate rows skip the same scenarios.
+pub fn has_rate_steps(spec: &RateSpec) -> bool {
+    spec.search.is_some() || spec.step_count() > 1
+}
+
+/// How long `scenario`'s phase lasts, s: the rounds phase (`rounds.count × interval`) for a
+/// `rounds` scenario, else its own phase (every step of a sweep or rate scenario, a search's
+/// idle steps included). Goodput's requests per second ([`Goodput::rps`]) divide by this.
+pub fn phase_secs(plan: &Plan, scenario: &ScenarioSpec) -> f64 {
+    match &scenario.load {
+        LoadModel::Rounds => f64::from(plan.rounds.count) * plan.rounds.interval_ms as f64 / 1000.0,
+        load => load.span_us() as f64 / 1e6,
+    }
+}
+
+/// The goodput of a matrix cell of `scenario` (`None` without an SLO): `judged` and `met`
+/// requests (warm-up left out), `agents` of the row (0: unknown, then no rate), `hist` the
+/// cell's merged histograms (µs, every step).
+pub fn cell_goodput(
+    plan: &Plan,
+    scenario: &ScenarioSpec,
+    judged: u64,
+    met: u64,
+    agents: u64,
+    hist: impl Fn(Metric) -> Option<Histogram<u64>>,
+) -> Option<Goodput> {
+    let slo = scenario.slo.as_ref()?;
+    let secs = (agents > 0).then(|| phase_secs(plan, scenario) * agents as f64);
+    Some(goodput(slo, judged, met, secs, hist))
+}
+
+/// What one rate step of one provider in one region (or every region) was measured as: the
+/// inputs of a [`RateStepRow`].
+#[derive(Clone, Debug, Default)]
+pub struct RateStepMeasure {
+    /// Counters from the step's records.
+    pub counts: RateStepCounts,
+    /// The step's merged histograms (µs) by metric: TTFT, TPOT and E2E (those present).
+    pub hists: BTreeMap<Metric, Histogram<u64>>,
+}
+
+/// The metrics a [`RateStepMeasure`] needs histograms of.
+pub const STEP_METRICS: [Metric; 3] = [Metric::Ttft, Metric::Tpot, Metric::E2e];
+
+/// The judged requests a rate step needs for a verdict: the search's `min_requests`, else
+/// [`MIN_GOODPUT_REQUESTS`].
+pub fn step_min_requests(spec: &RateSpec) -> u32 {
+    spec.search
+        .as_ref()
+        .map_or(MIN_GOODPUT_REQUESTS as u32, |s| s.min_requests)
+}
+
+/// One rate step row: `agents` ran it (each for `duration_ms`); the rate is the records'
+/// `target_rps` (the plan's step rate when no record carried one); percentiles of the
+/// campaign's `percentiles` list; goodput and verdict against `slo` when given
+/// ([`goodput`] with the step's length × agents, [`step_verdict`] with
+/// [`step_min_requests`]).
+#[allow(clippy::too_many_arguments)]
+pub fn rate_step_row(
+    region: Option<&str>,
+    provider: &str,
+    scenario: &str,
+    step: u32,
+    spec: &RateSpec,
+    slo: Option<&Slo>,
+    percentiles: &[f64],
+    agents: u64,
+    m: &RateStepMeasure,
+) -> RateStepRow {
+    let c = &m.counts;
+    let secs = spec.duration_ms as f64 / 1000.0;
+    let (lo, hi) = c.target_rps.unwrap_or_else(|| {
+        let r = spec.step_rps(step).unwrap_or(0.0);
+        (r, r)
+    });
+    let pct = |metric| {
+        m.hists
+            .get(&metric)
+            .map(|h| Percentiles::of_list(h, percentiles))
+    };
+    let goodput = slo.map(|slo| {
+        goodput(
+            slo,
+            c.slo_judged,
+            c.slo_met,
+            (agents > 0).then_some(secs * agents as f64),
+            |metric| m.hists.get(&metric).cloned(),
+        )
+    });
+    let verdict = goodput
+        .as_ref()
+        .map(|g| step_verdict(g, c.dropped, step_min_requests(spec)));
+    RateStepRow {
+        region: region.unwrap_or(ALL_REGIONS).to_string(),
+        provider: provider.to_string(),
+        scenario: scenario.to_string(),
+        step,
+        target_rps: lo,
+        target_rps_max: hi,
+        sent: c.sent,
+        dropped: c.dropped,
+        achieved_rps: (agents > 0 && secs > 0.0).then(|| c.sent as f64 / secs / agents as f64),
+        error_pct: if c.requests == 0 {
+            0.0
+        } else {
+            c.failed as f64 * 100.0 / c.requests as f64
+        },
+        ttft: pct(Metric::Ttft),
+        tpot: pct(Metric::Tpot),
+        e2e: pct(Metric::E2e),
+        goodput,
+        verdict,
+    }
+}
+
+/// Every rate step row of `plan` ([`has_rate_steps`] scenarios), from `measure(region,
+/// provider, scenario, step)` (`region` `None`: every region merged); `agents` per region
+/// ([`crate::load_stats::agents_per_region`]). A rate sweep has a row for every planned step
+/// (empty ones when nothing arrived); a search only for the steps that have records (a
+/// provider idles after its search ends). Ordered by scenario (plan order), region (plan
+/// order, `ALL` last), provider (plan order), step.
+pub fn rate_step_rows_by(
+    plan: &Plan,
+    agents: &BTreeMap<String, u64>,
+    mut measure: impl FnMut(Option<&str>, &str, &str, u32) -> RateStepMeasure,
+) -> Vec<RateStepRow> {
+    let mut out = Vec::new();
+    for s in &plan.scenarios {
+        let LoadModel::Rate(spec) = &s.load else {
+            continue;
+        };
+        if !has_rate_steps(spec) {
+            continue;
+        }
+        for region in row_regions(plan, None) {
+            let n_agents = match region {
+                Some(r) => agents.get(r).copied().unwrap_or(0),
+                None => agents.values().sum(),
+            };
+            for p in &plan.providers {
+                for step in 0..spec.step_count() {
+                    let m = measure(region, &p.name, &s.name, step);
+                    if spec.search.is_some() && m.counts.is_empty() {
+                        continue;
+                    }
+                    out.push(rate_step_row(
+                        region,
+                        &p.name,
+                        &s.name,
+                        step,
+                        spec,
+                        s.slo.as_ref(),
+                        &plan.percentiles,
+                        n_agents,
+                        &m,
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// [`rate_step_rows_by`] from merged results in memory.
+pub fn rate_step_rows(
+    plan: &Plan,
+    agg: &Aggregate,
+    agents: &BTreeMap<String, u64>,
+) -> Vec<RateStepRow> {
+    rate_step_rows_by(plan, agents, |region, provider, scenario, step| {
+        RateStepMeasure {
+            counts: agg.rate_step_counts(region, provider, scenario, step),
+            hists: STEP_METRICS
+                .into_iter()
+                .filter_map(|metric| {
+                    let key = latmesh_core::hist::HistKey {
+                        provider: provider.to_string(),
+                        scenario: scenario.to_string(),
+                        metric,
+                        step,
+                    };
+                    Some((metric, agg.step_histogram(region, &key)?))
+                })
+                .collect(),
+        }
+    })
+}
+
+/// The SLO search answers of `plan`'s search scenarios (with an SLO) from their step rows
+/// (`rows`, as [`rate_step_rows_by`] builds them): one per region (and `ALL`) × provider
+/// with at least one step, in the rows' order.
+pub fn search_rows(plan: &Plan, rows: &[RateStepRow]) -> Vec<SearchRow> {
+    let mut out = Vec::new();
+    for s in &plan.scenarios {
+        let LoadModel::Rate(spec) = &s.load else {
+            continue;
+        };
+        let (Some(search), Some(slo)) = (&spec.search, &s.slo) else {
+            continue;
+        };
+        for region in row_regions(plan, None) {
+            let region = region.unwrap_or(ALL_REGIONS);
+            for p in &plan.providers {
+                let mut steps: Vec<RateStepRow> = rows
+                    .iter()
+                    .filter(|r| r.scenario == s.name && r.region == region && r.provider == p.name)
+                    .cloned()
+                    .collect();
+                steps.sort_by_key(|r| r.step);
+                out.extend(search_row(slo, search, &steps));
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 
 use latmesh_core::hist::HistKey;
 use latmesh_core::metrics::Metric;
-use latmesh_core::plan::Plan;
+use latmesh_core::plan::{Plan, ScenarioSpec};
 use latmesh_core::record::Outcome;
 use serde::{Deserialize, Serialize};
 
@@ -16,6 +16,7 @@ use crate::failover_stats::{self, FailoverRow, PolitenessNote};
 use crate::load_stats::{self, RowFilter};
 pub use crate::load_stats::{AgentStart, RateRow, StartSync, SweepRow};
 use crate::model_stats::{self, ModelRow};
+use crate::{slo_stats, tiers};
 
 pub use crate::matrix::{ALL_REGIONS, MatrixCell};
 pub use crate::percentiles::{PercentilePoint, Percentiles};
@@ -112,19 +113,31 @@ pub fn build(
 ) -> Summary {
     let mut cells = Vec::new();
     let rows = load_stats::row_regions(plan, None);
+    let per_region = load_stats::agents_per_region(agents.iter().map(|a| a.region.as_str()));
     for scenario in &plan.scenarios {
         for region in &rows {
+            let n_agents = match region {
+                Some(r) => per_region.get(*r).copied().unwrap_or(0),
+                None => agents.len() as u64,
+            };
             for provider in &plan.providers {
-                cells.push(cell(
-                    agg,
-                    *region,
-                    &provider.name,
-                    &scenario.name,
-                    &plan.percentiles,
-                ));
+                cells.push(cell(agg, plan, *region, &provider.name, scenario, n_agents));
             }
         }
     }
+    let rate_steps = slo_stats::rate_step_rows(plan, agg, &per_region);
+    let searches = slo_stats::search_rows(plan, &rate_steps);
+    let tiers = tiers::tier_rows(plan, agg, |region, provider, scenario| {
+        let region = region.unwrap_or(ALL_REGIONS);
+        cells
+            .iter()
+            .find(|c| c.region == region && c.provider == provider && c.scenario == scenario)
+            .and_then(|c| c.goodput.clone())
+    });
+    let token_counts = tiers::token_count_rows(plan, |provider, scenario| {
+        let c = agg.counts(None, provider, scenario);
+        (c.billed_prompt_tokens, c.billed_prompt_reports)
+    });
     let politeness = failover_stats::politeness_notes(plan, &cells);
     let models = model_stats::model_rows(&plan.providers, &cells);
     Summary {
@@ -148,21 +161,24 @@ pub fn build(
         models,
         agents,
         guard: Default::default(),
-        // TODO(H4 results): rate steps, searches, tiers, token counts from `agg`.
-        rate_steps: Vec::new(),
-        searches: Vec::new(),
-        tiers: Vec::new(),
-        token_counts: Vec::new(),
+        rate_steps,
+        searches,
+        tiers,
+        token_counts,
     }
 }
 
+/// One matrix cell; `agents` ran the row (for goodput per second).
 fn cell(
     agg: &Aggregate,
+    plan: &Plan,
     region: Option<&str>,
     provider: &str,
-    scenario: &str,
-    percentiles: &[f64],
+    spec: &ScenarioSpec,
+    agents: u64,
 ) -> MatrixCell {
+    let scenario = spec.name.as_str();
+    let percentiles = &plan.percentiles;
     let hist = |metric| {
         agg.histogram(
             region,
@@ -230,10 +246,15 @@ fn cell(
             .iter()
             .map(|(o, n)| (o.as_str().to_string(), *n))
             .collect(),
-        // TODO(H4 results): goodput from the cell's counts and the scenario's SLO; warm-up
-        // count.
-        goodput: None,
-        warmup: 0,
+        goodput: slo_stats::cell_goodput(
+            plan,
+            spec,
+            counts.slo_judged,
+            counts.slo_met,
+            agents,
+            hist,
+        ),
+        warmup: counts.warmup,
     }
 }
 

@@ -2,8 +2,16 @@
 //! length (TTFT, TTST, prefill throughput, E2E per output token), and how each provider counts
 //! the generated tokens (docs/metrics.md "Generated prompts", "Token counts").
 
+use std::collections::BTreeMap;
+
+use hdrhistogram::Histogram;
+use latmesh_core::metrics::Metric;
+use latmesh_core::plan::{Plan, ScenarioSpec};
 use serde::{Deserialize, Serialize};
 
+use crate::aggregate::Aggregate;
+use crate::load_stats::row_regions;
+use crate::matrix::ALL_REGIONS;
 use crate::percentiles::Percentiles;
 use crate::slo_stats::Goodput;
 
@@ -113,6 +121,156 @@ pub fn token_count_row(provider: &str, mut tiers: Vec<(u32, f64, u64)>) -> Optio
         counts_differently,
         note,
     })
+}
+
+/// What one tier of one provider in one region (or every region) was measured as: the
+/// inputs of a [`TierRow`]. Warm-up left out of all of it.
+#[derive(Clone, Debug, Default)]
+pub struct TierMeasure {
+    /// Logical requests ended (`cancelled` and `dropped` left out).
+    pub requests: u64,
+    /// Those whose final attempt was not `ok`.
+    pub requests_failed: u64,
+    /// `ok` attempts.
+    pub samples: u64,
+    /// Requests refused for their length ([`crate::context_refusal`]).
+    pub context_refused: u64,
+    /// Sum of `usage.prompt_tokens` over `ok` attempts that reported it, and their count.
+    pub billed_prompt_tokens: (u64, u64),
+    /// Merged histograms by metric ([`TIER_METRICS`]): µs, except `PrefillTps` (tokens/s).
+    pub hists: BTreeMap<Metric, Histogram<u64>>,
+    /// The cell's goodput ([`crate::slo_stats::cell_goodput`]).
+    pub goodput: Option<Goodput>,
+}
+
+/// The metrics a [`TierMeasure`] needs histograms of.
+pub const TIER_METRICS: [Metric; 4] = [
+    Metric::Ttft,
+    Metric::Ttst,
+    Metric::PrefillTps,
+    Metric::E2ePerToken,
+];
+
+/// One tier row of generated-prompt scenario `spec` (`None` when it has no `synth`):
+/// TTFT percentiles of `percentiles`, medians of TTST and E2E per token in ms, of prefill
+/// throughput in tokens/s (its histogram holds tokens/s, not µs).
+pub fn tier_row(
+    region: Option<&str>,
+    provider: &str,
+    spec: &ScenarioSpec,
+    percentiles: &[f64],
+    m: &TierMeasure,
+) -> Option<TierRow> {
+    let synth = spec.synth.as_ref()?;
+    let p50 = |metric| {
+        m.hists
+            .get(&metric)
+            .filter(|h| !h.is_empty())
+            .map(|h| h.value_at_quantile(0.5) as f64)
+    };
+    let (billed, reports) = m.billed_prompt_tokens;
+    Some(TierRow {
+        region: region.unwrap_or(ALL_REGIONS).to_string(),
+        provider: provider.to_string(),
+        group: synth.group.clone(),
+        scenario: spec.name.clone(),
+        input_tokens: synth.input_tokens,
+        samples: m.samples,
+        error_pct: if m.requests == 0 {
+            0.0
+        } else {
+            m.requests_failed as f64 * 100.0 / m.requests as f64
+        },
+        context_refused: m.context_refused,
+        ttft: m
+            .hists
+            .get(&Metric::Ttft)
+            .map(|h| Percentiles::of_list(h, percentiles)),
+        ttst_p50_ms: p50(Metric::Ttst).map(|us| us / 1000.0),
+        prefill_tps_p50: p50(Metric::PrefillTps),
+        e2e_per_token_p50_ms: p50(Metric::E2ePerToken).map(|us| us / 1000.0),
+        billed_prompt_tokens_mean: (reports > 0).then(|| billed as f64 / reports as f64),
+        goodput: m.goodput.clone(),
+    })
+}
+
+/// Every tier row of `plan` (scenarios with `synth`), from `measure(region, provider,
+/// scenario)` (`region` `None`: every region merged). Ordered by scenario (plan order: a
+/// group's tiers in increasing size), region (plan order, `ALL` last), provider.
+pub fn tier_rows_by(
+    plan: &Plan,
+    mut measure: impl FnMut(Option<&str>, &str, &ScenarioSpec) -> TierMeasure,
+) -> Vec<TierRow> {
+    let mut out = Vec::new();
+    for s in plan.scenarios.iter().filter(|s| s.synth.is_some()) {
+        for region in row_regions(plan, None) {
+            for p in &plan.providers {
+                let m = measure(region, &p.name, s);
+                out.extend(tier_row(region, &p.name, s, &plan.percentiles, &m));
+            }
+        }
+    }
+    out
+}
+
+/// [`tier_rows_by`] from merged results in memory; `goodput(region, provider, scenario)` is
+/// the cell's (the summary's matrix cell has it).
+pub fn tier_rows(
+    plan: &Plan,
+    agg: &Aggregate,
+    goodput: impl Fn(Option<&str>, &str, &str) -> Option<Goodput>,
+) -> Vec<TierRow> {
+    tier_rows_by(plan, |region, provider, s| {
+        let c = agg.counts(region, provider, &s.name);
+        TierMeasure {
+            requests: c.requests,
+            requests_failed: c.requests_failed,
+            samples: c.count(latmesh_core::record::Outcome::Ok),
+            context_refused: c.context_refused,
+            billed_prompt_tokens: (c.billed_prompt_tokens, c.billed_prompt_reports),
+            hists: TIER_METRICS
+                .into_iter()
+                .filter_map(|metric| {
+                    let key = latmesh_core::hist::HistKey {
+                        provider: provider.to_string(),
+                        scenario: s.name.clone(),
+                        metric,
+                        step: 0,
+                    };
+                    Some((metric, agg.histogram(region, &key)?))
+                })
+                .collect(),
+            goodput: goodput(region, provider, &s.name),
+        }
+    })
+}
+
+/// How each provider of `plan` counted the generated prompts ([`token_count_row`]), every
+/// region merged: `billed(provider, scenario)` gives the sum of `usage.prompt_tokens` over
+/// `ok` attempts that reported it and their count; tiers of the same size (in several
+/// groups) are merged. Providers without usage on any tier have no row.
+pub fn token_count_rows(
+    plan: &Plan,
+    billed: impl Fn(&str, &str) -> (u64, u64),
+) -> Vec<TokenCountRow> {
+    let mut out = Vec::new();
+    for p in &plan.providers {
+        let mut by_tier: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+        for s in &plan.scenarios {
+            let Some(synth) = &s.synth else { continue };
+            let (sum, n) = billed(&p.name, &s.name);
+            let t = by_tier.entry(synth.input_tokens).or_default();
+            t.0 = t.0.saturating_add(sum);
+            t.1 += n;
+        }
+        let tiers = by_tier
+            .into_iter()
+            .filter(|(_, (_, n))| *n > 0)
+            .map(|(k, (sum, n))| (k, sum as f64 / n as f64, n))
+            .collect();
+        out.extend(token_count_row(&p.name, tiers));
+    }
+    out
 }
 
 #[cfg(test)]
