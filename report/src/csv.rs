@@ -3,7 +3,13 @@
 //! matrix cell, sweep step or rate row) gives `n`, then per percentile `p95`, `p95_supported`
 //! (1 or 0: the sample-size rule of docs/metrics.md) and, when supported, `p95_lo`/`p95_hi` (its
 //! 95 % interval). Sections: `matrix` (the summary's cells), `cdf` (x = ms, value = fraction), `itl` (quantiles), `sweep` (x = concurrency),
-//! `rate`, `windows` (x = window label), `time_series` (x = bucket start, UTC s), and when
+//! `rate`, `tier` (x = input tokens; `ttst`, `prefill_tps` (tokens/s), `e2e_per_token` `p50`,
+//! `billed_prompt_tokens` `mean`, `context_refused`, TTFT percentiles, `goodput`),
+//! `token_count` (x = input tokens asked; `tokens_per_word`, `overhead_tokens`,
+//! `counts_differently`), `rate_step` (x = step; `verdict` with stat = the verdict, value 1),
+//! `search` (`met_rps`, `missed_rps`, `end` with stat = why it ended), a cell's or row's
+//! `goodput` (stats `requests`, `met`, `pct`, `pct_lo`, `pct_hi`, `rps`, `meets`), a cell's
+//! `warmup` count, `windows` (x = window label), `time_series` (x = bucket start, UTC s), and when
 //! `latmesh compat` ran `compat` (metric = check, stat `verdict`, x = the verdict, value 1;
 //! metric `score`: the score, `passed`, `counted`, `inconclusive`) and `quality` (x = the
 //! prompt set; `samples`, `graded`, `correct`, `accuracy` with `lo`/`hi`, `agreement`,
@@ -14,6 +20,7 @@
 use crate::model::ReportModel;
 use latmesh_core::plan::DEFAULT_PERCENTILES;
 use latmesh_results::parity::CompatReport;
+use latmesh_results::slo_stats::Goodput;
 use latmesh_results::summary::Percentiles;
 
 /// The header line's columns.
@@ -92,6 +99,128 @@ impl Out {
     }
 }
 
+/// The workload sections: `tier`, `token_count`, `rate_step`, `search`.
+fn workloads(o: &mut Out, m: &ReportModel) {
+    for r in &m.tiers {
+        let key = [
+            "tier",
+            r.scenario.as_str(),
+            r.region.as_str(),
+            r.provider.as_str(),
+        ];
+        let x = r.input_tokens.to_string();
+        for (metric, stat, v) in [
+            ("samples", "", Some(r.samples as f64)),
+            ("error_pct", "", Some(r.error_pct)),
+            ("context_refused", "", Some(r.context_refused as f64)),
+            ("ttst", "p50", r.ttst_p50_ms),
+            ("prefill_tps", "p50", r.prefill_tps_p50),
+            ("e2e_per_token", "p50", r.e2e_per_token_p50_ms),
+            ("billed_prompt_tokens", "mean", r.billed_prompt_tokens_mean),
+        ] {
+            if let Some(v) = v {
+                o.row(key[0], key[1], key[2], key[3], metric, stat, &x, v);
+            }
+        }
+        o.pcts(key, "ttft", &x, r.ttft);
+        o.goodput(key, &x, r.goodput.as_ref());
+    }
+    for r in &m.token_counts {
+        let key = ["token_count", "", "ALL", r.provider.as_str()];
+        for (asked, billed, n) in &r.tiers {
+            let x = asked.to_string();
+            o.row(key[0], key[1], key[2], key[3], "billed_prompt_tokens", "mean", &x, *billed);
+            o.row(key[0], key[1], key[2], key[3], "requests", "", &x, *n as f64);
+        }
+        for (metric, v) in [
+            ("tokens_per_word", r.tokens_per_word),
+            ("overhead_tokens", r.overhead_tokens),
+            (
+                "counts_differently",
+                Some(f64::from(u8::from(r.counts_differently))),
+            ),
+        ] {
+            if let Some(v) = v {
+                o.row(key[0], key[1], key[2], key[3], metric, "", "", v);
+            }
+        }
+    }
+    for r in &m.rate_steps {
+        let key = [
+            "rate_step",
+            r.scenario.as_str(),
+            r.region.as_str(),
+            r.provider.as_str(),
+        ];
+        let x = r.step.to_string();
+        for (name, v) in [
+            ("target_rps", Some(r.target_rps)),
+            ("target_rps_max", Some(r.target_rps_max)),
+            ("achieved_rps", r.achieved_rps),
+            ("sent", Some(r.sent as f64)),
+            ("dropped", Some(r.dropped as f64)),
+            ("error_pct", Some(r.error_pct)),
+        ] {
+            if let Some(v) = v {
+                o.row(key[0], key[1], key[2], key[3], name, "", &x, v);
+            }
+        }
+        o.pcts(key, "ttft", &x, r.ttft);
+        o.pcts(key, "tpot", &x, r.tpot);
+        o.pcts(key, "e2e", &x, r.e2e);
+        o.goodput(key, &x, r.goodput.as_ref());
+        if let Some(v) = r.verdict {
+            let name = serde_json::to_value(v)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default();
+            o.row(key[0], key[1], key[2], key[3], "verdict", &name, &x, 1.0);
+        }
+    }
+    for s in &m.searches {
+        let key = [
+            "search",
+            s.scenario.as_str(),
+            s.region.as_str(),
+            s.provider.as_str(),
+        ];
+        for (name, v) in [
+            ("met_rps", s.outcome.met_rps),
+            ("missed_rps", s.outcome.missed_rps),
+        ] {
+            if let Some(v) = v {
+                o.row(key[0], key[1], key[2], key[3], name, "", "", v);
+            }
+        }
+        let end = serde_json::to_value(s.outcome.end)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        o.row(key[0], key[1], key[2], key[3], "end", &end, "", 1.0);
+    }
+}
+
+impl Out {
+    /// When `g` is present: metric `goodput`, stats `requests`, `met`, `pct`, `pct_lo`,
+    /// `pct_hi`, `rps` (when known) and `meets` (1 or 0; absent without a verdict).
+    fn goodput(&mut self, key: [&str; 4], x: &str, g: Option<&Goodput>) {
+        let Some(g) = g else { return };
+        for (stat, v) in [
+            ("requests", Some(g.requests as f64)),
+            ("met", Some(g.met as f64)),
+            ("pct", Some(g.pct)),
+            ("pct_lo", Some(g.ci_pct.0)),
+            ("pct_hi", Some(g.ci_pct.1)),
+            ("rps", g.rps),
+            ("meets", g.meets.map(|m| f64::from(u8::from(m)))),
+        ] {
+            if let Some(v) = v {
+                self.row(key[0], key[1], key[2], key[3], "goodput", stat, x, v);
+            }
+        }
+    }
+}
+
 /// The CSV text of `m`.
 pub fn render(m: &ReportModel) -> String {
     let mut o = Out::new();
@@ -134,6 +263,10 @@ pub fn render(m: &ReportModel) -> String {
                 o.row(key[0], key[1], key[2], key[3], metric, "p50", "", v);
             }
         }
+        if c.warmup > 0 {
+            o.row(key[0], key[1], key[2], key[3], "warmup", "", "", c.warmup as f64);
+        }
+        o.goodput(key, "", c.goodput.as_ref());
     }
     compat(&mut o, &m.compat);
     for c in &m.cdfs {
@@ -261,6 +394,7 @@ pub fn render(m: &ReportModel) -> String {
         o.pcts(key, "e2e", "", r.e2e);
         o.pcts(key, "e2e_intended", "", r.e2e_intended);
     }
+    workloads(&mut o, m);
     for w in &m.windows {
         let stat = format!("p{}", w.percentile);
         for r in &w.rows {

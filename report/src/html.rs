@@ -1,7 +1,8 @@
 //! The report as one self-contained HTML page: inline CSS, inline SVG charts
 //! ([`super::charts`]), no script, no font or image to fetch, no URL at all. Sections:
 //! region × provider heatmaps, compatibility and quality parity when `latmesh compat` ran
-//! ([`super::compat_html`]), TTFT/E2E CDFs, ITL spread, sweeps, open-loop rates, peak vs
+//! ([`super::compat_html`]), context tiers, token counts, SLO goodput, rate steps and SLO
+//! searches when the campaign has them ([`super::workloads_html`]), TTFT/E2E CDFs, ITL spread, sweeps, open-loop rates, peak vs
 //! off-peak, latency over time, the analysis ([`latmesh_results::analysis`]'s fragment), notes. Every chart sits in a
 //! `<figure class="chart" data-kind="…">`, every heatmap in a `<figure class="heatmap">`.
 //!
@@ -17,6 +18,7 @@ use crate::charts::{
     self, BarChart, BoxChart, BoxRow, Line, Marker, SIZE, XyChart, bar_chart, box_chart, xy_chart,
 };
 use crate::compat_html;
+use crate::workloads_html;
 use crate::model::ReportModel;
 use latmesh_results::load_stats::{self, RateRow, SweepRow};
 use latmesh_results::model_stats;
@@ -127,6 +129,23 @@ pub fn page(m: &ReportModel) -> String {
     if let Some(q) = &m.compat.quality {
         sections.push(("quality", "Quality parity", compat_html::quality(q)));
     }
+    // Workloads: generated-prompt tiers, token counts, SLO goodput, rate steps and searches.
+    if !m.tiers.is_empty() {
+        sections.push(("tiers", "Context tiers", workloads_html::tiers(m)));
+    }
+    if !m.token_counts.is_empty() {
+        sections.push(("token-counts", "Token counts", workloads_html::token_counts(m)));
+    }
+    if m.matrix.iter().any(|c| c.goodput.is_some()) {
+        sections.push(("goodput", "SLO goodput", workloads_html::goodput(m)));
+    }
+    if !m.rate_steps.is_empty() {
+        sections.push((
+            "rate-steps",
+            "Rate steps and SLO search",
+            workloads_html::rate_steps(m),
+        ));
+    }
     sections.push(("cdfs", "Latency CDFs", cdfs(m)));
     sections.push(("itl", "Inter-token latency", itl(m)));
     if !m.sweeps.is_empty() {
@@ -219,7 +238,7 @@ pub fn page(m: &ReportModel) -> String {
     .into_string()
 }
 
-fn note(text: &str) -> Markup {
+pub(crate) fn note(text: &str) -> Markup {
     html! { p class="note" { (text) } "\n" }
 }
 
@@ -232,7 +251,7 @@ fn analysis(m: &ReportModel) -> Markup {
 }
 
 /// A chart figure: the SVG, a legend of `(name, colour, dashed)`, and a caption.
-fn figure(
+pub(crate) fn figure(
     kind: &str,
     id: &str,
     svg: &str,
@@ -263,7 +282,7 @@ fn figure(
     }
 }
 
-fn slug(parts: &[&str]) -> String {
+pub(crate) fn slug(parts: &[&str]) -> String {
     parts
         .iter()
         .map(|p| {
@@ -275,7 +294,7 @@ fn slug(parts: &[&str]) -> String {
         .join("-")
 }
 
-fn provider_colour(m: &ReportModel, provider: &str) -> usize {
+pub(crate) fn provider_colour(m: &ReportModel, provider: &str) -> usize {
     m.campaign
         .providers
         .iter()
@@ -298,7 +317,7 @@ fn pick(p: Option<Percentiles>, q: f64) -> Option<(f64, bool)> {
 
 /// A percentile for a table cell: `ms(v)`, or `~ms(v)` hatched when its samples do not support
 /// it (the rule is in [`unsupported_legend`]).
-fn ms_marked(p: Option<Percentiles>, q: f64) -> Markup {
+pub(crate) fn ms_marked(p: Option<Percentiles>, q: f64) -> Markup {
     html! {
         @match p.and_then(|p| p.point(q)) {
             None => { "–" }
@@ -314,7 +333,7 @@ fn ms_marked(p: Option<Percentiles>, q: f64) -> Markup {
 }
 
 /// The sample-size rule, once per section that marks values.
-fn unsupported_legend() -> Markup {
+pub(crate) fn unsupported_legend() -> Markup {
     let rule = latmesh_results::percentiles::legend();
     let rule = rule
         .trim_start_matches(latmesh_results::percentiles::UNSUPPORTED_MARK)
@@ -750,7 +769,7 @@ fn sweep(m: &ReportModel, scenario: &str) -> Markup {
 }
 
 /// P50 / P95 / P99 of `p` for a table cell, each marked when not supported ([`ms_marked`]).
-fn p50_p95_p99(p: Option<Percentiles>) -> Markup {
+pub(crate) fn p50_p95_p99(p: Option<Percentiles>) -> Markup {
     html! {
         @if p.is_some() {
             @for (i, q) in RATE_PERCENTILES.iter().enumerate() {

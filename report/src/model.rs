@@ -11,6 +11,8 @@ use latmesh_results::budget::BudgetSummary;
 use latmesh_results::load_stats::{RateRow, SweepRow};
 use latmesh_results::model_stats::ModelRow;
 use latmesh_results::parity::CompatReport;
+use latmesh_results::slo_stats::{RateStepRow, SearchRow};
+use latmesh_results::tiers::{TierRow, TokenCountRow};
 use latmesh_results::report_data::{ALL, ReportData};
 use latmesh_results::summary::MatrixCell;
 use latmesh_store::query::WindowsReport;
@@ -46,6 +48,21 @@ pub struct ReportModel {
     pub sweeps: Vec<SweepRow>,
     /// The open-loop rate rows (every region and `ALL`).
     pub rates: Vec<RateRow>,
+    /// The summary's generated-prompt tier rows (every region and `ALL`), verbatim.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tiers: Vec<TierRow>,
+    /// The summary's token-count rows (per provider), verbatim.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub token_counts: Vec<TokenCountRow>,
+    /// Each scenario with an SLO and the SLO in one line ([`latmesh_core::slo::Slo::describe`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub slos: Vec<(String, String)>,
+    /// The summary's rate-step rows (every region and `ALL`), verbatim.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rate_steps: Vec<RateStepRow>,
+    /// The summary's SLO search answers (every region and `ALL`), verbatim.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub searches: Vec<SearchRow>,
     /// Peak vs off-peak (TTFT P50, E2E P50), when the plan has windows and the source keeps
     /// the window of each row (ClickHouse).
     pub windows: Vec<WindowsReport>,
@@ -248,6 +265,16 @@ impl ReportModel {
             itl,
             sweeps: s.sweeps.clone(),
             rates,
+            tiers: s.tiers.clone(),
+            token_counts: s.token_counts.clone(),
+            slos: data
+                .plan
+                .scenarios
+                .iter()
+                .filter_map(|sc| Some((sc.name.clone(), sc.slo.as_ref()?.describe())))
+                .collect(),
+            rate_steps: s.rate_steps.clone(),
+            searches: s.searches.clone(),
             windows,
             time_series,
             notes,

@@ -270,6 +270,36 @@ pub enum QueryCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Generated-prompt tiers of a stored campaign: per tier, provider and region (and all
+    /// regions merged) TTFT P50/P95 (exact, from the merged histograms; warm-up left out),
+    /// TTST, prefill throughput, E2E per output token, requests refused past the context,
+    /// and how each provider counted the generated tokens.
+    Tiers {
+        /// Where ClickHouse is.
+        #[command(flatten)]
+        ch: ClickhouseArgs,
+        /// Which rows.
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// Print JSON (the summary's `tiers` and `token_counts`) instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
+    /// SLO goodput of a stored campaign: per cell of a scenario with an SLO, goodput with its
+    /// 95 % interval and the verdict; per rate step the rate, arrivals, goodput and verdict;
+    /// and each SLO search's answer (the highest rate meeting the SLO) per provider and
+    /// region.
+    Slo {
+        /// Where ClickHouse is.
+        #[command(flatten)]
+        ch: ClickhouseArgs,
+        /// Which rows.
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// Print JSON (`goodput` cells, `rate_steps`, `searches`) instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
     /// A provider's percentile per UTC hour or day (or local hour of day), per region.
     Trend {
         /// Where ClickHouse is.
@@ -301,6 +331,8 @@ pub async fn run_query(cmd: QueryCmd) -> anyhow::Result<()> {
         QueryCmd::Windows { ch, .. } => (ch.clone(), "query windows"),
         QueryCmd::Sweep { ch, .. } => (ch.clone(), "query sweep"),
         QueryCmd::Trend { ch, .. } => (ch.clone(), "query trend"),
+        QueryCmd::Tiers { ch, .. } => (ch.clone(), "query tiers"),
+        QueryCmd::Slo { ch, .. } => (ch.clone(), "query slo"),
     };
     ch.timeouts
         .bound(&ch.clickhouse_url, what, run_query_at(cmd))
@@ -400,6 +432,52 @@ async fn run_query_at(cmd: QueryCmd) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        QueryCmd::Tiers { ch, filter, json } => {
+            let summary =
+                store::query::stored_summary(&ch.client(), &ch.clickhouse_db, &filter.filter())
+                    .await?;
+            anyhow::ensure!(
+                !summary.tiers.is_empty(),
+                "campaign {:?} has no generated-prompt tier (`input_tokens`) matching these filters",
+                filter.campaign
+            );
+            if json {
+                let out = serde_json::json!({
+                    "tiers": summary.tiers,
+                    "token_counts": summary.token_counts,
+                });
+                println!("{}", serde_json::to_string_pretty(&out)?);
+            } else {
+                print!("{}", workloads_text::tiers(&summary));
+            }
+            Ok(())
+        }
+        QueryCmd::Slo { ch, filter, json } => {
+            let summary =
+                store::query::stored_summary(&ch.client(), &ch.clickhouse_db, &filter.filter())
+                    .await?;
+            let cells: Vec<_> = summary
+                .cells
+                .iter()
+                .filter(|c| c.goodput.is_some())
+                .collect();
+            anyhow::ensure!(
+                !cells.is_empty() || !summary.rate_steps.is_empty(),
+                "campaign {:?} has no scenario with an SLO or rate steps matching these filters",
+                filter.campaign
+            );
+            if json {
+                let out = serde_json::json!({
+                    "goodput": cells,
+                    "rate_steps": summary.rate_steps,
+                    "searches": summary.searches,
+                });
+                println!("{}", serde_json::to_string_pretty(&out)?);
+            } else {
+                print!("{}", workloads_text::slo(&summary));
+            }
+            Ok(())
+        }
         QueryCmd::Trend {
             ch,
             filter,
@@ -424,6 +502,154 @@ async fn run_query_at(cmd: QueryCmd) -> anyhow::Result<()> {
             }
             Ok(())
         }
+    }
+}
+
+/// Plain-text tables of `query tiers` and `query slo` (the terminal tables of the campaign
+/// summary, `cli/src/ui/`, may render the same rows richer).
+mod workloads_text {
+    use std::fmt::Write as _;
+
+    use latmesh_core::load::StepVerdict;
+    use latmesh_results::slo_stats::Goodput;
+    use latmesh_results::summary::{ALL_REGIONS, Summary};
+
+    fn ms(v: Option<f64>) -> String {
+        v.map_or("-".into(), |v| format!("{v:.1}"))
+    }
+
+    fn goodput(g: Option<&Goodput>) -> String {
+        g.map_or("-".into(), |g| {
+            format!(
+                "{:.1}% [{:.1}-{:.1}] {}/{}",
+                g.pct, g.ci_pct.0, g.ci_pct.1, g.met, g.requests
+            )
+        })
+    }
+
+    fn meets(g: &Goodput) -> String {
+        match g.meets {
+            Some(true) => "meets".into(),
+            Some(false) if g.exceeded.is_empty() => "misses".into(),
+            Some(false) => format!("misses: {}", g.exceeded.join("; ")),
+            None => "no verdict (too few samples)".into(),
+        }
+    }
+
+    fn verdict(v: Option<StepVerdict>) -> &'static str {
+        match v {
+            None => "-",
+            Some(StepVerdict::Met) => "met",
+            Some(StepVerdict::Missed) => "missed",
+            Some(StepVerdict::Insufficient) => "too few requests",
+            Some(StepVerdict::AgentLimited) => "agent limited",
+        }
+    }
+
+    /// The tier rows (`ALL` first, then per region) and the token-count notes.
+    pub fn tiers(s: &Summary) -> String {
+        let mut out = String::new();
+        let mut rows: Vec<_> = s.tiers.iter().collect();
+        rows.sort_by_key(|r| (r.group.clone(), r.region != ALL_REGIONS, r.input_tokens));
+        let _ = writeln!(
+            out,
+            "{:<14} {:<12} {:<18} {:>7} {:>8} {:>7} {:>9} {:>9} {:>9} {:>10} {:>9} {:>9}",
+            "SCENARIO", "REGION", "PROVIDER", "TIER", "SAMPLES", "ERR%", "TTFT P50", "TTFT P95",
+            "TTST P50", "PREFILL/s", "E2E/TOK", "REFUSED"
+        );
+        for r in rows {
+            let _ = writeln!(
+                out,
+                "{:<14} {:<12} {:<18} {:>7} {:>8} {:>7.1} {:>9} {:>9} {:>9} {:>10} {:>9} {:>9}",
+                r.group,
+                r.region,
+                r.provider,
+                latmesh_core::synth::tier_label(r.input_tokens),
+                r.samples,
+                r.error_pct,
+                ms(r.ttft.map(|p| p.p50_ms)),
+                ms(r.ttft.and_then(|p| p.point(95.0)).map(|p| p.ms)),
+                ms(r.ttst_p50_ms),
+                r.prefill_tps_p50.map_or("-".into(), |v| format!("{v:.0}")),
+                ms(r.e2e_per_token_p50_ms),
+                r.context_refused
+            );
+        }
+        if !s.token_counts.is_empty() {
+            let _ = writeln!(out, "
+token counts (billed by each provider):");
+            for t in &s.token_counts {
+                let _ = writeln!(out, "  {}", t.note);
+            }
+        }
+        out
+    }
+
+    /// Goodput per cell, then per rate scenario each search's answer and its steps.
+    pub fn slo(s: &Summary) -> String {
+        let mut out = String::new();
+        let cells: Vec<_> = s.cells.iter().filter(|c| c.goodput.is_some()).collect();
+        if !cells.is_empty() {
+            let _ = writeln!(
+                out,
+                "{:<14} {:<12} {:<18} {:>28} {:>9} {:>7}  VERDICT",
+                "SCENARIO", "REGION", "PROVIDER", "GOODPUT [95% CI] MET/JUDGED", "MET/s", "WARMUP"
+            );
+            for c in cells {
+                let Some(g) = &c.goodput else { continue };
+                let _ = writeln!(
+                    out,
+                    "{:<14} {:<12} {:<18} {:>28} {:>9} {:>7}  {}",
+                    c.scenario,
+                    c.region,
+                    c.provider,
+                    goodput(Some(g)),
+                    g.rps.map_or("-".into(), |r| format!("{r:.2}")),
+                    c.warmup,
+                    meets(g)
+                );
+            }
+        }
+        for sr in &s.searches {
+            let _ = writeln!(
+                out,
+                "
+search {} {} in {}: {}",
+                sr.scenario, sr.provider, sr.region, sr.text
+            );
+        }
+        if !s.rate_steps.is_empty() {
+            let _ = writeln!(
+                out,
+                "
+{:<14} {:<12} {:<18} {:>4} {:>13} {:>8} {:>6} {:>7} {:>28} {:>9}  VERDICT",
+                "SCENARIO", "REGION", "PROVIDER", "STEP", "RPS", "SENT", "DROP", "ERR%",
+                "GOODPUT [95% CI] MET/JUDGED", "TTFT P95"
+            );
+            for r in &s.rate_steps {
+                let rps = if r.target_rps_max > r.target_rps {
+                    format!("{:.2}-{:.2}", r.target_rps, r.target_rps_max)
+                } else {
+                    format!("{:.2}", r.target_rps)
+                };
+                let _ = writeln!(
+                    out,
+                    "{:<14} {:<12} {:<18} {:>4} {:>13} {:>8} {:>6} {:>7.1} {:>28} {:>9}  {}",
+                    r.scenario,
+                    r.region,
+                    r.provider,
+                    r.step,
+                    rps,
+                    r.sent,
+                    r.dropped,
+                    r.error_pct,
+                    goodput(r.goodput.as_ref()),
+                    ms(r.ttft.and_then(|p| p.point(95.0)).map(|p| p.ms)),
+                    verdict(r.verdict)
+                );
+            }
+        }
+        out
     }
 }
 

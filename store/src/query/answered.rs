@@ -58,7 +58,7 @@ pub async fn answered_names(
     check_identifier(db)?;
     let col = column.column();
     let (mut wh, args) = where_clause(filter, "send_unix_us", "send_time");
-    and_where(&mut wh, &format!("{col} IS NOT NULL"));
+    and_where(&mut wh, &format!("warmup = 0 AND {col} IS NOT NULL"));
     let sql = format!(
         "SELECT region, provider, scenario, assumeNotNull({col}) AS name, count() AS n, \
          min(send_coord_unix_us) AS first_unix_us FROM {db}.requests{wh} \

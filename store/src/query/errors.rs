@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::super::{StoreError, check_identifier};
-use super::filter::{QueryFilter, bind_all, where_clause};
+use super::filter::{QueryFilter, and_where, bind_all, where_clause};
 use latmesh_results::summary::ALL_REGIONS;
 
 /// One line of the outcome mix: attempts of one outcome (and HTTP status) for a region (or
@@ -55,7 +55,9 @@ pub async fn errors(
     filter: &QueryFilter,
 ) -> Result<Vec<ErrorRow>, StoreError> {
     check_identifier(db)?;
-    let (wh, args) = where_clause(filter, "send_unix_us", "send_time");
+    let (mut wh, args) = where_clause(filter, "send_unix_us", "send_time");
+    // Warm-up rows are in no statistic.
+    and_where(&mut wh, "warmup = 0");
     let sql = format!(
         "SELECT region, provider, outcome, ifNull(http_status, toUInt16(0)) AS status, \
          count() AS n, max(send_unix_us) AS last_us, \

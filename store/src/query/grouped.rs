@@ -79,6 +79,7 @@ async fn group_counts(
 ) -> Result<Vec<GroupCount>, StoreError> {
     let (mut wh, args) = where_clause(filter, "send_unix_us", "send_time");
     and_scenario_in(&mut wh, scenarios);
+    and_where(&mut wh, "warmup = 0");
     let sql = format!(
         "SELECT region, provider, toString({group}) AS grp, count() AS attempts, \
          countIf(outcome NOT IN ('ok', 'cancelled', 'dropped')) AS errs, \

@@ -10,11 +10,14 @@ use latmesh_core::record::Outcome;
 use serde::{Deserialize, Serialize};
 
 use super::super::{StoreError, check_identifier};
-use super::campaign::stored_plan;
-use super::filter::{QueryFilter, bind_all, sql_string, where_clause};
+use super::campaign::{agents, stored_plan};
+use super::slo::{bound_metrics, goodput_of, goodput_secs_x_agents, slo_counts};
+use hdrhistogram::Histogram;
+use super::filter::{QueryFilter, and_where, bind_all, sql_string, where_clause};
 use super::histograms::merged_histograms;
 use latmesh_results::aggregate::{count_name, counts_in_error_rates};
 use latmesh_results::model_stats;
+use latmesh_results::slo_stats::Goodput;
 use latmesh_results::summary::{ALL_REGIONS, MatrixCell, Percentiles};
 
 /// One cell of the matrix from ClickHouse: a region (or `ALL`), a provider, a scenario.
@@ -58,6 +61,12 @@ pub struct MatrixRow {
     pub ok_usage_chunk_delta_sum: i64,
     /// `ok` attempts whose `usage_chunk_delta` was not 0.
     pub ok_usage_chunk_mismatches: u64,
+    /// Warm-up rows (`warmup = 1`): stored, left out of every other figure of the row.
+    #[serde(default)]
+    pub warmup: u64,
+    /// Goodput under the scenario's SLO (stored plan), `None` without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goodput: Option<Goodput>,
     /// TTFT percentiles (P50/P90/P95/P99, `n`, the campaign's list with support and
     /// intervals), ms.
     pub ttft: Option<Percentiles>,
@@ -97,6 +106,8 @@ impl MatrixRow {
             ok_usage_reports: 0,
             ok_usage_chunk_delta_sum: 0,
             ok_usage_chunk_mismatches: 0,
+            warmup: 0,
+            goodput: None,
             ttft: None,
             ttfc: None,
             e2e: None,
@@ -183,9 +194,8 @@ impl MatrixRow {
             usage_chunk_mismatches: self.ok_usage_chunk_mismatches,
             last_error: self.last_error.as_ref().map(|e| e.1.clone()),
             outcomes: self.outcomes.clone(),
-            // TODO(H4 store): goodput and warm-up from the stored records.
-            goodput: None,
-            warmup: 0,
+            goodput: self.goodput.clone(),
+            warmup: self.warmup,
         }
     }
 }
@@ -246,7 +256,7 @@ async fn answered(
 ) -> Result<Vec<AnsweredCount>, StoreError> {
     let (mut wh, args) = where_clause(filter, "send_unix_us", "send_time");
     wh.push_str(if wh.is_empty() { " WHERE " } else { " AND " });
-    wh.push_str("(answered_model IS NOT NULL OR system_fingerprint IS NOT NULL)");
+    wh.push_str("warmup = 0 AND (answered_model IS NOT NULL OR system_fingerprint IS NOT NULL)");
     let sql = format!(
         "SELECT region, provider, scenario, ifNull(answered_model, '') AS model, \
          ifNull(system_fingerprint, '') AS fingerprint, count() AS n \
@@ -295,7 +305,9 @@ pub async fn matrix_percentiles(
     percentiles: &[f64],
 ) -> Result<Vec<MatrixRow>, StoreError> {
     check_identifier(db)?;
-    let (wh, args) = where_clause(filter, "send_unix_us", "send_time");
+    let (mut wh, args) = where_clause(filter, "send_unix_us", "send_time");
+    // Warm-up rows are left out of every count (they are counted apart, `warmup`).
+    and_where(&mut wh, "warmup = 0");
     // Requests end at final attempts, and (failover scenarios of the stored plan) at a
     // provider's last try before the client moved on (`aggregate::failover_hand_over`).
     let plan = match &filter.campaign_id {
@@ -410,7 +422,32 @@ pub async fn matrix_percentiles(
         }
     }
 
-    for (g, h) in merged_histograms(client, db, filter, &MATRIX_METRICS, false).await? {
+    // Scenarios with an SLO: their percentile bounds are judged on the cell's histograms.
+    let slos: BTreeMap<&str, &latmesh_core::plan::ScenarioSpec> = plan
+        .iter()
+        .flat_map(|p| &p.scenarios)
+        .filter(|s| s.slo.is_some())
+        .map(|s| (s.name.as_str(), s))
+        .collect();
+    let mut metrics = MATRIX_METRICS.to_vec();
+    for s in slos.values() {
+        for m in s.slo.as_ref().map(bound_metrics).unwrap_or_default() {
+            if !metrics.contains(&m) {
+                metrics.push(m);
+            }
+        }
+    }
+    let mut bound_hists: BTreeMap<Key, BTreeMap<Metric, Histogram<u64>>> = BTreeMap::new();
+    for (g, h) in merged_histograms(client, db, filter, &metrics, false).await? {
+        if slos.contains_key(g.scenario.as_str()) {
+            bound_hists
+                .entry(key(&g.region, &g.provider, &g.scenario))
+                .or_default()
+                .insert(g.metric, h.clone());
+        }
+        if !MATRIX_METRICS.contains(&g.metric) {
+            continue;
+        }
         let cell = cells
             .entry(key(&g.region, &g.provider, &g.scenario))
             .or_insert_with(|| MatrixRow::new(&g.region, &g.provider, &g.scenario));
@@ -424,6 +461,42 @@ pub async fn matrix_percentiles(
             Metric::Tpot => cell.tpot = Some(p),
             Metric::Itl => cell.itl = Some(p),
             _ => {}
+        }
+    }
+
+    // Warm-up rows, and goodput of the scenarios with an SLO (rows with data only).
+    let counts = slo_counts(client, db, filter, false).await?;
+    let per_region = match &filter.campaign_id {
+        Some(id) if !slos.is_empty() => latmesh_results::load_stats::agents_per_region(
+            agents(client, db, id).await?.iter().map(|a| a.region.as_str()),
+        ),
+        _ => BTreeMap::new(),
+    };
+    let empty = BTreeMap::new();
+    for (k, cell) in cells.iter_mut() {
+        let c = counts
+            .get(&(k.2.clone(), k.3.clone(), k.0.clone(), 0))
+            .copied()
+            .unwrap_or_default();
+        cell.warmup = c.warmup;
+        if let Some(spec) = slos.get(k.0.as_str())
+            && let Some(slo) = &spec.slo
+        {
+            let n_agents = if k.1 {
+                per_region
+                    .iter()
+                    .filter(|(r, _)| filter.region.as_ref().is_none_or(|f| f == *r))
+                    .map(|(_, n)| n)
+                    .sum()
+            } else {
+                per_region.get(&k.2).copied().unwrap_or(0)
+            };
+            cell.goodput = Some(goodput_of(
+                slo,
+                c,
+                goodput_secs_x_agents(spec, n_agents, false),
+                bound_hists.get(k).unwrap_or(&empty),
+            ));
         }
     }
     Ok(cells.into_values().collect())

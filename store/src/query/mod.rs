@@ -38,8 +38,10 @@ mod histograms;
 mod matrix;
 mod percentile;
 mod report_data;
+mod slo;
 mod summary;
 mod sweep;
+mod tiers;
 mod trend;
 mod verify;
 mod window_ranks;
@@ -55,8 +57,10 @@ pub use histograms::{HistGroup, merged_histograms};
 pub use matrix::{MatrixRow, matrix, matrix_filtered, matrix_percentiles};
 pub use percentile::Percentile;
 pub use report_data::{Extras, TimePoint, TimeSeries, extras, report_data};
+pub use slo::{goodput_secs_x_agents, rate_steps, searches};
 pub use summary::stored_summary;
 pub use sweep::sweep;
+pub use tiers::{tiers, token_counts};
 pub use trend::{TrendBucket, TrendReport, TrendRow, local_hour_sql, trend};
 pub use verify::{
     AgentCounts, BatchDuplicates, CampaignCounts, VerifyLine, counts, not_verified, verify,

@@ -205,7 +205,7 @@ async fn rate_rows(
     let sql = format!(
         "SELECT region, provider, scenario, outcome, count() AS n, \
          countIf(attempt <= 1 AND turn <= 1) AS firsts, sum(final_attempt) AS final_n \
-         FROM {db}.requests WHERE campaign_id = ? \
+         FROM {db}.requests WHERE campaign_id = ? AND warmup = 0 \
          GROUP BY region, provider, scenario, outcome"
     );
     let rows: Vec<OutcomeRow> = client
@@ -218,7 +218,7 @@ async fn rate_rows(
         .query(&format!(
             "SELECT region, provider, scenario, slot, outcome, stream, ttft_us, e2e_us \
              FROM {db}.requests WHERE campaign_id = ? AND `load` = 'rate' \
-             AND final_attempt = 1 AND turn <= 1"
+             AND warmup = 0 AND final_attempt = 1 AND turn <= 1"
         ))
         .bind(&data.summary.campaign_id)
         .fetch_all()

@@ -10,8 +10,9 @@ use super::sweep::sweep;
 use latmesh_results::summary::{AgentSummary, MatrixCell, StartSync, Summary};
 
 /// The summary of the stored campaign `filter.campaign_id`, rebuilt from ClickHouse alone
-/// (matrix cells and sweep rows of the rows `filter` selects, at the stored plan's
-/// percentiles; no rate rows or start facts).
+/// (matrix cells with goodput and warm-up counts, sweep rows, rate steps, SLO search answers,
+/// generated-prompt tiers and token counts of the rows `filter` selects, at the stored
+/// plan's percentiles; no rate rows or start facts).
 ///
 /// # Errors
 /// ClickHouse errors; a filter without a campaign; a campaign that is not stored, whose plan
@@ -39,6 +40,11 @@ pub async fn stored_summary(
     );
     let agents = agents(client, db, id).await?;
     let sweeps = sweep(client, db, filter).await?;
+    let per_region =
+        latmesh_results::load_stats::agents_per_region(agents.iter().map(|a| a.region.as_str()));
+    let rate_steps = super::slo::rate_steps(client, db, filter, &plan, &per_region).await?;
+    let tiers = super::tiers::tiers(client, db, filter, &plan, &per_region).await?;
+    let token_counts = super::tiers::token_counts(client, db, filter, &plan).await?;
     let cells: Vec<MatrixCell> = rows.iter().map(|r| r.to_cell()).collect();
     let models = latmesh_results::model_stats::model_rows(&plan.providers, &cells);
     let keep = |list: &[String], only: &Option<String>| -> Vec<String> {
@@ -71,11 +77,10 @@ pub async fn stored_summary(
         // what they need) and politeness notes.
         failover: Vec::new(),
         politeness: Vec::new(),
-        // TODO(H4 store): rate steps, searches, tiers and token counts from ClickHouse.
-        rate_steps: Vec::new(),
-        searches: Vec::new(),
-        tiers: Vec::new(),
-        token_counts: Vec::new(),
+        searches: super::slo::searches(&plan, &rate_steps),
+        rate_steps,
+        tiers,
+        token_counts,
         models,
         agents: agents
             .iter()

@@ -74,7 +74,7 @@ pub async fn sweep(
     let (mut wh, args) = where_clause(filter, "send_unix_us", "send_time");
     and_where(
         &mut wh,
-        &format!("`load` = 'sweep' AND scenario IN ({scenario_list})"),
+        &format!("`load` = 'sweep' AND warmup = 0 AND scenario IN ({scenario_list})"),
     );
     let sql = format!(
         "SELECT region, provider, scenario, step, outcome, sum(final_attempt) AS final_n, \
