@@ -8,7 +8,9 @@
 //!   - `rounds`: `count` × (rounds scenarios) slots per provider, exactly ([`Bound::Exact`]);
 //!   - `rate`: every planned arrival, exactly (the same schedule [`crate::load::RateSpec`]
 //!     gives the agents; an arrival dropped for a full in-flight cap is not sent, so this
-//!     may be more than what is sent);
+//!     may be more than what is sent), step by step for rate steps (`count_at` of each
+//!     step's rate); under an SLO search every step at `max_rps`, an upper bound
+//!     ([`Bound::AtMost`]: the search starts at `min_rps` and may end early);
 //!   - `sweep` with `step_requests`: steps × `step_requests` per provider, an upper bound
 //!     ([`Bound::AtMost`]: a step may end before it sent them all);
 //!   - `sweep` without `step_requests`: **unbounded** ([`Bound::Unbounded`]): a closed loop
@@ -17,12 +19,17 @@
 //!     if every request takes [`assumed_request_ms`] (TTFT 200 ms, then `max_tokens` at
 //!     500 tokens/s, a fast provider); faster answers mean more. Set `step_requests` (or
 //!     launch with `--max-cost`/`--max-tokens`) for a bound.
-//! * **prompt tokens**: an estimate at [`BYTES_PER_TOKEN`] bytes of UTF-8 per token over the
+//!   Warm-up requests (`warmup`) are sent, so they are counted.
+//! * **prompt tokens**: for generated prompts (`input_tokens`), the tier's tokens per request
+//!   (the provider's count may differ a little: its chat template, its tokenizer); else an
+//!   estimate at [`BYTES_PER_TOKEN`] bytes of UTF-8 per token over the
 //!   messages sent (the prompt, the cache nonce, and for turn `k` the `k − 1` earlier answers
 //!   counted at `max_tokens` each plus their follow-ups: history grows every turn). Real
 //!   tokenizers differ (Chinese text is closer to one token per 3 bytes), so this is a rough
 //!   figure, not a bound.
-//! * **completion tokens**: `max_tokens` per request, an upper bound (reasoning included).
+//! * **completion tokens**: `max_tokens` per request, an upper bound (reasoning included;
+//!   `output_tokens` sets `max_tokens`, and with a provider's `exact_output` it is what is
+//!   generated).
 //! * **cost**: prompt tokens × the provider's input price + completion tokens × its output
 //!   price (USD per million tokens, [`crate::load::Price`]); `None` ("no price") for a provider
 //!   without prices, and then the total covers only the priced ones.
@@ -110,6 +117,9 @@ pub struct Estimate {
     /// Most retries a request may add (the largest `max_retries` of the plan); 0 without
     /// retry policies.
     pub max_retries: u32,
+    /// Scenarios with an SLO search, counted with every step at `max_rps` (an upper bound).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub searches: Vec<String>,
 }
 
 /// Prompt tokens of `messages`: their UTF-8 bytes (content and reasoning) at
@@ -126,6 +136,10 @@ pub fn message_tokens(messages: &[Message]) -> u64 {
 /// messages (and the cache nonce), plus for every earlier turn its answer at the scenario's
 /// `max_tokens` and the follow-up that came after it.
 pub fn prompt_tokens(scenario: &ScenarioSpec, prompt: &PlanPrompt, turn: u32) -> u64 {
+    // Generated prompts: the tier's words, each a token (single-turn, no nonce).
+    if let Some(synth) = &scenario.synth {
+        return u64::from(synth.input_tokens);
+    }
     let nonce = if scenario.policy.cache_nonce {
         NONCE_BYTES.div_ceil(BYTES_PER_TOKEN)
     } else {
@@ -162,7 +176,21 @@ fn slots(plan: &Plan, s: usize) -> (u64, Bound) {
     let scenario = &plan.scenarios[s];
     match &scenario.load {
         LoadModel::Rounds => (u64::from(plan.rounds.count), Bound::Exact),
-        LoadModel::Rate(r) => (r.arrival_count(plan.seed, s), Bound::Exact),
+        LoadModel::Rate(r) => match &r.search {
+            // The worst case: every step at max_rps.
+            Some(search) => (
+                (0..r.step_count())
+                    .map(|k| r.count_at(plan.seed, s, k, search.max_rps))
+                    .fold(0, u64::saturating_add),
+                Bound::AtMost,
+            ),
+            None => (
+                (0..r.step_count())
+                    .filter_map(|k| r.step_rps(k).map(|rps| r.count_at(plan.seed, s, k, rps)))
+                    .fold(0, u64::saturating_add),
+                Bound::Exact,
+            ),
+        },
         LoadModel::Sweep(sw) => match sw.step_requests {
             Some(n) => (
                 (sw.concurrency.len() as u64).saturating_mul(u64::from(n)),
@@ -249,6 +277,12 @@ pub fn estimate(plan: &Plan, agents: u32) -> Estimate {
             .filter_map(|s| s.policy.retry.as_ref().map(|r| r.max_retries))
             .max()
             .unwrap_or(0),
+        searches: plan
+            .scenarios
+            .iter()
+            .filter(|s| matches!(&s.load, LoadModel::Rate(r) if r.search.is_some()))
+            .map(|s| s.name.clone())
+            .collect(),
     }
 }
 
@@ -322,7 +356,7 @@ impl Estimate {
         }
         let _ = writeln!(
             out,
-            "requests: first attempts of every turn over {} agent(s){}; prompt tokens: ~{BYTES_PER_TOKEN} bytes per token, history at max_tokens per earlier turn; completion tokens: max_tokens per request (an upper bound)",
+            "requests: first attempts of every turn (warm-up included) over {} agent(s){}; prompt tokens: ~{BYTES_PER_TOKEN} bytes per token, history at max_tokens per earlier turn; completion tokens: max_tokens per request (an upper bound)",
             self.agents,
             if self.max_retries > 0 {
                 format!(
@@ -337,6 +371,13 @@ impl Estimate {
             let _ = writeln!(
                 out,
                 "unbounded: a sweep without step_requests sends as many requests as its providers answer; the figure assumes each takes {ASSUMED_TTFT_MS} ms + max_tokens at {ASSUMED_DECODE_TPS} tokens/s (faster answers or quick errors mean more): set step_requests, or launch with --max-cost/--max-tokens"
+            );
+        }
+        if !self.searches.is_empty() {
+            let _ = writeln!(
+                out,
+                "at most: the SLO search of {} is counted with every step at max_rps (it starts at min_rps and may stop early)",
+                self.searches.join(", ")
             );
         }
         if !self.unpriced.is_empty() {
@@ -489,5 +530,78 @@ mod tests {
         assert_eq!(thousands(12), "12");
         assert_eq!(usd(0.01234), "$0.0123");
         assert_eq!(usd(12.345), "$12.35");
+    }
+
+    #[test]
+    fn rate_steps_add_up_and_a_search_counts_every_step_at_max_rps() {
+        let mut p = base();
+        let rate = |steps_rps: Vec<f64>, search: Option<crate::load::SloSearch>| {
+            LoadModel::Rate(RateSpec {
+                rps: 1.0,
+                arrivals: Arrivals::Constant,
+                duration_ms: 2_000,
+                max_queue_ms: 1_000,
+                steps_rps,
+                search,
+            })
+        };
+        // Constant arrivals over 2 s steps: 2, 4 and 8 per provider.
+        p.scenarios[0].load = rate(vec![1.0, 2.0, 4.0], None);
+        let e = estimate(&p, 1);
+        assert_eq!(
+            (e.providers[0].requests, e.providers[0].bound),
+            (14, Bound::Exact)
+        );
+        assert!(e.searches.is_empty());
+        p.scenarios[0].load = rate(
+            vec![],
+            Some(crate::load::SloSearch {
+                min_rps: 1.0,
+                max_rps: 5.0,
+                steps: 3,
+                min_requests: 2,
+                resolution_pct: 10.0,
+            }),
+        );
+        let e = estimate(&p, 1);
+        // 3 steps × 10 arrivals at 5 rps.
+        assert_eq!(
+            (e.providers[0].requests, e.providers[0].bound),
+            (30, Bound::AtMost)
+        );
+        assert_eq!(e.providers[0].completion_tokens, 30 * 16);
+        assert_eq!(e.searches, ["s0"]);
+        let text = e.render();
+        assert!(text.contains("≤ 30"), "{text}");
+        assert!(
+            text.contains("at most: the SLO search of s0 is counted with every step at max_rps"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn generated_prompts_count_their_tier() {
+        let mut p = base();
+        p.scenarios[0].synth = Some(crate::synth::SynthSpec {
+            group: "s0".into(),
+            input_tokens: 8000,
+            shared_prefix_tokens: 0,
+        });
+        p.scenarios[0].prompts.truncate(1);
+        p.scenarios[0].prompts[0].messages.clear();
+        p.scenarios[0].max_tokens = 128;
+        p.scenarios[0].output_tokens = Some(128);
+        p.scenarios[0].warmup = 1;
+        let e = estimate(&p, 1);
+        // 3 rounds (warm-up included) of 8000 prompt and 128 completion tokens.
+        assert_eq!(
+            (
+                e.providers[0].requests,
+                e.providers[0].prompt_tokens,
+                e.providers[0].completion_tokens
+            ),
+            (3, 24_000, 384)
+        );
+        assert!(e.render().contains("warm-up included"));
     }
 }

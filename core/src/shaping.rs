@@ -30,6 +30,12 @@
 //!   the other APIs, which report usage unasked).
 //! * `reasoning_tags`: `open` and `close`, each 1-64 bytes without blanks at either end,
 //!   different.
+//! * `exact_output`: a table merged into the body of scenarios with `output_tokens` (after
+//!   `extra_body`), the fields with which a provider keeps generating to the cap
+//!   (`{ ignore_eos = true }`, `{ min_tokens = "$output_tokens" }`): checked as `extra_body`
+//!   is, no key also in `extra_body` (one would replace the other), and the only string
+//!   starting with `$` is [`OUTPUT_TOKENS_VAR`], replaced by the scenario's `output_tokens` as
+//!   a number ([`exact_output_fields`]).
 
 use std::collections::BTreeMap;
 
@@ -88,6 +94,9 @@ pub const MAX_HEADER_VALUE_BYTES: usize = 8 * 1024;
 
 /// Largest `extra_body` (provider's or scenario's), bytes of JSON.
 pub const MAX_EXTRA_BODY_BYTES: usize = 64 * 1024;
+
+/// The one `$` value `exact_output` may hold: replaced by the scenario's `output_tokens`.
+pub const OUTPUT_TOKENS_VAR: &str = "$output_tokens";
 
 /// Longest reasoning tag, bytes.
 pub const MAX_REASONING_TAG_BYTES: usize = 64;
@@ -251,6 +260,8 @@ pub struct ShapeInput {
     pub stream_usage: Option<String>,
     /// `reasoning_tags`.
     pub reasoning_tags: Option<ReasoningTagsSection>,
+    /// `exact_output`.
+    pub exact_output: serde_json::Map<String, serde_json::Value>,
 }
 
 /// A shaping value that is not acceptable: the key below the provider (`headers."x-foo"`,
@@ -411,9 +422,10 @@ pub fn check_extra_body(
                 "temperature" | "top_p" => "the scenario's key of that name",
                 _ => "the scenario's prompts",
             };
+            let table = key.rsplit('.').next().unwrap_or(key);
             return Err(err(
                 format!("{key}.{k}"),
-                format!("latmesh sets {k:?} from {by}; extra_body may not replace it"),
+                format!("latmesh sets {k:?} from {by}; {table} may not replace it"),
             ));
         }
         if k.is_empty() {
@@ -534,6 +546,7 @@ impl ShapeInput {
                 ));
             }
         }
+        self.check_exact_output()?;
         let stream_usage = match self.stream_usage.as_deref() {
             None | Some("auto") => StreamUsage::Auto,
             Some("always") => StreamUsage::Always,
@@ -592,11 +605,75 @@ impl ShapeInput {
             max_tokens_field: self.max_tokens_field.clone(),
             stream_usage,
             reasoning_tags,
-            // TODO(H1 core-campaign): the provider's `exact_output` table (checked like
-            // extra_body).
-            exact_output: serde_json::Map::new(),
+            exact_output: self.exact_output.clone(),
         })
     }
+
+    /// `exact_output`: as `extra_body` (under the key `exact_output`), no key shared with
+    /// `extra_body` or naming the output cap's field, and no `$` string but
+    /// [`OUTPUT_TOKENS_VAR`] (at any depth).
+    fn check_exact_output(&self) -> Result<(), ShapeError> {
+        check_extra_body("exact_output", &self.exact_output)?;
+        for (k, v) in &self.exact_output {
+            let key = format!("exact_output.{k}");
+            if self.extra_body.contains_key(k) {
+                return Err(err(
+                    key,
+                    "is also in extra_body: exact_output is merged over it; give the key once",
+                ));
+            }
+            if self.max_tokens_field.as_deref() == Some(k.as_str()) {
+                return Err(err(
+                    key,
+                    "is the output cap's field (max_tokens_field): output_tokens sets it",
+                ));
+            }
+            check_no_other_var(&key, v)?;
+        }
+        Ok(())
+    }
+}
+
+/// Every string of `v` that starts with `$` is [`OUTPUT_TOKENS_VAR`].
+fn check_no_other_var(key: &str, v: &serde_json::Value) -> Result<(), ShapeError> {
+    match v {
+        serde_json::Value::String(s) if s.starts_with('$') && s != OUTPUT_TOKENS_VAR => Err(err(
+            key,
+            format!("{s:?}: the only variable exact_output knows is {OUTPUT_TOKENS_VAR:?} (the scenario's output_tokens)"),
+        )),
+        serde_json::Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .try_for_each(|(j, x)| check_no_other_var(&format!("{key}[{j}]"), x)),
+        serde_json::Value::Object(map) => map
+            .iter()
+            .try_for_each(|(k, x)| check_no_other_var(&format!("{key}.{k}"), x)),
+        _ => Ok(()),
+    }
+}
+
+/// The fields `shape.exact_output` adds to the body of a request of a scenario with
+/// `output_tokens`: the table, each string [`OUTPUT_TOKENS_VAR`] (at any depth) replaced by
+/// `output_tokens` as a JSON number. Merged into the body after `extra_body`.
+pub fn exact_output_fields(
+    shape: &RequestShape,
+    output_tokens: u32,
+) -> serde_json::Map<String, serde_json::Value> {
+    fn fill(v: &serde_json::Value, n: u32) -> serde_json::Value {
+        match v {
+            serde_json::Value::String(s) if s == OUTPUT_TOKENS_VAR => n.into(),
+            serde_json::Value::Array(items) => items.iter().map(|x| fill(x, n)).collect(),
+            serde_json::Value::Object(map) => serde_json::Value::Object(
+                map.iter().map(|(k, x)| (k.clone(), fill(x, n))).collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+    shape
+        .exact_output
+        .iter()
+        .map(|(k, v)| (k.clone(), fill(v, output_tokens)))
+        .collect()
 }
 
 /// `query` as a URL query string (without `?`): `name=value` pairs joined by `&`, each part
@@ -912,5 +989,52 @@ mod tests {
             with_scenario_body(&shape, &serde_json::Map::new()),
             std::borrow::Cow::Borrowed(_)
         ));
+    }
+
+    #[test]
+    fn exact_output_is_checked_and_filled_with_the_output_tokens() {
+        let mut i = input();
+        i.exact_output = json!({"ignore_eos": true, "min_tokens": "$output_tokens", "nested": {"n": ["$output_tokens", "x"]}})
+            .as_object()
+            .unwrap()
+            .clone();
+        let shape = i.validate().unwrap();
+        assert_eq!(shape.exact_output["min_tokens"], json!("$output_tokens"));
+        assert_eq!(
+            serde_json::Value::Object(exact_output_fields(&shape, 256)),
+            json!({"ignore_eos": true, "min_tokens": 256, "nested": {"n": [256, "x"]}})
+        );
+        assert!(exact_output_fields(&RequestShape::default(), 8).is_empty());
+        let bad = |body: serde_json::Value, extra: serde_json::Value, field: Option<&str>| {
+            let mut i = input();
+            i.exact_output = body.as_object().unwrap().clone();
+            i.extra_body = extra.as_object().unwrap().clone();
+            i.max_tokens_field = field.map(str::to_string);
+            e(i)
+        };
+        assert_eq!(
+            bad(json!({"min_tokens": "$max_tokens"}), json!({}), None),
+            "exact_output.min_tokens: \"$max_tokens\": the only variable exact_output knows is \"$output_tokens\" (the scenario's output_tokens)"
+        );
+        assert!(
+            bad(json!({"a": {"b": ["$x"]}}), json!({}), None)
+                .starts_with("exact_output.a.b[0]: \"$x\"")
+        );
+        assert!(
+            bad(json!({"max_tokens": 5}), json!({}), None)
+                .starts_with("exact_output.max_tokens: latmesh sets \"max_tokens\"")
+        );
+        assert!(
+            bad(json!({"max_tokens": 5}), json!({}), None)
+                .ends_with("exact_output may not replace it")
+        );
+        assert_eq!(
+            bad(json!({"ignore_eos": true}), json!({"ignore_eos": false}), None),
+            "exact_output.ignore_eos: is also in extra_body: exact_output is merged over it; give the key once"
+        );
+        assert!(
+            bad(json!({"max_new_tokens": 5}), json!({}), Some("max_new_tokens"))
+                .starts_with("exact_output.max_new_tokens: is the output cap's field")
+        );
     }
 }

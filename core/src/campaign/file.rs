@@ -122,13 +122,13 @@ pub struct RoundsSection {
 pub struct ScenarioSection {
     /// Unique name.
     pub name: String,
-    /// Prompt ids or `*` patterns.
-    pub prompt_ids: Vec<String>,
+    /// Prompt ids or `*` patterns (or `input_tokens` instead: generated prompts).
+    pub prompt_ids: Option<Vec<String>>,
     /// Stream or not (default true).
     #[serde(default = "yes")]
     pub stream: bool,
-    /// `max_tokens`.
-    pub max_tokens: u32,
+    /// `max_tokens`: required unless `output_tokens` gives it.
+    pub max_tokens: Option<u32>,
     /// `temperature`.
     pub temperature: Option<f64>,
     /// `top_p`.
@@ -167,6 +167,19 @@ pub struct ScenarioSection {
     /// `extra_body` ([`crate::shaping`]).
     #[serde(default)]
     pub extra_body: serde_json::Map<String, serde_json::Value>,
+    /// Generated prompts of this many tokens: a number or a list of tiers (each tier a plan
+    /// scenario `{name}.{tier}`, see [`crate::synth`]); read by hand (number or list).
+    pub input_tokens: Option<serde_json::Value>,
+    /// Words at the start of every generated prompt shared by every request (default 0).
+    pub shared_prefix_tokens: Option<u32>,
+    /// The exact output length wanted, tokens: sets `max_tokens` and the providers'
+    /// `exact_output` fields.
+    pub output_tokens: Option<u32>,
+    /// Warm-up requests per provider (recorded, left out of every statistic; default 0).
+    pub warmup: Option<u32>,
+    /// `slo = { ttft_ms, tpot_ms, e2e_ms, ttft_p95_ms, …, goodput_pct }` ([`crate::slo`]);
+    /// read by hand (the percentile keys are open-ended).
+    pub slo: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// `failover` of a scenario (see [`crate::plan::FailoverSpec`]).
@@ -208,15 +221,37 @@ pub struct SweepSection {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RateSection {
-    /// Arrivals per second, per provider and per agent.
-    pub rps: f64,
-    /// `constant` (default) or `poisson`.
+    /// Arrivals per second, per provider and per agent: a number, a list of steps
+    /// (`[2, 4, 8]`) or a geometric ramp (`{ from = 1, to = 16, steps = 5 }`); read by hand.
+    /// Required unless `search` picks the rates.
+    pub rps: Option<serde_json::Value>,
+    /// `constant` (default), `poisson` or `gamma` (with `burstiness`).
     pub arrivals: Option<String>,
+    /// The gamma shape of `arrivals = "gamma"`, in (0, 100] (1: Poisson; below 1 burstier).
+    pub burstiness: Option<f64>,
+    /// `[scenarios.rate.search]`: find the highest rate meeting the scenario's `slo`.
+    pub search: Option<SearchSection>,
     /// How long arrivals are generated, seconds.
     pub duration_s: f64,
     /// Longest wait for the provider's in-flight cap before an arrival is dropped, seconds
     /// (default 10).
     pub max_queue_s: Option<f64>,
+}
+
+/// `[scenarios.rate.search]` (see [`crate::load::SloSearch`]).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchSection {
+    /// The first step's rate, requests/s per provider and agent.
+    pub min_rps: f64,
+    /// The highest rate tried, requests/s.
+    pub max_rps: f64,
+    /// Most steps, 2..=32 (default 8).
+    pub steps: Option<u32>,
+    /// Fewest judged requests a step needs for a verdict, ≥ 1 (default 20).
+    pub min_requests: Option<u32>,
+    /// Stop once the bracket is within this % of its lower end, in (0, 100] (default 10).
+    pub resolution_pct: Option<f64>,
 }
 
 fn one() -> u32 {
@@ -297,6 +332,10 @@ pub struct ProviderSection {
     pub stream_usage: Option<String>,
     /// `{ open = "<think>", close = "</think>" }`: reasoning inside `content`.
     pub reasoning_tags: Option<ReasoningTagsSection>,
+    /// Merged into the body of scenarios with `output_tokens` (e.g. `{ ignore_eos = true }`);
+    /// the string `"$output_tokens"` becomes the scenario's `output_tokens`.
+    #[serde(default)]
+    pub exact_output: serde_json::Map<String, serde_json::Value>,
 }
 
 impl ProviderSection {
@@ -311,6 +350,7 @@ impl ProviderSection {
             max_tokens_field: self.max_tokens_field.clone(),
             stream_usage: self.stream_usage.clone(),
             reasoning_tags: self.reasoning_tags.clone(),
+            exact_output: self.exact_output.clone(),
         }
     }
 }

@@ -1,11 +1,14 @@
 //! A scenario's load model: `load`, `[scenarios.sweep]` (closed-loop concurrency steps) and
-//! `[scenarios.rate]` (open-loop arrivals), see [`crate::load`]; and the campaign's phases
-//! adding up to at most [`MAX_PLAN_SPAN_US`].
+//! `[scenarios.rate]` (open-loop arrivals: one rate, rate steps as a list or a geometric
+//! ramp, or `[scenarios.rate.search]`, the SLO search; constant, Poisson or gamma arrivals),
+//! see [`crate::load`]; and the campaign's phases adding up to at most [`MAX_PLAN_SPAN_US`].
 
 use super::error::{CampaignError, invalid};
-use super::file::ScenarioSection;
+use super::file::{ProviderSection, ScenarioSection, SearchSection};
+use super::workload::Workload;
 use crate::load::{
-    Arrivals, DEFAULT_MAX_QUEUE_MS, DEFAULT_SWEEP_STEPS, KneeRule, LoadKind, LoadModel, RateSpec,
+    Arrivals, DEFAULT_MAX_QUEUE_MS, DEFAULT_SEARCH_MIN_REQUESTS, DEFAULT_SEARCH_RESOLUTION_PCT,
+    DEFAULT_SWEEP_STEPS, KneeRule, LoadKind, LoadModel, MAX_SEARCH_STEPS, RateSpec, SloSearch,
     SweepSpec,
 };
 use crate::metrics::Metric;
@@ -18,7 +21,12 @@ pub const MAX_PLAN_SPAN_US: u64 = 10_000 * 365 * 86_400 * 1_000_000;
 
 /// The phases of `rounds` and `loads` (as [`crate::plan::Plan::phases`] lays them out), added with checked
 /// arithmetic: at most [`MAX_PLAN_SPAN_US`].
-pub(super) fn check_span(rounds: &RoundsSpec, loads: &[LoadModel]) -> Result<(), CampaignError> {
+/// `loads` are the plan's scenarios' load models, each with the index of its file scenario
+/// (a scenario with `input_tokens` tiers is a phase per tier).
+pub(super) fn check_span(
+    rounds: &RoundsSpec,
+    loads: &[(usize, LoadModel)],
+) -> Result<(), CampaignError> {
     let too_long = |key: String| {
         invalid(
             key,
@@ -27,7 +35,7 @@ pub(super) fn check_span(rounds: &RoundsSpec, loads: &[LoadModel]) -> Result<(),
     };
     let settle = crate::plan::PHASE_SETTLE_US;
     let mut at: u64 = 0;
-    if loads.iter().any(LoadModel::is_rounds) {
+    if loads.iter().any(|(_, l)| l.is_rounds()) {
         at = u64::from(rounds.count)
             .checked_mul(rounds.interval_ms)
             .and_then(|ms| ms.checked_mul(1000))
@@ -35,7 +43,7 @@ pub(super) fn check_span(rounds: &RoundsSpec, loads: &[LoadModel]) -> Result<(),
             .filter(|&us| us <= MAX_PLAN_SPAN_US)
             .ok_or_else(|| too_long("rounds".into()))?;
     }
-    for (i, load) in loads.iter().enumerate() {
+    for (i, load) in loads {
         let span_us = match load {
             LoadModel::Rounds => continue,
             LoadModel::Sweep(sw) => (sw.concurrency.len() as u64)
@@ -70,11 +78,20 @@ fn check_positive_s(key: String, s: f64, max_s: f64) -> Result<u64, CampaignErro
 /// Most steps a sweep may have, and the largest concurrency of a step.
 const MAX_SWEEP_STEPS: usize = 64;
 const MAX_CONCURRENCY: u32 = 100_000;
-/// Most arrivals one (rate scenario, provider) may plan per agent.
+/// Most steps of a rate sweep (`rps` as a list or a ramp).
+const MAX_RATE_STEPS: usize = 64;
+/// Default steps of an SLO search.
+const DEFAULT_SEARCH_STEPS: u32 = 8;
+/// Most arrivals one (rate step, provider) may plan per agent.
 const MAX_ARRIVALS: f64 = 10_000_000.0;
 
 /// `load`, `sweep` and `rate` of `scenarios[i]`.
-pub(super) fn validate_load(i: usize, s: &ScenarioSection) -> Result<LoadModel, CampaignError> {
+pub(super) fn validate_load(
+    i: usize,
+    s: &ScenarioSection,
+    workload: &Workload,
+    providers: &[ProviderSection],
+) -> Result<LoadModel, CampaignError> {
     let key = |field: &str| format!("scenarios[{i}].{field}");
     let kind = match (s.load.as_deref(), &s.sweep, &s.rate) {
         (None, None, None) => LoadKind::Rounds,
@@ -202,58 +219,322 @@ pub(super) fn validate_load(i: usize, s: &ScenarioSection) -> Result<LoadModel, 
                 },
             }))
         }
-        LoadKind::Rate => {
-            let r = s.rate.as_ref().ok_or_else(|| {
+        LoadKind::Rate => validate_rate(i, s, workload, providers).map(LoadModel::Rate),
+    }
+}
+
+/// Largest rate of a step, requests/s per provider and agent.
+const MAX_RPS: f64 = 100_000.0;
+
+/// `[scenarios.rate]` of `scenarios[i]` (a `rate` scenario).
+fn validate_rate(
+    i: usize,
+    s: &ScenarioSection,
+    workload: &Workload,
+    providers: &[ProviderSection],
+) -> Result<RateSpec, CampaignError> {
+    let key = |field: &str| format!("scenarios[{i}].rate.{field}");
+    let r = s.rate.as_ref().ok_or_else(|| {
+        invalid(
+            format!("scenarios[{i}].rate"),
+            "missing: an open-loop scenario needs [scenarios.rate] with rps and duration_s",
+        )
+    })?;
+    let duration_ms = check_positive_s(key("duration_s"), r.duration_s, 86_400.0)?;
+    let arrivals = match (r.arrivals.as_deref(), r.burstiness) {
+        (Some("gamma"), Some(b)) if b.is_finite() && b > 0.0 && b <= 100.0 => {
+            Arrivals::Gamma { burstiness: b }
+        }
+        (Some("gamma"), Some(b)) => {
+            return Err(invalid(
+                key("burstiness"),
+                format!("{b} is not in (0, 100] (1: Poisson, below 1: burstier)"),
+            ));
+        }
+        (Some("gamma"), None) => {
+            return Err(invalid(
+                key("burstiness"),
+                "missing: arrivals = \"gamma\" needs burstiness, the gamma shape in (0, 100] (1: Poisson, below 1: burstier)",
+            ));
+        }
+        (_, Some(_)) => {
+            return Err(invalid(
+                key("burstiness"),
+                "applies to arrivals = \"gamma\" only: set it, or leave burstiness out",
+            ));
+        }
+        (None | Some("constant"), None) => Arrivals::Constant,
+        (Some("poisson"), None) => Arrivals::Poisson,
+        (Some(other), None) => {
+            return Err(invalid(
+                key("arrivals"),
+                format!("{other:?} is not constant, poisson or gamma"),
+            ));
+        }
+    };
+    let max_queue_ms = match r.max_queue_s {
+        None => DEFAULT_MAX_QUEUE_MS,
+        Some(q) => check_positive_s(key("max_queue_s"), q, 3_600.0)?,
+    };
+    let (rps, steps_rps, search) = match (&r.search, &r.rps) {
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                key("rps"),
+                "given with [scenarios.rate.search], which picks each step's rate from min_rps up: leave rps out",
+            ));
+        }
+        (None, None) => {
+            return Err(invalid(
+                key("rps"),
+                "missing: a number, a list of steps ([2, 4, 8]) or a ramp ({ from = 1, to = 16, steps = 5 }); or a [scenarios.rate.search]",
+            ));
+        }
+        (None, Some(v)) => {
+            let steps = check_rps(&key("rps"), v)?;
+            let rps = steps[0];
+            let steps_rps = if matches!(v, serde_json::Value::Number(_)) {
+                Vec::new()
+            } else {
+                steps
+            };
+            (rps, steps_rps, None)
+        }
+        (Some(sec), None) => {
+            let search = check_search(i, sec, r.duration_s, workload, providers)?;
+            (search.min_rps, Vec::new(), Some(search))
+        }
+    };
+    // The arrival-count cap applies to the largest step.
+    let top_rps = search
+        .as_ref()
+        .map_or_else(|| steps_rps.last().copied().unwrap_or(rps), |x| x.max_rps);
+    if top_rps * r.duration_s > MAX_ARRIVALS {
+        return Err(invalid(
+            key("duration_s"),
+            format!(
+                "{top_rps} rps × {} s = {} arrivals per provider: more than {MAX_ARRIVALS}",
+                r.duration_s,
+                top_rps * r.duration_s
+            ),
+        ));
+    }
+    Ok(RateSpec {
+        rps,
+        arrivals,
+        duration_ms,
+        max_queue_ms,
+        steps_rps,
+        search,
+    })
+}
+
+/// `rps`: a number, a list of steps (strictly increasing) or `{ from, to, steps }` (a
+/// geometric ramp); each rate in (0, [`MAX_RPS`]]. The step rates (one for a number).
+fn check_rps(key: &str, v: &serde_json::Value) -> Result<Vec<f64>, CampaignError> {
+    let rate = |key: &str, v: &serde_json::Value| -> Result<f64, CampaignError> {
+        v.as_f64()
+            .filter(|r| r.is_finite() && *r > 0.0 && *r <= MAX_RPS)
+            .ok_or_else(|| {
                 invalid(
-                    key("rate"),
-                    "missing: an open-loop scenario needs [scenarios.rate] with rps and duration_s",
+                    key,
+                    format!("{v} is not in (0, 100000] requests per second"),
                 )
-            })?;
-            let key = |field: &str| format!("scenarios[{i}].rate.{field}");
-            if !(r.rps.is_finite() && r.rps > 0.0 && r.rps <= 100_000.0) {
+            })
+    };
+    match v {
+        serde_json::Value::Number(_) => Ok(vec![rate(key, v)?]),
+        serde_json::Value::Array(items) => {
+            if items.is_empty() || items.len() > MAX_RATE_STEPS {
                 return Err(invalid(
-                    key("rps"),
-                    format!("{} is not in (0, 100000] requests per second", r.rps),
+                    key,
+                    format!("name 1..={MAX_RATE_STEPS} steps, e.g. [2, 4, 8]"),
                 ));
             }
-            let duration_ms = check_positive_s(key("duration_s"), r.duration_s, 86_400.0)?;
-            if r.rps * r.duration_s > MAX_ARRIVALS {
+            let mut steps: Vec<f64> = Vec::with_capacity(items.len());
+            for (j, item) in items.iter().enumerate() {
+                let k = format!("{key}[{j}]");
+                let r = rate(&k, item)?;
+                if let Some(&before) = steps.last()
+                    && r <= before
+                {
+                    return Err(invalid(
+                        k,
+                        format!("{r} is not above the step before ({before}): steps must increase"),
+                    ));
+                }
+                steps.push(r);
+            }
+            Ok(steps)
+        }
+        serde_json::Value::Object(map) => {
+            for k in map.keys() {
+                if !matches!(k.as_str(), "from" | "to" | "steps") {
+                    return Err(invalid(
+                        format!("{key}.{k}"),
+                        "is not a key of a ramp: { from = 1, to = 16, steps = 5 }",
+                    ));
+                }
+            }
+            let get = |k: &str| {
+                map.get(k).ok_or_else(|| {
+                    invalid(
+                        format!("{key}.{k}"),
+                        "missing: a ramp is { from = 1, to = 16, steps = 5 }",
+                    )
+                })
+            };
+            let from = rate(&format!("{key}.from"), get("from")?)?;
+            let to = rate(&format!("{key}.to"), get("to")?)?;
+            let steps_v = get("steps")?;
+            let steps = steps_v
+                .as_u64()
+                .filter(|n| (2..=MAX_RATE_STEPS as u64).contains(n))
+                .ok_or_else(|| {
+                    invalid(
+                        format!("{key}.steps"),
+                        format!("{steps_v} is not a whole number in 2..={MAX_RATE_STEPS}"),
+                    )
+                })?;
+            if from >= to {
                 return Err(invalid(
-                    key("duration_s"),
+                    format!("{key}.to"),
+                    format!("{to} is not above from ({from}): a ramp goes up"),
+                ));
+            }
+            let rates = geometric_ramp(from, to, steps as u32);
+            if rates.windows(2).any(|w| w[1] <= w[0]) {
+                return Err(invalid(
+                    format!("{key}.steps"),
                     format!(
-                        "{} rps × {} s = {} arrivals per provider: more than {MAX_ARRIVALS}",
-                        r.rps,
-                        r.duration_s,
-                        r.rps * r.duration_s
+                        "{steps} steps from {from} to {to} are closer than a millionth of a request per second: fewer steps"
                     ),
                 ));
             }
-            let arrivals = match r.arrivals.as_deref() {
-                None | Some("constant") => Arrivals::Constant,
-                Some("poisson") => Arrivals::Poisson,
-                Some(other) => {
-                    return Err(invalid(
-                        key("arrivals"),
-                        format!("{other:?} is not constant or poisson"),
-                    ));
-                }
+            Ok(rates)
+        }
+        other => Err(invalid(
+            key,
+            format!(
+                "{other} is not a rate: a number, a list of steps ([2, 4, 8]) or a ramp ({{ from = 1, to = 16, steps = 5 }})"
+            ),
+        )),
+    }
+}
+
+/// `steps` rates from `from` to `to` (both included), each the same factor above the one
+/// before, rounded to a millionth of a request per second.
+pub(super) fn geometric_ramp(from: f64, to: f64, steps: u32) -> Vec<f64> {
+    let last = f64::from(steps - 1);
+    (0..steps)
+        .map(|k| {
+            let r = if k == 0 {
+                from
+            } else if k == steps - 1 {
+                to
+            } else {
+                from * (to / from).powf(f64::from(k) / last)
             };
-            let max_queue_ms = match r.max_queue_s {
-                None => DEFAULT_MAX_QUEUE_MS,
-                Some(q) => check_positive_s(key("max_queue_s"), q, 3_600.0)?,
-            };
-            Ok(LoadModel::Rate(RateSpec {
-                rps: r.rps,
-                arrivals,
-                duration_ms,
-                max_queue_ms,
-                // TODO(H1 core-campaign): `rps = [..]`, `rps = { from, to, steps }`,
-                // `[scenarios.rate.search]`, `arrivals = "gamma"` with `burstiness`.
-                steps_rps: Vec::new(),
-                search: None,
-            }))
+            (r * 1e6).round() / 1e6
+        })
+        .collect()
+}
+
+/// `[scenarios.rate.search]` of `scenarios[i]`, whose steps last `duration_s`.
+fn check_search(
+    i: usize,
+    sec: &SearchSection,
+    duration_s: f64,
+    workload: &Workload,
+    providers: &[ProviderSection],
+) -> Result<SloSearch, CampaignError> {
+    let key = |field: &str| format!("scenarios[{i}].rate.search.{field}");
+    if workload.slo.is_none() {
+        return Err(invalid(
+            format!("scenarios[{i}].rate.search"),
+            "searches for the highest rate meeting the scenario's slo, and the scenario has none: add slo = { ttft_ms = …, … }",
+        ));
+    }
+    let rate = |field: &str, r: f64| {
+        if r.is_finite() && r > 0.0 && r <= MAX_RPS {
+            Ok(r)
+        } else {
+            Err(invalid(
+                key(field),
+                format!("{r} is not in (0, 100000] requests per second"),
+            ))
+        }
+    };
+    let min_rps = rate("min_rps", sec.min_rps)?;
+    let max_rps = rate("max_rps", sec.max_rps)?;
+    if max_rps <= min_rps {
+        return Err(invalid(
+            key("max_rps"),
+            format!("{max_rps} is not above min_rps ({min_rps})"),
+        ));
+    }
+    let steps = sec.steps.unwrap_or(DEFAULT_SEARCH_STEPS);
+    if !(2..=MAX_SEARCH_STEPS).contains(&steps) {
+        return Err(invalid(
+            key("steps"),
+            format!("{steps} is not in 2..={MAX_SEARCH_STEPS}"),
+        ));
+    }
+    let min_requests = sec.min_requests.unwrap_or(DEFAULT_SEARCH_MIN_REQUESTS);
+    if min_requests == 0 {
+        return Err(invalid(
+            key("min_requests"),
+            format!("must be at least 1 (default {DEFAULT_SEARCH_MIN_REQUESTS})"),
+        ));
+    }
+    let resolution_pct = sec
+        .resolution_pct
+        .unwrap_or(DEFAULT_SEARCH_RESOLUTION_PCT);
+    if !(resolution_pct > 0.0 && resolution_pct <= 100.0) {
+        return Err(invalid(
+            key("resolution_pct"),
+            format!("{resolution_pct} is not in (0, 100]"),
+        ));
+    }
+    if min_rps * duration_s < f64::from(min_requests) {
+        return Err(invalid(
+            key("min_requests"),
+            format!(
+                "a step at min_rps cannot reach min_requests: {min_rps} rps × {duration_s} s = {} arrivals, fewer than {min_requests}; lengthen duration_s or lower min_requests",
+                min_rps * duration_s
+            ),
+        ));
+    }
+    // A rate cap of a provider bounds the rate any agent can send it at (at least: with N
+    // agents sharing requests_per_min each keeps 1/N of it).
+    for p in providers {
+        let caps = [
+            p.requests_per_min
+                .filter(|r| r.is_finite() && *r > 0.0)
+                .map(|r| (r / 60.0, format!("requests_per_min = {r}"))),
+            p.min_gap_ms
+                .filter(|&g| g > 0)
+                .map(|g| (1000.0 / g as f64, format!("min_gap_ms = {g}"))),
+        ];
+        for (cap_rps, why) in caps.into_iter().flatten() {
+            if max_rps > cap_rps {
+                return Err(invalid(
+                    key("max_rps"),
+                    format!(
+                        "{max_rps} rps is above what provider {:?} may be sent ({why}: at most {} rps per agent): steps above it would measure latmesh's cap, not the provider; lower max_rps",
+                        p.name,
+                        (cap_rps * 1000.0).round() / 1000.0
+                    ),
+                ));
+            }
         }
     }
+    Ok(SloSearch {
+        min_rps,
+        max_rps,
+        steps,
+        min_requests,
+        resolution_pct,
+    })
 }
 
 #[cfg(test)]
@@ -313,7 +594,7 @@ mod tests {
             (
                 sweep("[scenarios.rate]\nrps = 1\nduration_s = 1\narrivals = \"bursty\""),
                 "scenarios[0].rate.arrivals",
-                "constant or poisson",
+                "constant, poisson or gamma",
             ),
             (
                 sweep("load = \"rounds\"\n[scenarios.rate]\nrps = 1\nduration_s = 1"),
@@ -353,5 +634,123 @@ mod tests {
         let plan = load_toml_str(&sweep_only, Path::new(".")).unwrap();
         assert_eq!(plan.scenarios[0].load.kind(), LoadKind::Sweep);
         assert_eq!(plan.phases().len(), 1);
+    }
+
+    /// GOOD's scenario as a rate scenario with these `[scenarios.rate]` lines (and `extra`
+    /// scenario keys).
+    fn rate(extra: &str, lines: &str) -> String {
+        GOOD.replace(
+            "max_tokens = 32",
+            &format!("max_tokens = 32\n{extra}\n[scenarios.rate]\n{lines}"),
+        )
+    }
+
+    fn rate_of(text: &str) -> RateSpec {
+        let plan = load_toml_str(text, Path::new(".")).unwrap();
+        match &plan.scenarios[0].load {
+            LoadModel::Rate(r) => r.clone(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn rps_is_a_number_a_list_or_a_ramp() {
+        let r = rate_of(&rate("", "rps = 3\nduration_s = 10"));
+        assert_eq!((r.rps, r.steps_rps.clone(), r.step_count()), (3.0, vec![], 1));
+        let r = rate_of(&rate("", "rps = [2, 4, 8.5]\nduration_s = 10"));
+        assert_eq!((r.rps, r.steps_rps.clone()), (2.0, vec![2.0, 4.0, 8.5]));
+        assert_eq!((r.step_count(), r.step_rps(2), r.span_us()), (3, Some(8.5), 30_000_000));
+        let r = rate_of(&rate("", "rps = { from = 1, to = 16, steps = 5 }\nduration_s = 10"));
+        assert_eq!((r.rps, r.steps_rps.clone()), (1.0, vec![1.0, 2.0, 4.0, 8.0, 16.0]));
+        assert_eq!(
+            geometric_ramp(2.0, 5.0, 3),
+            vec![2.0, 3.162278, 5.0]
+        );
+        let r = rate_of(&rate("", "rps = 1\nduration_s = 10\narrivals = \"gamma\"\nburstiness = 0.5"));
+        assert_eq!(r.arrivals, Arrivals::Gamma { burstiness: 0.5 });
+        // The phase of a sweep of rates lasts every step.
+        let plan = load_toml_str(
+            &rate("", "rps = [1, 2, 3]\nduration_s = 10").replace("[rounds]\ncount = 3\ninterval_s = 2.0\ngap_ms = 100\n", ""),
+            Path::new("."),
+        )
+        .unwrap();
+        assert_eq!(plan.phases()[0].span_us, 30_000_000);
+    }
+
+    #[test]
+    fn a_search_needs_an_slo_and_picks_the_rates() {
+        let slo = "slo = { ttft_ms = 1000 }";
+        let r = rate_of(&rate(slo, "duration_s = 10\n[scenarios.rate.search]\nmin_rps = 2\nmax_rps = 64"));
+        assert_eq!(
+            r.search,
+            Some(SloSearch {
+                min_rps: 2.0,
+                max_rps: 64.0,
+                steps: 8,
+                min_requests: 20,
+                resolution_pct: 10.0,
+            })
+        );
+        assert_eq!((r.rps, r.step_count(), r.step_rps(0)), (2.0, 8, None));
+        let r = rate_of(&rate(
+            slo,
+            "duration_s = 10\n[scenarios.rate.search]\nmin_rps = 1\nmax_rps = 4\nsteps = 3\nmin_requests = 5\nresolution_pct = 25",
+        ));
+        let s = r.search.unwrap();
+        assert_eq!((s.steps, s.min_requests, s.resolution_pct), (3, 5, 25.0));
+        // A provider capped below max_rps; max_in_flight alone bounds no rate.
+        let capped = |cap: &str| {
+            rate(slo, "duration_s = 10\n[scenarios.rate.search]\nmin_rps = 2\nmax_rps = 64")
+                .replace("api_key_env = \"A_KEY\"", cap)
+        };
+        assert!(load_toml_str(&capped("max_in_flight = 2"), Path::new(".")).is_ok());
+        assert!(load_toml_str(&capped("requests_per_min = 3840"), Path::new(".")).is_ok());
+        let e = err_of(&capped("requests_per_min = 600"));
+        assert!(
+            e.starts_with("scenarios[0].rate.search.max_rps: 64 rps is above what provider \"a\" may be sent (requests_per_min = 600: at most 10 rps per agent)"),
+            "{e}"
+        );
+        let e = err_of(&capped("min_gap_ms = 100"));
+        assert!(e.contains("(min_gap_ms = 100: at most 10 rps per agent)"), "{e}");
+    }
+
+    #[test]
+    fn rate_refusals_name_the_key() {
+        let slo = "slo = { ttft_ms = 1000 }";
+        let search = |lines: &str| rate(slo, &format!("duration_s = 10\n[scenarios.rate.search]\n{lines}"));
+        let cases = [
+            (rate("", "rps = [2, 2]\nduration_s = 1"), "scenarios[0].rate.rps[1]: 2 is not above the step before (2): steps must increase"),
+            (rate("", "rps = [2, 0]\nduration_s = 1"), "scenarios[0].rate.rps[1]: 0 is not in (0, 100000]"),
+            (rate("", "rps = []\nduration_s = 1"), "scenarios[0].rate.rps: name 1..=64 steps"),
+            (rate("", "rps = \"fast\"\nduration_s = 1"), "scenarios[0].rate.rps: \"fast\" is not a rate"),
+            (rate("", "rps = { from = 4, to = 2, steps = 3 }\nduration_s = 1"), "scenarios[0].rate.rps.to: 2 is not above from (4)"),
+            (rate("", "rps = { from = 1, to = 2, steps = 1 }\nduration_s = 1"), "scenarios[0].rate.rps.steps: 1 is not a whole number in 2..=64"),
+            (rate("", "rps = { from = 1, to = 2, steps = 65 }\nduration_s = 1"), "scenarios[0].rate.rps.steps: 65 is not a whole number in 2..=64"),
+            (rate("", "rps = { from = 1, to = 2 }\nduration_s = 1"), "scenarios[0].rate.rps.steps: missing"),
+            (rate("", "rps = { from = 1, to = 2, steps = 3, by = 2 }\nduration_s = 1"), "scenarios[0].rate.rps.by: is not a key of a ramp"),
+            (rate("", "rps = { from = 1, to = 1.00001, steps = 64 }\nduration_s = 1"), "scenarios[0].rate.rps.steps: 64 steps from 1 to 1.00001 are closer"),
+            (rate("", "rps = [1, 10000]\nduration_s = 86400"), "scenarios[0].rate.duration_s: 10000 rps × 86400 s"),
+            (rate("", "duration_s = 1"), "scenarios[0].rate.rps: missing: a number, a list of steps"),
+            (rate("", "rps = 1\nduration_s = 1\narrivals = \"gamma\""), "scenarios[0].rate.burstiness: missing: arrivals = \"gamma\" needs burstiness"),
+            (rate("", "rps = 1\nduration_s = 1\narrivals = \"gamma\"\nburstiness = 0"), "scenarios[0].rate.burstiness: 0 is not in (0, 100]"),
+            (rate("", "rps = 1\nduration_s = 1\narrivals = \"gamma\"\nburstiness = 101"), "scenarios[0].rate.burstiness: 101 is not in (0, 100]"),
+            (rate("", "rps = 1\nduration_s = 1\narrivals = \"poisson\"\nburstiness = 2"), "scenarios[0].rate.burstiness: applies to arrivals = \"gamma\" only"),
+            (rate("", "duration_s = 10\n[scenarios.rate.search]\nmin_rps = 1\nmax_rps = 8"), "scenarios[0].rate.search: searches for the highest rate meeting the scenario's slo, and the scenario has none"),
+            (rate(slo, "rps = [1, 2]\nduration_s = 10\n[scenarios.rate.search]\nmin_rps = 1\nmax_rps = 8"), "scenarios[0].rate.rps: given with [scenarios.rate.search]"),
+            (rate(slo, "rps = 1\nduration_s = 10\n[scenarios.rate.search]\nmin_rps = 1\nmax_rps = 8"), "scenarios[0].rate.rps: given with [scenarios.rate.search]"),
+            (search("min_rps = 4\nmax_rps = 4"), "scenarios[0].rate.search.max_rps: 4 is not above min_rps (4)"),
+            (search("min_rps = 0\nmax_rps = 4"), "scenarios[0].rate.search.min_rps: 0 is not in (0, 100000]"),
+            (search("min_rps = 2\nmax_rps = 4\nsteps = 1"), "scenarios[0].rate.search.steps: 1 is not in 2..=32"),
+            (search("min_rps = 2\nmax_rps = 4\nsteps = 33"), "scenarios[0].rate.search.steps: 33 is not in 2..=32"),
+            (search("min_rps = 2\nmax_rps = 4\nmin_requests = 0"), "scenarios[0].rate.search.min_requests: must be at least 1"),
+            (search("min_rps = 2\nmax_rps = 4\nresolution_pct = 0"), "scenarios[0].rate.search.resolution_pct: 0 is not in (0, 100]"),
+            (search("min_rps = 1\nmax_rps = 4"), "scenarios[0].rate.search.min_requests: a step at min_rps cannot reach min_requests: 1 rps × 10 s = 10 arrivals, fewer than 20; lengthen duration_s or lower min_requests"),
+            (search("min_rps = 2\nmax_rps = 4\nstep = 3"), "scenarios[0].rate.search.step: unknown field"),
+            (search("min_rps = 2\nmax_rps = 10000\nsteps = 3").replace("duration_s = 10", "duration_s = 86400"), "scenarios[0].rate.duration_s: 10000 rps × 86400 s"),
+        ];
+        for (text, says) in cases {
+            let e = err_of(&text);
+            assert!(e.contains(says), "error {e:?} should contain {says:?}");
+        }
     }
 }

@@ -99,7 +99,8 @@
 //! module per table for the rest: `rounds.rs`, `provider.rs` (endpoint, caps, prices),
 //! `scenario.rs` (sampling, prompts, timeouts), `client_policy.rs` (turns, follow-ups, retry,
 //! response cap), `failover.rs`, `load_model.rs` (sweep, rate, the campaign's span),
-//! `windows.rs` (zones and windows), `schedule.rs`, `selection.rs`, `compat.rs` (`[compat]`
+//! `workload.rs` (generated prompts, output length, warm-up, SLO; a scenario's tiers each
+//! become a plan scenario), `windows.rs` (zones and windows), `schedule.rs`, `selection.rs`, `compat.rs` (`[compat]`
 //! and `[quality]`, what `latmesh compat` runs); shared: `names.rs` (valid, unique names),
 //! `error.rs` ([`CampaignError`]) and [`env_overrides`].
 
@@ -121,11 +122,13 @@ mod selection;
 mod test_support;
 mod validate;
 mod windows;
+mod workload;
 
 pub use error::CampaignError;
 pub use file::{
     CampaignFile, CampaignSection, CompatSection, FailoverSection, ProviderSection, QualitySection,
     RateSection, RetrySection, RoundsSection, ScenarioSection, ScheduleSection, ScoresSection,
+    SearchSection,
     SelectionSection, SweepSection, WeightsSection, WindowsSection,
 };
 pub use load_model::MAX_PLAN_SPAN_US;

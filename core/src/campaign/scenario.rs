@@ -5,10 +5,12 @@ use super::client_policy::validate_policy;
 use super::error::{CampaignError, invalid};
 use super::failover::validate_failover;
 use super::file::{ProviderSection, ScenarioSection};
-use super::names::check_name;
+use super::names::{check_name, check_name_text};
+use super::workload::Workload;
 use crate::load::LoadModel;
 use crate::plan::{PlanPrompt, ScenarioSpec, Timeouts};
 use crate::prompts::{PromptSet, builtin_follow_ups, guess_lang};
+use crate::synth::{SynthSpec, tier_label};
 
 /// A duration in seconds of `key`: finite, in (0, 86400]; `default` when absent.
 pub(super) fn check_seconds(
@@ -26,24 +28,21 @@ pub(super) fn check_seconds(
     }
 }
 
-/// `scenarios[i]` into a [`ScenarioSpec`]: its sampling parameters, prompts (from
-/// `prompt_set`), timeouts, client policy, `load` (validated before, by
-/// [`super::load_model::validate_load`]) and failover chain (names of `providers`).
+/// `scenarios[i]` into its [`ScenarioSpec`]s: its sampling parameters, prompts (from
+/// `prompt_set`, or generated: one spec per `input_tokens` tier, named `{name}.{tier}`),
+/// timeouts, client policy, `load` (validated before, by
+/// [`super::load_model::validate_load`]), workload keys (validated before, by
+/// [`super::workload::validate_workload`]) and failover chain (names of `providers`).
 pub(super) fn validate_scenario(
     i: usize,
     s: &ScenarioSection,
     load: &LoadModel,
+    workload: &Workload,
     prompt_set: &PromptSet,
     providers: &[ProviderSection],
-) -> Result<ScenarioSpec, CampaignError> {
+) -> Result<Vec<ScenarioSpec>, CampaignError> {
     let key = |field: &str| format!("scenarios[{i}].{field}");
     check_name(&key("name"), &s.name)?;
-    if s.max_tokens == 0 || s.max_tokens > 1_000_000 {
-        return Err(invalid(
-            key("max_tokens"),
-            format!("{} is not in 1..=1000000", s.max_tokens),
-        ));
-    }
     if let Some(t) = s.temperature
         && !(0.0..=2.0).contains(&t)
     {
@@ -54,7 +53,8 @@ pub(super) fn validate_scenario(
     {
         return Err(invalid(key("top_p"), format!("{t} is not in (0, 1]")));
     }
-    if s.prompt_ids.is_empty() {
+    let prompt_ids = s.prompt_ids.as_deref().unwrap_or_default();
+    if s.prompt_ids.as_ref().is_some_and(Vec::is_empty) {
         return Err(invalid(
             key("prompt_ids"),
             "name at least one prompt id or pattern",
@@ -82,7 +82,7 @@ pub(super) fn validate_scenario(
             .collect()
     };
     let mut prompts: Vec<PlanPrompt> = Vec::new();
-    for (j, pattern) in s.prompt_ids.iter().enumerate() {
+    for (j, pattern) in prompt_ids.iter().enumerate() {
         let found = prompt_set.select(pattern);
         if found.is_empty() {
             return Err(invalid(
@@ -136,10 +136,10 @@ pub(super) fn validate_scenario(
             ));
         }
     }
-    Ok(ScenarioSpec {
+    let spec = ScenarioSpec {
         name: s.name.clone(),
         stream: s.stream,
-        max_tokens: s.max_tokens,
+        max_tokens: workload.max_tokens,
         temperature: s.temperature,
         top_p: s.top_p,
         timeouts,
@@ -148,13 +148,45 @@ pub(super) fn validate_scenario(
         load: load.clone(),
         failover: validate_failover(i, s, providers, load)?,
         extra_body: s.extra_body.clone(),
-        // TODO(H1 core-campaign): input_tokens tiers, shared_prefix_tokens, output_tokens,
-        // warmup, slo.
         synth: None,
-        output_tokens: None,
-        warmup: 0,
-        slo: None,
-    })
+        output_tokens: workload.output_tokens,
+        warmup: workload.warmup,
+        slo: workload.slo.clone(),
+    };
+    if workload.tiers.is_empty() {
+        return Ok(vec![spec]);
+    }
+    workload
+        .tiers
+        .iter()
+        .map(|&input_tokens| {
+            let label = tier_label(input_tokens);
+            let name = format!("{}.{label}", s.name);
+            if check_name_text(&name).is_err() {
+                return Err(invalid(
+                    key("input_tokens"),
+                    format!(
+                        "tier {label} makes the scenario name {name:?}, {} characters: names are at most 64; shorten the scenario's name",
+                        name.len()
+                    ),
+                ));
+            }
+            Ok(ScenarioSpec {
+                name,
+                prompts: vec![PlanPrompt {
+                    id: format!("gen-{label}"),
+                    messages: Vec::new(),
+                    follow_ups: Vec::new(),
+                }],
+                synth: Some(SynthSpec {
+                    group: s.name.clone(),
+                    input_tokens,
+                    shared_prefix_tokens: workload.shared_prefix_tokens,
+                }),
+                ..spec.clone()
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -13,9 +13,10 @@ use super::rounds::validate_rounds;
 use super::scenario::validate_scenario;
 use super::schedule::validate_schedule;
 use super::windows::validate_windows;
+use super::workload::{Workload, validate_workload};
 use crate::load::LoadModel;
 use crate::metrics::METRICS_VERSION;
-use crate::plan::{DEFAULT_PERCENTILES, MAX_PERCENTILES, Plan, RoundsSpec};
+use crate::plan::{DEFAULT_PERCENTILES, MAX_PERCENTILES, Plan, RoundsSpec, ScenarioSpec};
 use crate::prompts::PromptSet;
 
 /// Validates a parsed file into a plan. Errors name the key; no I/O except reading the prompt
@@ -44,11 +45,17 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
     if file.scenarios.is_empty() {
         return Err(invalid("scenarios", "name at least one [[scenarios]]"));
     }
+    let workloads: Vec<Workload> = file
+        .scenarios
+        .iter()
+        .enumerate()
+        .map(|(i, s)| validate_workload(i, s))
+        .collect::<Result<_, _>>()?;
     let loads: Vec<LoadModel> = file
         .scenarios
         .iter()
         .enumerate()
-        .map(|(i, s)| validate_load(i, s))
+        .map(|(i, s)| validate_load(i, s, &workloads[i], &file.providers))
         .collect::<Result<_, _>>()?;
     let rounds_scenarios = loads.iter().filter(|l| l.is_rounds()).count();
     let rounds = match (&file.rounds, rounds_scenarios) {
@@ -69,18 +76,39 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
                 .scenarios
                 .iter()
                 .zip(&loads)
-                .filter(|(_, l)| l.is_rounds())
-                .map(|(s, _)| {
-                    s.failover
+                .zip(&workloads)
+                .filter(|((_, l), _)| l.is_rounds())
+                .map(|((s, _), w)| {
+                    let per_tier = s
+                        .failover
                         .as_ref()
-                        .map_or(file.providers.len(), |f| f.chain.len())
+                        .map_or(file.providers.len(), |f| f.chain.len());
+                    per_tier * w.plan_scenarios()
                 })
                 .sum();
             validate_rounds(r, slots.max(1))?
         }
     };
+    for (i, (w, l)) in workloads.iter().zip(&loads).enumerate() {
+        if l.is_rounds() && w.warmup > 0 && w.warmup >= rounds.count {
+            return Err(invalid(
+                format!("scenarios[{i}].warmup"),
+                format!(
+                    "{} warm-up rounds of {}: no round would be measured",
+                    w.warmup, rounds.count
+                ),
+            ));
+        }
+    }
 
-    check_span(&rounds, &loads)?;
+    // Each tier of a scenario is a phase of its own.
+    let plan_loads: Vec<(usize, LoadModel)> = loads
+        .iter()
+        .zip(&workloads)
+        .enumerate()
+        .flat_map(|(i, (l, w))| std::iter::repeat_n((i, l.clone()), w.plan_scenarios()))
+        .collect();
+    check_span(&rounds, &plan_loads)?;
     if let Some(ua) = &c.user_agent {
         check_user_agent(ua).map_err(|m| invalid("campaign.user_agent", m))?;
     }
@@ -96,13 +124,26 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
         None => PromptSet::builtin(),
         Some(path) => PromptSet::load(&base_dir.join(path)).map_err(CampaignError::Prompts)?,
     };
-    let scenarios = file
+    let scenarios: Vec<_> = file
         .scenarios
         .iter()
         .enumerate()
-        .map(|(i, s)| validate_scenario(i, s, &loads[i], &prompt_set, &file.providers))
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|(i, s)| {
+            validate_scenario(
+                i,
+                s,
+                &loads[i],
+                &workloads[i],
+                &prompt_set,
+                &file.providers,
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .flatten()
+        .collect();
     check_unique("scenarios", file.scenarios.iter().map(|s| s.name.as_str()))?;
+    check_tier_names(&file, &scenarios)?;
     let (timezones, windows) = validate_windows(&file)?;
     let schedule = validate_schedule(&file, &timezones, &windows)?;
     let compat = validate_compat(file.compat.as_ref(), &providers)?;
@@ -133,6 +174,34 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
         quality,
         percentiles,
     })
+}
+
+/// No file scenario is named like the tier of another (`chat.8k` and `chat` with
+/// `input_tokens = [8000]`): each plan scenario's name is unique.
+fn check_tier_names(file: &CampaignFile, scenarios: &[ScenarioSpec]) -> Result<(), CampaignError> {
+    for (j, s) in file.scenarios.iter().enumerate() {
+        let tier = scenarios
+            .iter()
+            .filter_map(|p| p.synth.as_ref().map(|synth| (p, synth)))
+            .find(|(p, _)| p.name == s.name);
+        if let Some((p, synth)) = tier {
+            let i = file
+                .scenarios
+                .iter()
+                .position(|f| f.name == synth.group)
+                .unwrap_or(0);
+            return Err(invalid(
+                format!("scenarios[{j}].name"),
+                format!(
+                    "{:?} is also the name of tier {} of scenarios[{i}] ({:?}): rename one",
+                    p.name,
+                    crate::synth::tier_label(synth.input_tokens),
+                    synth.group
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `campaign.percentiles`: each in (0, 100), strictly ascending (sorted, no repeats), 1 to
@@ -399,6 +468,7 @@ mod tests {
         });
         let mut loads = vec![LoadModel::Rounds];
         loads.extend(std::iter::repeat_n(sweep, 42_000));
+        let loads: Vec<(usize, LoadModel)> = loads.into_iter().enumerate().collect();
         let e = check_span(&rounds, &loads).unwrap_err().to_string();
         assert!(e.starts_with("scenarios[414"), "{e}");
         assert!(
