@@ -44,10 +44,10 @@ fn prefix(prompt: &str) -> &str {
 
 impl PromptCache {
     /// Looks up and remembers the prefix of a request with `prompt` text and `prompt_tokens`
-    /// estimated tokens: the cached tokens it reports (the prefix's estimated tokens when
-    /// the prefix was remembered, else 0). Requests under [`CACHE_MIN_PROMPT_TOKENS`] are
-    /// neither cached nor remembered.
-    pub fn lookup(&self, prompt: &str, prompt_tokens: u32) -> u32 {
+    /// tokens: the cached tokens it reports (the prefix's tokens, as `count` counts a text,
+    /// when the prefix was remembered, else 0). Requests under [`CACHE_MIN_PROMPT_TOKENS`]
+    /// are neither cached nor remembered.
+    pub fn lookup(&self, prompt: &str, prompt_tokens: u32, count: impl Fn(&str) -> u32) -> u32 {
         if prompt_tokens < CACHE_MIN_PROMPT_TOKENS {
             return 0;
         }
@@ -55,7 +55,7 @@ impl PromptCache {
         let key = text::fnv1a64(p.as_bytes());
         let mut e = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if e.seen.contains(&key) {
-            return text::estimate_prompt_tokens(p.chars().count()).min(prompt_tokens);
+            return count(p).min(prompt_tokens);
         }
         if e.order.len() >= CACHE_ENTRIES
             && let Some(old) = e.order.pop_front()
@@ -72,24 +72,28 @@ impl PromptCache {
 mod tests {
     use super::*;
 
+    fn chars(t: &str) -> u32 {
+        text::estimate_prompt_tokens(t.chars().count())
+    }
+
     #[test]
     fn long_prefixes_hit_on_the_second_request_and_the_oldest_is_forgotten() {
         let c = PromptCache::default();
         let long = "a".repeat(5000);
-        assert_eq!(c.lookup(&long, 1250), 0);
-        assert_eq!(c.lookup(&long, 1250), 1024);
+        assert_eq!(c.lookup(&long, 1250, chars), 0);
+        assert_eq!(c.lookup(&long, 1250, chars), 1024);
         // Same first 4 KiB, another tail: a hit.
-        assert_eq!(c.lookup(&format!("{long}tail"), 1251), 1024);
+        assert_eq!(c.lookup(&format!("{long}tail"), 1251, chars), 1024);
         // Short prompts are never cached.
-        assert_eq!(c.lookup("short", 2), 0);
-        assert_eq!(c.lookup("short", 2), 0);
+        assert_eq!(c.lookup("short", 2, chars), 0);
+        assert_eq!(c.lookup("short", 2, chars), 0);
         // Multi-byte text is cut on a character boundary.
         let wide = "é".repeat(3000);
-        assert_eq!(c.lookup(&wide, 1500), 0);
-        assert_eq!(c.lookup(&wide, 1500), 512);
+        assert_eq!(c.lookup(&wide, 1500, chars), 0);
+        assert_eq!(c.lookup(&wide, 1500, chars), 512);
         for i in 0..CACHE_ENTRIES {
-            c.lookup(&format!("{i:08}{long}"), 1250);
+            c.lookup(&format!("{i:08}{long}"), 1250, chars);
         }
-        assert_eq!(c.lookup(&long, 1250), 0, "evicted");
+        assert_eq!(c.lookup(&long, 1250, chars), 0, "evicted");
     }
 }

@@ -182,6 +182,9 @@ mod tests {
             ("quantized", &absent),
             ("swapper", &[C::PromptCache, C::WrongKey]),
             ("locked", &[C::SystemFingerprint, C::PromptCache]),
+            ("slo-lab", &absent),
+            ("long-ctx", &absent),
+            ("short-ctx", &absent),
         ];
         let all = all_builtin_profiles();
         assert_eq!(all.len(), want.len());

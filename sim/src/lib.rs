@@ -1,8 +1,9 @@
 //! `latmesh-sim`: simulated LLM inference providers for latmesh's demo, tests and benchmarks,
 //! speaking OpenAI Chat Completions, Anthropic Messages and OpenAI Responses.
 //!
-//! * [`serve_providers`] serves the nine built-in providers (see [`builtin_profiles`]) and
-//!   the seven compatibility trap providers ([`trap_profiles`]), or
+//! * [`serve_providers`] serves the nine built-in providers (see [`builtin_profiles`]),
+//!   the seven compatibility trap providers ([`trap_profiles`]) and the three lab providers
+//!   ([`lab_profiles`]), or
 //!   your own [`ProviderProfile`]s at `http://ADDR/{provider}/v1` on the three APIs
 //!   (`/chat/completions`, `/messages`, `/responses`: one planner ([`plan`]) and one
 //!   renderer per API ([`render`]), so a provider behaves the same on each), each with its own
@@ -45,8 +46,16 @@
 //! * [`serve_replay`] serves one recorded response (`tests/fixtures/sse-cases/NN-name.sse`) byte for
 //!   byte.
 //!
-//! Prompt tokens are estimated as `ceil(chars / 4)` over all message contents (the system
-//! prompt / `instructions` included), whichever API carried them ([`request`]).
+//! Prompt tokens ([`tokens`]) are counted over all message contents (the system prompt /
+//! `instructions` included), whichever API carried them ([`request`]): latmesh's generated
+//! prompts ([`latmesh_core::synth`]) by words (times the profile's `tokens_per_word`), other
+//! text as `ceil(chars / 4)`, plus the profile's `template_tokens`. A request longer than the
+//! profile's context window is refused with the API's `context_length_exceeded` error
+//! ([`context_limit`]); `ignore_eos` and `min_tokens` shape the answer's length on every API.
+//! * Long-context and SLO ground truth ([`slo_truth`]): the TTFT a jitter-free profile plans
+//!   for a prompt, the time a request holds a serving slot, and the highest constant rate at
+//!   which an SLO still holds; the three exact [`lab_profiles`] (`slo-lab`, `long-ctx`,
+//!   `short-ctx`) make these known in advance.
 //!
 //! Timing uses tokio timers (1 ms resolution) against absolute deadlines: an ITL below
 //! 1 ms comes out as small bursts whose average rate is right; an ITL of 0 streams as fast
@@ -56,6 +65,7 @@
 
 pub mod cache;
 pub mod compat_truth;
+pub mod context_limit;
 pub mod hostile;
 pub mod plan;
 pub mod profile;
@@ -65,7 +75,9 @@ pub mod render;
 pub mod replay;
 pub mod request;
 pub mod script;
+pub mod slo_truth;
 pub mod text;
+pub mod tokens;
 pub mod truth;
 
 #[cfg(test)]
@@ -77,8 +89,8 @@ use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 
 pub use profile::{
-    DEFAULT_MODEL_ID, LOCKED_API_KEY, ProviderProfile, all_builtin_profiles, builtin_profiles,
-    trap_profiles,
+    DEFAULT_MODEL_ID, LAB_OUTPUT_TOKENS, LOCKED_API_KEY, ProviderProfile, all_builtin_profiles,
+    builtin_profiles, lab_profiles, trap_profiles,
 };
 pub use provider::{PLANNED_TTFT_HEADER, QUEUE_WAIT_HEADER, REGION_DELAY_HEADER, providers_router};
 pub use region::{REGION_HEADER, RegionTable};
@@ -104,8 +116,8 @@ pub struct SimConfig {
 }
 
 impl Default for SimConfig {
-    /// Seed 7, every built-in profile (the nine demo providers and the seven trap
-    /// providers: [`all_builtin_profiles`]), the built-in region table, real time, a new
+    /// Seed 7, every built-in profile (the nine demo providers, the seven trap providers
+    /// and the three lab providers: [`all_builtin_profiles`]), the built-in region table, real time, a new
     /// ground-truth log of the default capacity.
     fn default() -> Self {
         SimConfig {

@@ -52,8 +52,8 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:0")]
         listen: SocketAddr,
     },
-    /// List the built-in providers: the nine demo providers, then the seven compatibility
-    /// trap providers.
+    /// List the built-in providers: the nine demo providers, the seven compatibility trap
+    /// providers, then the three exact lab providers (long contexts, SLO rates).
     Providers,
 }
 

@@ -38,6 +38,13 @@ pub struct PlanInput {
     pub scripted: Option<(u32, FinishReason)>,
     /// Prompt tokens read from the prompt cache: not prefilled again.
     pub cached_tokens: u32,
+    /// The request's `ignore_eos`: a natural (unscripted) answer runs to the output cap,
+    /// finish reason `length`; without a cap, to the profile's `output_tokens_max`, finish
+    /// reason `length` too. A scripted answer keeps its script.
+    pub ignore_eos: bool,
+    /// The request's `min_tokens`: a natural answer is at least this long (then cut by the
+    /// cap as usual). A scripted answer keeps its script.
+    pub min_tokens: u32,
 }
 
 /// What a request asks of a model that reasons (a profile with `reasoning_tokens_max` > 0;
@@ -135,6 +142,13 @@ impl AnswerPlan {
         self.chunks.last().map_or(self.ttft_us, |c| c.at_us)
     }
 
+    /// When the second token chunk (reasoning or content) is sent, in µs after the headers:
+    /// the planned time to second token (TTST, counted from the headers as `ttft_us` is);
+    /// `None` with fewer than two chunks.
+    pub fn ttst_us(&self) -> Option<u64> {
+        self.chunks.get(1).map(|c| c.at_us)
+    }
+
     /// Completion tokens as reported in `usage` (reasoning included, as OpenAI counts).
     pub fn completion_tokens(&self) -> u32 {
         self.reasoning_tokens + self.content_tokens
@@ -199,10 +213,20 @@ pub fn plan(
     let ttft_us = scaled_us(ttft, time_scale);
 
     // Natural length and reasoning budget.
-    let (natural, natural_finish) = input.scripted.unwrap_or((
-        natural_tokens(profile, input.answer_key),
-        FinishReason::Stop,
-    ));
+    let (natural, natural_finish) = match input.scripted {
+        Some(scripted) => scripted,
+        // Runs to the cap (cut there: `length`), or without one to the longest answer.
+        None if input.ignore_eos => (
+            input
+                .max_tokens
+                .map_or(profile.output_tokens_max, |_| u32::MAX),
+            FinishReason::Length,
+        ),
+        None => (
+            natural_tokens(profile, input.answer_key).max(input.min_tokens),
+            FinishReason::Stop,
+        ),
+    };
     let want_reasoning = if profile.reasoning_tokens_max > 0 && input.thinking != Thinking::Off {
         let drawn = rng.random_range(profile.reasoning_tokens_min..=profile.reasoning_tokens_max);
         match input.thinking {
@@ -217,7 +241,9 @@ pub fn plan(
     let cap = input.max_tokens.unwrap_or(u32::MAX);
     let reasoning_tokens = want_reasoning.min(cap);
     let content_tokens = natural.min(cap - reasoning_tokens);
-    let finish_reason = if reasoning_tokens + content_tokens < want_reasoning + natural {
+    let finish_reason = if u64::from(reasoning_tokens + content_tokens)
+        < u64::from(want_reasoning) + u64::from(natural)
+    {
         FinishReason::Length
     } else {
         natural_finish
@@ -321,6 +347,8 @@ mod tests {
             thinking: Thinking::Default,
             scripted: None,
             cached_tokens: 0,
+            ignore_eos: false,
+            min_tokens: 0,
         }
     }
 

@@ -1,5 +1,6 @@
-//! Provider profiles: the nine built-in (demo) providers ([`builtin_profiles`]) and the
-//! seven compatibility trap providers ([`trap_profiles`]).
+//! Provider profiles: the nine built-in (demo) providers ([`builtin_profiles`]), the
+//! seven compatibility trap providers ([`trap_profiles`]) and the three exact lab providers
+//! ([`lab_profiles`]: ground truth for long contexts and SLO rates).
 //!
 //! A profile describes how one simulated provider behaves: when the first token comes,
 //! how fast the rest follow, how tokens are grouped into SSE chunks, how long answers are,
@@ -38,6 +39,33 @@ pub const DEFAULT_MODEL_ID: &str = "deepseek-v4-flash";
 /// sees is ≈ `S` (+ its region delay `d`) while `c` ≤ `capacity`, and ≈ `S × c / capacity`
 /// above it (exactly: no request ever waits while `c` ≤ `capacity`; the queue builds once
 /// `c` > `capacity × (1 + d / S)`). `capacity` 0 means unlimited: no request ever waits.
+/// For an open-loop client sending at a constant rate `r` (one request every `1/r` s), no
+/// request ever waits while `r` ≤ `capacity / S`; above it the queue (and the TTFT) grows
+/// without bound. [`crate::slo_truth`] turns this into the highest rate meeting an SLO.
+///
+/// # Prompt tokens
+/// The prompt tokens of a request (what `usage` reports, what prefill and the context
+/// limit count) are, over the prompt's parts (system prompt / `instructions`, each message's
+/// text parts, reasoning sent back with assistant turns):
+/// * a part that is **generated text** (at least
+///   [`MIN_INPUT_TOKENS`](latmesh_core::synth::MIN_INPUT_TOKENS) lower-case ASCII words
+///   separated by single spaces, as latmesh's generated prompts
+///   ([`latmesh_core::synth`]) are): `words × tokens_per_word`;
+/// * any other part: its characters, 4 to a token;
+///
+/// summed (each kind rounded up once), plus `template_tokens`. See [`crate::tokens`].
+///
+/// # Context limit
+/// With `context_tokens` = `N` > 0, a request with `P` prompt tokens and output cap `C`
+/// (Chat `max_completion_tokens` / `max_tokens`, Anthropic `max_tokens`, Responses
+/// `max_output_tokens`; 0 when the request has none) is refused when `P + C > N`, as OpenAI
+/// counts, with HTTP 400: on Chat `{"error":{"message":"This model's maximum context length
+/// is N tokens. However, you requested P+C tokens (P in the messages, C in the completion).
+/// …","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`,
+/// on Responses the same shape with `param` `input`, on Anthropic
+/// `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long:
+/// P tokens > N maximum"}}` when the prompt alone is too long, else `"input length and
+/// `max_tokens` exceed context limit: P + C > N, …"`. See [`crate::context_limit`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ProviderProfile {
@@ -51,8 +79,22 @@ pub struct ProviderProfile {
     pub models: Vec<String>,
     /// Fixed part of the time to first token.
     pub ttft_base_us: u64,
-    /// Prefill time added per estimated prompt token.
+    /// Prefill time added per prompt token (the count billed in `usage`, template included,
+    /// cached tokens excluded; see [Prompt tokens](ProviderProfile#prompt-tokens)).
     pub prefill_us_per_input_token: u64,
+    /// Tokens the provider's chat template adds to every request's prompt (a count; default
+    /// 0): part of `usage.prompt_tokens`, of the prefill and of the context limit.
+    pub template_tokens: u32,
+    /// Tokens this provider's tokenizer makes of one word of generated text (default 1.0;
+    /// within 0.25..=4): a generated prompt of `w` words counts `ceil(w × tokens_per_word)`
+    /// tokens (see [Prompt tokens](ProviderProfile#prompt-tokens)). Other text is counted at
+    /// 4 characters per token whatever this says.
+    pub tokens_per_word: f64,
+    /// Context window in tokens (0 = unlimited): a request whose prompt tokens plus its
+    /// output cap (`max_tokens` and its equivalents; the prompt alone without a cap) exceed
+    /// it is answered HTTP 400 in the API's shape (see
+    /// [Context limit](ProviderProfile#context-limit)), before any serving slot is taken.
+    pub context_tokens: u32,
     /// Shape (σ of the underlying normal) of the lognormal TTFT multiplier; 0 = no jitter.
     pub ttft_jitter_sigma: f64,
     /// Probability that a request lands in the heavy TTFT tail.
@@ -222,6 +264,9 @@ impl Default for ProviderProfile {
             models: vec![DEFAULT_MODEL_ID.to_string()],
             ttft_base_us: 100_000,
             prefill_us_per_input_token: 0,
+            template_tokens: 0,
+            tokens_per_word: 1.0,
+            context_tokens: 0,
             ttft_jitter_sigma: 0.0,
             ttft_tail_prob: 0.0,
             ttft_tail_factor_min: 1.0,
@@ -374,6 +419,12 @@ impl ProviderProfile {
                 self.wrong_key_status
             ));
         }
+        if !(0.25..=4.0).contains(&self.tokens_per_word) {
+            return Err(format!(
+                "{n}.tokens_per_word = {}: must be within 0.25..=4",
+                self.tokens_per_word
+            ));
+        }
         let max = tokio::sync::Semaphore::MAX_PERMITS;
         if !usize::try_from(self.capacity).is_ok_and(|c| c <= max) {
             return Err(format!(
@@ -389,17 +440,28 @@ impl ProviderProfile {
 /// `ap-southeast`; a streaming request with `max_tokens` 64 and a short prompt takes well
 /// under 2 s on every one of them at the median.
 ///
-/// | name | home | TTFT base | prefill/token | ITL | tokens/chunk | capacity | special |
-/// | --- | --- | --- | --- | --- | --- | --- | --- |
-/// | fast-lane | us-east | 110 ms | 20 µs | 8 ms | 1 | unlimited | low jitter |
-/// | steady | eu-west | 240 ms | 40 µs | 15 ms | 1 | 16 | very low jitter |
-/// | budget | ap-southeast | 320 ms | 80 µs | 24 ms | 1 | 8 | high jitter, 5% TTFT ×3–5 |
-/// | reasoner | ap-southeast | 200 ms | 50 µs | 12 ms | 1 | unlimited | 20–40 reasoning tokens first; needs them back in later turns |
-/// | throttler | us-east | 180 ms | 40 µs | 14 ms | 1 | unlimited | 25% HTTP 429, Retry-After 1–3 s |
-/// | flaky | eu-west | 160 ms | 40 µs | 12 ms | 1 | unlimited | 10% truncated, 5% 300 ms stall |
-/// | keepalive | eu-west | 550 ms | 50 µs | 10 ms | 1 | unlimited | `: keep-alive` every 50 ms |
-/// | bulk-chunk | us-east | 200 ms | 30 µs | 9 ms | 4–8 | unlimited | chunks ≠ tokens |
-/// | slow-prefill | ap-southeast | 150 ms | 600 µs | 12 ms | 1 | unlimited | TTFT grows with prompt |
+/// | name | home | TTFT base | prefill/token | ITL | tokens/chunk | capacity | context | template | special |
+/// | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |
+/// | fast-lane | us-east | 110 ms | 40 µs | 8 ms | 1 | unlimited | 131,072 | 7 | low jitter |
+/// | steady | eu-west | 240 ms | 40 µs | 15 ms | 1 | 16 | 131,072 | 7 | very low jitter |
+/// | budget | ap-southeast | 320 ms | 80 µs | 24 ms | 1 | 8 | 32,768 | 9 | high jitter, 5% TTFT ×3–5 |
+/// | reasoner | ap-southeast | 200 ms | 50 µs | 12 ms | 1 | unlimited | 65,536 | 12 | 20–40 reasoning tokens first; needs them back in later turns |
+/// | throttler | us-east | 180 ms | 40 µs | 14 ms | 1 | unlimited | 32,768 | 7 | 25% HTTP 429, Retry-After 1–3 s |
+/// | flaky | eu-west | 160 ms | 40 µs | 12 ms | 1 | unlimited | 32,768 | 7 | 10% truncated, 5% 300 ms stall |
+/// | keepalive | eu-west | 550 ms | 10 µs | 10 ms | 1 | unlimited | 65,536 | 7 | `: keep-alive` every 50 ms |
+/// | bulk-chunk | us-east | 200 ms | 30 µs | 9 ms | 4–8 | unlimited | 131,072 | 7 | chunks ≠ tokens; 1.2 tokens per generated word |
+/// | slow-prefill | ap-southeast | 150 ms | 600 µs | 12 ms | 1 | unlimited | 16,384 | 7 | TTFT grows with prompt |
+///
+/// Long contexts (generated prompts of 1k, 8k and 32k words, output cap 256, no queue):
+/// every provider serves 1k and 8k; at 32k `slow-prefill` refuses (16,384-token context:
+/// HTTP 400 `context_length_exceeded`), and so do `budget`, `throttler` and `flaky` once
+/// the output cap passes about 760 tokens (32,768-token contexts). The rankings turn over with the
+/// prompt: at 1k `fast-lane` has the lowest TTFT (≈ 150 ms) and `keepalive` nearly the
+/// highest (≈ 560 ms); at 32k `keepalive` is the fastest (≈ 870 ms) and `fast-lane`
+/// (≈ 1.39 s) is behind it, `budget` ≈ 2.9 s, `slow-prefill` would need 19 s. `bulk-chunk`
+/// counts 1.2 tokens per generated word ("another tokenizer": its 8k tier bills ≈ 9,607
+/// prompt tokens), every other one word per token; every provider adds its chat template's
+/// tokens (7, `budget` 9, `reasoner` 12) to `usage.prompt_tokens`.
 ///
 /// Compatibility and quality (features latency campaigns never exercise, so their latency is
 /// as in the table): `fast-lane` sends a `system_fingerprint` and caches prompts; `budget`
@@ -422,7 +484,9 @@ pub fn builtin_profiles() -> Vec<ProviderProfile> {
     vec![
         ProviderProfile {
             ttft_base_us: 110_000,
-            prefill_us_per_input_token: 20,
+            prefill_us_per_input_token: 40,
+            template_tokens: 7,
+            context_tokens: 131_072,
             ttft_jitter_sigma: 0.10,
             itl_median_us: 8_000,
             itl_sigma: 0.15,
@@ -431,12 +495,14 @@ pub fn builtin_profiles() -> Vec<ProviderProfile> {
             ..base(
                 "fast-lane",
                 "us-east",
-                "low TTFT (~120 ms), fast decode (~8 ms ITL), one token per chunk; sends a system_fingerprint, caches long prompt prefixes",
+                "low TTFT (~120 ms) on short prompts but 40 us prefill per token (~1.4 s at 32k), fast decode (~8 ms ITL); sends a system_fingerprint, caches long prompt prefixes; 128k context",
             )
         },
         ProviderProfile {
             ttft_base_us: 240_000,
             prefill_us_per_input_token: 40,
+            template_tokens: 7,
+            context_tokens: 131_072,
             ttft_jitter_sigma: 0.05,
             itl_median_us: 15_000,
             itl_sigma: 0.06,
@@ -450,6 +516,8 @@ pub fn builtin_profiles() -> Vec<ProviderProfile> {
         ProviderProfile {
             ttft_base_us: 320_000,
             prefill_us_per_input_token: 80,
+            template_tokens: 9,
+            context_tokens: 32_768,
             ttft_jitter_sigma: 0.35,
             ttft_tail_prob: 0.05,
             ttft_tail_factor_min: 3.0,
@@ -468,6 +536,8 @@ pub fn builtin_profiles() -> Vec<ProviderProfile> {
         ProviderProfile {
             ttft_base_us: 200_000,
             prefill_us_per_input_token: 50,
+            template_tokens: 12,
+            context_tokens: 65_536,
             ttft_jitter_sigma: 0.15,
             itl_median_us: 12_000,
             itl_sigma: 0.20,
@@ -483,6 +553,8 @@ pub fn builtin_profiles() -> Vec<ProviderProfile> {
         ProviderProfile {
             ttft_base_us: 180_000,
             prefill_us_per_input_token: 40,
+            template_tokens: 7,
+            context_tokens: 32_768,
             ttft_jitter_sigma: 0.15,
             itl_median_us: 14_000,
             itl_sigma: 0.20,
@@ -498,6 +570,8 @@ pub fn builtin_profiles() -> Vec<ProviderProfile> {
         ProviderProfile {
             ttft_base_us: 160_000,
             prefill_us_per_input_token: 40,
+            template_tokens: 7,
+            context_tokens: 32_768,
             ttft_jitter_sigma: 0.20,
             itl_median_us: 12_000,
             itl_sigma: 0.25,
@@ -512,7 +586,9 @@ pub fn builtin_profiles() -> Vec<ProviderProfile> {
         },
         ProviderProfile {
             ttft_base_us: 550_000,
-            prefill_us_per_input_token: 50,
+            prefill_us_per_input_token: 10,
+            template_tokens: 7,
+            context_tokens: 65_536,
             ttft_jitter_sigma: 0.15,
             itl_median_us: 10_000,
             itl_sigma: 0.15,
@@ -521,12 +597,15 @@ pub fn builtin_profiles() -> Vec<ProviderProfile> {
             ..base(
                 "keepalive",
                 "eu-west",
-                "sends ': keep-alive' comments every 50 ms during a ~550 ms prefill; rejects tools (HTTP 400)",
+                "sends ': keep-alive' comments every 50 ms during a ~550 ms TTFT; fast prefill (10 us per token: the fastest at 32k); rejects tools (HTTP 400); 64k context",
             )
         },
         ProviderProfile {
             ttft_base_us: 200_000,
             prefill_us_per_input_token: 30,
+            template_tokens: 7,
+            tokens_per_word: 1.2,
+            context_tokens: 131_072,
             ttft_jitter_sigma: 0.12,
             itl_median_us: 9_000,
             itl_sigma: 0.20,
@@ -536,12 +615,14 @@ pub fn builtin_profiles() -> Vec<ProviderProfile> {
             ..base(
                 "bulk-chunk",
                 "us-east",
-                "4-8 tokens per SSE chunk, so chunks != tokens; ignores JSON mode (answers prose)",
+                "4-8 tokens per SSE chunk, so chunks != tokens; ignores JSON mode (answers prose); another tokenizer: 1.2 tokens per generated word",
             )
         },
         ProviderProfile {
             ttft_base_us: 150_000,
             prefill_us_per_input_token: 600,
+            template_tokens: 7,
+            context_tokens: 16_384,
             ttft_jitter_sigma: 0.10,
             itl_median_us: 12_000,
             itl_sigma: 0.15,
@@ -549,7 +630,7 @@ pub fn builtin_profiles() -> Vec<ProviderProfile> {
             ..base(
                 "slow-prefill",
                 "ap-southeast",
-                "600 us prefill per prompt token: TTFT grows with prompt length",
+                "600 us prefill per prompt token: TTFT grows with prompt length; 16k context (refuses a 32k prompt)",
             )
         },
     ]
@@ -649,11 +730,77 @@ pub fn trap_profiles() -> Vec<ProviderProfile> {
     ]
 }
 
+/// The lab providers' fixed answer length (`output_tokens_min` = `output_tokens_max`): any
+/// output cap up to it is met exactly, with finish reason `length`.
+pub const LAB_OUTPUT_TOKENS: u32 = 1024;
+
+/// The three built-in lab providers: ground truth for long contexts, token counting and the
+/// highest rate meeting an SLO ([`crate::slo_truth`]). Each is exact: no jitter, no tail, no
+/// throttling, no faults, one token per chunk, answers of [`LAB_OUTPUT_TOKENS`] tokens (so
+/// an output cap is always reached), honest on every compatibility check; home `us-east`.
+///
+/// | name | TTFT base | prefill/token | ITL | capacity | context | template | tokens/word |
+/// | --- | --- | --- | --- | --- | --- | --- | --- |
+/// | slo-lab | 100 ms | 0 | 10 ms | 3 | unlimited | 0 | 1 |
+/// | long-ctx | 100 ms | 50 µs | 10 ms | unlimited | 131,072 | 0 | 1 |
+/// | short-ctx | 100 ms | 50 µs | 10 ms | unlimited | 16,384 | 7 | 1.25 |
+///
+/// * `slo-lab`: a request of `n` output tokens holds a serving slot
+///   `S = 100 ms + (n − 1) × 10 ms` (whatever its prompt): with 41 output tokens `S` = 500 ms
+///   and, 3 at once, the highest constant rate without a queue is 3 / 0.5 s = **6 requests/s**
+///   ([`crate::slo_truth::capacity_rps`]); above it the TTFT grows without bound.
+/// * `long-ctx`: TTFT = 100 ms + 50 µs × prompt tokens: 150 ms at 1k words, 500 ms at 8k,
+///   1.7 s at 32k ([`crate::slo_truth::ttft_us`]).
+/// * `short-ctx`: "another tokenizer": `w` generated words bill `ceil(1.25 × w) + 7` prompt
+///   tokens (1,257 at 1k, 10,007 at 8k); refuses 32k words (40,007 tokens > 16,384: HTTP 400
+///   `context_length_exceeded`).
+pub fn lab_profiles() -> Vec<ProviderProfile> {
+    let base = |name: &str, description: &str| ProviderProfile {
+        name: name.to_string(),
+        home_region: "us-east".to_string(),
+        description: description.to_string(),
+        ttft_base_us: 100_000,
+        itl_median_us: 10_000,
+        output_tokens_min: LAB_OUTPUT_TOKENS,
+        output_tokens_max: LAB_OUTPUT_TOKENS,
+        ..ProviderProfile::default()
+    };
+    vec![
+        ProviderProfile {
+            capacity: 3,
+            ..base(
+                "slo-lab",
+                "lab: exact, 100 ms TTFT whatever the prompt, 10 ms ITL, serves 3 at once: 41 output tokens hold a slot 500 ms, so 6 requests/s is the highest rate without a queue",
+            )
+        },
+        ProviderProfile {
+            prefill_us_per_input_token: 50,
+            context_tokens: 131_072,
+            ..base(
+                "long-ctx",
+                "lab: exact, TTFT 100 ms + 50 us per prompt token (1.7 s at 32k), 10 ms ITL, 128k context",
+            )
+        },
+        ProviderProfile {
+            prefill_us_per_input_token: 50,
+            context_tokens: 16_384,
+            template_tokens: 7,
+            tokens_per_word: 1.25,
+            ..base(
+                "short-ctx",
+                "lab: exact, like long-ctx with a 16k context (refuses 32k) and another tokenizer: 1.25 tokens per word + 7 template tokens",
+            )
+        },
+    ]
+}
+
 /// Every built-in provider: the nine of [`builtin_profiles`], then the seven of
-/// [`trap_profiles`] (what `latmesh-sim serve` and [`crate::SimConfig::default`] serve).
+/// [`trap_profiles`], then the three of [`lab_profiles`] (what `latmesh-sim serve` and
+/// [`crate::SimConfig::default`] serve).
 pub fn all_builtin_profiles() -> Vec<ProviderProfile> {
     let mut all = builtin_profiles();
     all.extend(trap_profiles());
+    all.extend(lab_profiles());
     all
 }
 
@@ -687,11 +834,11 @@ mod tests {
     fn trap_profiles_are_valid_quiet_and_each_sets_its_trap() {
         let traps = trap_profiles();
         let all = all_builtin_profiles();
-        assert_eq!((traps.len(), all.len()), (7, 16));
+        assert_eq!((traps.len(), all.len()), (7, 19));
         let mut names: Vec<_> = all.iter().map(|p| p.name.as_str()).collect();
         names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), 16);
+        assert_eq!(names.len(), 19);
         let honest = ProviderProfile::default();
         for t in &traps {
             t.validate().unwrap();

@@ -47,7 +47,7 @@ use crate::region::REGION_HEADER;
 use crate::render::{self, ErrorKind, Frame, Mark, Render};
 use crate::request::SimRequest;
 use crate::truth::{self, ConnTap, PROBE_ID_HEADER, Recorder, TruthLog};
-use crate::{script, text};
+use crate::{context_limit, script, text, tokens};
 
 /// Response header: planned server-side delay from the response headers to the first
 /// token chunk, in µs (region delay excluded).
@@ -302,6 +302,17 @@ async fn answer(
     if let Some(msg) = req.reasoning_passback_error(profile.reasoning_passback) {
         return invalid(&msg, None);
     }
+    let prompt_tokens = req.prompt_tokens(profile);
+    // Refused for its length before it is counted, planned or queued.
+    if let Some(e) = context_limit::check(api, profile, prompt_tokens, req.max_tokens) {
+        return render::error_response(
+            api,
+            &echo,
+            ErrorKind::ContextLengthExceeded,
+            &e.message,
+            e.param,
+        );
+    }
     let index = provider.requests.fetch_add(1, Ordering::Relaxed);
     let mut rng = plan::request_rng(st.seed, name, index);
     let answer_key = req.answer_key();
@@ -313,9 +324,14 @@ async fn answer(
         answer_key,
         cjk,
     );
-    let prompt_tokens = req.prompt_tokens();
     let cached_tokens = if profile.prompt_cache {
-        provider.cache.lookup(&req.prompt_text(), prompt_tokens)
+        provider
+            .cache
+            .lookup(&req.prompt_text(), prompt_tokens, |prefix| {
+                // A cut may end on the space between two words.
+                tokens::prompt_tokens(profile, [prefix.trim_end_matches(' ')])
+                    .saturating_sub(profile.template_tokens)
+            })
     } else {
         0
     };
@@ -331,6 +347,8 @@ async fn answer(
                 s.finish(),
             )
         }),
+        ignore_eos: req.ignore_eos,
+        min_tokens: req.min_tokens,
     };
     let decision = plan::plan(profile, &input, req.stream, st.time_scale, &mut rng);
     let caller = req_headers.get(REGION_HEADER).and_then(|v| v.to_str().ok());

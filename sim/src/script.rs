@@ -302,6 +302,8 @@ mod tests {
             stop: Vec::new(),
             json_mode: false,
             tool: None,
+            ignore_eos: false,
+            min_tokens: 0,
         }
     }
 

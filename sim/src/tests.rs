@@ -17,6 +17,7 @@ mod apis;
 mod compat;
 mod prober;
 mod traps;
+mod workloads;
 
 /// A response read off the wire.
 struct Raw {
@@ -272,8 +273,9 @@ async fn stream_has_requested_tokens_and_usage() {
     let usage = json.last().unwrap();
     assert_eq!(usage["choices"].as_array().unwrap().len(), 0);
     assert_eq!(usage["usage"]["completion_tokens"], 16);
-    assert_eq!(usage["usage"]["prompt_tokens"], 12); // (9 + 38) chars -> ceil(47 / 4)
-    assert_eq!(usage["usage"]["total_tokens"], 28);
+    // (9 + 38) chars -> ceil(47 / 4), plus fast-lane's 7 template tokens.
+    assert_eq!(usage["usage"]["prompt_tokens"], 19);
+    assert_eq!(usage["usage"]["total_tokens"], 35);
     assert!(
         json.iter()
             .all(|p| p["object"] == "chat.completion.chunk" && p["model"] == "deepseek-v4-flash")

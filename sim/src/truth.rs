@@ -184,6 +184,15 @@ impl ProbeTruth {
             .map(|f| self.since_received(f.stamp.at()))
     }
 
+    /// Server-side time to second token: the second token frame ([`Stamp::at`]) −
+    /// `received` (latmesh's TTST, counted like TTFT; AIPerf's counts from the first token:
+    /// this minus [`ttft`](Self::ttft)). `None` with fewer than two token frames.
+    pub fn ttst(&self) -> Option<Duration> {
+        self.frames
+            .get(1)
+            .map(|f| self.since_received(f.stamp.at()))
+    }
+
     /// Server-side time to first content token.
     pub fn ttfc(&self) -> Option<Duration> {
         self.first_content_frame()
@@ -213,6 +222,7 @@ impl ProbeTruth {
             finished: self.end.is_some(),
             truncated: self.truncated,
             server_ttft_us: self.ttft().map(us),
+            server_ttst_us: self.ttst().map(us),
             server_ttfc_us: self.ttfc().map(us),
             server_e2e_us: self.e2e().map(us),
             first_token_frame: self.first_token_frame(),
@@ -252,6 +262,7 @@ impl ProbeTruth {
             truncated: self.truncated,
             queue_wait_us: us(self.queue_wait),
             server_ttft_us: self.ttft().map(us),
+            server_ttst_us: self.ttst().map(us),
             first_token_handed_us: self
                 .frames
                 .first()
@@ -337,6 +348,9 @@ pub struct TruthReport {
     pub truncated: bool,
     /// First token frame − receipt.
     pub server_ttft_us: Option<u64>,
+    /// Second token frame − receipt (`null` with fewer than two token frames).
+    #[serde(default)]
+    pub server_ttst_us: Option<u64>,
     /// First content frame − receipt.
     pub server_ttfc_us: Option<u64>,
     /// Last frame − receipt.
@@ -380,6 +394,9 @@ pub struct TruthSummary {
     /// First token frame − receipt, `written` when tracked, else `handed` (as
     /// [`TruthReport::server_ttft_us`]).
     pub server_ttft_us: Option<u64>,
+    /// Second token frame − receipt, like `server_ttft_us` (`null` with fewer than two).
+    #[serde(default)]
+    pub server_ttst_us: Option<u64>,
     /// First token frame handed to hyper − receipt: the earliest instant any client could
     /// read the first token.
     pub first_token_handed_us: Option<u64>,

@@ -245,6 +245,9 @@ pub(crate) fn named_event(name: &str, data: &Value) -> Bytes {
 pub enum ErrorKind {
     /// HTTP 400: the request is not usable.
     InvalidRequest,
+    /// HTTP 400: prompt and output cap exceed the context window (OpenAI's code
+    /// `context_length_exceeded`; see [`crate::context_limit`]).
+    ContextLengthExceeded,
     /// HTTP 404: no such provider.
     NotFound,
     /// HTTP 429: throttled.
@@ -259,7 +262,7 @@ impl ErrorKind {
     /// The status on `api`.
     pub fn status(self, api: Api) -> StatusCode {
         match self {
-            ErrorKind::InvalidRequest => StatusCode::BAD_REQUEST,
+            ErrorKind::InvalidRequest | ErrorKind::ContextLengthExceeded => StatusCode::BAD_REQUEST,
             ErrorKind::NotFound => StatusCode::NOT_FOUND,
             ErrorKind::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             ErrorKind::Overloaded if api == Api::Anthropic => {
@@ -274,6 +277,9 @@ impl ErrorKind {
     fn openai(self) -> (&'static str, &'static str) {
         match self {
             ErrorKind::InvalidRequest => ("invalid_request_error", "invalid_request"),
+            ErrorKind::ContextLengthExceeded => {
+                ("invalid_request_error", "context_length_exceeded")
+            }
             ErrorKind::NotFound => ("invalid_request_error", "model_not_found"),
             ErrorKind::RateLimited => ("rate_limit_error", "rate_limit_exceeded"),
             ErrorKind::Overloaded => ("server_error", "overloaded"),
@@ -284,7 +290,7 @@ impl ErrorKind {
     /// Anthropic's `error.type`.
     fn anthropic(self) -> &'static str {
         match self {
-            ErrorKind::InvalidRequest => "invalid_request_error",
+            ErrorKind::InvalidRequest | ErrorKind::ContextLengthExceeded => "invalid_request_error",
             ErrorKind::NotFound => "not_found_error",
             ErrorKind::RateLimited => "rate_limit_error",
             ErrorKind::Overloaded => "overloaded_error",

@@ -34,6 +34,10 @@ struct MessagesRequest {
     stop_sequences: Option<Value>,
     #[serde(default)]
     tools: Option<Value>,
+    #[serde(default)]
+    ignore_eos: Option<bool>,
+    #[serde(default)]
+    min_tokens: Option<i64>,
 }
 
 #[derive(Deserialize)]
@@ -74,6 +78,7 @@ pub fn parse(body: &[u8]) -> Result<SimRequest, RequestError> {
         ));
     };
     let max_tokens = super::cap("max_tokens", Some(max))?;
+    let (ignore_eos, min_tokens) = super::exact_output(req.ignore_eos, req.min_tokens, max_tokens)?;
     let messages = match req.messages {
         Some(m) if !m.is_empty() => m,
         _ => {
@@ -156,6 +161,8 @@ pub fn parse(body: &[u8]) -> Result<SimRequest, RequestError> {
         stop: super::stop_sequences(req.stop_sequences.as_ref()),
         json_mode: false,
         tool: super::first_tool_name(req.tools.as_ref(), |t| t.get("name")),
+        ignore_eos,
+        min_tokens,
     })
 }
 
@@ -175,7 +182,7 @@ mod tests {
         assert!(r.stream && r.include_usage);
         assert_eq!(r.max_tokens, Some(12));
         assert_eq!(r.prompt_text(), "abcd\nefghi");
-        assert_eq!(r.prompt_tokens(), 3);
+        assert_eq!(r.prompt_tokens(&crate::ProviderProfile::default()), 3);
         assert_eq!(
             r.thinking,
             Thinking::On {
@@ -238,7 +245,7 @@ mod tests {
             "{e}"
         );
         // 2 + 2 + 2 text chars and 7 of thinking.
-        assert_eq!(good.prompt_tokens(), 4);
+        assert_eq!(good.prompt_tokens(&crate::ProviderProfile::default()), 4);
 
         let bare = parse(turn("").as_bytes()).unwrap();
         let e = bare

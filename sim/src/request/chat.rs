@@ -56,6 +56,12 @@ pub struct ChatRequest {
     /// Declared tools: `[{"type": "function", "function": {"name", "parameters"}}]`.
     #[serde(default)]
     pub tools: Option<Value>,
+    /// vLLM's `ignore_eos`: generate to the output cap.
+    #[serde(default)]
+    pub ignore_eos: Option<bool>,
+    /// vLLM's `min_tokens`: the fewest output tokens.
+    #[serde(default)]
+    pub min_tokens: Option<i64>,
 }
 
 /// One chat message.
@@ -147,6 +153,7 @@ pub fn parse(body: &[u8], profile: &ProviderProfile) -> Result<SimRequest, Reque
         Some(m) => super::cap("max_completion_tokens", Some(m))?,
         None => super::cap("max_tokens", req.max_tokens)?,
     };
+    let (ignore_eos, min_tokens) = super::exact_output(req.ignore_eos, req.min_tokens, max_tokens)?;
     let mut parts = Vec::new();
     let mut assistant_turns = Vec::new();
     let mut last_user = None;
@@ -184,6 +191,8 @@ pub fn parse(body: &[u8], profile: &ProviderProfile) -> Result<SimRequest, Reque
         stop: super::stop_sequences(req.stop.as_ref()),
         json_mode: super::json_format(req.response_format.as_ref()),
         tool: super::first_tool_name(req.tools.as_ref(), |t| t.get("function")?.get("name")),
+        ignore_eos,
+        min_tokens,
     })
 }
 
@@ -208,7 +217,7 @@ mod tests {
         assert!(r.include_usage);
         assert_eq!(r.max_tokens, Some(12));
         assert_eq!(r.prompt_text(), "abcd\nefghi");
-        assert_eq!(r.prompt_tokens(), 3); // 9 chars -> ceil(9/4)
+        assert_eq!(r.prompt_tokens(&ProviderProfile::default()), 3); // 9 chars -> ceil(9/4)
         assert_eq!(r.thinking, Thinking::Default);
     }
 
@@ -325,8 +334,8 @@ mod tests {
             .unwrap();
         assert!(e.contains("assistant message 1 (messages[1])"), "{e}");
         // The reasoning sent back counts as prompt: 2+2+2+2+2 content chars, 11+11 reasoning.
-        assert_eq!(full.prompt_tokens(), 8);
-        assert_eq!(partial.prompt_tokens(), 6);
+        assert_eq!(full.prompt_tokens(&ProviderProfile::default()), 8);
+        assert_eq!(partial.prompt_tokens(&ProviderProfile::default()), 6);
         // A single-turn request never fails the check.
         let single = p(br#"{"messages":[{"role":"user","content":"hi"}]}"#);
         assert_eq!(

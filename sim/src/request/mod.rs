@@ -93,6 +93,12 @@ pub struct SimRequest {
     /// The name of the first declared tool (Chat `tools[0].function.name`, Anthropic and
     /// Responses `tools[0].name`), when tools are declared.
     pub tool: Option<String>,
+    /// `ignore_eos: true` (vLLM, SGLang; read on every API): the answer runs to the output
+    /// cap (finish reason `length`), see [`crate::plan::PlanInput::ignore_eos`].
+    pub ignore_eos: bool,
+    /// `min_tokens` (vLLM; read on every API): the natural answer is at least this long
+    /// (0 when absent). At most the output cap.
+    pub min_tokens: u32,
 }
 
 impl SimRequest {
@@ -115,18 +121,19 @@ impl SimRequest {
         self.parts.join("\n")
     }
 
-    /// Estimated prompt tokens: `ceil(chars / 4)` over the characters of all prompt parts and
-    /// of the reasoning sent back with assistant turns (the newlines that
-    /// [`prompt_text`](Self::prompt_text) puts between parts are not counted).
-    pub fn prompt_tokens(&self) -> u32 {
-        let chars: usize = self.parts.iter().map(|p| p.chars().count()).sum();
-        let reasoning: usize = self
+    /// The prompt tokens `profile` counts ([`crate::tokens::prompt_tokens`]) over all prompt
+    /// parts and the reasoning sent back with assistant turns (the newlines that
+    /// [`prompt_text`](Self::prompt_text) puts between parts are not counted): generated
+    /// text by words, other text at `ceil(chars / 4)`, plus the profile's template tokens.
+    pub fn prompt_tokens(&self, profile: &ProviderProfile) -> u32 {
+        let reasoning = self
             .assistant_turns
             .iter()
-            .filter_map(|t| t.reasoning.as_deref())
-            .map(|r| r.chars().count())
-            .sum();
-        text::estimate_prompt_tokens(chars + reasoning)
+            .filter_map(|t| t.reasoning.as_deref());
+        crate::tokens::prompt_tokens(
+            profile,
+            self.parts.iter().map(String::as_str).chain(reasoning),
+        )
     }
 
     /// Key that fixes the answer's natural length and text: a hash of the prompt text and
@@ -272,6 +279,37 @@ pub(crate) fn thinking_from_effort(effort: Option<&str>) -> Thinking {
         },
         None => Thinking::Default,
     }
+}
+
+/// The `ignore_eos` and `min_tokens` of a request (vLLM's extra sampling fields, read on
+/// every API): `(ignore_eos, min_tokens)`.
+///
+/// # Errors
+/// `min_tokens` below 0 or above the output cap `max_tokens` (as vLLM refuses it).
+pub(crate) fn exact_output(
+    ignore_eos: Option<bool>,
+    min_tokens: Option<i64>,
+    max_tokens: Option<u32>,
+) -> Result<(bool, u32), RequestError> {
+    let min = match min_tokens {
+        None => 0,
+        Some(m) if m < 0 => {
+            return Err(RequestError::param(
+                format!("min_tokens must be greater than or equal to 0, got {m}"),
+                "min_tokens",
+            ));
+        }
+        Some(m) => u32::try_from(m).unwrap_or(u32::MAX),
+    };
+    if let Some(cap) = max_tokens
+        && min > cap
+    {
+        return Err(RequestError::param(
+            format!("min_tokens must be less than or equal to max_tokens={cap}, got {min}"),
+            "min_tokens",
+        ));
+    }
+    Ok((ignore_eos.unwrap_or(false), min))
 }
 
 /// An output cap read from `field`: at least 1.

@@ -31,6 +31,10 @@ struct ResponsesRequest {
     text: Option<Value>,
     #[serde(default)]
     tools: Option<Value>,
+    #[serde(default)]
+    ignore_eos: Option<bool>,
+    #[serde(default)]
+    min_tokens: Option<i64>,
 }
 
 /// The text of a `reasoning` item: its summary texts, else its `reasoning_text` contents.
@@ -52,6 +56,7 @@ pub fn parse(body: &[u8]) -> Result<SimRequest, RequestError> {
     let req: ResponsesRequest = serde_json::from_slice(body)
         .map_err(|e| RequestError::new(format!("invalid request body: {e}")))?;
     let max_tokens = super::cap("max_output_tokens", req.max_output_tokens)?;
+    let (ignore_eos, min_tokens) = super::exact_output(req.ignore_eos, req.min_tokens, max_tokens)?;
     let mut parts: Vec<String> = req.instructions.into_iter().collect();
     let mut assistant_turns = Vec::new();
     let mut last_user = None;
@@ -108,6 +113,8 @@ pub fn parse(body: &[u8]) -> Result<SimRequest, RequestError> {
         stop: Vec::new(),
         json_mode: super::json_format(req.text.as_ref().and_then(|t| t.get("format"))),
         tool: super::first_tool_name(req.tools.as_ref(), |t| t.get("name")),
+        ignore_eos,
+        min_tokens,
     })
 }
 
@@ -167,6 +174,6 @@ mod tests {
             "{e}"
         );
         // 5 × 2 text chars, 7 of reasoning.
-        assert_eq!(r.prompt_tokens(), 5);
+        assert_eq!(r.prompt_tokens(&crate::ProviderProfile::default()), 5);
     }
 }

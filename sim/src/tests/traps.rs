@@ -290,6 +290,9 @@ async fn every_built_in_profile_shows_exactly_its_documented_traps() {
         ("quantized", &["quantized"]),
         ("swapper", &["fingerprint", "swapped"]),
         ("locked", &["key_checked"]),
+        ("slo-lab", &[]),
+        ("long-ctx", &[]),
+        ("short-ctx", &[]),
     ];
     assert_eq!(want.len(), crate::all_builtin_profiles().len());
     let seen = futures::future::join_all(want.iter().map(|(name, _)| observed(addr, name))).await;
