@@ -92,7 +92,10 @@ pub use profile::{
     DEFAULT_MODEL_ID, LAB_OUTPUT_TOKENS, LOCKED_API_KEY, ProviderProfile, all_builtin_profiles,
     builtin_profiles, lab_profiles, trap_profiles,
 };
-pub use provider::{PLANNED_TTFT_HEADER, QUEUE_WAIT_HEADER, REGION_DELAY_HEADER, providers_router};
+pub use provider::{
+    PLANNED_TTFT_HEADER, PLANNED_TTST_HEADER, QUEUE_WAIT_HEADER, REGION_DELAY_HEADER,
+    providers_router,
+};
 pub use region::{REGION_HEADER, RegionTable};
 pub use replay::{ReplayCase, replay_router};
 pub use truth::{PROBE_ID_HEADER, ProbeTruth, TruthLog, TruthReport, TruthSummary};

@@ -524,6 +524,73 @@ mod tests {
     }
 
     #[test]
+    fn ignore_eos_and_min_tokens_set_the_length() {
+        let eos = |max_tokens, ignore_eos, min_tokens| {
+            let inp = PlanInput {
+                ignore_eos,
+                min_tokens,
+                ..input(20, max_tokens, 5)
+            };
+            answers("fast-lane", 1, inp).remove(0)
+        };
+        let natural = eos(Some(1000), false, 0);
+        assert!((32..=480).contains(&natural.content_tokens));
+        assert_eq!(natural.finish_reason, FinishReason::Stop);
+        let to_cap = eos(Some(1000), true, 0);
+        assert_eq!(
+            (to_cap.content_tokens, to_cap.finish_reason),
+            (1000, FinishReason::Length)
+        );
+        assert_eq!(to_cap.chunks.len(), 1000);
+        // Without a cap: the profile's longest answer.
+        let uncapped = eos(None, true, 0);
+        assert_eq!(
+            (uncapped.content_tokens, uncapped.finish_reason),
+            (480, FinishReason::Length)
+        );
+        let min = eos(Some(1000), false, 700);
+        assert_eq!(
+            (min.content_tokens, min.finish_reason),
+            (700, FinishReason::Stop)
+        );
+        let cut = eos(Some(600), false, 700);
+        assert_eq!(
+            (cut.content_tokens, cut.finish_reason),
+            (600, FinishReason::Length)
+        );
+        // A reasoner's cap covers its reasoning too.
+        let inp = PlanInput {
+            ignore_eos: true,
+            ..input(20, Some(100), 5)
+        };
+        let r = answers("reasoner", 1, inp).remove(0);
+        assert_eq!(r.completion_tokens(), 100);
+        assert_eq!(r.finish_reason, FinishReason::Length);
+        // The planned second chunk: one ITL after the first on a one-token-per-chunk plan.
+        let p = ProviderProfile::fixed("x", 1_000, 250);
+        let Decision::Answer(a) = plan(
+            &p,
+            &input(20, Some(3), 1),
+            true,
+            1.0,
+            &mut request_rng(1, "x", 0),
+        ) else {
+            panic!("answers")
+        };
+        assert_eq!((a.ttft_us, a.ttst_us()), (1_000, Some(1_250)));
+        let Decision::Answer(one) = plan(
+            &p,
+            &input(20, Some(1), 1),
+            true,
+            1.0,
+            &mut request_rng(1, "x", 0),
+        ) else {
+            panic!("answers")
+        };
+        assert_eq!(one.ttst_us(), None);
+    }
+
+    #[test]
     fn time_scale_shrinks_delays() {
         let p = profile("steady");
         let inp = input(10, Some(16), 1);

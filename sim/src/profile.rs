@@ -844,13 +844,7 @@ mod tests {
             t.validate().unwrap();
             assert!(BUILTIN_REGIONS.contains(&t.home_region.as_str()));
             assert!(t.description.starts_with("trap: "), "{}", t.name);
-            let faults = [
-                t.throttle_prob,
-                t.truncate_prob,
-                t.stream_error_prob,
-                t.overload_prob,
-            ];
-            assert!(faults.iter().all(|p| *p == 0.0) && t.ttft_jitter_sigma == 0.0);
+            assert!(noise(t).iter().all(|x| *x == 0.0), "{}", t.name);
             // Exactly one behaviour differs from an honest profile's.
             let differs = [
                 t.json_mode != honest.json_mode,
@@ -883,6 +877,20 @@ mod tests {
         }
     }
 
+    /// Every source of randomness and every fault of `p` (all 0: an exact profile).
+    fn noise(p: &ProviderProfile) -> [f64; 8] {
+        [
+            p.ttft_jitter_sigma,
+            p.ttft_tail_prob,
+            p.itl_sigma,
+            p.throttle_prob,
+            p.truncate_prob,
+            p.stream_error_prob,
+            p.overload_prob,
+            p.stall_prob,
+        ]
+    }
+
     /// `p` with every compatibility and quality field at its default.
     fn honest_features(p: &ProviderProfile) -> ProviderProfile {
         let d = ProviderProfile::default();
@@ -902,6 +910,76 @@ mod tests {
             swap_fingerprint: d.swap_fingerprint,
             ..p.clone()
         }
+    }
+
+    #[test]
+    fn lab_profiles_are_exact_and_listed_with_the_built_ins() {
+        let lab = lab_profiles();
+        let names: Vec<&str> = lab.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["slo-lab", "long-ctx", "short-ctx"]);
+        let all = all_builtin_profiles();
+        assert_eq!(&all[16..], &lab[..]);
+        for p in &lab {
+            p.validate().unwrap();
+            assert!(p.description.starts_with("lab: "), "{}", p.name);
+            assert!(noise(p).iter().all(|x| *x == 0.0), "{}", p.name);
+            assert_eq!((p.tokens_per_chunk_min, p.tokens_per_chunk_max), (1, 1));
+            assert_eq!(p.reasoning_tokens_max, 0);
+            assert!(!p.prompt_cache);
+            assert_eq!(
+                (p.output_tokens_min, p.output_tokens_max),
+                (LAB_OUTPUT_TOKENS, LAB_OUTPUT_TOKENS)
+            );
+            assert_eq!(honest_features(p), *p, "{}", p.name);
+        }
+        let get = |n: &str| lab.iter().find(|p| p.name == n).unwrap();
+        assert_eq!(get("slo-lab").capacity, 3);
+        assert_eq!(get("long-ctx").prefill_us_per_input_token, 50);
+        assert_eq!(get("short-ctx").context_tokens, 16_384);
+    }
+
+    /// The demo's long-context story: every provider serves 1k and 8k generated words with
+    /// a 256-token cap, `slow-prefill` refuses 32k, `bulk-chunk` counts differently, and
+    /// the fastest provider at 1k is not the fastest at 32k.
+    #[test]
+    fn demo_profiles_serve_8k_refuse_32k_somewhere_and_rank_differently_by_tier() {
+        use crate::context_limit::check;
+        use crate::slo_truth::ttft_us;
+        use crate::tokens::generated_prompt_tokens;
+        use latmesh_core::api::Api;
+        let demo = builtin_profiles();
+        let fits = |p: &ProviderProfile, words: u32| {
+            check(Api::Chat, p, generated_prompt_tokens(p, words), Some(256)).is_none()
+        };
+        for p in &demo {
+            assert!(p.context_tokens > 0, "{}", p.name);
+            assert!(fits(p, 1000) && fits(p, 8000), "{}", p.name);
+        }
+        let refuse_32k: Vec<&str> = demo
+            .iter()
+            .filter(|p| !fits(p, 32_000))
+            .map(|p| p.name.as_str())
+            .collect();
+        assert_eq!(refuse_32k, ["slow-prefill"]);
+        let wordy: Vec<&str> = demo
+            .iter()
+            .filter(|p| (p.tokens_per_word - 1.0).abs() > 0.1)
+            .map(|p| p.name.as_str())
+            .collect();
+        assert_eq!(wordy, ["bulk-chunk"]);
+        let fastest = |words: u32| {
+            demo.iter()
+                .filter(|p| fits(p, words))
+                .min_by_key(|p| ttft_us(p, generated_prompt_tokens(p, words), 1.0))
+                .map(|p| p.name.as_str())
+                .unwrap()
+        };
+        assert_eq!((fastest(1000), fastest(32_000)), ("fast-lane", "keepalive"));
+        let get = |n: &str| demo.iter().find(|p| p.name == n).unwrap();
+        let t = |n: &str, w: u32| ttft_us(get(n), generated_prompt_tokens(get(n), w), 1.0);
+        assert_eq!(t("fast-lane", 32_000), 110_000 + 40 * 32_007);
+        assert_eq!(t("keepalive", 32_000), 550_000 + 10 * 32_007);
+        assert_eq!(generated_prompt_tokens(get("bulk-chunk"), 8000), 9607);
     }
 
     #[test]
@@ -930,6 +1008,10 @@ mod tests {
         p.swap_after_requests = 40;
         assert!(err(&p).contains("k.swap_model is empty"));
         p.swap_model = "m2".into();
+        p.validate().unwrap();
+        p.tokens_per_word = 0.1;
+        assert!(err(&p).contains("k.tokens_per_word = 0.1"));
+        p.tokens_per_word = 1.3;
         p.validate().unwrap();
     }
 

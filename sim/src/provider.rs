@@ -52,6 +52,9 @@ use crate::{context_limit, script, text, tokens};
 /// Response header: planned server-side delay from the response headers to the first
 /// token chunk, in µs (region delay excluded).
 pub const PLANNED_TTFT_HEADER: &str = "x-sim-planned-ttft-us";
+/// Response header: planned server-side delay from the response headers to the second token
+/// chunk, in µs ([`plan::AnswerPlan::ttst_us`]); absent with fewer than two token chunks.
+pub const PLANNED_TTST_HEADER: &str = "x-sim-planned-ttst-us";
 /// Response header: the region delay applied before the response headers, in µs.
 pub const REGION_DELAY_HEADER: &str = "x-sim-region-delay-us";
 /// Response header: the fault injected into this response (`none`, `throttle`, `overload`,
@@ -383,6 +386,9 @@ async fn answer(
         Decision::Answer(a) => a,
     };
     set_header(&mut headers, PLANNED_TTFT_HEADER, answer.ttft_us);
+    if let Some(ttst) = answer.ttst_us() {
+        set_header(&mut headers, PLANNED_TTST_HEADER, ttst);
+    }
     set_header(
         &mut headers,
         PLANNED_TOKENS_HEADER,

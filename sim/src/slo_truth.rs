@@ -84,24 +84,37 @@ pub fn capacity_rps(
     (profile.capacity > 0 && s > 0).then(|| f64::from(profile.capacity) * 1e6 / s as f64)
 }
 
-/// What a client sees of one request that waited `wait_us` for a slot, µs:
-/// `(ttft, tpot, e2e)` (`tpot` `None` with fewer than two output tokens).
-fn seen_us(
-    profile: &ProviderProfile,
-    prompt_tokens: u32,
-    output_tokens: u32,
-    region_delay_us: u64,
-    time_scale: f64,
-    wait_us: u64,
-) -> (u64, Option<u64>, u64) {
-    let t = ttft_us(profile, prompt_tokens, time_scale);
-    let s = service_us(profile, prompt_tokens, output_tokens, time_scale);
-    let tpot = (output_tokens >= 2).then(|| (s - t) / u64::from(output_tokens - 1));
-    (
-        region_delay_us + wait_us + t,
-        tpot,
-        region_delay_us + wait_us + s,
-    )
+/// One kind of request of an SLO question: its size, how far its client is, and the time
+/// scale the simulator runs at.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Workload {
+    /// Prompt tokens as the provider counts them ([`crate::tokens`]).
+    pub prompt_tokens: u32,
+    /// Output tokens of every answer (an exact output length: `ignore_eos`, or a lab
+    /// profile's fixed answers).
+    pub output_tokens: u32,
+    /// The region delay between the client and the provider's home, µs
+    /// ([`crate::RegionTable::delay_us`]; not scaled).
+    pub region_delay_us: u64,
+    /// The simulator's [`time_scale`](crate::SimConfig::time_scale).
+    pub time_scale: f64,
+}
+
+impl Workload {
+    /// What a client sees of one request that waited `wait_us` for a slot, µs:
+    /// `(ttft, tpot, e2e)` (`tpot` `None` with fewer than two output tokens).
+    fn seen_us(&self, profile: &ProviderProfile, wait_us: u64) -> (u64, Option<u64>, u64) {
+        let t = ttft_us(profile, self.prompt_tokens, self.time_scale);
+        let s = service_us(
+            profile,
+            self.prompt_tokens,
+            self.output_tokens,
+            self.time_scale,
+        );
+        let tpot = (self.output_tokens >= 2).then(|| (s - t) / u64::from(self.output_tokens - 1));
+        let d = self.region_delay_us + wait_us;
+        (d + t, tpot, d + s)
+    }
 }
 
 /// Whether a request seen as `(ttft, tpot, e2e)` µs meets the per-request bounds of `slo`
@@ -116,27 +129,13 @@ fn meets(slo: &Slo, (ttft, tpot, e2e): (u64, Option<u64>, u64)) -> bool {
     within(slo.ttft_ms, ttft) && tpot_ok && within(slo.e2e_ms, e2e)
 }
 
-/// Whether a request of this shape, sent to an idle provider, meets every bound of `slo`:
-/// its per-request bounds, and its percentile bounds on `ttft`, `tpot` and `e2e` (every
-/// request of a constant load below [`capacity_rps`] is alike, so each percentile is the
-/// request's value). A percentile bound on another metric is not judged here (the campaign
-/// file admits only those three).
-pub fn unloaded_meets(
-    slo: &Slo,
-    profile: &ProviderProfile,
-    prompt_tokens: u32,
-    output_tokens: u32,
-    region_delay_us: u64,
-    time_scale: f64,
-) -> bool {
-    let seen = seen_us(
-        profile,
-        prompt_tokens,
-        output_tokens,
-        region_delay_us,
-        time_scale,
-        0,
-    );
+/// Whether a request of workload `w`, sent to an idle `profile`, meets every bound of
+/// `slo`: its per-request bounds, and its percentile bounds on `ttft`, `tpot` and `e2e`
+/// (every request of a constant load below [`capacity_rps`] is alike, so each percentile is
+/// the request's value). A percentile bound on another metric is not judged here (the
+/// campaign file admits only those three).
+pub fn unloaded_meets(slo: &Slo, profile: &ProviderProfile, w: &Workload) -> bool {
+    let seen = w.seen_us(profile, 0);
     let percentiles_hold = slo.percentiles.iter().all(|b| {
         let v = match b.metric {
             Metric::Ttft => Some(seen.0),
@@ -150,47 +149,29 @@ pub fn unloaded_meets(
 }
 
 /// The highest constant arrival rate (requests/s, over all clients of the provider: with one
-/// agent in one region, that agent's rate) at which requests of this shape meet `slo`:
-/// [`capacity_rps`] when the unloaded request meets it ([`unloaded_meets`]), else 0;
-/// `f64::INFINITY` for an unlimited capacity that meets it (no rate makes a queue).
-pub fn slo_rate_rps(
-    slo: &Slo,
-    profile: &ProviderProfile,
-    prompt_tokens: u32,
-    output_tokens: u32,
-    region_delay_us: u64,
-    time_scale: f64,
-) -> f64 {
-    if !unloaded_meets(
-        slo,
-        profile,
-        prompt_tokens,
-        output_tokens,
-        region_delay_us,
-        time_scale,
-    ) {
+/// agent in one region, that agent's rate) at which requests of workload `w` meet `slo` on
+/// `profile`: [`capacity_rps`] when the unloaded request meets it ([`unloaded_meets`]), else
+/// 0; `f64::INFINITY` for an unlimited capacity that meets it (no rate makes a queue).
+pub fn slo_rate_rps(slo: &Slo, profile: &ProviderProfile, w: &Workload) -> f64 {
+    if !unloaded_meets(slo, profile, w) {
         return 0.0;
     }
-    capacity_rps(profile, prompt_tokens, output_tokens, time_scale).unwrap_or(f64::INFINITY)
+    capacity_rps(profile, w.prompt_tokens, w.output_tokens, w.time_scale).unwrap_or(f64::INFINITY)
 }
 
-/// One step of constant arrivals played out exactly: `rps` requests/s for `duration_ms`
-/// (arrivals at `k / rps`, as latmesh's constant arrivals are, from an empty queue), FIFO on
-/// `capacity` slots, each held [`service_us`]. Returns the share (0..=1) of the step's
-/// requests that meet the per-request bounds of `slo`, and the longest wait for a slot, µs.
-/// `(1, 0)` for a step without requests.
-#[allow(clippy::too_many_arguments)]
+/// One step of constant arrivals played out exactly: `rps` requests/s of workload `w` for
+/// `duration_ms` (arrivals at `k / rps`, as latmesh's constant arrivals are, from an empty
+/// queue), FIFO on `profile`'s `capacity` slots, each held [`service_us`]. Returns the share
+/// (0..=1) of the step's requests that meet the per-request bounds of `slo`, and the
+/// longest wait for a slot, µs. `(1, 0)` for a step without requests.
 pub fn step_met_share(
     slo: &Slo,
     profile: &ProviderProfile,
-    prompt_tokens: u32,
-    output_tokens: u32,
-    region_delay_us: u64,
-    time_scale: f64,
+    w: &Workload,
     rps: f64,
     duration_ms: u64,
 ) -> (f64, u64) {
-    let s = service_us(profile, prompt_tokens, output_tokens, time_scale);
+    let s = service_us(profile, w.prompt_tokens, w.output_tokens, w.time_scale);
     let gap_us = 1e6 / rps;
     let span_us = duration_ms as f64 * 1000.0;
     let c = profile.capacity as usize;
@@ -210,15 +191,7 @@ pub fn step_met_share(
         let wait = start - arrival;
         longest = longest.max(wait);
         starts.push(start);
-        let seen = seen_us(
-            profile,
-            prompt_tokens,
-            output_tokens,
-            region_delay_us,
-            time_scale,
-            wait,
-        );
-        met += u64::from(meets(slo, seen));
+        met += u64::from(meets(slo, w.seen_us(profile, wait)));
         k += 1;
     }
     if k == 0 {
@@ -235,6 +208,16 @@ mod tests {
 
     fn lab(name: &str) -> ProviderProfile {
         lab_profiles().into_iter().find(|p| p.name == name).unwrap()
+    }
+
+    /// `prompt_tokens` prompt tokens, `output_tokens` output tokens, `d` µs away, real time.
+    fn w(prompt_tokens: u32, output_tokens: u32, d: u64) -> Workload {
+        Workload {
+            prompt_tokens,
+            output_tokens,
+            region_delay_us: d,
+            time_scale: 1.0,
+        }
     }
 
     fn slo(ttft_ms: f64, e2e_ms: Option<f64>) -> Slo {
@@ -270,23 +253,23 @@ mod tests {
         assert_eq!(capacity_rps(&p, 32_000, 41, 1.0), Some(6.0));
         assert_eq!(capacity_rps(&p, 1000, 41, 0.1), Some(60.0));
         let loose = slo(300.0, Some(1000.0));
-        assert_eq!(slo_rate_rps(&loose, &p, 1000, 41, 3_000, 1.0), 6.0);
+        assert_eq!(slo_rate_rps(&loose, &p, &w(1000, 41, 3_000)), 6.0);
         // An unloaded request already breaks a tight bound: no rate meets it.
-        assert_eq!(slo_rate_rps(&slo(99.0, None), &p, 1000, 41, 0, 1.0), 0.0);
+        assert_eq!(slo_rate_rps(&slo(99.0, None), &p, &w(1000, 41, 0)), 0.0);
         assert_eq!(
-            slo_rate_rps(&slo(300.0, Some(499.0)), &p, 1000, 41, 0, 1.0),
+            slo_rate_rps(&slo(300.0, Some(499.0)), &p, &w(1000, 41, 0)),
             0.0
         );
         // The region delay counts in what the client sees: 3 ms more breaks a 102 ms bound.
-        assert_eq!(slo_rate_rps(&slo(102.0, None), &p, 1000, 41, 0, 1.0), 6.0);
+        assert_eq!(slo_rate_rps(&slo(102.0, None), &p, &w(1000, 41, 0)), 6.0);
         assert_eq!(
-            slo_rate_rps(&slo(102.0, None), &p, 1000, 41, 3_000, 1.0),
+            slo_rate_rps(&slo(102.0, None), &p, &w(1000, 41, 3_000)),
             0.0
         );
         // TPOT 10 ms: a 9 ms bound fails.
         let mut tight_tpot = loose.clone();
         tight_tpot.tpot_ms = Some(9.0);
-        assert_eq!(slo_rate_rps(&tight_tpot, &p, 1000, 41, 0, 1.0), 0.0);
+        assert_eq!(slo_rate_rps(&tight_tpot, &p, &w(1000, 41, 0)), 0.0);
         // Percentile bounds are judged on the unloaded values.
         let mut p95 = loose.clone();
         p95.percentiles.push(latmesh_core::slo::PercentileBound {
@@ -294,12 +277,12 @@ mod tests {
             percentile: 95.0,
             ms: 450.0,
         });
-        assert_eq!(slo_rate_rps(&p95, &p, 1000, 41, 0, 1.0), 0.0);
+        assert_eq!(slo_rate_rps(&p95, &p, &w(1000, 41, 0)), 0.0);
         // Unlimited capacity: every rate.
         let free = lab("long-ctx");
         assert_eq!(capacity_rps(&free, 1000, 41, 1.0), None);
         assert_eq!(
-            slo_rate_rps(&slo(2000.0, None), &free, 1000, 41, 0, 1.0),
+            slo_rate_rps(&slo(2000.0, None), &free, &w(1000, 41, 0)),
             f64::INFINITY
         );
     }
@@ -308,7 +291,7 @@ mod tests {
     fn steps_at_or_below_the_rate_never_queue_and_above_it_the_queue_grows() {
         let p = lab("slo-lab");
         let loose = slo(300.0, Some(1000.0));
-        let step = |rps| step_met_share(&loose, &p, 1000, 41, 3_000, 1.0, rps, 10_000);
+        let step = |rps| step_met_share(&loose, &p, &w(1000, 41, 3_000), rps, 10_000);
         for rps in [1.0, 3.0, 5.9, 6.0] {
             assert_eq!(step(rps), (1.0, 0), "{rps}");
         }
@@ -321,10 +304,10 @@ mod tests {
         assert!(step(12.0).0 < 0.1);
         // Just above the rate, a short step still looks fine: why a search's answer is
         // within one step of `capacity_rps`, not exactly it.
-        let (share, _) = step_met_share(&loose, &p, 1000, 41, 3_000, 1.0, 6.3, 2_000);
+        let (share, _) = step_met_share(&loose, &p, &w(1000, 41, 3_000), 6.3, 2_000);
         assert_eq!(share, 1.0);
         assert_eq!(
-            step_met_share(&loose, &p, 1000, 41, 0, 1.0, 6.0, 0),
+            step_met_share(&loose, &p, &w(1000, 41, 0), 6.0, 0),
             (1.0, 0)
         );
     }

@@ -57,14 +57,17 @@ fn post(addr: &str, path: &str, body: &str) -> String {
 
 #[test]
 fn serve_prints_address_and_base_urls() {
-    // The address, then the nine demo providers and the seven trap providers.
-    let r = run(&["serve", "--listen", "127.0.0.1:0", "--seed", "3"], 17);
+    // The address, then the nine demo providers, the seven trap providers and the three lab
+    // providers (all read: the server must not find its stdout closed).
+    let r = run(&["serve", "--listen", "127.0.0.1:0", "--seed", "3"], 20);
     assert!(!r.addr.ends_with(":0"));
     assert!(r.lines[1].starts_with("fast-lane"));
     assert!(r.lines[1].ends_with(&format!("http://{}/fast-lane/v1", r.addr)));
     assert!(r.lines[9].contains("/slow-prefill/v1"));
     assert!(r.lines[10].contains("/no-json/v1"));
     assert!(r.lines[16].contains("/locked/v1"));
+    assert!(r.lines[17].contains("/slo-lab/v1"));
+    assert!(r.lines[19].contains("/short-ctx/v1"));
     let resp = post(
         &r.addr,
         "/steady/v1/chat/completions",
@@ -99,14 +102,14 @@ fn replay_prints_real_port_and_serves_the_file() {
 }
 
 #[test]
-fn providers_lists_the_nine_demo_and_seven_trap_providers() {
+fn providers_lists_the_nine_demo_seven_trap_and_three_lab_providers() {
     let out = Command::new(env!("CARGO_BIN_EXE_latmesh-sim"))
         .arg("providers")
         .output()
         .unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    assert_eq!(text.lines().count(), 16);
+    assert_eq!(text.lines().count(), 19);
     assert!(text.contains("throttler") && text.contains("429"));
     let traps: Vec<&str> = text.lines().skip(9).collect();
     for (line, name) in traps.iter().zip([
@@ -119,5 +122,10 @@ fn providers_lists_the_nine_demo_and_seven_trap_providers() {
         "locked",
     ]) {
         assert!(line.starts_with(name) && line.contains("trap: "), "{line}");
+    }
+    let lab: Vec<&str> = text.lines().skip(16).collect();
+    assert_eq!(lab.len(), 3);
+    for (line, name) in lab.iter().zip(["slo-lab", "long-ctx", "short-ctx"]) {
+        assert!(line.starts_with(name) && line.contains("lab: "), "{line}");
     }
 }

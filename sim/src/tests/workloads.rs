@@ -315,6 +315,11 @@ async fn long_context_ttft_grows_as_the_truth_says() {
         );
         let ttst = t.ttst().unwrap().as_micros() as u64;
         let want_ttst = slo_truth::ttst_us(&p, generated_prompt_tokens(&p, words), scale);
+        assert_eq!(
+            r.header_u64(crate::PLANNED_TTST_HEADER),
+            want_ttst,
+            "{words}"
+        );
         assert!(
             ttst >= want_ttst && ttst >= ttft,
             "{words}: {ttst} µs vs {want_ttst}"
@@ -345,4 +350,51 @@ async fn the_slo_lab_holds_a_slot_for_the_truth_s_service_time() {
     for r in &rs {
         assert_eq!(r.header_u64(crate::provider::PLANNED_TOKENS_HEADER), 41);
     }
+}
+
+/// `n` requests of 41 output tokens to `slo-lab` at a constant `rps` (each sent at its
+/// time, whatever the others do): their waits for a serving slot, µs, in order of sending.
+async fn constant_rate_waits(rps: f64, n: u32) -> Vec<u64> {
+    let addr = start(SimConfig::default()).await;
+    let b = body("chat", &generated(64), 41, true, &json!({}));
+    let t0 = tokio::time::Instant::now();
+    let sends = (0..n).map(|k| {
+        let b = b.clone();
+        async move {
+            tokio::time::sleep_until(t0 + std::time::Duration::from_secs_f64(f64::from(k) / rps))
+                .await;
+            send(addr, "slo-lab", "chat", &b)
+                .await
+                .header_u64(crate::QUEUE_WAIT_HEADER)
+        }
+    });
+    futures::future::join_all(sends).await
+}
+
+#[tokio::test]
+async fn the_slo_lab_queues_only_above_the_truth_s_rate() {
+    let p = profile("slo-lab");
+    let w = slo_truth::Workload {
+        prompt_tokens: generated_prompt_tokens(&p, 64),
+        output_tokens: 41,
+        region_delay_us: 0,
+        time_scale: 1.0,
+    };
+    assert_eq!(slo_truth::capacity_rps(&p, 64, 41, 1.0), Some(6.0));
+    // Half the rate: at most two in service at once (a request would have to last twice its
+    // 500 ms for a third to be needed): nobody waits. Twice the rate: each request waits
+    // ~83 ms more than the one before; the truth says the 24th waits ~1.75 s.
+    let loose = latmesh_core::slo::Slo {
+        ttft_ms: Some(300.0),
+        tpot_ms: None,
+        e2e_ms: None,
+        percentiles: vec![],
+        goodput_pct: 90.0,
+    };
+    let (_, truth_longest) = slo_truth::step_met_share(&loose, &p, &w, 12.0, 2_000);
+    assert!(truth_longest > 1_500_000, "{truth_longest}");
+    let (below, above) = tokio::join!(constant_rate_waits(3.0, 8), constant_rate_waits(12.0, 24));
+    assert!(below.iter().all(|w| *w == 0), "{below:?}");
+    let longest = *above.iter().max().unwrap();
+    assert!(longest > 1_000_000, "{above:?}");
 }
