@@ -316,5 +316,21 @@ mod tests {
         assert_eq!(c.iter().filter(|a| a.provider == 0).count(), 1);
         assert_eq!(c.iter().filter(|a| a.provider == 1).count(), 3);
         assert!(c.windows(2).all(|w| w[0].offset_us <= w[1].offset_us));
+        // Gamma gaps (bursty): the agent sends exactly the sequence core generates.
+        let g = RateSpec {
+            arrivals: Arrivals::Gamma { burstiness: 0.5 },
+            duration_ms: 5_000,
+            ..spec()
+        };
+        let a = step_arrivals(&g, 7, 0, 1, &[Some(8.0)], &[3]);
+        let want = g.arrivals_at(7, 0, 1, 8.0);
+        assert!(!want.is_empty());
+        assert_eq!(
+            a.iter()
+                .map(|a| a.offset_us - 5_000_000)
+                .collect::<Vec<_>>(),
+            want
+        );
+        assert_eq!(a[0].slot, 3);
     }
 }

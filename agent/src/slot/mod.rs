@@ -28,7 +28,20 @@
 //!   as in any chat client) stays as realistic as it is for users, while no probe can hit a
 //!   cache warmed by another probe, round or region. Records carry `cache_nonce`.
 //!
-//! Histograms count `ok` attempts of every turn (not split by turn; records carry it).
+//! * **Generated prompts.** A tier scenario (`synth`: the campaign file's `input_tokens`)
+//!   sends one user message of exactly `input_tokens` words, the text of the request key
+//!   (this agent's region, round, step, slot; every attempt and every provider of the slot
+//!   the same) from the tier's prompt the run built once ([`SynthPrompts`]); records carry
+//!   `input_tokens`. With `output_tokens` the cap is that, and the provider's `exact_output`
+//!   fields go into the body ([`crate::shaping::exact_output_fields`]).
+//! * **Warm-up and SLO.** Every attempt of a warm-up slot
+//!   ([`ScenarioSpec::is_warmup`](latmesh_core::plan::ScenarioSpec::is_warmup)) has
+//!   `warmup`; the final attempt of a scenario with an SLO has `slo_met`
+//!   ([`Slo::met`](latmesh_core::slo::Slo::met)), except a `cancelled` or `dropped` one.
+//!   `rate` records carry their step's `target_rps`.
+//!
+//! Histograms count `ok` attempts of every turn (not split by turn; records carry it), warm-up
+//! left out.
 //!
 //! # Cancel ([`Cancel`])
 //! When the coordinator cancels the campaign, no further slot is scheduled, no retry and no
