@@ -9,7 +9,8 @@ pub struct Fired {
     /// Rule name.
     pub rule: String,
     /// Rule kind (`increase_pct`, `absolute`, `above_prev_day_mean`, `error_pct_above`,
-    /// `model_changed`, `fingerprint_changed`, `answers_changed`).
+    /// `goodput_below`, `slo_rps_below`, `model_changed`, `fingerprint_changed`,
+    /// `answers_changed`).
     pub kind: String,
     /// Region (or `ALL`).
     pub region: String,
@@ -24,7 +25,8 @@ pub struct Fired {
     /// Percentile (latency rules).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub percentile: Option<f64>,
-    /// The current value (ms, or % for error rules; for `above_prev_day_mean` the current
+    /// The current value (ms, or % for error and goodput rules, requests/s for
+    /// `slo_rps_below` — 0 when no rate met the SLO; for `above_prev_day_mean` the current
     /// run's).
     pub current: f64,
     /// The baseline value it was compared with (the baseline's percentile, the previous
@@ -40,7 +42,8 @@ pub struct Fired {
     /// runs' bounds), when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub baseline_ci: Option<(f64, f64)>,
-    /// `ms`, `%`, or `attempts` (the attempts answered under new names).
+    /// `ms`, `%`, `rps` (`slo_rps_below`), or `attempts` (the attempts answered under new
+    /// names).
     pub unit: String,
     /// In words.
     pub message: String,

@@ -2,7 +2,7 @@
 //! runs, and the built binary's exit codes, output and webhook POST (received by a local axum
 //! server).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
@@ -968,4 +968,181 @@ fn model_changed_compares_names_per_region_and_provider() {
     assert!(r.fired.is_empty() && r.checked == 2, "{r:?}");
     // An identical rerun fires nothing.
     assert!(evaluate(&rules, &base, Some(&base)).fired.is_empty());
+}
+
+/// `goodput_below` and `slo_rps_below` on the workloads fixture's summary
+/// ([`latmesh_results::fixtures::workloads`]: its module doc gives every count).
+#[test]
+fn slo_rules_fire_on_goodput_and_on_the_search_answer() {
+    let rules = parse_rules(
+        "[[rules]]\nkind = \"goodput_below\"\nlimit_pct = 90\n\
+         [[rules]]\nname = \"rps6\"\nkind = \"slo_rps_below\"\nlimit_rps = 6\n\
+         [[rules]]\nname = \"rps5\"\nkind = \"slo_rps_below\"\nlimit_rps = 5\nregion = \"ALL\"\n",
+    )
+    .unwrap();
+    assert_eq!(rules[0].kind, RuleKind::GoodputBelow { limit_pct: 90.0 });
+    assert_eq!(rules[0].name, "goodput_below");
+    assert_eq!(rules[1].kind, RuleKind::SloRpsBelow { limit_rps: 6.0 });
+    for (text, want) in [
+        ("kind = \"goodput_below\"", "rules[0].limit_pct: missing"),
+        (
+            "kind = \"goodput_below\"\nlimit_pct = 120",
+            "rules[0].limit_pct: 120 is not a share",
+        ),
+        ("kind = \"slo_rps_below\"", "rules[0].limit_rps: missing"),
+        (
+            "kind = \"slo_rps_below\"\nlimit_rps = 0",
+            "rules[0].limit_rps: give a rate > 0",
+        ),
+    ] {
+        let e = parse_rules(&format!("[[rules]]\n{text}\n")).unwrap_err();
+        assert!(e.to_string().contains(want), "{e}");
+    }
+    let s = latmesh_results::fixtures::workloads::summary();
+    let cur = Snapshot::from_summary("w1".into(), &s);
+    let r = evaluate(&rules, &cur, None);
+    let fired: BTreeSet<(&str, &str, &str, &str)> = r
+        .fired
+        .iter()
+        .map(|f| {
+            (
+                f.rule.as_str(),
+                f.region.as_str(),
+                f.provider.as_str(),
+                f.scenario.as_str(),
+            )
+        })
+        .collect();
+    let mut want = BTreeSet::new();
+    for region in ["us-east", "eu-west"] {
+        for provider in ["p", "q"] {
+            // 0 of 30 (refused or slow) and find's 72.5 % / 75 %: surely below 90 %.
+            want.insert(("goodput_below", region, provider, "ctx.8k"));
+            want.insert(("goodput_below", region, provider, "find"));
+            // p missed at 6 rps (at the limit), q at 2.
+            want.insert(("rps6", region, provider, "find"));
+        }
+    }
+    // rps5 on ALL: q missed at 2 ≤ 5; p's 4 rps is below 5 but its miss (6) is above.
+    want.insert(("rps5", "ALL", "q", "find"));
+    assert_eq!(fired, want);
+    let inconclusive: BTreeSet<(&str, &str, &str, &str)> = r
+        .inconclusive
+        .iter()
+        .map(|f| {
+            (
+                f.rule.as_str(),
+                f.region.as_str(),
+                f.provider.as_str(),
+                f.scenario.as_str(),
+            )
+        })
+        .collect();
+    // ramp p: 50 of 60 met, 83.3 % [72.0, 90.7]: below 90 % but not surely.
+    let want_inc: BTreeSet<_> = [
+        ("goodput_below", "eu-west", "p", "ramp"),
+        ("goodput_below", "us-east", "p", "ramp"),
+        ("rps5", "ALL", "p", "find"),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(inconclusive, want_inc);
+    // 16 goodput cells, 4 searches for rps6, 2 for rps5.
+    assert_eq!(r.checked, 16 + 4 + 2);
+    let g = r
+        .fired
+        .iter()
+        .find(|f| f.region == "us-east" && f.provider == "q" && f.scenario == "find")
+        .unwrap();
+    assert_eq!((g.current, g.limit, g.unit.as_str()), (75.0, 90.0, "%"));
+    assert!(
+        g.message.contains(
+            "goodput 75.00% (15 of 20 judged requests met the SLO) [53.13%, 88.81%] < limit 90%"
+        ),
+        "{}",
+        g.message
+    );
+    let p = r
+        .fired
+        .iter()
+        .find(|f| f.rule == "rps6" && f.region == "us-east" && f.provider == "p")
+        .unwrap();
+    assert_eq!((p.current, p.limit, p.unit.as_str()), (4.0, 6.0, "rps"));
+    assert!(
+        p.message
+            .contains("meets the SLO up to 4.00 rps, below limit 6.00 rps"),
+        "{}",
+        p.message
+    );
+    let q = r
+        .fired
+        .iter()
+        .find(|f| f.rule == "rps6" && f.region == "us-east" && f.provider == "q")
+        .unwrap();
+    assert_eq!(q.current, 0.0);
+    let inc = r.inconclusive.iter().find(|f| f.rule == "rps5").unwrap();
+    assert!(
+        inc.message
+            .contains("not significant: it missed only at 6.00 rps, above the limit"),
+        "{}",
+        inc.message
+    );
+}
+
+/// A campaign without SLOs or searches: the rules are skipped, saying why, and nothing is
+/// checked (exit status 2 for a gate on no evidence).
+#[test]
+fn slo_rules_without_an_slo_are_skipped_with_the_reason() {
+    let rules = parse_rules(
+        "[[rules]]\nkind = \"goodput_below\"\nlimit_pct = 90\n\
+         [[rules]]\nkind = \"slo_rps_below\"\nlimit_rps = 2\n",
+    )
+    .unwrap();
+    let cur = Snapshot::from_summary("cur-1".into(), &current());
+    let r = evaluate(&rules, &cur, None);
+    assert_eq!((r.checked, r.fired.len()), (0, 0));
+    assert_eq!(r.exit_code(), 2);
+    assert!(
+        r.skipped
+            .iter()
+            .any(|s| s == "goodput_below: 3 cell(s) of scenarios without an SLO (no goodput)"),
+        "{:?}",
+        r.skipped
+    );
+    assert!(
+        r.skipped
+            .iter()
+            .any(|s| s.starts_with("slo_rps_below: no SLO search answer in cur-1 matches")),
+        "{:?}",
+        r.skipped
+    );
+}
+
+/// The binary on a summary file: `goodput_below` fires (exit 1) and prints the cell.
+#[test]
+fn the_binary_checks_goodput_from_a_summary_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let cur = write(
+        dir.path(),
+        "w.json",
+        &serde_json::to_string(&latmesh_results::fixtures::workloads::summary()).unwrap(),
+    );
+    let rules = write(
+        dir.path(),
+        "rules.toml",
+        "[[rules]]\nkind = \"goodput_below\"\nlimit_pct = 90\nscenario = \"ctx.8k\"\nprovider = \"q\"\n",
+    );
+    let out = latmesh(&["check", "--current-summary", &cur, "--rules", &rules]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("FIRED  goodput_below")
+            && stdout.contains("goodput 0.00% (0 of 30 judged requests met the SLO)"),
+        "{stdout}"
+    );
 }

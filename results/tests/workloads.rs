@@ -194,7 +194,7 @@ fn tiers_show_latency_by_input_length_and_context_refusals() {
     assert!(close(t.ttst_p50_ms.unwrap(), 250.0, 0.001));
     // Prefill throughput's histogram holds tokens/s, not µs.
     assert!(
-        close(t.prefill_tps_p50.unwrap(), 5000.0, 0.001),
+        close(t.prefill_tps_p50.unwrap(), 2000.0, 0.0),
         "{:?}",
         t.prefill_tps_p50
     );

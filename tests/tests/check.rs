@@ -1018,3 +1018,115 @@ async fn silent_swap_rules_name_provider_region_and_time() {
     );
     latmesh_testkit::drop_db(&client, &db).await;
 }
+
+/// `goodput_below` from ClickHouse: goodput counted from the stored `slo_met`, warm-up rows
+/// left out, per region and `ALL` ([`store::check_queries::goodput_counts`]), the same
+/// counts the in-memory summary makes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn goodput_rule_reads_slo_met_without_warm_up() {
+    let (client, db) = latmesh_testkit::fresh_db("check_goodput");
+    store::migrate(&client, &db, None).await.unwrap();
+    let plan = plan("slo");
+    store_campaign(&client, &db, &plan, "slo-1", T).await;
+    // us-east alpha: 10 of 30 met, and 5 warm-up requests that "met" it; beta: 30 of 30;
+    // eu-west alpha: 30 of 30; eu-west beta: no SLO judged (slo_met NULL).
+    let groups: [(&str, &str, u32, u32, bool, Option<bool>); 6] = [
+        ("us-east", "alpha", 10, 0, false, Some(true)),
+        ("us-east", "alpha", 20, 10, false, Some(false)),
+        ("us-east", "alpha", 5, 30, true, Some(true)),
+        ("us-east", "beta", 30, 0, false, Some(true)),
+        ("eu-west", "alpha", 30, 0, false, Some(true)),
+        ("eu-west", "beta", 30, 0, false, None),
+    ];
+    for region in ["us-east", "eu-west"] {
+        let mut records = Vec::new();
+        for &(_, provider, n, first, warmup, slo_met) in groups.iter().filter(|g| g.0 == region) {
+            for i in first..first + n {
+                records.push(ProbeRecord {
+                    round: i,
+                    provider: provider.into(),
+                    scenario: "chat".into(),
+                    prompt_id: "p".into(),
+                    attempt: 1,
+                    turn: 1,
+                    stream: true,
+                    final_attempt: true,
+                    send_agent_unix_us: T + i64::from(i) * 1000,
+                    outcome: Some(Outcome::Ok),
+                    http_status: Some(200),
+                    ttft_us: Some(100_000),
+                    e2e_us: Some(200_000),
+                    output_tokens: 1,
+                    warmup,
+                    slo_met,
+                    ..Default::default()
+                });
+            }
+        }
+        let agent = format!("{region}-agent");
+        let key = BatchKey::new("slo-1", &agent, region, 0, 1);
+        store::insert_batch(&client, &db, &key, &records, &[])
+            .await
+            .unwrap();
+    }
+    let counts = store::check_queries::goodput_counts(
+        &client,
+        &db,
+        store::check_queries::RowScope::Campaign("slo-1"),
+    )
+    .await
+    .unwrap();
+    let got: Vec<(String, String, u64, u64)> = counts
+        .into_iter()
+        .map(|c| (c.region, c.provider, c.met, c.judged))
+        .collect();
+    let want: Vec<(String, String, u64, u64)> = [
+        ("ALL", "alpha", 40, 60),
+        ("ALL", "beta", 30, 30),
+        ("eu-west", "alpha", 30, 30),
+        ("us-east", "alpha", 10, 30),
+        ("us-east", "beta", 30, 30),
+    ]
+    .into_iter()
+    .map(|(r, p, m, j)| (r.to_string(), p.to_string(), m, j))
+    .collect();
+    assert_eq!(got, want);
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules.toml");
+    std::fs::write(
+        &rules,
+        "[[rules]]\nkind = \"goodput_below\"\nlimit_pct = 90\n\
+         [[rules]]\nname = \"all\"\nkind = \"goodput_below\"\nlimit_pct = 90\nregion = \"ALL\"\n",
+    )
+    .unwrap();
+    let r = check::run(&CheckArgs {
+        current: Some("slo-1".into()),
+        ..args(&db, &rules)
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        fired(&r),
+        set(&[
+            ("goodput_below", "us-east", "alpha"),
+            ("all", "ALL", "alpha")
+        ])
+    );
+    let f = &r.fired[0];
+    assert!(
+        f.message
+            .contains("goodput 33.33% (10 of 30 judged requests met the SLO)"),
+        "{}",
+        f.message
+    );
+    // Checked: us-east alpha and beta, eu-west alpha; ALL alpha and beta. eu-west beta has
+    // no judged request: a cell without an SLO.
+    assert_eq!(r.checked, 5);
+    assert!(
+        r.skipped
+            .iter()
+            .any(|s| s == "goodput_below: 1 cell(s) of scenarios without an SLO (no goodput)"),
+        "{:?}",
+        r.skipped
+    );
+}

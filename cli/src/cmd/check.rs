@@ -50,6 +50,14 @@
 //! [[rules]]
 //! kind = "error_pct_above"
 //! limit_pct = 5                  # fires when the error % of attempts is surely above 5
+//!
+//! [[rules]]
+//! kind = "goodput_below"
+//! limit_pct = 90                 # fires when the SLO goodput is surely below 90 %
+//!
+//! [[rules]]
+//! kind = "slo_rps_below"
+//! limit_rps = 4                  # fires when the SLO search found no rate ≥ 4 rps meeting it
 //! ```
 //!
 //! (and the silent-swap kinds `model_changed`, `fingerprint_changed`, `answers_changed`:
@@ -100,6 +108,22 @@
 //!   Ignores the baseline options.
 //! * `error_pct_above`: error % of attempts (non-`ok`, `cancelled` and `dropped` left out)
 //!   whose 95 % Wilson interval lies above `limit_pct` (its lower bound above it).
+//! * `goodput_below` (`limit_pct = 90`): per region × provider × scenario with an SLO, the
+//!   goodput (requests that met every per-request bound / judged requests, warm-up left out;
+//!   docs/metrics.md "SLOs and goodput") whose 95 % Wilson interval lies below `limit_pct`
+//!   (its upper bound below it); a cell needs [`MIN_GOODPUT_REQUESTS`] judged requests (or
+//!   the rule's `min_samples` when higher). From a summary file: the cell's `goodput`; from
+//!   ClickHouse: `countIf(slo_met = 1)` / `countIf(slo_met IS NOT NULL)` of the rows with
+//!   `warmup = 0` ([`check_queries::goodput_counts`]). Percentile bounds of the SLO are not
+//!   this rule's: `absolute` checks a percentile.
+//! * `slo_rps_below` (`limit_rps = 4`): per region × provider × SLO-search scenario, the
+//!   search's answer (the highest rate per agent meeting the SLO, recomputed from the merged
+//!   step records: `Summary.searches`) below `limit_rps`, or no rate met. It fires when a
+//!   step at a rate at or below the limit missed the SLO and no higher rate below that miss
+//!   met it; an answer below the limit whose bracket reaches past it (met 4, missed 8, limit
+//!   6), or a search that stopped unjudged or at a `max_rps` below the limit, is *not
+//!   significant*. From ClickHouse the answers come from the stored summary
+//!   ([`query::stored_summary`]).
 //!
 //! # Silent-swap rules
 //!
@@ -158,11 +182,13 @@ use latmesh_core::quality::QualitySample;
 use latmesh_results::report_data::ALL;
 use latmesh_results::stats::{PercentileCi, min_samples};
 use latmesh_results::swap::{NameVerdict, Names, Seen, compare_answers, compare_names};
+use latmesh_store::check_queries::RowScope;
 use latmesh_store::query::{NameColumn, RunScope};
 use latmesh_store::{self as store, QueryFilter, check_queries, query};
 
 pub use crate::check_report::{CheckReport, Fired};
 use crate::webhook::{WEBHOOK_TIMEOUT, post_json, redact_url};
+use latmesh_results::slo_stats::{MIN_GOODPUT_REQUESTS, SearchRow};
 use latmesh_results::summary::{MatrixCell, Summary};
 
 /// Arguments of `latmesh check`.
@@ -235,6 +261,16 @@ pub enum RuleKind {
     ErrorPctAbove {
         /// %.
         limit_pct: f64,
+    },
+    /// SLO goodput (met / judged requests) below a limit, per cell of a scenario with an SLO.
+    GoodputBelow {
+        /// %.
+        limit_pct: f64,
+    },
+    /// The SLO search's answer (highest rate meeting the SLO) below a limit, or none met.
+    SloRpsBelow {
+        /// Requests/s per provider and agent.
+        limit_rps: f64,
     },
     /// A `model` answered that the baseline never answered with (per region × provider).
     ModelChanged,
@@ -316,6 +352,7 @@ struct RuleSection {
     threshold: Option<f64>,
     limit_ms: Option<f64>,
     limit_pct: Option<f64>,
+    limit_rps: Option<f64>,
     factor: Option<f64>,
     consecutive_runs: Option<u32>,
     threshold_pct: Option<f64>,
@@ -392,6 +429,23 @@ pub fn parse_rules(text: &str) -> anyhow::Result<Vec<Rule>> {
             "error_pct_above" if prefix_pct.is_none() => RuleKind::ErrorPctAbove {
                 limit_pct: need(r.limit_pct, "limit_pct")?,
             },
+            "goodput_below" if prefix_pct.is_none() => {
+                let limit_pct = need(r.limit_pct, "limit_pct")?;
+                if limit_pct <= 0.0 || limit_pct > 100.0 {
+                    bail!(
+                        "{}: {limit_pct} is not a share of requests (0 < limit ≤ 100)",
+                        key("limit_pct")
+                    );
+                }
+                RuleKind::GoodputBelow { limit_pct }
+            }
+            "slo_rps_below" if prefix_pct.is_none() => {
+                let limit_rps = need(r.limit_rps, "limit_rps")?;
+                if limit_rps <= 0.0 {
+                    bail!("{}: give a rate > 0 (requests/s)", key("limit_rps"));
+                }
+                RuleKind::SloRpsBelow { limit_rps }
+            }
             "model_changed" if prefix_pct.is_none() => RuleKind::ModelChanged,
             "fingerprint_changed" if prefix_pct.is_none() => RuleKind::FingerprintChanged,
             "answers_changed" if prefix_pct.is_none() => {
@@ -408,7 +462,7 @@ pub fn parse_rules(text: &str) -> anyhow::Result<Vec<Rule>> {
                 RuleKind::AnswersChanged { threshold_pct }
             }
             _ => bail!(
-                "{}: {:?} is not a rule kind (increase_pct, absolute, above_prev_day_mean — each also as pNN_… —, error_pct_above, model_changed, fingerprint_changed, answers_changed)",
+                "{}: {:?} is not a rule kind (increase_pct, absolute, above_prev_day_mean — each also as pNN_… —, error_pct_above, goodput_below, slo_rps_below, model_changed, fingerprint_changed, answers_changed)",
                 key("kind"),
                 r.kind
             ),
@@ -493,6 +547,9 @@ pub struct CellStats {
     /// Failed attempts and the attempts counted in `error_pct`
     /// ([`latmesh_results::aggregate::failed_attempts`]).
     pub failed: (u64, u64),
+    /// SLO goodput: (met, judged) requests, warm-up left out; `None` when the scenario has
+    /// no SLO (or, from ClickHouse, no request was judged).
+    pub goodput: Option<(u64, u64)>,
     /// (metric, percentile key) → estimate.
     values: BTreeMap<(Metric, u32), Estimate>,
 }
@@ -523,6 +580,7 @@ impl CellStats {
             attempts: c.attempts,
             error_pct: c.error_pct,
             failed: latmesh_results::aggregate::failed_attempts(c),
+            goodput: c.goodput.as_ref().map(|g| (g.met, g.requests)),
             values: BTreeMap::new(),
         };
         for (m, v) in [
@@ -585,6 +643,9 @@ pub struct Snapshot {
     /// The quality samples of the `latmesh compat` run attached to this side (ClickHouse
     /// only; `None` when not read or none stored).
     pub answers: Option<AnswersRun>,
+    /// The SLO searches' answers per region × provider (`Summary.searches`; from ClickHouse
+    /// the stored summary's, read only for `slo_rps_below`).
+    pub searches: Vec<SearchRow>,
 }
 
 /// The quality samples of one stored `latmesh compat` run.
@@ -644,6 +705,7 @@ impl Snapshot {
                 .map(|c| (cell_key(c), names_of(&c.system_fingerprints)))
                 .collect(),
             answers: None,
+            searches: s.searches.clone(),
         }
     }
 }
@@ -786,6 +848,29 @@ async fn clickhouse_snapshot(
             }
         }
     }
+    if swaps.goodput {
+        let rows = match scope {
+            Scope::Campaign(id) => RowScope::Campaign(id),
+            Scope::Range(from, to) => RowScope::Range {
+                from_unix_us: *from,
+                to_unix_us: *to,
+            },
+        };
+        for g in check_queries::goodput_counts(client, db, rows).await? {
+            cells
+                .entry((g.region, g.provider, g.scenario))
+                .or_default()
+                .goodput = Some((g.met, g.judged));
+        }
+    }
+    let searches = match scope {
+        Scope::Campaign(id) if swaps.searches => {
+            query::stored_summary(client, db, &QueryFilter::campaign(id))
+                .await?
+                .searches
+        }
+        _ => Vec::new(),
+    };
     let answers = if swaps.answers {
         match query::latest_run(client, db, &scope.runs(), query::RunPart::Quality).await? {
             Some(run) => Some(AnswersRun {
@@ -811,6 +896,7 @@ async fn clickhouse_snapshot(
         models,
         fingerprints,
         answers,
+        searches,
     })
 }
 
@@ -830,13 +916,17 @@ async fn stored_snapshot(
     clickhouse_snapshot(client, db, &scope, id.to_string(), needs, swaps).await
 }
 
-/// What the silent-swap rules need read from ClickHouse besides the cells.
+/// What the silent-swap and SLO rules need read from ClickHouse besides the cells.
 #[derive(Clone, Copy, Debug, Default)]
 struct SwapNeeds {
     /// The names answered (`model_changed`, `fingerprint_changed`).
     names: bool,
     /// The quality samples of the side's latest compat run (`answers_changed`).
     answers: bool,
+    /// The cells' SLO goodput counts (`goodput_below`).
+    goodput: bool,
+    /// The SLO searches' answers (`slo_rps_below`).
+    searches: bool,
 }
 
 impl SwapNeeds {
@@ -851,6 +941,12 @@ impl SwapNeeds {
             answers: rules
                 .iter()
                 .any(|r| matches!(r.kind, RuleKind::AnswersChanged { .. })),
+            goodput: rules
+                .iter()
+                .any(|r| matches!(r.kind, RuleKind::GoodputBelow { .. })),
+            searches: rules
+                .iter()
+                .any(|r| matches!(r.kind, RuleKind::SloRpsBelow { .. })),
         }
     }
 }
@@ -877,6 +973,8 @@ fn kind_name(kind: &RuleKind) -> &'static str {
         RuleKind::Absolute { .. } => "absolute",
         RuleKind::AbovePrevDayMean { .. } => "above_prev_day_mean",
         RuleKind::ErrorPctAbove { .. } => "error_pct_above",
+        RuleKind::GoodputBelow { .. } => "goodput_below",
+        RuleKind::SloRpsBelow { .. } => "slo_rps_below",
         RuleKind::ModelChanged => "model_changed",
         RuleKind::FingerprintChanged => "fingerprint_changed",
         RuleKind::AnswersChanged { .. } => "answers_changed",
@@ -926,6 +1024,7 @@ fn record(report: &mut CheckReport, rule: &Rule, key: &CellKey, f: Finding) {
         unit: match rule.kind {
             _ if latency => "ms",
             RuleKind::ModelChanged | RuleKind::FingerprintChanged => "attempts",
+            RuleKind::SloRpsBelow { .. } => "rps",
             _ => "%",
         }
         .into(),
@@ -980,17 +1079,23 @@ pub fn evaluate(rules: &[Rule], current: &Snapshot, baseline: Option<&Snapshot>)
         ));
     }
     for rule in rules {
-        if matches!(rule.kind, RuleKind::AbovePrevDayMean { .. }) || rule.kind.is_swap() {
+        if matches!(
+            rule.kind,
+            RuleKind::AbovePrevDayMean { .. } | RuleKind::SloRpsBelow { .. }
+        ) || rule.kind.is_swap()
+        {
             continue;
         }
         let what = format!("{} P{}", rule.metric, rule.percentile);
         let need = match rule.kind {
             RuleKind::ErrorPctAbove { .. } => rule.min_samples.max(1),
+            RuleKind::GoodputBelow { .. } => rule.min_samples.max(MIN_GOODPUT_REQUESTS),
             _ => latency_samples_needed(rule),
         };
         let mut largest_n = 0u64;
         let (mut matched, mut too_small, mut missing, mut no_baseline, mut points_only) =
             (0u64, 0u64, 0u64, 0u64, 0u64);
+        let mut no_slo = 0u64;
         for (key, cur) in current
             .cells
             .iter()
@@ -1020,6 +1125,37 @@ pub fn evaluate(rules: &[Rule], current: &Snapshot, baseline: Option<&Snapshot>)
                         significant: ci.0 > *limit_pct,
                         message: format!(
                             "error {point:.2}% of {counted} attempts [{:.2}%, {:.2}%] > limit {limit_pct}%",
+                            ci.0, ci.1
+                        ),
+                        time: None,
+                    }
+                }
+                RuleKind::GoodputBelow { limit_pct } => {
+                    let Some((met, judged)) = cur.goodput else {
+                        no_slo += 1;
+                        continue;
+                    };
+                    if judged < need {
+                        too_small += 1;
+                        largest_n = largest_n.max(judged);
+                        continue;
+                    }
+                    let Some(w) = latmesh_core::proportion::wilson(met, judged) else {
+                        too_small += 1;
+                        continue;
+                    };
+                    let point = w.point() * 100.0;
+                    let ci = (w.lower * 100.0, w.upper * 100.0);
+                    Finding {
+                        current: point,
+                        current_ci: Some(ci),
+                        baseline: None,
+                        baseline_ci: None,
+                        limit: *limit_pct,
+                        over: point < *limit_pct,
+                        significant: ci.1 < *limit_pct,
+                        message: format!(
+                            "goodput {point:.2}% ({met} of {judged} judged requests met the SLO) [{:.2}%, {:.2}%] < limit {limit_pct}%",
                             ci.0, ci.1
                         ),
                         time: None,
@@ -1101,6 +1237,7 @@ pub fn evaluate(rules: &[Rule], current: &Snapshot, baseline: Option<&Snapshot>)
                     }
                 }
                 RuleKind::AbovePrevDayMean { .. }
+                | RuleKind::SloRpsBelow { .. }
                 | RuleKind::ModelChanged
                 | RuleKind::FingerprintChanged
                 | RuleKind::AnswersChanged { .. } => continue,
@@ -1134,6 +1271,10 @@ pub fn evaluate(rules: &[Rule], current: &Snapshot, baseline: Option<&Snapshot>)
                     "{}: {too_small} cell(s) with fewer than {need} attempts (min_samples)",
                     rule.name
                 ),
+                RuleKind::GoodputBelow { .. } => format!(
+                    "{}: {too_small} cell(s) with fewer than {need} judged requests (the largest had {largest_n}: more requests, or region = \"ALL\")",
+                    rule.name
+                ),
                 _ => format!(
                     "{}: {too_small} cell(s) where {what} is not supported: fewer than {need} samples on either side (sample-size policy{}; the largest had {largest_n}: more rounds, region = \"ALL\" or a lower percentile would have more evidence)",
                     rule.name,
@@ -1151,6 +1292,12 @@ pub fn evaluate(rules: &[Rule], current: &Snapshot, baseline: Option<&Snapshot>)
                 rule.name
             ));
         }
+        if no_slo > 0 {
+            report.skipped.push(format!(
+                "{}: {no_slo} cell(s) of scenarios without an SLO (no goodput)",
+                rule.name
+            ));
+        }
         if no_baseline > 0 {
             report.skipped.push(format!(
                 "{}: {no_baseline} cell(s) not in the baseline",
@@ -1165,7 +1312,97 @@ pub fn evaluate(rules: &[Rule], current: &Snapshot, baseline: Option<&Snapshot>)
         }
     }
     evaluate_swaps(rules, current, baseline, &mut report);
+    evaluate_searches(rules, current, &mut report);
     report
+}
+
+/// Evaluates the `slo_rps_below` rules of `rules` on the current side's search answers (see
+/// the [module docs](self)). Pure.
+pub fn evaluate_searches(rules: &[Rule], current: &Snapshot, report: &mut CheckReport) {
+    for rule in rules {
+        let RuleKind::SloRpsBelow { limit_rps } = rule.kind else {
+            continue;
+        };
+        let rows: Vec<&SearchRow> = current
+            .searches
+            .iter()
+            .filter(|r| {
+                let key = (r.region.clone(), r.provider.clone(), r.scenario.clone());
+                matches(rule, &key, &BTreeSet::new())
+            })
+            .collect();
+        if rows.is_empty() {
+            report.skipped.push(format!(
+                "{}: no SLO search answer in {} matches (a search scenario, [scenarios.rate.search] with an slo, has them{})",
+                rule.name,
+                current.label,
+                if current.exact {
+                    "; from ClickHouse they come from the stored summary"
+                } else {
+                    ""
+                }
+            ));
+            continue;
+        }
+        let mut unjudged = 0u64;
+        for r in rows {
+            let o = &r.outcome;
+            let rps = |v: f64| format!("{v:.2} rps");
+            // A miss at or below the limit makes the answer surely below it.
+            let miss_at_or_below = o.missed_rps.is_some_and(|m| m <= limit_rps);
+            let (current_rps, over) = match o.met_rps {
+                Some(m) => (m, m < limit_rps),
+                None if o.missed_rps.is_some() => (0.0, true),
+                None => {
+                    unjudged += 1;
+                    continue;
+                }
+            };
+            report.checked += 1;
+            let answer = match o.met_rps {
+                Some(m) => format!("meets the SLO up to {}", rps(m)),
+                None => "met the SLO at no rate tried".to_string(),
+            };
+            let why = if over && !miss_at_or_below {
+                match o.missed_rps {
+                    Some(m) => format!(
+                        "; not significant: it missed only at {}, above the limit",
+                        rps(m)
+                    ),
+                    None => format!("; not significant: no step missed ({})", o.end.describe()),
+                }
+            } else {
+                String::new()
+            };
+            record(
+                report,
+                rule,
+                &(r.region.clone(), r.provider.clone(), r.scenario.clone()),
+                Finding {
+                    current: current_rps,
+                    current_ci: None,
+                    baseline: None,
+                    baseline_ci: None,
+                    limit: limit_rps,
+                    over,
+                    significant: miss_at_or_below,
+                    message: format!(
+                        "SLO search ({}): {answer}, below limit {}: {}{why}",
+                        r.slo,
+                        rps(limit_rps),
+                        r.text
+                    ),
+                    time: None,
+                },
+            );
+        }
+        if unjudged > 0 {
+            report.skipped.push(format!(
+                "{}: {unjudged} search(es) where no step could be judged",
+                rule.name
+            ));
+        }
+    }
 }
 
 /// `2026-12-02 03:40 UTC` of a UTC µs time.
@@ -1640,6 +1877,11 @@ async fn run_unbounded(args: &CheckArgs) -> anyhow::Result<CheckReport> {
         .map(|r| (r.metric, pkey(r.percentile)))
         .collect();
     let swaps = SwapNeeds::of(&rules);
+    // Search answers are read for the current side only (`slo_rps_below` has no baseline).
+    let base_swaps = SwapNeeds {
+        searches: false,
+        ..swaps
+    };
     let client = match &args.clickhouse_url {
         Some(url)
             if args.current.is_some()
@@ -1669,7 +1911,7 @@ async fn run_unbounded(args: &CheckArgs) -> anyhow::Result<CheckReport> {
     };
     let baseline = match (&args.baseline, args.baseline_days, &args.baseline_summary) {
         (Some(id), _, _) => {
-            Some(stored_snapshot(ch()?, db, id, "baseline campaign", &needs, swaps).await?)
+            Some(stored_snapshot(ch()?, db, id, "baseline campaign", &needs, base_swaps).await?)
         }
         (None, Some(days), _) => {
             if !(days.is_finite() && days > 0.0) {
@@ -1684,8 +1926,15 @@ async fn run_unbounded(args: &CheckArgs) -> anyhow::Result<CheckReport> {
                 latmesh_core::windows::utc_label(start / 1_000_000, false)
             );
             Some(
-                clickhouse_snapshot(ch()?, db, &Scope::Range(from, start), label, &needs, swaps)
-                    .await?,
+                clickhouse_snapshot(
+                    ch()?,
+                    db,
+                    &Scope::Range(from, start),
+                    label,
+                    &needs,
+                    base_swaps,
+                )
+                .await?,
             )
         }
         (None, None, Some(path)) => {

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use comfy_table::{Cell as TCell, CellAlignment, Table, presets};
 
-use super::{budget, failover, models, rate, sweep};
+use super::{budget, failover, models, rate, slo, sweep, tiers};
 use latmesh_results::summary::{ALL_REGIONS, MatrixCell, Percentiles, Summary};
 
 /// Renders the matrices as text tables: per scenario, rows are regions (and `ALL`),
@@ -85,12 +85,28 @@ pub fn render(summary: &Summary) -> String {
                 );
             }
         }
+        if summary
+            .cells
+            .iter()
+            .any(|c| c.scenario == *scenario && c.goodput.is_some())
+        {
+            out.push_str(&goodput_table(summary, scenario));
+        }
+    }
+    if !summary.tiers.is_empty() || !summary.token_counts.is_empty() {
+        out.push_str(&tiers::render_tiers(&summary.tiers, &summary.token_counts));
     }
     if !summary.sweeps.is_empty() {
         out.push_str(&sweep::render_sweeps(&summary.sweeps));
     }
     if !summary.rates.is_empty() {
         out.push_str(&rate::render_rates(&summary.rates));
+    }
+    if !summary.rate_steps.is_empty() {
+        out.push_str(&slo::render_rate_steps(&summary.rate_steps));
+    }
+    if !summary.searches.is_empty() {
+        out.push_str(&slo::render_searches(&summary.searches));
     }
     if !summary.failover.is_empty() {
         out.push_str(&failover::render_failover(&summary.failover));
@@ -118,6 +134,24 @@ dropped (not sent in time: open-loop arrivals, or rounds probes held by their ca
                 out,
                 "  {:<14} {:<20} {:<14} {}",
                 c.region, c.provider, c.scenario, c.dropped
+            );
+        }
+    }
+    let warm: Vec<&MatrixCell> = summary
+        .cells
+        .iter()
+        .filter(|c| c.region != ALL_REGIONS && c.warmup > 0)
+        .collect();
+    if !warm.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nwarm-up requests (sent and stored, left out of every figure above):"
+        );
+        for c in warm {
+            let _ = writeln!(
+                out,
+                "  {:<14} {:<20} {:<14} {}",
+                c.region, c.provider, c.scenario, c.warmup
             );
         }
     }
@@ -252,6 +286,66 @@ dropped (not sent in time: open-loop arrivals, or rounds probes held by their ca
     out
 }
 
+/// The goodput table of `scenario` (every cell has an SLO): rows regions (and `ALL`), columns
+/// providers; each cell goodput % with its 95 % interval and whether the SLO is met
+/// ([`slo::goodput_text`]), then the met requests per second per agent and the percentile
+/// bounds a cell exceeded.
+fn goodput_table(summary: &Summary, scenario: &str) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\n{scenario}: goodput % [95 % CI] of judged requests (warm-up left out), vs the SLO"
+    );
+    let mut t = Table::new();
+    t.load_preset(presets::ASCII_MARKDOWN);
+    let mut header = vec![TCell::new("region")];
+    header.extend(summary.providers.iter().map(TCell::new));
+    t.set_header(header);
+    let mut notes = Vec::new();
+    for region in summary
+        .regions
+        .iter()
+        .map(String::as_str)
+        .chain([ALL_REGIONS])
+    {
+        let mut row = vec![TCell::new(region)];
+        for provider in &summary.providers {
+            let g = summary
+                .cell(region, provider, scenario)
+                .and_then(|c| c.goodput.as_ref());
+            row.push(
+                TCell::new(g.map_or("-".into(), slo::goodput_text))
+                    .set_alignment(CellAlignment::Right),
+            );
+            if let Some(g) = g.filter(|g| !g.exceeded.is_empty()) {
+                notes.push(format!("  {region} {provider}: {}", g.exceeded.join("; ")));
+            }
+        }
+        t.add_row(row);
+    }
+    let _ = writeln!(out, "{t}");
+    let rates: Vec<String> = summary
+        .providers
+        .iter()
+        .filter_map(|p| {
+            let g = summary.cell(ALL_REGIONS, p, scenario)?.goodput.as_ref()?;
+            Some(format!(
+                "{p} {} of {} ({})",
+                g.met,
+                g.requests,
+                g.rps.map_or("-".into(), |r| format!("{r:.2}/s per agent"))
+            ))
+        })
+        .collect();
+    if !rates.is_empty() {
+        let _ = writeln!(out, "met requests, all regions: {}", rates.join(", "));
+    }
+    for n in notes {
+        let _ = writeln!(out, "{n}");
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -345,6 +439,28 @@ mod tests {
                 line.chars().count()
             );
         }
+    }
+
+    #[test]
+    fn the_summary_shows_goodput_tiers_rate_steps_searches_and_warm_up() {
+        let s = latmesh_results::fixtures::workloads::summary();
+        let text = render(&s);
+        println!("{text}");
+        for want in [
+            "ctx.1k: goodput % [95 % CI] of judged requests (warm-up left out), vs the SLO",
+            "| us-east |   93.3 [78.7, 98.2] met | 100.0 [88.6, 100.0] met |",
+            "met requests, all regions: p 58 of 60 (0.97/s per agent), q 60 of 60 (1.00/s per agent)",
+            "  ALL p: P90 TTFT 900 > 400 ms",
+            "context tiers ctx: TTFT ms P50/P95 (samples) by input tokens",
+            "rate steps ramp:",
+            "SLO search find (TTFT ≤ 500 ms; goodput ≥ 90 %)",
+            "warm-up requests (sent and stored, left out of every figure above):",
+            "  us-east        p                    ramp           1",
+        ] {
+            assert!(text.contains(want), "{want:?} not in\n{text}");
+        }
+        // Multi-step rate scenarios have no one-rate table.
+        assert!(!text.contains("\nrate ramp:"), "{text}");
     }
 
     /// A reasoning stream whose usage counts only the answer, a non-streaming scenario, and a

@@ -1,5 +1,6 @@
 //! Terminal rendering of results: every text table and line `latmesh` prints from a summary,
-//! its sweeps, rates, failover rows, models, budget and analysis, and the `query windows` and
+//! its sweeps, rates, rate steps and SLO searches, context tiers, failover rows, models,
+//! budget and analysis, and the `query windows` and
 //! `query trend` reports, one file per kind of table.
 //! The data comes from the pure result modules (`summary`, `load_stats`, `failover_stats`,
 //! `model_stats`, `analysis`); nothing here computes a figure.
@@ -15,7 +16,9 @@ pub mod models;
 pub mod progress;
 pub mod rate;
 pub mod series;
+pub mod slo;
 pub mod sweep;
+pub mod tiers;
 pub mod trend;
 pub mod windows;
 
