@@ -129,8 +129,19 @@ fn workloads(o: &mut Out, m: &ReportModel) {
         let key = ["token_count", "", "ALL", r.provider.as_str()];
         for (asked, billed, n) in &r.tiers {
             let x = asked.to_string();
-            o.row(key[0], key[1], key[2], key[3], "billed_prompt_tokens", "mean", &x, *billed);
-            o.row(key[0], key[1], key[2], key[3], "requests", "", &x, *n as f64);
+            o.row(
+                key[0],
+                key[1],
+                key[2],
+                key[3],
+                "billed_prompt_tokens",
+                "mean",
+                &x,
+                *billed,
+            );
+            o.row(
+                key[0], key[1], key[2], key[3], "requests", "", &x, *n as f64,
+            );
         }
         for (metric, v) in [
             ("tokens_per_word", r.tokens_per_word),
@@ -264,7 +275,16 @@ pub fn render(m: &ReportModel) -> String {
             }
         }
         if c.warmup > 0 {
-            o.row(key[0], key[1], key[2], key[3], "warmup", "", "", c.warmup as f64);
+            o.row(
+                key[0],
+                key[1],
+                key[2],
+                key[3],
+                "warmup",
+                "",
+                "",
+                c.warmup as f64,
+            );
         }
         o.goodput(key, "", c.goodput.as_ref());
     }

@@ -18,8 +18,8 @@ use crate::charts::{
     self, BarChart, BoxChart, BoxRow, Line, Marker, SIZE, XyChart, bar_chart, box_chart, xy_chart,
 };
 use crate::compat_html;
-use crate::workloads_html;
 use crate::model::ReportModel;
+use crate::workloads_html;
 use latmesh_results::load_stats::{self, RateRow, SweepRow};
 use latmesh_results::model_stats;
 use latmesh_results::report_data::ALL;
@@ -134,7 +134,11 @@ pub fn page(m: &ReportModel) -> String {
         sections.push(("tiers", "Context tiers", workloads_html::tiers(m)));
     }
     if !m.token_counts.is_empty() {
-        sections.push(("token-counts", "Token counts", workloads_html::token_counts(m)));
+        sections.push((
+            "token-counts",
+            "Token counts",
+            workloads_html::token_counts(m),
+        ));
     }
     if m.matrix.iter().any(|c| c.goodput.is_some()) {
         sections.push(("goodput", "SLO goodput", workloads_html::goodput(m)));

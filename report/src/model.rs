@@ -11,10 +11,10 @@ use latmesh_results::budget::BudgetSummary;
 use latmesh_results::load_stats::{RateRow, SweepRow};
 use latmesh_results::model_stats::ModelRow;
 use latmesh_results::parity::CompatReport;
-use latmesh_results::slo_stats::{RateStepRow, SearchRow};
-use latmesh_results::tiers::{TierRow, TokenCountRow};
 use latmesh_results::report_data::{ALL, ReportData};
+use latmesh_results::slo_stats::{RateStepRow, SearchRow};
 use latmesh_results::summary::MatrixCell;
+use latmesh_results::tiers::{TierRow, TokenCountRow};
 use latmesh_store::query::WindowsReport;
 pub use latmesh_store::query::{Extras, TimePoint, TimeSeries};
 

@@ -16,6 +16,7 @@ mod chaos_coordinator;
 mod check;
 mod clickhouse;
 mod clickhouse_sink;
+mod clickhouse_slo;
 mod clickhouse_stall;
 mod compat;
 mod compat_store;

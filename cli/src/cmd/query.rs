@@ -554,8 +554,18 @@ mod workloads_text {
         let _ = writeln!(
             out,
             "{:<14} {:<12} {:<18} {:>7} {:>8} {:>7} {:>9} {:>9} {:>9} {:>10} {:>9} {:>9}",
-            "SCENARIO", "REGION", "PROVIDER", "TIER", "SAMPLES", "ERR%", "TTFT P50", "TTFT P95",
-            "TTST P50", "PREFILL/s", "E2E/TOK", "REFUSED"
+            "SCENARIO",
+            "REGION",
+            "PROVIDER",
+            "TIER",
+            "SAMPLES",
+            "ERR%",
+            "TTFT P50",
+            "TTFT P95",
+            "TTST P50",
+            "PREFILL/s",
+            "E2E/TOK",
+            "REFUSED"
         );
         for r in rows {
             let _ = writeln!(
@@ -576,8 +586,11 @@ mod workloads_text {
             );
         }
         if !s.token_counts.is_empty() {
-            let _ = writeln!(out, "
-token counts (billed by each provider):");
+            let _ = writeln!(
+                out,
+                "
+token counts (billed by each provider):"
+            );
             for t in &s.token_counts {
                 let _ = writeln!(out, "  {}", t.note);
             }
@@ -623,8 +636,16 @@ search {} {} in {}: {}",
                 out,
                 "
 {:<14} {:<12} {:<18} {:>4} {:>13} {:>8} {:>6} {:>7} {:>28} {:>9}  VERDICT",
-                "SCENARIO", "REGION", "PROVIDER", "STEP", "RPS", "SENT", "DROP", "ERR%",
-                "GOODPUT [95% CI] MET/JUDGED", "TTFT P95"
+                "SCENARIO",
+                "REGION",
+                "PROVIDER",
+                "STEP",
+                "RPS",
+                "SENT",
+                "DROP",
+                "ERR%",
+                "GOODPUT [95% CI] MET/JUDGED",
+                "TTFT P95"
             );
             for r in &s.rate_steps {
                 let rps = if r.target_rps_max > r.target_rps {

@@ -11,13 +11,13 @@ use serde::{Deserialize, Serialize};
 
 use super::super::{StoreError, check_identifier};
 use super::campaign::{agents, stored_plan};
-use super::slo::{bound_metrics, goodput_of, goodput_secs_x_agents, slo_counts};
-use hdrhistogram::Histogram;
 use super::filter::{QueryFilter, and_where, bind_all, sql_string, where_clause};
 use super::histograms::merged_histograms;
+use super::slo::{bound_metrics, kept_agents, slo_counts};
+use hdrhistogram::Histogram;
 use latmesh_results::aggregate::{count_name, counts_in_error_rates};
 use latmesh_results::model_stats;
-use latmesh_results::slo_stats::Goodput;
+use latmesh_results::slo_stats::{self, Goodput};
 use latmesh_results::summary::{ALL_REGIONS, MatrixCell, Percentiles};
 
 /// One cell of the matrix from ClickHouse: a region (or `ALL`), a provider, a scenario.
@@ -467,36 +467,33 @@ pub async fn matrix_percentiles(
     // Warm-up rows, and goodput of the scenarios with an SLO (rows with data only).
     let counts = slo_counts(client, db, filter, false).await?;
     let per_region = match &filter.campaign_id {
-        Some(id) if !slos.is_empty() => latmesh_results::load_stats::agents_per_region(
-            agents(client, db, id).await?.iter().map(|a| a.region.as_str()),
+        Some(id) if !slos.is_empty() => kept_agents(
+            &latmesh_results::load_stats::agents_per_region(
+                agents(client, db, id)
+                    .await?
+                    .iter()
+                    .map(|a| a.region.as_str()),
+            ),
+            filter,
         ),
         _ => BTreeMap::new(),
     };
-    let empty = BTreeMap::new();
     for (k, cell) in cells.iter_mut() {
         let c = counts
             .get(&(k.2.clone(), k.3.clone(), k.0.clone(), 0))
             .copied()
             .unwrap_or_default();
         cell.warmup = c.warmup;
-        if let Some(spec) = slos.get(k.0.as_str())
-            && let Some(slo) = &spec.slo
-        {
+        if let (Some(spec), Some(plan)) = (slos.get(k.0.as_str()), &plan) {
             let n_agents = if k.1 {
-                per_region
-                    .iter()
-                    .filter(|(r, _)| filter.region.as_ref().is_none_or(|f| f == *r))
-                    .map(|(_, n)| n)
-                    .sum()
+                per_region.values().sum()
             } else {
                 per_region.get(&k.2).copied().unwrap_or(0)
             };
-            cell.goodput = Some(goodput_of(
-                slo,
-                c,
-                goodput_secs_x_agents(spec, n_agents, false),
-                bound_hists.get(k).unwrap_or(&empty),
-            ));
+            let hists = bound_hists.get(k);
+            cell.goodput = slo_stats::cell_goodput(plan, spec, c.judged, c.met, n_agents, |m| {
+                hists.and_then(|h| h.get(&m).cloned())
+            });
         }
     }
     Ok(cells.into_values().collect())

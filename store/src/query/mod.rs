@@ -57,7 +57,7 @@ pub use histograms::{HistGroup, merged_histograms};
 pub use matrix::{MatrixRow, matrix, matrix_filtered, matrix_percentiles};
 pub use percentile::Percentile;
 pub use report_data::{Extras, TimePoint, TimeSeries, extras, report_data};
-pub use slo::{goodput_secs_x_agents, rate_steps, searches};
+pub use slo::{rate_steps, searches};
 pub use summary::stored_summary;
 pub use sweep::sweep;
 pub use tiers::{tiers, token_counts};

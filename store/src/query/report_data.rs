@@ -233,6 +233,10 @@ async fn rate_rows(
         let LoadModel::Rate(spec) = &s.load else {
             continue;
         };
+        // Rate sweeps and SLO searches have rows per step instead (`Summary.rate_steps`).
+        if latmesh_results::slo_stats::has_rate_steps(spec) {
+            continue;
+        }
         let regions = load_stats::row_regions(plan, None);
         for region in regions {
             let agents = match region {

@@ -43,7 +43,12 @@ pub async fn stored_summary(
     let per_region =
         latmesh_results::load_stats::agents_per_region(agents.iter().map(|a| a.region.as_str()));
     let rate_steps = super::slo::rate_steps(client, db, filter, &plan, &per_region).await?;
-    let tiers = super::tiers::tiers(client, db, filter, &plan, &per_region).await?;
+    let tiers = super::tiers::tiers(client, db, filter, &plan, |region, provider, scenario| {
+        rows.iter()
+            .find(|c| c.region == region && c.provider == provider && c.scenario == scenario)
+            .and_then(|c| c.goodput.clone())
+    })
+    .await?;
     let token_counts = super::tiers::token_counts(client, db, filter, &plan).await?;
     let cells: Vec<MatrixCell> = rows.iter().map(|r| r.to_cell()).collect();
     let models = latmesh_results::model_stats::model_rows(&plan.providers, &cells);
