@@ -63,7 +63,7 @@
 //! These are the coordinator's checks; the agent bounds what providers send before it
 //! relays it ([`latmesh_core::provider_bounds`]), and the coordinator does not rely on it.
 
-use latmesh_core::load::{LoadKind, LoadModel};
+use latmesh_core::load::{LoadKind, LoadModel, RateSpec};
 use latmesh_core::metrics::Metric;
 use latmesh_core::plan::Plan;
 use latmesh_core::provider_bounds::MAX_USAGE_TOKENS;
@@ -333,12 +333,32 @@ pub fn max_histograms(plan: &Plan) -> usize {
         .saturating_mul(Metric::ALL.len())
 }
 
-/// Concurrency steps of a load: a sweep's steps, 1 for other loads.
+/// Steps of a load: a sweep's concurrency steps, a rate's steps (its `rps` list or ramp, or
+/// its SLO search's steps), 1 for rounds.
 fn steps_of(load: &LoadModel) -> usize {
     match load {
         LoadModel::Sweep(sw) => sw.concurrency.len().max(1),
-        _ => 1,
+        LoadModel::Rate(r) => r.step_count().max(1) as usize,
+        LoadModel::Rounds => 1,
     }
+}
+
+/// Arrivals the rate phase `r` of scenario `i` gives one provider on one agent, at most, over
+/// every step (a record's `slot` counts them over the whole phase): each fixed step's count;
+/// under an SLO search, whose rates are chosen while it runs (each at most `max_rps`), twice
+/// a step's count at `max_rps` plus 64 per step (a Poisson or gamma draw at a lower rate can
+/// exceed the draw at `max_rps`, never by that much).
+fn rate_arrivals_bound(plan: &Plan, i: usize, r: &RateSpec) -> u64 {
+    (0..r.step_count())
+        .map(|k| match (&r.search, r.step_rps(k)) {
+            (Some(search), _) => r
+                .count_at(plan.seed, i, k, search.max_rps)
+                .saturating_mul(2)
+                .saturating_add(64),
+            (None, Some(rps)) => r.count_at(plan.seed, i, k, rps),
+            (None, None) => 0,
+        })
+        .fold(0, u64::saturating_add)
 }
 
 /// Logical requests scenario `i` of `plan` makes on one agent, at most: every round's slots,
@@ -349,7 +369,7 @@ fn max_requests(plan: &Plan, i: usize) -> u64 {
     let slots = plan.scenario_slots(i).len() as u64;
     match &s.load {
         LoadModel::Rounds => u64::from(plan.rounds.count).saturating_mul(slots),
-        LoadModel::Rate(r) => r.arrival_count(plan.seed, i).saturating_mul(slots),
+        LoadModel::Rate(r) => rate_arrivals_bound(plan, i, r).saturating_mul(slots),
         LoadModel::Sweep(sw) => sw
             .concurrency
             .iter()
@@ -397,7 +417,7 @@ fn scenario_bounds(plan: &Plan) -> Vec<ScenarioBounds> {
         .map(|(i, s)| {
             let (concurrency, rounds, slots) = match &s.load {
                 LoadModel::Rounds => (Vec::new(), u64::from(plan.rounds.count), Some(per_round)),
-                LoadModel::Rate(r) => (Vec::new(), 1, Some(r.arrival_count(plan.seed, i))),
+                LoadModel::Rate(r) => (Vec::new(), 1, Some(rate_arrivals_bound(plan, i, r))),
                 LoadModel::Sweep(sw) => {
                     (sw.concurrency.clone(), 1, sw.step_requests.map(u64::from))
                 }
