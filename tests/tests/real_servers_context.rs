@@ -33,8 +33,12 @@ fn context_tiers_against_llama_server() {
     let mut agents = Vec::new();
     for region in ["us-east", "eu-west"] {
         let mut a = Command::new(bin("latmesh-agent"));
-        a.args(["--coordinator", &url, "--region", region])
-            .args(["--agent-id", &format!("{region}-ctx"), "--exit-after", "1"]);
+        a.args(["--coordinator", &url, "--region", region]).args([
+            "--agent-id",
+            &format!("{region}-ctx"),
+            "--exit-after",
+            "1",
+        ]);
         agents.push(spawn(region, a, &dir.path().join(format!("{region}.log"))));
     }
     let json = dir.path().join("summary.json");
@@ -68,7 +72,9 @@ fn context_tiers_against_llama_server() {
             let r = row(region, tier);
             assert_eq!((r.group.as_str(), r.samples), ("ctx", n), "{r:#?}");
             assert_eq!((r.error_pct, r.context_refused), (0.0, 0), "{r:#?}");
-            let billed = r.billed_prompt_tokens_mean.expect("llama-server reports usage");
+            let billed = r
+                .billed_prompt_tokens_mean
+                .expect("llama-server reports usage");
             // SmolLM2's tokenizer: one token per generated word, plus its chat template
             // (30 tokens measured); generous bounds, the exact figures are the line's.
             assert!(

@@ -112,7 +112,12 @@ fn generated_prompts_are_byte_identical_across_agents_and_runs() {
     // Every request of a run: 4 arrivals × 2 tiers × 3 agents, warm-up included.
     let per_run = (ARRIVALS as usize) * TIERS.len() * 3;
     for run in &runs {
-        assert_eq!(run.len(), per_run, "{:?}", run.iter().map(|c| &c.path).collect::<Vec<_>>());
+        assert_eq!(
+            run.len(),
+            per_run,
+            "{:?}",
+            run.iter().map(|c| &c.path).collect::<Vec<_>>()
+        );
     }
     let first = texts_by_region(&runs[0]);
     let second = texts_by_region(&runs[1]);
@@ -130,7 +135,11 @@ fn generated_prompts_are_byte_identical_across_agents_and_runs() {
         }
         let mut distinct = east.clone();
         distinct.dedup();
-        assert_eq!(distinct.len(), ARRIVALS as usize, "every arrival has its own text");
+        assert_eq!(
+            distinct.len(),
+            ARRIVALS as usize,
+            "every arrival has its own text"
+        );
         assert_eq!(west.len(), ARRIVALS as usize);
         for t in east.iter().chain(west) {
             assert!(!t.contains("  ") && !t.ends_with(' '), "spacing");
@@ -177,7 +186,10 @@ fn generated_prompts_are_byte_identical_across_agents_and_runs() {
             assert_eq!((e.len(), w.len()), (n, n));
             let header = PREFIX..PREFIX + HEADER_WORDS as usize;
             let differing: Vec<usize> = (0..n).filter(|&i| e[i] != w[i]).collect();
-            assert!(!differing.is_empty(), "slot {slot}: the regions sent the same text");
+            assert!(
+                !differing.is_empty(),
+                "slot {slot}: the regions sent the same text"
+            );
             assert!(
                 differing.iter().all(|i| header.contains(i)),
                 "slot {slot}: words {differing:?} differ, outside the header {header:?}"
@@ -389,7 +401,10 @@ fn tiers_goodput_and_search_agree_with_the_simulators_truth() {
         serde_json::to_value(&s.token_counts).unwrap()
     );
     let slo = q("slo");
-    assert_eq!(slo["rate_steps"], serde_json::to_value(&s.rate_steps).unwrap());
+    assert_eq!(
+        slo["rate_steps"],
+        serde_json::to_value(&s.rate_steps).unwrap()
+    );
     assert_eq!(slo["searches"], serde_json::to_value(&s.searches).unwrap());
     let cells: Vec<_> = s.cells.iter().filter(|c| c.goodput.is_some()).collect();
     assert!(!cells.is_empty());
@@ -399,17 +414,21 @@ fn tiers_goodput_and_search_agree_with_the_simulators_truth() {
         .iter()
         .map(|c| {
             let f = |k: &str| c[k].as_str().unwrap().to_string();
-            (f("region"), f("provider"), f("scenario"), c["goodput"].clone())
+            (
+                f("region"),
+                f("provider"),
+                f("scenario"),
+                c["goodput"].clone(),
+            )
         })
         .collect();
     assert_eq!(stored.len(), cells.len(), "{slo:#}");
     for c in cells {
         let want = serde_json::to_value(&c.goodput).unwrap();
         assert!(
-            stored
-                .iter()
-                .any(|(r, p, sc, g)| (r, p, sc) == (&c.region, &c.provider, &c.scenario)
-                    && *g == want),
+            stored.iter().any(
+                |(r, p, sc, g)| (r, p, sc) == (&c.region, &c.provider, &c.scenario) && *g == want
+            ),
             "{} {} {}: {want} not in ClickHouse's {stored:#?}",
             c.region,
             c.provider,
@@ -428,7 +447,11 @@ fn tiers_goodput_and_search_agree_with_the_simulators_truth() {
             s.campaign_id
         ),
     );
-    assert_eq!(warm, [["18", "18", "1"]], "3 tiers × 3 providers × 2 agents");
+    assert_eq!(
+        warm,
+        [["18", "18", "1"]],
+        "3 tiers × 3 providers × 2 agents"
+    );
 
     // The HTML report from ClickHouse has the four sections.
     let html = stack.dir.path().join("report.html");
@@ -482,7 +505,11 @@ fn check_tiers(s: &Summary) {
                 // Three rounds, the first a warm-up.
                 assert_eq!((r.samples, r.error_pct), (2, 0.0), "{r:#?}");
                 let billed = generated_prompt_tokens(&p, tier);
-                assert_eq!(r.billed_prompt_tokens_mean, Some(f64::from(billed)), "{r:#?}");
+                assert_eq!(
+                    r.billed_prompt_tokens_mean,
+                    Some(f64::from(billed)),
+                    "{r:#?}"
+                );
                 let truth_ms = (delay_us + ttft_us(&p, billed, TIME_SCALE)) as f64 / 1000.0;
                 let got = r.ttft.as_ref().unwrap().p50_ms;
                 // Never before the truth; late by the machine's own work (a loaded 2-core
@@ -512,9 +539,10 @@ fn check_tiers(s: &Summary) {
         assert_eq!((r.samples, r.context_refused), (0, 2), "{r:#?}");
     }
     // How each counts the generated words: the token-count line finds the profiles' numbers.
-    for (provider, per_word, template, differs) in
-        [("long-ctx", 1.0, 0.0, false), ("short-ctx", 1.25, 7.0, true)]
-    {
+    for (provider, per_word, template, differs) in [
+        ("long-ctx", 1.0, 0.0, false),
+        ("short-ctx", 1.25, 7.0, true),
+    ] {
         let line = s
             .token_counts
             .iter()
@@ -551,7 +579,11 @@ fn check_goodput(s: &Summary) {
                 let truth_us =
                     delay_us + ttft_us(&p, generated_prompt_tokens(&p, tier), TIME_SCALE);
                 let want = if truth_us <= 200_000 { 100.0 } else { 0.0 };
-                assert_eq!((g.requests, g.pct), (2, want), "{region} {provider} {label}: {g:#?}");
+                assert_eq!(
+                    (g.requests, g.pct),
+                    (2, want),
+                    "{region} {provider} {label}: {g:#?}"
+                );
                 // Two requests: too few for a verdict.
                 assert_eq!(g.meets, None, "{g:#?}");
                 assert_eq!(c.warmup, 1, "{c:#?}");
@@ -607,7 +639,12 @@ fn check_search(s: &Summary) {
             .collect();
         assert!(steps.len() >= 3, "{steps:#?}");
         assert_eq!(steps[0].target_rps, 5.0, "{steps:#?}");
-        assert!(steps.iter().all(|st| st.verdict.is_some() && st.dropped == 0), "{steps:#?}");
+        assert!(
+            steps
+                .iter()
+                .all(|st| st.verdict.is_some() && st.dropped == 0),
+            "{steps:#?}"
+        );
         // Unlimited capacity: met up to max_rps (5, 10, 20), then idle.
         let unlimited = s
             .searches
