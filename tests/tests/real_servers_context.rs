@@ -30,17 +30,10 @@ fn context_tiers_against_llama_server() {
         Duration::from_secs(20),
         &dir.path().join("coord.log"),
     );
-    let mut agents = Vec::new();
-    for region in ["us-east"] {
-        let mut a = Command::new(bin("latmesh-agent"));
-        a.args(["--coordinator", &url, "--region", region]).args([
-            "--agent-id",
-            &format!("{region}-ctx"),
-            "--exit-after",
-            "1",
-        ]);
-        agents.push(spawn(region, a, &dir.path().join(format!("{region}.log"))));
-    }
+    let mut a = Command::new(bin("latmesh-agent"));
+    a.args(["--coordinator", &url, "--region", "us-east"])
+        .args(["--agent-id", "us-east-ctx", "--exit-after", "1"]);
+    let _agent = spawn("us-east", a, &dir.path().join("us-east.log"));
     let json = dir.path().join("summary.json");
     let out = Command::new(bin("latmesh"))
         .args(["campaign", "launch"])
