@@ -19,6 +19,7 @@
 //!     if every request takes [`assumed_request_ms`] (TTFT 200 ms, then `max_tokens` at
 //!     500 tokens/s, a fast provider); faster answers mean more. Set `step_requests` (or
 //!     launch with `--max-cost`/`--max-tokens`) for a bound.
+//!
 //!   Warm-up requests (`warmup`) are sent, so they are counted.
 //! * **prompt tokens**: for generated prompts (`input_tokens`), the tier's tokens per request
 //!   (the provider's count may differ a little: its chat template, its tokenizer); else an
@@ -176,21 +177,14 @@ fn slots(plan: &Plan, s: usize) -> (u64, Bound) {
     let scenario = &plan.scenarios[s];
     match &scenario.load {
         LoadModel::Rounds => (u64::from(plan.rounds.count), Bound::Exact),
-        LoadModel::Rate(r) => match &r.search {
-            // The worst case: every step at max_rps.
-            Some(search) => (
-                (0..r.step_count())
-                    .map(|k| r.count_at(plan.seed, s, k, search.max_rps))
-                    .fold(0, u64::saturating_add),
-                Bound::AtMost,
-            ),
-            None => (
-                (0..r.step_count())
-                    .filter_map(|k| r.step_rps(k).map(|rps| r.count_at(plan.seed, s, k, rps)))
-                    .fold(0, u64::saturating_add),
-                Bound::Exact,
-            ),
-        },
+        LoadModel::Rate(r) => (
+            r.planned_arrivals(plan.seed, s),
+            if r.search.is_some() {
+                Bound::AtMost
+            } else {
+                Bound::Exact
+            },
+        ),
         LoadModel::Sweep(sw) => match sw.step_requests {
             Some(n) => (
                 (sw.concurrency.len() as u64).saturating_mul(u64::from(n)),
@@ -356,7 +350,7 @@ impl Estimate {
         }
         let _ = writeln!(
             out,
-            "requests: first attempts of every turn (warm-up included) over {} agent(s){}; prompt tokens: ~{BYTES_PER_TOKEN} bytes per token, history at max_tokens per earlier turn; completion tokens: max_tokens per request (an upper bound)",
+            "requests: first attempts of every turn (warm-up included) over {} agent(s){}; prompt tokens: ~{BYTES_PER_TOKEN} bytes per token, history at max_tokens per earlier turn (generated prompts: their input_tokens); completion tokens: max_tokens per request (an upper bound)",
             self.agents,
             if self.max_retries > 0 {
                 format!(

@@ -95,14 +95,27 @@ fn settings_of(plan: &Plan, kind: PhaseKind) -> String {
             plan.rounds.count,
             plan.rounds.interval_ms as f64 / 1000.0
         ),
-        PhaseKind::Scenario(i) => {
-            let s = &plan.scenarios[i];
+        PhaseKind::Scenario(p) => {
+            let s = &plan.scenarios[p];
+            // The file's index (each tier of a scenario is a plan scenario of its own).
+            let i = plan.scenarios[..=p]
+                .iter()
+                .enumerate()
+                .filter(|(k, x)| *k == 0 || plan.scenarios[k - 1].group() != x.group())
+                .count()
+                - 1;
             match &s.load {
                 LoadModel::Sweep(w) => format!(
                     "scenarios[{i}] ({}): {} sweep steps × sweep.step_s = {} s",
                     s.name,
                     w.concurrency.len(),
                     w.step_ms as f64 / 1000.0
+                ),
+                LoadModel::Rate(r) if r.step_count() > 1 => format!(
+                    "scenarios[{i}] ({}): {} rate steps × rate.duration_s = {} s",
+                    s.name,
+                    r.step_count(),
+                    r.duration_ms as f64 / 1000.0
                 ),
                 LoadModel::Rate(r) => format!(
                     "scenarios[{i}] ({}): rate.duration_s = {} s",
@@ -205,6 +218,29 @@ model_id = "m"
         )));
         assert_eq!(d.total_us, 86_400_000_000);
         assert_eq!(d.check(false), Ok(()));
+    }
+
+    #[test]
+    fn rate_steps_and_tiers_are_named_by_the_file() {
+        // `chat` becomes chat.1k and chat.2k; the rate scenario is still scenarios[1].
+        let text = TEXT
+            .replacen(
+                "prompt_ids = [\"short-qa-en-*\"]",
+                "input_tokens = [1000, 2000]",
+                1,
+            )
+            .replace(
+                "[scenarios.sweep]\nconcurrency = [1, 2]\nstep_s = 5",
+                "[scenarios.rate]\nrps = [1, 2, 4]\nduration_s = 5",
+            );
+        let d = PlannedDuration::of(&plan(&text));
+        assert_eq!(d.total_us, 47_000_000);
+        assert!(
+            d.describe()
+                .contains("15 s for scenarios[1] (knee): 3 rate steps × rate.duration_s = 5 s"),
+            "{}",
+            d.describe()
+        );
     }
 
     #[test]

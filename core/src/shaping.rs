@@ -639,7 +639,9 @@ fn check_no_other_var(key: &str, v: &serde_json::Value) -> Result<(), ShapeError
     match v {
         serde_json::Value::String(s) if s.starts_with('$') && s != OUTPUT_TOKENS_VAR => Err(err(
             key,
-            format!("{s:?}: the only variable exact_output knows is {OUTPUT_TOKENS_VAR:?} (the scenario's output_tokens)"),
+            format!(
+                "{s:?}: the only variable exact_output knows is {OUTPUT_TOKENS_VAR:?} (the scenario's output_tokens)"
+            ),
         )),
         serde_json::Value::Array(items) => items
             .iter()
@@ -1029,12 +1031,20 @@ mod tests {
                 .ends_with("exact_output may not replace it")
         );
         assert_eq!(
-            bad(json!({"ignore_eos": true}), json!({"ignore_eos": false}), None),
+            bad(
+                json!({"ignore_eos": true}),
+                json!({"ignore_eos": false}),
+                None
+            ),
             "exact_output.ignore_eos: is also in extra_body: exact_output is merged over it; give the key once"
         );
         assert!(
-            bad(json!({"max_new_tokens": 5}), json!({}), Some("max_new_tokens"))
-                .starts_with("exact_output.max_new_tokens: is the output cap's field")
+            bad(
+                json!({"max_new_tokens": 5}),
+                json!({}),
+                Some("max_new_tokens")
+            )
+            .starts_with("exact_output.max_new_tokens: is the output cap's field")
         );
     }
 }

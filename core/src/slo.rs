@@ -101,6 +101,9 @@ impl Slo {
                 p.ms
             ));
         }
+        if parts.is_empty() {
+            return format!("goodput (ok requests) ≥ {} %", self.goodput_pct);
+        }
         format!("{}; goodput ≥ {} %", parts.join(", "), self.goodput_pct)
     }
 }

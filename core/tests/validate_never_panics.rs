@@ -108,6 +108,22 @@ fn campaign_file() -> impl Strategy<Value = String> {
                 .prop_map(str::to_string),
         ],
     );
+    // Generated prompts with an SLO, at rate steps (a ramp) or under an SLO search, with
+    // gamma arrivals.
+    let generated = (
+        int(16..=200_000),
+        opt("shared_prefix_tokens", int(0..=1000)),
+        opt("output_tokens", int(1..=4096)),
+        opt("warmup", int(0..=50)),
+        float(1.0..10_000.0),
+        float(0.001..100.0),
+        float(0.001..200.0),
+        opt("steps", int(2..=32)),
+        opt("min_requests", int(1..=100)),
+        opt("resolution_pct", float(0.0..100.0)),
+        (float(0.0..100.0), float(0.001..20.0)),
+        prop::bool::ANY,
+    );
     let campaign = (
         int(0..=i64::MAX),
         prop_oneof![
@@ -124,8 +140,9 @@ fn campaign_file() -> impl Strategy<Value = String> {
         rate,
         (provider.clone(), provider),
         campaign,
+        generated,
     )
-        .prop_map(|(rounds, rs, sweep, rate, (p0, p1), campaign)| {
+        .prop_map(|(rounds, rs, sweep, rate, (p0, p1), campaign, generated)| {
             let (count, interval_s, gap_ms) = rounds;
             let (
                 max_tokens,
@@ -143,6 +160,23 @@ fn campaign_file() -> impl Strategy<Value = String> {
             let (concurrency, step_s, step_requests, kp, ke, kerr, kmin) = sweep;
             let (rps, duration_s, max_queue_s, poisson) = rate;
             let (seed, percentiles, runs) = campaign;
+            let (tier, shared, output, warmup, ttft_ms, min_rps, max_rps, steps, min_requests, resolution, (burstiness, gen_duration_s), search) = generated;
+            let max_tokens_line = if output.is_empty() { "max_tokens = 16\n" } else { "" };
+            // Gamma at a ramp; Poisson under a search (gamma arrivals are drawn one by one:
+            // a search's every step at max_rps would make this test slow).
+            let arrivals = if search {
+                "arrivals = \"poisson\"\n".to_string()
+            } else {
+                format!("arrivals = \"gamma\"\nburstiness = {burstiness}\n")
+            };
+            let rate_table = if search {
+                format!("[scenarios.rate.search]\nmin_rps = {min_rps}\nmax_rps = {max_rps}\n{steps}{min_requests}{resolution}")
+            } else {
+                format!("rps = {{ from = {min_rps}, to = {max_rps}, steps = 4 }}\n")
+            };
+            let generated = format!(
+                "[[scenarios]]\nname = \"gen\"\ninput_tokens = [{tier}]\n{shared}{output}{warmup}{max_tokens_line}slo = {{ ttft_ms = {ttft_ms}, ttft_p95_ms = {ttft_ms} }}\n[scenarios.rate]\nduration_s = {gen_duration_s}\n{arrivals}{rate_table}"
+            );
             let provider = |name: &str, (mif, rpm, tpm, gap, pin, pout, port): (String, String, String, String, String, String, String)| {
                 format!(
                     "[[providers]]\nname = \"{name}\"\nbase_url = \"http://127.0.0.1:{port}/{name}/v1\"\nmodel_id = \"m\"\n{mif}{rpm}{tpm}{gap}price_input_usd_per_mtok = {pin}\nprice_output_usd_per_mtok = {pout}\n"
@@ -195,6 +229,7 @@ rps = {rps}
 duration_s = {duration_s}
 arrivals = "{arrivals}"
 {max_queue_s}
+{generated}
 {p0}{p1}
 [[providers]]
 name = "c"

@@ -149,6 +149,9 @@ pub async fn run(cmd: CampaignCmd) -> anyhow::Result<()> {
                     "assuming one agent per region; launch counts the connected ones"
                 )
             );
+            for line in workload_lines(&plan) {
+                println!("{line}");
+            }
             println!("{}", duration.describe());
             Ok(())
         }
@@ -375,6 +378,52 @@ pub async fn run(cmd: CampaignCmd) -> anyhow::Result<()> {
             report(&mut client, &coord.url(), &campaign_id, json.as_deref()).await
         }
     }
+}
+
+/// What `campaign validate` says of the workload keys: one line per file scenario with
+/// generated prompts (its tiers), an SLO or an SLO search.
+fn workload_lines(plan: &latmesh_core::plan::Plan) -> Vec<String> {
+    use latmesh_core::load::LoadModel;
+    let mut out = Vec::new();
+    let mut k = 0;
+    while k < plan.scenarios.len() {
+        let group = plan.scenarios[k].group();
+        let tiers: Vec<&str> = plan.scenarios[k..]
+            .iter()
+            .take_while(|s| s.group() == group)
+            .map(|s| s.name.as_str())
+            .collect();
+        let s = &plan.scenarios[k];
+        k += tiers.len();
+        if let Some(synth) = &s.synth {
+            out.push(format!(
+                "scenario {group}: generated prompts, {} ({}){}",
+                if tiers.len() == 1 { "1 tier" } else { "tiers" },
+                tiers.join(", "),
+                if synth.shared_prefix_tokens > 0 {
+                    format!(", {} shared prefix tokens", synth.shared_prefix_tokens)
+                } else {
+                    String::new()
+                }
+            ));
+        }
+        if let Some(slo) = &s.slo {
+            out.push(format!("scenario {group}: slo {}", slo.describe()));
+        }
+        if let LoadModel::Rate(r) = &s.load
+            && let Some(search) = &r.search
+        {
+            out.push(format!(
+                "scenario {group}: SLO search from {} to {} rps, at most {} steps of {} s, {} judged requests a step",
+                search.min_rps,
+                search.max_rps,
+                search.steps,
+                r.duration_ms as f64 / 1000.0,
+                search.min_requests
+            ));
+        }
+    }
+    out
 }
 
 /// How long `campaign launch` tries to reconnect to a coordinator it lost while following.

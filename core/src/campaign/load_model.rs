@@ -304,6 +304,17 @@ fn validate_rate(
             (search.min_rps, Vec::new(), Some(search))
         }
     };
+    if search.is_none() && f64::from(workload.warmup) >= rps * r.duration_s {
+        return Err(invalid(
+            format!("scenarios[{i}].warmup"),
+            format!(
+                "{} warm-up arrivals, and the first step has about {} ({rps} rps × {} s): none of it would be measured",
+                workload.warmup,
+                rps * r.duration_s,
+                r.duration_s
+            ),
+        ));
+    }
     // The arrival-count cap applies to the largest step.
     let top_rps = search
         .as_ref()
@@ -486,20 +497,25 @@ fn check_search(
             format!("must be at least 1 (default {DEFAULT_SEARCH_MIN_REQUESTS})"),
         ));
     }
-    let resolution_pct = sec
-        .resolution_pct
-        .unwrap_or(DEFAULT_SEARCH_RESOLUTION_PCT);
+    let resolution_pct = sec.resolution_pct.unwrap_or(DEFAULT_SEARCH_RESOLUTION_PCT);
     if !(resolution_pct > 0.0 && resolution_pct <= 100.0) {
         return Err(invalid(
             key("resolution_pct"),
             format!("{resolution_pct} is not in (0, 100]"),
         ));
     }
-    if min_rps * duration_s < f64::from(min_requests) {
+    // Warm-up arrivals of step 0 are not judged.
+    let judged = min_rps * duration_s - f64::from(workload.warmup);
+    if judged < f64::from(min_requests) {
+        let warmup = if workload.warmup > 0 {
+            format!(" less {} warm-up", workload.warmup)
+        } else {
+            String::new()
+        };
         return Err(invalid(
             key("min_requests"),
             format!(
-                "a step at min_rps cannot reach min_requests: {min_rps} rps × {duration_s} s = {} arrivals, fewer than {min_requests}; lengthen duration_s or lower min_requests",
+                "a step at min_rps cannot reach min_requests: {min_rps} rps × {duration_s} s = {} arrivals{warmup}, fewer than {min_requests}; lengthen duration_s or lower min_requests",
                 min_rps * duration_s
             ),
         ));
@@ -514,6 +530,19 @@ fn check_search(
             p.min_gap_ms
                 .filter(|&g| g > 0)
                 .map(|g| (1000.0 / g as f64, format!("min_gap_ms = {g}"))),
+            // Generated prompts: at least the smallest tier and max_tokens per request.
+            p.tokens_per_min
+                .filter(|t| t.is_finite() && *t > 0.0)
+                .zip(workload.tiers.first())
+                .map(|(t, &tier)| {
+                    let per_request = f64::from(tier) + f64::from(workload.max_tokens);
+                    (
+                        t / 60.0 / per_request,
+                        format!(
+                            "tokens_per_min = {t}, at {per_request} tokens a request (input_tokens + max_tokens)"
+                        ),
+                    )
+                }),
         ];
         for (cap_rps, why) in caps.into_iter().flatten() {
             if max_rps > cap_rps {
@@ -656,21 +685,34 @@ mod tests {
     #[test]
     fn rps_is_a_number_a_list_or_a_ramp() {
         let r = rate_of(&rate("", "rps = 3\nduration_s = 10"));
-        assert_eq!((r.rps, r.steps_rps.clone(), r.step_count()), (3.0, vec![], 1));
+        assert_eq!(
+            (r.rps, r.steps_rps.clone(), r.step_count()),
+            (3.0, vec![], 1)
+        );
         let r = rate_of(&rate("", "rps = [2, 4, 8.5]\nduration_s = 10"));
         assert_eq!((r.rps, r.steps_rps.clone()), (2.0, vec![2.0, 4.0, 8.5]));
-        assert_eq!((r.step_count(), r.step_rps(2), r.span_us()), (3, Some(8.5), 30_000_000));
-        let r = rate_of(&rate("", "rps = { from = 1, to = 16, steps = 5 }\nduration_s = 10"));
-        assert_eq!((r.rps, r.steps_rps.clone()), (1.0, vec![1.0, 2.0, 4.0, 8.0, 16.0]));
         assert_eq!(
-            geometric_ramp(2.0, 5.0, 3),
-            vec![2.0, 3.162278, 5.0]
+            (r.step_count(), r.step_rps(2), r.span_us()),
+            (3, Some(8.5), 30_000_000)
         );
-        let r = rate_of(&rate("", "rps = 1\nduration_s = 10\narrivals = \"gamma\"\nburstiness = 0.5"));
+        let r = rate_of(&rate(
+            "",
+            "rps = { from = 1, to = 16, steps = 5 }\nduration_s = 10",
+        ));
+        assert_eq!(
+            (r.rps, r.steps_rps.clone()),
+            (1.0, vec![1.0, 2.0, 4.0, 8.0, 16.0])
+        );
+        assert_eq!(geometric_ramp(2.0, 5.0, 3), vec![2.0, 3.162278, 5.0]);
+        let r = rate_of(&rate(
+            "",
+            "rps = 1\nduration_s = 10\narrivals = \"gamma\"\nburstiness = 0.5",
+        ));
         assert_eq!(r.arrivals, Arrivals::Gamma { burstiness: 0.5 });
         // The phase of a sweep of rates lasts every step.
         let plan = load_toml_str(
-            &rate("", "rps = [1, 2, 3]\nduration_s = 10").replace("[rounds]\ncount = 3\ninterval_s = 2.0\ngap_ms = 100\n", ""),
+            &rate("", "rps = [1, 2, 3]\nduration_s = 10")
+                .replace("[rounds]\ncount = 3\ninterval_s = 2.0\ngap_ms = 100\n", ""),
             Path::new("."),
         )
         .unwrap();
@@ -680,7 +722,10 @@ mod tests {
     #[test]
     fn a_search_needs_an_slo_and_picks_the_rates() {
         let slo = "slo = { ttft_ms = 1000 }";
-        let r = rate_of(&rate(slo, "duration_s = 10\n[scenarios.rate.search]\nmin_rps = 2\nmax_rps = 64"));
+        let r = rate_of(&rate(
+            slo,
+            "duration_s = 10\n[scenarios.rate.search]\nmin_rps = 2\nmax_rps = 64",
+        ));
         assert_eq!(
             r.search,
             Some(SloSearch {
@@ -700,8 +745,11 @@ mod tests {
         assert_eq!((s.steps, s.min_requests, s.resolution_pct), (3, 5, 25.0));
         // A provider capped below max_rps; max_in_flight alone bounds no rate.
         let capped = |cap: &str| {
-            rate(slo, "duration_s = 10\n[scenarios.rate.search]\nmin_rps = 2\nmax_rps = 64")
-                .replace("api_key_env = \"A_KEY\"", cap)
+            rate(
+                slo,
+                "duration_s = 10\n[scenarios.rate.search]\nmin_rps = 2\nmax_rps = 64",
+            )
+            .replace("api_key_env = \"A_KEY\"", cap)
         };
         assert!(load_toml_str(&capped("max_in_flight = 2"), Path::new(".")).is_ok());
         assert!(load_toml_str(&capped("requests_per_min = 3840"), Path::new(".")).is_ok());
@@ -711,42 +759,185 @@ mod tests {
             "{e}"
         );
         let e = err_of(&capped("min_gap_ms = 100"));
-        assert!(e.contains("(min_gap_ms = 100: at most 10 rps per agent)"), "{e}");
+        assert!(
+            e.contains("(min_gap_ms = 100: at most 10 rps per agent)"),
+            "{e}"
+        );
+        // tokens_per_min bounds the rate of generated prompts: 1000 + 200 tokens a request.
+        let generated = |cap: &str| {
+            capped(cap)
+                .replace(
+                    "prompt_ids = [\"short-qa-en-*\"]",
+                    "input_tokens = [1000, 8000]",
+                )
+                .replace("max_tokens = 32", "output_tokens = 200")
+        };
+        assert!(load_toml_str(&generated("tokens_per_min = 4608000"), Path::new(".")).is_ok());
+        let e = err_of(&generated("tokens_per_min = 720000"));
+        assert!(
+            e.contains("(tokens_per_min = 720000, at 1200 tokens a request (input_tokens + max_tokens): at most 10 rps per agent)"),
+            "{e}"
+        );
+        // For prompts of the prompt set it is left to the agents (their size is an estimate).
+        assert!(load_toml_str(&capped("tokens_per_min = 60"), Path::new(".")).is_ok());
     }
 
     #[test]
     fn rate_refusals_name_the_key() {
         let slo = "slo = { ttft_ms = 1000 }";
-        let search = |lines: &str| rate(slo, &format!("duration_s = 10\n[scenarios.rate.search]\n{lines}"));
+        let search = |lines: &str| {
+            rate(
+                slo,
+                &format!("duration_s = 10\n[scenarios.rate.search]\n{lines}"),
+            )
+        };
         let cases = [
-            (rate("", "rps = [2, 2]\nduration_s = 1"), "scenarios[0].rate.rps[1]: 2 is not above the step before (2): steps must increase"),
-            (rate("", "rps = [2, 0]\nduration_s = 1"), "scenarios[0].rate.rps[1]: 0 is not in (0, 100000]"),
-            (rate("", "rps = []\nduration_s = 1"), "scenarios[0].rate.rps: name 1..=64 steps"),
-            (rate("", "rps = \"fast\"\nduration_s = 1"), "scenarios[0].rate.rps: \"fast\" is not a rate"),
-            (rate("", "rps = { from = 4, to = 2, steps = 3 }\nduration_s = 1"), "scenarios[0].rate.rps.to: 2 is not above from (4)"),
-            (rate("", "rps = { from = 1, to = 2, steps = 1 }\nduration_s = 1"), "scenarios[0].rate.rps.steps: 1 is not a whole number in 2..=64"),
-            (rate("", "rps = { from = 1, to = 2, steps = 65 }\nduration_s = 1"), "scenarios[0].rate.rps.steps: 65 is not a whole number in 2..=64"),
-            (rate("", "rps = { from = 1, to = 2 }\nduration_s = 1"), "scenarios[0].rate.rps.steps: missing"),
-            (rate("", "rps = { from = 1, to = 2, steps = 3, by = 2 }\nduration_s = 1"), "scenarios[0].rate.rps.by: is not a key of a ramp"),
-            (rate("", "rps = { from = 1, to = 1.00001, steps = 64 }\nduration_s = 1"), "scenarios[0].rate.rps.steps: 64 steps from 1 to 1.00001 are closer"),
-            (rate("", "rps = [1, 10000]\nduration_s = 86400"), "scenarios[0].rate.duration_s: 10000 rps × 86400 s"),
-            (rate("", "duration_s = 1"), "scenarios[0].rate.rps: missing: a number, a list of steps"),
-            (rate("", "rps = 1\nduration_s = 1\narrivals = \"gamma\""), "scenarios[0].rate.burstiness: missing: arrivals = \"gamma\" needs burstiness"),
-            (rate("", "rps = 1\nduration_s = 1\narrivals = \"gamma\"\nburstiness = 0"), "scenarios[0].rate.burstiness: 0 is not in (0, 100]"),
-            (rate("", "rps = 1\nduration_s = 1\narrivals = \"gamma\"\nburstiness = 101"), "scenarios[0].rate.burstiness: 101 is not in (0, 100]"),
-            (rate("", "rps = 1\nduration_s = 1\narrivals = \"poisson\"\nburstiness = 2"), "scenarios[0].rate.burstiness: applies to arrivals = \"gamma\" only"),
-            (rate("", "duration_s = 10\n[scenarios.rate.search]\nmin_rps = 1\nmax_rps = 8"), "scenarios[0].rate.search: searches for the highest rate meeting the scenario's slo, and the scenario has none"),
-            (rate(slo, "rps = [1, 2]\nduration_s = 10\n[scenarios.rate.search]\nmin_rps = 1\nmax_rps = 8"), "scenarios[0].rate.rps: given with [scenarios.rate.search]"),
-            (rate(slo, "rps = 1\nduration_s = 10\n[scenarios.rate.search]\nmin_rps = 1\nmax_rps = 8"), "scenarios[0].rate.rps: given with [scenarios.rate.search]"),
-            (search("min_rps = 4\nmax_rps = 4"), "scenarios[0].rate.search.max_rps: 4 is not above min_rps (4)"),
-            (search("min_rps = 0\nmax_rps = 4"), "scenarios[0].rate.search.min_rps: 0 is not in (0, 100000]"),
-            (search("min_rps = 2\nmax_rps = 4\nsteps = 1"), "scenarios[0].rate.search.steps: 1 is not in 2..=32"),
-            (search("min_rps = 2\nmax_rps = 4\nsteps = 33"), "scenarios[0].rate.search.steps: 33 is not in 2..=32"),
-            (search("min_rps = 2\nmax_rps = 4\nmin_requests = 0"), "scenarios[0].rate.search.min_requests: must be at least 1"),
-            (search("min_rps = 2\nmax_rps = 4\nresolution_pct = 0"), "scenarios[0].rate.search.resolution_pct: 0 is not in (0, 100]"),
-            (search("min_rps = 1\nmax_rps = 4"), "scenarios[0].rate.search.min_requests: a step at min_rps cannot reach min_requests: 1 rps × 10 s = 10 arrivals, fewer than 20; lengthen duration_s or lower min_requests"),
-            (search("min_rps = 2\nmax_rps = 4\nstep = 3"), "scenarios[0].rate.search.step: unknown field"),
-            (search("min_rps = 2\nmax_rps = 10000\nsteps = 3").replace("duration_s = 10", "duration_s = 86400"), "scenarios[0].rate.duration_s: 10000 rps × 86400 s"),
+            (
+                rate("", "rps = [2, 2]\nduration_s = 1"),
+                "scenarios[0].rate.rps[1]: 2 is not above the step before (2): steps must increase",
+            ),
+            (
+                rate("", "rps = [2, 0]\nduration_s = 1"),
+                "scenarios[0].rate.rps[1]: 0 is not in (0, 100000]",
+            ),
+            (
+                rate("", "rps = []\nduration_s = 1"),
+                "scenarios[0].rate.rps: name 1..=64 steps",
+            ),
+            (
+                rate("", "rps = \"fast\"\nduration_s = 1"),
+                "scenarios[0].rate.rps: \"fast\" is not a rate",
+            ),
+            (
+                rate("", "rps = { from = 4, to = 2, steps = 3 }\nduration_s = 1"),
+                "scenarios[0].rate.rps.to: 2 is not above from (4)",
+            ),
+            (
+                rate("", "rps = { from = 1, to = 2, steps = 1 }\nduration_s = 1"),
+                "scenarios[0].rate.rps.steps: 1 is not a whole number in 2..=64",
+            ),
+            (
+                rate("", "rps = { from = 1, to = 2, steps = 65 }\nduration_s = 1"),
+                "scenarios[0].rate.rps.steps: 65 is not a whole number in 2..=64",
+            ),
+            (
+                rate("", "rps = { from = 1, to = 2 }\nduration_s = 1"),
+                "scenarios[0].rate.rps.steps: missing",
+            ),
+            (
+                rate(
+                    "",
+                    "rps = { from = 1, to = 2, steps = 3, by = 2 }\nduration_s = 1",
+                ),
+                "scenarios[0].rate.rps.by: is not a key of a ramp",
+            ),
+            (
+                rate(
+                    "",
+                    "rps = { from = 1, to = 1.00001, steps = 64 }\nduration_s = 1",
+                ),
+                "scenarios[0].rate.rps.steps: 64 steps from 1 to 1.00001 are closer",
+            ),
+            (
+                rate("", "rps = [1, 10000]\nduration_s = 86400"),
+                "scenarios[0].rate.duration_s: 10000 rps × 86400 s",
+            ),
+            (
+                rate("", "duration_s = 1"),
+                "scenarios[0].rate.rps: missing: a number, a list of steps",
+            ),
+            (
+                rate("", "rps = 1\nduration_s = 1\narrivals = \"gamma\""),
+                "scenarios[0].rate.burstiness: missing: arrivals = \"gamma\" needs burstiness",
+            ),
+            (
+                rate(
+                    "",
+                    "rps = 1\nduration_s = 1\narrivals = \"gamma\"\nburstiness = 0",
+                ),
+                "scenarios[0].rate.burstiness: 0 is not in (0, 100]",
+            ),
+            (
+                rate(
+                    "",
+                    "rps = 1\nduration_s = 1\narrivals = \"gamma\"\nburstiness = 101",
+                ),
+                "scenarios[0].rate.burstiness: 101 is not in (0, 100]",
+            ),
+            (
+                rate(
+                    "",
+                    "rps = 1\nduration_s = 1\narrivals = \"poisson\"\nburstiness = 2",
+                ),
+                "scenarios[0].rate.burstiness: applies to arrivals = \"gamma\" only",
+            ),
+            (
+                rate(
+                    "",
+                    "duration_s = 10\n[scenarios.rate.search]\nmin_rps = 1\nmax_rps = 8",
+                ),
+                "scenarios[0].rate.search: searches for the highest rate meeting the scenario's slo, and the scenario has none",
+            ),
+            (
+                rate(
+                    slo,
+                    "rps = [1, 2]\nduration_s = 10\n[scenarios.rate.search]\nmin_rps = 1\nmax_rps = 8",
+                ),
+                "scenarios[0].rate.rps: given with [scenarios.rate.search]",
+            ),
+            (
+                rate(
+                    slo,
+                    "rps = 1\nduration_s = 10\n[scenarios.rate.search]\nmin_rps = 1\nmax_rps = 8",
+                ),
+                "scenarios[0].rate.rps: given with [scenarios.rate.search]",
+            ),
+            (
+                search("min_rps = 4\nmax_rps = 4"),
+                "scenarios[0].rate.search.max_rps: 4 is not above min_rps (4)",
+            ),
+            (
+                search("min_rps = 0\nmax_rps = 4"),
+                "scenarios[0].rate.search.min_rps: 0 is not in (0, 100000]",
+            ),
+            (
+                search("min_rps = 2\nmax_rps = 4\nsteps = 1"),
+                "scenarios[0].rate.search.steps: 1 is not in 2..=32",
+            ),
+            (
+                search("min_rps = 2\nmax_rps = 4\nsteps = 33"),
+                "scenarios[0].rate.search.steps: 33 is not in 2..=32",
+            ),
+            (
+                search("min_rps = 2\nmax_rps = 4\nmin_requests = 0"),
+                "scenarios[0].rate.search.min_requests: must be at least 1",
+            ),
+            (
+                search("min_rps = 2\nmax_rps = 4\nresolution_pct = 0"),
+                "scenarios[0].rate.search.resolution_pct: 0 is not in (0, 100]",
+            ),
+            (
+                search("min_rps = 1\nmax_rps = 4"),
+                "scenarios[0].rate.search.min_requests: a step at min_rps cannot reach min_requests: 1 rps × 10 s = 10 arrivals, fewer than 20; lengthen duration_s or lower min_requests",
+            ),
+            (
+                search("min_rps = 2\nmax_rps = 4")
+                    .replace(slo, "slo = { ttft_ms = 1000 }\nwarmup = 1"),
+                "scenarios[0].rate.search.min_requests: a step at min_rps cannot reach min_requests: 2 rps × 10 s = 20 arrivals less 1 warm-up, fewer than 20",
+            ),
+            (
+                rate("warmup = 10", "rps = 1\nduration_s = 10"),
+                "scenarios[0].warmup: 10 warm-up arrivals, and the first step has about 10 (1 rps × 10 s): none of it would be measured",
+            ),
+            (
+                search("min_rps = 2\nmax_rps = 4\nstep = 3"),
+                "scenarios[0].rate.search.step: unknown field",
+            ),
+            (
+                search("min_rps = 2\nmax_rps = 10000\nsteps = 3")
+                    .replace("duration_s = 10", "duration_s = 86400"),
+                "scenarios[0].rate.duration_s: 10000 rps × 86400 s",
+            ),
         ];
         for (text, says) in cases {
             let e = err_of(&text);

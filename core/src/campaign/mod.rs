@@ -37,6 +37,26 @@
 //! retry = { max_retries = 3, backoff_s = [1, 2, 4], on = ["throttled", "http_5xx"], honour_retry_after = true, max_retry_after_s = 30 }
 //! max_response_bytes = 67108864   # optional (default 64 MiB): larger bodies end as protocol_error
 //! extra_body = { reasoning_effort = "low" } # optional: merged into every request body
+//! warmup = 2                      # optional (default 0): first requests per provider, not counted
+//! slo = { ttft_ms = 2000, tpot_ms = 50, ttft_p95_ms = 1500, goodput_pct = 90 } # optional
+//!
+//! [[scenarios]]
+//! name = "context"                # plan scenarios context.1k, context.8k, context.32k
+//! input_tokens = [1000, 8000, 32000] # generated prompts of exact lengths (not with prompt_ids)
+//! shared_prefix_tokens = 0        # optional (default 0): words every request starts with
+//! output_tokens = 128             # optional: sets max_tokens (then max_tokens may be left out)
+//! load = "rate"
+//! [scenarios.rate]
+//! duration_s = 20                 # each step's length
+//! arrivals = "gamma"              # constant (default), poisson, gamma
+//! burstiness = 0.5                # gamma only (required there), in (0, 100]
+//! # rps = 5 | [2, 4, 8] | { from = 1, to = 16, steps = 5 }  # one rate, steps, or a ramp
+//! [scenarios.rate.search]         # instead of rps: the highest rate meeting the scenario's slo
+//! min_rps = 2
+//! max_rps = 32
+//! steps = 8                       # optional (default 8, 2..=32)
+//! min_requests = 20               # optional (default 20): judged requests a step needs
+//! resolution_pct = 10             # optional (default 10)
 //!
 //! [[providers]]
 //! name = "fast-lane"
@@ -53,6 +73,7 @@
 //! max_tokens_field = "max_completion_tokens" # optional: default the API's own
 //! stream_usage = "auto"           # optional: auto (default), always, never
 //! reasoning_tags = { open = "<think>", close = "</think>" } # optional
+//! exact_output = { ignore_eos = true } # optional: merged into output_tokens scenarios' bodies
 //!
 //! [compat]                        # optional: the checks `latmesh compat` runs
 //! checks = ["stream", "json_mode"] # optional (default: every check), in any order
@@ -66,6 +87,13 @@
 //! providers = ["fast-lane"]       # optional (default: every provider)
 //! timeout_s = 60                  # optional (default 60)
 //! ```
+//!
+//! Workloads (`workload.rs`): a scenario sends prompts of the prompt
+//! set (`prompt_ids`) or generated prompts (`input_tokens`, [`crate::synth`]), never both;
+//! each tier is a plan scenario `{name}.{tier}` ([`crate::plan::ScenarioSpec::group`] gives
+//! the file's name back). `slo` keys are `ttft_ms`, `tpot_ms`, `e2e_ms`,
+//! `{metric}_p{percentile}_ms` and `goodput_pct` ([`crate::slo`]); an SLO search
+//! ([`crate::load::SloSearch`]) needs one.
 //!
 //! Request shaping (the provider keys from `api` on, and a scenario's `extra_body`, merged
 //! under the provider's): validated by [`crate::shaping`], whose documentation states the
@@ -128,8 +156,7 @@ pub use error::CampaignError;
 pub use file::{
     CampaignFile, CampaignSection, CompatSection, FailoverSection, ProviderSection, QualitySection,
     RateSection, RetrySection, RoundsSection, ScenarioSection, ScheduleSection, ScoresSection,
-    SearchSection,
-    SelectionSection, SweepSection, WeightsSection, WindowsSection,
+    SearchSection, SelectionSection, SweepSection, WeightsSection, WindowsSection,
 };
 pub use load_model::MAX_PLAN_SPAN_US;
 pub use loader::{load_file, load_toml_str};

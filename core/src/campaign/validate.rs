@@ -129,14 +129,7 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
         .iter()
         .enumerate()
         .map(|(i, s)| {
-            validate_scenario(
-                i,
-                s,
-                &loads[i],
-                &workloads[i],
-                &prompt_set,
-                &file.providers,
-            )
+            validate_scenario(i, s, &loads[i], &workloads[i], &prompt_set, &file.providers)
         })
         .collect::<Result<Vec<_>, _>>()?
         .into_iter()

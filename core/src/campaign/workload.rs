@@ -159,6 +159,22 @@ pub(super) fn validate_workload(i: usize, s: &ScenarioSection) -> Result<Workloa
         None => None,
         Some(map) => Some(check_slo(&key("slo"), map)?),
     };
+    if let Some(slo) = &slo
+        && !s.stream
+    {
+        let tpot = slo.tpot_ms.map(|_| "tpot_ms".to_string()).or_else(|| {
+            slo.percentiles
+                .iter()
+                .find(|b| b.metric == Metric::Tpot)
+                .map(|b| format!("tpot_p{}_ms", b.percentile))
+        });
+        if let Some(name) = tpot {
+            return Err(invalid(
+                format!("scenarios[{i}].slo.{name}"),
+                "a non-streamed answer arrives at once, so its TPOT says nothing: set stream = true, or bound ttft/e2e only",
+            ));
+        }
+    }
     Ok(Workload {
         tiers,
         shared_prefix_tokens,
@@ -374,7 +390,10 @@ mod tests {
             assert_eq!(s.prompts.len(), 1);
             assert_eq!(s.prompts[0].id, format!("gen-{label}"));
             assert!(s.prompts[0].messages.is_empty() && s.prompts[0].follow_ups.is_empty());
-            assert_eq!((s.max_tokens, s.output_tokens, s.warmup), (128, Some(128), 2));
+            assert_eq!(
+                (s.max_tokens, s.output_tokens, s.warmup),
+                (128, Some(128), 2)
+            );
             assert!(s.stream);
             assert_eq!(plan.prompt_for(2, 5).id, "gen-32k");
         }
@@ -403,7 +422,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            (plan.scenarios[0].max_tokens, plan.scenarios[0].output_tokens),
+            (
+                plan.scenarios[0].max_tokens,
+                plan.scenarios[0].output_tokens
+            ),
             (256, Some(256))
         );
         // The same number twice is fine.
@@ -451,7 +473,10 @@ mod tests {
     #[test]
     fn slo_key_forms() {
         assert_eq!(parse_slo_key("ttft_ms"), Some((Metric::Ttft, None)));
-        assert_eq!(parse_slo_key("tpot_p50_ms"), Some((Metric::Tpot, Some(50.0))));
+        assert_eq!(
+            parse_slo_key("tpot_p50_ms"),
+            Some((Metric::Tpot, Some(50.0)))
+        );
         assert_eq!(
             parse_slo_key("ttft_p99.9_ms"),
             Some((Metric::Ttft, Some(99.9)))
@@ -474,7 +499,8 @@ mod tests {
 
     #[test]
     fn workload_refusals_name_the_key() {
-        let with = |keys: &str| GOOD.replace("max_tokens = 32", &format!("max_tokens = 32\n{keys}"));
+        let with =
+            |keys: &str| GOOD.replace("max_tokens = 32", &format!("max_tokens = 32\n{keys}"));
         let cases = [
             (
                 with("input_tokens = 1000"),
@@ -548,7 +574,21 @@ mod tests {
                 with("warmup = 10001"),
                 "scenarios[0].warmup: 10001 is not in 0..=10000",
             ),
-            (with("slo = {}"), "scenarios[0].slo: is empty: give at least one of ttft_ms"),
+            (
+                with("warmup = 3"),
+                "scenarios[0].warmup: 3 warm-up rounds of 3: no round would be measured",
+            ),
+            (
+                GOOD.replace("stream = true", "stream = false").replace(
+                    "max_tokens = 32",
+                    "max_tokens = 32\nslo = { ttft_ms = 100, tpot_p90_ms = 20 }",
+                ),
+                "scenarios[0].slo.tpot_p90_ms: a non-streamed answer arrives at once",
+            ),
+            (
+                with("slo = {}"),
+                "scenarios[0].slo: is empty: give at least one of ttft_ms",
+            ),
             (
                 with("slo = { ttf_ms = 100 }"),
                 "scenarios[0].slo.ttf_ms: is not an SLO key; the keys are ttft_ms, tpot_ms, e2e_ms (per request), {ttft|tpot|e2e}_p{percentile}_ms",
@@ -601,7 +641,10 @@ mod tests {
             "{e}"
         );
         let long = "x".repeat(62);
-        let e = err_of(&gen_scenario("input_tokens = 1000").replace("name = \"chat\"", &format!("name = \"{long}\"")));
+        let e = err_of(
+            &gen_scenario("input_tokens = 1000")
+                .replace("name = \"chat\"", &format!("name = \"{long}\"")),
+        );
         assert!(
             e.starts_with("scenarios[0].input_tokens: tier 1k makes the scenario name"),
             "{e}"
@@ -641,6 +684,48 @@ providers:
         );
         std::fs::write(&file, yaml.replace("ttft_ms: 2000", "ttft_msec: 2000")).unwrap();
         let e = crate::campaign::load_file(&file).unwrap_err().to_string();
-        assert!(e.contains("scenarios[0].slo.ttft_msec: is not an SLO key"), "{e}");
+        assert!(
+            e.contains("scenarios[0].slo.ttft_msec: is not an SLO key"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_long_context_example_validates() {
+        let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/long-context.toml");
+        let plan = crate::campaign::load_file(&file).unwrap();
+        let names: Vec<&str> = plan.scenarios.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["context.1k", "context.8k", "context.32k", "capacity.2k"]
+        );
+        let tiers: Vec<u32> = plan
+            .scenarios
+            .iter()
+            .map(|s| s.synth.as_ref().unwrap().input_tokens)
+            .collect();
+        assert_eq!(tiers, [1000, 8000, 32_000, 2000]);
+        assert!(
+            plan.scenarios
+                .iter()
+                .all(|s| s.slo.is_some() && s.warmup == 2)
+        );
+        assert_eq!(plan.scenarios[2].max_tokens, 128);
+        let crate::load::LoadModel::Rate(r) = &plan.scenarios[3].load else {
+            panic!("{:?}", plan.scenarios[3].load)
+        };
+        let search = r.search.as_ref().unwrap();
+        assert_eq!(
+            (search.min_rps, search.max_rps, search.steps),
+            (2.0, 32.0, 6)
+        );
+        assert_eq!(r.arrivals, crate::load::Arrivals::Gamma { burstiness: 0.5 });
+        // Rounds (6 × 30 s), then the search's 6 steps of 20 s.
+        assert_eq!(plan.slots_per_round(), 9);
+        assert_eq!(plan.phases()[1].span_us, 120_000_000);
+        assert_eq!(
+            plan.providers[0].request.exact_output["ignore_eos"],
+            serde_json::json!(true)
+        );
     }
 }

@@ -139,6 +139,20 @@ impl RateSpec {
         self.count_at(seed, scenario, 0, self.rps)
     }
 
+    /// Arrivals of the whole phase per provider and agent: the sum of every step's
+    /// [`RateSpec::count_at`] at its rate, exactly; under an SLO search every step at
+    /// `max_rps`, an upper bound (the search starts at `min_rps` and may stop early).
+    pub fn planned_arrivals(&self, seed: u64, scenario: usize) -> u64 {
+        (0..self.step_count())
+            .map(|k| match &self.search {
+                Some(search) => self.count_at(seed, scenario, k, search.max_rps),
+                None => self
+                    .step_rps(k)
+                    .map_or(0, |rps| self.count_at(seed, scenario, k, rps)),
+            })
+            .fold(0, u64::saturating_add)
+    }
+
     /// [`RateSpec::arrival_count`] of step `step` at `rps`.
     pub fn count_at(&self, seed: u64, scenario: usize, step: u32, rps: f64) -> u64 {
         if !(rps.is_finite() && rps > 0.0) {

@@ -24,7 +24,8 @@ pub const DEFAULT_SEARCH_RESOLUTION_PCT: f64 = 10.0;
 /// Most steps a search may have.
 pub const MAX_SEARCH_STEPS: u32 = 32;
 
-/// How one provider's SLO search runs (see the [module](self)).
+/// How one provider's SLO search runs (the rule: the documentation of
+/// `core/src/load/search.rs`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SloSearch {
     /// The first step's rate, requests/s per provider and agent.
@@ -153,7 +154,7 @@ impl SloSearch {
     }
 
     /// The rate of the next step after `history`, or `None` when the search has ended (see
-    /// the [module](self)). `next_rps(&[])` is `min_rps`.
+    /// `core/src/load/search.rs`). `next_rps(&[])` is `min_rps`.
     pub fn next_rps(&self, history: &[(f64, StepVerdict)]) -> Option<f64> {
         let (met, missed) = Self::bracket(history);
         if self.end(history, met, missed) != SearchEnd::Running {
