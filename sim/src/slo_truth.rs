@@ -13,8 +13,9 @@
 //! * each later token one `round(k × itl_median_us)` after the previous one;
 //! * the request holds a slot for `S = t(P) + (n − 1) × round(k × itl_median_us)`
 //!   ([`service_us`]);
-//! * a client in a region `d` µs away ([`crate::RegionTable::delay_us`]; not scaled) sees
-//!   TTFT `d + wait + t(P)`, E2E `d + wait + S`, TPOT `(S − t(P)) / (n − 1)`.
+//! * a client in a region `d` µs away ([`crate::RegionTable::delay_us`]; not scaled) sees,
+//!   for a streamed request, TTFT `d + wait + t(P)`, E2E `d + wait + S`, TPOT
+//!   `(S − t(P)) / (n − 1)` (plus its own loopback and parsing time, tens of µs).
 //!
 //! With `capacity` `c` and requests arriving at a constant rate `r` (one every `1/r` s, from
 //! one client or spread over several), no request waits while `r ≤ c / S`

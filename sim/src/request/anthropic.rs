@@ -6,7 +6,8 @@
 //! blocks: `text` blocks are the prompt; `thinking` blocks sent back in assistant turns are
 //! their reasoning, counted as prompt, and must carry the `signature` the simulator gave that
 //! text ([`thinking_signature`]), as Anthropic checks), `stream`, `thinking`
-//! (`{"type":"enabled","budget_tokens":N}` or `{"type":"disabled"}`).
+//! (`{"type":"enabled","budget_tokens":N}` or `{"type":"disabled"}`), and vLLM's
+//! `ignore_eos` / `min_tokens` (not Anthropic's, read as on Chat: see [`super`]).
 
 use latmesh_core::api::Api;
 use serde::Deserialize;

@@ -10,6 +10,11 @@
 //! * [`responses`]: OpenAI Responses (`instructions`, `input` as a string or items,
 //!   `max_output_tokens`, `reasoning`).
 //!
+//! On every API, vLLM's `ignore_eos` (run to the output cap) and `min_tokens` (the fewest
+//! output tokens; at most the cap) are read too ([`SimRequest::ignore_eos`],
+//! [`SimRequest::min_tokens`]): latmesh's exact output lengths send them through a
+//! provider's `exact_output` fields.
+//!
 //! Requests are read leniently (unknown fields are ignored); what makes a request unusable is
 //! a [`RequestError`], answered with HTTP 400 in the API's error shape.
 

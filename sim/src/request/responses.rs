@@ -5,7 +5,8 @@
 //! with `role` and `content` as a string or `input_text` / `output_text` parts, and
 //! `reasoning` items, whose summary (or `reasoning_text` content) is the reasoning sent back
 //! for the assistant message after them), `max_output_tokens`, `stream`, `reasoning.effort`
-//! (`"none"` switches thinking off).
+//! (`"none"` switches thinking off), and vLLM's `ignore_eos` / `min_tokens` (not OpenAI's,
+//! read as on Chat: see [`super`]).
 
 use latmesh_core::api::Api;
 use serde::Deserialize;

@@ -345,8 +345,10 @@ async fn the_slo_lab_holds_a_slot_for_the_truth_s_service_time() {
         .collect();
     waits.sort_unstable();
     assert_eq!(&waits[..3], &[0, 0, 0]);
-    // Less than S by however much later the fourth arrived (loopback: well under 250 ms).
-    assert!(waits[3] > s / 2 && waits[3] <= s + 50_000, "{waits:?}");
+    // Less than S by however much later the fourth arrived (loopback: well under 375 ms),
+    // more by however late the first slot was freed (a busy machine's timers: well under
+    // 500 ms).
+    assert!(waits[3] > s / 4 && waits[3] <= s + 500_000, "{waits:?}");
     for r in &rs {
         assert_eq!(r.header_u64(crate::provider::PLANNED_TOKENS_HEADER), 41);
     }
@@ -381,9 +383,9 @@ async fn the_slo_lab_queues_only_above_the_truth_s_rate() {
         time_scale: 1.0,
     };
     assert_eq!(slo_truth::capacity_rps(&p, 64, 41, 1.0), Some(6.0));
-    // Half the rate: at most two in service at once (a request would have to last twice its
-    // 500 ms for a third to be needed): nobody waits. Twice the rate: each request waits
-    // ~83 ms more than the one before; the truth says the 24th waits ~1.75 s.
+    // A third of the rate: at most one in service at once (a request would have to last
+    // three times its 500 ms for a fourth to need a slot): nobody waits. Twice the rate: each
+    // request waits ~83 ms more than the one before; the truth says the 24th waits ~1.75 s.
     let loose = latmesh_core::slo::Slo {
         ttft_ms: Some(300.0),
         tpot_ms: None,
@@ -393,7 +395,7 @@ async fn the_slo_lab_queues_only_above_the_truth_s_rate() {
     };
     let (_, truth_longest) = slo_truth::step_met_share(&loose, &p, &w, 12.0, 2_000);
     assert!(truth_longest > 1_500_000, "{truth_longest}");
-    let (below, above) = tokio::join!(constant_rate_waits(3.0, 8), constant_rate_waits(12.0, 24));
+    let (below, above) = tokio::join!(constant_rate_waits(2.0, 6), constant_rate_waits(12.0, 24));
     assert!(below.iter().all(|w| *w == 0), "{below:?}");
     let longest = *above.iter().max().unwrap();
     assert!(longest > 1_000_000, "{above:?}");
