@@ -11,12 +11,15 @@
 //! over the whole phase (every step), which is also its spool journal key: a restarted agent
 //! neither resends nor counts what an earlier process measured, in any step.
 
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use latmesh_core::load::{LoadKind, RateSpec};
 use latmesh_core::plan::Slot;
 
 use crate::phase::{NotRun, PhaseCtx};
+use crate::probe::progress;
 use crate::slot::SlotRef;
 
 /// A fixed-rate open-loop phase of scenario `scenario` (one step, or a rate sweep); an SLO
@@ -49,7 +52,7 @@ pub async fn run_rate(
         for a in &arrivals {
             first_slot[a.provider] = first_slot[a.provider].max(a.slot + 1);
         }
-        if !sender.send(&arrivals, |_, _| {}).await {
+        if !sender.send(&arrivals, |_, _| None).await {
             break;
         }
     }
@@ -176,12 +179,13 @@ impl<'a> Sender<'a> {
     }
 
     /// Sends `arrivals` (in order) at their instants, each slot in its own task; `spawned`
-    /// sees each arrival sent and its intended instant. `false` when the campaign was
-    /// cancelled (what is left of the planned arrivals is then counted).
+    /// sees each arrival sent and its intended instant, and may give a flag the slot's task
+    /// sets once its attempt has its first token ([`progress::watch_first_token`]). `false`
+    /// when the campaign was cancelled (what is left of the planned arrivals is then counted).
     pub(super) async fn send(
         &mut self,
         arrivals: &[Arrival],
-        mut spawned: impl FnMut(&Arrival, Instant),
+        mut spawned: impl FnMut(&Arrival, Instant) -> Option<Arc<AtomicBool>>,
     ) -> bool {
         let ctx = self.ctx;
         let name = &ctx.plan.scenarios[self.scenario].name;
@@ -217,8 +221,8 @@ impl<'a> Sender<'a> {
                 self.not_run.late += 1; // the process was stopped while it waited
                 continue;
             }
-            spawned(a, intended);
-            ctx.spawn_slot(SlotRef {
+            let first_token = spawned(a, intended);
+            let at = SlotRef {
                 round: 0,
                 slot: a.slot,
                 s: Slot::new(a.provider, self.scenario),
@@ -228,7 +232,16 @@ impl<'a> Sender<'a> {
                 concurrency: 0,
                 target_rps: a.rps,
                 drop_at: Some(intended + self.max_queue),
-            });
+            };
+            match first_token {
+                Some(flag) => {
+                    let ctx = ctx.clone();
+                    tokio::spawn(progress::watch_first_token(flag, async move {
+                        ctx.run_slot(at).await
+                    }));
+                }
+                None => ctx.spawn_slot(at),
+            }
         }
         true
     }

@@ -6,17 +6,24 @@
 //! provider's step from the records of it it has seen ([`Tally`], fed by a tap on the
 //! phase's record channel): the final attempts of first turns of that step (warm-up,
 //! `cancelled` and `dropped` left out of the judged; `dropped` counted apart), plus the
-//! step's arrivals still in flight whose time since their intended send already exceeds
-//! [`in_flight_bound_us`] (counted as missed); in-flight ones within it are left out. The
+//! step's arrivals still in flight that have certainly missed, counted as missed: in flight
+//! longer than [`in_flight_bound_us`] since their intended send, or still without a first
+//! token ([`crate::probe::progress`]) past the TTFT bound. Other in-flight ones are left
+//! out. (Times run from the intended send: an arrival held by politeness caps is judged as
+//! its user would see it.) The
 //! verdict is [`step_verdict`]; `next_rps` of the provider's history gives its next rate, or
 //! `None`: it idles for the rest of the phase. The phase lasts `span_us` whatever the
 //! providers do.
+//!
+//! A cancel counts the arrivals of the current step not yet sent (later steps' rates were never
+//! chosen, so they have no planned arrivals).
 //!
 //! A restarted agent cannot resume a search (the verdicts were its earlier process's): when
 //! it reaches the phase after its start, it sends nothing in it and counts each provider's
 //! steps not yet begun as one skipped slot each (their arrival counts were never planned).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -60,7 +67,12 @@ pub async fn run_search(
         return sender.finish().await;
     }
     let max_tokens = sc.output_tokens.unwrap_or(sc.max_tokens);
-    let bound = in_flight_bound_us(&slo, max_tokens).map(Duration::from_micros);
+    let bounds = Bounds {
+        total: in_flight_bound_us(&slo, max_tokens).map(Duration::from_micros),
+        first_token: slo
+            .ttft_ms
+            .map(|ms| Duration::from_micros((ms * 1000.0) as u64)),
+    };
     let tally = Arc::new(Mutex::new(Tally::new(plan)));
     let ctx = tapped(ctx, &tally);
     let mut sender = Sender::new(&ctx, scenario, spec, phase_start);
@@ -78,7 +90,9 @@ pub async fn run_search(
         }
         let sent = sender
             .send(&arrivals, |a, intended| {
-                lock(&tally).in_flight(a.provider, a.slot, a.step, intended);
+                let first_token = Arc::new(AtomicBool::new(false));
+                lock(&tally).in_flight(a.provider, a.slot, a.step, intended, &first_token);
+                Some(first_token)
             })
             .await;
         let step_end = phase_start + step_len * (k + 1);
@@ -90,7 +104,7 @@ pub async fn run_search(
         let now = Instant::now();
         for (p, rate) in rates.iter().enumerate() {
             let Some(rps) = *rate else { continue };
-            let ev = lock(&tally).evidence(p, k, now, bound);
+            let ev = lock(&tally).evidence(p, k, now, bounds);
             let verdict = step_verdict(&slo, search.min_requests, &ev);
             tracing::info!(
                 campaign = %ctx.campaign_id,
@@ -130,13 +144,40 @@ fn lock(t: &Mutex<Tally>) -> std::sync::MutexGuard<'_, Tally> {
     t.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// How long an arrival may stay in flight, from its intended send, before it counts as
+/// missed: in all ([`in_flight_bound_us`]), and without its first token (the TTFT bound).
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Bounds {
+    pub(super) total: Option<Duration>,
+    pub(super) first_token: Option<Duration>,
+}
+
 /// What this agent has seen of each provider's steps: judged requests by (provider, step),
 /// and arrivals in flight by (provider, slot).
 #[derive(Debug, Default)]
 pub(super) struct Tally {
     providers: HashMap<String, usize>,
     steps: HashMap<(usize, u32), StepEvidence>,
-    in_flight: HashMap<(usize, u32), (u32, Instant)>,
+    in_flight: HashMap<(usize, u32), InFlight>,
+}
+
+/// An arrival in flight: its step, intended send and first-token flag.
+#[derive(Debug)]
+struct InFlight {
+    step: u32,
+    intended: Instant,
+    first_token: Arc<AtomicBool>,
+}
+
+impl InFlight {
+    /// Whether it has certainly missed the SLO by `now`: in flight past the total bound, or
+    /// without its first token past the TTFT bound.
+    fn missed(&self, now: Instant, b: Bounds) -> bool {
+        let elapsed = now.saturating_duration_since(self.intended);
+        b.total.is_some_and(|t| elapsed > t)
+            || b.first_token
+                .is_some_and(|t| elapsed > t && !self.first_token.load(Ordering::Relaxed))
+    }
 }
 
 impl Tally {
@@ -152,9 +193,22 @@ impl Tally {
         }
     }
 
-    /// Arrival `slot` of step `step` to provider `p` was handed to its task at `intended`.
-    pub(super) fn in_flight(&mut self, p: usize, slot: u32, step: u32, intended: Instant) {
-        self.in_flight.insert((p, slot), (step, intended));
+    /// Arrival `slot` of step `step` to provider `p` was handed to its task at `intended`;
+    /// the task sets `first_token` once its attempt has its first token.
+    pub(super) fn in_flight(
+        &mut self,
+        p: usize,
+        slot: u32,
+        step: u32,
+        intended: Instant,
+        first_token: &Arc<AtomicBool>,
+    ) {
+        let f = InFlight {
+            step,
+            intended,
+            first_token: first_token.clone(),
+        };
+        self.in_flight.insert((p, slot), f);
     }
 
     /// Notes one record: a final attempt of a first turn ends its arrival's flight and,
@@ -185,24 +239,14 @@ impl Tally {
     }
 
     /// The evidence of provider `p`'s step `step` at `now`: its judged requests, plus its
-    /// arrivals in flight longer than `bound` since their intended send, as missed.
-    pub(super) fn evidence(
-        &self,
-        p: usize,
-        step: u32,
-        now: Instant,
-        bound: Option<Duration>,
-    ) -> StepEvidence {
+    /// arrivals in flight that have certainly missed ([`Bounds`]), as missed.
+    pub(super) fn evidence(&self, p: usize, step: u32, now: Instant, b: Bounds) -> StepEvidence {
         let mut ev = self.steps.get(&(p, step)).cloned().unwrap_or_default();
-        if let Some(bound) = bound {
-            ev.judged += self
-                .in_flight
-                .iter()
-                .filter(|((q, _), (s, at))| {
-                    *q == p && *s == step && now.saturating_duration_since(*at) > bound
-                })
-                .count() as u64;
-        }
+        ev.judged += self
+            .in_flight
+            .iter()
+            .filter(|((q, _), f)| *q == p && f.step == step && f.missed(now, b))
+            .count() as u64;
         ev
     }
 }
@@ -256,8 +300,9 @@ model_id = "m"
     fn the_tally_judges_a_providers_step_from_its_own_records() {
         let mut t = Tally::new(&plan());
         let t0 = Instant::now();
+        let flags: Vec<Arc<AtomicBool>> = (0..6).map(|_| Arc::default()).collect();
         for slot in 0..6 {
-            t.in_flight(0, slot, 0, t0);
+            t.in_flight(0, slot, 0, t0, &flags[slot as usize]);
         }
         t.note(&rec("a", 0, 0, Outcome::Ok, true));
         t.note(&rec("a", 1, 0, Outcome::Ok, false));
@@ -271,13 +316,24 @@ model_id = "m"
         t.note(&rec("b", 0, 0, Outcome::Ok, true)); // another provider
         t.note(&rec("a", 9, 1, Outcome::Ok, true)); // another step
         let later = t0 + Duration::from_secs(5);
-        let ev = t.evidence(0, 0, later, Some(Duration::from_secs(1)));
+        let total = |s| Bounds {
+            total: Some(Duration::from_secs(s)),
+            first_token: None,
+        };
+        let ev = t.evidence(0, 0, later, total(1));
         // judged: slots 0, 1, plus in flight past the bound: slots 4 and 5.
         assert_eq!((ev.judged, ev.met, ev.dropped), (4, 1, 1));
         assert_eq!(ev.ttft_us.len(), 2);
-        let within = t.evidence(0, 0, later, Some(Duration::from_secs(10)));
+        let within = t.evidence(0, 0, later, total(10));
         assert_eq!(within.judged, 2, "in flight within the bound: left out");
-        assert_eq!(t.evidence(0, 0, later, None).judged, 2);
-        assert_eq!(t.evidence(1, 0, later, None).judged, 1);
+        assert_eq!(t.evidence(0, 0, later, Bounds::default()).judged, 2);
+        assert_eq!(t.evidence(1, 0, later, Bounds::default()).judged, 1);
+        // Past the TTFT bound: only the one still without its first token has missed.
+        flags[4].store(true, Ordering::Relaxed);
+        let ttft = Bounds {
+            total: None,
+            first_token: Some(Duration::from_secs(1)),
+        };
+        assert_eq!(t.evidence(0, 0, later, ttft).judged, 3);
     }
 }

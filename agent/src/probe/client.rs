@@ -233,6 +233,7 @@ impl Prober {
         opts: ProbeOptions,
         phases: &mut Phases,
     ) -> ProbeResult {
+        super::progress::attempt_started();
         let scrub = Scrubber {
             api_key: req.api_key,
             prompt: req.messages,
@@ -348,6 +349,7 @@ impl Prober {
         let timer = tokio::time::sleep_until(ttfb_at.into());
         tokio::pin!(timer);
         let mut armed: Option<Instant> = None;
+        let mut first_token_told = false;
         let (end, end_at) = loop {
             let timeout = earliest(&[
                 dl.ttft.filter(|_| m.waiting_for_first_token()),
@@ -404,7 +406,12 @@ impl Prober {
                         continue;
                     }
                     last_read = at;
-                    if m.on_bytes(at, &bytes) == Flow::Stop {
+                    let flow = m.on_bytes(at, &bytes);
+                    if !first_token_told && !m.waiting_for_first_token() {
+                        first_token_told = true;
+                        super::progress::first_token_decided();
+                    }
+                    if flow == Flow::Stop {
                         break (BodyEnd::Stopped, Some(at));
                     }
                 }

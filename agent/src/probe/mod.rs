@@ -106,6 +106,7 @@ pub mod content_encoding;
 pub mod emulation;
 mod measure;
 pub mod outcome;
+pub mod progress;
 pub mod request;
 pub mod responses;
 pub mod secrets;
