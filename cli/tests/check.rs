@@ -1083,7 +1083,7 @@ fn slo_rules_fire_on_goodput_and_on_the_search_answer() {
     let inc = r.inconclusive.iter().find(|f| f.rule == "rps5").unwrap();
     assert!(
         inc.message
-            .contains("not significant: it missed only at 6.00 rps, above the limit"),
+            .contains("; it missed only at 6.00 rps, above the limit: the highest rate meeting it may reach the limit"),
         "{}",
         inc.message
     );

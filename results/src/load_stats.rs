@@ -345,8 +345,9 @@ pub struct RateRow {
     pub scenario: String,
     /// Target arrivals per second per agent (the plan's `rps`), requests/s.
     pub target_rps: f64,
-    /// Arrivals the plan schedules per agent for this provider (a Poisson schedule differs
-    /// from `rps × duration` by chance; every agent has the same one).
+    /// Arrivals the plan schedules per agent for this provider, warm-up arrivals left out (a
+    /// Poisson schedule differs from `rps × duration` by chance; every agent has the same
+    /// one).
     pub scheduled: u64,
     /// `scheduled` / duration, requests/s: what `achieved_rps` is compared with.
     pub scheduled_rps: f64,
@@ -426,7 +427,16 @@ pub struct RateMeasure {
     pub by_arrival: Vec<ArrivalLatency>,
 }
 
-/// One rate row from its measure; `scheduled` is the plan's arrival count per agent.
+/// The arrivals a rate row compares its sent ones with, per agent and provider: the plan's
+/// arrival count of scenario `index` less its `warmup` arrivals (sent, but counted apart and
+/// left out of `sent`, as of every statistic).
+pub fn scheduled_arrivals(spec: &RateSpec, seed: u64, index: usize, warmup: u32) -> u64 {
+    spec.arrival_count(seed, index)
+        .saturating_sub(u64::from(warmup))
+}
+
+/// One rate row from its measure; `scheduled` is the plan's arrival count per agent (warm-up
+/// left out: [`scheduled_arrivals`]).
 pub fn rate_row(
     region: Option<&str>,
     provider: &str,
@@ -520,7 +530,7 @@ pub fn rate_rows(plan: &Plan, agg: &Aggregate, agents: &[AgentSummary]) -> Vec<R
                 Some(r) => per_region.get(r).copied().unwrap_or(0),
                 None => agents.len() as u64,
             };
-            let scheduled = spec.arrival_count(plan.seed, i);
+            let scheduled = scheduled_arrivals(spec, plan.seed, i, s.warmup);
             for provider in &plan.providers {
                 let hist = |metric| {
                     agg.histogram(

@@ -59,8 +59,9 @@ pub struct Summary {
     /// knee.
     #[serde(default)]
     pub sweeps: Vec<SweepRow>,
-    /// Per `rate` scenario, region (and `ALL`) and provider: achieved rate, drops, lag,
-    /// latencies from the actual and the intended send, saturation.
+    /// Per `rate` scenario of one step (rate sweeps and SLO searches are in `rate_steps`),
+    /// region (and `ALL`) and provider: achieved rate, drops, lag, latencies from the actual
+    /// and the intended send, saturation.
     #[serde(default)]
     pub rates: Vec<RateRow>,
     /// How synchronized the agents' start was (from their done notices; empty for a summary

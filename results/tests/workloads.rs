@@ -237,3 +237,47 @@ fn the_summary_json_round_trips_with_the_new_rows() {
     let back: Summary = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
     assert_eq!(back, s);
 }
+
+#[test]
+fn a_one_step_rate_row_leaves_warm_up_arrivals_out_of_sent_and_scheduled() {
+    use latmesh_core::load::LoadKind;
+    use latmesh_core::record::{Outcome, ProbeRecord};
+    use latmesh_results::aggregate::Aggregate;
+    use latmesh_results::fixtures::{add, agent, plan};
+    // `open`: 10 rps for 10 s; the first 10 arrivals of each agent are warm-up.
+    let mut plan = plan();
+    plan.scenarios[1].warmup = 10;
+    let mut agg = Aggregate::for_plan(&plan);
+    for slot in 0..10 {
+        agg.add_record(
+            "us-east",
+            &ProbeRecord {
+                load: LoadKind::Rate,
+                slot,
+                provider: "p".into(),
+                scenario: "open".into(),
+                attempt: 1,
+                final_attempt: true,
+                turn: 1,
+                outcome: Some(Outcome::Ok),
+                warmup: true,
+                ..Default::default()
+            },
+        );
+    }
+    add(
+        &mut agg,
+        "us-east",
+        "open",
+        LoadKind::Rate,
+        &[(0, 90, Outcome::Ok, 1_000, 0)],
+    );
+    let rows = latmesh_results::load_stats::rate_rows(&plan, &agg, &[agent("a1", "us-east")]);
+    let r = rows
+        .iter()
+        .find(|r| r.region == "us-east" && r.provider == "p")
+        .unwrap();
+    assert_eq!((r.scheduled, r.sent, r.requests), (90, 90, 90));
+    assert_eq!((r.scheduled_rps, r.achieved_rps), (9.0, Some(9.0)));
+    assert!(!r.agent_saturated, "{:?}", r.agent_saturated_reason);
+}

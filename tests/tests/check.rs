@@ -1030,7 +1030,9 @@ async fn goodput_rule_reads_slo_met_without_warm_up() {
     store_campaign(&client, &db, &plan, "slo-1", T).await;
     // us-east alpha: 10 of 30 met, and 5 warm-up requests that "met" it; beta: 30 of 30;
     // eu-west alpha: 30 of 30; eu-west beta: no SLO judged (slo_met NULL).
-    let groups: [(&str, &str, u32, u32, bool, Option<bool>); 6] = [
+    // (region, provider, requests, first round, warm-up, slo_met)
+    type Group<'a> = (&'a str, &'a str, u32, u32, bool, Option<bool>);
+    let groups: [Group; 6] = [
         ("us-east", "alpha", 10, 0, false, Some(true)),
         ("us-east", "alpha", 20, 10, false, Some(false)),
         ("us-east", "alpha", 5, 30, true, Some(true)),

@@ -1366,10 +1366,13 @@ pub fn evaluate_searches(rules: &[Rule], current: &Snapshot, report: &mut CheckR
             let why = if over && !miss_at_or_below {
                 match o.missed_rps {
                     Some(m) => format!(
-                        "; not significant: it missed only at {}, above the limit",
+                        "; it missed only at {}, above the limit: the highest rate meeting it may reach the limit",
                         rps(m)
                     ),
-                    None => format!("; not significant: no step missed ({})", o.end.describe()),
+                    None => format!(
+                        "; no step missed ({}): the highest rate meeting it may reach the limit",
+                        o.end.describe()
+                    ),
                 }
             } else {
                 String::new()

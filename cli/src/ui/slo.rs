@@ -12,14 +12,17 @@ use latmesh_results::summary::ALL_REGIONS;
 
 use super::{ms_short, right};
 
+/// A goodput's share: `93.3 [78.7, 98.2]` (%, 95 % interval).
+pub fn goodput_pct_text(g: &Goodput) -> String {
+    format!("{:.1} [{:.1}, {:.1}]", g.pct, g.ci_pct.0, g.ci_pct.1)
+}
+
 /// A goodput as a table cell: `93.3 [78.7, 98.2] met` (%, 95 % interval, whether the SLO is
 /// met: `met`, `missed`, or `no verdict` with too few requests).
 pub fn goodput_text(g: &Goodput) -> String {
     format!(
-        "{:.1} [{:.1}, {:.1}] {}",
-        g.pct,
-        g.ci_pct.0,
-        g.ci_pct.1,
+        "{} {}",
+        goodput_pct_text(g),
         match g.meets {
             Some(true) => "met",
             Some(false) => "missed",
@@ -41,9 +44,9 @@ pub fn verdict_text(v: Option<StepVerdict>) -> &'static str {
 
 /// The rate steps as text: per scenario a table of every step of every provider (and
 /// region; with one region its `ALL` rows are left out, they repeat it): the step's rate per
-/// agent, arrivals sent and dropped, goodput % with its 95 % interval, P95 TTFT (`~` when its
-/// samples do not support it, legend under the table), error % and the verdict. Then the
-/// percentile bounds each step exceeded.
+/// agent, arrivals sent and dropped, goodput % with its 95 % interval (a failed request never
+/// meets the SLO: errors are in it), P95 TTFT (`~` when its samples do not support it, legend
+/// under the table) and the verdict. Then the percentile bounds each step exceeded.
 pub fn render_rate_steps(rows: &[RateStepRow]) -> String {
     let mut out = String::new();
     let mut scenarios: Vec<&str> = Vec::new();
@@ -68,7 +71,7 @@ pub fn render_rate_steps(rows: &[RateStepRow]) -> String {
         let _ = writeln!(
             out,
             "\nrate steps {scenario}: rps per provider and agent; goodput % [95 % CI] of judged \
-             requests; verdict vs the SLO"
+             requests; TTFT ms; verdict vs the SLO"
         );
         let mut t = Table::new();
         t.load_preset(presets::ASCII_MARKDOWN);
@@ -79,8 +82,7 @@ pub fn render_rate_steps(rows: &[RateStepRow]) -> String {
             "rps",
             "sent/dropped",
             "goodput %",
-            "P95 TTFT ms",
-            "err %",
+            "TTFT P95",
             "verdict",
         ]);
         let mut marked = false;
@@ -104,9 +106,8 @@ pub fn render_rate_steps(rows: &[RateStepRow]) -> String {
                 right(r.step.to_string()),
                 right(rps),
                 right(format!("{}/{}", r.sent, r.dropped)),
-                right(r.goodput.as_ref().map_or("-".into(), goodput_text)),
+                right(r.goodput.as_ref().map_or("-".into(), goodput_pct_text)),
                 right(p95),
-                right(format!("{:.1}", r.error_pct)),
                 TCell::new(verdict_text(r.verdict)),
             ]);
         }
@@ -188,18 +189,21 @@ mod tests {
         println!("{text}");
         for want in [
             "rate steps ramp: rps per provider and agent",
-            "| p        | us-east |    0 | 2.00 |         20/0 | 100.0 [83.9, 100.0] no verdict |        ~100 |   0.0 | too few |",
-            "| p        | ALL     |    0 | 2.00 |         40/0 |        100.0 [91.2, 100.0] met |        ~100 |   0.0 | met     |",
-            "| p        | us-east |    1 | 4.00 |         40/0 |       75.0 [59.8, 85.8] missed |        ~900 |   0.0 | missed  |",
+            "| p        | us-east |    0 | 2.00 |         20/0 | 100.0 [83.9, 100.0] |     ~100 | too few |",
+            "| p        | ALL     |    0 | 2.00 |         40/0 | 100.0 [91.2, 100.0] |     ~100 | met     |",
+            "| p        | us-east |    1 | 4.00 |         40/0 |   75.0 [59.8, 85.8] |     ~900 | missed  |",
             "  p us-east step 1: P90 TTFT 900 > 400 ms",
             "rate steps find:",
-            "| p        | ALL     |    2 | 8.00 |        160/0 | 50.0 [42.3, 57.7] missed |         700 |   0.0 | missed  |",
-            "| q        | ALL     |    0 | 2.00 |         40/0 | 75.0 [59.8, 85.8] missed |        ~700 |   0.0 | missed  |",
+            "| p        | ALL     |    2 | 8.00 |        160/0 |   50.0 [42.3, 57.7] |      700 | missed  |",
+            "| q        | ALL     |    0 | 2.00 |         40/0 |   75.0 [59.8, 85.8] |     ~700 | missed  |",
         ] {
             assert!(text.contains(want), "{want:?} not in\n{text}");
         }
         // 20 samples do not support a P95: marked, with the legend.
         assert!(text.contains("~100"), "{text}");
+        for line in text.lines().filter(|l| l.starts_with('|')) {
+            assert!(line.chars().count() <= 100, "{line}");
+        }
         assert!(text.contains(&percentiles::legend_for(&[95.0])), "{text}");
     }
 
