@@ -195,11 +195,10 @@ impl ReportModel {
             }
         }
         let rates = s.rates.clone();
-        let has_rate_scenario = data
-            .plan
-            .scenarios
-            .iter()
-            .any(|sc| matches!(sc.load, LoadModel::Rate(_)));
+        // Rate sweeps and SLO searches have rows per step (`rate_steps`), not rate rows.
+        let has_rate_scenario = data.plan.scenarios.iter().any(|sc| {
+            matches!(&sc.load, LoadModel::Rate(r) if !latmesh_results::slo_stats::has_rate_steps(r))
+        });
         if has_rate_scenario && rates.is_empty() {
             notes.push(Note {
                 section: "open-loop".into(),

@@ -285,6 +285,8 @@ fn a_report_with_tiers_slo_and_search_matches_its_golden_files() {
     ] {
         assert!(html.contains(want), "{want:?} not in the page");
     }
+    // Rate sweeps and searches have their own section, not an empty "Open loop" one.
+    assert!(!html.contains("id=\"open-loop\""), "an open-loop section");
     for (format, name) in [
         (Format::Html, "workloads.html"),
         (Format::Csv, "workloads.csv"),

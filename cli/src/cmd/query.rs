@@ -448,7 +448,10 @@ async fn run_query_at(cmd: QueryCmd) -> anyhow::Result<()> {
                 });
                 println!("{}", serde_json::to_string_pretty(&out)?);
             } else {
-                print!("{}", workloads_text::tiers(&summary));
+                print!(
+                    "{}",
+                    crate::ui::tiers::render_tiers(&summary.tiers, &summary.token_counts)
+                );
             }
             Ok(())
         }
@@ -474,7 +477,9 @@ async fn run_query_at(cmd: QueryCmd) -> anyhow::Result<()> {
                 });
                 println!("{}", serde_json::to_string_pretty(&out)?);
             } else {
-                print!("{}", workloads_text::slo(&summary));
+                print!("{}", goodput_text(&summary));
+                print!("{}", crate::ui::slo::render_searches(&summary.searches));
+                print!("{}", crate::ui::slo::render_rate_steps(&summary.rate_steps));
             }
             Ok(())
         }
@@ -505,173 +510,42 @@ async fn run_query_at(cmd: QueryCmd) -> anyhow::Result<()> {
     }
 }
 
-/// Plain-text tables of `query tiers` and `query slo` (the terminal tables of the campaign
-/// summary, `cli/src/ui/`, may render the same rows richer).
-mod workloads_text {
+/// The goodput lines of `query slo`: per cell of a scenario with an SLO (the summary's order),
+/// goodput with its 95 % interval ([`crate::ui::slo::goodput_text`]), met/judged, met
+/// requests per second per agent, warm-up requests, and the percentile bounds exceeded.
+fn goodput_text(s: &latmesh_results::summary::Summary) -> String {
     use std::fmt::Write as _;
-
-    use latmesh_core::load::StepVerdict;
-    use latmesh_results::slo_stats::Goodput;
-    use latmesh_results::summary::{ALL_REGIONS, Summary};
-
-    fn ms(v: Option<f64>) -> String {
-        v.map_or("-".into(), |v| format!("{v:.1}"))
+    let mut out = String::new();
+    let cells: Vec<_> = s.cells.iter().filter(|c| c.goodput.is_some()).collect();
+    if cells.is_empty() {
+        return out;
     }
-
-    fn goodput(g: Option<&Goodput>) -> String {
-        g.map_or("-".into(), |g| {
-            format!(
-                "{:.1}% [{:.1}-{:.1}] {}/{}",
-                g.pct, g.ci_pct.0, g.ci_pct.1, g.met, g.requests
-            )
-        })
-    }
-
-    fn meets(g: &Goodput) -> String {
-        match g.meets {
-            Some(true) => "meets".into(),
-            Some(false) if g.exceeded.is_empty() => "misses".into(),
-            Some(false) => format!("misses: {}", g.exceeded.join("; ")),
-            None => "no verdict (too few samples)".into(),
-        }
-    }
-
-    fn verdict(v: Option<StepVerdict>) -> &'static str {
-        match v {
-            None => "-",
-            Some(StepVerdict::Met) => "met",
-            Some(StepVerdict::Missed) => "missed",
-            Some(StepVerdict::Insufficient) => "too few requests",
-            Some(StepVerdict::AgentLimited) => "agent limited",
-        }
-    }
-
-    /// The tier rows (`ALL` first, then per region) and the token-count notes.
-    pub fn tiers(s: &Summary) -> String {
-        let mut out = String::new();
-        let mut rows: Vec<_> = s.tiers.iter().collect();
-        rows.sort_by_key(|r| (r.group.clone(), r.region != ALL_REGIONS, r.input_tokens));
+    let _ = writeln!(
+        out,
+        "goodput % [95 % CI] of judged requests (warm-up left out), vs each scenario's SLO\n\
+         {:<16} {:<14} {:<16} {:>30} {:>11} {:>8} {:>7}",
+        "SCENARIO", "REGION", "PROVIDER", "GOODPUT", "MET/JUDGED", "MET/s", "WARM-UP"
+    );
+    for c in cells {
+        let Some(g) = &c.goodput else { continue };
         let _ = writeln!(
             out,
-            "{:<14} {:<12} {:<18} {:>7} {:>8} {:>7} {:>9} {:>9} {:>9} {:>10} {:>9} {:>9}",
-            "SCENARIO",
-            "REGION",
-            "PROVIDER",
-            "TIER",
-            "SAMPLES",
-            "ERR%",
-            "TTFT P50",
-            "TTFT P95",
-            "TTST P50",
-            "PREFILL/s",
-            "E2E/TOK",
-            "REFUSED"
+            "{:<16} {:<14} {:<16} {:>30} {:>11} {:>8} {:>7}{}",
+            c.scenario,
+            c.region,
+            c.provider,
+            crate::ui::slo::goodput_text(g),
+            format!("{}/{}", g.met, g.requests),
+            g.rps.map_or("-".into(), |r| format!("{r:.2}")),
+            c.warmup,
+            if g.exceeded.is_empty() {
+                String::new()
+            } else {
+                format!("  exceeded: {}", g.exceeded.join("; "))
+            }
         );
-        for r in rows {
-            let _ = writeln!(
-                out,
-                "{:<14} {:<12} {:<18} {:>7} {:>8} {:>7.1} {:>9} {:>9} {:>9} {:>10} {:>9} {:>9}",
-                r.group,
-                r.region,
-                r.provider,
-                latmesh_core::synth::tier_label(r.input_tokens),
-                r.samples,
-                r.error_pct,
-                ms(r.ttft.map(|p| p.p50_ms)),
-                ms(r.ttft.and_then(|p| p.point(95.0)).map(|p| p.ms)),
-                ms(r.ttst_p50_ms),
-                r.prefill_tps_p50.map_or("-".into(), |v| format!("{v:.0}")),
-                ms(r.e2e_per_token_p50_ms),
-                r.context_refused
-            );
-        }
-        if !s.token_counts.is_empty() {
-            let _ = writeln!(
-                out,
-                "
-token counts (billed by each provider):"
-            );
-            for t in &s.token_counts {
-                let _ = writeln!(out, "  {}", t.note);
-            }
-        }
-        out
     }
-
-    /// Goodput per cell, then per rate scenario each search's answer and its steps.
-    pub fn slo(s: &Summary) -> String {
-        let mut out = String::new();
-        let cells: Vec<_> = s.cells.iter().filter(|c| c.goodput.is_some()).collect();
-        if !cells.is_empty() {
-            let _ = writeln!(
-                out,
-                "{:<14} {:<12} {:<18} {:>28} {:>9} {:>7}  VERDICT",
-                "SCENARIO", "REGION", "PROVIDER", "GOODPUT [95% CI] MET/JUDGED", "MET/s", "WARMUP"
-            );
-            for c in cells {
-                let Some(g) = &c.goodput else { continue };
-                let _ = writeln!(
-                    out,
-                    "{:<14} {:<12} {:<18} {:>28} {:>9} {:>7}  {}",
-                    c.scenario,
-                    c.region,
-                    c.provider,
-                    goodput(Some(g)),
-                    g.rps.map_or("-".into(), |r| format!("{r:.2}")),
-                    c.warmup,
-                    meets(g)
-                );
-            }
-        }
-        for sr in &s.searches {
-            let _ = writeln!(
-                out,
-                "
-search {} {} in {}: {}",
-                sr.scenario, sr.provider, sr.region, sr.text
-            );
-        }
-        if !s.rate_steps.is_empty() {
-            let _ = writeln!(
-                out,
-                "
-{:<14} {:<12} {:<18} {:>4} {:>13} {:>8} {:>6} {:>7} {:>28} {:>9}  VERDICT",
-                "SCENARIO",
-                "REGION",
-                "PROVIDER",
-                "STEP",
-                "RPS",
-                "SENT",
-                "DROP",
-                "ERR%",
-                "GOODPUT [95% CI] MET/JUDGED",
-                "TTFT P95"
-            );
-            for r in &s.rate_steps {
-                let rps = if r.target_rps_max > r.target_rps {
-                    format!("{:.2}-{:.2}", r.target_rps, r.target_rps_max)
-                } else {
-                    format!("{:.2}", r.target_rps)
-                };
-                let _ = writeln!(
-                    out,
-                    "{:<14} {:<12} {:<18} {:>4} {:>13} {:>8} {:>6} {:>7.1} {:>28} {:>9}  {}",
-                    r.scenario,
-                    r.region,
-                    r.provider,
-                    r.step,
-                    rps,
-                    r.sent,
-                    r.dropped,
-                    r.error_pct,
-                    goodput(r.goodput.as_ref()),
-                    ms(r.ttft.and_then(|p| p.point(95.0)).map(|p| p.ms)),
-                    verdict(r.verdict)
-                );
-            }
-        }
-        out
-    }
+    out
 }
 
 /// Reconciles what agents reported with what ClickHouse holds

@@ -275,3 +275,22 @@ fn keeps(filter: &QueryFilter, r: &RateStepRow) -> bool {
 pub fn searches(plan: &Plan, steps: &[RateStepRow]) -> Vec<SearchRow> {
     slo_stats::search_rows(plan, steps)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_region_filter_keeps_that_region_and_all() {
+        let agents: BTreeMap<String, u64> = [("a".to_string(), 2), ("b".to_string(), 3)].into();
+        let f = QueryFilter {
+            region: Some("b".into()),
+            provider: Some("p".into()),
+            ..QueryFilter::campaign("c")
+        };
+        assert_eq!(kept_agents(&agents, &f), [("b".to_string(), 3)].into());
+        assert_eq!(kept_agents(&agents, &QueryFilter::campaign("c")), agents);
+        assert!(keeps_row(&f, "b", "p", "s") && keeps_row(&f, ALL_REGIONS, "p", "s"));
+        assert!(!keeps_row(&f, "a", "p", "s") && !keeps_row(&f, "b", "q", "s"));
+    }
+}
