@@ -2,10 +2,17 @@
 # One command for the real-server campaign: builds latmesh, starts the third-party servers
 # of scripts/real-servers.sh on loopback (llama.cpp's llama-server, aimock, llmock; the first
 # run builds llama-server, ~5 min on 2 cores), a coordinator and two agents (us-east, eu-west),
-# runs examples/real-local.toml, prints the region × provider matrix, and stops everything it
-# started. Extra arguments go to `latmesh campaign launch` (e.g. --json out.json).
+# runs examples/real-local.toml (or the campaign file given first: examples/real-context.toml
+# runs long-context tiers against llama-server), prints the region × provider matrix, and
+# stops everything it started. Extra arguments go to `latmesh campaign launch` (e.g. --json
+# out.json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+campaign=examples/real-local.toml
+if [ $# -gt 0 ] && [[ "$1" == *.toml ]]; then
+	campaign=$1
+	shift
+fi
 
 cargo build --bins --locked --quiet
 bin="${CARGO_TARGET_DIR:-target}/debug"
@@ -33,4 +40,4 @@ for region in us-east eu-west; do
 		--exit-after 1 2>"$work/agent-$region.log" &
 	pids+=($!)
 done
-"$bin/latmesh" campaign launch examples/real-local.toml --coordinator "127.0.0.1:$port" "$@"
+"$bin/latmesh" campaign launch "$campaign" --coordinator "127.0.0.1:$port" "$@"

@@ -63,7 +63,7 @@
 //! These are the coordinator's checks; the agent bounds what providers send before it
 //! relays it ([`latmesh_core::provider_bounds`]), and the coordinator does not rely on it.
 
-use latmesh_core::load::{LoadKind, LoadModel};
+use latmesh_core::load::{LoadKind, LoadModel, RateSpec};
 use latmesh_core::metrics::Metric;
 use latmesh_core::plan::Plan;
 use latmesh_core::provider_bounds::MAX_USAGE_TOKENS;
@@ -333,12 +333,32 @@ pub fn max_histograms(plan: &Plan) -> usize {
         .saturating_mul(Metric::ALL.len())
 }
 
-/// Concurrency steps of a load: a sweep's steps, 1 for other loads.
+/// Steps of a load: a sweep's concurrency steps, a rate's steps (its `rps` list or ramp, or
+/// its SLO search's steps), 1 for rounds.
 fn steps_of(load: &LoadModel) -> usize {
     match load {
         LoadModel::Sweep(sw) => sw.concurrency.len().max(1),
-        _ => 1,
+        LoadModel::Rate(r) => r.step_count().max(1) as usize,
+        LoadModel::Rounds => 1,
     }
+}
+
+/// Arrivals the rate phase `r` of scenario `i` gives one provider on one agent, at most, over
+/// every step (a record's `slot` counts them over the whole phase): each fixed step's count;
+/// under an SLO search, whose rates are chosen while it runs (each at most `max_rps`), twice
+/// a step's count at `max_rps` plus 64 per step (a Poisson or gamma draw at a lower rate can
+/// exceed the draw at `max_rps`, never by that much).
+fn rate_arrivals_bound(plan: &Plan, i: usize, r: &RateSpec) -> u64 {
+    (0..r.step_count())
+        .map(|k| match (&r.search, r.step_rps(k)) {
+            (Some(search), _) => r
+                .count_at(plan.seed, i, k, search.max_rps)
+                .saturating_mul(2)
+                .saturating_add(64),
+            (None, Some(rps)) => r.count_at(plan.seed, i, k, rps),
+            (None, None) => 0,
+        })
+        .fold(0, u64::saturating_add)
 }
 
 /// Logical requests scenario `i` of `plan` makes on one agent, at most: every round's slots,
@@ -349,7 +369,7 @@ fn max_requests(plan: &Plan, i: usize) -> u64 {
     let slots = plan.scenario_slots(i).len() as u64;
     match &s.load {
         LoadModel::Rounds => u64::from(plan.rounds.count).saturating_mul(slots),
-        LoadModel::Rate(r) => r.arrival_count(plan.seed, i).saturating_mul(slots),
+        LoadModel::Rate(r) => rate_arrivals_bound(plan, i, r).saturating_mul(slots),
         LoadModel::Sweep(sw) => sw
             .concurrency
             .iter()
@@ -397,7 +417,7 @@ fn scenario_bounds(plan: &Plan) -> Vec<ScenarioBounds> {
         .map(|(i, s)| {
             let (concurrency, rounds, slots) = match &s.load {
                 LoadModel::Rounds => (Vec::new(), u64::from(plan.rounds.count), Some(per_round)),
-                LoadModel::Rate(r) => (Vec::new(), 1, Some(r.arrival_count(plan.seed, i))),
+                LoadModel::Rate(r) => (Vec::new(), 1, Some(rate_arrivals_bound(plan, i, r))),
                 LoadModel::Sweep(sw) => {
                     (sw.concurrency.clone(), 1, sw.step_requests.map(u64::from))
                 }
@@ -783,6 +803,86 @@ model_id = "m"
         }
     }
 
+    /// Rate steps (`rps = [1, 2]`) and an SLO search (3 steps up to 4 requests/s): records of
+    /// every step are in the plan, their slots counted over the whole phase; a step past the
+    /// last, or a slot past the phase's arrivals, is refused by name.
+    #[test]
+    fn rate_records_of_every_step_and_of_a_search_are_in_the_plan() {
+        let text = r#"
+[campaign]
+name = "t"
+regions = ["us-east"]
+
+[[scenarios]]
+name = "steps"
+prompt_ids = ["short-qa-en-*"]
+max_tokens = 8
+[scenarios.rate]
+rps = [1, 2]
+duration_s = 2
+arrivals = "constant"
+
+[[scenarios]]
+name = "find"
+prompt_ids = ["short-qa-en-*"]
+max_tokens = 8
+slo = { ttft_ms = 500 }
+[scenarios.rate]
+duration_s = 2
+arrivals = "constant"
+[scenarios.rate.search]
+min_rps = 1
+max_rps = 4
+steps = 3
+min_requests = 2
+
+[[providers]]
+name = "a"
+base_url = "http://127.0.0.1:9/v1"
+model_id = "m"
+"#;
+        let plan = latmesh_core::campaign::load_toml_str(text, std::path::Path::new(".")).unwrap();
+        let check = |scenario: &str, step: u32, slot: u32| {
+            let rec = ProbeRecord {
+                provider: "a".into(),
+                scenario: scenario.into(),
+                load: LoadKind::Rate,
+                step,
+                slot,
+                attempt: 1,
+                turn: 1,
+                outcome: Some(Outcome::Ok),
+                ttft_us: Some(1_000),
+                ..Default::default()
+            };
+            let mut b = pb::ResultBatch {
+                campaign_id: "c".into(),
+                seq: 1,
+                histograms: Vec::new(),
+                records: vec![pb::ProbeRecord::from(&rec)],
+                clock_offset_us: 0,
+            };
+            let expected = Expected {
+                plan: &plan,
+                highest_seq: 0,
+                max_duration_us: 60_000_000,
+            };
+            check_batch(&expected, &mut b).map(|_| ())
+        };
+        // Fixed steps: 2 + 4 arrivals, slots 0..6.
+        assert_eq!(check("steps", 1, 5), Ok(()));
+        let e = check("steps", 1, 6).unwrap_err();
+        assert!(e.contains("slot 6 is out of range"), "{e}");
+        let e = check("steps", 2, 0).unwrap_err();
+        assert!(e.contains("step 2 is out of range"), "{e}");
+        // The search: 3 steps; each at most twice its 8 arrivals at max_rps plus 64.
+        assert_eq!(check("find", 2, 239), Ok(()));
+        let e = check("find", 2, 240).unwrap_err();
+        assert!(e.contains("slot 240 is out of range"), "{e}");
+        let e = check("find", 3, 0).unwrap_err();
+        assert!(e.contains("step 3 is out of range"), "{e}");
+    }
+
     /// Checks `b` as the first batch of an agent (no seq received yet).
     fn check_fresh(b: &mut pb::ResultBatch) -> Result<Sanitized, String> {
         let plan = plan();
@@ -877,7 +977,9 @@ model_id = "m"
                 Box::new(|b| {
                     b.histograms = vec![b.histograms[0].clone(); 3 * Metric::ALL.len() + 1]
                 }),
-                "31 histograms, more than the 30 keys of the plan",
+                // 1 provider × (1 rounds scenario + 2 sweep steps) × 13 metrics (metrics
+                // version 8).
+                "40 histograms, more than the 39 keys of the plan",
             ),
             (
                 1,

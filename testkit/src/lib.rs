@@ -1,8 +1,10 @@
 //! Helpers for latmesh's end-to-end tests: locating the built binaries and running them as
-//! child processes that are killed when dropped; [`stack`] runs a whole latmesh on loopback.
+//! child processes that are killed when dropped; [`stack`] runs a whole latmesh on loopback,
+//! [`capture`] a stand-in provider that keeps the bytes agents send.
 //! Generated test data draws from [`SeededRng`], the one seeded generator of the tests and
 //! benchmarks (it lives in `latmesh-core`, so that the benchmarks of every crate share it).
 
+pub mod capture;
 pub mod private_clickhouse;
 pub mod raw_agent;
 pub mod real_servers;

@@ -50,12 +50,26 @@ impl Stack {
     /// # Panics
     /// As [`Stack::start`].
     pub fn start_with(profiles: &[ProviderProfile], configure: impl FnOnce(&mut Command)) -> Stack {
+        Stack::start_scaled(profiles, 1.0, configure)
+    }
+
+    /// As [`Stack::start_with`], with the simulator's server-side delays multiplied by
+    /// `time_scale` (`latmesh-sim serve --time-scale`; 0.2: five times faster).
+    ///
+    /// # Panics
+    /// As [`Stack::start`].
+    pub fn start_scaled(
+        profiles: &[ProviderProfile],
+        time_scale: f64,
+        configure: impl FnOnce(&mut Command),
+    ) -> Stack {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("profiles.json");
         std::fs::write(&file, serde_json::to_string(profiles).unwrap()).unwrap();
         let mut sim = Command::new(bin("latmesh-sim"));
         sim.args(["serve", "--listen", "127.0.0.1:0", "--profiles"])
-            .arg(&file);
+            .arg(&file)
+            .args(["--time-scale", &time_scale.to_string()]);
         let (sim, sim_url) = spawn_until_line(
             "latmesh-sim",
             sim,

@@ -32,8 +32,9 @@ async fn demo_matrix_reflects_the_simulated_world() {
     let s = &data.summary;
     assert_eq!(s.regions.len(), 3);
     assert_eq!(s.providers.len(), 11);
-    // 3 regions + ALL, 11 providers, 4 scenarios (2 in rounds, a sweep, an open-loop rate).
-    assert_eq!(s.cells.len(), 4 * 11 * 4);
+    // 3 regions + ALL, 11 providers, 6 scenarios (2 in rounds, a sweep, an open-loop rate,
+    // the long-context tiers ctx.1k and ctx.8k).
+    assert_eq!(s.cells.len(), 4 * 11 * 6);
     // The sweep: one row per region and ALL for every provider, three steps each; `steady`
     // (16 requests at once over the three regions) bends at 8 workers per region (24), found
     // from at least 30 requests in every step up to it.
@@ -64,13 +65,20 @@ async fn demo_matrix_reflects_the_simulated_world() {
     }
     // The open loop: every provider's arrivals were sent, and the three agents started
     // together.
-    assert_eq!(s.rates.len(), 4 * 11);
-    for r in s.rates.iter().filter(|r| r.region == "ALL") {
+    // One open-loop row per region and ALL, provider and rate scenario (open-loop, ctx.1k,
+    // ctx.8k).
+    assert_eq!(s.rates.len(), 4 * 11 * 3);
+    for r in s
+        .rates
+        .iter()
+        .filter(|r| r.region == "ALL" && r.scenario == "open-loop")
+    {
         assert_eq!(r.sent, r.scheduled * r.agents, "{r:#?}");
         assert_eq!(r.dropped, 0, "{r:#?}");
         // One arrival sequence: every provider offered the same load (it was 2.3 vs 5.7
         // requests/s when each had its own Poisson process).
         assert_eq!(r.scheduled, s.rates[0].scheduled, "{r:#?}");
+        assert_eq!(r.scenario, s.rates[0].scenario, "{r:#?}");
     }
     // `budget` serves 8 requests at once over the three regions, each over a second: 12
     // arrivals/s queue up, its TTFT climbs over the phase, and it is reported saturated (it
@@ -78,7 +86,7 @@ async fn demo_matrix_reflects_the_simulated_world() {
     let budget = s
         .rates
         .iter()
-        .find(|r| r.region == "ALL" && r.provider == "budget")
+        .find(|r| r.region == "ALL" && r.provider == "budget" && r.scenario == "open-loop")
         .unwrap();
     assert!(budget.provider_saturated, "{budget:#?}");
     assert_eq!(s.start.agents.len(), 3);
@@ -156,6 +164,7 @@ async fn demo_matrix_reflects_the_simulated_world() {
         .sum();
     assert_eq!(all.samples, sum);
 
+    check_workloads(s);
     check_beyond_latency(&data);
 
     // The matrix rebuilt from ClickHouse equals the one the coordinator merged in memory.
@@ -177,6 +186,93 @@ async fn demo_matrix_reflects_the_simulated_world() {
                 (mem.ttft, mem.e2e, mem.tpot_p50_ms)
             );
         }
+    }
+}
+
+/// The SLO on the open loop and the long-context tiers (examples/demo.toml `open-loop`,
+/// `ctx`): goodput in the cells, with `budget`'s growing queue costing it goodput that
+/// `fast-lane` keeps; per provider and region a tier row for 1k and 8k, `slow-prefill`'s TTFT
+/// (600 µs per prompt token) seconds longer at 8k and its goodput there nil; the first arrival
+/// of each agent a warm-up, left out; and the terminal output shows both tables.
+fn check_workloads(s: &latmesh_results::summary::Summary) {
+    let cell =
+        |r: &str, p: &str, sc: &str| s.cell(r, p, sc).unwrap_or_else(|| panic!("{r} {p} {sc}"));
+    let goodput = |r: &str, p: &str, sc: &str| {
+        cell(r, p, sc)
+            .goodput
+            .clone()
+            .unwrap_or_else(|| panic!("{r} {p} {sc}: no goodput"))
+    };
+    let fast = goodput("ALL", "fast-lane", "open-loop");
+    assert!(fast.requests >= 20, "{fast:#?}");
+    assert_eq!(fast.meets, Some(true), "{fast:#?}");
+    let budget = goodput("ALL", "budget", "open-loop");
+    assert!(
+        budget.pct < fast.pct,
+        "budget {budget:#?} vs fast-lane {fast:#?}"
+    );
+    // No SLO on the rounds scenarios: no goodput there.
+    assert!(cell("ALL", "fast-lane", "chat-short").goodput.is_none());
+
+    for region in s.regions.iter().map(String::as_str).chain(["ALL"]) {
+        let agents: u64 = if region == "ALL" { 3 } else { 1 };
+        for p in &s.providers {
+            for tier in [1000u32, 8000] {
+                let row = s
+                    .tiers
+                    .iter()
+                    .find(|t| t.region == region && &t.provider == p && t.input_tokens == tier)
+                    .unwrap_or_else(|| panic!("no tier row {region} {p} {tier}"));
+                assert_eq!(row.group, "ctx", "{row:#?}");
+                let c = cell(region, p, &row.scenario);
+                // 8 constant arrivals per agent, the first a warm-up.
+                assert_eq!(c.warmup, agents, "{region} {p} {tier}: {c:#?}");
+                assert!(c.goodput.is_some(), "{region} {p} {tier}");
+            }
+        }
+    }
+    let tier = |p: &str, t: u32| {
+        s.tiers
+            .iter()
+            .find(|r| r.region == "ALL" && r.provider == p && r.input_tokens == t)
+            .unwrap()
+    };
+    let (short, long) = (tier("slow-prefill", 1000), tier("slow-prefill", 8000));
+    assert_eq!(
+        (short.samples, long.samples),
+        (21, 21),
+        "{short:#?} {long:#?}"
+    );
+    let p50 = |r: &latmesh_results::tiers::TierRow| r.ttft.as_ref().unwrap().p50_ms;
+    // 7,000 more prompt tokens at 600 µs each: 4.2 s.
+    assert!(
+        p50(long) - p50(short) > 3_000.0,
+        "slow-prefill TTFT 1k {} ms, 8k {} ms",
+        p50(short),
+        p50(long)
+    );
+    let g = long.goodput.as_ref().unwrap();
+    assert_eq!((g.requests, g.met, g.meets), (21, 0, Some(false)), "{g:#?}");
+    assert!(tier("fast-lane", 8000).goodput.as_ref().unwrap().pct > 90.0);
+    // Every provider's billed prompt tokens: the token-count line.
+    assert_eq!(
+        s.token_counts.len(),
+        s.providers.len(),
+        "{:#?}",
+        s.token_counts
+    );
+    // What `latmesh demo` prints: the goodput tables and the tiers.
+    let text = latmesh_cli::ui::matrix::render(s);
+    for want in [
+        "open-loop: goodput",
+        "ctx.8k: goodput",
+        "context tiers ctx",
+        "slow-prefill",
+    ] {
+        assert!(
+            text.contains(want),
+            "no {want:?} in the demo's output:\n{text}"
+        );
     }
 }
 

@@ -1,6 +1,7 @@
 //! `latmesh demo`: the whole distributed path on one machine. Starts the simulator (nine
 //! providers, two of them also probed over the Anthropic and Responses APIs), a coordinator and three agents (`us-east`, `eu-west`, `ap-southeast`) talking
-//! gRPC and HTTP over loopback, runs the embedded campaign `examples/demo.toml`, then its
+//! gRPC and HTTP over loopback, runs the embedded campaign `examples/demo.toml` (every load
+//! model, an SLO with its goodput, and long-context tiers of generated prompts), then its
 //! `[compat]` checks and `[quality]` set against the same providers from this process (as
 //! `latmesh compat` does), and returns the summary ([`run`]) or everything a report needs
 //! ([`run_with`], its `compat` included). The simulator and each
@@ -536,6 +537,29 @@ mod tests {
         prices.sort_unstable();
         prices.dedup();
         assert_eq!(prices.len(), 9, "one price per simulated profile");
+        // Long contexts: two tiers of generated prompts, each its own scenario, with an exact
+        // output length, a warm-up and an SLO; the open loop has an SLO too.
+        let tiers: Vec<(&str, u32)> = plan
+            .scenarios
+            .iter()
+            .filter_map(|s| s.synth.as_ref().map(|t| (s.name.as_str(), t.input_tokens)))
+            .collect();
+        assert_eq!(tiers, [("ctx.1k", 1000), ("ctx.8k", 8000)]);
+        for s in plan.scenarios.iter().filter(|s| s.synth.is_some()) {
+            assert_eq!((s.output_tokens, s.warmup), (Some(32), 1), "{}", s.name);
+            assert_eq!(
+                s.slo.as_ref().and_then(|o| o.ttft_ms),
+                Some(2000.0),
+                "{}",
+                s.name
+            );
+        }
+        let open = plan
+            .scenarios
+            .iter()
+            .find(|s| s.name == "open-loop")
+            .unwrap();
+        assert_eq!(open.slo.as_ref().and_then(|o| o.ttft_ms), Some(1500.0));
         // The rounds-only part (tests of the latency path) has none of these sections.
         let rounds = load(demo_rounds_only());
         assert!(rounds.compat.is_none() && rounds.quality.is_none());
