@@ -40,20 +40,26 @@ fn errors(c: &CellCounts) -> u64 {
         .saturating_sub(c.count(Outcome::Dropped))
 }
 
-/// The `sweep` scenarios without `step_requests`: they send as many requests as their
-/// providers answer in the steps' time, a count nobody knows in advance.
-pub fn open_ended_sweeps(plan: &Plan) -> Vec<&str> {
+/// The scenarios whose request count nobody knows in advance: `sweep` scenarios without
+/// `step_requests` (they send as many requests as their providers answer in the steps'
+/// time) and `rate` scenarios with an SLO search (each provider's rates are chosen as it
+/// runs).
+pub fn open_ended_scenarios(plan: &Plan) -> Vec<&str> {
     plan.scenarios
         .iter()
-        .filter(|s| matches!(&s.load, LoadModel::Sweep(sw) if sw.step_requests.is_none()))
+        .filter(|s| match &s.load {
+            LoadModel::Sweep(sw) => sw.step_requests.is_none(),
+            LoadModel::Rate(r) => r.search.is_some(),
+            LoadModel::Rounds => false,
+        })
         .map(|s| s.name.as_str())
         .collect()
 }
 
 /// Whether the requests an agent makes are all known in advance: not with an open-ended
-/// sweep ([`open_ended_sweeps`]).
+/// sweep or an SLO search ([`open_ended_scenarios`]).
 pub fn expected_known(plan: &Plan) -> bool {
-    open_ended_sweeps(plan).is_empty()
+    open_ended_scenarios(plan).is_empty()
 }
 
 /// Requests of `sweep` scenario `s` with `step_requests` per agent and provider: every step
@@ -70,7 +76,7 @@ fn bounded_sweep_requests(plan: &Plan, s: usize) -> u64 {
 /// Requests one agent is planned to make, every load model counted as progress counts them
 /// (final attempts of first turns): rounds slots and `rate` arrivals
 /// ([`Plan::probes_per_agent`]), and each `sweep` with `step_requests` at its maximum
-/// (steps × `step_requests` × providers). An open-ended sweep ([`open_ended_sweeps`]) adds
+/// (steps × `step_requests` × providers). An open-ended sweep ([`open_ended_scenarios`]) adds
 /// nothing here: its requests are counted as they are made, against no total.
 pub fn planned_requests_per_agent(plan: &Plan) -> u64 {
     let providers = plan.providers.len() as u64;
@@ -100,7 +106,7 @@ pub fn provider_expected_per_agent(plan: &Plan) -> Vec<u64> {
     }
     for (s, scenario) in plan.scenarios.iter().enumerate() {
         if let LoadModel::Rate(r) = &scenario.load {
-            let arrivals = r.arrival_count(plan.seed, s);
+            let arrivals = r.planned_arrivals(plan.seed, s);
             for e in out.iter_mut() {
                 *e += arrivals;
             }
@@ -385,7 +391,7 @@ mod tests {
         // 10 rounds of the rounds scenario (one slot per provider), and a sweep of 2 steps of
         // at most 5 requests per provider: 10 + 10 per provider and agent.
         let plan = sweep_plan(Some(5));
-        assert_eq!(open_ended_sweeps(&plan), Vec::<&str>::new());
+        assert_eq!(open_ended_scenarios(&plan), Vec::<&str>::new());
         assert_eq!(planned_requests_per_agent(&plan), 40);
         assert_eq!(provider_expected_per_agent(&plan), vec![20, 20]);
         // A sweep request's final attempt counts as done, like a rounds slot; a retried
@@ -420,7 +426,7 @@ mod tests {
     #[test]
     fn open_ended_sweep_plans_leave_expectations_unknown() {
         let plan = sweep_plan(None);
-        assert_eq!(open_ended_sweeps(&plan), ["long"]);
+        assert_eq!(open_ended_scenarios(&plan), ["long"]);
         assert_eq!(
             planned_requests_per_agent(&plan),
             20,

@@ -111,6 +111,12 @@ fn settings_of(plan: &Plan, kind: PhaseKind) -> String {
                     w.concurrency.len(),
                     w.step_ms as f64 / 1000.0
                 ),
+                LoadModel::Rate(r) if r.search.is_some() => format!(
+                    "scenarios[{i}] ({}): {} search steps × 2 × rate.duration_s = {} s (each step, then a quiet gap as long)",
+                    s.name,
+                    r.step_count(),
+                    r.duration_ms as f64 / 1000.0
+                ),
                 LoadModel::Rate(r) if r.step_count() > 1 => format!(
                     "scenarios[{i}] ({}): {} rate steps × rate.duration_s = {} s",
                     s.name,

@@ -555,8 +555,8 @@ impl Plan {
     }
 
     /// Logical requests one agent is planned to make, when known in advance: every rounds
-    /// slot and every `rate` arrival (a `sweep` makes as many as its providers answer, so it
-    /// adds none here).
+    /// slot and every `rate` arrival of every step (a `sweep` makes as many as its providers
+    /// answer, and an SLO search's rates are chosen as it runs, so they add none here).
     pub fn probes_per_agent(&self) -> u64 {
         let rounds = if self.rounds_scenarios().is_empty() {
             0
@@ -565,8 +565,8 @@ impl Plan {
         };
         let arrivals: u64 = (0..self.scenarios.len())
             .filter_map(|s| match &self.scenarios[s].load {
-                LoadModel::Rate(r) => {
-                    Some(r.arrival_count(self.seed, s) * self.providers.len() as u64)
+                LoadModel::Rate(r) if r.search.is_none() => {
+                    Some(r.planned_arrivals(self.seed, s) * self.providers.len() as u64)
                 }
                 _ => None,
             })

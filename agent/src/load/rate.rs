@@ -86,7 +86,7 @@ pub(super) fn step_arrivals(
     first_slot: &[u32],
 ) -> Vec<Arrival> {
     let n = rates.len().max(1);
-    let step_us = u64::from(step).saturating_mul(spec.duration_ms.saturating_mul(1000));
+    let step_us = spec.step_start_us(step);
     let mut out = Vec::new();
     // Providers at the same rate share one sequence: generated once.
     let mut last: Option<(f64, Vec<u64>)> = None;

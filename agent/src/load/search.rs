@@ -2,7 +2,8 @@
 //! [`SloSearch::next_rps`]): each provider runs its own rate per step, chosen from its own
 //! step verdicts on this agent.
 //!
-//! Step 0 is at `next_rps(&[])` (`min_rps`). At each step's end the agent judges each
+//! Step 0 is at `next_rps(&[])` (`min_rps`). Each step is followed by a quiet gap as long as
+//! the step ([`RateSpec::step_stride_us`]). At the gap's end the agent judges each
 //! provider's step from the records of it it has seen ([`Tally`], fed by a tap on the
 //! phase's record channel): the final attempts of first turns of that step (warm-up,
 //! `cancelled` and `dropped` left out of the judged; `dropped` counted apart), plus the
@@ -46,7 +47,7 @@ pub async fn run_search(
     let plan = &ctx.plan;
     let sc = &plan.scenarios[scenario];
     let providers = plan.providers.len();
-    let step_len = Duration::from_millis(spec.duration_ms);
+    let stride = Duration::from_micros(spec.step_stride_us());
     let steps = spec.step_count();
     let Some(slo) = sc.slo.clone() else {
         // Validation refuses a search without an SLO; a hand-made plan is told.
@@ -59,7 +60,7 @@ pub async fn run_search(
         let begun = (Instant::now()
             .saturating_duration_since(phase_start)
             .as_micros()
-            / step_len.as_micros().max(1)) as u64;
+            / stride.as_micros().max(1)) as u64;
         let left = u64::from(steps).saturating_sub(begun + 1) * providers as u64;
         tracing::warn!(campaign = %ctx.campaign_id, scenario = %sc.name, steps_left = left / providers.max(1) as u64, "SLO search joined after its start: a search cannot resume without its earlier verdicts; its steps left count as skipped");
         let mut sender = Sender::new(ctx, scenario, spec, phase_start);
@@ -95,7 +96,9 @@ pub async fn run_search(
                 Some(first_token)
             })
             .await;
-        let step_end = phase_start + step_len * (k + 1);
+        // The verdict after the step and its quiet gap (`RateSpec::step_stride_us`): the
+        // step's requests have ended, or certainly missed.
+        let step_end = phase_start + stride * (k + 1);
         if !sent || !sender.sleep_until(step_end).await {
             break;
         }

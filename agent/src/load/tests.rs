@@ -820,14 +820,15 @@ async fn a_restarted_agent_does_not_resume_an_slo_search() {
         percentiles: vec![],
         goodput_pct: 90.0,
     });
-    // 1.3 s into a 4 × 0.5 s phase: step 2 has begun, step 3 has not.
+    // 1.3 s into a phase of 4 search steps of 0.5 s, each followed by a 0.5 s gap: step 1 has
+    // begun, steps 2 and 3 have not.
     let start = Instant::now() - Duration::from_millis(1_300);
     let (records, not_run, _) = run_phase_from(plan, Outbox::default(), start).await;
     assert!(records.is_empty(), "{records:?}");
     assert_eq!(
         not_run,
         NotRun {
-            late: 1,
+            late: 2,
             cancelled: 0
         }
     );

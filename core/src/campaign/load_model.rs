@@ -52,6 +52,7 @@ pub(super) fn check_span(
             LoadModel::Rate(r) => r
                 .duration_ms
                 .checked_mul(1000)
+                .and_then(|us| us.checked_mul(if r.search.is_some() { 2 } else { 1 }))
                 .and_then(|us| us.checked_mul(u64::from(r.step_count()))),
         };
         at = span_us

@@ -372,7 +372,9 @@ mod tests {
             vec![
                 (Rounds, 0, 30_000_000),
                 (Scenario(2), 32_000_000, 30_000_000),
-                (Scenario(3), 64_000_000, 6_000_000)
+                (Scenario(3), 64_000_000, 6_000_000),
+                (Scenario(4), 72_000_000, 4_000_000),
+                (Scenario(5), 78_000_000, 4_000_000)
             ]
         );
         // 11 providers (9 on Chat Completions, one each on Anthropic and Responses) × 2.

@@ -720,9 +720,9 @@ providers:
             (2.0, 32.0, 6)
         );
         assert_eq!(r.arrivals, crate::load::Arrivals::Gamma { burstiness: 0.5 });
-        // Rounds (6 × 30 s), then the search's 6 steps of 20 s.
+        // Rounds (6 × 30 s), then the search's 6 steps of 20 s, each followed by a 20 s gap.
         assert_eq!(plan.slots_per_round(), 9);
-        assert_eq!(plan.phases()[1].span_us, 120_000_000);
+        assert_eq!(plan.phases()[1].span_us, 240_000_000);
         assert_eq!(
             plan.providers[0].request.exact_output["ignore_eos"],
             serde_json::json!(true)

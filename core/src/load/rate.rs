@@ -77,11 +77,30 @@ impl RateSpec {
         self.steps_rps.get(k as usize).copied()
     }
 
-    /// Length of the whole phase, µs: `step_count × duration_ms`.
+    /// Time from one step's start to the next's, µs: `duration_ms`, and under an SLO search
+    /// twice that: each search step is followed by a quiet gap as long as the step, in which
+    /// its last requests end before the verdict and the queue a missed step left drains (the
+    /// search never offers more than twice a rate that was met, so a provider that kept up
+    /// with half the rate clears such a step's backlog within one step's length) — the next
+    /// step starts from an idle provider, as its verdict assumes.
+    pub fn step_stride_us(&self) -> u64 {
+        let step_us = self.duration_ms.saturating_mul(1000);
+        if self.search.is_some() {
+            step_us.saturating_mul(2)
+        } else {
+            step_us
+        }
+    }
+
+    /// Start of step `k`, µs from the phase start: `k × step_stride_us`.
+    pub fn step_start_us(&self, k: u32) -> u64 {
+        u64::from(k).saturating_mul(self.step_stride_us())
+    }
+
+    /// Length of the whole phase, µs: `step_count × step_stride_us` (an SLO search's last
+    /// step keeps its gap too, so its requests end before the next phase).
     pub fn span_us(&self) -> u64 {
-        u64::from(self.step_count())
-            .saturating_mul(self.duration_ms)
-            .saturating_mul(1000)
+        u64::from(self.step_count()).saturating_mul(self.step_stride_us())
     }
 
     /// Intended send offsets of the scenario's arrivals, µs from the phase start, increasing,
