@@ -831,10 +831,10 @@ slo = { ttft_ms = 500 }
 duration_s = 2
 arrivals = "constant"
 [scenarios.rate.search]
-min_rps = 1
-max_rps = 4
+min_rps = 10
+max_rps = 40
 steps = 3
-min_requests = 2
+min_requests = 20
 
 [[providers]]
 name = "a"
@@ -875,10 +875,10 @@ model_id = "m"
         assert!(e.contains("slot 6 is out of range"), "{e}");
         let e = check("steps", 2, 0).unwrap_err();
         assert!(e.contains("step 2 is out of range"), "{e}");
-        // The search: 3 steps; each at most twice its 8 arrivals at max_rps plus 64.
-        assert_eq!(check("find", 2, 239), Ok(()));
-        let e = check("find", 2, 240).unwrap_err();
-        assert!(e.contains("slot 240 is out of range"), "{e}");
+        // The search: 3 steps; each at most twice its 80 arrivals at max_rps plus 64.
+        assert_eq!(check("find", 2, 671), Ok(()));
+        let e = check("find", 2, 672).unwrap_err();
+        assert!(e.contains("slot 672 is out of range"), "{e}");
         let e = check("find", 3, 0).unwrap_err();
         assert!(e.contains("step 3 is out of range"), "{e}");
     }

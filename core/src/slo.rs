@@ -78,7 +78,13 @@ impl Slo {
             (Some(_), None) => rec.output_tokens < 2,
             (b, v) => within(b, v),
         };
-        within(self.ttft_ms, rec.ttft_us) && tpot_ok && within(self.e2e_ms, rec.e2e_us)
+        // A non-streamed answer's first token arrives with the whole answer: its E2E.
+        let ttft_us = if rec.stream {
+            rec.ttft_us
+        } else {
+            rec.ttft_us.or(rec.e2e_us)
+        };
+        within(self.ttft_ms, ttft_us) && tpot_ok && within(self.e2e_ms, rec.e2e_us)
     }
 
     /// One line: `TTFT ≤ 2000 ms, TPOT ≤ 50 ms, P95 TTFT ≤ 1500 ms; goodput ≥ 95 %`.
@@ -116,7 +122,7 @@ pub const MIN_GOODPUT_REQUESTS: u64 = 20;
 pub struct Judgement {
     /// `met / judged`, % (0 without judged requests).
     pub pct: f64,
-    /// Percentile bounds exceeded, each `"P95 TTFT 1830 ms > 1500 ms"` ([`crate::metrics::fmt_ms`]).
+    /// Percentile bounds exceeded, each `"P95 TTFT 1830 > 1500 ms"` ([`crate::metrics::fmt_ms`]).
     pub exceeded: Vec<String>,
     /// Meets the SLO: `Some(false)` when a percentile bound is exceeded (with at least
     /// [`MIN_GOODPUT_REQUESTS`] judged); `None` with fewer judged requests, or when a bound's
@@ -149,7 +155,7 @@ impl Slo {
                 Some((n, ms)) if crate::sample_size::supported(n, b.percentile) => {
                     if ms > b.ms {
                         exceeded.push(format!(
-                            "P{} {} {} ms > {} ms",
+                            "P{} {} {} > {} ms",
                             b.percentile,
                             b.metric.as_str().to_uppercase(),
                             crate::metrics::fmt_ms(ms),
@@ -237,7 +243,14 @@ mod tests {
         assert!(!s.met(&failed));
         let mut no_ttft = ok(100, 200, 5);
         no_ttft.ttft_us = None;
+        no_ttft.stream = true;
         assert!(!s.met(&no_ttft));
+        // Not streamed: the first token came with the whole answer, at its E2E.
+        let mut whole = ok(100, 400, 1);
+        whole.ttft_us = None;
+        assert!(s.met(&whole));
+        whole.e2e_us = Some(600_000);
+        assert!(!s.met(&whole));
     }
 
     #[test]

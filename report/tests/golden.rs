@@ -279,7 +279,7 @@ fn a_report_with_tiers_slo_and_search_matches_its_golden_files() {
         "Token counts",
         "SLO goodput",
         "Rate steps and SLO search",
-        "meets the SLO up to 4.00 rps (misses at 6.00 rps); steps used up",
+        "meets the SLO up to 4.00 rps per agent (misses at 6.00 rps per agent); steps used up",
         "60 refused: past its context",
         "TTFT ≤ 500 ms; goodput ≥ 90 %",
     ] {

@@ -97,7 +97,7 @@ pub struct SearchRow {
     pub slo: String,
     /// What the merged steps show (recomputed from the rows' verdicts in step order).
     pub outcome: SearchOutcome,
-    /// One sentence: `"meets the SLO up to 6.0 rps (misses at 7.0 rps); resolved"`.
+    /// One sentence: `"meets the SLO up to 6.00 rps per agent (misses at 7.00 rps per agent); resolved"`.
     pub text: String,
 }
 
@@ -157,7 +157,8 @@ pub fn search_row(
         .filter_map(|s| s.verdict.map(|v| (s.target_rps, v)))
         .collect();
     let outcome = search.outcome(&history);
-    let rps = |r: f64| format!("{r:.2} rps");
+    // Rates are per agent: every agent (region) of a row sent at them at once.
+    let rps = |r: f64| format!("{r:.2} rps per agent");
     let text = match (outcome.met_rps, outcome.missed_rps) {
         (Some(m), Some(x)) => format!(
             "meets the SLO up to {} (misses at {}); {}",
@@ -175,7 +176,9 @@ pub fn search_row(
             rps(x),
             outcome.end.describe()
         ),
-        (None, None) => format!("no step could be judged; {}", outcome.end.describe()),
+        (None, None) => {
+            "no step could be judged (too few requests, or arrivals the agent dropped)".to_string()
+        }
     };
     Some(SearchRow {
         region: first.region.clone(),
@@ -205,9 +208,22 @@ pub fn phase_secs(plan: &Plan, scenario: &ScenarioSpec) -> f64 {
     }
 }
 
-/// The goodput of a matrix cell of `scenario` (`None` without an SLO): `judged` and `met`
-/// requests (warm-up left out), `agents` of the row (0: unknown, then no rate), `hist` the
-/// cell's merged histograms (µs, every step).
+/// Whether `scenario` has a matrix-cell goodput ([`cell_goodput`]): it has an SLO and runs at
+/// one load. A `sweep`, a rate sweep or an SLO search runs steps at different loads (a search
+/// overloads each provider on purpose until it misses): a goodput pooling its steps would
+/// judge no load anyone sends, so their goodput is per step ([`RateStepRow::goodput`]).
+pub fn has_cell_goodput(scenario: &ScenarioSpec) -> bool {
+    scenario.slo.is_some()
+        && match &scenario.load {
+            LoadModel::Rounds => true,
+            LoadModel::Sweep(_) => false,
+            LoadModel::Rate(r) => !has_rate_steps(r),
+        }
+}
+
+/// The goodput of a matrix cell of `scenario` (`None` unless [`has_cell_goodput`]): `judged`
+/// and `met` requests (warm-up left out), `agents` of the row (0: unknown, then no rate),
+/// `hist` the cell's merged histograms (µs).
 pub fn cell_goodput(
     plan: &Plan,
     scenario: &ScenarioSpec,
@@ -216,6 +232,9 @@ pub fn cell_goodput(
     agents: u64,
     hist: impl Fn(Metric) -> Option<Histogram<u64>>,
 ) -> Option<Goodput> {
+    if !has_cell_goodput(scenario) {
+        return None;
+    }
     let slo = scenario.slo.as_ref()?;
     let secs = (agents > 0).then(|| phase_secs(plan, scenario) * agents as f64);
     Some(goodput(slo, judged, met, secs, hist))

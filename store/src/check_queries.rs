@@ -80,8 +80,10 @@ pub struct GoodputCount {
 /// The goodput counts of every cell of `scope` with a judged request (a scenario with an
 /// SLO), per region and `ALL`: `countIf(slo_met = 1)` and `countIf(slo_met IS NOT NULL)` over
 /// the rows with `warmup = 0` — the in-memory summary's counts
-/// (`latmesh_results::aggregate::CellCounts::slo_judged`). Ordered by region, provider,
-/// scenario.
+/// (`latmesh_results::aggregate::CellCounts::slo_judged`). Scenarios whose records have more
+/// than one step (a sweep, rate steps, an SLO search: their steps run at different loads,
+/// `latmesh_results::slo_stats::has_cell_goodput`) are left out. Ordered by region,
+/// provider, scenario.
 ///
 /// # Errors
 /// [`StoreError::InvalidName`] for a bad `db`; the server's or connection's error otherwise.
@@ -101,7 +103,8 @@ pub async fn goodput_counts(
     let sql = format!(
         "SELECT region, provider, scenario, countIf(isNotNull(slo_met)) AS judged, \
          countIf(ifNull(slo_met, 0) = 1) AS met FROM {db}.requests \
-         WHERE {cond} AND warmup = 0 GROUP BY region, provider, scenario HAVING judged > 0"
+         WHERE {cond} AND warmup = 0 GROUP BY region, provider, scenario \
+         HAVING judged > 0 AND max(step) = 0"
     );
     let q = client.query(&sql);
     let q = match scope {

@@ -263,10 +263,10 @@ async fn stored_goodput_steps_searches_and_tiers_equal_the_in_memory_summary() {
     assert!(cell("ALL", "p", "ctx.1k").ttft.unwrap().p99_ms < 1000.0);
     let g = cell("ALL", "p", "ctx.8k").goodput.unwrap();
     assert_eq!((g.requests, g.met, g.meets), (60, 0, Some(false)));
-    // The ramp's P90 TTFT bound (400 ms) fails p's cell: 10 of 40 step-1 requests at 900 ms.
-    let g = cell("ALL", "p", "ramp").goodput.unwrap();
-    assert_eq!((g.requests, g.met, g.meets), (120, 100, Some(false)));
-    assert_eq!(g.exceeded.len(), 1, "{:?}", g.exceeded);
+    // The rate sweep and the search have no cell goodput (their steps run at different rates),
+    // in ClickHouse as in memory: the ramp's P90 TTFT bound (400 ms) fails p's step 1 instead.
+    assert!(cell("ALL", "p", "ramp").goodput.is_none());
+    assert!(cell("ALL", "p", "find").goodput.is_none());
 
     // Rate steps: p's search ran 4 steps at 2, 4, 8, 6 rps; q one at 2.
     let steps = |region: &str, provider: &str, scenario: &str| -> Vec<_> {
@@ -468,7 +468,7 @@ async fn latmesh_query_tiers_and_slo_print_the_in_memory_rows() {
     assert!(
         text.lines()
             .any(|l| l.split_whitespace().take(2).eq(["p", "ALL"])
-                && l.ends_with("meets the SLO up to 4.00 rps (misses at 6.00 rps); steps used up")),
+                && l.ends_with("meets the SLO up to 4.00 rps per agent (misses at 6.00 rps per agent); steps used up")),
         "{text}"
     );
     assert!(line(&text, &["ctx.1k", "ALL", "p", "58/60", "2"]), "{text}");

@@ -148,7 +148,7 @@ fn a_bad_campaign_file_names_the_key() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("11 providers, 4 scenarios"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("11 providers, 6 scenarios"));
 
     // A summary path that cannot be written is refused before anything is launched (the
     // coordinator is never contacted: nothing listens on port 9).

@@ -341,8 +341,8 @@ fn check_matrix(matrix: &Value, data: &ReportData, from_clickhouse: bool) {
     assert_eq!(cells.len(), data.summary.cells.len());
     assert_eq!(
         cells.len(),
-        4 * 11 * 4,
-        "4 scenarios × 4 rows × 11 providers"
+        6 * 11 * 4,
+        "6 scenarios (two of them the ctx tiers) × 4 rows × 11 providers"
     );
     for cell in &data.summary.cells {
         let got = cells

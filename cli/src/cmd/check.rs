@@ -1390,10 +1390,10 @@ pub fn evaluate_searches(rules: &[Rule], current: &Snapshot, report: &mut CheckR
                     over,
                     significant: miss_at_or_below,
                     message: format!(
-                        "SLO search ({}): {answer}, below limit {}: {}{why}",
+                        "SLO search ({}): {answer}, below limit {} ({}){why}",
                         r.slo,
                         rps(limit_rps),
-                        r.text
+                        r.outcome.end.describe()
                     ),
                     time: None,
                 },

@@ -80,7 +80,7 @@ fn latency(c: &pb::LiveCell) -> String {
 
 /// `105/120 probes`, or with an open-ended sweep (live region cells without an expectation:
 /// its requests count as they are made, against no total) `105 probes (60 planned in
-/// advance, plus open-ended sweeps)`.
+/// advance, plus open-ended sweeps and SLO searches)`.
 pub fn counts_text(p: &pb::Progress) -> String {
     let open_ended = p
         .live
@@ -88,7 +88,7 @@ pub fn counts_text(p: &pb::Progress) -> String {
         .any(|c| c.provider.is_empty() && c.expected == 0);
     if open_ended {
         format!(
-            "{} probes ({} planned in advance, plus open-ended sweeps)",
+            "{} probes ({} planned in advance, plus open-ended sweeps and SLO searches)",
             p.probes_done, p.probes_expected
         )
     } else {
@@ -458,7 +458,7 @@ mod tests {
         );
         assert!(
             line.starts_with(
-                "progress: 105 probes (60 planned in advance, plus open-ended sweeps)"
+                "progress: 105 probes (60 planned in advance, plus open-ended sweeps and SLO searches)"
             ),
             "{line}"
         );

@@ -216,11 +216,11 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("  p        us-east        meets the SLO up to 4.00 rps (misses at 6.00 rps); steps used up"),
+            text.contains("  p        us-east        meets the SLO up to 4.00 rps per agent (misses at 6.00 rps per agent); steps used up"),
             "{text}"
         );
         assert!(
-            text.contains("  q        ALL            misses the SLO at every rate tried, from 2.00 rps; missed at min_rps"),
+            text.contains("  q        ALL            misses the SLO at every rate tried, from 2.00 rps per agent; missed at min_rps"),
             "{text}"
         );
         assert_eq!(text.lines().filter(|l| l.starts_with("  ")).count(), 6);

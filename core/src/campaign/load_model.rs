@@ -13,6 +13,7 @@ use crate::load::{
 };
 use crate::metrics::Metric;
 use crate::plan::RoundsSpec;
+use crate::slo::MIN_GOODPUT_REQUESTS;
 
 /// Longest campaign, µs from its start to the end of its last phase: 10,000 years (every
 /// single load model at its largest fits; a sum of many that does not is refused, so that no
@@ -311,7 +312,15 @@ fn validate_rate(
             (rps, steps_rps, None)
         }
         (Some(sec), None) => {
-            let search = check_search(i, sec, r.duration_s, workload, providers)?;
+            // How much a step's arrival count varies around rps × duration (variance over
+            // mean): 0 for constant spacing, 1 for a Poisson process, 1 / burstiness for gamma
+            // gaps (a renewal process's count has the gaps' squared coefficient of variation).
+            let count_dispersion = match r.arrivals.as_deref() {
+                Some("poisson") => 1.0,
+                Some("gamma") => 1.0 / r.burstiness.filter(|b| *b > 0.0).unwrap_or(1.0),
+                _ => 0.0,
+            };
+            let search = check_search(i, sec, r.duration_s, count_dispersion, workload, providers)?;
             (search.min_rps, Vec::new(), Some(search))
         }
     };
@@ -466,6 +475,7 @@ fn check_search(
     i: usize,
     sec: &SearchSection,
     duration_s: f64,
+    count_dispersion: f64,
     workload: &Workload,
     providers: &[ProviderSection],
 ) -> Result<SloSearch, CampaignError> {
@@ -502,10 +512,12 @@ fn check_search(
         ));
     }
     let min_requests = sec.min_requests.unwrap_or(DEFAULT_SEARCH_MIN_REQUESTS);
-    if min_requests == 0 {
+    if u64::from(min_requests) < MIN_GOODPUT_REQUESTS {
         return Err(invalid(
             key("min_requests"),
-            format!("must be at least 1 (default {DEFAULT_SEARCH_MIN_REQUESTS})"),
+            format!(
+                "{min_requests} is below {MIN_GOODPUT_REQUESTS}: a step's goodput has no verdict with fewer judged requests (docs/metrics.md \"SLOs and goodput\"), so such a step would end the search unjudged (default {DEFAULT_SEARCH_MIN_REQUESTS})"
+            ),
         ));
     }
     let resolution_pct = sec.resolution_pct.unwrap_or(DEFAULT_SEARCH_RESOLUTION_PCT);
@@ -515,19 +527,30 @@ fn check_search(
             format!("{resolution_pct} is not in (0, 100]"),
         ));
     }
-    // Warm-up arrivals of step 0 are not judged.
-    let judged = min_rps * duration_s - f64::from(workload.warmup);
+    // Warm-up arrivals of step 0 are not judged. Random arrivals: the count must reach
+    // min_requests three standard deviations below its mean, or the first step too often
+    // has too few.
+    let expected = min_rps * duration_s;
+    let margin = 3.0 * (count_dispersion * expected).sqrt();
+    let judged = expected - margin - f64::from(workload.warmup);
     if judged < f64::from(min_requests) {
         let warmup = if workload.warmup > 0 {
             format!(" less {} warm-up", workload.warmup)
         } else {
             String::new()
         };
+        let random = if margin > 0.0 {
+            format!(
+                " (random arrivals: {expected} expected, at least {:.0} in all but about 1 step in 700)",
+                expected - margin
+            )
+        } else {
+            String::new()
+        };
         return Err(invalid(
             key("min_requests"),
             format!(
-                "a step at min_rps cannot reach min_requests: {min_rps} rps × {duration_s} s = {} arrivals{warmup}, fewer than {min_requests}; lengthen duration_s or lower min_requests",
-                min_rps * duration_s
+                "a step at min_rps cannot reach min_requests: {min_rps} rps × {duration_s} s = {expected} arrivals{random}{warmup}, fewer than {min_requests}; lengthen duration_s or raise min_rps"
             ),
         ));
     }
@@ -750,10 +773,10 @@ mod tests {
         assert_eq!((r.rps, r.step_count(), r.step_rps(0)), (2.0, 8, None));
         let r = rate_of(&rate(
             slo,
-            "duration_s = 10\n[scenarios.rate.search]\nmin_rps = 1\nmax_rps = 4\nsteps = 3\nmin_requests = 5\nresolution_pct = 25",
+            "duration_s = 10\n[scenarios.rate.search]\nmin_rps = 3\nmax_rps = 4\nsteps = 3\nmin_requests = 25\nresolution_pct = 25",
         ));
         let s = r.search.unwrap();
-        assert_eq!((s.steps, s.min_requests, s.resolution_pct), (3, 5, 25.0));
+        assert_eq!((s.steps, s.min_requests, s.resolution_pct), (3, 25, 25.0));
         // A provider capped below max_rps; max_in_flight alone bounds no rate.
         let capped = |cap: &str| {
             rate(
@@ -928,8 +951,15 @@ mod tests {
                 "scenarios[0].rate.search.steps: 33 is not in 2..=32",
             ),
             (
-                search("min_rps = 2\nmax_rps = 4\nmin_requests = 0"),
-                "scenarios[0].rate.search.min_requests: must be at least 1",
+                search("min_rps = 2\nmax_rps = 4\nmin_requests = 19"),
+                "scenarios[0].rate.search.min_requests: 19 is below 20: a step's goodput has no verdict",
+            ),
+            (
+                rate(
+                    "slo = { ttft_ms = 500 }",
+                    "duration_s = 10\narrivals = \"poisson\"\n[scenarios.rate.search]\nmin_rps = 2\nmax_rps = 4",
+                ),
+                "scenarios[0].rate.search.min_requests: a step at min_rps cannot reach min_requests: 2 rps × 10 s = 20 arrivals (random arrivals: 20 expected, at least 7 in all but about 1 step in 700), fewer than 20",
             ),
             (
                 search("min_rps = 2\nmax_rps = 4\nresolution_pct = 0"),
@@ -937,7 +967,7 @@ mod tests {
             ),
             (
                 search("min_rps = 1\nmax_rps = 4"),
-                "scenarios[0].rate.search.min_requests: a step at min_rps cannot reach min_requests: 1 rps × 10 s = 10 arrivals, fewer than 20; lengthen duration_s or lower min_requests",
+                "scenarios[0].rate.search.min_requests: a step at min_rps cannot reach min_requests: 1 rps × 10 s = 10 arrivals, fewer than 20; lengthen duration_s or raise min_rps",
             ),
             (
                 search("min_rps = 2\nmax_rps = 4")

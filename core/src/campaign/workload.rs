@@ -293,6 +293,16 @@ fn check_slo(
         if !(ms.is_finite() && ms > 0.0) {
             return Err(invalid(k, format!("{ms} is not a number of ms above 0")));
         }
+        // Latencies are kept up to 1 h (the histograms' range): a bound past it judges nothing.
+        let max_ms = crate::hist::HIGHEST_US as f64 / 1000.0;
+        if ms > max_ms {
+            return Err(invalid(
+                k,
+                format!(
+                    "{ms} ms is longer than the {max_ms} ms (1 h) latencies are measured up to"
+                ),
+            ));
+        }
         match percentile {
             None => match metric {
                 Metric::Ttft => slo.ttft_ms = Some(ms),
@@ -717,7 +727,7 @@ providers:
         let search = r.search.as_ref().unwrap();
         assert_eq!(
             (search.min_rps, search.max_rps, search.steps),
-            (2.0, 32.0, 6)
+            (4.0, 32.0, 6)
         );
         assert_eq!(r.arrivals, crate::load::Arrivals::Gamma { burstiness: 0.5 });
         // Rounds (6 × 30 s), then the search's 6 steps of 20 s, each followed by a 20 s gap.
