@@ -147,12 +147,32 @@ dropped (not sent in time: open-loop arrivals, or rounds probes held by their ca
             out,
             "\nwarm-up requests (sent and stored, left out of every figure above):"
         );
-        for c in warm {
-            let _ = writeln!(
-                out,
-                "  {:<14} {:<20} {:<14} {}",
-                c.region, c.provider, c.scenario, c.warmup
-            );
+        // A scenario whose every region × provider cell had the same warm-up: one line.
+        let mut scenarios: Vec<&str> = warm.iter().map(|c| c.scenario.as_str()).collect();
+        scenarios.dedup();
+        for scenario in scenarios {
+            let of: Vec<&&MatrixCell> = warm.iter().filter(|c| c.scenario == scenario).collect();
+            let cells = summary
+                .cells
+                .iter()
+                .filter(|c| c.region != ALL_REGIONS && c.scenario == scenario)
+                .count();
+            if of.len() == cells && of.iter().all(|c| c.warmup == of[0].warmup) {
+                let _ = writeln!(
+                    out,
+                    "  {scenario}: {} per region × provider ({} in all)",
+                    of[0].warmup,
+                    of[0].warmup * of.len() as u64
+                );
+                continue;
+            }
+            for c in of {
+                let _ = writeln!(
+                    out,
+                    "  {:<14} {:<20} {:<14} {}",
+                    c.region, c.provider, c.scenario, c.warmup
+                );
+            }
         }
     }
     let failing: Vec<&MatrixCell> = summary
@@ -456,6 +476,8 @@ mod tests {
             "rate steps ramp:",
             "SLO search find (TTFT ≤ 500 ms; goodput ≥ 90 %)",
             "warm-up requests (sent and stored, left out of every figure above):",
+            // One warm-up per region × provider of each tier: one line each.
+            "  ctx.1k: 1 per region × provider (4 in all)",
             "  us-east        p                    ramp           1",
         ] {
             assert!(text.contains(want), "{want:?} not in\n{text}");
