@@ -181,6 +181,14 @@ fn rules_parse_with_defaults_and_errors_name_the_rule() {
             "[[rules]]\nkind = \"p99_model_changed\"\n",
             "rules[0].kind: \"p99_model_changed\" is not a rule kind",
         ),
+        (
+            "[[rules]]\nkind = \"goodput_below\"\nlimit_pct = 90\nmetric = \"ttft\"\n",
+            "rules[0].metric: does not apply to kind \"goodput_below\"",
+        ),
+        (
+            "[[rules]]\nkind = \"error_pct_above\"\nlimit_pct = 5\npercentile = 99\n",
+            "rules[0].percentile: does not apply to kind \"error_pct_above\"",
+        ),
     ] {
         let e = format!("{:#}", parse_rules(text).unwrap_err());
         assert!(e.contains(want), "{want:?} not in {e:?}");

@@ -468,6 +468,20 @@ pub fn parse_rules(text: &str) -> anyhow::Result<Vec<Rule>> {
             ),
         };
         let latency = kind.is_latency();
+        // `metric` and `percentile` choose a latency rule's percentile: on another kind they
+        // would be ignored, so they are refused.
+        for (field, given) in [
+            ("metric", r.metric.is_some()),
+            ("percentile", percentile.is_some()),
+        ] {
+            if given && !latency {
+                bail!(
+                    "{}: does not apply to kind {:?}, which judges no latency percentile: remove it",
+                    key(field),
+                    r.kind
+                );
+            }
+        }
         let percentile = match percentile {
             Some(p) if p > 0.0 && p < 100.0 => p,
             Some(p) => bail!(
