@@ -162,7 +162,7 @@ fn rules_parse_with_defaults_and_errors_name_the_rule() {
         ),
         (
             "[[rules]]\nkind = \"p99_absolute\"\nlimit_ms = 1\nlimt = 2\n",
-            "unknown field `limt`",
+            "unknown field `limt` (did you mean `limit_ms`?)",
         ),
         ("", "no [[rules]]"),
         (

@@ -31,6 +31,7 @@ pub mod seeded_rng;
 pub mod selection;
 pub mod shaping;
 pub mod slo;
+pub mod suggest;
 pub mod synth;
 pub mod windows;
 pub mod wire;

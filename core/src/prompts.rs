@@ -222,7 +222,8 @@ impl PromptSet {
             if line.trim().is_empty() {
                 continue;
             }
-            let p: Prompt = serde_json::from_str(line).map_err(|e| err(e.to_string()))?;
+            let p: Prompt = serde_json::from_str(line)
+                .map_err(|e| err(crate::suggest::annotate_serde(&e.to_string())))?;
             if p.id.trim().is_empty() {
                 return Err(err("empty id".into()));
             }

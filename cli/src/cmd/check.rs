@@ -368,8 +368,12 @@ struct RuleSection {
 /// A TOML error, or a rule that is incomplete or out of range.
 pub fn parse_rules(text: &str) -> anyhow::Result<Vec<Rule>> {
     // toml's whole message: where (line, column, the line itself) and what.
-    let file: RulesFile =
-        toml::from_str(text).map_err(|e| anyhow!("{}", e.to_string().trim_end()))?;
+    let file: RulesFile = toml::from_str(text).map_err(|e| {
+        anyhow!(
+            "{}",
+            latmesh_core::suggest::annotate_serde(e.to_string().trim_end())
+        )
+    })?;
     if file.rules.is_empty() {
         bail!("no [[rules]]");
     }
@@ -496,8 +500,13 @@ pub fn parse_rules(text: &str) -> anyhow::Result<Vec<Rule>> {
         };
         let metric = match &r.metric {
             None => Metric::Ttft,
-            Some(m) => Metric::parse(m)
-                .ok_or_else(|| anyhow!("{}: {m:?} is not a metric", key("metric")))?,
+            Some(m) => Metric::parse(m).ok_or_else(|| {
+                anyhow!(
+                    "{}: {m:?} is not a metric{}",
+                    key("metric"),
+                    latmesh_core::suggest::hint(m, Metric::ALL.iter().map(|m| m.as_str()))
+                )
+            })?,
         };
         let name = r.name.clone().unwrap_or_else(|| {
             if latency {

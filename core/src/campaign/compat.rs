@@ -43,7 +43,11 @@ pub(super) fn validate_compat(
                 let check = CompatCheck::parse(name).ok_or_else(|| {
                     invalid(
                         format!("compat.checks[{i}]"),
-                        format!("{name:?} is not a check ({})", check_names()),
+                        format!(
+                            "{name:?} is not a check{} ({})",
+                            crate::suggest::hint(name, CompatCheck::ALL.iter().map(|c| c.as_str())),
+                            check_names()
+                        ),
                     )
                 })?;
                 checks.push(check);
@@ -270,7 +274,7 @@ mod tests {
         for (extra, want) in [
             (
                 "[compat]\nchecks = [\"stream\", \"streaming\"]\n",
-                "compat.checks[1]: \"streaming\" is not a check (stream, non_stream, stream_usage, output_cap, stop, json_mode, tool_call, reasoning_field, reasoning_history, model_name, system_fingerprint, prompt_cache, wrong_key)",
+                "compat.checks[1]: \"streaming\" is not a check (did you mean \"stream\"?) (stream, non_stream, stream_usage, output_cap, stop, json_mode, tool_call, reasoning_field, reasoning_history, model_name, system_fingerprint, prompt_cache, wrong_key)",
             ),
             (
                 "[compat]\nchecks = []\n",
@@ -302,7 +306,7 @@ mod tests {
             ),
             (
                 "[compat]\nchecks_ = [\"stream\"]\n",
-                "compat.checks_: unknown field",
+                "compat.checks_: unknown key \"checks_\" (did you mean \"checks\"?",
             ),
             (
                 "[compat]\nchecks = \"stream\"\n",
@@ -350,7 +354,7 @@ mod tests {
             ),
             (
                 "[quality]\ntemperature = 0\n",
-                "quality.temperature: unknown field",
+                "quality.temperature: unknown key \"temperature\"",
             ),
         ] {
             let e = err_of(&with(extra));
@@ -403,6 +407,9 @@ quality:
         );
         std::fs::write(&file, yaml.replace("samples: 5", "sample: 5")).unwrap();
         let e = load_file(&file).unwrap_err().to_string();
-        assert!(e.contains("quality.sample: unknown field"), "{e}");
+        assert!(
+            e.contains("quality.sample: unknown key \"sample\" (did you mean \"samples\"?"),
+            "{e}"
+        );
     }
 }

@@ -11,6 +11,8 @@
 //! scans the repository's sources, scripts and deploy files for `LATMESH_` names and fails on
 //! one this module does not know.
 
+use crate::suggest::closest;
+
 /// Prefix of every latmesh environment variable.
 pub const ENV_PREFIX: &str = "LATMESH_";
 
@@ -163,9 +165,8 @@ where
             .iter()
             .map(|k| format!("{ENV_PREFIX}{}", k.to_ascii_uppercase()))
             .chain(ENV_SETTINGS.iter().map(|s| (*s).to_string()));
-        let nearest = candidates
-            .min_by_key(|c| edit_distance(&name.to_ascii_uppercase(), c))
-            .unwrap_or_default();
+        let candidates: Vec<String> = candidates.collect();
+        let nearest = closest(name, candidates.iter().map(String::as_str)).unwrap_or_default();
         problems.push(format!(
             "environment variable {name}: not a campaign override nor a latmesh setting (did you mean {nearest}? campaign overrides are LATMESH_<SECTION>__<KEY> of: {})",
             keys.iter()
@@ -179,22 +180,6 @@ where
     } else {
         Err(problems.join("\n"))
     }
-}
-
-/// Levenshtein distance (single-byte edits; the names are ASCII).
-fn edit_distance(a: &str, b: &str) -> usize {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.iter().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != cb))
-                .min(prev[j + 1] + 1)
-                .min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
 }
 
 /// The field names serde's derive gives a struct `T` (what a file may write in its section).
@@ -379,12 +364,5 @@ mod tests {
             unknown.is_empty(),
             "LATMESH_ variables used in the repository but unknown to env_overrides (add settings to ENV_SETTINGS): {unknown:?}"
         );
-    }
-
-    #[test]
-    fn edit_distances() {
-        assert_eq!(edit_distance("ROUND", "ROUNDS"), 1);
-        assert_eq!(edit_distance("", "AB"), 2);
-        assert_eq!(edit_distance("KITTEN", "SITTING"), 3);
     }
 }

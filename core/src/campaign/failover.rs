@@ -50,7 +50,10 @@ pub(super) fn validate_failover(
         let Some(p) = providers.iter().position(|p| &p.name == name) else {
             return Err(invalid(
                 key(&format!("chain[{j}]")),
-                format!("{name:?} is not a provider of this campaign"),
+                format!(
+                    "{name:?} is not a provider of this campaign{}",
+                    crate::suggest::hint(name, providers.iter().map(|p| p.name.as_str()))
+                ),
             ));
         };
         if chain.contains(&p) {

@@ -980,7 +980,7 @@ mod tests {
             ),
             (
                 search("min_rps = 2\nmax_rps = 4\nstep = 3"),
-                "scenarios[0].rate.search.step: unknown field",
+                "scenarios[0].rate.search.step: unknown key \"step\" (did you mean \"steps\"?",
             ),
             (
                 search("min_rps = 2\nmax_rps = 10000\nsteps = 3")

@@ -112,7 +112,7 @@ fn figment_error(e: figment::Error, file: Option<&Path>) -> CampaignError {
     let lines: Vec<String> = e
         .into_iter()
         .map(|e| {
-            let mut kind = e.kind.to_string();
+            let mut kind = unknown_name(&e.kind).unwrap_or_else(|| e.kind.to_string());
             if let Some(at) = kind.find("expected struct ") {
                 kind.truncate(at);
                 kind.push_str("expected a table");
@@ -154,6 +154,31 @@ fn figment_error(e: figment::Error, file: Option<&Path>) -> CampaignError {
         })
         .collect();
     CampaignError::Parse(lines.join("\n"))
+}
+
+/// An unknown key or value in the file's terms, with the valid one it was most likely meant
+/// to be: `unknown key "sed" (did you mean "seed"? valid here: name, seed, …)`. `None` for
+/// every other kind of error (figment's own text is clear there).
+fn unknown_name(kind: &figment::error::Kind) -> Option<String> {
+    use figment::error::Kind;
+    let (what, found, expected) = match kind {
+        Kind::UnknownField(found, expected) => ("key", found.as_str(), *expected),
+        Kind::UnknownVariant(found, expected) => ("value", found.as_str(), *expected),
+        _ => return None,
+    };
+    let valid = expected
+        .iter()
+        .map(|k| format!("{k:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Some(
+        match crate::suggest::did_you_mean(found, expected.iter().copied()) {
+            Some(near) => {
+                format!("unknown {what} {found:?} (did you mean {near:?}? valid here: {valid})")
+            }
+            None => format!("unknown {what} {found:?} (valid here: {valid})"),
+        },
+    )
 }
 
 /// The keys of `[windows]` in the order the text declares them; empty when the text does not
@@ -266,6 +291,36 @@ mod tests {
         std::fs::write(&file, GOOD.replace("gap_ms = 100", "gap_ms = -1")).unwrap();
         let e = load_file(&file).unwrap_err().to_string();
         assert!(e.contains("c.toml") && e.contains("rounds.gap_ms"), "{e}");
+    }
+
+    #[test]
+    fn unknown_keys_and_values_suggest_the_one_meant() {
+        let e = err_of(&GOOD.replace(
+            "count = 3",
+            "count = 3
+cont = 4",
+        ));
+        assert!(
+            e.starts_with(
+                "rounds.cont: unknown key \"cont\" (did you mean \"count\"? valid here: \"count\""
+            ),
+            "{e}"
+        );
+        let e = err_of(&GOOD.replace("model_id = ", "model = "));
+        assert!(
+            e.contains("unknown key \"model\" (did you mean \"model_id\"?"),
+            "{e}"
+        );
+        // Nothing near: the valid keys, no guess.
+        let e = err_of(&GOOD.replace(
+            "count = 3",
+            "count = 3
+zzzzzzzz = 4",
+        ));
+        assert!(
+            e.contains("unknown key \"zzzzzzzz\" (valid here: ") && !e.contains("did you mean"),
+            "{e}"
+        );
     }
 
     #[test]
