@@ -76,17 +76,7 @@ pub fn render(agents: &[pb::AgentInfo], now_unix_us: i64) -> String {
 /// One agent's state in a progress line: its region, the probes it has finished and its state,
 /// `us-east 12 done, running (2 in flight, heartbeat 1.0 s ago)`.
 pub fn describe_agent(a: &pb::AgentProgress, now_unix_us: i64) -> String {
-    let status = if a.status.is_empty() {
-        if a.done {
-            "done"
-        } else if a.connected {
-            "running"
-        } else {
-            "disconnected"
-        }
-    } else {
-        a.status.as_str()
-    };
+    let status = agent_status(a);
     let mut s = format!("{} {} done", a.region, a.probes_done);
     if status != "done" {
         s += &format!(", {status}");
@@ -107,6 +97,22 @@ pub fn describe_agent(a: &pb::AgentProgress, now_unix_us: i64) -> String {
         s += ")";
     }
     s
+}
+
+/// The agent's status word: the coordinator's (`running`, `cancelling`, …), or from an older
+/// coordinator without one `done`, `running` or `disconnected`.
+pub fn agent_status(a: &pb::AgentProgress) -> &str {
+    if a.status.is_empty() {
+        if a.done {
+            "done"
+        } else if a.connected {
+            "running"
+        } else {
+            "disconnected"
+        }
+    } else {
+        a.status.as_str()
+    }
 }
 
 /// `12.3 s ago` for a coordinator-clock instant.

@@ -96,22 +96,42 @@ pub fn counts_text(p: &pb::Progress) -> String {
     }
 }
 
-/// A plain progress line: today's `progress: done/expected probes [agents]`, then the
-/// providers' live numbers (`; openai 12/40, 1 err, TTFT P50 312 ms P99 845 ms`).
+/// Agents listed one per line in a plain progress block; a larger fleet is summarized.
+const AGENT_LINES_MAX: usize = 6;
+
+/// A plain progress block (for a pipe or a log, where bars cannot redraw), every line short
+/// enough to read in a log viewer (a provider's line stays under ~100 characters whatever the
+/// number of providers):
+///
+/// ```text
+/// progress: 105/120 probes
+///   agent us-east 53 done, running (2 in flight)
+///   p1 104/60, 3 err, TTFT P50 50 ms P95 95 ms P99 ~99 ms
+/// ```
+///
+/// One line per agent up to [`AGENT_LINES_MAX`] agents; a larger fleet is one line of counts
+/// by status, naming the first agents that are not running or done. Then one line per
+/// provider (requests done/expected, errors, live latency).
 pub fn progress_line(p: &pb::Progress, now_unix_us: i64) -> String {
-    let regions: Vec<String> = p
-        .agents
-        .iter()
-        .map(|a| super::agents::describe_agent(a, now_unix_us))
-        .collect();
-    let mut line = format!(
-        "progress: {}{} [{}]",
+    let mut lines = vec![format!(
+        "progress: {}{}",
         counts_text(p),
-        if p.cancelled { ", cancelling" } else { "" },
-        regions.join(", ")
-    );
+        if p.cancelled { ", cancelling" } else { "" }
+    )];
+    if p.agents.len() <= AGENT_LINES_MAX {
+        lines.extend(
+            p.agents
+                .iter()
+                .map(|a| format!("  agent {}", super::agents::describe_agent(a, now_unix_us))),
+        );
+    } else {
+        lines.push(format!(
+            "  agents: {}",
+            fleet_summary(&p.agents, now_unix_us)
+        ));
+    }
     for c in p.live.iter().filter(|c| c.region.is_empty()) {
-        line += &format!("; {} {}", c.provider, c.done);
+        let mut line = format!("  {} {}", c.provider, c.done);
         if c.expected > 0 {
             line += &format!("/{}", c.expected);
         }
@@ -121,8 +141,35 @@ pub fn progress_line(p: &pb::Progress, now_unix_us: i64) -> String {
             line += ", ";
             line += &lat;
         }
+        lines.push(line);
     }
-    line
+    lines.join("\n")
+}
+
+/// `98 running, 1 done, 1 disconnected; eu-west 12 done, disconnected since 3.1 s ago`: a
+/// fleet's agents counted by status, then (at most three) agents that are neither running nor
+/// done, described in full.
+fn fleet_summary(agents: &[pb::AgentProgress], now_unix_us: i64) -> String {
+    let mut by_status: BTreeMap<String, usize> = BTreeMap::new();
+    let mut unusual = Vec::new();
+    for a in agents {
+        let text = super::agents::describe_agent(a, now_unix_us);
+        let status = super::agents::agent_status(a);
+        *by_status.entry(status.to_string()).or_default() += 1;
+        if !matches!(status, "running" | "done") && unusual.len() < 3 {
+            unusual.push(text);
+        }
+    }
+    let counts = by_status
+        .iter()
+        .map(|(s, n)| format!("{n} {s}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if unusual.is_empty() {
+        counts
+    } else {
+        format!("{counts}; {}", unusual.join("; "))
+    }
 }
 
 /// Draws a followed campaign's progress in one [`Mode`].
@@ -491,21 +538,63 @@ mod tests {
         r.finish();
         let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 2, "{text}");
-        let line = lines[0];
-        assert!(
-            line.starts_with("progress: 105/120 probes [us-east 53 done, running (2 in flight)]"),
-            "{line}"
+        // Two blocks of four lines: counts, the agent, the two providers.
+        assert_eq!(
+            lines[..4],
+            [
+                "progress: 105/120 probes",
+                "  agent us-east 53 done, running (2 in flight)",
+                "  p1 104/60, 3 err, TTFT P50 50 ms P95 95 ms P99 ~99 ms",
+                "  p2 1/60, 0 err",
+            ],
+            "{text}"
         );
-        assert!(
-            line.contains("; p1 104/60, 3 err, TTFT P50 50 ms P95 95 ms P99 ~99 ms"),
-            "{line}"
-        );
-        assert!(line.contains("; p2 1/60, 0 err"), "{line}");
+        assert_eq!(lines.len(), 8, "{text}");
+        assert_eq!(lines[4..], lines[..4], "{text}");
         assert!(
             !text.contains('\x1b'),
             "no escape codes in a pipe: {text:?}"
         );
+    }
+
+    /// A fleet is one line of counts by status, naming the agents that need a look; no line
+    /// of the block grows with the number of agents or providers.
+    #[test]
+    fn a_fleet_is_summarized_and_lines_stay_short() {
+        let mut p = progress();
+        let agent = |region: &str, status: &str| pb::AgentProgress {
+            agent_id: format!("{region}-{status}"),
+            region: region.into(),
+            probes_done: 7,
+            connected: status != "disconnected",
+            status: status.into(),
+            ..Default::default()
+        };
+        p.agents = (0..40)
+            .map(|i| agent(&format!("r{i}"), "running"))
+            .chain([agent("eu-west", "disconnected"), agent("ap-south", "done")])
+            .collect();
+        p.live.extend((0..30).map(|i| pb::LiveCell {
+            provider: format!("provider-with-a-long-name-{i}"),
+            done: 1000,
+            expected: 2000,
+            errors: 12,
+            p50_ms: 1234.0,
+            p95_ms: 5678.0,
+            p99_ms: 9012.0,
+            metric: "ttft".into(),
+            samples: 1000,
+            ..Default::default()
+        }));
+        let block = progress_line(&p, 0);
+        let lines: Vec<&str> = block.lines().collect();
+        assert_eq!(
+            lines[1], "  agents: 1 disconnected, 1 done, 40 running; eu-west 7 done, disconnected",
+            "{block}"
+        );
+        assert_eq!(lines.len(), 2 + 2 + 30, "{block}");
+        let longest = lines.iter().map(|l| l.chars().count()).max().unwrap();
+        assert!(longest <= 100, "a line of {longest} characters: {block}");
     }
 
     #[test]
