@@ -9,7 +9,7 @@ use latmesh_core::hist::new_histogram;
 use latmesh_core::metrics::Metric;
 use latmesh_core::seeded_rng::SeededRng;
 use latmesh_results::analysis::{FlagKind, SelectionRow, SelectionTable, analyze};
-use latmesh_results::report_data::{ALL, CellMetric, ReportData};
+use latmesh_results::report_data::{ALL, CellMetric, ReportData, insert_hist};
 use latmesh_results::stats::{
     self, CiMethod, PercentileCi, Verdict, compare, exact_rank_interval, kendall_w, min_samples,
     normal_rank_interval, rank_interval,
@@ -272,24 +272,26 @@ fn data() -> ReportData {
         for r in regions {
             let h = shaped(1000, base, tail, tail_ms);
             all.add(&h).unwrap();
-            hists.insert(
+            insert_hist(
+                &mut hists,
                 CellMetric {
                     region: r.into(),
                     provider: p.into(),
                     scenario: "chat".into(),
                     metric: Metric::Ttft,
                 },
-                h,
+                &h,
             );
         }
-        hists.insert(
+        insert_hist(
+            &mut hists,
             CellMetric {
                 region: ALL.into(),
                 provider: p.into(),
                 scenario: "chat".into(),
                 metric: Metric::Ttft,
             },
-            all,
+            &all,
         );
     }
     let mut cells = Vec::new();
@@ -552,14 +554,15 @@ fn selection_data(plan: latmesh_core::plan::Plan, measured: Vec<Measured>) -> Re
                 json!({"ok": ok, "throttled": m.throttled}),
                 json!({}),
             ));
-            hists.insert(
+            insert_hist(
+                &mut hists,
                 CellMetric {
                     region: region.into(),
                     provider: m.name.into(),
                     scenario: "chat".into(),
                     metric: Metric::Ttft,
                 },
-                m.ttft.clone(),
+                &m.ttft,
             );
         }
     }

@@ -176,7 +176,7 @@ impl ReportModel {
                             provider: provider.clone(),
                             metric,
                             samples: h.len(),
-                            points: cdf_points(h),
+                            points: cdf_points(&h),
                         });
                     }
                 }

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
 use latmesh_core::hist::HistKey;
+use latmesh_core::hist_sparse::SparseHistogram;
 use latmesh_core::metrics::Metric;
 use latmesh_core::plan::Plan;
 
@@ -37,8 +38,11 @@ pub struct ReportData {
     /// The plan it ran.
     pub plan: Plan,
     /// Merged histograms of `ok` attempts, µs, every sweep step merged; one per cell and
-    /// metric that has samples, for every region and [`ALL`].
-    pub hists: BTreeMap<CellMetric, Histogram<u64>>,
+    /// metric that has samples, for every region and [`ALL`]. Kept sparse (the non-empty
+    /// buckets, a few KB each, where a dense histogram over latmesh's range is ~190 KB:
+    /// thousands of cells made the demo's report data half a gigabyte); [`ReportData::hist`]
+    /// gives the dense one, equal in every count.
+    pub hists: BTreeMap<CellMetric, SparseHistogram>,
     /// What `latmesh compat` measured for this campaign (compatibility checks, quality
     /// parity); empty when it was not run.
     pub compat: crate::parity::CompatReport,
@@ -60,14 +64,15 @@ impl ReportData {
                             step: 0,
                         };
                         if let Some(h) = agg.histogram(*region, &key) {
-                            hists.insert(
+                            insert_hist(
+                                &mut hists,
                                 CellMetric {
                                     region: region.unwrap_or(ALL).to_string(),
                                     provider: p.name.clone(),
                                     scenario: s.name.clone(),
                                     metric,
                                 },
-                                h,
+                                &h,
                             );
                         }
                     }
@@ -82,19 +87,36 @@ impl ReportData {
         }
     }
 
-    /// The merged histogram of one cell and metric, if it has samples.
+    /// The merged histogram of one cell and metric, if it has samples: dense, built from the
+    /// kept buckets on each call (one ~190 KB allocation, freed by the caller).
     pub fn hist(
         &self,
         region: &str,
         provider: &str,
         scenario: &str,
         metric: Metric,
-    ) -> Option<&Histogram<u64>> {
-        self.hists.get(&CellMetric {
-            region: region.to_string(),
-            provider: provider.to_string(),
-            scenario: scenario.to_string(),
-            metric,
-        })
+    ) -> Option<Histogram<u64>> {
+        self.hists
+            .get(&CellMetric {
+                region: region.to_string(),
+                provider: provider.to_string(),
+                scenario: scenario.to_string(),
+                metric,
+            })
+            .map(SparseHistogram::to_histogram)
     }
+}
+
+/// Puts `h` into `hists` under `cell`, kept sparse ([`ReportData::hists`]).
+///
+/// # Panics
+/// When `h` holds values beyond latmesh's histogram bounds (every histogram latmesh records,
+/// merges or reads back has them).
+pub fn insert_hist(
+    hists: &mut BTreeMap<CellMetric, SparseHistogram>,
+    cell: CellMetric,
+    h: &Histogram<u64>,
+) {
+    let sparse = SparseHistogram::from_histogram(h).expect("a histogram in latmesh's bounds");
+    hists.insert(cell, sparse);
 }

@@ -235,7 +235,7 @@ pub fn analyze(data: &ReportData) -> Analysis {
                             n: h.len(),
                             percentiles: stats::PERCENTILES
                                 .iter()
-                                .map(|&pc| PercentileCi::of(h, pc))
+                                .map(|&pc| PercentileCi::of(&h, pc))
                                 .collect(),
                         })
                     })

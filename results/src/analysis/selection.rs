@@ -253,7 +253,10 @@ pub fn table(
     // (point estimate ms, supported)
     let measured: Vec<Option<(f64, bool)>> = hists
         .iter()
-        .map(|h| h.map(|h| (h.value_at_quantile(q) as f64 / 1000.0, h.len() >= need)))
+        .map(|h| {
+            h.as_ref()
+                .map(|h| (h.value_at_quantile(q) as f64 / 1000.0, h.len() >= need))
+        })
         .collect();
     let latency: Vec<Option<f64>> = measured
         .iter()

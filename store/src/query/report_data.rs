@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::Context as _;
-use hdrhistogram::Histogram;
+use latmesh_core::hist_sparse::SparseHistogram;
 use latmesh_core::load::LoadModel;
 use latmesh_core::metrics::Metric;
 use latmesh_core::record::Outcome;
@@ -169,21 +169,20 @@ async fn histograms(
     client: &clickhouse::Client,
     db: &str,
     campaign_id: &str,
-) -> anyhow::Result<BTreeMap<CellMetric, Histogram<u64>>> {
+) -> anyhow::Result<BTreeMap<CellMetric, SparseHistogram>> {
     let filter = QueryFilter::campaign(campaign_id);
     let merged = merged_histograms(client, db, &filter, &Metric::ALL, false).await?;
-    Ok(merged
-        .into_iter()
-        .map(|(g, h)| {
-            let key = CellMetric {
-                region: g.region,
-                provider: g.provider,
-                scenario: g.scenario,
-                metric: g.metric,
-            };
-            (key, h)
-        })
-        .collect())
+    let mut out = BTreeMap::new();
+    for (g, h) in merged {
+        let key = CellMetric {
+            region: g.region,
+            provider: g.provider,
+            scenario: g.scenario,
+            metric: g.metric,
+        };
+        latmesh_results::report_data::insert_hist(&mut out, key, &h);
+    }
+    Ok(out)
 }
 
 /// The open-loop rows of `data`'s plan, as [`load_stats::rate_rows`] builds them in memory:
@@ -283,7 +282,7 @@ async fn rate_rows(
                 }
                 let at = |metric| {
                     data.hist(region.unwrap_or(ALL), &provider.name, &s.name, metric)
-                        .map(|h| Percentiles::of_list(h, &plan.percentiles))
+                        .map(|h| Percentiles::of_list(&h, &plan.percentiles))
                 };
                 m.sched_lag = at(Metric::SchedLag);
                 m.ttft = at(Metric::Ttft);
