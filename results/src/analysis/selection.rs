@@ -542,3 +542,31 @@ pub fn table(
             .collect(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranks_tie_where_the_intervals_overlap_and_groups_rank_in_order() {
+        // a [0.80, 0.90], b [0.75, 0.85] overlap: 1=, 1=; c [0.60, 0.78] lies below a only:
+        // rank 2; d (at risk on one gate) ranks after every row of group 0.
+        let r = tied_ranks(
+            &[(0.80, 0.90), (0.75, 0.85), (0.60, 0.78), (0.95, 0.99)],
+            &[0, 0, 0, 1],
+        );
+        assert_eq!(r, [(1, true), (1, true), (2, false), (4, false)]);
+        // Separated intervals: 1, 2, 3.
+        let r = tied_ranks(&[(0.9, 0.95), (0.7, 0.8), (0.5, 0.6)], &[0, 0, 0]);
+        assert_eq!(r, [(1, false), (2, false), (3, false)]);
+        // Two at risk tie among themselves, after the one clean row.
+        let r = tied_ranks(&[(0.1, 0.2), (0.5, 0.9), (0.4, 0.6)], &[0, 1, 1]);
+        assert_eq!(r, [(1, false), (2, true), (2, true)]);
+    }
+
+    #[test]
+    fn relative_to_median_scores() {
+        let s = relative_to_median(&[Some(100.0), Some(200.0), Some(400.0), None]);
+        assert_eq!(s, [Some(1.0), Some(0.5), Some(0.0), None]);
+    }
+}
