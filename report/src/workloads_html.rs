@@ -238,7 +238,7 @@ fn meets_text(g: &Goodput) -> String {
         GoodputVerdict::Met => "met".into(),
         GoodputVerdict::Missed if g.exceeded.is_empty() => "missed".into(),
         GoodputVerdict::Missed => format!("missed: {}", g.exceeded.join("; ")),
-        GoodputVerdict::Undecided => "undecided (the 95 % interval contains the target, or a percentile bound its samples do not support)".into(),
+        GoodputVerdict::Undecided => "undecided".into(),
         GoodputVerdict::TooFew => format!(
             "too few (fewer than {} requests)",
             latmesh_results::slo_stats::MIN_GOODPUT_REQUESTS
@@ -264,7 +264,8 @@ pub fn goodput(m: &ReportModel) -> Markup {
              cell has met the SLO when the interval's lower bound reaches the SLO's share and \
              every percentile bound holds, missed it when the interval lies below the share or \
              a percentile bound was exceeded, and is undecided when the interval contains the \
-             share (the rule of `latmesh check`)."
+             share or a percentile bound's samples do not support it (the rule of `latmesh \
+             check`)."
         }
         table {
             thead {
