@@ -848,18 +848,50 @@ fn a_provider_failing_a_sixth_of_its_requests_is_excluded_or_ranked_after_the_cl
     assert_eq!(ranked(&data), ["steady", "bulk", "flaky"]);
     // Steady and bulk, 200 vs 210 ms on 12 samples: their totals' intervals overlap: tied.
     let steady = t.row("steady");
-    assert_eq!((steady.rank, steady.tied, steady.rank_text().as_str()), (1, true, "1="));
-    assert_eq!(t.row("bulk").rank_text(), "1=");
     assert_eq!(
-        steady.gate_notes(),
-        "failure rate undecided: failed 0.0% of 12 requests, 95% interval [0.0, 24.2] contains the limit 5%"
+        (steady.rank, steady.tied, steady.rank_text().as_str()),
+        (1, true, "1=")
+    );
+    assert_eq!(t.row("bulk").rank_text(), "1=");
+    assert_eq!(steady.gate_notes(), "failure rate undecided");
+    assert_eq!(
+        steady.gates[0].detail,
+        "failed 0.0% of 12 requests, 95% interval [0.0, 24.2] contains the limit 5%"
     );
     let (lo, hi) = steady.total_interval;
-    assert!(lo < steady.total && steady.total <= hi, "{:?}", steady.total_interval);
+    assert!(
+        lo < steady.total && steady.total <= hi,
+        "{:?}",
+        steady.total_interval
+    );
     // Rendered: the rank with its tie, the exclusion with its reason.
     let text = latmesh_cli::ui::analysis::render_selection(&t);
     assert!(text.contains("| 1= | steady"), "{text}");
     assert!(text.contains("| 3  | flaky"), "{text}");
+}
+
+/// The terminal shows the first scenario over every region by default and says how many
+/// tables more there are and where; `--selection all` shows every one.
+#[test]
+fn the_terminal_shows_one_selection_table_unless_asked_for_all() {
+    use latmesh_cli::ui::analysis::{SelectionShown, render_selections};
+    let providers = [("a", 0.3, 1.2), ("b", 0.3, 1.2)];
+    let data = selection_data(
+        selection_plan(&providers, "{ latency = 1 }", 50.0),
+        vec![clean("a", 100, 100.0), clean("b", 100, 200.0)],
+    );
+    let tables = analyze(&data).selection;
+    assert_eq!(tables.len(), 2);
+    let first = render_selections(&tables, SelectionShown::First);
+    assert!(first.contains("selection chat · ALL"), "{first}");
+    assert!(!first.contains("selection chat · us-east"), "{first}");
+    assert!(
+        first.contains("(1 more selection tables, every scenario × region: --selection all, the HTML report's analysis, or the JSON summary's `selection`)"),
+        "{first}"
+    );
+    let all = render_selections(&tables, SelectionShown::All);
+    assert!(all.contains("selection chat · us-east") && all.contains("selection chat · ALL"));
+    assert!(!all.contains("more selection tables"), "{all}");
 }
 
 /// Separated totals rank 1, 2, 3 without ties: 1000 samples each at 100, 200 and 400 ms.
@@ -944,12 +976,19 @@ fn a_missed_slo_excludes_and_an_undecided_one_is_at_risk() {
     // 34 of 40 (85 %, [70.9, 92.9]): undecided below the target: at risk, ranked after.
     let unsure = t.row("unsure");
     assert_eq!((unsure.at_risk, unsure.rank), (1, 2));
-    assert!(unsure.gate_notes().contains("SLO at risk: goodput 85.0% of 40 requests"));
+    assert!(
+        unsure
+            .gate_notes()
+            .contains("SLO at risk: goodput 85.0% of 40 requests")
+    );
     // 40 of 40 ([91.2, 100]): met.
     assert_eq!(t.row("ok").rank, 1);
     let t = us_east(&slo_data("slo_gate = false\n"));
     assert!(t.excluded.is_empty());
-    assert_eq!(t.rows[0].provider, "slow", "the cheapest, without the SLO gate");
+    assert_eq!(
+        t.rows[0].provider, "slow",
+        "the cheapest, without the SLO gate"
+    );
 }
 
 /// `require_compat`: a provider whose required check was not offered is excluded with the

@@ -299,6 +299,9 @@ fn selection_tables(a: &Analysis) -> Markup {
                 }
             }
             "\n"
+            @if t.rows.is_empty() {
+                p { "No provider passed the gates: none to rank here." }
+            }
             @if !t.excluded.is_empty() {
                 ul {
                     @for x in &t.excluded {

@@ -152,7 +152,12 @@ impl Goodput {
 /// was `Some(false)` for that), *met* when its lower bound is at or above it, else
 /// undecided (`None`, as for too few requests). 19 of 23 met against 90 % (82.6 %, interval
 /// 62.9–93.0 %) is undecided, not missed.
-pub fn interval_meets(judged: Option<bool>, exceeded: bool, ci_pct: (f64, f64), goodput_pct: f64) -> Option<bool> {
+pub fn interval_meets(
+    judged: Option<bool>,
+    exceeded: bool,
+    ci_pct: (f64, f64),
+    goodput_pct: f64,
+) -> Option<bool> {
     match judged {
         None => None,
         Some(false) if exceeded => Some(false),
@@ -545,13 +550,22 @@ mod tests {
         // contains the target: undecided.
         assert_eq!(interval_meets(Some(false), false, ci(19, 23), 90.0), None);
         // 10 of 23 ([25.6, 63.5]): missed.
-        assert_eq!(interval_meets(Some(false), false, ci(10, 23), 90.0), Some(false));
+        assert_eq!(
+            interval_meets(Some(false), false, ci(10, 23), 90.0),
+            Some(false)
+        );
         // 23 of 23 ([85.7, 100]): the point meets, the interval does not yet: undecided.
         assert_eq!(interval_meets(Some(true), false, ci(23, 23), 90.0), None);
         // 100 of 100 ([96.3, 100]): met.
-        assert_eq!(interval_meets(Some(true), false, ci(100, 100), 90.0), Some(true));
+        assert_eq!(
+            interval_meets(Some(true), false, ci(100, 100), 90.0),
+            Some(true)
+        );
         // A percentile bound exceeded misses whatever the goodput; too few stays None.
-        assert_eq!(interval_meets(Some(false), true, ci(100, 100), 90.0), Some(false));
+        assert_eq!(
+            interval_meets(Some(false), true, ci(100, 100), 90.0),
+            Some(false)
+        );
         assert_eq!(interval_meets(None, false, ci(10, 10), 90.0), None);
         let g = Goodput {
             requests: 23,
@@ -563,8 +577,19 @@ mod tests {
             meets: None,
         };
         assert_eq!(g.verdict(), GoodputVerdict::Undecided);
-        let few = Goodput { requests: 12, ..g.clone() };
+        let few = Goodput {
+            requests: 12,
+            ..g.clone()
+        };
         assert_eq!(few.verdict(), GoodputVerdict::TooFew);
-        assert_eq!(Goodput { meets: Some(false), ..g }.verdict().as_str(), "missed");
+        assert_eq!(
+            Goodput {
+                meets: Some(false),
+                ..g
+            }
+            .verdict()
+            .as_str(),
+            "missed"
+        );
     }
 }

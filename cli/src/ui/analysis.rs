@@ -206,6 +206,13 @@ pub fn render_selection(t: &SelectionTable) -> String {
         table.add_row(row);
     }
     let _ = writeln!(out, "{table}");
+    if t.rows.is_empty() {
+        let _ = writeln!(
+            out,
+            "  no provider passed the gates: none to rank in {} · {}",
+            t.scenario, t.region
+        );
+    }
     for x in &t.excluded {
         let _ = writeln!(out, "  excluded {}: {}", x.provider, x.reasons());
     }

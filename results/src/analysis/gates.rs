@@ -153,9 +153,7 @@ pub fn slo_gate(scenario: &ScenarioSpec, cell: Option<&MatrixCell>) -> Option<Ga
     let status = match g.verdict() {
         GoodputVerdict::Met => GateStatus::Passed,
         GoodputVerdict::Missed => GateStatus::Failed,
-        GoodputVerdict::Undecided | GoodputVerdict::TooFew if g.pct < target => {
-            GateStatus::AtRisk
-        }
+        GoodputVerdict::Undecided | GoodputVerdict::TooFew if g.pct < target => GateStatus::AtRisk,
         GoodputVerdict::Undecided | GoodputVerdict::TooFew => GateStatus::Undecided,
     };
     let exceeded = if g.exceeded.is_empty() {

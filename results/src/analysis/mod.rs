@@ -37,8 +37,8 @@ use serde::Serialize;
 
 pub use crate::stats::{PercentileCi, Verdict};
 pub use flags::{Flag, FlagKind};
-pub use ranks::{ProviderRanks, RankTable};
 pub use gates::{GateKind, GateResult, GateStatus};
+pub use ranks::{ProviderRanks, RankTable};
 pub use selection::{ExcludedRow, SelectionRow, SelectionTable};
 
 use crate::stats;

@@ -124,12 +124,17 @@ impl SelectionRow {
         format!("{}{}", self.rank, if self.tied { "=" } else { "" })
     }
 
-    /// The gates that are not plainly passed, in words, `; `-joined (empty when none).
+    /// The gates that are not plainly passed, `; `-joined (empty when none): at risk with
+    /// their figures, undecided in two words (`failure rate undecided`; the figures are in
+    /// [`SelectionRow::gates`]).
     pub fn gate_notes(&self) -> String {
         self.gates
             .iter()
-            .filter(|g| g.status != GateStatus::Passed)
-            .map(GateResult::text)
+            .filter_map(|g| match g.status {
+                GateStatus::Passed => None,
+                GateStatus::Undecided => Some(format!("{} {}", g.gate.as_str(), g.status.as_str())),
+                GateStatus::AtRisk | GateStatus::Failed => Some(g.text()),
+            })
             .collect::<Vec<_>>()
             .join("; ")
     }
@@ -461,7 +466,8 @@ pub fn table(
                 price: Component {
                     raw: price[i],
                     score: per_attempt(price_s[i]),
-                    text: price[i].map_or("no price".into(), |v| format!("${v:.3}/1k req{share_text}")),
+                    text: price[i]
+                        .map_or("no price".into(), |v| format!("${v:.3}/1k req{share_text}")),
                     unsupported: false,
                 },
                 quality: user(&p.name, |s| s.quality)
@@ -497,13 +503,7 @@ pub fn table(
             SelectionRow {
                 total,
                 total_interval,
-                gates: gates::evaluate(
-                    &sel.gates,
-                    scenario,
-                    cells[i],
-                    &data.compat,
-                    &p.name,
-                ),
+                gates: gates::evaluate(&sel.gates, scenario, cells[i], &data.compat, &p.name),
                 ..row
             }
         })
