@@ -894,6 +894,41 @@ fn the_terminal_shows_one_selection_table_unless_asked_for_all() {
     assert!(!all.contains("more selection tables"), "{all}");
 }
 
+/// The demo's JSON summary: the summary's fields, then compat, quality and the selection of
+/// every scenario × region; it still reads back as a summary.
+#[test]
+fn the_demo_json_has_compat_quality_and_every_selection_table() {
+    let providers = [("a", 0.3, 1.2), ("b", 0.3, 1.2)];
+    let mut data = selection_data(
+        selection_plan(&providers, "{ latency = 1 }", 50.0),
+        vec![clean("a", 100, 100.0), clean("b", 100, 200.0)],
+    );
+    data.compat.compat = latmesh_results::parity::compat_by_provider(&compat_results("a", 3, 1));
+    let tables = analyze(&data).selection;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("demo/summary.json");
+    latmesh_cli::cmd::demo::write_demo_json(&data, &tables, &path).unwrap();
+    let j: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(j["campaign_id"], "sel-1");
+    assert_eq!(j["compat"][0]["provider"], "a");
+    assert_eq!(j["quality"], Value::Null);
+    let keys: Vec<(&str, &str)> = j["selection"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["scenario"].as_str().unwrap(),
+                t["region"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(keys, [("chat", "us-east"), ("chat", "ALL")]);
+    assert_eq!(j["selection"][0]["rows"][0]["provider"], "a");
+    let back: Summary = serde_json::from_value(j).unwrap();
+    assert_eq!(back.cells.len(), data.summary.cells.len());
+}
+
 /// Separated totals rank 1, 2, 3 without ties: 1000 samples each at 100, 200 and 400 ms.
 #[test]
 fn separated_totals_rank_without_ties() {
