@@ -39,9 +39,11 @@ pub struct Goodput {
     /// held or none were given.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exceeded: Vec<String>,
-    /// Whether the cell meets the SLO: goodput ≥ `goodput_pct` and no percentile bound
-    /// exceeded; `None` with fewer requests than the sample-size rule needs
-    /// ([`crate::stats`]).
+    /// Whether the cell or step meets the SLO: goodput ≥ `goodput_pct` and no percentile
+    /// bound exceeded; `None` with fewer requests than the sample-size rule needs
+    /// ([`crate::stats`]). A matrix cell's ([`cell_goodput`]) reads its interval instead
+    /// ([`interval_meets`]): `None` also when the interval contains `goodput_pct`
+    /// ([`Goodput::verdict`] tells undecided from too few).
     pub meets: Option<bool>,
 }
 
