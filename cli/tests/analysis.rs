@@ -250,6 +250,8 @@ fn cell(region: &str, provider: &str, attempts: u64, outcomes: Value, extra: Val
     });
     let ok = outcomes["ok"].as_u64().unwrap();
     c["error_pct"] = json!((attempts - ok) as f64 * 100.0 / attempts as f64);
+    // No retries: a request is an attempt.
+    c["request_error_pct"] = c["error_pct"].clone();
     for (k, v) in extra.as_object().unwrap() {
         c[k] = v.clone();
     }
@@ -636,8 +638,7 @@ fn a_provider_failing_92_percent_ranks_below_a_clean_one() {
         throttled,
         ttft: shaped(attempts - throttled, base_ms, tail, base_ms * 4.0),
     };
-    let data = selection_data(
-        plan,
+    let measured = || {
         vec![
             m("clean", 1000, 0, 110.0, 60),
             m("throttled", 1000, 920, 105.0, 0),
@@ -646,8 +647,25 @@ fn a_provider_failing_92_percent_ranks_below_a_clean_one() {
             m("c", 1000, 0, 120.0, 10),
             m("d", 1000, 20, 130.0, 10),
             m("outlier", 1000, 0, 5000.0, 0),
-        ],
+        ]
+    };
+    // The failure-rate gate (5 %) excludes it before any score, with the reason.
+    let t = us_east(&selection_data(plan, measured()));
+    assert!(!t.rows.iter().any(|r| r.provider == "throttled"));
+    assert_eq!(t.excluded.len(), 1);
+    assert_eq!(t.excluded[0].provider, "throttled");
+    assert_eq!(
+        t.excluded[0].reasons(),
+        "failure rate failed: failed 92.0% of 1000 requests, 95% interval [90.2, 93.5] above the limit 5%"
     );
+    // With the gate opened (a limit of 99 %), the score alone still ranks it below.
+    let plan = selection_plan_with(
+        &providers,
+        "{ latency = 0.4, stability = 0.3, price = 0.3 }",
+        50.0,
+        "max_failed_pct = 99\n",
+    );
+    let data = selection_data(plan, measured());
     let order = ranked(&data);
     let pos = |p: &str| order.iter().position(|x| x == p).unwrap();
     assert!(pos("throttled") > pos("clean"), "{order:?}");
@@ -677,10 +695,12 @@ fn fast_successes_of_a_mostly_failing_provider_do_not_win_the_ranking() {
         ("clean1", 0.30, 1.20),
         ("clean2", 0.30, 1.20),
     ];
-    let plan = selection_plan(
+    // The gate opened: the score alone must rank it last.
+    let plan = selection_plan_with(
         &providers,
         "{ latency = 0.4, stability = 0.2, price = 0.2 }",
         50.0,
+        "max_failed_pct = 99\n",
     );
     let data = selection_data(
         plan,
@@ -760,9 +780,296 @@ fn an_unsupported_latency_percentile_is_marked_and_scored_0() {
     assert_eq!(small.text, "P99 unsupported (n 100 < 368)");
     assert!(!row("large").latency.unsupported);
     assert!(row("large").latency.score.unwrap() > 0.5);
-    assert_eq!(ranked(&data)[2], "small");
-    let j = serde_json::to_value(t).unwrap();
-    assert_eq!(j["rows"][2]["latency"]["unsupported"], true);
+    // Its score is the lowest, but with no interval its latency could be anything: its
+    // total's interval spans the whole latency weight, so it ties with the best ("1=")
+    // rather than being ranked last as if it were known to be slow.
+    assert_eq!(row("small").total_interval, (0.0, 1.0));
+    assert_eq!(row("small").rank_text(), "1=");
+    assert_eq!(row("large").rank_text(), "1=");
+    assert_eq!(row("other").rank_text(), "2");
+    assert!(row("small").total < row("other").total);
+    let j = serde_json::to_value(&t).unwrap();
+    let i = t.rows.iter().position(|r| r.provider == "small").unwrap();
+    assert_eq!(j["rows"][i]["latency"]["unsupported"], true);
+}
+
+/// The demo case: `flaky` fails 16.7 % of its requests, `steady` and `bulk` none.
+/// Over 36 requests the Wilson interval of 6 failures ([7.9, 31.9] %) lies above the 5 %
+/// limit: excluded, whatever its speed. Over 12 (2 failures, [4.7, 44.8] %) it is at risk:
+/// ranked after both clean providers although it is the fastest. The clean ones' 0 of 12
+/// ([0, 24.2] %) is undecided: marked, not penalized.
+#[test]
+fn a_provider_failing_a_sixth_of_its_requests_is_excluded_or_ranked_after_the_clean_ones() {
+    let providers = [
+        ("flaky", 0.3, 1.2),
+        ("steady", 0.3, 1.2),
+        ("bulk", 0.3, 1.2),
+    ];
+    let weights = "{ latency = 0.5, stability = 0.2, price = 0.3 }";
+    let m = |name, attempts, failed, base_ms| Measured {
+        name,
+        attempts,
+        throttled: failed,
+        ttft: shaped(attempts - failed, base_ms, 0, 0.0),
+    };
+    let data = selection_data(
+        selection_plan(&providers, weights, 50.0),
+        vec![
+            m("flaky", 36, 6, 50.0),
+            m("steady", 36, 0, 200.0),
+            m("bulk", 36, 0, 210.0),
+        ],
+    );
+    let t = us_east(&data);
+    assert_eq!(ranked(&data), ["steady", "bulk"]);
+    assert_eq!(t.excluded[0].provider, "flaky");
+    assert!(
+        t.excluded[0]
+            .reasons()
+            .contains("failed 16.7% of 36 requests, 95% interval [7.9, 31.9] above the limit 5%"),
+        "{:?}",
+        t.excluded
+    );
+    let data = selection_data(
+        selection_plan(&providers, weights, 50.0),
+        vec![
+            m("flaky", 12, 2, 50.0),
+            m("steady", 12, 0, 200.0),
+            m("bulk", 12, 0, 210.0),
+        ],
+    );
+    let t = us_east(&data);
+    assert!(t.excluded.is_empty());
+    let flaky = t.row("flaky");
+    assert_eq!(flaky.at_risk, 1);
+    assert_eq!(flaky.rank, 3);
+    assert!(flaky.total > t.row("steady").total, "the fastest by score");
+    assert_eq!(
+        flaky.gate_notes(),
+        "failure rate at risk: failed 16.7% of 12 requests, 95% interval [4.7, 44.8] contains the limit 5%"
+    );
+    assert_eq!(ranked(&data), ["steady", "bulk", "flaky"]);
+    // Steady and bulk, 200 vs 210 ms on 12 samples: their totals' intervals overlap: tied.
+    let steady = t.row("steady");
+    assert_eq!(
+        (steady.rank, steady.tied, steady.rank_text().as_str()),
+        (1, true, "1=")
+    );
+    assert_eq!(t.row("bulk").rank_text(), "1=");
+    assert_eq!(steady.gate_notes(), "failure rate undecided");
+    assert_eq!(
+        steady.gates[0].detail,
+        "failed 0.0% of 12 requests, 95% interval [0.0, 24.2] contains the limit 5%"
+    );
+    let (lo, hi) = steady.total_interval;
+    assert!(
+        lo < steady.total && steady.total <= hi,
+        "{:?}",
+        steady.total_interval
+    );
+    // Rendered: the rank with its tie, the exclusion with its reason.
+    let text = latmesh_cli::ui::analysis::render_selection(&t);
+    assert!(text.contains("| 1= | steady"), "{text}");
+    assert!(text.contains("| 3  | flaky"), "{text}");
+}
+
+/// The terminal shows the first scenario over every region by default and says how many
+/// tables more there are and where; `--selection all` shows every one.
+#[test]
+fn the_terminal_shows_one_selection_table_unless_asked_for_all() {
+    use latmesh_cli::ui::analysis::{SelectionShown, render_selections};
+    let providers = [("a", 0.3, 1.2), ("b", 0.3, 1.2)];
+    let data = selection_data(
+        selection_plan(&providers, "{ latency = 1 }", 50.0),
+        vec![clean("a", 100, 100.0), clean("b", 100, 200.0)],
+    );
+    let tables = analyze(&data).selection;
+    assert_eq!(tables.len(), 2);
+    let first = render_selections(&tables, SelectionShown::First);
+    assert!(first.contains("selection chat · ALL"), "{first}");
+    assert!(!first.contains("selection chat · us-east"), "{first}");
+    assert!(
+        first.contains("(1 more selection tables, every scenario × region: --selection all, the HTML report's analysis, or the JSON summary's `selection`)"),
+        "{first}"
+    );
+    let all = render_selections(&tables, SelectionShown::All);
+    assert!(all.contains("selection chat · us-east") && all.contains("selection chat · ALL"));
+    assert!(!all.contains("more selection tables"), "{all}");
+}
+
+/// The demo's JSON summary: the summary's fields, then compat, quality and the selection of
+/// every scenario × region; it still reads back as a summary.
+#[test]
+fn the_demo_json_has_compat_quality_and_every_selection_table() {
+    let providers = [("a", 0.3, 1.2), ("b", 0.3, 1.2)];
+    let mut data = selection_data(
+        selection_plan(&providers, "{ latency = 1 }", 50.0),
+        vec![clean("a", 100, 100.0), clean("b", 100, 200.0)],
+    );
+    data.compat.compat = latmesh_results::parity::compat_by_provider(&compat_results("a", 3, 1));
+    let tables = analyze(&data).selection;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("demo/summary.json");
+    latmesh_cli::cmd::demo::write_demo_json(&data, &tables, &path).unwrap();
+    let j: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(j["campaign_id"], "sel-1");
+    assert_eq!(j["compat"][0]["provider"], "a");
+    assert_eq!(j["quality"], Value::Null);
+    let keys: Vec<(&str, &str)> = j["selection"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["scenario"].as_str().unwrap(),
+                t["region"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(keys, [("chat", "us-east"), ("chat", "ALL")]);
+    assert_eq!(j["selection"][0]["rows"][0]["provider"], "a");
+    let back: Summary = serde_json::from_value(j).unwrap();
+    assert_eq!(back.cells.len(), data.summary.cells.len());
+}
+
+/// Separated totals rank 1, 2, 3 without ties: 1000 samples each at 100, 200 and 400 ms.
+#[test]
+fn separated_totals_rank_without_ties() {
+    let providers = [("a", 0.3, 1.2), ("b", 0.3, 1.2), ("c", 0.3, 1.2)];
+    let data = selection_data(
+        selection_plan(&providers, "{ latency = 1 }", 50.0),
+        vec![
+            clean("a", 1000, 100.0),
+            clean("b", 1000, 200.0),
+            clean("c", 1000, 400.0),
+        ],
+    );
+    let t = us_east(&data);
+    let ranks: Vec<String> = t.rows.iter().map(|r| r.rank_text()).collect();
+    assert_eq!(ranks, ["1", "2", "3"]);
+    for r in &t.rows {
+        assert_eq!(r.gate_notes(), "", "{}", r.provider);
+    }
+    // The JSON carries the gates, the interval and the tie flag.
+    let j = serde_json::to_value(&t).unwrap();
+    assert_eq!(j["gates"]["max_failed_pct"], 5.0);
+    assert_eq!(j["rows"][0]["tied"], false);
+    assert_eq!(j["rows"][0]["gates"][0]["gate"], "failure_rate");
+    assert_eq!(j["rows"][0]["gates"][0]["status"], "passed");
+    assert_eq!(j["excluded"], json!([]));
+}
+
+/// A scenario with an SLO: a provider whose cell missed it is excluded (the README's
+/// `slow-prefill` at ctx.8k: 0 % goodput) however it scores; an undecided verdict below
+/// the target puts it at risk; `slo_gate = false` turns the gate off.
+#[test]
+fn a_missed_slo_excludes_and_an_undecided_one_is_at_risk() {
+    let providers = [("slow", 0.1, 0.4), ("ok", 0.3, 1.2), ("unsure", 0.3, 1.2)];
+    let goodput = |requests: u64, met: u64| {
+        let c = latmesh_core::proportion::wilson(met, requests).unwrap();
+        let pct = met as f64 * 100.0 / requests as f64;
+        let meets = latmesh_results::slo_stats::interval_meets(
+            Some(pct >= 90.0),
+            false,
+            (c.lower * 100.0, c.upper * 100.0),
+            90.0,
+        );
+        json!({"requests": requests, "met": met, "pct": pct,
+               "ci_pct": [c.lower * 100.0, c.upper * 100.0], "rps": null, "meets": meets})
+    };
+    let slo_data = |extra: &str| {
+        let mut plan = selection_plan_with(&providers, "{ price = 1 }", 50.0, extra);
+        plan.scenarios[0].slo = Some(latmesh_core::slo::Slo {
+            ttft_ms: Some(2000.0),
+            tpot_ms: None,
+            e2e_ms: None,
+            percentiles: Vec::new(),
+            goodput_pct: 90.0,
+        });
+        let mut data = selection_data(
+            plan,
+            vec![
+                clean("slow", 40, 5100.0),
+                clean("ok", 40, 300.0),
+                clean("unsure", 40, 400.0),
+            ],
+        );
+        for c in &mut data.summary.cells {
+            let g = match c.provider.as_str() {
+                "slow" => goodput(40, 0),
+                "ok" => goodput(40, 40),
+                _ => goodput(40, 34),
+            };
+            c.goodput = Some(serde_json::from_value(g).unwrap());
+        }
+        data
+    };
+    let t = us_east(&slo_data(""));
+    // The cheapest, and excluded: its SLO missed.
+    assert_eq!(t.excluded.len(), 1);
+    assert_eq!(
+        t.excluded[0].reasons(),
+        "SLO failed: goodput 0.0% of 40 requests, 95% interval [0.0, 8.8] vs 90%: missed"
+    );
+    // 34 of 40 (85 %, [70.9, 92.9]): undecided below the target: at risk, ranked after.
+    let unsure = t.row("unsure");
+    assert_eq!((unsure.at_risk, unsure.rank), (1, 2));
+    assert!(
+        unsure
+            .gate_notes()
+            .contains("SLO at risk: goodput 85.0% of 40 requests")
+    );
+    // 40 of 40 ([91.2, 100]): met.
+    assert_eq!(t.row("ok").rank, 1);
+    let t = us_east(&slo_data("slo_gate = false\n"));
+    assert!(t.excluded.is_empty());
+    assert_eq!(
+        t.rows[0].provider, "slow",
+        "the cheapest, without the SLO gate"
+    );
+}
+
+/// `require_compat`: a provider whose required check was not offered is excluded with the
+/// check's evidence; one whose check was not measured is at risk.
+#[test]
+fn a_required_compat_check_not_passed_excludes() {
+    use latmesh_core::compat::{CompatCheck, CompatResult, Evidence, Verdict as V};
+    let providers = [("a", 0.3, 1.2), ("b", 0.3, 1.2), ("c", 0.3, 1.2)];
+    let plan = selection_plan_with(
+        &providers,
+        "{ latency = 1 }",
+        50.0,
+        "require_compat = [\"tool_call\"]\n[compat]\n",
+    );
+    let mut data = selection_data(
+        plan,
+        vec![
+            clean("a", 100, 300.0),
+            clean("b", 100, 100.0),
+            clean("c", 100, 200.0),
+        ],
+    );
+    let result = |provider: &str, verdict| CompatResult {
+        provider: provider.into(),
+        check: CompatCheck::ToolCall,
+        verdict,
+        evidence: Evidence {
+            http_status: Some(400),
+            field: Some("tools".into()),
+            message: "400: tools are not supported".into(),
+        },
+    };
+    data.compat.compat = latmesh_results::parity::compat_by_provider(&[
+        result("a", V::Pass),
+        result("b", V::NotOffered),
+    ]);
+    let t = us_east(&data);
+    assert_eq!(
+        t.excluded[0].reasons(),
+        "compat failed: tool_call: not_offered (400: tools are not supported)"
+    );
+    assert_eq!(ranked(&data), ["a", "c"]);
+    assert_eq!(t.row("c").at_risk, 1);
 }
 
 /// `provider`'s compatibility results: `pass` weighted checks passed, then `fail` failed, the

@@ -8,6 +8,10 @@
 //! latency_percentile = 50        # optional (default 50): 0 < p < 100
 //! score_scale = 10               # optional (default 10): user scores are 0..=score_scale (1: 0..1)
 //!
+//! max_failed_pct = 5             # optional (default 5): failure-rate gate, % of requests
+//! slo_gate = true                # optional (default true): a missed SLO excludes
+//! require_compat = ["tool_call"] # optional (default none): compat checks that must pass
+//!
 //! [selection.scores.fast-lane]   # one table per provider: user-supplied scores
 //! quality = 8
 //! compatibility = 10
@@ -39,6 +43,18 @@
 //!   it leaves out) a missing user score is an error that names the alternative ("… or add a
 //!   [compat] section so `latmesh compat` measures it").
 //!
+//! **Gates come before scores** ([`SelectionGates`]): per (scenario, region) a provider is
+//! *excluded* (listed with its reason, not ranked) when
+//! * its failed requests (final attempts not `ok`, after retries) are significantly above
+//!   `max_failed_pct`: the 95 % Wilson interval's lower bound above it;
+//! * the scenario has an SLO with a cell goodput and the provider's cell *missed* it (the
+//!   met / missed / undecided rule of `latmesh check`), unless `slo_gate = false`;
+//! * a check of `require_compat` did not pass for it (`fail` or `not_offered`).
+//!
+//! A provider whose gate cannot be decided yet (the failure interval contains the limit, the
+//! goodput verdict is undecided or has too few requests, a required check was inconclusive
+//! or not run) is *at risk*: ranked, but after every provider that passed each gate.
+//!
 //! How the analysis normalizes and combines them is documented in the coordinator's
 //! `analysis::selection` module. Pure: no I/O.
 
@@ -46,6 +62,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::compat::CompatCheck;
 use crate::metrics::Metric;
 
 /// Default [`Selection::latency_percentile`].
@@ -53,6 +70,33 @@ pub const DEFAULT_LATENCY_PERCENTILE: f64 = 50.0;
 
 /// Default [`Selection::score_scale`]: user scores from 0 to 10.
 pub const DEFAULT_SCORE_SCALE: f64 = 10.0;
+
+/// Default [`SelectionGates::max_failed_pct`]: 5 % of requests.
+pub const DEFAULT_MAX_FAILED_PCT: f64 = 5.0;
+
+/// The gates a provider passes before it is scored (see the [module docs](self)).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SelectionGates {
+    /// Failed requests (final attempts not `ok`), % in `[0, 100)`: a provider whose Wilson
+    /// interval's lower bound lies above this is excluded; one whose interval contains it is
+    /// at risk.
+    pub max_failed_pct: f64,
+    /// Whether a missed SLO (cell goodput, scenarios with an SLO) excludes the provider.
+    pub slo: bool,
+    /// Compat checks every provider must pass, in [`CompatCheck::ALL`] order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub require_compat: Vec<CompatCheck>,
+}
+
+impl Default for SelectionGates {
+    fn default() -> Self {
+        SelectionGates {
+            max_failed_pct: DEFAULT_MAX_FAILED_PCT,
+            slo: true,
+            require_compat: Vec::new(),
+        }
+    }
+}
 
 /// The weight of each component of the selection score (each ≥ 0; not necessarily summing
 /// to 1: the analysis divides each by their sum).
@@ -125,4 +169,7 @@ pub struct Selection {
     /// Provider name → its user-supplied scores.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub scores: BTreeMap<String, ProviderScores>,
+    /// The gates before the scores.
+    #[serde(default)]
+    pub gates: SelectionGates,
 }

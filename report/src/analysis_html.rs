@@ -247,7 +247,14 @@ fn selection_tables(a: &Analysis) -> Markup {
                  samples do not support is marked and scores 0); stability is 1 − the upper \
                  95 % bound of the failure rate of attempts (throttling and timeouts \
                  included); quality, compatibility and compliance are the user's scores \
-                 divided by their scale. Total = weighted mean."
+                 divided by their scale. Total = weighted mean. Gates come first: a provider \
+                 whose failure rate is significantly above the limit (its 95 % Wilson \
+                 interval's lower bound above it), whose cell missed the scenario's SLO, or \
+                 that did not pass a required compat check is excluded and listed with the \
+                 reason; one at risk on a gate (the point fails, the interval does not confirm \
+                 it) ranks after those at risk on fewer. Ranks tie (2=) when the totals' 95 % \
+                 intervals (from the latency percentile's interval) do not separate. Price is \
+                 USD per 1,000 requests ($/1k req)."
             }
             "\n"
         }
@@ -258,21 +265,25 @@ fn selection_tables(a: &Analysis) -> Markup {
                 b { (t.scenario) " · " (t.region) }
                 " — latency " (t.metric) " P" (t.percentile) "; weights "
                 (weights.iter().filter(|(_, v)| *v > 0.0).map(|(n, v)| format!("{n} {v:.2}")).collect::<Vec<_>>().join(", "))
+                "; gates: failed requests ≤ " (t.gates.max_failed_pct) "%"
+                @if t.gates.slo { ", the SLO met" }
+                @for c in &t.gates.require_compat { ", " (c.as_str()) " passes" }
             }
             "\n"
             table {
                 tr {
                     th { "#" }
                     th class="l" { "provider" }
-                    th { "total" }
+                    th { "total [95% CI]" }
                     @for n in &active { th { (n) } }
+                    th class="l" { "gates" }
                 }
                 "\n"
                 @for r in &t.rows {
                     tr {
-                        td { (r.rank) }
+                        td { (r.rank_text()) }
                         td class="l" { (r.provider) }
-                        td { (format!("{:.2}", r.total)) }
+                        td { (format!("{:.2} [{:.2}, {:.2}]", r.total, r.total_interval.0, r.total_interval.1)) }
                         @for (name, c) in r.components() {
                             @if active.contains(&name) {
                                 td {
@@ -281,11 +292,24 @@ fn selection_tables(a: &Analysis) -> Markup {
                                 }
                             }
                         }
+                        @let notes = r.gate_notes();
+                        td class="l" { @if notes.is_empty() { "passed" } @else { (notes) } }
                     }
                     "\n"
                 }
             }
             "\n"
+            @if t.rows.is_empty() {
+                p { "No provider passed the gates: none to rank here." }
+            }
+            @if !t.excluded.is_empty() {
+                ul {
+                    @for x in &t.excluded {
+                        li { "excluded " b { (x.provider) } ": " (x.reasons()) }
+                    }
+                }
+                "\n"
+            }
         }
     }
 }

@@ -231,14 +231,16 @@ fn goodput_text(g: Option<&Goodput>) -> String {
     }
 }
 
-/// `meets`, `misses` (with the bounds exceeded), or `no verdict`.
+/// `met`, `missed` (with the bounds exceeded), `undecided` or `too few`.
 fn meets_text(g: &Goodput) -> String {
-    match g.meets {
-        Some(true) => "meets".into(),
-        Some(false) if g.exceeded.is_empty() => "misses".into(),
-        Some(false) => format!("misses: {}", g.exceeded.join("; ")),
-        None => format!(
-            "no verdict (fewer than {} requests, or a percentile bound its samples do not support)",
+    use latmesh_results::slo_stats::GoodputVerdict;
+    match g.verdict() {
+        GoodputVerdict::Met => "met".into(),
+        GoodputVerdict::Missed if g.exceeded.is_empty() => "missed".into(),
+        GoodputVerdict::Missed => format!("missed: {}", g.exceeded.join("; ")),
+        GoodputVerdict::Undecided => "undecided".into(),
+        GoodputVerdict::TooFew => format!(
+            "too few (fewer than {} requests)",
             latmesh_results::slo_stats::MIN_GOODPUT_REQUESTS
         ),
     }
@@ -259,8 +261,11 @@ pub fn goodput(m: &ReportModel) -> Markup {
         p class="small" {
             "Goodput: requests that met every per-request bound, of the final attempts of first \
              turns (warm-up, cancelled and dropped left out), with its Wilson 95 % interval. A \
-             cell meets the SLO when goodput reaches the SLO's share and every percentile bound \
-             holds."
+             cell has met the SLO when the interval's lower bound reaches the SLO's share and \
+             every percentile bound holds, missed it when the interval lies below the share or \
+             a percentile bound was exceeded, and is undecided when the interval contains the \
+             share or a percentile bound's samples do not support it (the rule of `latmesh \
+             check`)."
         }
         table {
             thead {

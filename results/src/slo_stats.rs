@@ -39,9 +39,11 @@ pub struct Goodput {
     /// held or none were given.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exceeded: Vec<String>,
-    /// Whether the cell meets the SLO: goodput ≥ `goodput_pct` and no percentile bound
-    /// exceeded; `None` with fewer requests than the sample-size rule needs
-    /// ([`crate::stats`]).
+    /// Whether the cell or step meets the SLO: goodput ≥ `goodput_pct` and no percentile
+    /// bound exceeded; `None` with fewer requests than the sample-size rule needs
+    /// ([`crate::stats`]). A matrix cell's ([`cell_goodput`]) reads its interval instead
+    /// ([`interval_meets`]): `None` also when the interval contains `goodput_pct`
+    /// ([`Goodput::verdict`] tells undecided from too few).
     pub meets: Option<bool>,
 }
 
@@ -103,6 +105,69 @@ pub struct SearchRow {
 
 /// Fewest judged requests for a goodput verdict ([`Goodput::meets`]): 20.
 pub use latmesh_core::slo::MIN_GOODPUT_REQUESTS;
+
+/// A cell goodput's verdict against its SLO, as every table shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GoodputVerdict {
+    /// The SLO is met: goodput's 95 % interval at or above `goodput_pct`, every percentile
+    /// bound held.
+    Met,
+    /// The SLO is missed: the interval lies below `goodput_pct`, or a percentile bound was
+    /// exceeded.
+    Missed,
+    /// The interval contains `goodput_pct` (or a percentile bound's samples do not support
+    /// it): more requests are needed to tell.
+    Undecided,
+    /// Fewer than [`MIN_GOODPUT_REQUESTS`] judged requests.
+    TooFew,
+}
+
+impl GoodputVerdict {
+    /// `met`, `missed`, `undecided`, `too few`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GoodputVerdict::Met => "met",
+            GoodputVerdict::Missed => "missed",
+            GoodputVerdict::Undecided => "undecided",
+            GoodputVerdict::TooFew => "too few",
+        }
+    }
+}
+
+impl Goodput {
+    /// The verdict [`Goodput::meets`] stands for (`None` split into undecided and too few).
+    pub fn verdict(&self) -> GoodputVerdict {
+        match self.meets {
+            Some(true) => GoodputVerdict::Met,
+            Some(false) => GoodputVerdict::Missed,
+            None if self.requests < MIN_GOODPUT_REQUESTS => GoodputVerdict::TooFew,
+            None => GoodputVerdict::Undecided,
+        }
+    }
+}
+
+/// The one met / missed / undecided rule for a goodput against `goodput_pct` (the rule of
+/// `latmesh check`'s `goodput_below`, which fires when the 95 % Wilson interval's upper
+/// bound lies below its limit): *missed* when the interval lies below `goodput_pct` or a
+/// percentile bound was exceeded (`judged` = [`latmesh_core::slo::Slo::judge`]'s `meets`
+/// was `Some(false)` for that), *met* when its lower bound is at or above it, else
+/// undecided (`None`, as for too few requests). 19 of 23 met against 90 % (82.6 %, interval
+/// 62.9–93.0 %) is undecided, not missed.
+pub fn interval_meets(
+    judged: Option<bool>,
+    exceeded: bool,
+    ci_pct: (f64, f64),
+    goodput_pct: f64,
+) -> Option<bool> {
+    match judged {
+        None => None,
+        Some(false) if exceeded => Some(false),
+        Some(_) if ci_pct.1 < goodput_pct => Some(false),
+        Some(_) if ci_pct.0 >= goodput_pct => Some(true),
+        Some(_) => None,
+    }
+}
 
 /// The goodput of a cell or step of a scenario with `slo`: `met` of `requests` judged
 /// requests; `secs_x_agents` is the phase's (or step's) length in seconds times the agents of
@@ -237,7 +302,10 @@ pub fn cell_goodput(
     }
     let slo = scenario.slo.as_ref()?;
     let secs = (agents > 0).then(|| phase_secs(plan, scenario) * agents as f64);
-    Some(goodput(slo, judged, met, secs, hist))
+    let mut g = goodput(slo, judged, met, secs, hist);
+    // A cell's verdict says what its samples support ([`interval_meets`]).
+    g.meets = interval_meets(g.meets, !g.exceeded.is_empty(), g.ci_pct, slo.goodput_pct);
+    Some(g)
 }
 
 /// What one rate step of one provider in one region (or every region) was measured as: the
@@ -472,5 +540,58 @@ mod tests {
         assert_eq!(g.meets, None);
         assert_eq!(step_verdict(&g, 0, 20), StepVerdict::Insufficient);
         assert_eq!(step_verdict(&g, 1, 20), StepVerdict::AgentLimited);
+    }
+
+    #[test]
+    fn a_cell_verdict_is_met_missed_or_undecided_by_its_interval() {
+        let ci = |k, n| {
+            let c = latmesh_core::proportion::wilson(k, n).unwrap();
+            (c.lower * 100.0, c.upper * 100.0)
+        };
+        // 19 of 23 (82.6 %, [62.9, 93.0]) against 90 %: the point misses, the interval
+        // contains the target: undecided.
+        assert_eq!(interval_meets(Some(false), false, ci(19, 23), 90.0), None);
+        // 10 of 23 ([25.6, 63.5]): missed.
+        assert_eq!(
+            interval_meets(Some(false), false, ci(10, 23), 90.0),
+            Some(false)
+        );
+        // 23 of 23 ([85.7, 100]): the point meets, the interval does not yet: undecided.
+        assert_eq!(interval_meets(Some(true), false, ci(23, 23), 90.0), None);
+        // 100 of 100 ([96.3, 100]): met.
+        assert_eq!(
+            interval_meets(Some(true), false, ci(100, 100), 90.0),
+            Some(true)
+        );
+        // A percentile bound exceeded misses whatever the goodput; too few stays None.
+        assert_eq!(
+            interval_meets(Some(false), true, ci(100, 100), 90.0),
+            Some(false)
+        );
+        assert_eq!(interval_meets(None, false, ci(10, 10), 90.0), None);
+        let g = Goodput {
+            requests: 23,
+            met: 19,
+            pct: 82.6,
+            ci_pct: ci(19, 23),
+            rps: None,
+            exceeded: Vec::new(),
+            meets: None,
+        };
+        assert_eq!(g.verdict(), GoodputVerdict::Undecided);
+        let few = Goodput {
+            requests: 12,
+            ..g.clone()
+        };
+        assert_eq!(few.verdict(), GoodputVerdict::TooFew);
+        assert_eq!(
+            Goodput {
+                meets: Some(false),
+                ..g
+            }
+            .verdict()
+            .as_str(),
+            "missed"
+        );
     }
 }

@@ -65,7 +65,12 @@ fn goodput_per_cell_counts_met_requests_over_the_phase() {
         .goodput
         .clone()
         .unwrap();
-    assert_eq!((g.requests, g.met, g.meets), (30, 28, Some(true)));
+    // 93.3 % [78.7, 98.2] against 90 %: the point meets, the interval contains the target.
+    assert_eq!((g.requests, g.met, g.meets), (30, 28, None));
+    assert_eq!(
+        g.verdict(),
+        latmesh_results::slo_stats::GoodputVerdict::Undecided
+    );
     assert!(close(g.pct, 28.0 * 100.0 / 30.0, 1e-12));
     // 28 met over 30 s and one agent.
     assert!(close(g.rps.unwrap(), 28.0 / 30.0, 1e-12));

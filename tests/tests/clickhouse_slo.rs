@@ -257,7 +257,8 @@ async fn stored_goodput_steps_searches_and_tiers_equal_the_in_memory_summary() {
     let c = cell("ALL", "p", "ctx.1k");
     assert_eq!((c.warmup, c.attempts, c.samples), (2, 60, 60));
     let g = c.goodput.unwrap();
-    assert_eq!((g.requests, g.met, g.meets), (60, 58, Some(true)));
+    // 96.7 % [88.6, 99.1] against 90 %: undecided (the interval contains the target).
+    assert_eq!((g.requests, g.met, g.meets), (60, 58, None));
     assert_eq!(cell("us-east", "p", "ramp").warmup, 1);
     assert_eq!(cell("eu-west", "p", "ramp").warmup, 0);
     assert!(cell("ALL", "p", "ctx.1k").ttft.unwrap().p99_ms < 1000.0);

@@ -346,4 +346,104 @@ fn check_beyond_latency(data: &latmesh_results::report_data::ReportData) {
         assert_eq!(row.compatibility.score, m.compatibility, "{row:#?}");
         assert!(row.quality.text.contains("measured"), "{row:#?}");
     }
+    check_selection_gates(data, &analysis.selection);
+}
+
+/// Gates before scores, in every selection table of the demo: a provider whose failure rate
+/// is at or above 10 % of its requests, or whose cell missed the scenario's SLO, never ranks
+/// above one failing none (and not missing the SLO); it is excluded with its reason or ranked
+/// in a later group. The JSON summary carries compat, quality and every scenario × region.
+fn check_selection_gates(
+    data: &latmesh_results::report_data::ReportData,
+    tables: &[latmesh_results::analysis::SelectionTable],
+) {
+    use latmesh_results::slo_stats::GoodputVerdict;
+    let s = &data.summary;
+    let bad = |region: &str, provider: &str, scenario: &str| {
+        let c = s.cell(region, provider, scenario).unwrap();
+        c.request_error_pct >= 10.0
+            || c.goodput
+                .as_ref()
+                .is_some_and(|g| g.verdict() == GoodputVerdict::Missed)
+    };
+    // Failing none, and meeting the SLO as far as its requests show (goodput at or above
+    // the target).
+    let clean = |region: &str, provider: &str, scenario: &str| {
+        let c = s.cell(region, provider, scenario).unwrap();
+        let target = data
+            .plan
+            .scenarios
+            .iter()
+            .find(|sc| sc.name == scenario)
+            .and_then(|sc| sc.slo.as_ref())
+            .map_or(0.0, |o| o.goodput_pct);
+        c.request_error_pct == 0.0 && c.goodput.as_ref().is_none_or(|g| g.pct >= target)
+    };
+    for t in tables {
+        for x in &t.excluded {
+            assert!(!x.reasons().is_empty(), "{x:#?}");
+        }
+        for (i, a) in t.rows.iter().enumerate() {
+            if !bad(&t.region, &a.provider, &t.scenario) {
+                continue;
+            }
+            for b in &t.rows[i + 1..] {
+                assert!(
+                    !clean(&t.region, &b.provider, &t.scenario),
+                    "{} · {}: {} (failing) ranks above {} (clean)\n{t:#?}",
+                    t.scenario,
+                    t.region,
+                    a.provider,
+                    b.provider
+                );
+            }
+        }
+    }
+    // `flaky` is out of chat-short over all regions, with its failure rate as the reason.
+    let all = tables
+        .iter()
+        .find(|t| t.scenario == "chat-short" && t.region == "ALL")
+        .unwrap();
+    let flaky = all.excluded.iter().find(|x| x.provider == "flaky");
+    assert!(
+        flaky.is_some_and(|x| x.reasons().starts_with("failure rate failed")),
+        "{all:#?}"
+    );
+    // Every scenario × region (and ALL) with cells has a table, and the JSON has them all.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("demo-summary.json");
+    latmesh_cli::cmd::demo::write_demo_json(data, tables, &path).unwrap();
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(j["campaign_id"], s.campaign_id.as_str());
+    assert_eq!(j["compat"].as_array().unwrap().len(), s.providers.len());
+    assert!(j["quality"]["providers"].is_array(), "{}", j["quality"]);
+    let mut keys: Vec<(String, String)> = j["selection"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["scenario"].as_str().unwrap().to_string(),
+                t["region"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    keys.sort();
+    let mut want: Vec<(String, String)> = s
+        .scenarios
+        .iter()
+        .flat_map(|sc| {
+            s.regions
+                .iter()
+                .map(String::as_str)
+                .chain(["ALL"])
+                .map(move |r| (sc.clone(), r.to_string()))
+        })
+        .collect();
+    want.sort();
+    assert_eq!(keys, want);
+    // The summary's own fields still read back as a summary.
+    let back: latmesh_results::summary::Summary = serde_json::from_value(j).unwrap();
+    assert_eq!(back.cells.len(), s.cells.len());
 }

@@ -20,7 +20,7 @@ use tokio::net::TcpListener;
 use crate::watch;
 use latmesh_coordinator::service::Coordinator;
 use latmesh_coordinator::state::State;
-use latmesh_results::report_data::{ALL, ReportData};
+use latmesh_results::report_data::ReportData;
 use latmesh_results::summary::Summary;
 
 /// The embedded demo campaign; `{sim}` stands for the simulator's address.
@@ -346,10 +346,53 @@ async fn compat_phase(
     Ok((output, checks))
 }
 
+/// The demo's JSON summary: the [`Summary`]'s fields, then `compat` (the compatibility
+/// checks per provider, `[]` when not run), `quality` (quality parity, `null` when not run)
+/// and `selection` (the selection table of every scenario × region and `ALL`, gates and
+/// ranks included; [`latmesh_results::analysis::SelectionTable`]).
+#[derive(serde::Serialize)]
+pub struct DemoJson<'a> {
+    /// The campaign summary, its fields at the top level.
+    #[serde(flatten)]
+    pub summary: &'a Summary,
+    /// Compatibility results per provider.
+    pub compat: &'a [latmesh_results::parity::ProviderCompat],
+    /// Quality parity.
+    pub quality: Option<&'a latmesh_results::parity::QualityParity>,
+    /// Selection tables per scenario × region.
+    pub selection: &'a [latmesh_results::analysis::SelectionTable],
+}
+
+/// Writes [`DemoJson`] of `data` (with `selection`, from its analysis) to `path`.
+///
+/// # Errors
+/// The directory cannot be made or the file written.
+pub fn write_demo_json(
+    data: &ReportData,
+    selection: &[latmesh_results::analysis::SelectionTable],
+    path: &std::path::Path,
+) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let json = DemoJson {
+        summary: &data.summary,
+        compat: &data.compat.compat,
+        quality: data.compat.quality.as_ref(),
+        selection,
+    };
+    let text = serde_json::to_string_pretty(&json)?;
+    std::fs::write(path, text + "\n").with_context(|| format!("cannot write {}", path.display()))
+}
+
 /// What the demo prints after the matrix when the compatibility phase ran: the compat
-/// table, quality parity, and the selection matrix of the first scenario over all regions
-/// (which uses their measured scores); empty when it did not run.
-fn beyond_latency(data: &ReportData) -> String {
+/// table, quality parity, and the selection tables `shown` asks for (which use their
+/// measured scores); empty when it did not run.
+fn beyond_latency(
+    data: &ReportData,
+    selection: &[latmesh_results::analysis::SelectionTable],
+    shown: crate::ui::analysis::SelectionShown,
+) -> String {
     let c = &data.compat;
     if c.is_empty() {
         return String::new();
@@ -363,17 +406,7 @@ fn beyond_latency(data: &ReportData) -> String {
         out.push('\n');
         out.push_str(&crate::ui::compat::render_quality(q));
     }
-    let analysis = latmesh_results::analysis::analyze(data);
-    let first = data.plan.scenarios.first().map(|s| s.name.as_str());
-    if let Some(t) = analysis
-        .selection
-        .iter()
-        .find(|t| Some(t.scenario.as_str()) == first && t.region == ALL)
-    {
-        out.push('\n');
-        out.push_str(&crate::ui::analysis::render_selection(t));
-        out.push_str("(every scenario and region: the HTML report's analysis)\n");
-    }
+    out.push_str(&crate::ui::analysis::render_selections(selection, shown));
     out
 }
 
@@ -420,6 +453,11 @@ pub struct DemoArgs {
     /// Write the HTML report here (default: .latmesh/demo-report.html).
     #[arg(long)]
     report: Option<PathBuf>,
+    /// Selection tables to print: `first` (the first scenario over every region, and how
+    /// many more there are) or `all` (every scenario × region). The JSON summary and the
+    /// HTML report always have all of them.
+    #[arg(long, value_enum, default_value = "first")]
+    selection: crate::ui::analysis::SelectionShown,
 }
 
 /// Runs the demo, prints its matrix, writes its JSON summary and HTML report.
@@ -433,6 +471,7 @@ pub async fn run_cli(args: DemoArgs) -> anyhow::Result<()> {
         clickhouse_url,
         clickhouse_db,
         report,
+        selection,
     } = args;
     let started = std::time::Instant::now();
     let path = json.unwrap_or_else(|| PathBuf::from(".latmesh/demo-summary.json"));
@@ -462,8 +501,9 @@ pub async fn run_cli(args: DemoArgs) -> anyhow::Result<()> {
         );
     }
     print!("{}", crate::ui::matrix::render(summary));
-    print!("{}", beyond_latency(&data));
-    watch::write_json(summary, &path)?;
+    let tables = latmesh_results::analysis::selection::tables(&data);
+    print!("{}", beyond_latency(&data, &tables, selection));
+    write_demo_json(&data, &tables, &path)?;
     // With ClickHouse, the sections that need each row's time come from there.
     let (source, extras) = match &store {
         Some(s) => {

@@ -7,6 +7,7 @@ use comfy_table::{Cell as TCell, CellAlignment, Table, presets};
 
 use latmesh_results::analysis::text::{chain, chain_text, rank_text, rank_title};
 use latmesh_results::analysis::{Analysis, CellCis, PRIMARY_METRICS, RankTable, SelectionTable};
+use latmesh_results::report_data::ALL;
 use latmesh_results::stats::{self, PERCENTILES};
 
 fn rank_table_text(t: &RankTable) -> String {
@@ -129,8 +130,10 @@ pub fn render(a: &Analysis) -> String {
     out
 }
 
-/// One selection table: its title line (scenario, region, metric, weights, how components
-/// score) and the ranked providers with each weighted component's score and raw value.
+/// One selection table: its title line (scenario, region, metric, weights, gates, how
+/// components score), the ranked providers (`2=`: tied, their total intervals overlap) with
+/// their total and its interval, each weighted component's score and raw value and the gates
+/// they are at risk on or undecided, then the providers a gate excluded, with the reasons.
 pub fn render_selection(t: &SelectionTable) -> String {
     let mut out = String::new();
     let w = t
@@ -141,10 +144,22 @@ pub fn render_selection(t: &SelectionTable) -> String {
         .map(|(n, v)| format!("{n} {v:.2}"))
         .collect::<Vec<_>>()
         .join(", ");
+    let mut gates = vec![format!("failed requests ≤ {}%", t.gates.max_failed_pct)];
+    if t.gates.slo {
+        gates.push("the SLO met".into());
+    }
+    if !t.gates.require_compat.is_empty() {
+        let names: Vec<&str> = t.gates.require_compat.iter().map(|c| c.as_str()).collect();
+        gates.push(format!("compat {} pass", names.join(", ")));
+    }
     let _ = writeln!(
         out,
-        "selection {} · {} ({} P{}; weights {w}; scores 0–1: latency and price 0.5 at the region's median, ±0.5 per halving/doubling; stability 1 − the failure rate's 95 % upper bound; quality, compatibility, compliance: the typed score / scale, else the measured one)",
-        t.scenario, t.region, t.metric, t.percentile
+        "selection {} · {} ({} P{}; gates first: {} — excluded when the 95 % interval shows a gate failed, ranked last when at risk; weights {w}; scores 0–1: latency and price 0.5 at the region's median, ±0.5 per halving/doubling; stability 1 − the failure rate's 95 % upper bound; quality, compatibility, compliance: the typed score / scale, else the measured one; `2=`: tied, the totals' intervals overlap)",
+        t.scenario,
+        t.region,
+        t.metric,
+        t.percentile,
+        gates.join(", ")
     );
     let mut table = Table::new();
     table.load_preset(presets::ASCII_MARKDOWN);
@@ -155,14 +170,23 @@ pub fn render_selection(t: &SelectionTable) -> String {
         .filter(|(_, v)| *v > 0.0)
         .map(|(n, _)| *n)
         .collect();
-    let mut header = vec![TCell::new("#"), TCell::new("provider"), TCell::new("total")];
+    let mut header = vec![
+        TCell::new("#"),
+        TCell::new("provider"),
+        TCell::new("total [95% CI]"),
+    ];
     header.extend(names.iter().map(TCell::new));
+    header.push(TCell::new("gates"));
     table.set_header(header);
     for r in &t.rows {
         let mut row = vec![
-            TCell::new(r.rank),
+            TCell::new(r.rank_text()),
             TCell::new(&r.provider),
-            TCell::new(format!("{:.2}", r.total)).set_alignment(CellAlignment::Right),
+            TCell::new(format!(
+                "{:.2} [{:.2}, {:.2}]",
+                r.total, r.total_interval.0, r.total_interval.1
+            ))
+            .set_alignment(CellAlignment::Right),
         ];
         for (name, c) in r.components() {
             if names.contains(&name) {
@@ -173,8 +197,61 @@ pub fn render_selection(t: &SelectionTable) -> String {
                 )));
             }
         }
+        let notes = r.gate_notes();
+        row.push(TCell::new(if notes.is_empty() {
+            "passed".into()
+        } else {
+            notes
+        }));
         table.add_row(row);
     }
     let _ = writeln!(out, "{table}");
+    if t.rows.is_empty() {
+        let _ = writeln!(
+            out,
+            "  no provider passed the gates: none to rank in {} · {}",
+            t.scenario, t.region
+        );
+    }
+    for x in &t.excluded {
+        let _ = writeln!(out, "  excluded {}: {}", x.provider, x.reasons());
+    }
+    out
+}
+
+/// Which selection tables the terminal prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SelectionShown {
+    /// The first scenario over every region (`ALL`), and a line saying how many more there
+    /// are and where.
+    First,
+    /// Every scenario × region (each region, then `ALL`).
+    All,
+}
+
+/// The selection tables of `tables` that `shown` asks for, then (for [`SelectionShown::First`])
+/// how to see the rest; empty without tables.
+pub fn render_selections(tables: &[SelectionTable], shown: SelectionShown) -> String {
+    let mut out = String::new();
+    let first = tables.first().map(|t| t.scenario.as_str());
+    let picked: Vec<&SelectionTable> = match shown {
+        SelectionShown::All => tables.iter().collect(),
+        SelectionShown::First => tables
+            .iter()
+            .filter(|t| Some(t.scenario.as_str()) == first && t.region == ALL)
+            .take(1)
+            .collect(),
+    };
+    for t in &picked {
+        out.push('\n');
+        out.push_str(&render_selection(t));
+    }
+    if shown == SelectionShown::First && tables.len() > picked.len() {
+        let _ = writeln!(
+            out,
+            "({} more selection tables, every scenario × region: --selection all, the HTML report's analysis, or the JSON summary's `selection`)",
+            tables.len() - picked.len()
+        );
+    }
     out
 }

@@ -468,7 +468,7 @@ mod tests {
         println!("{text}");
         for want in [
             "ctx.1k: goodput % [95 % CI] of judged requests (warm-up left out), vs the SLO",
-            "| us-east |   93.3 [78.7, 98.2] met | 100.0 [88.6, 100.0] met |",
+            "| us-east |   93.3 [78.7, 98.2] undecided | 100.0 [88.6, 100.0] undecided |",
             "met requests, all regions: p 58 of 60 (0.97/s per agent), q 60 of 60 (1.00/s per agent)",
             // The ramp's bound is judged per step (a cell pooling its steps has no goodput).
             "  p ALL step 1: P90 TTFT 900 > 400 ms",

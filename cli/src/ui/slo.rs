@@ -17,18 +17,10 @@ pub fn goodput_pct_text(g: &Goodput) -> String {
     format!("{:.1} [{:.1}, {:.1}]", g.pct, g.ci_pct.0, g.ci_pct.1)
 }
 
-/// A goodput as a table cell: `93.3 [78.7, 98.2] met` (%, 95 % interval, whether the SLO is
-/// met: `met`, `missed`, or `no verdict` with too few requests).
+/// A goodput as a table cell: `93.3 [78.7, 98.2] met` (%, 95 % interval, the SLO verdict:
+/// `met`, `missed`, `undecided` when the interval contains the target, `too few` requests).
 pub fn goodput_text(g: &Goodput) -> String {
-    format!(
-        "{} {}",
-        goodput_pct_text(g),
-        match g.meets {
-            Some(true) => "met",
-            Some(false) => "missed",
-            None => "no verdict",
-        }
-    )
+    format!("{} {}", goodput_pct_text(g), g.verdict().as_str())
 }
 
 /// A step verdict in a word or two.

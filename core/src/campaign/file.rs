@@ -400,6 +400,12 @@ pub struct SelectionSection {
     /// Provider name → scores.
     #[serde(default)]
     pub scores: BTreeMap<String, ScoresSection>,
+    /// Failure-rate gate: failed % of requests a provider may have (default 5).
+    pub max_failed_pct: Option<f64>,
+    /// SLO gate: a provider missing a scenario's SLO is excluded (default true).
+    pub slo_gate: Option<bool>,
+    /// Compat gate: check names every provider must pass (default none).
+    pub require_compat: Option<Vec<String>>,
 }
 
 /// `[compat]` as written in a campaign file (every key optional; see

@@ -5,12 +5,13 @@
 use std::collections::BTreeMap;
 
 use super::file::SelectionSection;
-use crate::compat::CompatSpec;
+use crate::compat::{CompatCheck, CompatSpec};
 use crate::metrics::Metric;
 use crate::plan::ProviderSpec;
 use crate::quality::QualitySpec;
 use crate::selection::{
-    DEFAULT_LATENCY_PERCENTILE, DEFAULT_SCORE_SCALE, ProviderScores, Selection, SelectionWeights,
+    DEFAULT_LATENCY_PERCENTILE, DEFAULT_MAX_FAILED_PCT, DEFAULT_SCORE_SCALE, ProviderScores,
+    Selection, SelectionGates, SelectionWeights,
 };
 
 /// Validates `[selection]` against the campaign's providers: `Ok(None)` without the section.
@@ -179,13 +180,79 @@ pub fn validate(
             ),
         );
     }
+    let gates = gates(s, providers, compat).map_err(|(k, m)| (format!("selection.{k}"), m))?;
     Ok(Some(Selection {
         weights,
         latency_metric,
         latency_percentile,
         score_scale,
         scores,
+        gates,
     }))
+}
+
+/// The gates of `[selection]` (`max_failed_pct`, `slo_gate`, `require_compat`), defaults
+/// filled in. A required check needs a `[compat]` section that runs it for every provider.
+///
+/// # Errors
+/// `(key, message)` with the key under `selection.`.
+fn gates(
+    s: &SelectionSection,
+    providers: &[ProviderSpec],
+    compat: Option<&CompatSpec>,
+) -> Result<SelectionGates, (String, String)> {
+    let max_failed_pct = s.max_failed_pct.unwrap_or(DEFAULT_MAX_FAILED_PCT);
+    if !(max_failed_pct.is_finite() && (0.0..100.0).contains(&max_failed_pct)) {
+        return Err((
+            "max_failed_pct".into(),
+            format!("{max_failed_pct} is not a % of requests in [0, 100)"),
+        ));
+    }
+    let mut require_compat = Vec::new();
+    for (i, name) in s.require_compat.iter().flatten().enumerate() {
+        let key = format!("require_compat[{i}]");
+        let Some(check) = CompatCheck::parse(name) else {
+            let names: Vec<&str> = CompatCheck::ALL.iter().map(|c| c.as_str()).collect();
+            return Err((
+                key,
+                format!("{name:?} is not a compat check ({})", names.join(", ")),
+            ));
+        };
+        if require_compat.contains(&check) {
+            return Err((key, format!("{name:?} is listed twice")));
+        }
+        let Some(spec) = compat else {
+            return Err((
+                key,
+                format!("{name:?} needs a [compat] section that runs it (none in this file)"),
+            ));
+        };
+        if !spec.checks.contains(&check) {
+            return Err((
+                key,
+                format!("{name:?} is not among compat.checks: add it there so it is measured"),
+            ));
+        }
+        if let Some(p) = providers
+            .iter()
+            .find(|p| !spec.providers.is_empty() && !spec.providers.contains(&p.name))
+        {
+            return Err((
+                key,
+                format!(
+                    "{name:?} must be measured for every provider: add {:?} to compat.providers (or remove that key)",
+                    p.name
+                ),
+            ));
+        }
+        require_compat.push(check);
+    }
+    require_compat.sort();
+    Ok(SelectionGates {
+        max_failed_pct,
+        slo: s.slo_gate.unwrap_or(true),
+        require_compat,
+    })
 }
 
 #[cfg(test)]
@@ -418,5 +485,61 @@ compliance = 10
             "[selection]\nweights = { latency = 1 }\nscore_scale = 1\n[selection.scores.budget]\nquality = 2\n",
         ));
         assert!(e.contains("2 is not in 0..=1"), "{e}");
+    }
+
+    #[test]
+    fn gates_default_and_validate_naming_the_key() {
+        let plan = load_toml_str(&format!("{BASE}{SELECTION}"), Path::new(".")).unwrap();
+        let g = &plan.selection.as_ref().unwrap().gates;
+        assert_eq!(g, &SelectionGates::default());
+        assert_eq!((g.max_failed_pct, g.slo), (5.0, true));
+        assert!(g.require_compat.is_empty());
+        let with = |extra: &str| format!("{BASE}[selection]\nweights = {{ latency = 1 }}\n{extra}");
+        let plan = load_toml_str(
+            &with("max_failed_pct = 2.5\nslo_gate = false\nrequire_compat = [\"tool_call\", \"stream\"]\n[compat]\n"),
+            Path::new("."),
+        )
+        .unwrap();
+        let g = &plan.selection.as_ref().unwrap().gates;
+        assert_eq!((g.max_failed_pct, g.slo), (2.5, false));
+        assert_eq!(
+            g.require_compat,
+            [CompatCheck::Stream, CompatCheck::ToolCall]
+        );
+        let e = err_of(&with("max_failed_pct = 100\n"));
+        assert!(
+            e.contains("selection.max_failed_pct: 100 is not a % of requests in [0, 100)"),
+            "{e}"
+        );
+        let e = err_of(&with("require_compat = [\"tools\"]\n[compat]\n"));
+        assert!(
+            e.contains("selection.require_compat[0]: \"tools\" is not a compat check (stream, "),
+            "{e}"
+        );
+        let e = err_of(&with("require_compat = [\"stream\"]\n"));
+        assert!(
+            e.contains("selection.require_compat[0]: \"stream\" needs a [compat] section"),
+            "{e}"
+        );
+        let e = err_of(&with(
+            "require_compat = [\"stream\", \"stream\"]\n[compat]\n",
+        ));
+        assert!(
+            e.contains("selection.require_compat[1]: \"stream\" is listed twice"),
+            "{e}"
+        );
+        let e = err_of(&with(
+            "require_compat = [\"stop\"]\n[compat]\nchecks = [\"stream\"]\n",
+        ));
+        assert!(
+            e.contains("selection.require_compat[0]: \"stop\" is not among compat.checks"),
+            "{e}"
+        );
+        let e = err_of(&with(
+            "require_compat = [\"stop\"]\n[compat]\nproviders = [\"fast-lane\"]\n",
+        ));
+        assert!(e.contains("add \"budget\" to compat.providers"), "{e}");
+        let e = err_of(&with("slo_gates = true\n"));
+        assert!(e.contains("slo_gates"), "{e}");
     }
 }

@@ -15,7 +15,8 @@
 //! * **ranks and their stability** ([`ranks`]): each provider's rank per region (and per
 //!   time window from ClickHouse, `latmesh_store::query::window_ranks`), its min/max/mean rank, and
 //!   Kendall's W across regions;
-//! * the **selection matrix** ([`selection`]) when the plan has `[selection]` weights.
+//! * the **selection matrix** ([`selection`]) when the plan has `[selection]` weights: gates
+//!   first ([`gates`]), then scores, ranks with ties.
 //!
 //! Metrics analysed ([`ANALYSED_METRICS`]): those with one value per request — TTFT, TTFC,
 //! E2E, TPOT, the open-loop `ttft_intended` / `e2e_intended` and `failover_latency` — not ITL
@@ -26,6 +27,7 @@
 //! fragment (tables, no external resources), and the type serializes to JSON.
 
 pub mod flags;
+pub mod gates;
 pub mod ranks;
 pub mod selection;
 pub mod text;
@@ -35,8 +37,9 @@ use serde::Serialize;
 
 pub use crate::stats::{PercentileCi, Verdict};
 pub use flags::{Flag, FlagKind};
+pub use gates::{GateKind, GateResult, GateStatus};
 pub use ranks::{ProviderRanks, RankTable};
-pub use selection::{SelectionRow, SelectionTable};
+pub use selection::{ExcludedRow, SelectionRow, SelectionTable};
 
 use crate::stats;
 

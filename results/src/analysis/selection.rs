@@ -45,15 +45,29 @@
 //!
 //! A provider without a value (no attempts, no samples, no price) scores 0 in that component.
 //! `total = Σ wᵢ · scoreᵢ / Σ wᵢ` (0..=1; components with weight 0 do not count), so each
-//! component moves the total by at most its weight. Providers are ranked by total, highest
-//! first (ties: plan order).
+//! component moves the total by at most its weight.
+//!
+//! **Gates before scores** ([`super::gates`]): a provider that *failed* a gate (failure rate
+//! significantly above `max_failed_pct`, a missed SLO, a required compat check not passed)
+//! is not ranked: it is listed in [`SelectionTable::excluded`] with its reasons. The others
+//! are ranked in groups: first those at risk on no gate, then those at risk on one, and so
+//! on ([`SelectionRow::at_risk`]).
+//!
+//! **Ranks with ties**: each total has an interval ([`SelectionRow::total_interval`]): the
+//! total with the latency component scored at the upper and at the lower bound of the
+//! latency percentile's 95 % interval ([`stats::PercentileCi`]; a percentile without an
+//! interval spans the whole latency score, 0 to its weight × the `ok` share). Within a group,
+//! a provider's rank is 1 + the providers of its group (and of every group before it) whose
+//! interval lies entirely above its own; providers that share a rank are tied (`2=`). Rows
+//! are listed by group, rank, then total.
 
 use latmesh_core::budget;
 use latmesh_core::metrics::Metric;
 use latmesh_core::plan::ScenarioSpec;
-use latmesh_core::selection::{Selection, SelectionWeights};
+use latmesh_core::selection::{Selection, SelectionGates, SelectionWeights};
 use serde::Serialize;
 
+use super::gates::{self, GateResult, GateStatus};
 use crate::report_data::ReportData;
 use crate::stats;
 
@@ -65,7 +79,7 @@ pub struct Component {
     /// The normalized score, 0..=1 (1 best); `None` counts as 0 in the total.
     pub score: Option<f64>,
     /// The raw value in words (`"412 ms"`, `"P99 unsupported (n 40 < 368)"`, `"err 1.2% of
-    /// 500"`, `"$0.21/1k"`, `"8/10"`).
+    /// 500"`, `"$0.21/1k req"`, `"8/10"`).
     pub text: String,
     /// The latency percentile is not supported by the samples (scored 0).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -75,12 +89,21 @@ pub struct Component {
 /// One provider's line of a [`SelectionTable`].
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SelectionRow {
-    /// 1 = best.
+    /// 1 = best; providers whose total intervals do not separate share a rank.
     pub rank: usize,
+    /// Whether another row has the same rank (shown `2=`).
+    pub tied: bool,
+    /// How many gates the provider is at risk on (0: passed or undecided on every one); rows
+    /// with fewer rank before rows with more.
+    pub at_risk: usize,
     /// Provider.
     pub provider: String,
     /// Weighted score, 0..=1.
     pub total: f64,
+    /// The total's interval (low, high), from the latency percentile's 95 % interval.
+    pub total_interval: (f64, f64),
+    /// Every gate's result (passed ones included).
+    pub gates: Vec<GateResult>,
     /// Latency component.
     pub latency: Component,
     /// Stability component.
@@ -96,6 +119,26 @@ pub struct SelectionRow {
 }
 
 impl SelectionRow {
+    /// The rank as shown: `2`, or `2=` when tied.
+    pub fn rank_text(&self) -> String {
+        format!("{}{}", self.rank, if self.tied { "=" } else { "" })
+    }
+
+    /// The gates that are not plainly passed, `; `-joined (empty when none): at risk with
+    /// their figures, undecided in two words (`failure rate undecided`; the figures are in
+    /// [`SelectionRow::gates`]).
+    pub fn gate_notes(&self) -> String {
+        self.gates
+            .iter()
+            .filter_map(|g| match g.status {
+                GateStatus::Passed => None,
+                GateStatus::Undecided => Some(format!("{} {}", g.gate.as_str(), g.status.as_str())),
+                GateStatus::AtRisk | GateStatus::Failed => Some(g.text()),
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
     /// `(name, component)` in display order.
     pub fn components(&self) -> [(&'static str, &Component); 6] {
         [
@@ -122,8 +165,59 @@ pub struct SelectionTable {
     pub percentile: f64,
     /// Weights divided by their sum.
     pub weights: SelectionWeights,
-    /// Providers, best first.
+    /// The gates applied.
+    pub gates: SelectionGates,
+    /// Ranked providers, best first.
     pub rows: Vec<SelectionRow>,
+    /// Providers that failed a gate, not ranked (plan order).
+    pub excluded: Vec<ExcludedRow>,
+}
+
+/// A provider a gate excluded from one [`SelectionTable`].
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ExcludedRow {
+    /// Provider.
+    pub provider: String,
+    /// Every gate's result (the failed ones are the reasons).
+    pub gates: Vec<GateResult>,
+}
+
+impl ExcludedRow {
+    /// The failed gates in words, `; `-joined.
+    pub fn reasons(&self) -> String {
+        self.gates
+            .iter()
+            .filter(|g| g.status == GateStatus::Failed)
+            .map(GateResult::text)
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
+/// Ranks of rows with total intervals `intervals` (low, high) in rank groups `groups` (rows
+/// of a lower group rank first): `1 +` the rows of earlier groups `+` the rows of the same
+/// group whose interval lies entirely above the row's (their low above its high); `(rank,
+/// tied)` with `tied` when another row has the same rank. Ties never cross groups (a group's
+/// ranks stay within its size).
+pub fn tied_ranks(intervals: &[(f64, f64)], groups: &[usize]) -> Vec<(usize, bool)> {
+    let ranks: Vec<usize> = intervals
+        .iter()
+        .zip(groups)
+        .map(|(&(_, high), &g)| {
+            let earlier = groups.iter().filter(|&&o| o < g).count();
+            let above = intervals
+                .iter()
+                .zip(groups)
+                .filter(|&(&(low, _), &o)| o == g && low > high)
+                .count();
+            1 + earlier + above
+        })
+        .collect();
+    ranks
+        .iter()
+        .enumerate()
+        .map(|(i, &r)| (r, ranks.iter().enumerate().any(|(j, &o)| j != i && o == r)))
+        .collect()
 }
 
 /// Scores of `values` relative to their median, lower is better, on a log scale:
@@ -258,6 +352,14 @@ pub fn table(
                 .map(|h| (h.value_at_quantile(q) as f64 / 1000.0, h.len() >= need))
         })
         .collect();
+    // The latency percentile's 95 % interval (lower ms, upper ms), where the samples give one.
+    let latency_ci: Vec<Option<(f64, f64)>> = hists
+        .iter()
+        .map(|h| {
+            h.and_then(|h| stats::PercentileCi::of(h, sel.latency_percentile).ci)
+                .map(|c| (c.lower_ms, c.upper_ms))
+        })
+        .collect();
     let latency: Vec<Option<f64>> = measured
         .iter()
         .map(|m| m.filter(|(_, ok)| *ok).map(|(v, _)| v))
@@ -286,6 +388,15 @@ pub fn table(
         })
         .collect();
     let latency_s = relative_to_median(&latency);
+    // The latency score at one value, against the same median as `latency_s`.
+    let latency_median = stats::median(&latency.iter().flatten().copied().collect::<Vec<_>>());
+    let latency_score_at = |ms: f64| -> f64 {
+        match latency_median {
+            _ if ms <= 0.0 => 1.0,
+            Some(m) if m > 0.0 => (0.5 - (ms / m).log2() / 2.0).clamp(0.0, 1.0),
+            _ => 0.0,
+        }
+    };
     let price_s = relative_to_median(&price);
     let sum = sel.weights.sum();
     let w = &sel.weights;
@@ -312,7 +423,7 @@ pub fn table(
         unsupported: false,
     };
     let pct = format!("P{}", sel.latency_percentile);
-    let mut rows: Vec<SelectionRow> = providers
+    let rows: Vec<SelectionRow> = providers
         .iter()
         .enumerate()
         .map(|(i, p)| {
@@ -332,8 +443,12 @@ pub fn table(
             };
             let row = SelectionRow {
                 rank: 0,
+                tied: false,
+                at_risk: 0,
                 provider: p.name.clone(),
                 total: 0.0,
+                total_interval: (0.0, 0.0),
+                gates: Vec::new(),
                 latency: Component {
                     raw: measured[i].map(|(v, _)| v),
                     score: match measured[i] {
@@ -354,7 +469,8 @@ pub fn table(
                 price: Component {
                     raw: price[i],
                     score: per_attempt(price_s[i]),
-                    text: price[i].map_or("no price".into(), |v| format!("${v:.3}/1k{share_text}")),
+                    text: price[i]
+                        .map_or("no price".into(), |v| format!("${v:.3}/1k req{share_text}")),
                     unsupported: false,
                 },
                 quality: user(&p.name, |s| s.quality)
@@ -365,25 +481,95 @@ pub fn table(
                     .unwrap_or_else(none),
                 compliance: user(&p.name, |s| s.compliance).unwrap_or_else(none),
             };
-            let total = weights.latency * row.latency.score.unwrap_or(0.0)
+            let latency_score = row.latency.score.unwrap_or(0.0);
+            let total = weights.latency * latency_score
                 + weights.stability * row.stability.score.unwrap_or(0.0)
                 + weights.price * row.price.score.unwrap_or(0.0)
                 + weights.quality * row.quality.score.unwrap_or(0.0)
                 + weights.compatibility * row.compatibility.score.unwrap_or(0.0)
                 + weights.compliance * row.compliance.score.unwrap_or(0.0);
-            SelectionRow { total, ..row }
+            // The latency score's range: at the interval's ends, or anything from 0 to the
+            // `ok` share without an interval (a percentile the samples do not support).
+            let (lat_low, lat_high) = match (latency_ci[i], measured[i]) {
+                (Some((lo_ms, hi_ms)), Some((_, true))) => (
+                    latency_score_at(hi_ms) * ok_share,
+                    latency_score_at(lo_ms) * ok_share,
+                ),
+                (_, Some(_)) => (0.0, ok_share),
+                (_, None) => (0.0, 0.0),
+            };
+            let rest = total - weights.latency * latency_score;
+            let total_interval = (
+                (rest + weights.latency * lat_low).min(total),
+                (rest + weights.latency * lat_high).max(total),
+            );
+            SelectionRow {
+                total,
+                total_interval,
+                gates: gates::evaluate(&sel.gates, scenario, cells[i], &data.compat, &p.name),
+                ..row
+            }
         })
         .collect();
-    rows.sort_by(|a, b| b.total.total_cmp(&a.total));
-    for (i, r) in rows.iter_mut().enumerate() {
-        r.rank = i + 1;
+    let (excluded, mut rows): (Vec<SelectionRow>, Vec<SelectionRow>) = rows
+        .into_iter()
+        .partition(|r| r.gates.iter().any(|g| g.status == GateStatus::Failed));
+    for r in &mut rows {
+        r.at_risk = r
+            .gates
+            .iter()
+            .filter(|g| g.status == GateStatus::AtRisk)
+            .count();
     }
+    let intervals: Vec<(f64, f64)> = rows.iter().map(|r| r.total_interval).collect();
+    let groups: Vec<usize> = rows.iter().map(|r| r.at_risk).collect();
+    for (r, (rank, tied)) in rows.iter_mut().zip(tied_ranks(&intervals, &groups)) {
+        r.rank = rank;
+        r.tied = tied;
+    }
+    rows.sort_by(|a, b| a.rank.cmp(&b.rank).then(b.total.total_cmp(&a.total)));
     Some(SelectionTable {
         scenario: scenario.name.clone(),
         region: region.to_string(),
         metric: sel.latency_metric,
         percentile: sel.latency_percentile,
         weights,
+        gates: sel.gates.clone(),
         rows,
+        excluded: excluded
+            .into_iter()
+            .map(|r| ExcludedRow {
+                provider: r.provider,
+                gates: r.gates,
+            })
+            .collect(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranks_tie_where_the_intervals_overlap_and_groups_rank_in_order() {
+        // a [0.80, 0.90], b [0.75, 0.85] overlap: 1=, 1=; c [0.60, 0.78] lies below a only:
+        // rank 2; d (at risk on one gate) ranks after every row of group 0.
+        let r = tied_ranks(
+            &[(0.80, 0.90), (0.75, 0.85), (0.60, 0.78), (0.95, 0.99)],
+            &[0, 0, 0, 1],
+        );
+        assert_eq!(r, [(1, true), (1, true), (2, false), (4, false)]);
+        // Separated intervals: 1, 2, 3.
+        let r = tied_ranks(&[(0.9, 0.95), (0.7, 0.8), (0.5, 0.6)], &[0, 0, 0]);
+        assert_eq!(r, [(1, false), (2, false), (3, false)]);
+        // Two at risk tie among themselves, after the one clean row.
+        let r = tied_ranks(&[(0.1, 0.2), (0.5, 0.9), (0.4, 0.6)], &[0, 1, 1]);
+        assert_eq!(r, [(1, false), (2, true), (2, true)]);
+    }
+
+    #[test]
+    fn relative_to_median_scores() {
+        let s = relative_to_median(&[Some(100.0), Some(200.0), Some(400.0), None]);
+        assert_eq!(s, [Some(1.0), Some(0.5), Some(0.0), None]);
+    }
 }
