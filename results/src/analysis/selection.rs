@@ -356,7 +356,8 @@ pub fn table(
     let latency_ci: Vec<Option<(f64, f64)>> = hists
         .iter()
         .map(|h| {
-            h.and_then(|h| stats::PercentileCi::of(h, sel.latency_percentile).ci)
+            h.as_ref()
+                .and_then(|h| stats::PercentileCi::of(h, sel.latency_percentile).ci)
                 .map(|c| (c.lower_ms, c.upper_ms))
         })
         .collect();
