@@ -37,6 +37,8 @@
 //!   terminal event, failure, usage, finish reason, what answered);
 //! * [`tokens`]: the stamping of token-bearing payloads (TTFT, TTFC, ITL, reasoning);
 //! * [`tool_calls`]: tool-call fragments assembled into calls;
+//! * [`decode`]: the tokens and span TPOT and the decode rate divide (reasoning that was
+//!   not streamed left out);
 //! * [`events`]: each event or whole body handed to its API's reader;
 //! * [`chat`]: the Chat Completions reader (the other APIs': `super::anthropic`,
 //!   `super::responses`);
@@ -47,6 +49,7 @@
 
 pub mod body;
 pub mod chat;
+pub mod decode;
 pub mod events;
 pub mod finish;
 pub mod flow;
