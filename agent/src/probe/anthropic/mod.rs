@@ -855,6 +855,35 @@ mod tests {
         );
     }
 
+    /// An `error` event's type and message win over a bare `stop_reason: "error"` (a
+    /// gateway's), which is kept as the finish reason.
+    #[test]
+    fn an_error_event_wins_over_a_bare_error_stop_reason() {
+        let events = [
+            start(json!({"input_tokens": 5, "output_tokens": 1})),
+            block(0, json!({"type": "text", "text": ""})),
+            delta(0, json!({"type": "text_delta", "text": "a"})),
+            message_delta("error", json!({"output_tokens": 1})),
+            ev(json!({"type": "error", "error": {"type": "api_error", "message": "upstream 500"}})),
+        ];
+        let r = measure_events(&events, BodyEnd::Eof);
+        let rec = &r.record;
+        assert_eq!(
+            (
+                rec.outcome,
+                rec.finish_reason.as_deref(),
+                rec.error_type.as_deref(),
+                rec.error_message.as_deref()
+            ),
+            (
+                Some(Outcome::StreamError),
+                Some("error"),
+                Some("api_error"),
+                Some("upstream 500")
+            )
+        );
+    }
+
     /// Thinking that was not streamed (a thinking block with only its signature: Claude's
     /// omitted thinking) is left out of TPOT and the decode rate: with a thinking count, the
     /// output tokens less it; without one, they cannot be split and stay empty.

@@ -1024,6 +1024,89 @@ pub(crate) mod tests {
         );
     }
 
+    /// An error that names something wins over a failure that names nothing (a
+    /// `response.failed` with a null error), whichever comes first; a named one is kept.
+    #[test]
+    fn an_error_object_wins_over_a_bare_failure() {
+        let bare = ev(
+            "response.failed",
+            json!({"response": {"status": "failed", "error": null}}),
+        );
+        let named = ev(
+            "error",
+            json!({"code": "server_error", "message": "invalid output"}),
+        );
+        let other = ev("error", json!({"code": "later", "message": "ignored"}));
+        for events in [
+            vec![created(), bare.clone(), named.clone()],
+            vec![created(), named.clone(), bare.clone()],
+            vec![created(), named.clone(), other.clone()],
+        ] {
+            let r = measure_api(Api::Responses, &[&stream(&events, true)], false);
+            assert_eq!(
+                (
+                    r.record.outcome,
+                    r.record.error_code.as_deref(),
+                    r.record.error_message.as_deref()
+                ),
+                (
+                    Some(Outcome::StreamError),
+                    Some("server_error"),
+                    Some("invalid output")
+                )
+            );
+        }
+        let r = measure_api(Api::Responses, &[&stream(&[created(), bare], true)], false);
+        assert_eq!(
+            (r.record.error_code, r.record.error_message.as_deref()),
+            (None, Some("response.failed"))
+        );
+    }
+
+    /// Reasoning kept in an encrypted item, not streamed: TPOT and the decode rate over the
+    /// streamed tokens (output less reasoning); a streamed summary keeps every token.
+    #[test]
+    fn encrypted_reasoning_is_not_in_tpot() {
+        let reasoning_item = ev(
+            "response.output_item.done",
+            json!({"output_index": 0, "item": {"type": "reasoning", "summary": [],
+            "encrypted_content": "enc"}}),
+        );
+        let usage = json!({"input_tokens": 5, "output_tokens": 103,
+            "output_tokens_details": {"reasoning_tokens": 100}});
+        let events = [
+            stream(&[created(), reasoning_item.clone()], true),
+            stream(&[delta("response.output_text.delta", "a")], true),
+            stream(&[delta("response.output_text.delta", "b")], true),
+            stream(&[delta("response.output_text.delta", "c")], true),
+            stream(&[completed(json!([]), usage.clone())], true),
+        ];
+        let pieces: Vec<&[u8]> = events.iter().map(Vec::as_slice).collect();
+        let r = measure_api(Api::Responses, &pieces, false);
+        assert_eq!((r.record.output_tokens, r.decode_tokens), (103, Some(3)));
+        assert_eq!(
+            (r.record.ttft_us, r.record.e2e_us),
+            (Some(2_000), Some(5_000))
+        );
+        assert_eq!(r.record.tpot_us, Some(1_500));
+        let summary = stream(
+            &[
+                created(),
+                delta("response.reasoning_summary_text.delta", "s"),
+            ],
+            true,
+        );
+        let with_summary = [
+            summary.as_slice(),
+            &events[1],
+            &events[2],
+            &events[3],
+            &events[4],
+        ];
+        let r = measure_api(Api::Responses, &with_summary, false);
+        assert_eq!(r.decode_tokens, Some(103));
+    }
+
     #[test]
     fn terminal_events_map_to_finish_reasons_and_failures() {
         let incomplete = |reason: Value| {
