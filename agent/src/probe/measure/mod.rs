@@ -13,11 +13,14 @@
 //! * `ttft_us`/`ttfc_us` (event streams only), and `reasoning_us` = `ttfc − ttft` when a
 //!   reasoning payload came before the first content payload (`None` without reasoning, or
 //!   when reasoning and content first arrived in one payload);
-//! * `token_payloads`: payloads carrying any generated token (content, reasoning or a
-//!   tool-call fragment; a payload counts once);
+//! * `token_payloads`: payloads carrying any generated token (content, reasoning, a
+//!   tool-call fragment or other generated output such as audio bytes; a payload counts
+//!   once);
 //! * `output_tokens` and `output_tokens_source` by [`output_tokens`]: usage's count, or in
 //!   an event stream the payloads when they outnumber it (reasoning streamed but left out of
 //!   usage), or the payloads when no usage was reported;
+//! * `tpot_us` and `decode_tps` over the streamed tokens and span ([`decode`]: reasoning
+//!   the provider generated without streaming it is left out);
 //! * `usage_chunk_delta` = `usage.completion_tokens − token_payloads` when usage reported
 //!   completion tokens in an event stream (a body read whole is one payload by definition:
 //!   no delta);
