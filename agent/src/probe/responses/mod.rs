@@ -20,14 +20,14 @@
 //! Every event is read by its JSON `type` (the `event:` line may be missing or differ);
 //! every JSON event is one payload (its index counts every event, `response.created`
 //! included). Generated text, each delta event one token payload, by the rule of
-//! [`items::delta_kind`] (docs/metrics.md, "Parsing rules"):
+//! `items::delta_kind` (docs/metrics.md, "Parsing rules"):
 //! * content (TTFC): `response.output_text.delta`, `response.refusal.delta` (a refusal is
 //!   what the user is shown) and the transcript of audio output
 //!   (`response.audio.transcript.delta`, `response.output_audio_transcript.delta`): only
 //!   these known fields are the answer's text;
 //! * reasoning: `response.reasoning_summary_text.delta`, `response.reasoning_text.delta`
 //!   (any `*.delta` type naming `reasoning`, or a delta of a `reasoning` item);
-//! * tool call: `response.output_item.added` of a call item ([`items::is_tool_item`]: its
+//! * tool call: `response.output_item.added` of a call item (`items::is_tool_item`: its
 //!   name, or its type when it has none; the call's slot is its `output_index`, its id the
 //!   `call_id`), and the input deltas of any tool kind: a delta of a `*_call` item (its
 //!   type read from `response.output_item.added`), or whose name names a call's input
