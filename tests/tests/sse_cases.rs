@@ -63,6 +63,9 @@ cases! {
     case_49_anthropic_redacted_thinking => "49-anthropic-redacted-thinking",
     case_50_anthropic_no_event_lines => "50-anthropic-no-event-lines",
     case_51_llamacpp_anthropic_cache_read => "51-llamacpp-anthropic-cache-read",
+    case_52_anthropic_omitted_thinking => "52-anthropic-omitted-thinking",
+    case_53_anthropic_server_tools_and_unknown_kinds => "53-anthropic-server-tools-and-unknown-kinds",
+    case_54_anthropic_gateway_error_stop_then_error => "54-anthropic-gateway-error-stop-then-error",
     case_60_responses_text_stream => "60-responses-text-stream",
     case_61_responses_reasoning_summary_then_text => "61-responses-reasoning-summary-then-text",
     case_62_responses_function_call_argument_deltas => "62-responses-function-call-argument-deltas",
@@ -74,6 +77,10 @@ cases! {
     case_68_responses_no_event_lines_and_done => "68-responses-no-event-lines-and-done",
     case_69_responses_refusal_deltas => "69-responses-refusal-deltas",
     case_70_responses_llamacpp_minimal_events => "70-responses-llamacpp-minimal-events",
+    case_71_responses_tool_inputs_of_every_kind => "71-responses-tool-inputs-of-every-kind",
+    case_72_responses_audio_output => "72-responses-audio-output",
+    case_73_responses_encrypted_reasoning_only => "73-responses-encrypted-reasoning-only",
+    case_74_responses_failed_then_error_event => "74-responses-failed-then-error-event",
     case_80_openai_refusal_only => "80-openai-refusal-only",
     case_81_openai_audio_transcript => "81-openai-audio-transcript",
     case_82_gzip_event_stream => "82-gzip-event-stream",
@@ -83,6 +90,10 @@ cases! {
     case_86_think_close_tag_only => "86-think-close-tag-only",
     case_87_deflate_nonstream_json => "87-deflate-nonstream-json",
     case_88_brotli_http503_error => "88-brotli-http503-error",
+    case_89_openai_custom_tool_input => "89-openai-custom-tool-input",
+    case_90_openrouter_midstream_error_finish => "90-openrouter-midstream-error-finish",
+    case_91_openai_unstreamed_reasoning_tokens => "91-openai-unstreamed-reasoning-tokens",
+    case_92_openai_audio_before_transcript => "92-openai-audio-before-transcript",
 }
 
 /// The corpus README's outcome names mapped to latmesh's (docs/metrics.md).
@@ -382,14 +393,48 @@ async fn run_case(case: &str) {
     } else {
         assert!(rec.error_message.is_some(), "{ctx}");
     }
-    // A payload with any generated token counts once.
+    // A payload with any generated token counts once; `other_token_payloads` (latmesh's
+    // addition) are those with generated output that is neither text, reasoning nor a tool
+    // call (audio bytes, a delta of a kind latmesh does not know).
     let (c, re, t) = (
         rec.content_chunks,
         rec.reasoning_chunks,
         rec.tool_call_chunks,
     );
-    assert!(rec.token_payloads >= c.max(re).max(t), "{ctx}");
-    assert!(rec.token_payloads <= c + re + t, "{ctx}");
+    let other = expect
+        .get("other_token_payloads")
+        .map_or(0, |v| opt_u32(v).unwrap());
+    assert!(rec.token_payloads >= c.max(re).max(t).max(other), "{ctx}");
+    assert!(rec.token_payloads <= c + re + t + other, "{ctx}");
+    if let Some(n) = expect.get("token_payloads") {
+        assert_eq!(Some(rec.token_payloads), opt_u32(n), "{ctx}");
+    }
+    if let Some(n) = expect.get("tool_call_chunks") {
+        assert_eq!(Some(rec.tool_call_chunks), opt_u32(n), "{ctx}");
+    }
+    // TPOT and the decode rate spread the streamed span over the streamed tokens
+    // (`decode_tokens`, latmesh's addition: the output tokens less reasoning generated but
+    // not streamed, `null` when that cannot be told; absent: every output token).
+    let decode_tokens = match expect.get("decode_tokens") {
+        Some(v) => opt_u32(v),
+        None => Some(rec.output_tokens),
+    };
+    // (Measured for a 2xx event stream only: an error status has no answer to decode.)
+    let measured = stream && (200..300).contains(&status);
+    assert_eq!(r.decode_tokens, decode_tokens.filter(|_| measured), "{ctx}");
+    match (r.decode_tokens, rec.ttft_us, rec.e2e_us) {
+        (Some(n), Some(ttft), Some(e2e)) if n >= 2 && e2e > ttft => {
+            let tpot = rec.tpot_us.unwrap();
+            assert!(tpot * u64::from(n - 1) <= e2e - ttft, "{ctx}");
+            let tps = rec.decode_tps.unwrap();
+            assert!(
+                tps >= f64::from(n - 1) * 1e6 / (e2e - ttft) as f64 - 1e-6,
+                "{ctx}"
+            );
+        }
+        (None, ..) => assert_eq!((rec.tpot_us, rec.decode_tps), (None, None), "{ctx}"),
+        _ => {}
+    }
     if !want_tools.is_empty() {
         assert!(rec.tool_call_chunks > 0, "{ctx}");
     }

@@ -45,8 +45,9 @@
 //! registered again for every read.) Then, from those stamps:
 //!
 //! * `ttft`: the first payload with a non-empty generated token of any kind (content,
-//!   refusal, audio, reasoning, tool-call fragment); `ttfc`: the first with the answer
-//!   (non-empty `content`, `refusal` or `audio`; with `reasoning_tags` declared, the first
+//!   refusal, audio, reasoning, tool-call fragment, a delta of a kind latmesh does not
+//!   know); `ttfc`: the first with the answer's text (non-empty `content`, `refusal` or
+//!   audio transcript; never audio bytes; with `reasoning_tags` declared, the first
 //!   content after the closing tag: [`think_tags`]);
 //! * `e2e`: `[DONE]`, or the end of the body after a `finish_reason`;
 //! * ITL: every gap between consecutive token-bearing payloads (payloads of one read are
@@ -55,7 +56,8 @@
 //!   count; in an event stream the payloads when they outnumber usage (reasoning streamed
 //!   but not counted), with `output_tokens_source` saying which
 //!   ([`latmesh_core::output_tokens`]); TPOT and decode rate from [`latmesh_core::metrics`]
-//!   with that count;
+//!   with that count, less reasoning the provider generated without streaming it, over the
+//!   streamed span ([`ProbeResult::decode_tokens`]);
 //! * `answered_model`, `system_fingerprint`: the first non-empty ones of the response.
 //!
 //! A non-streaming request (`stream: false`) has no token timing: `ttft`/`ttfc` are `None`,
@@ -223,6 +225,11 @@ pub struct ProbeResult {
     pub first_output_payload_index: Option<u32>,
     /// 0-based index, among JSON chat payloads, of the payload where TTFC was stamped.
     pub first_content_payload_index: Option<u32>,
+    /// The output tokens TPOT and the decode rate were computed over: `output_tokens`, less
+    /// reasoning the provider generated without streaming it (docs/metrics.md, "Parsing
+    /// rules"); `None` for a body read whole, and when that reasoning could not be told
+    /// apart (no reasoning count reported: TPOT and the decode rate are then empty).
+    pub decode_tokens: Option<u32>,
     /// `t_send` (see Timing in the [module documentation](self)): every `*_us` duration of
     /// the record is measured from it. Set on every path.
     pub t_send: Option<Instant>,

@@ -3,6 +3,8 @@
 
 use std::borrow::Cow;
 
+use serde::de::{IgnoredAny, SeqAccess};
+
 use super::content::ContentField;
 use super::lenient::{Args, Many, Num, Obj, Text};
 
@@ -19,17 +21,92 @@ pub struct FunctionWire<'a> {
 }
 
 /// One tool-call entry of a delta (a fragment) or of a message (whole).
-#[derive(serde::Deserialize, Clone, Debug, Default, PartialEq)]
-#[serde(default)]
+///
+/// A call of any tool kind is read (docs/metrics.md, "Parsing rules"): its body is the
+/// `function` object, or, for another kind, the object under the key its `type` names
+/// (`{"type": "custom", "custom": {"name", "input"}}`) or any other object member with a
+/// `name`, `arguments` or `input`; a custom tool's `input` is the call's arguments.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct ToolCallWire<'a> {
     /// Which call this fragment belongs to; missing for some servers.
     pub index: Num,
     /// Call id; often only on the first fragment, missing entirely for some servers.
-    #[serde(borrow)]
     pub id: Text<'a>,
-    /// The function part.
-    #[serde(borrow)]
+    /// The function part (or the body of a call of another kind).
     pub function: Obj<FunctionWire<'a>>,
+}
+
+/// The body of a call of a kind other than `function` (a custom tool's `input`).
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct CallBodyWire<'a> {
+    #[serde(borrow)]
+    name: Text<'a>,
+    #[serde(borrow)]
+    arguments: Args<'a>,
+    #[serde(borrow)]
+    input: Args<'a>,
+}
+
+impl<'a> CallBodyWire<'a> {
+    fn is_empty(&self) -> bool {
+        self.name.0.is_none() && self.arguments.0.is_none() && self.input.0.is_none()
+    }
+
+    fn into_function(self) -> FunctionWire<'a> {
+        FunctionWire {
+            name: self.name,
+            arguments: if self.arguments.0.is_some() {
+                self.arguments
+            } else {
+                self.input
+            },
+        }
+    }
+}
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for ToolCallWire<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::{MapAccess, Visitor};
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = ToolCallWire<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a tool call")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut out = ToolCallWire::default();
+                let mut kind: Option<String> = None;
+                // Bodies under other keys, by key: the one `type` names wins, else the first.
+                let mut others: Vec<(String, CallBodyWire<'a>)> = Vec::new();
+                while let Some(key) = map.next_key::<Text<'de>>()? {
+                    match key.as_str() {
+                        "index" => out.index = map.next_value()?,
+                        "id" => out.id = map.next_value()?,
+                        "type" => kind = map.next_value::<Text<'de>>()?.0.map(|t| t.into_owned()),
+                        "function" => out.function = map.next_value()?,
+                        k => {
+                            let k = k.to_string();
+                            if let Obj(Some(b)) = map.next_value::<Obj<CallBodyWire<'de>>>()?
+                                && !b.is_empty()
+                            {
+                                others.push((k, b));
+                            }
+                        }
+                    }
+                }
+                if out.function.0.is_none() && !others.is_empty() {
+                    let at = kind
+                        .and_then(|t| others.iter().position(|(k, _)| *k == t))
+                        .unwrap_or(0);
+                    out.function = Obj(Some(others.swap_remove(at).1.into_function()));
+                }
+                Ok(out)
+            }
+            ignore_types!(bool, num, str, null, seq);
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
 }
 
 impl ToolCallWire<'_> {
@@ -53,7 +130,7 @@ struct ReasoningDetail<'a> {
 }
 
 /// `audio` of a delta or message (a model asked for audio output): its transcript is the
-/// answer's text, its `data` (base64 audio) the answer itself.
+/// answer's text; its `data` (base64 audio) is generated output but never text.
 #[derive(serde::Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(default)]
 pub struct AudioWire<'a> {
@@ -116,7 +193,8 @@ impl DeltaWire<'_> {
         }
     }
 
-    /// Whether the delta carries audio bytes (the answer, without text).
+    /// Whether the delta carries audio bytes (generated output that is not text: a token,
+    /// never the answer's text nor TTFC).
     pub fn has_audio_data(&self) -> bool {
         self.audio
             .0

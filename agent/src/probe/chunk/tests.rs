@@ -217,3 +217,56 @@ fn only_the_first_choice_is_measured() {
     assert_eq!(c.delta().unwrap().content(), "a");
     assert_eq!(c.usage().unwrap().completion_tokens, Some(1));
 }
+
+/// A tool call of any kind is read: `function`, a custom tool's `custom.input`, the body
+/// the `type` names, else the first other body; `function` wins; odd members are skipped.
+#[test]
+fn tool_calls_of_every_kind() {
+    let call = |entry: &str| {
+        let json = format!(r#"{{"choices":[{{"delta":{{"tool_calls":[{entry}]}}}}]}}"#);
+        let c = decode(json.as_bytes()).unwrap();
+        let d = c.delta().cloned().unwrap();
+        let t = d.tool_calls.0.first().cloned().unwrap_or_default();
+        let f = t.function.0.unwrap_or_default();
+        (
+            t.id.as_str().to_string(),
+            f.name.as_str().to_string(),
+            f.arguments.0.map(Cow::into_owned),
+            d.has_tool_fragment(),
+        )
+    };
+    let some = |id: &str, name: &str, args: Option<&str>, frag| {
+        (
+            id.to_string(),
+            name.to_string(),
+            args.map(str::to_string),
+            frag,
+        )
+    };
+    assert_eq!(
+        call(r#"{"id":"c","type":"custom","custom":{"name":"sql","input":"SELECT 1"}}"#),
+        some("c", "sql", Some("SELECT 1"), true)
+    );
+    assert_eq!(
+        call(r#"{"index":0,"type":"custom","custom":{"input":" 2"}}"#),
+        some("", "", Some(" 2"), true)
+    );
+    // The body the type names wins over another object; `function` over both.
+    assert_eq!(
+        call(r#"{"type":"b","a":{"name":"x"},"b":{"name":"y","arguments":"{}"}}"#),
+        some("", "y", Some("{}"), true)
+    );
+    assert_eq!(
+        call(r#"{"type":"b","b":{"name":"y"},"function":{"name":"f","arguments":"{}"}}"#),
+        some("", "f", Some("{}"), true)
+    );
+    // A body of an unnamed kind; members that are no call body are not one.
+    assert_eq!(
+        call(r#"{"id":"c","later":{"input":"go"},"meta":{"x":1},"n":[1]}"#),
+        some("c", "", Some("go"), true)
+    );
+    assert_eq!(
+        call(r#"{"index":0,"meta":{"x":1},"type":7}"#),
+        some("", "", None, false)
+    );
+}

@@ -120,7 +120,7 @@ impl State {
             content: &d.content(),
             reasoning: &reasoning,
             tool: d.has_tool_fragment(),
-            audio: d.has_audio_data(),
+            other: d.has_audio_data(),
         };
         self.on_output(at, index, output);
     }

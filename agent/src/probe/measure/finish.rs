@@ -1,6 +1,7 @@
 //! The end of a measurement ([`Measurement::finish`]): the outcome (the first failure, or
 //! what the stream's end says), and the record assembled from the state: timings from
-//! `t_send`, the output token count and its source, usage, TPOT and decode rate.
+//! `t_send`, the output token count and its source, usage, TPOT and decode rate (over the
+//! streamed tokens: [`super::decode`]).
 
 use std::time::Instant;
 
@@ -128,9 +129,13 @@ impl Measurement {
             .map(|n| i64::from(n) - i64::from(st.token_payloads));
         record.answered_model = st.answered_model.clone();
         record.system_fingerprint = st.system_fingerprint.clone();
-        if let (Some(ttft), Some(e2e)) = (record.ttft_us, record.e2e_us) {
-            record.tpot_us = metrics::tpot_us(ttft, e2e, record.output_tokens);
-            record.decode_tps = metrics::decode_tps(ttft, e2e, record.output_tokens);
+        // Over the streamed tokens and span: reasoning generated but not streamed is left
+        // out of both (`super::decode`).
+        let decode = st.decode(tokens, source, &usage);
+        let decode_from_us = decode.from.map(|t| head.us(t)).filter(|_| event_stream);
+        if let (Some(from), Some(e2e), Some(n)) = (decode_from_us, record.e2e_us, decode.tokens) {
+            record.tpot_us = metrics::tpot_us(from, e2e, n);
+            record.decode_tps = metrics::decode_tps(from, e2e, n);
         }
         record.content_chunks = st.content_chunks;
         record.reasoning_chunks = st.reasoning_chunks;
@@ -154,6 +159,7 @@ impl Measurement {
             },
             first_output_payload_index: st.first_token.map(|(_, i)| i),
             first_content_payload_index: st.first_content.map(|(_, i)| i),
+            decode_tokens: decode.tokens.filter(|_| event_stream),
             itl_gaps_us: st.itl_gaps_us,
             content_text: st.content_text,
             reasoning_text: st.reasoning_text,

@@ -13,11 +13,14 @@
 //! * `ttft_us`/`ttfc_us` (event streams only), and `reasoning_us` = `ttfc − ttft` when a
 //!   reasoning payload came before the first content payload (`None` without reasoning, or
 //!   when reasoning and content first arrived in one payload);
-//! * `token_payloads`: payloads carrying any generated token (content, reasoning or a
-//!   tool-call fragment; a payload counts once);
+//! * `token_payloads`: payloads carrying any generated token (content, reasoning, a
+//!   tool-call fragment or other generated output such as audio bytes; a payload counts
+//!   once);
 //! * `output_tokens` and `output_tokens_source` by [`output_tokens`]: usage's count, or in
 //!   an event stream the payloads when they outnumber it (reasoning streamed but left out of
 //!   usage), or the payloads when no usage was reported;
+//! * `tpot_us` and `decode_tps` over the streamed tokens and span ([`decode`]: reasoning
+//!   the provider generated without streaming it is left out);
 //! * `usage_chunk_delta` = `usage.completion_tokens − token_payloads` when usage reported
 //!   completion tokens in an event stream (a body read whole is one payload by definition:
 //!   no delta);
@@ -37,6 +40,8 @@
 //!   terminal event, failure, usage, finish reason, what answered);
 //! * [`tokens`]: the stamping of token-bearing payloads (TTFT, TTFC, ITL, reasoning);
 //! * [`tool_calls`]: tool-call fragments assembled into calls;
+//! * [`decode`]: the tokens and span TPOT and the decode rate divide (reasoning that was
+//!   not streamed left out);
 //! * [`events`]: each event or whole body handed to its API's reader;
 //! * [`chat`]: the Chat Completions reader (the other APIs': `super::anthropic`,
 //!   `super::responses`);
@@ -47,6 +52,7 @@
 
 pub mod body;
 pub mod chat;
+pub mod decode;
 pub mod events;
 pub mod finish;
 pub mod flow;

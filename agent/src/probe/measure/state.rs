@@ -73,6 +73,22 @@ pub(in crate::probe) struct State {
     /// The answer's reasoning items (Responses API), kept with the texts (`keep_text`) for a
     /// later turn to pass back.
     pub(super) reasoning_items: Vec<serde_json::Value>,
+    /// Reasoning text arrived (a reasoning field, a thinking delta, text between declared
+    /// tags): the reasoning was streamed.
+    pub(super) reasoning_streamed: bool,
+    /// A reasoning block or item was seen ([`State::on_reasoning_block`]).
+    pub(super) reasoning_block: bool,
+    /// Payloads that carried only reasoning without text ([`State::on_hidden_reasoning`]).
+    pub(super) hidden_reasoning_payloads: u32,
+    /// When the first token-bearing payload other than hidden reasoning was read: where the
+    /// streamed span of TPOT begins when reasoning was not streamed ([`super::decode`]).
+    pub(super) first_streamed_token: Option<Instant>,
+    /// The recorded failure came from an aborting finish reason or a provider error without
+    /// a type, code or message: a provider error object read later replaces it
+    /// ([`State::provider_failure`]).
+    pub(super) failure_is_bare: bool,
+    /// What a Responses stream needs across its events ([`crate::probe::responses`]).
+    pub(in crate::probe) responses: crate::probe::responses::items::StreamItems,
     /// The body has ended: the events read now are the last, unterminated one (an API whose
     /// events are named reads a payload cut here as a truncation, as `complete: false`).
     pub(super) body_ending: bool,
@@ -130,14 +146,34 @@ impl State {
 
     /// Records the provider's error `e` as a `stream_error` (`what` is the message when it
     /// has none).
+    ///
+    /// The error object wins over a bare failure (docs/metrics.md, "Parsing rules"): when
+    /// the failure recorded so far is a `stream_error` that names nothing (an aborting
+    /// finish reason such as `finish_reason: "error"`, or an earlier error without a type,
+    /// code or message), an error that names something replaces it, in the same payload or
+    /// a later one, so the record keeps the provider's code and message.
     pub(in crate::probe) fn provider_failure(&mut self, e: ProviderError, what: &str) {
+        let bare = e.kind.is_none() && e.code.is_none() && e.message.is_none();
         let message = e.message.clone().unwrap_or_else(|| what.to_string());
-        self.fail(Failure {
+        let f = Failure {
             outcome: Outcome::StreamError,
             error_type: e.kind.or(e.code.clone()),
             error_code: e.code,
             message,
-        });
+        };
+        let replaces = !bare
+            && self.failure_is_bare
+            && self
+                .failure
+                .as_ref()
+                .is_some_and(|old| old.outcome == Outcome::StreamError);
+        if replaces {
+            self.failure = Some(f);
+            self.failure_is_bare = false;
+        } else if self.failure.is_none() {
+            self.failure = Some(f);
+            self.failure_is_bare = bare;
+        }
     }
 
     /// The `model` and `system_fingerprint` of a payload (`""` when absent): the first
@@ -157,17 +193,23 @@ impl State {
         if self.finish_reason.as_deref() != Some(kept) {
             self.finish_reason = Some(kept.to_string());
         }
-        if is_abort_finish(fr) {
-            self.fail(Failure::new(
+        if is_abort_finish(fr) && self.failure.is_none() {
+            self.failure = Some(Failure::new(
                 Outcome::StreamError,
                 format!("generation aborted: finish_reason {fr}"),
             ));
+            self.failure_is_bare = true;
         }
     }
 
     /// Whether any tool call was read.
     pub(in crate::probe) fn has_tool_calls(&self) -> bool {
         !self.tool_calls.is_empty()
+    }
+
+    /// Whether a tool call with slot `index` was read (`None`: no slot named).
+    pub(in crate::probe) fn has_tool_call_at(&self, index: Option<u32>) -> bool {
+        index.is_some_and(|i| self.tool_calls.iter().any(|c| c.index == i))
     }
 
     /// Whether a reasoning item was kept.

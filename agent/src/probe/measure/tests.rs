@@ -369,6 +369,164 @@ fn stream_errors_keep_the_first_failure_and_the_finish_reason() {
     );
 }
 
+/// An error object wins over a bare `finish_reason: "error"`: in the same chunk, or in
+/// the chunk after it; an error that names nothing does not replace a finish reason, and
+/// a named error is never replaced by a later one.
+#[test]
+fn an_error_object_wins_over_a_bare_error_finish_reason() {
+    let both = r#"{"choices":[{"index":0,"delta":{},"finish_reason":"error"}],"error":{"code":"upstream_timeout","message":"the model server timed out","type":"server_error"}}"#;
+    let bare = r#"{"choices":[{"index":0,"delta":{},"finish_reason":"error"}]}"#;
+    let later = r#"{"error":{"code":503,"message":"backend overloaded"}}"#;
+    let named_then_other = r#"{"error":{"code":"second","message":"later"}}"#;
+    for (body, code, message) in [
+        (
+            sse(&[&content("a"), both, "[DONE]"]),
+            Some("upstream_timeout"),
+            "the model server timed out",
+        ),
+        (
+            sse(&[&content("a"), bare, later, "[DONE]"]),
+            Some("503"),
+            "backend overloaded",
+        ),
+        (
+            sse(&[&content("a"), bare, r#"{"error":{}}"#, "[DONE]"]),
+            None,
+            "generation aborted: finish_reason error",
+        ),
+        (
+            sse(&[&content("a"), both, named_then_other, "[DONE]"]),
+            Some("upstream_timeout"),
+            "the model server timed out",
+        ),
+    ] {
+        let r = measure(&[&body], false);
+        let rec = &r.record;
+        assert_eq!(rec.outcome, Some(Outcome::StreamError), "{rec:?}");
+        assert_eq!(rec.finish_reason.as_deref(), Some("error"));
+        assert_eq!(rec.error_code.as_deref(), code, "{rec:?}");
+        assert_eq!(rec.error_message.as_deref(), Some(message), "{rec:?}");
+    }
+    // Past the fast path's cache too: an `event: error` after the finish reason.
+    let mut body = sse(&[&content("a"), bare]);
+    body.extend_from_slice(b"event: error\ndata: {\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n");
+    let r = measure(&[&body], false);
+    assert_eq!(
+        (
+            r.record.error_type.as_deref(),
+            r.record.error_message.as_deref()
+        ),
+        (Some("overloaded_error"), Some("Overloaded"))
+    );
+}
+
+/// A tool call of any kind is read: a custom tool's `input` (under the key its `type`
+/// names) is the call's arguments, never the answer.
+#[test]
+fn tool_calls_of_any_kind_are_read() {
+    let f = |s: &str| format!(r#"{{"choices":[{{"index":0,"delta":{{"tool_calls":[{s}]}}}}]}}"#);
+    let body = sse(&[
+        &f(
+            r#"{"index":0,"id":"call_c","type":"custom","custom":{"name":"run_sql","input":"SELECT"}}"#,
+        ),
+        &f(r#"{"index":0,"type":"custom","custom":{"input":" 1"}}"#),
+        &f(
+            r#"{"index":1,"id":"call_f","type":"future","future":{"name":"go","arguments":"{}"},"note":{"x":1}}"#,
+        ),
+        &stop(""),
+        "[DONE]",
+    ]);
+    let r = measure(&[&body], false);
+    assert_eq!(r.record.outcome, Some(Outcome::Ok), "{:?}", r.record);
+    assert_eq!(r.content_text, "");
+    assert_eq!((r.record.tool_call_chunks, r.record.content_chunks), (3, 0));
+    assert_eq!(r.record.ttfc_us, None);
+    assert_eq!(
+        r.tool_calls,
+        vec![
+            ToolCall {
+                index: 0,
+                id: Some("call_c".into()),
+                name: "run_sql".into(),
+                arguments: "SELECT 1".into()
+            },
+            ToolCall {
+                index: 1,
+                id: Some("call_f".into()),
+                name: "go".into(),
+                arguments: "{}".into()
+            },
+        ]
+    );
+}
+
+/// Reasoning the provider counted but did not stream is left out of TPOT and the decode
+/// rate: they spread the streamed span over the streamed tokens. Streamed reasoning, and
+/// no reasoning, keep every output token.
+#[test]
+fn unstreamed_reasoning_is_not_in_tpot() {
+    let usage = |c: u32, r: u32| {
+        format!(
+            r#","usage":{{"prompt_tokens":5,"completion_tokens":{c},"completion_tokens_details":{{"reasoning_tokens":{r}}}}}"#
+        )
+    };
+    // 4 content payloads 1 ms apart (TTFT at 1 ms), [DONE] at 6 ms: a 5 ms span.
+    let body = |u: &str| {
+        sse(&[
+            &content("a"),
+            &content("b"),
+            &content("c"),
+            &content("d"),
+            &stop(u),
+            "[DONE]",
+        ])
+    };
+    let pieces = |b: &[u8]| -> Vec<Vec<u8>> {
+        b.split_inclusive(|&c| c == b'\n')
+            .collect::<Vec<_>>()
+            .chunks(2)
+            .map(|c| c.concat())
+            .collect()
+    };
+    let run = |b: Vec<u8>| {
+        let p = pieces(&b);
+        let refs: Vec<&[u8]> = p.iter().map(Vec::as_slice).collect();
+        measure(&refs, false)
+    };
+    // 104 completion tokens of which 100 reasoning, none streamed: 4 decode tokens.
+    let r = run(body(&usage(104, 100)));
+    assert_eq!(r.record.output_tokens, 104);
+    assert_eq!(r.decode_tokens, Some(4));
+    assert_eq!(
+        (r.record.ttft_us, r.record.e2e_us),
+        (Some(1_000), Some(6_000))
+    );
+    assert_eq!(r.record.tpot_us, Some(5_000 / 3));
+    assert_eq!(r.record.decode_tps, Some(3.0 * 1e6 / 5_000.0));
+    // Without reasoning tokens: every output token.
+    let r = run(body(&usage(8, 0)));
+    assert_eq!(
+        (r.decode_tokens, r.record.tpot_us),
+        (Some(8), Some(5_000 / 7))
+    );
+    // Reasoning streamed: every output token too (the span holds the reasoning).
+    let reasoning =
+        r#"{"choices":[{"index":0,"delta":{"reasoning_content":"hm"},"finish_reason":null}]}"#;
+    let b = sse(&[
+        reasoning,
+        &content("a"),
+        &content("b"),
+        &content("c"),
+        &stop(&usage(104, 100)),
+        "[DONE]",
+    ]);
+    let r = run(b);
+    assert_eq!(r.decode_tokens, Some(104));
+    // A count that does not cover the streamed payloads: at least those.
+    let r = run(body(&usage(102, 100)));
+    assert_eq!(r.decode_tokens, Some(4));
+}
+
 #[test]
 fn tool_calls_accumulate_per_index() {
     let f = |s: &str| format!(r#"{{"choices":[{{"index":0,"delta":{{"tool_calls":[{s}]}}}}]}}"#);
@@ -1731,8 +1889,10 @@ fn an_answer_in_no_streamed_field_is_not_an_ok() {
     assert_eq!(r.record.outcome(), Outcome::Ok);
 }
 
+/// A refusal is the answer's text; so is an audio answer's transcript. Audio bytes are a
+/// token (TTFT, ITL) but not text: no TTFC, no content payload, nothing in the text.
 #[test]
-fn refusal_and_audio_are_the_answer() {
+fn refusal_and_transcript_are_the_answer_and_audio_is_not_text() {
     let refusal = delta(r#""content":null,"refusal":"I can't help with that.""#);
     let body = sse(&[
         C0,
@@ -1763,8 +1923,12 @@ fn refusal_and_audio_are_the_answer() {
     let r = measure(&[&body], false);
     assert_eq!(r.record.outcome, Some(Outcome::Ok), "{:?}", r.record);
     assert_eq!(r.content_text, "Hello.");
-    assert_eq!((r.record.content_chunks, r.record.token_payloads), (4, 4));
-    assert_eq!(r.first_content_payload_index, Some(1));
+    assert_eq!((r.record.content_chunks, r.record.token_payloads), (2, 4));
+    assert_eq!(
+        (r.first_output_payload_index, r.first_content_payload_index),
+        (Some(1), Some(2))
+    );
+
     // A whole message with a refusal.
     let whole = br#"{"choices":[{"index":0,"message":{"role":"assistant","content":null,"refusal":"No."},"finish_reason":"stop"}]}"#;
     let r = measure(&[whole], true);

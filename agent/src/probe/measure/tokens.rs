@@ -1,7 +1,7 @@
-//! The stamping of token-bearing payloads: which payload carries content, reasoning or a
-//! tool-call fragment; TTFT and TTFC at their first one; an ITL gap between consecutive
-//! ones; reasoning between declared tags split out of the content (docs/metrics.md,
-//! "Reasoning inside content").
+//! The stamping of token-bearing payloads: which payload carries content, reasoning, a
+//! tool-call fragment or other generated output; TTFT and TTFC at their first one; an ITL
+//! gap between consecutive ones; reasoning between declared tags split out of the content
+//! (docs/metrics.md, "Reasoning inside content" and "Parsing rules").
 
 use std::time::Instant;
 
@@ -24,8 +24,10 @@ pub(super) struct Output<'a> {
     pub(super) reasoning: &'a str,
     /// A tool-call fragment.
     pub(super) tool: bool,
-    /// Audio bytes: part of the answer, without text.
-    pub(super) audio: bool,
+    /// Generated output that is neither the answer's text, reasoning nor a tool call: audio
+    /// bytes, or a delta of a kind latmesh does not know. Token-bearing (TTFT, ITL), never
+    /// the answer (no TTFC, no content text).
+    pub(super) other: bool,
 }
 
 impl State {
@@ -43,7 +45,20 @@ impl State {
             content,
             reasoning,
             tool,
-            audio: false,
+            other: false,
+        };
+        self.on_output(at, index, output);
+    }
+
+    /// Payload `index`, read at `at`, carries generated output that is not the answer's text,
+    /// reasoning or a tool call (audio bytes, a delta of a kind latmesh does not know): a
+    /// token-bearing payload that never stamps TTFC.
+    pub(in crate::probe) fn on_other_output(&mut self, at: Instant, index: u32) {
+        let output = Output {
+            content: "",
+            reasoning: "",
+            tool: false,
+            other: true,
         };
         self.on_output(at, index, output);
     }
@@ -60,7 +75,7 @@ impl State {
             },
         };
         let (content, reasoning) = (split.content, out.reasoning);
-        let is_content = !content.is_empty() || out.audio;
+        let is_content = !content.is_empty();
         let is_reasoning =
             !reasoning.is_empty() || !split.reasoning.is_empty() || split.reasoning_payload;
         if is_content {
@@ -84,6 +99,7 @@ impl State {
             self.reasoning_field.get_or_insert(REASONING_TAGS_FIELD);
         }
         if is_reasoning {
+            self.reasoning_streamed = true;
             self.reasoning_chunks = self.reasoning_chunks.saturating_add(1);
             self.first_reasoning.get_or_insert(index);
             if self.keep_text {
@@ -95,7 +111,8 @@ impl State {
         if out.tool {
             self.tool_call_chunks = self.tool_call_chunks.saturating_add(1);
         }
-        if is_content || is_reasoning || out.tool {
+        if is_content || is_reasoning || out.tool || out.other {
+            self.first_streamed_token.get_or_insert(at);
             self.on_token_payload(at, index);
         }
     }
@@ -146,11 +163,24 @@ impl State {
     }
 
     /// Payload `index`, read at `at`, carries reasoning the provider sent encrypted (an
-    /// Anthropic `redacted_thinking` block): a reasoning token with no readable text.
+    /// Anthropic `redacted_thinking` block): a reasoning token with no readable text. Its
+    /// tokens were generated before it and not streamed ([`State::on_reasoning_block`]).
     pub(in crate::probe) fn on_hidden_reasoning(&mut self, at: Instant, index: u32) {
+        self.on_reasoning_block();
+        self.hidden_reasoning_payloads = self.hidden_reasoning_payloads.saturating_add(1);
         self.reasoning_chunks = self.reasoning_chunks.saturating_add(1);
         self.first_reasoning.get_or_insert(index);
         self.reasoning_field.get_or_insert("redacted_thinking");
         self.on_token_payload(at, index);
+    }
+}
+
+impl State {
+    /// The answer holds a reasoning block or item (an Anthropic `thinking` or
+    /// `redacted_thinking` block, a Responses `reasoning` item), whether or not its text is
+    /// streamed: when none of its text is, the reasoning was not streamed
+    /// ([`super::decode`]).
+    pub(in crate::probe) fn on_reasoning_block(&mut self) {
+        self.reasoning_block = true;
     }
 }

@@ -19,16 +19,25 @@
 //! # Events (`on_event`)
 //! Every event is read by its JSON `type` (the `event:` line may be missing or differ);
 //! every JSON event is one payload (its index counts every event, `response.created`
-//! included). Generated text, each delta event one token payload:
+//! included). Generated text, each delta event one token payload, by the rule of
+//! `items::delta_kind` (docs/metrics.md, "Parsing rules"):
 //! * content (TTFC): `response.output_text.delta`, `response.refusal.delta` (a refusal is
-//!   what the user is shown), `response.output_audio_transcript.delta` and every other
-//!   `*.delta` event whose `delta` is a non-empty string and that is not listed below;
+//!   what the user is shown) and the transcript of audio output
+//!   (`response.audio.transcript.delta`, `response.output_audio_transcript.delta`): only
+//!   these known fields are the answer's text;
 //! * reasoning: `response.reasoning_summary_text.delta`, `response.reasoning_text.delta`
-//!   (any `*.delta` type naming `reasoning`);
-//! * tool call: `response.output_item.added` of a `function_call`/`custom_tool_call` item
-//!   (its name; the call's slot is its `output_index`, its id the `call_id`),
-//!   `response.function_call_arguments.delta`, `response.custom_tool_call_input.delta`,
-//!   `response.mcp_call_arguments.delta`, `response.code_interpreter_call_code.delta`.
+//!   (any `*.delta` type naming `reasoning`, or a delta of a `reasoning` item);
+//! * tool call: `response.output_item.added` of a call item (`items::is_tool_item`: its
+//!   name, or its type when it has none; the call's slot is its `output_index`, its id the
+//!   `call_id`), and the input deltas of any tool kind: a delta of a `*_call` item (its
+//!   type read from `response.output_item.added`), or whose name names a call's input
+//!   (`function_call_arguments`, `custom_tool_call_input`, `mcp_call_arguments`,
+//!   `code_interpreter_call_code`, `shell_call_command`, `apply_patch_call_operation_diff`,
+//!   any `<kind>_call_<field>`);
+//! * other generated output (a token: TTFT and ITL; never TTFC nor content text): audio
+//!   bytes (`response.audio.delta`, `response.output_audio.delta`) and any other `*.delta`
+//!   with a non-empty string, a content part of another type than `output_text`/`refusal`
+//!   that starts with text.
 //!
 //! `*.done` events repeat text already streamed and are not counted. `response.created` /
 //! `response.in_progress` give the answered model. The terminal events:
@@ -49,6 +58,10 @@ use serde::Deserialize;
 
 use latmesh_core::api::RequestShape;
 use latmesh_core::record::Outcome;
+
+pub mod items;
+
+use items::{DeltaKind, delta_kind, is_tool_item};
 
 use super::ProbeRequest;
 use super::chunk::{
@@ -218,6 +231,12 @@ struct ItemWire<'a> {
     /// A custom tool call's input.
     #[serde(borrow)]
     input: Args<'a>,
+    /// What a shell or computer-use call does (its input, without `arguments`).
+    #[serde(borrow)]
+    action: Args<'a>,
+    /// An apply-patch call's operation (its input).
+    #[serde(borrow)]
+    operation: Args<'a>,
 }
 
 #[derive(Deserialize, Default)]
@@ -237,47 +256,26 @@ impl ItemWire<'_> {
         is_tool_item(self.kind.as_str())
     }
 
-    /// The call as a fragment at `index` (its id, name and, whole, its arguments).
+    /// The call as a fragment at `index` (its id, name and, whole, its input: `arguments`,
+    /// a custom tool's `input`, or the `action` / `operation` of a call without arguments,
+    /// such as a shell or apply-patch call). A call without a `name` is named by its type.
     fn tool_fragment(&self, index: Option<u64>, with_args: bool) -> ToolCallWire<'_> {
-        let args = if self.input.0.is_some() {
-            &self.input
-        } else {
-            &self.arguments
+        let args = [&self.input, &self.arguments, &self.action, &self.operation]
+            .into_iter()
+            .find_map(|a| a.0.as_deref());
+        let name = match self.name.as_str() {
+            "" => self.kind.as_str(),
+            n => n,
         };
         ToolCallWire {
             index: Num(index),
             id: Text(self.call_id.0.as_deref().map(Cow::Borrowed)),
             function: Obj(Some(FunctionWire {
-                name: Text(self.name.0.as_deref().map(Cow::Borrowed)),
-                arguments: Args(args.0.as_deref().filter(|_| with_args).map(Cow::Borrowed)),
+                name: Text(Some(Cow::Borrowed(name))),
+                arguments: Args(args.filter(|_| with_args).map(Cow::Borrowed)),
             })),
         }
     }
-}
-
-/// Whether an item `type` is a call of a tool whose input the model generates.
-fn is_tool_item(kind: &str) -> bool {
-    matches!(kind, "function_call" | "custom_tool_call" | "mcp_call")
-}
-
-/// What a `*.delta` event's text is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum DeltaKind {
-    Content,
-    Reasoning,
-    Tool,
-}
-
-/// The kind of text of delta event `kind` (`None`: not a delta event).
-fn delta_kind(kind: &str) -> Option<DeltaKind> {
-    let stem = kind.strip_suffix(".delta")?;
-    Some(if stem.contains("reasoning") {
-        DeltaKind::Reasoning
-    } else if stem.ends_with("_arguments") || stem.ends_with("_input") || stem.ends_with("_code") {
-        DeltaKind::Tool
-    } else {
-        DeltaKind::Content
-    })
 }
 
 /// The finish reason of a terminal response: `Ok(reason)`, or `Err` for a failed one.
@@ -330,6 +328,9 @@ fn on_response(st: &mut State, at: Instant, r: &ResponseWire<'_>, kind: &str, st
         "response.completed" | "response.incomplete" | "response.failed"
     ) {
         return;
+    }
+    if r.output.0.iter().any(|i| i.kind.as_str() == "reasoning") {
+        st.on_reasoning_block();
     }
     if !st.has_reasoning_items() {
         for item in &r.output.0 {
@@ -427,29 +428,39 @@ pub(super) fn on_event(st: &mut State, at: Instant, ev: SseEvent<'_>) {
         "" => std::str::from_utf8(name).unwrap_or(""),
         k => k,
     };
-    if let Some(dk) = delta_kind(kind) {
+    let item = st.responses.kind(e.output_index.0).map(str::to_owned);
+    if let Some(dk) = delta_kind(kind, item.as_deref()) {
         let text = e.delta.as_str();
         match dk {
             DeltaKind::Content => st.on_tokens(at, index, text, "", false),
             DeltaKind::Reasoning => st.on_tokens(at, index, "", text, false),
             DeltaKind::Tool if !text.is_empty() => {
+                // A call whose start registered none (a kind latmesh does not list) is
+                // named by its item's type.
+                let slot = e
+                    .output_index
+                    .0
+                    .map(|i| u32::try_from(i).unwrap_or(u32::MAX));
+                let name = item.as_deref().filter(|_| !st.has_tool_call_at(slot));
                 let f = ToolCallWire {
                     index: e.output_index,
                     function: Obj(Some(FunctionWire {
+                        name: Text(name.map(Cow::Borrowed)),
                         arguments: Args(Some(Cow::Borrowed(text))),
-                        ..FunctionWire::default()
                     })),
                     ..ToolCallWire::default()
                 };
                 st.add_tool_fragment(&f);
                 st.on_tokens(at, index, "", "", true);
             }
-            DeltaKind::Tool => {}
+            DeltaKind::Other if !text.is_empty() => st.on_other_output(at, index),
+            DeltaKind::Tool | DeltaKind::Other => {}
         }
         return;
     }
     match kind {
-        // A part that starts with text already: that text is the first of its kind.
+        // A part that starts with text already: that text is the first of its kind (only
+        // an `output_text` or `refusal` part's is the answer's).
         "response.content_part.added" | "response.reasoning_summary_part.added" => {
             if let Some(p) = e.part.0.as_ref() {
                 let text = if p.text.as_str().is_empty() {
@@ -457,25 +468,39 @@ pub(super) fn on_event(st: &mut State, at: Instant, ev: SseEvent<'_>) {
                 } else {
                     p.text.as_str()
                 };
+                let part = p.kind.as_str();
                 let reasoning = kind == "response.reasoning_summary_part.added"
-                    || p.kind.as_str().contains("reasoning")
-                    || p.kind.as_str().contains("summary");
+                    || part.contains("reasoning")
+                    || part.contains("summary");
                 if reasoning {
                     st.on_tokens(at, index, "", text, false);
-                } else {
+                } else if matches!(part, "" | "output_text" | "refusal") {
                     st.on_tokens(at, index, text, "", false);
+                } else if !text.is_empty() {
+                    st.on_other_output(at, index);
                 }
             }
         }
         "response.output_item.added" => {
-            if let Some(item) = e.item.0.as_ref().filter(|i| i.is_tool_call()) {
-                st.add_tool_fragment(&item.tool_fragment(e.output_index.0, false));
-                let named = !item.name.as_str().is_empty();
-                st.on_tokens(at, index, "", "", named);
+            if let Some(item) = e.item.0.as_ref() {
+                if let Some(i) = e.output_index.0 {
+                    st.responses.add(i, item.kind.as_str());
+                }
+                if item.kind.as_str() == "reasoning" {
+                    st.on_reasoning_block();
+                }
+                if item.is_tool_call() {
+                    st.add_tool_fragment(&item.tool_fragment(e.output_index.0, false));
+                    let named = !item.name.as_str().is_empty();
+                    st.on_tokens(at, index, "", "", named);
+                }
             }
         }
         "response.output_item.done" => {
             if let Some(item) = e.item.0.as_ref() {
+                if item.kind.as_str() == "reasoning" {
+                    st.on_reasoning_block();
+                }
                 keep_reasoning_item(st, item);
             }
         }
@@ -535,7 +560,13 @@ pub(super) fn on_json_body(st: &mut State, at: Instant, body: &[u8], streamed_re
     for (i, item) in r.output.0.iter().enumerate() {
         match item.kind.as_str() {
             "message" => {
-                for p in &item.content.0 {
+                // Only the answer's text parts (an `output_audio` part is not text).
+                for p in item
+                    .content
+                    .0
+                    .iter()
+                    .filter(|p| matches!(p.kind.as_str(), "" | "output_text" | "refusal"))
+                {
                     content.push_str(p.text.as_str());
                     content.push_str(p.refusal.as_str());
                 }
@@ -769,19 +800,25 @@ pub(crate) mod tests {
         );
     }
 
+    /// Every delta with generated text is a token; only the answer's known fields are its
+    /// text (TTFC): a delta latmesh does not know, and audio bytes, are not.
     #[test]
     fn every_delta_that_carries_generated_text_is_a_token() {
         for (kind, visible) in [
             ("response.output_text.delta", true),
             ("response.refusal.delta", true),
             ("response.output_audio_transcript.delta", true),
-            ("response.some_future_text.delta", true),
+            ("response.audio.transcript.delta", true),
+            ("response.some_future_text.delta", false),
+            ("response.audio.delta", false),
             ("response.reasoning_summary_text.delta", false),
             ("response.reasoning_text.delta", false),
             ("response.function_call_arguments.delta", false),
             ("response.custom_tool_call_input.delta", false),
             ("response.mcp_call_arguments.delta", false),
             ("response.code_interpreter_call_code.delta", false),
+            ("response.shell_call_command.delta", false),
+            ("response.apply_patch_call_operation_diff.delta", false),
         ] {
             let body = stream(
                 &[
@@ -795,6 +832,7 @@ pub(crate) mod tests {
             assert_eq!(r.record.token_payloads, 1, "{kind}");
             assert_eq!(r.first_output_payload_index, Some(1), "{kind}");
             assert_eq!(r.first_content_payload_index.is_some(), visible, "{kind}");
+            assert_eq!(r.content_text, if visible { "x" } else { "" }, "{kind}");
         }
         // `*.done` events repeat the text: not counted.
         let body = stream(
@@ -892,6 +930,181 @@ pub(crate) mod tests {
                 arguments: "{\"city\":\"Paris\"}".into(),
             }]
         );
+    }
+
+    /// The input of a tool kind latmesh does not list is a tool call: by its item's type
+    /// (a `*_call` item), a call without a name named by that type; never the answer.
+    #[test]
+    fn input_deltas_of_any_tool_kind_are_tool_calls() {
+        let body = stream(
+            &[
+                created(),
+                ev(
+                    "response.output_item.added",
+                    json!({"output_index": 0, "item": {"type": "shell_call", "call_id": "sh_1",
+                    "action": {"commands": []}}}),
+                ),
+                ev(
+                    "response.shell_call_command.delta",
+                    json!({"output_index": 0, "command_index": 0, "delta": "ls -la"}),
+                ),
+                ev(
+                    "response.output_item.added",
+                    json!({"output_index": 1, "item": {"type": "robot_arm_call", "id": "ra_1"}}),
+                ),
+                ev(
+                    "response.motion_plan.delta",
+                    json!({"output_index": 1, "delta": "{\"x\":1}"}),
+                ),
+                ev(
+                    "response.motion_plan.delta",
+                    json!({"output_index": 1, "delta": ""}),
+                ),
+                ev(
+                    "response.output_item.added",
+                    json!({"output_index": 2, "item": {"type": "message", "content": []}}),
+                ),
+                ev(
+                    "response.output_markdown.delta",
+                    json!({"output_index": 2, "delta": "**not the answer**"}),
+                ),
+                ev(
+                    "response.output_text.delta",
+                    json!({"output_index": 2, "delta": "Done."}),
+                ),
+                completed(json!([]), json!({"input_tokens": 3, "output_tokens": 9})),
+            ],
+            true,
+        );
+        let r = measure_api(Api::Responses, &[&body], false);
+        let rec = &r.record;
+        assert_eq!(rec.outcome, Some(Outcome::Ok), "{rec:?}");
+        assert_eq!(r.content_text, "Done.");
+        assert_eq!(
+            (r.first_output_payload_index, r.first_content_payload_index),
+            (Some(2), Some(8))
+        );
+        assert_eq!(
+            (rec.token_payloads, rec.tool_call_chunks, rec.content_chunks),
+            (4, 2, 1)
+        );
+        assert_eq!(rec.finish_reason.as_deref(), Some("tool_calls"));
+        assert_eq!(
+            r.tool_calls,
+            vec![
+                crate::probe::ToolCall {
+                    index: 0,
+                    id: Some("sh_1".into()),
+                    name: "shell_call".into(),
+                    arguments: "ls -la".into(),
+                },
+                crate::probe::ToolCall {
+                    index: 1,
+                    id: None,
+                    name: "robot_arm_call".into(),
+                    arguments: "{\"x\":1}".into(),
+                },
+            ]
+        );
+        // Read whole: a shell call's `action` is its input; an audio part is not text.
+        let whole = json!({"object": "response", "status": "completed", "output": [
+            {"type": "shell_call", "call_id": "sh_1", "action": {"commands": ["ls"]}},
+            {"type": "message", "content": [
+                {"type": "output_audio", "text": "AAAA", "transcript": "Hi"},
+                {"type": "output_text", "text": "Hi"}]},
+        ]});
+        let r = measure_api(Api::Responses, &[whole.to_string().as_bytes()], true);
+        assert_eq!(r.content_text, "Hi");
+        assert_eq!(
+            (
+                r.tool_calls[0].name.as_str(),
+                r.tool_calls[0].arguments.as_str()
+            ),
+            ("shell_call", r#"{"commands":["ls"]}"#)
+        );
+    }
+
+    /// An error that names something wins over a failure that names nothing (a
+    /// `response.failed` with a null error), whichever comes first; a named one is kept.
+    #[test]
+    fn an_error_object_wins_over_a_bare_failure() {
+        let bare = ev(
+            "response.failed",
+            json!({"response": {"status": "failed", "error": null}}),
+        );
+        let named = ev(
+            "error",
+            json!({"code": "server_error", "message": "invalid output"}),
+        );
+        let other = ev("error", json!({"code": "later", "message": "ignored"}));
+        for events in [
+            vec![created(), bare.clone(), named.clone()],
+            vec![created(), named.clone(), bare.clone()],
+            vec![created(), named.clone(), other.clone()],
+        ] {
+            let r = measure_api(Api::Responses, &[&stream(&events, true)], false);
+            assert_eq!(
+                (
+                    r.record.outcome,
+                    r.record.error_code.as_deref(),
+                    r.record.error_message.as_deref()
+                ),
+                (
+                    Some(Outcome::StreamError),
+                    Some("server_error"),
+                    Some("invalid output")
+                )
+            );
+        }
+        let r = measure_api(Api::Responses, &[&stream(&[created(), bare], true)], false);
+        assert_eq!(
+            (r.record.error_code, r.record.error_message.as_deref()),
+            (None, Some("response.failed"))
+        );
+    }
+
+    /// Reasoning kept in an encrypted item, not streamed: TPOT and the decode rate over the
+    /// streamed tokens (output less reasoning); a streamed summary keeps every token.
+    #[test]
+    fn encrypted_reasoning_is_not_in_tpot() {
+        let reasoning_item = ev(
+            "response.output_item.done",
+            json!({"output_index": 0, "item": {"type": "reasoning", "summary": [],
+            "encrypted_content": "enc"}}),
+        );
+        let usage = json!({"input_tokens": 5, "output_tokens": 103,
+            "output_tokens_details": {"reasoning_tokens": 100}});
+        let events = [
+            stream(&[created(), reasoning_item.clone()], true),
+            stream(&[delta("response.output_text.delta", "a")], true),
+            stream(&[delta("response.output_text.delta", "b")], true),
+            stream(&[delta("response.output_text.delta", "c")], true),
+            stream(&[completed(json!([]), usage.clone())], true),
+        ];
+        let pieces: Vec<&[u8]> = events.iter().map(Vec::as_slice).collect();
+        let r = measure_api(Api::Responses, &pieces, false);
+        assert_eq!((r.record.output_tokens, r.decode_tokens), (103, Some(3)));
+        assert_eq!(
+            (r.record.ttft_us, r.record.e2e_us),
+            (Some(2_000), Some(5_000))
+        );
+        assert_eq!(r.record.tpot_us, Some(1_500));
+        let summary = stream(
+            &[
+                created(),
+                delta("response.reasoning_summary_text.delta", "s"),
+            ],
+            true,
+        );
+        let with_summary = [
+            summary.as_slice(),
+            &events[1],
+            &events[2],
+            &events[3],
+            &events[4],
+        ];
+        let r = measure_api(Api::Responses, &with_summary, false);
+        assert_eq!(r.decode_tokens, Some(103));
     }
 
     #[test]
