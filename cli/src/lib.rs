@@ -5,6 +5,7 @@
 //! itself (service, state, spool, sink) is the `latmesh-coordinator` crate.
 
 pub mod check_report;
+pub mod exit_status;
 pub mod cmd;
 pub mod ui;
 pub mod watch;

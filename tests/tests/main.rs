@@ -21,6 +21,7 @@ mod clickhouse_stall;
 mod compat;
 mod compat_store;
 mod demo;
+mod exit_status;
 mod distributed;
 mod grafana;
 mod hostile_agent;

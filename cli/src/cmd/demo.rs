@@ -420,6 +420,9 @@ pub struct DemoArgs {
     /// Write the HTML report here (default: .latmesh/demo-report.html).
     #[arg(long)]
     report: Option<PathBuf>,
+    #[allow(missing_docs)] // its help is its type's
+    #[command(flatten)]
+    gate: crate::exit_status::FailGate,
 }
 
 /// Runs the demo, prints its matrix, writes its JSON summary and HTML report.
@@ -433,6 +436,7 @@ pub async fn run_cli(args: DemoArgs) -> anyhow::Result<()> {
         clickhouse_url,
         clickhouse_db,
         report,
+        gate,
     } = args;
     let started = std::time::Instant::now();
     let path = json.unwrap_or_else(|| PathBuf::from(".latmesh/demo-summary.json"));
@@ -485,7 +489,8 @@ pub async fn run_cli(args: DemoArgs) -> anyhow::Result<()> {
         path.display()
     );
     println!("report: {}", report.display());
-    Ok(())
+    // After everything is printed and written: a dead cell (or one over --fail-above-pct).
+    crate::exit_status::conclude(Ok(()), gate.judge([(None, summary)]))
 }
 
 #[cfg(test)]
