@@ -769,21 +769,25 @@ fn compat_results(
     pass: usize,
     fail: usize,
 ) -> Vec<latmesh_core::compat::CompatResult> {
-    use latmesh_core::compat::{CompatCheck, CompatResult, Evidence, Verdict};
+    use latmesh_core::compat::{CompatCheck, CompatResult, Evidence, SampleTally, Verdict};
     let weighted = CompatCheck::ALL.into_iter().filter(|c| c.weight() > 0.0);
     let mut out: Vec<CompatResult> = weighted
         .enumerate()
-        .map(|(i, check)| CompatResult {
-            provider: provider.into(),
-            check,
-            verdict: if i < pass {
+        .map(|(i, check)| {
+            let verdict = if i < pass {
                 Verdict::Pass
             } else if i < pass + fail {
                 Verdict::Fail
             } else {
                 Verdict::NotApplicable
-            },
-            evidence: Evidence::default(),
+            };
+            CompatResult {
+                provider: provider.into(),
+                check,
+                verdict,
+                evidence: Evidence::default(),
+                samples: SampleTally::of(verdict),
+            }
         })
         .collect();
     out.push(CompatResult {
@@ -791,6 +795,7 @@ fn compat_results(
         check: CompatCheck::ReasoningField,
         verdict: Verdict::Pass,
         evidence: Evidence::default(),
+        samples: SampleTally::of(Verdict::Pass),
     });
     out
 }

@@ -154,6 +154,7 @@ fn compat_fixture() -> latmesh_results::parity::CompatReport {
                 check,
                 verdict,
                 evidence,
+                samples: latmesh_core::compat::SampleTally::of(verdict),
             });
         }
     }
