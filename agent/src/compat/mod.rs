@@ -105,13 +105,14 @@ pub async fn run_checks(ctx: &ProviderContext<'_>, spec: &CompatSpec) -> Vec<Com
     out
 }
 
-/// Whether a first sample ends a check's series: not offered (the field refused) or
-/// inconclusive (the provider did not answer): repeats would tell nothing more, and a dead
-/// provider costs one round of requests, not `samples`.
+/// Whether a first sample ends a check's series: not offered (the field refused),
+/// inconclusive (the provider did not answer) or not applicable (found out from the answer,
+/// e.g. no reasoning to send back): repeats would tell nothing more, and a dead provider
+/// costs one round of requests, not `samples`.
 fn ends_the_series(first: Verdict) -> bool {
     match first {
-        Verdict::NotOffered | Verdict::Inconclusive => true,
-        Verdict::Pass | Verdict::Fail | Verdict::NotApplicable | Verdict::Unstable => false,
+        Verdict::NotOffered | Verdict::Inconclusive | Verdict::NotApplicable => true,
+        Verdict::Pass | Verdict::Fail | Verdict::Unstable => false,
     }
 }
 
@@ -126,7 +127,15 @@ pub fn decide(samples: Vec<(Verdict, Evidence)>) -> (Verdict, Evidence, SampleTa
     for (v, _) in &samples {
         tally.add(*v);
     }
-    let verdict = tally.verdict();
+    // Not applicable is no sample's verdict in the tally: a check every sample found not
+    // applicable (from the answer) is not applicable.
+    let verdict = if !samples.is_empty()
+        && samples.iter().all(|(v, _)| *v == Verdict::NotApplicable)
+    {
+        Verdict::NotApplicable
+    } else {
+        tally.verdict()
+    };
     let taken = samples.len();
     let first_not_pass = samples
         .iter()
@@ -444,6 +453,8 @@ mod tests {
         ]);
         assert_eq!((v, e.message.as_str()), (Verdict::Pass, "pass 2/3, inconclusive 1/3: b"));
         assert!(ends_the_series(Verdict::NotOffered) && ends_the_series(Verdict::Inconclusive));
+        let (v, _, t) = decide(vec![(Verdict::NotApplicable, ev("no reasoning"))]);
+        assert_eq!((v, t.taken()), (Verdict::NotApplicable, 0));
         assert!(!ends_the_series(Verdict::Fail) && !ends_the_series(Verdict::Pass));
     }
 
