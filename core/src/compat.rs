@@ -9,8 +9,9 @@
 use serde::{Deserialize, Serialize};
 
 /// Version of the check list and of each check's pass rule. Bump when a check is added,
-/// removed, or its rule changes; every stored result carries it.
-pub const COMPAT_CHECKS_VERSION: u32 = 1;
+/// removed, or its rule changes; every stored result carries it. 2: the checks that can flip
+/// are decided from repeated samples ([`SampleTally::verdict`], [`Verdict::Unstable`]).
+pub const COMPAT_CHECKS_VERSION: u32 = 2;
 
 /// Longest evidence message kept, bytes (cut on a character boundary, the `…` included):
 /// room for the sample counts of a repeated check and [`MAX_QUOTE_CHARS`] of an answer.

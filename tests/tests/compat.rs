@@ -249,7 +249,10 @@ fn compat_refuses_bad_input_before_sending() {
     assert_eq!(v["samples"], serde_json::json!([]));
     assert_eq!(
         (v["quality_set"].as_str(), v["checks_version"].as_u64()),
-        (Some(""), Some(1))
+        (
+            Some(""),
+            Some(u64::from(latmesh_core::compat::COMPAT_CHECKS_VERSION))
+        )
     );
 }
 
