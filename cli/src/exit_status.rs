@@ -168,10 +168,7 @@ impl FailGate {
 ///
 /// # Errors
 /// `finished`'s error, or the [`CellFailure`].
-pub fn conclude(
-    finished: anyhow::Result<()>,
-    failure: Option<CellFailure>,
-) -> anyhow::Result<()> {
+pub fn conclude(finished: anyhow::Result<()>, failure: Option<CellFailure>) -> anyhow::Result<()> {
     match (finished, failure) {
         (Err(e), Some(f)) => {
             eprintln!("also: {}", f.line);
@@ -205,7 +202,8 @@ mod tests {
         } else {
             0.0
         };
-        c.last_error = (failed > 0).then(|| "connection_error: tcp connect error: Connection refused".into());
+        c.last_error =
+            (failed > 0).then(|| "connection_error: tcp connect error: Connection refused".into());
         c
     }
 
@@ -234,7 +232,11 @@ mod tests {
         // A series names the run.
         let s = summary(vec![cell("eu", 3, 3)]);
         let f = FailGate::default().judge([(Some("s-r2"), &s)]).unwrap();
-        assert!(f.line.contains("s-r2: eu × p × chat: 3/3 failed"), "{}", f.line);
+        assert!(
+            f.line.contains("s-r2: eu × p × chat: 3/3 failed"),
+            "{}",
+            f.line
+        );
     }
 
     #[test]
@@ -248,13 +250,21 @@ mod tests {
         assert_eq!(gate.judge([(None, &small)]), None);
         let f = gate.judge([(None, &large)]).unwrap();
         assert_eq!(f.code, EXIT_CELL_FAILED_ABOVE);
-        assert!(f.line.starts_with("1 cell(s) failed significantly more than --fail-above-pct 10 %"), "{}", f.line);
+        assert!(
+            f.line
+                .starts_with("1 cell(s) failed significantly more than --fail-above-pct 10 %"),
+            "{}",
+            f.line
+        );
         assert!(f.line.contains("us × p × chat: 10/40 failed"), "{}", f.line);
         // Without the flag, failures short of every request keep status 0.
         assert_eq!(FailGate::default().judge([(None, &large)]), None);
         // A dead cell wins over one above the limit.
         let both = summary(vec![cell("us", 40, 10), cell("eu", 2, 2)]);
-        assert_eq!(gate.judge([(None, &both)]).unwrap().code, EXIT_CELL_FAILED_ALL);
+        assert_eq!(
+            gate.judge([(None, &both)]).unwrap().code,
+            EXIT_CELL_FAILED_ALL
+        );
     }
 
     #[test]
@@ -276,7 +286,11 @@ mod tests {
     fn many_cells_are_counted_past_the_sixth() {
         let s = summary((0..9).map(|i| cell(&format!("r{i}"), 1, 1)).collect());
         let f = FailGate::default().judge([(None, &s)]).unwrap();
-        assert!(f.line.starts_with("9 cell(s) failed every request"), "{}", f.line);
+        assert!(
+            f.line.starts_with("9 cell(s) failed every request"),
+            "{}",
+            f.line
+        );
         assert!(f.line.ends_with("; and 3 more"), "{}", f.line);
     }
 }

@@ -5,8 +5,8 @@
 //! itself (service, state, spool, sink) is the `latmesh-coordinator` crate.
 
 pub mod check_report;
-pub mod exit_status;
 pub mod cmd;
+pub mod exit_status;
 pub mod ui;
 pub mod watch;
 pub mod webhook;

@@ -251,7 +251,7 @@ impl Feature {
         match self {
             Feature::Supported => true,
             Feature::Ignored | Feature::Rejected => false,
-            Feature::OneInThree => n % 3 == 0,
+            Feature::OneInThree => n.is_multiple_of(3),
         }
     }
 }

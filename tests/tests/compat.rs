@@ -390,8 +390,11 @@ fn compat_finds_each_trap_and_nothing_on_honest_profiles() {
             assert!(
                 ok,
                 "{name} {check}: got {g}, truth {verdict}: {got:?}; evidence {}",
-                entry_where(&entry(&v["compat"], name)["results"], "check", check.as_str())
-                    ["evidence"]
+                entry_where(
+                    &entry(&v["compat"], name)["results"],
+                    "check",
+                    check.as_str()
+                )["evidence"]
             );
         }
         let traps = latmesh_sim::compat_truth::expected_traps(p, api, asked);
@@ -460,9 +463,7 @@ fn compat_finds_each_trap_and_nothing_on_honest_profiles() {
         let results = &entry(&v["compat"], provider)["results"];
         entry_where(results, "check", check)["samples"].clone()
     };
-    let tally = |pass: u32, fail: u32| {
-        serde_json::json!({"pass": pass, "fail": fail, "not_offered": 0, "inconclusive": 0})
-    };
+    let tally = |pass: u32, fail: u32| serde_json::json!({"pass": pass, "fail": fail, "not_offered": 0, "inconclusive": 0});
     assert_eq!(all["sometimes"]["json_mode"], "unstable");
     assert_eq!(all["sometimes"]["tool_call"], "unstable");
     assert_eq!(samples("sometimes", "json_mode"), tally(1, 2));

@@ -92,7 +92,10 @@ fn a_dead_provider_fails_the_launch_with_status_3_and_a_surely_failing_one_with_
     );
     assert!(!line.contains("fast"), "{line}");
     // Still printed and written in full.
-    assert!(String::from_utf8_lossy(&out.stdout).contains("gone"), "{said}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("gone"),
+        "{said}"
+    );
     let s = summary(&json);
     let gone = s
         .cells

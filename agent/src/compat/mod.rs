@@ -25,8 +25,8 @@ pub mod wrong_key;
 
 use latmesh_core::api::{Api, AuthStyle};
 use latmesh_core::compat::{
-    CompatCheck, CompatResult, CompatSpec, Evidence, MAX_EVIDENCE_BYTES, PLAIN_PROMPT,
-    SampleTally, Verdict,
+    CompatCheck, CompatResult, CompatSpec, Evidence, MAX_EVIDENCE_BYTES, PLAIN_PROMPT, SampleTally,
+    Verdict,
 };
 use latmesh_core::prompts::Message;
 
@@ -129,13 +129,12 @@ pub fn decide(samples: Vec<(Verdict, Evidence)>) -> (Verdict, Evidence, SampleTa
     }
     // Not applicable is no sample's verdict in the tally: a check every sample found not
     // applicable (from the answer) is not applicable.
-    let verdict = if !samples.is_empty()
-        && samples.iter().all(|(v, _)| *v == Verdict::NotApplicable)
-    {
-        Verdict::NotApplicable
-    } else {
-        tally.verdict()
-    };
+    let verdict =
+        if !samples.is_empty() && samples.iter().all(|(v, _)| *v == Verdict::NotApplicable) {
+            Verdict::NotApplicable
+        } else {
+            tally.verdict()
+        };
     let taken = samples.len();
     let first_not_pass = samples
         .iter()
@@ -143,14 +142,18 @@ pub fn decide(samples: Vec<(Verdict, Evidence)>) -> (Verdict, Evidence, SampleTa
     let mut evs = samples.into_iter().map(|(_, e)| e);
     let ev = match (verdict, first_not_pass) {
         (Verdict::Unstable, Some(i)) => evs.nth(i),
-        _ => evs.last(),
+        _ => evs.next_back(),
     }
     .unwrap_or_default();
     if taken <= 1 {
         return (verdict, ev, tally);
     }
     let message = format!("{}: {}", tally.describe(), ev.message);
-    (verdict, evidence(ev.http_status, ev.field.as_deref(), message), tally)
+    (
+        verdict,
+        evidence(ev.http_status, ev.field.as_deref(), message),
+        tally,
+    )
 }
 
 /// One sample of `check` (not applicable to the provider: [`not_applicable`] said so before):
@@ -398,7 +401,10 @@ mod tests {
             (Verdict::Pass, tally(1, 0, 0))
         );
         let json = &sometimes[1];
-        assert_eq!((json.verdict, json.samples), (Verdict::Unstable, tally(1, 2, 0)));
+        assert_eq!(
+            (json.verdict, json.samples),
+            (Verdict::Unstable, tally(1, 2, 0))
+        );
         let msg = &json.evidence.message;
         assert!(
             msg.starts_with("pass 1/3, fail 2/3: content is not a JSON object: \""),
@@ -444,14 +450,20 @@ mod tests {
             "pass 2/3, fail 1/3: no tool call (finish_reason stop)"
         );
         let (v, e, t) = decide(vec![(Verdict::Fail, ev("no tool call"))]);
-        assert_eq!((v, e.message.as_str(), t.taken()), (Verdict::Fail, "no tool call", 1));
+        assert_eq!(
+            (v, e.message.as_str(), t.taken()),
+            (Verdict::Fail, "no tool call", 1)
+        );
         // Inconclusive samples are left out of the decision, not of the counts.
         let (v, e, _) = decide(vec![
             (Verdict::Pass, ev("a")),
             (Verdict::Inconclusive, ev("throttled (HTTP 429)")),
             (Verdict::Pass, ev("b")),
         ]);
-        assert_eq!((v, e.message.as_str()), (Verdict::Pass, "pass 2/3, inconclusive 1/3: b"));
+        assert_eq!(
+            (v, e.message.as_str()),
+            (Verdict::Pass, "pass 2/3, inconclusive 1/3: b")
+        );
         assert!(ends_the_series(Verdict::NotOffered) && ends_the_series(Verdict::Inconclusive));
         let (v, _, t) = decide(vec![(Verdict::NotApplicable, ev("no reasoning"))]);
         assert_eq!((v, t.taken()), (Verdict::NotApplicable, 0));

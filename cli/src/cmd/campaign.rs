@@ -398,7 +398,14 @@ pub async fn run(cmd: CampaignCmd) -> anyhow::Result<()> {
             gate,
         } => {
             let mut client = coord.connect().await?;
-            report(&mut client, &coord.url(), &campaign_id, json.as_deref(), gate).await
+            report(
+                &mut client,
+                &coord.url(),
+                &campaign_id,
+                json.as_deref(),
+                gate,
+            )
+            .await
         }
     }
 }
@@ -547,10 +554,7 @@ async fn report(
 
 /// Whether a followed campaign finished whole: not stopped by the budget guard, not
 /// cancelled, complete.
-fn finished(
-    summary: &latmesh_results::summary::Summary,
-    campaign_id: &str,
-) -> anyhow::Result<()> {
+fn finished(summary: &latmesh_results::summary::Summary, campaign_id: &str) -> anyhow::Result<()> {
     if let Some(reason) = &summary.guard.stop_reason {
         anyhow::bail!(
             "campaign {campaign_id} was stopped by the budget guard ({reason}): partial results (see STOPPED BY BUDGET above)"

@@ -292,9 +292,15 @@ mod tests {
             "{text}"
         );
         // Every line within the width; the rest under the evidence's start.
-        let lines: Vec<&str> = text.lines().filter(|l| l.contains("Sure!") || l.starts_with("                                 ")).collect();
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("Sure!") || l.starts_with("                                 "))
+            .collect();
         assert!(lines.len() >= 2, "{text}");
-        assert!(lines.iter().all(|l| l.chars().count() <= EVIDENCE_WIDTH), "{text}");
+        assert!(
+            lines.iter().all(|l| l.chars().count() <= EVIDENCE_WIDTH),
+            "{text}"
+        );
         assert!(text.contains("0.00 (0/1 passed, 0 inconclusive)"), "{text}");
         assert_eq!(wrapped("ab: ", "c d", 100), "ab: c d\n");
         assert_eq!(wrapped("ab: ", "ccc ddd", 8), "ab: ccc\n    ddd\n");
