@@ -266,6 +266,7 @@ async fn compat_store_report_data_carries_the_campaign_s_run() {
     assert_eq!(data.compat.run_id, "run-1");
     let m = data.compat.measured();
     assert_eq!(m["alpha"].quality, Some(0.75));
-    assert!((m["alpha"].compatibility.unwrap() - 11.0 / 12.0).abs() < 1e-12);
+    // 10 of 12 counted checks passed: json_mode not offered, tool_call unstable.
+    assert!((m["alpha"].compatibility.unwrap() - 10.0 / 12.0).abs() < 1e-12);
     latmesh_testkit::drop_db(&client, &db).await;
 }
