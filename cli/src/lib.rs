@@ -6,6 +6,7 @@
 
 pub mod check_report;
 pub mod cmd;
+pub mod exit_status;
 pub mod ui;
 pub mod watch;
 pub mod webhook;

@@ -12,7 +12,8 @@ async fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", latmesh_core::error_text::chain(e.as_ref()));
-            std::process::ExitCode::FAILURE
+            // 1, or a finished measurement's own status (latmesh_cli::exit_status).
+            std::process::ExitCode::from(latmesh_cli::exit_status::code_of(&e))
         }
     }
 }

@@ -1058,6 +1058,7 @@ fn a_required_compat_check_not_passed_excludes() {
             field: Some("tools".into()),
             message: "400: tools are not supported".into(),
         },
+        samples: Default::default(),
     };
     data.compat.compat = latmesh_results::parity::compat_by_provider(&[
         result("a", V::Pass),
@@ -1070,6 +1071,22 @@ fn a_required_compat_check_not_passed_excludes() {
     );
     assert_eq!(ranked(&data), ["a", "c"]);
     assert_eq!(t.row("c").at_risk, 1);
+    // A check whose samples disagreed cannot be relied on: excluded like a failure.
+    data.compat.compat = latmesh_results::parity::compat_by_provider(&[
+        result("a", V::Pass),
+        result("b", V::NotOffered),
+        result("c", V::Unstable),
+    ]);
+    let t = us_east(&data);
+    assert_eq!(t.excluded.len(), 2);
+    assert!(
+        t.excluded[1]
+            .reasons()
+            .starts_with("compat failed: tool_call: unstable"),
+        "{}",
+        t.excluded[1].reasons()
+    );
+    assert_eq!(ranked(&data), ["a"]);
 }
 
 /// `provider`'s compatibility results: `pass` weighted checks passed, then `fail` failed, the
@@ -1079,21 +1096,25 @@ fn compat_results(
     pass: usize,
     fail: usize,
 ) -> Vec<latmesh_core::compat::CompatResult> {
-    use latmesh_core::compat::{CompatCheck, CompatResult, Evidence, Verdict};
+    use latmesh_core::compat::{CompatCheck, CompatResult, Evidence, SampleTally, Verdict};
     let weighted = CompatCheck::ALL.into_iter().filter(|c| c.weight() > 0.0);
     let mut out: Vec<CompatResult> = weighted
         .enumerate()
-        .map(|(i, check)| CompatResult {
-            provider: provider.into(),
-            check,
-            verdict: if i < pass {
+        .map(|(i, check)| {
+            let verdict = if i < pass {
                 Verdict::Pass
             } else if i < pass + fail {
                 Verdict::Fail
             } else {
                 Verdict::NotApplicable
-            },
-            evidence: Evidence::default(),
+            };
+            CompatResult {
+                provider: provider.into(),
+                check,
+                verdict,
+                evidence: Evidence::default(),
+                samples: SampleTally::of(verdict),
+            }
         })
         .collect();
     out.push(CompatResult {
@@ -1101,6 +1122,7 @@ fn compat_results(
         check: CompatCheck::ReasoningField,
         verdict: Verdict::Pass,
         evidence: Evidence::default(),
+        samples: SampleTally::of(Verdict::Pass),
     });
     out
 }

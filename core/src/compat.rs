@@ -9,12 +9,17 @@
 use serde::{Deserialize, Serialize};
 
 /// Version of the check list and of each check's pass rule. Bump when a check is added,
-/// removed, or its rule changes; every stored result carries it.
-pub const COMPAT_CHECKS_VERSION: u32 = 1;
+/// removed, or its rule changes; every stored result carries it. 2: the checks that can flip
+/// are decided from repeated samples ([`SampleTally::verdict`], [`Verdict::Unstable`]).
+pub const COMPAT_CHECKS_VERSION: u32 = 2;
 
-/// Longest evidence message kept, bytes (cut on a character boundary, the `…` included),
-/// as a record's `error_message`.
-pub const MAX_EVIDENCE_BYTES: usize = 256;
+/// Longest evidence message kept, bytes (cut on a character boundary, the `…` included):
+/// room for the sample counts of a repeated check and [`MAX_QUOTE_CHARS`] of an answer.
+pub const MAX_EVIDENCE_BYTES: usize = 512;
+
+/// Longest excerpt of an answer quoted in evidence, characters (enough to see why JSON did
+/// not parse or where an answer stopped).
+pub const MAX_QUOTE_CHARS: usize = 200;
 
 /// One compatibility check. Each sends one or two small requests (see the variant) and
 /// judges what came back.
@@ -111,6 +116,29 @@ impl CompatCheck {
         CompatCheck::ALL.into_iter().find(|c| c.as_str() == s)
     }
 
+    /// Whether the check's verdict can differ between two runs against the same provider:
+    /// its pass rule judges what the model generated (where an answer stopped, whether its
+    /// text parses, whether it called the tool, how long it ran), not the protocol (statuses,
+    /// fields, headers). Such a check is sampled [`CompatSpec::samples`] times and is
+    /// [`Verdict::Unstable`] when its samples disagree; every other check is sampled once.
+    pub fn can_flip(self) -> bool {
+        match self {
+            CompatCheck::OutputCap
+            | CompatCheck::Stop
+            | CompatCheck::JsonMode
+            | CompatCheck::ToolCall => true,
+            CompatCheck::Stream
+            | CompatCheck::NonStream
+            | CompatCheck::StreamUsage
+            | CompatCheck::ReasoningField
+            | CompatCheck::ReasoningHistory
+            | CompatCheck::ModelName
+            | CompatCheck::SystemFingerprint
+            | CompatCheck::PromptCache
+            | CompatCheck::WrongKey => false,
+        }
+    }
+
     /// The check's weight in [`score`]: 0 for the informational [`CompatCheck::ReasoningField`],
     /// 1 for every other.
     pub fn weight(self) -> f64 {
@@ -145,16 +173,21 @@ pub enum Verdict {
     /// the feature (throttled, 5xx, timeout, connection error). Left out of the score and
     /// counted apart.
     Inconclusive,
+    /// The samples of a check that can flip ([`CompatCheck::can_flip`]) disagreed (e.g. JSON
+    /// that parsed in 1 of 3 answers; [`CompatResult::samples`] has the counts): the feature
+    /// cannot be relied on, so it counts as not passing in the score.
+    Unstable,
 }
 
 impl Verdict {
     /// Every verdict, in report order.
-    pub const ALL: [Verdict; 5] = [
+    pub const ALL: [Verdict; 6] = [
         Verdict::Pass,
         Verdict::Fail,
         Verdict::NotOffered,
         Verdict::NotApplicable,
         Verdict::Inconclusive,
+        Verdict::Unstable,
     ];
 
     /// The snake_case name used in JSON and ClickHouse.
@@ -165,6 +198,7 @@ impl Verdict {
             Verdict::NotOffered => "not_offered",
             Verdict::NotApplicable => "not_applicable",
             Verdict::Inconclusive => "inconclusive",
+            Verdict::Unstable => "unstable",
         }
     }
 
@@ -173,7 +207,8 @@ impl Verdict {
         Verdict::ALL.into_iter().find(|v| v.as_str() == s)
     }
 
-    /// The short form of the terminal and HTML tables: `pass`, `FAIL`, `n/o`, `n/a`, `?`.
+    /// The short form of the terminal and HTML tables: `pass`, `FAIL`, `n/o`, `n/a`, `?`,
+    /// `UNST` (the tables add the passes, `UNST 1/3`).
     pub fn short(self) -> &'static str {
         match self {
             Verdict::Pass => "pass",
@@ -181,6 +216,7 @@ impl Verdict {
             Verdict::NotOffered => "n/o",
             Verdict::NotApplicable => "n/a",
             Verdict::Inconclusive => "?",
+            Verdict::Unstable => "UNST",
         }
     }
 }
@@ -219,6 +255,84 @@ pub struct CompatResult {
     pub verdict: Verdict,
     /// What it rests on.
     pub evidence: Evidence,
+    /// The verdicts of its samples (one for a check that cannot flip; none for a check not
+    /// applicable). Absent in results written before samples were counted.
+    #[serde(default)]
+    pub samples: SampleTally,
+}
+
+/// How many samples of a check ended in each verdict ([`SampleTally::verdict`] is the rule
+/// that decides the check).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SampleTally {
+    /// Samples that passed.
+    pub pass: u32,
+    /// Samples that failed.
+    pub fail: u32,
+    /// Samples refused as not offered.
+    pub not_offered: u32,
+    /// Samples that could not decide.
+    pub inconclusive: u32,
+}
+
+impl SampleTally {
+    /// One sample of `v` (`None` for [`Verdict::NotApplicable`], which is never sampled, and
+    /// [`Verdict::Unstable`], which is no sample's verdict).
+    pub fn of(v: Verdict) -> SampleTally {
+        let mut t = SampleTally::default();
+        t.add(v);
+        t
+    }
+
+    /// Counts one sample's verdict (not applicable and unstable add nothing: no sample ends
+    /// in either).
+    pub fn add(&mut self, v: Verdict) {
+        match v {
+            Verdict::Pass => self.pass += 1,
+            Verdict::Fail => self.fail += 1,
+            Verdict::NotOffered => self.not_offered += 1,
+            Verdict::Inconclusive => self.inconclusive += 1,
+            Verdict::NotApplicable | Verdict::Unstable => {}
+        }
+    }
+
+    /// Samples counted.
+    pub fn taken(&self) -> u32 {
+        self.pass + self.fail + self.not_offered + self.inconclusive
+    }
+
+    /// The check's verdict from its samples: inconclusive samples are left out; no sample
+    /// left is [`Verdict::Inconclusive`]; the rest all alike is their verdict; any
+    /// disagreement (pass and fail, or fail and not offered, …) is [`Verdict::Unstable`].
+    pub fn verdict(&self) -> Verdict {
+        let decided = [
+            (Verdict::Pass, self.pass),
+            (Verdict::Fail, self.fail),
+            (Verdict::NotOffered, self.not_offered),
+        ];
+        let mut kinds = decided.iter().filter(|(_, n)| *n > 0);
+        match (kinds.next(), kinds.next()) {
+            (None, _) => Verdict::Inconclusive,
+            (Some((v, _)), None) => *v,
+            (Some(_), Some(_)) => Verdict::Unstable,
+        }
+    }
+
+    /// The counts in words, zeros left out: `pass 1/3, fail 2/3`.
+    pub fn describe(&self) -> String {
+        let n = self.taken();
+        [
+            (Verdict::Pass, self.pass),
+            (Verdict::Fail, self.fail),
+            (Verdict::NotOffered, self.not_offered),
+            (Verdict::Inconclusive, self.inconclusive),
+        ]
+        .iter()
+        .filter(|(_, k)| *k > 0)
+        .map(|(v, k)| format!("{} {k}/{n}", v.as_str()))
+        .collect::<Vec<_>>()
+        .join(", ")
+    }
 }
 
 /// A provider's compatibility score ([`score`]).
@@ -228,14 +342,14 @@ pub struct CompatScore {
     pub score: f64,
     /// Checks passed (weight > 0).
     pub passed: u32,
-    /// Checks counted: pass, fail or not offered (weight > 0).
+    /// Checks counted: pass, fail, not offered or unstable (weight > 0).
     pub counted: u32,
     /// Checks left out because they were inconclusive.
     pub inconclusive: u32,
 }
 
 /// The compatibility score of one provider's results (docs/metrics.md, "Compatibility
-/// checks"): Σ weight of `pass` / Σ weight of `pass`, `fail` and `not_offered`, over checks of
+/// checks"): Σ weight of `pass` / Σ weight of `pass`, `fail`, `not_offered` and `unstable`, over checks of
 /// weight > 0 ([`CompatCheck::weight`]); `not_applicable` and `inconclusive` are left out
 /// (the latter counted in [`CompatScore::inconclusive`]). `None` when no check counts.
 pub fn score<'a>(results: impl IntoIterator<Item = &'a CompatResult>) -> Option<CompatScore> {
@@ -253,7 +367,7 @@ pub fn score<'a>(results: impl IntoIterator<Item = &'a CompatResult>) -> Option<
                 passed += 1;
                 counted += 1;
             }
-            Verdict::Fail | Verdict::NotOffered => {
+            Verdict::Fail | Verdict::NotOffered | Verdict::Unstable => {
                 counted_w += w;
                 counted += 1;
             }
@@ -334,6 +448,7 @@ pub fn cache_prefix() -> String {
 /// checks = ["stream", "json_mode"]   # optional (default: every check, CompatCheck::ALL)
 /// providers = ["fast-lane"]          # optional (default: every provider)
 /// timeout_s = 30                     # optional (default 30, at most 86400): total timeout of each request
+/// samples = 3                        # optional (default 3, 1..=10): samples of each check that can flip
 /// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CompatSpec {
@@ -344,10 +459,31 @@ pub struct CompatSpec {
     pub providers: Vec<String>,
     /// Total timeout of each check's request, seconds (> 0).
     pub timeout_s: f64,
+    /// Samples of each check that can flip ([`CompatCheck::can_flip`]), in
+    /// 1..=[`MAX_COMPAT_SAMPLES`]; every other check is sampled once.
+    #[serde(default = "default_compat_samples")]
+    pub samples: u32,
 }
 
 /// Default [`CompatSpec::timeout_s`].
 pub const DEFAULT_COMPAT_TIMEOUT_S: f64 = 30.0;
+
+/// Default [`CompatSpec::samples`]: three, so one odd answer out of three shows as unstable.
+pub const DEFAULT_COMPAT_SAMPLES: u32 = 3;
+
+/// Largest [`CompatSpec::samples`].
+pub const MAX_COMPAT_SAMPLES: u32 = 10;
+
+fn default_compat_samples() -> u32 {
+    DEFAULT_COMPAT_SAMPLES
+}
+
+impl CompatSpec {
+    /// How many samples `check` gets: [`CompatSpec::samples`] when it can flip, else 1.
+    pub fn samples_of(&self, check: CompatCheck) -> u32 {
+        if check.can_flip() { self.samples } else { 1 }
+    }
+}
 
 impl Default for CompatSpec {
     fn default() -> Self {
@@ -355,6 +491,7 @@ impl Default for CompatSpec {
             checks: CompatCheck::ALL.to_vec(),
             providers: Vec::new(),
             timeout_s: DEFAULT_COMPAT_TIMEOUT_S,
+            samples: DEFAULT_COMPAT_SAMPLES,
         }
     }
 }
@@ -369,6 +506,7 @@ mod tests {
             check,
             verdict,
             evidence: Evidence::default(),
+            samples: SampleTally::of(verdict),
         }
     }
 
@@ -397,10 +535,47 @@ mod tests {
             r(CompatCheck::StreamUsage, Verdict::NotApplicable),
             r(CompatCheck::WrongKey, Verdict::Inconclusive),
             r(CompatCheck::ReasoningField, Verdict::Fail),
+            r(CompatCheck::ToolCall, Verdict::Unstable),
         ];
         let s = score(&rs).unwrap();
-        assert_eq!((s.passed, s.counted, s.inconclusive), (2, 4, 1));
-        assert!((s.score - 0.5).abs() < 1e-12);
+        assert_eq!((s.passed, s.counted, s.inconclusive), (2, 5, 1));
+        assert!((s.score - 0.4).abs() < 1e-12);
         assert_eq!(score(&[r(CompatCheck::Stop, Verdict::NotApplicable)]), None);
+    }
+
+    #[test]
+    fn samples_decide_by_agreement_and_leave_inconclusive_out() {
+        let t = |pass, fail, not_offered, inconclusive| SampleTally {
+            pass,
+            fail,
+            not_offered,
+            inconclusive,
+        };
+        assert_eq!(t(3, 0, 0, 0).verdict(), Verdict::Pass);
+        assert_eq!(t(1, 2, 0, 0).verdict(), Verdict::Unstable);
+        assert_eq!(t(1, 2, 0, 0).describe(), "pass 1/3, fail 2/3");
+        assert_eq!(t(0, 2, 1, 0).verdict(), Verdict::Unstable);
+        assert_eq!(t(2, 0, 0, 1).verdict(), Verdict::Pass);
+        assert_eq!(t(2, 0, 0, 1).describe(), "pass 2/3, inconclusive 1/3");
+        assert_eq!(t(0, 0, 0, 2).verdict(), Verdict::Inconclusive);
+        assert_eq!(t(0, 0, 0, 0).verdict(), Verdict::Inconclusive);
+        assert_eq!(t(0, 0, 1, 0).verdict(), Verdict::NotOffered);
+        assert_eq!(SampleTally::of(Verdict::NotApplicable).taken(), 0);
+    }
+
+    #[test]
+    fn only_checks_that_judge_generated_text_are_repeated() {
+        let spec = CompatSpec::default();
+        let repeated: Vec<&str> = CompatCheck::ALL
+            .into_iter()
+            .filter(|c| spec.samples_of(*c) == DEFAULT_COMPAT_SAMPLES)
+            .map(CompatCheck::as_str)
+            .collect();
+        assert_eq!(repeated, ["output_cap", "stop", "json_mode", "tool_call"]);
+        assert_eq!(spec.samples_of(CompatCheck::WrongKey), 1);
+        // A spec written before `samples` existed reads with the default.
+        let old: CompatSpec =
+            serde_json::from_str(r#"{"checks": ["stream"], "timeout_s": 30.0}"#).unwrap();
+        assert_eq!(old.samples, DEFAULT_COMPAT_SAMPLES);
     }
 }

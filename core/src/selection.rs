@@ -49,7 +49,7 @@
 //!   `max_failed_pct`: the 95 % Wilson interval's lower bound above it;
 //! * the scenario has an SLO with a cell goodput and the provider's cell *missed* it (the
 //!   met / missed / undecided rule of `latmesh check`), unless `slo_gate = false`;
-//! * a check of `require_compat` did not pass for it (`fail` or `not_offered`).
+//! * a check of `require_compat` did not pass for it (`fail`, `not_offered` or `unstable`).
 //!
 //! A provider whose gate cannot be decided yet (the failure interval contains the limit, the
 //! goodput verdict is undecided or has too few requests, a required check was inconclusive

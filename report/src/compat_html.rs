@@ -30,6 +30,7 @@ table.compat td.v { text-align: center; font-weight: 600; }
 .v-not_offered { background: #fbe5ad; color: #5e4400; }
 .v-not_applicable { background: #eef0f2; color: #6b7580; font-weight: 400 !important; }
 .v-inconclusive { background: #dbe6f4; color: #23446e; }
+.v-unstable { background: #f3d0e8; color: #6a1650; }
 td.v sup a { color: inherit; font-weight: 400; margin-left: 2px; }
 ul.verdicts { list-style: none; padding: 0; margin: 6px 0; font-size: 12.5px; }
 ul.verdicts li { display: inline-block; margin: 0 14px 4px 0; }
@@ -82,6 +83,10 @@ fn verdict_meaning(v: Verdict) -> &'static str {
             "inconclusive: throttled, 5xx, timeout or connection error, nothing said about the \
              feature (left out of the score, counted apart)"
         }
+        Verdict::Unstable => {
+            "unstable: the samples of a check that judges generated text disagreed (passes / \
+             samples shown; counts as not passing)"
+        }
     }
 }
 
@@ -116,7 +121,7 @@ struct Finding<'a> {
 /// not applicable, then what informational checks found.
 fn severity(v: Verdict) -> u8 {
     match v {
-        Verdict::Fail => 0,
+        Verdict::Fail | Verdict::Unstable => 0,
         Verdict::Inconclusive => 1,
         Verdict::NotOffered => 2,
         Verdict::NotApplicable => 3,
@@ -187,8 +192,9 @@ pub fn compat(report: &CompatReport) -> Markup {
             "Compatibility checks v" (COMPAT_CHECKS_VERSION)
             @if !report.run_id.is_empty() { " (run " (report.run_id) ")" }
             ": small fixed requests per provider, each judged by the rule of docs/metrics.md, \
-             \"Compatibility checks\". Score = checks passed / checks counted (pass, fail and \
-             not offered; "
+             \"Compatibility checks\". Score = checks passed / checks counted (pass, fail, \
+             not offered and unstable; a check that judges generated text is sampled several \
+             times; "
             code { "reasoning_field" } " is informational and not counted); it is the \
              selection matrix's compatibility score where no score was typed in."
         }
@@ -218,6 +224,9 @@ pub fn compat(report: &CompatReport) -> Markup {
                                     td class={ "v v-" (r.verdict.as_str()) }
                                         title=[(r.evidence != Evidence::default()).then(|| evidence_text(&r.evidence))] {
                                         (r.verdict.short())
+                                        @if r.verdict == Verdict::Unstable {
+                                            " " (r.samples.pass) "/" (r.samples.taken())
+                                        }
                                         @if let Some(n) = number(&p.provider, *c) {
                                             sup { a href={ "#ev-" (n) } { (n) } }
                                         }
@@ -347,6 +356,7 @@ mod tests {
             check,
             verdict,
             evidence,
+            samples: latmesh_core::compat::SampleTally::of(verdict),
         }
     }
 

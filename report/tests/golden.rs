@@ -106,7 +106,7 @@ fn rendered_reports_match_the_golden_files() {
 }
 
 /// What one `latmesh compat` run measured: `p` honest, `q` failing `json_mode` and `stop`
-/// (and one inconclusive check), `r` answering 6 of 16 prompts wrong and shorter (the
+/// (and one inconclusive check), `r` calling the tool in 1 of 3 samples (unstable) and answering 6 of 16 prompts wrong and shorter (the
 /// quantization trap), through the parity functions the store and the demo use.
 fn compat_fixture() -> latmesh_results::parity::CompatReport {
     use latmesh_core::compat::{CompatCheck, CompatResult, Evidence, Verdict};
@@ -126,6 +126,14 @@ fn compat_fixture() -> latmesh_results::parity::CompatReport {
                 (_, CompatCheck::ReasoningField) => (
                     Verdict::NotOffered,
                     ev(None, None, "no reasoning in the answer"),
+                ),
+                ("r", CompatCheck::ToolCall) => (
+                    Verdict::Unstable,
+                    ev(
+                        Some(200),
+                        Some("tools"),
+                        "pass 1/3, fail 2/3: no tool call (finish_reason stop)",
+                    ),
                 ),
                 ("q", CompatCheck::JsonMode) => (
                     Verdict::Fail,
@@ -154,6 +162,14 @@ fn compat_fixture() -> latmesh_results::parity::CompatReport {
                 check,
                 verdict,
                 evidence,
+                samples: match verdict {
+                    Verdict::Unstable => latmesh_core::compat::SampleTally {
+                        pass: 1,
+                        fail: 2,
+                        ..Default::default()
+                    },
+                    _ => latmesh_core::compat::SampleTally::of(verdict),
+                },
             });
         }
     }

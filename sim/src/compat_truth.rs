@@ -15,12 +15,14 @@ use crate::truth::answered_identity;
 
 /// The verdict of a feature check on a profile that has the feature `f`: supported passes,
 /// ignored fails (the field is accepted and nothing happens), rejected is not offered (a 400
-/// naming the field).
+/// naming the field), honoured one time in three is unstable (the check's default 3 samples,
+/// on a provider no earlier request asked for the feature: pass 1/3, fail 2/3).
 fn feature(f: Feature) -> Verdict {
     match f {
         Feature::Supported => Verdict::Pass,
         Feature::Ignored => Verdict::Fail,
         Feature::Rejected => Verdict::NotOffered,
+        Feature::OneInThree => Verdict::Unstable,
     }
 }
 
@@ -89,12 +91,14 @@ pub fn expected_verdicts(
         .collect()
 }
 
-/// The checks `profile` must not pass on `api` (fail or not offered; weight > 0), in
+/// The checks `profile` must not pass on `api` (fail, not offered or unstable; weight > 0), in
 /// [`CompatCheck::ALL`] order: its traps as `latmesh compat` must report them.
 pub fn expected_traps(profile: &ProviderProfile, api: Api, asked: &str) -> Vec<CompatCheck> {
     expected_verdicts(profile, api, asked)
         .into_iter()
-        .filter(|(c, v)| c.weight() > 0.0 && matches!(v, Verdict::Fail | Verdict::NotOffered))
+        .filter(|(c, v)| {
+            c.weight() > 0.0 && matches!(v, Verdict::Fail | Verdict::NotOffered | Verdict::Unstable)
+        })
         .map(|(c, _)| c)
         .collect()
 }

@@ -236,6 +236,24 @@ pub enum Feature {
     Ignored,
     /// Refused: HTTP 400 naming the field, in the API's error shape.
     Rejected,
+    /// Honoured on the first of every three requests that ask for it and ignored on the
+    /// other two (counted per provider and feature from the simulator's start): a feature
+    /// whose verdict flips between samples, deterministically (`latmesh compat`'s 3 samples
+    /// of a check see it pass 1 of 3: *unstable*), like a model that follows JSON mode only
+    /// sometimes.
+    OneInThree,
+}
+
+impl Feature {
+    /// Whether the `n`-th request (0-based, per provider and feature) asking for the feature
+    /// gets it applied (`Rejected`: never reached, the request is refused first).
+    pub fn applied(self, n: u64) -> bool {
+        match self {
+            Feature::Supported => true,
+            Feature::Ignored | Feature::Rejected => false,
+            Feature::OneInThree => n.is_multiple_of(3),
+        }
+    }
 }
 
 /// How a provider treats the reasoning of earlier turns sent back with assistant messages:

@@ -71,6 +71,9 @@ pub const QUEUE_WAIT_HEADER: &str = "x-sim-queue-wait-us";
 struct Provider {
     profile: ProviderProfile,
     requests: AtomicU64,
+    /// Requests that asked for stop sequences, JSON mode, tools (for
+    /// [`crate::profile::Feature::OneInThree`]).
+    feature_asks: [AtomicU64; 3],
     /// The prompt cache (used when `profile.prompt_cache`).
     cache: PromptCache,
     /// The serving slots (`profile.capacity` permits, FIFO); `None` when unlimited.
@@ -121,6 +124,7 @@ pub fn providers_router(cfg: SimConfig) -> std::io::Result<Router> {
                     slots: (p.capacity > 0).then(|| Arc::new(Semaphore::new(p.capacity as usize))),
                     profile: p,
                     requests: AtomicU64::new(0),
+                    feature_asks: Default::default(),
                     cache: PromptCache::default(),
                 },
             )
@@ -299,7 +303,9 @@ async fn answer(
         Ok(r) => r,
         Err(e) => return invalid(&e.message, e.param.as_deref()),
     };
-    if let Err(e) = req.apply_features(profile) {
+    if let Err(e) = req.apply_features(profile, |i| {
+        provider.feature_asks[i].fetch_add(1, Ordering::Relaxed)
+    }) {
         return invalid(&e.message, e.param.as_deref());
     }
     if let Some(msg) = req.reasoning_passback_error(profile.reasoning_passback) {

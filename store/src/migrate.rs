@@ -86,6 +86,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0010_workloads",
         sql: include_str!("../migrations/0010_workloads.sql"),
     },
+    Migration {
+        version: 14,
+        name: "0014_compat_samples",
+        sql: include_str!("../migrations/0014_compat_samples.sql"),
+    },
 ];
 
 /// The bookkeeping table (not in a file, so it exists before any migration runs).

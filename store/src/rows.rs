@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::batch_key::BatchKey;
 use super::compat::CompatRun;
 use super::{StoreError, datetime_secs, unsigned_us};
-use latmesh_core::compat::{CompatCheck, CompatResult, Evidence, Verdict};
+use latmesh_core::compat::{CompatCheck, CompatResult, Evidence, SampleTally, Verdict};
 use latmesh_core::quality::QualitySample;
 use latmesh_results::delivery::{Delivery, RejectedBatch};
 use latmesh_results::summary::AgentSummary;
@@ -762,7 +762,8 @@ pub struct CompatResultRow {
     pub http_status: Option<u16>,
     /// Evidence: the field seen or missing.
     pub field: Option<String>,
-    /// Evidence: what was seen, in words (≤ 256 bytes, scrubbed).
+    /// Evidence: what was seen, in words (≤ [`latmesh_core::compat::MAX_EVIDENCE_BYTES`],
+    /// scrubbed).
     pub message: String,
     /// [`latmesh_core::compat::COMPAT_CHECKS_VERSION`] of the run.
     pub checks_version: u32,
@@ -770,6 +771,15 @@ pub struct CompatResultRow {
     pub time: u32,
     /// The run's start, UTC µs.
     pub time_us: u64,
+    /// Samples that passed ([`latmesh_core::compat::SampleTally`]; all four 0 in rows
+    /// written before they were counted).
+    pub samples_pass: u32,
+    /// Samples that failed.
+    pub samples_fail: u32,
+    /// Samples refused as not offered.
+    pub samples_not_offered: u32,
+    /// Samples that could not decide.
+    pub samples_inconclusive: u32,
 }
 
 impl CompatResultRow {
@@ -790,21 +800,37 @@ impl CompatResultRow {
             checks_version: run.checks_version,
             time: datetime_secs(run.started_unix_us),
             time_us: unsigned_us(run.started_unix_us),
+            samples_pass: r.samples.pass,
+            samples_fail: r.samples.fail,
+            samples_not_offered: r.samples.not_offered,
+            samples_inconclusive: r.samples.inconclusive,
         }
     }
 
     /// The result it stores; `None` for a check this build does not know (a newer
     /// [`latmesh_core::compat::COMPAT_CHECKS_VERSION`]). An unknown verdict reads as
-    /// `inconclusive`.
+    /// `inconclusive`; a row written before samples were counted as one sample of its verdict.
     pub fn to_result(&self) -> Option<CompatResult> {
+        let verdict = Verdict::parse(&self.verdict).unwrap_or(Verdict::Inconclusive);
+        let counted = SampleTally {
+            pass: self.samples_pass,
+            fail: self.samples_fail,
+            not_offered: self.samples_not_offered,
+            inconclusive: self.samples_inconclusive,
+        };
         Some(CompatResult {
             provider: self.provider.clone(),
             check: CompatCheck::parse(&self.check)?,
-            verdict: Verdict::parse(&self.verdict).unwrap_or(Verdict::Inconclusive),
+            verdict,
             evidence: Evidence {
                 http_status: self.http_status,
                 field: self.field.clone(),
                 message: self.message.clone(),
+            },
+            samples: if counted.taken() == 0 {
+                SampleTally::of(verdict)
+            } else {
+                counted
             },
         })
     }

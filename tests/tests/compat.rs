@@ -249,7 +249,10 @@ fn compat_refuses_bad_input_before_sending() {
     assert_eq!(v["samples"], serde_json::json!([]));
     assert_eq!(
         (v["quality_set"].as_str(), v["checks_version"].as_u64()),
-        (Some(""), Some(1))
+        (
+            Some(""),
+            Some(u64::from(latmesh_core::compat::COMPAT_CHECKS_VERSION))
+        )
     );
 }
 
@@ -306,6 +309,12 @@ fn more_traps() -> Vec<ProviderProfile> {
             api_key: Some(LOCKED_API_KEY.into()),
             wrong_key_status: 500,
             ..quick("broken-auth")
+        },
+        // JSON mode and tools honoured one time in three: both checks flip between samples.
+        ProviderProfile {
+            json_mode: Feature::OneInThree,
+            tool_calls: Feature::OneInThree,
+            ..quick("sometimes")
         },
     ]
 }
@@ -378,7 +387,15 @@ fn compat_finds_each_trap_and_nothing_on_honest_profiles() {
         for (check, verdict) in &want {
             let g = got[check.as_str()].as_str();
             let ok = g == verdict.as_str() || (g == "inconclusive" && has_faults(p));
-            assert!(ok, "{name} {check}: got {g}, truth {verdict}: {got:?}");
+            assert!(
+                ok,
+                "{name} {check}: got {g}, truth {verdict}: {got:?}; evidence {}",
+                entry_where(
+                    &entry(&v["compat"], name)["results"],
+                    "check",
+                    check.as_str()
+                )["evidence"]
+            );
         }
         let traps = latmesh_sim::compat_truth::expected_traps(p, api, asked);
         traps_seen += usize::from(traps.iter().any(|c| {
@@ -439,6 +456,37 @@ fn compat_finds_each_trap_and_nothing_on_honest_profiles() {
     assert_eq!(e["field"], "reasoning_content");
     let e = evidence("thinker-anthropic", "reasoning_field");
     assert_eq!(e["field"], "thinking");
+    // Checks that judge generated text are sampled 3 times: a provider honouring JSON mode
+    // and tools one time in three is unstable on both, with its counts and a failing
+    // sample's evidence; a steady pass says 3/3; a check that cannot flip is sampled once.
+    let samples = |provider: &str, check: &str| -> Value {
+        let results = &entry(&v["compat"], provider)["results"];
+        entry_where(results, "check", check)["samples"].clone()
+    };
+    let tally = |pass: u32, fail: u32| serde_json::json!({"pass": pass, "fail": fail, "not_offered": 0, "inconclusive": 0});
+    assert_eq!(all["sometimes"]["json_mode"], "unstable");
+    assert_eq!(all["sometimes"]["tool_call"], "unstable");
+    assert_eq!(samples("sometimes", "json_mode"), tally(1, 2));
+    assert_eq!(samples("sometimes", "tool_call"), tally(1, 2));
+    let e = evidence("sometimes", "json_mode");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("pass 1/3, fail 2/3: content is not a JSON object: \""),
+        "{e}"
+    );
+    let e = evidence("sometimes", "tool_call");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("pass 1/3, fail 2/3: no tool call"),
+        "{e}"
+    );
+    assert_eq!(samples("fast-lane", "json_mode"), tally(3, 0));
+    assert_eq!(samples("fast-lane", "stream"), tally(1, 0));
+    assert_eq!(samples("sometimes", "wrong_key")["not_offered"], 1);
 }
 
 /// The quantized profiles' wrong answers are exactly the simulator's ground truth

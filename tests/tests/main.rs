@@ -22,6 +22,7 @@ mod compat;
 mod compat_store;
 mod demo;
 mod distributed;
+mod exit_status;
 mod grafana;
 mod hostile_agent;
 mod hostile_provider;

@@ -10,9 +10,11 @@
 //! winning). A failure that says nothing about the feature (throttled, 5xx, timeout,
 //! connection error, a broken stream) is retried once after about 1 s (or a `Retry-After` up
 //! to 5 s), then *inconclusive*. The requests that only need some answer share one streamed
-//! request (stream, model name, fingerprint, reasoning field). Answers stay in memory; the
-//! evidence quotes at most 40 characters of one and is scrubbed of the key and the secret
-//! header values.
+//! request (stream, model name, fingerprint, reasoning field). A check whose verdict can flip
+//! (it judges generated text: [`CompatCheck::can_flip`]) is sampled `samples` times
+//! ([`sampled`]) and is *unstable* when its samples disagree. Answers stay in memory; the
+//! evidence quotes at most [`latmesh_core::compat::MAX_QUOTE_CHARS`] characters of one and is
+//! scrubbed of the key and the secret header values.
 
 pub mod basic;
 pub mod context;
@@ -23,7 +25,8 @@ pub mod wrong_key;
 
 use latmesh_core::api::{Api, AuthStyle};
 use latmesh_core::compat::{
-    CompatCheck, CompatResult, CompatSpec, Evidence, MAX_EVIDENCE_BYTES, PLAIN_PROMPT, Verdict,
+    CompatCheck, CompatResult, CompatSpec, Evidence, MAX_EVIDENCE_BYTES, PLAIN_PROMPT, SampleTally,
+    Verdict,
 };
 use latmesh_core::prompts::Message;
 
@@ -47,57 +50,33 @@ pub fn not_applicable(check: CompatCheck, api: Api, auth: &AuthStyle) -> Option<
 }
 
 /// Runs `spec`'s checks on the provider of `ctx`, one after another, in `spec.checks`
-/// order (each within `spec.timeout_s`); one result per check.
+/// order (each request within `spec.timeout_s`); one result per check. A check that can flip
+/// ([`CompatCheck::can_flip`]) is sampled `spec.samples` times ([`sampled`]), every other
+/// once.
 pub async fn run_checks(ctx: &ProviderContext<'_>, spec: &CompatSpec) -> Vec<CompatResult> {
     let api = ctx.provider.request.api;
-    let t = spec.timeout_s;
-    let plain_messages = [Message::new("user", PLAIN_PROMPT)];
     // The one streamed plain request several checks judge.
     let mut plain: Option<ProbeResult> = None;
     let mut out = Vec::with_capacity(spec.checks.len());
     for &check in &spec.checks {
-        let (verdict, ev) =
+        let (verdict, ev, samples) =
             if let Some(why) = not_applicable(check, api, &ctx.provider.request.auth) {
-                (Verdict::NotApplicable, evidence(None, None, why))
+                (
+                    Verdict::NotApplicable,
+                    evidence(None, None, why),
+                    SampleTally::default(),
+                )
             } else {
-                match check {
-                    CompatCheck::Stream
-                    | CompatCheck::ModelName
-                    | CompatCheck::SystemFingerprint
-                    | CompatCheck::ReasoningField => {
-                        if plain.is_none() {
-                            let call = Call::new(&plain_messages, true, basic::PLAIN_MAX_TOKENS, t);
-                            plain = Some(send(ctx, &call).await);
-                        }
-                        let r = plain.as_ref().expect("sent just above");
-                        match check {
-                            CompatCheck::Stream => basic::judge_answer(r),
-                            CompatCheck::ModelName => {
-                                basic::judge_model_name(r, ctx.provider.expected_model())
-                            }
-                            CompatCheck::SystemFingerprint => basic::judge_fingerprint(r),
-                            _ => reasoning::judge_reasoning_field(r),
-                        }
+                let mut samples = Vec::new();
+                for i in 0..spec.samples_of(check).max(1) {
+                    let s = one_sample(ctx, check, spec.timeout_s, &mut plain, i > 0).await;
+                    let stop = i == 0 && ends_the_series(s.0);
+                    samples.push(s);
+                    if stop {
+                        break;
                     }
-                    CompatCheck::NonStream => {
-                        let call = Call::new(&plain_messages, false, basic::PLAIN_MAX_TOKENS, t);
-                        basic::judge_answer(&send(ctx, &call).await)
-                    }
-                    CompatCheck::StreamUsage => basic::stream_usage(ctx, &plain_messages, t).await,
-                    CompatCheck::OutputCap => basic::output_cap(ctx, t).await,
-                    CompatCheck::Stop => match basic::stop_field(api) {
-                        Some(field) => basic::stop(ctx, field, t).await,
-                        None => unreachable_na(),
-                    },
-                    CompatCheck::JsonMode => match features::json_mode_field(api) {
-                        Some(mode) => features::json_mode(ctx, mode, t).await,
-                        None => unreachable_na(),
-                    },
-                    CompatCheck::ToolCall => features::tool_call(ctx, t).await,
-                    CompatCheck::ReasoningHistory => reasoning::history(ctx, t).await,
-                    CompatCheck::PromptCache => features::prompt_cache(ctx, t).await,
-                    CompatCheck::WrongKey => wrong_key::wrong_key_check(ctx, t).await,
                 }
+                decide(samples)
             };
         let (verdict, ev) = match overridden(check, api, &ctx.provider.request.extra_body) {
             Some(field) if verdict != Verdict::NotApplicable => (
@@ -119,10 +98,112 @@ pub async fn run_checks(ctx: &ProviderContext<'_>, spec: &CompatSpec) -> Vec<Com
             check,
             verdict,
             evidence: scrubbed(ctx, ev),
+            samples,
         });
     }
     key_refused_too(&mut out);
     out
+}
+
+/// Whether a first sample ends a check's series: not offered (the field refused),
+/// inconclusive (the provider did not answer) or not applicable (found out from the answer,
+/// e.g. no reasoning to send back): repeats would tell nothing more, and a dead provider
+/// costs one round of requests, not `samples`.
+fn ends_the_series(first: Verdict) -> bool {
+    match first {
+        Verdict::NotOffered | Verdict::Inconclusive | Verdict::NotApplicable => true,
+        Verdict::Pass | Verdict::Fail | Verdict::Unstable => false,
+    }
+}
+
+/// Decides a check from its samples' verdicts and evidence by [`SampleTally::verdict`]: all
+/// alike is their verdict, any disagreement [`Verdict::Unstable`].
+///
+/// The evidence: with one sample, its own; with more, the counts (`pass 1/3, fail 2/3: …`)
+/// before the evidence of the first failed or refused sample when they disagree (else of the
+/// last sample), whose status and field it keeps.
+pub fn decide(samples: Vec<(Verdict, Evidence)>) -> (Verdict, Evidence, SampleTally) {
+    let mut tally = SampleTally::default();
+    for (v, _) in &samples {
+        tally.add(*v);
+    }
+    // Not applicable is no sample's verdict in the tally: a check every sample found not
+    // applicable (from the answer) is not applicable.
+    let verdict =
+        if !samples.is_empty() && samples.iter().all(|(v, _)| *v == Verdict::NotApplicable) {
+            Verdict::NotApplicable
+        } else {
+            tally.verdict()
+        };
+    let taken = samples.len();
+    let first_not_pass = samples
+        .iter()
+        .position(|(v, _)| matches!(v, Verdict::Fail | Verdict::NotOffered));
+    let mut evs = samples.into_iter().map(|(_, e)| e);
+    let ev = match (verdict, first_not_pass) {
+        (Verdict::Unstable, Some(i)) => evs.nth(i),
+        _ => evs.next_back(),
+    }
+    .unwrap_or_default();
+    if taken <= 1 {
+        return (verdict, ev, tally);
+    }
+    let message = format!("{}: {}", tally.describe(), ev.message);
+    (
+        verdict,
+        evidence(ev.http_status, ev.field.as_deref(), message),
+        tally,
+    )
+}
+
+/// One sample of `check` (not applicable to the provider: [`not_applicable`] said so before):
+/// sends its request(s) and judges them. The checks judging the plain streamed request share
+/// `plain`, sent once unless `fresh` asks for a new one (a repeated sample).
+async fn one_sample(
+    ctx: &ProviderContext<'_>,
+    check: CompatCheck,
+    t: f64,
+    plain: &mut Option<ProbeResult>,
+    fresh: bool,
+) -> (Verdict, Evidence) {
+    let api = ctx.provider.request.api;
+    let plain_messages = [Message::new("user", PLAIN_PROMPT)];
+    match check {
+        CompatCheck::Stream
+        | CompatCheck::ModelName
+        | CompatCheck::SystemFingerprint
+        | CompatCheck::ReasoningField => {
+            if plain.is_none() || fresh {
+                let call = Call::new(&plain_messages, true, basic::PLAIN_MAX_TOKENS, t);
+                *plain = Some(send(ctx, &call).await);
+            }
+            let r = plain.as_ref().expect("sent just above");
+            match check {
+                CompatCheck::Stream => basic::judge_answer(r),
+                CompatCheck::ModelName => basic::judge_model_name(r, ctx.provider.expected_model()),
+                CompatCheck::SystemFingerprint => basic::judge_fingerprint(r),
+                _ => reasoning::judge_reasoning_field(r),
+            }
+        }
+        CompatCheck::NonStream => {
+            let call = Call::new(&plain_messages, false, basic::PLAIN_MAX_TOKENS, t);
+            basic::judge_answer(&send(ctx, &call).await)
+        }
+        CompatCheck::StreamUsage => basic::stream_usage(ctx, &plain_messages, t).await,
+        CompatCheck::OutputCap => basic::output_cap(ctx, t).await,
+        CompatCheck::Stop => match basic::stop_field(api) {
+            Some(field) => basic::stop(ctx, field, t).await,
+            None => unreachable_na(),
+        },
+        CompatCheck::JsonMode => match features::json_mode_field(api) {
+            Some(mode) => features::json_mode(ctx, mode, t).await,
+            None => unreachable_na(),
+        },
+        CompatCheck::ToolCall => features::tool_call(ctx, t).await,
+        CompatCheck::ReasoningHistory => reasoning::history(ctx, t).await,
+        CompatCheck::PromptCache => features::prompt_cache(ctx, t).await,
+        CompatCheck::WrongKey => wrong_key::wrong_key_check(ctx, t).await,
+    }
 }
 
 /// The body field of `check` that a provider's `extra_body` replaces (it wins over the
@@ -263,6 +344,130 @@ mod tests {
             "{:?}",
             t0.elapsed()
         );
+    }
+
+    /// Over loopback against the simulator: a provider that honours JSON mode one time in
+    /// three is `unstable` with its counts and a failing sample's answer in the evidence; a
+    /// provider that always honours it passes on 3 samples; a check that cannot flip is
+    /// sampled once; a refused feature ends its series after one sample.
+    #[tokio::test]
+    async fn a_check_that_flips_between_samples_is_unstable_with_its_counts() {
+        use latmesh_sim::profile::Feature;
+        let cfg = SimConfig {
+            profiles: vec![
+                ProviderProfile::fixed("steady", 2_000, 200),
+                ProviderProfile {
+                    json_mode: Feature::OneInThree,
+                    ..ProviderProfile::fixed("sometimes", 2_000, 200)
+                },
+                ProviderProfile {
+                    json_mode: Feature::Rejected,
+                    ..ProviderProfile::fixed("never", 2_000, 200)
+                },
+            ],
+            ..SimConfig::default()
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(latmesh_sim::serve_providers(listener, cfg));
+        let prober = crate::probe::Prober::new(None).unwrap();
+        let spec = CompatSpec {
+            checks: vec![CompatCheck::Stream, CompatCheck::JsonMode],
+            ..CompatSpec::default()
+        };
+        assert_eq!(spec.samples, 3);
+        let run = |name: &str| {
+            let mut p = context::test_provider("");
+            p.name = name.to_string();
+            p.base_url = format!("http://{addr}/{name}/v1");
+            p.model_id = latmesh_sim::profile::DEFAULT_MODEL_ID.to_string();
+            let prober = &prober;
+            let spec = &spec;
+            async move {
+                let ctx = ProviderContext::new(prober, &p, None, vec![]);
+                run_checks(&ctx, spec).await
+            }
+        };
+        let tally = |pass, fail, not_offered| SampleTally {
+            pass,
+            fail,
+            not_offered,
+            inconclusive: 0,
+        };
+
+        let sometimes = run("sometimes").await;
+        assert_eq!(
+            (sometimes[0].verdict, sometimes[0].samples),
+            (Verdict::Pass, tally(1, 0, 0))
+        );
+        let json = &sometimes[1];
+        assert_eq!(
+            (json.verdict, json.samples),
+            (Verdict::Unstable, tally(1, 2, 0))
+        );
+        let msg = &json.evidence.message;
+        assert!(
+            msg.starts_with("pass 1/3, fail 2/3: content is not a JSON object: \""),
+            "{msg}"
+        );
+        // The failing answer is quoted well past 40 characters.
+        assert!(msg.len() > 120, "{msg}");
+        assert_eq!(json.evidence.field.as_deref(), Some("response_format"));
+
+        let steady = run("steady").await;
+        assert_eq!(
+            (steady[1].verdict, steady[1].samples),
+            (Verdict::Pass, tally(3, 0, 0))
+        );
+        assert!(
+            steady[1]
+                .evidence
+                .message
+                .starts_with("pass 3/3: content parses as a JSON object"),
+            "{:?}",
+            steady[1].evidence
+        );
+
+        let never = run("never").await;
+        assert_eq!(
+            (never[1].verdict, never[1].samples),
+            (Verdict::NotOffered, tally(0, 0, 1))
+        );
+        assert_eq!(never[1].evidence.http_status, Some(400));
+    }
+
+    #[test]
+    fn samples_are_decided_with_the_evidence_of_the_one_that_disagrees() {
+        let ev = |m: &str| evidence(Some(200), Some("tools"), m);
+        let (v, e, t) = decide(vec![
+            (Verdict::Pass, ev("get_weather(city)")),
+            (Verdict::Fail, ev("no tool call (finish_reason stop)")),
+            (Verdict::Pass, ev("get_weather(city)")),
+        ]);
+        assert_eq!((v, t.pass, t.fail), (Verdict::Unstable, 2, 1));
+        assert_eq!(
+            e.message,
+            "pass 2/3, fail 1/3: no tool call (finish_reason stop)"
+        );
+        let (v, e, t) = decide(vec![(Verdict::Fail, ev("no tool call"))]);
+        assert_eq!(
+            (v, e.message.as_str(), t.taken()),
+            (Verdict::Fail, "no tool call", 1)
+        );
+        // Inconclusive samples are left out of the decision, not of the counts.
+        let (v, e, _) = decide(vec![
+            (Verdict::Pass, ev("a")),
+            (Verdict::Inconclusive, ev("throttled (HTTP 429)")),
+            (Verdict::Pass, ev("b")),
+        ]);
+        assert_eq!(
+            (v, e.message.as_str()),
+            (Verdict::Pass, "pass 2/3, inconclusive 1/3: b")
+        );
+        assert!(ends_the_series(Verdict::NotOffered) && ends_the_series(Verdict::Inconclusive));
+        let (v, _, t) = decide(vec![(Verdict::NotApplicable, ev("no reasoning"))]);
+        assert_eq!((v, t.taken()), (Verdict::NotApplicable, 0));
+        assert!(!ends_the_series(Verdict::Fail) && !ends_the_series(Verdict::Pass));
     }
 
     #[test]

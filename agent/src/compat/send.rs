@@ -217,10 +217,14 @@ pub fn evidence(status: Option<u16>, field: Option<&str>, message: impl Into<Str
     }
 }
 
-/// At most 40 characters of an answer, quoted, for evidence.
+/// At most [`latmesh_core::compat::MAX_QUOTE_CHARS`] characters of an answer, quoted, for
+/// evidence.
 pub fn quote(text: &str) -> String {
     let t = text.trim();
-    let cut: String = t.chars().take(40).collect();
+    let cut: String = t
+        .chars()
+        .take(latmesh_core::compat::MAX_QUOTE_CHARS)
+        .collect();
     if cut.len() < t.len() {
         format!("{cut:?}…")
     } else {
@@ -351,9 +355,8 @@ mod tests {
         assert_eq!(retry_wait(&t, true), None);
         let bad = failed_with(Outcome::Http4xx, Some(400), "").record;
         assert_eq!(retry_wait(&bad, false), None);
-        assert_eq!(
-            quote("0123456789012345678901234567890123456789xyz"),
-            "\"0123456789012345678901234567890123456789\"…"
-        );
+        let long = "0123456789".repeat(20);
+        assert_eq!(quote(&format!("  {long}xyz ")), format!("{long:?}…"));
+        assert_eq!(quote(&format!(" {long} ")), format!("{long:?}"));
     }
 }

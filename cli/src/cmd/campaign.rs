@@ -25,6 +25,7 @@ pub enum CampaignCmd {
         allow_long: bool,
     },
     /// Launch a campaign on the coordinator, follow it, print the matrix.
+    #[command(after_help = crate::exit_status::EXIT_HELP)]
     Launch {
         /// Campaign file (TOML or YAML).
         file: PathBuf,
@@ -57,9 +58,13 @@ pub enum CampaignCmd {
         /// launch is refused, naming agent, region, provider and variable.
         #[arg(long)]
         allow_missing_keys: bool,
+        #[allow(missing_docs)] // its help is its type's
+        #[command(flatten)]
+        gate: crate::exit_status::FailGate,
     },
     /// A series of scheduled runs (a campaign launched with a [schedule]): its schedule and
     /// its runs (id, due and start times, state, complete).
+    #[command(after_help = crate::exit_status::EXIT_HELP)]
     Series {
         /// Series id, as `launch` printed it.
         series_id: String,
@@ -72,6 +77,9 @@ pub enum CampaignCmd {
         /// With --wait: write the series and every run's summary here as JSON.
         #[arg(long)]
         json: Option<PathBuf>,
+        #[allow(missing_docs)] // its help is its type's
+        #[command(flatten)]
+        gate: crate::exit_status::FailGate,
     },
     /// Reconcile what agents reported with the rows in ClickHouse: lost and duplicated counts
     /// (exits non-zero unless both are 0).
@@ -100,6 +108,7 @@ pub enum CampaignCmd {
     },
     /// Follow a running campaign (e.g. after the launching terminal went away) and print its
     /// matrix when it finishes.
+    #[command(after_help = crate::exit_status::EXIT_HELP)]
     Watch {
         /// Campaign id, as `launch` printed it.
         campaign_id: String,
@@ -109,6 +118,9 @@ pub enum CampaignCmd {
         /// Write the JSON summary here.
         #[arg(long)]
         json: Option<PathBuf>,
+        #[allow(missing_docs)] // its help is its type's
+        #[command(flatten)]
+        gate: crate::exit_status::FailGate,
     },
 }
 
@@ -165,6 +177,7 @@ pub async fn run(cmd: CampaignCmd) -> anyhow::Result<()> {
             wait,
             allow_long,
             allow_missing_keys,
+            gate,
         } => {
             let plan = campaign::load_file(&file)?;
             if let Some(note) = latmesh_core::env_overrides::applied_overrides_note() {
@@ -213,6 +226,7 @@ pub async fn run(cmd: CampaignCmd) -> anyhow::Result<()> {
                     &reply,
                     wait,
                     json.as_deref(),
+                    gate,
                 )
                 .await;
             }
@@ -222,7 +236,7 @@ pub async fn run(cmd: CampaignCmd) -> anyhow::Result<()> {
                 reply.agent_ids.len(),
                 reply.campaign_id
             );
-            follow_launched(&coord, client, &reply.campaign_id, json.as_deref()).await
+            follow_launched(&coord, client, &reply.campaign_id, json.as_deref(), gate).await
         }
         CampaignCmd::Verify {
             campaign_id,
@@ -364,18 +378,34 @@ pub async fn run(cmd: CampaignCmd) -> anyhow::Result<()> {
             coord,
             wait,
             json,
+            gate,
         } => {
             let mut client = coord.connect().await?;
-            crate::cmd::series::series(&mut client, &coord.url(), &series_id, wait, json.as_deref())
-                .await
+            crate::cmd::series::series(
+                &mut client,
+                &coord.url(),
+                &series_id,
+                wait,
+                json.as_deref(),
+                gate,
+            )
+            .await
         }
         CampaignCmd::Watch {
             campaign_id,
             coord,
             json,
+            gate,
         } => {
             let mut client = coord.connect().await?;
-            report(&mut client, &coord.url(), &campaign_id, json.as_deref()).await
+            report(
+                &mut client,
+                &coord.url(),
+                &campaign_id,
+                json.as_deref(),
+                gate,
+            )
+            .await
         }
     }
 }
@@ -438,13 +468,14 @@ async fn follow_launched(
     mut client: AdminClient,
     campaign_id: &str,
     json: Option<&std::path::Path>,
+    gate: crate::exit_status::FailGate,
 ) -> anyhow::Result<()> {
     let url = coord.url();
     let mut reconnected = false;
     let mut lost_since: Option<std::time::Instant> = None;
     loop {
         let followed_from = std::time::Instant::now();
-        let err = match report(&mut client, &url, campaign_id, json).await {
+        let err = match report(&mut client, &url, campaign_id, json, gate).await {
             Ok(()) => return Ok(()),
             Err(e) if reconnected && e.to_string().contains("NotFound") => {
                 anyhow::bail!(
@@ -497,12 +528,14 @@ fn lost_connection(e: &anyhow::Error) -> bool {
 }
 
 /// Follows a campaign, prints its matrix, writes the JSON; fails when it is incomplete or
-/// was cancelled.
+/// was cancelled (status 1), else when `gate` finds a failed cell
+/// ([`crate::exit_status`]: status 3 or 4).
 async fn report(
     client: &mut AdminClient,
     url: &str,
     campaign_id: &str,
     json: Option<&std::path::Path>,
+    gate: crate::exit_status::FailGate,
 ) -> anyhow::Result<()> {
     if let Some(path) = json {
         watch::check_writable(path)?;
@@ -513,6 +546,15 @@ async fn report(
         watch::write_json(&summary, path)?;
         eprintln!("summary written to {}", path.display());
     }
+    crate::exit_status::conclude(
+        finished(&summary, campaign_id),
+        gate.judge([(None, &summary)]),
+    )
+}
+
+/// Whether a followed campaign finished whole: not stopped by the budget guard, not
+/// cancelled, complete.
+fn finished(summary: &latmesh_results::summary::Summary, campaign_id: &str) -> anyhow::Result<()> {
     if let Some(reason) = &summary.guard.stop_reason {
         anyhow::bail!(
             "campaign {campaign_id} was stopped by the budget guard ({reason}): partial results (see STOPPED BY BUDGET above)"

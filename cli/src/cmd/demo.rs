@@ -458,6 +458,9 @@ pub struct DemoArgs {
     /// HTML report always have all of them.
     #[arg(long, value_enum, default_value = "first")]
     selection: crate::ui::analysis::SelectionShown,
+    #[allow(missing_docs)] // its help is its type's
+    #[command(flatten)]
+    gate: crate::exit_status::FailGate,
 }
 
 /// Runs the demo, prints its matrix, writes its JSON summary and HTML report.
@@ -472,6 +475,7 @@ pub async fn run_cli(args: DemoArgs) -> anyhow::Result<()> {
         clickhouse_db,
         report,
         selection,
+        gate,
     } = args;
     let started = std::time::Instant::now();
     let path = json.unwrap_or_else(|| PathBuf::from(".latmesh/demo-summary.json"));
@@ -525,7 +529,8 @@ pub async fn run_cli(args: DemoArgs) -> anyhow::Result<()> {
         path.display()
     );
     println!("report: {}", report.display());
-    Ok(())
+    // After everything is printed and written: a dead cell (or one over --fail-above-pct).
+    crate::exit_status::conclude(Ok(()), gate.judge([(None, summary)]))
 }
 
 #[cfg(test)]

@@ -57,6 +57,7 @@ enum Command {
     /// Run a local demo: simulator with nine providers (two also over the Anthropic and
     /// Responses APIs), coordinator, three agents; prints the region × provider matrix and
     /// writes an HTML report (.latmesh/demo-report.html).
+    #[command(after_help = crate::exit_status::EXIT_HELP)]
     Demo(demo::DemoArgs),
     /// Send one request to a provider and print what was measured (a connectivity check).
     Probe(probe::ProbeArgs),

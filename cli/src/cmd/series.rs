@@ -132,6 +132,7 @@ pub async fn launched_series(
     reply: &pb::LaunchReply,
     wait: bool,
     json: Option<&Path>,
+    gate: crate::exit_status::FailGate,
 ) -> anyhow::Result<()> {
     let id = &reply.campaign_id;
     let in_s =
@@ -145,12 +146,17 @@ pub async fn launched_series(
         if json.is_some() {
             eprintln!("--json is written with --wait only (it holds every run's summary)");
         }
+        if gate.fail_above_pct.is_some() {
+            eprintln!(
+                "--fail-above-pct judges the runs with --wait only (without it launch returns once the series is created)"
+            );
+        }
         eprintln!(
             "the coordinator runs the schedule; list the runs with: latmesh campaign series {id} (add --wait to follow them); stop it with: latmesh campaign cancel {id}"
         );
         return Ok(());
     }
-    series(client, url, id, true, json).await
+    series(client, url, id, true, json, gate).await
 }
 
 /// Of a cancel reply: the run to follow when it named a series whose running run was
@@ -187,21 +193,28 @@ async fn series_status(
 /// `latmesh campaign series ID`: prints the series and its runs. With `wait`, follows every
 /// run as it starts (its progress on stderr, its matrix on stdout) until the series has
 /// ended, then lists the runs, writes `json` (the series and each run's summary) and fails
-/// unless every run was complete.
+/// unless every run was complete (status 1), else when `gate` finds a failed cell in any run
+/// ([`crate::exit_status`]: status 3 or 4).
 ///
 /// # Errors
-/// An unknown series, a broken connection, or (with `wait`) a run that was not complete.
+/// An unknown series, a broken connection, or (with `wait`) a run that was not complete or
+/// a failed cell.
 pub async fn series(
     client: &mut AdminClient,
     url: &str,
     id: &str,
     wait: bool,
     json: Option<&Path>,
+    gate: crate::exit_status::FailGate,
 ) -> anyhow::Result<()> {
     if let Some(path) = json {
         anyhow::ensure!(wait, "--json needs --wait (it holds every run's summary)");
         watch::check_writable(path)?;
     }
+    anyhow::ensure!(
+        wait || gate.fail_above_pct.is_none(),
+        "--fail-above-pct needs --wait (it judges the runs followed)"
+    );
     let mut status = series_status(client, url, id).await?;
     if !wait {
         print!(
@@ -289,10 +302,16 @@ pub async fn series(
         .filter(|r| !r.complete)
         .map(|r| r.campaign_id.as_str())
         .collect();
-    anyhow::ensure!(
-        short.is_empty(),
-        "series {id}: runs not complete: {} (see above)",
-        short.join(", ")
-    );
-    Ok(())
+    let finished = if short.is_empty() {
+        Ok(())
+    } else {
+        Err(anyhow::anyhow!(
+            "series {id}: runs not complete: {} (see above)",
+            short.join(", ")
+        ))
+    };
+    crate::exit_status::conclude(
+        finished,
+        gate.judge(summaries.iter().map(|(run, s)| (Some(run.as_str()), s))),
+    )
 }

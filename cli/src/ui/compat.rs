@@ -28,6 +28,49 @@ fn evidence_text(e: &Evidence) -> String {
     }
 }
 
+/// A table cell: the verdict's short form, with passes / samples for an unstable one
+/// (`UNST 1/3`).
+fn verdict_cell(r: &latmesh_core::compat::CompatResult) -> String {
+    match r.verdict {
+        Verdict::Unstable => format!("UNST {}/{}", r.samples.pass, r.samples.taken()),
+        Verdict::Pass
+        | Verdict::Fail
+        | Verdict::NotOffered
+        | Verdict::NotApplicable
+        | Verdict::Inconclusive => r.verdict.short().to_string(),
+    }
+}
+
+/// Width evidence lines are wrapped at, characters.
+const EVIDENCE_WIDTH: usize = 100;
+
+/// `head` then `text`, wrapped at spaces to `width` characters, the continuation lines
+/// indented under the start of `text` (or by 7 when `head` is wider than half the width); a
+/// word longer than a line stays whole. Ends with a newline.
+fn wrapped(head: &str, text: &str, width: usize) -> String {
+    let head_w = head.chars().count();
+    let indent = if head_w * 2 > width { 7 } else { head_w };
+    let mut out = head.to_string();
+    let mut col = head_w;
+    let mut first = true;
+    for word in text.split(' ') {
+        let w = word.chars().count();
+        if !first && col + 1 + w > width {
+            out.push('\n');
+            out.push_str(&" ".repeat(indent));
+            col = indent;
+        } else if !first {
+            out.push(' ');
+            col += 1;
+        }
+        out.push_str(word);
+        col += w;
+        first = false;
+    }
+    out.push('\n');
+    out
+}
+
 /// One evidence line: (verdict rank, check, evidence text) and the providers sharing it.
 type Finding<'a> = ((u8, CompatCheck, String), Vec<&'a str>);
 
@@ -60,14 +103,14 @@ pub fn render_compat(providers: &[ProviderCompat]) -> String {
                 .results
                 .iter()
                 .find(|r| r.check == *c)
-                .map_or("", |r| r.verdict.short());
+                .map_or(String::new(), verdict_cell);
             TCell::new(cell)
         }));
         table.add_row(row);
     }
     let _ = writeln!(
         out,
-        "compatibility checks (v{}): pass, FAIL, n/o not offered, n/a not applicable, ? inconclusive",
+        "compatibility checks (v{}): pass, FAIL, n/o not offered, n/a not applicable, ? inconclusive, UNST unstable (passes/samples)",
         latmesh_core::compat::COMPAT_CHECKS_VERSION
     );
     let _ = writeln!(out, "{table}");
@@ -75,10 +118,11 @@ pub fn render_compat(providers: &[ProviderCompat]) -> String {
     // listed together, failures first, then inconclusive, not offered, not applicable.
     let rank = |v: Verdict| match v {
         Verdict::Fail => 0,
-        Verdict::Inconclusive => 1,
-        Verdict::NotOffered => 2,
-        Verdict::NotApplicable => 3,
-        Verdict::Pass => 4,
+        Verdict::Unstable => 1,
+        Verdict::Inconclusive => 2,
+        Verdict::NotOffered => 3,
+        Verdict::NotApplicable => 4,
+        Verdict::Pass => 5,
     };
     let mut findings: Vec<Finding<'_>> = Vec::new();
     for p in providers {
@@ -100,6 +144,7 @@ pub fn render_compat(providers: &[ProviderCompat]) -> String {
     let short = |rank: u8| {
         [
             Verdict::Fail,
+            Verdict::Unstable,
             Verdict::Inconclusive,
             Verdict::NotOffered,
             Verdict::NotApplicable,
@@ -108,13 +153,13 @@ pub fn render_compat(providers: &[ProviderCompat]) -> String {
         .short()
     };
     for ((r, check, text), names) in &findings {
-        let _ = writeln!(
-            out,
-            "  {:<4} {:<18} {}: {text}",
+        let head = format!(
+            "  {:<4} {:<18} {}: ",
             short(*r),
             check.as_str(),
             names.join(", ")
         );
+        out.push_str(&wrapped(&head, text, EVIDENCE_WIDTH));
     }
     let width = providers
         .iter()
@@ -220,7 +265,45 @@ mod tests {
                 field: Some("stream_options".into()),
                 message: msg.into(),
             },
+            samples: latmesh_core::compat::SampleTally::of(verdict),
         }
+    }
+
+    #[test]
+    fn an_unstable_check_shows_its_passes_and_long_evidence_wraps() {
+        let mut r = result(
+            "llama",
+            CompatCheck::JsonMode,
+            Verdict::Unstable,
+            &format!(
+                "pass 1/3, fail 2/3: content is not a JSON object: \"{}\"",
+                "Sure! Here is the JSON you asked for ".repeat(4).trim()
+            ),
+        );
+        r.samples = latmesh_core::compat::SampleTally {
+            pass: 1,
+            fail: 2,
+            ..Default::default()
+        };
+        let text = render_compat(&compat_by_provider(&[r]));
+        assert!(text.contains("| llama    | UNST 1/3  |"), "{text}");
+        assert!(
+            text.contains("  UNST json_mode          llama: HTTP 400, field stream_options: pass 1/3, fail 2/3: content is"),
+            "{text}"
+        );
+        // Every line within the width; the rest under the evidence's start.
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("Sure!") || l.starts_with("                                 "))
+            .collect();
+        assert!(lines.len() >= 2, "{text}");
+        assert!(
+            lines.iter().all(|l| l.chars().count() <= EVIDENCE_WIDTH),
+            "{text}"
+        );
+        assert!(text.contains("0.00 (0/1 passed, 0 inconclusive)"), "{text}");
+        assert_eq!(wrapped("ab: ", "c d", 100), "ab: c d\n");
+        assert_eq!(wrapped("ab: ", "ccc ddd", 8), "ab: ccc\n    ddd\n");
     }
 
     #[test]

@@ -5,7 +5,9 @@
 use super::error::{CampaignError, invalid};
 use super::file::{CompatSection, QualitySection};
 use super::scenario::check_seconds;
-use crate::compat::{CompatCheck, CompatSpec, DEFAULT_COMPAT_TIMEOUT_S};
+use crate::compat::{
+    CompatCheck, CompatSpec, DEFAULT_COMPAT_SAMPLES, DEFAULT_COMPAT_TIMEOUT_S, MAX_COMPAT_SAMPLES,
+};
 use crate::plan::ProviderSpec;
 use crate::prompts::wildcard_match;
 use crate::quality::{
@@ -18,7 +20,7 @@ use crate::quality::{
 /// # Errors
 /// The first problem, naming `compat.KEY`: an unknown check (the message lists the valid
 /// ones), an empty list, a provider that is not the campaign's or is listed twice, a
-/// `timeout_s` that is not in (0, 86400].
+/// `timeout_s` that is not in (0, 86400], `samples` not in 1..=[`MAX_COMPAT_SAMPLES`].
 pub(super) fn validate_compat(
     section: Option<&CompatSection>,
     providers: &[ProviderSpec],
@@ -58,8 +60,24 @@ pub(super) fn validate_compat(
             checks
         }
     };
+    let samples = s.samples.unwrap_or(DEFAULT_COMPAT_SAMPLES);
+    if !(1..=MAX_COMPAT_SAMPLES).contains(&samples) {
+        return Err(invalid(
+            "compat.samples",
+            format!(
+                "{samples} is not in 1..={MAX_COMPAT_SAMPLES} (samples of each check whose verdict can flip: {})",
+                CompatCheck::ALL
+                    .iter()
+                    .filter(|c| c.can_flip())
+                    .map(|c| c.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
     Ok(Some(CompatSpec {
         checks,
+        samples,
         providers: check_providers("compat", s.providers.as_deref(), providers)?,
         timeout_s: check_seconds(
             "compat.timeout_s".into(),
@@ -238,7 +256,7 @@ mod tests {
     fn sections_with_every_key_become_part_of_the_plan() {
         let plan = load_toml_str(
             &with(
-                "[compat]\nchecks = [\"wrong_key\", \"stream\", \"json_mode\", \"stream\"]\nproviders = [\"b\"]\ntimeout_s = 12.5\n\n\
+                "[compat]\nchecks = [\"wrong_key\", \"stream\", \"json_mode\", \"stream\"]\nproviders = [\"b\"]\ntimeout_s = 12.5\nsamples = 5\n\n\
                  [quality]\nsamples = 20\nprompt_ids = [\"code-*\", \"arith-02\", \"arith-0*\"]\nmax_tokens = 32768\nproviders = [\"b\", \"a\"]\ntimeout_s = 5\n",
             ),
             Path::new("."),
@@ -255,6 +273,7 @@ mod tests {
             ]
         );
         assert_eq!((c.providers.clone(), c.timeout_s), (vec!["b".into()], 12.5));
+        assert_eq!(c.samples, 5);
         let q = plan.quality.as_ref().unwrap();
         assert_eq!((q.samples, q.max_tokens, q.timeout_s), (20, 32768, 5.0));
         assert_eq!(q.providers, vec!["b", "a"]);
@@ -291,6 +310,14 @@ mod tests {
             (
                 "[compat]\nproviders = []\n",
                 "compat.providers: name at least one provider, or leave the key out",
+            ),
+            (
+                "[compat]\nsamples = 0\n",
+                "compat.samples: 0 is not in 1..=10 (samples of each check whose verdict can flip: output_cap, stop, json_mode, tool_call)",
+            ),
+            (
+                "[compat]\nsamples = 11\n",
+                "compat.samples: 11 is not in 1..=10",
             ),
             (
                 "[compat]\ntimeout_s = 0\n",

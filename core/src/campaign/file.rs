@@ -419,6 +419,8 @@ pub struct CompatSection {
     pub providers: Option<Vec<String>>,
     /// Total timeout of each request, seconds.
     pub timeout_s: Option<f64>,
+    /// Samples of each check that can flip.
+    pub samples: Option<u32>,
 }
 
 /// `[quality]` as written in a campaign file (every key optional; see

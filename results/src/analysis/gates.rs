@@ -192,7 +192,10 @@ pub fn compat_gate(compat: &CompatReport, provider: &str, check: CompatCheck) ->
     };
     let status = match r.verdict {
         CompatVerdict::Pass => GateStatus::Passed,
-        CompatVerdict::Fail | CompatVerdict::NotOffered => GateStatus::Failed,
+        // Unstable: the samples disagreed, so the feature cannot be relied on.
+        CompatVerdict::Fail | CompatVerdict::NotOffered | CompatVerdict::Unstable => {
+            GateStatus::Failed
+        }
         CompatVerdict::NotApplicable | CompatVerdict::Inconclusive => GateStatus::AtRisk,
     };
     let evidence = if r.evidence.message.is_empty() {
@@ -275,6 +278,7 @@ mod tests {
                 field: None,
                 message: "unknown field tools".into(),
             },
+            samples: Default::default(),
         }
     }
 
@@ -290,6 +294,7 @@ mod tests {
                     result(CompatCheck::Stop, CompatVerdict::Inconclusive),
                     result(CompatCheck::JsonMode, CompatVerdict::Fail),
                     result(CompatCheck::OutputCap, CompatVerdict::NotApplicable),
+                    result(CompatCheck::SystemFingerprint, CompatVerdict::Unstable),
                 ],
                 score: None,
             }],
@@ -306,6 +311,7 @@ mod tests {
         assert_eq!(status(CompatCheck::Stop), GateStatus::AtRisk);
         assert_eq!(status(CompatCheck::JsonMode), GateStatus::Failed);
         assert_eq!(status(CompatCheck::OutputCap), GateStatus::AtRisk);
+        assert_eq!(status(CompatCheck::SystemFingerprint), GateStatus::Failed);
         let g = compat_gate(&report, "q", CompatCheck::Stream);
         assert_eq!(
             (g.status, g.detail.as_str()),

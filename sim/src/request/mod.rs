@@ -153,12 +153,18 @@ impl SimRequest {
 
     /// Applies the profile's [`Feature`] switches to what the request asks: a feature the
     /// profile ignores is dropped from the request (answered as if not asked); one it rejects
-    /// is refused.
+    /// is refused; one it honours sometimes ([`Feature::applied`]) is dropped or kept by
+    /// `next_ask(i)`, the 0-based count of earlier requests of this provider that asked for
+    /// feature `i` (0 stop, 1 JSON mode, 2 tools), called once per asked feature.
     ///
     /// # Errors
     /// A [`RequestError`] naming the field (`stop` / `stop_sequences`, `response_format` /
     /// `text.format`, `tools`) of the first asked feature the profile rejects.
-    pub fn apply_features(&mut self, profile: &ProviderProfile) -> Result<(), RequestError> {
+    pub fn apply_features(
+        &mut self,
+        profile: &ProviderProfile,
+        mut next_ask: impl FnMut(usize) -> u64,
+    ) -> Result<(), RequestError> {
         let (stop_field, json_field) = match self.api {
             Api::Chat => ("stop", "response_format"),
             Api::Anthropic => ("stop_sequences", "response_format"),
@@ -184,13 +190,13 @@ impl SimRequest {
                 ));
             }
         }
-        if profile.stop == Feature::Ignored {
+        if !self.stop.is_empty() && !profile.stop.applied(next_ask(0)) {
             self.stop.clear();
         }
-        if profile.json_mode == Feature::Ignored {
+        if self.json_mode && !profile.json_mode.applied(next_ask(1)) {
             self.json_mode = false;
         }
-        if profile.tool_calls == Feature::Ignored {
+        if self.tool.is_some() && !profile.tool_calls.applied(next_ask(2)) {
             self.tool = None;
         }
         Ok(())
