@@ -95,6 +95,7 @@ fn plan() -> Plan {
         compat: None,
         quality: None,
         percentiles: latmesh_core::plan::default_percentiles(),
+        text_salt: None,
     }
 }
 
