@@ -435,6 +435,15 @@ mod tests {
         )
         .unwrap();
         assert!(reuse.scenarios.iter().all(|s| s.synth.as_ref().unwrap().reuse_text));
+        // The plan carries it to the coordinator, which then stamps no salt.
+        let mut sent: crate::plan::Plan = serde_json::from_str(&reuse.to_json()).unwrap();
+        sent.stamp_text_salt();
+        assert_eq!(sent.text_salt, None);
+        let spec = sent.scenarios[0].synth.clone().unwrap();
+        assert_eq!(sent.text_mode(&spec), crate::synth::TextMode::Reuse);
+        let mut fresh = plan.clone();
+        fresh.stamp_text_salt();
+        assert!(fresh.text_salt.is_some());
         // A prompt-set scenario has none of it.
         let plan = load_toml_str(GOOD, Path::new(".")).unwrap();
         let s = &plan.scenarios[0];
