@@ -23,7 +23,12 @@ pub fn prompt_cache(m: &ReportModel) -> Markup {
         .iter()
         .filter(|c| c.cached_share.is_some())
         .collect();
-    cells.sort_by_key(|c| (c.region != latmesh_results::report_data::ALL, c.scenario.clone()));
+    cells.sort_by_key(|c| {
+        (
+            c.region != latmesh_results::report_data::ALL,
+            c.scenario.clone(),
+        )
+    });
     html! {
         @if !m.generated_text.is_empty() {
             p class="small" {

@@ -17,9 +17,9 @@ use latmesh_core::metrics::Metric;
 use crate::charts::{
     self, BarChart, BoxChart, BoxRow, Line, Marker, SIZE, XyChart, bar_chart, box_chart, xy_chart,
 };
-use crate::{cache_html, compat_html};
 use crate::model::ReportModel;
 use crate::workloads_html;
+use crate::{cache_html, compat_html};
 use latmesh_results::load_stats::{self, RateRow, SweepRow};
 use latmesh_results::model_stats;
 use latmesh_results::report_data::ALL;

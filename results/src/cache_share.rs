@@ -22,9 +22,9 @@
 use std::collections::BTreeMap;
 
 use latmesh_core::plan::{Plan, ScenarioSpec};
-use latmesh_core::synth::TextMode;
 use latmesh_core::proportion::wilson;
 use latmesh_core::record::{Outcome, ProbeRecord};
+use latmesh_core::synth::TextMode;
 use serde::{Deserialize, Serialize};
 
 /// A request is cache-hot at this fraction of its prompt tokens cached, and a cell is flagged
@@ -193,9 +193,18 @@ mod tests {
         assert!(!s.flagged, "{s:?}");
         c.add(2000, 1500);
         let s = c.share(None).unwrap();
-        assert!((s.share_pct - 4470.0 / 50.0).abs() < 1e-9, "{}", s.share_pct);
+        assert!(
+            (s.share_pct - 4470.0 / 50.0).abs() < 1e-9,
+            "{}",
+            s.share_pct
+        );
         assert!(s.flagged && s.hot_lower_pct >= 50.0, "{s:?}");
-        assert!(s.note.as_deref().unwrap().starts_with("89 % of prompt tokens"));
+        assert!(
+            s.note
+                .as_deref()
+                .unwrap()
+                .starts_with("89 % of prompt tokens")
+        );
         assert_eq!(s.text(), "89 % !");
         // Asked for: shown, never flagged.
         let asked = c.share(Some("reuse_text")).unwrap();

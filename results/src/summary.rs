@@ -262,9 +262,7 @@ fn cell(
             hist,
         ),
         warmup: counts.warmup,
-        cached_share: counts
-            .cache
-            .share(crate::cache_share::caching_asked(spec)),
+        cached_share: counts.cache.share(crate::cache_share::caching_asked(spec)),
     }
 }
 

@@ -283,7 +283,11 @@ fn check_fresh_run(reused: &[Captured], fresh: &[Captured]) {
         let common = outside_header(all[0]);
         assert_eq!(common.len(), n - HEADER_WORDS as usize);
         for t in &all {
-            assert_eq!(outside_header(t), common, "{tier}: differs outside the header");
+            assert_eq!(
+                outside_header(t),
+                common,
+                "{tier}: differs outside the header"
+            );
         }
         let was = outside_header(&old[&("us-east".to_string(), n)][0]);
         let same = was.iter().zip(&common).filter(|(a, b)| a == b).count();
@@ -758,7 +762,10 @@ fn a_rerun_sends_fresh_text_unless_the_file_reuses_it_and_the_cached_share_shows
     let mut agent = stack.agent_command("us-east-1", "us-east", &stack.coord_url);
     agent.args(["--exit-after", "4"]);
     stack.spawn("agent-us-east-1", agent);
-    let reuse = CACHE_CAMPAIGN.replace("input_tokens = 1024\n", "input_tokens = 1024\nreuse_text = true\n");
+    let reuse = CACHE_CAMPAIGN.replace(
+        "input_tokens = 1024\n",
+        "input_tokens = 1024\nreuse_text = true\n",
+    );
     let run = |toml: &str| {
         let (s, out) = stack.launch(toml);
         assert!(s.complete, "{out}");
@@ -768,11 +775,21 @@ fn a_rerun_sends_fresh_text_unless_the_file_reuses_it_and_the_cached_share_shows
     let (fresh1, _) = run(CACHE_CAMPAIGN);
     let (fresh2, fresh2_out) = run(CACHE_CAMPAIGN);
     for s in [&fresh1, &fresh2] {
-        let share = cache_cell(s).cached_share.clone().expect("the simulator reports cached_tokens");
-        assert_eq!((share.requests, share.hot_requests, share.cached_tokens), (8, 0, 0), "{share:?}");
+        let share = cache_cell(s)
+            .cached_share
+            .clone()
+            .expect("the simulator reports cached_tokens");
+        assert_eq!(
+            (share.requests, share.hot_requests, share.cached_tokens),
+            (8, 0, 0),
+            "{share:?}"
+        );
         assert_eq!(share.share_pct, 0.0);
         assert!(!share.flagged);
-        assert_eq!(s.generated_text["ctx"], latmesh_core::synth::TextMode::Fresh);
+        assert_eq!(
+            s.generated_text["ctx"],
+            latmesh_core::synth::TextMode::Fresh
+        );
     }
     // reuse_text: the second run sends the first's bytes and every request is a cache hit
     // (the simulator caches the first 4,096 bytes: about two thirds of 1,024 words).
@@ -783,12 +800,18 @@ fn a_rerun_sends_fresh_text_unless_the_file_reuses_it_and_the_cached_share_shows
         .map(|s| s.campaign_id.as_str())
         .collect();
     assert_eq!(ids.len(), 3, "a launch wrote no new summary");
-    assert_eq!(hot.generated_text["ctx"], latmesh_core::synth::TextMode::Reuse);
+    assert_eq!(
+        hot.generated_text["ctx"],
+        latmesh_core::synth::TextMode::Reuse
+    );
     let share = cache_cell(&hot).cached_share.clone().unwrap();
     assert_eq!((share.requests, share.hot_requests), (8, 8), "{share:?}");
     assert!((50.0..90.0).contains(&share.share_pct), "{share:?}");
     assert_eq!(share.asked_by.as_deref(), Some("reuse_text"));
-    assert!(!share.flagged && share.note.is_none(), "asked for: not flagged");
+    assert!(
+        !share.flagged && share.note.is_none(),
+        "asked for: not flagged"
+    );
     let tier = hot
         .tiers
         .iter()
@@ -799,7 +822,10 @@ fn a_rerun_sends_fresh_text_unless_the_file_reuses_it_and_the_cached_share_shows
     for (out, want) in [
         (&fresh2_out, "generated prompts: ctx: fresh"),
         (&hot_out, "generated prompts: ctx: reuse"),
-        (&hot_out, "ctx.1024: cached % of prompt tokens (requests reporting a cached count)"),
+        (
+            &hot_out,
+            "ctx.1024: cached % of prompt tokens (requests reporting a cached count)",
+        ),
         (&hot_out, "context tiers ctx: cached % of prompt tokens"),
         (&hot_out, &format!("{:.0} % (8)", share.share_pct)),
     ] {
@@ -821,7 +847,11 @@ fn a_rerun_sends_fresh_text_unless_the_file_reuses_it_and_the_cached_share_shows
             let got = stored
                 .cell(&c.region, &c.provider, &c.scenario)
                 .unwrap_or_else(|| panic!("no stored cell {} {}", c.region, c.scenario));
-            assert_eq!(got.cached_share, c.cached_share, "{} {}", c.region, c.scenario);
+            assert_eq!(
+                got.cached_share, c.cached_share,
+                "{} {}",
+                c.region, c.scenario
+            );
         }
         assert_eq!(stored.generated_text, s.generated_text);
         let tiers = q("tiers");

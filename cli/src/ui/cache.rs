@@ -91,7 +91,12 @@ pub fn render_cached_matrix(summary: &Summary, scenario: &str) -> String {
 
 /// The cached shares of one tier group's rows (`keys`: provider and region, in table order;
 /// `tiers` in increasing size); empty when no row has a cached count.
-pub fn render_tier_cached(group: &str, of: &[&TierRow], keys: &[(&str, &str)], tiers: &[u32]) -> String {
+pub fn render_tier_cached(
+    group: &str,
+    of: &[&TierRow],
+    keys: &[(&str, &str)],
+    tiers: &[u32],
+) -> String {
     if !of.iter().any(|r| r.cached_share.is_some()) {
         return String::new();
     }

@@ -428,13 +428,22 @@ mod tests {
         assert_eq!(plan.scenarios[0].max_tokens, 32);
         assert_eq!(plan.scenarios[0].output_tokens, None);
         // Fresh words per run by default; reuse_text = true keeps them across runs.
-        assert!(plan.scenarios.iter().all(|s| !s.synth.as_ref().unwrap().reuse_text));
+        assert!(
+            plan.scenarios
+                .iter()
+                .all(|s| !s.synth.as_ref().unwrap().reuse_text)
+        );
         let reuse = load_toml_str(
             &gen_scenario("input_tokens = [1000, 8000]\nreuse_text = true"),
             Path::new("."),
         )
         .unwrap();
-        assert!(reuse.scenarios.iter().all(|s| s.synth.as_ref().unwrap().reuse_text));
+        assert!(
+            reuse
+                .scenarios
+                .iter()
+                .all(|s| s.synth.as_ref().unwrap().reuse_text)
+        );
         // The plan carries it to the coordinator, which then stamps no salt.
         let mut sent: crate::plan::Plan = serde_json::from_str(&reuse.to_json()).unwrap();
         sent.stamp_text_salt();

@@ -97,9 +97,15 @@ mod tests {
         // (the provider and the attempt are not part of the key, so every provider of an
         // arrival and every retry get these bytes too).
         let salt = Some(0x1234_5678_9abc_def0);
-        assert_eq!(text(42, salt, false, "eu", 7), text(42, salt, false, "eu", 7));
+        assert_eq!(
+            text(42, salt, false, "eu", 7),
+            text(42, salt, false, "eu", 7)
+        );
         // Two regions differ only in their header words.
-        let (eu, us) = (text(42, salt, false, "eu", 7), text(42, salt, false, "us", 7));
+        let (eu, us) = (
+            text(42, salt, false, "eu", 7),
+            text(42, salt, false, "us", 7),
+        );
         let (eu, us): (Vec<&str>, Vec<&str>) = (eu.split(' ').collect(), us.split(' ').collect());
         let h = HEADER_WORDS as usize;
         assert_ne!(eu[..h], us[..h]);
