@@ -17,39 +17,38 @@ use latmesh_testkit::{bin, spawn, spawn_until_line};
 /// Rounds of the campaign: each tier is sent twice.
 const ROUNDS: u64 = 2;
 
-#[test]
-fn context_tiers_against_llama_server() {
-    let _servers = latmesh_testkit::real_servers::ensure();
-    let dir = tempfile::tempdir().unwrap();
+/// A coordinator on loopback and agent `id` in us-east that exits after `campaigns`
+/// campaigns (logs in `dir`): the processes (killed when dropped) and the coordinator's URL.
+fn coordinator_and_agent(
+    dir: &std::path::Path,
+    id: &str,
+    campaigns: u32,
+) -> (Vec<latmesh_testkit::Proc>, String) {
     let mut coord = Command::new(bin("latmesh"));
     coord.args(["serve", "--listen", "127.0.0.1:0"]);
-    let (_coord, url) = spawn_until_line(
+    let (coord, url) = spawn_until_line(
         "latmesh serve",
         coord,
         "listening on ",
         Duration::from_secs(20),
-        &dir.path().join("coord.log"),
+        &dir.join("coord.log"),
     );
     let mut a = Command::new(bin("latmesh-agent"));
     a.args(["--coordinator", &url, "--region", "us-east"])
-        .args(["--agent-id", "us-east-ctx", "--exit-after", "1"]);
-    let _agent = spawn("us-east", a, &dir.path().join("us-east.log"));
-    let json = dir.path().join("summary.json");
-    let out = Command::new(bin("latmesh"))
-        .args(["campaign", "launch"])
-        .arg(latmesh_testkit::repo().join("examples/real-context.toml"))
-        .args(["--coordinator", &url, "--json"])
-        .arg(&json)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "launch failed: {text}");
-    let s: Summary = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    assert!(s.complete, "{text}");
+        .args(["--agent-id", id, "--exit-after", &campaigns.to_string()]);
+    let agent = spawn("us-east", a, &dir.join("us-east.log"));
+    (vec![coord, agent], url)
+}
+
+#[test]
+fn context_tiers_against_llama_server() {
+    let _servers = latmesh_testkit::real_servers::ensure();
+    let dir = tempfile::tempdir().unwrap();
+    let (_procs, url) = coordinator_and_agent(dir.path(), "us-east-ctx", 1);
+    let example =
+        std::fs::read_to_string(latmesh_testkit::repo().join("examples/real-context.toml"))
+            .unwrap();
+    let (s, _) = run_campaign(dir.path(), &url, &example);
     assert_eq!(s.providers, ["llama-cpp"]);
 
     let row = |region: &str, tier: u32| {
@@ -152,19 +151,7 @@ fn run_campaign(dir: &std::path::Path, url: &str, toml: &str) -> (Summary, Strin
 fn a_rerun_measures_prefill_and_reuse_text_shows_the_cache() {
     let _servers = latmesh_testkit::real_servers::ensure();
     let dir = tempfile::tempdir().unwrap();
-    let mut coord = Command::new(bin("latmesh"));
-    coord.args(["serve", "--listen", "127.0.0.1:0"]);
-    let (_coord, url) = spawn_until_line(
-        "latmesh serve",
-        coord,
-        "listening on ",
-        Duration::from_secs(20),
-        &dir.path().join("coord.log"),
-    );
-    let mut a = Command::new(bin("latmesh-agent"));
-    a.args(["--coordinator", &url, "--region", "us-east"])
-        .args(["--agent-id", "us-east-rerun", "--exit-after", "4"]);
-    let _agent = spawn("us-east", a, &dir.path().join("us-east.log"));
+    let (_procs, url) = coordinator_and_agent(dir.path(), "us-east-rerun", 4);
     // examples/real-context.toml without the refused tier, in less time: 2 tiers × 2 rounds.
     let example =
         std::fs::read_to_string(latmesh_testkit::repo().join("examples/real-context.toml"))

@@ -25,6 +25,15 @@ fn share_cell(share: Option<&CachedShare>) -> String {
 const FLAG_LEGEND: &str =
     "! cache-hot (most requests ≥ 50 % cached, significantly) though the file asked for no caching";
 
+/// `out` with table `t` and, when a cell of it is flagged, the legend.
+fn finish(mut out: String, t: &Table, flagged: bool) -> String {
+    let _ = writeln!(out, "{t}");
+    if flagged {
+        let _ = writeln!(out, "{FLAG_LEGEND}");
+    }
+    out
+}
+
 /// One line per generated-prompt scenario: fresh words this run, or reused; empty without one.
 pub fn render_text_modes(summary: &Summary) -> String {
     if summary.generated_text.is_empty() {
@@ -82,11 +91,7 @@ pub fn render_cached_matrix(summary: &Summary, scenario: &str) -> String {
         }
         t.add_row(row);
     }
-    let _ = writeln!(out, "{t}");
-    if flagged {
-        let _ = writeln!(out, "{FLAG_LEGEND}");
-    }
-    out
+    finish(out, &t, flagged)
 }
 
 /// The cached shares of one tier group's rows (`keys`: provider and region, in table order;
@@ -123,11 +128,7 @@ pub fn render_tier_cached(
         }
         t.add_row(row);
     }
-    let _ = writeln!(out, "{t}");
-    if flagged {
-        let _ = writeln!(out, "{FLAG_LEGEND}");
-    }
-    out
+    finish(out, &t, flagged)
 }
 
 /// One line per flagged cell of `summary` (regions, not `ALL`), with why; empty without one.
