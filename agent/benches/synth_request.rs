@@ -28,6 +28,7 @@ fn spec(n: u32) -> SynthSpec {
         group: "ctx".into(),
         input_tokens: n,
         shared_prefix_tokens: 0,
+        reuse_text: false,
     }
 }
 

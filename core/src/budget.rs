@@ -580,6 +580,7 @@ mod tests {
             group: "s0".into(),
             input_tokens: 8000,
             shared_prefix_tokens: 0,
+            reuse_text: false,
         });
         p.scenarios[0].prompts.truncate(1);
         p.scenarios[0].prompts[0].messages.clear();

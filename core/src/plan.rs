@@ -463,6 +463,12 @@ pub struct Plan {
         skip_serializing_if = "is_default_percentiles"
     )]
     pub percentiles: Vec<f64>,
+    /// This run's salt of generated prompts ([`crate::synth::run_salt`]): stamped by the
+    /// coordinator on each run it launches whose plan has a generated-prompt scenario that
+    /// does not reuse text, so each run sends new words ([`Plan::text_seed`]). `None` before
+    /// launch; absent from the JSON then, so such plans keep their [`Plan::hash`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text_salt: Option<u64>,
 }
 
 /// The percentiles shown when a campaign does not choose: P50, P90, P95, P99.
@@ -643,6 +649,31 @@ impl Plan {
         &prompts[round as usize % prompts.len()]
     }
 
+    /// The seed the words of generated-prompt scenario `spec` are drawn from: the plan's
+    /// seed, mixed with [`Plan::text_salt`] unless the scenario reuses text
+    /// ([`crate::synth::text_seed`]).
+    pub fn text_seed(&self, spec: &crate::synth::SynthSpec) -> u64 {
+        crate::synth::text_seed(self.seed, self.text_salt, spec)
+    }
+
+    /// Whether generated-prompt scenario `spec` sends new words in this run or reuses them
+    /// ([`crate::synth::TextMode::of`]).
+    pub fn text_mode(&self, spec: &crate::synth::SynthSpec) -> crate::synth::TextMode {
+        crate::synth::TextMode::of(self.text_salt, spec)
+    }
+
+    /// Stamps a new run's salt ([`crate::synth::run_salt`]) when a generated-prompt scenario
+    /// sends fresh text (`reuse_text` not set); leaves the plan as it is otherwise (its hash
+    /// then does not change). Called once per launched run, before the plan is hashed and
+    /// sent.
+    pub fn stamp_text_salt(&mut self) {
+        let fresh = self
+            .scenarios
+            .iter()
+            .any(|s| s.synth.as_ref().is_some_and(|g| !g.reuse_text));
+        self.text_salt = fresh.then(crate::synth::run_salt);
+    }
+
     /// Canonical JSON (what the wire carries).
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("plans serialize")
@@ -721,6 +752,7 @@ pub(crate) mod tests {
             compat: None,
             quality: None,
             percentiles: default_percentiles(),
+            text_salt: None,
         }
     }
 

@@ -17,9 +17,9 @@ use latmesh_core::metrics::Metric;
 use crate::charts::{
     self, BarChart, BoxChart, BoxRow, Line, Marker, SIZE, XyChart, bar_chart, box_chart, xy_chart,
 };
-use crate::compat_html;
 use crate::model::ReportModel;
 use crate::workloads_html;
+use crate::{cache_html, compat_html};
 use latmesh_results::load_stats::{self, RateRow, SweepRow};
 use latmesh_results::model_stats;
 use latmesh_results::report_data::ALL;
@@ -142,6 +142,9 @@ pub fn page(m: &ReportModel) -> String {
     }
     if m.matrix.iter().any(|c| c.goodput.is_some()) {
         sections.push(("goodput", "SLO goodput", workloads_html::goodput(m)));
+    }
+    if cache_html::shown(m) {
+        sections.push(("prompt-cache", "Prompt cache", cache_html::prompt_cache(m)));
     }
     if !m.rate_steps.is_empty() {
         sections.push((

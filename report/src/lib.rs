@@ -9,6 +9,7 @@
 //! (`latmesh_store::query::extras`); from memory the report says so.
 
 pub mod analysis_html;
+pub mod cache_html;
 pub mod charts;
 pub mod compat_html;
 pub mod csv;

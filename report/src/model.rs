@@ -54,6 +54,9 @@ pub struct ReportModel {
     /// The summary's token-count rows (per provider), verbatim.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub token_counts: Vec<TokenCountRow>,
+    /// Per generated-prompt scenario: fresh words this run, or reused (the summary's).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub generated_text: std::collections::BTreeMap<String, latmesh_core::synth::TextMode>,
     /// Each scenario with an SLO and the SLO in one line ([`latmesh_core::slo::Slo::describe`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub slos: Vec<(String, String)>,
@@ -266,6 +269,7 @@ impl ReportModel {
             rates,
             tiers: s.tiers.clone(),
             token_counts: s.token_counts.clone(),
+            generated_text: s.generated_text.clone(),
             slos: data
                 .plan
                 .scenarios

@@ -147,6 +147,7 @@ fn tier_group(m: &ReportModel, group: &str) -> Markup {
                     th { "E2E per output token P50" }
                     th { "billed prompt tokens (mean)" }
                     th { "goodput" }
+                    th { "cached % of prompt tokens" }
                 }
             }
             tbody {
@@ -164,6 +165,7 @@ fn tier_group(m: &ReportModel, group: &str) -> Markup {
                                 td { (ms(r.e2e_per_token_p50_ms)) }
                                 td { (r.billed_prompt_tokens_mean.map_or("–".into(), |v| format!("{v:.1}"))) }
                                 td { (goodput_text(r.goodput.as_ref())) }
+                                td { (latmesh_results::cache_share::cell_text(r.cached_share.as_ref())) }
                             }
                         }
                     }

@@ -162,6 +162,8 @@ pub struct CellCounts {
     /// Requests (final attempts) refused because the prompt is longer than the provider's
     /// context ([`crate::context_refusal::is_context_refusal`]).
     pub context_refused: u64,
+    /// The prompt-cache counters of `ok` attempts ([`crate::cache_share`]).
+    pub cache: crate::cache_share::CacheCounts,
 }
 
 impl CellCounts {
@@ -200,6 +202,7 @@ impl CellCounts {
             .saturating_add(c.billed_prompt_tokens);
         self.billed_prompt_reports += c.billed_prompt_reports;
         self.context_refused += c.context_refused;
+        self.cache.merge(&c.cache);
     }
 
     /// Mean billed prompt tokens of `ok` attempts that reported usage; `None` without one.
@@ -440,6 +443,7 @@ impl Aggregate {
             cell.billed_prompt_tokens = cell.billed_prompt_tokens.saturating_add(u64::from(t));
             cell.billed_prompt_reports += 1;
         }
+        cell.cache.add_record(rec);
         if rec.failover {
             self.failover
                 .entry((region.to_string(), rec.scenario.clone()))

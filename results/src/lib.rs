@@ -21,6 +21,7 @@ pub mod agent_summary;
 pub mod aggregate;
 pub mod analysis;
 pub mod budget;
+pub mod cache_share;
 pub mod context_refusal;
 pub mod delivery;
 pub mod failover_stats;

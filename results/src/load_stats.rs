@@ -395,6 +395,10 @@ pub struct RateRow {
     pub provider_saturated: bool,
     /// Why the provider is saturated; `None` when it is not.
     pub provider_saturated_reason: Option<String>,
+    /// The share of prompt tokens served from the provider's cache ([`crate::cache_share`]);
+    /// absent when it reported no cached count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_share: Option<crate::cache_share::CachedShare>,
 }
 
 /// What one rate row is built from.
@@ -425,6 +429,8 @@ pub struct RateMeasure {
     /// Every request that ended (final attempts of first turns; `cancelled` and `dropped`
     /// left out), by arrival, for the provider saturation rule.
     pub by_arrival: Vec<ArrivalLatency>,
+    /// The row's cached share ([`crate::cache_share`]; `None`: no cached count reported).
+    pub cached_share: Option<crate::cache_share::CachedShare>,
 }
 
 /// The arrivals a rate row compares its sent ones with, per agent and provider: the plan's
@@ -506,6 +512,7 @@ pub fn rate_row(
             .flatten(),
         provider_saturated,
         provider_saturation,
+        cached_share: m.cached_share.clone(),
     }
 }
 
@@ -558,6 +565,7 @@ pub fn rate_rows(plan: &Plan, agg: &Aggregate, agents: &[AgentSummary]) -> Vec<R
                     e2e_intended: hist(Metric::E2eIntended),
                     stream: s.stream,
                     by_arrival: agg.rate_requests(region, &provider.name, &s.name),
+                    cached_share: c.cache.share(crate::cache_share::caching_asked(s)),
                 };
                 out.push(rate_row(
                     region,

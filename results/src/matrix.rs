@@ -93,6 +93,10 @@ pub struct MatrixCell {
     /// Warm-up requests of the cell (recorded, left out of every figure above).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub warmup: u64,
+    /// The share of prompt tokens the provider served from its cache, and whether that is
+    /// flagged ([`crate::cache_share`]); absent when the provider reported no cached count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_share: Option<crate::cache_share::CachedShare>,
 }
 
 /// Whether a count is 0 (fields left out of the JSON then).

@@ -9,6 +9,7 @@ use latmesh_core::metrics::Metric;
 use latmesh_core::plan::{Plan, ScenarioSpec};
 use latmesh_core::record::Outcome;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 pub use crate::agent_summary::AgentSummary;
 use crate::aggregate::Aggregate;
@@ -101,6 +102,10 @@ pub struct Summary {
     /// Budget guard: caps, what the records used, whether the guard stopped the campaign.
     #[serde(default, flatten)]
     pub guard: crate::budget::BudgetSummary,
+    /// Per generated-prompt scenario (its name in the campaign file): whether this run sent
+    /// fresh words or reused the plan's ([`crate::cache_share::text_modes`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub generated_text: BTreeMap<String, latmesh_core::synth::TextMode>,
 }
 
 /// Builds the summary of `plan` from merged results (`start` is left empty: the caller fills
@@ -166,6 +171,7 @@ pub fn build(
         searches,
         tiers,
         token_counts,
+        generated_text: crate::cache_share::text_modes(plan),
     }
 }
 
@@ -256,6 +262,7 @@ fn cell(
             hist,
         ),
         warmup: counts.warmup,
+        cached_share: counts.cache.share(crate::cache_share::caching_asked(spec)),
     }
 }
 

@@ -48,6 +48,10 @@ pub struct TierRow {
     pub billed_prompt_tokens_mean: Option<f64>,
     /// Goodput (`None` without an SLO).
     pub goodput: Option<Goodput>,
+    /// The share of prompt tokens served from the provider's cache ([`crate::cache_share`]);
+    /// absent when it reported no cached count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_share: Option<crate::cache_share::CachedShare>,
 }
 
 /// How one provider counted the generated prompts, over every tier (every region merged).
@@ -141,6 +145,8 @@ pub struct TierMeasure {
     pub hists: BTreeMap<Metric, Histogram<u64>>,
     /// The cell's goodput ([`crate::slo_stats::cell_goodput`]).
     pub goodput: Option<Goodput>,
+    /// The prompt-cache counters of its `ok` attempts ([`crate::cache_share`]).
+    pub cache: crate::cache_share::CacheCounts,
 }
 
 /// The metrics a [`TierMeasure`] needs histograms of.
@@ -191,6 +197,7 @@ pub fn tier_row(
         e2e_per_token_p50_ms: p50(Metric::E2ePerToken).map(|us| us / 1000.0),
         billed_prompt_tokens_mean: (reports > 0).then(|| billed as f64 / reports as f64),
         goodput: m.goodput.clone(),
+        cached_share: m.cache.share(crate::cache_share::caching_asked(spec)),
     })
 }
 
@@ -228,6 +235,7 @@ pub fn tier_rows(
             samples: c.count(latmesh_core::record::Outcome::Ok),
             context_refused: c.context_refused,
             billed_prompt_tokens: (c.billed_prompt_tokens, c.billed_prompt_reports),
+            cache: c.cache,
             hists: TIER_METRICS
                 .into_iter()
                 .filter_map(|metric| {

@@ -123,6 +123,7 @@ mod tests {
                 group: "ctx".into(),
                 input_tokens: n,
                 shared_prefix_tokens: 0,
+                reuse_text: false,
             };
             let text = SynthPrompt::build(7, &spec).text(RequestKey {
                 region: "us-east",

@@ -95,6 +95,7 @@ fn plan() -> Plan {
         compat: None,
         quality: None,
         percentiles: latmesh_core::plan::default_percentiles(),
+        text_salt: None,
     }
 }
 
@@ -1009,6 +1010,17 @@ fn simulate_agent(rng: &mut StdRng, region_ix: usize, rounds: u32) -> Vec<SimBat
                             OutputTokensSource::Payloads
                         };
                         rec.tokens_from_usage = rec.output_tokens_source.from_usage();
+                        // Prompt-cache counts (the cached share): none, the prompt only, or
+                        // both (a prompt of 0 and a cached count past the prompt included).
+                        match rng.random_range(0..4) {
+                            0 => {}
+                            1 => rec.usage.prompt_tokens = Some(rng.random_range(0..3000)),
+                            _ => {
+                                let prompt = rng.random_range(0..3000);
+                                rec.usage.prompt_tokens = Some(prompt);
+                                rec.usage.cached_tokens = Some(rng.random_range(0..=prompt + 10));
+                            }
+                        }
                         // What answered: usually a dated name; sometimes another model, a
                         // second fingerprint, or nothing said.
                         rec.answered_model = match rng.random_range(0..10) {
@@ -1153,6 +1165,13 @@ async fn sql_matrix_equals_the_in_memory_matrix() {
     assert_eq!(sql.len(), expected.len(), "one SQL row per cell");
     // Retried connections are counted in both (every 7th round of each provider).
     assert!(expected.iter().all(|c| c.conn_retried > 0), "{expected:?}");
+    // Every cell has ok attempts that reported a cached count: its cached share is compared.
+    assert!(
+        expected
+            .iter()
+            .all(|c| c.cached_share.as_ref().is_some_and(|s| s.requests > 0)),
+        "{expected:?}"
+    );
     let mut checked_percentiles = 0;
     for want in &expected {
         let got = sql

@@ -5,8 +5,9 @@
 //!
 //! * [`generated_prompts_are_byte_identical_across_agents_and_runs`]: what agents put on the
 //!   wire, captured by a stand-in provider (`latmesh_testkit::capture`): two agents of one
-//!   region and two runs send the same bytes, another region differs only in the header words,
-//!   and the warm-up requests are sent but left out of the matrix.
+//!   region send the same bytes, and two runs too with `reuse_text = true`; another region
+//!   differs only in the header words, and the warm-up requests are sent but left out of the
+//!   matrix. By default a run sends new words (its salt), on the same rules.
 //! * [`tiers_goodput_and_search_agree_with_the_simulators_truth`]: tiers 1k/8k/32k and an SLO
 //!   search on the simulator from two regions, checked against the profiles' ground truth, the
 //!   same figures from ClickHouse (`latmesh query tiers|slo --json`) and the HTML report.
@@ -33,6 +34,7 @@ name = "ctx"
 load = "rate"
 input_tokens = [1000, 32000]
 shared_prefix_tokens = 100
+reuse_text = true
 output_tokens = 4
 warmup = 1
 stream = true
@@ -90,7 +92,7 @@ fn generated_prompts_are_byte_identical_across_agents_and_runs() {
         ("eu-west-1", "eu-west"),
     ] {
         let mut a = stack.agent_command(id, region, &stack.coord_url);
-        a.args(["--exit-after", "2"]);
+        a.args(["--exit-after", "3"]);
         stack.spawn(&format!("agent-{id}"), a);
     }
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -105,9 +107,21 @@ fn generated_prompts_are_byte_identical_across_agents_and_runs() {
     for _ in 0..2 {
         let (s, out) = stack.launch(&toml);
         assert!(s.complete, "{out}");
+        assert_eq!(
+            s.generated_text.get("ctx"),
+            Some(&latmesh_core::synth::TextMode::Reuse)
+        );
         runs.push(cap.take());
         summaries.push(s);
     }
+    // The default: a third run sends new words, on the same rules within the run.
+    let (fresh_summary, out) = stack.launch(&toml.replace("reuse_text = true\n", ""));
+    assert!(fresh_summary.complete, "{out}");
+    assert_eq!(
+        fresh_summary.generated_text.get("ctx"),
+        Some(&latmesh_core::synth::TextMode::Fresh)
+    );
+    check_fresh_run(&runs[0], &cap.take());
 
     // Every request of a run: 4 arrivals × 2 tiers × 3 agents, warm-up included.
     let per_run = (ARRIVALS as usize) * TIERS.len() * 3;
@@ -121,7 +135,7 @@ fn generated_prompts_are_byte_identical_across_agents_and_runs() {
     }
     let first = texts_by_region(&runs[0]);
     let second = texts_by_region(&runs[1]);
-    // Two runs of the same plan: the same bytes.
+    // Two runs of the same plan that reuses text: the same bytes.
     assert_eq!(first, second, "a second run sent other texts");
     for tier in TIERS {
         let n = tier as usize;
@@ -234,6 +248,53 @@ fn generated_prompts_are_byte_identical_across_agents_and_runs() {
             }
         }
         check_token_count(s);
+    }
+}
+
+/// A run with fresh text (`fresh`) against one that reused the plan's words (`reused`): the
+/// same requests, each of its own text, every word outside the header new; within the run the
+/// two us-east agents sent the same bytes and every request of a tier the same words outside
+/// its header (the shared prefix and the body), so regions differ only in the header words.
+fn check_fresh_run(reused: &[Captured], fresh: &[Captured]) {
+    assert_eq!(fresh.len(), reused.len());
+    let (old, new) = (texts_by_region(reused), texts_by_region(fresh));
+    assert_eq!(
+        old.keys().collect::<Vec<_>>(),
+        new.keys().collect::<Vec<_>>()
+    );
+    let header = PREFIX..PREFIX + HEADER_WORDS as usize;
+    let outside_header = |t: &str| -> Vec<String> {
+        t.split(' ')
+            .enumerate()
+            .filter(|(i, _)| !header.contains(i))
+            .map(|(_, w)| w.to_string())
+            .collect()
+    };
+    for tier in TIERS {
+        let n = tier as usize;
+        let east = &new[&("us-east".to_string(), n)];
+        for pair in east.chunks(2) {
+            assert_eq!(pair[0], pair[1], "the two us-east agents differ");
+        }
+        let all: Vec<&String> = east
+            .iter()
+            .chain(&new[&("eu-west".to_string(), n)])
+            .collect();
+        let common = outside_header(all[0]);
+        assert_eq!(common.len(), n - HEADER_WORDS as usize);
+        for t in &all {
+            assert_eq!(
+                outside_header(t),
+                common,
+                "{tier}: differs outside the header"
+            );
+        }
+        let was = outside_header(&old[&("us-east".to_string(), n)][0]);
+        let same = was.iter().zip(&common).filter(|(a, b)| a == b).count();
+        assert!(
+            same * 10 < n,
+            "{tier}: {same} of {n} words as in the run before"
+        );
     }
 }
 
@@ -656,5 +717,144 @@ fn check_search(s: &Summary) {
             (Some(20.0), SearchEnd::MaxMet),
             "{unlimited:#?}"
         );
+    }
+}
+
+/// A simulated provider with a prompt cache, 8 rounds of one 1,024-word tier from one agent:
+/// every request of a run has its own header words, so only a rerun can meet the cache.
+const CACHE_CAMPAIGN: &str = r#"
+[campaign]
+name = "fresh-text"
+seed = 29
+regions = ["us-east"]
+
+[rounds]
+count = 8
+interval_s = 0.3
+gap_ms = 20
+
+[[scenarios]]
+name = "ctx"
+input_tokens = 1024
+output_tokens = 4
+stream = true
+temperature = 0.0
+
+[[providers]]
+name = "cached"
+base_url = "http://{sim}/cached/v1"
+model_id = "m"
+"#;
+
+/// The `ALL` cell of `ctx.1024` in `s`.
+fn cache_cell(s: &Summary) -> &latmesh_results::summary::MatrixCell {
+    s.cell("ALL", "cached", "ctx.1024")
+        .unwrap_or_else(|| panic!("{:#?}", s.cells))
+}
+
+#[test]
+fn a_rerun_sends_fresh_text_unless_the_file_reuses_it_and_the_cached_share_shows_it() {
+    let ch_url = latmesh_testkit::clickhouse_url();
+    let (_client, db) = latmesh_testkit::fresh_db("fresh_text");
+    let mut profile = ProviderProfile::fixed("cached", 2_000, 1_000);
+    profile.prompt_cache = true;
+    let mut stack = Stack::start_with_clickhouse(&[profile], ch_url, &db);
+    let mut agent = stack.agent_command("us-east-1", "us-east", &stack.coord_url);
+    agent.args(["--exit-after", "4"]);
+    stack.spawn("agent-us-east-1", agent);
+    let reuse = CACHE_CAMPAIGN.replace(
+        "input_tokens = 1024\n",
+        "input_tokens = 1024\nreuse_text = true\n",
+    );
+    let run = |toml: &str| {
+        let (s, out) = stack.launch(toml);
+        assert!(s.complete, "{out}");
+        (s, out)
+    };
+    // Default: each run draws new words, so the second run meets no cached prefix.
+    let (fresh1, _) = run(CACHE_CAMPAIGN);
+    let (fresh2, fresh2_out) = run(CACHE_CAMPAIGN);
+    for s in [&fresh1, &fresh2] {
+        let share = cache_cell(s)
+            .cached_share
+            .clone()
+            .expect("the simulator reports cached_tokens");
+        assert_eq!(
+            (share.requests, share.hot_requests, share.cached_tokens),
+            (8, 0, 0),
+            "{share:?}"
+        );
+        assert_eq!(share.share_pct, 0.0);
+        assert!(!share.flagged);
+        assert_eq!(
+            s.generated_text["ctx"],
+            latmesh_core::synth::TextMode::Fresh
+        );
+    }
+    // reuse_text: the second run sends the first's bytes and every request is a cache hit
+    // (the simulator caches the first 4,096 bytes: about two thirds of 1,024 words).
+    let (_, _) = run(&reuse);
+    let (hot, hot_out) = run(&reuse);
+    let ids: std::collections::BTreeSet<&str> = [&fresh1, &fresh2, &hot]
+        .iter()
+        .map(|s| s.campaign_id.as_str())
+        .collect();
+    assert_eq!(ids.len(), 3, "a launch wrote no new summary");
+    assert_eq!(
+        hot.generated_text["ctx"],
+        latmesh_core::synth::TextMode::Reuse
+    );
+    let share = cache_cell(&hot).cached_share.clone().unwrap();
+    assert_eq!((share.requests, share.hot_requests), (8, 8), "{share:?}");
+    assert!((50.0..90.0).contains(&share.share_pct), "{share:?}");
+    assert_eq!(share.asked_by.as_deref(), Some("reuse_text"));
+    assert!(
+        !share.flagged && share.note.is_none(),
+        "asked for: not flagged"
+    );
+    let tier = hot
+        .tiers
+        .iter()
+        .find(|t| t.region == "ALL")
+        .unwrap_or_else(|| panic!("{:#?}", hot.tiers));
+    assert_eq!(tier.cached_share.as_ref(), Some(&share));
+    // The terminal shows it next to TTFT, and the text mode.
+    for (out, want) in [
+        (&fresh2_out, "generated prompts: ctx: fresh"),
+        (&hot_out, "generated prompts: ctx: reuse"),
+        (
+            &hot_out,
+            "ctx.1024: cached % of prompt tokens (requests reporting a cached count)",
+        ),
+        (&hot_out, "context tiers ctx: cached % of prompt tokens"),
+        (&hot_out, &format!("{:.0} % (8)", share.share_pct)),
+    ] {
+        assert!(out.contains(want), "{want:?} not in\n{out}");
+    }
+
+    // The same shares from ClickHouse.
+    let ch = ["--clickhouse-url", ch_url, "--clickhouse-db", &db];
+    for s in [&fresh2, &hot] {
+        latmesh_testkit::verify_until_clean(ch_url, &db, &s.campaign_id);
+        let q = |what: &str| {
+            let mut args = vec!["query", what, "--campaign", &s.campaign_id, "--json"];
+            args.extend(ch);
+            latmesh_json(&args)
+        };
+        let matrix = q("matrix");
+        let stored: Summary = serde_json::from_value(matrix).unwrap();
+        for c in &s.cells {
+            let got = stored
+                .cell(&c.region, &c.provider, &c.scenario)
+                .unwrap_or_else(|| panic!("no stored cell {} {}", c.region, c.scenario));
+            assert_eq!(
+                got.cached_share, c.cached_share,
+                "{} {}",
+                c.region, c.scenario
+            );
+        }
+        assert_eq!(stored.generated_text, s.generated_text);
+        let tiers = q("tiers");
+        assert_eq!(tiers["tiers"], serde_json::to_value(&s.tiers).unwrap());
     }
 }

@@ -96,7 +96,7 @@ pub async fn run_slot_with(
                 step: at.step,
                 slot: at.slot,
             };
-            let text = env.synth.get(plan.seed, spec).text(key);
+            let text = env.synth.get(plan.text_seed(spec), spec).text(key);
             vec![Message::new("user", text)]
         }
         None => prompt.messages.clone(),

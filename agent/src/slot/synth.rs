@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use latmesh_core::plan::Plan;
 use latmesh_core::synth::{SynthPrompt, SynthSpec};
 
-/// Built [`SynthPrompt`]s, by plan seed and tier spec. The runner builds every tier of its
+/// Built [`SynthPrompt`]s, by text seed ([`Plan::text_seed`]: the plan's seed and the run's
+/// salt) and tier spec. The runner builds every tier of its
 /// plan before the campaign starts ([`SynthPrompts::prepare`]); a tier asked for that was not
 /// prepared (a slot run on its own, in tests) is built on first use and kept.
 #[derive(Debug, Default)]
@@ -20,12 +21,13 @@ impl SynthPrompts {
     pub fn prepare(&self, plan: &Plan) {
         for s in &plan.scenarios {
             if let Some(spec) = &s.synth {
-                self.get(plan.seed, spec);
+                self.get(plan.text_seed(spec), spec);
             }
         }
     }
 
-    /// The built prompt of `spec` under `seed` (built now if it was not yet).
+    /// The built prompt of `spec` under text seed `seed` ([`Plan::text_seed`]; built now if it
+    /// was not yet).
     pub fn get(&self, seed: u64, spec: &SynthSpec) -> Arc<SynthPrompt> {
         let mut built = self.built.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, p)) = built.iter().find(|(s, p)| *s == seed && p.spec() == spec) {

@@ -960,6 +960,7 @@ fn tier(mut p: Plan, n: u32) -> Plan {
         group: s.name.clone(),
         input_tokens: n,
         shared_prefix_tokens: 0,
+        reuse_text: false,
     });
     s.name = format!("{}.{label}", s.name);
     s.prompts.truncate(1);

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use comfy_table::{Cell as TCell, CellAlignment, Table, presets};
 
-use super::{budget, failover, models, rate, slo, sweep, tiers};
+use super::{budget, cache, failover, models, rate, slo, sweep, tiers};
 use latmesh_results::summary::{ALL_REGIONS, MatrixCell, Percentiles, Summary};
 
 /// Renders the matrices as text tables: per scenario, rows are regions (and `ALL`),
@@ -92,7 +92,10 @@ pub fn render(summary: &Summary) -> String {
         {
             out.push_str(&goodput_table(summary, scenario));
         }
+        out.push_str(&cache::render_cached_matrix(summary, scenario));
     }
+    out.push_str(&cache::render_text_modes(summary));
+    out.push_str(&cache::render_flags(summary));
     if !summary.tiers.is_empty() || !summary.token_counts.is_empty() {
         out.push_str(&tiers::render_tiers(&summary.tiers, &summary.token_counts));
     }

@@ -8,6 +8,7 @@
 pub mod agents;
 pub mod analysis;
 pub mod budget;
+pub mod cache;
 pub mod check;
 pub mod compat;
 pub mod failover;

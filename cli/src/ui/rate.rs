@@ -101,23 +101,35 @@ pub fn render_rates(rows: &[RateRow]) -> String {
         );
         let mut t = Table::new();
         t.load_preset(presets::ASCII_MARKDOWN);
-        t.set_header(vec![
+        let mut header = vec![
             "provider",
             "region",
             "TTFT",
             "TTFT intended",
             "E2E",
             "E2E intended",
-        ]);
+        ];
+        // The cached share of prompt tokens, when the provider reported a cached count.
+        let cached = of.iter().any(|r| r.cached_share.is_some());
+        if cached {
+            header.push("cached %");
+        }
+        t.set_header(header);
         for r in &of {
-            t.add_row(vec![
+            let mut row = vec![
                 TCell::new(&r.provider),
                 TCell::new(&r.region),
                 right(at(&r.ttft, &LATENCY)),
                 right(at(&r.ttft_intended, &LATENCY)),
                 right(at(&r.e2e, &LATENCY)),
                 right(at(&r.e2e_intended, &LATENCY)),
-            ]);
+            ];
+            if cached {
+                row.push(right(latmesh_results::cache_share::cell_text(
+                    r.cached_share.as_ref(),
+                )));
+            }
+            t.add_row(row);
         }
         let _ = writeln!(out, "{t}");
         if marked.take() {

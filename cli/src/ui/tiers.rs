@@ -131,6 +131,7 @@ pub fn render_tiers(rows: &[TierRow], counts: &[TokenCountRow]) -> String {
             t.add_row(row);
         }
         let _ = writeln!(out, "{t}");
+        out.push_str(&super::cache::render_tier_cached(group, &of, &keys, &tiers));
     }
     if !counts.is_empty() {
         let _ = writeln!(

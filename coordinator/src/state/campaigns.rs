@@ -245,7 +245,8 @@ impl State {
 
     /// [`State::launch`] with budget caps and, for a series' run, its campaign id. The plan
     /// runs once: a schedule in it is dropped (the control API's launch starts a series
-    /// instead, see [`crate::schedule`]).
+    /// instead, see [`crate::schedule`]), and it gets this run's salt of generated prompts
+    /// ([`Plan::stamp_text_salt`]).
     ///
     /// # Errors
     /// As [`State::launch`]; also [`StateError::BadPlan`] when `--max-cost` is set and a
@@ -332,6 +333,9 @@ impl State {
                 &uuid::Uuid::new_v4().simple().to_string()[..8]
             )
         });
+        // Each run draws new words for its generated prompts (unless a scenario reuses
+        // them): stamped here, so every agent of the run gets the same salt.
+        plan.stamp_text_salt();
         let launched_at_unix_us = now_unix_us();
         let start_at_unix_us = launched_at_unix_us + start_delay_us;
         let plan_json = plan.to_json();

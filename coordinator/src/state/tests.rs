@@ -68,6 +68,7 @@ pub(crate) fn plan() -> Plan {
         compat: None,
         quality: None,
         percentiles: latmesh_core::plan::default_percentiles(),
+        text_salt: None,
     }
 }
 

@@ -172,6 +172,9 @@ pub struct ScenarioSection {
     pub input_tokens: Option<serde_json::Value>,
     /// Words at the start of every generated prompt shared by every request (default 0).
     pub shared_prefix_tokens: Option<u32>,
+    /// Generated prompts only: `true` sends the same words in every run of the plan (to
+    /// measure caching on purpose); default false: new words per run ([`crate::synth`]).
+    pub reuse_text: Option<bool>,
     /// The exact output length wanted, tokens: sets `max_tokens` and the providers'
     /// `exact_output` fields.
     pub output_tokens: Option<u32>,

@@ -44,6 +44,7 @@
 //! name = "context"                # plan scenarios context.1k, context.8k, context.32k
 //! input_tokens = [1000, 8000, 32000] # generated prompts of exact lengths (not with prompt_ids)
 //! shared_prefix_tokens = 0        # optional (default 0): words every request starts with
+//! reuse_text = false              # optional (default false): new words each run; true: the same words every run (caching on purpose)
 //! output_tokens = 128             # optional: sets max_tokens (then max_tokens may be left out)
 //! load = "rate"
 //! [scenarios.rate]

@@ -182,6 +182,7 @@ pub(super) fn validate_scenario(
                     group: s.name.clone(),
                     input_tokens,
                     shared_prefix_tokens: workload.shared_prefix_tokens,
+                    reuse_text: workload.reuse_text,
                 }),
                 ..spec.clone()
             })

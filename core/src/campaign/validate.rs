@@ -166,6 +166,8 @@ pub fn validate(file: CampaignFile, base_dir: &Path) -> Result<Plan, CampaignErr
         compat,
         quality,
         percentiles,
+        // Stamped per run by the coordinator at launch.
+        text_salt: None,
     })
 }
 

@@ -5,7 +5,8 @@
 //! A scenario names prompts of the prompt set (`prompt_ids`) or asks for generated prompts of
 //! exact lengths (`input_tokens`), never both. Generated prompts are single-turn, without
 //! `follow_ups` or `cache_nonce` (each request's text already differs right after the shared
-//! prefix). A list of tiers becomes one plan scenario per tier, named `{name}.{tier}`
+//! prefix, and each run draws new words unless `reuse_text = true`, see
+//! [`crate::synth::run_salt`]). A list of tiers becomes one plan scenario per tier, named `{name}.{tier}`
 //! ([`crate::synth::tier_label`]).
 
 use super::error::{CampaignError, invalid};
@@ -30,6 +31,8 @@ pub(super) struct Workload {
     pub tiers: Vec<u32>,
     /// `shared_prefix_tokens` (0 without `input_tokens`).
     pub shared_prefix_tokens: u32,
+    /// `reuse_text` (false without `input_tokens`).
+    pub reuse_text: bool,
     /// The `max_tokens` sent: `output_tokens` when given, else `max_tokens`.
     pub max_tokens: u32,
     /// `output_tokens`.
@@ -88,7 +91,7 @@ pub(super) fn validate_workload(i: usize, s: &ScenarioSection) -> Result<Workloa
         if s.cache_nonce {
             return Err(invalid(
                 key("cache_nonce"),
-                "generated prompts are unique per request already (input_tokens): leave cache_nonce out",
+                "generated prompts (input_tokens) are unique per request already, and new in every run unless reuse_text = true: leave cache_nonce out",
             ));
         }
     }
@@ -114,6 +117,13 @@ pub(super) fn validate_workload(i: usize, s: &ScenarioSection) -> Result<Workloa
             m
         }
     };
+    if s.reuse_text.is_some() && tiers.is_empty() {
+        return Err(invalid(
+            key("reuse_text"),
+            "applies to generated prompts only (input_tokens): prompts of the prompt set are the same in every run already (cache_nonce makes them differ)",
+        ));
+    }
+    let reuse_text = s.reuse_text.unwrap_or(false);
     if let Some(n) = s.output_tokens
         && !(1..=MAX_OUTPUT_TOKENS).contains(&n)
     {
@@ -178,6 +188,7 @@ pub(super) fn validate_workload(i: usize, s: &ScenarioSection) -> Result<Workloa
     Ok(Workload {
         tiers,
         shared_prefix_tokens,
+        reuse_text,
         max_tokens,
         output_tokens: s.output_tokens,
         warmup,
@@ -394,6 +405,7 @@ mod tests {
                     group: "chat".into(),
                     input_tokens: tier,
                     shared_prefix_tokens: 500,
+                    reuse_text: false,
                 })
             );
             assert_eq!(s.group(), "chat");
@@ -415,6 +427,32 @@ mod tests {
         assert_eq!(plan.scenarios[0].name, "chat.4096");
         assert_eq!(plan.scenarios[0].max_tokens, 32);
         assert_eq!(plan.scenarios[0].output_tokens, None);
+        // Fresh words per run by default; reuse_text = true keeps them across runs.
+        assert!(
+            plan.scenarios
+                .iter()
+                .all(|s| !s.synth.as_ref().unwrap().reuse_text)
+        );
+        let reuse = load_toml_str(
+            &gen_scenario("input_tokens = [1000, 8000]\nreuse_text = true"),
+            Path::new("."),
+        )
+        .unwrap();
+        assert!(
+            reuse
+                .scenarios
+                .iter()
+                .all(|s| s.synth.as_ref().unwrap().reuse_text)
+        );
+        // The plan carries it to the coordinator, which then stamps no salt.
+        let mut sent: crate::plan::Plan = serde_json::from_str(&reuse.to_json()).unwrap();
+        sent.stamp_text_salt();
+        assert_eq!(sent.text_salt, None);
+        let spec = sent.scenarios[0].synth.clone().unwrap();
+        assert_eq!(sent.text_mode(&spec), crate::synth::TextMode::Reuse);
+        let mut fresh = plan.clone();
+        fresh.stamp_text_salt();
+        assert!(fresh.text_salt.is_some());
         // A prompt-set scenario has none of it.
         let plan = load_toml_str(GOOD, Path::new(".")).unwrap();
         let s = &plan.scenarios[0];
@@ -530,7 +568,15 @@ mod tests {
             ),
             (
                 gen_scenario("input_tokens = 1000\ncache_nonce = true"),
-                "scenarios[0].cache_nonce: generated prompts are unique per request already",
+                "scenarios[0].cache_nonce: generated prompts (input_tokens) are unique per request already, and new in every run unless reuse_text = true",
+            ),
+            (
+                GOOD.replace("stream = true", "stream = true\nreuse_text = true"),
+                "scenarios[0].reuse_text: applies to generated prompts only (input_tokens)",
+            ),
+            (
+                gen_scenario("input_tokens = 1000\nreuse_text = \"yes\""),
+                "reuse_text",
             ),
             (
                 gen_scenario("input_tokens = [1000, 1000]"),

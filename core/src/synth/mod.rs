@@ -18,9 +18,12 @@
 //!   rounds, or regions sending at the same instant;
 //! * the **body** is drawn once per (scenario, tier) and is the same for every request.
 //!
-//! The text of a request is a pure function of the plan's seed, the scenario and tier, and
-//! its [`RequestKey`]: byte-identical on every agent of a region and in every run of the same
-//! plan; two regions differ only in the header words. The prefix and body are built once
+//! The text of a request is a pure function of the plan's *text seed* ([`text_seed`]: its seed,
+//! mixed with the run's salt unless the scenario reuses text), the scenario and tier, and its
+//! [`RequestKey`]: byte-identical on every agent of a region, for every provider and every
+//! retry of one run; two regions differ only in the header words. Each run draws new words
+//! (its salt, [`run_salt`]), so a rerun does not meet the provider's prompt cache;
+//! `reuse_text = true` keeps the same words in every run of the plan (caching on purpose). The prefix and body are built once
 //! ([`SynthPrompt::build`]); a request costs one allocation of its own length
 //! ([`SynthPrompt::text`]), never a regeneration.
 //!
@@ -32,6 +35,9 @@ use std::sync::OnceLock;
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
+
+mod salt;
+pub use salt::{TextMode, run_salt, text_seed};
 
 /// The word list, one per line (embedded).
 const WORDS_TXT: &str = include_str!("words.txt");
@@ -65,6 +71,11 @@ pub struct SynthSpec {
     /// provider may cache on purpose); 0: none. At most `input_tokens − 2 × HEADER_WORDS`.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub shared_prefix_tokens: u32,
+    /// The file's `reuse_text = true`: the same words in every run of the plan (the run's salt
+    /// is not mixed in, see [`text_seed`]); false (the default): fresh words per run. Absent
+    /// from the JSON when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reuse_text: bool,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -111,7 +122,7 @@ pub struct SynthPrompt {
 }
 
 /// FNV-1a 64 of `parts`, each followed by a 0 byte (so `("ab","c")` ≠ `("a","bc")`).
-fn mix(parts: &[&[u8]]) -> u64 {
+pub(crate) fn mix(parts: &[&[u8]]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for p in parts {
         for &b in p.iter().chain(std::iter::once(&0u8)) {
@@ -134,7 +145,8 @@ fn push_words(out: &mut String, rng: &mut ChaCha8Rng, n: u32) {
 }
 
 impl SynthPrompt {
-    /// Builds the prefix and body of `spec` under the plan's `seed` (once per scenario tier;
+    /// Builds the prefix and body of `spec` under `seed`, the scenario's text seed
+    /// ([`text_seed`], [`crate::plan::Plan::text_seed`]; once per scenario tier;
     /// O(`input_tokens`)).
     pub fn build(seed: u64, spec: &SynthSpec) -> SynthPrompt {
         let seed_bytes = seed.to_le_bytes();
@@ -204,6 +216,7 @@ mod tests {
             group: "ctx".into(),
             input_tokens: n,
             shared_prefix_tokens: m,
+            reuse_text: false,
         }
     }
 

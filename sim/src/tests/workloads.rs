@@ -17,6 +17,7 @@ fn generated(words: u32) -> String {
         group: "ctx".into(),
         input_tokens: words,
         shared_prefix_tokens: 0,
+        reuse_text: false,
     };
     SynthPrompt::build(11, &spec).text(RequestKey {
         region: "us-east",

@@ -16,6 +16,7 @@ use super::histograms::merged_histograms;
 use super::slo::{bound_metrics, kept_agents, slo_counts};
 use hdrhistogram::Histogram;
 use latmesh_results::aggregate::{count_name, counts_in_error_rates};
+use latmesh_results::cache_share::{CacheCounts, CachedShare, HOT_SHARE, caching_asked};
 use latmesh_results::model_stats;
 use latmesh_results::slo_stats::{self, Goodput};
 use latmesh_results::summary::{ALL_REGIONS, MatrixCell, Percentiles};
@@ -83,6 +84,13 @@ pub struct MatrixRow {
     /// The latest failed attempt (by send time; `dropped` left out), described as the
     /// summary does (`outcome (status): type: message`), with its send time, agent µs.
     pub last_error: Option<(u64, String)>,
+    /// Prompt-cache counters of `ok` attempts ([`latmesh_results::cache_share`]).
+    #[serde(default)]
+    pub cache: CacheCounts,
+    /// The cached share of [`MatrixRow::cache`], judged against the stored plan's scenario
+    /// (absent when no attempt reported a cached count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_share: Option<CachedShare>,
 }
 
 impl MatrixRow {
@@ -115,6 +123,8 @@ impl MatrixRow {
             itl: None,
             hist_samples: BTreeMap::new(),
             last_error: None,
+            cache: CacheCounts::default(),
+            cached_share: None,
         }
     }
 
@@ -196,6 +206,7 @@ impl MatrixRow {
             outcomes: self.outcomes.clone(),
             goodput: self.goodput.clone(),
             warmup: self.warmup,
+            cached_share: self.cached_share.clone(),
         }
     }
 }
@@ -235,6 +246,10 @@ struct OutcomeCount {
     last_status: u16,
     last_type: String,
     last_message: String,
+    cache_n: u64,
+    cache_cached: u64,
+    cache_prompt: u64,
+    cache_hot: u64,
 }
 
 #[derive(clickhouse::Row, Deserialize)]
@@ -264,6 +279,20 @@ async fn answered(
          GROUP BY region, provider, scenario, model, fingerprint"
     );
     Ok(bind_all(client.query(&sql), &args).fetch_all().await?)
+}
+
+/// The prompt-cache counters of [`CacheCounts`] as SQL aggregates over `requests` rows (the
+/// caller keeps `ok` rows'): requests that reported prompt tokens (> 0) and a cached count,
+/// their cached tokens (each capped at its prompt tokens), prompt tokens, and cache-hot ones
+/// ([`HOT_SHARE`]).
+pub(super) fn cache_columns() -> String {
+    let cond = "ifNull(prompt_tokens, 0) > 0 AND cached_tokens IS NOT NULL";
+    format!(
+        "countIf({cond}) AS cache_n, \
+         sum(if({cond}, toUInt64(least(assumeNotNull(cached_tokens), assumeNotNull(prompt_tokens))), 0)) AS cache_cached, \
+         sum(if({cond}, toUInt64(assumeNotNull(prompt_tokens)), 0)) AS cache_prompt, \
+         countIf({cond} AND toFloat64(assumeNotNull(cached_tokens)) >= {HOT_SHARE:?} * toFloat64(assumeNotNull(prompt_tokens))) AS cache_hot"
+    )
 }
 
 /// Latency metrics of the matrix.
@@ -344,9 +373,11 @@ pub async fn matrix_percentiles(
          max(send_unix_us) AS last_us, \
          argMax(ifNull(http_status, toUInt16(0)), send_unix_us) AS last_status, \
          argMax(ifNull(error_type, ''), send_unix_us) AS last_type, \
-         argMax(ifNull(error_message, ''), send_unix_us) AS last_message \
+         argMax(ifNull(error_message, ''), send_unix_us) AS last_message, \
+         {cache} \
          FROM {db}.requests{wh} \
-         GROUP BY region, provider, scenario, outcome"
+         GROUP BY region, provider, scenario, outcome",
+        cache = cache_columns()
     );
     let counts: Vec<OutcomeCount> = bind_all(client.query(&sql), &args).fetch_all().await?;
 
@@ -382,6 +413,12 @@ pub async fn matrix_percentiles(
                 cell.ok_usage_chunk_delta_sum =
                     cell.ok_usage_chunk_delta_sum.saturating_add(c.delta_sum);
                 cell.ok_usage_chunk_mismatches += c.mismatches;
+                cell.cache.merge(&CacheCounts {
+                    reports: c.cache_n,
+                    cached_tokens: c.cache_cached,
+                    prompt_tokens: c.cache_prompt,
+                    hot: c.cache_hot,
+                });
             } else if measured {
                 cell.requests_failed += c.final_n;
             }
@@ -484,6 +521,11 @@ pub async fn matrix_percentiles(
             .copied()
             .unwrap_or_default();
         cell.warmup = c.warmup;
+        let spec = plan
+            .iter()
+            .flat_map(|p| &p.scenarios)
+            .find(|s| s.name == k.0);
+        cell.cached_share = cell.cache.share(spec.and_then(caching_asked));
         if let (Some(spec), Some(plan)) = (slos.get(k.0.as_str()), &plan) {
             let n_agents = if k.1 {
                 per_region.values().sum()

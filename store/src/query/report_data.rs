@@ -289,6 +289,11 @@ async fn rate_rows(
                 m.e2e = at(Metric::E2e);
                 m.ttft_intended = at(Metric::TtftIntended);
                 m.e2e_intended = at(Metric::E2eIntended);
+                // One step: the row's cached share is its matrix cell's.
+                m.cached_share = data
+                    .summary
+                    .cell(region.unwrap_or(ALL), &provider.name, &s.name)
+                    .and_then(|c| c.cached_share.clone());
                 out.push(load_stats::rate_row(
                     region,
                     &provider.name,

@@ -86,6 +86,7 @@ pub async fn stored_summary(
         rate_steps,
         tiers,
         token_counts,
+        generated_text: latmesh_results::cache_share::text_modes(&plan),
         models,
         agents: agents
             .iter()

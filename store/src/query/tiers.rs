@@ -15,6 +15,7 @@ use super::filter::{QueryFilter, and_where, bind_all, sql_string, where_clause};
 use super::histograms::merged_histograms;
 use super::slo::{bound_metrics, keeps_row};
 use latmesh_results::aggregate::counts_in_error_rates;
+use latmesh_results::cache_share::CacheCounts;
 use latmesh_results::context_refusal::is_context_refusal;
 use latmesh_results::slo_stats::Goodput;
 use latmesh_results::summary::ALL_REGIONS;
@@ -58,6 +59,10 @@ struct TierOutcomeRow {
     final_n: u64,
     usage_n: u64,
     prompt_sum: u64,
+    cache_n: u64,
+    cache_cached: u64,
+    cache_prompt: u64,
+    cache_hot: u64,
 }
 
 #[derive(clickhouse::Row, Deserialize)]
@@ -108,9 +113,10 @@ pub async fn tiers(
     let sql = format!(
         "SELECT region, provider, scenario, outcome, count() AS n, \
          sum(final_attempt) AS final_n, count(prompt_tokens) AS usage_n, \
-         sum(toUInt64(ifNull(prompt_tokens, 0))) AS prompt_sum \
+         sum(toUInt64(ifNull(prompt_tokens, 0))) AS prompt_sum, {cache} \
          FROM {db}.requests{wh} \
-         GROUP BY region, provider, scenario, outcome"
+         GROUP BY region, provider, scenario, outcome",
+        cache = super::matrix::cache_columns()
     );
     let rows: Vec<TierOutcomeRow> = bind_all(client.query(&sql), &args).fetch_all().await?;
     let mut acc: BTreeMap<CellKey, TierMeasure> = BTreeMap::new();
@@ -132,6 +138,12 @@ pub async fn tiers(
                 a.samples += r.n;
                 a.billed_prompt_tokens.0 = a.billed_prompt_tokens.0.saturating_add(r.prompt_sum);
                 a.billed_prompt_tokens.1 += r.usage_n;
+                a.cache.merge(&CacheCounts {
+                    reports: r.cache_n,
+                    cached_tokens: r.cache_cached,
+                    prompt_tokens: r.cache_prompt,
+                    hot: r.cache_hot,
+                });
             }
             if measured {
                 a.requests += r.final_n;
