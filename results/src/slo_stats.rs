@@ -9,7 +9,9 @@
 use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
-use latmesh_core::load::{LoadModel, RateSpec, SearchOutcome, StepVerdict};
+use latmesh_core::load::{
+    LoadModel, RateSpec, SearchInstability, SearchOutcome, SearchStep, StepVerdict,
+};
 use latmesh_core::metrics::Metric;
 use latmesh_core::plan::{Plan, ScenarioSpec};
 use latmesh_core::slo::Slo;
@@ -95,8 +97,13 @@ pub struct SearchRow {
     pub scenario: String,
     /// The SLO in one line ([`latmesh_core::slo::Slo::describe`]).
     pub slo: String,
-    /// What the merged steps show (recomputed from the rows' verdicts in step order).
+    /// What the merged steps show (recomputed from the rows' verdicts and goodput in step
+    /// order, [`latmesh_core::load::SloSearch::assess`]).
     pub outcome: SearchOutcome,
+    /// Why the answer is unstable (`outcome.end` is `unstable`): the steps whose goodput
+    /// contradicts their rates, before and after the re-run, with their intervals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unstable: Option<SearchInstability>,
     /// One sentence: `"meets the SLO up to 6.00 rps per agent (misses at 7.00 rps per agent); resolved"`.
     pub text: String,
 }
@@ -144,19 +151,28 @@ pub fn step_verdict(g: &Goodput, dropped: u64, min_requests: u32) -> StepVerdict
 }
 
 /// The search answer of one provider in one region from its step rows (in step order, each
-/// with a verdict): [`latmesh_core::load::SloSearch::outcome`] of (rate, verdict) and its
-/// sentence.
+/// with a verdict): [`latmesh_core::load::SloSearch::assess`] of (rate, verdict, goodput
+/// counts), the rule the agent chose its rates by, and its sentence (an unstable answer says
+/// so first, with the evidence).
 pub fn search_row(
     slo: &latmesh_core::slo::Slo,
     search: &latmesh_core::load::SloSearch,
     steps: &[RateStepRow],
 ) -> Option<SearchRow> {
     let first = steps.first()?;
-    let history: Vec<(f64, StepVerdict)> = steps
+    let history: Vec<SearchStep> = steps
         .iter()
-        .filter_map(|s| s.verdict.map(|v| (s.target_rps, v)))
+        .filter_map(|s| {
+            s.verdict.map(|verdict| SearchStep {
+                rps: s.target_rps,
+                verdict,
+                judged: s.goodput.as_ref().map_or(0, |g| g.requests),
+                met: s.goodput.as_ref().map_or(0, |g| g.met),
+            })
+        })
         .collect();
-    let outcome = search.outcome(&history);
+    let assessed = search.assess(&history);
+    let outcome = assessed.outcome;
     // Rates are per agent: every agent (region) of a row sent at them at once.
     let rps = |r: f64| format!("{r:.2} rps per agent");
     let text = match (outcome.met_rps, outcome.missed_rps) {
@@ -180,12 +196,17 @@ pub fn search_row(
             "no step could be judged (too few requests, or arrivals the agent dropped)".to_string()
         }
     };
+    let text = match &assessed.instability {
+        Some(i) => format!("UNSTABLE, no answer: {}; the steps kept: {text}", i.describe()),
+        None => text,
+    };
     Some(SearchRow {
         region: first.region.clone(),
         provider: first.provider.clone(),
         scenario: first.scenario.clone(),
         slo: slo.describe(),
         outcome,
+        unstable: assessed.instability,
         text,
     })
 }

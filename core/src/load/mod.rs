@@ -37,6 +37,7 @@
 
 use serde::{Deserialize, Serialize};
 
+mod contradiction;
 mod knee;
 mod limits;
 mod rate;
@@ -46,9 +47,10 @@ mod sweep;
 pub use knee::{InsufficientStep, Knee, StepPoint, elasticity, find_knee};
 pub use limits::{Price, ProviderLimits};
 pub use rate::{Arrivals, DEFAULT_MAX_QUEUE_MS, RateSpec};
+pub use contradiction::{Contradiction, SearchInstability, SearchStep, StepGoodput};
 pub use search::{
-    DEFAULT_SEARCH_MIN_REQUESTS, DEFAULT_SEARCH_RESOLUTION_PCT, MAX_SEARCH_STEPS, SearchEnd,
-    SearchOutcome, SloSearch, StepVerdict,
+    DEFAULT_SEARCH_MIN_REQUESTS, DEFAULT_SEARCH_RESOLUTION_PCT, MAX_SEARCH_STEPS,
+    SearchAssessment, SearchEnd, SearchOutcome, SloSearch, StepVerdict,
 };
 pub use sweep::{DEFAULT_KNEE_MIN_REQUESTS, DEFAULT_SWEEP_STEPS, KneeRule, SweepSpec};
 
