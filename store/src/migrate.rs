@@ -86,6 +86,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0010_workloads",
         sql: include_str!("../migrations/0010_workloads.sql"),
     },
+    Migration {
+        version: 12,
+        name: "0012_phase_hygiene",
+        sql: include_str!("../migrations/0012_phase_hygiene.sql"),
+    },
 ];
 
 /// The bookkeeping table (not in a file, so it exists before any migration runs).
