@@ -93,6 +93,12 @@ pub struct MatrixCell {
     /// Warm-up requests of the cell (recorded, left out of every figure above).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub warmup: u64,
+    /// Phase hygiene: the cell's phase started while its provider still had this many of
+    /// the agents' requests of earlier phases in flight (the most on one agent; the drain
+    /// allowance ended first, docs/metrics.md "Phase hygiene"); its figures may carry the
+    /// earlier phase's load. 0 (absent): it started idle.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub phase_start_in_flight: u64,
 }
 
 /// Whether a count is 0 (fields left out of the JSON then).

@@ -256,6 +256,7 @@ fn cell(
             hist,
         ),
         warmup: counts.warmup,
+        phase_start_in_flight: counts.phase_start_in_flight,
     }
 }
 

@@ -64,6 +64,9 @@ pub struct MatrixRow {
     /// Warm-up rows (`warmup = 1`): stored, left out of every other figure of the row.
     #[serde(default)]
     pub warmup: u64,
+    /// The most `phase_start_in_flight` of the row's records (phase hygiene).
+    #[serde(default)]
+    pub phase_start_in_flight: u64,
     /// Goodput under the scenario's SLO (stored plan), `None` without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub goodput: Option<Goodput>,
@@ -107,6 +110,7 @@ impl MatrixRow {
             ok_usage_chunk_delta_sum: 0,
             ok_usage_chunk_mismatches: 0,
             warmup: 0,
+            phase_start_in_flight: 0,
             goodput: None,
             ttft: None,
             ttfc: None,
@@ -196,6 +200,7 @@ impl MatrixRow {
             outcomes: self.outcomes.clone(),
             goodput: self.goodput.clone(),
             warmup: self.warmup,
+            phase_start_in_flight: self.phase_start_in_flight,
         }
     }
 }
@@ -235,6 +240,7 @@ struct OutcomeCount {
     last_status: u16,
     last_type: String,
     last_message: String,
+    loaded: u32,
 }
 
 #[derive(clickhouse::Row, Deserialize)]
@@ -344,7 +350,8 @@ pub async fn matrix_percentiles(
          max(send_unix_us) AS last_us, \
          argMax(ifNull(http_status, toUInt16(0)), send_unix_us) AS last_status, \
          argMax(ifNull(error_type, ''), send_unix_us) AS last_type, \
-         argMax(ifNull(error_message, ''), send_unix_us) AS last_message \
+         argMax(ifNull(error_message, ''), send_unix_us) AS last_message, \
+         max(phase_start_in_flight) AS loaded \
          FROM {db}.requests{wh} \
          GROUP BY region, provider, scenario, outcome"
     );
@@ -368,6 +375,7 @@ pub async fn matrix_percentiles(
                 .or_insert_with(|| MatrixRow::new(region, &c.provider, &c.scenario));
             cell.attempts += c.n;
             cell.conn_retried += c.conn_retried;
+            cell.phase_start_in_flight = cell.phase_start_in_flight.max(u64::from(c.loaded));
             *cell.outcomes.entry(c.outcome.clone()).or_insert(0) += c.n;
             let measured = Outcome::parse(&c.outcome).is_none_or(counts_in_error_rates);
             if measured {
