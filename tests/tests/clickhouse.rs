@@ -183,6 +183,7 @@ fn full_record() -> ProbeRecord {
         ttst_us: Some(123_456),
         target_rps: 2.5,
         slo_met: Some(false),
+        phase_start_in_flight: 7,
     }
 }
 
