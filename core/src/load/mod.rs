@@ -28,9 +28,10 @@
 //! Phases run one after another from `start_at`, the same in every region: first the rounds
 //! of every `rounds` scenario (`count × interval`), then each `sweep` and `rate` scenario in
 //! the order of the campaign file (`steps × step_ms`, `duration_ms`), with a pause after each
-//! ([`pause_after_us`](crate::plan::pause_after_us)): a drain allowance of
-//! [`PHASE_DRAIN_US`](crate::plan::PHASE_DRAIN_US) (10 s) after a sweep or a fixed-rate phase,
-//! [`PHASE_SETTLE_US`](crate::plan::PHASE_SETTLE_US) (2 s) after the rounds and an SLO search,
+//! ([`pause_after_us`](crate::plan::pause_after_us)): a drain allowance of three times a
+//! fixed-rate phase (10 s to 60 s), of [`PHASE_DRAIN_US`](crate::plan::PHASE_DRAIN_US) (10 s)
+//! after a sweep, [`PHASE_SETTLE_US`](crate::plan::PHASE_SETTLE_US) (2 s) after the rounds and
+//! an SLO search,
 //! so that the requests still in flight at a phase's end finish before the next one starts;
 //! each agent waits for them up to the next phase's start, and a phase that starts with some
 //! still in flight is flagged on that provider's cells (docs/metrics.md "Phase hygiene").
