@@ -34,7 +34,9 @@ mod tests {
         let idle = crate::fixtures::cell("us-east", "steady", &[], &[]);
         assert_eq!(
             loaded_starts(&[a, all, idle]),
-            ["budget in us-east, s: its phase started with 12 of its requests of earlier phases still in flight (on one agent); its figures may carry that load"]
+            [
+                "budget in us-east, s: its phase started with 12 of its requests of earlier phases still in flight (on one agent); its figures may carry that load"
+            ]
         );
     }
 }

@@ -197,7 +197,10 @@ pub fn search_row(
         }
     };
     let text = match &assessed.instability {
-        Some(i) => format!("UNSTABLE, no answer: {}; the steps kept: {text}", i.describe()),
+        Some(i) => format!(
+            "UNSTABLE, no answer: {}; the steps kept: {text}",
+            i.describe()
+        ),
         None => text,
     };
     Some(SearchRow {

@@ -92,7 +92,10 @@ fn a_phase_after_an_overload_starts_idle_or_is_flagged() {
     let idle = cell("shallow", "after");
     assert_eq!(idle.phase_start_in_flight, 0, "{idle:#?}");
     let p50 = idle.ttft.unwrap().p50_ms;
-    assert!((200.0..300.0).contains(&p50), "shallow after: TTFT P50 {p50} ms");
+    assert!(
+        (200.0..300.0).contains(&p50),
+        "shallow after: TTFT P50 {p50} ms"
+    );
     // deep did not: flagged with what was still in flight at the phase's start.
     let loaded = cell("deep", "after");
     assert!(
@@ -186,10 +189,17 @@ fn a_search_against_a_drifting_provider_is_unstable_and_a_steady_one_is_not() {
     assert_eq!(rates("drifting"), [10.0, 20.0, 40.0, 30.0, 30.0], "{out}");
     let i = d.unstable.unwrap_or_else(|| panic!("{d:#?}"));
     assert_eq!(
-        (i.first.lower_rate.step, i.first.lower_rate.rps, i.first.lower_rate.met),
+        (
+            i.first.lower_rate.step,
+            i.first.lower_rate.rps,
+            i.first.lower_rate.met
+        ),
         (3, 30.0, 0)
     );
-    assert_eq!((i.first.higher_rate.step, i.first.higher_rate.rps), (2, 40.0));
+    assert_eq!(
+        (i.first.higher_rate.step, i.first.higher_rate.rps),
+        (2, 40.0)
+    );
     let h = i.first.higher_rate;
     assert!(h.met > 0 && h.met < h.judged, "40 rps half met: {h:?}");
     let again = i.rerun.unwrap_or_else(|| panic!("{i:?}"));

@@ -129,7 +129,10 @@ pub async fn run_search(
                 met: ev.met,
             });
             let a = search.assess(&history[p]);
-            if let Some(i) = a.instability.filter(|_| a.outcome.end == SearchEnd::Unstable) {
+            if let Some(i) = a
+                .instability
+                .filter(|_| a.outcome.end == SearchEnd::Unstable)
+            {
                 tracing::warn!(
                     campaign = %ctx.campaign_id,
                     scenario = %sc.name,

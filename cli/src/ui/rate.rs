@@ -155,4 +155,3 @@ pub fn render_loaded_starts(cells: &[latmesh_results::summary::MatrixCell]) -> S
     }
     out
 }
-

@@ -49,13 +49,13 @@ mod rate;
 mod search;
 mod sweep;
 
+pub use contradiction::{Contradiction, SearchInstability, SearchStep, StepGoodput};
 pub use knee::{InsufficientStep, Knee, StepPoint, elasticity, find_knee};
 pub use limits::{Price, ProviderLimits};
 pub use rate::{Arrivals, DEFAULT_MAX_QUEUE_MS, RateSpec};
-pub use contradiction::{Contradiction, SearchInstability, SearchStep, StepGoodput};
 pub use search::{
-    DEFAULT_SEARCH_MIN_REQUESTS, DEFAULT_SEARCH_RESOLUTION_PCT, MAX_SEARCH_STEPS,
-    SearchAssessment, SearchEnd, SearchOutcome, SloSearch, StepVerdict,
+    DEFAULT_SEARCH_MIN_REQUESTS, DEFAULT_SEARCH_RESOLUTION_PCT, MAX_SEARCH_STEPS, SearchAssessment,
+    SearchEnd, SearchOutcome, SloSearch, StepVerdict,
 };
 pub use sweep::{DEFAULT_KNEE_MIN_REQUESTS, DEFAULT_SWEEP_STEPS, KneeRule, SweepSpec};
 

@@ -361,16 +361,24 @@ mod tests {
         assert_eq!(s.next_rps(&h), None);
         let i = a.instability.unwrap();
         assert_eq!(
-            (i.first.lower_rate.step, i.first.lower_rate.rps, i.first.lower_rate.met),
+            (
+                i.first.lower_rate.step,
+                i.first.lower_rate.rps,
+                i.first.lower_rate.met
+            ),
             (5, 4.5, 65)
         );
-        assert_eq!((i.first.higher_rate.step, i.first.higher_rate.rps), (2, 8.0));
+        assert_eq!(
+            (i.first.higher_rate.step, i.first.higher_rate.rps),
+            (2, 8.0)
+        );
         let again = i.rerun.unwrap();
         assert_eq!((again.lower_rate.step, again.lower_rate.met), (6, 60));
         assert_eq!(again.higher_rate.step, 2);
         assert!((again.lower_rate.ci_pct.1 - 69.0).abs() < 0.5, "{again:?}");
         assert!(
-            i.describe().contains("step 5 at 4.50 rps: 65.0 % [55.3, 73.6] of 100"),
+            i.describe()
+                .contains("step 5 at 4.50 rps: 65.0 % [55.3, 73.6] of 100"),
             "{}",
             i.describe()
         );
