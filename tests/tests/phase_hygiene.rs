@@ -26,48 +26,36 @@ fn exact(name: &str, ttft_ms: u64, capacity: u32) -> ProviderProfile {
     }
 }
 
+/// A campaign in `us-east` of open-loop scenarios, each `(name, max_tokens, its other
+/// keys)` with the one prompt `short-qa-en-001`, against the simulator's `providers`.
+fn campaign(name: &str, scenarios: &[(&str, u32, &str)], providers: &[&str]) -> String {
+    let mut out = format!("[campaign]\nname = {name:?}\nseed = 3\nregions = [\"us-east\"]\n");
+    for (scenario, max_tokens, rest) in scenarios {
+        out += &format!(
+            "[[scenarios]]\nname = {scenario:?}\nload = \"rate\"\nprompt_ids = [\"short-qa-en-001\"]\n\
+             stream = true\nmax_tokens = {max_tokens}\ntemperature = 0.0\n{rest}\n"
+        );
+    }
+    for p in providers {
+        out += &format!(
+            "[[providers]]\nname = {p:?}\nbase_url = \"http://{{sim}}/{p}/v1\"\nmodel_id = \"m\"\n"
+        );
+    }
+    out
+}
+
 /// 36 arrivals/s for 2 s (72 per provider), then, after the drain allowance (10 s), 2/s for
 /// 2 s.
-const PHASES_CAMPAIGN: &str = r#"
-[campaign]
-name = "phases"
-seed = 3
-regions = ["us-east"]
-
-[[scenarios]]
-name = "overload"
-load = "rate"
-prompt_ids = ["short-qa-en-001"]
-stream = true
-max_tokens = 8
-temperature = 0.0
-[scenarios.rate]
-rps = 36
-arrivals = "constant"
-duration_s = 2
-
-[[scenarios]]
-name = "after"
-load = "rate"
-prompt_ids = ["short-qa-en-001"]
-stream = true
-max_tokens = 8
-temperature = 0.0
-[scenarios.rate]
-rps = 2
-arrivals = "constant"
-duration_s = 2
-
-[[providers]]
-name = "deep"
-base_url = "http://{sim}/deep/v1"
-model_id = "m"
-
-[[providers]]
-name = "shallow"
-base_url = "http://{sim}/shallow/v1"
-model_id = "m"
-"#;
+fn phases_campaign() -> String {
+    let rate = |rps: u32| {
+        format!("[scenarios.rate]\nrps = {rps}\narrivals = \"constant\"\nduration_s = 2")
+    };
+    campaign(
+        "phases",
+        &[("overload", 8, &rate(36)), ("after", 8, &rate(2))],
+        &["deep", "shallow"],
+    )
+}
 
 /// `deep` serves one request at a time (≈ 235 ms each: 72 take ≈ 17 s, so about 21 are still
 /// queued when the next phase starts 12 s after the first); `shallow` serves four (its
@@ -76,7 +64,7 @@ model_id = "m"
 fn a_phase_after_an_overload_starts_idle_or_is_flagged() {
     let mut stack = Stack::start(&[exact("deep", 200, 1), exact("shallow", 200, 4)]);
     stack.agent("us-east-1", "us-east");
-    let (s, out) = stack.launch(PHASES_CAMPAIGN);
+    let (s, out) = stack.launch(&phases_campaign());
     assert!(s.complete, "{out}");
     let cell = |p: &str, sc: &str| {
         s.cell("us-east", p, sc)
@@ -121,20 +109,7 @@ fn a_phase_after_an_overload_starts_idle_or_is_flagged() {
 }
 
 /// One search: steps of 2 s at 10, 20, then 40 requests/s, each followed by 2 s of quiet.
-const DRIFT_CAMPAIGN: &str = r#"
-[campaign]
-name = "drift"
-seed = 5
-regions = ["us-east"]
-
-[[scenarios]]
-name = "cap"
-load = "rate"
-prompt_ids = ["short-qa-en-001"]
-stream = true
-max_tokens = 4
-temperature = 0.0
-slo = { ttft_ms = 150, goodput_pct = 90 }
+const DRIFT_SEARCH: &str = r#"slo = { ttft_ms = 150, goodput_pct = 90 }
 [scenarios.rate]
 duration_s = 2
 arrivals = "constant"
@@ -143,18 +118,7 @@ min_rps = 10
 max_rps = 40
 steps = 5
 min_requests = 20
-resolution_pct = 10
-
-[[providers]]
-name = "drifting"
-base_url = "http://{sim}/drifting/v1"
-model_id = "m"
-
-[[providers]]
-name = "steady"
-base_url = "http://{sim}/steady/v1"
-model_id = "m"
-"#;
+resolution_pct = 10"#;
 
 /// `drifting`'s TTFT is 30 ms + 13.3 ms per second since its first request: within the 150 ms
 /// bound until 9 s, so the search's steps at 10 (0–2 s) and 20 requests/s (4–6 s) meet the
@@ -169,7 +133,11 @@ fn a_search_against_a_drifting_provider_is_unstable_and_a_steady_one_is_not() {
     };
     let mut stack = Stack::start(&[drifting, exact("steady", 30, 0)]);
     stack.agent("us-east-1", "us-east");
-    let (s, out) = stack.launch(DRIFT_CAMPAIGN);
+    let (s, out) = stack.launch(&campaign(
+        "drift",
+        &[("cap", 4, DRIFT_SEARCH)],
+        &["drifting", "steady"],
+    ));
     assert!(s.complete, "{out}");
     let row = |p: &str| {
         s.searches
