@@ -452,6 +452,7 @@ pub fn search_rows(plan: &Plan, rows: &[RateStepRow]) -> Vec<SearchRow> {
 #[cfg(test)]
 mod tests {
     use latmesh_core::hist::new_histogram;
+    use latmesh_core::load::SearchEnd;
     use latmesh_core::metrics::Metric;
     use latmesh_core::slo::{PercentileBound, Slo};
 
@@ -496,5 +497,79 @@ mod tests {
         assert_eq!(g.meets, None);
         assert_eq!(step_verdict(&g, 0, 20), StepVerdict::Insufficient);
         assert_eq!(step_verdict(&g, 1, 20), StepVerdict::AgentLimited);
+    }
+
+    /// A step row of provider `p` at `rps` where `met` of 100 judged requests met a plain
+    /// TTFT SLO (90 % to meet).
+    fn step_row(step: u32, rps: f64, met: u64) -> RateStepRow {
+        let plain = Slo {
+            percentiles: vec![],
+            ..slo()
+        };
+        let g = goodput(&plain, 100, met, None, |_| None);
+        RateStepRow {
+            region: "r".into(),
+            provider: "p".into(),
+            scenario: "s".into(),
+            step,
+            target_rps: rps,
+            target_rps_max: rps,
+            sent: 100,
+            dropped: 0,
+            achieved_rps: None,
+            error_pct: 0.0,
+            ttft: None,
+            tpot: None,
+            e2e: None,
+            verdict: Some(step_verdict(&g, 0, 20)),
+            goodput: Some(g),
+        }
+    }
+
+    /// The merged answer applies the search's contradiction rule to the rows' goodput: a
+    /// re-run that still contradicts makes it unstable, said first in its sentence.
+    #[test]
+    fn a_search_whose_re_run_still_contradicts_is_unstable_with_its_evidence() {
+        let search = latmesh_core::load::SloSearch {
+            min_rps: 2.0,
+            max_rps: 16.0,
+            steps: 8,
+            min_requests: 20,
+            resolution_pct: 10.0,
+        };
+        let plain = Slo {
+            percentiles: vec![],
+            ..slo()
+        };
+        let mut rows = vec![
+            step_row(0, 2.0, 100),
+            step_row(1, 4.0, 100),
+            step_row(2, 8.0, 84),
+            step_row(3, 4.5, 65),
+        ];
+        // Not re-run yet, no step used up: still running, no verdict of instability.
+        let r = search_row(&plain, &search, &rows).unwrap();
+        assert_eq!((r.outcome.end, r.unstable), (SearchEnd::Running, None));
+        rows.push(step_row(4, 4.5, 60));
+        let r = search_row(&plain, &search, &rows).unwrap();
+        assert_eq!(r.outcome.end, SearchEnd::Unstable);
+        let i = r.unstable.unwrap();
+        assert_eq!((i.first.lower_rate.step, i.rerun.unwrap().lower_rate.step), (3, 4));
+        assert_eq!(
+            r.text,
+            "UNSTABLE, no answer: goodput does not fall as the rate rises: step 3 at 4.50 rps: \
+             65.0 % [55.3, 73.6] of 100 is significantly below step 2 at 8.00 rps: 84.0 % \
+             [75.6, 89.9] of 100; re-run, step 4 at 4.50 rps: 60.0 % [50.2, 69.1] of 100 is \
+             significantly below step 2 at 8.00 rps: 84.0 % [75.6, 89.9] of 100; the steps \
+             kept: meets the SLO up to 4.00 rps per agent (misses at 4.50 rps per agent); \
+             unstable: the provider changed during the search"
+        );
+        // A re-run that agrees: the search goes on from it.
+        rows[4] = step_row(4, 4.5, 95);
+        let r = search_row(&plain, &search, &rows).unwrap();
+        assert_eq!(
+            (r.outcome.met_rps, r.outcome.missed_rps, r.unstable),
+            (Some(4.5), Some(8.0), None)
+        );
     }
 }
