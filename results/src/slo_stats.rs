@@ -554,7 +554,10 @@ mod tests {
         let r = search_row(&plain, &search, &rows).unwrap();
         assert_eq!(r.outcome.end, SearchEnd::Unstable);
         let i = r.unstable.unwrap();
-        assert_eq!((i.first.lower_rate.step, i.rerun.unwrap().lower_rate.step), (3, 4));
+        assert_eq!(
+            (i.first.lower_rate.step, i.rerun.unwrap().lower_rate.step),
+            (3, 4)
+        );
         assert_eq!(
             r.text,
             "UNSTABLE, no answer: goodput does not fall as the rate rises: step 3 at 4.50 rps: \
