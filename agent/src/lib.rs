@@ -17,6 +17,7 @@
 pub mod batches;
 pub mod clock;
 pub mod compat;
+pub mod drain;
 pub mod limits;
 pub mod load;
 pub mod metrics;

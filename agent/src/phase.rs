@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use latmesh_core::plan::Plan;
 
+use crate::drain::InFlight;
 use crate::outbox::Outbox;
 use crate::probe::Prober;
 use crate::slot::{RecordTx, SlotEnv, SlotRef, run_slot_with};
@@ -31,6 +32,9 @@ pub struct PhaseCtx {
     pub max_lateness: Duration,
     /// Turns not sent because an earlier turn of their conversation failed.
     pub turns_not_sent: Arc<std::sync::atomic::AtomicU64>,
+    /// Each provider's logical requests of this run in flight, any phase (the drain wait
+    /// before each phase, [`crate::drain`]).
+    pub in_flight: Arc<InFlight>,
 }
 
 impl PhaseCtx {
@@ -40,8 +44,10 @@ impl PhaseCtx {
         tokio::spawn(async move { ctx.run_slot(at).await });
     }
 
-    /// Runs `at` here (a sweep worker's request).
+    /// Runs `at` here (a sweep worker's request), counted in flight for its provider until
+    /// it ends.
     pub async fn run_slot(&self, at: SlotRef) {
+        let _in_flight = self.in_flight.start(at.s.provider);
         let done = run_slot_with(&self.plan, at, &self.prober, &self.tx, &self.env).await;
         self.turns_not_sent.fetch_add(
             u64::from(done.turns_not_sent),

@@ -1003,6 +1003,7 @@ mod tests {
                     ttst_us: Some(7),
                     target_rps: 4.0,
                     slo_met: Some(true),
+                    phase_start_in_flight: 3,
                 },
                 pb::ProbeRecord {
                     provider: "x".into(),

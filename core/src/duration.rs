@@ -3,8 +3,8 @@
 //!
 //! The planned duration is the plan's time layout ([`Plan::phases`]): the rounds phase
 //! (`rounds.count × rounds.interval_s`), then each sweep (`steps × step_s`) and open-loop
-//! scenario (`duration_s`) in declaration order, with [`crate::plan::PHASE_SETTLE_US`]
-//! between phases. Requests still in flight at the end may add up to their timeouts (not
+//! scenario (`duration_s`) in declaration order, with the pause after each
+//! ([`crate::plan::pause_after_us`]) between phases. Requests still in flight at the end may add up to their timeouts (not
 //! counted). A plan with a `[schedule]` runs this long per run. `campaign validate` and
 //! `campaign launch` print it and refuse a plan longer than [`MAX_PLANNED_DURATION_S`]
 //! (24 h) unless `--allow-long` is given, naming the setting of the longest phase: a

@@ -486,9 +486,39 @@ fn is_default_percentiles(list: &[f64]) -> bool {
     list == DEFAULT_PERCENTILES
 }
 
-/// Pause between two phases, µs: requests still in flight at a phase's end finish before the
-/// next phase starts, so one load model's tail does not load the next one's measurements.
+/// Pause after the rounds phase and after an SLO search, µs: the rounds leave at most their
+/// last probes in flight, and a search's steps each end with a quiet gap as long as the step.
 pub const PHASE_SETTLE_US: u64 = 2_000_000;
+
+/// Shortest drain allowance after a sweep or a fixed-rate open-loop phase, µs (10 s): such a
+/// phase may leave a provider with a queue of our requests (an open loop above its capacity,
+/// the last step's workers); each agent waits for its requests of earlier phases to end, up
+/// to the next phase's start, and a phase that starts with one of them still in flight is
+/// flagged on that provider's cells (`phase_start_in_flight`, docs/metrics.md "Phase
+/// hygiene").
+pub const PHASE_DRAIN_US: u64 = 10_000_000;
+
+/// Longest drain allowance, µs (60 s).
+pub const MAX_PHASE_DRAIN_US: u64 = 60_000_000;
+
+/// The pause after a phase of load model `load`, µs, before the next one starts (the same in
+/// every region: phases stay synchronized): after a fixed-rate open-loop phase three times
+/// its length, within [`PHASE_DRAIN_US`]..=[`MAX_PHASE_DRAIN_US`] (an open loop at `f` times
+/// a provider's capacity for `T` leaves a queue that drains in `(f − 1) × T`: up to 4× is
+/// drained); after a sweep [`PHASE_DRAIN_US`] (a closed loop leaves at most its workers'
+/// requests); after the rounds and an SLO search (whose steps end with a quiet gap)
+/// [`PHASE_SETTLE_US`].
+pub fn pause_after_us(load: &LoadModel) -> u64 {
+    match load {
+        LoadModel::Rounds => PHASE_SETTLE_US,
+        LoadModel::Sweep(_) => PHASE_DRAIN_US,
+        LoadModel::Rate(r) if r.search.is_some() => PHASE_SETTLE_US,
+        LoadModel::Rate(r) => r
+            .span_us()
+            .saturating_mul(3)
+            .clamp(PHASE_DRAIN_US, MAX_PHASE_DRAIN_US),
+    }
+}
 
 /// One probe of a round: which provider, which scenario.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -604,7 +634,9 @@ impl Plan {
                     start_us: at,
                     span_us,
                 });
-                at = at.saturating_add(span_us).saturating_add(PHASE_SETTLE_US);
+                at = at
+                    .saturating_add(span_us)
+                    .saturating_add(pause_after_us(&s.load));
             }
         }
         out

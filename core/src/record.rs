@@ -321,6 +321,12 @@ pub struct ProbeRecord {
     /// and for `cancelled` and `dropped` attempts.
     #[serde(default)]
     pub slo_met: Option<bool>,
+    /// Phase hygiene: requests of this provider from earlier phases still in flight on this
+    /// agent when the record's phase started (the drain allowance ended first); 0: the phase
+    /// started with the provider idle as far as this agent's requests go (docs/metrics.md
+    /// "Phase hygiene"). Always 0 in the first phase.
+    #[serde(default)]
+    pub phase_start_in_flight: u32,
 }
 
 /// Records that predate `usage_requested` asked for usage.

@@ -132,6 +132,7 @@ impl From<&ProbeRecord> for pb::ProbeRecord {
             ttst_us: r.ttst_us,
             target_rps: r.target_rps,
             slo_met: r.slo_met,
+            phase_start_in_flight: r.phase_start_in_flight,
         }
     }
 }
@@ -230,6 +231,7 @@ impl TryFrom<pb::ProbeRecord> for ProbeRecord {
             ttst_us: r.ttst_us,
             target_rps,
             slo_met: r.slo_met,
+            phase_start_in_flight: r.phase_start_in_flight,
         })
     }
 }

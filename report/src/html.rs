@@ -153,6 +153,13 @@ pub fn page(m: &ReportModel) -> String {
             workloads_html::rate_steps(m),
         ));
     }
+    if m.matrix.iter().any(|c| c.phase_start_in_flight > 0) {
+        sections.push((
+            "phase-hygiene",
+            "Phases that started loaded",
+            crate::phases_html::loaded_starts(m),
+        ));
+    }
     sections.push(("cdfs", "Latency CDFs", cdfs(m)));
     sections.push(("itl", "Inter-token latency", itl(m)));
     if !m.sweeps.is_empty() {

@@ -15,6 +15,7 @@ pub mod compat_html;
 pub mod csv;
 pub mod html;
 pub mod model;
+pub mod phases_html;
 pub mod workloads_html;
 
 use std::path::Path;

@@ -164,6 +164,10 @@ pub struct CellCounts {
     pub context_refused: u64,
     /// The prompt-cache counters of `ok` attempts ([`crate::cache_share`]).
     pub cache: crate::cache_share::CacheCounts,
+    /// Phase hygiene: the most requests of this provider from earlier phases that one agent
+    /// still had in flight when the cell's phase started (records' `phase_start_in_flight`,
+    /// warm-up left out; the most over regions when merged); 0: it started idle.
+    pub phase_start_in_flight: u64,
 }
 
 impl CellCounts {
@@ -203,6 +207,7 @@ impl CellCounts {
         self.billed_prompt_reports += c.billed_prompt_reports;
         self.context_refused += c.context_refused;
         self.cache.merge(&c.cache);
+        self.phase_start_in_flight = self.phase_start_in_flight.max(c.phase_start_in_flight);
     }
 
     /// Mean billed prompt tokens of `ok` attempts that reported usage; `None` without one.
@@ -430,6 +435,9 @@ impl Aggregate {
         }
         let outcome = rec.outcome();
         *cell.outcomes.entry(outcome).or_insert(0) += 1;
+        cell.phase_start_in_flight = cell
+            .phase_start_in_flight
+            .max(u64::from(rec.phase_start_in_flight));
         if let Some(met) = rec.slo_met {
             cell.slo_judged += 1;
             cell.slo_met += u64::from(met);

@@ -31,6 +31,7 @@ pub mod matrix;
 pub mod model_stats;
 pub mod parity;
 pub mod percentiles;
+pub mod phase_hygiene;
 pub mod report_data;
 pub mod saturation;
 pub mod seq_gaps;

@@ -97,6 +97,12 @@ pub struct MatrixCell {
     /// flagged ([`crate::cache_share`]); absent when the provider reported no cached count.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_share: Option<crate::cache_share::CachedShare>,
+    /// Phase hygiene: the cell's phase started while its provider still had this many of
+    /// the agents' requests of earlier phases in flight (the most on one agent; the drain
+    /// allowance ended first, docs/metrics.md "Phase hygiene"); its figures may carry the
+    /// earlier phase's load. 0 (absent): it started idle.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub phase_start_in_flight: u64,
 }
 
 /// Whether a count is 0 (fields left out of the JSON then).

@@ -9,7 +9,9 @@
 use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
-use latmesh_core::load::{LoadModel, RateSpec, SearchOutcome, StepVerdict};
+use latmesh_core::load::{
+    LoadModel, RateSpec, SearchInstability, SearchOutcome, SearchStep, StepVerdict,
+};
 use latmesh_core::metrics::Metric;
 use latmesh_core::plan::{Plan, ScenarioSpec};
 use latmesh_core::slo::Slo;
@@ -97,8 +99,13 @@ pub struct SearchRow {
     pub scenario: String,
     /// The SLO in one line ([`latmesh_core::slo::Slo::describe`]).
     pub slo: String,
-    /// What the merged steps show (recomputed from the rows' verdicts in step order).
+    /// What the merged steps show (recomputed from the rows' verdicts and goodput in step
+    /// order, [`latmesh_core::load::SloSearch::assess`]).
     pub outcome: SearchOutcome,
+    /// Why the answer is unstable (`outcome.end` is `unstable`): the steps whose goodput
+    /// contradicts their rates, before and after the re-run, with their intervals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unstable: Option<SearchInstability>,
     /// One sentence: `"meets the SLO up to 6.00 rps per agent (misses at 7.00 rps per agent); resolved"`.
     pub text: String,
 }
@@ -209,19 +216,28 @@ pub fn step_verdict(g: &Goodput, dropped: u64, min_requests: u32) -> StepVerdict
 }
 
 /// The search answer of one provider in one region from its step rows (in step order, each
-/// with a verdict): [`latmesh_core::load::SloSearch::outcome`] of (rate, verdict) and its
-/// sentence.
+/// with a verdict): [`latmesh_core::load::SloSearch::assess`] of (rate, verdict, goodput
+/// counts), the rule the agent chose its rates by, and its sentence (an unstable answer says
+/// so first, with the evidence).
 pub fn search_row(
     slo: &latmesh_core::slo::Slo,
     search: &latmesh_core::load::SloSearch,
     steps: &[RateStepRow],
 ) -> Option<SearchRow> {
     let first = steps.first()?;
-    let history: Vec<(f64, StepVerdict)> = steps
+    let history: Vec<SearchStep> = steps
         .iter()
-        .filter_map(|s| s.verdict.map(|v| (s.target_rps, v)))
+        .filter_map(|s| {
+            s.verdict.map(|verdict| SearchStep {
+                rps: s.target_rps,
+                verdict,
+                judged: s.goodput.as_ref().map_or(0, |g| g.requests),
+                met: s.goodput.as_ref().map_or(0, |g| g.met),
+            })
+        })
         .collect();
-    let outcome = search.outcome(&history);
+    let assessed = search.assess(&history);
+    let outcome = assessed.outcome;
     // Rates are per agent: every agent (region) of a row sent at them at once.
     let rps = |r: f64| format!("{r:.2} rps per agent");
     let text = match (outcome.met_rps, outcome.missed_rps) {
@@ -245,12 +261,20 @@ pub fn search_row(
             "no step could be judged (too few requests, or arrivals the agent dropped)".to_string()
         }
     };
+    let text = match &assessed.instability {
+        Some(i) => format!(
+            "UNSTABLE, no answer: {}; the steps kept: {text}",
+            i.describe()
+        ),
+        None => text,
+    };
     Some(SearchRow {
         region: first.region.clone(),
         provider: first.provider.clone(),
         scenario: first.scenario.clone(),
         slo: slo.describe(),
         outcome,
+        unstable: assessed.instability,
         text,
     })
 }
@@ -496,6 +520,7 @@ pub fn search_rows(plan: &Plan, rows: &[RateStepRow]) -> Vec<SearchRow> {
 #[cfg(test)]
 mod tests {
     use latmesh_core::hist::new_histogram;
+    use latmesh_core::load::SearchEnd;
     use latmesh_core::metrics::Metric;
     use latmesh_core::slo::{PercentileBound, Slo};
 
@@ -592,6 +617,83 @@ mod tests {
             .verdict()
             .as_str(),
             "missed"
+        );
+    }
+
+    /// A step row of provider `p` at `rps` where `met` of 100 judged requests met a plain
+    /// TTFT SLO (90 % to meet).
+    fn step_row(step: u32, rps: f64, met: u64) -> RateStepRow {
+        let plain = Slo {
+            percentiles: vec![],
+            ..slo()
+        };
+        let g = goodput(&plain, 100, met, None, |_| None);
+        RateStepRow {
+            region: "r".into(),
+            provider: "p".into(),
+            scenario: "s".into(),
+            step,
+            target_rps: rps,
+            target_rps_max: rps,
+            sent: 100,
+            dropped: 0,
+            achieved_rps: None,
+            error_pct: 0.0,
+            ttft: None,
+            tpot: None,
+            e2e: None,
+            verdict: Some(step_verdict(&g, 0, 20)),
+            goodput: Some(g),
+        }
+    }
+
+    /// The merged answer applies the search's contradiction rule to the rows' goodput: a
+    /// re-run that still contradicts makes it unstable, said first in its sentence.
+    #[test]
+    fn a_search_whose_re_run_still_contradicts_is_unstable_with_its_evidence() {
+        let search = latmesh_core::load::SloSearch {
+            min_rps: 2.0,
+            max_rps: 16.0,
+            steps: 8,
+            min_requests: 20,
+            resolution_pct: 10.0,
+        };
+        let plain = Slo {
+            percentiles: vec![],
+            ..slo()
+        };
+        let mut rows = vec![
+            step_row(0, 2.0, 100),
+            step_row(1, 4.0, 100),
+            step_row(2, 8.0, 84),
+            step_row(3, 4.5, 65),
+        ];
+        // Not re-run yet, no step used up: still running, no verdict of instability.
+        let r = search_row(&plain, &search, &rows).unwrap();
+        assert_eq!((r.outcome.end, r.unstable), (SearchEnd::Running, None));
+        rows.push(step_row(4, 4.5, 60));
+        let r = search_row(&plain, &search, &rows).unwrap();
+        assert_eq!(r.outcome.end, SearchEnd::Unstable);
+        let i = r.unstable.unwrap();
+        assert_eq!(
+            (i.first.lower_rate.step, i.rerun.unwrap().lower_rate.step),
+            (3, 4)
+        );
+        assert_eq!(
+            r.text,
+            "UNSTABLE, no answer: goodput does not fall as the rate rises: step 3 at 4.50 rps: \
+             65.0 % [55.3, 73.6] of 100 is significantly below step 2 at 8.00 rps: 84.0 % \
+             [75.6, 89.9] of 100; re-run, step 4 at 4.50 rps: 60.0 % [50.2, 69.1] of 100 is \
+             significantly below step 2 at 8.00 rps: 84.0 % [75.6, 89.9] of 100; the steps \
+             kept: meets the SLO up to 4.00 rps per agent (misses at 4.50 rps per agent); \
+             unstable: the provider changed during the search"
+        );
+        // A re-run that agrees: the search goes on from it.
+        rows[4] = step_row(4, 4.5, 95);
+        let r = search_row(&plain, &search, &rows).unwrap();
+        assert_eq!(
+            (r.outcome.met_rps, r.outcome.missed_rps, r.unstable),
+            (Some(4.5), Some(8.0), None)
         );
     }
 }

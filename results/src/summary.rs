@@ -263,6 +263,7 @@ fn cell(
         ),
         warmup: counts.warmup,
         cached_share: counts.cache.share(crate::cache_share::caching_asked(spec)),
+        phase_start_in_flight: counts.phase_start_in_flight,
     }
 }
 

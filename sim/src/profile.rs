@@ -222,6 +222,12 @@ pub struct ProviderProfile {
     pub swap_model: String,
     /// The Chat `system_fingerprint` after the swap (empty: none).
     pub swap_fingerprint: String,
+    /// Drift (default 0: none): the provider gets slower as time passes, as one whose
+    /// capacity is taken by other users does: every request's TTFT base grows by this many
+    /// µs per second of wall time (not scaled by the time scale) since the provider's first
+    /// request (per served router), [`ProviderProfile::ttft_base_at_us`], the ground truth.
+    /// A search against it sees goodput fall at every rate as it goes on.
+    pub ttft_drift_us_per_s: u64,
 }
 
 /// What a provider does with an optional request feature (stop sequences, JSON mode, tool
@@ -325,11 +331,20 @@ impl Default for ProviderProfile {
             swap_after_requests: 0,
             swap_model: String::new(),
             swap_fingerprint: String::new(),
+            ttft_drift_us_per_s: 0,
         }
     }
 }
 
 impl ProviderProfile {
+    /// The TTFT base of a request that arrives `since_first` after the provider's first
+    /// request, µs (before the time scale, the prefill and the jitter): `ttft_base_us +
+    /// ttft_drift_us_per_s × seconds`.
+    pub fn ttft_base_at_us(&self, since_first: std::time::Duration) -> u64 {
+        self.ttft_base_us
+            .saturating_add((self.ttft_drift_us_per_s as f64 * since_first.as_secs_f64()) as u64)
+    }
+
     /// A jitter-free, fault-free profile with a fixed TTFT and ITL (for tests and benchmarks).
     pub fn fixed(name: &str, ttft_us: u64, itl_us: u64) -> Self {
         ProviderProfile {
@@ -1073,5 +1088,17 @@ mod tests {
             };
             assert_eq!(b.capacity, want, "{}", b.name);
         }
+    }
+
+    /// The drift's ground truth: the TTFT base grows linearly with the time since the
+    /// provider's first request; without drift it stays.
+    #[test]
+    fn the_ttft_base_drifts_by_its_rate_per_second() {
+        let mut p = ProviderProfile::fixed("d", 30_000, 1_000);
+        let t = std::time::Duration::from_millis(2_500);
+        assert_eq!(p.ttft_base_at_us(t), 30_000);
+        p.ttft_drift_us_per_s = 40_000;
+        assert_eq!(p.ttft_base_at_us(std::time::Duration::ZERO), 30_000);
+        assert_eq!(p.ttft_base_at_us(t), 130_000);
     }
 }

@@ -78,6 +78,8 @@ struct Provider {
     cache: PromptCache,
     /// The serving slots (`profile.capacity` permits, FIFO); `None` when unlimited.
     slots: Option<Arc<Semaphore>>,
+    /// When the first request arrived (the origin of `ttft_drift_us_per_s`).
+    first_request: std::sync::OnceLock<Instant>,
 }
 
 impl Provider {
@@ -126,6 +128,7 @@ pub fn providers_router(cfg: SimConfig) -> std::io::Result<Router> {
                     requests: AtomicU64::new(0),
                     feature_asks: Default::default(),
                     cache: PromptCache::default(),
+                    first_request: std::sync::OnceLock::new(),
                 },
             )
         })
@@ -359,7 +362,18 @@ async fn answer(
         ignore_eos: req.ignore_eos,
         min_tokens: req.min_tokens,
     };
-    let decision = plan::plan(profile, &input, req.stream, st.time_scale, &mut rng);
+    let first = *provider.first_request.get_or_init(|| t0);
+    let drifted;
+    let planned_by = if profile.ttft_drift_us_per_s > 0 {
+        drifted = ProviderProfile {
+            ttft_base_us: profile.ttft_base_at_us(t0.saturating_duration_since(first)),
+            ..profile.clone()
+        };
+        &drifted
+    } else {
+        profile
+    };
+    let decision = plan::plan(planned_by, &input, req.stream, st.time_scale, &mut rng);
     let caller = req_headers.get(REGION_HEADER).and_then(|v| v.to_str().ok());
     let region_delay_us = st.regions.delay_us(&profile.home_region, caller);
     let region_end = t0 + Duration::from_micros(region_delay_us);

@@ -87,9 +87,14 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../migrations/0010_workloads.sql"),
     },
     Migration {
-        version: 14,
-        name: "0014_compat_samples",
-        sql: include_str!("../migrations/0014_compat_samples.sql"),
+        version: 11,
+        name: "0011_phase_hygiene",
+        sql: include_str!("../migrations/0011_phase_hygiene.sql"),
+    },
+    Migration {
+        version: 12,
+        name: "0012_compat_samples",
+        sql: include_str!("../migrations/0012_compat_samples.sql"),
     },
 ];
 

@@ -334,6 +334,9 @@ pub struct RequestRow {
     pub target_rps: f64,
     /// Final attempt of a scenario with an SLO: met every per-request bound (migration 0010).
     pub slo_met: Option<bool>,
+    /// Requests of this provider from earlier phases in flight at the phase's start
+    /// (migration 0011).
+    pub phase_start_in_flight: u32,
 }
 
 impl RequestRow {
@@ -417,6 +420,7 @@ impl RequestRow {
             ttst_us: rec.ttst_us,
             target_rps: rec.target_rps,
             slo_met: rec.slo_met,
+            phase_start_in_flight: rec.phase_start_in_flight,
         }
     }
 
@@ -493,6 +497,7 @@ impl RequestRow {
             ttst_us: self.ttst_us,
             target_rps: self.target_rps,
             slo_met: self.slo_met,
+            phase_start_in_flight: self.phase_start_in_flight,
         }
     }
 }

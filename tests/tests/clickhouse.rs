@@ -184,6 +184,7 @@ fn full_record() -> ProbeRecord {
         ttst_us: Some(123_456),
         target_rps: 2.5,
         slo_met: Some(false),
+        phase_start_in_flight: 7,
     }
 }
 
@@ -970,6 +971,13 @@ fn simulate_agent(rng: &mut StdRng, region_ix: usize, rounds: u32) -> Vec<SimBat
                     outcome: Some(outcome),
                     // A pooled connection found closed now and then, whatever followed.
                     conn_retried: round % 7 == p as u32,
+                    // One cell's phase started loaded, by a different count in each region
+                    // (`ALL` shows the most).
+                    phase_start_in_flight: if (p, s) == (1, 1) {
+                        region_ix as u32 + 2
+                    } else {
+                        0
+                    },
                     ..Default::default()
                 };
                 let mut gaps = Vec::new();

@@ -31,6 +31,7 @@ mod llama_timings;
 mod load_models;
 mod local_stack;
 mod metrics;
+mod phase_hygiene;
 mod probe_cli;
 mod quarantine;
 mod real_servers;

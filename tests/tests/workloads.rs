@@ -686,6 +686,8 @@ fn check_search(s: &Summary) {
             .find(|r| r.region == region && r.provider == "slo-lab" && r.scenario == "cap.100")
             .unwrap_or_else(|| panic!("{region}: {:#?}", s.searches));
         let o = &row.outcome;
+        // A provider that stays the same: no step contradicts another.
+        assert_eq!(row.unstable, None, "{row:#?}");
         let met = o.met_rps.unwrap_or_else(|| panic!("{row:#?}"));
         let missed = o.missed_rps.unwrap_or_else(|| panic!("{row:#?}"));
         assert!(

@@ -186,6 +186,7 @@ async fn phase(args: &Args) -> Out {
         outbox: Outbox::default(),
         max_lateness: Duration::from_secs(1),
         turns_not_sent: Arc::default(),
+        in_flight: Arc::new(latmesh_agent::drain::InFlight::new(plan.providers.len())),
     };
     let collector = tokio::spawn(async move {
         let mut v = Vec::new();

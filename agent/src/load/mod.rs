@@ -1,7 +1,8 @@
 //! The three load models' schedulers, one file each (definitions in `latmesh_core::load`): each runs one
 //! phase of a campaign from its start instant, handing logical requests to
 //! [`PhaseCtx`](crate::phase::PhaseCtx) and returning once the last one was started
-//! (requests still in flight finish during the next phase).
+//! (requests still in flight finish in the drain allowance before the next phase, which the
+//! runner waits for and flags when it ends first: [`crate::drain`]).
 //!
 //! * [`run_rounds`]: slot `i` of round `r` at phase start + `r × interval + i × gap`, each in
 //!   its own task, in the order shared by every region; the provider's caps may hold a probe

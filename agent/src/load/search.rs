@@ -12,9 +12,10 @@
 //! token ([`crate::probe::progress`]) past the TTFT bound. Other in-flight ones are left
 //! out. (Times run from the intended send: an arrival held by politeness caps is judged as
 //! its user would see it.) The
-//! verdict is [`step_verdict`]; `next_rps` of the provider's history gives its next rate, or
-//! `None`: it idles for the rest of the phase. The phase lasts `span_us` whatever the
-//! providers do.
+//! verdict is [`step_verdict`]; `next_rps` of the provider's history (each step's rate,
+//! verdict and goodput counts) gives its next rate — the re-run of a step whose goodput
+//! contradicts an earlier one's ([`SloSearch::assess`]) — or `None`: it idles for the rest of
+//! the phase. The phase lasts `span_us` whatever the providers do.
 //!
 //! A cancel counts the arrivals of the current step not yet sent (later steps' rates were never
 //! chosen, so they have no planned arrivals).
@@ -28,7 +29,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use latmesh_core::load::{RateSpec, SloSearch, StepVerdict};
+use latmesh_core::load::{RateSpec, SearchEnd, SearchStep, SloSearch};
 use latmesh_core::record::{Outcome, ProbeRecord};
 use tokio::sync::mpsc;
 
@@ -77,7 +78,7 @@ pub async fn run_search(
     let tally = Arc::new(Mutex::new(Tally::new(plan)));
     let ctx = tapped(ctx, &tally);
     let mut sender = Sender::new(&ctx, scenario, spec, phase_start);
-    let mut history: Vec<Vec<(f64, StepVerdict)>> = vec![Vec::new(); providers];
+    let mut history: Vec<Vec<SearchStep>> = vec![Vec::new(); providers];
     let mut first_slot = vec![0u32; providers];
     for k in 0..steps {
         let rates: Vec<Option<f64>> = history.iter().map(|h| search.next_rps(h)).collect();
@@ -121,7 +122,32 @@ pub async fn run_search(
                 ?verdict,
                 "SLO search step judged"
             );
-            history[p].push((rps, verdict));
+            history[p].push(SearchStep {
+                rps,
+                verdict,
+                judged: ev.judged,
+                met: ev.met,
+            });
+            let a = search.assess(&history[p]);
+            if let Some(i) = a
+                .instability
+                .filter(|_| a.outcome.end == SearchEnd::Unstable)
+            {
+                tracing::warn!(
+                    campaign = %ctx.campaign_id,
+                    scenario = %sc.name,
+                    provider = %plan.providers[p].name,
+                    "SLO search unstable: {}", i.describe()
+                );
+            } else if let Some(again) = a.rerun_rps {
+                tracing::info!(
+                    campaign = %ctx.campaign_id,
+                    scenario = %sc.name,
+                    provider = %plan.providers[p].name,
+                    rps = again,
+                    "SLO search step contradicts an earlier one: re-run once"
+                );
+            }
         }
     }
     sender.finish().await

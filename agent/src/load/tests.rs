@@ -103,6 +103,7 @@ async fn run_phase_with(
         outbox,
         max_lateness: Duration::from_secs(1),
         turns_not_sent: Arc::default(),
+        in_flight: Arc::new(crate::drain::InFlight::new(plan.providers.len())),
     };
     let not_run = match &plan.scenarios[0].load {
         LoadModel::Sweep(spec) => run_sweep(&ctx, 0, spec, start).await,

@@ -1,6 +1,7 @@
 //! The run's collector: receives every record as it is measured, keeps the interval's
 //! histograms, and seals numbered batches into the [`Outbox`] every `flush_interval`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use latmesh_core::hist::HistogramSet;
@@ -10,11 +11,14 @@ use latmesh_proto::pb;
 use tokio::sync::mpsc;
 
 use crate::clock::now_unix_us;
+use crate::drain::PhaseFlags;
 use crate::metrics::AgentMetrics;
 use crate::outbox::Outbox;
 
-/// Receives finished probes, records histograms, and seals a batch every `flush_interval`
-/// (and at the end), numbering batches from `first_seq`. Returns (last seq, probes).
+/// Receives finished probes, stamps each with its phase's flag (`flags`: requests of earlier
+/// phases in flight at its phase's start), records histograms, and seals a batch every
+/// `flush_interval` (and at the end), numbering batches from `first_seq`. Returns (last seq,
+/// probes).
 pub(super) async fn collect(
     campaign_id: String,
     mut rx: mpsc::Receiver<(ProbeRecord, Vec<u64>)>,
@@ -22,6 +26,7 @@ pub(super) async fn collect(
     flush_interval: Duration,
     first_seq: u64,
     metrics: AgentMetrics,
+    flags: Arc<PhaseFlags>,
 ) -> (u64, u64) {
     let mut hists = HistogramSet::new();
     let mut records: Vec<ProbeRecord> = Vec::new();
@@ -32,8 +37,9 @@ pub(super) async fn collect(
     loop {
         tokio::select! {
             got = rx.recv() => match got {
-                Some((rec, gaps)) => {
+                Some((mut rec, gaps)) => {
                     probes += 1;
+                    rec.phase_start_in_flight = flags.get(&rec.scenario, &rec.provider);
                     if rec.outcome() != Outcome::Ok {
                         tracing::debug!(provider = %rec.provider, outcome = %rec.outcome(), "probe not ok");
                     }

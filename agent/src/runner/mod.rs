@@ -1,6 +1,8 @@
 //! Runs one campaign's plan: waits for the synchronized start, runs the plan's phases one
-//! after another, each with its load model's scheduler ([`crate::load`]), and seals numbered
-//! batches of what was measured into the [`Outbox`] ([`collect`]).
+//! after another, each with its load model's scheduler ([`crate::load`]), before each but the
+//! first waiting for the earlier phases' requests to end up to its planned start (and flagging
+//! it when they did not: [`crate::drain`]), and seals numbered batches of what was measured
+//! into the [`Outbox`] ([`collect`]).
 //!
 //! Probe `i` of round `r` is intended at `start + r × interval + i × gap` (see
 //! `latmesh_core::plan`). Probes are spawned at their intended time and may overlap, so a slow
@@ -22,6 +24,7 @@ use latmesh_proto::pb;
 use tokio::sync::{mpsc, watch};
 
 use crate::clock::local_instant_of;
+use crate::drain::{InFlight, PhaseFlags};
 use crate::limits::Limiters;
 use crate::load;
 use crate::outbox::Outbox;
@@ -144,6 +147,7 @@ pub async fn run_campaign(
     let synth = Arc::new(SynthPrompts::default());
     synth.prepare(&run.plan);
     let (tx, rx) = mpsc::channel::<(ProbeRecord, Vec<u64>)>(1024);
+    let flags = Arc::new(PhaseFlags::default());
     let collector = tokio::spawn(collect::collect(
         run.campaign_id.clone(),
         rx,
@@ -151,6 +155,7 @@ pub async fn run_campaign(
         cfg.flush_interval,
         run.first_seq.max(1),
         cfg.metrics.clone(),
+        flags.clone(),
     ));
     let started_coord_unix_us = tokio::select! {
         _ = crate::timer::precise_sleep_until(start) => now_unix_us() + estimate.offset_us,
@@ -182,10 +187,14 @@ pub async fn run_campaign(
         outbox: outbox.clone(),
         max_lateness: cfg.max_lateness,
         turns_not_sent: Arc::default(),
+        in_flight: Arc::new(InFlight::new(run.plan.providers.len())),
     };
     let mut not_run = NotRun::default();
-    for phase in run.plan.phases() {
+    for (k, phase) in run.plan.phases().into_iter().enumerate() {
         let phase_start = start + Duration::from_micros(phase.start_us);
+        if k > 0 && !joined_late {
+            drain_before(&ctx, &flags, phase.kind, phase_start).await;
+        }
         let n = match phase.kind {
             PhaseKind::Rounds => load::run_rounds(&ctx, phase_start).await,
             PhaseKind::Scenario(i) => match &run.plan.scenarios[i].load {
@@ -225,6 +234,52 @@ pub async fn run_campaign(
     let cancelled = cancel.cancelled_at().is_some();
     tracing::info!(campaign = %run.campaign_id, probes, skipped, last_seq, cancelled, "campaign finished");
     probes
+}
+
+/// The drain wait before a phase (`crate::drain`): waits for every provider's requests of
+/// earlier phases to end, up to `phase_start`; when some are still in flight then, logs it
+/// and flags the phase's records of those providers (`phase_start_in_flight`).
+async fn drain_before(ctx: &PhaseCtx, flags: &PhaseFlags, kind: PhaseKind, phase_start: Instant) {
+    let waited = Instant::now();
+    let left = tokio::select! {
+        left = ctx.in_flight.drained_by(phase_start) => left,
+        _ = ctx.env.cancel.cancelled() => return,
+    };
+    let plan = &ctx.plan;
+    let scenarios: Vec<&str> = match kind {
+        PhaseKind::Rounds => plan
+            .rounds_scenarios()
+            .into_iter()
+            .map(|s| plan.scenarios[s].name.as_str())
+            .collect(),
+        PhaseKind::Scenario(i) => vec![plan.scenarios[i].name.as_str()],
+    };
+    let loaded: Vec<String> = left
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| **n > 0)
+        .map(|(p, n)| format!("{} {n}", plan.providers[p].name))
+        .collect();
+    if loaded.is_empty() {
+        tracing::debug!(
+            campaign = %ctx.campaign_id,
+            phase = %scenarios.join(", "),
+            drained_in_ms = waited.elapsed().as_millis() as u64,
+            "earlier phases' requests all ended before the phase's start"
+        );
+        return;
+    }
+    for (p, n) in left.iter().enumerate().filter(|(_, n)| **n > 0) {
+        for s in &scenarios {
+            flags.set(s, &plan.providers[p].name, *n);
+        }
+    }
+    tracing::warn!(
+        campaign = %ctx.campaign_id,
+        phase = %scenarios.join(", "),
+        "phase starts with providers still loaded: the drain allowance ended with their requests of earlier phases in flight ({}); their records of this phase carry phase_start_in_flight",
+        loaded.join(", ")
+    );
 }
 
 /// Warns, once per run, of every provider whose API key variable is unset or unreadable.

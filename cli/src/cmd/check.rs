@@ -121,8 +121,8 @@
 //!   step records: `Summary.searches`) below `limit_rps`, or no rate met. It fires when a
 //!   step at a rate at or below the limit missed the SLO and no higher rate below that miss
 //!   met it; an answer below the limit whose bracket reaches past it (met 4, missed 8, limit
-//!   6), or a search that stopped unjudged or at a `max_rps` below the limit, is *not
-//!   significant*. From ClickHouse the answers come from the stored summary
+//!   6), a search that stopped unjudged or at a `max_rps` below the limit, or one that ended
+//!   `unstable` (docs/metrics.md "Rate steps and the SLO search"), is *not significant*. From ClickHouse the answers come from the stored summary
 //!   ([`query::stored_summary`]).
 //!
 //! # Silent-swap rules
@@ -1371,8 +1371,10 @@ pub fn evaluate_searches(rules: &[Rule], current: &Snapshot, report: &mut CheckR
         for r in rows {
             let o = &r.outcome;
             let rps = |v: f64| format!("{v:.2} rps");
-            // A miss at or below the limit makes the answer surely below it.
-            let miss_at_or_below = o.missed_rps.is_some_and(|m| m <= limit_rps);
+            // A miss at or below the limit makes the answer surely below it, unless the search
+            // was unstable (the provider changed during it: no answer).
+            let unstable = o.end == latmesh_core::load::SearchEnd::Unstable;
+            let miss_at_or_below = o.missed_rps.is_some_and(|m| m <= limit_rps) && !unstable;
             let (current_rps, over) = match o.met_rps {
                 Some(m) => (m, m < limit_rps),
                 None if o.missed_rps.is_some() => (0.0, true),
@@ -1386,7 +1388,10 @@ pub fn evaluate_searches(rules: &[Rule], current: &Snapshot, report: &mut CheckR
                 Some(m) => format!("meets the SLO up to {}", rps(m)),
                 None => "met the SLO at no rate tried".to_string(),
             };
-            let why = if over && !miss_at_or_below {
+            let why = if over && unstable {
+                "; the search was unstable (the provider changed during it): no answer to judge"
+                    .to_string()
+            } else if over && !miss_at_or_below {
                 match o.missed_rps {
                     Some(m) => format!(
                         "; it missed only at {}, above the limit: the highest rate meeting it may reach the limit",

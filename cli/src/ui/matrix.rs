@@ -111,6 +111,7 @@ pub fn render(summary: &Summary) -> String {
     if !summary.searches.is_empty() {
         out.push_str(&slo::render_searches(&summary.searches));
     }
+    out.push_str(&rate::render_loaded_starts(&summary.cells));
     if !summary.failover.is_empty() {
         out.push_str(&failover::render_failover(&summary.failover));
     }

@@ -148,3 +148,22 @@ pub fn render_rates(rows: &[RateRow]) -> String {
     }
     out
 }
+
+/// Phase hygiene: one line per cell whose phase started with its provider still loaded by
+/// earlier phases' requests ([`latmesh_results::phase_hygiene::loaded_starts`]); empty when
+/// every phase started idle.
+pub fn render_loaded_starts(cells: &[latmesh_results::summary::MatrixCell]) -> String {
+    let lines = latmesh_results::phase_hygiene::loaded_starts(cells);
+    if lines.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "\nPhases that started loaded (the drain allowance before them ended with requests in flight):\n",
+    );
+    for l in lines {
+        out.push_str("  ");
+        out.push_str(&l);
+        out.push('\n');
+    }
+    out
+}

@@ -35,6 +35,7 @@ pub(super) fn check_span(
         )
     };
     let settle = crate::plan::PHASE_SETTLE_US;
+    let pause = crate::plan::pause_after_us;
     let mut at: u64 = 0;
     if loads.iter().any(|(_, l)| l.is_rounds()) {
         at = u64::from(rounds.count)
@@ -58,7 +59,7 @@ pub(super) fn check_span(
         };
         at = span_us
             .and_then(|us| at.checked_add(us))
-            .and_then(|us| us.checked_add(settle))
+            .and_then(|us| us.checked_add(pause(load)))
             .filter(|&us| us <= MAX_PLAN_SPAN_US)
             .ok_or_else(|| too_long(format!("scenarios[{i}]")))?;
     }

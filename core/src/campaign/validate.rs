@@ -358,7 +358,9 @@ mod tests {
         let patrol = load_file(&dir.join("patrol.toml")).unwrap();
         assert_eq!(patrol.providers[0].limits.min_gap_ms, Some(2_000));
         assert_eq!(patrol.providers[2].limits.requests_per_min, Some(60.0));
-        // The demo: rounds first (2 scenarios), then the sweep, then the rate.
+        // The demo: rounds first (2 scenarios), then the sweep, then the rate; 2 s after the
+        // rounds, a drain allowance of 10 s after the sweep and of three times each open-loop
+        // phase (at least 10 s) after it.
         let demo = std::fs::read_to_string(dir.join("demo.toml"))
             .unwrap()
             .replace("{sim}", "127.0.0.1:9");
@@ -374,9 +376,9 @@ mod tests {
             vec![
                 (Rounds, 0, 30_000_000),
                 (Scenario(2), 32_000_000, 30_000_000),
-                (Scenario(3), 64_000_000, 6_000_000),
-                (Scenario(4), 72_000_000, 4_000_000),
-                (Scenario(5), 78_000_000, 4_000_000)
+                (Scenario(3), 72_000_000, 6_000_000),
+                (Scenario(4), 96_000_000, 4_000_000),
+                (Scenario(5), 112_000_000, 4_000_000)
             ]
         );
         // 11 providers (9 on Chat Completions, one each on Anthropic and Responses) × 2.

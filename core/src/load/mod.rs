@@ -27,9 +27,14 @@
 //! # Time layout ([`Plan::phases`](crate::plan::Plan::phases))
 //! Phases run one after another from `start_at`, the same in every region: first the rounds
 //! of every `rounds` scenario (`count × interval`), then each `sweep` and `rate` scenario in
-//! the order of the campaign file (`steps × step_ms`, `duration_ms`), with
-//! [`PHASE_SETTLE_US`](crate::plan::PHASE_SETTLE_US) (2 s) between two phases so that the
-//! requests still in flight at a phase's end mostly finish before the next one starts.
+//! the order of the campaign file (`steps × step_ms`, `duration_ms`), with a pause after each
+//! ([`pause_after_us`](crate::plan::pause_after_us)): a drain allowance of three times a
+//! fixed-rate phase (10 s to 60 s), of [`PHASE_DRAIN_US`](crate::plan::PHASE_DRAIN_US) (10 s)
+//! after a sweep, [`PHASE_SETTLE_US`](crate::plan::PHASE_SETTLE_US) (2 s) after the rounds and
+//! an SLO search,
+//! so that the requests still in flight at a phase's end finish before the next one starts;
+//! each agent waits for them up to the next phase's start, and a phase that starts with some
+//! still in flight is flagged on that provider's cells (docs/metrics.md "Phase hygiene").
 //!
 //! Where each part is: `sweep.rs` ([`SweepSpec`], [`KneeRule`]), `knee.rs` (the knee of a
 //! measured sweep, [`find_knee`]), `rate.rs` ([`RateSpec`]: arrivals and send order),
@@ -37,18 +42,20 @@
 
 use serde::{Deserialize, Serialize};
 
+mod contradiction;
 mod knee;
 mod limits;
 mod rate;
 mod search;
 mod sweep;
 
+pub use contradiction::{Contradiction, SearchInstability, SearchStep, StepGoodput};
 pub use knee::{InsufficientStep, Knee, StepPoint, elasticity, find_knee};
 pub use limits::{Price, ProviderLimits};
 pub use rate::{Arrivals, DEFAULT_MAX_QUEUE_MS, RateSpec};
 pub use search::{
-    DEFAULT_SEARCH_MIN_REQUESTS, DEFAULT_SEARCH_RESOLUTION_PCT, MAX_SEARCH_STEPS, SearchEnd,
-    SearchOutcome, SloSearch, StepVerdict,
+    DEFAULT_SEARCH_MIN_REQUESTS, DEFAULT_SEARCH_RESOLUTION_PCT, MAX_SEARCH_STEPS, SearchAssessment,
+    SearchEnd, SearchOutcome, SloSearch, StepVerdict,
 };
 pub use sweep::{DEFAULT_KNEE_MIN_REQUESTS, DEFAULT_SWEEP_STEPS, KneeRule, SweepSpec};
 

@@ -12,8 +12,14 @@
 //! a client limit, never the provider's). [`SloSearch::next_rps`] is the rule, pure: the
 //! agent applies it to its own step verdicts to pick rates; the reported answer is computed
 //! again from every region's merged records ([`SloSearch::outcome`]).
+//!
+//! A step whose goodput contradicts an earlier step's (significantly higher goodput at the
+//! higher rate) is re-run once, and the search ends `unstable` when the re-run contradicts
+//! too (`core/src/load/contradiction.rs`, applied by [`SloSearch::assess`]).
 
 use serde::{Deserialize, Serialize};
+
+use super::contradiction::{Contradiction, SearchInstability, SearchStep, contradicted};
 
 /// Default [`SloSearch::min_requests`]: 20 judged requests per step.
 pub const DEFAULT_SEARCH_MIN_REQUESTS: u32 = 20;
@@ -82,6 +88,10 @@ pub enum SearchEnd {
     Unjudged,
     /// Still running (fewer steps than planned, and none of the above).
     Running,
+    /// A step's goodput contradicted an earlier step's at another rate, and its re-run did
+    /// too (or it could not be re-run): the provider changed during the search
+    /// (`core/src/load/contradiction.rs`); the bracket is no answer.
+    Unstable,
 }
 
 impl SearchEnd {
@@ -94,47 +104,111 @@ impl SearchEnd {
             SearchEnd::MinMissed => "missed at min_rps",
             SearchEnd::Unjudged => "a step could not be judged",
             SearchEnd::Running => "running",
+            SearchEnd::Unstable => "unstable: the provider changed during the search",
         }
     }
+}
+
+/// What the steps of a search so far show ([`SloSearch::assess`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SearchAssessment {
+    /// The answer so far.
+    pub outcome: SearchOutcome,
+    /// Why the search is unstable (`outcome.end` is then [`SearchEnd::Unstable`]).
+    pub instability: Option<SearchInstability>,
+    /// The last step contradicts an earlier one and has not been re-run yet: the rate its
+    /// re-run runs at.
+    pub rerun_rps: Option<f64>,
 }
 
 impl SloSearch {
     /// The highest rate met below the lowest missed one, and the lowest missed one, of
     /// `history` (judged steps only).
-    fn bracket(history: &[(f64, StepVerdict)]) -> (Option<f64>, Option<f64>) {
+    fn bracket(history: &[SearchStep]) -> (Option<f64>, Option<f64>) {
         let missed = history
             .iter()
-            .filter(|(_, v)| *v == StepVerdict::Missed)
-            .map(|(r, _)| *r)
+            .filter(|s| s.verdict == StepVerdict::Missed)
+            .map(|s| s.rps)
             .reduce(f64::min);
         let met = history
             .iter()
-            .filter(|(r, v)| *v == StepVerdict::Met && missed.is_none_or(|m| *r < m))
-            .map(|(r, _)| *r)
+            .filter(|s| s.verdict == StepVerdict::Met && missed.is_none_or(|m| s.rps < m))
+            .map(|s| s.rps)
             .reduce(f64::max);
         (met, missed)
     }
 
-    /// The outcome of the steps run so far (`history`: each step's rate and verdict, in
-    /// order).
-    pub fn outcome(&self, history: &[(f64, StepVerdict)]) -> SearchOutcome {
-        let (met_rps, missed_rps) = Self::bracket(history);
-        let end = self.end(history, met_rps, missed_rps);
-        SearchOutcome {
-            met_rps,
-            missed_rps,
-            end,
+    /// The steps run so far (`steps`, in order), judged by the search's rules: the bracket of
+    /// the steps kept (a re-run replaces the step it re-runs) and the sanity rule of
+    /// `core/src/load/contradiction.rs` (a step that contradicts an earlier one is re-run
+    /// once; still contradicting, the search is unstable). A step is the re-run of the step
+    /// before it when that one awaited a re-run and it ran at the same rate.
+    pub fn assess(&self, steps: &[SearchStep]) -> SearchAssessment {
+        let mut kept: Vec<(usize, SearchStep)> = Vec::new();
+        let mut pending: Option<(usize, Contradiction)> = None;
+        let mut instability = None;
+        for (i, s) in steps.iter().enumerate() {
+            if let Some((j, first)) = pending.take() {
+                if steps[j].rps.to_bits() != s.rps.to_bits() {
+                    // Not re-run (a merged row whose agents went on): unresolved.
+                    instability = Some(SearchInstability { first, rerun: None });
+                    break;
+                }
+                kept.retain(|(k, _)| *k != j);
+                if let Some(again) = contradicted(&kept, i, s) {
+                    kept.push((i, *s));
+                    instability = Some(SearchInstability {
+                        first,
+                        rerun: Some(again),
+                    });
+                    break;
+                }
+                kept.push((i, *s));
+                continue;
+            }
+            if let Some(c) = contradicted(&kept, i, s) {
+                pending = Some((i, c));
+            }
+            kept.push((i, *s));
+        }
+        let kept: Vec<SearchStep> = kept.into_iter().map(|(_, s)| s).collect();
+        let (met_rps, missed_rps) = Self::bracket(&kept);
+        let mut end = self.end(steps, met_rps, missed_rps);
+        let mut rerun_rps = None;
+        if let Some((j, first)) = pending {
+            if steps.len() as u32 >= self.steps || end == SearchEnd::Unjudged {
+                instability = Some(SearchInstability { first, rerun: None });
+            } else {
+                rerun_rps = Some(steps[j].rps);
+                end = SearchEnd::Running;
+            }
+        }
+        if instability.is_some() {
+            end = SearchEnd::Unstable;
+        }
+        SearchAssessment {
+            outcome: SearchOutcome {
+                met_rps,
+                missed_rps,
+                end,
+            },
+            instability,
+            rerun_rps,
         }
     }
 
-    fn end(
-        &self,
-        history: &[(f64, StepVerdict)],
-        met: Option<f64>,
-        missed: Option<f64>,
-    ) -> SearchEnd {
-        if history.last().is_some_and(|(_, v)| {
-            matches!(v, StepVerdict::Insufficient | StepVerdict::AgentLimited)
+    /// The outcome of the steps run so far (`history`: each step, in order):
+    /// [`SloSearch::assess`]'s.
+    pub fn outcome(&self, history: &[SearchStep]) -> SearchOutcome {
+        self.assess(history).outcome
+    }
+
+    fn end(&self, history: &[SearchStep], met: Option<f64>, missed: Option<f64>) -> SearchEnd {
+        if history.last().is_some_and(|s| {
+            matches!(
+                s.verdict,
+                StepVerdict::Insufficient | StepVerdict::AgentLimited
+            )
         }) {
             return SearchEnd::Unjudged;
         }
@@ -154,13 +228,17 @@ impl SloSearch {
     }
 
     /// The rate of the next step after `history`, or `None` when the search has ended (see
-    /// `core/src/load/search.rs`). `next_rps(&[])` is `min_rps`.
-    pub fn next_rps(&self, history: &[(f64, StepVerdict)]) -> Option<f64> {
-        let (met, missed) = Self::bracket(history);
-        if self.end(history, met, missed) != SearchEnd::Running {
+    /// `core/src/load/search.rs`): the re-run of a contradicting last step, else doubling
+    /// then bisection over the steps kept. `next_rps(&[])` is `min_rps`.
+    pub fn next_rps(&self, history: &[SearchStep]) -> Option<f64> {
+        let a = self.assess(history);
+        if a.outcome.end != SearchEnd::Running {
             return None;
         }
-        Some(match (met, missed) {
+        if let Some(r) = a.rerun_rps {
+            return Some(r);
+        }
+        Some(match (a.outcome.met_rps, a.outcome.missed_rps) {
             (None, None) => self.min_rps,
             (Some(lo), None) => (lo * 2.0).min(self.max_rps),
             (Some(lo), Some(hi)) => (lo + hi) / 2.0,
@@ -187,11 +265,28 @@ mod tests {
     /// Runs the search against a provider that meets the SLO up to `truth` requests/s.
     fn run(s: &SloSearch, truth: f64) -> (Vec<(f64, StepVerdict)>, SearchOutcome) {
         let mut h = Vec::new();
-        while let Some(r) = s.next_rps(&h) {
+        while let Some(r) = s.next_rps(&steps(&h)) {
             h.push((r, if r <= truth { Met } else { Missed }));
         }
-        let o = s.outcome(&h);
+        let o = s.outcome(&steps(&h));
         (h, o)
+    }
+
+    /// Steps known by rate and verdict only.
+    fn steps(h: &[(f64, StepVerdict)]) -> Vec<SearchStep> {
+        h.iter()
+            .map(|&(r, v)| SearchStep::verdict_only(r, v))
+            .collect()
+    }
+
+    /// A step at `rps` where `met` of 100 judged requests met the SLO (90 % goodput to meet).
+    fn step(rps: f64, met: u64) -> SearchStep {
+        SearchStep {
+            rps,
+            verdict: if met >= 90 { Met } else { Missed },
+            judged: 100,
+            met,
+        }
     }
 
     #[test]
@@ -217,7 +312,7 @@ mod tests {
             (3, SearchEnd::StepsUsed, Some(4.0))
         );
         let s = search(12);
-        let h = [(1.0, Met), (2.0, Insufficient)];
+        let h = steps(&[(1.0, Met), (2.0, Insufficient)]);
         assert_eq!(s.next_rps(&h), None);
         assert_eq!(s.outcome(&h).end, SearchEnd::Unjudged);
         assert_eq!(s.outcome(&h).met_rps, Some(1.0));
@@ -226,15 +321,114 @@ mod tests {
     #[test]
     fn a_noisy_met_above_a_miss_does_not_widen_the_bracket() {
         let s = search(12);
-        let h = [
+        let h = steps(&[
             (1.0, Met),
             (2.0, Met),
             (4.0, Missed),
             (3.0, Missed),
             (8.0, Met),
-        ];
+        ]);
         let o = s.outcome(&h);
         assert_eq!((o.met_rps, o.missed_rps), (Some(2.0), Some(3.0)));
         assert_eq!(s.next_rps(&h), Some(2.5));
+    }
+
+    /// The llama-server search of the issue: goodput fell as the rate fell (84 % at 8 rps,
+    /// then 65 % at 4.5). 65 of 100 against 84 of 100: Wilson [55.3, 73.6] vs [75.6, 89.9],
+    /// separated: the 4.5 step is re-run next, though the bracket (4, 4.5) is resolved.
+    #[test]
+    fn a_contradicting_step_is_re_run_and_still_contradicting_is_unstable() {
+        let s = SloSearch {
+            min_rps: 2.0,
+            max_rps: 16.0,
+            steps: 8,
+            ..search(8)
+        };
+        let mut h = vec![step(2.0, 100), step(4.0, 100), step(8.0, 84), step(6.0, 80)];
+        assert_eq!(s.assess(&h).rerun_rps, None, "80 vs 84: within noise");
+        assert_eq!(s.next_rps(&h), Some(5.0));
+        h.push(step(5.0, 76));
+        assert_eq!(s.next_rps(&h), Some(4.5));
+        h.push(step(4.5, 65));
+        let a = s.assess(&h);
+        assert_eq!(a.rerun_rps, Some(4.5));
+        assert_eq!(a.outcome.end, SearchEnd::Running);
+        assert_eq!(s.next_rps(&h), Some(4.5), "the re-run");
+        // The re-run still contradicts: unstable, with both as evidence; no more steps.
+        h.push(step(4.5, 60));
+        let a = s.assess(&h);
+        assert_eq!(a.outcome.end, SearchEnd::Unstable);
+        assert_eq!(s.next_rps(&h), None);
+        let i = a.instability.unwrap();
+        assert_eq!(
+            (
+                i.first.lower_rate.step,
+                i.first.lower_rate.rps,
+                i.first.lower_rate.met
+            ),
+            (5, 4.5, 65)
+        );
+        assert_eq!(
+            (i.first.higher_rate.step, i.first.higher_rate.rps),
+            (2, 8.0)
+        );
+        let again = i.rerun.unwrap();
+        assert_eq!((again.lower_rate.step, again.lower_rate.met), (6, 60));
+        assert_eq!(again.higher_rate.step, 2);
+        assert!((again.lower_rate.ci_pct.1 - 69.0).abs() < 0.5, "{again:?}");
+        assert!(
+            i.describe()
+                .contains("step 5 at 4.50 rps: 65.0 % [55.3, 73.6] of 100"),
+            "{}",
+            i.describe()
+        );
+    }
+
+    /// A re-run that agrees with the earlier steps replaces the step it re-runs: the search
+    /// goes on from it, and the contradicting step no longer counts.
+    #[test]
+    fn a_re_run_that_resolves_the_contradiction_keeps_the_search_going() {
+        let s = search(8);
+        let mut h = vec![step(1.0, 100), step(2.0, 100), step(4.0, 80), step(3.0, 50)];
+        assert_eq!(s.next_rps(&h), Some(3.0));
+        h.push(step(3.0, 95));
+        let a = s.assess(&h);
+        assert_eq!(a.instability, None);
+        assert_eq!(
+            (a.outcome.met_rps, a.outcome.missed_rps, a.outcome.end),
+            (Some(3.0), Some(4.0), SearchEnd::Running)
+        );
+        assert_eq!(s.next_rps(&h), Some(3.5));
+        // A rise with the rate counts too: 2 rps at 50 % below 1 rps at 100 %? No: lower
+        // goodput at the higher rate is what a queue does.
+        let fine = vec![step(1.0, 100), step(2.0, 50)];
+        assert_eq!(s.assess(&fine).rerun_rps, None);
+        // Higher goodput at the higher rate (a cold start), significantly: re-run.
+        let cold = vec![step(1.0, 50), step(2.0, 100)];
+        assert_eq!(s.assess(&cold).rerun_rps, Some(2.0));
+    }
+
+    /// A contradiction with no step left to re-run it leaves the answer unstable; one in a
+    /// merged row whose next step ran at another rate too.
+    #[test]
+    fn a_contradiction_without_its_re_run_is_unstable() {
+        let s = search(4);
+        let h = vec![step(1.0, 100), step(2.0, 100), step(4.0, 80), step(3.0, 50)];
+        let a = s.assess(&h);
+        assert_eq!(a.outcome.end, SearchEnd::Unstable);
+        assert_eq!(a.instability.unwrap().rerun, None);
+        assert_eq!(s.next_rps(&h), None);
+        let s = search(8);
+        let h = vec![
+            step(1.0, 100),
+            step(2.0, 100),
+            step(4.0, 80),
+            step(3.0, 50),
+            step(3.5, 60),
+        ];
+        assert_eq!(s.outcome(&h).end, SearchEnd::Unstable);
+        // Steps without goodput counts never contradict.
+        let h = steps(&[(1.0, Missed), (2.0, Met)]);
+        assert_eq!(s.outcome(&h).end, SearchEnd::MinMissed);
     }
 }

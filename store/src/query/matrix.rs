@@ -65,6 +65,9 @@ pub struct MatrixRow {
     /// Warm-up rows (`warmup = 1`): stored, left out of every other figure of the row.
     #[serde(default)]
     pub warmup: u64,
+    /// The most `phase_start_in_flight` of the row's records (phase hygiene).
+    #[serde(default)]
+    pub phase_start_in_flight: u64,
     /// Goodput under the scenario's SLO (stored plan), `None` without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub goodput: Option<Goodput>,
@@ -115,6 +118,7 @@ impl MatrixRow {
             ok_usage_chunk_delta_sum: 0,
             ok_usage_chunk_mismatches: 0,
             warmup: 0,
+            phase_start_in_flight: 0,
             goodput: None,
             ttft: None,
             ttfc: None,
@@ -207,6 +211,7 @@ impl MatrixRow {
             goodput: self.goodput.clone(),
             warmup: self.warmup,
             cached_share: self.cached_share.clone(),
+            phase_start_in_flight: self.phase_start_in_flight,
         }
     }
 }
@@ -250,6 +255,7 @@ struct OutcomeCount {
     cache_cached: u64,
     cache_prompt: u64,
     cache_hot: u64,
+    loaded: u32,
 }
 
 #[derive(clickhouse::Row, Deserialize)]
@@ -374,7 +380,8 @@ pub async fn matrix_percentiles(
          argMax(ifNull(http_status, toUInt16(0)), send_unix_us) AS last_status, \
          argMax(ifNull(error_type, ''), send_unix_us) AS last_type, \
          argMax(ifNull(error_message, ''), send_unix_us) AS last_message, \
-         {cache} \
+         {cache}, \
+         max(phase_start_in_flight) AS loaded \
          FROM {db}.requests{wh} \
          GROUP BY region, provider, scenario, outcome",
         cache = cache_columns()
@@ -399,6 +406,7 @@ pub async fn matrix_percentiles(
                 .or_insert_with(|| MatrixRow::new(region, &c.provider, &c.scenario));
             cell.attempts += c.n;
             cell.conn_retried += c.conn_retried;
+            cell.phase_start_in_flight = cell.phase_start_in_flight.max(u64::from(c.loaded));
             *cell.outcomes.entry(c.outcome.clone()).or_insert(0) += c.n;
             let measured = Outcome::parse(&c.outcome).is_none_or(counts_in_error_rates);
             if measured {
