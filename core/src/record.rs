@@ -1,6 +1,6 @@
 //! One measured attempt: [`ProbeRecord`] and its [`Outcome`].
 //!
-//! Field meanings follow the metric definitions of `docs/metrics.md` (metrics_version 8):
+//! Field meanings follow the metric definitions of `docs/metrics.md` (metrics_version 9):
 //! durations are microseconds on the monotonic clock from `t_send`, the moment the request was
 //! handed to the HTTP client; wall-clock times are UTC microseconds.
 
