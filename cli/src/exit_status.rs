@@ -4,17 +4,23 @@
 //! ([`EXIT_CELL_FAILED_ALL`]) or, with `--fail-above-pct`, when a cell's failure rate is
 //! surely above the user's limit ([`EXIT_CELL_FAILED_ABOVE`]).
 //!
-//! The judged unit is a matrix cell of one region (never the merged `ALL` row), one provider
-//! and one scenario, over its logical requests (warm-up left out, a request and its retries
-//! counted once, `cancelled` and `dropped` left out, as `request_error_pct`). The rules:
-//! * *failed every request*: the cell has requests and every one failed (status 3);
-//! * *failure rate above the limit* (`--fail-above-pct P`): the 95 % Wilson interval of the
-//!   cell's failed requests lies wholly above `P` % (status 4) — the rule `latmesh check`'s
-//!   `error_pct_above` applies, so a few unlucky requests in a small cell do not fail a run.
+//! Requests are counted as the matrix counts them: logical requests (warm-up left out, a
+//! request and its retries counted once, `cancelled` and `dropped` left out, as
+//! `request_error_pct`), per region (never the merged `ALL` row). The rules:
+//! * *a dead provider*: a provider failed every one of its requests in a region, over every
+//!   scenario of the campaign (status 3) — a closed port, a wrong path, a revoked key. One
+//!   scenario failing whole while the provider served others (a context tier it refuses, two
+//!   throttled requests of a small cell) is a finding of the matrix, not a dead provider; the
+//!   threshold below catches it when asked;
+//! * *failure rate above the limit* (`--fail-above-pct P`): the 95 % Wilson interval of a
+//!   region × provider × scenario cell's failed requests lies wholly above `P` % (status 4) —
+//!   the rule `latmesh check`'s `error_pct_above` applies, so a few unlucky requests in a
+//!   small cell do not fail a run.
 //!
 //! The measurement is printed and written before the status is decided: this module only
 //! judges a finished [`Summary`] and names the cells (their failed counts and last error).
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use latmesh_results::matrix::{ALL_REGIONS, MatrixCell};
@@ -22,14 +28,15 @@ use latmesh_results::summary::Summary;
 
 /// Exit status: a usage error (clap's, e.g. an unknown flag).
 pub const EXIT_USAGE: u8 = 2;
-/// Exit status: some provider × region × scenario cell failed every one of its requests.
+/// Exit status: some provider failed every one of its requests in a region (over every
+/// scenario).
 pub const EXIT_CELL_FAILED_ALL: u8 = 3;
 /// Exit status: with `--fail-above-pct P`, some cell's failed-request rate is significantly
 /// above `P` % (and no cell failed every request).
 pub const EXIT_CELL_FAILED_ABOVE: u8 = 4;
 
 /// The exit statuses in words, for the `--help` of the commands that measure.
-pub const EXIT_HELP: &str = "Exit status: 0 the campaign finished and no cell failed; 1 an error, or the campaign did not finish whole (incomplete, cancelled, stopped by the budget guard); 2 a usage error; 3 some region × provider × scenario cell failed every one of its requests (warm-up left out); 4 with --fail-above-pct, some cell's failed requests significantly above it. The matrix and the JSON summary are printed and written first, whatever the status.";
+pub const EXIT_HELP: &str = "Exit status: 0 the campaign finished and no cell failed; 1 an error, or the campaign did not finish whole (incomplete, cancelled, stopped by the budget guard); 2 a usage error; 3 some provider failed every one of its requests in a region, over every scenario (warm-up left out); 4 with --fail-above-pct, some cell's failed requests significantly above it. The matrix and the JSON summary are printed and written first, whatever the status.";
 
 /// Cells named in full in the line; more are counted.
 const NAMED_CELLS: usize = 6;
@@ -42,7 +49,8 @@ const LAST_ERROR_CHARS: usize = 80;
 pub struct FailGate {
     /// Also exit non-zero (status 4) when some region × provider × scenario cell's failed
     /// requests are significantly above this % (the lower end of their 95 % Wilson interval
-    /// above it). Without it, only a cell that failed every request fails the run (status 3).
+    /// above it). Without it, only a provider that failed every request in a region fails
+    /// the run (status 3).
     #[arg(long, value_name = "PCT", value_parser = parse_pct)]
     pub fail_above_pct: Option<f64>,
 }
@@ -102,6 +110,23 @@ fn describe(c: &MatrixCell, run: Option<&str>) -> String {
     )
 }
 
+/// `us-east × gone: 3/3 failed in every scenario (last: connection_error: …)`.
+fn describe_dead(
+    region: &str,
+    provider: &str,
+    requests: u64,
+    last: Option<&str>,
+    run: Option<&str>,
+) -> String {
+    let last = last.map_or(String::new(), |e| {
+        let cut: String = e.chars().take(LAST_ERROR_CHARS).collect();
+        let more = if cut.len() < e.len() { "…" } else { "" };
+        format!(" (last: {cut}{more})")
+    });
+    let run = run.map_or(String::new(), |r| format!("{r}: "));
+    format!("{run}{region} × {provider}: {requests}/{requests} failed in every scenario{last}")
+}
+
 /// `a; b; c; and 4 more`.
 fn listed(items: &[String]) -> String {
     let mut s = items
@@ -125,26 +150,47 @@ impl FailGate {
     ) -> Option<CellFailure> {
         let (mut dead, mut above) = (Vec::new(), Vec::new());
         for (run, s) in runs {
+            // (region, provider) → (requests, failed, last error), over every scenario.
+            let mut by_provider: BTreeMap<(&str, &str), (u64, u64, Option<&str>)> = BTreeMap::new();
+            // Cells surely above the limit, with their (region, provider).
+            let mut run_above = Vec::new();
             for c in s.cells.iter().filter(|c| c.region != ALL_REGIONS) {
                 let failed = failed_requests(c);
-                if c.requests == 0 {
-                    continue;
-                }
-                if failed == c.requests {
-                    dead.push(describe(c, run));
-                } else if let Some(limit) = self.fail_above_pct
+                let e = by_provider
+                    .entry((c.region.as_str(), c.provider.as_str()))
+                    .or_default();
+                e.0 += c.requests;
+                e.1 += failed;
+                e.2 = c.last_error.as_deref().or(e.2);
+                if let Some(limit) = self.fail_above_pct
                     && latmesh_core::proportion::wilson(failed, c.requests)
                         .is_some_and(|w| w.lower * 100.0 > limit)
                 {
-                    above.push(describe(c, run));
+                    run_above.push(((c.region.as_str(), c.provider.as_str()), describe(c, run)));
                 }
             }
+            let dead_here: Vec<(&str, &str)> = by_provider
+                .iter()
+                .filter(|(_, (requests, failed, _))| *requests > 0 && failed == requests)
+                .map(|(k, _)| *k)
+                .collect();
+            for k in &dead_here {
+                let (requests, _, last) = by_provider[k];
+                dead.push(describe_dead(k.0, k.1, requests, last, run));
+            }
+            // A dead provider is named once, as dead, not again cell by cell.
+            above.extend(
+                run_above
+                    .into_iter()
+                    .filter(|(k, _)| !dead_here.contains(k))
+                    .map(|(_, text)| text),
+            );
         }
         if !dead.is_empty() {
             return Some(CellFailure {
                 code: EXIT_CELL_FAILED_ALL,
                 line: format!(
-                    "{} cell(s) failed every request: {}",
+                    "{} provider(s) failed every request in a region: {}",
                     dead.len(),
                     listed(&dead)
                 ),
@@ -214,7 +260,7 @@ mod tests {
     }
 
     #[test]
-    fn a_cell_that_failed_every_request_is_status_3_naming_it() {
+    fn a_provider_that_failed_every_request_in_a_region_is_status_3_naming_it() {
         let s = summary(vec![
             cell("us", 12, 0),
             cell("eu", 2, 2),
@@ -224,7 +270,34 @@ mod tests {
         assert_eq!(f.code, EXIT_CELL_FAILED_ALL);
         assert_eq!(
             f.line,
-            "1 cell(s) failed every request: eu × p × chat: 2/2 failed (last: connection_error: tcp connect error: Connection refused)"
+            "1 provider(s) failed every request in a region: eu × p: 2/2 failed in every scenario (last: connection_error: tcp connect error: Connection refused)"
+        );
+        // One scenario failing whole while the provider served another (a refused context
+        // tier, two throttled requests): not a dead provider; above a limit when one is set.
+        let mut tier = cell("eu", 2, 2);
+        tier.scenario = "ctx.32k".into();
+        let s = summary(vec![cell("eu", 12, 0), tier]);
+        assert_eq!(FailGate::default().judge([(None, &s)]), None);
+        let gate = FailGate {
+            fail_above_pct: Some(5.0),
+        };
+        let f = gate.judge([(None, &s)]).unwrap();
+        assert_eq!(f.code, EXIT_CELL_FAILED_ABOVE);
+        assert!(
+            f.line.contains("eu × p × ctx.32k: 2/2 failed"),
+            "{}",
+            f.line
+        );
+        // Dead in every scenario: status 3, named once as a provider.
+        let mut tier = cell("eu", 2, 2);
+        tier.scenario = "ctx.32k".into();
+        let s = summary(vec![cell("eu", 12, 12), tier]);
+        let f = gate.judge([(None, &s)]).unwrap();
+        assert_eq!(f.code, EXIT_CELL_FAILED_ALL);
+        assert!(
+            f.line.contains("eu × p: 14/14 failed in every scenario"),
+            "{}",
+            f.line
         );
         // The ALL row alone never counts; a cell without requests says nothing.
         let s = summary(vec![cell(ALL_REGIONS, 2, 2), cell("us", 0, 0)]);
@@ -232,11 +305,7 @@ mod tests {
         // A series names the run.
         let s = summary(vec![cell("eu", 3, 3)]);
         let f = FailGate::default().judge([(Some("s-r2"), &s)]).unwrap();
-        assert!(
-            f.line.contains("s-r2: eu × p × chat: 3/3 failed"),
-            "{}",
-            f.line
-        );
+        assert!(f.line.contains("s-r2: eu × p: 3/3 failed"), "{}", f.line);
     }
 
     #[test]
@@ -287,7 +356,7 @@ mod tests {
         let s = summary((0..9).map(|i| cell(&format!("r{i}"), 1, 1)).collect());
         let f = FailGate::default().judge([(None, &s)]).unwrap();
         assert!(
-            f.line.starts_with("9 cell(s) failed every request"),
+            f.line.starts_with("9 provider(s) failed every request"),
             "{}",
             f.line
         );

@@ -87,7 +87,7 @@ fn a_dead_provider_fails_the_launch_with_status_3_and_a_surely_failing_one_with_
         .find(|l| l.starts_with("error: exit status 3: "))
         .unwrap_or_else(|| panic!("{said}"));
     assert!(
-        line.contains("1 cell(s) failed every request: us-east × gone × chat: 3/3 failed (last: connection_error: tcp connect error: Connection refused"),
+        line.contains("1 provider(s) failed every request in a region: us-east × gone: 3/3 failed in every scenario (last: connection_error: tcp connect error: Connection refused"),
         "{line}"
     );
     assert!(!line.contains("fast"), "{line}");

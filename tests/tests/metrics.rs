@@ -220,11 +220,18 @@ model_id = "{model}"
         .arg(&json)
         .output()
         .unwrap();
+    // `missing` fails every request (a wrong path): exit status 3, naming it, after the
+    // summary was written.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "launch: {}{stderr}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     assert!(
-        out.status.success(),
-        "launch: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+        stderr.contains("in a region: us-east × missing: 4/4 failed in every scenario"),
+        "{stderr}"
     );
     let summary: Summary = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert!(summary.complete, "{summary:?}");

@@ -184,11 +184,24 @@ fn compat_verdicts_of_the_real_servers_are_what_they_really_do() {
                 // llama-server's Responses API drops `text.format` (its converter to Chat
                 // Completions keeps no response_format): JSON comes back only when the model
                 // writes it (at temperature 0 it does; at the default temperature 2 of 6 tries
-                // by hand). Deterministic: the field is accepted (200), and a fail is the
+                // by hand). Its three samples may agree or not: `unstable` with the counts when
+                // they disagree. Deterministic: the field is accepted (200), and a fail is the
                 // answer, never a refusal.
                 ("llama-cpp-responses", CompatCheck::JsonMode) => {
-                    assert!(matches!(got, Verdict::Pass | Verdict::Fail), "{}", c.at());
+                    assert!(
+                        matches!(got, Verdict::Pass | Verdict::Fail | Verdict::Unstable),
+                        "{}",
+                        c.at()
+                    );
                     assert_eq!(c.r.evidence.http_status, Some(200), "{}", c.at());
+                    let t = &c.r.samples;
+                    assert_eq!(t.pass + t.fail + t.inconclusive, 3, "{}", c.at());
+                    assert_eq!(
+                        got == Verdict::Unstable,
+                        t.pass > 0 && t.fail > 0,
+                        "{}",
+                        c.at()
+                    );
                 }
                 // 4 requests a minute per key: after them, a 429 whose Retry-After (> 5 s) is
                 // not waited for. Which checks those 4 requests serve depends on the order and
